@@ -1,0 +1,450 @@
+#include "shadowsync/metrics.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM } metric_kind;
+
+/* Doubles are stored as their bit pattern so updates stay lock-free. */
+typedef _Atomic uint64_t atomic_double_bits;
+
+static double bits_to_double(uint64_t b) {
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+static uint64_t double_to_bits(double d) {
+    uint64_t b;
+    memcpy(&b, &d, sizeof b);
+    return b;
+}
+
+static void atomic_double_add(atomic_double_bits *a, double v) {
+    uint64_t old = atomic_load_explicit(a, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(a, &old, double_to_bits(bits_to_double(old) + v),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+struct ss_counter {
+    _Atomic uint64_t value;
+};
+struct ss_gauge {
+    atomic_double_bits value;
+};
+struct ss_histogram {
+    size_t nbounds;
+    double *bounds;
+    _Atomic uint64_t *buckets; /* nbounds + 1, last is +Inf; not cumulative */
+    _Atomic uint64_t count;
+    atomic_double_bits sum;
+};
+
+typedef struct series {
+    char *labels; /* rendered `k="v",k2="v2"` or "" */
+    union {
+        ss_counter counter;
+        ss_gauge gauge;
+        ss_histogram hist;
+    } u;
+} series;
+
+typedef struct family {
+    char *name;
+    char *help;
+    metric_kind kind;
+    series **series;
+    size_t nseries, capseries;
+} family;
+
+struct ss_metrics {
+    pthread_mutex_t lock;
+    family *families;
+    size_t nfamilies, capfamilies;
+};
+
+int ss_metrics_name_valid(const char *name) {
+    if (!name || !*name)
+        return 0;
+    for (const char *p = name; *p; p++) {
+        char c = *p;
+        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+        bool digit = c >= '0' && c <= '9';
+        if (!(alpha || (digit && p != name)))
+            return 0;
+    }
+    return 1;
+}
+
+ss_status ss_metrics_create(ss_metrics **out) {
+    if (!out)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_metrics *reg = calloc(1, sizeof *reg);
+    if (!reg)
+        return SS_ERR_NO_MEMORY;
+    pthread_mutex_init(&reg->lock, NULL);
+    *out = reg;
+    return SS_OK;
+}
+
+void ss_metrics_destroy(ss_metrics *reg) {
+    if (!reg)
+        return;
+    for (size_t i = 0; i < reg->nfamilies; i++) {
+        family *f = &reg->families[i];
+        for (size_t j = 0; j < f->nseries; j++) {
+            series *s = f->series[j];
+            if (f->kind == KIND_HISTOGRAM) {
+                free(s->u.hist.bounds);
+                free((void *)s->u.hist.buckets);
+            }
+            free(s->labels);
+            free(s);
+        }
+        free(f->series);
+        free(f->name);
+        free(f->help);
+    }
+    free(reg->families);
+    pthread_mutex_destroy(&reg->lock);
+    free(reg);
+}
+
+/* Escapes a label value per the exposition format: backslash, quote, newline. */
+static size_t escape_into(char *dst, const char *src) {
+    size_t n = 0;
+    for (const char *p = src; *p; p++) {
+        if (*p == '\\' || *p == '"') {
+            if (dst)
+                dst[n] = '\\';
+            n++;
+            if (dst)
+                dst[n] = *p;
+            n++;
+        } else if (*p == '\n') {
+            if (dst) {
+                dst[n] = '\\';
+                dst[n + 1] = 'n';
+            }
+            n += 2;
+        } else {
+            if (dst)
+                dst[n] = *p;
+            n++;
+        }
+    }
+    return n;
+}
+
+static ss_status render_labels(const char *const *labels, char **out) {
+    size_t len = 0;
+    for (size_t i = 0; labels && labels[i]; i += 2) {
+        if (!labels[i + 1] || !ss_metrics_name_valid(labels[i]) || strchr(labels[i], ':'))
+            return SS_ERR_INVALID_ARGUMENT;
+        len += strlen(labels[i]) + 4 + escape_into(NULL, labels[i + 1]);
+    }
+    char *s = malloc(len + 1);
+    if (!s)
+        return SS_ERR_NO_MEMORY;
+    size_t o = 0;
+    for (size_t i = 0; labels && labels[i]; i += 2) {
+        if (o)
+            s[o++] = ',';
+        size_t kl = strlen(labels[i]);
+        memcpy(s + o, labels[i], kl);
+        o += kl;
+        s[o++] = '=';
+        s[o++] = '"';
+        o += escape_into(s + o, labels[i + 1]);
+        s[o++] = '"';
+    }
+    s[o] = '\0';
+    *out = s;
+    return SS_OK;
+}
+
+/* hist_init, when non-NULL, is installed into a newly created series under
+ * the lock, so no reader ever sees a histogram without buckets. */
+static ss_status get_series(ss_metrics *reg, const char *name, const char *help, metric_kind kind,
+                            const char *const *labels, const ss_histogram *hist_init,
+                            series **out, bool *created) {
+    if (!reg || !out || !ss_metrics_name_valid(name) || !help)
+        return SS_ERR_INVALID_ARGUMENT;
+    char *lab = NULL;
+    ss_status st = render_labels(labels, &lab);
+    if (st != SS_OK)
+        return st;
+    pthread_mutex_lock(&reg->lock);
+    family *f = NULL;
+    for (size_t i = 0; i < reg->nfamilies; i++)
+        if (!strcmp(reg->families[i].name, name))
+            f = &reg->families[i];
+    if (f && (f->kind != kind || strcmp(f->help, help))) {
+        st = SS_ERR_EXISTS;
+        goto out;
+    }
+    if (!f) {
+        if (reg->nfamilies == reg->capfamilies) {
+            size_t cap = reg->capfamilies ? reg->capfamilies * 2 : 16;
+            family *nf = realloc(reg->families, cap * sizeof *nf);
+            if (!nf) {
+                st = SS_ERR_NO_MEMORY;
+                goto out;
+            }
+            reg->families = nf;
+            reg->capfamilies = cap;
+        }
+        f = &reg->families[reg->nfamilies];
+        memset(f, 0, sizeof *f);
+        f->name = strdup(name);
+        f->help = strdup(help);
+        f->kind = kind;
+        if (!f->name || !f->help) {
+            free(f->name);
+            free(f->help);
+            st = SS_ERR_NO_MEMORY;
+            goto out;
+        }
+        reg->nfamilies++;
+    }
+    for (size_t j = 0; j < f->nseries; j++) {
+        if (!strcmp(f->series[j]->labels, lab)) {
+            *out = f->series[j];
+            *created = false;
+            goto out;
+        }
+    }
+    if (f->nseries == f->capseries) {
+        size_t cap = f->capseries ? f->capseries * 2 : 4;
+        series **ns = realloc(f->series, cap * sizeof *ns);
+        if (!ns) {
+            st = SS_ERR_NO_MEMORY;
+            goto out;
+        }
+        f->series = ns;
+        f->capseries = cap;
+    }
+    series *s = calloc(1, sizeof *s);
+    if (!s) {
+        st = SS_ERR_NO_MEMORY;
+        goto out;
+    }
+    s->labels = lab;
+    lab = NULL;
+    if (hist_init) {
+        s->u.hist.nbounds = hist_init->nbounds;
+        s->u.hist.bounds = hist_init->bounds;
+        s->u.hist.buckets = hist_init->buckets;
+    }
+    f->series[f->nseries++] = s;
+    *out = s;
+    *created = true;
+out:
+    pthread_mutex_unlock(&reg->lock);
+    free(lab);
+    return st;
+}
+
+ss_status ss_metrics_counter(ss_metrics *reg, const char *name, const char *help,
+                             const char *const *labels, ss_counter **out) {
+    series *s;
+    bool created;
+    ss_status st = get_series(reg, name, help, KIND_COUNTER, labels, NULL, &s, &created);
+    if (st == SS_OK)
+        *out = &s->u.counter;
+    return st;
+}
+
+ss_status ss_metrics_gauge(ss_metrics *reg, const char *name, const char *help,
+                           const char *const *labels, ss_gauge **out) {
+    series *s;
+    bool created;
+    ss_status st = get_series(reg, name, help, KIND_GAUGE, labels, NULL, &s, &created);
+    if (st == SS_OK)
+        *out = &s->u.gauge;
+    return st;
+}
+
+ss_status ss_metrics_histogram(ss_metrics *reg, const char *name, const char *help,
+                               const char *const *labels, const double *bounds, size_t nbounds,
+                               ss_histogram **out) {
+    if (!bounds || nbounds == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < nbounds; i++)
+        if (!isfinite(bounds[i]) || (i && bounds[i] <= bounds[i - 1]))
+            return SS_ERR_INVALID_ARGUMENT;
+    series *s;
+    bool created;
+    ss_histogram init = {.nbounds = nbounds};
+    init.bounds = malloc(nbounds * sizeof *init.bounds);
+    init.buckets = calloc(nbounds + 1, sizeof *init.buckets);
+    if (!init.bounds || !init.buckets) {
+        free(init.bounds);
+        free((void *)init.buckets);
+        return SS_ERR_NO_MEMORY;
+    }
+    memcpy(init.bounds, bounds, nbounds * sizeof *init.bounds);
+    ss_status st = get_series(reg, name, help, KIND_HISTOGRAM, labels, &init, &s, &created);
+    if (st != SS_OK || !created) {
+        free(init.bounds);
+        free((void *)init.buckets);
+    }
+    if (st == SS_OK)
+        *out = &s->u.hist;
+    return st;
+}
+
+void ss_counter_add(ss_counter *c, uint64_t v) {
+    atomic_fetch_add_explicit(&c->value, v, memory_order_relaxed);
+}
+uint64_t ss_counter_value(const ss_counter *c) {
+    return atomic_load_explicit(&((ss_counter *)c)->value, memory_order_relaxed);
+}
+void ss_gauge_set(ss_gauge *g, double v) {
+    atomic_store_explicit(&g->value, double_to_bits(v), memory_order_relaxed);
+}
+void ss_gauge_add(ss_gauge *g, double v) {
+    atomic_double_add(&g->value, v);
+}
+double ss_gauge_value(const ss_gauge *g) {
+    return bits_to_double(atomic_load_explicit(&((ss_gauge *)g)->value, memory_order_relaxed));
+}
+
+void ss_histogram_observe(ss_histogram *h, double v) {
+    size_t i = 0;
+    while (i < h->nbounds && v > h->bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_double_add(&h->sum, v);
+}
+uint64_t ss_histogram_count(const ss_histogram *h) {
+    return atomic_load_explicit(&((ss_histogram *)h)->count, memory_order_relaxed);
+}
+double ss_histogram_sum(const ss_histogram *h) {
+    return bits_to_double(atomic_load_explicit(&((ss_histogram *)h)->sum, memory_order_relaxed));
+}
+
+typedef struct strbuf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} strbuf;
+
+__attribute__((format(printf, 2, 3))) static void sb_printf(strbuf *b, const char *fmt, ...) {
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->failed = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+/* Prometheus wants +Inf/-Inf/NaN spelled this way; %.17g round-trips doubles. */
+static void sb_double(strbuf *b, double v) {
+    if (isnan(v))
+        sb_printf(b, "NaN");
+    else if (isinf(v))
+        sb_printf(b, v > 0 ? "+Inf" : "-Inf");
+    else
+        sb_printf(b, "%.17g", v);
+}
+
+static void render_help(strbuf *b, const char *help) {
+    for (const char *p = help; *p; p++) {
+        if (*p == '\\')
+            sb_printf(b, "\\\\");
+        else if (*p == '\n')
+            sb_printf(b, "\\n");
+        else
+            sb_printf(b, "%c", *p);
+    }
+}
+
+static void render_histogram(strbuf *b, const char *name, const series *s) {
+    const ss_histogram *h = &s->u.hist;
+    const char *sep = s->labels[0] ? "," : "";
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= h->nbounds; i++) {
+        cum += atomic_load_explicit(&((ss_histogram *)h)->buckets[i], memory_order_relaxed);
+        sb_printf(b, "%s_bucket{%s%sle=\"", name, s->labels, sep);
+        if (i < h->nbounds)
+            sb_double(b, h->bounds[i]);
+        else
+            sb_printf(b, "+Inf");
+        sb_printf(b, "\"} %llu\n", (unsigned long long)cum);
+    }
+    const char *lb = s->labels[0] ? "{" : "", *rb = s->labels[0] ? "}" : "";
+    sb_printf(b, "%s_sum%s%s%s ", name, lb, s->labels, rb);
+    sb_double(b, ss_histogram_sum(h));
+    /* _count equals the +Inf bucket so a scrape is self-consistent. */
+    sb_printf(b, "\n%s_count%s%s%s %llu\n", name, lb, s->labels, rb, (unsigned long long)cum);
+}
+
+ss_status ss_metrics_render(ss_metrics *reg, char **out, size_t *len) {
+    if (!reg || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    strbuf b = {.p = malloc(4096), .cap = 4096};
+    if (!b.p)
+        return SS_ERR_NO_MEMORY;
+    b.p[0] = '\0';
+    static const char *const type_names[] = {"counter", "gauge", "histogram"};
+    pthread_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < reg->nfamilies; i++) {
+        const family *f = &reg->families[i];
+        sb_printf(&b, "# HELP %s ", f->name);
+        render_help(&b, f->help);
+        sb_printf(&b, "\n# TYPE %s %s\n", f->name, type_names[f->kind]);
+        for (size_t j = 0; j < f->nseries; j++) {
+            const series *s = f->series[j];
+            if (f->kind == KIND_HISTOGRAM) {
+                render_histogram(&b, f->name, s);
+                continue;
+            }
+            if (s->labels[0])
+                sb_printf(&b, "%s{%s} ", f->name, s->labels);
+            else
+                sb_printf(&b, "%s ", f->name);
+            if (f->kind == KIND_COUNTER)
+                sb_printf(&b, "%llu\n", (unsigned long long)ss_counter_value(&s->u.counter));
+            else {
+                sb_double(&b, ss_gauge_value(&s->u.gauge));
+                sb_printf(&b, "\n");
+            }
+        }
+    }
+    pthread_mutex_unlock(&reg->lock);
+    if (b.failed) {
+        free(b.p);
+        return SS_ERR_NO_MEMORY;
+    }
+    *out = b.p;
+    if (len)
+        *len = b.len;
+    return SS_OK;
+}

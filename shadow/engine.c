@@ -1,0 +1,496 @@
+#include "shadowsync/engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/clock.h"
+#include "shadowsync/kernels.h"
+#include "shadowsync/log.h"
+
+#define GAP_RING 65536u /* sync-gap samples kept per group for quantiles */
+
+struct ss_engine_group {
+    ss_engine *engine;
+    char *name;
+    ss_replica *replica;
+    ss_sync_params params;
+    uint64_t member;
+
+    pthread_mutex_t round_lock; /* one round of a group at a time */
+    float *snap, *reply, *delta;
+    float *bmuf_w, *bmuf_m; /* identical on every member */
+    bool bmuf_ready;
+
+    pthread_mutex_t stats_lock;
+    uint64_t rounds, failed_rounds, last_iter, gap_count, last_round_ns;
+    double gap_sum, divergence;
+    uint64_t *gaps; /* ring of the last GAP_RING gaps */
+
+    ss_counter *m_rounds, *m_failed, *m_sent, *m_received, *m_iterations;
+    ss_histogram *m_round_seconds, *m_gap;
+    ss_gauge *m_divergence;
+};
+
+struct ss_engine {
+    ss_transport *transport;
+    ss_metrics *metrics;
+    bool own_metrics;
+    char *trainer;
+    uint32_t nthreads;
+    uint64_t round_interval_ns;
+    uint64_t min_round_gap;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    ss_engine_group **groups;
+    size_t ngroups, capgroups;
+    pthread_t *threads;
+    bool running, stopping, paused;
+    uint32_t inflight;
+    size_t next_group;
+    _Atomic uint64_t rounds_total;
+};
+
+ss_status ss_engine_create(const ss_engine_config *cfg, ss_engine **out) {
+    if (!cfg || !out || !cfg->transport || cfg->threads == 0 || cfg->threads > 256)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return SS_ERR_NO_MEMORY;
+    e->transport = cfg->transport;
+    e->nthreads = cfg->threads;
+    e->round_interval_ns = cfg->round_interval_us * 1000ull;
+    e->min_round_gap = cfg->min_round_gap;
+    e->trainer = strdup(cfg->trainer ? cfg->trainer : "local");
+    if (!e->trainer) {
+        free(e);
+        return SS_ERR_NO_MEMORY;
+    }
+    if (cfg->metrics) {
+        e->metrics = cfg->metrics;
+    } else {
+        ss_status st = ss_metrics_create(&e->metrics);
+        if (st != SS_OK) {
+            free(e->trainer);
+            free(e);
+            return st;
+        }
+        e->own_metrics = true;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->cond, NULL);
+    *out = e;
+    return SS_OK;
+}
+
+static void group_free(ss_engine_group *g) {
+    if (!g)
+        return;
+    pthread_mutex_destroy(&g->round_lock);
+    pthread_mutex_destroy(&g->stats_lock);
+    free(g->name);
+    free(g->snap);
+    free(g->reply);
+    free(g->delta);
+    free(g->bmuf_w);
+    free(g->bmuf_m);
+    free(g->gaps);
+    free(g);
+}
+
+static ss_status register_metrics(ss_engine *e, ss_engine_group *g) {
+    const char *labels[] = {"trainer", e->trainer, "group", g->name,
+                            "algo",    ss_algo_name(g->params.algo), NULL};
+    static const double round_bounds[] = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
+                                          3e-2, 0.1,  0.3,  1,    3,    10};
+    static const double gap_bounds[] = {0,   1,   2,    5,    10,   20,    50,   100,
+                                        200, 500, 1000, 2000, 5000, 10000, 1e5, 1e6};
+    ss_status st;
+    if ((st = ss_metrics_counter(e->metrics, "shadowsync_sync_rounds_total",
+                                 "Completed sync rounds.", labels, &g->m_rounds)) ||
+        (st = ss_metrics_counter(e->metrics, "shadowsync_sync_round_failures_total",
+                                 "Sync rounds abandoned whole after a transport error.", labels,
+                                 &g->m_failed)) ||
+        (st = ss_metrics_counter(e->metrics, "shadowsync_sync_sent_bytes_total",
+                                 "Payload bytes sent by sync rounds.", labels, &g->m_sent)) ||
+        (st = ss_metrics_counter(e->metrics, "shadowsync_sync_received_bytes_total",
+                                 "Payload bytes received by sync rounds.", labels,
+                                 &g->m_received)) ||
+        (st = ss_metrics_counter(e->metrics, "shadowsync_trainer_iterations_total",
+                                 "Trainer iterations seen by the shadow pool.", labels,
+                                 &g->m_iterations)) ||
+        (st = ss_metrics_histogram(e->metrics, "shadowsync_sync_round_seconds",
+                                   "Duration of a completed sync round.", labels, round_bounds,
+                                   sizeof round_bounds / sizeof *round_bounds,
+                                   &g->m_round_seconds)) ||
+        (st = ss_metrics_histogram(e->metrics, "shadowsync_sync_gap_iterations",
+                                   "Trainer iterations between two completed rounds of a replica.",
+                                   labels, gap_bounds, sizeof gap_bounds / sizeof *gap_bounds,
+                                   &g->m_gap)) ||
+        (st = ss_metrics_gauge(e->metrics, "shadowsync_replica_divergence_ratio",
+                               "|x - c| / |c| of the replica against the consensus at the last "
+                               "round.",
+                               labels, &g->m_divergence)))
+        return st;
+    return SS_OK;
+}
+
+ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replica,
+                              const ss_sync_params *params, ss_engine_group **out) {
+    if (!e || !name || !*name || !replica || !params || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    if ((unsigned)params->algo > SS_ALGO_BMUF)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (params->algo == SS_ALGO_EASGD && !(params->alpha > 0.0f && params->alpha <= 1.0f))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (params->algo == SS_ALGO_BMUF &&
+        !(params->bmuf.eta >= 0.0f && params->bmuf.eta < 1.0f && params->bmuf.zeta > 0.0f))
+        return SS_ERR_INVALID_ARGUMENT;
+    size_t n = ss_replica_size(replica);
+    ss_engine_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return SS_ERR_NO_MEMORY;
+    pthread_mutex_init(&g->round_lock, NULL);
+    pthread_mutex_init(&g->stats_lock, NULL);
+    g->engine = e;
+    g->name = strdup(name);
+    g->replica = replica;
+    g->params = *params;
+    g->snap = malloc(n * sizeof(float));
+    g->reply = malloc(n * sizeof(float));
+    g->delta = malloc(n * sizeof(float));
+    g->gaps = malloc(GAP_RING * sizeof *g->gaps);
+    if (params->algo == SS_ALGO_BMUF) {
+        g->bmuf_w = calloc(n, sizeof(float));
+        g->bmuf_m = calloc(n, sizeof(float));
+    }
+    if (!g->name || !g->snap || !g->reply || !g->delta || !g->gaps ||
+        (params->algo == SS_ALGO_BMUF && (!g->bmuf_w || !g->bmuf_m))) {
+        group_free(g);
+        return SS_ERR_NO_MEMORY;
+    }
+    ss_status st = register_metrics(e, g);
+    if (st != SS_OK) {
+        group_free(g);
+        return st;
+    }
+    g->last_iter = ss_replica_iterations(replica);
+    pthread_mutex_lock(&e->lock);
+    for (size_t i = 0; i < e->ngroups; i++) {
+        if (!strcmp(e->groups[i]->name, name)) {
+            pthread_mutex_unlock(&e->lock);
+            group_free(g);
+            return SS_ERR_EXISTS;
+        }
+    }
+    if (e->ngroups == e->capgroups) {
+        size_t cap = e->capgroups ? e->capgroups * 2 : 8;
+        ss_engine_group **ng = realloc(e->groups, cap * sizeof *ng);
+        if (!ng) {
+            pthread_mutex_unlock(&e->lock);
+            group_free(g);
+            return SS_ERR_NO_MEMORY;
+        }
+        e->groups = ng;
+        e->capgroups = cap;
+    }
+    st = ss_transport_join(e->transport, name, n, &g->member);
+    if (st != SS_OK) {
+        pthread_mutex_unlock(&e->lock);
+        group_free(g);
+        return st;
+    }
+    e->groups[e->ngroups++] = g;
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    *out = g;
+    return SS_OK;
+}
+
+/* One round; the caller holds g->round_lock. A transport error abandons the
+ * round whole: nothing is applied to the replica. */
+static ss_status run_round_locked(ss_engine_group *g) {
+    ss_engine *e = g->engine;
+    const size_t n = ss_replica_size(g->replica);
+    float *x = ss_replica_data(g->replica);
+    const uint64_t t0 = ss_now_ns();
+    ss_kernel_live_snapshot(g->snap, x, n);
+
+    ss_status st;
+    double dist2 = 0.0, center2 = 0.0;
+    if (g->params.algo == SS_ALGO_EASGD) {
+        st = ss_transport_easgd_exchange(e->transport, g->name, g->member, g->snap,
+                                         g->params.alpha, g->reply, n);
+        if (st == SS_OK) {
+            ss_kernel_live_add_scaled(x, g->reply, -1.0f, n);
+            /* d = alpha (s - c_old): |s - c_old| = |d| / alpha, and
+             * c_old = s - d / alpha, recovered into the scratch buffer. */
+            const float inv_alpha = 1.0f / g->params.alpha;
+            dist2 = ss_kernel_norm2_sq(g->reply, n) * (double)inv_alpha * (double)inv_alpha;
+            memcpy(g->delta, g->snap, n * sizeof(float));
+            ss_kernel_axpy(g->delta, g->reply, -inv_alpha, n);
+            center2 = ss_kernel_norm2_sq(g->delta, n);
+        }
+    } else {
+        ss_round_result rr;
+        st = ss_transport_allreduce_mean(e->transport, g->name, g->member, g->snap, g->reply, n,
+                                         &rr);
+        if (st == SS_OK) {
+            if (g->params.algo == SS_ALGO_MA) {
+                st = ss_ma_delta(g->reply, g->snap, g->delta, n);
+            } else {
+                if (!g->bmuf_ready) {
+                    /* First round: the consensus starts at the mean, with
+                     * zero momentum, identically on every member. */
+                    memcpy(g->bmuf_w, g->reply, n * sizeof(float));
+                    g->bmuf_ready = true;
+                }
+                st = ss_bmuf_delta(&g->params.bmuf, g->bmuf_w, g->bmuf_m, g->reply, g->snap,
+                                   g->delta, n);
+            }
+            if (st == SS_OK) {
+                ss_kernel_live_add_scaled(x, g->delta, 1.0f, n);
+                dist2 = ss_kernel_dist2_sq(g->snap, g->reply, n);
+                center2 = ss_kernel_norm2_sq(g->reply, n);
+            }
+        }
+    }
+    const uint64_t t1 = ss_now_ns();
+    const size_t bytes = n * sizeof(float);
+    pthread_mutex_lock(&g->stats_lock);
+    if (st != SS_OK) {
+        g->failed_rounds++;
+        pthread_mutex_unlock(&g->stats_lock);
+        ss_counter_add(g->m_failed, 1);
+        SS_LOG_DEBUGF("engine", "event=round_failed trainer=%s group=%s status=%s", e->trainer,
+                      g->name, ss_status_name(st));
+        return st;
+    }
+    uint64_t it = ss_replica_iterations(g->replica);
+    uint64_t gap = it - g->last_iter;
+    g->last_iter = it;
+    g->gaps[g->gap_count % GAP_RING] = gap;
+    g->gap_count++;
+    g->gap_sum += (double)gap;
+    g->rounds++;
+    g->last_round_ns = t1 - t0;
+    g->divergence = center2 > 0.0 ? sqrt(dist2 / center2) : 0.0;
+    double divergence = g->divergence;
+    pthread_mutex_unlock(&g->stats_lock);
+
+    atomic_fetch_add_explicit(&e->rounds_total, 1, memory_order_relaxed);
+    ss_counter_add(g->m_rounds, 1);
+    ss_counter_add(g->m_sent, bytes);
+    ss_counter_add(g->m_received, bytes);
+    ss_counter_add(g->m_iterations, gap);
+    ss_histogram_observe(g->m_round_seconds, (double)(t1 - t0) * 1e-9);
+    ss_histogram_observe(g->m_gap, (double)gap);
+    ss_gauge_set(g->m_divergence, divergence);
+    return SS_OK;
+}
+
+ss_status ss_engine_run_round(ss_engine *e, ss_engine_group *g) {
+    if (!e || !g || g->engine != e)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g->round_lock);
+    ss_status st = run_round_locked(g);
+    pthread_mutex_unlock(&g->round_lock);
+    return st;
+}
+
+/* True when the group's replica has not advanced enough for a new round. */
+static bool group_idle(const ss_engine *e, ss_engine_group *g) {
+    if (e->min_round_gap == 0)
+        return false;
+    pthread_mutex_lock(&g->stats_lock);
+    uint64_t since = ss_replica_iterations(g->replica) - g->last_iter;
+    pthread_mutex_unlock(&g->stats_lock);
+    return since < e->min_round_gap;
+}
+
+static void *shadow_thread(void *arg) {
+    ss_engine *e = arg;
+    size_t busy_in_a_row = 0;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stopping) {
+        if (e->paused || e->ngroups == 0) {
+            pthread_cond_wait(&e->cond, &e->lock);
+            continue;
+        }
+        ss_engine_group *g = e->groups[e->next_group++ % e->ngroups];
+        if (group_idle(e, g) || pthread_mutex_trylock(&g->round_lock) != 0) {
+            /* Nothing new to sync, or another thread (or a foreground
+             * round) has this group. */
+            bool all_busy = ++busy_in_a_row >= e->ngroups;
+            pthread_mutex_unlock(&e->lock);
+            if (all_busy) {
+                ss_sleep_ns(100000);
+                busy_in_a_row = 0;
+            }
+            pthread_mutex_lock(&e->lock);
+            continue;
+        }
+        busy_in_a_row = 0;
+        e->inflight++;
+        pthread_mutex_unlock(&e->lock);
+
+        ss_status st = run_round_locked(g);
+        pthread_mutex_unlock(&g->round_lock);
+        if (st != SS_OK)
+            ss_sleep_ns(1000000); /* back off: the transport is failing */
+        else if (e->round_interval_ns)
+            ss_sleep_ns(e->round_interval_ns);
+
+        pthread_mutex_lock(&e->lock);
+        if (--e->inflight == 0)
+            pthread_cond_broadcast(&e->cond);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+ss_status ss_engine_start(ss_engine *e) {
+    if (!e)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&e->lock);
+    if (e->running) {
+        pthread_mutex_unlock(&e->lock);
+        return SS_ERR_STATE;
+    }
+    e->threads = calloc(e->nthreads, sizeof *e->threads);
+    if (!e->threads) {
+        pthread_mutex_unlock(&e->lock);
+        return SS_ERR_NO_MEMORY;
+    }
+    e->stopping = false;
+    e->paused = false;
+    e->running = true;
+    pthread_mutex_unlock(&e->lock);
+    for (uint32_t i = 0; i < e->nthreads; i++) {
+        if (pthread_create(&e->threads[i], NULL, shadow_thread, e) != 0) {
+            pthread_mutex_lock(&e->lock);
+            e->stopping = true;
+            pthread_cond_broadcast(&e->cond);
+            pthread_mutex_unlock(&e->lock);
+            for (uint32_t j = 0; j < i; j++)
+                pthread_join(e->threads[j], NULL);
+            free(e->threads);
+            e->threads = NULL;
+            e->running = false;
+            return SS_ERR_NO_MEMORY;
+        }
+    }
+    SS_LOG_DEBUGF("engine", "event=started trainer=%s threads=%u", e->trainer, e->nthreads);
+    return SS_OK;
+}
+
+ss_status ss_engine_pause(ss_engine *e) {
+    if (!e)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&e->lock);
+    if (!e->running) {
+        pthread_mutex_unlock(&e->lock);
+        return SS_ERR_STATE;
+    }
+    e->paused = true;
+    while (e->inflight > 0)
+        pthread_cond_wait(&e->cond, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    return SS_OK;
+}
+
+ss_status ss_engine_resume(ss_engine *e) {
+    if (!e)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&e->lock);
+    ss_status st = e->running ? SS_OK : SS_ERR_STATE;
+    e->paused = false;
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+ss_status ss_engine_stop(ss_engine *e) {
+    if (!e)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&e->lock);
+    if (!e->running) {
+        pthread_mutex_unlock(&e->lock);
+        return SS_OK;
+    }
+    e->stopping = true;
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    for (uint32_t i = 0; i < e->nthreads; i++)
+        pthread_join(e->threads[i], NULL);
+    free(e->threads);
+    e->threads = NULL;
+    pthread_mutex_lock(&e->lock);
+    e->running = false;
+    e->paused = false;
+    pthread_mutex_unlock(&e->lock);
+    SS_LOG_DEBUGF("engine", "event=stopped trainer=%s rounds=%llu", e->trainer,
+                  (unsigned long long)ss_engine_rounds(e));
+    return SS_OK;
+}
+
+void ss_engine_destroy(ss_engine *e) {
+    if (!e)
+        return;
+    ss_engine_stop(e);
+    for (size_t i = 0; i < e->ngroups; i++) {
+        ss_transport_leave(e->transport, e->groups[i]->name, e->groups[i]->member);
+        group_free(e->groups[i]);
+    }
+    free(e->groups);
+    if (e->own_metrics)
+        ss_metrics_destroy(e->metrics);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->cond);
+    free(e->trainer);
+    free(e);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+ss_status ss_engine_group_stats(ss_engine_group *g, ss_group_stats *out) {
+    if (!g || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&g->stats_lock);
+    out->rounds = g->rounds;
+    out->failed_rounds = g->failed_rounds;
+    out->divergence = g->divergence;
+    out->last_round_ns = g->last_round_ns;
+    size_t k = g->gap_count < GAP_RING ? g->gap_count : GAP_RING;
+    out->gap_mean = g->gap_count ? g->gap_sum / (double)g->gap_count : 0.0;
+    uint64_t *sorted = k ? malloc(k * sizeof *sorted) : NULL;
+    if (sorted)
+        memcpy(sorted, g->gaps, k * sizeof *sorted);
+    pthread_mutex_unlock(&g->stats_lock);
+    if (k && !sorted)
+        return SS_ERR_NO_MEMORY;
+    if (k) {
+        qsort(sorted, k, sizeof *sorted, cmp_u64);
+        /* Nearest-rank quantiles over the retained samples. */
+        out->gap_p50 = sorted[(k * 50 + 99) / 100 - 1];
+        out->gap_p99 = sorted[(k * 99 + 99) / 100 - 1];
+        out->gap_max = sorted[k - 1];
+    }
+    free(sorted);
+    return SS_OK;
+}
+
+const char *ss_engine_group_name(const ss_engine_group *g) {
+    return g ? g->name : NULL;
+}
+
+uint64_t ss_engine_rounds(const ss_engine *e) {
+    return atomic_load_explicit(&((ss_engine *)e)->rounds_total, memory_order_relaxed);
+}

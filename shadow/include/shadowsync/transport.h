@@ -1,0 +1,64 @@
+/* The transport interface: what a sync round needs from "the others".
+ *
+ * The engine only talks to this vtable. The in-process implementation
+ * (ss_inproc_transport_create) keeps central variables and round
+ * aggregation in memory; the gRPC implementation in rpc/ fits the same
+ * interface. Every call is thread-safe and bounded in time. */
+#ifndef SHADOWSYNC_TRANSPORT_H
+#define SHADOWSYNC_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+typedef struct ss_transport ss_transport;
+
+typedef struct ss_round_result {
+    uint64_t round;        /* id of the closed round the caller took part in */
+    uint32_t participants; /* snapshots averaged into it */
+} ss_round_result;
+
+typedef struct ss_transport_ops {
+    /* Registers a member of group `group` (n floats). All members of a
+     * group must agree on n. Returns a member id unique in the group. */
+    ss_status (*join)(void *impl, const char *group, size_t n, uint64_t *member);
+    /* Removes a member; open rounds stop waiting for it. */
+    ss_status (*leave)(void *impl, const char *group, uint64_t member);
+    /* S-EASGD exchange: sends snapshot s, receives d = alpha (s - c) while
+     * the central variable moves c += d. c starts as the first s received. */
+    ss_status (*easgd_exchange)(void *impl, const char *group, uint64_t member, const float *s,
+                                float alpha, float *d, size_t n);
+    /* MA/BMUF: contributes s to the group's open round and blocks until the
+     * round closes (all members contributed, or the round deadline passed);
+     * writes the mean of the round's snapshots to avg. */
+    ss_status (*allreduce_mean)(void *impl, const char *group, uint64_t member, const float *s,
+                                float *avg, size_t n, ss_round_result *result);
+    /* Copies the central variable (EASGD) or last round mean (MA/BMUF). */
+    ss_status (*read_central)(void *impl, const char *group, float *c, size_t n);
+    void (*destroy)(void *impl);
+} ss_transport_ops;
+
+/* Wraps an implementation. Takes ownership of impl (ops->destroy frees it). */
+ss_status ss_transport_create(const ss_transport_ops *ops, void *impl, ss_transport **out);
+void ss_transport_destroy(ss_transport *t);
+
+ss_status ss_transport_join(ss_transport *t, const char *group, size_t n, uint64_t *member);
+ss_status ss_transport_leave(ss_transport *t, const char *group, uint64_t member);
+ss_status ss_transport_easgd_exchange(ss_transport *t, const char *group, uint64_t member,
+                                      const float *s, float alpha, float *d, size_t n);
+ss_status ss_transport_allreduce_mean(ss_transport *t, const char *group, uint64_t member,
+                                      const float *s, float *avg, size_t n,
+                                      ss_round_result *result);
+ss_status ss_transport_read_central(ss_transport *t, const char *group, float *c, size_t n);
+
+/* In-process transport: one instance shared by every engine of a process.
+ * round_deadline_ms bounds how long an MA/BMUF round waits for missing
+ * members after its first contribution. */
+typedef struct ss_inproc_config {
+    uint32_t round_deadline_ms;
+} ss_inproc_config;
+
+ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport **out);
+
+#endif

@@ -1,0 +1,319 @@
+/* In-process transport: central variables and MA/BMUF round aggregation in
+ * memory, shared by every engine (trainer) of one process. It plays the
+ * parameter server's part for tests and single-process runs. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shadowsync/clock.h"
+#include "shadowsync/kernels.h"
+#include "shadowsync/transport.h"
+
+#define NO_ROUND UINT64_MAX
+
+typedef struct group {
+    struct group *next;
+    char *name;
+    size_t n;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC */
+
+    uint64_t next_member;
+    uint64_t *members;  /* active member ids */
+    bool *contributed;  /* parallel to members: in the open round */
+    size_t nmembers, capmembers;
+
+    float *central; /* S-EASGD central variable */
+    bool central_init;
+
+    uint64_t open_round;   /* round now accepting snapshots */
+    float *sum;            /* sum of the open round's snapshots */
+    uint32_t contributors; /* snapshots in sum */
+    uint64_t deadline_ns;  /* set by the round's first snapshot */
+
+    float *result; /* mean of round result_round */
+    uint64_t result_round;
+    uint32_t result_participants;
+    uint32_t readers_pending; /* contributors yet to copy result */
+} group;
+
+typedef struct inproc {
+    pthread_mutex_t lock; /* guards the group list only */
+    group *groups;
+    uint64_t deadline_ns;
+} inproc;
+
+static group *find_group(inproc *ip, const char *name) {
+    pthread_mutex_lock(&ip->lock);
+    group *g = ip->groups;
+    while (g && strcmp(g->name, name))
+        g = g->next;
+    pthread_mutex_unlock(&ip->lock);
+    return g;
+}
+
+static void group_free(group *g) {
+    pthread_mutex_destroy(&g->lock);
+    pthread_cond_destroy(&g->cond);
+    free(g->name);
+    free(g->members);
+    free(g->contributed);
+    free(g->central);
+    free(g->sum);
+    free(g->result);
+    free(g);
+}
+
+static group *group_new(const char *name, size_t n) {
+    group *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->name = strdup(name);
+    g->n = n;
+    g->central = calloc(n, sizeof(float));
+    g->sum = calloc(n, sizeof(float));
+    g->result = calloc(n, sizeof(float));
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    g->next_member = 1;
+    g->result_round = NO_ROUND;
+    if (!g->name || !g->central || !g->sum || !g->result) {
+        group_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *member) {
+    inproc *ip = impl;
+    pthread_mutex_lock(&ip->lock);
+    group *g = ip->groups;
+    while (g && strcmp(g->name, name))
+        g = g->next;
+    if (!g) {
+        g = group_new(name, n);
+        if (!g) {
+            pthread_mutex_unlock(&ip->lock);
+            return SS_ERR_NO_MEMORY;
+        }
+        g->next = ip->groups;
+        ip->groups = g;
+    }
+    pthread_mutex_unlock(&ip->lock);
+
+    pthread_mutex_lock(&g->lock);
+    ss_status st = SS_OK;
+    if (g->n != n) {
+        st = SS_ERR_SIZE_MISMATCH;
+    } else {
+        if (g->nmembers == g->capmembers) {
+            size_t cap = g->capmembers ? g->capmembers * 2 : 8;
+            uint64_t *m = realloc(g->members, cap * sizeof *m);
+            if (m)
+                g->members = m;
+            bool *c = realloc(g->contributed, cap * sizeof *c);
+            if (c)
+                g->contributed = c;
+            if (!m || !c)
+                st = SS_ERR_NO_MEMORY;
+            else
+                g->capmembers = cap;
+        }
+        if (st == SS_OK) {
+            *member = g->next_member++;
+            g->members[g->nmembers] = *member;
+            g->contributed[g->nmembers] = false;
+            g->nmembers++;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static ssize_t member_index(const group *g, uint64_t member) {
+    for (size_t i = 0; i < g->nmembers; i++)
+        if (g->members[i] == member)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* Caller holds g->lock and has made sure readers_pending == 0. */
+static void close_round(group *g) {
+    memcpy(g->result, g->sum, g->n * sizeof(float));
+    ss_kernel_scale(g->result, 1.0f / (float)g->contributors, g->n);
+    g->result_round = g->open_round;
+    g->result_participants = g->contributors;
+    g->readers_pending = g->contributors;
+    memset(g->sum, 0, g->n * sizeof(float));
+    g->contributors = 0;
+    g->deadline_ns = 0;
+    for (size_t i = 0; i < g->nmembers; i++)
+        g->contributed[i] = false;
+    g->open_round++;
+    pthread_cond_broadcast(&g->cond);
+}
+
+static ss_status ip_leave(void *impl, const char *name, uint64_t member) {
+    group *g = find_group(impl, name);
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&g->lock);
+    ssize_t i = member_index(g, member);
+    ss_status st = SS_ERR_NOT_FOUND;
+    if (i >= 0) {
+        g->members[i] = g->members[g->nmembers - 1];
+        g->contributed[i] = g->contributed[g->nmembers - 1];
+        g->nmembers--;
+        /* The leaver may have been the last one the open round waited for. */
+        if (g->contributors > 0 && g->readers_pending == 0 && g->contributors >= g->nmembers)
+            close_round(g);
+        pthread_cond_broadcast(&g->cond);
+        st = SS_OK;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static ss_status check_call(group *g, uint64_t member, const float *s, size_t n) {
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    if (g->n != n)
+        return SS_ERR_SIZE_MISMATCH;
+    if (member_index(g, member) < 0)
+        return SS_ERR_NOT_FOUND;
+    if (!ss_kernel_all_finite(s, n))
+        return SS_ERR_NON_FINITE;
+    return SS_OK;
+}
+
+static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const float *s,
+                          float alpha, float *d, size_t n) {
+    group *g = find_group(impl, name);
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&g->lock);
+    ss_status st = check_call(g, member, s, n);
+    if (st == SS_OK) {
+        if (!g->central_init) {
+            memcpy(g->central, s, n * sizeof(float));
+            g->central_init = true;
+        }
+        ss_kernel_elastic_exchange(s, g->central, d, alpha, n);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static struct timespec abs_monotonic(uint64_t ns) {
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    return ts;
+}
+
+static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, const float *s,
+                              float *avg, size_t n, ss_round_result *result) {
+    inproc *ip = impl;
+    group *g = find_group(ip, name);
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&g->lock);
+    ss_status st = check_call(g, member, s, n);
+    if (st != SS_OK)
+        goto out;
+    /* The previous round's mean must be copied out before a new one can
+     * close over it; those readers are awake already, so this is short. */
+    while (g->readers_pending > 0)
+        pthread_cond_wait(&g->cond, &g->lock);
+    ssize_t idx = member_index(g, member);
+    if (idx < 0) {
+        st = SS_ERR_NOT_FOUND;
+        goto out;
+    }
+    if (g->contributed[idx]) {
+        st = SS_ERR_STATE; /* one snapshot per member per round */
+        goto out;
+    }
+    if (g->contributors == 0)
+        g->deadline_ns = ss_now_ns() + ip->deadline_ns;
+    ss_kernel_accumulate(g->sum, s, n);
+    g->contributed[idx] = true;
+    g->contributors++;
+    uint64_t my_round = g->open_round;
+    if (g->contributors >= g->nmembers)
+        close_round(g);
+    while (g->result_round != my_round) {
+        struct timespec ts = abs_monotonic(g->deadline_ns);
+        int rc = pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+        if (rc == ETIMEDOUT && g->open_round == my_round && g->readers_pending == 0 &&
+            ss_now_ns() >= g->deadline_ns)
+            close_round(g); /* a slow or dead member must not stall the rest */
+    }
+    memcpy(avg, g->result, n * sizeof(float));
+    result->round = g->result_round;
+    result->participants = g->result_participants;
+    if (--g->readers_pending == 0)
+        pthread_cond_broadcast(&g->cond);
+out:
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static ss_status ip_read_central(void *impl, const char *name, float *c, size_t n) {
+    group *g = find_group(impl, name);
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&g->lock);
+    ss_status st = SS_OK;
+    if (g->n != n)
+        st = SS_ERR_SIZE_MISMATCH;
+    else if (g->central_init)
+        memcpy(c, g->central, n * sizeof(float));
+    else if (g->result_round != NO_ROUND)
+        memcpy(c, g->result, n * sizeof(float));
+    else
+        st = SS_ERR_STATE; /* nothing synced yet */
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static void ip_destroy(void *impl) {
+    inproc *ip = impl;
+    group *g = ip->groups;
+    while (g) {
+        group *next = g->next;
+        group_free(g);
+        g = next;
+    }
+    pthread_mutex_destroy(&ip->lock);
+    free(ip);
+}
+
+static const ss_transport_ops inproc_ops = {
+    .join = ip_join,
+    .leave = ip_leave,
+    .easgd_exchange = ip_easgd,
+    .allreduce_mean = ip_allreduce,
+    .read_central = ip_read_central,
+    .destroy = ip_destroy,
+};
+
+ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport **out) {
+    if (!out || (cfg && cfg->round_deadline_ms == 0))
+        return SS_ERR_INVALID_ARGUMENT;
+    inproc *ip = calloc(1, sizeof *ip);
+    if (!ip)
+        return SS_ERR_NO_MEMORY;
+    pthread_mutex_init(&ip->lock, NULL);
+    ip->deadline_ns = (uint64_t)(cfg ? cfg->round_deadline_ms : 1000) * 1000000ull;
+    ss_status st = ss_transport_create(&inproc_ops, ip, out);
+    if (st != SS_OK)
+        ip_destroy(ip);
+    return st;
+}

@@ -1,0 +1,74 @@
+#include "shadowsync/replica.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ss_replica {
+    float *data;
+    size_t n;
+    bool owned;
+    /* Own cache line: workers tick it every step and must not false-share
+     * with the struct's read-mostly fields. */
+    _Alignas(64) _Atomic uint64_t iterations;
+};
+
+ss_status ss_replica_create(size_t n, ss_replica **out) {
+    if (!out || n == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_replica *r = aligned_alloc(64, sizeof *r);
+    if (!r)
+        return SS_ERR_NO_MEMORY;
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    float *data = aligned_alloc(64, bytes);
+    if (!data) {
+        free(r);
+        return SS_ERR_NO_MEMORY;
+    }
+    memset(data, 0, bytes);
+    r->data = data;
+    r->n = n;
+    r->owned = true;
+    atomic_init(&r->iterations, 0);
+    *out = r;
+    return SS_OK;
+}
+
+ss_status ss_replica_wrap(float *data, size_t n, ss_replica **out) {
+    if (!out || !data || n == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_replica *r = aligned_alloc(64, sizeof *r);
+    if (!r)
+        return SS_ERR_NO_MEMORY;
+    r->data = data;
+    r->n = n;
+    r->owned = false;
+    atomic_init(&r->iterations, 0);
+    *out = r;
+    return SS_OK;
+}
+
+void ss_replica_destroy(ss_replica *r) {
+    if (!r)
+        return;
+    if (r->owned)
+        free(r->data);
+    free(r);
+}
+
+float *ss_replica_data(ss_replica *r) {
+    return r->data;
+}
+
+size_t ss_replica_size(const ss_replica *r) {
+    return r->n;
+}
+
+void ss_replica_tick(ss_replica *r, uint64_t n) {
+    atomic_fetch_add_explicit(&r->iterations, n, memory_order_relaxed);
+}
+
+uint64_t ss_replica_iterations(const ss_replica *r) {
+    return atomic_load_explicit(&((ss_replica *)r)->iterations, memory_order_relaxed);
+}

@@ -1,0 +1,40 @@
+/* Criteo TSV reader: label, 13 integer features, 26 categorical features
+ * (32-bit hex hashes); empty fields are missing values. Integers are
+ * log-transformed (log1p of the value, negatives and missing as 0). */
+#ifndef SS_CTR_CRITEO_H
+#define SS_CTR_CRITEO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+#define SS_CTR_NUM_DENSE 13
+#define SS_CTR_NUM_CAT   26
+
+typedef struct ss_ctr_example {
+    float label; /* 0 or 1 */
+    float dense[SS_CTR_NUM_DENSE];
+    uint32_t cat[SS_CTR_NUM_CAT];
+    uint32_t cat_missing; /* bit f set: categorical field f was empty */
+} ss_ctr_example;
+
+/* Parses one line (without or with its trailing newline). On failure
+ * returns SS_ERR_PARSE and writes the reason to err. */
+ss_status ss_criteo_parse_line(const char *line, size_t len, ss_ctr_example *ex, char *err,
+                               size_t errlen);
+
+typedef struct ss_ctr_dataset {
+    ss_ctr_example *rows;
+    size_t nrows;
+    size_t skipped;          /* malformed lines skipped */
+    size_t first_bad_line;   /* 1-based line number of the first skip, 0 if none */
+    char first_error[160];   /* its reason */
+} ss_ctr_dataset;
+
+/* Loads up to max_rows (0 = all) well-formed rows. Malformed lines are
+ * skipped and counted; a missing or unreadable file is SS_ERR_IO. */
+ss_status ss_ctr_dataset_load(const char *path, size_t max_rows, ss_ctr_dataset *out);
+void ss_ctr_dataset_free(ss_ctr_dataset *ds);
+
+#endif

@@ -1,0 +1,384 @@
+#include "train.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+#include "shadowsync/clock.h"
+#include "shadowsync/log.h"
+
+static const char *const mode_names[] = {"none", "shadow", "foreground"};
+
+ss_status ss_ctr_sync_mode_parse(const char *text, ss_ctr_sync_mode *out) {
+    if (!text || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    for (int i = 0; i < 3; i++) {
+        if (!strcmp(text, mode_names[i])) {
+            *out = (ss_ctr_sync_mode)i;
+            return SS_OK;
+        }
+    }
+    return SS_ERR_INVALID_ARGUMENT;
+}
+
+const char *ss_ctr_sync_mode_name(ss_ctr_sync_mode mode) {
+    return (unsigned)mode < 3 ? mode_names[mode] : "unknown";
+}
+
+void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->model = (ss_ctr_model_config){
+        .emb_dim = 8, .table_rows = 32768, .bottom_hidden = 32, .top_hidden = 64};
+    cfg->trainers = 1;
+    cfg->workers = 1;
+    cfg->shadow_threads = 1;
+    cfg->sync = SS_CTR_SYNC_SHADOW;
+    cfg->params.algo = SS_ALGO_EASGD;
+    cfg->params.alpha = 0.2f;
+    cfg->params.bmuf = (ss_bmuf_params){.eta = 0.5f, .zeta = 1.0f, .nesterov = true};
+    cfg->sync_every = 10;
+    cfg->batch = 32;
+    cfg->lr = 0.05f;
+    cfg->emb_lr = 0.05f;
+    cfg->seed = 1;
+    cfg->round_deadline_ms = 500;
+    cfg->round_interval_us = 0;
+    cfg->min_round_gap = 1;
+    cfg->final_rounds = 3;
+    cfg->progress_interval_s = 1.0;
+}
+
+typedef struct trainer {
+    struct run *run;
+    uint32_t index;
+    ss_replica *replica;
+    ss_engine *engine;
+    ss_engine_group *group;
+    size_t count;              /* examples in this trainer's 1/N of the data */
+    _Atomic size_t cursor;     /* next example (in the trainer's own index) */
+    _Atomic uint64_t steps;    /* minibatches done by all workers */
+    _Atomic uint64_t examples; /* examples trained */
+    _Atomic uint32_t workers_left;
+    uint64_t t_start, t_end;
+} trainer;
+
+typedef struct run {
+    const ss_ctr_train_config *cfg;
+    const ss_ctr_dataset *train;
+    ss_ctr_embeddings emb;
+    trainer tr[SS_CTR_MAX_TRAINERS];
+    _Atomic uint32_t trainers_left;
+    _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
+    _Atomic int failed;                  /* a foreground round failed hard */
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
+} run;
+
+typedef struct worker_arg {
+    trainer *tr;
+} worker_arg;
+
+static void *worker_main(void *arg) {
+    trainer *tr = ((worker_arg *)arg)->tr;
+    run *r = tr->run;
+    const ss_ctr_train_config *cfg = r->cfg;
+    const uint32_t N = cfg->trainers;
+    ss_ctr_worker *w = NULL;
+    const ss_ctr_example **batch = malloc(cfg->batch * sizeof *batch);
+    if (!batch || ss_ctr_worker_create(&cfg->model, &w) != SS_OK) {
+        atomic_store(&r->failed, 1);
+        goto done;
+    }
+    float *dense = ss_replica_data(tr->replica);
+    double loss = 0.0;
+    for (;;) {
+        size_t start = atomic_fetch_add(&tr->cursor, cfg->batch);
+        if (start >= tr->count)
+            break;
+        size_t n = tr->count - start < cfg->batch ? tr->count - start : cfg->batch;
+        for (size_t j = 0; j < n; j++)
+            batch[j] = &r->train->rows[tr->index + (start + j) * N];
+        ss_ctr_train_batch(w, dense, &r->emb, batch, n, cfg->lr, cfg->emb_lr, &loss);
+        ss_replica_tick(tr->replica, 1);
+        atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
+        uint64_t step = atomic_fetch_add(&tr->steps, 1) + 1;
+        if (cfg->sync == SS_CTR_SYNC_FOREGROUND && step % cfg->sync_every == 0) {
+            /* FR-X: the same round, blocking this worker. */
+            ss_status st = ss_engine_run_round(tr->engine, tr->group);
+            if (st != SS_OK && st != SS_ERR_TIMEOUT)
+                SS_LOG_WARNF("ctr-train", "event=foreground_round_failed trainer=%u status=%s",
+                             tr->index, ss_status_name(st));
+        }
+    }
+    atomic_fetch_add(&r->loss_sum_micro, (uint64_t)(loss * 1e6));
+done:
+    ss_ctr_worker_destroy(w);
+    free(batch);
+    if (atomic_fetch_sub(&tr->workers_left, 1) == 1) {
+        tr->t_end = ss_now_ns();
+        pthread_mutex_lock(&r->done_lock);
+        atomic_fetch_sub(&r->trainers_left, 1);
+        pthread_cond_broadcast(&r->done_cond);
+        pthread_mutex_unlock(&r->done_lock);
+    }
+    return NULL;
+}
+
+typedef struct final_arg {
+    trainer *tr;
+    uint32_t rounds;
+} final_arg;
+
+static void *final_rounds_main(void *arg) {
+    final_arg *fa = arg;
+    for (uint32_t i = 0; i < fa->rounds; i++)
+        ss_engine_run_round(fa->tr->engine, fa->tr->group);
+    return NULL;
+}
+
+ss_status ss_ctr_evaluate(const ss_ctr_model_config *mcfg, const float *dense,
+                          const ss_ctr_embeddings *emb, const ss_ctr_dataset *test, double *ne,
+                          double *auc) {
+    if (!mcfg || !dense || !emb || !test || test->nrows == 0 || !ne || !auc)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_ctr_worker *w;
+    ss_status st = ss_ctr_worker_create(mcfg, &w);
+    if (st != SS_OK)
+        return st;
+    float *pred = malloc(test->nrows * sizeof *pred);
+    float *label = malloc(test->nrows * sizeof *label);
+    if (!pred || !label) {
+        st = SS_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (size_t i = 0; i < test->nrows; i++) {
+        pred[i] = ss_ctr_predict(w, dense, emb, &test->rows[i]);
+        label[i] = test->rows[i].label;
+    }
+    st = ss_ctr_ne(pred, label, test->nrows, ne);
+    if (st == SS_OK)
+        st = ss_ctr_auc(pred, label, test->nrows, auc);
+out:
+    free(pred);
+    free(label);
+    ss_ctr_worker_destroy(w);
+    return st;
+}
+
+static void print_progress(run *r, uint64_t t0, uint64_t total) {
+    const ss_ctr_train_config *cfg = r->cfg;
+    uint64_t ex = 0, rounds = 0;
+    for (uint32_t t = 0; t < cfg->trainers; t++) {
+        ex += atomic_load(&r->tr[t].examples);
+        if (r->tr[t].engine)
+            rounds += ss_engine_rounds(r->tr[t].engine);
+    }
+    double el = (double)(ss_now_ns() - t0) * 1e-9;
+    fprintf(cfg->progress,
+            "progress: t=%.1fs examples=%llu/%llu (%.1f%%) examples/s=%.0f sync_rounds=%llu\n",
+            el, (unsigned long long)ex, (unsigned long long)total,
+            total ? 100.0 * (double)ex / (double)total : 0.0, el > 0 ? (double)ex / el : 0.0,
+            (unsigned long long)rounds);
+    fflush(cfg->progress);
+}
+
+static ss_status check_config(const ss_ctr_train_config *cfg, const ss_ctr_dataset *train,
+                              const ss_ctr_dataset *test) {
+    if (!cfg || !train || !test || ss_ctr_model_config_check(&cfg->model) != SS_OK)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (cfg->trainers == 0 || cfg->trainers > SS_CTR_MAX_TRAINERS || cfg->workers == 0 ||
+        cfg->workers > 256 || cfg->batch == 0 || !(cfg->lr > 0) || !(cfg->emb_lr >= 0) ||
+        (cfg->sync == SS_CTR_SYNC_FOREGROUND && cfg->sync_every == 0) ||
+        (cfg->sync == SS_CTR_SYNC_SHADOW && cfg->shadow_threads == 0))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (train->nrows < cfg->trainers || test->nrows == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    return SS_OK;
+}
+
+ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset *train,
+                           const ss_ctr_dataset *test, ss_ctr_train_result *res) {
+    if (!res)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_status st = check_config(cfg, train, test);
+    if (st != SS_OK)
+        return st;
+    memset(res, 0, sizeof *res);
+    run *r = calloc(1, sizeof *r);
+    if (!r)
+        return SS_ERR_NO_MEMORY;
+    r->cfg = cfg;
+    r->train = train;
+    pthread_mutex_init(&r->done_lock, NULL);
+    pthread_cond_init(&r->done_cond, NULL);
+    ss_transport *transport = NULL;
+    pthread_t *threads = NULL;
+    size_t nthreads = 0;
+    worker_arg *wargs = NULL;
+    const uint32_t N = cfg->trainers;
+    const bool syncing = cfg->sync != SS_CTR_SYNC_NONE;
+    ss_ctr_layout L;
+    ss_ctr_layout_of(&cfg->model, &L);
+
+    st = ss_ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb);
+    if (st != SS_OK)
+        goto out;
+    if (syncing) {
+        ss_inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms};
+        st = ss_inproc_transport_create(&icfg, &transport);
+        if (st != SS_OK)
+            goto out;
+    }
+    for (uint32_t t = 0; t < N; t++) {
+        trainer *tr = &r->tr[t];
+        tr->run = r;
+        tr->index = t;
+        tr->count = (train->nrows - t + N - 1) / N;
+        atomic_init(&tr->workers_left, cfg->workers);
+        if ((st = ss_replica_create(L.total, &tr->replica)) != SS_OK)
+            goto out;
+        /* Same seed everywhere: replicas start identical, as after a broadcast. */
+        ss_ctr_dense_init(&cfg->model, ss_replica_data(tr->replica), cfg->seed);
+        if (!syncing)
+            continue;
+        char name[32];
+        snprintf(name, sizeof name, "t%u", t);
+        ss_engine_config ecfg = {.transport = transport,
+                                 .trainer = name,
+                                 .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
+                                 .round_interval_us = cfg->round_interval_us,
+                                 .min_round_gap = cfg->min_round_gap};
+        if ((st = ss_engine_create(&ecfg, &tr->engine)) != SS_OK ||
+            (st = ss_engine_add_group(tr->engine, "dense", tr->replica, &cfg->params,
+                                      &tr->group)) != SS_OK)
+            goto out;
+    }
+    atomic_init(&r->trainers_left, N);
+
+    threads = calloc((size_t)N * cfg->workers, sizeof *threads);
+    wargs = calloc(N, sizeof *wargs);
+    if (!threads || !wargs) {
+        st = SS_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (syncing && cfg->sync == SS_CTR_SYNC_SHADOW)
+        for (uint32_t t = 0; t < N; t++)
+            if ((st = ss_engine_start(r->tr[t].engine)) != SS_OK)
+                goto out;
+    const uint64_t t0 = ss_now_ns();
+    for (uint32_t t = 0; t < N; t++) {
+        wargs[t].tr = &r->tr[t];
+        r->tr[t].t_start = t0;
+        for (uint32_t k = 0; k < cfg->workers; k++) {
+            if (pthread_create(&threads[nthreads], NULL, worker_main, &wargs[t]) != 0) {
+                st = SS_ERR_NO_MEMORY;
+                atomic_store(&r->failed, 1);
+                break;
+            }
+            nthreads++;
+        }
+    }
+    /* Progress until every trainer has finished its pass. */
+    pthread_mutex_lock(&r->done_lock);
+    uint64_t next_report = t0 + (uint64_t)(cfg->progress_interval_s * 1e9);
+    while (atomic_load(&r->trainers_left) > 0 && nthreads == (size_t)N * cfg->workers) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->done_cond, &r->done_lock, &ts);
+        if (cfg->progress && cfg->progress_interval_s > 0 && ss_now_ns() >= next_report) {
+            pthread_mutex_unlock(&r->done_lock);
+            print_progress(r, t0, train->nrows);
+            pthread_mutex_lock(&r->done_lock);
+            next_report += (uint64_t)(cfg->progress_interval_s * 1e9);
+        }
+    }
+    pthread_mutex_unlock(&r->done_lock);
+    for (size_t i = 0; i < nthreads; i++)
+        pthread_join(threads[i], NULL);
+    const uint64_t t1 = ss_now_ns();
+    if (st != SS_OK)
+        goto out;
+    if (atomic_load(&r->failed)) {
+        st = SS_ERR_NO_MEMORY;
+        goto out;
+    }
+
+    if (syncing && cfg->final_rounds > 0) {
+        /* All members at once, so MA/BMUF rounds close without deadlines. */
+        pthread_t fin[SS_CTR_MAX_TRAINERS];
+        final_arg fargs[SS_CTR_MAX_TRAINERS];
+        for (uint32_t t = 0; t < N; t++) {
+            fargs[t] = (final_arg){.tr = &r->tr[t], .rounds = cfg->final_rounds};
+            pthread_create(&fin[t], NULL, final_rounds_main, &fargs[t]);
+        }
+        for (uint32_t t = 0; t < N; t++)
+            pthread_join(fin[t], NULL);
+    }
+    if (syncing)
+        for (uint32_t t = 0; t < N; t++)
+            ss_engine_stop(r->tr[t].engine);
+
+    res->seconds = (double)(t1 - t0) * 1e-9;
+    double gap_sum = 0.0;
+    for (uint32_t t = 0; t < N; t++) {
+        trainer *tr = &r->tr[t];
+        ss_ctr_trainer_result *tres = &res->trainer[t];
+        tres->examples = atomic_load(&tr->examples);
+        tres->seconds = (double)(tr->t_end - tr->t_start) * 1e-9;
+        tres->examples_per_s = tres->seconds > 0 ? (double)tres->examples / tres->seconds : 0;
+        res->examples += tres->examples;
+        if (syncing) {
+            ss_engine_group_stats(tr->group, &tres->sync);
+            res->rounds += tres->sync.rounds;
+            gap_sum += tres->sync.gap_mean;
+            if (tres->sync.gap_p99 > res->gap_p99)
+                res->gap_p99 = tres->sync.gap_p99;
+        }
+        if (cfg->eval_each &&
+            (st = ss_ctr_evaluate(&cfg->model, ss_replica_data(tr->replica), &r->emb, test,
+                                  &tres->ne, &tres->auc)) != SS_OK)
+            goto out;
+    }
+    res->gap_mean = syncing ? gap_sum / N : 0.0;
+    res->examples_per_s = res->seconds > 0 ? (double)res->examples / res->seconds : 0.0;
+    res->train_loss = res->examples
+                          ? (double)atomic_load(&r->loss_sum_micro) * 1e-6 /
+                                (double)res->examples
+                          : 0.0;
+    if (syncing && cfg->eval_central) {
+        float *c = malloc(L.total * sizeof *c);
+        if (!c) {
+            st = SS_ERR_NO_MEMORY;
+            goto out;
+        }
+        st = ss_transport_read_central(transport, "dense", c, L.total);
+        if (st == SS_OK)
+            st = ss_ctr_evaluate(&cfg->model, c, &r->emb, test, &res->ne, &res->auc);
+        free(c);
+        res->model_evaluated = "central";
+    } else {
+        st = ss_ctr_evaluate(&cfg->model, ss_replica_data(r->tr[0].replica), &r->emb, test,
+                             &res->ne, &res->auc);
+        res->model_evaluated = "replica0";
+    }
+out:
+    for (uint32_t t = 0; t < N; t++) {
+        ss_engine_destroy(r->tr[t].engine);
+        ss_replica_destroy(r->tr[t].replica);
+    }
+    ss_transport_destroy(transport);
+    ss_ctr_embeddings_destroy(&r->emb);
+    free(threads);
+    free(wargs);
+    pthread_mutex_destroy(&r->done_lock);
+    pthread_cond_destroy(&r->done_cond);
+    free(r);
+    return st;
+}

@@ -1,0 +1,79 @@
+/* The reference training run: N trainers in one process, each with its own
+ * dense replica and Hogwild worker threads, reading a disjoint 1/N of the
+ * data in one pass; embeddings shared in process. Replicas are kept
+ * together by the shadow engine in the background, by the same rounds in
+ * the foreground every K steps, or not at all. */
+#ifndef SS_CTR_TRAIN_H
+#define SS_CTR_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "criteo.h"
+#include "model.h"
+#include "shadowsync/engine.h"
+
+typedef enum ss_ctr_sync_mode {
+    SS_CTR_SYNC_NONE,
+    SS_CTR_SYNC_SHADOW,
+    SS_CTR_SYNC_FOREGROUND
+} ss_ctr_sync_mode;
+
+ss_status ss_ctr_sync_mode_parse(const char *text, ss_ctr_sync_mode *out);
+const char *ss_ctr_sync_mode_name(ss_ctr_sync_mode mode);
+
+#define SS_CTR_MAX_TRAINERS 64
+
+typedef struct ss_ctr_train_config {
+    ss_ctr_model_config model;
+    uint32_t trainers;       /* replicas */
+    uint32_t workers;        /* Hogwild threads per trainer */
+    uint32_t shadow_threads; /* per trainer, shadow mode */
+    ss_ctr_sync_mode sync;
+    ss_sync_params params;
+    uint32_t sync_every; /* K, foreground mode */
+    uint32_t batch;
+    float lr, emb_lr;
+    uint64_t seed;
+    uint32_t round_deadline_ms;
+    uint64_t round_interval_us;
+    uint64_t min_round_gap;
+    uint32_t final_rounds; /* rounds per trainer after training, before eval */
+    bool eval_central;     /* evaluate the central variable instead of replica 0 */
+    bool eval_each;        /* also evaluate every trainer's replica */
+    double progress_interval_s;
+    FILE *progress; /* progress lines go here; NULL = quiet */
+} ss_ctr_train_config;
+
+typedef struct ss_ctr_trainer_result {
+    uint64_t examples;
+    double seconds, examples_per_s;
+    ss_group_stats sync; /* zeroed when sync is none */
+    double ne, auc;      /* of this trainer's replica, when eval_each */
+} ss_ctr_trainer_result;
+
+typedef struct ss_ctr_train_result {
+    ss_ctr_trainer_result trainer[SS_CTR_MAX_TRAINERS];
+    uint64_t examples;
+    double seconds, examples_per_s;
+    double train_loss; /* mean log loss over the training pass */
+    uint64_t rounds;
+    double gap_mean;  /* mean over trainers */
+    uint64_t gap_p99; /* max over trainers */
+    double ne, auc;   /* of the final model */
+    const char *model_evaluated;
+} ss_ctr_train_result;
+
+/* Sets every field to the reference defaults. */
+void ss_ctr_train_config_default(ss_ctr_train_config *cfg);
+
+ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset *train,
+                           const ss_ctr_dataset *test, ss_ctr_train_result *res);
+
+/* NE and AUC of a model on a dataset (single thread). */
+ss_status ss_ctr_evaluate(const ss_ctr_model_config *mcfg, const float *dense,
+                          const ss_ctr_embeddings *emb, const ss_ctr_dataset *test, double *ne,
+                          double *auc);
+
+#endif

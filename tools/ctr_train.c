@@ -1,0 +1,184 @@
+/* ctr-train: the reference DLRM-style CTR trainer. Several trainers
+ * (replicas) in one process, Hogwild workers each, synced in the
+ * background by the shadow engine, in the foreground, or not at all. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/flags.h"
+#include "shadowsync/log.h"
+#include "train.h"
+
+static void print_trainer(uint32_t t, const ss_ctr_trainer_result *tr, bool syncing, bool each) {
+    printf("trainer %u: examples=%llu examples/s=%.0f", t, (unsigned long long)tr->examples,
+           tr->examples_per_s);
+    if (syncing)
+        printf(" sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu divergence=%.3g",
+               (unsigned long long)tr->sync.rounds, tr->sync.gap_mean,
+               (unsigned long long)tr->sync.gap_p99, tr->sync.divergence);
+    if (each)
+        printf(" ne=%.4f auc=%.4f", tr->ne, tr->auc);
+    printf("\n");
+}
+
+int main(int argc, char **argv) {
+    ss_ctr_train_config cfg;
+    ss_ctr_train_config_default(&cfg);
+    const char *train_path = NULL, *test_path = NULL, *sync = "shadow", *algo = "easgd";
+    const char *final_model = "replica";
+    int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
+    int64_t sync_every = cfg.sync_every, batch = cfg.batch, seed = (int64_t)cfg.seed;
+    int64_t emb_dim = cfg.model.emb_dim, table_rows = cfg.model.table_rows;
+    int64_t bottom = cfg.model.bottom_hidden, top = cfg.model.top_hidden;
+    int64_t deadline_ms = cfg.round_deadline_ms, interval_us = (int64_t)cfg.round_interval_us;
+    int64_t min_gap = (int64_t)cfg.min_round_gap;
+    int64_t final_rounds = cfg.final_rounds, max_rows = 0, max_test_rows = 0;
+    double alpha = cfg.params.alpha, eta = cfg.params.bmuf.eta, zeta = cfg.params.bmuf.zeta;
+    double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
+    bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
+    ss_flag flags[] = {
+        {"train", SS_FLAG_STRING, &train_path, "training data, Criteo TSV (required)", NULL, 0, 0},
+        {"test", SS_FLAG_STRING, &test_path, "held-out data, Criteo TSV (required)", NULL, 0, 0},
+        {"max-rows", SS_FLAG_INT, &max_rows, "read at most this many training rows (0 = all)",
+         NULL, 0, 1e12},
+        {"max-test-rows", SS_FLAG_INT, &max_test_rows, "read at most this many test rows", NULL,
+         0, 1e12},
+        {"trainers", SS_FLAG_INT, &trainers, "trainers (replicas), each reads 1/N of the data",
+         NULL, 1, SS_CTR_MAX_TRAINERS},
+        {"workers", SS_FLAG_INT, &workers, "Hogwild worker threads per trainer", NULL, 1, 256},
+        {"shadow-threads", SS_FLAG_INT, &shadow_threads, "shadow threads per trainer", NULL, 1,
+         64},
+        {"sync", SS_FLAG_STRING, &sync, "how replicas are synced", "none|shadow|foreground", 0,
+         0},
+        {"algo", SS_FLAG_STRING, &algo, "sync algorithm", "easgd|ma|bmuf", 0, 0},
+        {"sync-every", SS_FLAG_INT, &sync_every, "K: foreground round every K trainer steps",
+         NULL, 1, 1e9},
+        {"alpha", SS_FLAG_DOUBLE, &alpha, "S-EASGD elastic rate", NULL, 1e-6, 1},
+        {"bmuf-eta", SS_FLAG_DOUBLE, &eta, "S-BMUF block momentum", NULL, 0, 0.999},
+        {"bmuf-zeta", SS_FLAG_DOUBLE, &zeta, "S-BMUF block learning rate", NULL, 1e-6, 100},
+        {"bmuf-nesterov", SS_FLAG_BOOL, &nesterov, "S-BMUF Nesterov target", NULL, 0, 0},
+        {"round-deadline-ms", SS_FLAG_INT, &deadline_ms,
+         "MA/BMUF: a round closes this long after its first snapshot", NULL, 1, 3.6e6},
+        {"round-interval-us", SS_FLAG_INT, &interval_us,
+         "pause of a shadow thread between rounds", NULL, 0, 6e7},
+        {"min-round-gap", SS_FLAG_INT, &min_gap,
+         "a background round waits until the replica ran this many steps (0 = back to back)",
+         NULL, 0, 1e9},
+        {"final-rounds", SS_FLAG_INT, &final_rounds, "rounds per trainer after training", NULL,
+         0, 1e6},
+        {"final-model", SS_FLAG_STRING, &final_model,
+         "model to evaluate: trainer 0's replica or the central variable", "replica|central", 0,
+         0},
+        {"eval-each", SS_FLAG_BOOL, &eval_each, "also evaluate every trainer's replica", NULL, 0,
+         0},
+        {"batch", SS_FLAG_INT, &batch, "minibatch size per worker step", NULL, 1, 65536},
+        {"lr", SS_FLAG_DOUBLE, &lr, "dense learning rate", NULL, 1e-9, 100},
+        {"emb-lr", SS_FLAG_DOUBLE, &emb_lr, "embedding learning rate", NULL, 0, 100},
+        {"emb-dim", SS_FLAG_INT, &emb_dim, "embedding dimension", NULL, 1, 256},
+        {"table-rows", SS_FLAG_INT, &table_rows, "rows per embedding table", NULL, 2, 1 << 26},
+        {"bottom-hidden", SS_FLAG_INT, &bottom, "bottom MLP hidden width", NULL, 1, 4096},
+        {"top-hidden", SS_FLAG_INT, &top, "top MLP hidden width", NULL, 1, 4096},
+        {"seed", SS_FLAG_INT, &seed, "initialization seed", NULL, 0, 0},
+        {"progress", SS_FLAG_DOUBLE, &progress, "seconds between progress lines (0 = none)",
+         NULL, 0, 3600},
+    };
+    const size_t nflags = sizeof flags / sizeof *flags;
+    bool help;
+    char err[256];
+    if (ss_flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
+        fprintf(stderr, "ctr-train: %s\n", err);
+        return 2;
+    }
+    if (help) {
+        ss_flags_print_help(stdout, "ctr-train",
+                            "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
+                            "synced by ShadowSync\n(background), in the foreground every K steps, "
+                            "or not at all. Prints progress, then\nper-trainer and total "
+                            "examples/s, sync rounds, sync gap, NE and AUC.",
+                            flags, nflags);
+        return 0;
+    }
+    if (!train_path || !test_path) {
+        fprintf(stderr, "ctr-train: --train and --test are required (see --help)\n");
+        return 2;
+    }
+    ss_ctr_sync_mode_parse(sync, &cfg.sync);
+    ss_algo_parse(algo, &cfg.params.algo);
+    cfg.trainers = (uint32_t)trainers;
+    cfg.workers = (uint32_t)workers;
+    cfg.shadow_threads = (uint32_t)shadow_threads;
+    cfg.sync_every = (uint32_t)sync_every;
+    cfg.params.alpha = (float)alpha;
+    cfg.params.bmuf = (ss_bmuf_params){.eta = (float)eta, .zeta = (float)zeta,
+                                       .nesterov = nesterov};
+    cfg.round_deadline_ms = (uint32_t)deadline_ms;
+    cfg.round_interval_us = (uint64_t)interval_us;
+    cfg.final_rounds = (uint32_t)final_rounds;
+    cfg.min_round_gap = (uint64_t)min_gap;
+    cfg.eval_central = !strcmp(final_model, "central");
+    cfg.eval_each = eval_each;
+    cfg.batch = (uint32_t)batch;
+    cfg.lr = (float)lr;
+    cfg.emb_lr = (float)emb_lr;
+    cfg.model = (ss_ctr_model_config){.emb_dim = (uint32_t)emb_dim,
+                                      .table_rows = (uint32_t)table_rows,
+                                      .bottom_hidden = (uint32_t)bottom,
+                                      .top_hidden = (uint32_t)top};
+    cfg.seed = (uint64_t)seed;
+    cfg.progress_interval_s = progress;
+    cfg.progress = stdout;
+    if (cfg.eval_central && cfg.sync == SS_CTR_SYNC_NONE) {
+        fprintf(stderr, "ctr-train: --final-model central needs --sync shadow|foreground\n");
+        return 2;
+    }
+
+    ss_ctr_dataset train = {0}, test = {0};
+    ss_status st = ss_ctr_dataset_load(train_path, (size_t)max_rows, &train);
+    if (st == SS_OK)
+        st = ss_ctr_dataset_load(test_path, (size_t)max_test_rows, &test);
+    if (st != SS_OK) {
+        fprintf(stderr, "ctr-train: cannot load data: %s\n", ss_strerror(st));
+        ss_ctr_dataset_free(&train);
+        return 1;
+    }
+    printf("ctr-train: train=%s rows=%zu skipped=%zu test=%s rows=%zu skipped=%zu\n", train_path,
+           train.nrows, train.skipped, test_path, test.nrows, test.skipped);
+    if (train.nrows < cfg.trainers || test.nrows == 0) {
+        fprintf(stderr, "ctr-train: need at least one training row per trainer and a test row\n");
+        ss_ctr_dataset_free(&train);
+        ss_ctr_dataset_free(&test);
+        return 1;
+    }
+    printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u lr=%g emb_lr=%g\n",
+           cfg.trainers, cfg.workers, sync, algo,
+           cfg.sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg.batch, lr, emb_lr);
+    fflush(stdout);
+
+    ss_ctr_train_result *res = malloc(sizeof *res);
+    if (!res) {
+        fprintf(stderr, "ctr-train: out of memory\n");
+        return 1;
+    }
+    st = ss_ctr_train_run(&cfg, &train, &test, res);
+    if (st != SS_OK) {
+        fprintf(stderr, "ctr-train: training failed: %s\n", ss_strerror(st));
+        free(res);
+        ss_ctr_dataset_free(&train);
+        ss_ctr_dataset_free(&test);
+        return 1;
+    }
+    const bool syncing = cfg.sync != SS_CTR_SYNC_NONE;
+    for (uint32_t t = 0; t < cfg.trainers; t++)
+        print_trainer(t, &res->trainer[t], syncing, cfg.eval_each);
+    printf("summary: sync=%s algo=%s trainers=%u workers=%u sync_every=%u examples=%llu "
+           "seconds=%.3f examples/s=%.0f sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu "
+           "train_logloss=%.5f ne=%.5f auc=%.5f model=%s\n",
+           sync, algo, cfg.trainers, cfg.workers, cfg.sync_every,
+           (unsigned long long)res->examples, res->seconds, res->examples_per_s,
+           (unsigned long long)res->rounds, res->gap_mean, (unsigned long long)res->gap_p99,
+           res->train_loss, res->ne, res->auc, res->model_evaluated);
+    free(res);
+    ss_ctr_dataset_free(&train);
+    ss_ctr_dataset_free(&test);
+    return 0;
+}
