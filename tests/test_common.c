@@ -1,0 +1,196 @@
+/* common/: status strings, flags with env fallbacks, metrics rendering. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/flags.h"
+#include "shadowsync/log.h"
+#include "shadowsync/metrics.h"
+#include "shadowsync/status.h"
+
+START_TEST(test_strerror_covers_every_code) {
+    for (int s = 0; s < SS_STATUS_COUNT_; s++) {
+        ck_assert_ptr_nonnull(ss_strerror((ss_status)s));
+        ck_assert_str_ne(ss_strerror((ss_status)s), "unknown status code");
+        ck_assert_str_ne(ss_status_name((ss_status)s), "unknown");
+    }
+    ck_assert_str_eq(ss_strerror(SS_ERR_NON_FINITE), "payload contains NaN or Inf");
+    ck_assert_str_eq(ss_strerror((ss_status)999), "unknown status code");
+    ck_assert_str_eq(ss_status_name(SS_ERR_SIZE_MISMATCH), "size_mismatch");
+}
+END_TEST
+
+START_TEST(test_log_level_parse) {
+    ss_log_level l;
+    ck_assert_int_eq(ss_log_level_parse("warn", &l), SS_OK);
+    ck_assert_int_eq(l, SS_LOG_WARN);
+    ck_assert_int_eq(ss_log_level_parse("loud", &l), SS_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+typedef struct parsed {
+    int64_t k;
+    double alpha;
+    const char *mode;
+    bool verbose;
+} parsed;
+
+static ss_status parse(parsed *p, int argc, char **argv, bool *help, char *err) {
+    ss_flag flags[] = {
+        {"sync-every", SS_FLAG_INT, &p->k, "K", NULL, 1, 100},
+        {"alpha", SS_FLAG_DOUBLE, &p->alpha, "rate", NULL, 0, 1},
+        {"mode", SS_FLAG_STRING, &p->mode, "mode", "none|shadow", 0, 0},
+        {"verbose", SS_FLAG_BOOL, &p->verbose, "talk", NULL, 0, 0},
+    };
+    return ss_flags_parse(flags, 4, argc, argv, help, err, 256);
+}
+
+START_TEST(test_flags_precedence_and_forms) {
+    parsed p = {.k = 10, .alpha = 0.5, .mode = "none"};
+    bool help;
+    char err[256];
+    unsetenv("SHADOWSYNC_SYNC_EVERY");
+    setenv("SHADOWSYNC_ALPHA", "0.25", 1);
+    char *argv[] = {"prog", "--sync-every", "7", "--mode=shadow", "--verbose", NULL};
+    ck_assert_int_eq(parse(&p, 5, argv, &help, err), SS_OK);
+    ck_assert(!help);
+    ck_assert_int_eq(p.k, 7);
+    ck_assert_double_eq(p.alpha, 0.25); /* from the environment */
+    ck_assert_str_eq(p.mode, "shadow");
+    ck_assert(p.verbose);
+    /* The command line beats the environment. */
+    char *argv2[] = {"prog", "--alpha", "0.75", NULL};
+    ck_assert_int_eq(parse(&p, 3, argv2, &help, err), SS_OK);
+    ck_assert_double_eq(p.alpha, 0.75);
+    unsetenv("SHADOWSYNC_ALPHA");
+    char env[64];
+    ss_flags_env_name("round-deadline-ms", env, sizeof env);
+    ck_assert_str_eq(env, "SHADOWSYNC_ROUND_DEADLINE_MS");
+}
+END_TEST
+
+START_TEST(test_flags_bad_input) {
+    parsed p = {.k = 10, .alpha = 0.5, .mode = "none"};
+    bool help;
+    char err[256];
+    char *bad_int[] = {"prog", "--sync-every", "7x", NULL};
+    ck_assert_int_eq(parse(&p, 3, bad_int, &help, err), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err, "not an integer"));
+    ck_assert_int_eq(p.k, 10); /* unchanged */
+    char *range[] = {"prog", "--sync-every=0", NULL};
+    ck_assert_int_eq(parse(&p, 2, range, &help, err), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err, "outside"));
+    char *choice[] = {"prog", "--mode", "sometimes", NULL};
+    ck_assert_int_eq(parse(&p, 3, choice, &help, err), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err, "none|shadow"));
+    char *unknown[] = {"prog", "--nope", NULL};
+    ck_assert_int_eq(parse(&p, 2, unknown, &help, err), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err, "unknown flag"));
+    char *missing[] = {"prog", "--alpha", NULL};
+    ck_assert_int_eq(parse(&p, 2, missing, &help, err), SS_ERR_INVALID_ARGUMENT);
+    char *nan[] = {"prog", "--alpha", "nan", NULL};
+    ck_assert_int_eq(parse(&p, 3, nan, &help, err), SS_ERR_INVALID_ARGUMENT);
+    char *positional[] = {"prog", "file.tsv", NULL};
+    ck_assert_int_eq(parse(&p, 2, positional, &help, err), SS_ERR_INVALID_ARGUMENT);
+    setenv("SHADOWSYNC_SYNC_EVERY", "many", 1);
+    char *none[] = {"prog", NULL};
+    ck_assert_int_eq(parse(&p, 1, none, &help, err), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err, "SHADOWSYNC_SYNC_EVERY"));
+    unsetenv("SHADOWSYNC_SYNC_EVERY");
+    char *h[] = {"prog", "--bogus", "--help", NULL};
+    ck_assert_int_eq(parse(&p, 3, h, &help, err), SS_OK);
+    ck_assert(help);
+}
+END_TEST
+
+START_TEST(test_metrics_render_exact) {
+    ss_metrics *m;
+    ck_assert_int_eq(ss_metrics_create(&m), SS_OK);
+    ss_counter *c, *c2;
+    const char *labels[] = {"group", "dense \"a\"", NULL};
+    ck_assert_int_eq(ss_metrics_counter(m, "shadowsync_sync_rounds_total", "Rounds.", labels, &c),
+                     SS_OK);
+    ck_assert_int_eq(ss_metrics_counter(m, "shadowsync_sync_rounds_total", "Rounds.", labels, &c2),
+                     SS_OK);
+    ck_assert_ptr_eq(c, c2); /* same series */
+    ss_counter_add(c, 3);
+    ss_counter_add(c2, 2);
+    ss_gauge *g;
+    ck_assert_int_eq(ss_metrics_gauge(m, "shadowsync_replica_divergence_ratio", "Div.", NULL, &g),
+                     SS_OK);
+    ss_gauge_set(g, 0.5);
+    ss_gauge_add(g, 0.25);
+    ss_histogram *h;
+    const double bounds[] = {1, 10};
+    ck_assert_int_eq(
+        ss_metrics_histogram(m, "shadowsync_sync_gap_iterations", "Gap.", NULL, bounds, 2, &h),
+        SS_OK);
+    ss_histogram_observe(h, 0.5);
+    ss_histogram_observe(h, 1.0); /* le="1" is inclusive */
+    ss_histogram_observe(h, 7);
+    ss_histogram_observe(h, 100);
+    char *text;
+    size_t len;
+    ck_assert_int_eq(ss_metrics_render(m, &text, &len), SS_OK);
+    const char *want = "# HELP shadowsync_sync_rounds_total Rounds.\n"
+                       "# TYPE shadowsync_sync_rounds_total counter\n"
+                       "shadowsync_sync_rounds_total{group=\"dense \\\"a\\\"\"} 5\n"
+                       "# HELP shadowsync_replica_divergence_ratio Div.\n"
+                       "# TYPE shadowsync_replica_divergence_ratio gauge\n"
+                       "shadowsync_replica_divergence_ratio 0.75\n"
+                       "# HELP shadowsync_sync_gap_iterations Gap.\n"
+                       "# TYPE shadowsync_sync_gap_iterations histogram\n"
+                       "shadowsync_sync_gap_iterations_bucket{le=\"1\"} 2\n"
+                       "shadowsync_sync_gap_iterations_bucket{le=\"10\"} 3\n"
+                       "shadowsync_sync_gap_iterations_bucket{le=\"+Inf\"} 4\n"
+                       "shadowsync_sync_gap_iterations_sum 108.5\n"
+                       "shadowsync_sync_gap_iterations_count 4\n";
+    ck_assert_str_eq(text, want);
+    ck_assert_uint_eq(len, strlen(want));
+    free(text);
+    ss_metrics_destroy(m);
+}
+END_TEST
+
+START_TEST(test_metrics_bad_input) {
+    ss_metrics *m;
+    ck_assert_int_eq(ss_metrics_create(&m), SS_OK);
+    ss_counter *c;
+    ss_gauge *g;
+    ss_histogram *h;
+    ck_assert_int_eq(ss_metrics_counter(m, "9starts_with_digit", "x", NULL, &c),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_metrics_counter(m, "has-dash", "x", NULL, &c), SS_ERR_INVALID_ARGUMENT);
+    const char *bad_label[] = {"bad-key", "v", NULL};
+    ck_assert_int_eq(ss_metrics_counter(m, "ok_total", "x", bad_label, &c),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_metrics_counter(m, "ok_total", "x", NULL, &c), SS_OK);
+    /* Same name, other type: refused, the first one stays. */
+    ck_assert_int_eq(ss_metrics_gauge(m, "ok_total", "x", NULL, &g), SS_ERR_EXISTS);
+    const double unsorted[] = {2, 1};
+    ck_assert_int_eq(ss_metrics_histogram(m, "h", "x", NULL, unsorted, 2, &h),
+                     SS_ERR_INVALID_ARGUMENT);
+    char *text;
+    ck_assert_int_eq(ss_metrics_render(m, &text, NULL), SS_OK);
+    ck_assert_str_eq(text, "# HELP ok_total x\n# TYPE ok_total counter\nok_total 0\n");
+    free(text);
+    ss_metrics_destroy(m);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("common");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_strerror_covers_every_code);
+    tcase_add_test(tc, test_log_level_parse);
+    tcase_add_test(tc, test_flags_precedence_and_forms);
+    tcase_add_test(tc, test_flags_bad_input);
+    tcase_add_test(tc, test_metrics_render_exact);
+    tcase_add_test(tc, test_metrics_bad_input);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

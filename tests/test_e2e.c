@@ -1,0 +1,166 @@
+/* End to end: the ctr-gen and ctr-train binaries as a user runs them.
+ * Model quality of background sync against a single replica, generator
+ * determinism, and clear errors for bad command lines. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char workdir[] = "/tmp/ss_e2e_XXXXXX";
+
+/* Runs a shell command, captures stdout+stderr into out, returns exit code. */
+static int run(const char *cmd, char *out, size_t cap) {
+    char full[2048];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static double field(const char *text, const char *line_prefix, const char *key) {
+    const char *line = strstr(text, line_prefix);
+    ck_assert_msg(line != NULL, "no '%s' line in:\n%s", line_prefix, text);
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *v = strstr(line, pat);
+    ck_assert_msg(v != NULL, "no %s in: %s", key, line);
+    return atof(v + strlen(pat));
+}
+
+static char out[1 << 16];
+
+START_TEST(test_generator_deterministic) {
+    char cmd[1024];
+    for (int k = 0; k < 3; k++) {
+        snprintf(cmd, sizeof cmd, "%s --rows 3000 --model-seed 5 --data-seed %d --out %s/g%d.tsv",
+                 CTR_GEN, k == 2 ? 9 : 1, workdir, k);
+        ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+        ck_assert_ptr_nonnull(strstr(out, "bayes_ne="));
+    }
+    snprintf(cmd, sizeof cmd, "cmp -s %s/g0.tsv %s/g1.tsv", workdir, workdir);
+    ck_assert_int_eq(system(cmd), 0); /* same seeds: same bytes */
+    snprintf(cmd, sizeof cmd, "cmp -s %s/g0.tsv %s/g2.tsv", workdir, workdir);
+    ck_assert_int_ne(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(test_background_sync_matches_single_replica) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s --rows 400000 --model-seed 42 --data-seed 1 --out %s/train.tsv && "
+             "%s --rows 50000 --model-seed 42 --data-seed 2 --out %s/test.tsv",
+             CTR_GEN, workdir, CTR_GEN, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    double bayes = field(out, "ctr-gen: rows=50000", "bayes_ne");
+
+    snprintf(cmd, sizeof cmd,
+             "%s --train %s/train.tsv --test %s/test.tsv --trainers 1 --sync none --progress 0",
+             CTR_TRAIN, workdir, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    double ne1 = field(out, "summary:", "ne");
+    double ex1 = field(out, "summary:", "examples");
+
+    snprintf(cmd, sizeof cmd,
+             "%s --train %s/train.tsv --test %s/test.tsv --trainers 4 --sync shadow "
+             "--algo easgd --progress 0 --eval-each",
+             CTR_TRAIN, workdir, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    double ne4 = field(out, "summary:", "ne");
+    double ex4 = field(out, "summary:", "examples");
+    double rounds = field(out, "summary:", "sync_rounds");
+    fprintf(stderr, "e2e: bayes_ne=%.4f ne_1_replica=%.4f ne_4_replicas_easgd=%.4f rounds=%.0f\n",
+            bayes, ne1, ne4, rounds);
+
+    ck_assert_double_eq(ex1, 400000);
+    ck_assert_double_eq(ex4, 400000); /* the same total examples */
+    ck_assert_double_gt(rounds, 0);
+    ck_assert_double_lt(ne1, 0.95);
+    ck_assert_double_lt(ne4, 0.95);
+    ck_assert_double_gt(ne1, bayes - 0.01); /* nobody beats the truth */
+    ck_assert_msg(ne4 <= 1.01 * ne1, "4 replicas NE %.4f > 1.01 x single replica NE %.4f", ne4,
+                  ne1);
+    /* Every replica, not just trainer 0, reached the same quality. */
+    for (int t = 0; t < 4; t++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "trainer %d:", t);
+        ck_assert_double_le(field(out, prefix, "ne"), 1.01 * ne1);
+    }
+}
+END_TEST
+
+START_TEST(test_cli_bad_input) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --train /nonexistent.tsv --test /nonexistent.tsv", CTR_TRAIN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cannot load data"));
+    snprintf(cmd, sizeof cmd, "%s --train a --test b --sync sometimes", CTR_TRAIN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "none|shadow|foreground"));
+    snprintf(cmd, sizeof cmd, "%s --train a --test b --trainers 0", CTR_TRAIN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s --test b", CTR_TRAIN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--train and --test are required"));
+    snprintf(cmd, sizeof cmd, "%s --rows ten --out x", CTR_GEN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s --rows 10 --out /nonexistent/dir/x.tsv", CTR_GEN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cannot open"));
+    /* Training on a file of garbage: every line skipped, a clear error. */
+    snprintf(cmd, sizeof cmd,
+             "head -c 3000 /dev/urandom > %s/junk.tsv; %s --train %s/junk.tsv --test %s/junk.tsv",
+             workdir, CTR_TRAIN, workdir, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "need at least one training row"));
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s --help", k ? CTR_GEN : CTR_TRAIN);
+        ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+        ck_assert_ptr_nonnull(strstr(out, "Usage:"));
+        ck_assert_ptr_nonnull(strstr(out, "SHADOWSYNC_"));
+    }
+}
+END_TEST
+
+START_TEST(test_real_criteo_sample_trains) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s --train %s/criteo-kaggle-head-8000.tsv --max-rows 6000 "
+             "--test %s/criteo-kaggle-head-8000.tsv --trainers 2 --sync shadow --algo ma "
+             "--progress 0",
+             CTR_TRAIN, SS_DATA_DIR, SS_DATA_DIR);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    ck_assert_double_eq(field(out, "summary:", "examples"), 6000);
+    ck_assert_double_gt(field(out, "summary:", "sync_rounds"), 0);
+    double auc = field(out, "summary:", "auc");
+    ck_assert_double_gt(auc, 0.5);
+}
+END_TEST
+
+int main(void) {
+    if (!mkdtemp(workdir)) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    Suite *s = suite_create("e2e");
+    TCase *tc = tcase_create("e2e");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_generator_deterministic);
+    tcase_add_test(tc, test_cli_bad_input);
+    tcase_add_test(tc, test_real_criteo_sample_trains);
+    tcase_add_test(tc, test_background_sync_matches_single_replica);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", workdir);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
