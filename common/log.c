@@ -49,10 +49,10 @@ void ss_log(ss_log_level level, const char *component, const char *fmt, ...) {
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
-    int off = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s ",
-                       tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                       tm.tm_sec, ts.tv_nsec / 1000000, level_names[level],
-                       component ? component : "-");
+    int off =
+        snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s ",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 ts.tv_nsec / 1000000, level_names[level], component ? component : "-");
     if (off < 0)
         return;
     va_list ap;

@@ -173,8 +173,8 @@ static ss_status render_labels(const char *const *labels, char **out) {
 /* hist_init, when non-NULL, is installed into a newly created series under
  * the lock, so no reader ever sees a histogram without buckets. */
 static ss_status get_series(ss_metrics *reg, const char *name, const char *help, metric_kind kind,
-                            const char *const *labels, const ss_histogram *hist_init,
-                            series **out, bool *created) {
+                            const char *const *labels, const ss_histogram *hist_init, series **out,
+                            bool *created) {
     if (!reg || !out || !ss_metrics_name_valid(name) || !help)
         return SS_ERR_INVALID_ARGUMENT;
     char *lab = NULL;

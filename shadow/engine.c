@@ -102,11 +102,11 @@ static void group_free(ss_engine_group *g) {
 }
 
 static ss_status register_metrics(ss_engine *e, ss_engine_group *g) {
-    const char *labels[] = {"trainer", e->trainer, "group", g->name,
-                            "algo",    ss_algo_name(g->params.algo), NULL};
+    const char *labels[] = {
+        "trainer", e->trainer, "group", g->name, "algo", ss_algo_name(g->params.algo), NULL};
     static const double round_bounds[] = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
                                           3e-2, 0.1,  0.3,  1,    3,    10};
-    static const double gap_bounds[] = {0,   1,   2,    5,    10,   20,    50,   100,
+    static const double gap_bounds[] = {0,   1,   2,    5,    10,   20,    50,  100,
                                         200, 500, 1000, 2000, 5000, 10000, 1e5, 1e6};
     ss_status st;
     if ((st = ss_metrics_counter(e->metrics, "shadowsync_sync_rounds_total",
@@ -222,8 +222,8 @@ static ss_status run_round_locked(ss_engine_group *g) {
     ss_status st;
     double dist2 = 0.0, center2 = 0.0;
     if (g->params.algo == SS_ALGO_EASGD) {
-        st = ss_transport_easgd_exchange(e->transport, g->name, g->member, g->snap,
-                                         g->params.alpha, g->reply, n);
+        st = ss_transport_easgd_exchange(e->transport, g->name, g->member, g->snap, g->params.alpha,
+                                         g->reply, n);
         if (st == SS_OK) {
             ss_kernel_live_add_scaled(x, g->reply, -1.0f, n);
             /* d = alpha (s - c_old): |s - c_old| = |d| / alpha, and

@@ -22,8 +22,8 @@ typedef struct group {
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
 
     uint64_t next_member;
-    uint64_t *members;  /* active member ids */
-    bool *contributed;  /* parallel to members: in the open round */
+    uint64_t *members; /* active member ids */
+    bool *contributed; /* parallel to members: in the open round */
     size_t nmembers, capmembers;
 
     float *central; /* S-EASGD central variable */

@@ -8,8 +8,8 @@ struct ss_transport {
 };
 
 ss_status ss_transport_create(const ss_transport_ops *ops, void *impl, ss_transport **out) {
-    if (!ops || !out || !ops->join || !ops->leave || !ops->easgd_exchange ||
-        !ops->allreduce_mean || !ops->read_central || !ops->destroy)
+    if (!ops || !out || !ops->join || !ops->leave || !ops->easgd_exchange || !ops->allreduce_mean ||
+        !ops->read_central || !ops->destroy)
         return SS_ERR_INVALID_ARGUMENT;
     ss_transport *t = malloc(sizeof *t);
     if (!t)

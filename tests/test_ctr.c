@@ -80,8 +80,8 @@ START_TEST(test_reader_real_criteo_sample) {
 }
 END_TEST
 
-static void make_line(char *buf, size_t cap, const char *label, const char *int1,
-                      const char *cat1, int fields) {
+static void make_line(char *buf, size_t cap, const char *label, const char *int1, const char *cat1,
+                      int fields) {
     size_t o = (size_t)snprintf(buf, cap, "%s", label);
     for (int f = 1; f < fields; f++) {
         const char *v = f == 1 ? int1 : (f == 14 ? cat1 : (f < 14 ? "3" : "0a1b2c3d"));
@@ -181,8 +181,7 @@ static double example_loss(ss_ctr_worker *w, const float *dense, const ss_ctr_em
 }
 
 START_TEST(test_model_gradients_match_finite_differences) {
-    ss_ctr_model_config cfg = {.emb_dim = 3, .table_rows = 16, .bottom_hidden = 5,
-                               .top_hidden = 6};
+    ss_ctr_model_config cfg = {.emb_dim = 3, .table_rows = 16, .bottom_hidden = 5, .top_hidden = 6};
     ss_ctr_layout L;
     ss_ctr_layout_of(&cfg, &L);
     ck_assert_uint_eq(L.interact, 3 + 351);
@@ -213,7 +212,7 @@ START_TEST(test_model_gradients_match_finite_differences) {
     ck_assert_double_eq_tol(loss, example_loss(w, dense, &emb, &ex), 1e-5);
 
     /* dense: analytic gradient = before - after (lr = 1). */
-    const size_t probe[] = {L.w1 + 7, L.b1 + 2, L.w2 + 4, L.b2 + 1, L.w3 + 3,
+    const size_t probe[] = {L.w1 + 7,   L.b1 + 2, L.w2 + 4, L.b2 + 1, L.w3 + 3,
                             L.w3 + 300, L.b3 + 5, L.w4 + 2, L.b4};
     const double h = 1e-3;
     for (size_t k = 0; k < sizeof probe / sizeof *probe; k++) {
@@ -244,8 +243,8 @@ START_TEST(test_model_gradients_match_finite_differences) {
             emb.data[i] = keep;
             double numeric = (up - down) / (2 * h), analytic = (double)(keep - emb_after.data[i]);
             ck_assert_msg(fabs(numeric - analytic) < 2e-3 + 0.03 * fabs(numeric),
-                          "emb field %d dim %zu: numeric %.6g analytic %.6g", fields[k], d,
-                          numeric, analytic);
+                          "emb field %d dim %zu: numeric %.6g analytic %.6g", fields[k], d, numeric,
+                          analytic);
         }
     }
     ss_ctr_worker_destroy(w);

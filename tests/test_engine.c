@@ -11,9 +11,9 @@
 
 /* ---- a fake transport that plays a worker writing during the round ---- */
 
-static float *fake_live;        /* the replica the "worker" writes */
+static float *fake_live; /* the replica the "worker" writes */
 static size_t fake_n;
-static ss_status fake_status;   /* what every call returns */
+static ss_status fake_status; /* what every call returns */
 
 static ss_status fake_join(void *impl, const char *g, size_t n, uint64_t *m) {
     (void)impl, (void)g, (void)n;
@@ -70,8 +70,8 @@ static void run_fake_round(ss_algo algo, ss_status transport_status, float *out_
     fake_live = x;
     fake_n = 4;
     fake_status = transport_status;
-    ss_sync_params p = {.algo = algo, .alpha = 0.5f,
-                        .bmuf = {.eta = 0.5f, .zeta = 1.0f, .nesterov = false}};
+    ss_sync_params p = {
+        .algo = algo, .alpha = 0.5f, .bmuf = {.eta = 0.5f, .zeta = 1.0f, .nesterov = false}};
     ss_engine_group *g;
     ck_assert_int_eq(ss_engine_add_group(e, "dense", r, &p, &g), SS_OK);
     ck_assert_int_eq(ss_engine_run_round(e, g), transport_status);
@@ -166,9 +166,8 @@ START_TEST(test_inproc_bad_input_leaves_central) {
     ss_round_result rr;
     ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_OK);
-    ck_assert_int_eq(
-        ss_transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
-        SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
+                     SS_ERR_NON_FINITE);
     ck_assert_int_eq(
         ss_transport_easgd_exchange(t, "g", a, (const float[]){INFINITY, 1}, 0.5f, d, 2),
         SS_ERR_NON_FINITE);

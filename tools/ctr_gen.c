@@ -17,8 +17,8 @@ int main(int argc, char **argv) {
         {"rows", SS_FLAG_INT, &rows, "rows to write", NULL, 1, 1e10},
         {"model-seed", SS_FLAG_INT, &model_seed, "seed of the ground-truth model", NULL, 0, 0},
         {"data-seed", SS_FLAG_INT, &data_seed,
-         "seed of the row sampler (train and test sets: same model seed, other data seeds)",
-         NULL, 0, 0},
+         "seed of the row sampler (train and test sets: same model seed, other data seeds)", NULL,
+         0, 0},
         {"out", SS_FLAG_STRING, &out_path, "output TSV path (required)", NULL, 0, 0},
         {"probs", SS_FLAG_STRING, &probs_path,
          "side file: the true click probability of every row, one per line", NULL, 0, 0},
@@ -53,6 +53,11 @@ int main(int argc, char **argv) {
     if (!out || (probs_path && !probs)) {
         fprintf(stderr, "ctr-gen: cannot open %s: %s\n", !out ? out_path : probs_path,
                 strerror(errno));
+        if (out)
+            fclose(out);
+        if (probs)
+            fclose(probs);
+        ss_ctr_truth_destroy(truth);
         return 1;
     }
     ss_rng rng;

@@ -39,36 +39,33 @@ int main(int argc, char **argv) {
     ss_flag flags[] = {
         {"train", SS_FLAG_STRING, &train_path, "training data, Criteo TSV (required)", NULL, 0, 0},
         {"test", SS_FLAG_STRING, &test_path, "held-out data, Criteo TSV (required)", NULL, 0, 0},
-        {"max-rows", SS_FLAG_INT, &max_rows, "read at most this many training rows (0 = all)",
-         NULL, 0, 1e12},
-        {"max-test-rows", SS_FLAG_INT, &max_test_rows, "read at most this many test rows", NULL,
+        {"max-rows", SS_FLAG_INT, &max_rows, "read at most this many training rows (0 = all)", NULL,
          0, 1e12},
+        {"max-test-rows", SS_FLAG_INT, &max_test_rows, "read at most this many test rows", NULL, 0,
+         1e12},
         {"trainers", SS_FLAG_INT, &trainers, "trainers (replicas), each reads 1/N of the data",
          NULL, 1, SS_CTR_MAX_TRAINERS},
         {"workers", SS_FLAG_INT, &workers, "Hogwild worker threads per trainer", NULL, 1, 256},
-        {"shadow-threads", SS_FLAG_INT, &shadow_threads, "shadow threads per trainer", NULL, 1,
-         64},
-        {"sync", SS_FLAG_STRING, &sync, "how replicas are synced", "none|shadow|foreground", 0,
-         0},
+        {"shadow-threads", SS_FLAG_INT, &shadow_threads, "shadow threads per trainer", NULL, 1, 64},
+        {"sync", SS_FLAG_STRING, &sync, "how replicas are synced", "none|shadow|foreground", 0, 0},
         {"algo", SS_FLAG_STRING, &algo, "sync algorithm", "easgd|ma|bmuf", 0, 0},
-        {"sync-every", SS_FLAG_INT, &sync_every, "K: foreground round every K trainer steps",
-         NULL, 1, 1e9},
+        {"sync-every", SS_FLAG_INT, &sync_every, "K: foreground round every K trainer steps", NULL,
+         1, 1e9},
         {"alpha", SS_FLAG_DOUBLE, &alpha, "S-EASGD elastic rate", NULL, 1e-6, 1},
         {"bmuf-eta", SS_FLAG_DOUBLE, &eta, "S-BMUF block momentum", NULL, 0, 0.999},
         {"bmuf-zeta", SS_FLAG_DOUBLE, &zeta, "S-BMUF block learning rate", NULL, 1e-6, 100},
         {"bmuf-nesterov", SS_FLAG_BOOL, &nesterov, "S-BMUF Nesterov target", NULL, 0, 0},
         {"round-deadline-ms", SS_FLAG_INT, &deadline_ms,
          "MA/BMUF: a round closes this long after its first snapshot", NULL, 1, 3.6e6},
-        {"round-interval-us", SS_FLAG_INT, &interval_us,
-         "pause of a shadow thread between rounds", NULL, 0, 6e7},
+        {"round-interval-us", SS_FLAG_INT, &interval_us, "pause of a shadow thread between rounds",
+         NULL, 0, 6e7},
         {"min-round-gap", SS_FLAG_INT, &min_gap,
-         "a background round waits until the replica ran this many steps (0 = back to back)",
-         NULL, 0, 1e9},
-        {"final-rounds", SS_FLAG_INT, &final_rounds, "rounds per trainer after training", NULL,
-         0, 1e6},
+         "a background round waits until the replica ran this many steps (0 = back to back)", NULL,
+         0, 1e9},
+        {"final-rounds", SS_FLAG_INT, &final_rounds, "rounds per trainer after training", NULL, 0,
+         1e6},
         {"final-model", SS_FLAG_STRING, &final_model,
-         "model to evaluate: trainer 0's replica or the central variable", "replica|central", 0,
-         0},
+         "model to evaluate: trainer 0's replica or the central variable", "replica|central", 0, 0},
         {"eval-each", SS_FLAG_BOOL, &eval_each, "also evaluate every trainer's replica", NULL, 0,
          0},
         {"batch", SS_FLAG_INT, &batch, "minibatch size per worker step", NULL, 1, 65536},
@@ -79,8 +76,8 @@ int main(int argc, char **argv) {
         {"bottom-hidden", SS_FLAG_INT, &bottom, "bottom MLP hidden width", NULL, 1, 4096},
         {"top-hidden", SS_FLAG_INT, &top, "top MLP hidden width", NULL, 1, 4096},
         {"seed", SS_FLAG_INT, &seed, "initialization seed", NULL, 0, 0},
-        {"progress", SS_FLAG_DOUBLE, &progress, "seconds between progress lines (0 = none)",
-         NULL, 0, 3600},
+        {"progress", SS_FLAG_DOUBLE, &progress, "seconds between progress lines (0 = none)", NULL,
+         0, 3600},
     };
     const size_t nflags = sizeof flags / sizeof *flags;
     bool help;
@@ -109,8 +106,8 @@ int main(int argc, char **argv) {
     cfg.shadow_threads = (uint32_t)shadow_threads;
     cfg.sync_every = (uint32_t)sync_every;
     cfg.params.alpha = (float)alpha;
-    cfg.params.bmuf = (ss_bmuf_params){.eta = (float)eta, .zeta = (float)zeta,
-                                       .nesterov = nesterov};
+    cfg.params.bmuf =
+        (ss_bmuf_params){.eta = (float)eta, .zeta = (float)zeta, .nesterov = nesterov};
     cfg.round_deadline_ms = (uint32_t)deadline_ms;
     cfg.round_interval_us = (uint64_t)interval_us;
     cfg.final_rounds = (uint32_t)final_rounds;
@@ -173,10 +170,10 @@ int main(int argc, char **argv) {
     printf("summary: sync=%s algo=%s trainers=%u workers=%u sync_every=%u examples=%llu "
            "seconds=%.3f examples/s=%.0f sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu "
            "train_logloss=%.5f ne=%.5f auc=%.5f model=%s\n",
-           sync, algo, cfg.trainers, cfg.workers, cfg.sync_every,
-           (unsigned long long)res->examples, res->seconds, res->examples_per_s,
-           (unsigned long long)res->rounds, res->gap_mean, (unsigned long long)res->gap_p99,
-           res->train_loss, res->ne, res->auc, res->model_evaluated);
+           sync, algo, cfg.trainers, cfg.workers, cfg.sync_every, (unsigned long long)res->examples,
+           res->seconds, res->examples_per_s, (unsigned long long)res->rounds, res->gap_mean,
+           (unsigned long long)res->gap_p99, res->train_loss, res->ne, res->auc,
+           res->model_evaluated);
     free(res);
     ss_ctr_dataset_free(&train);
     ss_ctr_dataset_free(&test);

@@ -47,8 +47,8 @@ ss_status ss_criteo_parse_line(const char *line, size_t len, ss_ctr_example *ex,
         return SS_ERR_PARSE;
     }
     if (flen[0] != 1 || (start[0][0] != '0' && start[0][0] != '1')) {
-        snprintf(err, errlen, "label must be 0 or 1, found '%.*s'", (int)(flen[0] > 20 ? 20 : flen[0]),
-                 start[0]);
+        snprintf(err, errlen, "label must be 0 or 1, found '%.*s'",
+                 (int)(flen[0] > 20 ? 20 : flen[0]), start[0]);
         return SS_ERR_PARSE;
     }
     ex->label = (float)(start[0][0] - '0');

@@ -27,9 +27,9 @@ ss_status ss_criteo_parse_line(const char *line, size_t len, ss_ctr_example *ex,
 typedef struct ss_ctr_dataset {
     ss_ctr_example *rows;
     size_t nrows;
-    size_t skipped;          /* malformed lines skipped */
-    size_t first_bad_line;   /* 1-based line number of the first skip, 0 if none */
-    char first_error[160];   /* its reason */
+    size_t skipped;        /* malformed lines skipped */
+    size_t first_bad_line; /* 1-based line number of the first skip, 0 if none */
+    char first_error[160]; /* its reason */
 } ss_ctr_dataset;
 
 /* Loads up to max_rows (0 = all) well-formed rows. Malformed lines are

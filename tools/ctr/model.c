@@ -7,8 +7,8 @@
 #include "rng.h"
 #include "shadowsync/kernels.h"
 
-#define NVEC  (1 + SS_CTR_NUM_CAT)        /* bottom output + one per field */
-#define NPAIR (NVEC * (NVEC - 1) / 2)     /* 351 dot products */
+#define NVEC  (1 + SS_CTR_NUM_CAT)    /* bottom output + one per field */
+#define NPAIR (NVEC * (NVEC - 1) / 2) /* 351 dot products */
 
 ss_status ss_ctr_model_config_check(const ss_ctr_model_config *cfg) {
     if (!cfg || cfg->emb_dim == 0 || cfg->emb_dim > 256 || cfg->table_rows < 2 ||
@@ -86,8 +86,8 @@ struct ss_ctr_worker {
     ss_ctr_model_config cfg;
     ss_ctr_layout L;
     float *a1, *z1, *a2, *V, *f, *a3, *h; /* forward activations */
-    float *dh, *df, *dV, *dz2, *dz1;       /* backward */
-    float *grad;                           /* dense gradient sum over the batch */
+    float *dh, *df, *dV, *dz2, *dz1;      /* backward */
+    float *grad;                          /* dense gradient sum over the batch */
     size_t rows[SS_CTR_NUM_CAT];
     float *block; /* one allocation behind every buffer above */
 };
@@ -103,7 +103,7 @@ ss_status ss_ctr_worker_create(const ss_ctr_model_config *cfg, ss_ctr_worker **o
     const size_t D = cfg->emb_dim, H = cfg->bottom_hidden, T = cfg->top_hidden;
     const size_t F = w->L.interact;
     size_t sizes[] = {H, H, D, NVEC * D, F, T, T, T, F, NVEC * D, D, H, w->L.total};
-    float **bufs[] = {&w->a1, &w->z1, &w->a2, &w->V,  &w->f,   &w->a3,  &w->h,
+    float **bufs[] = {&w->a1, &w->z1, &w->a2, &w->V,   &w->f,   &w->a3,  &w->h,
                       &w->dh, &w->df, &w->dV, &w->dz2, &w->dz1, &w->grad};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)

@@ -71,7 +71,7 @@ typedef struct run {
     trainer tr[SS_CTR_MAX_TRAINERS];
     _Atomic uint32_t trainers_left;
     _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
-    _Atomic int failed;                  /* a foreground round failed hard */
+    _Atomic int failed;              /* a foreground round failed hard */
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
 } run;
@@ -177,8 +177,8 @@ static void print_progress(run *r, uint64_t t0, uint64_t total) {
     }
     double el = (double)(ss_now_ns() - t0) * 1e-9;
     fprintf(cfg->progress,
-            "progress: t=%.1fs examples=%llu/%llu (%.1f%%) examples/s=%.0f sync_rounds=%llu\n",
-            el, (unsigned long long)ex, (unsigned long long)total,
+            "progress: t=%.1fs examples=%llu/%llu (%.1f%%) examples/s=%.0f sync_rounds=%llu\n", el,
+            (unsigned long long)ex, (unsigned long long)total,
             total ? 100.0 * (double)ex / (double)total : 0.0, el > 0 ? (double)ex / el : 0.0,
             (unsigned long long)rounds);
     fflush(cfg->progress);
@@ -341,16 +341,14 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
             if (tres->sync.gap_p99 > res->gap_p99)
                 res->gap_p99 = tres->sync.gap_p99;
         }
-        if (cfg->eval_each &&
-            (st = ss_ctr_evaluate(&cfg->model, ss_replica_data(tr->replica), &r->emb, test,
-                                  &tres->ne, &tres->auc)) != SS_OK)
+        if (cfg->eval_each && (st = ss_ctr_evaluate(&cfg->model, ss_replica_data(tr->replica),
+                                                    &r->emb, test, &tres->ne, &tres->auc)) != SS_OK)
             goto out;
     }
     res->gap_mean = syncing ? gap_sum / N : 0.0;
     res->examples_per_s = res->seconds > 0 ? (double)res->examples / res->seconds : 0.0;
     res->train_loss = res->examples
-                          ? (double)atomic_load(&r->loss_sum_micro) * 1e-6 /
-                                (double)res->examples
+                          ? (double)atomic_load(&r->loss_sum_micro) * 1e-6 / (double)res->examples
                           : 0.0;
     if (syncing && cfg->eval_central) {
         float *c = malloc(L.total * sizeof *c);

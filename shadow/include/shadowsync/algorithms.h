@@ -27,9 +27,9 @@ ss_status ss_ma_delta(const float *avg, const float *s, float *delta, size_t n);
 
 /* Block momentum state, identical on every member. */
 typedef struct ss_bmuf_params {
-    float eta;      /* block momentum */
-    float zeta;     /* block learning rate */
-    bool nesterov;  /* target = w + eta m instead of w */
+    float eta;     /* block momentum */
+    float zeta;    /* block learning rate */
+    bool nesterov; /* target = w + eta m instead of w */
 } ss_bmuf_params;
 
 /* S-BMUF: G = avg - w; m = eta m + zeta G; w += m;

@@ -39,17 +39,17 @@ typedef struct ss_engine_config {
 
 typedef struct ss_sync_params {
     ss_algo algo;
-    float alpha;        /* S-EASGD elastic rate, (0, 1] */
+    float alpha;         /* S-EASGD elastic rate, (0, 1] */
     ss_bmuf_params bmuf; /* S-BMUF only */
 } ss_sync_params;
 
 typedef struct ss_group_stats {
-    uint64_t rounds;         /* completed rounds */
-    uint64_t failed_rounds;  /* abandoned whole (transport error) */
-    double gap_mean;         /* trainer iterations between completed rounds */
+    uint64_t rounds;        /* completed rounds */
+    uint64_t failed_rounds; /* abandoned whole (transport error) */
+    double gap_mean;        /* trainer iterations between completed rounds */
     uint64_t gap_p50, gap_p99, gap_max;
-    double divergence;       /* |s - c| / |c| at the last completed round */
-    uint64_t last_round_ns;  /* duration of the last completed round */
+    double divergence;      /* |s - c| / |c| at the last completed round */
+    uint64_t last_round_ns; /* duration of the last completed round */
 } ss_group_stats;
 
 ss_status ss_engine_create(const ss_engine_config *cfg, ss_engine **out);

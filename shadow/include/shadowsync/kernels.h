@@ -40,8 +40,7 @@ void ss_kernel_accumulate(float *restrict acc, const float *restrict x, size_t n
 /* x[i] *= scale, in place (scale = 1/N turns a sum into a mean). */
 void ss_kernel_scale(float *restrict x, float scale, size_t n);
 /* out[i] = a[i] - b[i]. */
-void ss_kernel_sub(float *restrict out, const float *restrict a, const float *restrict b,
-                   size_t n);
+void ss_kernel_sub(float *restrict out, const float *restrict a, const float *restrict b, size_t n);
 /* sum of x[i]^2 in double precision. */
 double ss_kernel_norm2_sq(const float *restrict x, size_t n);
 /* sum of (a[i]-b[i])^2 in double precision. */

@@ -1,0 +1,26 @@
+# Shared by the bench scripts: build once, make the synthetic data once.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+JOBS=$(nproc 2>/dev/null || echo 2)
+if [ ! -x build/tools/ctr-train ] || [ "${SS_BENCH_REBUILD:-1}" = 1 ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j "$JOBS" >/dev/null
+fi
+mkdir -p out
+
+# make_data ROWS: writes out/train-ROWS.tsv and out/test.tsv if absent.
+make_data() {
+  local rows=$1
+  [ -s "out/train-$rows.tsv" ] ||
+    ./build/tools/ctr-gen --rows "$rows" --model-seed 42 --data-seed 1 --out "out/train-$rows.tsv" --quiet >/dev/null
+  [ -s out/test.tsv ] ||
+    ./build/tools/ctr-gen --rows 100000 --model-seed 42 --data-seed 2 --out out/test.tsv \
+      --probs out/test.probs --quiet > out/test.gen.txt
+}
+
+# summary_field OUTPUT KEY: a key=value from ctr-train's summary line.
+summary_field() {
+  grep '^summary:' <<<"$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package ShadowSync needs to build and test.
+# Idempotent: does nothing when all packages are present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential   # gcc 12, make
+  cmake             # >= 3.20
+  pkg-config
+  check             # unit test framework
+  libsubunit-dev    # check's pkg-config file links it
+  clang-format      # the format test (tests/check-format.sh)
+  git               # the format test lists tracked files
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The main job: installs dependencies, builds, generates synthetic click
+# data with a known truth, and trains 4 replicas of the reference CTR
+# model, kept in sync by ShadowSync in the background (S-EASGD). Prints
+# progress, then per-trainer and total examples/s, sync gap, NE and AUC,
+# next to the Bayes-optimal NE of the test set.
+#   bash tools/demo.sh [extra ctr-train flags, e.g. --algo ma]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc 2>/dev/null || echo 2)
+ROWS=${SHADOWSYNC_DEMO_ROWS:-1000000}
+
+bash deploy/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$JOBS"
+
+mkdir -p out
+if [ ! -s "out/train-$ROWS.tsv" ]; then
+  ./build/tools/ctr-gen --rows "$ROWS" --model-seed 42 --data-seed 1 --out "out/train-$ROWS.tsv"
+fi
+if [ ! -s out/test.tsv ]; then
+  ./build/tools/ctr-gen --rows 100000 --model-seed 42 --data-seed 2 --out out/test.tsv \
+    --probs out/test.probs | tee out/test.gen.txt
+fi
+echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt) (the best any model can do)"
+./build/tools/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv \
+  --trainers 4 --workers 1 --sync shadow --algo easgd --eval-each "$@"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs the whole test suite twice:
+# a release build, then an AddressSanitizer + UndefinedBehaviorSanitizer
+# build. Ends with ctest's summary of the sanitizer run.
+#   bash tools/test.sh            # both builds
+#   bash tools/test.sh --fast     # release build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+bash deploy/install-deps.sh
+
+echo "== release build (build/) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$JOBS"
+(cd build && ctest --output-on-failure -j "$JOBS")
+
+if [ "${1:-}" = "--fast" ]; then
+  exit 0
+fi
+
+echo "== sanitizer build (build-asan/): ASan + UBSan =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$JOBS"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-asan && ctest --output-on-failure -j "$JOBS")
