@@ -44,7 +44,16 @@ typedef struct inproc {
     pthread_mutex_t lock; /* guards the group list only */
     group *groups;
     uint64_t deadline_ns;
+    uint64_t link_latency_ns;
+    double link_ns_per_byte; /* 0 = no bandwidth limit */
 } inproc;
+
+/* Emulated wire time of one exchange: request and reply of `bytes` each. */
+static void link_delay(const inproc *ip, size_t bytes) {
+    uint64_t ns = 2 * ip->link_latency_ns + (uint64_t)(2.0 * (double)bytes * ip->link_ns_per_byte);
+    if (ns)
+        ss_sleep_ns(ns);
+}
 
 static group *find_group(inproc *ip, const char *name) {
     pthread_mutex_lock(&ip->lock);
@@ -195,6 +204,7 @@ static ss_status check_call(group *g, uint64_t member, const float *s, size_t n)
 
 static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const float *s,
                           float alpha, float *d, size_t n) {
+    link_delay(impl, n * sizeof(float));
     group *g = find_group(impl, name);
     if (!g)
         return SS_ERR_NOT_FOUND;
@@ -220,6 +230,7 @@ static struct timespec abs_monotonic(uint64_t ns) {
 static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, const float *s,
                               float *avg, size_t n, ss_round_result *result) {
     inproc *ip = impl;
+    link_delay(ip, n * sizeof(float));
     group *g = find_group(ip, name);
     if (!g)
         return SS_ERR_NOT_FOUND;
@@ -305,13 +316,19 @@ static const ss_transport_ops inproc_ops = {
 };
 
 ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport **out) {
-    if (!out || (cfg && cfg->round_deadline_ms == 0))
+    if (!out || (cfg && (cfg->round_deadline_ms == 0 || !(cfg->link_gbps >= 0.0) ||
+                         cfg->link_latency_us > 10000000)))
         return SS_ERR_INVALID_ARGUMENT;
     inproc *ip = calloc(1, sizeof *ip);
     if (!ip)
         return SS_ERR_NO_MEMORY;
     pthread_mutex_init(&ip->lock, NULL);
     ip->deadline_ns = (uint64_t)(cfg ? cfg->round_deadline_ms : 1000) * 1000000ull;
+    if (cfg) {
+        ip->link_latency_ns = (uint64_t)cfg->link_latency_us * 1000ull;
+        /* gbps Gbit/s = gbps/8 bytes per ns. */
+        ip->link_ns_per_byte = cfg->link_gbps > 0.0 ? 8.0 / cfg->link_gbps : 0.0;
+    }
     ss_status st = ss_transport_create(&inproc_ops, ip, out);
     if (st != SS_OK)
         ip_destroy(ip);

@@ -34,6 +34,8 @@ int main(int argc, char **argv) {
     int64_t min_gap = (int64_t)cfg.min_round_gap;
     int64_t final_rounds = cfg.final_rounds, max_rows = 0, max_test_rows = 0;
     double alpha = cfg.params.alpha, eta = cfg.params.bmuf.eta, zeta = cfg.params.bmuf.zeta;
+    int64_t link_latency_us = 0;
+    double link_gbps = 0.0;
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
     ss_flag flags[] = {
@@ -59,6 +61,10 @@ int main(int argc, char **argv) {
          "MA/BMUF: a round closes this long after its first snapshot", NULL, 1, 3.6e6},
         {"round-interval-us", SS_FLAG_INT, &interval_us, "pause of a shadow thread between rounds",
          NULL, 0, 6e7},
+        {"link-latency-us", SS_FLAG_INT, &link_latency_us,
+         "emulate a network: one-way latency added to every sync exchange", NULL, 0, 1e7},
+        {"link-gbps", SS_FLAG_DOUBLE, &link_gbps,
+         "emulate a network: bandwidth of every sync exchange (0 = memory speed)", NULL, 0, 1e4},
         {"min-round-gap", SS_FLAG_INT, &min_gap,
          "a background round waits until the replica ran this many steps (0 = back to back)", NULL,
          0, 1e9},
@@ -112,6 +118,8 @@ int main(int argc, char **argv) {
     cfg.round_interval_us = (uint64_t)interval_us;
     cfg.final_rounds = (uint32_t)final_rounds;
     cfg.min_round_gap = (uint64_t)min_gap;
+    cfg.link_latency_us = (uint32_t)link_latency_us;
+    cfg.link_gbps = link_gbps;
     cfg.eval_central = !strcmp(final_model, "central");
     cfg.eval_each = eval_each;
     cfg.batch = (uint32_t)batch;

@@ -37,7 +37,7 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
     cfg->sync = SS_CTR_SYNC_SHADOW;
     cfg->params.algo = SS_ALGO_EASGD;
     cfg->params.alpha = 0.2f;
-    cfg->params.bmuf = (ss_bmuf_params){.eta = 0.5f, .zeta = 1.0f, .nesterov = true};
+    cfg->params.bmuf = (ss_bmuf_params){.eta = 0.3f, .zeta = 1.0f, .nesterov = true};
     cfg->sync_every = 10;
     cfg->batch = 32;
     cfg->lr = 0.05f;
@@ -226,7 +226,9 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     if (st != SS_OK)
         goto out;
     if (syncing) {
-        ss_inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms};
+        ss_inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms,
+                                 .link_latency_us = cfg->link_latency_us,
+                                 .link_gbps = cfg->link_gbps};
         st = ss_inproc_transport_create(&icfg, &transport);
         if (st != SS_OK)
             goto out;

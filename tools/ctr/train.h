@@ -37,6 +37,8 @@ typedef struct ss_ctr_train_config {
     float lr, emb_lr;
     uint64_t seed;
     uint32_t round_deadline_ms;
+    uint32_t link_latency_us; /* in-process link emulation (benchmarks) */
+    double link_gbps;
     uint64_t round_interval_us;
     uint64_t min_round_gap;
     uint32_t final_rounds; /* rounds per trainer after training, before eval */

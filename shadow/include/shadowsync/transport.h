@@ -57,6 +57,12 @@ ss_status ss_transport_read_central(ss_transport *t, const char *group, float *c
  * members after its first contribution. */
 typedef struct ss_inproc_config {
     uint32_t round_deadline_ms;
+    /* Optional link emulation, for benchmarks that need a round to cost
+     * what it costs over a network: each exchange sleeps (never spins)
+     * 2 x link_latency_us plus the payload's bytes, both ways, at
+     * link_gbps, outside every lock. 0 and 0 = plain memory speed. */
+    uint32_t link_latency_us;
+    double link_gbps;
 } ss_inproc_config;
 
 ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport **out);
