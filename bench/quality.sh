@@ -12,7 +12,7 @@ echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt)"
 run() {
   ./build/tools/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv --progress 0 "$@"
 }
-printf '%-34s %8s %8s %10s %12s %14s\n' setup ne auc ne_ratio examples/s sync_gap_mean
+printf '%-42s %8s %8s %10s %12s %14s\n' setup ne auc ne_ratio examples/s sync_gap_mean
 base_ne=""
 for setup in "1 none easgd" "4 none easgd" "4 shadow easgd" "4 shadow ma" "4 shadow bmuf" \
              "4 foreground easgd" "4 foreground ma"; do
@@ -23,7 +23,7 @@ for setup in "1 none easgd" "4 none easgd" "4 shadow easgd" "4 shadow ma" "4 sha
   label="trainers=$1 sync=$2"
   [ "$2" = none ] || label+=" algo=$3"
   [ "$2" != foreground ] || label+=" K=10"
-  printf '%-34s %8s %8s %10.4f %12s %14s\n' "$label" "$ne" "$(summary_field "$out" auc)" \
+  printf '%-42s %8s %8s %10.4f %12s %14s\n' "$label" "$ne" "$(summary_field "$out" auc)" \
     "$(awk -v a="$ne" -v b="$base_ne" 'BEGIN {print a / b}')" \
     "$(summary_field "$out" examples/s)" "$(summary_field "$out" sync_gap_mean)"
 done

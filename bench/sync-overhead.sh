@@ -25,8 +25,8 @@ LINK_GBPS=${LINK_GBPS:-10}
 make_data "$ROWS"
 
 LINK=(--link-latency-us "$LINK_US" --link-gbps "$LINK_GBPS")
-MODES=(none shadow foreground-1 foreground-10 link:shadow link:foreground-1 link:foreground-10)
-declare -A RATE GAP P99
+MODES=(none shadow shadow-gap1 foreground-1 foreground-10 link:shadow link:shadow-gap1 link:foreground-1 link:foreground-10)
+declare -A RATE GAP P99 RATIO
 for rep in $(seq "$REPS"); do
   for mode in "${MODES[@]}"; do
     args=()
@@ -37,13 +37,18 @@ for rep in $(seq "$REPS"); do
     fi
     case $m in
       none) args+=(--sync none) ;;
-      shadow) args+=(--sync shadow) ;;
+      shadow) args+=(--sync shadow) ;; # default --min-round-gap 4
+      shadow-gap1) args+=(--sync shadow --min-round-gap 1) ;;
       foreground-*) args+=(--sync foreground --sync-every "${m#foreground-}") ;;
     esac
     out=$(./build/tools/ctr-train --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
       --test out/test.tsv --max-test-rows 1000 --trainers "$TRAINERS" --workers "$WORKERS" \
       --algo "$ALGO" --final-rounds 0 --progress 0 "${args[@]}")
-    RATE[$mode]+="$(summary_field "$out" examples/s) "
+    rate=$(summary_field "$out" examples/s)
+    [ "$mode" != none ] || none_rate=$rate
+    RATE[$mode]+="$rate "
+    # Paired with this rep's `none` run, so slow drift of the machine cancels.
+    RATIO[$mode]+="$(awk -v a="$rate" -v b="$none_rate" 'BEGIN {print a / b}') "
     GAP[$mode]+="$(summary_field "$out" sync_gap_mean) "
     P99[$mode]+="$(summary_field "$out" sync_gap_p99) "
     echo "rep $rep $mode: examples/s=$(summary_field "$out" examples/s)" >&2
@@ -51,13 +56,13 @@ for rep in $(seq "$REPS"); do
 done
 
 med() { tr ' ' '\n' <<<"$1" | grep . | median; }
-base=$(med "${RATE[none]}")
 echo
-echo "sync overhead: rows=$USE_ROWS trainers=$TRAINERS workers=$WORKERS algo=$ALGO reps=$REPS (medians)"
+echo "sync overhead: rows=$USE_ROWS trainers=$TRAINERS workers=$WORKERS algo=$ALGO reps=$REPS"
+echo "medians over reps; ratio = median of (mode / none of the same rep)"
 echo "link: = in-process transport emulating ${LINK_US}us one-way latency, ${LINK_GBPS} Gbit/s"
 printf '%-22s %12s %10s %14s %13s\n' mode examples/s ratio sync_gap_mean sync_gap_p99
 for mode in "${MODES[@]}"; do
   r=$(med "${RATE[$mode]}")
-  printf '%-22s %12.0f %10.3f %14s %13s\n' "$mode" "$r" \
-    "$(awk -v a="$r" -v b="$base" 'BEGIN {print a / b}')" "$(med "${GAP[$mode]}")" "$(med "${P99[$mode]}")"
+  printf '%-22s %12.0f %10.3f %14s %13s\n' "$mode" "$r" "$(med "${RATIO[$mode]}")" \
+    "$(med "${GAP[$mode]}")" "$(med "${P99[$mode]}")"
 done

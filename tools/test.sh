@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs the whole test suite twice:
-# a release build, then an AddressSanitizer + UndefinedBehaviorSanitizer
-# build. Ends with ctest's summary of the sanitizer run.
-#   bash tools/test.sh            # both builds
+# Installs dependencies, builds, and runs the test suite three times:
+# a release build; a ThreadSanitizer build (unit tests + a small Hogwild
+# run, races allowed only inside the kernels named in tests/tsan.supp);
+# an AddressSanitizer + UndefinedBehaviorSanitizer build of the whole
+# suite. Ends with ctest's summary of the ASan+UBSan run.
+#   bash tools/test.sh            # all three
 #   bash tools/test.sh --fast     # release build only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,11 @@ cmake --build build -j "$JOBS"
 if [ "${1:-}" = "--fast" ]; then
   exit 0
 fi
+
+echo "== ThreadSanitizer build (build-tsan/) =="
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_TSAN=ON >/dev/null
+cmake --build build-tsan -j "$JOBS"
+(cd build-tsan && ctest --output-on-failure -j "$JOBS")
 
 echo "== sanitizer build (build-asan/): ASan + UBSan =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_SANITIZE=ON >/dev/null

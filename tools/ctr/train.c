@@ -36,7 +36,7 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
     cfg->shadow_threads = 1;
     cfg->sync = SS_CTR_SYNC_SHADOW;
     cfg->params.algo = SS_ALGO_EASGD;
-    cfg->params.alpha = 0.2f;
+    cfg->params.alpha = 0.5f;
     cfg->params.bmuf = (ss_bmuf_params){.eta = 0.3f, .zeta = 1.0f, .nesterov = true};
     cfg->sync_every = 10;
     cfg->batch = 32;
@@ -45,8 +45,8 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
     cfg->seed = 1;
     cfg->round_deadline_ms = 500;
     cfg->round_interval_us = 0;
-    cfg->min_round_gap = 1;
-    cfg->final_rounds = 3;
+    cfg->min_round_gap = 4;
+    cfg->final_rounds = 10;
     cfg->progress_interval_s = 1.0;
 }
 
