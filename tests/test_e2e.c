@@ -135,9 +135,41 @@ START_TEST(test_real_criteo_sample_trains) {
              CTR_TRAIN, SS_DATA_DIR, SS_DATA_DIR);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
     ck_assert_double_eq(field(out, "summary:", "examples"), 6000);
-    ck_assert_double_gt(field(out, "summary:", "sync_rounds"), 0);
+    double rounds = field(out, "summary:", "sync_rounds");
+    ck_assert_double_gt(rounds, 0);
     double auc = field(out, "summary:", "auc");
     ck_assert_double_gt(auc, 0.5);
+
+    /* The same run with --metrics-out: the registry holds the engines'
+     * counters, and they agree with the summary. */
+    char prom[600];
+    snprintf(prom, sizeof prom, "%s/metrics.prom", workdir);
+    snprintf(cmd, sizeof cmd,
+             "%s --train %s/criteo-kaggle-head-8000.tsv --max-rows 6000 "
+             "--test %s/criteo-kaggle-head-8000.tsv --trainers 2 --sync shadow --algo ma "
+             "--progress 0 --metrics-out %s",
+             CTR_TRAIN, SS_DATA_DIR, SS_DATA_DIR, prom);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    rounds = field(out, "summary:", "sync_rounds");
+    FILE *f = fopen(prom, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    double metric_rounds = 0;
+    int help_lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        help_lines += strncmp(line, "# HELP shadowsync_", 18) == 0;
+        if (strncmp(line, "shadowsync_sync_rounds_total{", 29) == 0)
+            metric_rounds += atof(strrchr(line, ' ') + 1);
+    }
+    fclose(f);
+    ck_assert_int_ge(help_lines, 8);
+    ck_assert_double_eq(metric_rounds, rounds);
+    snprintf(cmd, sizeof cmd,
+             "%s --train %s/criteo-kaggle-head-8000.tsv --max-rows 100 "
+             "--test %s/criteo-kaggle-head-8000.tsv --progress 0 --metrics-out /nonexistent/m",
+             CTR_TRAIN, SS_DATA_DIR, SS_DATA_DIR);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cannot write metrics"));
 }
 END_TEST
 

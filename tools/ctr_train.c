@@ -1,6 +1,7 @@
 /* ctr-train: the reference DLRM-style CTR trainer. Several trainers
  * (replicas) in one process, Hogwild workers each, synced in the
  * background by the shadow engine, in the foreground, or not at all. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,21 @@ static void print_trainer(uint32_t t, const ss_ctr_trainer_result *tr, bool sync
     printf("\n");
 }
 
+static int write_metrics(ss_metrics *m, const char *path) {
+    char *text;
+    size_t len;
+    if (ss_metrics_render(m, &text, &len) != SS_OK)
+        return -1;
+    FILE *f = fopen(path, "w");
+    int rc = (f && fwrite(text, 1, len, f) == len) ? 0 : -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    if (rc)
+        fprintf(stderr, "ctr-train: cannot write metrics to %s: %s\n", path, strerror(errno));
+    free(text);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     ss_ctr_train_config cfg;
     ss_ctr_train_config_default(&cfg);
@@ -38,6 +54,7 @@ int main(int argc, char **argv) {
     double link_gbps = 0.0;
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
+    const char *metrics_out = NULL;
     ss_flag flags[] = {
         {"train", SS_FLAG_STRING, &train_path, "training data, Criteo TSV (required)", NULL, 0, 0},
         {"test", SS_FLAG_STRING, &test_path, "held-out data, Criteo TSV (required)", NULL, 0, 0},
@@ -82,6 +99,8 @@ int main(int argc, char **argv) {
         {"bottom-hidden", SS_FLAG_INT, &bottom, "bottom MLP hidden width", NULL, 1, 4096},
         {"top-hidden", SS_FLAG_INT, &top, "top MLP hidden width", NULL, 1, 4096},
         {"seed", SS_FLAG_INT, &seed, "initialization seed", NULL, 0, 0},
+        {"metrics-out", SS_FLAG_STRING, &metrics_out,
+         "write the sync metrics in Prometheus text format to this file at the end", NULL, 0, 0},
         {"progress", SS_FLAG_DOUBLE, &progress, "seconds between progress lines (0 = none)", NULL,
          0, 3600},
     };
@@ -160,11 +179,13 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     ss_ctr_train_result *res = malloc(sizeof *res);
-    if (!res) {
+    if (!res || (metrics_out && ss_metrics_create(&cfg.metrics) != SS_OK)) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }
     st = ss_ctr_train_run(&cfg, &train, &test, res);
+    int metrics_rc = (st == SS_OK && metrics_out) ? write_metrics(cfg.metrics, metrics_out) : 0;
+    ss_metrics_destroy(cfg.metrics);
     if (st != SS_OK) {
         fprintf(stderr, "ctr-train: training failed: %s\n", ss_strerror(st));
         free(res);
@@ -185,5 +206,5 @@ int main(int argc, char **argv) {
     free(res);
     ss_ctr_dataset_free(&train);
     ss_ctr_dataset_free(&test);
-    return 0;
+    return metrics_rc ? 1 : 0;
 }

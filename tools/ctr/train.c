@@ -248,6 +248,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
         char name[32];
         snprintf(name, sizeof name, "t%u", t);
         ss_engine_config ecfg = {.transport = transport,
+                                 .metrics = cfg->metrics,
                                  .trainer = name,
                                  .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
                                  .round_interval_us = cfg->round_interval_us,

@@ -45,7 +45,8 @@ typedef struct ss_ctr_train_config {
     bool eval_central;     /* evaluate the central variable instead of replica 0 */
     bool eval_each;        /* also evaluate every trainer's replica */
     double progress_interval_s;
-    FILE *progress; /* progress lines go here; NULL = quiet */
+    FILE *progress;      /* progress lines go here; NULL = quiet */
+    ss_metrics *metrics; /* engines register here; NULL = private registries */
 } ss_ctr_train_config;
 
 typedef struct ss_ctr_trainer_result {
