@@ -1,5 +1,7 @@
 /* shadow/: the algorithms and kernels against hand-computed values. */
 #include <check.h>
+
+#include "check_run.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -128,9 +130,5 @@ int main(void) {
     tcase_add_test(tc, test_mean_and_kernels);
     tcase_add_test(tc, test_algo_names);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return ss_check_run(s);
 }

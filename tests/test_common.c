@@ -1,5 +1,7 @@
 /* common/: status strings, flags with env fallbacks, metrics rendering. */
 #include <check.h>
+
+#include "check_run.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,9 +190,5 @@ int main(void) {
     tcase_add_test(tc, test_metrics_render_exact);
     tcase_add_test(tc, test_metrics_bad_input);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return ss_check_run(s);
 }

@@ -1,6 +1,8 @@
 /* tools/ctr: the Criteo reader, NE/AUC, the model's gradients, the
  * synthetic ground truth. */
 #include <check.h>
+
+#include "check_run.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,9 +268,5 @@ int main(void) {
     tcase_add_test(tc, test_truth_deterministic);
     tcase_add_test(tc, test_model_gradients_match_finite_differences);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return ss_check_run(s);
 }

@@ -2,6 +2,8 @@
  * Model quality of background sync against a single replica, generator
  * determinism, and clear errors for bad command lines. */
 #include <check.h>
+
+#include "check_run.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,13 +188,10 @@ int main(void) {
     tcase_add_test(tc, test_real_criteo_sample_trains);
     tcase_add_test(tc, test_background_sync_matches_single_replica);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = ss_check_run(s);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", workdir);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

@@ -1,5 +1,7 @@
 /* shadow/: the engine and the in-process transport. */
 #include <check.h>
+
+#include "check_run.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -442,9 +444,5 @@ int main(void) {
     tcase_add_test(tc, test_sync_gap_accounting);
     tcase_add_test(tc, test_min_round_gap_waits_for_progress);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return ss_check_run(s);
 }
