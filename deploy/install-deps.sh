@@ -11,6 +11,9 @@ PACKAGES=(
   libsubunit-dev    # check's pkg-config file links it
   clang-format      # the format test (tests/check-format.sh)
   git               # the format test lists tracked files
+  libgrpc-dev       # gRPC core C API (rpc/)
+  libprotobuf-c-dev # protobuf-c runtime
+  protobuf-c-compiler  # protoc-c, generates rpc/proto/*.pb-c.[ch]
 )
 
 missing=()

@@ -1,0 +1,346 @@
+/* DenseSync server handlers and the gRPC client transport. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dense_sync.pb-c.h"
+#include "shadowsync/dense_service.h"
+
+#define M_JOIN    "/shadowsync.v1.DenseSync/Join"
+#define M_LEAVE   "/shadowsync.v1.DenseSync/Leave"
+#define M_EASGD   "/shadowsync.v1.DenseSync/EasgdExchange"
+#define M_ROUND   "/shadowsync.v1.DenseSync/RoundMean"
+#define M_CENTRAL "/shadowsync.v1.DenseSync/ReadCentral"
+
+/* ---- server side ---- */
+
+static void reject(ss_dense_service *svc, ss_rpc_reply *r, ss_status st, const char *what) {
+    r->status = st;
+    snprintf(r->message, sizeof r->message, "%s", what);
+    if (svc->rejected && (st == SS_ERR_INVALID_ARGUMENT || st == SS_ERR_PARSE ||
+                          st == SS_ERR_SIZE_MISMATCH || st == SS_ERR_NON_FINITE))
+        ss_counter_add(svc->rejected, 1);
+}
+
+static void fail(ss_dense_service *svc, ss_rpc_reply *r, ss_status st) {
+    reject(svc, r, st, ss_strerror(st));
+}
+
+/* Packs any protobuf-c message into reply->data. */
+static void pack(const ProtobufCMessage *m, ss_rpc_reply *r) {
+    r->len = protobuf_c_message_get_packed_size(m);
+    r->data = malloc(r->len ? r->len : 1);
+    if (!r->data) {
+        r->status = SS_ERR_NO_MEMORY;
+        snprintf(r->message, sizeof r->message, "out of memory");
+        return;
+    }
+    protobuf_c_message_pack(m, r->data);
+}
+
+/* A float payload must be whole floats and within the group size limit. */
+static int check_floats(ss_dense_service *svc, const ProtobufCBinaryData *b, ss_rpc_reply *r) {
+    if (b->len == 0 || b->len % sizeof(float) != 0) {
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT,
+               "float payload must be a non-empty multiple of 4 bytes");
+        return 0;
+    }
+    if (b->len / sizeof(float) > svc->max_floats) {
+        reject(svc, r, SS_ERR_SIZE_MISMATCH, "float payload larger than the server's group limit");
+        return 0;
+    }
+    return 1;
+}
+
+static int check_group(ss_dense_service *svc, const char *group, ss_rpc_reply *r) {
+    if (!group || !*group || strlen(group) > 256) {
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT, "group name must be 1 to 256 bytes");
+        return 0;
+    }
+    return 1;
+}
+
+#define UNPACK_OR_REJECT(type, fn, var)                                                            \
+    type *var = fn(NULL, len, req);                                                                \
+    if (!var) {                                                                                    \
+        reject(svc, reply, SS_ERR_PARSE, "request is not a valid " #type " message");              \
+        return;                                                                                    \
+    }
+
+static void h_join(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
+    ss_dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__JoinRequest, shadowsync__v1__join_request__unpack, m);
+    if (check_group(svc, m->group, reply)) {
+        if (m->size == 0 || m->size > svc->max_floats) {
+            reject(svc, reply, SS_ERR_INVALID_ARGUMENT, "group size must be 1 .. server limit");
+        } else {
+            Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
+            ss_status st = ss_transport_join(svc->backend, m->group, m->size, &out.member);
+            if (st == SS_OK)
+                pack(&out.base, reply);
+            else
+                fail(svc, reply, st);
+        }
+    }
+    shadowsync__v1__join_request__free_unpacked(m, NULL);
+}
+
+static void h_leave(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
+    ss_dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__LeaveRequest, shadowsync__v1__leave_request__unpack, m);
+    if (check_group(svc, m->group, reply)) {
+        ss_status st = ss_transport_leave(svc->backend, m->group, m->member);
+        Shadowsync__V1__LeaveReply out = SHADOWSYNC__V1__LEAVE_REPLY__INIT;
+        if (st == SS_OK)
+            pack(&out.base, reply);
+        else
+            fail(svc, reply, st);
+    }
+    shadowsync__v1__leave_request__free_unpacked(m, NULL);
+}
+
+static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
+    ss_dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__EasgdRequest, shadowsync__v1__easgd_request__unpack, m);
+    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply)) {
+        size_t n = m->snapshot.len / sizeof(float);
+        float *s = malloc(n * sizeof(float)), *d = malloc(n * sizeof(float));
+        if (!s || !d) {
+            fail(svc, reply, SS_ERR_NO_MEMORY);
+        } else {
+            memcpy(s, m->snapshot.data, n * sizeof(float)); /* bytes need not be aligned */
+            ss_status st =
+                ss_transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
+            if (st == SS_OK) {
+                Shadowsync__V1__EasgdReply out = SHADOWSYNC__V1__EASGD_REPLY__INIT;
+                out.delta.data = (uint8_t *)d;
+                out.delta.len = n * sizeof(float);
+                pack(&out.base, reply);
+            } else {
+                fail(svc, reply, st);
+            }
+        }
+        free(s);
+        free(d);
+    }
+    shadowsync__v1__easgd_request__free_unpacked(m, NULL);
+}
+
+static void h_round(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
+    ss_dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__RoundRequest, shadowsync__v1__round_request__unpack, m);
+    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply)) {
+        size_t n = m->snapshot.len / sizeof(float);
+        float *s = malloc(n * sizeof(float)), *avg = malloc(n * sizeof(float));
+        if (!s || !avg) {
+            fail(svc, reply, SS_ERR_NO_MEMORY);
+        } else {
+            memcpy(s, m->snapshot.data, n * sizeof(float));
+            ss_round_result rr;
+            ss_status st =
+                ss_transport_allreduce_mean(svc->backend, m->group, m->member, s, avg, n, &rr);
+            if (st == SS_OK) {
+                Shadowsync__V1__RoundReply out = SHADOWSYNC__V1__ROUND_REPLY__INIT;
+                out.round = rr.round;
+                out.participants = rr.participants;
+                out.mean.data = (uint8_t *)avg;
+                out.mean.len = n * sizeof(float);
+                pack(&out.base, reply);
+            } else {
+                fail(svc, reply, st);
+            }
+        }
+        free(s);
+        free(avg);
+    }
+    shadowsync__v1__round_request__free_unpacked(m, NULL);
+}
+
+static void h_central(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
+    ss_dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__ReadCentralRequest,
+                     shadowsync__v1__read_central_request__unpack, m);
+    if (check_group(svc, m->group, reply)) {
+        if (m->size == 0 || m->size > svc->max_floats) {
+            reject(svc, reply, SS_ERR_INVALID_ARGUMENT, "size must be 1 .. server limit");
+        } else {
+            float *c = malloc(m->size * sizeof(float));
+            ss_status st = c ? ss_transport_read_central(svc->backend, m->group, c, m->size)
+                             : SS_ERR_NO_MEMORY;
+            if (st == SS_OK) {
+                Shadowsync__V1__ReadCentralReply out = SHADOWSYNC__V1__READ_CENTRAL_REPLY__INIT;
+                out.central.data = (uint8_t *)c;
+                out.central.len = m->size * sizeof(float);
+                pack(&out.base, reply);
+            } else {
+                fail(svc, reply, st);
+            }
+            free(c);
+        }
+    }
+    shadowsync__v1__read_central_request__free_unpacked(m, NULL);
+}
+
+static const ss_rpc_method dense_methods[] = {
+    {M_JOIN, h_join, false},       {M_LEAVE, h_leave, false},
+    {M_EASGD, h_easgd, false},     {M_ROUND, h_round, true}, /* waits for the round to close */
+    {M_CENTRAL, h_central, false},
+};
+
+const ss_rpc_method *ss_dense_service_methods(size_t *count) {
+    if (count)
+        *count = sizeof dense_methods / sizeof *dense_methods;
+    return dense_methods;
+}
+
+/* ---- client side: an ss_transport over gRPC ---- */
+
+typedef struct grpc_tp {
+    ss_rpc_channel *ch;
+    uint32_t timeout_ms, round_wait_ms;
+} grpc_tp;
+
+static ss_status call(grpc_tp *t, const char *method, const ProtobufCMessage *req,
+                      uint32_t timeout_ms, uint8_t **resp, size_t *resp_len) {
+    size_t n = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    protobuf_c_message_pack(req, buf);
+    ss_status st = ss_rpc_call(t->ch, method, buf, n, timeout_ms, false, resp, resp_len, NULL, 0);
+    free(buf);
+    return st;
+}
+
+static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
+    grpc_tp *t = impl;
+    Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    req.group = (char *)group;
+    req.size = n;
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(t, M_JOIN, &req.base, t->timeout_ms, &resp, &len);
+    if (st != SS_OK)
+        return st;
+    Shadowsync__V1__JoinReply *r = shadowsync__v1__join_reply__unpack(NULL, len, resp);
+    free(resp);
+    if (!r)
+        return SS_ERR_PARSE;
+    *member = r->member;
+    shadowsync__v1__join_reply__free_unpacked(r, NULL);
+    return SS_OK;
+}
+
+static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
+    grpc_tp *t = impl;
+    Shadowsync__V1__LeaveRequest req = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
+    req.group = (char *)group;
+    req.member = member;
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(t, M_LEAVE, &req.base, t->timeout_ms, &resp, &len);
+    free(resp);
+    return st;
+}
+
+/* Copies a reply's float payload, checking its size. */
+static ss_status take_floats(const ProtobufCBinaryData *b, float *out, size_t n) {
+    if (b->len != n * sizeof(float))
+        return SS_ERR_SIZE_MISMATCH;
+    memcpy(out, b->data, b->len);
+    return SS_OK;
+}
+
+static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
+                          float alpha, float *d, size_t n) {
+    grpc_tp *t = impl;
+    Shadowsync__V1__EasgdRequest req = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
+    req.group = (char *)group;
+    req.member = member;
+    req.alpha = alpha;
+    req.snapshot.data = (uint8_t *)s;
+    req.snapshot.len = n * sizeof(float);
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(t, M_EASGD, &req.base, t->timeout_ms, &resp, &len);
+    if (st != SS_OK)
+        return st;
+    Shadowsync__V1__EasgdReply *r = shadowsync__v1__easgd_reply__unpack(NULL, len, resp);
+    free(resp);
+    if (!r)
+        return SS_ERR_PARSE;
+    st = take_floats(&r->delta, d, n);
+    shadowsync__v1__easgd_reply__free_unpacked(r, NULL);
+    return st;
+}
+
+static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
+                          float *avg, size_t n, ss_round_result *result) {
+    grpc_tp *t = impl;
+    Shadowsync__V1__RoundRequest req = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    req.group = (char *)group;
+    req.member = member;
+    req.snapshot.data = (uint8_t *)s;
+    req.snapshot.len = n * sizeof(float);
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(t, M_ROUND, &req.base, t->timeout_ms + t->round_wait_ms, &resp, &len);
+    if (st != SS_OK)
+        return st;
+    Shadowsync__V1__RoundReply *r = shadowsync__v1__round_reply__unpack(NULL, len, resp);
+    free(resp);
+    if (!r)
+        return SS_ERR_PARSE;
+    st = take_floats(&r->mean, avg, n);
+    result->round = r->round;
+    result->participants = r->participants;
+    shadowsync__v1__round_reply__free_unpacked(r, NULL);
+    return st;
+}
+
+static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
+    grpc_tp *t = impl;
+    Shadowsync__V1__ReadCentralRequest req = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
+    req.group = (char *)group;
+    req.size = n;
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(t, M_CENTRAL, &req.base, t->timeout_ms, &resp, &len);
+    if (st != SS_OK)
+        return st;
+    Shadowsync__V1__ReadCentralReply *r =
+        shadowsync__v1__read_central_reply__unpack(NULL, len, resp);
+    free(resp);
+    if (!r)
+        return SS_ERR_PARSE;
+    st = take_floats(&r->central, c, n);
+    shadowsync__v1__read_central_reply__free_unpacked(r, NULL);
+    return st;
+}
+
+static void tp_destroy(void *impl) {
+    grpc_tp *t = impl;
+    ss_rpc_channel_destroy(t->ch);
+    free(t);
+}
+
+static const ss_transport_ops grpc_ops = {tp_join,  tp_leave,   tp_easgd,
+                                          tp_round, tp_central, tp_destroy};
+
+ss_status ss_grpc_transport_create(const ss_grpc_transport_config *cfg, ss_transport **out) {
+    if (!cfg || !cfg->target || cfg->timeout_ms == 0 || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    grpc_tp *t = calloc(1, sizeof *t);
+    if (!t)
+        return SS_ERR_NO_MEMORY;
+    t->timeout_ms = cfg->timeout_ms;
+    t->round_wait_ms = cfg->round_wait_ms;
+    ss_status st = ss_rpc_channel_create(cfg->target, 0, &t->ch);
+    if (st == SS_OK)
+        st = ss_transport_create(&grpc_ops, t, out);
+    if (st != SS_OK) {
+        ss_rpc_channel_destroy(t->ch);
+        free(t);
+    }
+    return st;
+}

@@ -1,0 +1,75 @@
+/* gRPC-core helpers: a unary-call server framework and a client channel.
+ *
+ * Server: one completion queue and thread per worker; each registered
+ * method keeps requests pre-posted on every queue; a call's payload
+ * arrives with it, the handler turns request bytes into reply bytes and a
+ * status. Handlers marked `blocking` (e.g. a round that waits for other
+ * members) run on a thread of their own so they never stall a queue.
+ * Calls whose deadline has passed are answered DEADLINE_EXCEEDED without
+ * running the handler. Shutdown follows rpc/../shared notes: stop
+ * re-arming, shutdown_and_notify, cancel all calls, wait for the tag and
+ * for every live call context, destroy the server, drain the queues.
+ *
+ * Errors carry the ss_status name in the status message ("ss=non_finite:
+ * ..."), so a client gets the exact ss_status back (ss_rpc_call). */
+#ifndef SHADOWSYNC_RPC_H
+#define SHADOWSYNC_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/metrics.h"
+#include "shadowsync/status.h"
+
+typedef struct ss_rpc_server ss_rpc_server;
+
+/* What a handler returns: status (SS_OK or an error with a message) and,
+ * on success, reply bytes malloc'd by the handler (freed by the server). */
+typedef struct ss_rpc_reply {
+    ss_status status;
+    char message[200];
+    uint8_t *data;
+    size_t len;
+} ss_rpc_reply;
+
+typedef void (*ss_rpc_handler)(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply);
+
+typedef struct ss_rpc_method {
+    const char *path; /* "/package.Service/Method" */
+    ss_rpc_handler handler;
+    bool blocking;
+} ss_rpc_method;
+
+typedef struct ss_rpc_server_config {
+    const char *listen;       /* "127.0.0.1:0" picks a free port */
+    uint32_t threads;         /* completion-queue threads, >= 1 */
+    size_t max_message_bytes; /* receive limit; larger messages: RESOURCE_EXHAUSTED */
+    ss_metrics *metrics;      /* optional: shadowsync_rpc_requests_total{method,result} */
+} ss_rpc_server_config;
+
+/* Binds and starts serving. methods must outlive the server. */
+ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_method *methods,
+                              size_t nmethods, void *ctx, ss_rpc_server **out);
+int ss_rpc_server_port(const ss_rpc_server *srv);
+/* Graceful shutdown; waits for calls in flight. */
+void ss_rpc_server_stop(ss_rpc_server *srv);
+
+typedef struct ss_rpc_channel ss_rpc_channel;
+
+ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes, ss_rpc_channel **out);
+void ss_rpc_channel_destroy(ss_rpc_channel *ch);
+
+/* One unary call with a deadline. On SS_OK *resp (malloc'd, caller frees)
+ * holds the reply. Otherwise the server's or the transport's error, with
+ * its text in msg when given. wait_for_ready: wait for the server to come
+ * up until the deadline instead of failing fast. */
+ss_status ss_rpc_call(ss_rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
+                      uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
+                      char *msg, size_t msglen);
+
+/* Brings gRPC up/down (reference counted by gRPC itself). */
+void ss_rpc_init(void);
+void ss_rpc_shutdown(void);
+
+#endif

@@ -1,0 +1,372 @@
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc_internal.h"
+#include "shadowsync/clock.h"
+#include "shadowsync/log.h"
+#include "shadowsync/rpc.h"
+
+#define PREPOSTED_PER_METHOD 4
+#define GENERIC              ((size_t)-1) /* an unregistered method: UNIMPLEMENTED */
+
+typedef enum { CALL_REQUESTED, CALL_REPLYING } call_state;
+
+typedef struct call_ctx {
+    ss_rpc_server *srv;
+    size_t method;
+    grpc_completion_queue *cq;
+    call_state state;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array request_md;
+    grpc_call_details details; /* GENERIC calls only */
+    grpc_byte_buffer *payload;
+    grpc_byte_buffer *reply_bb;
+    grpc_slice status_details;
+    int cancelled;
+} call_ctx;
+
+typedef struct method_slot {
+    void *handle;
+    ss_counter *ok, *error;
+} method_slot;
+
+struct ss_rpc_server {
+    grpc_server *server;
+    const ss_rpc_method *methods;
+    method_slot *slots;
+    size_t nmethods;
+    void *ctx;
+    int port;
+    uint32_t nthreads;
+    grpc_completion_queue **cqs;
+    grpc_completion_queue *shutdown_cq;
+    pthread_t *threads;
+    _Atomic bool shutting_down;
+    _Atomic long live_calls;
+};
+
+void ss_rpc_init(void) {
+    grpc_init();
+}
+
+void ss_rpc_shutdown(void) {
+    grpc_shutdown();
+}
+
+static void request_call(ss_rpc_server *srv, size_t method, grpc_completion_queue *cq) {
+    call_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        SS_LOG_ERRORF("rpc", "event=oom where=request_call");
+        return;
+    }
+    c->srv = srv;
+    c->method = method;
+    c->cq = cq;
+    c->state = CALL_REQUESTED;
+    grpc_metadata_array_init(&c->request_md);
+    grpc_call_details_init(&c->details);
+    atomic_fetch_add(&srv->live_calls, 1);
+    grpc_call_error err = method == GENERIC
+                              ? grpc_server_request_call(srv->server, &c->call, &c->details,
+                                                         &c->request_md, cq, cq, c)
+                              : grpc_server_request_registered_call(
+                                    srv->server, srv->slots[method].handle, &c->call, &c->deadline,
+                                    &c->request_md, &c->payload, cq, cq, c);
+    if (err != GRPC_CALL_OK) {
+        grpc_call_details_destroy(&c->details);
+        grpc_metadata_array_destroy(&c->request_md);
+        free(c);
+        atomic_fetch_sub(&srv->live_calls, 1);
+    }
+}
+
+static void free_call(call_ctx *c) {
+    ss_rpc_server *srv = c->srv;
+    if (c->payload)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->reply_bb)
+        grpc_byte_buffer_destroy(c->reply_bb);
+    grpc_slice_unref(c->status_details);
+    grpc_metadata_array_destroy(&c->request_md);
+    grpc_call_details_destroy(&c->details);
+    if (c->call)
+        grpc_call_unref(c->call);
+    free(c);
+    atomic_fetch_sub(&srv->live_calls, 1);
+}
+
+static grpc_status_code to_grpc_code(ss_status st) {
+    switch (st) {
+    case SS_OK:
+        return GRPC_STATUS_OK;
+    case SS_ERR_INVALID_ARGUMENT:
+    case SS_ERR_PARSE:
+    case SS_ERR_SIZE_MISMATCH:
+    case SS_ERR_NON_FINITE:
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    case SS_ERR_NOT_FOUND:
+        return GRPC_STATUS_NOT_FOUND;
+    case SS_ERR_EXISTS:
+        return GRPC_STATUS_ALREADY_EXISTS;
+    case SS_ERR_STATE:
+        return GRPC_STATUS_FAILED_PRECONDITION;
+    case SS_ERR_TIMEOUT:
+        return GRPC_STATUS_DEADLINE_EXCEEDED;
+    case SS_ERR_NO_MEMORY:
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case SS_ERR_STOPPED:
+    case SS_ERR_IO:
+        return GRPC_STATUS_UNAVAILABLE;
+    default:
+        return GRPC_STATUS_INTERNAL;
+    }
+}
+
+/* Runs the handler and starts the reply batch; the batch's completion
+ * (CALL_REPLYING) frees the context. */
+static void serve(call_ctx *c) {
+    ss_rpc_server *srv = c->srv;
+    ss_rpc_reply reply = {.status = SS_OK};
+    grpc_slice req = grpc_empty_slice();
+    if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) <= 0) {
+        reply.status = SS_ERR_TIMEOUT;
+        snprintf(reply.message, sizeof reply.message, "deadline expired before the call ran");
+    } else if (!c->payload) {
+        reply.status = SS_ERR_PARSE;
+        snprintf(reply.message, sizeof reply.message, "request without a message");
+    } else {
+        grpc_byte_buffer_reader r;
+        if (!grpc_byte_buffer_reader_init(&r, c->payload)) {
+            reply.status = SS_ERR_PARSE;
+            snprintf(reply.message, sizeof reply.message, "unreadable request message");
+        } else {
+            req = grpc_byte_buffer_reader_readall(&r);
+            grpc_byte_buffer_reader_destroy(&r);
+            srv->methods[c->method].handler(srv->ctx, GRPC_SLICE_START_PTR(req),
+                                            GRPC_SLICE_LENGTH(req), &reply);
+        }
+    }
+    grpc_slice_unref(req);
+    ss_counter *counter =
+        reply.status == SS_OK ? srv->slots[c->method].ok : srv->slots[c->method].error;
+    if (counter)
+        ss_counter_add(counter, 1);
+
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (reply.status == SS_OK) {
+        grpc_slice s;
+        if (reply.len) {
+            s = grpc_slice_new(reply.data, reply.len, free); /* no copy: gRPC frees it */
+        } else {
+            free(reply.data);
+            s = grpc_empty_slice();
+        }
+        c->reply_bb = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->reply_bb;
+    } else {
+        free(reply.data);
+        char text[256];
+        snprintf(text, sizeof text, "ss=%s: %s", ss_status_name(reply.status), reply.message);
+        c->status_details = grpc_slice_from_copied_string(text);
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = to_grpc_code(reply.status);
+    ops[n++].data.send_status_from_server.status_details =
+        reply.status == SS_OK ? NULL : &c->status_details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    c->state = CALL_REPLYING;
+    if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK) {
+        SS_LOG_ERRORF("rpc", "event=reply_batch_failed method=%s", srv->methods[c->method].path);
+        free_call(c);
+    }
+}
+
+/* Any method we did not register: UNIMPLEMENTED at once, instead of a call
+ * that hangs until the client's deadline. */
+static void serve_unimplemented(call_ctx *c) {
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->status_details = grpc_slice_from_static_string("ss=not_found: unknown method");
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+    ops[1].data.send_status_from_server.status_details = &c->status_details;
+    ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[2].data.recv_close_on_server.cancelled = &c->cancelled;
+    c->state = CALL_REPLYING;
+    if (grpc_call_start_batch(c->call, ops, 3, c, NULL) != GRPC_CALL_OK)
+        free_call(c);
+}
+
+static void *blocking_serve(void *arg) {
+    serve(arg);
+    return NULL;
+}
+
+typedef struct cq_arg {
+    ss_rpc_server *srv;
+    grpc_completion_queue *cq;
+} cq_arg;
+
+static void *cq_thread(void *arg) {
+    cq_arg *a = arg;
+    ss_rpc_server *srv = a->srv;
+    grpc_completion_queue *cq = a->cq;
+    free(a);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        call_ctx *c = ev.tag;
+        if (c->state == CALL_REPLYING || !ev.success) {
+            free_call(c); /* reply sent, or a pre-posted request ended by shutdown */
+            continue;
+        }
+        /* Re-arm first so the method never runs out of posted requests. */
+        if (!atomic_load(&srv->shutting_down))
+            request_call(srv, c->method, cq);
+        if (c->method == GENERIC) {
+            serve_unimplemented(c);
+        } else if (srv->methods[c->method].blocking) {
+            pthread_t t;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            if (pthread_create(&t, &attr, blocking_serve, c) != 0)
+                serve(c);
+            pthread_attr_destroy(&attr);
+        } else {
+            serve(c);
+        }
+    }
+    return NULL;
+}
+
+ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_method *methods,
+                              size_t nmethods, void *ctx, ss_rpc_server **out) {
+    if (!cfg || !cfg->listen || cfg->threads == 0 || cfg->threads > 64 || !methods ||
+        nmethods == 0 || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_rpc_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return SS_ERR_NO_MEMORY;
+    srv->methods = methods;
+    srv->nmethods = nmethods;
+    srv->ctx = ctx;
+    srv->nthreads = cfg->threads;
+    srv->slots = calloc(nmethods, sizeof *srv->slots);
+    srv->cqs = calloc(cfg->threads, sizeof *srv->cqs);
+    srv->threads = calloc(cfg->threads, sizeof *srv->threads);
+    if (!srv->slots || !srv->cqs || !srv->threads) {
+        free(srv->slots);
+        free(srv->cqs);
+        free(srv->threads);
+        free(srv);
+        return SS_ERR_NO_MEMORY;
+    }
+    grpc_init();
+    grpc_arg arg = {.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+                    .value.integer = (int)(cfg->max_message_bytes ? cfg->max_message_bytes
+                                                                  : SS_RPC_DEFAULT_MAX_MESSAGE)};
+    grpc_channel_args args = {.num_args = 1, .args = &arg};
+    srv->server = grpc_server_create(&args, NULL);
+    for (size_t i = 0; i < nmethods; i++) {
+        srv->slots[i].handle = grpc_server_register_method(
+            srv->server, methods[i].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        ss_metrics *m = cfg->metrics;
+        if (m) {
+            const char *ok[] = {"method", methods[i].path, "result", "ok", NULL};
+            const char *err[] = {"method", methods[i].path, "result", "error", NULL};
+            const char *help = "RPC requests served, by method and result.";
+            ss_metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &srv->slots[i].ok);
+            ss_metrics_counter(m, "shadowsync_rpc_requests_total", help, err, &srv->slots[i].error);
+        }
+    }
+    for (uint32_t i = 0; i < cfg->threads; i++) {
+        srv->cqs[i] = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(srv->server, srv->cqs[i], NULL);
+    }
+    /* The shutdown notification needs a registered NEXT queue of its own. */
+    srv->shutdown_cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(srv->server, srv->shutdown_cq, NULL);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    srv->port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (srv->port == 0) {
+        SS_LOG_ERRORF("rpc", "event=bind_failed listen=%s", cfg->listen);
+        grpc_server_destroy(srv->server);
+        for (uint32_t i = 0; i < cfg->threads; i++)
+            grpc_completion_queue_destroy(srv->cqs[i]);
+        grpc_completion_queue_destroy(srv->shutdown_cq);
+        free(srv->slots);
+        free(srv->cqs);
+        free(srv->threads);
+        free(srv);
+        grpc_shutdown();
+        return SS_ERR_IO;
+    }
+    grpc_server_start(srv->server);
+    for (uint32_t i = 0; i < cfg->threads; i++) {
+        for (size_t m = 0; m < nmethods; m++)
+            for (int k = 0; k < PREPOSTED_PER_METHOD; k++)
+                request_call(srv, m, srv->cqs[i]);
+        request_call(srv, GENERIC, srv->cqs[i]);
+        cq_arg *a = malloc(sizeof *a);
+        a->srv = srv;
+        a->cq = srv->cqs[i];
+        pthread_create(&srv->threads[i], NULL, cq_thread, a);
+    }
+    *out = srv;
+    return SS_OK;
+}
+
+int ss_rpc_server_port(const ss_rpc_server *srv) {
+    return srv ? srv->port : 0;
+}
+
+void ss_rpc_server_stop(ss_rpc_server *srv) {
+    if (!srv)
+        return;
+    atomic_store(&srv->shutting_down, true);
+    grpc_server_shutdown_and_notify(srv->server, srv->shutdown_cq, srv);
+    grpc_server_cancel_all_calls(srv->server);
+    grpc_completion_queue_next(srv->shutdown_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    /* The tag can come while calls are alive; wait for every context. */
+    while (atomic_load(&srv->live_calls) > 0)
+        ss_sleep_ns(1000000);
+    grpc_server_destroy(srv->server);
+    for (uint32_t i = 0; i < srv->nthreads; i++)
+        grpc_completion_queue_shutdown(srv->cqs[i]);
+    for (uint32_t i = 0; i < srv->nthreads; i++) {
+        pthread_join(srv->threads[i], NULL);
+        grpc_completion_queue_destroy(srv->cqs[i]);
+    }
+    grpc_completion_queue_shutdown(srv->shutdown_cq);
+    while (grpc_completion_queue_next(srv->shutdown_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(srv->shutdown_cq);
+    free(srv->slots);
+    free(srv->cqs);
+    free(srv->threads);
+    free(srv);
+    grpc_shutdown();
+}

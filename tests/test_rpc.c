@@ -1,0 +1,224 @@
+/* rpc/: a real shadowsync-ps process on 127.0.0.1, engines talking to it
+ * through the gRPC transport, and bad input that must not hurt it. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "shadowsync/dense_service.h"
+#include "shadowsync/engine.h"
+
+extern char **environ;
+
+static pid_t ps_pid;
+static char ps_target[64];
+
+/* Starts shadowsync-ps on a free port and reads the port it prints. */
+static void start_ps(void) {
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    char *argv[] = {SHADOWSYNC_PS,         "--listen", "127.0.0.1:0", "--max-group-floats", "1000",
+                    "--round-deadline-ms", "300",      NULL};
+    ck_assert_int_eq(posix_spawn(&ps_pid, SHADOWSYNC_PS, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    char line[256] = {0};
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    fclose(f);
+    const char *at = strstr(line, "listening on ");
+    ck_assert_ptr_nonnull(at);
+    snprintf(ps_target, sizeof ps_target, "%s", at + strlen("listening on "));
+    ps_target[strcspn(ps_target, "\n")] = '\0';
+}
+
+static void stop_ps(void) {
+    kill(ps_pid, SIGTERM);
+    int status;
+    ck_assert_int_eq(waitpid(ps_pid, &status, 0), ps_pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0); /* graceful shutdown */
+}
+
+static ss_transport *connect_ps(void) {
+    ss_transport *t;
+    ss_grpc_transport_config cfg = {.target = ps_target, .timeout_ms = 5000, .round_wait_ms = 2000};
+    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
+    return t;
+}
+
+START_TEST(test_easgd_over_grpc) {
+    start_ps();
+    ss_transport *t = connect_ps();
+    uint64_t a, b;
+    ck_assert_int_eq(ss_transport_join(t, "dense", 2, &a), SS_OK);
+    ck_assert_int_eq(ss_transport_join(t, "dense", 2, &b), SS_OK);
+    float d[2], c[2];
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "dense", a, (const float[]){2, 4}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert_float_eq(d[0], 0.0f); /* c starts as the first snapshot */
+    /* c = [2,4], s = [4,0]: d = 0.5 (s - c) = [1,-2]; c = [3,2]. */
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "dense", b, (const float[]){4, 0}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert_float_eq(d[0], 1.0f);
+    ck_assert_float_eq(d[1], -2.0f);
+    ck_assert_int_eq(ss_transport_read_central(t, "dense", c, 2), SS_OK);
+    ck_assert_float_eq(c[0], 3.0f);
+    ck_assert_float_eq(c[1], 2.0f);
+    ss_transport_destroy(t);
+    stop_ps();
+}
+END_TEST
+
+typedef struct round_arg {
+    ss_engine *e;
+    ss_engine_group *g;
+    ss_status st;
+} round_arg;
+
+static void *one_round(void *p) {
+    round_arg *a = p;
+    a->st = ss_engine_run_round(a->e, a->g);
+    return NULL;
+}
+
+START_TEST(test_ma_round_of_three_engines_over_grpc) {
+    start_ps();
+    ss_transport *t[3];
+    ss_engine *e[3];
+    ss_replica *r[3];
+    round_arg args[3];
+    pthread_t th[3];
+    ss_sync_params p = {.algo = SS_ALGO_MA};
+    for (int k = 0; k < 3; k++) {
+        t[k] = connect_ps(); /* one connection per trainer, as across processes */
+        ss_engine_config cfg = {.transport = t[k], .threads = 1};
+        ck_assert_int_eq(ss_engine_create(&cfg, &e[k]), SS_OK);
+        ck_assert_int_eq(ss_replica_create(3, &r[k]), SS_OK);
+        for (int i = 0; i < 3; i++)
+            ss_replica_data(r[k])[i] = (float)(k * (i + 1)); /* means: 1, 2, 3 */
+        args[k].e = e[k];
+        ck_assert_int_eq(ss_engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
+    }
+    for (int k = 0; k < 3; k++)
+        pthread_create(&th[k], NULL, one_round, &args[k]);
+    for (int k = 0; k < 3; k++) {
+        pthread_join(th[k], NULL);
+        ck_assert_int_eq(args[k].st, SS_OK);
+        for (int i = 0; i < 3; i++)
+            ck_assert_float_eq(ss_replica_data(r[k])[i], (float)(i + 1));
+    }
+    for (int k = 0; k < 3; k++) {
+        ss_engine_destroy(e[k]);
+        ss_replica_destroy(r[k]);
+        ss_transport_destroy(t[k]);
+    }
+    stop_ps();
+}
+END_TEST
+
+START_TEST(test_bad_input_never_hurts_the_ps) {
+    start_ps();
+    ss_transport *t = connect_ps();
+    uint64_t a, x;
+    ck_assert_int_eq(ss_transport_join(t, "g", 2, &a), SS_OK);
+    float d[4], c[2];
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
+                     SS_OK);
+    /* wrong group size */
+    ck_assert_int_eq(ss_transport_join(t, "g", 3, &x), SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1, 1}, 0.5f, d, 3),
+                     SS_ERR_SIZE_MISMATCH);
+    /* unknown group, unknown member */
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "nope", a, (const float[]){1, 1}, 0.5f, d, 2),
+                     SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", 77, (const float[]){1, 1}, 0.5f, d, 2),
+                     SS_ERR_NOT_FOUND);
+    /* NaN / Inf payloads */
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
+                     SS_ERR_NON_FINITE);
+    ss_round_result rr;
+    ck_assert_int_eq(
+        ss_transport_allreduce_mean(t, "g", a, (const float[]){1, INFINITY}, c, 2, &rr),
+        SS_ERR_NON_FINITE);
+    /* a group larger than the server's limit (1000 floats), and a message
+     * larger than its receive limit */
+    ck_assert_int_eq(ss_transport_join(t, "big", 2000, &x), SS_ERR_INVALID_ARGUMENT);
+    static float huge[5000];
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, huge, 0.5f, huge, 5000),
+                     SS_ERR_NO_MEMORY); /* RESOURCE_EXHAUSTED */
+
+    /* garbage bytes and a call with an expired deadline, at the RPC level */
+    ss_rpc_channel *ch;
+    ck_assert_int_eq(ss_rpc_channel_create(ps_target, 0, &ch), SS_OK);
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
+    uint8_t *resp;
+    size_t len;
+    char msg[256] = "";
+    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.DenseSync/EasgdExchange", junk, sizeof junk,
+                                 5000, false, &resp, &len, msg, sizeof msg),
+                     SS_ERR_PARSE);
+    ck_assert_ptr_nonnull(strstr(msg, "not a valid"));
+    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.DenseSync/NoSuchMethod", junk, sizeof junk,
+                                 5000, false, &resp, &len, msg, sizeof msg),
+                     SS_ERR_NOT_FOUND); /* UNIMPLEMENTED, at once */
+    ss_rpc_channel_destroy(ch);
+
+    /* A deadline that expires while the server waits on a round (one of two
+     * members contributes; the round deadline is 300 ms, the call's 1 ms). */
+    uint64_t s1, s2;
+    ck_assert_int_eq(ss_transport_join(t, "slow", 2, &s1), SS_OK);
+    ck_assert_int_eq(ss_transport_join(t, "slow", 2, &s2), SS_OK);
+    ss_transport *impatient;
+    ss_grpc_transport_config icfg = {.target = ps_target, .timeout_ms = 1};
+    ck_assert_int_eq(ss_grpc_transport_create(&icfg, &impatient), SS_OK);
+    ck_assert_int_eq(
+        ss_transport_allreduce_mean(impatient, "slow", s1, (const float[]){1, 2}, c, 2, &rr),
+        SS_ERR_TIMEOUT);
+    ss_transport_destroy(impatient);
+
+    /* The central variable is untouched and the server still serves. */
+    ck_assert_int_eq(ss_transport_read_central(t, "g", c, 2), SS_OK);
+    ck_assert_float_eq(c[0], 1.0f);
+    ck_assert_float_eq(c[1], 1.0f);
+    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){3, 1}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert_float_eq(d[0], 1.0f);
+    ss_transport_destroy(t);
+    stop_ps();
+}
+END_TEST
+
+START_TEST(test_ps_down_fails_fast) {
+    ss_transport *t;
+    ss_grpc_transport_config cfg = {.target = "127.0.0.1:1", .timeout_ms = 2000};
+    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
+    uint64_t m;
+    ck_assert_int_eq(ss_transport_join(t, "g", 2, &m), SS_ERR_IO); /* UNAVAILABLE */
+    ss_transport_destroy(t);
+}
+END_TEST
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    Suite *s = suite_create("rpc");
+    TCase *tc = tcase_create("rpc");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_easgd_over_grpc);
+    tcase_add_test(tc, test_ma_round_of_three_engines_over_grpc);
+    tcase_add_test(tc, test_bad_input_never_hurts_the_ps);
+    tcase_add_test(tc, test_ps_down_fails_fast);
+    suite_add_tcase(s, tc);
+    return ss_check_run(s);
+}
