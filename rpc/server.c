@@ -259,6 +259,34 @@ static void *cq_thread(void *arg) {
     return NULL;
 }
 
+static void drain(grpc_completion_queue *cq) {
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+}
+
+/* Last step of both a failed start and a stop, after grpc_server_destroy:
+ * shut every queue down, let its thread (or we) drain it, free it all. */
+static void release_queues(ss_rpc_server *srv, bool threads_running) {
+    for (uint32_t i = 0; i < srv->nthreads; i++)
+        grpc_completion_queue_shutdown(srv->cqs[i]);
+    for (uint32_t i = 0; i < srv->nthreads; i++) {
+        if (threads_running)
+            pthread_join(srv->threads[i], NULL);
+        else
+            drain(srv->cqs[i]);
+        grpc_completion_queue_destroy(srv->cqs[i]);
+    }
+    grpc_completion_queue_shutdown(srv->shutdown_cq);
+    drain(srv->shutdown_cq);
+    grpc_completion_queue_destroy(srv->shutdown_cq);
+    free(srv->slots);
+    free(srv->cqs);
+    free(srv->threads);
+    free(srv);
+    grpc_shutdown();
+}
+
 ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_method *methods,
                               size_t nmethods, void *ctx, ss_rpc_server **out) {
     if (!cfg || !cfg->listen || cfg->threads == 0 || cfg->threads > 64 || !methods ||
@@ -282,11 +310,16 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
         return SS_ERR_NO_MEMORY;
     }
     grpc_init();
-    grpc_arg arg = {.type = GRPC_ARG_INTEGER,
-                    .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-                    .value.integer = (int)(cfg->max_message_bytes ? cfg->max_message_bytes
-                                                                  : SS_RPC_DEFAULT_MAX_MESSAGE)};
-    grpc_channel_args args = {.num_args = 1, .args = &arg};
+    grpc_arg arg[2] = {
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer =
+             (int)(cfg->max_message_bytes ? cfg->max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE)},
+        /* gRPC sets SO_REUSEPORT by default: a second server on a taken
+         * port would bind silently and steal half the connections. */
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+    };
+    grpc_channel_args args = {.num_args = 2, .args = arg};
     srv->server = grpc_server_create(&args, NULL);
     for (size_t i = 0; i < nmethods; i++) {
         srv->slots[i].handle = grpc_server_register_method(
@@ -313,14 +346,7 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
     if (srv->port == 0) {
         SS_LOG_ERRORF("rpc", "event=bind_failed listen=%s", cfg->listen);
         grpc_server_destroy(srv->server);
-        for (uint32_t i = 0; i < cfg->threads; i++)
-            grpc_completion_queue_destroy(srv->cqs[i]);
-        grpc_completion_queue_destroy(srv->shutdown_cq);
-        free(srv->slots);
-        free(srv->cqs);
-        free(srv->threads);
-        free(srv);
-        grpc_shutdown();
+        release_queues(srv, false);
         return SS_ERR_IO;
     }
     grpc_server_start(srv->server);
@@ -353,20 +379,5 @@ void ss_rpc_server_stop(ss_rpc_server *srv) {
     while (atomic_load(&srv->live_calls) > 0)
         ss_sleep_ns(1000000);
     grpc_server_destroy(srv->server);
-    for (uint32_t i = 0; i < srv->nthreads; i++)
-        grpc_completion_queue_shutdown(srv->cqs[i]);
-    for (uint32_t i = 0; i < srv->nthreads; i++) {
-        pthread_join(srv->threads[i], NULL);
-        grpc_completion_queue_destroy(srv->cqs[i]);
-    }
-    grpc_completion_queue_shutdown(srv->shutdown_cq);
-    while (grpc_completion_queue_next(srv->shutdown_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-               .type != GRPC_QUEUE_SHUTDOWN) {
-    }
-    grpc_completion_queue_destroy(srv->shutdown_cq);
-    free(srv->slots);
-    free(srv->cqs);
-    free(srv->threads);
-    free(srv);
-    grpc_shutdown();
+    release_queues(srv, true);
 }

@@ -200,6 +200,21 @@ START_TEST(test_bad_input_never_hurts_the_ps) {
 }
 END_TEST
 
+START_TEST(test_server_on_a_taken_port_fails_cleanly) {
+    start_ps();
+    size_t n;
+    const ss_rpc_method *methods = ss_dense_service_methods(&n);
+    ss_dense_service svc = {.max_floats = 16};
+    ss_rpc_server_config cfg = {.listen = ps_target, .threads = 2};
+    ss_rpc_server *srv = NULL;
+    ck_assert_int_eq(ss_rpc_server_start(&cfg, methods, n, &svc, &srv), SS_ERR_IO);
+    ck_assert_ptr_null(srv);
+    ss_rpc_server_config bad = {.listen = "127.0.0.1:0", .threads = 0};
+    ck_assert_int_eq(ss_rpc_server_start(&bad, methods, n, &svc, &srv), SS_ERR_INVALID_ARGUMENT);
+    stop_ps();
+}
+END_TEST
+
 START_TEST(test_ps_down_fails_fast) {
     ss_transport *t;
     ss_grpc_transport_config cfg = {.target = "127.0.0.1:1", .timeout_ms = 2000};
@@ -218,6 +233,7 @@ int main(void) {
     tcase_add_test(tc, test_easgd_over_grpc);
     tcase_add_test(tc, test_ma_round_of_three_engines_over_grpc);
     tcase_add_test(tc, test_bad_input_never_hurts_the_ps);
+    tcase_add_test(tc, test_server_on_a_taken_port_fails_cleanly);
     tcase_add_test(tc, test_ps_down_fails_fast);
     suite_add_tcase(s, tc);
     return ss_check_run(s);
