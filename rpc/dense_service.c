@@ -60,6 +60,29 @@ static int check_group(ss_dense_service *svc, const char *group, ss_rpc_reply *r
     return 1;
 }
 
+/* A requested group size must be 1 .. the server's limit. */
+static int check_size(ss_dense_service *svc, uint64_t size, ss_rpc_reply *r) {
+    if (size == 0 || size > svc->max_floats) {
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT, "group size must be 1 .. server limit");
+        return 0;
+    }
+    return 1;
+}
+
+/* Copies a checked float payload into an aligned buffer (protobuf bytes
+ * need not be float-aligned) and allocates a same-size output buffer. */
+static int float_buffers(ss_dense_service *svc, const ProtobufCBinaryData *b, float **in,
+                         float **out, ss_rpc_reply *r) {
+    *in = malloc(b->len);
+    *out = malloc(b->len);
+    if (!*in || !*out) {
+        fail(svc, r, SS_ERR_NO_MEMORY);
+        return 0;
+    }
+    memcpy(*in, b->data, b->len);
+    return 1;
+}
+
 #define UNPACK_OR_REJECT(type, fn, var)                                                            \
     type *var = fn(NULL, len, req);                                                                \
     if (!var) {                                                                                    \
@@ -70,17 +93,13 @@ static int check_group(ss_dense_service *svc, const char *group, ss_rpc_reply *r
 static void h_join(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
     ss_dense_service *svc = ctx;
     UNPACK_OR_REJECT(Shadowsync__V1__JoinRequest, shadowsync__v1__join_request__unpack, m);
-    if (check_group(svc, m->group, reply)) {
-        if (m->size == 0 || m->size > svc->max_floats) {
-            reject(svc, reply, SS_ERR_INVALID_ARGUMENT, "group size must be 1 .. server limit");
-        } else {
-            Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
-            ss_status st = ss_transport_join(svc->backend, m->group, m->size, &out.member);
-            if (st == SS_OK)
-                pack(&out.base, reply);
-            else
-                fail(svc, reply, st);
-        }
+    if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
+        Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
+        ss_status st = ss_transport_join(svc->backend, m->group, m->size, &out.member);
+        if (st == SS_OK)
+            pack(&out.base, reply);
+        else
+            fail(svc, reply, st);
     }
     shadowsync__v1__join_request__free_unpacked(m, NULL);
 }
@@ -102,57 +121,49 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *rep
 static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
     ss_dense_service *svc = ctx;
     UNPACK_OR_REJECT(Shadowsync__V1__EasgdRequest, shadowsync__v1__easgd_request__unpack, m);
-    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply)) {
+    float *s = NULL, *d = NULL;
+    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
+        float_buffers(svc, &m->snapshot, &s, &d, reply)) {
         size_t n = m->snapshot.len / sizeof(float);
-        float *s = malloc(n * sizeof(float)), *d = malloc(n * sizeof(float));
-        if (!s || !d) {
-            fail(svc, reply, SS_ERR_NO_MEMORY);
+        ss_status st =
+            ss_transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
+        if (st == SS_OK) {
+            Shadowsync__V1__EasgdReply out = SHADOWSYNC__V1__EASGD_REPLY__INIT;
+            out.delta.data = (uint8_t *)d;
+            out.delta.len = m->snapshot.len;
+            pack(&out.base, reply);
         } else {
-            memcpy(s, m->snapshot.data, n * sizeof(float)); /* bytes need not be aligned */
-            ss_status st =
-                ss_transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
-            if (st == SS_OK) {
-                Shadowsync__V1__EasgdReply out = SHADOWSYNC__V1__EASGD_REPLY__INIT;
-                out.delta.data = (uint8_t *)d;
-                out.delta.len = n * sizeof(float);
-                pack(&out.base, reply);
-            } else {
-                fail(svc, reply, st);
-            }
+            fail(svc, reply, st);
         }
-        free(s);
-        free(d);
     }
+    free(s);
+    free(d);
     shadowsync__v1__easgd_request__free_unpacked(m, NULL);
 }
 
 static void h_round(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
     ss_dense_service *svc = ctx;
     UNPACK_OR_REJECT(Shadowsync__V1__RoundRequest, shadowsync__v1__round_request__unpack, m);
-    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply)) {
+    float *s = NULL, *avg = NULL;
+    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
+        float_buffers(svc, &m->snapshot, &s, &avg, reply)) {
         size_t n = m->snapshot.len / sizeof(float);
-        float *s = malloc(n * sizeof(float)), *avg = malloc(n * sizeof(float));
-        if (!s || !avg) {
-            fail(svc, reply, SS_ERR_NO_MEMORY);
+        ss_round_result rr;
+        ss_status st =
+            ss_transport_allreduce_mean(svc->backend, m->group, m->member, s, avg, n, &rr);
+        if (st == SS_OK) {
+            Shadowsync__V1__RoundReply out = SHADOWSYNC__V1__ROUND_REPLY__INIT;
+            out.round = rr.round;
+            out.participants = rr.participants;
+            out.mean.data = (uint8_t *)avg;
+            out.mean.len = m->snapshot.len;
+            pack(&out.base, reply);
         } else {
-            memcpy(s, m->snapshot.data, n * sizeof(float));
-            ss_round_result rr;
-            ss_status st =
-                ss_transport_allreduce_mean(svc->backend, m->group, m->member, s, avg, n, &rr);
-            if (st == SS_OK) {
-                Shadowsync__V1__RoundReply out = SHADOWSYNC__V1__ROUND_REPLY__INIT;
-                out.round = rr.round;
-                out.participants = rr.participants;
-                out.mean.data = (uint8_t *)avg;
-                out.mean.len = n * sizeof(float);
-                pack(&out.base, reply);
-            } else {
-                fail(svc, reply, st);
-            }
+            fail(svc, reply, st);
         }
-        free(s);
-        free(avg);
     }
+    free(s);
+    free(avg);
     shadowsync__v1__round_request__free_unpacked(m, NULL);
 }
 
@@ -160,23 +171,19 @@ static void h_central(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *r
     ss_dense_service *svc = ctx;
     UNPACK_OR_REJECT(Shadowsync__V1__ReadCentralRequest,
                      shadowsync__v1__read_central_request__unpack, m);
-    if (check_group(svc, m->group, reply)) {
-        if (m->size == 0 || m->size > svc->max_floats) {
-            reject(svc, reply, SS_ERR_INVALID_ARGUMENT, "size must be 1 .. server limit");
+    if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
+        float *c = malloc(m->size * sizeof(float));
+        ss_status st =
+            c ? ss_transport_read_central(svc->backend, m->group, c, m->size) : SS_ERR_NO_MEMORY;
+        if (st == SS_OK) {
+            Shadowsync__V1__ReadCentralReply out = SHADOWSYNC__V1__READ_CENTRAL_REPLY__INIT;
+            out.central.data = (uint8_t *)c;
+            out.central.len = m->size * sizeof(float);
+            pack(&out.base, reply);
         } else {
-            float *c = malloc(m->size * sizeof(float));
-            ss_status st = c ? ss_transport_read_central(svc->backend, m->group, c, m->size)
-                             : SS_ERR_NO_MEMORY;
-            if (st == SS_OK) {
-                Shadowsync__V1__ReadCentralReply out = SHADOWSYNC__V1__READ_CENTRAL_REPLY__INIT;
-                out.central.data = (uint8_t *)c;
-                out.central.len = m->size * sizeof(float);
-                pack(&out.base, reply);
-            } else {
-                fail(svc, reply, st);
-            }
-            free(c);
+            fail(svc, reply, st);
         }
+        free(c);
     }
     shadowsync__v1__read_central_request__free_unpacked(m, NULL);
 }
@@ -200,47 +207,25 @@ typedef struct grpc_tp {
     uint32_t timeout_ms, round_wait_ms;
 } grpc_tp;
 
+/* One call: packs req, sends it, unpacks the reply as reply_desc into
+ * *reply (free with protobuf_c_message_free_unpacked). */
 static ss_status call(grpc_tp *t, const char *method, const ProtobufCMessage *req,
-                      uint32_t timeout_ms, uint8_t **resp, size_t *resp_len) {
+                      uint32_t timeout_ms, const ProtobufCMessageDescriptor *reply_desc,
+                      ProtobufCMessage **reply) {
     size_t n = protobuf_c_message_get_packed_size(req);
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf)
         return SS_ERR_NO_MEMORY;
     protobuf_c_message_pack(req, buf);
-    ss_status st = ss_rpc_call(t->ch, method, buf, n, timeout_ms, false, resp, resp_len, NULL, 0);
-    free(buf);
-    return st;
-}
-
-static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
-    grpc_tp *t = impl;
-    Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
-    req.group = (char *)group;
-    req.size = n;
     uint8_t *resp;
     size_t len;
-    ss_status st = call(t, M_JOIN, &req.base, t->timeout_ms, &resp, &len);
+    ss_status st = ss_rpc_call(t->ch, method, buf, n, timeout_ms, false, &resp, &len, NULL, 0);
+    free(buf);
     if (st != SS_OK)
         return st;
-    Shadowsync__V1__JoinReply *r = shadowsync__v1__join_reply__unpack(NULL, len, resp);
+    *reply = protobuf_c_message_unpack(reply_desc, NULL, len, resp);
     free(resp);
-    if (!r)
-        return SS_ERR_PARSE;
-    *member = r->member;
-    shadowsync__v1__join_reply__free_unpacked(r, NULL);
-    return SS_OK;
-}
-
-static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
-    grpc_tp *t = impl;
-    Shadowsync__V1__LeaveRequest req = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
-    req.group = (char *)group;
-    req.member = member;
-    uint8_t *resp;
-    size_t len;
-    ss_status st = call(t, M_LEAVE, &req.base, t->timeout_ms, &resp, &len);
-    free(resp);
-    return st;
+    return *reply ? SS_OK : SS_ERR_PARSE;
 }
 
 /* Copies a reply's float payload, checking its size. */
@@ -249,6 +234,35 @@ static ss_status take_floats(const ProtobufCBinaryData *b, float *out, size_t n)
         return SS_ERR_SIZE_MISMATCH;
     memcpy(out, b->data, b->len);
     return SS_OK;
+}
+
+static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
+    grpc_tp *t = impl;
+    Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    req.group = (char *)group;
+    req.size = n;
+    ProtobufCMessage *msg;
+    ss_status st =
+        call(t, M_JOIN, &req.base, t->timeout_ms, &shadowsync__v1__join_reply__descriptor, &msg);
+    if (st != SS_OK)
+        return st;
+    Shadowsync__V1__JoinReply *r = (Shadowsync__V1__JoinReply *)msg;
+    *member = r->member;
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return SS_OK;
+}
+
+static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
+    grpc_tp *t = impl;
+    Shadowsync__V1__LeaveRequest req = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
+    req.group = (char *)group;
+    req.member = member;
+    ProtobufCMessage *r;
+    ss_status st =
+        call(t, M_LEAVE, &req.base, t->timeout_ms, &shadowsync__v1__leave_reply__descriptor, &r);
+    if (st == SS_OK)
+        protobuf_c_message_free_unpacked(r, NULL);
+    return st;
 }
 
 static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
@@ -260,17 +274,14 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
     req.alpha = alpha;
     req.snapshot.data = (uint8_t *)s;
     req.snapshot.len = n * sizeof(float);
-    uint8_t *resp;
-    size_t len;
-    ss_status st = call(t, M_EASGD, &req.base, t->timeout_ms, &resp, &len);
+    ProtobufCMessage *msg;
+    ss_status st =
+        call(t, M_EASGD, &req.base, t->timeout_ms, &shadowsync__v1__easgd_reply__descriptor, &msg);
     if (st != SS_OK)
         return st;
-    Shadowsync__V1__EasgdReply *r = shadowsync__v1__easgd_reply__unpack(NULL, len, resp);
-    free(resp);
-    if (!r)
-        return SS_ERR_PARSE;
+    Shadowsync__V1__EasgdReply *r = (Shadowsync__V1__EasgdReply *)msg;
     st = take_floats(&r->delta, d, n);
-    shadowsync__v1__easgd_reply__free_unpacked(r, NULL);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
     return st;
 }
 
@@ -282,19 +293,16 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
     req.member = member;
     req.snapshot.data = (uint8_t *)s;
     req.snapshot.len = n * sizeof(float);
-    uint8_t *resp;
-    size_t len;
-    ss_status st = call(t, M_ROUND, &req.base, t->timeout_ms + t->round_wait_ms, &resp, &len);
+    ProtobufCMessage *msg;
+    ss_status st = call(t, M_ROUND, &req.base, t->timeout_ms + t->round_wait_ms,
+                        &shadowsync__v1__round_reply__descriptor, &msg);
     if (st != SS_OK)
         return st;
-    Shadowsync__V1__RoundReply *r = shadowsync__v1__round_reply__unpack(NULL, len, resp);
-    free(resp);
-    if (!r)
-        return SS_ERR_PARSE;
+    Shadowsync__V1__RoundReply *r = (Shadowsync__V1__RoundReply *)msg;
     st = take_floats(&r->mean, avg, n);
     result->round = r->round;
     result->participants = r->participants;
-    shadowsync__v1__round_reply__free_unpacked(r, NULL);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
     return st;
 }
 
@@ -303,18 +311,14 @@ static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
     Shadowsync__V1__ReadCentralRequest req = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
     req.group = (char *)group;
     req.size = n;
-    uint8_t *resp;
-    size_t len;
-    ss_status st = call(t, M_CENTRAL, &req.base, t->timeout_ms, &resp, &len);
+    ProtobufCMessage *msg;
+    ss_status st = call(t, M_CENTRAL, &req.base, t->timeout_ms,
+                        &shadowsync__v1__read_central_reply__descriptor, &msg);
     if (st != SS_OK)
         return st;
-    Shadowsync__V1__ReadCentralReply *r =
-        shadowsync__v1__read_central_reply__unpack(NULL, len, resp);
-    free(resp);
-    if (!r)
-        return SS_ERR_PARSE;
+    Shadowsync__V1__ReadCentralReply *r = (Shadowsync__V1__ReadCentralReply *)msg;
     st = take_floats(&r->central, c, n);
-    shadowsync__v1__read_central_reply__free_unpacked(r, NULL);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
     return st;
 }
 
