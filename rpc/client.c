@@ -15,7 +15,7 @@ struct ss_rpc_channel {
     grpc_channel *channel;
 };
 
-ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes,
+ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes, const ss_rpc_tls *tls,
                                 ss_rpc_channel **out) {
     if (!target || !*target || !out)
         return SS_ERR_INVALID_ARGUMENT;
@@ -23,6 +23,13 @@ ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes,
     if (!ch)
         return SS_ERR_NO_MEMORY;
     grpc_init();
+    grpc_channel_credentials *creds;
+    ss_status st = ss_rpc_client_credentials(tls, &creds);
+    if (st != SS_OK) {
+        free(ch);
+        grpc_shutdown();
+        return st;
+    }
     int max = (int)(max_message_bytes ? max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE);
     grpc_arg args[2] = {
         {.type = GRPC_ARG_INTEGER,
@@ -31,7 +38,6 @@ ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes,
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = max},
     };
     grpc_channel_args cargs = {.num_args = 2, .args = args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!ch->channel) {
@@ -85,97 +91,174 @@ static ss_status from_grpc(grpc_status_code code, const char *details) {
     }
 }
 
-ss_status ss_rpc_call(ss_rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
-                      uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
-                      char *msg, size_t msglen) {
-    if (!ch || !method || (!req && len) || !resp || !resp_len || timeout_ms == 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    *resp = NULL;
-    *resp_len = 0;
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                         gpr_time_from_millis((int64_t)timeout_ms, GPR_TIMESPAN));
-    grpc_slice path = grpc_slice_from_static_string(method);
-    grpc_call *call = grpc_channel_create_call(ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, path,
-                                               NULL, deadline, NULL);
-    grpc_slice body =
-        len ? grpc_slice_from_copied_buffer((const char *)req, len) : grpc_empty_slice();
-    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
+/* The request body refers to the caller's bytes (no copy): the caller's
+ * buffer outlives the call, which ends before ss_rpc_call_many returns. */
+static void no_free(void *p) {
+    (void)p;
+}
+
+/* Per-call state while a batch is in flight. */
+typedef struct call_state {
+    grpc_call *call;
+    grpc_byte_buffer *send, *recv;
     grpc_metadata_array initial_md, trailing_md;
-    grpc_metadata_array_init(&initial_md);
-    grpc_metadata_array_init(&trailing_md);
-    grpc_byte_buffer *recv = NULL;
-    grpc_status_code code = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-    const char *error_string = NULL;
+    grpc_status_code code;
+    grpc_slice details;
+    const char *error_string;
+    bool started;
+} call_state;
+
+/* Copies a received message into one malloc'd buffer. */
+static ss_status take_message(grpc_byte_buffer *recv, uint8_t **out, size_t *out_len) {
+    size_t n = recv ? grpc_byte_buffer_length(recv) : 0;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    size_t at = 0;
+    if (recv) {
+        grpc_byte_buffer_reader r;
+        if (!grpc_byte_buffer_reader_init(&r, recv)) {
+            free(buf);
+            return SS_ERR_PARSE;
+        }
+        grpc_slice sl;
+        while (grpc_byte_buffer_reader_next(&r, &sl)) {
+            size_t k = GRPC_SLICE_LENGTH(sl);
+            if (at + k <= n)
+                memcpy(buf + at, GRPC_SLICE_START_PTR(sl), k);
+            at += k;
+            grpc_slice_unref(sl);
+        }
+        grpc_byte_buffer_reader_destroy(&r);
+    }
+    if (at != n) {
+        free(buf);
+        return SS_ERR_PARSE;
+    }
+    *out = buf;
+    *out_len = n;
+    return SS_OK;
+}
+
+static void start_call(ss_rpc_request *rq, call_state *cs, grpc_completion_queue *cq,
+                       gpr_timespec deadline, bool wait_for_ready) {
+    memset(cs, 0, sizeof *cs);
+    cs->code = GRPC_STATUS_UNKNOWN;
+    cs->details = grpc_empty_slice();
+    grpc_metadata_array_init(&cs->initial_md);
+    grpc_metadata_array_init(&cs->trailing_md);
+    grpc_slice path = grpc_slice_from_static_string(rq->method);
+    cs->call = grpc_channel_create_call(rq->ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, path,
+                                        NULL, deadline, NULL);
+    grpc_slice body =
+        rq->len ? grpc_slice_new((void *)rq->req, rq->len, no_free) : grpc_empty_slice();
+    cs->send = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
 
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send;
+    ops[1].data.send_message.send_message = cs->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     /* Without RECV_INITIAL_METADATA a rejected call hangs to its deadline. */
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &cs->initial_md;
     ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv;
+    ops[4].data.recv_message.recv_message = &cs->recv;
     ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
-    ops[5].data.recv_status_on_client.status = &code;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    ops[5].data.recv_status_on_client.error_string = &error_string;
+    ops[5].data.recv_status_on_client.trailing_metadata = &cs->trailing_md;
+    ops[5].data.recv_status_on_client.status = &cs->code;
+    ops[5].data.recv_status_on_client.status_details = &cs->details;
+    ops[5].data.recv_status_on_client.error_string = &cs->error_string;
+    cs->started = grpc_call_start_batch(cs->call, ops, 6, cs, NULL) == GRPC_CALL_OK;
+    rq->status = cs->started ? SS_OK : SS_ERR_INTERNAL;
+}
 
-    ss_status st = SS_OK;
-    if (grpc_call_start_batch(call, ops, 6, call, NULL) != GRPC_CALL_OK) {
-        st = SS_ERR_INTERNAL;
-    } else {
-        grpc_event ev =
-            grpc_completion_queue_pluck(cq, call, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        if (ev.type != GRPC_OP_COMPLETE || !ev.success)
-            st = SS_ERR_IO;
-    }
-    if (st == SS_OK) {
-        char *text = grpc_slice_to_c_string(details);
-        st = from_grpc(code, text);
-        if (st != SS_OK && msg && msglen)
-            snprintf(msg, msglen, "%s", text);
+static void finish_call(ss_rpc_request *rq, call_state *cs, bool success) {
+    if (rq->status == SS_OK && !success)
+        rq->status = SS_ERR_IO;
+    if (rq->status == SS_OK) {
+        char *text = grpc_slice_to_c_string(cs->details);
+        rq->status = from_grpc(cs->code, text);
+        if (rq->status != SS_OK)
+            snprintf(rq->msg, sizeof rq->msg, "%s", text);
         gpr_free(text);
     }
-    if (st == SS_OK) {
-        grpc_slice all = grpc_empty_slice();
-        if (recv) {
-            grpc_byte_buffer_reader r;
-            if (grpc_byte_buffer_reader_init(&r, recv)) {
-                all = grpc_byte_buffer_reader_readall(&r);
-                grpc_byte_buffer_reader_destroy(&r);
-            }
-        }
-        size_t n = GRPC_SLICE_LENGTH(all);
-        *resp = malloc(n ? n : 1);
-        if (!*resp) {
-            st = SS_ERR_NO_MEMORY;
-        } else {
-            memcpy(*resp, GRPC_SLICE_START_PTR(all), n);
-            *resp_len = n;
-        }
-        grpc_slice_unref(all);
+    if (rq->status == SS_OK)
+        rq->status = take_message(cs->recv, &rq->resp, &rq->resp_len);
+    if (cs->recv)
+        grpc_byte_buffer_destroy(cs->recv);
+    grpc_byte_buffer_destroy(cs->send);
+    grpc_slice_unref(cs->details);
+    if (cs->error_string)
+        gpr_free((void *)cs->error_string);
+    grpc_metadata_array_destroy(&cs->initial_md);
+    grpc_metadata_array_destroy(&cs->trailing_md);
+    grpc_call_unref(cs->call);
+}
+
+ss_status ss_rpc_call_many(ss_rpc_request *calls, size_t n, uint32_t timeout_ms,
+                           bool wait_for_ready) {
+    if ((!calls && n) || timeout_ms == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n; i++) {
+        calls[i].resp = NULL;
+        calls[i].resp_len = 0;
+        calls[i].msg[0] = '\0';
+        if (!calls[i].ch || !calls[i].method || (!calls[i].req && calls[i].len))
+            return SS_ERR_INVALID_ARGUMENT;
     }
-    if (recv)
-        grpc_byte_buffer_destroy(recv);
-    grpc_byte_buffer_destroy(send);
-    grpc_slice_unref(details);
-    if (error_string)
-        gpr_free((void *)error_string);
-    grpc_metadata_array_destroy(&initial_md);
-    grpc_metadata_array_destroy(&trailing_md);
-    grpc_call_unref(call);
+    if (n == 0)
+        return SS_OK;
+    call_state *cs = calloc(n, sizeof *cs);
+    if (!cs)
+        return SS_ERR_NO_MEMORY;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                         gpr_time_from_millis((int64_t)timeout_ms, GPR_TIMESPAN));
+    /* All calls in flight at once: shards answer in parallel and the
+     * chunks of one shard share its connection's window. */
+    for (size_t i = 0; i < n; i++)
+        start_call(&calls[i], &cs[i], cq, deadline, wait_for_ready);
+    for (size_t i = 0; i < n; i++) {
+        bool success = false;
+        if (cs[i].started) {
+            grpc_event ev =
+                grpc_completion_queue_pluck(cq, &cs[i], gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            success = ev.type == GRPC_OP_COMPLETE && ev.success;
+        }
+        finish_call(&calls[i], &cs[i], success);
+    }
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(cq);
+    free(cs);
+    ss_status first = SS_OK;
+    for (size_t i = 0; i < n && first == SS_OK; i++)
+        first = calls[i].status;
+    if (first != SS_OK)
+        for (size_t i = 0; i < n; i++) {
+            free(calls[i].resp);
+            calls[i].resp = NULL;
+            calls[i].resp_len = 0;
+        }
+    return first;
+}
+
+ss_status ss_rpc_call(ss_rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
+                      uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
+                      char *msg, size_t msglen) {
+    if (!ch || !method || (!req && len) || !resp || !resp_len || timeout_ms == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_rpc_request rq = {.ch = ch, .method = method, .req = req, .len = len};
+    ss_status st = ss_rpc_call_many(&rq, 1, timeout_ms, wait_for_ready);
+    if (st != SS_OK && msg && msglen)
+        snprintf(msg, msglen, "%s", rq.msg);
+    *resp = rq.resp;
+    *resp_len = rq.resp_len;
     return st;
 }

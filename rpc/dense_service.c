@@ -1,4 +1,4 @@
-/* DenseSync server handlers and the gRPC client transport. */
+/* DenseSync server handlers (the client transport is grpc_transport.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,19 +6,20 @@
 #include "dense_sync.pb-c.h"
 #include "shadowsync/dense_service.h"
 
-#define M_JOIN    "/shadowsync.v1.DenseSync/Join"
-#define M_LEAVE   "/shadowsync.v1.DenseSync/Leave"
-#define M_EASGD   "/shadowsync.v1.DenseSync/EasgdExchange"
-#define M_ROUND   "/shadowsync.v1.DenseSync/RoundMean"
-#define M_CENTRAL "/shadowsync.v1.DenseSync/ReadCentral"
+#define M_JOIN       "/shadowsync.v1.DenseSync/Join"
+#define M_LEAVE      "/shadowsync.v1.DenseSync/Leave"
+#define M_EASGD      "/shadowsync.v1.DenseSync/EasgdExchange"
+#define M_ROUND      "/shadowsync.v1.DenseSync/RoundMean"
+#define M_CENTRAL    "/shadowsync.v1.DenseSync/ReadCentral"
+#define M_HEARTBEAT  "/shadowsync.v1.DenseSync/Heartbeat"
+#define M_CHECKPOINT "/shadowsync.v1.DenseSync/Checkpoint"
 
 /* ---- server side ---- */
 
 static void reject(ss_dense_service *svc, ss_rpc_reply *r, ss_status st, const char *what) {
     r->status = st;
     snprintf(r->message, sizeof r->message, "%s", what);
-    if (svc->rejected && (st == SS_ERR_INVALID_ARGUMENT || st == SS_ERR_PARSE ||
-                          st == SS_ERR_SIZE_MISMATCH || st == SS_ERR_NON_FINITE))
+    if (svc->rejected)
         ss_counter_add(svc->rejected, 1);
 }
 
@@ -188,163 +189,57 @@ static void h_central(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *r
     shadowsync__v1__read_central_request__free_unpacked(m, NULL);
 }
 
+static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
+    ss_dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__HeartbeatRequest, shadowsync__v1__heartbeat_request__unpack,
+                     m);
+    if (check_group(svc, m->group, reply)) {
+        ss_status st = ss_transport_heartbeat(svc->backend, m->group, m->member);
+        Shadowsync__V1__HeartbeatReply out = SHADOWSYNC__V1__HEARTBEAT_REPLY__INIT;
+        if (st == SS_OK)
+            pack(&out.base, reply);
+        else
+            fail(svc, reply, st);
+    }
+    shadowsync__v1__heartbeat_request__free_unpacked(m, NULL);
+}
+
+static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *reply) {
+    ss_dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__CheckpointRequest, shadowsync__v1__checkpoint_request__unpack,
+                     m);
+    shadowsync__v1__checkpoint_request__free_unpacked(m, NULL);
+    if (!svc->checkpoint) {
+        reply->status = SS_ERR_STATE;
+        snprintf(reply->message, sizeof reply->message,
+                 "this server has no checkpoint directory (--checkpoint-dir)");
+        return;
+    }
+    char path[4096];
+    size_t groups = 0;
+    ss_status st = svc->checkpoint(svc->checkpoint_ctx, path, sizeof path, &groups);
+    if (st != SS_OK) {
+        fail(svc, reply, st);
+        return;
+    }
+    Shadowsync__V1__CheckpointReply out = SHADOWSYNC__V1__CHECKPOINT_REPLY__INIT;
+    out.path = path;
+    out.groups = groups;
+    pack(&out.base, reply);
+}
+
 static const ss_rpc_method dense_methods[] = {
-    {M_JOIN, h_join, false},       {M_LEAVE, h_leave, false},
-    {M_EASGD, h_easgd, false},     {M_ROUND, h_round, true}, /* waits for the round to close */
+    {M_JOIN, h_join, false},
+    {M_LEAVE, h_leave, false},
+    {M_EASGD, h_easgd, false},
+    {M_ROUND, h_round, true}, /* waits for the round to close */
     {M_CENTRAL, h_central, false},
+    {M_HEARTBEAT, h_heartbeat, false},
+    {M_CHECKPOINT, h_checkpoint, true}, /* writes a file */
 };
 
 const ss_rpc_method *ss_dense_service_methods(size_t *count) {
     if (count)
         *count = sizeof dense_methods / sizeof *dense_methods;
     return dense_methods;
-}
-
-/* ---- client side: an ss_transport over gRPC ---- */
-
-typedef struct grpc_tp {
-    ss_rpc_channel *ch;
-    uint32_t timeout_ms, round_wait_ms;
-} grpc_tp;
-
-/* One call: packs req, sends it, unpacks the reply as reply_desc into
- * *reply (free with protobuf_c_message_free_unpacked). */
-static ss_status call(grpc_tp *t, const char *method, const ProtobufCMessage *req,
-                      uint32_t timeout_ms, const ProtobufCMessageDescriptor *reply_desc,
-                      ProtobufCMessage **reply) {
-    size_t n = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf)
-        return SS_ERR_NO_MEMORY;
-    protobuf_c_message_pack(req, buf);
-    uint8_t *resp;
-    size_t len;
-    ss_status st = ss_rpc_call(t->ch, method, buf, n, timeout_ms, false, &resp, &len, NULL, 0);
-    free(buf);
-    if (st != SS_OK)
-        return st;
-    *reply = protobuf_c_message_unpack(reply_desc, NULL, len, resp);
-    free(resp);
-    return *reply ? SS_OK : SS_ERR_PARSE;
-}
-
-/* Copies a reply's float payload, checking its size. */
-static ss_status take_floats(const ProtobufCBinaryData *b, float *out, size_t n) {
-    if (b->len != n * sizeof(float))
-        return SS_ERR_SIZE_MISMATCH;
-    memcpy(out, b->data, b->len);
-    return SS_OK;
-}
-
-static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
-    grpc_tp *t = impl;
-    Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
-    req.group = (char *)group;
-    req.size = n;
-    ProtobufCMessage *msg;
-    ss_status st =
-        call(t, M_JOIN, &req.base, t->timeout_ms, &shadowsync__v1__join_reply__descriptor, &msg);
-    if (st != SS_OK)
-        return st;
-    Shadowsync__V1__JoinReply *r = (Shadowsync__V1__JoinReply *)msg;
-    *member = r->member;
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    return SS_OK;
-}
-
-static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
-    grpc_tp *t = impl;
-    Shadowsync__V1__LeaveRequest req = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
-    req.group = (char *)group;
-    req.member = member;
-    ProtobufCMessage *r;
-    ss_status st =
-        call(t, M_LEAVE, &req.base, t->timeout_ms, &shadowsync__v1__leave_reply__descriptor, &r);
-    if (st == SS_OK)
-        protobuf_c_message_free_unpacked(r, NULL);
-    return st;
-}
-
-static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
-                          float alpha, float *d, size_t n) {
-    grpc_tp *t = impl;
-    Shadowsync__V1__EasgdRequest req = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
-    req.group = (char *)group;
-    req.member = member;
-    req.alpha = alpha;
-    req.snapshot.data = (uint8_t *)s;
-    req.snapshot.len = n * sizeof(float);
-    ProtobufCMessage *msg;
-    ss_status st =
-        call(t, M_EASGD, &req.base, t->timeout_ms, &shadowsync__v1__easgd_reply__descriptor, &msg);
-    if (st != SS_OK)
-        return st;
-    Shadowsync__V1__EasgdReply *r = (Shadowsync__V1__EasgdReply *)msg;
-    st = take_floats(&r->delta, d, n);
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    return st;
-}
-
-static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
-                          float *avg, size_t n, ss_round_result *result) {
-    grpc_tp *t = impl;
-    Shadowsync__V1__RoundRequest req = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
-    req.group = (char *)group;
-    req.member = member;
-    req.snapshot.data = (uint8_t *)s;
-    req.snapshot.len = n * sizeof(float);
-    ProtobufCMessage *msg;
-    ss_status st = call(t, M_ROUND, &req.base, t->timeout_ms + t->round_wait_ms,
-                        &shadowsync__v1__round_reply__descriptor, &msg);
-    if (st != SS_OK)
-        return st;
-    Shadowsync__V1__RoundReply *r = (Shadowsync__V1__RoundReply *)msg;
-    st = take_floats(&r->mean, avg, n);
-    result->round = r->round;
-    result->participants = r->participants;
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    return st;
-}
-
-static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
-    grpc_tp *t = impl;
-    Shadowsync__V1__ReadCentralRequest req = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
-    req.group = (char *)group;
-    req.size = n;
-    ProtobufCMessage *msg;
-    ss_status st = call(t, M_CENTRAL, &req.base, t->timeout_ms,
-                        &shadowsync__v1__read_central_reply__descriptor, &msg);
-    if (st != SS_OK)
-        return st;
-    Shadowsync__V1__ReadCentralReply *r = (Shadowsync__V1__ReadCentralReply *)msg;
-    st = take_floats(&r->central, c, n);
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    return st;
-}
-
-static void tp_destroy(void *impl) {
-    grpc_tp *t = impl;
-    ss_rpc_channel_destroy(t->ch);
-    free(t);
-}
-
-static const ss_transport_ops grpc_ops = {tp_join,  tp_leave,   tp_easgd,
-                                          tp_round, tp_central, tp_destroy};
-
-ss_status ss_grpc_transport_create(const ss_grpc_transport_config *cfg, ss_transport **out) {
-    if (!cfg || !cfg->target || cfg->timeout_ms == 0 || !out)
-        return SS_ERR_INVALID_ARGUMENT;
-    grpc_tp *t = calloc(1, sizeof *t);
-    if (!t)
-        return SS_ERR_NO_MEMORY;
-    t->timeout_ms = cfg->timeout_ms;
-    t->round_wait_ms = cfg->round_wait_ms;
-    ss_status st = ss_rpc_channel_create(cfg->target, 0, &t->ch);
-    if (st == SS_OK)
-        st = ss_transport_create(&grpc_ops, t, out);
-    if (st != SS_OK) {
-        ss_rpc_channel_destroy(t->ch);
-        free(t);
-    }
-    return st;
 }

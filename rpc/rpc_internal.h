@@ -2,7 +2,19 @@
 #ifndef SS_RPC_INTERNAL_H
 #define SS_RPC_INTERNAL_H
 
-/* Until chunked streaming lands, a whole group travels in one message. */
-#define SS_RPC_DEFAULT_MAX_MESSAGE (256u << 20)
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+
+#include "shadowsync/rpc.h"
+
+/* Receive/send limit when none is given. Dense groups travel in chunks
+ * (SS_RPC_CHUNK_FLOATS per call, see sharded_transport.c), so this only
+ * bounds a single chunk plus its envelope. */
+#define SS_RPC_DEFAULT_MAX_MESSAGE (64u << 20)
+
+/* Credentials for tls (NULL or all-NULL = insecure). SS_ERR_IO when a PEM
+ * file cannot be read, SS_ERR_INVALID_ARGUMENT for an incomplete pair. */
+ss_status ss_rpc_client_credentials(const ss_rpc_tls *tls, grpc_channel_credentials **out);
+ss_status ss_rpc_server_credentials(const ss_rpc_tls *tls, grpc_server_credentials **out);
 
 #endif

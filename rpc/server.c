@@ -46,6 +46,7 @@ struct ss_rpc_server {
     size_t nmethods;
     void *ctx;
     int port;
+    size_t max_message; /* larger requests: RESOURCE_EXHAUSTED, counted */
     uint32_t nthreads;
     grpc_completion_queue **cqs;
     grpc_completion_queue *shutdown_cq;
@@ -143,6 +144,10 @@ static void serve(call_ctx *c) {
     } else if (!c->payload) {
         reply.status = SS_ERR_PARSE;
         snprintf(reply.message, sizeof reply.message, "request without a message");
+    } else if (grpc_byte_buffer_length(c->payload) > srv->max_message) {
+        reply.status = SS_ERR_NO_MEMORY;
+        snprintf(reply.message, sizeof reply.message, "request of %zu bytes over the limit of %zu",
+                 grpc_byte_buffer_length(c->payload), srv->max_message);
     } else {
         grpc_byte_buffer_reader r;
         if (!grpc_byte_buffer_reader_init(&r, c->payload)) {
@@ -310,11 +315,16 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
         return SS_ERR_NO_MEMORY;
     }
     grpc_init();
+    srv->max_message = cfg->max_message_bytes ? cfg->max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE;
+    /* gRPC's own limit is twice ours: requests between the two reach
+     * serve(), which refuses and counts them; only the absurd ones are
+     * dropped by gRPC before any buffering of ours (uncounted). */
+    size_t hard =
+        srv->max_message > (size_t)INT32_MAX / 2 ? (size_t)INT32_MAX : 2 * srv->max_message;
     grpc_arg arg[2] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-         .value.integer =
-             (int)(cfg->max_message_bytes ? cfg->max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE)},
+         .value.integer = (int)hard},
         /* gRPC sets SO_REUSEPORT by default: a second server on a taken
          * port would bind silently and steal half the connections. */
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
@@ -340,7 +350,14 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
     /* The shutdown notification needs a registered NEXT queue of its own. */
     srv->shutdown_cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->shutdown_cq, NULL);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *creds;
+    ss_status cst = ss_rpc_server_credentials(cfg->tls, &creds);
+    if (cst != SS_OK) {
+        SS_LOG_ERRORF("rpc", "event=tls_failed status=%s", ss_status_name(cst));
+        grpc_server_destroy(srv->server);
+        release_queues(srv, false);
+        return cst;
+    }
     srv->port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
     grpc_server_credentials_release(creds);
     if (srv->port == 0) {

@@ -27,6 +27,8 @@ struct ss_engine_group {
 
     pthread_mutex_t stats_lock;
     uint64_t rounds, failed_rounds, last_iter, gap_count, last_round_ns, divergence_ns;
+    uint64_t rejoins;
+    _Atomic uint64_t last_contact_ns; /* last round or heartbeat that reached the others */
     double gap_sum, divergence;
     uint64_t *gaps; /* ring of the last GAP_RING gaps */
 
@@ -43,6 +45,7 @@ struct ss_engine {
     uint32_t nthreads;
     uint64_t round_interval_ns;
     uint64_t min_round_gap;
+    uint64_t heartbeat_ns;
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -65,6 +68,7 @@ ss_status ss_engine_create(const ss_engine_config *cfg, ss_engine **out) {
     e->nthreads = cfg->threads;
     e->round_interval_ns = cfg->round_interval_us * 1000ull;
     e->min_round_gap = cfg->min_round_gap;
+    e->heartbeat_ns = cfg->heartbeat_interval_ms * 1000000ull;
     e->trainer = strdup(cfg->trainer ? cfg->trainer : "local");
     if (!e->trainer) {
         free(e);
@@ -179,6 +183,7 @@ ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replic
         return st;
     }
     g->last_iter = ss_replica_iterations(replica);
+    atomic_init(&g->last_contact_ns, ss_now_ns());
     pthread_mutex_lock(&e->lock);
     for (size_t i = 0; i < e->ngroups; i++) {
         if (!strcmp(e->groups[i]->name, name)) {
@@ -228,6 +233,23 @@ static double round_divergence(ss_engine_group *g, size_t n) {
         center2 = ss_kernel_norm2_sq(g->reply, n);
     }
     return center2 > 0.0 ? sqrt(dist2 / center2) : 0.0;
+}
+
+/* The other side no longer knows this member (it expired it, or a PS
+ * restarted from a checkpoint): join again so the next round counts. The
+ * caller holds g->round_lock. */
+static void rejoin(ss_engine_group *g) {
+    ss_engine *e = g->engine;
+    uint64_t member;
+    ss_status st = ss_transport_join(e->transport, g->name, ss_replica_size(g->replica), &member);
+    if (st == SS_OK) {
+        g->member = member;
+        pthread_mutex_lock(&g->stats_lock);
+        g->rejoins++;
+        pthread_mutex_unlock(&g->stats_lock);
+    }
+    SS_LOG_INFOF("engine", "event=rejoin trainer=%s group=%s status=%s", e->trainer, g->name,
+                 ss_status_name(st));
 }
 
 /* One round; the caller holds g->round_lock. A transport error abandons the
@@ -282,8 +304,11 @@ static ss_status run_round_locked(ss_engine_group *g) {
         ss_counter_add(g->m_failed, 1);
         SS_LOG_DEBUGF("engine", "event=round_failed trainer=%s group=%s status=%s", e->trainer,
                       g->name, ss_status_name(st));
+        if (st == SS_ERR_NOT_FOUND)
+            rejoin(g);
         return st;
     }
+    atomic_store_explicit(&g->last_contact_ns, t1, memory_order_relaxed);
     uint64_t it = ss_replica_iterations(g->replica);
     uint64_t gap = it - g->last_iter;
     g->last_iter = it;
@@ -329,9 +354,33 @@ static bool group_idle(const ss_engine *e, ss_engine_group *g) {
     return since < e->min_round_gap;
 }
 
+/* An idle group still tells the others it is alive, so they do not expire
+ * it. Called without e->lock; takes the group's round lock if free. */
+static void maybe_heartbeat(ss_engine *e, ss_engine_group *g) {
+    if (e->heartbeat_ns == 0)
+        return;
+    uint64_t now = ss_now_ns();
+    if (now - atomic_load_explicit(&g->last_contact_ns, memory_order_relaxed) < e->heartbeat_ns ||
+        pthread_mutex_trylock(&g->round_lock) != 0)
+        return;
+    ss_status st = ss_transport_heartbeat(e->transport, g->name, g->member);
+    if (st == SS_OK)
+        atomic_store_explicit(&g->last_contact_ns, now, memory_order_relaxed);
+    else if (st == SS_ERR_NOT_FOUND)
+        rejoin(g);
+    pthread_mutex_unlock(&g->round_lock);
+}
+
+/* Sleep after the n-th failed round in a row: 1 ms doubling to 256 ms, so
+ * a dead server is retried quickly at first and not hammered after. */
+static uint64_t failure_backoff_ns(uint32_t fails) {
+    return 1000000ull << (fails < 8 ? fails : 8);
+}
+
 static void *shadow_thread(void *arg) {
     ss_engine *e = arg;
     size_t busy_in_a_row = 0;
+    uint32_t fails = 0;
     pthread_mutex_lock(&e->lock);
     while (!e->stopping) {
         if (e->paused || e->ngroups == 0) {
@@ -339,6 +388,11 @@ static void *shadow_thread(void *arg) {
             continue;
         }
         ss_engine_group *g = e->groups[e->next_group++ % e->ngroups];
+        if (group_idle(e, g)) {
+            pthread_mutex_unlock(&e->lock);
+            maybe_heartbeat(e, g);
+            pthread_mutex_lock(&e->lock);
+        }
         if (group_idle(e, g) || pthread_mutex_trylock(&g->round_lock) != 0) {
             /* Nothing new to sync, or another thread (or a foreground
              * round) has this group. */
@@ -357,10 +411,13 @@ static void *shadow_thread(void *arg) {
 
         ss_status st = run_round_locked(g);
         pthread_mutex_unlock(&g->round_lock);
-        if (st != SS_OK)
-            ss_sleep_ns(1000000); /* back off: the transport is failing */
-        else if (e->round_interval_ns)
-            ss_sleep_ns(e->round_interval_ns);
+        if (st != SS_OK) {
+            ss_sleep_ns(failure_backoff_ns(fails++)); /* the transport is failing */
+        } else {
+            fails = 0;
+            if (e->round_interval_ns)
+                ss_sleep_ns(e->round_interval_ns);
+        }
 
         pthread_mutex_lock(&e->lock);
         if (--e->inflight == 0)
@@ -484,6 +541,7 @@ ss_status ss_engine_group_stats(ss_engine_group *g, ss_group_stats *out) {
     pthread_mutex_lock(&g->stats_lock);
     out->rounds = g->rounds;
     out->failed_rounds = g->failed_rounds;
+    out->rejoins = g->rejoins;
     out->divergence = g->divergence;
     out->last_round_ns = g->last_round_ns;
     size_t k = g->gap_count < GAP_RING ? g->gap_count : GAP_RING;

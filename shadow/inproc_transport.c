@@ -2,11 +2,14 @@
  * memory, shared by every engine (trainer) of one process. It plays the
  * parameter server's part for tests and single-process runs. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "shadowsync/clock.h"
 #include "shadowsync/kernels.h"
@@ -22,8 +25,9 @@ typedef struct group {
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
 
     uint64_t next_member;
-    uint64_t *members; /* active member ids */
-    bool *contributed; /* parallel to members: in the open round */
+    uint64_t *members;   /* active member ids */
+    bool *contributed;   /* parallel to members: in the open round */
+    uint64_t *last_seen; /* parallel to members: ss_now_ns of its last call */
     size_t nmembers, capmembers;
 
     float *central; /* S-EASGD central variable */
@@ -44,6 +48,7 @@ typedef struct inproc {
     pthread_mutex_t lock; /* guards the group list only */
     group *groups;
     uint64_t deadline_ns;
+    uint64_t member_timeout_ns; /* 0 = members never expire */
     uint64_t link_latency_ns;
     double link_ns_per_byte; /* 0 = no bandwidth limit */
 } inproc;
@@ -70,6 +75,7 @@ static void group_free(group *g) {
     free(g->name);
     free(g->members);
     free(g->contributed);
+    free(g->last_seen);
     free(g->central);
     free(g->sum);
     free(g->result);
@@ -130,7 +136,10 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
             bool *c = realloc(g->contributed, cap * sizeof *c);
             if (c)
                 g->contributed = c;
-            if (!m || !c)
+            uint64_t *seen = realloc(g->last_seen, cap * sizeof *seen);
+            if (seen)
+                g->last_seen = seen;
+            if (!m || !c || !seen)
                 st = SS_ERR_NO_MEMORY;
             else
                 g->capmembers = cap;
@@ -139,6 +148,7 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
             *member = g->next_member++;
             g->members[g->nmembers] = *member;
             g->contributed[g->nmembers] = false;
+            g->last_seen[g->nmembers] = ss_now_ns();
             g->nmembers++;
         }
     }
@@ -169,6 +179,42 @@ static void close_round(group *g) {
     pthread_cond_broadcast(&g->cond);
 }
 
+/* Caller holds g->lock. */
+static void remove_member(group *g, size_t i) {
+    g->members[i] = g->members[g->nmembers - 1];
+    g->contributed[i] = g->contributed[g->nmembers - 1];
+    g->last_seen[i] = g->last_seen[g->nmembers - 1];
+    g->nmembers--;
+    /* The one removed may have been the last one the open round waited for. */
+    if (g->contributors > 0 && g->readers_pending == 0 && g->contributors >= g->nmembers)
+        close_round(g);
+    pthread_cond_broadcast(&g->cond);
+}
+
+/* Drops members not heard from for member_timeout_ns (a killed trainer
+ * never says goodbye), so later rounds stop waiting for them. Caller holds
+ * g->lock. */
+static void expire_members(const inproc *ip, group *g, uint64_t now) {
+    if (ip->member_timeout_ns == 0)
+        return;
+    for (size_t i = 0; i < g->nmembers;) {
+        if (now > g->last_seen[i] && now - g->last_seen[i] > ip->member_timeout_ns)
+            remove_member(g, i);
+        else
+            i++;
+    }
+}
+
+/* Records a call of `member`; false when it is not a member. Caller holds
+ * g->lock. */
+static bool touch_member(group *g, uint64_t member, uint64_t now) {
+    ssize_t i = member_index(g, member);
+    if (i < 0)
+        return false;
+    g->last_seen[i] = now;
+    return true;
+}
+
 static ss_status ip_leave(void *impl, const char *name, uint64_t member) {
     group *g = find_group(impl, name);
     if (!g)
@@ -177,19 +223,27 @@ static ss_status ip_leave(void *impl, const char *name, uint64_t member) {
     ssize_t i = member_index(g, member);
     ss_status st = SS_ERR_NOT_FOUND;
     if (i >= 0) {
-        g->members[i] = g->members[g->nmembers - 1];
-        g->contributed[i] = g->contributed[g->nmembers - 1];
-        g->nmembers--;
-        /* The leaver may have been the last one the open round waited for. */
-        if (g->contributors > 0 && g->readers_pending == 0 && g->contributors >= g->nmembers)
-            close_round(g);
-        pthread_cond_broadcast(&g->cond);
+        remove_member(g, (size_t)i);
         st = SS_OK;
     }
     pthread_mutex_unlock(&g->lock);
     return st;
 }
 
+static ss_status ip_heartbeat(void *impl, const char *name, uint64_t member) {
+    inproc *ip = impl;
+    group *g = find_group(ip, name);
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&g->lock);
+    uint64_t now = ss_now_ns();
+    ss_status st = touch_member(g, member, now) ? SS_OK : SS_ERR_NOT_FOUND;
+    expire_members(ip, g, now);
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+/* Validates a call and, when it is valid, counts it as a sign of life. */
 static ss_status check_call(group *g, uint64_t member, const float *s, size_t n) {
     if (!g)
         return SS_ERR_NOT_FOUND;
@@ -199,6 +253,7 @@ static ss_status check_call(group *g, uint64_t member, const float *s, size_t n)
         return SS_ERR_NOT_FOUND;
     if (!ss_kernel_all_finite(s, n))
         return SS_ERR_NON_FINITE;
+    touch_member(g, member, ss_now_ns());
     return SS_OK;
 }
 
@@ -263,8 +318,10 @@ static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, con
         struct timespec ts = abs_monotonic(g->deadline_ns);
         int rc = pthread_cond_timedwait(&g->cond, &g->lock, &ts);
         if (rc == ETIMEDOUT && g->open_round == my_round && g->readers_pending == 0 &&
-            ss_now_ns() >= g->deadline_ns)
+            ss_now_ns() >= g->deadline_ns) {
             close_round(g); /* a slow or dead member must not stall the rest */
+            expire_members(ip, g, ss_now_ns());
+        }
     }
     memcpy(avg, g->result, n * sizeof(float));
     result->round = g->result_round;
@@ -312,12 +369,15 @@ static const ss_transport_ops inproc_ops = {
     .easgd_exchange = ip_easgd,
     .allreduce_mean = ip_allreduce,
     .read_central = ip_read_central,
+    .heartbeat = ip_heartbeat,
     .destroy = ip_destroy,
 };
 
 ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport **out) {
-    if (!out || (cfg && (cfg->round_deadline_ms == 0 || !(cfg->link_gbps >= 0.0) ||
-                         cfg->link_latency_us > 10000000)))
+    if (!out ||
+        (cfg && (cfg->round_deadline_ms == 0 || !(cfg->link_gbps >= 0.0) ||
+                 (cfg->member_timeout_ms && cfg->member_timeout_ms < cfg->round_deadline_ms) ||
+                 cfg->link_latency_us > 10000000)))
         return SS_ERR_INVALID_ARGUMENT;
     inproc *ip = calloc(1, sizeof *ip);
     if (!ip)
@@ -325,6 +385,7 @@ ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport *
     pthread_mutex_init(&ip->lock, NULL);
     ip->deadline_ns = (uint64_t)(cfg ? cfg->round_deadline_ms : 1000) * 1000000ull;
     if (cfg) {
+        ip->member_timeout_ns = (uint64_t)cfg->member_timeout_ms * 1000000ull;
         ip->link_latency_ns = (uint64_t)cfg->link_latency_us * 1000ull;
         /* gbps Gbit/s = gbps/8 bytes per ns. */
         ip->link_ns_per_byte = cfg->link_gbps > 0.0 ? 8.0 / cfg->link_gbps : 0.0;
@@ -332,5 +393,212 @@ ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport *
     ss_status st = ss_transport_create(&inproc_ops, ip, out);
     if (st != SS_OK)
         ip_destroy(ip);
+    return st;
+}
+
+/* ---- checkpoints ----
+ *
+ * File layout (host byte order; a checkpoint moves with its PS, not across
+ * architectures): "SSDENSE1", u32 group count, then per group: u32 name
+ * length, name, u64 n, u8 has_central, u8 has_mean, u64 mean round,
+ * central[n] and mean[n] as present; then a u64 FNV-1a of all bytes
+ * before it, so a torn or corrupted file is refused instead of loaded. */
+
+static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
+
+typedef struct ckpt_writer {
+    FILE *f;
+    uint64_t hash;
+    bool ok;
+} ckpt_writer;
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static void put(ckpt_writer *w, const void *p, size_t n) {
+    if (w->ok && n && fwrite(p, 1, n, w->f) != n)
+        w->ok = false;
+    w->hash = fnv1a(w->hash, p, n);
+}
+
+static inproc *inproc_of(ss_transport *t) {
+    return ss_transport_impl(t, &inproc_ops);
+}
+
+ss_status ss_inproc_transport_save(ss_transport *t, const char *path, size_t *groups) {
+    inproc *ip = t ? inproc_of(t) : NULL;
+    if (!ip || !path || !*path || !groups)
+        return SS_ERR_INVALID_ARGUMENT;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return SS_ERR_INVALID_ARGUMENT;
+    ckpt_writer w = {.f = fopen(tmp, "wb"), .hash = 14695981039346656037ull, .ok = true};
+    if (!w.f)
+        return SS_ERR_IO;
+    pthread_mutex_lock(&ip->lock);
+    uint32_t count = 0;
+    for (group *g = ip->groups; g; g = g->next)
+        count++;
+    put(&w, ckpt_magic, sizeof ckpt_magic);
+    put(&w, &count, sizeof count);
+    for (group *g = ip->groups; g; g = g->next) {
+        pthread_mutex_lock(&g->lock);
+        uint32_t len = (uint32_t)strlen(g->name);
+        uint64_t n = g->n;
+        uint8_t has_central = g->central_init, has_mean = g->result_round != NO_ROUND;
+        put(&w, &len, sizeof len);
+        put(&w, g->name, len);
+        put(&w, &n, sizeof n);
+        put(&w, &has_central, 1);
+        put(&w, &has_mean, 1);
+        put(&w, &g->result_round, sizeof g->result_round);
+        if (has_central)
+            put(&w, g->central, g->n * sizeof(float));
+        if (has_mean)
+            put(&w, g->result, g->n * sizeof(float));
+        pthread_mutex_unlock(&g->lock);
+    }
+    pthread_mutex_unlock(&ip->lock);
+    *groups = count;
+    uint64_t hash = w.hash;
+    put(&w, &hash, sizeof hash);
+    /* Data on disk before the rename makes it visible: a crash leaves the
+     * old checkpoint or the new one, never half of one. */
+    if (fflush(w.f) != 0 || fsync(fileno(w.f)) != 0)
+        w.ok = false;
+    if (fclose(w.f) != 0)
+        w.ok = false;
+    if (!w.ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return SS_ERR_IO;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return SS_OK;
+}
+
+typedef struct ckpt_reader {
+    const unsigned char *p, *end;
+} ckpt_reader;
+
+static bool take(ckpt_reader *r, void *out, size_t n) {
+    if ((size_t)(r->end - r->p) < n)
+        return false;
+    memcpy(out, r->p, n);
+    r->p += n;
+    return true;
+}
+
+static ss_status load_groups(inproc *ip, ckpt_reader *r, size_t *loaded) {
+    char magic[8];
+    uint32_t count;
+    if (!take(r, magic, 8) || memcmp(magic, ckpt_magic, 8) || !take(r, &count, sizeof count))
+        return SS_ERR_PARSE;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t len;
+        uint64_t n, round;
+        uint8_t has_central, has_mean;
+        char name[1024];
+        if (!take(r, &len, sizeof len) || len == 0 || len >= sizeof name || !take(r, name, len))
+            return SS_ERR_PARSE;
+        name[len] = '\0';
+        if (!take(r, &n, sizeof n) || n == 0 || n > ((uint64_t)1 << 34) ||
+            !take(r, &has_central, 1) || !take(r, &has_mean, 1) || has_central > 1 ||
+            has_mean > 1 || !take(r, &round, sizeof round) ||
+            (size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
+            return SS_ERR_PARSE;
+        pthread_mutex_lock(&ip->lock);
+        group *g = ip->groups;
+        while (g && strcmp(g->name, name))
+            g = g->next;
+        bool fresh = !g;
+        if (fresh && !(g = group_new(name, n))) {
+            pthread_mutex_unlock(&ip->lock);
+            return SS_ERR_NO_MEMORY;
+        }
+        if (g->n != n) {
+            pthread_mutex_unlock(&ip->lock);
+            return SS_ERR_SIZE_MISMATCH;
+        }
+        pthread_mutex_lock(&g->lock);
+        if (has_central) {
+            take(r, g->central, n * sizeof(float));
+            g->central_init = true;
+        }
+        if (has_mean) {
+            take(r, g->result, n * sizeof(float));
+            g->result_round = round;
+            g->open_round = round + 1;
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (fresh) {
+            g->next = ip->groups;
+            ip->groups = g;
+        }
+        pthread_mutex_unlock(&ip->lock);
+        (*loaded)++;
+    }
+    return r->p + sizeof(uint64_t) == r->end ? SS_OK : SS_ERR_PARSE;
+}
+
+ss_status ss_inproc_transport_load(ss_transport *t, const char *path, size_t *groups) {
+    inproc *ip = t ? inproc_of(t) : NULL;
+    if (!ip || !path || !groups)
+        return SS_ERR_INVALID_ARGUMENT;
+    *groups = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    ss_status st = SS_OK;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 20;
+            unsigned char *nb = realloc(buf, cap);
+            if (!nb) {
+                st = SS_ERR_NO_MEMORY;
+                break;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f))
+                st = SS_ERR_IO;
+            break;
+        }
+    }
+    fclose(f);
+    if (st == SS_OK) {
+        uint64_t stored;
+        if (len < sizeof ckpt_magic + sizeof(uint32_t) + sizeof stored) {
+            st = SS_ERR_PARSE;
+        } else {
+            memcpy(&stored, buf + len - sizeof stored, sizeof stored);
+            if (fnv1a(14695981039346656037ull, buf, len - sizeof stored) != stored)
+                st = SS_ERR_PARSE;
+        }
+    }
+    if (st == SS_OK) {
+        ckpt_reader r = {.p = buf, .end = buf + len};
+        st = load_groups(ip, &r, groups);
+    }
+    free(buf);
     return st;
 }

@@ -60,3 +60,13 @@ ss_status ss_transport_read_central(ss_transport *t, const char *group, float *c
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->read_central(t->impl, group, c, n);
 }
+
+ss_status ss_transport_heartbeat(ss_transport *t, const char *group, uint64_t member) {
+    if (!t || !group || !*group)
+        return SS_ERR_INVALID_ARGUMENT;
+    return t->ops->heartbeat ? t->ops->heartbeat(t->impl, group, member) : SS_OK;
+}
+
+void *ss_transport_impl(ss_transport *t, const ss_transport_ops *ops) {
+    return t && t->ops == ops ? t->impl : NULL;
+}

@@ -55,8 +55,8 @@ static ss_status fake_read(void *impl, const char *g, float *c, size_t n) {
 static void fake_destroy(void *impl) {
     (void)impl;
 }
-static const ss_transport_ops fake_ops = {fake_join,      fake_leave, fake_easgd,
-                                          fake_allreduce, fake_read,  fake_destroy};
+static const ss_transport_ops fake_ops = {fake_join, fake_leave, fake_easgd,  fake_allreduce,
+                                          fake_read, NULL,       fake_destroy};
 
 static void run_fake_round(ss_algo algo, ss_status transport_status, float *out_x) {
     ss_transport *t;

@@ -53,7 +53,8 @@ static void stop_ps(void) {
 
 static ss_transport *connect_ps(void) {
     ss_transport *t;
-    ss_grpc_transport_config cfg = {.target = ps_target, .timeout_ms = 5000, .round_wait_ms = 2000};
+    ss_grpc_transport_config cfg = {
+        .targets = ps_target, .timeout_ms = 5000, .round_wait_ms = 2000};
     ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
     return t;
 }
@@ -128,6 +129,8 @@ START_TEST(test_ma_round_of_three_engines_over_grpc) {
 }
 END_TEST
 
+/* Every case one by one, with counters: test_ps_bad_input.c. Here: the
+ * real process survives them. */
 START_TEST(test_bad_input_never_hurts_the_ps) {
     start_ps();
     ss_transport *t = connect_ps();
@@ -136,10 +139,6 @@ START_TEST(test_bad_input_never_hurts_the_ps) {
     float d[4], c[2];
     ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_OK);
-    /* wrong group size */
-    ck_assert_int_eq(ss_transport_join(t, "g", 3, &x), SS_ERR_SIZE_MISMATCH);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1, 1}, 0.5f, d, 3),
-                     SS_ERR_SIZE_MISMATCH);
     /* unknown group, unknown member */
     ck_assert_int_eq(ss_transport_easgd_exchange(t, "nope", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_ERR_NOT_FOUND);
@@ -152,16 +151,12 @@ START_TEST(test_bad_input_never_hurts_the_ps) {
     ck_assert_int_eq(
         ss_transport_allreduce_mean(t, "g", a, (const float[]){1, INFINITY}, c, 2, &rr),
         SS_ERR_NON_FINITE);
-    /* a group larger than the server's limit (1000 floats), and a message
-     * larger than its receive limit */
+    /* a group larger than the server's limit (1000 floats) */
     ck_assert_int_eq(ss_transport_join(t, "big", 2000, &x), SS_ERR_INVALID_ARGUMENT);
-    static float huge[5000];
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, huge, 0.5f, huge, 5000),
-                     SS_ERR_NO_MEMORY); /* RESOURCE_EXHAUSTED */
 
     /* garbage bytes and a call with an expired deadline, at the RPC level */
     ss_rpc_channel *ch;
-    ck_assert_int_eq(ss_rpc_channel_create(ps_target, 0, &ch), SS_OK);
+    ck_assert_int_eq(ss_rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
     const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
     uint8_t *resp;
     size_t len;
@@ -174,19 +169,6 @@ START_TEST(test_bad_input_never_hurts_the_ps) {
                                  5000, false, &resp, &len, msg, sizeof msg),
                      SS_ERR_NOT_FOUND); /* UNIMPLEMENTED, at once */
     ss_rpc_channel_destroy(ch);
-
-    /* A deadline that expires while the server waits on a round (one of two
-     * members contributes; the round deadline is 300 ms, the call's 1 ms). */
-    uint64_t s1, s2;
-    ck_assert_int_eq(ss_transport_join(t, "slow", 2, &s1), SS_OK);
-    ck_assert_int_eq(ss_transport_join(t, "slow", 2, &s2), SS_OK);
-    ss_transport *impatient;
-    ss_grpc_transport_config icfg = {.target = ps_target, .timeout_ms = 1};
-    ck_assert_int_eq(ss_grpc_transport_create(&icfg, &impatient), SS_OK);
-    ck_assert_int_eq(
-        ss_transport_allreduce_mean(impatient, "slow", s1, (const float[]){1, 2}, c, 2, &rr),
-        SS_ERR_TIMEOUT);
-    ss_transport_destroy(impatient);
 
     /* The central variable is untouched and the server still serves. */
     ck_assert_int_eq(ss_transport_read_central(t, "g", c, 2), SS_OK);
@@ -217,7 +199,7 @@ END_TEST
 
 START_TEST(test_ps_down_fails_fast) {
     ss_transport *t;
-    ss_grpc_transport_config cfg = {.target = "127.0.0.1:1", .timeout_ms = 2000};
+    ss_grpc_transport_config cfg = {.targets = "127.0.0.1:1", .timeout_ms = 2000};
     ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
     uint64_t m;
     ck_assert_int_eq(ss_transport_join(t, "g", 2, &m), SS_ERR_IO); /* UNAVAILABLE */

@@ -1,17 +1,67 @@
 /* shadowsync-ps: serves dense sync (S-EASGD central variables, S-MA/S-BMUF
- * round aggregation with membership and a round deadline) over gRPC. */
+ * round aggregation with membership and a round deadline) over gRPC, and
+ * checkpoints what it holds. */
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "shadowsync/dense_service.h"
 #include "shadowsync/flags.h"
 #include "shadowsync/log.h"
 
+typedef struct ps_state {
+    ss_transport *backend;
+    char path[4096];           /* checkpoint file; "" = none */
+    pthread_mutex_t save_lock; /* one writer of path.tmp at a time */
+} ps_state;
+
+static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *groups) {
+    ps_state *ps = ctx;
+    pthread_mutex_lock(&ps->save_lock);
+    ss_status st = ss_inproc_transport_save(ps->backend, ps->path, groups);
+    pthread_mutex_unlock(&ps->save_lock);
+    if (path && pathlen)
+        snprintf(path, pathlen, "%s", ps->path);
+    ss_log(st == SS_OK ? SS_LOG_INFO : SS_LOG_ERROR, "ps",
+           "event=checkpoint path=%s groups=%zu status=%s", ps->path, *groups, ss_status_name(st));
+    return st;
+}
+
+/* Loads dir/dense.ckpt when present. A corrupt file stops the start: the
+ * operator decides, nothing is overwritten. */
+static int restore(ps_state *ps, const char *dir) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "shadowsync-ps: cannot create --checkpoint-dir %s: %s\n", dir,
+                strerror(errno));
+        return -1;
+    }
+    if (snprintf(ps->path, sizeof ps->path, "%s/dense.ckpt", dir) >= (int)sizeof ps->path) {
+        fprintf(stderr, "shadowsync-ps: --checkpoint-dir is too long\n");
+        return -1;
+    }
+    size_t groups = 0;
+    ss_status st = ss_inproc_transport_load(ps->backend, ps->path, &groups);
+    if (st == SS_ERR_NOT_FOUND) {
+        printf("shadowsync-ps: no checkpoint in %s, starting empty\n", dir);
+        return 0;
+    }
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot restore %s: %s (file left as is)\n", ps->path,
+                ss_strerror(st));
+        return -1;
+    }
+    printf("shadowsync-ps: restored %zu groups from %s\n", groups, ps->path);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *listen = "127.0.0.1:7070";
-    int64_t threads = 2, deadline_ms = 1000, max_floats = 64 << 20;
+    const char *listen = "127.0.0.1:7070", *ckpt_dir = "", *tls_cert = "", *tls_key = "",
+               *tls_ca = "";
+    int64_t threads = 2, deadline_ms = 1000, member_timeout_ms = 5000, max_floats = 64 << 20;
     ss_flag flags[] = {
         {"listen", SS_FLAG_STRING, &listen, "address to serve gRPC on (port 0: pick one)", NULL, 0,
          0},
@@ -19,8 +69,18 @@ int main(int argc, char **argv) {
         {"round-deadline-ms", SS_FLAG_INT, &deadline_ms,
          "an MA/BMUF round closes this long after its first snapshot, members or not", NULL, 1,
          3.6e6},
-        {"max-group-floats", SS_FLAG_INT, &max_floats, "largest dense group accepted", NULL, 1,
-         (double)(1u << 30)},
+        {"member-timeout-ms", SS_FLAG_INT, &member_timeout_ms,
+         "drop a member not heard from this long (0 = never; >= round deadline)", NULL, 0, 3.6e6},
+        {"max-group-floats", SS_FLAG_INT, &max_floats, "largest dense group chunk accepted", NULL,
+         1, (double)(1u << 30)},
+        {"checkpoint-dir", SS_FLAG_STRING, &ckpt_dir,
+         "restore dense.ckpt from here at start; write it on Checkpoint calls, SIGUSR1 and at "
+         "shutdown (\"\" = no checkpoints)",
+         NULL, 0, 0},
+        {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM server certificate (enables TLS)", NULL, 0, 0},
+        {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
+        {"tls-ca", SS_FLAG_STRING, &tls_ca,
+         "PEM CA bundle: require client certificates signed by it (mutual TLS)", NULL, 0, 0},
     };
     const size_t nflags = sizeof flags / sizeof *flags;
     bool help;
@@ -31,42 +91,66 @@ int main(int argc, char **argv) {
     }
     if (help) {
         ss_flags_print_help(stdout, "shadowsync-ps",
-                            "ShadowSync parameter server: holds the central variables of dense "
-                            "groups (S-EASGD)\nand aggregates S-MA/S-BMUF rounds, over gRPC. Stops "
-                            "on SIGINT or SIGTERM.",
+                            "ShadowSync parameter server: holds one shard of every dense group "
+                            "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and "
+                            "serves it over gRPC. Stops on SIGINT\nor SIGTERM (after a final "
+                            "checkpoint when --checkpoint-dir is set).",
                             flags, nflags);
         return 0;
+    }
+    if (member_timeout_ms && member_timeout_ms < deadline_ms) {
+        fprintf(stderr, "shadowsync-ps: --member-timeout-ms must be 0 or >= --round-deadline-ms\n");
+        return 2;
+    }
+    if (!*tls_cert != !*tls_key || (*tls_ca && !*tls_cert)) {
+        fprintf(stderr, "shadowsync-ps: --tls-cert and --tls-key go together (--tls-ca needs "
+                        "both)\n");
+        return 2;
     }
     /* Signals go to sigwait below, not to gRPC's threads. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     ss_metrics *metrics;
-    ss_transport *backend;
-    ss_inproc_config icfg = {.round_deadline_ms = (uint32_t)deadline_ms};
+    ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER};
+    ss_inproc_config icfg = {.round_deadline_ms = (uint32_t)deadline_ms,
+                             .member_timeout_ms = (uint32_t)member_timeout_ms};
     if (ss_metrics_create(&metrics) != SS_OK ||
-        ss_inproc_transport_create(&icfg, &backend) != SS_OK) {
+        ss_inproc_transport_create(&icfg, &ps.backend) != SS_OK) {
         fprintf(stderr, "shadowsync-ps: out of memory\n");
         return 1;
     }
-    ss_dense_service svc = {.backend = backend, .max_floats = (size_t)max_floats};
+    if (*ckpt_dir && restore(&ps, ckpt_dir) != 0) {
+        ss_transport_destroy(ps.backend);
+        ss_metrics_destroy(metrics);
+        return 1;
+    }
+    ss_dense_service svc = {.backend = ps.backend,
+                            .max_floats = (size_t)max_floats,
+                            .checkpoint = *ckpt_dir ? save_checkpoint : NULL,
+                            .checkpoint_ctx = &ps};
     ss_metrics_counter(metrics, "shadowsync_ps_rejected_requests_total",
-                       "Requests refused as invalid (bad size, NaN/Inf, garbage).", NULL,
-                       &svc.rejected);
+                       "Requests refused (bad size, unknown group or member, NaN/Inf, garbage).",
+                       NULL, &svc.rejected);
     size_t nmethods;
     const ss_rpc_method *methods = ss_dense_service_methods(&nmethods);
+    ss_rpc_tls tls = {.cert_file = *tls_cert ? tls_cert : NULL,
+                      .key_file = *tls_key ? tls_key : NULL,
+                      .ca_file = *tls_ca ? tls_ca : NULL};
     ss_rpc_server_config scfg = {.listen = listen,
                                  .threads = (uint32_t)threads,
                                  .max_message_bytes = (size_t)max_floats * 4 + 4096,
-                                 .metrics = metrics};
+                                 .metrics = metrics,
+                                 .tls = &tls};
     ss_rpc_server *srv;
     ss_status st = ss_rpc_server_start(&scfg, methods, nmethods, &svc, &srv);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", listen, ss_strerror(st));
-        ss_transport_destroy(backend);
+        ss_transport_destroy(ps.backend);
         ss_metrics_destroy(metrics);
         return 1;
     }
@@ -75,14 +159,30 @@ int main(int argc, char **argv) {
     char *colon = strrchr(host, ':');
     if (colon)
         *colon = '\0';
-    printf("shadowsync-ps: listening on %s:%d\n", host, ss_rpc_server_port(srv));
+    printf("shadowsync-ps: listening on %s:%d%s\n", host, ss_rpc_server_port(srv),
+           *tls_cert ? (*tls_ca ? " (mutual TLS)" : " (TLS)") : "");
     fflush(stdout);
     int sig;
-    sigwait(&sigs, &sig);
+    for (;;) {
+        sigwait(&sigs, &sig);
+        if (sig != SIGUSR1)
+            break;
+        size_t groups = 0;
+        if (*ckpt_dir)
+            save_checkpoint(&ps, NULL, 0, &groups);
+    }
     ss_log(SS_LOG_INFO, "ps", "event=stopping signal=%d", sig);
     ss_rpc_server_stop(srv);
-    ss_transport_destroy(backend);
+    int rc = 0;
+    if (*ckpt_dir) {
+        size_t groups = 0;
+        if (save_checkpoint(&ps, NULL, 0, &groups) != SS_OK)
+            rc = 1;
+        else
+            printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps.path);
+    }
+    ss_transport_destroy(ps.backend);
     ss_metrics_destroy(metrics);
     printf("shadowsync-ps: stopped\n");
-    return 0;
+    return rc;
 }

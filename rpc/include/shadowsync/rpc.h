@@ -41,11 +41,23 @@ typedef struct ss_rpc_method {
     bool blocking;
 } ss_rpc_method;
 
+/* TLS from PEM files, on either side. Server: cert_file + key_file are
+ * required; ca_file makes it demand and verify client certificates
+ * (mutual TLS). Client: ca_file verifies the server (NULL: system roots);
+ * cert_file + key_file present a client certificate. All NULL / a NULL
+ * pointer to this struct = plain TCP. */
+typedef struct ss_rpc_tls {
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
+} ss_rpc_tls;
+
 typedef struct ss_rpc_server_config {
     const char *listen;       /* "127.0.0.1:0" picks a free port */
     uint32_t threads;         /* completion-queue threads, >= 1 */
     size_t max_message_bytes; /* receive limit; larger messages: RESOURCE_EXHAUSTED */
     ss_metrics *metrics;      /* optional: shadowsync_rpc_requests_total{method,result} */
+    const ss_rpc_tls *tls;    /* optional */
 } ss_rpc_server_config;
 
 /* Binds and starts serving. methods must outlive the server. */
@@ -57,7 +69,10 @@ void ss_rpc_server_stop(ss_rpc_server *srv);
 
 typedef struct ss_rpc_channel ss_rpc_channel;
 
-ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes, ss_rpc_channel **out);
+/* tls: optional (NULL = plain TCP). SS_ERR_IO when a PEM file cannot be
+ * read. */
+ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes, const ss_rpc_tls *tls,
+                                ss_rpc_channel **out);
 void ss_rpc_channel_destroy(ss_rpc_channel *ch);
 
 /* One unary call with a deadline. On SS_OK *resp (malloc'd, caller frees)
@@ -67,6 +82,24 @@ void ss_rpc_channel_destroy(ss_rpc_channel *ch);
 ss_status ss_rpc_call(ss_rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
                       uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
                       char *msg, size_t msglen);
+
+/* One call of a batch: in fields set by the caller, out fields by
+ * ss_rpc_call_many. */
+typedef struct ss_rpc_request {
+    ss_rpc_channel *ch;
+    const char *method;
+    const uint8_t *req;
+    size_t len;
+    ss_status status; /* out */
+    uint8_t *resp;    /* out: malloc'd reply when every call succeeded */
+    size_t resp_len;  /* out */
+    char msg[160];    /* out: the error text of a failed call */
+} ss_rpc_request;
+
+/* Runs n unary calls at once (one deadline for all) and waits for every
+ * one. Returns the first failed call's status; then no resp is kept. */
+ss_status ss_rpc_call_many(ss_rpc_request *calls, size_t n, uint32_t timeout_ms,
+                           bool wait_for_ready);
 
 /* Brings gRPC up/down (reference counted by gRPC itself). */
 void ss_rpc_init(void);

@@ -35,6 +35,9 @@ typedef struct ss_engine_config {
      * replica that has not changed costs the workers cache traffic and
      * buys nothing. 0 = rounds back to back. Foreground rounds ignore it. */
     uint64_t min_round_gap;
+    /* A group with nothing to sync for this long sends a heartbeat, so the
+     * server does not expire it. 0 = never. */
+    uint32_t heartbeat_interval_ms;
 } ss_engine_config;
 
 typedef struct ss_sync_params {
@@ -46,6 +49,7 @@ typedef struct ss_sync_params {
 typedef struct ss_group_stats {
     uint64_t rounds;        /* completed rounds */
     uint64_t failed_rounds; /* abandoned whole (transport error) */
+    uint64_t rejoins;       /* joined again after the other side forgot us */
     double gap_mean;        /* trainer iterations between completed rounds */
     uint64_t gap_p50, gap_p99, gap_max;
     double divergence;      /* |s - c| / |c| at the last completed round */

@@ -36,6 +36,10 @@ typedef struct ss_transport_ops {
                                 float *avg, size_t n, ss_round_result *result);
     /* Copies the central variable (EASGD) or last round mean (MA/BMUF). */
     ss_status (*read_central)(void *impl, const char *group, float *c, size_t n);
+    /* Optional (NULL: always SS_OK). Tells the other side a member is alive
+     * while it has nothing to sync; SS_ERR_NOT_FOUND when the member was
+     * dropped (expired, or the server restarted): join again. */
+    ss_status (*heartbeat)(void *impl, const char *group, uint64_t member);
     void (*destroy)(void *impl);
 } ss_transport_ops;
 
@@ -51,12 +55,21 @@ ss_status ss_transport_allreduce_mean(ss_transport *t, const char *group, uint64
                                       const float *s, float *avg, size_t n,
                                       ss_round_result *result);
 ss_status ss_transport_read_central(ss_transport *t, const char *group, float *c, size_t n);
+ss_status ss_transport_heartbeat(ss_transport *t, const char *group, uint64_t member);
+
+/* The implementation behind t when its ops are `ops`, else NULL: lets an
+ * implementation offer calls beyond the vtable (checkpoints). */
+void *ss_transport_impl(ss_transport *t, const ss_transport_ops *ops);
 
 /* In-process transport: one instance shared by every engine of a process.
  * round_deadline_ms bounds how long an MA/BMUF round waits for missing
  * members after its first contribution. */
 typedef struct ss_inproc_config {
     uint32_t round_deadline_ms;
+    /* A member not heard from (any call, heartbeats included) for this long
+     * is dropped, so a killed trainer stops costing every round a deadline.
+     * 0 = never; otherwise at least round_deadline_ms. */
+    uint32_t member_timeout_ms;
     /* Optional link emulation, for benchmarks that need a round to cost
      * what it costs over a network: each exchange sleeps (never spins)
      * 2 x link_latency_us plus the payload's bytes, both ways, at
@@ -66,5 +79,15 @@ typedef struct ss_inproc_config {
 } ss_inproc_config;
 
 ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport **out);
+
+/* Writes every group's central variable and last round mean to path,
+ * atomically (path.tmp, fsync, rename, fsync of the directory). Members and
+ * open rounds are not saved: after a restart trainers join again.
+ * *groups = groups written. */
+ss_status ss_inproc_transport_save(ss_transport *t, const char *path, size_t *groups);
+/* Loads a checkpoint written by ss_inproc_transport_save into t (before
+ * members join). SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE: torn or
+ * corrupted (nothing of it is trusted); *groups = groups restored. */
+ss_status ss_inproc_transport_load(ss_transport *t, const char *path, size_t *groups);
 
 #endif

@@ -1,0 +1,480 @@
+/* The client transport: an ss_transport over S shadowsync-ps shards.
+ *
+ * A group of n floats is cut into contiguous shard ranges (shard s holds
+ * [n s / S, n (s+1) / S)) and each range into chunks of at most
+ * chunk_floats; every chunk is a group of its own on its server, named
+ * "<group>[<lo>:<hi>)". One exchange sends all of a group's chunks as
+ * parallel unary calls (ss_rpc_call_many), so shards work at once and a
+ * 100 MB group never needs a 100 MB message. Each chunk has its own member
+ * id on its server; this file maps the engine's one member id to them. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dense_sync.pb-c.h"
+#include "shadowsync/clock.h"
+#include "shadowsync/dense_service.h"
+
+#define M_JOIN       "/shadowsync.v1.DenseSync/Join"
+#define M_LEAVE      "/shadowsync.v1.DenseSync/Leave"
+#define M_EASGD      "/shadowsync.v1.DenseSync/EasgdExchange"
+#define M_ROUND      "/shadowsync.v1.DenseSync/RoundMean"
+#define M_CENTRAL    "/shadowsync.v1.DenseSync/ReadCentral"
+#define M_HEARTBEAT  "/shadowsync.v1.DenseSync/Heartbeat"
+#define M_CHECKPOINT "/shadowsync.v1.DenseSync/Checkpoint"
+
+typedef struct part {
+    char name[300];
+    size_t lo, n;
+    uint32_t shard;
+} part;
+
+/* One joined member: its group's cut and a server member id per chunk. */
+typedef struct membership {
+    struct membership *next;
+    uint64_t id;
+    char *group;
+    size_t n;
+    part *parts;
+    uint64_t *ids;
+    size_t nparts;
+} membership;
+
+typedef struct grpc_tp {
+    ss_rpc_channel *ch[SS_GRPC_MAX_SHARDS];
+    uint32_t nshards;
+    size_t chunk;
+    uint32_t timeout_ms, round_wait_ms, retries;
+    pthread_mutex_t lock; /* guards members and next_id */
+    membership *members;
+    uint64_t next_id;
+} grpc_tp;
+
+/* ---- the cut ---- */
+
+static ss_status cut_group(const grpc_tp *t, const char *group, size_t n, part **out,
+                           size_t *count) {
+    size_t total = 0;
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        size_t lo = n * s / t->nshards, hi = n * (s + 1) / t->nshards;
+        total += (hi - lo + t->chunk - 1) / t->chunk;
+    }
+    part *p = calloc(total ? total : 1, sizeof *p);
+    if (!p)
+        return SS_ERR_NO_MEMORY;
+    size_t k = 0;
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        size_t lo = n * s / t->nshards, hi = n * (s + 1) / t->nshards;
+        for (size_t at = lo; at < hi; at += t->chunk) {
+            size_t end = hi - at < t->chunk ? hi : at + t->chunk;
+            p[k] = (part){.lo = at, .n = end - at, .shard = s};
+            if (snprintf(p[k].name, sizeof p[k].name, "%s[%zu:%zu)", group, at, end) >=
+                (int)sizeof p[k].name) {
+                free(p);
+                return SS_ERR_INVALID_ARGUMENT;
+            }
+            k++;
+        }
+    }
+    *out = p;
+    *count = k;
+    return SS_OK;
+}
+
+static membership *find_member(grpc_tp *t, const char *group, uint64_t id) {
+    pthread_mutex_lock(&t->lock);
+    membership *m = t->members;
+    while (m && !(m->id == id && !strcmp(m->group, group)))
+        m = m->next;
+    pthread_mutex_unlock(&t->lock);
+    return m;
+}
+
+static void membership_free(membership *m) {
+    if (!m)
+        return;
+    free(m->group);
+    free(m->parts);
+    free(m->ids);
+    free(m);
+}
+
+/* ---- packing and fan-out ---- */
+
+static uint8_t *pack_message(const ProtobufCMessage *m, size_t *len) {
+    *len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(*len ? *len : 1);
+    if (buf)
+        protobuf_c_message_pack(m, buf);
+    return buf;
+}
+
+/* A fan-out of one request per chunk. */
+typedef struct fanout {
+    ss_rpc_request *rq;
+    size_t n;
+} fanout;
+
+static ss_status fanout_init(fanout *f, size_t n) {
+    f->n = n;
+    f->rq = calloc(n ? n : 1, sizeof *f->rq);
+    return f->rq ? SS_OK : SS_ERR_NO_MEMORY;
+}
+
+static void fanout_free(fanout *f) {
+    for (size_t i = 0; i < f->n; i++) {
+        free((void *)f->rq[i].req);
+        free(f->rq[i].resp);
+    }
+    free(f->rq);
+}
+
+/* Runs the fan-out; idempotent ones are retried on UNAVAILABLE with
+ * backoff (50 ms, doubling), a fresh deadline each time. */
+static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
+    ss_status st = ss_rpc_call_many(f->rq, f->n, timeout_ms, false);
+    for (uint32_t attempt = 0; idempotent && st == SS_ERR_IO && attempt < t->retries; attempt++) {
+        ss_sleep_ns(50000000ull << (attempt < 5 ? attempt : 5));
+        st = ss_rpc_call_many(f->rq, f->n, timeout_ms, false);
+    }
+    return st;
+}
+
+/* ---- the ops ---- */
+
+static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
+                          const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                          ProtobufCMessage **reply) {
+    size_t len;
+    uint8_t *buf = pack_message(req, &len);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    uint8_t *resp;
+    size_t rlen;
+    ss_status st =
+        ss_rpc_call(t->ch[shard], method, buf, len, t->timeout_ms, false, &resp, &rlen, NULL, 0);
+    free(buf);
+    if (st != SS_OK)
+        return st;
+    *reply = protobuf_c_message_unpack(desc, NULL, rlen, resp);
+    free(resp);
+    return *reply ? SS_OK : SS_ERR_PARSE;
+}
+
+static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        Shadowsync__V1__LeaveRequest req = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
+        req.group = (char *)parts[i].name;
+        req.member = ids[i];
+        ProtobufCMessage *r;
+        if (call_one(t, parts[i].shard, M_LEAVE, &req.base,
+                     &shadowsync__v1__leave_reply__descriptor, &r) == SS_OK)
+            protobuf_c_message_free_unpacked(r, NULL);
+    }
+}
+
+static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
+    grpc_tp *t = impl;
+    membership *m = calloc(1, sizeof *m);
+    if (!m)
+        return SS_ERR_NO_MEMORY;
+    ss_status st = cut_group(t, group, n, &m->parts, &m->nparts);
+    m->group = strdup(group);
+    m->n = n;
+    m->ids = calloc(m->nparts ? m->nparts : 1, sizeof *m->ids);
+    if (st == SS_OK && (!m->group || !m->ids))
+        st = SS_ERR_NO_MEMORY;
+    /* One by one: a join that fails half way leaves the chunks it joined. */
+    size_t joined = 0;
+    for (; st == SS_OK && joined < m->nparts; joined++) {
+        Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+        req.group = m->parts[joined].name;
+        req.size = m->parts[joined].n;
+        ProtobufCMessage *r;
+        st = call_one(t, m->parts[joined].shard, M_JOIN, &req.base,
+                      &shadowsync__v1__join_reply__descriptor, &r);
+        if (st == SS_OK) {
+            m->ids[joined] = ((Shadowsync__V1__JoinReply *)r)->member;
+            protobuf_c_message_free_unpacked(r, NULL);
+        }
+    }
+    if (st != SS_OK) {
+        if (joined > 0)
+            leave_parts(t, m->parts, m->ids, joined - 1);
+        membership_free(m);
+        return st;
+    }
+    pthread_mutex_lock(&t->lock);
+    m->id = t->next_id++;
+    m->next = t->members;
+    t->members = m;
+    pthread_mutex_unlock(&t->lock);
+    *member = m->id;
+    return SS_OK;
+}
+
+static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
+    grpc_tp *t = impl;
+    pthread_mutex_lock(&t->lock);
+    membership **pp = &t->members;
+    while (*pp && !((*pp)->id == member && !strcmp((*pp)->group, group)))
+        pp = &(*pp)->next;
+    membership *m = *pp;
+    if (m)
+        *pp = m->next;
+    pthread_mutex_unlock(&t->lock);
+    if (!m)
+        return SS_ERR_NOT_FOUND;
+    leave_parts(t, m->parts, m->ids, m->nparts);
+    membership_free(m);
+    return SS_OK;
+}
+
+/* Builds one request per chunk of m with build(i) and runs them. */
+typedef uint8_t *(*build_fn)(const membership *m, size_t i, const void *arg, size_t *len);
+
+static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_fn build,
+                     const void *arg, uint32_t timeout_ms, bool idempotent, fanout *f) {
+    ss_status st = fanout_init(f, m->nparts);
+    for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
+        f->rq[i].ch = t->ch[m->parts[i].shard];
+        f->rq[i].method = method;
+        f->rq[i].req = build(m, i, arg, &f->rq[i].len);
+        if (!f->rq[i].req)
+            st = SS_ERR_NO_MEMORY;
+    }
+    if (st == SS_OK)
+        st = fanout_run(t, f, timeout_ms, idempotent);
+    return st;
+}
+
+/* Copies a reply's float payload for chunk i into out, checking its size. */
+static ss_status take_floats(const ProtobufCBinaryData *b, const part *p, float *out) {
+    if (b->len != p->n * sizeof(float))
+        return SS_ERR_SIZE_MISMATCH;
+    memcpy(out + p->lo, b->data, b->len);
+    return SS_OK;
+}
+
+typedef struct easgd_arg {
+    const float *s;
+    float alpha;
+} easgd_arg;
+
+static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size_t *len) {
+    const easgd_arg *a = arg;
+    Shadowsync__V1__EasgdRequest req = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
+    req.group = (char *)m->parts[i].name;
+    req.member = m->ids[i];
+    req.alpha = a->alpha;
+    req.snapshot.data = (uint8_t *)(a->s + m->parts[i].lo);
+    req.snapshot.len = m->parts[i].n * sizeof(float);
+    return pack_message(&req.base, len);
+}
+
+static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
+                          float alpha, float *d, size_t n) {
+    grpc_tp *t = impl;
+    const membership *m = find_member(t, group, member);
+    if (!m)
+        return SS_ERR_NOT_FOUND;
+    if (m->n != n)
+        return SS_ERR_SIZE_MISMATCH;
+    easgd_arg a = {s, alpha};
+    fanout f;
+    ss_status st = fan(t, m, M_EASGD, build_easgd, &a, t->timeout_ms, false, &f);
+    for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
+        Shadowsync__V1__EasgdReply *r =
+            shadowsync__v1__easgd_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
+        st = r ? take_floats(&r->delta, &m->parts[i], d) : SS_ERR_PARSE;
+        if (r)
+            shadowsync__v1__easgd_reply__free_unpacked(r, NULL);
+    }
+    fanout_free(&f);
+    return st;
+}
+
+static uint8_t *build_round(const membership *m, size_t i, const void *arg, size_t *len) {
+    const float *s = arg;
+    Shadowsync__V1__RoundRequest req = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    req.group = (char *)m->parts[i].name;
+    req.member = m->ids[i];
+    req.snapshot.data = (uint8_t *)(s + m->parts[i].lo);
+    req.snapshot.len = m->parts[i].n * sizeof(float);
+    return pack_message(&req.base, len);
+}
+
+static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
+                          float *avg, size_t n, ss_round_result *result) {
+    grpc_tp *t = impl;
+    const membership *m = find_member(t, group, member);
+    if (!m)
+        return SS_ERR_NOT_FOUND;
+    if (m->n != n)
+        return SS_ERR_SIZE_MISMATCH;
+    fanout f;
+    ss_status st = fan(t, m, M_ROUND, build_round, s, t->timeout_ms + t->round_wait_ms, false, &f);
+    /* Chunks close their rounds independently (a deadline may close one
+     * without a member the next one waited for): report the smallest. */
+    result->round = UINT64_MAX;
+    result->participants = UINT32_MAX;
+    for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
+        Shadowsync__V1__RoundReply *r =
+            shadowsync__v1__round_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
+        st = r ? take_floats(&r->mean, &m->parts[i], avg) : SS_ERR_PARSE;
+        if (r) {
+            if (r->round < result->round)
+                result->round = r->round;
+            if (r->participants < result->participants)
+                result->participants = r->participants;
+            shadowsync__v1__round_reply__free_unpacked(r, NULL);
+        }
+    }
+    fanout_free(&f);
+    return st;
+}
+
+static uint8_t *build_central(const membership *m, size_t i, const void *arg, size_t *len) {
+    (void)arg;
+    Shadowsync__V1__ReadCentralRequest req = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
+    req.group = (char *)m->parts[i].name;
+    req.size = m->parts[i].n;
+    return pack_message(&req.base, len);
+}
+
+static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
+    grpc_tp *t = impl;
+    /* Reading needs no membership: a temporary cut of the group. */
+    membership m = {.group = (char *)group, .n = n};
+    ss_status st = cut_group(t, group, n, &m.parts, &m.nparts);
+    if (st != SS_OK)
+        return st;
+    fanout f;
+    st = fan(t, &m, M_CENTRAL, build_central, NULL, t->timeout_ms, true, &f);
+    for (size_t i = 0; st == SS_OK && i < m.nparts; i++) {
+        Shadowsync__V1__ReadCentralReply *r =
+            shadowsync__v1__read_central_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
+        st = r ? take_floats(&r->central, &m.parts[i], c) : SS_ERR_PARSE;
+        if (r)
+            shadowsync__v1__read_central_reply__free_unpacked(r, NULL);
+    }
+    fanout_free(&f);
+    free(m.parts);
+    return st;
+}
+
+static uint8_t *build_heartbeat(const membership *m, size_t i, const void *arg, size_t *len) {
+    (void)arg;
+    Shadowsync__V1__HeartbeatRequest req = SHADOWSYNC__V1__HEARTBEAT_REQUEST__INIT;
+    req.group = (char *)m->parts[i].name;
+    req.member = m->ids[i];
+    return pack_message(&req.base, len);
+}
+
+static ss_status tp_heartbeat(void *impl, const char *group, uint64_t member) {
+    grpc_tp *t = impl;
+    const membership *m = find_member(t, group, member);
+    if (!m)
+        return SS_ERR_NOT_FOUND;
+    fanout f;
+    ss_status st = fan(t, m, M_HEARTBEAT, build_heartbeat, NULL, t->timeout_ms, true, &f);
+    fanout_free(&f);
+    return st;
+}
+
+static void tp_destroy(void *impl) {
+    grpc_tp *t = impl;
+    while (t->members) {
+        membership *m = t->members;
+        t->members = m->next;
+        membership_free(m);
+    }
+    for (uint32_t s = 0; s < t->nshards; s++)
+        ss_rpc_channel_destroy(t->ch[s]);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+static const ss_transport_ops grpc_ops = {
+    .join = tp_join,
+    .leave = tp_leave,
+    .easgd_exchange = tp_easgd,
+    .allreduce_mean = tp_round,
+    .read_central = tp_central,
+    .heartbeat = tp_heartbeat,
+    .destroy = tp_destroy,
+};
+
+/* Largest message a chunk produces: its floats plus the envelope. */
+static size_t chunk_message_bytes(size_t chunk) {
+    return chunk * sizeof(float) + 4096;
+}
+
+ss_status ss_grpc_transport_create(const ss_grpc_transport_config *cfg, ss_transport **out) {
+    if (!cfg || !cfg->targets || !*cfg->targets || cfg->timeout_ms == 0 || !out ||
+        cfg->chunk_floats > (64u << 20))
+        return SS_ERR_INVALID_ARGUMENT;
+    grpc_tp *t = calloc(1, sizeof *t);
+    if (!t)
+        return SS_ERR_NO_MEMORY;
+    pthread_mutex_init(&t->lock, NULL);
+    t->timeout_ms = cfg->timeout_ms;
+    t->round_wait_ms = cfg->round_wait_ms;
+    t->retries = cfg->retries;
+    t->chunk = cfg->chunk_floats ? cfg->chunk_floats : SS_GRPC_CHUNK_FLOATS;
+    t->next_id = 1;
+    ss_status st = SS_OK;
+    char *list = strdup(cfg->targets), *save = NULL;
+    if (!list)
+        st = SS_ERR_NO_MEMORY;
+    for (char *tok = list ? strtok_r(list, ",", &save) : NULL; st == SS_OK && tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (t->nshards == SS_GRPC_MAX_SHARDS || !*tok)
+            st = SS_ERR_INVALID_ARGUMENT;
+        else
+            st = ss_rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
+                                       &t->ch[t->nshards]);
+        if (st == SS_OK)
+            t->nshards++;
+    }
+    free(list);
+    if (st == SS_OK && t->nshards == 0)
+        st = SS_ERR_INVALID_ARGUMENT;
+    if (st == SS_OK)
+        st = ss_transport_create(&grpc_ops, t, out);
+    if (st != SS_OK)
+        tp_destroy(t);
+    return st;
+}
+
+ss_status ss_grpc_checkpoint(const char *target, const ss_rpc_tls *tls, uint32_t timeout_ms,
+                             char *path, size_t pathlen, size_t *groups) {
+    if (!target || !path || !pathlen || !groups || timeout_ms == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_rpc_channel *ch;
+    ss_status st = ss_rpc_channel_create(target, 0, tls, &ch);
+    if (st != SS_OK)
+        return st;
+    Shadowsync__V1__CheckpointRequest req = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
+    size_t len;
+    uint8_t *buf = pack_message(&req.base, &len), *resp = NULL;
+    size_t rlen;
+    st = buf ? ss_rpc_call(ch, M_CHECKPOINT, buf, len, timeout_ms, false, &resp, &rlen, NULL, 0)
+             : SS_ERR_NO_MEMORY;
+    free(buf);
+    if (st == SS_OK) {
+        Shadowsync__V1__CheckpointReply *r =
+            shadowsync__v1__checkpoint_reply__unpack(NULL, rlen, resp);
+        if (r) {
+            snprintf(path, pathlen, "%s", r->path);
+            *groups = r->groups;
+            shadowsync__v1__checkpoint_reply__free_unpacked(r, NULL);
+        } else {
+            st = SS_ERR_PARSE;
+        }
+    }
+    free(resp);
+    ss_rpc_channel_destroy(ch);
+    return st;
+}

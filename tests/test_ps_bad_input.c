@@ -1,0 +1,238 @@
+/* Bad input at every DenseSync request path, sent as raw gRPC calls to the
+ * PS's service code served over TCP on 127.0.0.1 (in this process, so the
+ * counters can be read): each gets its status, is counted, and leaves the
+ * central variable unchanged. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "dense_sync.pb-c.h"
+#include "shadowsync/clock.h"
+#include "shadowsync/dense_service.h"
+
+#define SVC "/shadowsync.v1.DenseSync/"
+
+static ss_metrics *metrics;
+static ss_transport *backend;
+static ss_rpc_server *srv;
+static ss_dense_service svc;
+static ss_rpc_channel *ch;
+static uint64_t member;
+
+static void setup(void) {
+    ck_assert_int_eq(ss_metrics_create(&metrics), SS_OK);
+    ss_inproc_config icfg = {.round_deadline_ms = 200};
+    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &backend), SS_OK);
+    svc = (ss_dense_service){.backend = backend, .max_floats = 1000};
+    ck_assert_int_eq(ss_metrics_counter(metrics, "rejected", "r", NULL, &svc.rejected), SS_OK);
+    size_t n;
+    const ss_rpc_method *m = ss_dense_service_methods(&n);
+    ss_rpc_server_config cfg = {.listen = "127.0.0.1:0",
+                                .threads = 2,
+                                .max_message_bytes = 1000 * 4 + 4096,
+                                .metrics = metrics};
+    ck_assert_int_eq(ss_rpc_server_start(&cfg, m, n, &svc, &srv), SS_OK);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss_rpc_server_port(srv));
+    ck_assert_int_eq(ss_rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    /* Group "g" of 2 floats, central variable [1, 1]. */
+    ck_assert_int_eq(ss_transport_join(backend, "g", 2, &member), SS_OK);
+    float d[2];
+    ck_assert_int_eq(
+        ss_transport_easgd_exchange(backend, "g", member, (const float[]){1, 1}, 0.5f, d, 2),
+        SS_OK);
+}
+
+static void teardown(void) {
+    ss_rpc_channel_destroy(ch);
+    ss_rpc_server_stop(srv);
+    ss_transport_destroy(backend);
+    ss_metrics_destroy(metrics);
+}
+
+/* Sends a packed message; returns the call's status. */
+static ss_status send_msg(const char *method, const ProtobufCMessage *m, uint32_t timeout_ms) {
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(len ? len : 1), *resp = NULL;
+    protobuf_c_message_pack(m, buf);
+    size_t rlen;
+    ss_status st = ss_rpc_call(ch, method, buf, len, timeout_ms, false, &resp, &rlen, NULL, 0);
+    free(buf);
+    free(resp);
+    return st;
+}
+
+static ss_status easgd(const char *group, uint64_t mem, const float *s, size_t n) {
+    Shadowsync__V1__EasgdRequest r = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
+    r.group = (char *)group;
+    r.member = mem;
+    r.alpha = 0.5f;
+    r.snapshot.data = (uint8_t *)s;
+    r.snapshot.len = n * sizeof(float);
+    return send_msg(SVC "EasgdExchange", &r.base, 5000);
+}
+
+/* The central variable is still [1, 1]. */
+static void assert_central_unchanged(void) {
+    float c[2];
+    ck_assert_int_eq(ss_transport_read_central(backend, "g", c, 2), SS_OK);
+    ck_assert_float_eq(c[0], 1.0f);
+    ck_assert_float_eq(c[1], 1.0f);
+}
+
+static uint64_t rejected(void) {
+    return ss_counter_value(svc.rejected);
+}
+
+START_TEST(test_wrong_group_size) {
+    uint64_t before = rejected();
+    ck_assert_int_eq(easgd("g", member, (const float[]){5, 5, 5}, 3), SS_ERR_SIZE_MISMATCH);
+    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    j.group = "g";
+    j.size = 3;
+    ck_assert_int_eq(send_msg(SVC "Join", &j.base, 5000), SS_ERR_SIZE_MISMATCH);
+    Shadowsync__V1__ReadCentralRequest rc = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
+    rc.group = "g";
+    rc.size = 7;
+    ck_assert_int_eq(send_msg(SVC "ReadCentral", &rc.base, 5000), SS_ERR_SIZE_MISMATCH);
+    ck_assert_uint_eq(rejected(), before + 3);
+    assert_central_unchanged();
+}
+END_TEST
+
+START_TEST(test_unknown_group_and_member) {
+    uint64_t before = rejected();
+    ck_assert_int_eq(easgd("nope", member, (const float[]){5, 5}, 2), SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(easgd("g", member + 77, (const float[]){5, 5}, 2), SS_ERR_NOT_FOUND);
+    Shadowsync__V1__HeartbeatRequest hb = SHADOWSYNC__V1__HEARTBEAT_REQUEST__INIT;
+    hb.group = "g";
+    hb.member = member + 77;
+    ck_assert_int_eq(send_msg(SVC "Heartbeat", &hb.base, 5000), SS_ERR_NOT_FOUND);
+    Shadowsync__V1__LeaveRequest lv = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
+    lv.group = "nope";
+    ck_assert_int_eq(send_msg(SVC "Leave", &lv.base, 5000), SS_ERR_NOT_FOUND);
+    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    j.group = "";
+    j.size = 2;
+    ck_assert_int_eq(send_msg(SVC "Join", &j.base, 5000), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected(), before + 5);
+    assert_central_unchanged();
+}
+END_TEST
+
+START_TEST(test_nan_and_inf_payloads) {
+    uint64_t before = rejected();
+    ck_assert_int_eq(easgd("g", member, (const float[]){NAN, 1}, 2), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(easgd("g", member, (const float[]){1, -INFINITY}, 2), SS_ERR_NON_FINITE);
+    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    r.group = "g";
+    r.member = member;
+    float inf[2] = {INFINITY, 0};
+    r.snapshot.data = (uint8_t *)inf;
+    r.snapshot.len = sizeof inf;
+    ck_assert_int_eq(send_msg(SVC "RoundMean", &r.base, 5000), SS_ERR_NON_FINITE);
+    /* A payload that is not whole floats. */
+    r.snapshot.len = 5;
+    ck_assert_int_eq(send_msg(SVC "RoundMean", &r.base, 5000), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected(), before + 4);
+    assert_central_unchanged();
+}
+END_TEST
+
+START_TEST(test_oversized_message_and_group) {
+    /* Over the group limit (1000 floats) but under the message limit. */
+    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    j.group = "big";
+    j.size = 2000;
+    uint64_t before = rejected();
+    ck_assert_int_eq(send_msg(SVC "Join", &j.base, 5000), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected(), before + 1);
+    /* Over the receive limit (8096 bytes): RESOURCE_EXHAUSTED before any
+     * handler runs, counted as an error of the method. */
+    static float huge[3000];
+    ck_assert_int_eq(easgd("g", member, huge, 3000), SS_ERR_NO_MEMORY);
+    char *text;
+    size_t tlen;
+    ck_assert_int_eq(ss_metrics_render(metrics, &text, &tlen), SS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "method=\"/shadowsync.v1.DenseSync/EasgdExchange\","
+                                       "result=\"error\"} 1\n"));
+    free(text);
+    /* Far over it (gRPC's own cap, twice ours): refused by gRPC itself. */
+    static float absurd[5000];
+    ck_assert_int_eq(easgd("g", member, absurd, 5000), SS_ERR_NO_MEMORY);
+    assert_central_unchanged();
+    float ok[2] = {3, 1};
+    ck_assert_int_eq(easgd("g", member, ok, 2), SS_OK);
+}
+END_TEST
+
+START_TEST(test_garbage_bytes_and_unknown_method) {
+    uint64_t before = rejected();
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
+    const char *paths[] = {SVC "Join",        SVC "Leave",     SVC "EasgdExchange", SVC "RoundMean",
+                           SVC "ReadCentral", SVC "Heartbeat", SVC "Checkpoint"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        uint8_t *resp = NULL;
+        size_t len;
+        char msg[200] = "";
+        ck_assert_int_eq(
+            ss_rpc_call(ch, paths[i], junk, sizeof junk, 5000, false, &resp, &len, msg, sizeof msg),
+            SS_ERR_PARSE);
+        ck_assert_ptr_nonnull(strstr(msg, "not a valid"));
+    }
+    ck_assert_uint_eq(rejected(), before + 7);
+    uint8_t *resp;
+    size_t len;
+    ck_assert_int_eq(
+        ss_rpc_call(ch, SVC "NoSuchMethod", junk, sizeof junk, 5000, false, &resp, &len, NULL, 0),
+        SS_ERR_NOT_FOUND); /* UNIMPLEMENTED, at once */
+    assert_central_unchanged();
+}
+END_TEST
+
+START_TEST(test_expired_deadline) {
+    /* A round of two members where only one contributes: the server waits
+     * up to its 200 ms round deadline, the call's deadline is 20 ms. */
+    uint64_t a, b;
+    ck_assert_int_eq(ss_transport_join(backend, "slow", 2, &a), SS_OK);
+    ck_assert_int_eq(ss_transport_join(backend, "slow", 2, &b), SS_OK);
+    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    r.group = "slow";
+    r.member = a;
+    float s[2] = {1, 2};
+    r.snapshot.data = (uint8_t *)s;
+    r.snapshot.len = sizeof s;
+    ck_assert_int_eq(send_msg(SVC "RoundMean", &r.base, 20), SS_ERR_TIMEOUT);
+    assert_central_unchanged();
+    /* The server still answers. */
+    float ok[2] = {3, 1};
+    ck_assert_int_eq(easgd("g", member, ok, 2), SS_OK);
+}
+END_TEST
+
+START_TEST(test_checkpoint_without_a_directory) {
+    Shadowsync__V1__CheckpointRequest r = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
+    ck_assert_int_eq(send_msg(SVC "Checkpoint", &r.base, 5000), SS_ERR_STATE);
+}
+END_TEST
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    Suite *s = suite_create("ps_bad_input");
+    TCase *tc = tcase_create("bad_input");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_wrong_group_size);
+    tcase_add_test(tc, test_unknown_group_and_member);
+    tcase_add_test(tc, test_nan_and_inf_payloads);
+    tcase_add_test(tc, test_oversized_message_and_group);
+    tcase_add_test(tc, test_garbage_bytes_and_unknown_method);
+    tcase_add_test(tc, test_expired_deadline);
+    tcase_add_test(tc, test_checkpoint_without_a_directory);
+    suite_add_tcase(s, tc);
+    return ss_check_run(s);
+}
