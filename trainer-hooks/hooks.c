@@ -1,0 +1,360 @@
+/* libshadowsync: the trainer hooks over the engine and the gRPC transport.
+ * In-process mode: the shadow pool runs inside the trainer process. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/clock.h"
+#include "shadowsync/dense_service.h"
+#include "shadowsync/engine.h"
+#include "shadowsync/log.h"
+#include "shadowsync/shadowsync.h"
+
+#define MAX_GROUPS 256
+
+struct ss_dense {
+    ss_trainer *trainer;
+    char *name;
+    ss_replica *replica;
+    ss_engine_group *group; /* NULL in mode NONE */
+};
+
+struct ss_trainer {
+    ss_trainer_config cfg;
+    char *ps, *name, *tls_ca, *tls_cert, *tls_key; /* owned copies of cfg's strings */
+    ss_sync_params params;
+    ss_transport *transport;
+    ss_engine *engine;
+    pthread_mutex_t lock; /* guards groups / ngroups */
+    ss_dense *groups[MAX_GROUPS];
+    _Atomic size_t ngroups;
+    _Atomic uint64_t steps;
+};
+
+void ss_trainer_config_init(ss_trainer_config *cfg) {
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->name = "trainer";
+    cfg->mode = SS_SYNC_BACKGROUND;
+    cfg->algo = "easgd";
+    cfg->alpha = 0.5f;
+    cfg->bmuf_eta = 0.3f;
+    cfg->bmuf_zeta = 1.0f;
+    cfg->bmuf_nesterov = 1;
+    cfg->shadow_threads = 1;
+    cfg->sync_every = 10;
+    cfg->min_round_gap = 4;
+    cfg->timeout_ms = 10000;
+    cfg->round_wait_ms = 5000;
+    cfg->heartbeat_ms = 1000;
+    cfg->final_rounds = 10;
+}
+
+/* ---- environment ---- */
+
+static int env_u64(const char *key, uint64_t max, uint64_t *out) {
+    const char *v = getenv(key);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (!*v || *end || errno || x > max || v[0] == '-')
+        return -1;
+    *out = x;
+    return 1;
+}
+
+static int env_float(const char *key, float *out) {
+    const char *v = getenv(key);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (!*v || *end || errno)
+        return -1;
+    *out = x;
+    return 1;
+}
+
+ss_status ss_trainer_config_from_env(ss_trainer_config *cfg) {
+    if (!cfg)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_trainer_config c = *cfg;
+    const char *s;
+    if ((s = getenv("SHADOWSYNC_PS")))
+        c.ps = s;
+    if ((s = getenv("SHADOWSYNC_TRAINER")))
+        c.name = s;
+    if ((s = getenv("SHADOWSYNC_ALGO")))
+        c.algo = s;
+    if ((s = getenv("SHADOWSYNC_TLS_CA")))
+        c.tls_ca = s;
+    if ((s = getenv("SHADOWSYNC_TLS_CERT")))
+        c.tls_cert = s;
+    if ((s = getenv("SHADOWSYNC_TLS_KEY")))
+        c.tls_key = s;
+    if ((s = getenv("SHADOWSYNC_MODE"))) {
+        if (!strcmp(s, "none"))
+            c.mode = SS_SYNC_NONE;
+        else if (!strcmp(s, "background"))
+            c.mode = SS_SYNC_BACKGROUND;
+        else if (!strcmp(s, "foreground"))
+            c.mode = SS_SYNC_FOREGROUND;
+        else
+            return SS_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t v;
+    int r;
+    if ((r = env_u64("SHADOWSYNC_SHADOW_THREADS", 256, &v)) < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (r)
+        c.shadow_threads = (uint32_t)v;
+    if ((r = env_u64("SHADOWSYNC_SYNC_EVERY", UINT32_MAX, &v)) < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (r)
+        c.sync_every = (uint32_t)v;
+    if ((r = env_u64("SHADOWSYNC_MIN_ROUND_GAP", UINT32_MAX, &v)) < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (r)
+        c.min_round_gap = v;
+    if ((r = env_u64("SHADOWSYNC_TIMEOUT_MS", 3600000, &v)) < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (r)
+        c.timeout_ms = (uint32_t)v;
+    if ((r = env_u64("SHADOWSYNC_FINAL_ROUNDS", 1000000, &v)) < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (r)
+        c.final_rounds = (uint32_t)v;
+    if ((r = env_float("SHADOWSYNC_ALPHA", &c.alpha)) < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    *cfg = c;
+    return SS_OK;
+}
+
+/* ---- open / close ---- */
+
+static ss_status check_config(const ss_trainer_config *c, ss_sync_params *p) {
+    if ((unsigned)c->mode > SS_SYNC_FOREGROUND)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (c->mode == SS_SYNC_NONE)
+        return SS_OK;
+    if (!c->ps || !*c->ps || !c->algo || ss_algo_parse(c->algo, &p->algo) != SS_OK ||
+        c->timeout_ms == 0 || (c->mode == SS_SYNC_BACKGROUND && c->shadow_threads == 0) ||
+        (c->mode == SS_SYNC_FOREGROUND && c->sync_every == 0))
+        return SS_ERR_INVALID_ARGUMENT;
+    p->alpha = c->alpha;
+    p->bmuf = (ss_bmuf_params){
+        .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov != 0};
+    if (p->algo == SS_ALGO_EASGD && !(c->alpha > 0.0f && c->alpha <= 1.0f))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (p->algo == SS_ALGO_BMUF &&
+        !(c->bmuf_eta >= 0.0f && c->bmuf_eta < 1.0f && c->bmuf_zeta > 0.0f))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (!c->tls_cert != !c->tls_key)
+        return SS_ERR_INVALID_ARGUMENT;
+    return SS_OK;
+}
+
+static char *dup_or_null(const char *s, int *failed) {
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    if (!d)
+        *failed = 1;
+    return d;
+}
+
+ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
+    if (!cfg || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_sync_params params = {0};
+    ss_status st = check_config(cfg, &params);
+    if (st != SS_OK)
+        return st;
+    ss_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return SS_ERR_NO_MEMORY;
+    int failed = 0;
+    t->cfg = *cfg;
+    t->ps = dup_or_null(cfg->ps, &failed);
+    t->name = dup_or_null(cfg->name ? cfg->name : "trainer", &failed);
+    t->tls_ca = dup_or_null(cfg->tls_ca, &failed);
+    t->tls_cert = dup_or_null(cfg->tls_cert, &failed);
+    t->tls_key = dup_or_null(cfg->tls_key, &failed);
+    t->params = params;
+    pthread_mutex_init(&t->lock, NULL);
+    if (failed) {
+        st = SS_ERR_NO_MEMORY;
+        goto fail;
+    }
+    if (cfg->mode != SS_SYNC_NONE) {
+        ss_rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
+        ss_grpc_transport_config tcfg = {.targets = t->ps,
+                                         .timeout_ms = cfg->timeout_ms,
+                                         .round_wait_ms = cfg->round_wait_ms,
+                                         .retries = 3,
+                                         .tls = &tls};
+        if ((st = ss_grpc_transport_create(&tcfg, &t->transport)) != SS_OK)
+            goto fail;
+        ss_engine_config ecfg = {.transport = t->transport,
+                                 .trainer = t->name,
+                                 .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
+                                 .round_interval_us = cfg->round_interval_us,
+                                 .min_round_gap = cfg->min_round_gap,
+                                 .heartbeat_interval_ms = cfg->heartbeat_ms};
+        if ((st = ss_engine_create(&ecfg, &t->engine)) != SS_OK)
+            goto fail;
+        if (cfg->mode == SS_SYNC_BACKGROUND && (st = ss_engine_start(t->engine)) != SS_OK)
+            goto fail;
+    }
+    *out = t;
+    return SS_OK;
+fail:
+    ss_engine_destroy(t->engine);
+    ss_transport_destroy(t->transport);
+    pthread_mutex_destroy(&t->lock);
+    free(t->ps);
+    free(t->name);
+    free(t->tls_ca);
+    free(t->tls_cert);
+    free(t->tls_key);
+    free(t);
+    return st;
+}
+
+ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
+                               ss_dense **out) {
+    if (!t || !name || !*name || n == 0 || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_dense *g = calloc(1, sizeof *g);
+    if (!g)
+        return SS_ERR_NO_MEMORY;
+    g->trainer = t;
+    g->name = strdup(name);
+    ss_status st = g->name ? ss_replica_create(n, &g->replica) : SS_ERR_NO_MEMORY;
+    if (st != SS_OK) {
+        free(g->name);
+        free(g);
+        return st;
+    }
+    if (init)
+        memcpy(ss_replica_data(g->replica), init, n * sizeof(float));
+    pthread_mutex_lock(&t->lock);
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++)
+        if (!strcmp(t->groups[i]->name, name))
+            st = SS_ERR_EXISTS;
+    if (st == SS_OK && k == MAX_GROUPS)
+        st = SS_ERR_NO_MEMORY;
+    if (st == SS_OK && t->engine)
+        st = ss_engine_add_group(t->engine, name, g->replica, &t->params, &g->group);
+    if (st == SS_OK) {
+        t->groups[k] = g;
+        atomic_store(&t->ngroups, k + 1); /* published after the slot is set */
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (st != SS_OK) {
+        ss_replica_destroy(g->replica);
+        free(g->name);
+        free(g);
+        return st;
+    }
+    *out = g;
+    return SS_OK;
+}
+
+float *ss_dense_data(ss_dense *g) {
+    return g ? ss_replica_data(g->replica) : NULL;
+}
+
+size_t ss_dense_size(const ss_dense *g) {
+    return g ? ss_replica_size(g->replica) : 0;
+}
+
+ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
+    if (!g || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    out->iterations = ss_replica_iterations(g->replica);
+    if (!g->group)
+        return SS_OK;
+    ss_group_stats s;
+    ss_status st = ss_engine_group_stats(g->group, &s);
+    if (st != SS_OK)
+        return st;
+    out->rounds = s.rounds;
+    out->failed_rounds = s.failed_rounds;
+    out->rejoins = s.rejoins;
+    out->gap_mean = s.gap_mean;
+    out->gap_p50 = s.gap_p50;
+    out->gap_p99 = s.gap_p99;
+    out->gap_max = s.gap_max;
+    out->divergence = s.divergence;
+    return SS_OK;
+}
+
+/* One round of every group in the calling thread; the first error. */
+static ss_status round_all(ss_trainer *t) {
+    ss_status first = SS_OK;
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++) {
+        ss_status st = ss_engine_run_round(t->engine, t->groups[i]->group);
+        if (first == SS_OK)
+            first = st;
+    }
+    return first;
+}
+
+ss_status ss_trainer_step(ss_trainer *t) {
+    if (!t)
+        return SS_ERR_INVALID_ARGUMENT;
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++)
+        ss_replica_tick(t->groups[i]->replica, 1);
+    uint64_t step = atomic_fetch_add_explicit(&t->steps, 1, memory_order_relaxed) + 1;
+    if (t->cfg.mode == SS_SYNC_FOREGROUND && step % t->cfg.sync_every == 0)
+        return round_all(t);
+    return SS_OK;
+}
+
+ss_status ss_trainer_close(ss_trainer *t) {
+    if (!t)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_status st = SS_OK;
+    if (t->engine) {
+        ss_engine_stop(t->engine);
+        /* Final rounds in the foreground: the replicas stop moving, so
+         * they converge on the consensus. */
+        uint64_t until = ss_now_ns() + (uint64_t)t->cfg.final_sync_ms * 1000000ull;
+        for (uint32_t r = 0; r < t->cfg.final_rounds || ss_now_ns() < until; r++) {
+            st = round_all(t);
+            if (st != SS_OK && st != SS_ERR_TIMEOUT)
+                SS_LOG_WARNF("hooks", "event=final_round_failed trainer=%s status=%s", t->name,
+                             ss_status_name(st));
+            if (st != SS_OK)
+                ss_sleep_ns(10000000ull); /* PS away: do not spin */
+        }
+        /* Leaves every group, frees the engine's state. */
+        ss_engine_destroy(t->engine);
+        ss_transport_destroy(t->transport);
+    }
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++) {
+        ss_replica_destroy(t->groups[i]->replica);
+        free(t->groups[i]->name);
+        free(t->groups[i]);
+    }
+    pthread_mutex_destroy(&t->lock);
+    free(t->ps);
+    free(t->name);
+    free(t->tls_ca);
+    free(t->tls_cert);
+    free(t->tls_key);
+    free(t);
+    return st == SS_ERR_TIMEOUT ? SS_OK : st;
+}

@@ -1,0 +1,115 @@
+/* ShadowSync trainer hooks: the API a CTR training binary links against
+ * (libshadowsync, pkg-config "shadowsync", CMake "shadowsync::shadowsync").
+ *
+ * A trainer process opens one ss_trainer, creates named dense groups whose
+ * memory the library owns, lets its Hogwild workers write them freely and
+ * calls ss_trainer_step() once per minibatch. In background mode a shadow
+ * thread pool inside the process syncs every group with the parameter
+ * servers (S-EASGD, S-MA or S-BMUF) and step() never waits; in foreground
+ * mode every K-th step runs the round in the calling thread. close() runs
+ * the final rounds and leaves.
+ *
+ *     ss_trainer_config cfg;
+ *     ss_trainer_config_init(&cfg);
+ *     ss_trainer_config_from_env(&cfg);      // SHADOWSYNC_PS=host:port,...
+ *     ss_trainer *t;
+ *     ss_dense *w;
+ *     if (ss_trainer_open(&cfg, &t) != SS_OK ||
+ *         ss_trainer_add_dense(t, "mlp", n, init, &w) != SS_OK) ...
+ *     float *x = ss_dense_data(w);           // train on x, then:
+ *     ss_trainer_step(t);
+ *     ss_trainer_close(t);
+ *
+ * Every fallible call returns an ss_status; ss_strerror() explains it. */
+#ifndef SHADOWSYNC_SHADOWSYNC_H
+#define SHADOWSYNC_SHADOWSYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ss_trainer ss_trainer;
+typedef struct ss_dense ss_dense;
+
+typedef enum ss_sync_mode {
+    SS_SYNC_NONE = 0,   /* no sync at all (the baseline) */
+    SS_SYNC_BACKGROUND, /* shadow threads; step() never waits */
+    SS_SYNC_FOREGROUND  /* every sync_every-th step() runs the round */
+} ss_sync_mode;
+
+typedef struct ss_trainer_config {
+    const char *ps;   /* "host:port[,host:port...]": PS shards, same order everywhere */
+    const char *name; /* this trainer's label in logs and metrics */
+    ss_sync_mode mode;
+    const char *algo; /* "easgd", "ma" or "bmuf" */
+    float alpha;      /* S-EASGD elastic rate, (0, 1] */
+    float bmuf_eta, bmuf_zeta;
+    int bmuf_nesterov;
+    uint32_t shadow_threads;                 /* background mode */
+    uint32_t sync_every;                     /* K, foreground mode */
+    uint64_t min_round_gap;                  /* background: steps before a group's next round */
+    uint64_t round_interval_us;              /* background: pause between rounds of a thread */
+    uint32_t timeout_ms;                     /* per RPC */
+    uint32_t round_wait_ms;                  /* extra wait for an MA/BMUF round to close */
+    uint32_t heartbeat_ms;                   /* idle groups say they are alive this often */
+    uint32_t final_rounds;                   /* close(): rounds per group after training */
+    uint32_t final_sync_ms;                  /* close(): and keep syncing at least this long */
+    const char *tls_ca, *tls_cert, *tls_key; /* PEM files; NULL = plain TCP */
+} ss_trainer_config;
+
+typedef struct ss_dense_stats {
+    uint64_t iterations;    /* steps counted on this group */
+    uint64_t rounds;        /* completed sync rounds */
+    uint64_t failed_rounds; /* abandoned (PS unreachable, deadline) */
+    uint64_t rejoins;       /* joined again after a PS forgot this trainer */
+    double gap_mean;        /* steps between two completed rounds */
+    uint64_t gap_p50, gap_p99, gap_max;
+    double divergence; /* |x - c| / |c| at a recent round */
+} ss_dense_stats;
+
+/* Defaults: background S-EASGD, alpha 0.5, 1 shadow thread, K = 10,
+ * min_round_gap 4, timeout 10 s, round wait 5 s, heartbeat 1 s, 10 final
+ * rounds, no PS (must be set unless mode is NONE). */
+void ss_trainer_config_init(ss_trainer_config *cfg);
+
+/* Overrides fields from SHADOWSYNC_PS, _TRAINER, _MODE (none, background,
+ * foreground), _ALGO, _ALPHA, _SHADOW_THREADS, _SYNC_EVERY,
+ * _MIN_ROUND_GAP, _TIMEOUT_MS, _FINAL_ROUNDS, _TLS_CA, _TLS_CERT,
+ * _TLS_KEY where set. Strings point into the environment. A malformed
+ * value: SS_ERR_INVALID_ARGUMENT and cfg unchanged. */
+ss_status ss_trainer_config_from_env(ss_trainer_config *cfg);
+
+/* Validates cfg and connects (lazily: a PS that is not up yet is retried
+ * by the rounds). In background mode the shadow pool starts here. */
+ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out);
+
+/* A dense group of n floats owned by the library (64-byte aligned),
+ * initialized from init (NULL: zeros). Every trainer must use the same
+ * name, n and algorithm for a group. Joins the PS shards. */
+ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
+                               ss_dense **out);
+float *ss_dense_data(ss_dense *g);
+size_t ss_dense_size(const ss_dense *g);
+ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out);
+
+/* One training step done (thread-safe; call once per minibatch from any
+ * worker). Background: counts and returns at once. Foreground: every
+ * sync_every-th step runs one round of every group in this thread and
+ * returns its status (SS_OK, or the transport's error; training can go
+ * on either way). */
+ss_status ss_trainer_step(ss_trainer *t);
+
+/* Final rounds (final_rounds and final_sync_ms), stop the shadow pool,
+ * leave the PS, free everything including the groups' memory. */
+ss_status ss_trainer_close(ss_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
