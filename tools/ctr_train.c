@@ -1,6 +1,8 @@
-/* ctr-train: the reference DLRM-style CTR trainer. Several trainers
- * (replicas) in one process, Hogwild workers each, synced in the
- * background by the shadow engine, in the foreground, or not at all. */
+/* ctr-train: the reference DLRM-style CTR trainer. Either several trainers
+ * (replicas) in one process, synced by the shadow engine in memory, or
+ * (--ps) one trainer of a multi-process cluster that syncs through the
+ * public trainer hooks and shadowsync-ps shards. Hogwild workers each;
+ * background sync, foreground every K steps, or none. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +56,25 @@ int main(int argc, char **argv) {
     double link_gbps = 0.0;
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
-    const char *metrics_out = NULL;
+    const char *metrics_out = NULL, *ps = "", *dense_out = NULL, *name = NULL;
+    int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000;
     ss_flag flags[] = {
+        {"ps", SS_FLAG_STRING, &ps,
+         "process mode: this process is one trainer, syncing through these shadowsync-ps shards "
+         "(host:port,...)",
+         NULL, 0, 0},
+        {"rank", SS_FLAG_INT, &rank, "process mode: this trainer's index (reads rows rank, "
+                                     "rank+world, ...)", NULL, 0, 65535},
+        {"world", SS_FLAG_INT, &world, "process mode: number of trainer processes", NULL, 1, 65536},
+        {"trainer-name", SS_FLAG_STRING, &name, "process mode: label in logs (default t<rank>)",
+         NULL, 0, 0},
+        {"final-sync-ms", SS_FLAG_INT, &final_sync_ms,
+         "process mode: after training keep running final rounds at least this long", NULL, 0,
+         3.6e6},
+        {"rpc-timeout-ms", SS_FLAG_INT, &rpc_timeout_ms, "process mode: deadline of one RPC",
+         NULL, 1, 3.6e6},
+        {"dense-out", SS_FLAG_STRING, &dense_out,
+         "write trainer 0's final dense replica here (raw float32)", NULL, 0, 0},
         {"train", SS_FLAG_STRING, &train_path, "training data, Criteo TSV (required)", NULL, 0, 0},
         {"test", SS_FLAG_STRING, &test_path, "held-out data, Criteo TSV (required)", NULL, 0, 0},
         {"max-rows", SS_FLAG_INT, &max_rows, "read at most this many training rows (0 = all)", NULL,
@@ -151,6 +170,40 @@ int main(int argc, char **argv) {
     cfg.seed = (uint64_t)seed;
     cfg.progress_interval_s = progress;
     cfg.progress = stdout;
+    const bool process = *ps != '\0';
+    if (process && (trainers != 1 || rank >= world || cfg.eval_central)) {
+        fprintf(stderr, "ctr-train: --ps runs one trainer per process: needs --trainers 1, "
+                        "--rank < --world and --final-model replica\n");
+        return 2;
+    }
+    char default_name[32];
+    snprintf(default_name, sizeof default_name, "t%lld", (long long)rank);
+    ss_trainer_config pcfg;
+    ss_trainer_config_init(&pcfg);
+    pcfg.ps = ps;
+    pcfg.name = name ? name : default_name;
+    pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
+                : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND
+                                                 : SS_SYNC_FOREGROUND;
+    pcfg.algo = algo;
+    pcfg.alpha = (float)alpha;
+    pcfg.bmuf_eta = (float)eta;
+    pcfg.bmuf_zeta = (float)zeta;
+    pcfg.bmuf_nesterov = nesterov;
+    pcfg.shadow_threads = (uint32_t)shadow_threads;
+    pcfg.sync_every = (uint32_t)sync_every;
+    pcfg.min_round_gap = (uint64_t)min_gap;
+    pcfg.round_interval_us = (uint64_t)interval_us;
+    pcfg.final_rounds = (uint32_t)final_rounds;
+    pcfg.final_sync_ms = (uint32_t)final_sync_ms;
+    pcfg.timeout_ms = (uint32_t)rpc_timeout_ms;
+    pcfg.round_wait_ms = (uint32_t)deadline_ms + 1000;
+    pcfg.tls_ca = getenv("SHADOWSYNC_TLS_CA");
+    pcfg.tls_cert = getenv("SHADOWSYNC_TLS_CERT");
+    pcfg.tls_key = getenv("SHADOWSYNC_TLS_KEY");
+    if (process)
+        cfg.process = &pcfg;
+    cfg.dense_out = dense_out;
     if (cfg.eval_central && cfg.sync == SS_CTR_SYNC_NONE) {
         fprintf(stderr, "ctr-train: --final-model central needs --sync shadow|foreground\n");
         return 2;
@@ -165,6 +218,13 @@ int main(int argc, char **argv) {
         ss_ctr_dataset_free(&train);
         return 1;
     }
+    if (process) {
+        /* This trainer's share: rows rank, rank + world, ... */
+        size_t k = 0;
+        for (size_t i = (size_t)rank; i < train.nrows; i += (size_t)world)
+            train.rows[k++] = train.rows[i];
+        train.nrows = k;
+    }
     printf("ctr-train: train=%s rows=%zu skipped=%zu test=%s rows=%zu skipped=%zu\n", train_path,
            train.nrows, train.skipped, test_path, test.nrows, test.skipped);
     if (train.nrows < cfg.trainers || test.nrows == 0) {
@@ -176,6 +236,9 @@ int main(int argc, char **argv) {
     printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u lr=%g emb_lr=%g\n",
            cfg.trainers, cfg.workers, sync, algo,
            cfg.sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg.batch, lr, emb_lr);
+    if (process)
+        printf("ctr-train: process mode: trainer %s rank=%lld world=%lld ps=%s\n", pcfg.name,
+               (long long)rank, (long long)world, ps);
     fflush(stdout);
 
     ss_ctr_train_result *res = malloc(sizeof *res);
@@ -195,13 +258,17 @@ int main(int argc, char **argv) {
     }
     const bool syncing = cfg.sync != SS_CTR_SYNC_NONE;
     for (uint32_t t = 0; t < cfg.trainers; t++)
-        print_trainer(t, &res->trainer[t], syncing, cfg.eval_each);
+        print_trainer(process ? (uint32_t)rank : t, &res->trainer[t], syncing, cfg.eval_each);
     printf("summary: sync=%s algo=%s trainers=%u workers=%u sync_every=%u examples=%llu "
            "seconds=%.3f examples/s=%.0f sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu "
+           "sync_gap_p50=%llu sync_gap_max=%llu failed_rounds=%llu rejoins=%llu "
            "train_logloss=%.5f ne=%.5f auc=%.5f model=%s\n",
            sync, algo, cfg.trainers, cfg.workers, cfg.sync_every, (unsigned long long)res->examples,
            res->seconds, res->examples_per_s, (unsigned long long)res->rounds, res->gap_mean,
-           (unsigned long long)res->gap_p99, res->train_loss, res->ne, res->auc,
+           (unsigned long long)res->gap_p99, (unsigned long long)res->trainer[0].sync.gap_p50,
+           (unsigned long long)res->trainer[0].sync.gap_max,
+           (unsigned long long)res->trainer[0].sync.failed_rounds,
+           (unsigned long long)res->trainer[0].sync.rejoins, res->train_loss, res->ne, res->auc,
            res->model_evaluated);
     free(res);
     ss_ctr_dataset_free(&train);

@@ -18,7 +18,8 @@ struct ss_dense {
     ss_trainer *trainer;
     char *name;
     ss_replica *replica;
-    ss_engine_group *group; /* NULL in mode NONE */
+    ss_engine_group *group; /* NULL in mode NONE and after finish */
+    ss_dense_stats final;   /* stats frozen by finish */
 };
 
 struct ss_trainer {
@@ -280,9 +281,12 @@ ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
     if (!g || !out)
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    out->iterations = ss_replica_iterations(g->replica);
-    if (!g->group)
+    if (!g->group) {
+        *out = g->final;
+        out->iterations = ss_replica_iterations(g->replica);
         return SS_OK;
+    }
+    out->iterations = ss_replica_iterations(g->replica);
     ss_group_stats s;
     ss_status st = ss_engine_group_stats(g->group, &s);
     if (st != SS_OK)
@@ -317,32 +321,57 @@ ss_status ss_trainer_step(ss_trainer *t) {
     for (size_t i = 0; i < k; i++)
         ss_replica_tick(t->groups[i]->replica, 1);
     uint64_t step = atomic_fetch_add_explicit(&t->steps, 1, memory_order_relaxed) + 1;
-    if (t->cfg.mode == SS_SYNC_FOREGROUND && step % t->cfg.sync_every == 0)
+    if (t->cfg.mode == SS_SYNC_FOREGROUND && t->engine && step % t->cfg.sync_every == 0)
         return round_all(t);
     return SS_OK;
+}
+
+ss_status ss_trainer_finish(ss_trainer *t) {
+    if (!t)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_status st = SS_OK;
+    if (!t->engine)
+        return SS_OK; /* mode NONE, or finished already */
+    ss_engine_stop(t->engine);
+    /* The sync gap describes training: freeze it before the final rounds,
+     * which run with no steps between them. */
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++)
+        ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
+    /* Final rounds in the foreground: the replicas stop moving, so they
+     * converge on the consensus. */
+    uint64_t until = ss_now_ns() + (uint64_t)t->cfg.final_sync_ms * 1000000ull;
+    for (uint32_t r = 0; r < t->cfg.final_rounds || ss_now_ns() < until; r++) {
+        st = round_all(t);
+        if (st != SS_OK && st != SS_ERR_TIMEOUT)
+            SS_LOG_WARNF("hooks", "event=final_round_failed trainer=%s status=%s", t->name,
+                         ss_status_name(st));
+        if (st != SS_OK)
+            ss_sleep_ns(10000000ull); /* PS away: do not spin */
+    }
+    for (size_t i = 0; i < k; i++) {
+        ss_dense *g = t->groups[i];
+        ss_dense_stats after = {0};
+        ss_dense_get_stats(g, &after);
+        g->final.rounds = after.rounds;
+        g->final.failed_rounds = after.failed_rounds;
+        g->final.rejoins = after.rejoins;
+        g->final.divergence = after.divergence;
+    }
+    /* Leaves every group; the replicas stay readable until close. */
+    ss_engine_destroy(t->engine);
+    t->engine = NULL;
+    for (size_t i = 0; i < k; i++)
+        t->groups[i]->group = NULL;
+    ss_transport_destroy(t->transport);
+    t->transport = NULL;
+    return st == SS_ERR_TIMEOUT ? SS_OK : st;
 }
 
 ss_status ss_trainer_close(ss_trainer *t) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = SS_OK;
-    if (t->engine) {
-        ss_engine_stop(t->engine);
-        /* Final rounds in the foreground: the replicas stop moving, so
-         * they converge on the consensus. */
-        uint64_t until = ss_now_ns() + (uint64_t)t->cfg.final_sync_ms * 1000000ull;
-        for (uint32_t r = 0; r < t->cfg.final_rounds || ss_now_ns() < until; r++) {
-            st = round_all(t);
-            if (st != SS_OK && st != SS_ERR_TIMEOUT)
-                SS_LOG_WARNF("hooks", "event=final_round_failed trainer=%s status=%s", t->name,
-                             ss_status_name(st));
-            if (st != SS_OK)
-                ss_sleep_ns(10000000ull); /* PS away: do not spin */
-        }
-        /* Leaves every group, frees the engine's state. */
-        ss_engine_destroy(t->engine);
-        ss_transport_destroy(t->transport);
-    }
+    ss_status st = ss_trainer_finish(t);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++) {
         ss_replica_destroy(t->groups[i]->replica);
@@ -356,5 +385,5 @@ ss_status ss_trainer_close(ss_trainer *t) {
     free(t->tls_cert);
     free(t->tls_key);
     free(t);
-    return st == SS_ERR_TIMEOUT ? SS_OK : st;
+    return st;
 }

@@ -53,9 +53,12 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
 typedef struct trainer {
     struct run *run;
     uint32_t index;
-    ss_replica *replica;
+    ss_replica *replica;    /* in-process mode */
     ss_engine *engine;
     ss_engine_group *group;
+    ss_trainer *hooks; /* process mode */
+    ss_dense *hooks_dense;
+    float *dense;
     size_t count;              /* examples in this trainer's 1/N of the data */
     _Atomic size_t cursor;     /* next example (in the trainer's own index) */
     _Atomic uint64_t steps;    /* minibatches done by all workers */
@@ -91,7 +94,7 @@ static void *worker_main(void *arg) {
         atomic_store(&r->failed, 1);
         goto done;
     }
-    float *dense = ss_replica_data(tr->replica);
+    float *dense = tr->dense;
     double loss = 0.0;
     for (;;) {
         size_t start = atomic_fetch_add(&tr->cursor, cfg->batch);
@@ -101,9 +104,18 @@ static void *worker_main(void *arg) {
         for (size_t j = 0; j < n; j++)
             batch[j] = &r->train->rows[tr->index + (start + j) * N];
         ss_ctr_train_batch(w, dense, &r->emb, batch, n, cfg->lr, cfg->emb_lr, &loss);
-        ss_replica_tick(tr->replica, 1);
         atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
         uint64_t step = atomic_fetch_add(&tr->steps, 1) + 1;
+        if (tr->hooks) {
+            /* The public API: counts the step, runs a foreground round
+             * every K steps itself. */
+            ss_status st = ss_trainer_step(tr->hooks);
+            if (st != SS_OK && st != SS_ERR_TIMEOUT)
+                SS_LOG_WARNF("ctr-train", "event=foreground_round_failed status=%s",
+                             ss_status_name(st));
+            continue;
+        }
+        ss_replica_tick(tr->replica, 1);
         if (cfg->sync == SS_CTR_SYNC_FOREGROUND && step % cfg->sync_every == 0) {
             /* FR-X: the same round, blocking this worker. */
             ss_status st = ss_engine_run_round(tr->engine, tr->group);
@@ -170,17 +182,27 @@ out:
 static void print_progress(run *r, uint64_t t0, uint64_t total) {
     const ss_ctr_train_config *cfg = r->cfg;
     uint64_t ex = 0, rounds = 0;
+    double divergence = 0.0; /* largest over trainers, at a recent round */
     for (uint32_t t = 0; t < cfg->trainers; t++) {
         ex += atomic_load(&r->tr[t].examples);
-        if (r->tr[t].engine)
-            rounds += ss_engine_rounds(r->tr[t].engine);
+        ss_group_stats gs;
+        if (r->tr[t].engine && ss_engine_group_stats(r->tr[t].group, &gs) == SS_OK) {
+            rounds += gs.rounds;
+            divergence = gs.divergence > divergence ? gs.divergence : divergence;
+        }
+        ss_dense_stats ds;
+        if (r->tr[t].hooks_dense && ss_dense_get_stats(r->tr[t].hooks_dense, &ds) == SS_OK) {
+            rounds += ds.rounds;
+            divergence = ds.divergence > divergence ? ds.divergence : divergence;
+        }
     }
     double el = (double)(ss_now_ns() - t0) * 1e-9;
     fprintf(cfg->progress,
-            "progress: t=%.1fs examples=%llu/%llu (%.1f%%) examples/s=%.0f sync_rounds=%llu\n", el,
-            (unsigned long long)ex, (unsigned long long)total,
+            "progress: t=%.1fs examples=%llu/%llu (%.1f%%) examples/s=%.0f sync_rounds=%llu "
+            "divergence=%.4g\n",
+            el, (unsigned long long)ex, (unsigned long long)total,
             total ? 100.0 * (double)ex / (double)total : 0.0, el > 0 ? (double)ex / el : 0.0,
-            (unsigned long long)rounds);
+            (unsigned long long)rounds, divergence);
     fflush(cfg->progress);
 }
 
@@ -195,7 +217,20 @@ static ss_status check_config(const ss_ctr_train_config *cfg, const ss_ctr_datas
         return SS_ERR_INVALID_ARGUMENT;
     if (train->nrows < cfg->trainers || test->nrows == 0)
         return SS_ERR_INVALID_ARGUMENT;
+    if (cfg->process && (cfg->trainers != 1 || cfg->eval_central))
+        return SS_ERR_INVALID_ARGUMENT;
     return SS_OK;
+}
+
+/* The final replica as raw float32, for comparing trainers' models. */
+static ss_status write_dense(const char *path, const float *x, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return SS_ERR_IO;
+    bool ok = fwrite(x, sizeof *x, n, f) == n;
+    if (fclose(f) != 0)
+        ok = false;
+    return ok ? SS_OK : SS_ERR_IO;
 }
 
 ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset *train,
@@ -218,7 +253,9 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     size_t nthreads = 0;
     worker_arg *wargs = NULL;
     const uint32_t N = cfg->trainers;
-    const bool syncing = cfg->sync != SS_CTR_SYNC_NONE;
+    /* In-process sync through the engine here; process mode syncs inside
+     * the hooks. */
+    const bool syncing = !cfg->process && cfg->sync != SS_CTR_SYNC_NONE;
     ss_ctr_layout L;
     ss_ctr_layout_of(&cfg->model, &L);
 
@@ -239,10 +276,27 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
         tr->index = t;
         tr->count = (train->nrows - t + N - 1) / N;
         atomic_init(&tr->workers_left, cfg->workers);
+        if (cfg->process) {
+            float *init = malloc(L.total * sizeof *init);
+            if (!init) {
+                st = SS_ERR_NO_MEMORY;
+                goto out;
+            }
+            /* Same seed in every process: replicas start identical. */
+            ss_ctr_dense_init(&cfg->model, init, cfg->seed);
+            if ((st = ss_trainer_open(cfg->process, &tr->hooks)) == SS_OK)
+                st = ss_trainer_add_dense(tr->hooks, "dense", L.total, init, &tr->hooks_dense);
+            free(init);
+            if (st != SS_OK)
+                goto out;
+            tr->dense = ss_dense_data(tr->hooks_dense);
+            continue;
+        }
         if ((st = ss_replica_create(L.total, &tr->replica)) != SS_OK)
             goto out;
+        tr->dense = ss_replica_data(tr->replica);
         /* Same seed everywhere: replicas start identical, as after a broadcast. */
-        ss_ctr_dense_init(&cfg->model, ss_replica_data(tr->replica), cfg->seed);
+        ss_ctr_dense_init(&cfg->model, tr->dense, cfg->seed);
         if (!syncing)
             continue;
         char name[32];
@@ -327,6 +381,9 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     if (syncing)
         for (uint32_t t = 0; t < N; t++)
             ss_engine_stop(r->tr[t].engine);
+    if (cfg->process && (st = ss_trainer_finish(r->tr[0].hooks)) != SS_OK)
+        SS_LOG_WARNF("ctr-train", "event=final_rounds_failed status=%s", ss_status_name(st));
+    st = SS_OK;
 
     res->seconds = (double)(t1 - t0) * 1e-9;
     double gap_sum = 0.0;
@@ -337,18 +394,31 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
         tres->seconds = (double)(tr->t_end - tr->t_start) * 1e-9;
         tres->examples_per_s = tres->seconds > 0 ? (double)tres->examples / tres->seconds : 0;
         res->examples += tres->examples;
-        if (syncing) {
+        if (tr->hooks_dense) {
+            ss_dense_stats ds;
+            ss_dense_get_stats(tr->hooks_dense, &ds);
+            tres->sync = (ss_group_stats){.rounds = ds.rounds,
+                                          .failed_rounds = ds.failed_rounds,
+                                          .rejoins = ds.rejoins,
+                                          .gap_mean = ds.gap_mean,
+                                          .gap_p50 = ds.gap_p50,
+                                          .gap_p99 = ds.gap_p99,
+                                          .gap_max = ds.gap_max,
+                                          .divergence = ds.divergence};
+        } else if (syncing) {
             ss_engine_group_stats(tr->group, &tres->sync);
+        }
+        if (tr->hooks_dense || syncing) {
             res->rounds += tres->sync.rounds;
             gap_sum += tres->sync.gap_mean;
             if (tres->sync.gap_p99 > res->gap_p99)
                 res->gap_p99 = tres->sync.gap_p99;
         }
-        if (cfg->eval_each && (st = ss_ctr_evaluate(&cfg->model, ss_replica_data(tr->replica),
+        if (cfg->eval_each && (st = ss_ctr_evaluate(&cfg->model, tr->dense,
                                                     &r->emb, test, &tres->ne, &tres->auc)) != SS_OK)
             goto out;
     }
-    res->gap_mean = syncing ? gap_sum / N : 0.0;
+    res->gap_mean = gap_sum / N;
     res->examples_per_s = res->seconds > 0 ? (double)res->examples / res->seconds : 0.0;
     res->train_loss = res->examples
                           ? (double)atomic_load(&r->loss_sum_micro) * 1e-6 / (double)res->examples
@@ -365,14 +435,17 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
         free(c);
         res->model_evaluated = "central";
     } else {
-        st = ss_ctr_evaluate(&cfg->model, ss_replica_data(r->tr[0].replica), &r->emb, test,
-                             &res->ne, &res->auc);
+        st = ss_ctr_evaluate(&cfg->model, r->tr[0].dense, &r->emb, test, &res->ne, &res->auc);
         res->model_evaluated = "replica0";
+        if (st == SS_OK && cfg->dense_out)
+            st = write_dense(cfg->dense_out, r->tr[0].dense, L.total);
     }
 out:
     for (uint32_t t = 0; t < N; t++) {
         ss_engine_destroy(r->tr[t].engine);
         ss_replica_destroy(r->tr[t].replica);
+        if (r->tr[t].hooks)
+            ss_trainer_close(r->tr[t].hooks);
     }
     ss_transport_destroy(transport);
     ss_ctr_embeddings_destroy(&r->emb);

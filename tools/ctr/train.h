@@ -2,7 +2,9 @@
  * dense replica and Hogwild worker threads, reading a disjoint 1/N of the
  * data in one pass; embeddings shared in process. Replicas are kept
  * together by the shadow engine in the background, by the same rounds in
- * the foreground every K steps, or not at all. */
+ * the foreground every K steps, or not at all. In process mode the one
+ * trainer of this process syncs with other processes through the public
+ * trainer hooks (libshadowsync) and parameter servers. */
 #ifndef SS_CTR_TRAIN_H
 #define SS_CTR_TRAIN_H
 
@@ -13,6 +15,7 @@
 #include "criteo.h"
 #include "model.h"
 #include "shadowsync/engine.h"
+#include "shadowsync/shadowsync.h"
 
 typedef enum ss_ctr_sync_mode {
     SS_CTR_SYNC_NONE,
@@ -47,6 +50,12 @@ typedef struct ss_ctr_train_config {
     double progress_interval_s;
     FILE *progress;      /* progress lines go here; NULL = quiet */
     ss_metrics *metrics; /* engines register here; NULL = private registries */
+    /* Process mode: this process is one trainer of a cluster and syncs
+     * through the public trainer hooks with these settings (trainers must
+     * be 1; sync, params, sync_every, final_rounds come from here, the
+     * fields above are ignored for sync). NULL: in-process replicas. */
+    const ss_trainer_config *process;
+    const char *dense_out; /* optional: trainer 0's final dense replica, raw float32 */
 } ss_ctr_train_config;
 
 typedef struct ss_ctr_trainer_result {

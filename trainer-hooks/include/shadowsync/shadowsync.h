@@ -18,6 +18,7 @@
  *         ss_trainer_add_dense(t, "mlp", n, init, &w) != SS_OK) ...
  *     float *x = ss_dense_data(w);           // train on x, then:
  *     ss_trainer_step(t);
+ *     ss_trainer_finish(t);                  // final rounds; x still valid
  *     ss_trainer_close(t);
  *
  * Every fallible call returns an ss_status; ss_strerror() explains it. */
@@ -67,7 +68,8 @@ typedef struct ss_dense_stats {
     uint64_t rounds;        /* completed sync rounds */
     uint64_t failed_rounds; /* abandoned (PS unreachable, deadline) */
     uint64_t rejoins;       /* joined again after a PS forgot this trainer */
-    double gap_mean;        /* steps between two completed rounds */
+    double gap_mean;        /* steps between two completed rounds (of training: the
+                               final rounds of finish() are not counted in the gap) */
     uint64_t gap_p50, gap_p99, gap_max;
     double divergence; /* |x - c| / |c| at a recent round */
 } ss_dense_stats;
@@ -104,8 +106,14 @@ ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out);
  * on either way). */
 ss_status ss_trainer_step(ss_trainer *t);
 
-/* Final rounds (final_rounds and final_sync_ms), stop the shadow pool,
- * leave the PS, free everything including the groups' memory. */
+/* Training is over: stops the shadow pool, runs the final rounds (at
+ * least final_rounds per group and at least final_sync_ms) in this thread
+ * and leaves the PS. The groups' memory stays readable (to evaluate or
+ * save the model) and their stats frozen. step() then only counts. */
+ss_status ss_trainer_finish(ss_trainer *t);
+
+/* finish() if not done yet, then frees everything including the groups'
+ * memory. */
 ss_status ss_trainer_close(ss_trainer *t);
 
 #ifdef __cplusplus
