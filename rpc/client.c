@@ -31,13 +31,21 @@ ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes, co
         return st;
     }
     int max = (int)(max_message_bytes ? max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE);
-    grpc_arg args[2] = {
+    grpc_arg args[5] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = max},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = max},
+        /* A restarted PS is back within a second or two; gRPC's default
+         * reconnect backoff (1 s growing to 120 s) would keep a trainer
+         * failing fast long after. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+         .value.integer = 100},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 100},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 250},
     };
-    grpc_channel_args cargs = {.num_args = 2, .args = args};
+    grpc_channel_args cargs = {.num_args = 5, .args = args};
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!ch->channel) {

@@ -130,13 +130,20 @@ static void fanout_free(fanout *f) {
     free(f->rq);
 }
 
+/* Calls wait for the channel to be ready (up to their deadline) instead of
+ * failing fast: a fail-fast call on a channel that lost its server ends at
+ * once and takes the reconnect attempt with it (nothing polls it any
+ * more), so a restarted PS would be found only by gRPC's backup poller,
+ * seconds later. Waiting keeps the call's queue polling the connect. */
+#define WAIT_FOR_READY true
+
 /* Runs the fan-out; idempotent ones are retried on UNAVAILABLE with
  * backoff (50 ms, doubling), a fresh deadline each time. */
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
-    ss_status st = ss_rpc_call_many(f->rq, f->n, timeout_ms, false);
+    ss_status st = ss_rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
     for (uint32_t attempt = 0; idempotent && st == SS_ERR_IO && attempt < t->retries; attempt++) {
         ss_sleep_ns(50000000ull << (attempt < 5 ? attempt : 5));
-        st = ss_rpc_call_many(f->rq, f->n, timeout_ms, false);
+        st = ss_rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
     }
     return st;
 }
@@ -152,8 +159,8 @@ static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
         return SS_ERR_NO_MEMORY;
     uint8_t *resp;
     size_t rlen;
-    ss_status st =
-        ss_rpc_call(t->ch[shard], method, buf, len, t->timeout_ms, false, &resp, &rlen, NULL, 0);
+    ss_status st = ss_rpc_call(t->ch[shard], method, buf, len, t->timeout_ms, WAIT_FOR_READY, &resp,
+                               &rlen, NULL, 0);
     free(buf);
     if (st != SS_OK)
         return st;

@@ -63,16 +63,18 @@ int main(int argc, char **argv) {
          "process mode: this process is one trainer, syncing through these shadowsync-ps shards "
          "(host:port,...)",
          NULL, 0, 0},
-        {"rank", SS_FLAG_INT, &rank, "process mode: this trainer's index (reads rows rank, "
-                                     "rank+world, ...)", NULL, 0, 65535},
+        {"rank", SS_FLAG_INT, &rank,
+         "process mode: this trainer's index (reads rows rank, "
+         "rank+world, ...)",
+         NULL, 0, 65535},
         {"world", SS_FLAG_INT, &world, "process mode: number of trainer processes", NULL, 1, 65536},
         {"trainer-name", SS_FLAG_STRING, &name, "process mode: label in logs (default t<rank>)",
          NULL, 0, 0},
         {"final-sync-ms", SS_FLAG_INT, &final_sync_ms,
          "process mode: after training keep running final rounds at least this long", NULL, 0,
          3.6e6},
-        {"rpc-timeout-ms", SS_FLAG_INT, &rpc_timeout_ms, "process mode: deadline of one RPC",
-         NULL, 1, 3.6e6},
+        {"rpc-timeout-ms", SS_FLAG_INT, &rpc_timeout_ms, "process mode: deadline of one RPC", NULL,
+         1, 3.6e6},
         {"dense-out", SS_FLAG_STRING, &dense_out,
          "write trainer 0's final dense replica here (raw float32)", NULL, 0, 0},
         {"train", SS_FLAG_STRING, &train_path, "training data, Criteo TSV (required)", NULL, 0, 0},

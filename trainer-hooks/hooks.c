@@ -341,13 +341,20 @@ ss_status ss_trainer_finish(ss_trainer *t) {
     /* Final rounds in the foreground: the replicas stop moving, so they
      * converge on the consensus. */
     uint64_t until = ss_now_ns() + (uint64_t)t->cfg.final_sync_ms * 1000000ull;
+    uint32_t failed_in_a_row = 0;
     for (uint32_t r = 0; r < t->cfg.final_rounds || ss_now_ns() < until; r++) {
         st = round_all(t);
-        if (st != SS_OK && st != SS_ERR_TIMEOUT)
-            SS_LOG_WARNF("hooks", "event=final_round_failed trainer=%s status=%s", t->name,
-                         ss_status_name(st));
-        if (st != SS_OK)
-            ss_sleep_ns(10000000ull); /* PS away: do not spin */
+        if (st == SS_OK) {
+            failed_in_a_row = 0;
+            continue;
+        }
+        SS_LOG_WARNF("hooks", "event=final_round_failed trainer=%s status=%s", t->name,
+                     ss_status_name(st));
+        /* A PS that is away for three rounds (each bounded by the RPC
+         * deadline) will not be back in time: give up, keep the replica. */
+        if (++failed_in_a_row == 3)
+            break;
+        ss_sleep_ns(10000000ull);
     }
     for (size_t i = 0; i < k; i++) {
         ss_dense *g = t->groups[i];

@@ -53,7 +53,7 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
 typedef struct trainer {
     struct run *run;
     uint32_t index;
-    ss_replica *replica;    /* in-process mode */
+    ss_replica *replica; /* in-process mode */
     ss_engine *engine;
     ss_engine_group *group;
     ss_trainer *hooks; /* process mode */
@@ -414,8 +414,8 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
             if (tres->sync.gap_p99 > res->gap_p99)
                 res->gap_p99 = tres->sync.gap_p99;
         }
-        if (cfg->eval_each && (st = ss_ctr_evaluate(&cfg->model, tr->dense,
-                                                    &r->emb, test, &tres->ne, &tres->auc)) != SS_OK)
+        if (cfg->eval_each && (st = ss_ctr_evaluate(&cfg->model, tr->dense, &r->emb, test,
+                                                    &tres->ne, &tres->auc)) != SS_OK)
             goto out;
     }
     res->gap_mean = gap_sum / N;

@@ -1,0 +1,328 @@
+/* A real cluster on 127.0.0.1: shadowsync-ps shards and ctr-train trainer
+ * processes (one per trainer, syncing through the public hooks), and the
+ * faults a cluster meets: a trainer killed with SIGKILL, a PS stopped and
+ * restarted from its checkpoint. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "shadowsync/dense_service.h"
+#include "procs.h"
+
+static char dir[256];
+static char train_path[300], test_path[300];
+
+/* Synthetic data shared by the tests: rows for 3 trainers. */
+static void make_data(void) {
+    snprintf(dir, sizeof dir, "/tmp/ss-cluster-XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    snprintf(train_path, sizeof train_path, "%s/train.tsv", dir);
+    snprintf(test_path, sizeof test_path, "%s/test.tsv", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s --rows 360000 --out %s --quiet >/dev/null && "
+             "%s --rows 8000 --data-seed 99 --out %s --quiet >/dev/null",
+             CTR_GEN, train_path, CTR_GEN, test_path);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "ctr-gen failed\n");
+        exit(1);
+    }
+}
+
+static char *path_in(const char *name) {
+    static char buf[8][400];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, 400, "%s/%s", dir, name);
+    return p;
+}
+
+/* Starts trainer `rank` of `world` with output in t<rank>.log. */
+static pid_t start_trainer(const char *ps, int rank, int world, const char *algo,
+                           const char *max_rows, char *const extra[]) {
+    char r[16], w[16], out[64], log[64];
+    snprintf(r, sizeof r, "%d", rank);
+    snprintf(w, sizeof w, "%d", world);
+    snprintf(out, sizeof out, "d%d.bin", rank);
+    snprintf(log, sizeof log, "t%d.log", rank);
+    char *argv[40] = {CTR_TRAIN,
+                      "--ps",
+                      (char *)ps,
+                      "--rank",
+                      r,
+                      "--world",
+                      w,
+                      "--algo",
+                      (char *)algo,
+                      "--train",
+                      train_path,
+                      "--test",
+                      test_path,
+                      "--max-rows",
+                      (char *)max_rows,
+                      "--dense-out",
+                      strdup(path_in(out)),
+                      "--progress",
+                      "0.25",
+                      "--round-deadline-ms",
+                      "500",
+                      "--table-rows",
+                      "4096",
+                      NULL};
+    int n = 0;
+    while (argv[n])
+        n++;
+    for (int i = 0; extra && extra[i] && n < 38; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    return proc_spawn(argv, path_in(log));
+}
+
+static float *read_dense(int rank, size_t *n) {
+    char name[32];
+    snprintf(name, sizeof name, "d%d.bin", rank);
+    FILE *f = fopen(path_in(name), "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f) / sizeof(float);
+    fseek(f, 0, SEEK_SET);
+    float *x = malloc(*n * sizeof *x);
+    ck_assert_uint_eq(fread(x, sizeof *x, *n, f), *n);
+    fclose(f);
+    return x;
+}
+
+/* |a - b| / |a| */
+static double rel_dist(const float *a, const float *b, size_t n) {
+    double d = 0, z = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        z += (double)a[i] * a[i];
+    }
+    return sqrt(d / z);
+}
+
+static void expect_exit_zero(pid_t pid, double timeout_s) {
+    int status = proc_wait(pid, timeout_s);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "process %d failed (status %d)",
+                  (int)pid, status);
+}
+
+/* Largest divergence printed on a progress line of t<rank>.log. */
+static double max_progress_divergence(int rank) {
+    char name[32];
+    snprintf(name, sizeof name, "t%d.log", rank);
+    char *text = proc_read(path_in(name));
+    double best = 0;
+    for (char *at = strstr(text, " divergence="); at; at = strstr(at + 1, " divergence=")) {
+        double v = atof(at + strlen(" divergence="));
+        best = v > best ? v : best;
+    }
+    free(text);
+    return best;
+}
+
+static double summary_value(int rank, const char *key) {
+    char name[32];
+    snprintf(name, sizeof name, "t%d.log", rank);
+    char *text = proc_read(path_in(name));
+    double v = proc_last_value(text, "summary:", key);
+    free(text);
+    return v;
+}
+
+static double progress_value(int rank, const char *key) {
+    char name[32];
+    snprintf(name, sizeof name, "t%d.log", rank);
+    char *text = proc_read(path_in(name));
+    double v = proc_last_value(text, "progress:", key);
+    free(text);
+    return v;
+}
+
+static void stop_ps(pid_t pid) {
+    kill(pid, SIGTERM);
+    expect_exit_zero(pid, 30);
+}
+
+/* 2 PS shards + 3 trainer processes: replicas diverge while they train,
+ * agree once training stops and final rounds run, and the model learns. */
+static void converge_with(const char *algo) {
+    char t0[64], t1[64], targets[140];
+    pid_t ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", NULL);
+    pid_t ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", NULL);
+    snprintf(targets, sizeof targets, "%s,%s", t0, t1);
+    char *extra[] = {"--final-sync-ms", "1000", NULL};
+    pid_t tr[3];
+    for (int r = 0; r < 3; r++)
+        tr[r] = start_trainer(targets, r, 3, algo, "150000", extra);
+    for (int r = 0; r < 3; r++)
+        expect_exit_zero(tr[r], 300);
+    stop_ps(ps0);
+    stop_ps(ps1);
+
+    size_t n[3];
+    float *x[3];
+    for (int r = 0; r < 3; r++)
+        x[r] = read_dense(r, &n[r]);
+    double during = max_progress_divergence(0);
+    for (int r = 0; r < 3; r++) {
+        ck_assert_uint_eq(n[r], n[0]);
+        ck_assert_double_gt(summary_value(r, "sync_rounds"), 50);
+        ck_assert_double_lt(summary_value(r, "ne"), 0.97); /* it learned */
+    }
+    /* Stated tolerance: after the final rounds the replicas agree to 1e-3
+     * relative, against a divergence of ~1e-2 or more while training. */
+    for (int a = 0; a < 3; a++)
+        for (int b = a + 1; b < 3; b++) {
+            double d = rel_dist(x[a], x[b], n[0]);
+            fprintf(stderr, "%s: replicas %d,%d differ by %.3g (divergence while training %.3g)\n",
+                    algo, a, b, d, during);
+            ck_assert_double_lt(d, 1e-3);
+            ck_assert_double_lt(d, during / 10);
+        }
+    for (int r = 0; r < 3; r++)
+        free(x[r]);
+}
+
+START_TEST(test_two_ps_three_trainers_easgd_converge) {
+    converge_with("easgd");
+}
+END_TEST
+
+START_TEST(test_two_ps_three_trainers_ma_converge) {
+    converge_with("ma");
+}
+END_TEST
+
+/* SIGKILL one of three MA trainers: the other two keep training and their
+ * rounds keep closing (the PS expires the dead member). */
+START_TEST(test_sigkill_a_trainer_rounds_keep_closing) {
+    char t0[64], t1[64], targets[140];
+    char *psargs[] = {"--round-deadline-ms", "500", "--member-timeout-ms", "1000", NULL};
+    pid_t ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", psargs);
+    pid_t ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", psargs);
+    snprintf(targets, sizeof targets, "%s,%s", t0, t1);
+    pid_t tr[3];
+    for (int r = 0; r < 3; r++)
+        tr[r] = start_trainer(targets, r, 3, "ma", "0", NULL);
+    /* Kill trainer 2 once everyone has synced a while. */
+    for (int r = 0; r < 3; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d.log", r);
+        ck_assert(proc_wait_for(path_in(name), "progress: t=0.5s", 60));
+    }
+    kill(tr[2], SIGKILL);
+    proc_wait(tr[2], 10);
+    double at_kill[2] = {progress_value(0, "sync_rounds"), progress_value(1, "sync_rounds")};
+    double ex_at_kill = progress_value(0, "examples");
+    for (int r = 0; r < 2; r++)
+        expect_exit_zero(tr[r], 300);
+    stop_ps(ps0);
+    stop_ps(ps1);
+    for (int r = 0; r < 2; r++) {
+        double last = progress_value(r, "sync_rounds");
+        fprintf(stderr, "trainer %d: rounds %.0f at the kill, %.0f at the last progress line\n", r,
+                at_kill[r], last);
+        ck_assert_double_gt(last, at_kill[r] + 20);                /* rounds kept closing */
+        ck_assert_double_eq(summary_value(r, "examples"), 120000); /* its whole share */
+    }
+    ck_assert_double_lt(ex_at_kill, 120000); /* the kill happened mid-run */
+}
+END_TEST
+
+/* A PS stopped (checkpoint written) and restarted from that checkpoint on
+ * the same port: the trainers ride out the outage, join again, finish. */
+START_TEST(test_ps_restart_from_checkpoint) {
+    char target[64];
+    char ckdir[300];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
+    char *psargs[] = {"--checkpoint-dir", ckdir, NULL};
+    pid_t ps = proc_start_ps(path_in("ps0.log"), target, sizeof target, "127.0.0.1:0", psargs);
+    pid_t tr[2];
+    for (int r = 0; r < 2; r++)
+        tr[r] = start_trainer(target, r, 2, "easgd", "0", NULL);
+    ck_assert(proc_wait_for(path_in("t0.log"), "progress: t=1.0s", 60));
+    kill(ps, SIGTERM);
+    expect_exit_zero(ps, 30);
+    char *text = proc_read(path_in("ps0.log"));
+    ck_assert_ptr_nonnull(strstr(text, "wrote 1 groups"));
+    free(text);
+    double before = progress_value(0, "sync_rounds");
+    usleep(300000); /* the trainers meet a dead PS */
+    ps = proc_start_ps(path_in("ps0b.log"), target, sizeof target, target, psargs);
+    text = proc_read(path_in("ps0b.log"));
+    ck_assert_ptr_nonnull(strstr(text, "restored 1 groups"));
+    free(text);
+    for (int r = 0; r < 2; r++)
+        expect_exit_zero(tr[r], 300);
+    stop_ps(ps);
+    for (int r = 0; r < 2; r++) {
+        fprintf(stderr, "trainer %d: failed_rounds=%.0f rejoins=%.0f\n", r,
+                summary_value(r, "failed_rounds"), summary_value(r, "rejoins"));
+        ck_assert_double_ge(summary_value(r, "rejoins"), 1);
+        ck_assert_double_lt(summary_value(r, "ne"), 0.97);
+    }
+    ck_assert_double_gt(summary_value(0, "sync_rounds"), before + 20); /* synced after it */
+}
+END_TEST
+
+/* The Checkpoint call (and SIGUSR1) writes the file on request. */
+START_TEST(test_checkpoint_on_request) {
+    char target[64], ckdir[300], file[340];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt-rpc", dir);
+    snprintf(file, sizeof file, "%s/dense.ckpt", ckdir);
+    char *psargs[] = {"--checkpoint-dir", ckdir, NULL};
+    pid_t ps = proc_start_ps(path_in("ps0.log"), target, sizeof target, "127.0.0.1:0", psargs);
+    char *argv[] = {CTR_TRAIN, "--ps",       target,       "--train",      train_path,
+                    "--test",  test_path,    "--max-rows", "3000",         "--max-test-rows",
+                    "500",     "--progress", "0",          "--table-rows", "1024",
+                    NULL};
+    expect_exit_zero(proc_spawn(argv, path_in("t0.log")), 120);
+    struct stat st;
+    ck_assert_int_ne(stat(file, &st), 0); /* nothing written yet */
+    char path[400];
+    size_t groups = 0;
+    ck_assert_int_eq(ss_grpc_checkpoint(target, NULL, 10000, path, sizeof path, &groups), SS_OK);
+    ck_assert_str_eq(path, file);
+    ck_assert_uint_eq(groups, 1);
+    ck_assert_int_eq(stat(file, &st), 0);
+    ck_assert_int_gt(st.st_size, 1000);
+    unlink(file);
+    kill(ps, SIGUSR1);
+    ck_assert(proc_wait_for(path_in("ps0.log"), "event=checkpoint", 10));
+    for (int i = 0; i < 500 && stat(file, &st) != 0; i++)
+        usleep(10000);
+    ck_assert_int_eq(stat(file, &st), 0);
+    stop_ps(ps);
+}
+END_TEST
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    make_data();
+    Suite *s = suite_create("cluster");
+    TCase *tc = tcase_create("cluster");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_two_ps_three_trainers_easgd_converge);
+    tcase_add_test(tc, test_two_ps_three_trainers_ma_converge);
+    tcase_add_test(tc, test_sigkill_a_trainer_rounds_keep_closing);
+    tcase_add_test(tc, test_ps_restart_from_checkpoint);
+    tcase_add_test(tc, test_checkpoint_on_request);
+    suite_add_tcase(s, tc);
+    int rc = ss_check_run(s);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return rc;
+}
