@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job: installs dependencies, builds, generates synthetic click
-# data with a known truth, and trains 4 replicas of the reference CTR
-# model, kept in sync by ShadowSync in the background (S-EASGD). Prints
-# progress, then per-trainer and total examples/s, sync gap, NE and AUC,
-# next to the Bayes-optimal NE of the test set.
+# data with a known truth, and starts a local cluster on 127.0.0.1: 2
+# shadowsync-ps shards and 3 trainer processes of the reference CTR model,
+# each syncing its dense replica in the background (S-EASGD) through the
+# trainer hooks. Prints progress, then per-trainer and total examples/s,
+# sync gap, NE and AUC, next to the Bayes-optimal NE of the test set.
 #   bash tools/demo.sh [extra ctr-train flags, e.g. --algo ma]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +24,5 @@ if [ ! -s out/test.tsv ]; then
     --probs out/test.probs | tee out/test.gen.txt
 fi
 echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt) (the best any model can do)"
-./build/tools/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv \
-  --trainers 4 --workers 1 --sync shadow --algo easgd --eval-each "$@"
+bash tools/cluster.sh --ps 2 --trainers 3 --train "out/train-$ROWS.tsv" --test out/test.tsv \
+  -- --sync shadow --algo easgd "$@"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Starts a local ShadowSync cluster on 127.0.0.1 and trains on it: S
+# shadowsync-ps shards and N ctr-train trainer processes (one per trainer,
+# each syncing its dense replica through libshadowsync's hooks). Prints each
+# trainer's result line and a total line, then stops the PS shards.
+#   tools/cluster.sh --train F --test F [--ps S] [--trainers N] [--out DIR]
+#                    [-- extra ctr-train flags, e.g. --algo ma]
+# Expects a build in build/ (tools/demo.sh builds it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PS_COUNT=2 TRAINERS=3 OUT=out/cluster TRAIN= TEST=
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ps) PS_COUNT=$2; shift 2 ;;
+    --trainers) TRAINERS=$2; shift 2 ;;
+    --train) TRAIN=$2; shift 2 ;;
+    --test) TEST=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --help|-h) usage; exit 0 ;;
+    --) shift; break ;;
+    *) echo "cluster.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$TRAIN" ] && [ -n "$TEST" ] || { echo "cluster.sh: --train and --test are required" >&2; exit 2; }
+B=build/tools
+mkdir -p "$OUT"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+targets=
+for s in $(seq 0 $((PS_COUNT - 1))); do
+  "$B/shadowsync-ps" --listen 127.0.0.1:0 >"$OUT/ps$s.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do grep -q "listening on" "$OUT/ps$s.log" && break; sleep 0.1; done
+  addr=$(grep -o 'listening on [0-9.:]*' "$OUT/ps$s.log" | awk '{print $3}')
+  [ -n "$addr" ] || { echo "cluster.sh: shadowsync-ps $s did not start:" >&2; cat "$OUT/ps$s.log" >&2; exit 1; }
+  targets=${targets:+$targets,}$addr
+  echo "cluster: ps $s on $addr"
+done
+
+tpids=()
+for r in $(seq 0 $((TRAINERS - 1))); do
+  "$B/ctr-train" --ps "$targets" --rank "$r" --world "$TRAINERS" --train "$TRAIN" --test "$TEST" \
+    --progress 2 --eval-each "$@" >"$OUT/trainer$r.log" 2>&1 &
+  tpids+=($!)
+done
+echo "cluster: $TRAINERS trainer processes syncing through $targets (logs in $OUT/)"
+# Trainer 0's progress on screen while the cluster trains.
+tail -n +1 -f "$OUT/trainer0.log" --pid "${tpids[0]}" | grep --line-buffered '^progress' | sed 's/^/trainer 0 /' &
+watcher=$!
+failed=0
+for p in "${tpids[@]}"; do wait "$p" || failed=1; done
+wait "$watcher" 2>/dev/null || true
+for r in $(seq 0 $((TRAINERS - 1))); do
+  grep -h '^trainer ' "$OUT/trainer$r.log" || { echo "trainer $r failed:" >&2; tail -5 "$OUT/trainer$r.log" >&2; }
+done
+[ "$failed" = 0 ] || { echo "cluster: a trainer failed" >&2; exit 1; }
+cat "$OUT"/trainer*.log | grep '^summary:' | awk '
+  { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    n++; ex += v["examples"]; eps += v["examples/s"]; ne += v["ne"]; auc += v["auc"];
+    gap += v["sync_gap_mean"]; if (v["sync_gap_p99"] > p99) p99 = v["sync_gap_p99"]; rounds += v["sync_rounds"] }
+  END { printf "total: trainers=%d examples=%d examples/s=%.0f sync_rounds=%d sync_gap_mean=%.2f sync_gap_p99=%d ne_mean=%.4f auc_mean=%.4f\n",
+        n, ex, eps, rounds, gap / n, p99, ne / n, auc / n }'
