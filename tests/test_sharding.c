@@ -132,7 +132,7 @@ START_TEST(test_round_mean_over_shards_and_chunks) {
 }
 END_TEST
 
-/* 100 MB (25M floats) in one exchange: 25 chunks of 4 MiB in parallel. */
+/* 100 MB (25M floats) in one exchange: 100 chunks of 1 MiB in parallel. */
 START_TEST(test_100mb_group) {
     const size_t n = 25u << 20;
     shard a;

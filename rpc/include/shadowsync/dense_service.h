@@ -28,9 +28,11 @@ typedef struct ss_dense_service {
 /* Methods to serve; ctx for ss_rpc_server_start is the ss_dense_service. */
 const ss_rpc_method *ss_dense_service_methods(size_t *count);
 
-/* Floats per chunk when the config gives none: 4 MiB of payload. Every
+/* Floats per chunk when the config gives none: 1 MiB of payload (gRPC
+ * moves several 1 MiB messages in parallel ~2x faster than one 4 MiB
+ * message on loopback; see BENCHMARKS.md). Every
  * member of a group must use the same value (it names the chunks). */
-#define SS_GRPC_CHUNK_FLOATS (1u << 20)
+#define SS_GRPC_CHUNK_FLOATS (1u << 18)
 #define SS_GRPC_MAX_SHARDS   64
 
 typedef struct ss_grpc_transport_config {
