@@ -14,6 +14,7 @@ PACKAGES=(
   libgrpc-dev       # gRPC core C API (rpc/)
   libprotobuf-c-dev # protobuf-c runtime
   protobuf-c-compiler  # protoc-c, generates rpc/proto/*.pb-c.[ch]
+  openssl              # the TLS test makes its certificates
 )
 
 missing=()
