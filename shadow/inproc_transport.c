@@ -82,6 +82,18 @@ static void group_free(group *g) {
     free(g);
 }
 
+/* Member ids start at a random point: a PS restarted from a checkpoint
+ * must not hand a new member the id an old member still uses (the old one
+ * would then pass for it instead of getting NOT_FOUND and joining again). */
+static uint64_t first_member_id(const void *salt) {
+    uint64_t x = ss_now_ns() ^ (uint64_t)(uintptr_t)salt ^ ((uint64_t)getpid() << 32);
+    x += 0x9e3779b97f4a7c15ull; /* splitmix64 */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return (x >> 2) + 1; /* never 0, far from overflow */
+}
+
 static group *group_new(const char *name, size_t n) {
     group *g = calloc(1, sizeof *g);
     if (!g)
@@ -97,7 +109,7 @@ static group *group_new(const char *name, size_t n) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&g->cond, &ca);
     pthread_condattr_destroy(&ca);
-    g->next_member = 1;
+    g->next_member = first_member_id(g);
     g->result_round = NO_ROUND;
     if (!g->name || !g->central || !g->sum || !g->result) {
         group_free(g);
