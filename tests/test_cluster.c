@@ -49,11 +49,12 @@ static char *path_in(const char *name) {
 /* Starts trainer `rank` of `world` with output in t<rank>.log. */
 static pid_t start_trainer(const char *ps, int rank, int world, const char *algo,
                            const char *max_rows, char *const extra[]) {
-    char r[16], w[16], out[64], log[64];
+    char r[16], w[16], out[64], log[64], out_path[400];
     snprintf(r, sizeof r, "%d", rank);
     snprintf(w, sizeof w, "%d", world);
     snprintf(out, sizeof out, "d%d.bin", rank);
     snprintf(log, sizeof log, "t%d.log", rank);
+    snprintf(out_path, sizeof out_path, "%s", path_in(out));
     char *argv[40] = {CTR_TRAIN,
                       "--ps",
                       (char *)ps,
@@ -161,7 +162,9 @@ static void converge_with(const char *algo) {
     pid_t ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", NULL);
     pid_t ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", NULL);
     snprintf(targets, sizeof targets, "%s,%s", t0, t1);
-    char *extra[] = {"--final-sync-ms", "1000", NULL};
+    /* Final rounds long enough to overlap across trainers that finish a
+     * little apart (sanitizer builds are slower and less even). */
+    char *extra[] = {"--final-sync-ms", "3000", NULL};
     pid_t tr[3];
     for (int r = 0; r < 3; r++)
         tr[r] = start_trainer(targets, r, 3, algo, "150000", extra);
