@@ -71,7 +71,7 @@ static pid_t start_trainer(const char *ps, int rank, int world, const char *algo
                       "--max-rows",
                       (char *)max_rows,
                       "--dense-out",
-                      strdup(path_in(out)),
+                      out_path,
                       "--progress",
                       "0.25",
                       "--round-deadline-ms",
