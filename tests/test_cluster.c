@@ -164,7 +164,9 @@ static void converge_with(const char *algo) {
     snprintf(targets, sizeof targets, "%s,%s", t0, t1);
     /* Final rounds long enough to overlap across trainers that finish a
      * little apart (sanitizer builds are slower and less even). */
-    char *extra[] = {"--final-sync-ms", "3000", NULL};
+    /* EASGD does not pace the trainers (MA's rounds do), so under ASan they
+     * can finish several seconds apart: 10 s of final rounds. */
+    char *extra[] = {"--final-sync-ms", strcmp(algo, "easgd") ? "3000" : "10000", NULL};
     pid_t tr[3];
     for (int r = 0; r < 3; r++)
         tr[r] = start_trainer(targets, r, 3, algo, "150000", extra);
@@ -182,6 +184,7 @@ static void converge_with(const char *algo) {
         ck_assert_uint_eq(n[r], n[0]);
         ck_assert_double_gt(summary_value(r, "sync_rounds"), 50);
         ck_assert_double_lt(summary_value(r, "ne"), 0.97); /* it learned */
+        fprintf(stderr, "%s: trainer %d trained %.2f s\n", algo, r, summary_value(r, "seconds"));
     }
     /* Stated tolerance: after the final rounds the replicas agree to 1e-3
      * relative, against a divergence of ~1e-2 or more while training. */
