@@ -150,23 +150,31 @@ static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool ide
 
 /* ---- the ops ---- */
 
-static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
-                          const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
-                          ProtobufCMessage **reply) {
+/* One packed request on ch, its reply unpacked as desc into *reply (free
+ * with protobuf_c_message_free_unpacked). */
+static ss_status call_on(ss_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                         uint32_t timeout_ms, bool wait_for_ready,
+                         const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply) {
     size_t len;
     uint8_t *buf = pack_message(req, &len);
     if (!buf)
         return SS_ERR_NO_MEMORY;
     uint8_t *resp;
     size_t rlen;
-    ss_status st = ss_rpc_call(t->ch[shard], method, buf, len, t->timeout_ms, WAIT_FOR_READY, &resp,
-                               &rlen, NULL, 0);
+    ss_status st =
+        ss_rpc_call(ch, method, buf, len, timeout_ms, wait_for_ready, &resp, &rlen, NULL, 0);
     free(buf);
     if (st != SS_OK)
         return st;
     *reply = protobuf_c_message_unpack(desc, NULL, rlen, resp);
     free(resp);
     return *reply ? SS_OK : SS_ERR_PARSE;
+}
+
+static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
+                          const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                          ProtobufCMessage **reply) {
+    return call_on(t->ch[shard], method, req, t->timeout_ms, WAIT_FOR_READY, desc, reply);
 }
 
 static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size_t count) {
@@ -464,24 +472,15 @@ ss_status ss_grpc_checkpoint(const char *target, const ss_rpc_tls *tls, uint32_t
     if (st != SS_OK)
         return st;
     Shadowsync__V1__CheckpointRequest req = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
-    size_t len;
-    uint8_t *buf = pack_message(&req.base, &len), *resp = NULL;
-    size_t rlen;
-    st = buf ? ss_rpc_call(ch, M_CHECKPOINT, buf, len, timeout_ms, false, &resp, &rlen, NULL, 0)
-             : SS_ERR_NO_MEMORY;
-    free(buf);
+    ProtobufCMessage *msg;
+    st = call_on(ch, M_CHECKPOINT, &req.base, timeout_ms, false,
+                 &shadowsync__v1__checkpoint_reply__descriptor, &msg);
     if (st == SS_OK) {
-        Shadowsync__V1__CheckpointReply *r =
-            shadowsync__v1__checkpoint_reply__unpack(NULL, rlen, resp);
-        if (r) {
-            snprintf(path, pathlen, "%s", r->path);
-            *groups = r->groups;
-            shadowsync__v1__checkpoint_reply__free_unpacked(r, NULL);
-        } else {
-            st = SS_ERR_PARSE;
-        }
+        Shadowsync__V1__CheckpointReply *r = (Shadowsync__V1__CheckpointReply *)msg;
+        snprintf(path, pathlen, "%s", r->path);
+        *groups = r->groups;
+        protobuf_c_message_free_unpacked(msg, NULL);
     }
-    free(resp);
     ss_rpc_channel_destroy(ch);
     return st;
 }

@@ -60,11 +60,17 @@ static void link_delay(const inproc *ip, size_t bytes) {
         ss_sleep_ns(ns);
 }
 
-static group *find_group(inproc *ip, const char *name) {
-    pthread_mutex_lock(&ip->lock);
+/* Caller holds ip->lock. */
+static group *lookup_group(const inproc *ip, const char *name) {
     group *g = ip->groups;
     while (g && strcmp(g->name, name))
         g = g->next;
+    return g;
+}
+
+static group *find_group(inproc *ip, const char *name) {
+    pthread_mutex_lock(&ip->lock);
+    group *g = lookup_group(ip, name);
     pthread_mutex_unlock(&ip->lock);
     return g;
 }
@@ -121,9 +127,7 @@ static group *group_new(const char *name, size_t n) {
 static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *member) {
     inproc *ip = impl;
     pthread_mutex_lock(&ip->lock);
-    group *g = ip->groups;
-    while (g && strcmp(g->name, name))
-        g = g->next;
+    group *g = lookup_group(ip, name);
     if (!g) {
         g = group_new(name, n);
         if (!g) {
@@ -534,9 +538,7 @@ static ss_status load_groups(inproc *ip, ckpt_reader *r, size_t *loaded) {
             (size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
             return SS_ERR_PARSE;
         pthread_mutex_lock(&ip->lock);
-        group *g = ip->groups;
-        while (g && strcmp(g->name, name))
-            g = g->next;
+        group *g = lookup_group(ip, name);
         bool fresh = !g;
         if (fresh && !(g = group_new(name, n))) {
             pthread_mutex_unlock(&ip->lock);

@@ -118,11 +118,16 @@ static void expect_exit_zero(pid_t pid, double timeout_s) {
                   (int)pid, status);
 }
 
-/* Largest divergence printed on a progress line of t<rank>.log. */
-static double max_progress_divergence(int rank) {
+/* What trainer `rank` printed so far (caller frees). */
+static char *trainer_log(int rank) {
     char name[32];
     snprintf(name, sizeof name, "t%d.log", rank);
-    char *text = proc_read(path_in(name));
+    return proc_read(path_in(name));
+}
+
+/* Largest divergence printed on a progress line of t<rank>.log. */
+static double max_progress_divergence(int rank) {
+    char *text = trainer_log(rank);
     double best = 0;
     for (char *at = strstr(text, " divergence="); at; at = strstr(at + 1, " divergence=")) {
         double v = atof(at + strlen(" divergence="));
@@ -132,22 +137,20 @@ static double max_progress_divergence(int rank) {
     return best;
 }
 
-static double summary_value(int rank, const char *key) {
-    char name[32];
-    snprintf(name, sizeof name, "t%d.log", rank);
-    char *text = proc_read(path_in(name));
-    double v = proc_last_value(text, "summary:", key);
+/* `key` of the last line of t<rank>.log that starts with `prefix`. */
+static double log_value(int rank, const char *prefix, const char *key) {
+    char *text = trainer_log(rank);
+    double v = proc_last_value(text, prefix, key);
     free(text);
     return v;
 }
 
+static double summary_value(int rank, const char *key) {
+    return log_value(rank, "summary:", key);
+}
+
 static double progress_value(int rank, const char *key) {
-    char name[32];
-    snprintf(name, sizeof name, "t%d.log", rank);
-    char *text = proc_read(path_in(name));
-    double v = proc_last_value(text, "progress:", key);
-    free(text);
-    return v;
+    return log_value(rank, "progress:", key);
 }
 
 static void stop_ps(pid_t pid) {

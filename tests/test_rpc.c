@@ -4,7 +4,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,35 +11,19 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "procs.h"
 #include "shadowsync/dense_service.h"
 #include "shadowsync/engine.h"
 
-extern char **environ;
-
 static pid_t ps_pid;
 static char ps_target[64];
+static char ps_log[64];
 
-/* Starts shadowsync-ps on a free port and reads the port it prints. */
+/* Starts shadowsync-ps on a free port (its output in a log file). */
 static void start_ps(void) {
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    char *argv[] = {SHADOWSYNC_PS,         "--listen", "127.0.0.1:0", "--max-group-floats", "1000",
-                    "--round-deadline-ms", "300",      NULL};
-    ck_assert_int_eq(posix_spawn(&ps_pid, SHADOWSYNC_PS, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    FILE *f = fdopen(fds[0], "r");
-    char line[256] = {0};
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-    fclose(f);
-    const char *at = strstr(line, "listening on ");
-    ck_assert_ptr_nonnull(at);
-    snprintf(ps_target, sizeof ps_target, "%s", at + strlen("listening on "));
-    ps_target[strcspn(ps_target, "\n")] = '\0';
+    snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-rpc-%d.log", (int)getpid());
+    char *args[] = {"--max-group-floats", "1000", "--round-deadline-ms", "300", NULL};
+    ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
 }
 
 static void stop_ps(void) {
@@ -49,6 +32,7 @@ static void stop_ps(void) {
     ck_assert_int_eq(waitpid(ps_pid, &status, 0), ps_pid);
     ck_assert(WIFEXITED(status));
     ck_assert_int_eq(WEXITSTATUS(status), 0); /* graceful shutdown */
+    unlink(ps_log);
 }
 
 static ss_transport *connect_ps(void) {

@@ -170,6 +170,26 @@ static char *dup_or_null(const char *s, int *failed) {
     return d;
 }
 
+static void dense_free(ss_dense *g) {
+    ss_replica_destroy(g->replica);
+    free(g->name);
+    free(g);
+}
+
+/* Frees the trainer and its groups; the engine and transport are gone. */
+static void trainer_free(ss_trainer *t) {
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++)
+        dense_free(t->groups[i]);
+    pthread_mutex_destroy(&t->lock);
+    free(t->ps);
+    free(t->name);
+    free(t->tls_ca);
+    free(t->tls_cert);
+    free(t->tls_key);
+    free(t);
+}
+
 ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
     if (!cfg || !out)
         return SS_ERR_INVALID_ARGUMENT;
@@ -218,13 +238,7 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
 fail:
     ss_engine_destroy(t->engine);
     ss_transport_destroy(t->transport);
-    pthread_mutex_destroy(&t->lock);
-    free(t->ps);
-    free(t->name);
-    free(t->tls_ca);
-    free(t->tls_cert);
-    free(t->tls_key);
-    free(t);
+    trainer_free(t);
     return st;
 }
 
@@ -260,9 +274,7 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
     }
     pthread_mutex_unlock(&t->lock);
     if (st != SS_OK) {
-        ss_replica_destroy(g->replica);
-        free(g->name);
-        free(g);
+        dense_free(g);
         return st;
     }
     *out = g;
@@ -379,18 +391,6 @@ ss_status ss_trainer_close(ss_trainer *t) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st = ss_trainer_finish(t);
-    size_t k = atomic_load(&t->ngroups);
-    for (size_t i = 0; i < k; i++) {
-        ss_replica_destroy(t->groups[i]->replica);
-        free(t->groups[i]->name);
-        free(t->groups[i]);
-    }
-    pthread_mutex_destroy(&t->lock);
-    free(t->ps);
-    free(t->name);
-    free(t->tls_ca);
-    free(t->tls_cert);
-    free(t->tls_key);
-    free(t);
+    trainer_free(t);
     return st;
 }
