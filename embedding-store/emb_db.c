@@ -1,0 +1,229 @@
+/* RocksDB (C API) for the store: row batches, specs, checkpoints. */
+#include <rocksdb/c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emb_db.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "rows are stored as little-endian float32; add byte swapping for this target"
+#endif
+
+#define KEY_LEN       12
+#define SPEC_MAGIC    "SSPEC1"
+#define RESERVED_ID   0xFFFFFFFFu
+#define SPEC_PREFIX   "\xff\xff\xff\xffspec:"
+#define SPEC_PREFIX_N 9
+
+struct ss_emb_db {
+    rocksdb_t *db;
+    rocksdb_options_t *opts;
+    rocksdb_block_based_table_options_t *table_opts;
+    rocksdb_readoptions_t *ropts;
+    rocksdb_writeoptions_t *wopts, *wopts_sync;
+};
+
+static void put_be32(unsigned char *p, uint32_t v) {
+    for (int i = 3; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static void put_be64(unsigned char *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static void row_key(unsigned char *k, uint32_t table_id, uint64_t id) {
+    put_be32(k, table_id);
+    put_be64(k + 4, id);
+}
+
+static void set_why(char *why, size_t whylen, const char *what, const char *err) {
+    if (why && whylen)
+        snprintf(why, whylen, "%s: %s", what, err ? err : "unknown RocksDB error");
+}
+
+ss_status ss_emb_db_open(const char *path, ss_emb_db **out, char *why, size_t whylen) {
+    ss_emb_db *db = calloc(1, sizeof *db);
+    if (!db)
+        return SS_ERR_NO_MEMORY;
+    db->opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(db->opts, 1);
+    rocksdb_options_increase_parallelism(db->opts, 2);
+    db->table_opts = rocksdb_block_based_options_create();
+    /* Lookups of rows never written are common (first touch): a bloom
+     * filter answers most of them without reading a block. */
+    rocksdb_block_based_options_set_filter_policy(db->table_opts,
+                                                  rocksdb_filterpolicy_create_bloom(10));
+    rocksdb_options_set_block_based_table_factory(db->opts, db->table_opts);
+    char *err = NULL;
+    db->db = rocksdb_open(db->opts, path, &err);
+    if (err) {
+        set_why(why, whylen, path, err);
+        rocksdb_free(err);
+        rocksdb_options_destroy(db->opts);
+        rocksdb_block_based_options_destroy(db->table_opts);
+        free(db);
+        return SS_ERR_IO;
+    }
+    db->ropts = rocksdb_readoptions_create();
+    db->wopts = rocksdb_writeoptions_create();
+    db->wopts_sync = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(db->wopts_sync, 1);
+    *out = db;
+    return SS_OK;
+}
+
+void ss_emb_db_close(ss_emb_db *db) {
+    if (!db)
+        return;
+    rocksdb_close(db->db);
+    rocksdb_readoptions_destroy(db->ropts);
+    rocksdb_writeoptions_destroy(db->wopts);
+    rocksdb_writeoptions_destroy(db->wopts_sync);
+    rocksdb_options_destroy(db->opts);
+    rocksdb_block_based_options_destroy(db->table_opts);
+    free(db);
+}
+
+ss_status ss_emb_db_get_rows(ss_emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                             size_t row_floats, float *rows, bool *found) {
+    if (n == 0)
+        return SS_OK;
+    unsigned char *keys = malloc(n * KEY_LEN);
+    const char **kp = malloc(n * sizeof *kp);
+    size_t *klen = malloc(n * sizeof *klen);
+    char **vals = malloc(n * sizeof *vals);
+    size_t *vlen = malloc(n * sizeof *vlen);
+    char **errs = malloc(n * sizeof *errs);
+    ss_status st = (keys && kp && klen && vals && vlen && errs) ? SS_OK : SS_ERR_NO_MEMORY;
+    if (st == SS_OK) {
+        for (size_t i = 0; i < n; i++) {
+            row_key(keys + i * KEY_LEN, table_id, ids[i]);
+            kp[i] = (const char *)keys + i * KEY_LEN;
+            klen[i] = KEY_LEN;
+        }
+        rocksdb_multi_get(db->db, db->ropts, n, kp, klen, vals, vlen, errs);
+        const size_t want = row_floats * sizeof(float);
+        for (size_t i = 0; i < n; i++) {
+            found[i] = false;
+            if (errs[i]) {
+                st = SS_ERR_IO;
+                rocksdb_free(errs[i]);
+            } else if (vals[i]) {
+                if (vlen[i] != want)
+                    st = SS_ERR_PARSE;
+                else {
+                    memcpy(rows + i * row_floats, vals[i], want);
+                    found[i] = true;
+                }
+            }
+            if (vals[i])
+                rocksdb_free(vals[i]);
+        }
+    }
+    free(keys);
+    free(kp);
+    free(klen);
+    free(vals);
+    free(vlen);
+    free(errs);
+    return st;
+}
+
+ss_status ss_emb_db_put_rows(ss_emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                             size_t row_floats, const float *rows, bool sync) {
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    unsigned char key[KEY_LEN];
+    for (size_t i = 0; i < n; i++) {
+        row_key(key, table_id, ids[i]);
+        rocksdb_writebatch_put(wb, (const char *)key, KEY_LEN,
+                               (const char *)(rows + i * row_floats), row_floats * sizeof(float));
+    }
+    char *err = NULL;
+    rocksdb_write(db->db, sync ? db->wopts_sync : db->wopts, wb, &err);
+    rocksdb_writebatch_destroy(wb);
+    if (err) {
+        rocksdb_free(err);
+        return SS_ERR_IO;
+    }
+    return SS_OK;
+}
+
+typedef struct spec_record {
+    char magic[6];
+    uint32_t dim, optimizer;
+    float lr, eps, init_scale;
+} __attribute__((packed)) spec_record;
+
+ss_status ss_emb_db_put_spec(ss_emb_db *db, const ss_emb_spec *spec) {
+    char key[SPEC_PREFIX_N + SS_EMB_NAME_MAX];
+    size_t nlen = strlen(spec->name);
+    memcpy(key, SPEC_PREFIX, SPEC_PREFIX_N);
+    memcpy(key + SPEC_PREFIX_N, spec->name, nlen);
+    spec_record r = {.dim = spec->dim,
+                     .optimizer = (uint32_t)spec->optimizer,
+                     .lr = spec->lr,
+                     .eps = spec->eps,
+                     .init_scale = spec->init_scale};
+    memcpy(r.magic, SPEC_MAGIC, sizeof r.magic);
+    char *err = NULL;
+    rocksdb_put(db->db, db->wopts_sync, key, SPEC_PREFIX_N + nlen, (const char *)&r, sizeof r,
+                &err);
+    if (err) {
+        rocksdb_free(err);
+        return SS_ERR_IO;
+    }
+    return SS_OK;
+}
+
+ss_status ss_emb_db_each_spec(ss_emb_db *db, ss_status (*fn)(void *ctx, const ss_emb_spec *spec),
+                              void *ctx) {
+    rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
+    ss_status st = SS_OK;
+    for (rocksdb_iter_seek(it, SPEC_PREFIX, SPEC_PREFIX_N); st == SS_OK && rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen);
+        const char *v = rocksdb_iter_value(it, &vlen);
+        if (klen < SPEC_PREFIX_N || memcmp(k, SPEC_PREFIX, SPEC_PREFIX_N) != 0)
+            break;
+        spec_record r;
+        size_t nlen = klen - SPEC_PREFIX_N;
+        if (vlen != sizeof r || nlen == 0 || nlen >= SS_EMB_NAME_MAX) {
+            st = SS_ERR_PARSE;
+            break;
+        }
+        memcpy(&r, v, sizeof r);
+        if (memcmp(r.magic, SPEC_MAGIC, sizeof r.magic) != 0) {
+            st = SS_ERR_PARSE;
+            break;
+        }
+        ss_emb_spec spec = {.dim = r.dim,
+                            .optimizer = (ss_emb_optimizer)r.optimizer,
+                            .lr = r.lr,
+                            .eps = r.eps,
+                            .init_scale = r.init_scale};
+        memcpy(spec.name, k + SPEC_PREFIX_N, nlen);
+        spec.name[nlen] = '\0';
+        st = ss_emb_spec_check(&spec, NULL, 0) == SS_OK ? fn(ctx, &spec) : SS_ERR_PARSE;
+    }
+    rocksdb_iter_destroy(it);
+    return st;
+}
+
+ss_status ss_emb_db_checkpoint(ss_emb_db *db, const char *dir, char *why, size_t whylen) {
+    char *err = NULL;
+    rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(db->db, &err);
+    if (!err)
+        rocksdb_checkpoint_create(cp, dir, 0, &err);
+    if (cp)
+        rocksdb_checkpoint_object_destroy(cp);
+    if (err) {
+        set_why(why, whylen, dir, err);
+        rocksdb_free(err);
+        return SS_ERR_IO;
+    }
+    return SS_OK;
+}

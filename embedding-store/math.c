@@ -1,0 +1,132 @@
+/* The embedding math as pure functions: spec checks, deterministic row
+ * initialization, the optimizers, the per-row elastic step and shard
+ * routing. No locks, no memory of their own. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shadowsync/emb_table.h"
+
+ss_status ss_emb_spec_init(ss_emb_spec *spec, const char *name, uint32_t dim) {
+    if (!spec || !name || strlen(name) >= SS_EMB_NAME_MAX)
+        return SS_ERR_INVALID_ARGUMENT;
+    memset(spec, 0, sizeof *spec);
+    snprintf(spec->name, sizeof spec->name, "%s", name);
+    spec->dim = dim;
+    spec->optimizer = SS_EMB_SGD;
+    spec->lr = 0.05f;
+    spec->eps = 1e-8f;
+    spec->init_scale = 0.01f;
+    return ss_emb_spec_check(spec, NULL, 0);
+}
+
+static bool name_ok(const char *name) {
+    size_t n = strnlen(name, SS_EMB_NAME_MAX);
+    if (n == 0 || n == SS_EMB_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+ss_status ss_emb_spec_check(const ss_emb_spec *spec, char *why, size_t whylen) {
+    const char *bad = NULL;
+    if (!spec)
+        bad = "no spec";
+    else if (!name_ok(spec->name))
+        bad = "table name must be 1-63 characters of [A-Za-z0-9_.-]";
+    else if (ss_emb_table_id(spec->name) == 0xFFFFFFFFu)
+        bad = "table name hashes to the reserved id; pick another name";
+    else if (spec->dim == 0 || spec->dim > SS_EMB_MAX_DIM)
+        bad = "dim must be 1..4096";
+    else if (spec->optimizer != SS_EMB_SGD && spec->optimizer != SS_EMB_ADAGRAD)
+        bad = "unknown optimizer";
+    else if (!(spec->lr >= 0.0f) || !isfinite(spec->lr))
+        bad = "lr must be finite and >= 0";
+    else if (!(spec->eps > 0.0f) || !isfinite(spec->eps))
+        bad = "eps must be finite and > 0";
+    else if (!(spec->init_scale >= 0.0f) || !isfinite(spec->init_scale))
+        bad = "init_scale must be finite and >= 0";
+    if (bad && why && whylen)
+        snprintf(why, whylen, "%s", bad);
+    return bad ? SS_ERR_INVALID_ARGUMENT : SS_OK;
+}
+
+size_t ss_emb_state_floats(ss_emb_optimizer opt) {
+    return opt == SS_EMB_ADAGRAD ? 1 : 0;
+}
+
+size_t ss_emb_row_floats(const ss_emb_spec *spec) {
+    return spec->dim + ss_emb_state_floats(spec->optimizer);
+}
+
+uint32_t ss_emb_table_id(const char *name) {
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t row_key(uint32_t table_id, uint64_t id) {
+    return splitmix64(splitmix64(id) ^ ((uint64_t)table_id * 0xD6E8FEB86659FD93ull));
+}
+
+void ss_emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, size_t dim,
+                     size_t state_floats) {
+    uint64_t h = row_key(table_id, id);
+    for (size_t j = 0; j < dim; j++) {
+        /* 24 random bits -> [0, 1) exactly representable in a float */
+        float u = (float)(splitmix64(h + j) >> 40) * (1.0f / 16777216.0f);
+        row[j] = scale * (2.0f * u - 1.0f);
+    }
+    for (size_t j = 0; j < state_floats; j++)
+        row[dim + j] = 0.0f;
+}
+
+void ss_emb_apply_gradient(const ss_emb_spec *spec, float *row, const float *grad) {
+    const size_t dim = spec->dim;
+    if (spec->optimizer == SS_EMB_ADAGRAD) {
+        float sq = 0.0f;
+        for (size_t j = 0; j < dim; j++)
+            sq += grad[j] * grad[j];
+        row[dim] += sq / (float)dim;
+        float step = spec->lr / (sqrtf(row[dim]) + spec->eps);
+        for (size_t j = 0; j < dim; j++)
+            row[j] -= step * grad[j];
+    } else {
+        for (size_t j = 0; j < dim; j++)
+            row[j] -= spec->lr * grad[j];
+    }
+}
+
+void ss_emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim) {
+    for (size_t j = 0; j < dim; j++) {
+        float d = alpha * (x[j] - center[j]);
+        center[j] += d;
+        delta[j] = d;
+    }
+}
+
+uint32_t ss_emb_shard_of(uint32_t table_id, uint64_t id, uint32_t shards) {
+    if (shards <= 1)
+        return 0;
+    uint64_t key = row_key(table_id, id);
+    int64_t b = -1, j = 0;
+    while (j < (int64_t)shards) {
+        b = j;
+        key = key * 2862933555777941757ull + 1;
+        j = (int64_t)((double)(b + 1) * ((double)(1ll << 31) / (double)((key >> 33) + 1)));
+    }
+    return (uint32_t)b;
+}
