@@ -502,6 +502,14 @@ ss_status ss_emb_store_read_full(ss_emb_store *st, const char *table, const uint
     return s;
 }
 
+ss_status ss_emb_store_refuse(ss_emb_store *st, ss_status status, const char *reason) {
+    return refuse(st, status, reason);
+}
+
+size_t ss_emb_store_max_batch(const ss_emb_store *st) {
+    return st->cfg.max_batch;
+}
+
 ss_status ss_emb_store_flush(ss_emb_store *st) {
     return st ? flush_all(st, true) : SS_ERR_INVALID_ARGUMENT;
 }

@@ -5,6 +5,7 @@
 
 #include "dense_sync.pb-c.h"
 #include "shadowsync/dense_service.h"
+#include "shadowsync/rpc_pb.h"
 
 #define M_JOIN       "/shadowsync.v1.DenseSync/Join"
 #define M_LEAVE      "/shadowsync.v1.DenseSync/Leave"
@@ -25,18 +26,6 @@ static void reject(ss_dense_service *svc, ss_rpc_reply *r, ss_status st, const c
 
 static void fail(ss_dense_service *svc, ss_rpc_reply *r, ss_status st) {
     reject(svc, r, st, ss_strerror(st));
-}
-
-/* Packs any protobuf-c message into reply->data. */
-static void pack(const ProtobufCMessage *m, ss_rpc_reply *r) {
-    r->len = protobuf_c_message_get_packed_size(m);
-    r->data = malloc(r->len ? r->len : 1);
-    if (!r->data) {
-        r->status = SS_ERR_NO_MEMORY;
-        snprintf(r->message, sizeof r->message, "out of memory");
-        return;
-    }
-    protobuf_c_message_pack(m, r->data);
 }
 
 /* A float payload must be whole floats and within the group size limit. */
@@ -98,7 +87,7 @@ static void h_join(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *repl
         Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
         ss_status st = ss_transport_join(svc->backend, m->group, m->size, &out.member);
         if (st == SS_OK)
-            pack(&out.base, reply);
+            ss_rpc_reply_pack(&out.base, reply);
         else
             fail(svc, reply, st);
     }
@@ -112,7 +101,7 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *rep
         ss_status st = ss_transport_leave(svc->backend, m->group, m->member);
         Shadowsync__V1__LeaveReply out = SHADOWSYNC__V1__LEAVE_REPLY__INIT;
         if (st == SS_OK)
-            pack(&out.base, reply);
+            ss_rpc_reply_pack(&out.base, reply);
         else
             fail(svc, reply, st);
     }
@@ -132,7 +121,7 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *rep
             Shadowsync__V1__EasgdReply out = SHADOWSYNC__V1__EASGD_REPLY__INIT;
             out.delta.data = (uint8_t *)d;
             out.delta.len = m->snapshot.len;
-            pack(&out.base, reply);
+            ss_rpc_reply_pack(&out.base, reply);
         } else {
             fail(svc, reply, st);
         }
@@ -158,7 +147,7 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *rep
             out.participants = rr.participants;
             out.mean.data = (uint8_t *)avg;
             out.mean.len = m->snapshot.len;
-            pack(&out.base, reply);
+            ss_rpc_reply_pack(&out.base, reply);
         } else {
             fail(svc, reply, st);
         }
@@ -180,7 +169,7 @@ static void h_central(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *r
             Shadowsync__V1__ReadCentralReply out = SHADOWSYNC__V1__READ_CENTRAL_REPLY__INIT;
             out.central.data = (uint8_t *)c;
             out.central.len = m->size * sizeof(float);
-            pack(&out.base, reply);
+            ss_rpc_reply_pack(&out.base, reply);
         } else {
             fail(svc, reply, st);
         }
@@ -197,7 +186,7 @@ static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply 
         ss_status st = ss_transport_heartbeat(svc->backend, m->group, m->member);
         Shadowsync__V1__HeartbeatReply out = SHADOWSYNC__V1__HEARTBEAT_REPLY__INIT;
         if (st == SS_OK)
-            pack(&out.base, reply);
+            ss_rpc_reply_pack(&out.base, reply);
         else
             fail(svc, reply, st);
     }
@@ -225,17 +214,17 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply
     Shadowsync__V1__CheckpointReply out = SHADOWSYNC__V1__CHECKPOINT_REPLY__INIT;
     out.path = path;
     out.groups = groups;
-    pack(&out.base, reply);
+    ss_rpc_reply_pack(&out.base, reply);
 }
 
 static const ss_rpc_method dense_methods[] = {
-    {M_JOIN, h_join, false},
-    {M_LEAVE, h_leave, false},
-    {M_EASGD, h_easgd, false},
-    {M_ROUND, h_round, true}, /* waits for the round to close */
-    {M_CENTRAL, h_central, false},
-    {M_HEARTBEAT, h_heartbeat, false},
-    {M_CHECKPOINT, h_checkpoint, true}, /* writes a file */
+    {M_JOIN, h_join, false, NULL},
+    {M_LEAVE, h_leave, false, NULL},
+    {M_EASGD, h_easgd, false, NULL},
+    {M_ROUND, h_round, true, NULL}, /* waits for the round to close */
+    {M_CENTRAL, h_central, false, NULL},
+    {M_HEARTBEAT, h_heartbeat, false, NULL},
+    {M_CHECKPOINT, h_checkpoint, true, NULL}, /* writes a file */
 };
 
 const ss_rpc_method *ss_dense_service_methods(size_t *count) {

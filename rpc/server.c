@@ -13,6 +13,7 @@
 #include "shadowsync/clock.h"
 #include "shadowsync/log.h"
 #include "shadowsync/rpc.h"
+#include "shadowsync/rpc_pb.h"
 
 #define PREPOSTED_PER_METHOD 4
 #define GENERIC              ((size_t)-1) /* an unregistered method: UNIMPLEMENTED */
@@ -156,7 +157,8 @@ static void serve(call_ctx *c) {
         } else {
             req = grpc_byte_buffer_reader_readall(&r);
             grpc_byte_buffer_reader_destroy(&r);
-            srv->methods[c->method].handler(srv->ctx, GRPC_SLICE_START_PTR(req),
+            srv->methods[c->method].handler(srv->methods[c->method].ctx ? srv->methods[c->method].ctx
+                                                                       : srv->ctx, GRPC_SLICE_START_PTR(req),
                                             GRPC_SLICE_LENGTH(req), &reply);
         }
     }
@@ -397,4 +399,15 @@ void ss_rpc_server_stop(ss_rpc_server *srv) {
         ss_sleep_ns(1000000);
     grpc_server_destroy(srv->server);
     release_queues(srv, true);
+}
+
+void ss_rpc_reply_pack(const ProtobufCMessage *m, ss_rpc_reply *r) {
+    r->len = protobuf_c_message_get_packed_size(m);
+    r->data = malloc(r->len ? r->len : 1);
+    if (!r->data) {
+        r->status = SS_ERR_NO_MEMORY;
+        snprintf(r->message, sizeof r->message, "out of memory");
+        return;
+    }
+    protobuf_c_message_pack(m, r->data);
 }

@@ -1,6 +1,7 @@
 /* shadowsync-ps: serves dense sync (S-EASGD central variables, S-MA/S-BMUF
- * round aggregation with membership and a round deadline) over gRPC, and
- * checkpoints what it holds. */
+ * round aggregation with membership and a round deadline) and shard s of
+ * every embedding table (in memory + RocksDB) over gRPC, and checkpoints
+ * what it holds. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "shadowsync/dense_service.h"
+#include "shadowsync/emb_service.h"
 #include "shadowsync/flags.h"
 #include "shadowsync/log.h"
 
@@ -61,7 +63,10 @@ static int restore(ps_state *ps, const char *dir) {
 int main(int argc, char **argv) {
     const char *listen = "127.0.0.1:7070", *ckpt_dir = "", *tls_cert = "", *tls_key = "",
                *tls_ca = "";
+    const char *emb_db = "";
     int64_t threads = 2, deadline_ms = 1000, member_timeout_ms = 5000, max_floats = 64 << 20;
+    int64_t flush_lag_ms = 200, mem_cap_mb = 0, emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH;
+    bool sync_writes = false;
     ss_flag flags[] = {
         {"listen", SS_FLAG_STRING, &listen, "address to serve gRPC on (port 0: pick one)", NULL, 0,
          0},
@@ -77,6 +82,20 @@ int main(int argc, char **argv) {
          "restore dense.ckpt from here at start; write it on Checkpoint calls, SIGUSR1 and at "
          "shutdown (\"\" = no checkpoints)",
          NULL, 0, 0},
+        {"emb-db", SS_FLAG_STRING, &emb_db,
+         "RocksDB directory of this shard's embedding rows (created; restored at start; \"\" = "
+         "rows in memory only)",
+         NULL, 0, 0},
+        {"sync-writes", SS_FLAG_BOOL, &sync_writes,
+         "acknowledge a row update only after it is fsync'd to RocksDB (else write-behind)", NULL,
+         0, 0},
+        {"flush-lag-ms", SS_FLAG_INT, &flush_lag_ms,
+         "write-behind: an acknowledged update reaches RocksDB within this", NULL, 2, 3.6e6},
+        {"mem-cap-mb", SS_FLAG_INT, &mem_cap_mb,
+         "memory for resident embedding rows; clean rows beyond it are evicted (0 = no cap)", NULL,
+         0, 1 << 24},
+        {"emb-max-batch", SS_FLAG_INT, &emb_max_batch, "most row ids in one embedding request",
+         NULL, 1, 1 << 24},
         {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM server certificate (enables TLS)", NULL, 0, 0},
         {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
         {"tls-ca", SS_FLAG_STRING, &tls_ca,
@@ -92,9 +111,10 @@ int main(int argc, char **argv) {
     if (help) {
         ss_flags_print_help(stdout, "shadowsync-ps",
                             "ShadowSync parameter server: holds one shard of every dense group "
-                            "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and "
-                            "serves it over gRPC. Stops on SIGINT\nor SIGTERM (after a final "
-                            "checkpoint when --checkpoint-dir is set).",
+                            "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and of "
+                            "every embedding table (memory +\nRocksDB), and serves them over "
+                            "gRPC. Stops on SIGINT or SIGTERM (after a final\ncheckpoint when "
+                            "--checkpoint-dir is set, and a flush of dirty rows).",
                             flags, nflags);
         return 0;
     }
@@ -124,11 +144,32 @@ int main(int argc, char **argv) {
         fprintf(stderr, "shadowsync-ps: out of memory\n");
         return 1;
     }
-    if (*ckpt_dir && restore(&ps, ckpt_dir) != 0) {
+    if (sync_writes && !*emb_db) {
+        fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
+        return 2;
+    }
+    ss_emb_store *store = NULL;
+    ss_emb_store_config ecfg = {.db_path = emb_db,
+                                .sync_writes = sync_writes,
+                                .flush_lag_ms = (uint32_t)flush_lag_ms,
+                                .mem_cap_bytes = (uint64_t)mem_cap_mb << 20,
+                                .max_batch = (size_t)emb_max_batch,
+                                .metrics = metrics};
+    ss_status est = ss_emb_store_create(&ecfg, &store);
+    if (est != SS_OK || (*ckpt_dir && restore(&ps, ckpt_dir) != 0)) {
+        if (est != SS_OK)
+            fprintf(stderr, "shadowsync-ps: cannot open the embedding store %s: %s\n",
+                    *emb_db ? emb_db : "(memory)", ss_strerror(est));
+        ss_emb_store_destroy(store);
         ss_transport_destroy(ps.backend);
         ss_metrics_destroy(metrics);
         return 1;
     }
+    if (*emb_db)
+        printf("shadowsync-ps: embedding rows in %s (%s)\n", emb_db,
+               sync_writes ? "sync writes" : "write-behind");
+    ss_emb_service esvc;
+    ss_emb_service_init(&esvc, store);
     ss_dense_service svc = {.backend = ps.backend,
                             .max_floats = (size_t)max_floats,
                             .checkpoint = *ckpt_dir ? save_checkpoint : NULL,
@@ -136,8 +177,14 @@ int main(int argc, char **argv) {
     ss_metrics_counter(metrics, "shadowsync_ps_rejected_requests_total",
                        "Requests refused (bad size, unknown group or member, NaN/Inf, garbage).",
                        NULL, &svc.rejected);
-    size_t nmethods;
-    const ss_rpc_method *methods = ss_dense_service_methods(&nmethods);
+    size_t ndense;
+    const ss_rpc_method *dense_methods = ss_dense_service_methods(&ndense);
+    ss_rpc_method methods[32];
+    size_t nmethods = 0;
+    for (size_t i = 0; i < ndense && nmethods < 32; i++)
+        methods[nmethods++] = dense_methods[i];
+    for (size_t i = 0; i < SS_EMB_METHODS && nmethods < 32; i++)
+        methods[nmethods++] = esvc.methods[i];
     ss_rpc_tls tls = {.cert_file = *tls_cert ? tls_cert : NULL,
                       .key_file = *tls_key ? tls_key : NULL,
                       .ca_file = *tls_ca ? tls_ca : NULL};
@@ -150,6 +197,7 @@ int main(int argc, char **argv) {
     ss_status st = ss_rpc_server_start(&scfg, methods, nmethods, &svc, &srv);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", listen, ss_strerror(st));
+        ss_emb_store_destroy(store);
         ss_transport_destroy(ps.backend);
         ss_metrics_destroy(metrics);
         return 1;
@@ -181,6 +229,7 @@ int main(int argc, char **argv) {
         else
             printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps.path);
     }
+    ss_emb_store_destroy(store); /* flushes dirty rows */
     ss_transport_destroy(ps.backend);
     ss_metrics_destroy(metrics);
     printf("shadowsync-ps: stopped\n");

@@ -76,6 +76,11 @@ ss_status ss_emb_store_elastic(ss_emb_store *st, const char *table, const uint64
 ss_status ss_emb_store_read_full(ss_emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                  float *rows, bool *found);
 
+/* Counts a request refused before it reached the store (e.g. a payload
+ * of the wrong length, found by the service) and returns status. */
+ss_status ss_emb_store_refuse(ss_emb_store *st, ss_status status, const char *reason);
+size_t ss_emb_store_max_batch(const ss_emb_store *st);
+
 /* Writes every dirty row now (fsync'd). */
 ss_status ss_emb_store_flush(ss_emb_store *st);
 /* Flushes, then writes a RocksDB checkpoint into dir (must not exist;

@@ -39,6 +39,7 @@ typedef struct ss_rpc_method {
     const char *path; /* "/package.Service/Method" */
     ss_rpc_handler handler;
     bool blocking;
+    void *ctx; /* handler's ctx; NULL = the server's (one server, several services) */
 } ss_rpc_method;
 
 /* TLS from PEM files, on either side. Server: cert_file + key_file are
