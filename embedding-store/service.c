@@ -46,7 +46,8 @@ static int parse_rows(ss_emb_service *svc, const char *table, const ProtobufCBin
         return 0;
     }
     if (ids->len % sizeof(uint64_t) != 0) {
-        refuse(svc, r, SS_ERR_INVALID_ARGUMENT, "bad_ids", "ids must be whole little-endian uint64s");
+        refuse(svc, r, SS_ERR_INVALID_ARGUMENT, "bad_ids",
+               "ids must be whole little-endian uint64s");
         return 0;
     }
     rq->n = ids->len / sizeof(uint64_t);
@@ -93,7 +94,8 @@ static void h_open(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *repl
     ss_emb_spec spec = {0}, stored;
     char why[200] = "";
     if (!m->spec || !m->spec->name || strlen(m->spec->name) >= sizeof spec.name) {
-        refuse(svc, reply, SS_ERR_INVALID_ARGUMENT, "bad_spec", "a table spec with a name is needed");
+        refuse(svc, reply, SS_ERR_INVALID_ARGUMENT, "bad_spec",
+               "a table spec with a name is needed");
     } else {
         snprintf(spec.name, sizeof spec.name, "%s", m->spec->name);
         spec.dim = m->spec->dim;
@@ -128,9 +130,9 @@ static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *re
     if (parse_rows(svc, m->table, &m->ids, NULL, &rq, reply)) {
         float *rows = rows_out(rq.n, rq.spec.dim, reply);
         char why[200] = "";
-        ss_status st = rows ? ss_emb_store_lookup(svc->store, m->table, rq.ids, rq.n, rows, why,
-                                                  sizeof why)
-                            : SS_ERR_NO_MEMORY;
+        ss_status st =
+            rows ? ss_emb_store_lookup(svc->store, m->table, rq.ids, rq.n, rows, why, sizeof why)
+                 : SS_ERR_NO_MEMORY;
         if (st != SS_OK) {
             relay(reply, st, why);
         } else {
@@ -173,8 +175,8 @@ static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss_rpc_reply *r
     if (parse_rows(svc, m->table, &m->ids, &m->rows, &rq, reply)) {
         float *deltas = rows_out(rq.n, rq.spec.dim, reply);
         char why[200] = "";
-        ss_status st = deltas ? ss_emb_store_elastic(svc->store, m->table, rq.ids, rq.n,
-                                                     rq.payload, m->alpha, deltas, why, sizeof why)
+        ss_status st = deltas ? ss_emb_store_elastic(svc->store, m->table, rq.ids, rq.n, rq.payload,
+                                                     m->alpha, deltas, why, sizeof why)
                               : SS_ERR_NO_MEMORY;
         if (st != SS_OK) {
             relay(reply, st, why);

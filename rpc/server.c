@@ -157,9 +157,9 @@ static void serve(call_ctx *c) {
         } else {
             req = grpc_byte_buffer_reader_readall(&r);
             grpc_byte_buffer_reader_destroy(&r);
-            srv->methods[c->method].handler(srv->methods[c->method].ctx ? srv->methods[c->method].ctx
-                                                                       : srv->ctx, GRPC_SLICE_START_PTR(req),
-                                            GRPC_SLICE_LENGTH(req), &reply);
+            srv->methods[c->method].handler(
+                srv->methods[c->method].ctx ? srv->methods[c->method].ctx : srv->ctx,
+                GRPC_SLICE_START_PTR(req), GRPC_SLICE_LENGTH(req), &reply);
         }
     }
     grpc_slice_unref(req);

@@ -57,6 +57,10 @@ int main(int argc, char **argv) {
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
     const char *metrics_out = NULL, *ps = "", *dense_out = NULL, *name = NULL;
+    const char *emb = "array", *emb_ps = "", *emb_opt = "sgd";
+    int64_t emb_cache_rows = 1 << 20, emb_sync_ms = 10;
+    double emb_alpha = 0.5;
+    bool emb_prefetch = true;
     int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000;
     ss_flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps,
@@ -124,6 +128,22 @@ int main(int argc, char **argv) {
          "write the sync metrics in Prometheus text format to this file at the end", NULL, 0, 0},
         {"progress", SS_FLAG_DOUBLE, &progress, "seconds between progress lines (0 = none)", NULL,
          0, 3600},
+        {"emb", SS_FLAG_STRING, &emb,
+         "embeddings: shared in-process array, or one table of the public API in local, remote "
+         "(rows on the PS) or cached (local cache synced with the PS) mode",
+         "array|local|remote|cached", 0, 0},
+        {"emb-ps", SS_FLAG_STRING, &emb_ps,
+         "remote/cached: the shadowsync-ps shards holding the table (default: --ps)", NULL, 0, 0},
+        {"emb-optimizer", SS_FLAG_STRING, &emb_opt, "the table's optimizer (lr = --emb-lr)",
+         "sgd|adagrad", 0, 0},
+        {"emb-cache-rows", SS_FLAG_INT, &emb_cache_rows, "cached: rows kept in the local cache",
+         NULL, 1, 1ll << 34},
+        {"emb-alpha", SS_FLAG_DOUBLE, &emb_alpha, "cached: elastic rate of the row sync", NULL,
+         1e-6, 1},
+        {"emb-sync-ms", SS_FLAG_INT, &emb_sync_ms, "cached: pause between row-sync passes", NULL, 1,
+         60000},
+        {"emb-prefetch", SS_FLAG_BOOL, &emb_prefetch,
+         "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
     };
     const size_t nflags = sizeof flags / sizeof *flags;
     bool help;
@@ -172,6 +192,17 @@ int main(int argc, char **argv) {
     cfg.seed = (uint64_t)seed;
     cfg.progress_interval_s = progress;
     cfg.progress = stdout;
+    ss_ctr_emb_mode_parse(emb, &cfg.emb);
+    cfg.emb_ps = *emb_ps ? emb_ps : ps;
+    cfg.emb_optimizer = !strcmp(emb_opt, "adagrad") ? SS_TABLE_ADAGRAD : SS_TABLE_SGD;
+    cfg.emb_cache_rows = (size_t)emb_cache_rows;
+    cfg.emb_alpha = (float)emb_alpha;
+    cfg.emb_sync_ms = (uint32_t)emb_sync_ms;
+    cfg.emb_prefetch = emb_prefetch;
+    if ((cfg.emb == SS_CTR_EMB_REMOTE || cfg.emb == SS_CTR_EMB_CACHED) && !*cfg.emb_ps) {
+        fprintf(stderr, "ctr-train: --emb %s needs --emb-ps or --ps\n", emb);
+        return 2;
+    }
     const bool process = *ps != '\0';
     if (process && (trainers != 1 || rank >= world || cfg.eval_central)) {
         fprintf(stderr, "ctr-train: --ps runs one trainer per process: needs --trainers 1, "
@@ -272,6 +303,15 @@ int main(int argc, char **argv) {
            (unsigned long long)res->trainer[0].sync.failed_rounds,
            (unsigned long long)res->trainer[0].sync.rejoins, res->train_loss, res->ne, res->auc,
            res->model_evaluated);
+    if (cfg.emb != SS_CTR_EMB_ARRAY)
+        printf("embeddings: mode=%s lookups=%llu pushes=%llu remote_rows=%llu cache_hits=%llu "
+               "synced_rows=%llu sync_passes=%llu failed_calls=%llu push_waits=%llu "
+               "resident_rows=%llu evictions=%llu\n",
+               emb, (unsigned long long)res->emb.lookups, (unsigned long long)res->emb.pushes,
+               (unsigned long long)res->emb.remote_rows, (unsigned long long)res->emb.cache_hits,
+               (unsigned long long)res->emb.synced_rows, (unsigned long long)res->emb.sync_passes,
+               (unsigned long long)res->emb.failed_calls, (unsigned long long)res->emb.push_waits,
+               (unsigned long long)res->emb.resident_rows, (unsigned long long)res->emb.evictions);
     free(res);
     ss_ctr_dataset_free(&train);
     ss_ctr_dataset_free(&test);

@@ -10,9 +10,11 @@
 #include "shadowsync/dense_service.h"
 #include "shadowsync/engine.h"
 #include "shadowsync/log.h"
+#include "hooks_internal.h"
 #include "shadowsync/shadowsync.h"
 
 #define MAX_GROUPS 256
+#define MAX_TABLES 64
 
 struct ss_dense {
     ss_trainer *trainer;
@@ -31,6 +33,9 @@ struct ss_trainer {
     pthread_mutex_t lock; /* guards groups / ngroups */
     ss_dense *groups[MAX_GROUPS];
     _Atomic size_t ngroups;
+    ss_table *tables[MAX_TABLES]; /* under lock */
+    size_t ntables;
+    bool tables_finished;
     _Atomic uint64_t steps;
 };
 
@@ -178,6 +183,8 @@ static void dense_free(ss_dense *g) {
 
 /* Frees the trainer and its groups; the engine and transport are gone. */
 static void trainer_free(ss_trainer *t) {
+    for (size_t i = 0; i < t->ntables; i++)
+        ss_hooks_table_destroy(t->tables[i]);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         dense_free(t->groups[i]);
@@ -338,12 +345,43 @@ ss_status ss_trainer_step(ss_trainer *t) {
     return SS_OK;
 }
 
+void ss_hooks_endpoint_of(ss_trainer *t, ss_hooks_endpoint *out) {
+    out->ps = t->ps;
+    out->tls = (ss_rpc_tls){.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
+    out->timeout_ms = t->cfg.timeout_ms;
+}
+
+ss_status ss_hooks_attach_table(ss_trainer *t, ss_table *tb) {
+    pthread_mutex_lock(&t->lock);
+    ss_status st = t->ntables < MAX_TABLES ? SS_OK : SS_ERR_NO_MEMORY;
+    if (st == SS_OK)
+        t->tables[t->ntables++] = tb;
+    pthread_mutex_unlock(&t->lock);
+    return st;
+}
+
+/* Remote pushes applied, cached rows synced: before the dense rounds, so
+ * a trainer's last embedding updates are on the shards when it leaves. */
+static ss_status finish_tables(ss_trainer *t) {
+    ss_status st = SS_OK;
+    pthread_mutex_lock(&t->lock);
+    size_t n = t->tables_finished ? 0 : t->ntables;
+    t->tables_finished = true;
+    pthread_mutex_unlock(&t->lock);
+    for (size_t i = 0; i < n; i++) {
+        ss_status s = ss_hooks_table_finish(t->tables[i]);
+        if (st == SS_OK)
+            st = s;
+    }
+    return st;
+}
+
 ss_status ss_trainer_finish(ss_trainer *t) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = SS_OK;
+    ss_status st = finish_tables(t);
     if (!t->engine)
-        return SS_OK; /* mode NONE, or finished already */
+        return st; /* mode NONE, or finished already */
     ss_engine_stop(t->engine);
     /* The sync gap describes training: freeze it before the final rounds,
      * which run with no steps between them. */

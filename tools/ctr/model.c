@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,8 +89,7 @@ struct ss_ctr_worker {
     float *a1, *z1, *a2, *V, *f, *a3, *h; /* forward activations */
     float *dh, *df, *dV, *dz2, *dz1;      /* backward */
     float *grad;                          /* dense gradient sum over the batch */
-    size_t rows[SS_CTR_NUM_CAT];
-    float *block; /* one allocation behind every buffer above */
+    float *block;                         /* one allocation behind every buffer above */
 };
 
 ss_status ss_ctr_worker_create(const ss_ctr_model_config *cfg, ss_ctr_worker **out) {
@@ -142,8 +142,10 @@ static float dot(const float *restrict a, const float *restrict b, size_t n) {
     return s;
 }
 
-/* Forward pass; returns the logit. Leaves activations in w for backward. */
-static float forward(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddings *emb,
+/* Forward pass; returns the logit. rows[f] is the example's row of field
+ * f (live shared rows in the array path, private gathered copies in the
+ * table path). Leaves activations in w for backward. */
+static float forward(ss_ctr_worker *w, const float *dense, const float *const *rows,
                      const ss_ctr_example *ex) {
     const ss_ctr_layout *L = &w->L;
     const size_t D = w->cfg.emb_dim, H = w->cfg.bottom_hidden, T = w->cfg.top_hidden;
@@ -151,11 +153,8 @@ static float forward(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddin
     relu(w->a1, w->z1, H);
     ss_kernel_live_matvec(dense + L->w2, dense + L->b2, w->z1, w->a2, D, H);
     relu(w->a2, w->V, D);
-    for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
-        w->rows[f] = ss_ctr_row_index(&w->cfg, f, ex);
-        const float *row = emb->data + ((size_t)f * emb->rows + w->rows[f]) * D;
-        ss_kernel_live_snapshot(w->V + (size_t)(f + 1) * D, row, D);
-    }
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        ss_kernel_live_snapshot(w->V + (size_t)(f + 1) * D, rows[f], D);
     memcpy(w->f, w->V, D * sizeof(float));
     size_t p = D;
     for (size_t i = 0; i < NVEC; i++)
@@ -168,19 +167,31 @@ static float forward(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddin
     return logit;
 }
 
+/* The example's rows in the shared array. */
+static void array_rows(ss_ctr_worker *w, const ss_ctr_embeddings *emb, const ss_ctr_example *ex,
+                       float **rows) {
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        rows[f] =
+            emb->data + ((size_t)f * emb->rows + ss_ctr_row_index(&w->cfg, f, ex)) * w->cfg.emb_dim;
+}
+
 static float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
 float ss_ctr_predict(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddings *emb,
                      const ss_ctr_example *ex) {
-    return sigmoid(forward(w, dense, emb, ex));
+    float *rows[SS_CTR_NUM_CAT];
+    array_rows(w, emb, ex, rows);
+    return sigmoid(forward(w, dense, (const float *const *)rows, ex));
 }
 
 /* Backward pass for one example with dlogit = p - y: adds dense gradients
- * to w->grad and applies the embedding update at once. */
-static void backward(ss_ctr_worker *w, const float *dense, ss_ctr_embeddings *emb,
-                     const ss_ctr_example *ex, float dlogit, float emb_lr) {
+ * to w->grad; each field's embedding gradient goes to upd[f] scaled by
+ * scale: applied to the live shared row at once (array path, live) or
+ * added to a private gradient buffer (table path). */
+static void backward(ss_ctr_worker *w, const float *dense, float *const *upd, float scale,
+                     bool live, const ss_ctr_example *ex, float dlogit) {
     const ss_ctr_layout *L = &w->L;
     const size_t D = w->cfg.emb_dim, H = w->cfg.bottom_hidden, T = w->cfg.top_hidden;
     const size_t F = L->interact;
@@ -224,12 +235,17 @@ static void backward(ss_ctr_worker *w, const float *dense, ss_ctr_embeddings *em
     ss_kernel_axpy(g + L->b1, w->dz1, 1.0f, H);
 
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
-        float *row = emb->data + ((size_t)f * emb->rows + w->rows[f]) * D;
-        ss_kernel_live_add_scaled(row, w->dV + (size_t)(f + 1) * D, -emb_lr, D);
+        if (live)
+            ss_kernel_live_add_scaled(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
+        else
+            ss_kernel_axpy(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
     }
 }
 
-void ss_ctr_train_batch(ss_ctr_worker *w, float *dense, ss_ctr_embeddings *emb,
+/* One batch: rows_of(i) gives example i's rows and where their gradients
+ * go; the dense replica gets lr times the mean gradient at the end. */
+static void train_batch(ss_ctr_worker *w, float *dense, const ss_ctr_embeddings *emb,
+                        const float *const *gathered, float *const *grads,
                         const ss_ctr_example *const *batch, size_t count, float lr, float emb_lr,
                         double *loss_sum) {
     if (count == 0)
@@ -238,12 +254,35 @@ void ss_ctr_train_batch(ss_ctr_worker *w, float *dense, ss_ctr_embeddings *emb,
     double loss = 0.0;
     for (size_t i = 0; i < count; i++) {
         const ss_ctr_example *ex = batch[i];
-        float p = sigmoid(forward(w, dense, emb, ex));
+        float *rows[SS_CTR_NUM_CAT];
+        if (emb)
+            array_rows(w, emb, ex, rows);
+        const float *const *in = emb ? (const float *const *)rows : gathered + i * SS_CTR_NUM_CAT;
+        float p = sigmoid(forward(w, dense, in, ex));
         float pc = fminf(fmaxf(p, 1e-7f), 1.0f - 1e-7f);
         loss -= ex->label > 0.5f ? logf(pc) : logf(1.0f - pc);
-        backward(w, dense, emb, ex, p - ex->label, emb_lr);
+        if (emb)
+            backward(w, dense, rows, -emb_lr, true, ex, p - ex->label);
+        else
+            backward(w, dense, grads + i * SS_CTR_NUM_CAT, 1.0f, false, ex, p - ex->label);
     }
     ss_kernel_live_add_scaled(dense, w->grad, -lr / (float)count, w->L.total);
     if (loss_sum)
         *loss_sum += loss;
+}
+
+void ss_ctr_train_batch(ss_ctr_worker *w, float *dense, ss_ctr_embeddings *emb,
+                        const ss_ctr_example *const *batch, size_t count, float lr, float emb_lr,
+                        double *loss_sum) {
+    train_batch(w, dense, emb, NULL, NULL, batch, count, lr, emb_lr, loss_sum);
+}
+
+void ss_ctr_train_batch_gathered(ss_ctr_worker *w, float *dense, const float *const *rows,
+                                 float *const *grads, const ss_ctr_example *const *batch,
+                                 size_t count, float lr, double *loss_sum) {
+    train_batch(w, dense, NULL, rows, grads, batch, count, lr, 0.0f, loss_sum);
+}
+
+uint64_t ss_ctr_row_id(const ss_ctr_model_config *cfg, int field, const ss_ctr_example *ex) {
+    return (uint64_t)field * cfg->table_rows + ss_ctr_row_index(cfg, field, ex);
 }

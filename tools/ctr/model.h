@@ -58,6 +58,19 @@ void ss_ctr_train_batch(ss_ctr_worker *w, float *dense, ss_ctr_embeddings *emb,
                         const ss_ctr_example *const *batch, size_t count, float lr, float emb_lr,
                         double *loss_sum);
 
+/* The same step over rows gathered from an embedding table (the table
+ * path of ctr-train --emb local|remote|cached): rows[i * 26 + f] is
+ * example i's row of field f (read only), and d loss / d row is added to
+ * grads[i * 26 + f] (rows of one id share one buffer). The caller pushes
+ * the summed gradients to the table, whose optimizer applies them. */
+void ss_ctr_train_batch_gathered(ss_ctr_worker *w, float *dense, const float *const *rows,
+                                 float *const *grads, const ss_ctr_example *const *batch,
+                                 size_t count, float lr, double *loss_sum);
+
+/* Id of an example's row of field f in one table holding every field:
+ * field * table_rows + ss_ctr_row_index. */
+uint64_t ss_ctr_row_id(const ss_ctr_model_config *cfg, int field, const ss_ctr_example *ex);
+
 /* Click probability for one example. */
 float ss_ctr_predict(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddings *emb,
                      const ss_ctr_example *ex);

@@ -48,6 +48,12 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
     cfg->min_round_gap = 4;
     cfg->final_rounds = 10;
     cfg->progress_interval_s = 1.0;
+    cfg->emb = SS_CTR_EMB_ARRAY;
+    cfg->emb_optimizer = SS_TABLE_SGD;
+    cfg->emb_cache_rows = 1u << 20;
+    cfg->emb_alpha = 0.5f;
+    cfg->emb_sync_ms = 10;
+    cfg->emb_prefetch = true;
 }
 
 typedef struct trainer {
@@ -71,6 +77,8 @@ typedef struct run {
     const ss_ctr_train_config *cfg;
     const ss_ctr_dataset *train;
     ss_ctr_embeddings emb;
+    ss_trainer *emb_owner; /* opened only to hold the table (in-process runs) */
+    ss_table *table;       /* the table path; NULL = the shared array */
     trainer tr[SS_CTR_MAX_TRAINERS];
     _Atomic uint32_t trainers_left;
     _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
@@ -83,45 +91,91 @@ typedef struct worker_arg {
     trainer *tr;
 } worker_arg;
 
+/* After each minibatch: count the step; a foreground round when due. */
+static void after_step(trainer *tr, uint64_t step) {
+    const ss_ctr_train_config *cfg = tr->run->cfg;
+    if (tr->hooks) {
+        /* The public API: counts the step, runs a foreground round every K
+         * steps itself. */
+        ss_status st = ss_trainer_step(tr->hooks);
+        if (st != SS_OK && st != SS_ERR_TIMEOUT)
+            SS_LOG_WARNF("ctr-train", "event=foreground_round_failed status=%s",
+                         ss_status_name(st));
+        return;
+    }
+    ss_replica_tick(tr->replica, 1);
+    if (cfg->sync == SS_CTR_SYNC_FOREGROUND && step % cfg->sync_every == 0) {
+        /* FR-X: the same round, blocking this worker. */
+        ss_status st = ss_engine_run_round(tr->engine, tr->group);
+        if (st != SS_OK && st != SS_ERR_TIMEOUT)
+            SS_LOG_WARNF("ctr-train", "event=foreground_round_failed trainer=%u status=%s",
+                         tr->index, ss_status_name(st));
+    }
+}
+
+/* Claims the trainer's next minibatch into batch; 0 when none is left. */
+static size_t claim_batch(trainer *tr, const ss_ctr_example **batch) {
+    const ss_ctr_train_config *cfg = tr->run->cfg;
+    size_t start = atomic_fetch_add(&tr->cursor, cfg->batch);
+    if (start >= tr->count)
+        return 0;
+    size_t n = tr->count - start < cfg->batch ? tr->count - start : cfg->batch;
+    for (size_t j = 0; j < n; j++)
+        batch[j] = &tr->run->train->rows[tr->index + (start + j) * cfg->trainers];
+    return n;
+}
+
+/* The table path: batch k+1's rows are fetched while batch k trains. */
+static ss_status table_loop(trainer *tr, ss_ctr_worker *w, const ss_ctr_example **batch,
+                            double *loss) {
+    run *r = tr->run;
+    const ss_ctr_train_config *cfg = r->cfg;
+    const bool prefetch = cfg->emb_prefetch && cfg->emb != SS_CTR_EMB_LOCAL;
+    ss_ctr_gather *g[2] = {NULL, NULL};
+    ss_status st = ss_ctr_gather_create(&cfg->model, cfg->batch, &g[0]);
+    if (st == SS_OK)
+        st = ss_ctr_gather_create(&cfg->model, cfg->batch, &g[1]);
+    size_t n = st == SS_OK ? claim_batch(tr, batch) : 0;
+    if (n)
+        st = ss_ctr_gather_begin(g[0], r->table, batch, n, prefetch);
+    for (int cur = 0; n && st == SS_OK; cur ^= 1) {
+        size_t next = claim_batch(tr, batch);
+        if (next)
+            st = ss_ctr_gather_begin(g[cur ^ 1], r->table, batch, next, prefetch);
+        ss_status s = ss_ctr_gather_train(g[cur], r->table, w, tr->dense, cfg->lr, loss);
+        if (st == SS_OK)
+            st = s;
+        atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
+        after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
+        n = next;
+    }
+    ss_ctr_gather_destroy(g[0]);
+    ss_ctr_gather_destroy(g[1]);
+    if (st != SS_OK)
+        SS_LOG_ERRORF("ctr-train", "event=table_path_failed status=%s", ss_status_name(st));
+    return st;
+}
+
 static void *worker_main(void *arg) {
     trainer *tr = ((worker_arg *)arg)->tr;
     run *r = tr->run;
     const ss_ctr_train_config *cfg = r->cfg;
-    const uint32_t N = cfg->trainers;
     ss_ctr_worker *w = NULL;
     const ss_ctr_example **batch = malloc(cfg->batch * sizeof *batch);
     if (!batch || ss_ctr_worker_create(&cfg->model, &w) != SS_OK) {
         atomic_store(&r->failed, 1);
         goto done;
     }
-    float *dense = tr->dense;
     double loss = 0.0;
-    for (;;) {
-        size_t start = atomic_fetch_add(&tr->cursor, cfg->batch);
-        if (start >= tr->count)
-            break;
-        size_t n = tr->count - start < cfg->batch ? tr->count - start : cfg->batch;
-        for (size_t j = 0; j < n; j++)
-            batch[j] = &r->train->rows[tr->index + (start + j) * N];
-        ss_ctr_train_batch(w, dense, &r->emb, batch, n, cfg->lr, cfg->emb_lr, &loss);
-        atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
-        uint64_t step = atomic_fetch_add(&tr->steps, 1) + 1;
-        if (tr->hooks) {
-            /* The public API: counts the step, runs a foreground round
-             * every K steps itself. */
-            ss_status st = ss_trainer_step(tr->hooks);
-            if (st != SS_OK && st != SS_ERR_TIMEOUT)
-                SS_LOG_WARNF("ctr-train", "event=foreground_round_failed status=%s",
-                             ss_status_name(st));
-            continue;
-        }
-        ss_replica_tick(tr->replica, 1);
-        if (cfg->sync == SS_CTR_SYNC_FOREGROUND && step % cfg->sync_every == 0) {
-            /* FR-X: the same round, blocking this worker. */
-            ss_status st = ss_engine_run_round(tr->engine, tr->group);
-            if (st != SS_OK && st != SS_ERR_TIMEOUT)
-                SS_LOG_WARNF("ctr-train", "event=foreground_round_failed trainer=%u status=%s",
-                             tr->index, ss_status_name(st));
+    if (r->table) {
+        if (table_loop(tr, w, batch, &loss) != SS_OK)
+            atomic_store(&r->failed, 1);
+    } else {
+        size_t n;
+        while ((n = claim_batch(tr, batch)) > 0) {
+            ss_ctr_train_batch(w, tr->dense, &r->emb, batch, n, cfg->lr, cfg->emb_lr, &loss);
+            atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
+            after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
         }
     }
     atomic_fetch_add(&r->loss_sum_micro, (uint64_t)(loss * 1e6));
@@ -219,7 +273,43 @@ static ss_status check_config(const ss_ctr_train_config *cfg, const ss_ctr_datas
         return SS_ERR_INVALID_ARGUMENT;
     if (cfg->process && (cfg->trainers != 1 || cfg->eval_central))
         return SS_ERR_INVALID_ARGUMENT;
+    if ((unsigned)cfg->emb > SS_CTR_EMB_CACHED)
+        return SS_ERR_INVALID_ARGUMENT;
     return SS_OK;
+}
+
+/* The table of the table path, held by this process's trainer hooks (or
+ * by a trainer opened just for it when the replicas are in-process). */
+static ss_status open_table(run *r) {
+    const ss_ctr_train_config *cfg = r->cfg;
+    ss_trainer *owner = r->tr[0].hooks;
+    ss_status st = SS_OK;
+    if (!owner) {
+        ss_trainer_config tc;
+        ss_trainer_config_init(&tc);
+        tc.mode = SS_SYNC_NONE;
+        tc.ps = cfg->emb_ps;
+        tc.name = "ctr-train";
+        if ((st = ss_trainer_open(&tc, &r->emb_owner)) != SS_OK)
+            return st;
+        owner = r->emb_owner;
+    }
+    ss_table_config t;
+    ss_table_config_init(&t, "ctr_emb", cfg->model.emb_dim);
+    t.mode = cfg->emb == SS_CTR_EMB_LOCAL    ? SS_TABLE_LOCAL
+             : cfg->emb == SS_CTR_EMB_REMOTE ? SS_TABLE_REMOTE
+                                             : SS_TABLE_CACHED;
+    t.optimizer = cfg->emb_optimizer;
+    t.lr = cfg->emb_lr;
+    t.init_scale = 0.05f; /* as the shared array */
+    t.cache_rows = cfg->emb_cache_rows;
+    t.alpha = cfg->emb_alpha;
+    t.sync_interval_ms = cfg->emb_sync_ms;
+    st = ss_table_open(owner, &t, &r->table);
+    if (st != SS_OK)
+        SS_LOG_ERRORF("ctr-train", "event=table_open_failed mode=%s status=%s",
+                      ss_ctr_emb_mode_name(cfg->emb), ss_status_name(st));
+    return st;
 }
 
 /* The final replica as raw float32, for comparing trainers' models. */
@@ -313,6 +403,8 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
             goto out;
     }
     atomic_init(&r->trainers_left, N);
+    if (cfg->emb != SS_CTR_EMB_ARRAY && (st = open_table(r)) != SS_OK)
+        goto out;
 
     threads = calloc((size_t)N * cfg->workers, sizeof *threads);
     wargs = calloc(N, sizeof *wargs);
@@ -384,6 +476,15 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     if (cfg->process && (st = ss_trainer_finish(r->tr[0].hooks)) != SS_OK)
         SS_LOG_WARNF("ctr-train", "event=final_rounds_failed status=%s", ss_status_name(st));
     st = SS_OK;
+    if (r->table) {
+        /* Pushes applied / cached rows synced, then the rows as this
+         * trainer sees them, into the array the evaluation reads. */
+        if ((st = ss_table_flush(r->table)) == SS_OK)
+            st = ss_ctr_emb_materialize(r->table, &r->emb);
+        ss_table_get_stats(r->table, &res->emb);
+        if (st != SS_OK)
+            goto out;
+    }
 
     res->seconds = (double)(t1 - t0) * 1e-9;
     double gap_sum = 0.0;
@@ -447,6 +548,8 @@ out:
         if (r->tr[t].hooks)
             ss_trainer_close(r->tr[t].hooks);
     }
+    if (r->emb_owner)
+        ss_trainer_close(r->emb_owner);
     ss_transport_destroy(transport);
     ss_ctr_embeddings_destroy(&r->emb);
     free(threads);

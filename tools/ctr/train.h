@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "criteo.h"
+#include "emb_path.h"
 #include "model.h"
 #include "shadowsync/engine.h"
 #include "shadowsync/shadowsync.h"
@@ -56,6 +57,15 @@ typedef struct ss_ctr_train_config {
      * fields above are ignored for sync). NULL: in-process replicas. */
     const ss_trainer_config *process;
     const char *dense_out; /* optional: trainer 0's final dense replica, raw float32 */
+    /* Embeddings: the shared array (default) or one ss_table of the public
+     * API in local, remote or cached mode (emb_lr is the table's lr). */
+    ss_ctr_emb_mode emb;
+    const char *emb_ps; /* remote/cached shards; NULL = the process config's ps */
+    ss_table_optimizer emb_optimizer;
+    size_t emb_cache_rows; /* cached mode */
+    float emb_alpha;       /* cached mode: elastic rate of the row sync */
+    uint32_t emb_sync_ms;  /* cached mode: pause between row-sync passes */
+    bool emb_prefetch;     /* fetch the next batch's rows while training */
 } ss_ctr_train_config;
 
 typedef struct ss_ctr_trainer_result {
@@ -66,6 +76,7 @@ typedef struct ss_ctr_trainer_result {
 } ss_ctr_trainer_result;
 
 typedef struct ss_ctr_train_result {
+    ss_table_stats emb; /* table path only */
     ss_ctr_trainer_result trainer[SS_CTR_MAX_TRAINERS];
     uint64_t examples;
     double seconds, examples_per_s;

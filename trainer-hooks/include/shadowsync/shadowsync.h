@@ -116,6 +116,86 @@ ss_status ss_trainer_finish(ss_trainer *t);
  * memory. */
 ss_status ss_trainer_close(ss_trainer *t);
 
+/* ---- Embedding tables ----
+ *
+ * A table maps row ids (uint64) to rows of dim floats. Three modes, one
+ * API, so a trainer switches by configuration:
+ *  - SS_TABLE_LOCAL: the table lives in this process (no PS);
+ *  - SS_TABLE_REMOTE: rows live on the PS shards (the paper's EmbPS):
+ *    lookups are deduplicated, split by shard and sent to all shards at
+ *    once; pushes go through a bounded queue to a pusher thread (push()
+ *    blocks only when the queue is full), and the server applies the
+ *    optimizer;
+ *  - SS_TABLE_CACHED: a local cache of up to cache_rows rows; misses are
+ *    fetched from the shards, updates are applied locally at full speed,
+ *    and a shadow thread syncs every row touched since its last sync with
+ *    the shards by elastic averaging (S-EASGD per row), then evicts clean
+ *    rows beyond the capacity.
+ * Rows start from a deterministic value of (table, id), the same in every
+ * mode, process and shard. Ids may repeat within a call: lookups answer
+ * each position, pushes add up the gradients of a repeated id.
+ *
+ *     ss_table_config tc;
+ *     ss_table_config_init(&tc, "ads", 64);
+ *     tc.mode = SS_TABLE_REMOTE;
+ *     ss_table *emb;
+ *     ss_table_open(t, &tc, &emb);
+ *     ss_table_lookup(emb, ids, n, rows);     // rows: n * 64 floats
+ *     ss_table_push(emb, ids, n, grads);      // asynchronous in remote mode
+ *
+ * Tables belong to their trainer: finish() flushes them, close() frees
+ * them. Every call is thread-safe. */
+
+typedef struct ss_table ss_table;
+typedef struct ss_table_fetch ss_table_fetch;
+
+typedef enum ss_table_mode { SS_TABLE_LOCAL = 0, SS_TABLE_REMOTE, SS_TABLE_CACHED } ss_table_mode;
+typedef enum ss_table_optimizer { SS_TABLE_SGD = 0, SS_TABLE_ADAGRAD = 1 } ss_table_optimizer;
+
+typedef struct ss_table_config {
+    const char *name; /* [A-Za-z0-9_.-], < 64 characters; same on every trainer */
+    uint32_t dim;
+    ss_table_mode mode;
+    ss_table_optimizer optimizer; /* row-wise Adagrad or SGD; same on every trainer */
+    float lr, eps, init_scale;
+    uint32_t push_queue;       /* remote: batches queued before push() waits */
+    size_t cache_rows;         /* cached: rows kept in memory (dirty rows stay too) */
+    float alpha;               /* cached: elastic rate of the row sync, (0, 1] */
+    uint32_t sync_interval_ms; /* cached: pause between row-sync passes */
+} ss_table_config;
+
+typedef struct ss_table_stats {
+    uint64_t lookups, pushes; /* ids asked / pushed (before deduplication) */
+    uint64_t remote_rows;     /* rows fetched from the shards */
+    uint64_t cache_hits;      /* cached: rows found locally */
+    uint64_t synced_rows;     /* cached: rows synced by elastic averaging */
+    uint64_t sync_passes;     /* cached: row-sync passes that synced rows */
+    uint64_t failed_calls;    /* remote calls that failed (pushes are dropped) */
+    uint64_t push_waits;      /* push() calls that waited for queue room */
+    uint64_t resident_rows;   /* local/cached: rows in memory */
+    uint64_t evictions;       /* cached: rows evicted */
+} ss_table_stats;
+
+/* Defaults: SGD, lr 0.05, eps 1e-8, init_scale 0.01, local mode, push
+ * queue 16, cache 1M rows, alpha 0.5, sync every 10 ms. */
+void ss_table_config_init(ss_table_config *cfg, const char *name, uint32_t dim);
+/* Remote and cached modes need the trainer's ps; the shards create the
+ * table or check that it matches (SS_ERR_SIZE_MISMATCH: another dim). */
+ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **out);
+/* rows: n * dim floats out, in the order of ids. */
+ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows);
+/* Starts fetching rows for ids (e.g. the next batch's) in the background;
+ * ss_table_fetch_wait gives them and frees the fetch. Every fetch must be
+ * waited for. */
+ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out);
+ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows);
+/* grads: n * dim finite floats. */
+ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads);
+/* Remote: waits until every queued push is applied. Cached: syncs every
+ * touched row now. */
+ss_status ss_table_flush(ss_table *tb);
+ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

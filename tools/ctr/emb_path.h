@@ -1,0 +1,42 @@
+/* ctr-train's embedding table path (--emb local|remote|cached): the rows
+ * of a minibatch are gathered from an ss_table of the public API (all 26
+ * fields in one table, id = field * table_rows + row), the batch trains on
+ * private copies, and the summed row gradients are pushed back; the
+ * table's optimizer applies them (locally, on the shards, or in the
+ * cache). The default --emb array keeps the shared Hogwild array. */
+#ifndef SS_CTR_EMB_PATH_H
+#define SS_CTR_EMB_PATH_H
+
+#include <stdbool.h>
+
+#include "model.h"
+#include "shadowsync/shadowsync.h"
+
+typedef enum ss_ctr_emb_mode {
+    SS_CTR_EMB_ARRAY = 0, /* shared in-process array (no table) */
+    SS_CTR_EMB_LOCAL,
+    SS_CTR_EMB_REMOTE,
+    SS_CTR_EMB_CACHED
+} ss_ctr_emb_mode;
+
+ss_status ss_ctr_emb_mode_parse(const char *text, ss_ctr_emb_mode *out);
+const char *ss_ctr_emb_mode_name(ss_ctr_emb_mode mode);
+
+/* One minibatch in flight through the table (a worker keeps two, so the
+ * next batch's rows are fetched while this one trains). */
+typedef struct ss_ctr_gather ss_ctr_gather;
+
+ss_status ss_ctr_gather_create(const ss_ctr_model_config *cfg, uint32_t batch, ss_ctr_gather **out);
+void ss_ctr_gather_destroy(ss_ctr_gather *g);
+/* Takes the batch, collects its distinct row ids and starts fetching
+ * their rows (in the background when prefetch). */
+ss_status ss_ctr_gather_begin(ss_ctr_gather *g, ss_table *table, const ss_ctr_example *const *batch,
+                              size_t count, bool prefetch);
+/* Waits for the rows, trains the batch, pushes the row gradients. */
+ss_status ss_ctr_gather_train(ss_ctr_gather *g, ss_table *table, ss_ctr_worker *w, float *dense,
+                              float lr, double *loss_sum);
+/* Copies every row of the table into emb (to evaluate with the array
+ * code). */
+ss_status ss_ctr_emb_materialize(ss_table *table, ss_ctr_embeddings *emb);
+
+#endif
