@@ -1,14 +1,15 @@
 /* The trainer side of the Embedding service (internal to trainer-hooks):
  * channels to the S shards, rows routed by ss_emb_shard_of, one call per
  * shard (cut into chunks of at most SS_EMB_CLIENT_CHUNK ids) all in flight
- * at once. Ids passed here must be distinct (callers deduplicate). */
+ * at once. Ids passed here must be distinct (callers deduplicate). A
+ * chunk stays within every server limit of at least 4096 ids. */
 #ifndef SS_EMB_CLIENT_H
 #define SS_EMB_CLIENT_H
 
 #include "shadowsync/emb_table.h"
 #include "shadowsync/rpc.h"
 
-#define SS_EMB_CLIENT_CHUNK 16384
+#define SS_EMB_CLIENT_CHUNK 4096
 
 typedef struct ss_emb_client ss_emb_client;
 

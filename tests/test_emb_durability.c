@@ -1,0 +1,224 @@
+/* shadowsync-ps's embedding rows across kills: a real PS process on
+ * 127.0.0.1 with a RocksDB directory, pushes acknowledged one by one,
+ * SIGKILL, restart on the same database. Under --sync-writes every
+ * acknowledged update is there; under write-behind every update
+ * acknowledged more than --flush-lag-ms before the kill is there. Then a
+ * checkpoint by RPC opens as a database holding exactly the rows of its
+ * moment, and SIGTERM flushes everything. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "emb_client.h"
+#include "embedding.pb-c.h"
+#include "procs.h"
+#include "shadowsync/clock.h"
+
+enum { K = 256, DIM = 4 };
+
+static char g_dir[64];
+
+static void make_dir(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/ss-embdur-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+}
+
+static void remove_dir(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static ss_emb_spec table_spec(void) {
+    ss_emb_spec s;
+    ck_assert_int_eq(ss_emb_spec_init(&s, "dur", DIM), SS_OK);
+    s.lr = 1.0f;
+    s.init_scale = 0.0f; /* a row's value = number of pushes it got */
+    return s;
+}
+
+static pid_t start_ps(const char *db, const char *mode, const char *log, char *target,
+                      ss_emb_client **client) {
+    char *extra[] = {"--emb-db", (char *)db, (char *)mode, "--flush-lag-ms", "200", NULL};
+    if (!strcmp(mode, "--sync-writes"))
+        extra[3] = NULL;
+    pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
+    ck_assert_int_eq(ss_emb_client_create(target, NULL, 5000, client), SS_OK);
+    ss_emb_spec spec = table_spec();
+    ck_assert_int_eq(ss_emb_client_open_table(*client, &spec, NULL, NULL, 0), SS_OK);
+    return pid;
+}
+
+/* Pushes +1 to K rows, one acknowledged call after another, for
+ * `seconds`, then SIGKILLs the PS; ack_ns[k] is when push k+1 was acked. */
+static int push_then_kill(pid_t pid, ss_emb_client *c, double seconds, uint64_t *ack_ns,
+                          int max_pushes, uint64_t *kill_ns) {
+    uint64_t ids[K];
+    float g[K * DIM];
+    for (int i = 0; i < K; i++)
+        ids[i] = (uint64_t)i * 7 + 1;
+    for (int i = 0; i < K * DIM; i++)
+        g[i] = -1.0f;
+    ss_emb_spec spec = table_spec();
+    const uint64_t until = ss_now_ns() + (uint64_t)(seconds * 1e9);
+    int acked = 0;
+    while (acked < max_pushes && ss_now_ns() < until) {
+        ck_assert_int_eq(ss_emb_client_push(c, &spec, ids, K, g), SS_OK);
+        ack_ns[acked++] = ss_now_ns();
+    }
+    *kill_ns = ss_now_ns();
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return acked;
+}
+
+static void read_rows(ss_emb_client *c, float *rows) {
+    uint64_t ids[K];
+    for (int i = 0; i < K; i++)
+        ids[i] = (uint64_t)i * 7 + 1;
+    ss_emb_spec spec = table_spec();
+    ck_assert_int_eq(ss_emb_client_lookup(c, &spec, ids, K, rows), SS_OK);
+}
+
+START_TEST(test_sync_writes_survive_sigkill) {
+    make_dir();
+    char db[128], log[128], target[64];
+    snprintf(db, sizeof db, "%s/db", g_dir);
+    snprintf(log, sizeof log, "%s/ps.log", g_dir);
+    ss_emb_client *c;
+    pid_t pid = start_ps(db, "--sync-writes", log, target, &c);
+    static uint64_t ack[100000];
+    uint64_t kill_ns;
+    int acked = push_then_kill(pid, c, 1.0, ack, 100000, &kill_ns);
+    ss_emb_client_destroy(c);
+    ck_assert_int_gt(acked, 10);
+    pid = start_ps(db, "--sync-writes", log, target, &c);
+    float rows[K * DIM];
+    read_rows(c, rows);
+    for (int i = 0; i < K * DIM; i++)
+        ck_assert_float_eq(rows[i], (float)acked); /* every acknowledged push */
+    printf("sync writes: %d pushes of %d rows acknowledged before SIGKILL, all %d found\n", acked,
+           K, acked);
+    ss_emb_client_destroy(c);
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_write_behind_loses_at_most_the_lag) {
+    make_dir();
+    char db[128], log[128], target[64];
+    snprintf(db, sizeof db, "%s/db", g_dir);
+    snprintf(log, sizeof log, "%s/ps.log", g_dir);
+    ss_emb_client *c;
+    pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
+    static uint64_t ack[1000000];
+    uint64_t kill_ns;
+    int acked = push_then_kill(pid, c, 1.5, ack, 1000000, &kill_ns);
+    ss_emb_client_destroy(c);
+    /* Pushes acknowledged at least the lag (200 ms) before the kill. */
+    int bound = 0;
+    while (bound < acked && ack[bound] + 200000000ull <= kill_ns)
+        bound++;
+    ck_assert_int_gt(bound, 0);
+    pid = start_ps(db, "--sync-writes=false", log, target, &c);
+    float rows[K * DIM];
+    read_rows(c, rows);
+    float lo = rows[0];
+    for (int i = 0; i < K * DIM; i++) {
+        ck_assert_float_ge(rows[i], (float)bound);
+        ck_assert_float_le(rows[i], (float)acked);
+        lo = rows[i] < lo ? rows[i] : lo;
+    }
+    printf("write-behind (lag 200 ms): %d pushes acknowledged, %d of them >= 200 ms before "
+           "SIGKILL; after restart rows hold >= %.0f\n",
+           acked, bound, lo);
+    ss_emb_client_destroy(c);
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
+    make_dir();
+    char db[128], log[128], target[64], ckpt[128];
+    snprintf(db, sizeof db, "%s/db", g_dir);
+    snprintf(log, sizeof log, "%s/ps.log", g_dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", g_dir);
+    ss_emb_client *c;
+    pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
+    uint64_t ids[K];
+    float g[K * DIM], at_ckpt[K * DIM], later[K * DIM], rows[K * DIM];
+    for (int i = 0; i < K; i++)
+        ids[i] = (uint64_t)i * 7 + 1;
+    for (int i = 0; i < K * DIM; i++)
+        g[i] = -(float)(i % 13) * 0.25f;
+    ss_emb_spec spec = table_spec();
+    ck_assert_int_eq(ss_emb_client_push(c, &spec, ids, K, g), SS_OK);
+    read_rows(c, at_ckpt);
+
+    ss_rpc_channel *ch;
+    ck_assert_int_eq(ss_rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    Shadowsync__V1__EmbCheckpointRequest m = SHADOWSYNC__V1__EMB_CHECKPOINT_REQUEST__INIT;
+    m.dir = ckpt;
+    uint8_t buf[256], *resp = NULL;
+    size_t len = shadowsync__v1__emb_checkpoint_request__pack(&m, buf), rl;
+    char msg[200];
+    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
+                                 &resp, &rl, msg, sizeof msg),
+                     SS_OK);
+    free(resp);
+    /* A relative or existing directory is refused. */
+    m.dir = "relative/dir";
+    len = shadowsync__v1__emb_checkpoint_request__pack(&m, buf);
+    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
+                                 &resp, &rl, msg, sizeof msg),
+                     SS_ERR_INVALID_ARGUMENT);
+    ss_rpc_channel_destroy(ch);
+
+    ck_assert_int_eq(ss_emb_client_push(c, &spec, ids, K, g), SS_OK); /* after the checkpoint */
+    read_rows(c, later);
+    ss_emb_client_destroy(c);
+    kill(pid, SIGTERM); /* graceful: flushes the dirty rows */
+    ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
+
+    pid = start_ps(db, "--sync-writes=false", log, target, &c);
+    read_rows(c, rows);
+    ck_assert_mem_eq(rows, later, sizeof rows);
+    ss_emb_client_destroy(c);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+
+    pid = start_ps(ckpt, "--sync-writes=false", log, target, &c); /* the checkpoint as a db */
+    read_rows(c, rows);
+    ck_assert_mem_eq(rows, at_ckpt, sizeof rows);
+    ss_emb_client_destroy(c);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+    remove_dir();
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("emb_durability");
+    TCase *tc = tcase_create("kill");
+    tcase_set_timeout(tc, 180);
+    /* Check forks a process per test: gRPC starts in each, not before. */
+    tcase_add_checked_fixture(tc, ss_rpc_init, ss_rpc_shutdown);
+    tcase_add_test(tc, test_sync_writes_survive_sigkill);
+    tcase_add_test(tc, test_write_behind_loses_at_most_the_lag);
+    tcase_add_test(tc, test_checkpoint_rpc_and_sigterm_flush);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    return ss_check_run(suite());
+}

@@ -1,0 +1,312 @@
+/* The Embedding service over real gRPC on 127.0.0.1 (server in this
+ * process so its counters can be read): every kind of bad input gets its
+ * status, is counted, and changes no row; then the trainer hooks' remote
+ * and cached tables against it, checked against hand-computed rows. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "embedding.pb-c.h"
+#include "shadowsync/clock.h"
+#include "shadowsync/emb_service.h"
+#include "shadowsync/shadowsync.h"
+
+typedef struct fixture {
+    ss_metrics *metrics;
+    ss_emb_store *store;
+    ss_emb_service svc;
+    ss_rpc_server *srv;
+    ss_rpc_channel *ch;
+    char target[64];
+} fixture;
+
+static fixture F;
+
+static void setup(void) {
+    ss_rpc_init();
+    ck_assert_int_eq(ss_metrics_create(&F.metrics), SS_OK);
+    ss_emb_store_config cfg = {.max_batch = 4096, .metrics = F.metrics};
+    ck_assert_int_eq(ss_emb_store_create(&cfg, &F.store), SS_OK);
+    ss_emb_service_init(&F.svc, F.store);
+    ss_rpc_server_config scfg = {
+        .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 4 << 20, .metrics = F.metrics};
+    ck_assert_int_eq(ss_rpc_server_start(&scfg, F.svc.methods, SS_EMB_METHODS, NULL, &F.srv),
+                     SS_OK);
+    snprintf(F.target, sizeof F.target, "127.0.0.1:%d", ss_rpc_server_port(F.srv));
+    ck_assert_int_eq(ss_rpc_channel_create(F.target, 0, NULL, &F.ch), SS_OK);
+}
+
+static void teardown(void) {
+    ss_rpc_channel_destroy(F.ch);
+    ss_rpc_server_stop(F.srv);
+    ss_emb_store_destroy(F.store);
+    ss_metrics_destroy(F.metrics);
+    ss_rpc_shutdown();
+}
+
+static uint64_t rejected(const char *reason) {
+    const char *labels[] = {"reason", reason, NULL};
+    ss_counter *c;
+    ck_assert_int_eq(ss_metrics_counter(F.metrics, "shadowsync_emb_rejected_total",
+                                        "Embedding requests refused, by reason; no stored row "
+                                        "changed.",
+                                        labels, &c),
+                     SS_OK);
+    return ss_counter_value(c);
+}
+
+static ss_status call(const char *method, const ProtobufCMessage *m, uint8_t **resp,
+                      size_t *resp_len) {
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(m, buf);
+    uint8_t *r = NULL;
+    size_t rl = 0;
+    char msg[200];
+    ss_status st = ss_rpc_call(F.ch, method, buf, len, 5000, false, &r, &rl, msg, sizeof msg);
+    free(buf);
+    if (resp) {
+        *resp = r;
+        *resp_len = rl;
+    } else {
+        free(r);
+    }
+    return st;
+}
+
+static ss_status open_table(const char *name, uint32_t dim) {
+    Shadowsync__V1__TableSpec ts = SHADOWSYNC__V1__TABLE_SPEC__INIT;
+    ts.name = (char *)name;
+    ts.dim = dim;
+    ts.optimizer = 0;
+    ts.lr = 1.0f;
+    ts.eps = 1e-8f;
+    ts.init_scale = 0.0f;
+    Shadowsync__V1__OpenTableRequest m = SHADOWSYNC__V1__OPEN_TABLE_REQUEST__INIT;
+    m.spec = &ts;
+    return call(SS_EMB_M_OPEN, &m.base, NULL, NULL);
+}
+
+static ss_status push(const char *table, const uint64_t *ids, size_t n, const float *g,
+                      size_t glen) {
+    Shadowsync__V1__PushRequest m = SHADOWSYNC__V1__PUSH_REQUEST__INIT;
+    m.table = (char *)table;
+    m.ids = (ProtobufCBinaryData){n * 8, (uint8_t *)ids};
+    m.grads = (ProtobufCBinaryData){glen, (uint8_t *)g};
+    return call(SS_EMB_M_PUSH, &m.base, NULL, NULL);
+}
+
+static ss_status lookup(const char *table, const uint64_t *ids, size_t n, float *rows) {
+    Shadowsync__V1__LookupRequest m = SHADOWSYNC__V1__LOOKUP_REQUEST__INIT;
+    m.table = (char *)table;
+    m.ids = (ProtobufCBinaryData){n * 8, (uint8_t *)ids};
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(SS_EMB_M_LOOKUP, &m.base, &resp, &len);
+    if (st == SS_OK) {
+        Shadowsync__V1__LookupReply *r = shadowsync__v1__lookup_reply__unpack(NULL, len, resp);
+        ck_assert_ptr_nonnull(r);
+        memcpy(rows, r->rows.data, r->rows.len);
+        shadowsync__v1__lookup_reply__free_unpacked(r, NULL);
+        free(resp);
+    }
+    return st;
+}
+
+START_TEST(test_bad_input_over_grpc) {
+    ck_assert_int_eq(open_table("t", 4), SS_OK);
+    ck_assert_int_eq(open_table("t", 4), SS_OK); /* idempotent */
+    uint64_t ids[3] = {10, 20, 30};
+    float g[12], before[12], after[12];
+    for (int i = 0; i < 12; i++)
+        g[i] = (float)i;
+    ck_assert_int_eq(push("t", ids, 3, g, sizeof g), SS_OK);
+    ck_assert_int_eq(lookup("t", ids, 3, before), SS_OK);
+    ck_assert_float_eq(before[5], -5.0f); /* init 0, lr 1: row = -g */
+
+    /* dimension mismatch: a table reopened with another dim; a push whose
+     * gradients are not n * dim floats */
+    ck_assert_int_eq(open_table("t", 8), SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(push("t", ids, 3, g, 11 * sizeof(float)), SS_ERR_SIZE_MISMATCH);
+    ck_assert_uint_eq(rejected("dim_mismatch"), 2);
+    /* unknown table */
+    ck_assert_int_eq(push("nope", ids, 3, g, sizeof g), SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(lookup("nope", ids, 3, after), SS_ERR_NOT_FOUND);
+    ck_assert_uint_eq(rejected("unknown_table"), 2);
+    /* empty batch */
+    ck_assert_int_eq(push("t", ids, 0, g, 0), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(lookup("t", ids, 0, after), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected("empty_batch"), 2);
+    /* huge batch: over the store's 4096 ids, refused before any allocation */
+    static uint64_t many[4097];
+    static float many_g[4097 * 4];
+    for (int i = 0; i < 4097; i++)
+        many[i] = (uint64_t)i + 100;
+    ck_assert_int_eq(push("t", many, 4097, many_g, sizeof many_g), SS_ERR_NO_MEMORY);
+    ck_assert_int_eq(lookup("t", many, 4097, many_g), SS_ERR_NO_MEMORY);
+    ck_assert_uint_eq(rejected("batch_too_large"), 2);
+    /* duplicate ids */
+    uint64_t dup[3] = {10, 20, 10};
+    ck_assert_int_eq(push("t", dup, 3, g, sizeof g), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected("duplicate_ids"), 1);
+    /* NaN / Inf gradients */
+    g[7] = NAN;
+    ck_assert_int_eq(push("t", ids, 3, g, sizeof g), SS_ERR_NON_FINITE);
+    g[7] = -INFINITY;
+    ck_assert_int_eq(push("t", ids, 3, g, sizeof g), SS_ERR_NON_FINITE);
+    ck_assert_uint_eq(rejected("non_finite"), 2);
+    /* ids that are not whole uint64s; bytes that are no message at all */
+    Shadowsync__V1__LookupRequest m = SHADOWSYNC__V1__LOOKUP_REQUEST__INIT;
+    m.table = "t";
+    m.ids = (ProtobufCBinaryData){7, (uint8_t *)ids};
+    ck_assert_int_eq(call(SS_EMB_M_LOOKUP, &m.base, NULL, NULL), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected("bad_ids"), 1);
+    const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    const char *methods[] = {SS_EMB_M_OPEN,    SS_EMB_M_LOOKUP,     SS_EMB_M_PUSH,
+                             SS_EMB_M_ELASTIC, SS_EMB_M_CHECKPOINT, SS_EMB_M_STATS};
+    for (int i = 0; i < 6; i++) {
+        char msg[200];
+        uint8_t *r = NULL;
+        size_t rl;
+        ck_assert_int_eq(ss_rpc_call(F.ch, methods[i], garbage, sizeof garbage, 5000, false, &r,
+                                     &rl, msg, sizeof msg),
+                         SS_ERR_PARSE);
+    }
+    ck_assert_uint_eq(rejected("garbage"), 6);
+    /* Checkpoint without a database: refused, nothing written. */
+    Shadowsync__V1__EmbCheckpointRequest c = SHADOWSYNC__V1__EMB_CHECKPOINT_REQUEST__INIT;
+    c.dir = "/tmp/ss-never-written";
+    ck_assert_int_eq(call(SS_EMB_M_CHECKPOINT, &c.base, NULL, NULL), SS_ERR_STATE);
+
+    g[7] = 1.0f;
+    ck_assert_int_eq(lookup("t", ids, 3, after), SS_OK); /* still serving */
+    ck_assert_mem_eq(before, after, sizeof before);      /* and nothing changed */
+}
+END_TEST
+
+static ss_trainer *open_trainer(void) {
+    ss_trainer_config tc;
+    ss_trainer_config_init(&tc);
+    tc.mode = SS_SYNC_NONE;
+    tc.ps = F.target;
+    tc.timeout_ms = 5000;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&tc, &t), SS_OK);
+    return t;
+}
+
+START_TEST(test_remote_table_through_hooks) {
+    ss_trainer *t = open_trainer();
+    ss_table_config c;
+    ss_table_config_init(&c, "remote", 2);
+    c.mode = SS_TABLE_REMOTE;
+    c.lr = 1.0f;
+    c.init_scale = 0.0f;
+    c.push_queue = 2;
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(t, &c, &tb), SS_OK);
+    /* A repeated id's gradients add up: row 5 gets 1 + 2, row 6 gets 4. */
+    uint64_t ids[3] = {5, 6, 5};
+    float g[6] = {1, 1, 4, 4, 2, 2}, rows[6];
+    ck_assert_int_eq(ss_table_push(tb, ids, 3, g), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    ck_assert_int_eq(ss_table_lookup(tb, ids, 3, rows), SS_OK);
+    ck_assert_float_eq(rows[0], -3.0f);
+    ck_assert_float_eq(rows[2], -4.0f);
+    ck_assert_float_eq(rows[4], -3.0f); /* the repeat answered too */
+    float server[4];
+    ck_assert_int_eq(ss_emb_store_lookup(F.store, "remote", ids, 2, server, NULL, 0), SS_OK);
+    ck_assert_float_eq(server[1], -3.0f);
+    /* Prefetch gives the same rows. */
+    ss_table_fetch *f;
+    float pre[6];
+    ck_assert_int_eq(ss_table_prefetch(tb, ids, 3, &f), SS_OK);
+    ck_assert_int_eq(ss_table_fetch_wait(f, pre), SS_OK);
+    ck_assert_mem_eq(pre, rows, sizeof rows);
+    /* Many pushes through a queue of 2: back-pressure, nothing lost. */
+    for (int i = 0; i < 200; i++)
+        ck_assert_int_eq(ss_table_push(tb, ids + 1, 1, g + 2), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    ck_assert_int_eq(ss_table_lookup(tb, ids + 1, 1, rows), SS_OK);
+    ck_assert_float_eq(rows[0], -4.0f * 201);
+    g[1] = NAN;
+    ck_assert_int_eq(ss_table_push(tb, ids, 1, g), SS_ERR_NON_FINITE);
+    ss_table_stats s;
+    ck_assert_int_eq(ss_table_get_stats(tb, &s), SS_OK);
+    ck_assert_uint_eq(s.failed_calls, 0);
+    /* The shards refuse a table of another dim under the same name. */
+    ss_table_config other = c;
+    other.dim = 3;
+    ss_table *tb2;
+    ck_assert_int_eq(ss_table_open(t, &other, &tb2), SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
+START_TEST(test_cached_table_syncs_and_evicts) {
+    ss_trainer *t = open_trainer();
+    ss_table_config c;
+    ss_table_config_init(&c, "cached", 2);
+    c.mode = SS_TABLE_CACHED;
+    c.lr = 1.0f;
+    c.init_scale = 0.0f;
+    c.alpha = 0.5f;
+    c.cache_rows = 640;               /* 10 rows per stripe */
+    c.sync_interval_ms = 3600 * 1000; /* only flush() syncs in this test */
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(t, &c, &tb), SS_OK);
+    uint64_t id = 42;
+    float g[2] = {1.0f, 2.0f}, row[2], server[2];
+    ck_assert_int_eq(ss_table_push(tb, &id, 1, g), SS_OK); /* miss fetched, updated locally */
+    ck_assert_int_eq(ss_table_lookup(tb, &id, 1, row), SS_OK);
+    ck_assert_float_eq(row[0], -1.0f);
+    ck_assert_int_eq(ss_emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
+    ck_assert_float_eq(server[0], 0.0f); /* not synced yet */
+    /* Elastic sync: d = 0.5 (x - c) = (-0.5, -1); c = (-0.5, -1); x -= d. */
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    ck_assert_int_eq(ss_emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
+    ck_assert_float_eq(server[0], -0.5f);
+    ck_assert_float_eq(server[1], -1.0f);
+    ck_assert_int_eq(ss_table_lookup(tb, &id, 1, row), SS_OK);
+    ck_assert_float_eq(row[0], -0.5f);
+    ck_assert_float_eq(row[1], -1.0f);
+    /* Touch 5000 rows: the cache keeps at most its capacity once synced. */
+    static uint64_t ids[5000];
+    static float gs[10000];
+    for (int i = 0; i < 5000; i++)
+        ids[i] = 1000 + (uint64_t)i;
+    for (int i = 0; i < 10000; i++)
+        gs[i] = 1.0f;
+    ck_assert_int_eq(ss_table_push(tb, ids, 5000, gs), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    ss_table_stats s;
+    ck_assert_int_eq(ss_table_get_stats(tb, &s), SS_OK);
+    ck_assert_uint_le(s.resident_rows, 640);
+    ck_assert_uint_ge(s.evictions, 5000 - 640);
+    ck_assert_uint_eq(s.synced_rows, 5001);
+    /* Evicted rows come back from the shards with their synced value. */
+    float back[2];
+    ck_assert_int_eq(ss_table_lookup(tb, &ids[4999], 1, back), SS_OK);
+    ck_assert_float_eq(back[0], -0.5f);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("emb_rpc");
+    TCase *tc = tcase_create("service");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_bad_input_over_grpc);
+    tcase_add_test(tc, test_remote_table_through_hooks);
+    tcase_add_test(tc, test_cached_table_syncs_and_evicts);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    return ss_check_run(suite());
+}
