@@ -15,6 +15,9 @@ PACKAGES=(
   libprotobuf-c-dev # protobuf-c runtime
   protobuf-c-compiler  # protoc-c, generates rpc/proto/*.pb-c.[ch]
   openssl              # the TLS test makes its certificates
+  librocksdb-dev       # embedding rows on disk (embedding-store/)
+  libjemalloc-dev      # one jemalloc arena per embedding table
+  libhiredis-dev       # the embedding benchmark's Redis client (tools/emb_bench.c)
 )
 
 missing=()
