@@ -4,6 +4,7 @@
 #include <check.h>
 
 #include "check_run.h"
+#include "procs.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,47 @@ START_TEST(test_real_criteo_sample_trains) {
 }
 END_TEST
 
+/* ctr-train with its embeddings in a table of the public API: remote
+ * (rows on a shadowsync-ps) and cached (local cache synced by elastic
+ * averaging) reach the NE of local within 1%. */
+START_TEST(test_emb_modes_match_local) {
+    char cmd[1024], log[256], target[64];
+    snprintf(cmd, sizeof cmd,
+             "%s --rows 200000 --model-seed 42 --data-seed 1 --out %s/emb-train.tsv && "
+             "%s --rows 50000 --model-seed 42 --data-seed 2 --out %s/emb-test.tsv",
+             CTR_GEN, workdir, CTR_GEN, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    const char *modes[] = {"local", "remote", "cached"};
+    double ne[3];
+    for (int m = 0; m < 3; m++) {
+        pid_t ps = 0;
+        char emb_ps[96] = "";
+        if (m > 0) { /* a fresh PS per mode: no rows trained by another run */
+            snprintf(log, sizeof log, "%s/emb-ps.log", workdir);
+            ps = proc_start_ps(log, target, sizeof target, "127.0.0.1:0", NULL);
+            snprintf(emb_ps, sizeof emb_ps, "--emb-ps %s", target);
+        }
+        snprintf(cmd, sizeof cmd,
+                 "%s --train %s/emb-train.tsv --test %s/emb-test.tsv --sync none --progress 0 "
+                 "--emb %s %s",
+                 CTR_TRAIN, workdir, workdir, modes[m], emb_ps);
+        ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+        ne[m] = field(out, "summary:", "ne");
+        ck_assert_double_eq(field(out, "embeddings:", "failed_calls"), 0);
+        if (m == 2)
+            ck_assert_double_gt(field(out, "embeddings:", "synced_rows"), 0);
+        if (ps) {
+            kill(ps, SIGTERM);
+            ck_assert_int_eq(WEXITSTATUS(proc_wait(ps, 30)), 0);
+        }
+    }
+    fprintf(stderr, "e2e: ne local=%.4f remote=%.4f cached=%.4f\n", ne[0], ne[1], ne[2]);
+    ck_assert_double_lt(ne[0], 0.97);
+    ck_assert_double_le(ne[1], 1.01 * ne[0]);
+    ck_assert_double_le(ne[2], 1.01 * ne[0]);
+}
+END_TEST
+
 int main(void) {
     if (!mkdtemp(workdir)) {
         perror("mkdtemp");
@@ -187,6 +229,7 @@ int main(void) {
     tcase_add_test(tc, test_cli_bad_input);
     tcase_add_test(tc, test_real_criteo_sample_trains);
     tcase_add_test(tc, test_background_sync_matches_single_replica);
+    tcase_add_test(tc, test_emb_modes_match_local);
     suite_add_tcase(s, tc);
     int rc = ss_check_run(s);
     char cmd[128];

@@ -3,8 +3,10 @@
 # data with a known truth, and starts a local cluster on 127.0.0.1: 2
 # shadowsync-ps shards and 3 trainer processes of the reference CTR model,
 # each syncing its dense replica in the background (S-EASGD) through the
-# trainer hooks. Prints progress, then per-trainer and total examples/s,
-# sync gap, NE and AUC, next to the Bayes-optimal NE of the test set.
+# trainer hooks, with its embeddings in a local cache that a background
+# thread syncs with the shards (--emb cached). Prints progress, then
+# per-trainer and total examples/s, sync gap, NE and AUC, next to the
+# Bayes-optimal NE of the test set.
 #   bash tools/demo.sh [extra ctr-train flags, e.g. --algo ma]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,4 +27,4 @@ if [ ! -s out/test.tsv ]; then
 fi
 echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt) (the best any model can do)"
 bash tools/cluster.sh --ps 2 --trainers 3 --train "out/train-$ROWS.tsv" --test out/test.tsv \
-  -- --sync shadow --algo easgd "$@"
+  -- --sync shadow --algo easgd --emb cached "$@"
