@@ -72,8 +72,9 @@ static int parse_rows(ss_emb_service *svc, const char *table, const ProtobufCBin
         snprintf(r->message, sizeof r->message, "out of memory");
         return 0;
     }
-    memcpy(rq->ids, ids->data, ids->len);
-    if (payload)
+    if (ids->len) /* an empty bytes field has no data pointer */
+        memcpy(rq->ids, ids->data, ids->len);
+    if (payload && payload->len)
         memcpy(rq->payload, payload->data, payload->len);
     return 1;
 }

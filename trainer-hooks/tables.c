@@ -455,7 +455,8 @@ ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_tabl
         free(f);
         return SS_ERR_NO_MEMORY;
     }
-    memcpy(f->ids, ids, n * sizeof *ids);
+    if (n)
+        memcpy(f->ids, ids, n * sizeof *ids);
     pthread_mutex_lock(&tb->lock);
     if (tb->fetch_tail)
         tb->fetch_tail->next = f;
