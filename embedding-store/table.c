@@ -1,13 +1,13 @@
 /* The in-memory table: 64 stripes, each a linear-probing hash of
  * (id -> row pointer) under its own mutex, rows allocated from the
- * table's jemalloc arena. See emb_table.h for the contract. */
-#include <jemalloc/jemalloc.h>
+ * table's row arena (row_arena.h). See emb_table.h for the contract. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "row_arena.h"
 #include "shadowsync/emb_table.h"
 
 #define STRIPES     64
@@ -40,8 +40,7 @@ struct ss_emb_table {
     ss_emb_spec spec;
     uint32_t tid;
     size_t row_floats, row_size, row_class;
-    unsigned arena;
-    int mallocx_flags;
+    ss_row_arena *arena;
     ss_emb_loader loader;
     void *loader_ctx;
     atomic_uint_fast64_t loads, evictions, resident;
@@ -156,15 +155,11 @@ ss_status ss_emb_table_create(const ss_emb_spec *spec, ss_emb_loader loader, voi
     t->row_size = sizeof(row) + t->row_floats * sizeof(float);
     t->loader = loader;
     t->loader_ctx = loader_ctx;
-    size_t sz = sizeof t->arena;
-    if (mallctl("arenas.create", &t->arena, &sz, NULL, 0) != 0) {
+    if (!(t->arena = ss_row_arena_create(t->row_size))) {
         free(t);
         return SS_ERR_NO_MEMORY;
     }
-    /* No thread cache: every row goes to and from this arena only, so the
-     * arena can be destroyed with all its rows at once. */
-    t->mallocx_flags = (int)(MALLOCX_ARENA(t->arena) | MALLOCX_TCACHE_NONE);
-    t->row_class = nallocx(t->row_size, t->mallocx_flags);
+    t->row_class = ss_row_arena_row_bytes(t->arena);
     for (int i = 0; i < STRIPES; i++)
         pthread_mutex_init(&t->s[i].lock, NULL);
     *out = t;
@@ -175,16 +170,15 @@ void ss_emb_table_destroy(ss_emb_table *t) {
     if (!t)
         return;
     for (int i = 0; i < STRIPES; i++) {
+        if (!ss_row_arena_frees_all())
+            for (size_t j = 0; j < t->s[i].cap; j++)
+                if (t->s[i].slots[j].r)
+                    ss_row_arena_free(t->arena, t->s[i].slots[j].r);
         free(t->s[i].slots);
         free(t->s[i].queue);
         pthread_mutex_destroy(&t->s[i].lock);
     }
-    char name[64];
-    snprintf(name, sizeof name, "arena.%u.destroy", t->arena);
-    if (mallctl(name, NULL, NULL, NULL, 0) != 0) {
-        /* Should not happen; the rows then leak inside the arena rather
-         * than being freed one by one behind its back. */
-    }
+    ss_row_arena_destroy(t->arena); /* with a jemalloc arena: every row at once */
     free(t);
 }
 
@@ -202,7 +196,7 @@ static ss_status insert_loaded(ss_emb_table *t, stripe *s, uint64_t id, const fl
         if (st != SS_OK)
             return st;
     }
-    row *r = mallocx(t->row_size, t->mallocx_flags);
+    row *r = ss_row_arena_alloc(t->arena);
     if (!r)
         return SS_ERR_NO_MEMORY;
     memset(r, 0, sizeof *r);
@@ -447,7 +441,7 @@ size_t ss_emb_table_evict(ss_emb_table *t, size_t max_rows) {
                 if (sl->r->ref) {
                     sl->r->ref = 0;
                 } else {
-                    dallocx(sl->r, t->mallocx_flags);
+                    ss_row_arena_free(t->arena, sl->r);
                     remove_at(s, i);
                     evicted++;
                     continue; /* slot i now holds the next entry of the chain */
@@ -470,23 +464,6 @@ uint64_t ss_emb_table_resident(const ss_emb_table *t, uint64_t *bytes) {
     return rows;
 }
 
-static uint64_t arena_bytes(unsigned arena) {
-    uint64_t epoch = 1;
-    size_t sz = sizeof epoch;
-    if (mallctl("epoch", &epoch, &sz, &epoch, sz) != 0)
-        return 0;
-    char name[96];
-    size_t small = 0, large = 0;
-    sz = sizeof small;
-    snprintf(name, sizeof name, "stats.arenas.%u.small.allocated", arena);
-    if (mallctl(name, &small, &sz, NULL, 0) != 0)
-        return 0;
-    snprintf(name, sizeof name, "stats.arenas.%u.large.allocated", arena);
-    if (mallctl(name, &large, &sz, NULL, 0) != 0)
-        return 0;
-    return (uint64_t)small + (uint64_t)large;
-}
-
 void ss_emb_table_get_stats(ss_emb_table *t, ss_emb_table_stats *out) {
     memset(out, 0, sizeof *out);
     for (int k = 0; k < STRIPES; k++) {
@@ -498,7 +475,7 @@ void ss_emb_table_get_stats(ss_emb_table *t, ss_emb_table_stats *out) {
         pthread_mutex_unlock(&s->lock);
     }
     out->row_bytes = out->resident_rows * t->row_class;
-    out->arena_bytes = arena_bytes(t->arena);
+    out->arena_bytes = ss_row_arena_allocated(t->arena);
     out->loads = atomic_load(&t->loads);
     out->evictions = atomic_load(&t->evictions);
 }

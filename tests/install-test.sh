@@ -25,7 +25,7 @@ cc -std=c11 -Wall -Wextra -Werror "$example" $(pkg-config --cflags --libs shadow
   -Wl,-rpath,"$libdir" -o "$tmp/pc-shared"
 run "$tmp/pc-shared"
 cc -std=c11 -Wall -Wextra -Werror "$example" $(pkg-config --cflags shadowsync) \
-  "$libdir/libshadowsync.a" $(pkg-config --libs grpc gpr libprotobuf-c jemalloc) -lpthread -lm \
+  "$libdir/libshadowsync.a" $(pkg-config --libs grpc gpr libprotobuf-c) -lpthread -lm \
   -o "$tmp/pc-static"
 run "$tmp/pc-static"
 # Only the public API leaves the shared library.

@@ -1,0 +1,70 @@
+/* Rows in a jemalloc arena of their own (see row_arena.h). */
+#include <jemalloc/jemalloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "row_arena.h"
+
+struct ss_row_arena {
+    unsigned index;
+    int flags;
+    size_t row_size;
+};
+
+ss_row_arena *ss_row_arena_create(size_t row_size) {
+    ss_row_arena *a = calloc(1, sizeof *a);
+    size_t sz = sizeof a->index;
+    if (!a || mallctl("arenas.create", &a->index, &sz, NULL, 0) != 0) {
+        free(a);
+        return NULL;
+    }
+    /* No thread cache: every row goes to and from this arena only, so the
+     * arena can be destroyed with all its rows at once. */
+    a->flags = (int)(MALLOCX_ARENA(a->index) | MALLOCX_TCACHE_NONE);
+    a->row_size = row_size;
+    return a;
+}
+
+void *ss_row_arena_alloc(ss_row_arena *a) {
+    return mallocx(a->row_size, a->flags);
+}
+
+void ss_row_arena_free(ss_row_arena *a, void *row) {
+    dallocx(row, a->flags);
+}
+
+bool ss_row_arena_frees_all(void) {
+    return true;
+}
+
+void ss_row_arena_destroy(ss_row_arena *a) {
+    if (!a)
+        return;
+    char name[64];
+    snprintf(name, sizeof name, "arena.%u.destroy", a->index);
+    /* Should it fail, the rows leak inside the arena rather than being
+     * freed one by one behind its back. */
+    (void)mallctl(name, NULL, NULL, NULL, 0);
+    free(a);
+}
+
+size_t ss_row_arena_row_bytes(const ss_row_arena *a) {
+    return nallocx(a->row_size, a->flags);
+}
+
+uint64_t ss_row_arena_allocated(const ss_row_arena *a) {
+    uint64_t epoch = 1;
+    size_t sz = sizeof epoch;
+    if (mallctl("epoch", &epoch, &sz, &epoch, sz) != 0)
+        return 0;
+    char name[96];
+    size_t small = 0, large = 0;
+    sz = sizeof small;
+    snprintf(name, sizeof name, "stats.arenas.%u.small.allocated", a->index);
+    if (mallctl(name, &small, &sz, NULL, 0) != 0)
+        return 0;
+    snprintf(name, sizeof name, "stats.arenas.%u.large.allocated", a->index);
+    if (mallctl(name, &large, &sz, NULL, 0) != 0)
+        return 0;
+    return (uint64_t)small + (uint64_t)large;
+}
