@@ -34,6 +34,19 @@ static void remove_dir(void) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
+/* The K row ids every test pushes to and reads. */
+static void test_ids(uint64_t *ids) {
+    for (int i = 0; i < K; i++)
+        ids[i] = (uint64_t)i * 7 + 1;
+}
+
+/* A fresh directory with the paths of the database and the PS log. */
+static void make_paths(char *db, char *log) {
+    make_dir();
+    snprintf(db, 128, "%s/db", g_dir);
+    snprintf(log, 128, "%s/ps.log", g_dir);
+}
+
 static ss_emb_spec table_spec(void) {
     ss_emb_spec s;
     ck_assert_int_eq(ss_emb_spec_init(&s, "dur", DIM), SS_OK);
@@ -60,8 +73,7 @@ static int push_then_kill(pid_t pid, ss_emb_client *c, double seconds, uint64_t 
                           int max_pushes, uint64_t *kill_ns) {
     uint64_t ids[K];
     float g[K * DIM];
-    for (int i = 0; i < K; i++)
-        ids[i] = (uint64_t)i * 7 + 1;
+    test_ids(ids);
     for (int i = 0; i < K * DIM; i++)
         g[i] = -1.0f;
     ss_emb_spec spec = table_spec();
@@ -79,17 +91,14 @@ static int push_then_kill(pid_t pid, ss_emb_client *c, double seconds, uint64_t 
 
 static void read_rows(ss_emb_client *c, float *rows) {
     uint64_t ids[K];
-    for (int i = 0; i < K; i++)
-        ids[i] = (uint64_t)i * 7 + 1;
+    test_ids(ids);
     ss_emb_spec spec = table_spec();
     ck_assert_int_eq(ss_emb_client_lookup(c, &spec, ids, K, rows), SS_OK);
 }
 
 START_TEST(test_sync_writes_survive_sigkill) {
-    make_dir();
     char db[128], log[128], target[64];
-    snprintf(db, sizeof db, "%s/db", g_dir);
-    snprintf(log, sizeof log, "%s/ps.log", g_dir);
+    make_paths(db, log);
     ss_emb_client *c;
     pid_t pid = start_ps(db, "--sync-writes", log, target, &c);
     static uint64_t ack[100000];
@@ -112,10 +121,8 @@ START_TEST(test_sync_writes_survive_sigkill) {
 END_TEST
 
 START_TEST(test_write_behind_loses_at_most_the_lag) {
-    make_dir();
     char db[128], log[128], target[64];
-    snprintf(db, sizeof db, "%s/db", g_dir);
-    snprintf(log, sizeof log, "%s/ps.log", g_dir);
+    make_paths(db, log);
     ss_emb_client *c;
     pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
     static uint64_t ack[1000000];
@@ -147,17 +154,14 @@ START_TEST(test_write_behind_loses_at_most_the_lag) {
 END_TEST
 
 START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
-    make_dir();
     char db[128], log[128], target[64], ckpt[128];
-    snprintf(db, sizeof db, "%s/db", g_dir);
-    snprintf(log, sizeof log, "%s/ps.log", g_dir);
+    make_paths(db, log);
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", g_dir);
     ss_emb_client *c;
     pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
     uint64_t ids[K];
     float g[K * DIM], at_ckpt[K * DIM], later[K * DIM], rows[K * DIM];
-    for (int i = 0; i < K; i++)
-        ids[i] = (uint64_t)i * 7 + 1;
+    test_ids(ids);
     for (int i = 0; i < K * DIM; i++)
         g[i] = -(float)(i % 13) * 0.25f;
     ss_emb_spec spec = table_spec();
