@@ -18,6 +18,8 @@ static const struct {
     [SS_ERR_STOPPED] = {"stopped", "object is stopped or shutting down"},
     [SS_ERR_END] = {"end", "end of stream"},
     [SS_ERR_INTERNAL] = {"internal", "internal error"},
+    [SS_ERR_PERMISSION] = {"permission", "permission denied"},
+    [SS_ERR_TOO_LARGE] = {"too_large", "over a size limit"},
 };
 
 const char *ss_strerror(ss_status status) {

@@ -27,6 +27,7 @@ struct ss_engine_group {
 
     pthread_mutex_t stats_lock;
     uint64_t rounds, failed_rounds, last_iter, gap_count, last_round_ns, divergence_ns;
+    uint64_t last_done_ns; /* ss_now_ns when the last round completed */
     uint64_t rejoins;
     _Atomic uint64_t last_contact_ns; /* last round or heartbeat that reached the others */
     double gap_sum, divergence;
@@ -317,6 +318,7 @@ static ss_status run_round_locked(ss_engine_group *g) {
     g->gap_sum += (double)gap;
     g->rounds++;
     g->last_round_ns = t1 - t0;
+    g->last_done_ns = t1;
     if (measure) {
         g->divergence = divergence;
         g->divergence_ns = t1;
@@ -529,6 +531,37 @@ void ss_engine_destroy(ss_engine *e) {
     free(e);
 }
 
+ss_status ss_engine_final_rounds(ss_engine *e, uint32_t rounds, uint32_t min_ms) {
+    if (!e)
+        return SS_ERR_INVALID_ARGUMENT;
+    uint64_t until = ss_now_ns() + (uint64_t)min_ms * 1000000ull;
+    uint32_t failed_in_a_row = 0;
+    ss_status st = SS_OK;
+    for (uint32_t r = 0; r < rounds || ss_now_ns() < until; r++) {
+        st = SS_OK;
+        for (size_t i = 0;; i++) {
+            pthread_mutex_lock(&e->lock); /* groups may be added (and moved) meanwhile */
+            ss_engine_group *g = i < e->ngroups ? e->groups[i] : NULL;
+            pthread_mutex_unlock(&e->lock);
+            if (!g)
+                break;
+            ss_status s = ss_engine_run_round(e, g);
+            if (st == SS_OK)
+                st = s;
+        }
+        if (st == SS_OK) {
+            failed_in_a_row = 0;
+            continue;
+        }
+        SS_LOG_WARNF("engine", "event=final_round_failed trainer=%s status=%s", e->trainer,
+                     ss_status_name(st));
+        if (++failed_in_a_row == 3)
+            break;
+        ss_sleep_ns(10000000ull);
+    }
+    return st == SS_ERR_TIMEOUT ? SS_OK : st;
+}
+
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -544,6 +577,7 @@ ss_status ss_engine_group_stats(ss_engine_group *g, ss_group_stats *out) {
     out->rejoins = g->rejoins;
     out->divergence = g->divergence;
     out->last_round_ns = g->last_round_ns;
+    out->last_done_ns = g->last_done_ns;
     size_t k = g->gap_count < GAP_RING ? g->gap_count : GAP_RING;
     out->gap_mean = g->gap_count ? g->gap_sum / (double)g->gap_count : 0.0;
     uint64_t *sorted = k ? malloc(k * sizeof *sorted) : NULL;

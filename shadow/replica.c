@@ -9,9 +9,12 @@ struct ss_replica {
     float *data;
     size_t n;
     bool owned;
+    /* &own_iterations, or a counter in memory shared with another process
+     * (agent mode: the trainer ticks, the agent reads). */
+    _Atomic uint64_t *iterations;
     /* Own cache line: workers tick it every step and must not false-share
      * with the struct's read-mostly fields. */
-    _Alignas(64) _Atomic uint64_t iterations;
+    _Alignas(64) _Atomic uint64_t own_iterations;
 };
 
 ss_status ss_replica_create(size_t n, ss_replica **out) {
@@ -30,12 +33,18 @@ ss_status ss_replica_create(size_t n, ss_replica **out) {
     r->data = data;
     r->n = n;
     r->owned = true;
-    atomic_init(&r->iterations, 0);
+    atomic_init(&r->own_iterations, 0);
+    r->iterations = &r->own_iterations;
     *out = r;
     return SS_OK;
 }
 
 ss_status ss_replica_wrap(float *data, size_t n, ss_replica **out) {
+    return ss_replica_wrap_shared(data, n, NULL, out);
+}
+
+ss_status ss_replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *iterations,
+                                 ss_replica **out) {
     if (!out || !data || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     ss_replica *r = aligned_alloc(64, sizeof *r);
@@ -44,7 +53,8 @@ ss_status ss_replica_wrap(float *data, size_t n, ss_replica **out) {
     r->data = data;
     r->n = n;
     r->owned = false;
-    atomic_init(&r->iterations, 0);
+    atomic_init(&r->own_iterations, 0);
+    r->iterations = iterations ? iterations : &r->own_iterations;
     *out = r;
     return SS_OK;
 }
@@ -66,9 +76,9 @@ size_t ss_replica_size(const ss_replica *r) {
 }
 
 void ss_replica_tick(ss_replica *r, uint64_t n) {
-    atomic_fetch_add_explicit(&r->iterations, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(r->iterations, n, memory_order_relaxed);
 }
 
 uint64_t ss_replica_iterations(const ss_replica *r) {
-    return atomic_load_explicit(&((ss_replica *)r)->iterations, memory_order_relaxed);
+    return atomic_load_explicit(r->iterations, memory_order_relaxed);
 }

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     double link_gbps = 0.0;
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
-    const char *metrics_out = NULL, *ps = "", *dense_out = NULL, *name = NULL;
+    const char *metrics_out = NULL, *ps = "", *agent = "", *dense_out = NULL, *name = NULL;
     const char *emb = "array", *emb_ps = "", *emb_opt = "sgd";
     int64_t emb_cache_rows = 1 << 20, emb_sync_ms = 10;
     double emb_alpha = 0.5;
@@ -71,6 +71,10 @@ int main(int argc, char **argv) {
          "process mode: this trainer's index (reads rows rank, "
          "rank+world, ...)",
          NULL, 0, 65535},
+        {"agent", SS_FLAG_STRING, &agent,
+         "process mode: sync through the host's shadowsync-agent at this unix socket (the agent "
+         "holds the PS list; training goes on while it is away)",
+         NULL, 0, 0},
         {"world", SS_FLAG_INT, &world, "process mode: number of trainer processes", NULL, 1, 65536},
         {"trainer-name", SS_FLAG_STRING, &name, "process mode: label in logs (default t<rank>)",
          NULL, 0, 0},
@@ -203,9 +207,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ctr-train: --emb %s needs --emb-ps or --ps\n", emb);
         return 2;
     }
-    const bool process = *ps != '\0';
+    const bool process = *ps != '\0' || *agent != '\0';
+    if (*agent && cfg.sync != SS_CTR_SYNC_SHADOW) {
+        fprintf(stderr, "ctr-train: --agent syncs in the background: needs --sync shadow\n");
+        return 2;
+    }
     if (process && (trainers != 1 || rank >= world || cfg.eval_central)) {
-        fprintf(stderr, "ctr-train: --ps runs one trainer per process: needs --trainers 1, "
+        fprintf(stderr, "ctr-train: --ps/--agent run one trainer per process: needs --trainers 1, "
                         "--rank < --world and --final-model replica\n");
         return 2;
     }
@@ -214,6 +222,7 @@ int main(int argc, char **argv) {
     ss_trainer_config pcfg;
     ss_trainer_config_init(&pcfg);
     pcfg.ps = ps;
+    pcfg.agent = *agent ? agent : NULL;
     pcfg.name = name ? name : default_name;
     pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
                 : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND

@@ -10,7 +10,9 @@
 #include "shadowsync/dense_service.h"
 #include "shadowsync/engine.h"
 #include "shadowsync/log.h"
+#include "agent_client.h"
 #include "hooks_internal.h"
+#include "shadowsync/agent_wire.h"
 #include "shadowsync/shadowsync.h"
 
 #define MAX_GROUPS 256
@@ -20,13 +22,16 @@ struct ss_dense {
     ss_trainer *trainer;
     char *name;
     ss_replica *replica;
-    ss_engine_group *group; /* NULL in mode NONE and after finish */
+    ss_engine_group *group; /* NULL in mode NONE, agent mode and after finish */
+    ss_shm_group shm;       /* agent mode: the memory the agent maps too */
     ss_dense_stats final;   /* stats frozen by finish */
 };
 
 struct ss_trainer {
     ss_trainer_config cfg;
-    char *ps, *name, *tls_ca, *tls_cert, *tls_key; /* owned copies of cfg's strings */
+    char *ps, *name, *tls_ca, *tls_cert, *tls_key, *agent; /* owned copies of cfg's strings */
+    ss_agent_client *agent_client;                         /* agent mode until finish */
+    bool agent_finished;
     ss_sync_params params;
     ss_transport *transport;
     ss_engine *engine;
@@ -104,6 +109,8 @@ ss_status ss_trainer_config_from_env(ss_trainer_config *cfg) {
         c.tls_cert = s;
     if ((s = getenv("SHADOWSYNC_TLS_KEY")))
         c.tls_key = s;
+    if ((s = getenv("SHADOWSYNC_AGENT")))
+        c.agent = *s ? s : NULL;
     if ((s = getenv("SHADOWSYNC_MODE"))) {
         if (!strcmp(s, "none"))
             c.mode = SS_SYNC_NONE;
@@ -149,7 +156,10 @@ static ss_status check_config(const ss_trainer_config *c, ss_sync_params *p) {
         return SS_ERR_INVALID_ARGUMENT;
     if (c->mode == SS_SYNC_NONE)
         return SS_OK;
-    if (!c->ps || !*c->ps || !c->algo || ss_algo_parse(c->algo, &p->algo) != SS_OK ||
+    bool agent = c->agent && *c->agent;
+    if (agent && c->mode != SS_SYNC_BACKGROUND)
+        return SS_ERR_INVALID_ARGUMENT; /* foreground rounds run in the trainer */
+    if ((!agent && (!c->ps || !*c->ps)) || !c->algo || ss_algo_parse(c->algo, &p->algo) != SS_OK ||
         c->timeout_ms == 0 || (c->mode == SS_SYNC_BACKGROUND && c->shadow_threads == 0) ||
         (c->mode == SS_SYNC_FOREGROUND && c->sync_every == 0))
         return SS_ERR_INVALID_ARGUMENT;
@@ -177,6 +187,7 @@ static char *dup_or_null(const char *s, int *failed) {
 
 static void dense_free(ss_dense *g) {
     ss_replica_destroy(g->replica);
+    ss_shm_group_release(&g->shm);
     free(g->name);
     free(g);
 }
@@ -194,6 +205,7 @@ static void trainer_free(ss_trainer *t) {
     free(t->tls_ca);
     free(t->tls_cert);
     free(t->tls_key);
+    free(t->agent);
     free(t);
 }
 
@@ -214,13 +226,20 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
     t->tls_ca = dup_or_null(cfg->tls_ca, &failed);
     t->tls_cert = dup_or_null(cfg->tls_cert, &failed);
     t->tls_key = dup_or_null(cfg->tls_key, &failed);
+    t->agent = cfg->agent && *cfg->agent && cfg->mode != SS_SYNC_NONE
+                   ? dup_or_null(cfg->agent, &failed)
+                   : NULL;
     t->params = params;
     pthread_mutex_init(&t->lock, NULL);
     if (failed) {
         st = SS_ERR_NO_MEMORY;
         goto fail;
     }
-    if (cfg->mode != SS_SYNC_NONE) {
+    if (t->agent) {
+        if ((st = ss_agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client)) !=
+            SS_OK)
+            goto fail;
+    } else if (cfg->mode != SS_SYNC_NONE) {
         ss_rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
         ss_grpc_transport_config tcfg = {.targets = t->ps,
                                          .timeout_ms = cfg->timeout_ms,
@@ -257,9 +276,18 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
     if (!g)
         return SS_ERR_NO_MEMORY;
     g->trainer = t;
+    g->shm.fd = -1;
     g->name = strdup(name);
-    ss_status st = g->name ? ss_replica_create(n, &g->replica) : SS_ERR_NO_MEMORY;
+    ss_status st = g->name ? SS_OK : SS_ERR_NO_MEMORY;
+    if (st == SS_OK && t->agent_client) {
+        st = ss_shm_group_create(name, n, &g->shm);
+        if (st == SS_OK)
+            st = ss_replica_wrap_shared(g->shm.data, n, &g->shm.hdr->iterations, &g->replica);
+    } else if (st == SS_OK) {
+        st = ss_replica_create(n, &g->replica);
+    }
     if (st != SS_OK) {
+        ss_shm_group_release(&g->shm);
         free(g->name);
         free(g);
         return st;
@@ -275,6 +303,17 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
         st = SS_ERR_NO_MEMORY;
     if (st == SS_OK && t->engine)
         st = ss_engine_add_group(t->engine, name, g->replica, &t->params, &g->group);
+    if (st == SS_OK && t->agent_client) {
+        ss_agent_group_spec spec = {.name = name,
+                                    .fd = g->shm.fd,
+                                    .n = n,
+                                    .algo = ss_algo_name(t->params.algo),
+                                    .alpha = t->params.alpha,
+                                    .bmuf_eta = t->params.bmuf.eta,
+                                    .bmuf_zeta = t->params.bmuf.zeta,
+                                    .bmuf_nesterov = t->params.bmuf.nesterov};
+        st = ss_agent_client_add_group(t->agent_client, &spec);
+    }
     if (st == SS_OK) {
         t->groups[k] = g;
         atomic_store(&t->ngroups, k + 1); /* published after the slot is set */
@@ -300,6 +339,19 @@ ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
     if (!g || !out)
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
+    if (g->shm.hdr && !g->trainer->agent_finished) { /* agent mode: what the agent published */
+        ss_shm_header *h = g->shm.hdr;
+        out->iterations = ss_replica_iterations(g->replica);
+        out->rounds = atomic_load(&h->rounds);
+        out->failed_rounds = atomic_load(&h->failed_rounds);
+        out->rejoins = atomic_load(&h->rejoins);
+        out->gap_mean = ss_shm_load_double(&h->gap_mean_bits);
+        out->gap_p50 = atomic_load(&h->gap_p50);
+        out->gap_p99 = atomic_load(&h->gap_p99);
+        out->gap_max = atomic_load(&h->gap_max);
+        out->divergence = ss_shm_load_double(&h->divergence_bits);
+        return SS_OK;
+    }
     if (!g->group) {
         *out = g->final;
         out->iterations = ss_replica_iterations(g->replica);
@@ -376,10 +428,27 @@ static ss_status finish_tables(ss_trainer *t) {
     return st;
 }
 
+/* Agent mode: the agent runs the final rounds on our shared replicas (the
+ * gap it published before them is the training's); then the groups'
+ * stats are frozen and the connection closes. */
+static ss_status finish_agent(ss_trainer *t, ss_status tables) {
+    ss_status st = ss_agent_client_finish(t->agent_client, t->cfg.final_rounds,
+                                          t->cfg.final_sync_ms, t->cfg.timeout_ms);
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++)
+        ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
+    t->agent_finished = true;
+    ss_agent_client_destroy(t->agent_client);
+    t->agent_client = NULL;
+    return tables != SS_OK ? tables : st;
+}
+
 ss_status ss_trainer_finish(ss_trainer *t) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st = finish_tables(t);
+    if (t->agent_client)
+        return finish_agent(t, st);
     if (!t->engine)
         return st; /* mode NONE, or finished already */
     ss_engine_stop(t->engine);
@@ -390,22 +459,7 @@ ss_status ss_trainer_finish(ss_trainer *t) {
         ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
     /* Final rounds in the foreground: the replicas stop moving, so they
      * converge on the consensus. */
-    uint64_t until = ss_now_ns() + (uint64_t)t->cfg.final_sync_ms * 1000000ull;
-    uint32_t failed_in_a_row = 0;
-    for (uint32_t r = 0; r < t->cfg.final_rounds || ss_now_ns() < until; r++) {
-        st = round_all(t);
-        if (st == SS_OK) {
-            failed_in_a_row = 0;
-            continue;
-        }
-        SS_LOG_WARNF("hooks", "event=final_round_failed trainer=%s status=%s", t->name,
-                     ss_status_name(st));
-        /* A PS that is away for three rounds (each bounded by the RPC
-         * deadline) will not be back in time: give up, keep the replica. */
-        if (++failed_in_a_row == 3)
-            break;
-        ss_sleep_ns(10000000ull);
-    }
+    st = ss_engine_final_rounds(t->engine, t->cfg.final_rounds, t->cfg.final_sync_ms);
     for (size_t i = 0; i < k; i++) {
         ss_dense *g = t->groups[i];
         ss_dense_stats after = {0};
@@ -422,13 +476,13 @@ ss_status ss_trainer_finish(ss_trainer *t) {
         t->groups[i]->group = NULL;
     ss_transport_destroy(t->transport);
     t->transport = NULL;
-    return st == SS_ERR_TIMEOUT ? SS_OK : st;
+    return st;
 }
 
 ss_status ss_trainer_close(ss_trainer *t) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = ss_trainer_finish(t);
+    ss_status st = t->agent_finished ? SS_OK : ss_trainer_finish(t);
     trainer_free(t);
     return st;
 }

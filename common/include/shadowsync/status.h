@@ -18,6 +18,8 @@ typedef enum ss_status {
     SS_ERR_STOPPED,          /* object is shutting down */
     SS_ERR_END,              /* end of stream (not an error for readers) */
     SS_ERR_INTERNAL,         /* bug: invariant broken */
+    SS_ERR_PERMISSION,       /* caller not allowed (e.g. another uid at the agent socket) */
+    SS_ERR_TOO_LARGE,        /* request or message over a size limit */
     SS_STATUS_COUNT_
 } ss_status;
 

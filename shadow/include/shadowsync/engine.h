@@ -54,6 +54,7 @@ typedef struct ss_group_stats {
     uint64_t gap_p50, gap_p99, gap_max;
     double divergence;      /* |s - c| / |c| at the last completed round */
     uint64_t last_round_ns; /* duration of the last completed round */
+    uint64_t last_done_ns;  /* ss_now_ns() when it completed (0: none yet) */
 } ss_group_stats;
 
 ss_status ss_engine_create(const ss_engine_config *cfg, ss_engine **out);
@@ -76,6 +77,14 @@ ss_status ss_engine_stop(ss_engine *e);
 /* Runs one round of a group in the calling thread (foreground mode, or a
  * final round at shutdown). Blocks while another thread runs this group. */
 ss_status ss_engine_run_round(ss_engine *e, ss_engine_group *g);
+
+/* After ss_engine_stop: runs rounds of every group in the calling thread,
+ * at least `rounds` each and for at least min_ms, so that replicas that
+ * no longer move converge on the consensus. Gives up after 3 failed
+ * passes in a row (a PS that is away that long will not be back in
+ * time). Returns the last pass's first error (SS_ERR_TIMEOUT counts as
+ * done: a round closed without everyone). */
+ss_status ss_engine_final_rounds(ss_engine *e, uint32_t rounds, uint32_t min_ms);
 
 ss_status ss_engine_group_stats(ss_engine_group *g, ss_group_stats *out);
 const char *ss_engine_group_name(const ss_engine_group *g);

@@ -5,6 +5,7 @@
 #ifndef SHADOWSYNC_REPLICA_H
 #define SHADOWSYNC_REPLICA_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,11 @@ typedef struct ss_replica ss_replica;
 ss_status ss_replica_create(size_t n, ss_replica **out);
 /* Wraps caller-owned memory (e.g. a shared mapping); destroy leaves it alone. */
 ss_status ss_replica_wrap(float *data, size_t n, ss_replica **out);
+/* Like ss_replica_wrap, with the iteration counter at `iterations` too
+ * (NULL: a private one): both may live in a mapping shared with another
+ * process, which ticks the counter. */
+ss_status ss_replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *iterations,
+                                 ss_replica **out);
 void ss_replica_destroy(ss_replica *r);
 
 float *ss_replica_data(ss_replica *r);

@@ -61,6 +61,12 @@ typedef struct ss_trainer_config {
     uint32_t final_rounds;                   /* close(): rounds per group after training */
     uint32_t final_sync_ms;                  /* close(): and keep syncing at least this long */
     const char *tls_ca, *tls_cert, *tls_key; /* PEM files; NULL = plain TCP */
+    /* Agent mode (background only): the unix socket of the host's
+     * shadowsync-agent. Dense groups then live in shared memory (memfd)
+     * handed to the agent, whose shadow pool syncs them with its PS; this
+     * process only trains. If the agent goes away, training goes on and
+     * the hooks register again once it is back. NULL = in-process pool. */
+    const char *agent;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {
@@ -82,12 +88,13 @@ void ss_trainer_config_init(ss_trainer_config *cfg);
 /* Overrides fields from SHADOWSYNC_PS, _TRAINER, _MODE (none, background,
  * foreground), _ALGO, _ALPHA, _SHADOW_THREADS, _SYNC_EVERY,
  * _MIN_ROUND_GAP, _TIMEOUT_MS, _FINAL_ROUNDS, _TLS_CA, _TLS_CERT,
- * _TLS_KEY where set. Strings point into the environment. A malformed
+ * _TLS_KEY, _AGENT where set. Strings point into the environment. A malformed
  * value: SS_ERR_INVALID_ARGUMENT and cfg unchanged. */
 ss_status ss_trainer_config_from_env(ss_trainer_config *cfg);
 
 /* Validates cfg and connects (lazily: a PS that is not up yet is retried
- * by the rounds). In background mode the shadow pool starts here. */
+ * by the rounds). In background mode the shadow pool starts here; in agent
+ * mode the connection to the agent (retried in the background). */
 ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out);
 
 /* A dense group of n floats owned by the library (64-byte aligned),

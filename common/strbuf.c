@@ -1,0 +1,63 @@
+#include "shadowsync/strbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void ss_strbuf_printf(ss_strbuf *b, const char *fmt, ...) {
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int k = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? room : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->data && (size_t)k < room) {
+            b->len += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->len + (size_t)k + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) {
+            b->failed = true;
+            return;
+        }
+        if (!b->data)
+            d[0] = '\0';
+        b->data = d;
+        b->cap = cap;
+    }
+}
+
+ss_status ss_strbuf_take(ss_strbuf *b, char **out, size_t *len) {
+    if (b->failed || !b->data) {
+        bool failed = b->failed;
+        ss_strbuf_free(b);
+        if (failed)
+            return SS_ERR_NO_MEMORY;
+        *out = calloc(1, 1);
+        if (len)
+            *len = 0;
+        return *out ? SS_OK : SS_ERR_NO_MEMORY;
+    }
+    *out = b->data;
+    if (len)
+        *len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return SS_OK;
+}
+
+void ss_strbuf_free(ss_strbuf *b) {
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->failed = false;
+}

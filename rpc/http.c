@@ -1,0 +1,234 @@
+/* /metrics, /healthz, /status and /checkpoint over libmicrohttpd. */
+#include "shadowsync/http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/log.h"
+
+/* Request lines and headers beyond this: MHD answers 414/431 itself. */
+#define CONNECTION_MEMORY 32768
+
+struct ss_http_server {
+    ss_http_config cfg;
+    struct MHD_Daemon *daemon;
+    uint16_t port;
+    ss_counter *m_requests[4];
+};
+
+enum { PATH_METRICS, PATH_HEALTHZ, PATH_STATUS, PATH_CHECKPOINT, PATH_COUNT };
+static const char *const paths[PATH_COUNT] = {"/metrics", "/healthz", "/status", "/checkpoint"};
+
+/* Per request: body bytes seen, and whether it was already answered. */
+typedef struct request {
+    size_t body;
+    bool answered;
+} request;
+
+static void count_reject(ss_http_server *s, const char *reason) {
+    const char *labels[] = {"reason", reason, NULL};
+    ss_counter *c;
+    if (ss_metrics_counter(s->cfg.metrics, "shadowsync_http_rejected_total",
+                           "HTTP requests refused by the endpoint, by reason.", labels,
+                           &c) == SS_OK)
+        ss_counter_add(c, 1);
+}
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type,
+                             char *body, size_t len, bool owned) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_MUST_COPY);
+    if (!r) {
+        if (owned)
+            free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result ok = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned code, const char *text) {
+    return reply(conn, code, "text/plain; charset=utf-8", (char *)text, strlen(text), false);
+}
+
+static enum MHD_Result serve(ss_http_server *s, struct MHD_Connection *conn, int path) {
+    char *body = NULL;
+    size_t len = 0;
+    ss_status st;
+    switch (path) {
+    case PATH_METRICS:
+        if ((st = ss_metrics_render(s->cfg.metrics, &body, &len)) != SS_OK)
+            return reply_text(conn, 500, "cannot render metrics\n");
+        return reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, true);
+    case PATH_HEALTHZ:
+        return reply_text(conn, 200, "ok\n");
+    case PATH_STATUS:
+        if ((st = s->cfg.status_json(s->cfg.ctx, &body, &len)) != SS_OK)
+            return reply_text(conn, 500, "cannot build status\n");
+        return reply(conn, 200, "application/json", body, len, true);
+    default: {
+        char msg[512], text[600];
+        st = s->cfg.checkpoint(s->cfg.ctx, msg, sizeof msg);
+        snprintf(text, sizeof text, "%s%s: %s\n",
+                 st == SS_OK ? "" : "checkpoint failed: ", ss_status_name(st), msg);
+        SS_LOG_INFOF("http", "event=checkpoint status=%s", ss_status_name(st));
+        return reply_text(conn, st == SS_OK ? 200 : st == SS_ERR_STATE ? 409 : 500, text);
+    }
+    }
+}
+
+static int path_index(const ss_http_server *s, const char *url) {
+    for (int i = 0; i < PATH_COUNT; i++)
+        if (!strcmp(url, paths[i])) {
+            if ((i == PATH_STATUS && !s->cfg.status_json) ||
+                (i == PATH_CHECKPOINT && !s->cfg.checkpoint))
+                return -1;
+            return i;
+        }
+    return -1;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+    (void)version;
+    (void)upload_data;
+    ss_http_server *s = cls;
+    size_t limit = s->cfg.max_body_bytes ? s->cfg.max_body_bytes : 65536;
+    request *rq = *con_cls;
+    if (!rq) { /* headers are in: decide what can be decided before the body */
+        if (!(rq = calloc(1, sizeof *rq)))
+            return MHD_NO;
+        *con_cls = rq;
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > limit) {
+            rq->answered = true;
+            count_reject(s, "too_large");
+            return reply_text(conn, 413, "request body over the limit\n");
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) { /* a body arrives: only counted, no path takes one */
+        rq->body += *upload_data_size;
+        *upload_data_size = 0;
+        if (rq->body > limit && !rq->answered) {
+            rq->answered = true;
+            count_reject(s, "too_large");
+            return reply_text(conn, 413, "request body over the limit\n");
+        }
+        return MHD_YES;
+    }
+    if (rq->answered)
+        return MHD_YES;
+    rq->answered = true;
+    int path = path_index(s, url);
+    if (path < 0) {
+        count_reject(s, "not_found");
+        char text[256];
+        snprintf(text, sizeof text, "unknown path %.80s (served: /metrics /healthz /status%s)\n",
+                 url, s->cfg.checkpoint ? " /checkpoint" : "");
+        return reply_text(conn, 404, text);
+    }
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    bool post = !strcmp(method, "POST");
+    if ((path == PATH_CHECKPOINT) ? !post : !get) {
+        count_reject(s, "method");
+        return reply_text(conn, 405, path == PATH_CHECKPOINT ? "use POST\n" : "use GET or HEAD\n");
+    }
+    ss_counter_add(s->m_requests[path], 1);
+    return serve(s, conn, path);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode code) {
+    (void)cls;
+    (void)conn;
+    (void)code;
+    free(*con_cls);
+    *con_cls = NULL;
+}
+
+/* "host:port" or "[v6]:port" into a socket address. */
+static ss_status parse_bind(const char *bind, struct sockaddr_storage *ss, bool *v6) {
+    char host[256];
+    const char *colon = strrchr(bind, ':');
+    if (!colon || colon == bind || (size_t)(colon - bind) >= sizeof host)
+        return SS_ERR_INVALID_ARGUMENT;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - bind), bind);
+    char *end;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (!colon[1] || *end || port > 65535)
+        return SS_ERR_INVALID_ARGUMENT;
+    memset(ss, 0, sizeof *ss);
+    size_t hl = strlen(host);
+    if (host[0] == '[' && host[hl - 1] == ']') {
+        host[hl - 1] = '\0';
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        *v6 = true;
+        return inet_pton(AF_INET6, host + 1, &a->sin6_addr) == 1 ? SS_OK : SS_ERR_INVALID_ARGUMENT;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port);
+    *v6 = false;
+    if (!strcmp(host, "localhost"))
+        snprintf(host, sizeof host, "127.0.0.1");
+    return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? SS_OK : SS_ERR_INVALID_ARGUMENT;
+}
+
+ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out) {
+    if (!cfg || !out || !cfg->bind || !cfg->metrics)
+        return SS_ERR_INVALID_ARGUMENT;
+    struct sockaddr_storage addr;
+    bool v6;
+    ss_status st = parse_bind(cfg->bind, &addr, &v6);
+    if (st != SS_OK)
+        return st;
+    ss_http_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return SS_ERR_NO_MEMORY;
+    s->cfg = *cfg;
+    for (int i = 0; i < PATH_COUNT; i++) {
+        const char *labels[] = {"path", paths[i], NULL};
+        if ((st = ss_metrics_counter(cfg->metrics, "shadowsync_http_requests_total",
+                                     "HTTP requests served, by path.", labels,
+                                     &s->m_requests[i])) != SS_OK) {
+            free(s);
+            return st;
+        }
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | (v6 ? MHD_USE_IPv6 : 0);
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                 (size_t)CONNECTION_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)10, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    if (!s->daemon) {
+        free(s);
+        return SS_ERR_IO;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : 0;
+    *out = s;
+    return SS_OK;
+}
+
+uint16_t ss_http_server_port(const ss_http_server *s) {
+    return s ? s->port : 0;
+}
+
+void ss_http_server_stop(ss_http_server *s) {
+    if (!s)
+        return;
+    MHD_stop_daemon(s->daemon);
+    free(s);
+}

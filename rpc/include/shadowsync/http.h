@@ -1,0 +1,35 @@
+/* The HTTP endpoint of the agent and the PS (libmicrohttpd):
+ *   GET  /metrics     Prometheus text format 0.0.4 of a metrics registry
+ *   GET  /healthz     "ok" while the process serves
+ *   GET  /status      JSON from the owner's callback
+ *   POST /checkpoint  the owner's checkpoint callback (when it has one)
+ * Anything else gets a clear 4xx and is counted in
+ * shadowsync_http_rejected_total{reason}: not_found, method, too_large. */
+#ifndef SHADOWSYNC_HTTP_H
+#define SHADOWSYNC_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/metrics.h"
+#include "shadowsync/status.h"
+
+typedef struct ss_http_server ss_http_server;
+
+typedef struct ss_http_config {
+    const char *bind;    /* "host:port" (IPv4 or [IPv6]); port 0 picks one */
+    ss_metrics *metrics; /* rendered on /metrics; the endpoint's counters go there */
+    /* /status body (malloc'd JSON); NULL: 404 */
+    ss_status (*status_json)(void *ctx, char **out, size_t *len);
+    /* POST /checkpoint: writes what the owner checkpoints; message says
+     * where (or why not). NULL: 404 */
+    ss_status (*checkpoint)(void *ctx, char *message, size_t message_len);
+    void *ctx;
+    size_t max_body_bytes; /* larger request bodies: 413 (0 = 64 KiB) */
+} ss_http_config;
+
+ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out);
+uint16_t ss_http_server_port(const ss_http_server *s);
+void ss_http_server_stop(ss_http_server *s);
+
+#endif
