@@ -63,6 +63,8 @@ static enum MHD_Result serve(ss_http_server *s, struct MHD_Connection *conn, int
     ss_status st;
     switch (path) {
     case PATH_METRICS:
+        if (s->cfg.before_metrics)
+            s->cfg.before_metrics(s->cfg.ctx);
         if ((st = ss_metrics_render(s->cfg.metrics, &body, &len)) != SS_OK)
             return reply_text(conn, 500, "cannot render metrics\n");
         return reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, true);

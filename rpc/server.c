@@ -38,6 +38,7 @@ typedef struct call_ctx {
 typedef struct method_slot {
     void *handle;
     ss_counter *ok, *error;
+    ss_counter *received_bytes, *sent_bytes; /* message payloads */
 } method_slot;
 
 struct ss_rpc_server {
@@ -167,6 +168,10 @@ static void serve(call_ctx *c) {
         reply.status == SS_OK ? srv->slots[c->method].ok : srv->slots[c->method].error;
     if (counter)
         ss_counter_add(counter, 1);
+    if (srv->slots[c->method].received_bytes && c->payload)
+        ss_counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
+    if (srv->slots[c->method].sent_bytes && reply.status == SS_OK)
+        ss_counter_add(srv->slots[c->method].sent_bytes, reply.len);
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -343,6 +348,13 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
             const char *help = "RPC requests served, by method and result.";
             ss_metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &srv->slots[i].ok);
             ss_metrics_counter(m, "shadowsync_rpc_requests_total", help, err, &srv->slots[i].error);
+            const char *by_method[] = {"method", methods[i].path, NULL};
+            ss_metrics_counter(m, "shadowsync_rpc_received_bytes_total",
+                               "Request message bytes received, by method.", by_method,
+                               &srv->slots[i].received_bytes);
+            ss_metrics_counter(m, "shadowsync_rpc_sent_bytes_total",
+                               "Reply message bytes sent, by method.", by_method,
+                               &srv->slots[i].sent_bytes);
         }
     }
     for (uint32_t i = 0; i < cfg->threads; i++) {

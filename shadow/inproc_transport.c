@@ -42,6 +42,10 @@ typedef struct group {
     uint64_t result_round;
     uint32_t result_participants;
     uint32_t readers_pending; /* contributors yet to copy result */
+
+    uint64_t exchanges;    /* S-EASGD exchanges served */
+    uint64_t rounds_done;  /* MA/BMUF rounds closed */
+    uint64_t last_done_ns; /* ss_now_ns of the last exchange or closed round */
 } group;
 
 typedef struct inproc {
@@ -192,6 +196,8 @@ static void close_round(group *g) {
     for (size_t i = 0; i < g->nmembers; i++)
         g->contributed[i] = false;
     g->open_round++;
+    g->rounds_done++;
+    g->last_done_ns = ss_now_ns();
     pthread_cond_broadcast(&g->cond);
 }
 
@@ -287,6 +293,8 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
             g->central_init = true;
         }
         ss_kernel_elastic_exchange(s, g->central, d, alpha, n);
+        g->exchanges++;
+        g->last_done_ns = ss_now_ns();
     }
     pthread_mutex_unlock(&g->lock);
     return st;
@@ -615,4 +623,29 @@ ss_status ss_inproc_transport_load(ss_transport *t, const char *path, size_t *gr
     }
     free(buf);
     return st;
+}
+
+ss_status ss_inproc_transport_describe(ss_transport *t, ss_inproc_group_info *out, size_t max,
+                                       size_t *count) {
+    inproc *ip = t ? inproc_of(t) : NULL;
+    if (!ip || !count || (max && !out))
+        return SS_ERR_INVALID_ARGUMENT;
+    size_t k = 0, total = 0;
+    pthread_mutex_lock(&ip->lock);
+    for (group *g = ip->groups; g; g = g->next, total++) {
+        if (k == max)
+            continue;
+        pthread_mutex_lock(&g->lock);
+        ss_inproc_group_info *o = &out[k++];
+        snprintf(o->name, sizeof o->name, "%s", g->name);
+        o->n = g->n;
+        o->members = (uint32_t)g->nmembers;
+        o->exchanges = g->exchanges;
+        o->rounds = g->rounds_done;
+        o->last_done_ns = g->last_done_ns;
+        pthread_mutex_unlock(&g->lock);
+    }
+    pthread_mutex_unlock(&ip->lock);
+    *count = k;
+    return total > max ? SS_ERR_TOO_LARGE : SS_OK;
 }

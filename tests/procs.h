@@ -70,7 +70,7 @@ static inline pid_t proc_start_ps(const char *log, char *target, size_t targetle
     ck_assert_msg(proc_wait_for(log, "listening on ", 20), "shadowsync-ps did not start");
     char *text = proc_read(log);
     const char *at = strstr(text, "listening on ") + strlen("listening on ");
-    snprintf(target, targetlen, "%.*s", (int)strcspn(at, " \n"), at);
+    snprintf(target, targetlen, "%.*s", (int)strcspn(at, " ,\n"), at);
     free(text);
     return pid;
 }

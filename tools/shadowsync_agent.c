@@ -60,10 +60,11 @@ int main(int argc, char **argv) {
     snprintf(default_socket, sizeof default_socket, "/tmp/shadowsync-%d/agent.sock",
              (int)geteuid());
     const char *socket_path = default_socket, *socket_group = "", *allow = "", *ps = "";
-    const char *http = "127.0.0.1:9470", *ckpt_dir = "", *tls_ca = "", *tls_cert = "",
-               *tls_key = "";
+    static const char default_http[] = "127.0.0.1:9470";
+    const char *http = default_http, *ckpt_dir = "", *tls_ca = "", *tls_cert = "", *tls_key = "";
     int64_t threads = 1, min_round_gap = 4, round_interval_us = 0, heartbeat_ms = 1000;
-    int64_t timeout_ms = 10000, round_wait_ms = 5000, max_sessions = 256;
+    int64_t timeout_ms = 10000, round_wait_ms = 5000, max_sessions = 256, host_deadline_ms = 1000;
+    bool host_average = false;
     ss_flag flags[] = {
         {"socket", SS_FLAG_STRING, &socket_path,
          "unix socket trainers connect to (its directory is created 0700, or 0750 with "
@@ -76,8 +77,9 @@ int main(int argc, char **argv) {
          0, 0},
         {"ps", SS_FLAG_STRING, &ps, "PS shards host:port[,host:port...] (required)", NULL, 0, 0},
         {"http", SS_FLAG_STRING, &http,
-         "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off)", NULL,
-         0, 0},
+         "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
+         "the default port, when taken, only warns)",
+         NULL, 0, 0},
         {"shadow-threads", SS_FLAG_INT, &threads, "shadow threads per trainer", NULL, 1, 64},
         {"min-round-gap", SS_FLAG_INT, &min_round_gap,
          "a group's next round waits until its trainer ran this many steps", NULL, 0, 1e9},
@@ -89,6 +91,12 @@ int main(int argc, char **argv) {
          3.6e6},
         {"round-wait-ms", SS_FLAG_INT, &round_wait_ms, "extra wait for an MA/BMUF round to close",
          NULL, 0, 3.6e6},
+        {"host-average", SS_FLAG_BOOL, &host_average,
+         "average this host's replicas in memory first and send one exchange per local round to "
+         "the PS (PS traffic / number of local trainers)",
+         NULL, 0, 0},
+        {"host-round-deadline-ms", SS_FLAG_INT, &host_deadline_ms,
+         "--host-average: a local round closes this long after its first snapshot", NULL, 1, 3.6e6},
         {"max-trainers", SS_FLAG_INT, &max_sessions, "trainer connections served at once", NULL, 1,
          65536},
         {"checkpoint-dir", SS_FLAG_STRING, &ckpt_dir,
@@ -145,7 +153,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     ss_metrics *metrics = NULL;
-    ss_transport *transport = NULL;
+    ss_transport *transport = NULL, *to_ps = NULL;
     ss_rpc_tls tls = {.ca_file = *tls_ca ? tls_ca : NULL,
                       .cert_file = *tls_cert ? tls_cert : NULL,
                       .key_file = *tls_key ? tls_key : NULL};
@@ -155,8 +163,13 @@ int main(int argc, char **argv) {
                                      .retries = 3,
                                      .tls = *tls_ca || *tls_cert ? &tls : NULL};
     ss_status st = ss_metrics_create(&metrics);
-    if (st == SS_OK && (st = ss_grpc_transport_create(&tcfg, &transport)) != SS_OK)
+    if (st == SS_OK && (st = ss_grpc_transport_create(&tcfg, &to_ps)) != SS_OK)
         fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", ps, ss_strerror(st));
+    transport = to_ps;
+    if (st == SS_OK && host_average &&
+        (st = ss_host_average_transport_create(to_ps, (uint32_t)host_deadline_ms, &transport)) !=
+            SS_OK)
+        fprintf(stderr, "shadowsync-agent: cannot set up host averaging: %s\n", ss_strerror(st));
     agent_main m = {.ckpt_dir = ckpt_dir};
     ss_agent_config acfg = {.socket_path = socket_path,
                             .socket_group = socket_group,
@@ -181,11 +194,23 @@ int main(int argc, char **argv) {
                            .status_json = status_json,
                            .checkpoint = checkpoint,
                            .ctx = &m};
-    if (st == SS_OK && *http && (st = ss_http_server_start(&hcfg, &srv)) != SS_OK)
-        fprintf(stderr, "shadowsync-agent: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
+    if (st == SS_OK && *http && (st = ss_http_server_start(&hcfg, &srv)) != SS_OK) {
+        if (http == default_http) {
+            SS_LOG_WARNF("agent",
+                         "event=http_off bind=%s status=%s note=\"default port taken; "
+                         "pass --http\"",
+                         http, ss_status_name(st));
+            st = SS_OK;
+        } else {
+            fprintf(stderr, "shadowsync-agent: cannot serve HTTP on %s: %s\n", http,
+                    ss_strerror(st));
+        }
+    }
     if (st != SS_OK) {
         ss_agent_destroy(m.agent);
-        ss_transport_destroy(transport);
+        if (transport != to_ps)
+            ss_transport_destroy(transport);
+        ss_transport_destroy(to_ps);
         ss_metrics_destroy(metrics);
         return 1;
     }
@@ -196,14 +221,17 @@ int main(int argc, char **argv) {
         snprintf(colon + 1, sizeof where - (size_t)(colon + 1 - where), "%u",
                  (unsigned)ss_http_server_port(srv));
     }
-    printf("shadowsync-agent: listening on %s, http on %s, ps %s\n", socket_path, where, ps);
+    printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", socket_path, where, ps,
+           host_average ? " (host averaging)" : "");
     fflush(stdout);
     int sig;
     sigwait(&sigs, &sig);
     ss_log(SS_LOG_INFO, "agent", "event=stopping signal=%d", sig);
     ss_http_server_stop(srv);
     ss_agent_destroy(m.agent);
-    ss_transport_destroy(transport);
+    if (transport != to_ps)
+        ss_transport_destroy(transport);
+    ss_transport_destroy(to_ps);
     ss_metrics_destroy(metrics);
     printf("shadowsync-agent: stopped\n");
     return 0;

@@ -12,11 +12,22 @@
 
 #include "shadowsync/dense_service.h"
 #include "shadowsync/emb_service.h"
+#include "shadowsync/clock.h"
 #include "shadowsync/flags.h"
+#include "shadowsync/http.h"
 #include "shadowsync/log.h"
+#include "shadowsync/strbuf.h"
+
+#define STATUS_GROUPS 1024
 
 typedef struct ps_state {
     ss_transport *backend;
+    ss_metrics *metrics;
+    char listen[300]; /* the address actually served */
+    uint64_t start_ns;
+    pthread_mutex_t mirror_lock;      /* one /metrics refresh at a time */
+    uint64_t reported[STATUS_GROUPS]; /* rounds already added to the counters, by index */
+    char reported_name[STATUS_GROUPS][128];
     char path[4096];           /* checkpoint file; "" = none */
     pthread_mutex_t save_lock; /* one writer of path.tmp at a time */
 } ps_state;
@@ -30,6 +41,84 @@ static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *
         snprintf(path, pathlen, "%s", ps->path);
     ss_log(st == SS_OK ? SS_LOG_INFO : SS_LOG_ERROR, "ps",
            "event=checkpoint path=%s groups=%zu status=%s", ps->path, *groups, ss_status_name(st));
+    return st;
+}
+
+static ss_inproc_group_info *describe(ps_state *ps, size_t *count) {
+    ss_inproc_group_info *info = calloc(STATUS_GROUPS, sizeof *info);
+    *count = 0;
+    if (info)
+        ss_inproc_transport_describe(ps->backend, info, STATUS_GROUPS, count);
+    return info;
+}
+
+/* /status: every group the PS holds, its members and last round. */
+static ss_status status_json(void *ctx, char **out, size_t *len) {
+    ps_state *ps = ctx;
+    size_t k;
+    ss_inproc_group_info *info = describe(ps, &k);
+    if (!info)
+        return SS_ERR_NO_MEMORY;
+    uint64_t now = ss_now_ns();
+    ss_strbuf b = {0};
+    ss_strbuf_printf(&b,
+                     "{\"role\":\"ps\",\"listen\":\"%s\",\"uptime_seconds\":%.1f,\n  \"groups\":[",
+                     ps->listen, (double)(now - ps->start_ns) / 1e9);
+    for (size_t i = 0; i < k; i++) {
+        const ss_inproc_group_info *g = &info[i];
+        /* Group names reach the PS validated to [A-Za-z0-9_.-]. */
+        ss_strbuf_printf(&b,
+                         "%s\n    {\"group\":\"%s\",\"floats\":%zu,\"members\":%u,"
+                         "\"exchanges\":%llu,\"closed_rounds\":%llu,\"rounds\":%llu,"
+                         "\"last_round_age_seconds\":%.3f}",
+                         i ? "," : "", g->name, g->n, g->members, (unsigned long long)g->exchanges,
+                         (unsigned long long)g->rounds,
+                         (unsigned long long)(g->exchanges + g->rounds),
+                         g->last_done_ns ? (double)(now - g->last_done_ns) / 1e9 : -1.0);
+    }
+    ss_strbuf_printf(&b, "]}\n");
+    free(info);
+    return ss_strbuf_take(&b, out, len);
+}
+
+/* Mirrors the backend's per-group counts into shadowsync_ps_* series. */
+static void refresh_metrics(void *ctx) {
+    ps_state *ps = ctx;
+    size_t k;
+    ss_inproc_group_info *info = describe(ps, &k);
+    if (!info)
+        return;
+    pthread_mutex_lock(&ps->mirror_lock);
+    for (size_t i = 0; i < k; i++) {
+        const char *labels[] = {"group", info[i].name, NULL};
+        ss_counter *rounds;
+        ss_gauge *members;
+        if (ss_metrics_counter(ps->metrics, "shadowsync_ps_rounds_total",
+                               "S-EASGD exchanges and closed MA/BMUF rounds served, per group.",
+                               labels, &rounds) != SS_OK ||
+            ss_metrics_gauge(ps->metrics, "shadowsync_ps_members",
+                             "Trainers (or agents) registered per group.", labels,
+                             &members) != SS_OK)
+            continue;
+        uint64_t total = info[i].exchanges + info[i].rounds;
+        uint64_t seen = ss_counter_value(rounds);
+        if (total > seen)
+            ss_counter_add(rounds, total - seen);
+        ss_gauge_set(members, info[i].members);
+    }
+    pthread_mutex_unlock(&ps->mirror_lock);
+    free(info);
+}
+
+static ss_status http_checkpoint(void *ctx, char *msg, size_t msglen) {
+    ps_state *ps = ctx;
+    if (!ps->path[0]) {
+        snprintf(msg, msglen, "the PS runs without --checkpoint-dir");
+        return SS_ERR_STATE;
+    }
+    size_t groups = 0;
+    ss_status st = save_checkpoint(ps, NULL, 0, &groups);
+    snprintf(msg, msglen, "%zu dense groups written to %s", groups, ps->path);
     return st;
 }
 
@@ -64,6 +153,8 @@ int main(int argc, char **argv) {
     const char *listen = "127.0.0.1:7070", *ckpt_dir = "", *tls_cert = "", *tls_key = "",
                *tls_ca = "";
     const char *emb_db = "";
+    static const char default_http[] = "127.0.0.1:9471";
+    const char *http = default_http;
     int64_t threads = 2, deadline_ms = 1000, member_timeout_ms = 5000, max_floats = 64 << 20;
     int64_t flush_lag_ms = 200, mem_cap_mb = 0, emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH;
     bool sync_writes = false;
@@ -71,6 +162,10 @@ int main(int argc, char **argv) {
         {"listen", SS_FLAG_STRING, &listen, "address to serve gRPC on (port 0: pick one)", NULL, 0,
          0},
         {"threads", SS_FLAG_INT, &threads, "completion-queue threads", NULL, 1, 64},
+        {"http", SS_FLAG_STRING, &http,
+         "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
+         "the default port, when taken, only warns)",
+         NULL, 0, 0},
         {"round-deadline-ms", SS_FLAG_INT, &deadline_ms,
          "an MA/BMUF round closes this long after its first snapshot, members or not", NULL, 1,
          3.6e6},
@@ -135,15 +230,17 @@ int main(int argc, char **argv) {
     sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
-    ss_metrics *metrics;
-    ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER};
+    ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER,
+                   .mirror_lock = PTHREAD_MUTEX_INITIALIZER,
+                   .start_ns = ss_now_ns()};
     ss_inproc_config icfg = {.round_deadline_ms = (uint32_t)deadline_ms,
                              .member_timeout_ms = (uint32_t)member_timeout_ms};
-    if (ss_metrics_create(&metrics) != SS_OK ||
+    if (ss_metrics_create(&ps.metrics) != SS_OK ||
         ss_inproc_transport_create(&icfg, &ps.backend) != SS_OK) {
         fprintf(stderr, "shadowsync-ps: out of memory\n");
         return 1;
     }
+    ss_metrics *metrics = ps.metrics;
     if (sync_writes && !*emb_db) {
         fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
         return 2;
@@ -207,8 +304,37 @@ int main(int argc, char **argv) {
     char *colon = strrchr(host, ':');
     if (colon)
         *colon = '\0';
-    printf("shadowsync-ps: listening on %s:%d%s\n", host, ss_rpc_server_port(srv),
-           *tls_cert ? (*tls_ca ? " (mutual TLS)" : " (TLS)") : "");
+    snprintf(ps.listen, sizeof ps.listen, "%s:%d", host, ss_rpc_server_port(srv));
+    ss_http_server *web = NULL;
+    ss_http_config hcfg = {.bind = http,
+                           .metrics = metrics,
+                           .status_json = status_json,
+                           .checkpoint = http_checkpoint,
+                           .before_metrics = refresh_metrics,
+                           .ctx = &ps};
+    char web_at[300] = "off";
+    if (*http && (st = ss_http_server_start(&hcfg, &web)) != SS_OK) {
+        if (http != default_http) {
+            fprintf(stderr, "shadowsync-ps: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
+            ss_rpc_server_stop(srv);
+            ss_emb_store_destroy(store);
+            ss_transport_destroy(ps.backend);
+            ss_metrics_destroy(metrics);
+            return 1;
+        }
+        SS_LOG_WARNF("ps",
+                     "event=http_off bind=%s status=%s note=\"default port taken; pass "
+                     "--http\"",
+                     http, ss_status_name(st));
+    }
+    if (web) {
+        snprintf(web_at, sizeof web_at, "%s", http);
+        char *wc = strrchr(web_at, ':');
+        snprintf(wc + 1, sizeof web_at - (size_t)(wc + 1 - web_at), "%u",
+                 (unsigned)ss_http_server_port(web));
+    }
+    printf("shadowsync-ps: listening on %s:%d%s, http on %s\n", host, ss_rpc_server_port(srv),
+           *tls_cert ? (*tls_ca ? " (mutual TLS)" : " (TLS)") : "", web_at);
     fflush(stdout);
     int sig;
     for (;;) {
@@ -220,6 +346,7 @@ int main(int argc, char **argv) {
             save_checkpoint(&ps, NULL, 0, &groups);
     }
     ss_log(SS_LOG_INFO, "ps", "event=stopping signal=%d", sig);
+    ss_http_server_stop(web);
     ss_rpc_server_stop(srv);
     int rc = 0;
     if (*ckpt_dir) {

@@ -24,6 +24,9 @@ typedef struct ss_http_config {
     /* POST /checkpoint: writes what the owner checkpoints; message says
      * where (or why not). NULL: 404 */
     ss_status (*checkpoint)(void *ctx, char *message, size_t message_len);
+    /* Optional: called before each /metrics render (bring gauges and
+     * counters that mirror other state up to date). */
+    void (*before_metrics)(void *ctx);
     void *ctx;
     size_t max_body_bytes; /* larger request bodies: 413 (0 = 64 KiB) */
 } ss_http_config;

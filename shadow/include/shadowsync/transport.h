@@ -90,4 +90,26 @@ ss_status ss_inproc_transport_save(ss_transport *t, const char *path, size_t *gr
  * corrupted (nothing of it is trusted); *groups = groups restored. */
 ss_status ss_inproc_transport_load(ss_transport *t, const char *path, size_t *groups);
 
+/* Host-level averaging over `remote` (not owned; must outlive the
+ * result): the members of this process (one agent's trainers) first
+ * average in memory (a local round closes when all have contributed or
+ * local_deadline_ms after the first), then one exchange per local round
+ * goes to `remote` as a single member for the whole host. */
+ss_status ss_host_average_transport_create(ss_transport *remote, uint32_t local_deadline_ms,
+                                           ss_transport **out);
+
+/* What a PS holds, for /status. */
+typedef struct ss_inproc_group_info {
+    char name[128];
+    size_t n;
+    uint32_t members;      /* registered now */
+    uint64_t exchanges;    /* S-EASGD exchanges served */
+    uint64_t rounds;       /* MA/BMUF rounds closed */
+    uint64_t last_done_ns; /* ss_now_ns() of the last of either (0: none) */
+} ss_inproc_group_info;
+
+/* Up to max groups into out; SS_ERR_TOO_LARGE when there were more. */
+ss_status ss_inproc_transport_describe(ss_transport *t, ss_inproc_group_info *out, size_t max,
+                                       size_t *count);
+
 #endif

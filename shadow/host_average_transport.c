@@ -1,0 +1,278 @@
+/* Host-level averaging: a transport that averages the replicas of one
+ * host's trainers first (a local S-MA round in memory) and sends one
+ * exchange per local round to the real transport, so the PS sees one
+ * member per host and its traffic drops by the number of local trainers.
+ *
+ * For S-EASGD a local round of snapshots s_i with mean m becomes one remote
+ * exchange of m, which answers D = alpha (m - c). Each member is told
+ * d_i = (s_i - m) + D, so the engine's x_i -= d_i pulls x_i to the host
+ * mean and then the host mean towards the centre, as one delta. For
+ * S-MA/S-BMUF the remote round averages the host means and every local
+ * member gets that average. */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shadowsync/clock.h"
+#include "shadowsync/transport.h"
+
+/* Longest a member waits for its local round's remote half. */
+#define REMOTE_WAIT_NS (60ull * 1000000000ull)
+
+typedef struct ha_group {
+    struct ha_group *next;
+    char *name;
+    size_t n;
+    uint32_t local_members;
+    bool remote_joined;
+    uint64_t remote_member;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    float *result;         /* D (EASGD) or the remote mean (MA/BMUF) of round done_round */
+    uint64_t started;      /* last local round (+1) whose remote half began */
+    uint64_t done;         /* last local round (+1) whose remote half ended */
+    ss_status done_status; /* of round done */
+    uint32_t readers;      /* members of round done yet to read result */
+} ha_group;
+
+typedef struct host_avg {
+    ss_transport *local;  /* in-process rounds among the host's members; owned */
+    ss_transport *remote; /* the PS; not owned */
+    pthread_mutex_t lock; /* guards the list and membership counts */
+    ha_group *groups;
+} host_avg;
+
+static ha_group *find(host_avg *h, const char *name) {
+    pthread_mutex_lock(&h->lock);
+    ha_group *g = h->groups;
+    while (g && strcmp(g->name, name))
+        g = g->next;
+    pthread_mutex_unlock(&h->lock);
+    return g;
+}
+
+static ss_status ha_join(void *impl, const char *name, size_t n, uint64_t *member) {
+    host_avg *h = impl;
+    ss_status st = ss_transport_join(h->local, name, n, member);
+    if (st != SS_OK)
+        return st;
+    pthread_mutex_lock(&h->lock);
+    ha_group *g = h->groups;
+    while (g && strcmp(g->name, name))
+        g = g->next;
+    if (!g && (g = calloc(1, sizeof *g))) {
+        g->name = strdup(name);
+        g->n = n;
+        g->result = malloc(n * sizeof(float));
+        pthread_mutex_init(&g->lock, NULL);
+        pthread_cond_init(&g->cond, NULL);
+        if (!g->name || !g->result) {
+            free(g->name);
+            free(g->result);
+            free(g);
+            g = NULL;
+        } else {
+            g->next = h->groups;
+            h->groups = g;
+        }
+    }
+    if (!g)
+        st = SS_ERR_NO_MEMORY;
+    else if (!g->remote_joined &&
+             (st = ss_transport_join(h->remote, name, n, &g->remote_member)) == SS_OK)
+        g->remote_joined = true;
+    if (st == SS_OK)
+        g->local_members++;
+    pthread_mutex_unlock(&h->lock);
+    if (st != SS_OK)
+        ss_transport_leave(h->local, name, *member);
+    return st;
+}
+
+static ss_status ha_leave(void *impl, const char *name, uint64_t member) {
+    host_avg *h = impl;
+    ss_status st = ss_transport_leave(h->local, name, member);
+    pthread_mutex_lock(&h->lock);
+    ha_group *g = h->groups;
+    while (g && strcmp(g->name, name))
+        g = g->next;
+    if (g && st == SS_OK && g->local_members && --g->local_members == 0 && g->remote_joined) {
+        ss_transport_leave(h->remote, name, g->remote_member); /* the host's last member */
+        g->remote_joined = false;
+    }
+    pthread_mutex_unlock(&h->lock);
+    return st;
+}
+
+/* The PS forgot the host (it restarted, or expired us): join again. */
+static ss_status remote_rejoin(host_avg *h, ha_group *g) {
+    pthread_mutex_lock(&h->lock);
+    ss_status st = ss_transport_join(h->remote, g->name, g->n, &g->remote_member);
+    g->remote_joined = st == SS_OK;
+    pthread_mutex_unlock(&h->lock);
+    return st;
+}
+
+static ss_status ha_heartbeat(void *impl, const char *name, uint64_t member) {
+    host_avg *h = impl;
+    ss_status st = ss_transport_heartbeat(h->local, name, member);
+    ha_group *g = find(h, name);
+    if (st != SS_OK || !g)
+        return st == SS_OK ? SS_ERR_NOT_FOUND : st;
+    if (ss_transport_heartbeat(h->remote, name, g->remote_member) == SS_ERR_NOT_FOUND)
+        remote_rejoin(h, g);
+    return SS_OK;
+}
+
+static ss_status remote_easgd(host_avg *h, ha_group *g, const float *m, float alpha) {
+    ss_status st = ss_transport_easgd_exchange(h->remote, g->name, g->remote_member, m, alpha,
+                                               g->result, g->n);
+    if (st == SS_ERR_NOT_FOUND && remote_rejoin(h, g) == SS_OK)
+        st = ss_transport_easgd_exchange(h->remote, g->name, g->remote_member, m, alpha, g->result,
+                                         g->n);
+    return st;
+}
+
+static ss_status remote_mean(host_avg *h, ha_group *g, const float *m) {
+    ss_round_result rr;
+    ss_status st =
+        ss_transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n, &rr);
+    if (st == SS_ERR_NOT_FOUND && remote_rejoin(h, g) == SS_OK)
+        st = ss_transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n,
+                                         &rr);
+    return st;
+}
+
+static struct timespec deadline_in(uint64_t ns) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec = (time_t)(t / 1000000000ull);
+    ts.tv_nsec = (long)(t % 1000000000ull);
+    return ts;
+}
+
+/* Runs or waits for the remote half of local round res; on SS_OK out
+ * holds the remote result (D or the remote mean). `m` is the local mean. */
+static ss_status remote_half(host_avg *h, ha_group *g, const ss_round_result *res, const float *m,
+                             bool easgd, float alpha, float *out) {
+    uint64_t id = res->round + 1;
+    struct timespec until = deadline_in(REMOTE_WAIT_NS);
+    pthread_mutex_lock(&g->lock);
+    if (g->started < id) {     /* first back: the leader of this round */
+        while (g->readers > 0) /* the previous round's result is still being read */
+            if (pthread_cond_timedwait(&g->cond, &g->lock, &until) != 0)
+                break;
+        g->started = id;
+        pthread_mutex_unlock(&g->lock);
+        ss_status st = easgd ? remote_easgd(h, g, m, alpha) : remote_mean(h, g, m);
+        pthread_mutex_lock(&g->lock);
+        g->done = id;
+        g->done_status = st;
+        g->readers = res->participants;
+        pthread_cond_broadcast(&g->cond);
+    }
+    while (g->done < id)
+        if (pthread_cond_timedwait(&g->cond, &g->lock, &until) != 0)
+            break;
+    ss_status st = g->done == id ? g->done_status : SS_ERR_TIMEOUT;
+    if (g->done == id) {
+        if (st == SS_OK)
+            memcpy(out, g->result, g->n * sizeof(float));
+        if (g->readers && --g->readers == 0)
+            pthread_cond_broadcast(&g->cond);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static ss_status ha_easgd(void *impl, const char *name, uint64_t member, const float *s,
+                          float alpha, float *d, size_t n) {
+    host_avg *h = impl;
+    ha_group *g = find(h, name);
+    if (!g || g->n != n)
+        return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
+    float *m = malloc(2 * n * sizeof(float));
+    if (!m)
+        return SS_ERR_NO_MEMORY;
+    float *D = m + n;
+    ss_round_result res;
+    ss_status st = ss_transport_allreduce_mean(h->local, name, member, s, m, n, &res);
+    if (st == SS_OK)
+        st = remote_half(h, g, &res, m, true, alpha, D);
+    if (st == SS_OK)
+        for (size_t i = 0; i < n; i++)
+            d[i] = (s[i] - m[i]) + D[i];
+    free(m);
+    return st;
+}
+
+static ss_status ha_allreduce(void *impl, const char *name, uint64_t member, const float *s,
+                              float *avg, size_t n, ss_round_result *result) {
+    host_avg *h = impl;
+    ha_group *g = find(h, name);
+    if (!g || g->n != n)
+        return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
+    float *m = malloc(n * sizeof(float));
+    if (!m)
+        return SS_ERR_NO_MEMORY;
+    ss_round_result res;
+    ss_status st = ss_transport_allreduce_mean(h->local, name, member, s, m, n, &res);
+    if (st == SS_OK)
+        st = remote_half(h, g, &res, m, false, 0.0f, avg);
+    if (st == SS_OK && result)
+        *result = res;
+    free(m);
+    return st;
+}
+
+static ss_status ha_read_central(void *impl, const char *name, float *c, size_t n) {
+    return ss_transport_read_central(((host_avg *)impl)->remote, name, c, n);
+}
+
+static void ha_destroy(void *impl) {
+    host_avg *h = impl;
+    for (ha_group *g = h->groups, *next; g; g = next) {
+        next = g->next;
+        if (g->remote_joined)
+            ss_transport_leave(h->remote, g->name, g->remote_member);
+        pthread_mutex_destroy(&g->lock);
+        pthread_cond_destroy(&g->cond);
+        free(g->result);
+        free(g->name);
+        free(g);
+    }
+    ss_transport_destroy(h->local);
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+static const ss_transport_ops host_avg_ops = {.join = ha_join,
+                                              .leave = ha_leave,
+                                              .easgd_exchange = ha_easgd,
+                                              .allreduce_mean = ha_allreduce,
+                                              .read_central = ha_read_central,
+                                              .heartbeat = ha_heartbeat,
+                                              .destroy = ha_destroy};
+
+ss_status ss_host_average_transport_create(ss_transport *remote, uint32_t local_deadline_ms,
+                                           ss_transport **out) {
+    if (!remote || !out || local_deadline_ms == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    host_avg *h = calloc(1, sizeof *h);
+    if (!h)
+        return SS_ERR_NO_MEMORY;
+    pthread_mutex_init(&h->lock, NULL);
+    h->remote = remote;
+    ss_inproc_config lc = {.round_deadline_ms = local_deadline_ms};
+    ss_status st = ss_inproc_transport_create(&lc, &h->local);
+    if (st == SS_OK && (st = ss_transport_create(&host_avg_ops, h, out)) != SS_OK)
+        ss_transport_destroy(h->local);
+    if (st != SS_OK) {
+        pthread_mutex_destroy(&h->lock);
+        free(h);
+    }
+    return st;
+}
