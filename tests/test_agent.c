@@ -1,0 +1,390 @@
+/* shadowsync-agent as a process: every kind of bad input at its socket and
+ * its HTTP endpoint gets a clear answer, is counted, and leaves the agent
+ * serving; other uids are refused; /metrics passes promtool. */
+#include <check.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent_procs.h"
+#include "check_run.h"
+#include "shadowsync/agent_wire.h"
+
+static char dir[64], sock_path[128], ps_target[64], http[128];
+static pid_t ps_pid, agent_pid;
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/ss-agent-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(sock_path, sizeof sock_path, "%s/run/agent.sock", dir);
+    char log[128];
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    char *ps_extra[] = {"--http", "", NULL};
+    ps_pid = proc_start_ps(log, ps_target, sizeof ps_target, "127.0.0.1:0", ps_extra);
+    snprintf(log, sizeof log, "%s/agent.log", dir);
+    agent_pid = agent_start(log, sock_path, ps_target, http, sizeof http, NULL);
+}
+
+static void teardown(void) {
+    kill(agent_pid, SIGTERM);
+    int st = proc_wait(agent_pid, 20);
+    kill(ps_pid, SIGTERM);
+    proc_wait(ps_pid, 20);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "agent did not stop cleanly (%d)", st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ---- raw protocol ---- */
+
+static int hello(int fd, const char *trainer, ss_status *verdict) {
+    ss_pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
+    h.protocol = SS_AGENT_PROTOCOL;
+    h.trainer = (char *)trainer;
+    ss_pb_agent_request rq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    rq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_HELLO;
+    rq.hello = &h;
+    if (ss_agent_send_request(fd, &rq, -1) != SS_OK)
+        return -1;
+    return ss_agent_recv_reply(fd, 10000, verdict, NULL, 0) == SS_OK ? 0 : -1;
+}
+
+static void register_request(ss_pb_agent_request *rq, ss_pb_register_group *r, const char *name,
+                             size_t n) {
+    *r = (ss_pb_register_group)SHADOWSYNC__AGENT__V1__REGISTER_GROUP__INIT;
+    r->name = (char *)name;
+    r->n = n;
+    r->algo = "easgd";
+    r->alpha = 0.5f;
+    *rq = (ss_pb_agent_request)SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    rq->body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_REGISTER_GROUP;
+    rq->register_group = r;
+}
+
+/* A request's reply: status and message. */
+static ss_status reply_of(int fd, char *msg, size_t msglen) {
+    ss_status verdict = SS_ERR_INTERNAL;
+    ck_assert_int_eq(ss_agent_recv_reply(fd, 10000, &verdict, msg, msglen), SS_OK);
+    return verdict;
+}
+
+/* The agent still serves: a new trainer says Hello and registers a group. */
+static void assert_still_serving(void) {
+    int fd = unix_connect(sock_path);
+    ck_assert_int_ge(fd, 0);
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "healthy", &v), 0);
+    ck_assert_int_eq(v, SS_OK);
+    ss_shm_group g;
+    ck_assert_int_eq(ss_shm_group_create("ok", 16, &g), SS_OK);
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, "ok", 16);
+    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
+    char msg[256];
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_OK);
+    close(fd);
+    ss_shm_group_release(&g);
+}
+
+static double rejected(const char *reason) {
+    char label[64];
+    snprintf(label, sizeof label, "reason=\"%s\"", reason);
+    double v = agent_metric(http, "shadowsync_agent_rejected_total", label);
+    return v < 0 ? 0 : v;
+}
+
+START_TEST(socket_garbage) {
+    double before = rejected("garbage");
+    int fd = unix_connect(sock_path);
+    ck_assert_int_ge(fd, 0);
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x13, 0x37};
+    ck_assert_int_eq(ss_agent_send_frame(fd, junk, sizeof junk, -1), SS_OK);
+    char msg[256];
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_PARSE);
+    ck_assert_ptr_nonnull(strstr(msg, "not an AgentRequest"));
+    close(fd);
+    ck_assert_double_eq(rejected("garbage"), before + 1);
+    assert_still_serving();
+}
+END_TEST
+
+START_TEST(socket_wrong_message) {
+    double before = rejected("wrong_message"), fd_before = rejected("bad_fd");
+    int fd = unix_connect(sock_path);
+    ss_shm_group g;
+    ck_assert_int_eq(ss_shm_group_create("early", 16, &g), SS_OK);
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, "early", 16);
+    char msg[256];
+    /* RegisterGroup before Hello. */
+    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(msg, "expected Hello first"));
+    /* Hello with a descriptor it does not take. */
+    ss_pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
+    h.protocol = SS_AGENT_PROTOCOL;
+    h.trainer = "t";
+    ss_pb_agent_request hq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    hq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_HELLO;
+    hq.hello = &h;
+    ck_assert_int_eq(ss_agent_send_request(fd, &hq, g.fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(msg, "descriptor came with a message"));
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "t", &v), 0);
+    ck_assert_int_eq(v, SS_OK);
+    /* A request with no body, then a second Hello. */
+    ss_pb_agent_request empty = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    ck_assert_int_eq(ss_agent_send_request(fd, &empty, -1), SS_OK);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(msg, "empty or unknown request"));
+    ck_assert_int_eq(hello(fd, "t", &v), 0);
+    ck_assert_int_eq(v, SS_ERR_STATE);
+    close(fd);
+    ss_shm_group_release(&g);
+    ck_assert_double_eq(rejected("wrong_message"), before + 3);
+    ck_assert_double_eq(rejected("bad_fd"), fd_before + 1);
+    assert_still_serving();
+}
+END_TEST
+
+/* Sends a RegisterGroup frame with `nfds` descriptors (raw sendmsg). */
+static void send_with_fds(int sock, const int *fds, int nfds) {
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, "g", 16);
+    uint8_t buf[512];
+    size_t len = shadowsync__agent__v1__agent_request__pack(&rq, buf + 4);
+    buf[0] = (uint8_t)len, buf[1] = buf[2] = buf[3] = 0;
+    struct iovec iov = {.iov_base = buf, .iov_len = len + 4};
+    union {
+        char b[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.b,
+                       .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+    ck_assert_int_eq(sendmsg(sock, &m, 0), (ssize_t)(len + 4));
+}
+
+START_TEST(socket_truncated_fd_message) {
+    double before = rejected("bad_fd");
+    int fd = unix_connect(sock_path);
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "t", &v), 0);
+    char msg[256];
+    /* 1: RegisterGroup without its memfd. */
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, "g", 16);
+    ck_assert_int_eq(ss_agent_send_request(fd, &rq, -1), SS_OK);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(msg, "must carry the group's memfd"));
+    /* 2: three descriptors where one fits: the control message is cut. */
+    ss_shm_group g;
+    ck_assert_int_eq(ss_shm_group_create("g", 16, &g), SS_OK);
+    int three[3] = {g.fd, g.fd, g.fd};
+    send_with_fds(fd, three, 3);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(msg, "truncated"));
+    /* 3: a memfd that can still shrink (unsealed): a trainer could pull the
+     * pages from under the agent. */
+    int loose = memfd_create("loose", MFD_CLOEXEC);
+    ck_assert_int_eq(ftruncate(loose, 8192), 0);
+    send_with_fds(fd, &loose, 1);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(msg, "not sealed"));
+    /* 4: a sealed memfd of another size than announced. */
+    ss_shm_group small;
+    ck_assert_int_eq(ss_shm_group_create("g", 4096, &small), SS_OK);
+    ck_assert_int_eq(ss_agent_send_request(fd, &rq, small.fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(msg, "size does not match"));
+    /* The same connection then registers properly. */
+    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_OK);
+    close(fd);
+    close(loose);
+    ss_shm_group_release(&g);
+    ss_shm_group_release(&small);
+    ck_assert_double_eq(rejected("bad_fd"), before + 4);
+    assert_still_serving();
+}
+END_TEST
+
+START_TEST(socket_huge_and_cut_frames) {
+    double huge_before = rejected("too_large"), cut_before = rejected("truncated");
+    int fd = unix_connect(sock_path);
+    const uint8_t huge[4] = {0xf0, 0xff, 0xff, 0x7f}; /* ~2 GiB announced */
+    ck_assert_int_eq(write(fd, huge, 4), 4);
+    char msg[256];
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(msg, "over the limit"));
+    uint8_t b;
+    ck_assert_int_eq(read(fd, &b, 1), 0); /* the stream cannot be trusted: closed */
+    close(fd);
+    /* 100 bytes announced, 10 sent, then the peer leaves. */
+    fd = unix_connect(sock_path);
+    const uint8_t cut[14] = {100, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    ck_assert_int_eq(write(fd, cut, sizeof cut), (ssize_t)sizeof cut);
+    close(fd);
+    for (int i = 0; i < 100 && rejected("truncated") < cut_before + 1; i++)
+        usleep(20000);
+    ck_assert_double_eq(rejected("too_large"), huge_before + 1);
+    ck_assert_double_eq(rejected("truncated"), cut_before + 1);
+    assert_still_serving();
+}
+END_TEST
+
+/* Runs fn as uid/gid 65534 (nobody) in a child; returns its exit code. */
+static int as_nobody(int (*fn)(void)) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(100);
+        _exit(fn());
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 101;
+}
+
+/* 0: refused at the socket by the agent with SS_ERR_PERMISSION; 1: could
+ * not even connect; 2: the agent let it in. */
+static int nobody_hello(void) {
+    int fd = unix_connect(sock_path);
+    if (fd < 0)
+        return 1;
+    ss_status v = SS_OK;
+    ss_agent_recv_reply(fd, 5000, &v, NULL, 0); /* the refusal comes unasked */
+    return v == SS_ERR_PERMISSION ? 0 : 2;
+}
+
+START_TEST(other_uid_refused) {
+    if (geteuid() != 0) {
+        fprintf(stderr, "other_uid_refused: needs root to act as another uid; skipped\n");
+        return;
+    }
+    /* The socket is 0600 in a 0700 directory: another uid cannot connect. */
+    struct stat sb;
+    ck_assert_int_eq(stat(sock_path, &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0600);
+    ck_assert_int_eq(as_nobody(nobody_hello), 1);
+    /* Opened up by mistake: the agent's SO_PEERCRED check still says no. */
+    char run_dir[160];
+    snprintf(run_dir, sizeof run_dir, "%s/run", dir);
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(run_dir, 0755), 0);
+    ck_assert_int_eq(chmod(sock_path, 0666), 0);
+    double before = rejected("uid");
+    ck_assert_int_eq(as_nobody(nobody_hello), 0);
+    ck_assert_double_eq(rejected("uid"), before + 1);
+    assert_still_serving();
+}
+END_TEST
+
+START_TEST(http_bad_requests) {
+    char *body = NULL;
+    ck_assert_int_eq(http_request(http, "/healthz", NULL, NULL, 0, &body), 200);
+    ck_assert_str_eq(body, "ok\n");
+    free(body);
+    ck_assert_int_eq(http_request(http, "/nope", NULL, NULL, 0, &body), 404);
+    ck_assert_ptr_nonnull(strstr(body, "unknown path /nope"));
+    free(body);
+    ck_assert_int_eq(http_request(http, "/metrics", "DELETE", NULL, 0, &body), 405);
+    free(body);
+    /* A 1 MiB body: refused from its Content-Length, nothing buffered. */
+    size_t big = 1 << 20;
+    char *payload = malloc(big);
+    memset(payload, 'x', big);
+    ck_assert_int_eq(http_request(http, "/checkpoint", "POST", payload, big, &body), 413);
+    ck_assert_ptr_nonnull(strstr(body, "over the limit"));
+    free(body);
+    free(payload);
+    /* A 64 KiB URL: over the connection's memory, libmicrohttpd says 414. */
+    char *path = malloc(65536 + 2);
+    path[0] = '/';
+    memset(path + 1, 'a', 65536);
+    path[65537] = '\0';
+    long code = http_request(http, path, NULL, NULL, 0, NULL);
+    ck_assert_msg(code == 414 || code == 431, "huge URL answered %ld", code);
+    free(path);
+    ck_assert_int_eq(http_request(http, "/healthz", NULL, NULL, 0, NULL), 200);
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(http, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_http_rejected_total", "not_found"), 1);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_http_rejected_total", "method"), 1);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_http_rejected_total", "too_large"), 1);
+    free(metrics);
+    /* Checkpoint without --checkpoint-dir: a clear refusal. */
+    ck_assert_int_eq(http_request(http, "/checkpoint", "POST", "", 0, &body), 409);
+    ck_assert_ptr_nonnull(strstr(body, "without --checkpoint-dir"));
+    free(body);
+}
+END_TEST
+
+/* /metrics of the agent (with a trainer's series in it) and of the PS
+ * pass promtool's linter. */
+START_TEST(metrics_pass_promtool) {
+    if (system("command -v promtool >/dev/null") != 0) {
+        ck_abort_msg("promtool not installed (Debian package prometheus; deploy/install-deps.sh)");
+    }
+    int fd = unix_connect(sock_path);
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "lint", &v), 0);
+    ss_shm_group g;
+    ck_assert_int_eq(ss_shm_group_create("lint", 16, &g), SS_OK);
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, "lint", 16);
+    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd, NULL, 0), SS_OK);
+    http_request(http, "/nope", NULL, NULL, 0, NULL); /* a labelled rejection series too */
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(http, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_ptr_nonnull(strstr(metrics, "# TYPE shadowsync_sync_rounds_total counter"));
+    ck_assert_ptr_nonnull(strstr(metrics, "# HELP shadowsync_sync_gap_iterations"));
+    char path[160], cmd[400];
+    snprintf(path, sizeof path, "%s/agent.prom", dir);
+    FILE *f = fopen(path, "w");
+    fputs(metrics, f);
+    fclose(f);
+    free(metrics);
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+    ck_assert_msg(system(cmd) == 0, "promtool rejected the agent's /metrics");
+    close(fd);
+    ss_shm_group_release(&g);
+}
+END_TEST
+
+int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    Suite *s = suite_create("agent");
+    TCase *tc = tcase_create("socket and http");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, socket_garbage);
+    tcase_add_test(tc, socket_wrong_message);
+    tcase_add_test(tc, socket_truncated_fd_message);
+    tcase_add_test(tc, socket_huge_and_cut_frames);
+    tcase_add_test(tc, other_uid_refused);
+    tcase_add_test(tc, http_bad_requests);
+    tcase_add_test(tc, metrics_pass_promtool);
+    suite_add_tcase(s, tc);
+    return ss_check_run(s);
+}
