@@ -18,6 +18,10 @@ PACKAGES=(
   librocksdb-dev       # embedding rows on disk (embedding-store/)
   libjemalloc-dev      # one jemalloc arena per embedding table
   libhiredis-dev       # the embedding benchmark's Redis client (tools/emb_bench.c)
+  libmicrohttpd-dev    # /metrics, /healthz, /status of agent and PS (rpc/http.c)
+  libcurl4-openssl-dev # shadowsync-ctl and the tests' HTTP client
+  prometheus           # promtool (metrics lint) and the scrape test's server
+  curl                 # the Prometheus test queries its HTTP API
 )
 
 missing=()

@@ -11,9 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent_procs.h"
 #include "check_run.h"
+#include "shadowsync/clock.h"
 #include "shadowsync/dense_service.h"
-#include "procs.h"
 
 static char dir[256];
 static char train_path[300], test_path[300];
@@ -158,23 +159,39 @@ static void stop_ps(pid_t pid) {
     expect_exit_zero(pid, 30);
 }
 
+static void stop_agent(pid_t pid) {
+    kill(pid, SIGTERM);
+    expect_exit_zero(pid, 30);
+}
+
 /* 2 PS shards + 3 trainer processes: replicas diverge while they train,
- * agree once training stops and final rounds run, and the model learns. */
-static void converge_with(const char *algo) {
-    char t0[64], t1[64], targets[140];
+ * agree once training stops and final rounds run, and the model learns.
+ * With `agent`, the trainers only train: one shadowsync-agent runs the
+ * shadow pool for all three on their shared-memory replicas. */
+static void converge_with(const char *algo, bool agent) {
+    char t0[64], t1[64], targets[140], http[128];
     pid_t ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", NULL);
     pid_t ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", NULL);
     snprintf(targets, sizeof targets, "%s,%s", t0, t1);
+    char sock[300]; /* a copy: path_in's buffers are reused */
+    snprintf(sock, sizeof sock, "%s", path_in("run/agent.sock"));
+    pid_t ag =
+        agent ? agent_start(path_in("agent.log"), sock, targets, http, sizeof http, NULL) : 0;
     /* Final rounds long enough to overlap across trainers that finish a
      * little apart (sanitizer builds are slower and less even). */
     /* EASGD does not pace the trainers (MA's rounds do), so under ASan they
      * can finish several seconds apart: 10 s of final rounds. */
-    char *extra[] = {"--final-sync-ms", strcmp(algo, "easgd") ? "3000" : "10000", NULL};
+    char *extra[] = {"--final-sync-ms", strcmp(algo, "easgd") ? "3000" : "10000",
+                     agent ? "--agent" : NULL, sock, NULL};
     pid_t tr[3];
     for (int r = 0; r < 3; r++)
         tr[r] = start_trainer(targets, r, 3, algo, "150000", extra);
     for (int r = 0; r < 3; r++)
         expect_exit_zero(tr[r], 300);
+    if (agent) {
+        ck_assert_double_gt(agent_metric(http, "shadowsync_agent_connections_total", NULL), 2);
+        stop_agent(ag);
+    }
     stop_ps(ps0);
     stop_ps(ps1);
 
@@ -204,12 +221,74 @@ static void converge_with(const char *algo) {
 }
 
 START_TEST(test_two_ps_three_trainers_easgd_converge) {
-    converge_with("easgd");
+    converge_with("easgd", false);
 }
 END_TEST
 
 START_TEST(test_two_ps_three_trainers_ma_converge) {
-    converge_with("ma");
+    converge_with("ma", false);
+}
+END_TEST
+
+START_TEST(test_three_trainers_through_one_agent_converge) {
+    converge_with("easgd", true);
+}
+END_TEST
+
+/* The agent is SIGKILLed mid-run: the trainers keep training (their
+ * replicas are their own memory), and a restarted agent on the same socket
+ * gets all three back and runs rounds again within seconds. */
+START_TEST(test_sigkill_the_agent_trainers_keep_training) {
+    char t0[64], t1[64], targets[140], http[128];
+    pid_t ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", NULL);
+    pid_t ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", NULL);
+    snprintf(targets, sizeof targets, "%s,%s", t0, t1);
+    char sock[300]; /* a copy: path_in's buffers are reused */
+    snprintf(sock, sizeof sock, "%s", path_in("run/agent.sock"));
+    pid_t ag = agent_start(path_in("agent.log"), sock, targets, http, sizeof http, NULL);
+    pid_t tr[3];
+    char *extra[] = {"--agent", sock, "--batch", "16", "--progress", "0.1", NULL};
+    for (int r = 0; r < 3; r++)
+        tr[r] = start_trainer(targets, r, 3, "easgd", "0", extra);
+    double rounds = 0;
+    for (int i = 0; i < 600 && rounds <= 0; i++, usleep(50000))
+        rounds = agent_metric(http, "shadowsync_sync_rounds_total", NULL);
+    ck_assert_msg(rounds > 0, "the agent never ran a round");
+    ck_assert(proc_wait_for(path_in("t0.log"), "progress: t=0.5s", 60));
+    double t_before = progress_value(0, "t"), ex_before = progress_value(0, "examples");
+    kill(ag, SIGKILL);
+    proc_wait(ag, 10);
+    usleep(1500000); /* the trainers run without an agent */
+    double t_down = progress_value(0, "t"), ex_down = progress_value(0, "examples");
+    for (int r = 0; r < 3; r++)
+        ck_assert_int_eq(waitpid(tr[r], NULL, WNOHANG), 0); /* alive */
+    ck_assert_double_gt(ex_down, ex_before);                /* kept training */
+    double rate_before = ex_before / t_before,
+           rate_down = (ex_down - ex_before) / (t_down - t_before);
+    fprintf(stderr, "agent down: trainer 0 at %.0f examples/s (%.0f before; ratio %.2f)\n",
+            rate_down, rate_before, rate_down / rate_before);
+    uint64_t restart = ss_now_ns();
+    ag = agent_start(path_in("agent2.log"), sock, targets, http, sizeof http, NULL);
+    rounds = 0;
+    for (int i = 0; i < 400 && rounds <= 0; i++, usleep(25000))
+        rounds = agent_metric(http, "shadowsync_sync_rounds_total", NULL);
+    double resumed_s = (double)(ss_now_ns() - restart) / 1e9;
+    fprintf(stderr, "restarted agent: first rounds after %.2f s\n", resumed_s);
+    ck_assert_msg(rounds > 0, "the restarted agent ran no round within 10 s");
+    ck_assert_double_lt(resumed_s, 10);
+    ck_assert_double_ge(agent_metric(http, "shadowsync_agent_sessions", NULL), 1);
+    for (int r = 0; r < 3; r++)
+        expect_exit_zero(tr[r], 300);
+    stop_agent(ag);
+    stop_ps(ps0);
+    stop_ps(ps1);
+    for (int r = 0; r < 3; r++) {
+        ck_assert_double_eq(summary_value(r, "examples"), 120000); /* its whole share */
+        ck_assert_double_lt(summary_value(r, "ne"), 0.97);
+    }
+    char *log = trainer_log(0);
+    ck_assert_ptr_nonnull(strstr(log, "event=agent_lost"));
+    free(log);
 }
 END_TEST
 
@@ -320,12 +399,15 @@ END_TEST
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     make_data();
     Suite *s = suite_create("cluster");
     TCase *tc = tcase_create("cluster");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_two_ps_three_trainers_easgd_converge);
     tcase_add_test(tc, test_two_ps_three_trainers_ma_converge);
+    tcase_add_test(tc, test_three_trainers_through_one_agent_converge);
+    tcase_add_test(tc, test_sigkill_the_agent_trainers_keep_training);
     tcase_add_test(tc, test_sigkill_a_trainer_rounds_keep_closing);
     tcase_add_test(tc, test_ps_restart_from_checkpoint);
     tcase_add_test(tc, test_checkpoint_on_request);

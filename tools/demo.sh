@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The main job: installs dependencies, builds, generates synthetic click
 # data with a known truth, and starts a local cluster on 127.0.0.1: 2
-# shadowsync-ps shards and 3 trainer processes of the reference CTR model,
-# each syncing its dense replica in the background (S-EASGD) through the
-# trainer hooks, with its embeddings in a local cache that a background
-# thread syncs with the shards (--emb cached). Prints progress, then
+# shadowsync-ps shards, a shadowsync-agent and 3 trainer processes of the
+# reference CTR model; the agent syncs every trainer's dense replica in the
+# background (S-EASGD) on shared memory, the trainers only train, their
+# embeddings in a local cache that a background thread syncs with the
+# shards (--emb cached). Prints progress, then
 # per-trainer and total examples/s, sync gap, NE and AUC, next to the
 # Bayes-optimal NE of the test set.
 #   bash tools/demo.sh [extra ctr-train flags, e.g. --algo ma]
@@ -26,5 +27,5 @@ if [ ! -s out/test.tsv ]; then
     --probs out/test.probs | tee out/test.gen.txt
 fi
 echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt) (the best any model can do)"
-bash tools/cluster.sh --ps 2 --trainers 3 --train "out/train-$ROWS.tsv" --test out/test.tsv \
+bash tools/cluster.sh --ps 2 --trainers 3 --agent --train "out/train-$ROWS.tsv" --test out/test.tsv \
   -- --sync shadow --algo easgd --emb cached "$@"

@@ -3,10 +3,12 @@
  * parameter servers named in SHADOWSYNC_PS (or --ps). Shows the whole
  * public API; build it against an installed ShadowSync with
  *   cc minimal_trainer.c $(pkg-config --cflags --libs shadowsync)
- * Usage: minimal-trainer [--ps host:port,...] [--steps N] [--mode M] */
+ * Usage: minimal-trainer [--ps host:port,...] [--steps N] [--mode M] [--step-us U]
+ * (SHADOWSYNC_AGENT=<socket> hands the syncing to the host's agent.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shadowsync/shadowsync.h"
 
@@ -14,11 +16,12 @@ int main(int argc, char **argv) {
     ss_trainer_config cfg;
     ss_trainer_config_init(&cfg);
     ss_status st = ss_trainer_config_from_env(&cfg);
-    long steps = 1000;
+    long steps = 1000, step_us = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
             printf("usage: minimal-trainer [--ps host:port,...] [--steps N] "
-                   "[--mode none|background|foreground]\n"
+                   "[--mode none|background|foreground] [--step-us U]\n"
+                   "--step-us: sleep U microseconds per step (a minibatch's compute)\n"
                    "Trains a toy quadratic through the ShadowSync trainer hooks; "
                    "SHADOWSYNC_* variables configure the rest.\n");
             return 0;
@@ -26,6 +29,8 @@ int main(int argc, char **argv) {
             cfg.ps = argv[++i];
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             steps = atol(argv[++i]);
+        } else if (!strcmp(argv[i], "--step-us") && i + 1 < argc) {
+            step_us = atol(argv[++i]);
         } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             const char *m = argv[++i];
             cfg.mode = !strcmp(m, "none")         ? SS_SYNC_NONE
@@ -50,6 +55,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < ss_dense_size(w); i++)
             x[i] -= 0.01f * (x[i] - (float)i); /* gradient of the quadratic */
         ss_trainer_step(t);
+        if (step_us > 0)
+            usleep((useconds_t)step_us);
     }
     ss_dense_stats stats;
     ss_dense_get_stats(w, &stats);
