@@ -95,7 +95,7 @@ for variant in per-trainer host-average; do
     ne=$(awk -v a="$ne" -v b="$(summary_field "$out" ne)" 'BEGIN {print a + b / 2}')
   done
   rate=$(awk -v a="$before" -v b="$after" -v s="$t0" -v e="$t1" 'BEGIN {printf "%.0f", (b - a) / (e - s)}')
-  eval "bytes_$variant=\$rate"
+  eval "bytes_${variant//-/_}=\$rate"
   printf "%-14s %14s %10.1f %12s %10.4f\n" "$variant" "$rate" "$(awk -v s="$t0" -v e="$t1" 'BEGIN {print e - s}')" "$rounds" "$ne"
 done
 awk -v a="${bytes_host_average:-0}" -v b="${bytes_per_trainer:-1}" \

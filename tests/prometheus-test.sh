@@ -74,7 +74,7 @@ echo "prometheus on 127.0.0.1:$prom_port scraping agent $agent_http and ps $ps_h
 # The value of an instant query's first result ("" when none).
 query() {
   curl -sf --get "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1" |
-    grep -o '"value":\[[0-9.]*,"[0-9.e+-]*"' | head -1 | sed 's/.*,"\(.*\)"/\1/'
+    grep -o '"value":\[[0-9.]*,"[0-9.e+-]*"' | head -1 | sed 's/.*,"\(.*\)"/\1/' || true
 }
 
 first=""

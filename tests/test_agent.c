@@ -15,6 +15,7 @@
 #include "agent_procs.h"
 #include "check_run.h"
 #include "shadowsync/agent_wire.h"
+#include "shadowsync/clock.h"
 
 static char dir[64], sock_path[128], ps_target[64], http[128];
 static pid_t ps_pid, agent_pid;
@@ -251,6 +252,49 @@ START_TEST(socket_huge_and_cut_frames) {
 }
 END_TEST
 
+/* A trainer process that dies is dropped at once: its session (and its
+ * rounds) end as soon as the kernel closes its socket. */
+static int register_and_die(void) {
+    int fd = unix_connect(sock_path);
+    ss_status v;
+    if (fd < 0 || hello(fd, "doomed", &v) != 0 || v != SS_OK)
+        return 1;
+    ss_shm_group g;
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, "doomed", 16);
+    if (ss_shm_group_create("doomed", 16, &g) != SS_OK ||
+        ss_agent_send_request(fd, &rq, g.fd) != SS_OK ||
+        ss_agent_recv_reply(fd, 10000, &v, NULL, 0) != SS_OK || v != SS_OK)
+        return 1;
+    raise(SIGKILL);
+    return 1;
+}
+
+START_TEST(dead_trainer_dropped_at_once) {
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(register_and_die());
+    for (int i = 0; i < 200 && agent_metric(http, "shadowsync_agent_groups", NULL) < 1; i++)
+        usleep(10000);
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    uint64_t t0 = ss_now_ns();
+    double groups = 1, sessions = 1;
+    while ((groups > 0 || sessions > 0) && ss_now_ns() - t0 < 5000000000ull) {
+        usleep(10000);
+        groups = agent_metric(http, "shadowsync_agent_groups", NULL);
+        sessions = agent_metric(http, "shadowsync_agent_sessions", NULL);
+    }
+    double dropped_s = (double)(ss_now_ns() - t0) / 1e9;
+    fprintf(stderr, "dead trainer dropped after %.3f s\n", dropped_s);
+    ck_assert_double_eq(groups, 0);
+    ck_assert_double_eq(sessions, 0);
+    ck_assert_double_lt(dropped_s, 2.0);
+}
+END_TEST
+
 /* Runs fn as uid/gid 65534 (nobody) in a child; returns its exit code. */
 static int as_nobody(int (*fn)(void)) {
     pid_t pid = fork();
@@ -383,6 +427,7 @@ int main(void) {
     tcase_add_test(tc, socket_truncated_fd_message);
     tcase_add_test(tc, socket_huge_and_cut_frames);
     tcase_add_test(tc, other_uid_refused);
+    tcase_add_test(tc, dead_trainer_dropped_at_once);
     tcase_add_test(tc, http_bad_requests);
     tcase_add_test(tc, metrics_pass_promtool);
     suite_add_tcase(s, tc);
