@@ -21,11 +21,9 @@ static inline pid_t agent_start(const char *log, const char *sock, const char *p
         argv[n++] = extra[i];
     argv[n] = NULL;
     pid_t pid = proc_spawn(argv, log);
-    ck_assert_msg(proc_wait_for(log, "http on ", 20), "shadowsync-agent did not start");
-    char *text = proc_read(log);
-    const char *at = strstr(text, "http on ") + strlen("http on ");
-    snprintf(http, httplen, "http://%.*s", (int)strcspn(at, " ,\n"), at);
-    free(text);
+    char addr[100];
+    proc_address_after(log, "http on", addr, sizeof addr);
+    snprintf(http, httplen, "http://%s", addr);
     return pid;
 }
 

@@ -56,6 +56,19 @@ static inline int proc_wait_for(const char *path, const char *needle, double tim
     return 0;
 }
 
+/* Waits for "<marker> " in a log and writes the address after it
+ * (up to a space, comma or newline) to out. */
+static inline void proc_address_after(const char *log, const char *marker, char *out,
+                                      size_t outlen) {
+    char needle[64];
+    snprintf(needle, sizeof needle, "%s ", marker);
+    ck_assert_msg(proc_wait_for(log, needle, 20), "no \"%s\" in %s", needle, log);
+    char *text = proc_read(log);
+    const char *at = strstr(text, needle) + strlen(needle);
+    snprintf(out, outlen, "%.*s", (int)strcspn(at, " ,\n"), at);
+    free(text);
+}
+
 /* Starts shadowsync-ps (extra args NULL-terminated, at most 12) with its
  * output in `log`; waits until it listens and writes "127.0.0.1:port" to
  * target. */
@@ -67,11 +80,7 @@ static inline pid_t proc_start_ps(const char *log, char *target, size_t targetle
         argv[n++] = extra[i];
     argv[n] = NULL;
     pid_t pid = proc_spawn(argv, log);
-    ck_assert_msg(proc_wait_for(log, "listening on ", 20), "shadowsync-ps did not start");
-    char *text = proc_read(log);
-    const char *at = strstr(text, "listening on ") + strlen("listening on ");
-    snprintf(target, targetlen, "%.*s", (int)strcspn(at, " ,\n"), at);
-    free(text);
+    proc_address_after(log, "listening on", target, targetlen);
     return pid;
 }
 

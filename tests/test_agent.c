@@ -416,6 +416,87 @@ START_TEST(metrics_pass_promtool) {
 }
 END_TEST
 
+/* Runs shadowsync-ctl with args; returns its exit code, output in *out. */
+static int ctl(char *out_path, char **out, char *const args[]) {
+    char *argv[16] = {SHADOWSYNC_CTL};
+    int n = 1;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    int st = proc_wait(proc_spawn(argv, out_path), 30);
+    *out = proc_read(out_path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(ctl_commands) {
+    char log[160], *out;
+    snprintf(log, sizeof log, "%s/ctl.log", dir);
+    /* A group with known values, synced by a second agent that may
+     * checkpoint. */
+    char sock2[160], log2[160], ckdir[160], http2[128], file[200];
+    snprintf(sock2, sizeof sock2, "%s/run2/agent.sock", dir);
+    snprintf(log2, sizeof log2, "%s/agent2.log", dir);
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
+    snprintf(file, sizeof file, "%s/watched.f32", ckdir);
+    char *extra[] = {"--checkpoint-dir", ckdir, NULL};
+    pid_t a2 = agent_start(log2, sock2, ps_target, http2, sizeof http2, extra);
+    int fd = unix_connect(sock2);
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "viewer", &v), 0);
+    ss_shm_group g;
+    ck_assert_int_eq(ss_shm_group_create("watched", 16, &g), SS_OK);
+    for (int i = 0; i < 16; i++)
+        g.data[i] = (float)i;
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, "watched", 16);
+    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd, NULL, 0), SS_OK);
+
+    ck_assert_int_eq(ctl(log, &out, (char *[]){"status", "--url", http2, NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"role\":\"agent\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"trainer\":\"viewer\""));
+    free(out);
+    ck_assert_int_eq(ctl(log, &out, (char *[]){"metrics", "--url", http2, NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(out, "shadowsync_agent_sessions 1"));
+    free(out);
+    ck_assert_int_eq(
+        ctl(log, &out,
+            (char *[]){"watch", "--url", http2, "--count", "2", "--interval-ms", "200", NULL}),
+        0);
+    ck_assert_ptr_nonnull(strstr(out, "rounds/s"));
+    ck_assert_ptr_nonnull(strstr(out, "watched"));
+    free(out);
+    ck_assert_int_eq(ctl(log, &out, (char *[]){"checkpoint", "--url", http2, NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(out, "1 group replicas written"));
+    free(out);
+    FILE *f = fopen(file, "rb");
+    ck_assert_ptr_nonnull(f);
+    float back[16];
+    ck_assert_uint_eq(fread(back, sizeof(float), 16, f), 16);
+    fclose(f);
+    /* The replica as the trainer wrote it: it never stepped, so no round
+     * (they wait for --min-round-gap steps) moved it. */
+    for (int i = 0; i < 16; i++)
+        ck_assert_float_eq_tol(back[i], (float)i, 1e-4);
+    /* Errors: no checkpoint dir, nobody listening, an unknown command. */
+    ck_assert_int_eq(ctl(log, &out, (char *[]){"checkpoint", "--url", http, NULL}), 1);
+    ck_assert_ptr_nonnull(strstr(out, "without --checkpoint-dir"));
+    free(out);
+    ck_assert_int_eq(ctl(log, &out, (char *[]){"status", "--url", "http://127.0.0.1:1", NULL}), 1);
+    ck_assert_ptr_nonnull(strstr(out, "127.0.0.1:1"));
+    free(out);
+    ck_assert_int_eq(ctl(log, &out, (char *[]){"bogus", NULL}), 2);
+    ck_assert_ptr_nonnull(strstr(out, "unknown command bogus"));
+    free(out);
+    close(fd);
+    ss_shm_group_release(&g);
+    kill(a2, SIGTERM);
+    int st = proc_wait(a2, 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     Suite *s = suite_create("agent");
@@ -430,6 +511,7 @@ int main(void) {
     tcase_add_test(tc, dead_trainer_dropped_at_once);
     tcase_add_test(tc, http_bad_requests);
     tcase_add_test(tc, metrics_pass_promtool);
+    tcase_add_test(tc, ctl_commands);
     suite_add_tcase(s, tc);
     return ss_check_run(s);
 }

@@ -159,6 +159,17 @@ static void stop_ps(pid_t pid) {
     expect_exit_zero(pid, 30);
 }
 
+/* Two PS shards ("a,b" in targets) and the agent socket's path (a copy:
+ * path_in's buffers are reused). */
+static void start_two_ps(pid_t *ps0, pid_t *ps1, char *targets, size_t len, char *sock,
+                         size_t socklen) {
+    char t0[64], t1[64];
+    *ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", NULL);
+    *ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", NULL);
+    snprintf(targets, len, "%s,%s", t0, t1);
+    snprintf(sock, socklen, "%s", path_in("run/agent.sock"));
+}
+
 static void stop_agent(pid_t pid) {
     kill(pid, SIGTERM);
     expect_exit_zero(pid, 30);
@@ -169,12 +180,9 @@ static void stop_agent(pid_t pid) {
  * With `agent`, the trainers only train: one shadowsync-agent runs the
  * shadow pool for all three on their shared-memory replicas. */
 static void converge_with(const char *algo, bool agent) {
-    char t0[64], t1[64], targets[140], http[128];
-    pid_t ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", NULL);
-    pid_t ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", NULL);
-    snprintf(targets, sizeof targets, "%s,%s", t0, t1);
-    char sock[300]; /* a copy: path_in's buffers are reused */
-    snprintf(sock, sizeof sock, "%s", path_in("run/agent.sock"));
+    char targets[140], http[128], sock[300];
+    pid_t ps0, ps1;
+    start_two_ps(&ps0, &ps1, targets, sizeof targets, sock, sizeof sock);
     pid_t ag =
         agent ? agent_start(path_in("agent.log"), sock, targets, http, sizeof http, NULL) : 0;
     /* Final rounds long enough to overlap across trainers that finish a
@@ -239,12 +247,9 @@ END_TEST
  * replicas are their own memory), and a restarted agent on the same socket
  * gets all three back and runs rounds again within seconds. */
 START_TEST(test_sigkill_the_agent_trainers_keep_training) {
-    char t0[64], t1[64], targets[140], http[128];
-    pid_t ps0 = proc_start_ps(path_in("ps0.log"), t0, sizeof t0, "127.0.0.1:0", NULL);
-    pid_t ps1 = proc_start_ps(path_in("ps1.log"), t1, sizeof t1, "127.0.0.1:0", NULL);
-    snprintf(targets, sizeof targets, "%s,%s", t0, t1);
-    char sock[300]; /* a copy: path_in's buffers are reused */
-    snprintf(sock, sizeof sock, "%s", path_in("run/agent.sock"));
+    char targets[140], http[128], sock[300];
+    pid_t ps0, ps1;
+    start_two_ps(&ps0, &ps1, targets, sizeof targets, sock, sizeof sock);
     pid_t ag = agent_start(path_in("agent.log"), sock, targets, http, sizeof http, NULL);
     pid_t tr[3];
     char *extra[] = {"--agent", sock, "--batch", "16", "--progress", "0.1", NULL};
