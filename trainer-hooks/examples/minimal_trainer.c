@@ -5,10 +5,11 @@
  *   cc minimal_trainer.c $(pkg-config --cflags --libs shadowsync)
  * Usage: minimal-trainer [--ps host:port,...] [--steps N] [--mode M] [--step-us U]
  * (SHADOWSYNC_AGENT=<socket> hands the syncing to the host's agent.) */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
 
 #include "shadowsync/shadowsync.h"
 
@@ -55,8 +56,11 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < ss_dense_size(w); i++)
             x[i] -= 0.01f * (x[i] - (float)i); /* gradient of the quadratic */
         ss_trainer_step(t);
-        if (step_us > 0)
-            usleep((useconds_t)step_us);
+        if (step_us > 0) {
+            struct timespec pause = {.tv_sec = step_us / 1000000,
+                                     .tv_nsec = step_us % 1000000 * 1000};
+            nanosleep(&pause, NULL);
+        }
     }
     ss_dense_stats stats;
     ss_dense_get_stats(w, &stats);
