@@ -342,6 +342,61 @@ START_TEST(other_uid_refused) {
 }
 END_TEST
 
+/* As nobody with the supplementary group `users`: 0 when the agent lets
+ * it register, 1 when it cannot connect, 2 when the agent refuses it. */
+static char group_sock[160];
+static int nobody_in_users_hello(void) {
+    int fd = unix_connect(group_sock);
+    if (fd < 0)
+        return 1;
+    ss_status v = SS_ERR_INTERNAL;
+    if (hello(fd, "grouped", &v) != 0 || v != SS_OK)
+        return 2;
+    return 0;
+}
+
+static int as_nobody_in_users(int (*fn)(void)) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        gid_t users = 100;
+        if (setgroups(1, &users) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(100);
+        _exit(fn());
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 101;
+}
+
+/* --socket-group: the directory and socket open to the group, and a
+ * member by a supplementary group (not its primary gid) gets in. */
+START_TEST(socket_group_member_allowed) {
+    if (geteuid() != 0 || !getgrnam("users")) {
+        fprintf(stderr, "socket_group_member_allowed: needs root and group users; skipped\n");
+        return;
+    }
+    char log[160], http2[128], run2[100];
+    snprintf(run2, sizeof run2, "%s/grouped", dir);
+    snprintf(group_sock, sizeof group_sock, "%s/agent.sock", run2);
+    snprintf(log, sizeof log, "%s/agent-group.log", dir);
+    ck_assert_int_eq(chmod(dir, 0755), 0); /* the test's own directory */
+    char *extra[] = {"--socket-group", "users", NULL};
+    pid_t a2 = agent_start(log, group_sock, ps_target, http2, sizeof http2, extra);
+    struct stat sb;
+    ck_assert_int_eq(stat(run2, &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0750);
+    ck_assert_int_eq(sb.st_gid, 100);
+    ck_assert_int_eq(stat(group_sock, &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0660);
+    ck_assert_int_eq(as_nobody_in_users(nobody_in_users_hello), 0);
+    snprintf(group_sock, sizeof group_sock, "%s", sock_path); /* the fixture's agent: no group */
+    ck_assert_int_ne(as_nobody_in_users(nobody_in_users_hello), 0);
+    kill(a2, SIGTERM);
+    int st = proc_wait(a2, 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 START_TEST(http_bad_requests) {
     char *body = NULL;
     ck_assert_int_eq(http_request(http, "/healthz", NULL, NULL, 0, &body), 200);
@@ -509,6 +564,7 @@ int main(void) {
     tcase_add_test(tc, socket_huge_and_cut_frames);
     tcase_add_test(tc, other_uid_refused);
     tcase_add_test(tc, dead_trainer_dropped_at_once);
+    tcase_add_test(tc, socket_group_member_allowed);
     tcase_add_test(tc, http_bad_requests);
     tcase_add_test(tc, metrics_pass_promtool);
     tcase_add_test(tc, ctl_commands);

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
          "--socket-group)",
          NULL, 0, 0},
         {"socket-group", SS_FLAG_STRING, &socket_group,
-         "let this group's members (by primary gid) use the socket too", NULL, 0, 0},
+         "let this group's members (primary or supplementary gid) use the socket too", NULL, 0, 0},
         {"allow-uid", SS_FLAG_STRING, &allow,
          "more uids allowed at the socket, comma-separated (the agent's own uid always is)", NULL,
          0, 0},

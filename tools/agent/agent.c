@@ -333,13 +333,30 @@ static void *session_main(void *arg) {
 
 /* ---- accepting ---- */
 
-static bool peer_allowed(const ss_agent *a, const struct ucred *c) {
+/* With --socket-group, a member of the group by its primary gid or by a
+ * supplementary one (SO_PEERGROUPS: the peer's groups at connect time). */
+static bool peer_in_group(const ss_agent *a, int fd, const struct ucred *c) {
+    if (a->group_gid == (gid_t)-1)
+        return false;
+    if (c->gid == a->group_gid)
+        return true;
+    gid_t groups[256];
+    socklen_t len = sizeof groups;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+        return false;
+    for (size_t i = 0; i < len / sizeof *groups; i++)
+        if (groups[i] == a->group_gid)
+            return true;
+    return false;
+}
+
+static bool peer_allowed(const ss_agent *a, int fd, const struct ucred *c) {
     if (c->uid == a->self_uid)
         return true;
     for (size_t i = 0; i < a->cfg.nallow; i++)
         if (a->cfg.allow_uids[i] == c->uid)
             return true;
-    return a->group_gid != (gid_t)-1 && c->gid == a->group_gid;
+    return peer_in_group(a, fd, c);
 }
 
 static void session_free(agent_session *s) {
@@ -390,7 +407,7 @@ static void accept_one(ss_agent *a) {
         close(fd);
         return;
     }
-    if (!peer_allowed(a, &cred)) {
+    if (!peer_allowed(a, fd, &cred)) {
         ss_agent_count_reject(a, "uid");
         char msg[128];
         snprintf(msg, sizeof msg, "uid %d may not use this agent", (int)cred.uid);
