@@ -15,6 +15,7 @@
 
 struct ss_http_server {
     ss_http_config cfg;
+    char bind[300]; /* cfg.bind, kept */
     struct MHD_Daemon *daemon;
     uint16_t port;
     ss_counter *m_requests[4];
@@ -216,8 +217,15 @@ ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out) 
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (!s->daemon) {
         free(s);
+        if (cfg->optional) {
+            SS_LOG_WARNF("http", "event=http_off bind=%s note=\"address taken; pass --http\"",
+                         cfg->bind);
+            *out = NULL;
+            return SS_OK;
+        }
         return SS_ERR_IO;
     }
+    snprintf(s->bind, sizeof s->bind, "%s", cfg->bind);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : 0;
     *out = s;
@@ -226,6 +234,15 @@ ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out) 
 
 uint16_t ss_http_server_port(const ss_http_server *s) {
     return s ? s->port : 0;
+}
+
+void ss_http_server_address(const ss_http_server *s, char *out, size_t outlen) {
+    if (!s) {
+        snprintf(out, outlen, "off");
+        return;
+    }
+    const char *colon = strrchr(s->bind, ':'); /* parse_bind checked there is one */
+    snprintf(out, outlen, "%.*s:%u", (int)(colon - s->bind), s->bind, (unsigned)s->port);
 }
 
 void ss_http_server_stop(ss_http_server *s) {

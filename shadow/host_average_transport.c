@@ -188,43 +188,40 @@ static ss_status remote_half(host_avg *h, ha_group *g, const ss_round_result *re
     return st;
 }
 
-static ss_status ha_easgd(void *impl, const char *name, uint64_t member, const float *s,
-                          float alpha, float *d, size_t n) {
-    host_avg *h = impl;
+/* One host round for a member: the local mean m of the host's snapshots,
+ * then the remote half (remote_half). S-EASGD: out = d_i = (s_i - m) + D;
+ * MA/BMUF: out = the remote mean. */
+static ss_status host_round(host_avg *h, const char *name, uint64_t member, const float *s,
+                            size_t n, bool easgd, float alpha, float *out, ss_round_result *res) {
     ha_group *g = find(h, name);
     if (!g || g->n != n)
         return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
-    float *m = malloc(2 * n * sizeof(float));
+    float *m = malloc((easgd ? 2 : 1) * n * sizeof(float));
     if (!m)
         return SS_ERR_NO_MEMORY;
-    float *D = m + n;
-    ss_round_result res;
-    ss_status st = ss_transport_allreduce_mean(h->local, name, member, s, m, n, &res);
+    float *remote = easgd ? m + n : out;
+    ss_status st = ss_transport_allreduce_mean(h->local, name, member, s, m, n, res);
     if (st == SS_OK)
-        st = remote_half(h, g, &res, m, true, alpha, D);
-    if (st == SS_OK)
+        st = remote_half(h, g, res, m, easgd, alpha, remote);
+    if (st == SS_OK && easgd)
         for (size_t i = 0; i < n; i++)
-            d[i] = (s[i] - m[i]) + D[i];
+            out[i] = (s[i] - m[i]) + remote[i];
     free(m);
     return st;
 }
 
+static ss_status ha_easgd(void *impl, const char *name, uint64_t member, const float *s,
+                          float alpha, float *d, size_t n) {
+    ss_round_result res;
+    return host_round(impl, name, member, s, n, true, alpha, d, &res);
+}
+
 static ss_status ha_allreduce(void *impl, const char *name, uint64_t member, const float *s,
                               float *avg, size_t n, ss_round_result *result) {
-    host_avg *h = impl;
-    ha_group *g = find(h, name);
-    if (!g || g->n != n)
-        return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
-    float *m = malloc(n * sizeof(float));
-    if (!m)
-        return SS_ERR_NO_MEMORY;
     ss_round_result res;
-    ss_status st = ss_transport_allreduce_mean(h->local, name, member, s, m, n, &res);
-    if (st == SS_OK)
-        st = remote_half(h, g, &res, m, false, 0.0f, avg);
+    ss_status st = host_round(impl, name, member, s, n, false, 0.0f, avg, &res);
     if (st == SS_OK && result)
         *result = res;
-    free(m);
     return st;
 }
 

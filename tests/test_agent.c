@@ -76,6 +76,20 @@ static ss_status reply_of(int fd, char *msg, size_t msglen) {
     return verdict;
 }
 
+/* Creates a group's memfd (into g) and registers it on fd: the agent's
+ * verdict, or SS_ERR_IO when the memfd or the socket failed. */
+static ss_status register_group(int fd, const char *name, size_t n, ss_shm_group *g) {
+    ss_pb_agent_request rq;
+    ss_pb_register_group r;
+    register_request(&rq, &r, name, n);
+    ss_status v = SS_ERR_IO;
+    if (ss_shm_group_create(name, n, g) != SS_OK ||
+        ss_agent_send_request(fd, &rq, g->fd) != SS_OK ||
+        ss_agent_recv_reply(fd, 10000, &v, NULL, 0) != SS_OK)
+        return SS_ERR_IO;
+    return v;
+}
+
 /* The agent still serves: a new trainer says Hello and registers a group. */
 static void assert_still_serving(void) {
     int fd = unix_connect(sock_path);
@@ -84,13 +98,7 @@ static void assert_still_serving(void) {
     ck_assert_int_eq(hello(fd, "healthy", &v), 0);
     ck_assert_int_eq(v, SS_OK);
     ss_shm_group g;
-    ck_assert_int_eq(ss_shm_group_create("ok", 16, &g), SS_OK);
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
-    register_request(&rq, &r, "ok", 16);
-    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
-    char msg[256];
-    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_OK);
+    ck_assert_int_eq(register_group(fd, "ok", 16, &g), SS_OK);
     close(fd);
     ss_shm_group_release(&g);
 }
@@ -260,12 +268,7 @@ static int register_and_die(void) {
     if (fd < 0 || hello(fd, "doomed", &v) != 0 || v != SS_OK)
         return 1;
     ss_shm_group g;
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
-    register_request(&rq, &r, "doomed", 16);
-    if (ss_shm_group_create("doomed", 16, &g) != SS_OK ||
-        ss_agent_send_request(fd, &rq, g.fd) != SS_OK ||
-        ss_agent_recv_reply(fd, 10000, &v, NULL, 0) != SS_OK || v != SS_OK)
+    if (register_group(fd, "doomed", 16, &g) != SS_OK)
         return 1;
     raise(SIGKILL);
     return 1;
@@ -295,11 +298,12 @@ START_TEST(dead_trainer_dropped_at_once) {
 }
 END_TEST
 
-/* Runs fn as uid/gid 65534 (nobody) in a child; returns its exit code. */
-static int as_nobody(int (*fn)(void)) {
+/* Runs fn as uid/gid 65534 (nobody) with the supplementary groups
+ * `groups` in a child; returns its exit code. */
+static int as_nobody(int (*fn)(void), const gid_t *groups, size_t ngroups) {
     pid_t pid = fork();
     if (pid == 0) {
-        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+        if (setgroups(ngroups, groups) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
             _exit(100);
         _exit(fn());
     }
@@ -328,7 +332,7 @@ START_TEST(other_uid_refused) {
     struct stat sb;
     ck_assert_int_eq(stat(sock_path, &sb), 0);
     ck_assert_int_eq(sb.st_mode & 0777, 0600);
-    ck_assert_int_eq(as_nobody(nobody_hello), 1);
+    ck_assert_int_eq(as_nobody(nobody_hello, NULL, 0), 1);
     /* Opened up by mistake: the agent's SO_PEERCRED check still says no. */
     char run_dir[160];
     snprintf(run_dir, sizeof run_dir, "%s/run", dir);
@@ -336,7 +340,7 @@ START_TEST(other_uid_refused) {
     ck_assert_int_eq(chmod(run_dir, 0755), 0);
     ck_assert_int_eq(chmod(sock_path, 0666), 0);
     double before = rejected("uid");
-    ck_assert_int_eq(as_nobody(nobody_hello), 0);
+    ck_assert_int_eq(as_nobody(nobody_hello, NULL, 0), 0);
     ck_assert_double_eq(rejected("uid"), before + 1);
     assert_still_serving();
 }
@@ -353,19 +357,6 @@ static int nobody_in_users_hello(void) {
     if (hello(fd, "grouped", &v) != 0 || v != SS_OK)
         return 2;
     return 0;
-}
-
-static int as_nobody_in_users(int (*fn)(void)) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        gid_t users = 100;
-        if (setgroups(1, &users) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
-            _exit(100);
-        _exit(fn());
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 101;
 }
 
 /* --socket-group: the directory and socket open to the group, and a
@@ -388,9 +379,10 @@ START_TEST(socket_group_member_allowed) {
     ck_assert_int_eq(sb.st_gid, 100);
     ck_assert_int_eq(stat(group_sock, &sb), 0);
     ck_assert_int_eq(sb.st_mode & 0777, 0660);
-    ck_assert_int_eq(as_nobody_in_users(nobody_in_users_hello), 0);
+    const gid_t users = 100;
+    ck_assert_int_eq(as_nobody(nobody_in_users_hello, &users, 1), 0);
     snprintf(group_sock, sizeof group_sock, "%s", sock_path); /* the fixture's agent: no group */
-    ck_assert_int_ne(as_nobody_in_users(nobody_in_users_hello), 0);
+    ck_assert_int_ne(as_nobody(nobody_in_users_hello, &users, 1), 0);
     kill(a2, SIGTERM);
     int st = proc_wait(a2, 20);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -447,12 +439,7 @@ START_TEST(metrics_pass_promtool) {
     ss_status v;
     ck_assert_int_eq(hello(fd, "lint", &v), 0);
     ss_shm_group g;
-    ck_assert_int_eq(ss_shm_group_create("lint", 16, &g), SS_OK);
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
-    register_request(&rq, &r, "lint", 16);
-    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
-    ck_assert_int_eq(reply_of(fd, NULL, 0), SS_OK);
+    ck_assert_int_eq(register_group(fd, "lint", 16, &g), SS_OK);
     http_request(http, "/nope", NULL, NULL, 0, NULL); /* a labelled rejection series too */
     char *metrics = NULL;
     ck_assert_int_eq(http_request(http, "/metrics", NULL, NULL, 0, &metrics), 200);
@@ -499,14 +486,9 @@ START_TEST(ctl_commands) {
     ss_status v;
     ck_assert_int_eq(hello(fd, "viewer", &v), 0);
     ss_shm_group g;
-    ck_assert_int_eq(ss_shm_group_create("watched", 16, &g), SS_OK);
-    for (int i = 0; i < 16; i++)
+    ck_assert_int_eq(register_group(fd, "watched", 16, &g), SS_OK);
+    for (int i = 0; i < 16; i++) /* the agent runs no round before 4 steps */
         g.data[i] = (float)i;
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
-    register_request(&rq, &r, "watched", 16);
-    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
-    ck_assert_int_eq(reply_of(fd, NULL, 0), SS_OK);
 
     ck_assert_int_eq(ctl(log, &out, (char *[]){"status", "--url", http2, NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"role\":\"agent\""));

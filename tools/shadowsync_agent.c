@@ -193,46 +193,28 @@ int main(int argc, char **argv) {
                            .metrics = metrics,
                            .status_json = status_json,
                            .checkpoint = checkpoint,
-                           .ctx = &m};
-    if (st == SS_OK && *http && (st = ss_http_server_start(&hcfg, &srv)) != SS_OK) {
-        if (http == default_http) {
-            SS_LOG_WARNF("agent",
-                         "event=http_off bind=%s status=%s note=\"default port taken; "
-                         "pass --http\"",
-                         http, ss_status_name(st));
-            st = SS_OK;
-        } else {
-            fprintf(stderr, "shadowsync-agent: cannot serve HTTP on %s: %s\n", http,
-                    ss_strerror(st));
-        }
+                           .ctx = &m,
+                           .optional = http == default_http};
+    if (st == SS_OK && *http && (st = ss_http_server_start(&hcfg, &srv)) != SS_OK)
+        fprintf(stderr, "shadowsync-agent: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
+    if (st == SS_OK) {
+        char where[300];
+        ss_http_server_address(srv, where, sizeof where);
+        printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", socket_path, where, ps,
+               host_average ? " (host averaging)" : "");
+        fflush(stdout);
+        int sig;
+        sigwait(&sigs, &sig);
+        ss_log(SS_LOG_INFO, "agent", "event=stopping signal=%d", sig);
     }
-    if (st != SS_OK) {
-        ss_agent_destroy(m.agent);
-        if (transport != to_ps)
-            ss_transport_destroy(transport);
-        ss_transport_destroy(to_ps);
-        ss_metrics_destroy(metrics);
-        return 1;
-    }
-    char where[300] = "off";
-    if (srv) {
-        snprintf(where, sizeof where, "%s", http);
-        char *colon = strrchr(where, ':');
-        snprintf(colon + 1, sizeof where - (size_t)(colon + 1 - where), "%u",
-                 (unsigned)ss_http_server_port(srv));
-    }
-    printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", socket_path, where, ps,
-           host_average ? " (host averaging)" : "");
-    fflush(stdout);
-    int sig;
-    sigwait(&sigs, &sig);
-    ss_log(SS_LOG_INFO, "agent", "event=stopping signal=%d", sig);
     ss_http_server_stop(srv);
     ss_agent_destroy(m.agent);
     if (transport != to_ps)
         ss_transport_destroy(transport);
     ss_transport_destroy(to_ps);
     ss_metrics_destroy(metrics);
+    if (st != SS_OK)
+        return 1;
     printf("shadowsync-agent: stopped\n");
     return 0;
 }

@@ -25,11 +25,9 @@ typedef struct ps_state {
     ss_metrics *metrics;
     char listen[300]; /* the address actually served */
     uint64_t start_ns;
-    pthread_mutex_t mirror_lock;      /* one /metrics refresh at a time */
-    uint64_t reported[STATUS_GROUPS]; /* rounds already added to the counters, by index */
-    char reported_name[STATUS_GROUPS][128];
-    char path[4096];           /* checkpoint file; "" = none */
-    pthread_mutex_t save_lock; /* one writer of path.tmp at a time */
+    pthread_mutex_t mirror_lock; /* one /metrics refresh at a time */
+    char path[4096];             /* checkpoint file; "" = none */
+    pthread_mutex_t save_lock;   /* one writer of path.tmp at a time */
 } ps_state;
 
 static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *groups) {
@@ -312,27 +310,17 @@ int main(int argc, char **argv) {
                            .checkpoint = http_checkpoint,
                            .before_metrics = refresh_metrics,
                            .ctx = &ps};
-    char web_at[300] = "off";
+    hcfg.optional = http == default_http;
     if (*http && (st = ss_http_server_start(&hcfg, &web)) != SS_OK) {
-        if (http != default_http) {
-            fprintf(stderr, "shadowsync-ps: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
-            ss_rpc_server_stop(srv);
-            ss_emb_store_destroy(store);
-            ss_transport_destroy(ps.backend);
-            ss_metrics_destroy(metrics);
-            return 1;
-        }
-        SS_LOG_WARNF("ps",
-                     "event=http_off bind=%s status=%s note=\"default port taken; pass "
-                     "--http\"",
-                     http, ss_status_name(st));
+        fprintf(stderr, "shadowsync-ps: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
+        ss_rpc_server_stop(srv);
+        ss_emb_store_destroy(store);
+        ss_transport_destroy(ps.backend);
+        ss_metrics_destroy(metrics);
+        return 1;
     }
-    if (web) {
-        snprintf(web_at, sizeof web_at, "%s", http);
-        char *wc = strrchr(web_at, ':');
-        snprintf(wc + 1, sizeof web_at - (size_t)(wc + 1 - web_at), "%u",
-                 (unsigned)ss_http_server_port(web));
-    }
+    char web_at[300];
+    ss_http_server_address(web, web_at, sizeof web_at);
     printf("shadowsync-ps: listening on %s:%d%s, http on %s\n", host, ss_rpc_server_port(srv),
            *tls_cert ? (*tls_ca ? " (mutual TLS)" : " (TLS)") : "", web_at);
     fflush(stdout);

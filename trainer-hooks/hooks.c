@@ -31,7 +31,6 @@ struct ss_trainer {
     ss_trainer_config cfg;
     char *ps, *name, *tls_ca, *tls_cert, *tls_key, *agent; /* owned copies of cfg's strings */
     ss_agent_client *agent_client;                         /* agent mode until finish */
-    bool agent_finished;
     ss_sync_params params;
     ss_transport *transport;
     ss_engine *engine;
@@ -339,7 +338,7 @@ ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
     if (!g || !out)
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    if (g->shm.hdr && !g->trainer->agent_finished) { /* agent mode: what the agent published */
+    if (g->trainer->agent_client) { /* agent mode until finish: what the agent published */
         ss_shm_header *h = g->shm.hdr;
         out->iterations = ss_replica_iterations(g->replica);
         out->rounds = atomic_load(&h->rounds);
@@ -437,7 +436,6 @@ static ss_status finish_agent(ss_trainer *t, ss_status tables) {
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
-    t->agent_finished = true;
     ss_agent_client_destroy(t->agent_client);
     t->agent_client = NULL;
     return tables != SS_OK ? tables : st;
@@ -482,7 +480,7 @@ ss_status ss_trainer_finish(ss_trainer *t) {
 ss_status ss_trainer_close(ss_trainer *t) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = t->agent_finished ? SS_OK : ss_trainer_finish(t);
+    ss_status st = ss_trainer_finish(t);
     trainer_free(t);
     return st;
 }

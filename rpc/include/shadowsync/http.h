@@ -8,6 +8,7 @@
 #ifndef SHADOWSYNC_HTTP_H
 #define SHADOWSYNC_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,10 +30,16 @@ typedef struct ss_http_config {
     void (*before_metrics)(void *ctx);
     void *ctx;
     size_t max_body_bytes; /* larger request bodies: 413 (0 = 64 KiB) */
+    /* A bind that fails only warns: *out = NULL and SS_OK (for a default
+     * address, which another process on the host may hold). */
+    bool optional;
 } ss_http_config;
 
 ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out);
 uint16_t ss_http_server_port(const ss_http_server *s);
+/* "host:port" actually served (the port picked for port 0), or "off" for
+ * NULL. */
+void ss_http_server_address(const ss_http_server *s, char *out, size_t outlen);
 void ss_http_server_stop(ss_http_server *s);
 
 #endif
