@@ -428,6 +428,98 @@ START_TEST(test_min_round_gap_waits_for_progress) {
 }
 END_TEST
 
+/* Host-level averaging: two members of one host send snapshots; one
+ * exchange per local round reaches the remote (the PS), and each member's
+ * delta is (s_i - m) + alpha (m - c). Hand-computed values. */
+typedef struct ha_call {
+    ss_transport *t;
+    uint64_t member;
+    const float *s;
+    float d[2];
+    ss_status st;
+    bool ma;
+} ha_call;
+
+static void *ha_member(void *arg) {
+    ha_call *c = arg;
+    ss_round_result res;
+    c->st = c->ma ? ss_transport_allreduce_mean(c->t, "g", c->member, c->s, c->d, 2, &res)
+                  : ss_transport_easgd_exchange(c->t, "g", c->member, c->s, 0.5f, c->d, 2);
+    return NULL;
+}
+
+static void ha_round(ss_transport *t, const uint64_t member[2], const float *sa, const float *sb,
+                     bool ma, float *da, float *db) {
+    ha_call c[2] = {{.t = t, .member = member[0], .s = sa, .ma = ma},
+                    {.t = t, .member = member[1], .s = sb, .ma = ma}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, ha_member, &c[i]);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(c[i].st, SS_OK);
+    }
+    memcpy(da, c[0].d, sizeof c[0].d);
+    memcpy(db, c[1].d, sizeof c[1].d);
+}
+
+START_TEST(test_host_average_one_exchange_per_local_round) {
+    ss_inproc_config rc = {.round_deadline_ms = 1000};
+    ss_transport *remote, *host;
+    ck_assert_int_eq(ss_inproc_transport_create(&rc, &remote), SS_OK);
+    ck_assert_int_eq(ss_host_average_transport_create(remote, 5000, &host), SS_OK);
+    uint64_t m[2];
+    ck_assert_int_eq(ss_transport_join(host, "g", 2, &m[0]), SS_OK);
+    ck_assert_int_eq(ss_transport_join(host, "g", 2, &m[1]), SS_OK);
+    ss_inproc_group_info info;
+    size_t k;
+    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_uint_eq(info.members, 1); /* one member for the whole host */
+
+    /* Round 1: m = (2, 4) becomes the centre, D = 0: d = s - m. */
+    float da[2], db[2];
+    ha_round(host, m, (float[]){1, 3}, (float[]){3, 5}, false, da, db);
+    ck_assert_float_eq(da[0], -1);
+    ck_assert_float_eq(da[1], -1);
+    ck_assert_float_eq(db[0], 1);
+    ck_assert_float_eq(db[1], 1);
+    /* Round 2: m = (5, 7), D = 0.5 ((5, 7) - (2, 4)) = 1.5, c = (3.5, 5.5). */
+    ha_round(host, m, (float[]){4, 6}, (float[]){6, 8}, false, da, db);
+    ck_assert_float_eq(da[0], 0.5f);
+    ck_assert_float_eq(da[1], 0.5f);
+    ck_assert_float_eq(db[0], 2.5f);
+    ck_assert_float_eq(db[1], 2.5f);
+    float c[2];
+    ck_assert_int_eq(ss_transport_read_central(host, "g", c, 2), SS_OK);
+    ck_assert_float_eq(c[0], 3.5f);
+    ck_assert_float_eq(c[1], 5.5f);
+    /* MA: the remote round's mean of the host means, to both members. */
+    ha_round(host, m, (float[]){0, 2}, (float[]){2, 6}, true, da, db);
+    ck_assert_float_eq(da[0], 1);
+    ck_assert_float_eq(da[1], 4);
+    ck_assert_float_eq(db[0], 1);
+    ck_assert_float_eq(db[1], 4);
+    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_uint_eq(info.exchanges, 2); /* not 4 */
+    ck_assert_uint_eq(info.rounds, 1);    /* not 2 */
+    /* The last local member leaving takes the host out of the remote. */
+    ck_assert_int_eq(ss_transport_leave(host, "g", m[0]), SS_OK);
+    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_uint_eq(info.members, 1);
+    ck_assert_int_eq(ss_transport_leave(host, "g", m[1]), SS_OK);
+    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_uint_eq(info.members, 0);
+    /* Bad input: an unknown group, a size that is not the group's. */
+    float s[3] = {0}, d[3];
+    ck_assert_int_eq(ss_transport_easgd_exchange(host, "nope", m[0], s, 0.5f, d, 2),
+                     SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(ss_transport_easgd_exchange(host, "g", m[0], s, 0.5f, d, 3),
+                     SS_ERR_SIZE_MISMATCH);
+    ss_transport_destroy(host);
+    ss_transport_destroy(remote);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("engine");
     TCase *tc = tcase_create("engine");
@@ -443,6 +535,7 @@ int main(void) {
     tcase_add_test(tc, test_engine_start_pause_stop_several_groups);
     tcase_add_test(tc, test_sync_gap_accounting);
     tcase_add_test(tc, test_min_round_gap_waits_for_progress);
+    tcase_add_test(tc, test_host_average_one_exchange_per_local_round);
     suite_add_tcase(s, tc);
     return ss_check_run(s);
 }
