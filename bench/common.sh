@@ -2,7 +2,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
-if [ ! -x build/tools/ctr-train ] || [ "${SS_BENCH_REBUILD:-1}" = 1 ]; then
+if [ ! -x build/bin/ctr-train ] || [ "${SS_BENCH_REBUILD:-1}" = 1 ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build -j "$JOBS" >/dev/null
 fi
@@ -12,9 +12,9 @@ mkdir -p out
 make_data() {
   local rows=$1
   [ -s "out/train-$rows.tsv" ] ||
-    ./build/tools/ctr-gen --rows "$rows" --model-seed 42 --data-seed 1 --out "out/train-$rows.tsv" --quiet >/dev/null
+    ./build/bin/ctr-gen --rows "$rows" --model-seed 42 --data-seed 1 --out "out/train-$rows.tsv" --quiet >/dev/null
   [ -s out/test.tsv ] ||
-    ./build/tools/ctr-gen --rows 100000 --model-seed 42 --data-seed 2 --out out/test.tsv \
+    ./build/bin/ctr-gen --rows 100000 --model-seed 42 --data-seed 2 --out out/test.tsv \
       --probs out/test.probs --quiet > out/test.gen.txt
 }
 

@@ -15,12 +15,12 @@ for mode in array local remote cached; do
   ps=
   extra=()
   if [ "$mode" = remote ] || [ "$mode" = cached ]; then
-    ./build/tools/shadowsync-ps --listen 127.0.0.1:0 >out/bench-ps.log 2>&1 &
+    ./build/bin/shadowsync-ps --listen 127.0.0.1:0 >out/bench-ps.log 2>&1 &
     ps=$!
     for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
     extra=(--emb-ps "$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')")
   fi
-  out=$(./build/tools/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv --sync none \
+  out=$(./build/bin/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv --sync none \
     --progress 0 --emb "$mode" "${extra[@]}")
   [ -z "$ps" ] || { kill "$ps"; wait "$ps" 2>/dev/null || true; }
   NE[$mode]=$(summary_field "$out" ne)

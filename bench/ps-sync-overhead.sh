@@ -13,7 +13,7 @@ USE_ROWS=${USE_ROWS:-300000}
 REPS=${REPS:-3}
 ALGO=${ALGO:-easgd}
 make_data "$ROWS"
-./build/tools/shadowsync-ps --listen 127.0.0.1:0 >out/bench-ps.log 2>&1 &
+./build/bin/shadowsync-ps --listen 127.0.0.1:0 >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
@@ -28,7 +28,7 @@ for rep in $(seq "$REPS"); do
       shadow) args=(--sync shadow) ;;
       foreground-*) args=(--sync foreground --sync-every "${mode#foreground-}") ;;
     esac
-    out=$(./build/tools/ctr-train --ps "$addr" --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
+    out=$(./build/bin/ctr-train --ps "$addr" --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
       --test out/test.tsv --max-test-rows 1000 --algo "$ALGO" --final-rounds 0 --progress 0 \
       "${args[@]}")
     rate=$(summary_field "$out" examples/s)

@@ -10,7 +10,7 @@ make_data "$ROWS"
 echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt)"
 
 run() {
-  ./build/tools/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv --progress 0 "$@"
+  ./build/bin/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv --progress 0 "$@"
 }
 printf '%-42s %8s %8s %10s %12s %14s\n' setup ne auc ne_ratio examples/s sync_gap_mean
 base_ne=""

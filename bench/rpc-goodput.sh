@@ -19,7 +19,7 @@ import json, sys
 d = json.load(sys.stdin)["end"]
 print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_second"]) / 1e9)')
 wait
-./build/tools/shadowsync-ps --listen 127.0.0.1:0 --threads 2 >out/bench-ps.log 2>&1 &
+./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
@@ -27,7 +27,7 @@ addr=$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')
 echo "iperf3 TCP loopback, both directions at once: ${tcp} Gbit/s"
 printf '%-10s %10s %16s %12s\n' floats round_ms goodput_gbit_s ratio_tcp
 for n in 1048576 10485760; do
-  line=$(./build/tools/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS")
+  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS")
   ms=$(grep -o 'round_ms=[0-9.]*' <<<"$line" | cut -d= -f2)
   gb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$line" | cut -d= -f2)
   printf '%-10s %10s %16s %12.3f\n' "$n" "$ms" "$gb" "$(awk -v a="$gb" -v b="$tcp" 'BEGIN {print a / b}')"

@@ -41,7 +41,7 @@ for rep in $(seq "$REPS"); do
       shadow-gap1) args+=(--sync shadow --min-round-gap 1) ;;
       foreground-*) args+=(--sync foreground --sync-every "${m#foreground-}") ;;
     esac
-    out=$(./build/tools/ctr-train --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
+    out=$(./build/bin/ctr-train --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
       --test out/test.tsv --max-test-rows 1000 --trainers "$TRAINERS" --workers "$WORKERS" \
       --algo "$ALGO" --final-rounds 0 --progress 0 "${args[@]}")
     rate=$(summary_field "$out" examples/s)

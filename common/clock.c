@@ -1,19 +1,19 @@
-#include "shadowsync/clock.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <time.h>
 
-uint64_t ss_now_ns(void) {
+uint64_t ss__now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-double ss_now_s(void) {
-    return (double)ss_now_ns() * 1e-9;
+double ss__now_s(void) {
+    return (double)ss__now_ns() * 1e-9;
 }
 
-void ss_sleep_ns(uint64_t ns) {
+void ss__sleep_ns(uint64_t ns) {
     struct timespec req = {.tv_sec = (time_t)(ns / 1000000000ull),
                            .tv_nsec = (long)(ns % 1000000000ull)};
     while (nanosleep(&req, &req) != 0 && errno == EINTR) {

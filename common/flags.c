@@ -1,4 +1,4 @@
-#include "shadowsync/flags.h"
+#include "common/flags.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ss_flags_env_name(const char *flag_name, char *out, size_t outlen) {
+void ss__flags_env_name(const char *flag_name, char *out, size_t outlen) {
     static const char prefix[] = "SHADOWSYNC_";
     size_t o = 0;
     for (size_t i = 0; prefix[i] && o + 1 < outlen; i++)
@@ -34,7 +34,7 @@ static bool choice_allowed(const char *choices, const char *value) {
     return false;
 }
 
-static ss_status set_value(const ss_flag *f, const char *value, const char *source, char *err,
+static ss_status set_value(const ss__flag *f, const char *value, const char *source, char *err,
                            size_t errlen) {
     char *end = NULL;
     switch (f->type) {
@@ -90,15 +90,15 @@ static ss_status set_value(const ss_flag *f, const char *value, const char *sour
     return SS_ERR_INTERNAL;
 }
 
-static const ss_flag *find_flag(const ss_flag *flags, size_t n, const char *name, size_t len) {
+static const ss__flag *find_flag(const ss__flag *flags, size_t n, const char *name, size_t len) {
     for (size_t i = 0; i < n; i++)
         if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0)
             return &flags[i];
     return NULL;
 }
 
-ss_status ss_flags_parse(const ss_flag *flags, size_t nflags, int argc, char **argv, bool *help,
-                         char *err, size_t errlen) {
+ss_status ss__flags_parse(const ss__flag *flags, size_t nflags, int argc, char **argv, bool *help,
+                          char *err, size_t errlen) {
     if (!flags || !argv || !help || !err)
         return SS_ERR_INVALID_ARGUMENT;
     *help = false;
@@ -111,7 +111,7 @@ ss_status ss_flags_parse(const ss_flag *flags, size_t nflags, int argc, char **a
     }
     for (size_t i = 0; i < nflags; i++) {
         char env_name[128];
-        ss_flags_env_name(flags[i].name, env_name, sizeof env_name);
+        ss__flags_env_name(flags[i].name, env_name, sizeof env_name);
         const char *env = getenv(env_name);
         if (env && *env) {
             char source[160];
@@ -130,7 +130,7 @@ ss_status ss_flags_parse(const ss_flag *flags, size_t nflags, int argc, char **a
         const char *name = arg + 2;
         const char *eq = strchr(name, '=');
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
-        const ss_flag *f = find_flag(flags, nflags, name, name_len);
+        const ss__flag *f = find_flag(flags, nflags, name, name_len);
         if (!f) {
             snprintf(err, errlen, "unknown flag '--%.*s' (see --help)", (int)name_len, name);
             return SS_ERR_INVALID_ARGUMENT;
@@ -154,7 +154,7 @@ ss_status ss_flags_parse(const ss_flag *flags, size_t nflags, int argc, char **a
     return SS_OK;
 }
 
-static const char *type_name(ss_flag_type t) {
+static const char *type_name(ss__flag_type t) {
     switch (t) {
     case SS_FLAG_STRING:
         return "string";
@@ -168,14 +168,14 @@ static const char *type_name(ss_flag_type t) {
     return "?";
 }
 
-void ss_flags_print_help(FILE *out, const char *prog, const char *summary, const ss_flag *flags,
-                         size_t nflags) {
+void ss__flags_print_help(FILE *out, const char *prog, const char *summary, const ss__flag *flags,
+                          size_t nflags) {
     fprintf(out, "Usage: %s [flags]\n\n%s\n\nFlags (environment fallback in brackets):\n", prog,
             summary);
     for (size_t i = 0; i < nflags; i++) {
-        const ss_flag *f = &flags[i];
+        const ss__flag *f = &flags[i];
         char env_name[128], def[128];
-        ss_flags_env_name(f->name, env_name, sizeof env_name);
+        ss__flags_env_name(f->name, env_name, sizeof env_name);
         switch (f->type) {
         case SS_FLAG_STRING: {
             const char *v = *(const char **)f->dest;

@@ -1,4 +1,4 @@
-#include "shadowsync/log.h"
+#include "common/log.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -12,37 +12,37 @@ static atomic_int log_threshold = -1;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
 
-ss_status ss_log_level_parse(const char *text, ss_log_level *out) {
+ss_status ss__log_level_parse(const char *text, ss__log_level *out) {
     if (!text || !out)
         return SS_ERR_INVALID_ARGUMENT;
     for (int i = 0; i <= SS_LOG_OFF; i++) {
         if (strcmp(text, level_names[i]) == 0) {
-            *out = (ss_log_level)i;
+            *out = (ss__log_level)i;
             return SS_OK;
         }
     }
     return SS_ERR_INVALID_ARGUMENT;
 }
 
-void ss_log_set_level(ss_log_level level) {
+void ss__log_set_level(ss__log_level level) {
     atomic_store(&log_threshold, (int)level);
 }
 
-ss_log_level ss_log_get_level(void) {
+ss__log_level ss__log_get_level(void) {
     int lvl = atomic_load(&log_threshold);
     if (lvl < 0) {
-        ss_log_level parsed = SS_LOG_INFO;
+        ss__log_level parsed = SS_LOG_INFO;
         const char *env = getenv("SHADOWSYNC_LOG_LEVEL");
-        if (env && ss_log_level_parse(env, &parsed) != SS_OK)
+        if (env && ss__log_level_parse(env, &parsed) != SS_OK)
             parsed = SS_LOG_INFO;
         lvl = (int)parsed;
         atomic_store(&log_threshold, lvl);
     }
-    return (ss_log_level)lvl;
+    return (ss__log_level)lvl;
 }
 
-void ss_log(ss_log_level level, const char *component, const char *fmt, ...) {
-    if (level < ss_log_get_level() || level >= SS_LOG_OFF)
+void ss__log(ss__log_level level, const char *component, const char *fmt, ...) {
+    if (level < ss__log_get_level() || level >= SS_LOG_OFF)
         return;
     char line[1024];
     struct timespec ts;

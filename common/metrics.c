@@ -1,4 +1,4 @@
-#include "shadowsync/metrics.h"
+#include "common/metrics.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -33,13 +33,13 @@ static void atomic_double_add(atomic_double_bits *a, double v) {
     }
 }
 
-struct ss_counter {
+struct ss__counter {
     _Atomic uint64_t value;
 };
-struct ss_gauge {
+struct ss__gauge {
     atomic_double_bits value;
 };
-struct ss_histogram {
+struct ss__histogram {
     size_t nbounds;
     double *bounds;
     _Atomic uint64_t *buckets; /* nbounds + 1, last is +Inf; not cumulative */
@@ -50,9 +50,9 @@ struct ss_histogram {
 typedef struct series {
     char *labels; /* rendered `k="v",k2="v2"` or "" */
     union {
-        ss_counter counter;
-        ss_gauge gauge;
-        ss_histogram hist;
+        ss__counter counter;
+        ss__gauge gauge;
+        ss__histogram hist;
     } u;
 } series;
 
@@ -64,13 +64,13 @@ typedef struct family {
     size_t nseries, capseries;
 } family;
 
-struct ss_metrics {
+struct ss__metrics {
     pthread_mutex_t lock;
     family *families;
     size_t nfamilies, capfamilies;
 };
 
-int ss_metrics_name_valid(const char *name) {
+int ss__metrics_name_valid(const char *name) {
     if (!name || !*name)
         return 0;
     for (const char *p = name; *p; p++) {
@@ -83,10 +83,10 @@ int ss_metrics_name_valid(const char *name) {
     return 1;
 }
 
-ss_status ss_metrics_create(ss_metrics **out) {
+ss_status ss__metrics_create(ss__metrics **out) {
     if (!out)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_metrics *reg = calloc(1, sizeof *reg);
+    ss__metrics *reg = calloc(1, sizeof *reg);
     if (!reg)
         return SS_ERR_NO_MEMORY;
     pthread_mutex_init(&reg->lock, NULL);
@@ -94,7 +94,7 @@ ss_status ss_metrics_create(ss_metrics **out) {
     return SS_OK;
 }
 
-void ss_metrics_destroy(ss_metrics *reg) {
+void ss__metrics_destroy(ss__metrics *reg) {
     if (!reg)
         return;
     for (size_t i = 0; i < reg->nfamilies; i++) {
@@ -146,7 +146,7 @@ static size_t escape_into(char *dst, const char *src) {
 static ss_status render_labels(const char *const *labels, char **out) {
     size_t len = 0;
     for (size_t i = 0; labels && labels[i]; i += 2) {
-        if (!labels[i + 1] || !ss_metrics_name_valid(labels[i]) || strchr(labels[i], ':'))
+        if (!labels[i + 1] || !ss__metrics_name_valid(labels[i]) || strchr(labels[i], ':'))
             return SS_ERR_INVALID_ARGUMENT;
         len += strlen(labels[i]) + 4 + escape_into(NULL, labels[i + 1]);
     }
@@ -172,10 +172,10 @@ static ss_status render_labels(const char *const *labels, char **out) {
 
 /* hist_init, when non-NULL, is installed into a newly created series under
  * the lock, so no reader ever sees a histogram without buckets. */
-static ss_status get_series(ss_metrics *reg, const char *name, const char *help, metric_kind kind,
-                            const char *const *labels, const ss_histogram *hist_init, series **out,
+static ss_status get_series(ss__metrics *reg, const char *name, const char *help, metric_kind kind,
+                            const char *const *labels, const ss__histogram *hist_init, series **out,
                             bool *created) {
-    if (!reg || !out || !ss_metrics_name_valid(name) || !help)
+    if (!reg || !out || !ss__metrics_name_valid(name) || !help)
         return SS_ERR_INVALID_ARGUMENT;
     char *lab = NULL;
     ss_status st = render_labels(labels, &lab);
@@ -252,8 +252,8 @@ out:
     return st;
 }
 
-ss_status ss_metrics_counter(ss_metrics *reg, const char *name, const char *help,
-                             const char *const *labels, ss_counter **out) {
+ss_status ss__metrics_counter(ss__metrics *reg, const char *name, const char *help,
+                              const char *const *labels, ss__counter **out) {
     series *s;
     bool created;
     ss_status st = get_series(reg, name, help, KIND_COUNTER, labels, NULL, &s, &created);
@@ -262,8 +262,8 @@ ss_status ss_metrics_counter(ss_metrics *reg, const char *name, const char *help
     return st;
 }
 
-ss_status ss_metrics_gauge(ss_metrics *reg, const char *name, const char *help,
-                           const char *const *labels, ss_gauge **out) {
+ss_status ss__metrics_gauge(ss__metrics *reg, const char *name, const char *help,
+                            const char *const *labels, ss__gauge **out) {
     series *s;
     bool created;
     ss_status st = get_series(reg, name, help, KIND_GAUGE, labels, NULL, &s, &created);
@@ -272,9 +272,9 @@ ss_status ss_metrics_gauge(ss_metrics *reg, const char *name, const char *help,
     return st;
 }
 
-ss_status ss_metrics_histogram(ss_metrics *reg, const char *name, const char *help,
-                               const char *const *labels, const double *bounds, size_t nbounds,
-                               ss_histogram **out) {
+ss_status ss__metrics_histogram(ss__metrics *reg, const char *name, const char *help,
+                                const char *const *labels, const double *bounds, size_t nbounds,
+                                ss__histogram **out) {
     if (!bounds || nbounds == 0)
         return SS_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < nbounds; i++)
@@ -282,7 +282,7 @@ ss_status ss_metrics_histogram(ss_metrics *reg, const char *name, const char *he
             return SS_ERR_INVALID_ARGUMENT;
     series *s;
     bool created;
-    ss_histogram init = {.nbounds = nbounds};
+    ss__histogram init = {.nbounds = nbounds};
     init.bounds = malloc(nbounds * sizeof *init.bounds);
     init.buckets = calloc(nbounds + 1, sizeof *init.buckets);
     if (!init.bounds || !init.buckets) {
@@ -301,23 +301,23 @@ ss_status ss_metrics_histogram(ss_metrics *reg, const char *name, const char *he
     return st;
 }
 
-void ss_counter_add(ss_counter *c, uint64_t v) {
+void ss__counter_add(ss__counter *c, uint64_t v) {
     atomic_fetch_add_explicit(&c->value, v, memory_order_relaxed);
 }
-uint64_t ss_counter_value(const ss_counter *c) {
-    return atomic_load_explicit(&((ss_counter *)c)->value, memory_order_relaxed);
+uint64_t ss__counter_value(const ss__counter *c) {
+    return atomic_load_explicit(&((ss__counter *)c)->value, memory_order_relaxed);
 }
-void ss_gauge_set(ss_gauge *g, double v) {
+void ss__gauge_set(ss__gauge *g, double v) {
     atomic_store_explicit(&g->value, double_to_bits(v), memory_order_relaxed);
 }
-void ss_gauge_add(ss_gauge *g, double v) {
+void ss__gauge_add(ss__gauge *g, double v) {
     atomic_double_add(&g->value, v);
 }
-double ss_gauge_value(const ss_gauge *g) {
-    return bits_to_double(atomic_load_explicit(&((ss_gauge *)g)->value, memory_order_relaxed));
+double ss__gauge_value(const ss__gauge *g) {
+    return bits_to_double(atomic_load_explicit(&((ss__gauge *)g)->value, memory_order_relaxed));
 }
 
-void ss_histogram_observe(ss_histogram *h, double v) {
+void ss__histogram_observe(ss__histogram *h, double v) {
     size_t i = 0;
     while (i < h->nbounds && v > h->bounds[i])
         i++;
@@ -325,11 +325,11 @@ void ss_histogram_observe(ss_histogram *h, double v) {
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
     atomic_double_add(&h->sum, v);
 }
-uint64_t ss_histogram_count(const ss_histogram *h) {
-    return atomic_load_explicit(&((ss_histogram *)h)->count, memory_order_relaxed);
+uint64_t ss__histogram_count(const ss__histogram *h) {
+    return atomic_load_explicit(&((ss__histogram *)h)->count, memory_order_relaxed);
 }
-double ss_histogram_sum(const ss_histogram *h) {
-    return bits_to_double(atomic_load_explicit(&((ss_histogram *)h)->sum, memory_order_relaxed));
+double ss__histogram_sum(const ss__histogram *h) {
+    return bits_to_double(atomic_load_explicit(&((ss__histogram *)h)->sum, memory_order_relaxed));
 }
 
 typedef struct strbuf {
@@ -387,11 +387,11 @@ static void render_help(strbuf *b, const char *help) {
 }
 
 static void render_histogram(strbuf *b, const char *name, const series *s) {
-    const ss_histogram *h = &s->u.hist;
+    const ss__histogram *h = &s->u.hist;
     const char *sep = s->labels[0] ? "," : "";
     uint64_t cum = 0;
     for (size_t i = 0; i <= h->nbounds; i++) {
-        cum += atomic_load_explicit(&((ss_histogram *)h)->buckets[i], memory_order_relaxed);
+        cum += atomic_load_explicit(&((ss__histogram *)h)->buckets[i], memory_order_relaxed);
         sb_printf(b, "%s_bucket{%s%sle=\"", name, s->labels, sep);
         if (i < h->nbounds)
             sb_double(b, h->bounds[i]);
@@ -401,12 +401,12 @@ static void render_histogram(strbuf *b, const char *name, const series *s) {
     }
     const char *lb = s->labels[0] ? "{" : "", *rb = s->labels[0] ? "}" : "";
     sb_printf(b, "%s_sum%s%s%s ", name, lb, s->labels, rb);
-    sb_double(b, ss_histogram_sum(h));
+    sb_double(b, ss__histogram_sum(h));
     /* _count equals the +Inf bucket so a scrape is self-consistent. */
     sb_printf(b, "\n%s_count%s%s%s %llu\n", name, lb, s->labels, rb, (unsigned long long)cum);
 }
 
-ss_status ss_metrics_render(ss_metrics *reg, char **out, size_t *len) {
+ss_status ss__metrics_render(ss__metrics *reg, char **out, size_t *len) {
     if (!reg || !out)
         return SS_ERR_INVALID_ARGUMENT;
     strbuf b = {.p = malloc(4096), .cap = 4096};
@@ -431,9 +431,9 @@ ss_status ss_metrics_render(ss_metrics *reg, char **out, size_t *len) {
             else
                 sb_printf(&b, "%s ", f->name);
             if (f->kind == KIND_COUNTER)
-                sb_printf(&b, "%llu\n", (unsigned long long)ss_counter_value(&s->u.counter));
+                sb_printf(&b, "%llu\n", (unsigned long long)ss__counter_value(&s->u.counter));
             else {
-                sb_double(&b, ss_gauge_value(&s->u.gauge));
+                sb_double(&b, ss__gauge_value(&s->u.gauge));
                 sb_printf(&b, "\n");
             }
         }

@@ -1,10 +1,10 @@
-#include "shadowsync/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-void ss_strbuf_printf(ss_strbuf *b, const char *fmt, ...) {
+void ss__strbuf_printf(ss__strbuf *b, const char *fmt, ...) {
     if (b->failed)
         return;
     for (;;) {
@@ -36,10 +36,10 @@ void ss_strbuf_printf(ss_strbuf *b, const char *fmt, ...) {
     }
 }
 
-ss_status ss_strbuf_take(ss_strbuf *b, char **out, size_t *len) {
+ss_status ss__strbuf_take(ss__strbuf *b, char **out, size_t *len) {
     if (b->failed || !b->data) {
         bool failed = b->failed;
-        ss_strbuf_free(b);
+        ss__strbuf_free(b);
         if (failed)
             return SS_ERR_NO_MEMORY;
         *out = calloc(1, 1);
@@ -55,7 +55,7 @@ ss_status ss_strbuf_take(ss_strbuf *b, char **out, size_t *len) {
     return SS_OK;
 }
 
-void ss_strbuf_free(ss_strbuf *b) {
+void ss__strbuf_free(ss__strbuf *b) {
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;

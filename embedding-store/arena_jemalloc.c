@@ -3,16 +3,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "row_arena.h"
+#include "embedding-store/row_arena_internal.h"
 
-struct ss_row_arena {
+struct ss__row_arena {
     unsigned index;
     int flags;
     size_t row_size;
 };
 
-ss_row_arena *ss_row_arena_create(size_t row_size) {
-    ss_row_arena *a = calloc(1, sizeof *a);
+ss__row_arena *ss__row_arena_create(size_t row_size) {
+    ss__row_arena *a = calloc(1, sizeof *a);
     size_t sz = sizeof a->index;
     if (!a || mallctl("arenas.create", &a->index, &sz, NULL, 0) != 0) {
         free(a);
@@ -25,19 +25,19 @@ ss_row_arena *ss_row_arena_create(size_t row_size) {
     return a;
 }
 
-void *ss_row_arena_alloc(ss_row_arena *a) {
+void *ss__row_arena_alloc(ss__row_arena *a) {
     return mallocx(a->row_size, a->flags);
 }
 
-void ss_row_arena_free(ss_row_arena *a, void *row) {
+void ss__row_arena_free(ss__row_arena *a, void *row) {
     dallocx(row, a->flags);
 }
 
-bool ss_row_arena_frees_all(void) {
+bool ss__row_arena_frees_all(void) {
     return true;
 }
 
-void ss_row_arena_destroy(ss_row_arena *a) {
+void ss__row_arena_destroy(ss__row_arena *a) {
     if (!a)
         return;
     char name[64];
@@ -48,11 +48,11 @@ void ss_row_arena_destroy(ss_row_arena *a) {
     free(a);
 }
 
-size_t ss_row_arena_row_bytes(const ss_row_arena *a) {
+size_t ss__row_arena_row_bytes(const ss__row_arena *a) {
     return nallocx(a->row_size, a->flags);
 }
 
-uint64_t ss_row_arena_allocated(const ss_row_arena *a) {
+uint64_t ss__row_arena_allocated(const ss__row_arena *a) {
     uint64_t epoch = 1;
     size_t sz = sizeof epoch;
     if (mallctl("epoch", &epoch, &sz, &epoch, sz) != 0)

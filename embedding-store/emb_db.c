@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emb_db.h"
+#include "embedding-store/emb_db_internal.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "rows are stored as little-endian float32; add byte swapping for this target"
@@ -16,7 +16,7 @@
 #define SPEC_PREFIX   "\xff\xff\xff\xffspec:"
 #define SPEC_PREFIX_N 9
 
-struct ss_emb_db {
+struct ss__emb_db {
     rocksdb_t *db;
     rocksdb_options_t *opts;
     rocksdb_block_based_table_options_t *table_opts;
@@ -44,8 +44,8 @@ static void set_why(char *why, size_t whylen, const char *what, const char *err)
         snprintf(why, whylen, "%s: %s", what, err ? err : "unknown RocksDB error");
 }
 
-ss_status ss_emb_db_open(const char *path, ss_emb_db **out, char *why, size_t whylen) {
-    ss_emb_db *db = calloc(1, sizeof *db);
+ss_status ss__emb_db_open(const char *path, ss__emb_db **out, char *why, size_t whylen) {
+    ss__emb_db *db = calloc(1, sizeof *db);
     if (!db)
         return SS_ERR_NO_MEMORY;
     db->opts = rocksdb_options_create();
@@ -75,7 +75,7 @@ ss_status ss_emb_db_open(const char *path, ss_emb_db **out, char *why, size_t wh
     return SS_OK;
 }
 
-void ss_emb_db_close(ss_emb_db *db) {
+void ss__emb_db_close(ss__emb_db *db) {
     if (!db)
         return;
     rocksdb_close(db->db);
@@ -87,8 +87,8 @@ void ss_emb_db_close(ss_emb_db *db) {
     free(db);
 }
 
-ss_status ss_emb_db_get_rows(ss_emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
-                             size_t row_floats, float *rows, bool *found) {
+ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                              size_t row_floats, float *rows, bool *found) {
     if (n == 0)
         return SS_OK;
     unsigned char *keys = malloc(n * KEY_LEN);
@@ -132,8 +132,8 @@ ss_status ss_emb_db_get_rows(ss_emb_db *db, uint32_t table_id, const uint64_t *i
     return st;
 }
 
-ss_status ss_emb_db_put_rows(ss_emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
-                             size_t row_floats, const float *rows, bool sync) {
+ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                              size_t row_floats, const float *rows, bool sync) {
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     unsigned char key[KEY_LEN];
     for (size_t i = 0; i < n; i++) {
@@ -157,7 +157,7 @@ typedef struct spec_record {
     float lr, eps, init_scale;
 } __attribute__((packed)) spec_record;
 
-ss_status ss_emb_db_put_spec(ss_emb_db *db, const ss_emb_spec *spec) {
+ss_status ss__emb_db_put_spec(ss__emb_db *db, const ss__emb_spec *spec) {
     char key[SPEC_PREFIX_N + SS_EMB_NAME_MAX];
     size_t nlen = strlen(spec->name);
     memcpy(key, SPEC_PREFIX, SPEC_PREFIX_N);
@@ -178,8 +178,8 @@ ss_status ss_emb_db_put_spec(ss_emb_db *db, const ss_emb_spec *spec) {
     return SS_OK;
 }
 
-ss_status ss_emb_db_each_spec(ss_emb_db *db, ss_status (*fn)(void *ctx, const ss_emb_spec *spec),
-                              void *ctx) {
+ss_status ss__emb_db_each_spec(ss__emb_db *db, ss_status (*fn)(void *ctx, const ss__emb_spec *spec),
+                               void *ctx) {
     rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
     ss_status st = SS_OK;
     for (rocksdb_iter_seek(it, SPEC_PREFIX, SPEC_PREFIX_N); st == SS_OK && rocksdb_iter_valid(it);
@@ -200,20 +200,20 @@ ss_status ss_emb_db_each_spec(ss_emb_db *db, ss_status (*fn)(void *ctx, const ss
             st = SS_ERR_PARSE;
             break;
         }
-        ss_emb_spec spec = {.dim = r.dim,
-                            .optimizer = (ss_emb_optimizer)r.optimizer,
-                            .lr = r.lr,
-                            .eps = r.eps,
-                            .init_scale = r.init_scale};
+        ss__emb_spec spec = {.dim = r.dim,
+                             .optimizer = (ss__emb_optimizer)r.optimizer,
+                             .lr = r.lr,
+                             .eps = r.eps,
+                             .init_scale = r.init_scale};
         memcpy(spec.name, k + SPEC_PREFIX_N, nlen);
         spec.name[nlen] = '\0';
-        st = ss_emb_spec_check(&spec, NULL, 0) == SS_OK ? fn(ctx, &spec) : SS_ERR_PARSE;
+        st = ss__emb_spec_check(&spec, NULL, 0) == SS_OK ? fn(ctx, &spec) : SS_ERR_PARSE;
     }
     rocksdb_iter_destroy(it);
     return st;
 }
 
-ss_status ss_emb_db_checkpoint(ss_emb_db *db, const char *dir, char *why, size_t whylen) {
+ss_status ss__emb_db_checkpoint(ss__emb_db *db, const char *dir, char *why, size_t whylen) {
     char *err = NULL;
     rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(db->db, &err);
     if (!err)

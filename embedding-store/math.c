@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "shadowsync/emb_table.h"
+#include "embedding-store/emb_table.h"
 
-ss_status ss_emb_spec_init(ss_emb_spec *spec, const char *name, uint32_t dim) {
+ss_status ss__emb_spec_init(ss__emb_spec *spec, const char *name, uint32_t dim) {
     if (!spec || !name || strlen(name) >= SS_EMB_NAME_MAX)
         return SS_ERR_INVALID_ARGUMENT;
     memset(spec, 0, sizeof *spec);
@@ -17,7 +17,7 @@ ss_status ss_emb_spec_init(ss_emb_spec *spec, const char *name, uint32_t dim) {
     spec->lr = 0.05f;
     spec->eps = 1e-8f;
     spec->init_scale = 0.01f;
-    return ss_emb_spec_check(spec, NULL, 0);
+    return ss__emb_spec_check(spec, NULL, 0);
 }
 
 static bool name_ok(const char *name) {
@@ -33,13 +33,13 @@ static bool name_ok(const char *name) {
     return true;
 }
 
-ss_status ss_emb_spec_check(const ss_emb_spec *spec, char *why, size_t whylen) {
+ss_status ss__emb_spec_check(const ss__emb_spec *spec, char *why, size_t whylen) {
     const char *bad = NULL;
     if (!spec)
         bad = "no spec";
     else if (!name_ok(spec->name))
         bad = "table name must be 1-63 characters of [A-Za-z0-9_.-]";
-    else if (ss_emb_table_id(spec->name) == 0xFFFFFFFFu)
+    else if (ss__emb_table_id(spec->name) == 0xFFFFFFFFu)
         bad = "table name hashes to the reserved id; pick another name";
     else if (spec->dim == 0 || spec->dim > SS_EMB_MAX_DIM)
         bad = "dim must be 1..4096";
@@ -56,15 +56,15 @@ ss_status ss_emb_spec_check(const ss_emb_spec *spec, char *why, size_t whylen) {
     return bad ? SS_ERR_INVALID_ARGUMENT : SS_OK;
 }
 
-size_t ss_emb_state_floats(ss_emb_optimizer opt) {
+size_t ss__emb_state_floats(ss__emb_optimizer opt) {
     return opt == SS_EMB_ADAGRAD ? 1 : 0;
 }
 
-size_t ss_emb_row_floats(const ss_emb_spec *spec) {
-    return spec->dim + ss_emb_state_floats(spec->optimizer);
+size_t ss__emb_row_floats(const ss__emb_spec *spec) {
+    return spec->dim + ss__emb_state_floats(spec->optimizer);
 }
 
-uint32_t ss_emb_table_id(const char *name) {
+uint32_t ss__emb_table_id(const char *name) {
     uint32_t h = 2166136261u;
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         h = (h ^ *p) * 16777619u;
@@ -82,8 +82,8 @@ static uint64_t row_key(uint32_t table_id, uint64_t id) {
     return splitmix64(splitmix64(id) ^ ((uint64_t)table_id * 0xD6E8FEB86659FD93ull));
 }
 
-void ss_emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, size_t dim,
-                     size_t state_floats) {
+void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, size_t dim,
+                      size_t state_floats) {
     uint64_t h = row_key(table_id, id);
     for (size_t j = 0; j < dim; j++) {
         /* 24 random bits -> [0, 1) exactly representable in a float */
@@ -94,7 +94,7 @@ void ss_emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, si
         row[dim + j] = 0.0f;
 }
 
-void ss_emb_apply_gradient(const ss_emb_spec *spec, float *row, const float *grad) {
+void ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad) {
     const size_t dim = spec->dim;
     if (spec->optimizer == SS_EMB_ADAGRAD) {
         float sq = 0.0f;
@@ -110,7 +110,7 @@ void ss_emb_apply_gradient(const ss_emb_spec *spec, float *row, const float *gra
     }
 }
 
-void ss_emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim) {
+void ss__emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim) {
     for (size_t j = 0; j < dim; j++) {
         float d = alpha * (x[j] - center[j]);
         center[j] += d;
@@ -118,7 +118,7 @@ void ss_emb_elastic(float *center, const float *x, float alpha, float *delta, si
     }
 }
 
-uint32_t ss_emb_shard_of(uint32_t table_id, uint64_t id, uint32_t shards) {
+uint32_t ss__emb_shard_of(uint32_t table_id, uint64_t id, uint32_t shards) {
     if (shards <= 1)
         return 0;
     uint64_t key = row_key(table_id, id);

@@ -8,38 +8,38 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "emb_db.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/emb_store.h"
-#include "shadowsync/log.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "embedding-store/emb_db_internal.h"
+#include "embedding-store/emb_store.h"
 
 #define FLUSH_BATCH      65536
 #define FLUSH_MAX_ROUNDS 1024
 
 typedef struct store_table {
-    ss_emb_table *t;
-    ss_emb_spec spec;
+    ss__emb_table *t;
+    ss__emb_spec spec;
     uint32_t tid;
-    struct ss_emb_store *st;
-    ss_counter *lookups, *pushes, *elastic;
+    struct ss__emb_store *st;
+    ss__counter *lookups, *pushes, *elastic;
 } store_table;
 
-struct ss_emb_store {
-    ss_emb_store_config cfg;
-    ss_metrics *metrics, *own_metrics;
-    ss_emb_db *db;
+struct ss__emb_store {
+    ss__emb_store_config cfg;
+    ss__metrics *metrics, *own_metrics;
+    ss__emb_db *db;
     pthread_rwlock_t lock; /* the table list */
     store_table *tables[SS_EMB_MAX_TABLES];
     size_t ntables;
     pthread_mutex_t flush_lock; /* one flush at a time (see flush_table) */
-    ss_emb_dirty scratch;       /* under flush_lock */
+    ss__emb_dirty scratch;      /* under flush_lock */
     pthread_mutex_t stop_lock;
     pthread_cond_t stop_cond;
     bool stop, flusher_running;
     pthread_t flusher;
-    ss_counter *flushed_rows, *flushes, *evicted;
-    ss_histogram *flush_seconds, *checkpoint_seconds;
-    ss_gauge *resident_rows;
+    ss__counter *flushed_rows, *flushes, *evicted;
+    ss__histogram *flush_seconds, *checkpoint_seconds;
+    ss__gauge *resident_rows;
 };
 
 static const double k_seconds_bounds[] = {1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 30};
@@ -54,42 +54,42 @@ static void say(char *why, size_t whylen, const char *fmt, ...) {
 }
 
 /* Counts a refused request under its reason and returns status. */
-static ss_status refuse(ss_emb_store *st, ss_status status, const char *reason) {
+static ss_status refuse(ss__emb_store *st, ss_status status, const char *reason) {
     const char *labels[] = {"reason", reason, NULL};
-    ss_counter *c;
-    if (ss_metrics_counter(st->metrics, "shadowsync_emb_rejected_total",
-                           "Embedding requests refused, by reason; no stored row changed.", labels,
-                           &c) == SS_OK)
-        ss_counter_add(c, 1);
+    ss__counter *c;
+    if (ss__metrics_counter(st->metrics, "shadowsync_emb_rejected_total",
+                            "Embedding requests refused, by reason; no stored row changed.", labels,
+                            &c) == SS_OK)
+        ss__counter_add(c, 1);
     return status;
 }
 
 static ss_status load_rows(void *ctx, const uint64_t *ids, size_t n, float *rows) {
     store_table *tb = ctx;
-    const size_t rf = ss_emb_row_floats(&tb->spec);
+    const size_t rf = ss__emb_row_floats(&tb->spec);
     bool *found = calloc(n, sizeof *found);
     if (!found)
         return SS_ERR_NO_MEMORY;
     ss_status s =
-        tb->st->db ? ss_emb_db_get_rows(tb->st->db, tb->tid, ids, n, rf, rows, found) : SS_OK;
+        tb->st->db ? ss__emb_db_get_rows(tb->st->db, tb->tid, ids, n, rf, rows, found) : SS_OK;
     for (size_t i = 0; s == SS_OK && i < n; i++)
         if (!found[i])
-            ss_emb_row_init(tb->tid, ids[i], tb->spec.init_scale, rows + i * rf, tb->spec.dim,
-                            rf - tb->spec.dim);
+            ss__emb_row_init(tb->tid, ids[i], tb->spec.init_scale, rows + i * rf, tb->spec.dim,
+                             rf - tb->spec.dim);
     free(found);
     return s;
 }
 
-static ss_status add_table(ss_emb_store *st, const ss_emb_spec *spec, store_table **out) {
+static ss_status add_table(ss__emb_store *st, const ss__emb_spec *spec, store_table **out) {
     if (st->ntables == SS_EMB_MAX_TABLES)
         return SS_ERR_NO_MEMORY;
     store_table *tb = calloc(1, sizeof *tb);
     if (!tb)
         return SS_ERR_NO_MEMORY;
     tb->spec = *spec;
-    tb->tid = ss_emb_table_id(spec->name);
+    tb->tid = ss__emb_table_id(spec->name);
     tb->st = st;
-    ss_status s = ss_emb_table_create(spec, load_rows, tb, &tb->t);
+    ss_status s = ss__emb_table_create(spec, load_rows, tb, &tb->t);
     if (s != SS_OK) {
         free(tb);
         return s;
@@ -97,25 +97,25 @@ static ss_status add_table(ss_emb_store *st, const ss_emb_spec *spec, store_tabl
     const char *l_lookup[] = {"table", spec->name, NULL};
     const char *l_push[] = {"table", spec->name, "kind", "gradient", NULL};
     const char *l_elastic[] = {"table", spec->name, "kind", "elastic", NULL};
-    ss_metrics_counter(st->metrics, "shadowsync_emb_lookups_total", "Embedding rows looked up.",
-                       l_lookup, &tb->lookups);
-    ss_metrics_counter(st->metrics, "shadowsync_emb_updates_total",
-                       "Embedding rows updated, by kind (gradient push or elastic sync).", l_push,
-                       &tb->pushes);
-    ss_metrics_counter(st->metrics, "shadowsync_emb_updates_total",
-                       "Embedding rows updated, by kind (gradient push or elastic sync).",
-                       l_elastic, &tb->elastic);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_lookups_total", "Embedding rows looked up.",
+                        l_lookup, &tb->lookups);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_updates_total",
+                        "Embedding rows updated, by kind (gradient push or elastic sync).", l_push,
+                        &tb->pushes);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_updates_total",
+                        "Embedding rows updated, by kind (gradient push or elastic sync).",
+                        l_elastic, &tb->elastic);
     st->tables[st->ntables++] = tb;
     *out = tb;
     return SS_OK;
 }
 
-static ss_status restore_spec(void *ctx, const ss_emb_spec *spec) {
+static ss_status restore_spec(void *ctx, const ss__emb_spec *spec) {
     store_table *tb;
     return add_table(ctx, spec, &tb);
 }
 
-static store_table *find_table(ss_emb_store *st, const char *name) {
+static store_table *find_table(ss__emb_store *st, const char *name) {
     store_table *found = NULL;
     pthread_rwlock_rdlock(&st->lock);
     for (size_t i = 0; i < st->ntables && !found; i++)
@@ -129,30 +129,30 @@ static store_table *find_table(ss_emb_store *st, const char *name) {
  * row collected by another flush is written (or requeued) before this one
  * looks: after this returns, every update acknowledged before the call is
  * in the database. */
-static ss_status flush_table(ss_emb_store *st, store_table *tb, bool sync) {
-    ss_emb_dirty *d = &st->scratch;
-    const size_t rf = ss_emb_row_floats(&tb->spec);
+static ss_status flush_table(ss__emb_store *st, store_table *tb, bool sync) {
+    ss__emb_dirty *d = &st->scratch;
+    const size_t rf = ss__emb_row_floats(&tb->spec);
     for (int round = 0; round < FLUSH_MAX_ROUNDS; round++) {
-        ss_status s = ss_emb_table_collect_dirty(tb->t, d, FLUSH_BATCH);
+        ss_status s = ss__emb_table_collect_dirty(tb->t, d, FLUSH_BATCH);
         if (s != SS_OK || d->n == 0)
             return s;
-        s = ss_emb_db_put_rows(st->db, tb->tid, d->ids, d->n, rf, d->rows, sync);
+        s = ss__emb_db_put_rows(st->db, tb->tid, d->ids, d->n, rf, d->rows, sync);
         if (s != SS_OK) {
-            ss_emb_table_requeue(tb->t, d);
+            ss__emb_table_requeue(tb->t, d);
             return s;
         }
-        ss_emb_table_settle(tb->t, d, NULL);
-        ss_counter_add(st->flushed_rows, d->n);
+        ss__emb_table_settle(tb->t, d, NULL);
+        ss__counter_add(st->flushed_rows, d->n);
         if (d->n < FLUSH_BATCH)
             break;
     }
     return SS_OK;
 }
 
-static ss_status flush_all(ss_emb_store *st, bool sync) {
+static ss_status flush_all(ss__emb_store *st, bool sync) {
     if (!st->db)
         return SS_OK;
-    uint64_t t0 = ss_now_ns();
+    uint64_t t0 = ss__now_ns();
     pthread_mutex_lock(&st->flush_lock);
     pthread_rwlock_rdlock(&st->lock);
     size_t n = st->ntables;
@@ -161,16 +161,16 @@ static ss_status flush_all(ss_emb_store *st, bool sync) {
     for (size_t i = 0; i < n && s == SS_OK; i++)
         s = flush_table(st, st->tables[i], sync);
     pthread_mutex_unlock(&st->flush_lock);
-    ss_counter_add(st->flushes, 1);
-    ss_histogram_observe(st->flush_seconds, (double)(ss_now_ns() - t0) / 1e9);
+    ss__counter_add(st->flushes, 1);
+    ss__histogram_observe(st->flush_seconds, (double)(ss__now_ns() - t0) / 1e9);
     if (s != SS_OK)
-        ss_log(SS_LOG_ERROR, "emb", "event=flush_failed status=%s", ss_status_name(s));
+        ss__log(SS_LOG_ERROR, "emb", "event=flush_failed status=%s", ss_status_name(s));
     return s;
 }
 
 /* Over the cap: evict clean rows of every table down to 90% of it, each
  * table in proportion to its share. */
-static void enforce_cap(ss_emb_store *st) {
+static void enforce_cap(ss__emb_store *st) {
     if (!st->cfg.mem_cap_bytes)
         return;
     pthread_rwlock_rdlock(&st->lock);
@@ -178,7 +178,7 @@ static void enforce_cap(ss_emb_store *st) {
     pthread_rwlock_unlock(&st->lock);
     uint64_t total = 0, rows[SS_EMB_MAX_TABLES], bytes[SS_EMB_MAX_TABLES];
     for (size_t i = 0; i < n; i++) {
-        rows[i] = ss_emb_table_resident(st->tables[i]->t, &bytes[i]);
+        rows[i] = ss__emb_table_resident(st->tables[i]->t, &bytes[i]);
         total += bytes[i];
     }
     if (total <= st->cfg.mem_cap_bytes)
@@ -187,10 +187,10 @@ static void enforce_cap(ss_emb_store *st) {
     uint64_t after = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < n; i++) {
-            ss_counter_add(st->evicted,
-                           ss_emb_table_evict(st->tables[i]->t, (size_t)((double)rows[i] * keep)));
+            ss__counter_add(st->evicted, ss__emb_table_evict(st->tables[i]->t,
+                                                             (size_t)((double)rows[i] * keep)));
             uint64_t b;
-            ss_emb_table_resident(st->tables[i]->t, &b);
+            ss__emb_table_resident(st->tables[i]->t, &b);
             after += b;
         }
         /* Still over: the rest is dirty. Write it now (write-behind would
@@ -202,17 +202,17 @@ static void enforce_cap(ss_emb_store *st) {
     }
 }
 
-static void update_resident_gauge(ss_emb_store *st) {
+static void update_resident_gauge(ss__emb_store *st) {
     pthread_rwlock_rdlock(&st->lock);
     uint64_t rows = 0;
     for (size_t i = 0; i < st->ntables; i++)
-        rows += ss_emb_table_resident(st->tables[i]->t, NULL);
+        rows += ss__emb_table_resident(st->tables[i]->t, NULL);
     pthread_rwlock_unlock(&st->lock);
-    ss_gauge_set(st->resident_rows, (double)rows);
+    ss__gauge_set(st->resident_rows, (double)rows);
 }
 
 static void *flusher_main(void *arg) {
-    ss_emb_store *st = arg;
+    ss__emb_store *st = arg;
     const uint32_t interval_ms = st->cfg.flush_lag_ms / 2;
     pthread_mutex_lock(&st->stop_lock);
     while (!st->stop) {
@@ -232,13 +232,13 @@ static void *flusher_main(void *arg) {
     return NULL;
 }
 
-ss_status ss_emb_store_create(const ss_emb_store_config *cfg, ss_emb_store **out) {
+ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out) {
     if (!cfg || !out || (cfg->flush_lag_ms && cfg->flush_lag_ms < 2))
         return SS_ERR_INVALID_ARGUMENT;
     bool has_db = cfg->db_path && *cfg->db_path;
     if (cfg->sync_writes && !has_db)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_emb_store *st = calloc(1, sizeof *st);
+    ss__emb_store *st = calloc(1, sizeof *st);
     if (!st)
         return SS_ERR_NO_MEMORY;
     st->cfg = *cfg;
@@ -247,7 +247,7 @@ ss_status ss_emb_store_create(const ss_emb_store_config *cfg, ss_emb_store **out
     if (!st->cfg.max_batch)
         st->cfg.max_batch = SS_EMB_DEFAULT_MAX_BATCH;
     st->metrics = cfg->metrics;
-    if (!st->metrics && ss_metrics_create(&st->own_metrics) != SS_OK) {
+    if (!st->metrics && ss__metrics_create(&st->own_metrics) != SS_OK) {
         free(st);
         return SS_ERR_NO_MEMORY;
     }
@@ -257,27 +257,27 @@ ss_status ss_emb_store_create(const ss_emb_store_config *cfg, ss_emb_store **out
     pthread_mutex_init(&st->flush_lock, NULL);
     pthread_mutex_init(&st->stop_lock, NULL);
     pthread_cond_init(&st->stop_cond, NULL);
-    ss_metrics_counter(st->metrics, "shadowsync_emb_flushed_rows_total",
-                       "Rows written to RocksDB by flushes.", NULL, &st->flushed_rows);
-    ss_metrics_counter(st->metrics, "shadowsync_emb_flushes_total", "Flushes to RocksDB.", NULL,
-                       &st->flushes);
-    ss_metrics_counter(st->metrics, "shadowsync_emb_evicted_rows_total",
-                       "Clean rows evicted from memory by the memory cap.", NULL, &st->evicted);
-    ss_metrics_histogram(st->metrics, "shadowsync_emb_flush_seconds",
-                         "Time of one flush of dirty rows to RocksDB.", NULL, k_seconds_bounds,
-                         sizeof k_seconds_bounds / sizeof *k_seconds_bounds, &st->flush_seconds);
-    ss_metrics_histogram(st->metrics, "shadowsync_emb_checkpoint_seconds",
-                         "Time of one RocksDB checkpoint (flush included).", NULL, k_seconds_bounds,
-                         sizeof k_seconds_bounds / sizeof *k_seconds_bounds,
-                         &st->checkpoint_seconds);
-    ss_metrics_gauge(st->metrics, "shadowsync_emb_resident_rows", "Embedding rows held in memory.",
-                     NULL, &st->resident_rows);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_flushed_rows_total",
+                        "Rows written to RocksDB by flushes.", NULL, &st->flushed_rows);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_flushes_total", "Flushes to RocksDB.", NULL,
+                        &st->flushes);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_evicted_rows_total",
+                        "Clean rows evicted from memory by the memory cap.", NULL, &st->evicted);
+    ss__metrics_histogram(st->metrics, "shadowsync_emb_flush_seconds",
+                          "Time of one flush of dirty rows to RocksDB.", NULL, k_seconds_bounds,
+                          sizeof k_seconds_bounds / sizeof *k_seconds_bounds, &st->flush_seconds);
+    ss__metrics_histogram(st->metrics, "shadowsync_emb_checkpoint_seconds",
+                          "Time of one RocksDB checkpoint (flush included).", NULL,
+                          k_seconds_bounds, sizeof k_seconds_bounds / sizeof *k_seconds_bounds,
+                          &st->checkpoint_seconds);
+    ss__metrics_gauge(st->metrics, "shadowsync_emb_resident_rows", "Embedding rows held in memory.",
+                      NULL, &st->resident_rows);
     ss_status s = SS_OK;
     char why[256] = "";
-    if (has_db && (s = ss_emb_db_open(cfg->db_path, &st->db, why, sizeof why)) != SS_OK)
-        ss_log(SS_LOG_ERROR, "emb", "event=db_open_failed %s", why);
-    if (s == SS_OK && st->db && (s = ss_emb_db_each_spec(st->db, restore_spec, st)) != SS_OK)
-        ss_log(SS_LOG_ERROR, "emb", "event=restore_failed status=%s", ss_status_name(s));
+    if (has_db && (s = ss__emb_db_open(cfg->db_path, &st->db, why, sizeof why)) != SS_OK)
+        ss__log(SS_LOG_ERROR, "emb", "event=db_open_failed %s", why);
+    if (s == SS_OK && st->db && (s = ss__emb_db_each_spec(st->db, restore_spec, st)) != SS_OK)
+        ss__log(SS_LOG_ERROR, "emb", "event=restore_failed status=%s", ss_status_name(s));
     if (s == SS_OK && (st->db || cfg->mem_cap_bytes)) {
         if (pthread_create(&st->flusher, NULL, flusher_main, st) != 0)
             s = SS_ERR_NO_MEMORY;
@@ -285,14 +285,14 @@ ss_status ss_emb_store_create(const ss_emb_store_config *cfg, ss_emb_store **out
             st->flusher_running = true;
     }
     if (s != SS_OK) {
-        ss_emb_store_destroy(st);
+        ss__emb_store_destroy(st);
         return s;
     }
     *out = st;
     return SS_OK;
 }
 
-void ss_emb_store_destroy(ss_emb_store *st) {
+void ss__emb_store_destroy(ss__emb_store *st) {
     if (!st)
         return;
     if (st->flusher_running) {
@@ -305,30 +305,30 @@ void ss_emb_store_destroy(ss_emb_store *st) {
     if (st->db)
         flush_all(st, true);
     for (size_t i = 0; i < st->ntables; i++) {
-        ss_emb_table_destroy(st->tables[i]->t);
+        ss__emb_table_destroy(st->tables[i]->t);
         free(st->tables[i]);
     }
-    ss_emb_db_close(st->db);
-    ss_emb_dirty_free(&st->scratch);
+    ss__emb_db_close(st->db);
+    ss__emb_dirty_free(&st->scratch);
     pthread_rwlock_destroy(&st->lock);
     pthread_mutex_destroy(&st->flush_lock);
     pthread_mutex_destroy(&st->stop_lock);
     pthread_cond_destroy(&st->stop_cond);
-    ss_metrics_destroy(st->own_metrics);
+    ss__metrics_destroy(st->own_metrics);
     free(st);
 }
 
-static bool same_spec(const ss_emb_spec *a, const ss_emb_spec *b) {
+static bool same_spec(const ss__emb_spec *a, const ss__emb_spec *b) {
     return a->optimizer == b->optimizer && a->lr == b->lr && a->eps == b->eps &&
            a->init_scale == b->init_scale;
 }
 
-ss_status ss_emb_store_open_table(ss_emb_store *st, const ss_emb_spec *spec, ss_emb_spec *stored,
-                                  char *why, size_t whylen) {
+ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
+                                   ss__emb_spec *stored, char *why, size_t whylen) {
     char bad[128];
     if (!st || !spec)
         return SS_ERR_INVALID_ARGUMENT;
-    if (ss_emb_spec_check(spec, bad, sizeof bad) != SS_OK) {
+    if (ss__emb_spec_check(spec, bad, sizeof bad) != SS_OK) {
         say(why, whylen, "bad table spec: %s", bad);
         return refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_spec");
     }
@@ -339,18 +339,18 @@ ss_status ss_emb_store_open_table(ss_emb_store *st, const ss_emb_spec *spec, ss_
         if (strcmp(st->tables[i]->spec.name, spec->name) == 0)
             tb = st->tables[i];
     for (size_t i = 0; i < st->ntables && !tb; i++)
-        if (st->tables[i]->tid == ss_emb_table_id(spec->name)) {
+        if (st->tables[i]->tid == ss__emb_table_id(spec->name)) {
             say(why, whylen, "table %s has the id of table %s; rename it", spec->name,
                 st->tables[i]->spec.name);
             s = SS_ERR_EXISTS;
         }
     if (s == SS_OK && !tb) {
-        s = st->db ? ss_emb_db_put_spec(st->db, spec) : SS_OK;
+        s = st->db ? ss__emb_db_put_spec(st->db, spec) : SS_OK;
         if (s == SS_OK)
             s = add_table(st, spec, &tb);
         if (s == SS_OK)
-            ss_log(SS_LOG_INFO, "emb", "event=table_created table=%s dim=%u optimizer=%s",
-                   spec->name, spec->dim, spec->optimizer == SS_EMB_ADAGRAD ? "adagrad" : "sgd");
+            ss__log(SS_LOG_INFO, "emb", "event=table_created table=%s dim=%u optimizer=%s",
+                    spec->name, spec->dim, spec->optimizer == SS_EMB_ADAGRAD ? "adagrad" : "sgd");
         else
             say(why, whylen, "cannot create table %s: %s", spec->name, ss_strerror(s));
     } else if (tb && tb->spec.dim != spec->dim) {
@@ -371,7 +371,7 @@ ss_status ss_emb_store_open_table(ss_emb_store *st, const ss_emb_spec *spec, ss_
     return s;
 }
 
-ss_status ss_emb_store_table_spec(ss_emb_store *st, const char *table, ss_emb_spec *out) {
+ss_status ss__emb_store_table_spec(ss__emb_store *st, const char *table, ss__emb_spec *out) {
     store_table *tb = st && table ? find_table(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
@@ -385,7 +385,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 /* The checks every row request gets. */
-static ss_status check_request(ss_emb_store *st, const char *table, const uint64_t *ids, size_t n,
+static ss_status check_request(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                const float *payload, store_table **out, char *why, size_t whylen) {
     store_table *tb = table ? find_table(st, table) : NULL;
     if (!tb) {
@@ -426,7 +426,7 @@ static ss_status check_request(ss_emb_store *st, const char *table, const uint64
 }
 
 /* After an update: fsync'd write in sync mode, then the memory cap. */
-static ss_status after_update(ss_emb_store *st, store_table *tb) {
+static ss_status after_update(ss__emb_store *st, store_table *tb) {
     ss_status s = SS_OK;
     if (st->cfg.sync_writes) {
         pthread_mutex_lock(&st->flush_lock);
@@ -437,39 +437,39 @@ static ss_status after_update(ss_emb_store *st, store_table *tb) {
     return s;
 }
 
-ss_status ss_emb_store_lookup(ss_emb_store *st, const char *table, const uint64_t *ids, size_t n,
-                              float *rows, char *why, size_t whylen) {
+ss_status ss__emb_store_lookup(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                               float *rows, char *why, size_t whylen) {
     store_table *tb;
     if (!st || !rows)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, NULL, &tb, why, whylen);
     if (s == SS_OK)
-        s = ss_emb_table_lookup(tb->t, ids, n, rows);
+        s = ss__emb_table_lookup(tb->t, ids, n, rows);
     if (s == SS_OK) {
-        ss_counter_add(tb->lookups, n);
+        ss__counter_add(tb->lookups, n);
         enforce_cap(st);
     }
     return s;
 }
 
-ss_status ss_emb_store_push(ss_emb_store *st, const char *table, const uint64_t *ids, size_t n,
-                            const float *grads, char *why, size_t whylen) {
+ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                             const float *grads, char *why, size_t whylen) {
     store_table *tb;
     if (!st || !grads)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, grads, &tb, why, whylen);
     if (s == SS_OK)
-        s = ss_emb_table_apply_gradients(tb->t, ids, n, grads);
+        s = ss__emb_table_apply_gradients(tb->t, ids, n, grads);
     if (s == SS_OK) {
-        ss_counter_add(tb->pushes, n);
+        ss__counter_add(tb->pushes, n);
         s = after_update(st, tb);
     }
     return s;
 }
 
-ss_status ss_emb_store_elastic(ss_emb_store *st, const char *table, const uint64_t *ids, size_t n,
-                               const float *x, float alpha, float *deltas, char *why,
-                               size_t whylen) {
+ss_status ss__emb_store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                                const float *x, float alpha, float *deltas, char *why,
+                                size_t whylen) {
     store_table *tb;
     if (!st || !x || !deltas)
         return SS_ERR_INVALID_ARGUMENT;
@@ -479,42 +479,42 @@ ss_status ss_emb_store_elastic(ss_emb_store *st, const char *table, const uint64
         s = refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_alpha");
     }
     if (s == SS_OK)
-        s = ss_emb_table_elastic(tb->t, ids, n, x, alpha, deltas);
+        s = ss__emb_table_elastic(tb->t, ids, n, x, alpha, deltas);
     if (s == SS_OK) {
-        ss_counter_add(tb->elastic, n);
+        ss__counter_add(tb->elastic, n);
         s = after_update(st, tb);
     }
     return s;
 }
 
-ss_status ss_emb_store_read_full(ss_emb_store *st, const char *table, const uint64_t *ids, size_t n,
-                                 float *rows, bool *found) {
+ss_status ss__emb_store_read_full(ss__emb_store *st, const char *table, const uint64_t *ids,
+                                  size_t n, float *rows, bool *found) {
     store_table *tb = st && table ? find_table(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
-    ss_status s = ss_emb_table_read_full(tb->t, ids, n, rows, found);
+    ss_status s = ss__emb_table_read_full(tb->t, ids, n, rows, found);
     if (s != SS_OK || !st->db)
         return s;
-    const size_t rf = ss_emb_row_floats(&tb->spec);
+    const size_t rf = ss__emb_row_floats(&tb->spec);
     for (size_t i = 0; i < n && s == SS_OK; i++)
         if (!found[i])
-            s = ss_emb_db_get_rows(st->db, tb->tid, ids + i, 1, rf, rows + i * rf, found + i);
+            s = ss__emb_db_get_rows(st->db, tb->tid, ids + i, 1, rf, rows + i * rf, found + i);
     return s;
 }
 
-ss_status ss_emb_store_refuse(ss_emb_store *st, ss_status status, const char *reason) {
+ss_status ss__emb_store_refuse(ss__emb_store *st, ss_status status, const char *reason) {
     return refuse(st, status, reason);
 }
 
-size_t ss_emb_store_max_batch(const ss_emb_store *st) {
+size_t ss__emb_store_max_batch(const ss__emb_store *st) {
     return st->cfg.max_batch;
 }
 
-ss_status ss_emb_store_flush(ss_emb_store *st) {
+ss_status ss__emb_store_flush(ss__emb_store *st) {
     return st ? flush_all(st, true) : SS_ERR_INVALID_ARGUMENT;
 }
 
-ss_status ss_emb_store_checkpoint(ss_emb_store *st, const char *dir, char *why, size_t whylen) {
+ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *dir, char *why, size_t whylen) {
     if (!st || !dir)
         return SS_ERR_INVALID_ARGUMENT;
     if (!st->db) {
@@ -530,7 +530,7 @@ ss_status ss_emb_store_checkpoint(ss_emb_store *st, const char *dir, char *why, 
         say(why, whylen, "%s exists; a checkpoint goes into a new directory", dir);
         return refuse(st, SS_ERR_EXISTS, "bad_checkpoint_dir");
     }
-    uint64_t t0 = ss_now_ns();
+    uint64_t t0 = ss__now_ns();
     /* Writes are held while the checkpoint is cut so that it holds every
      * update acknowledged before it started. */
     pthread_rwlock_rdlock(&st->lock);
@@ -541,25 +541,25 @@ ss_status ss_emb_store_checkpoint(ss_emb_store *st, const char *dir, char *why, 
     for (size_t i = 0; i < n && s == SS_OK; i++)
         s = flush_table(st, st->tables[i], true);
     if (s == SS_OK)
-        s = ss_emb_db_checkpoint(st->db, dir, why, whylen);
+        s = ss__emb_db_checkpoint(st->db, dir, why, whylen);
     pthread_mutex_unlock(&st->flush_lock);
-    double secs = (double)(ss_now_ns() - t0) / 1e9;
-    ss_histogram_observe(st->checkpoint_seconds, secs);
-    ss_log(s == SS_OK ? SS_LOG_INFO : SS_LOG_ERROR, "emb",
-           "event=checkpoint dir=%s seconds=%.3f status=%s", dir, secs, ss_status_name(s));
+    double secs = (double)(ss__now_ns() - t0) / 1e9;
+    ss__histogram_observe(st->checkpoint_seconds, secs);
+    ss__log(s == SS_OK ? SS_LOG_INFO : SS_LOG_ERROR, "emb",
+            "event=checkpoint dir=%s seconds=%.3f status=%s", dir, secs, ss_status_name(s));
     return s;
 }
 
-ss_status ss_emb_store_stats_of(ss_emb_store *st, const char *table, ss_emb_store_stats *out) {
+ss_status ss__emb_store_stats_of(ss__emb_store *st, const char *table, ss__emb_store_stats *out) {
     store_table *tb = st && table && out ? find_table(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
     memset(out, 0, sizeof *out);
-    ss_emb_table_get_stats(tb->t, &out->table);
-    out->lookups = ss_counter_value(tb->lookups);
-    out->pushes = ss_counter_value(tb->pushes);
-    out->elastic = ss_counter_value(tb->elastic);
-    out->flushed_rows = ss_counter_value(st->flushed_rows);
-    out->flushes = ss_counter_value(st->flushes);
+    ss__emb_table_get_stats(tb->t, &out->table);
+    out->lookups = ss__counter_value(tb->lookups);
+    out->pushes = ss__counter_value(tb->pushes);
+    out->elastic = ss__counter_value(tb->elastic);
+    out->flushed_rows = ss__counter_value(st->flushed_rows);
+    out->flushes = ss__counter_value(st->flushes);
     return SS_OK;
 }

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "row_arena.h"
-#include "shadowsync/emb_table.h"
+#include "embedding-store/emb_table.h"
+#include "embedding-store/row_arena_internal.h"
 
 #define STRIPES     64
 #define STRIPE_BITS 6
@@ -36,12 +36,12 @@ typedef struct stripe {
     size_t hand; /* CLOCK position */
 } __attribute__((aligned(64))) stripe;
 
-struct ss_emb_table {
-    ss_emb_spec spec;
+struct ss__emb_table {
+    ss__emb_spec spec;
     uint32_t tid;
     size_t row_floats, row_size, row_class;
-    ss_row_arena *arena;
-    ss_emb_loader loader;
+    ss__row_arena *arena;
+    ss__emb_loader loader;
     void *loader_ctx;
     atomic_uint_fast64_t loads, evictions, resident;
     stripe s[STRIPES];
@@ -55,7 +55,7 @@ static uint64_t hash_id(uint64_t id) {
     return id ^ (id >> 33);
 }
 
-static stripe *stripe_of(ss_emb_table *t, uint64_t id) {
+static stripe *stripe_of(ss__emb_table *t, uint64_t id) {
     return &t->s[hash_id(id) & (STRIPES - 1)];
 }
 
@@ -136,67 +136,67 @@ static void mark_dirty(stripe *s, slot *sl) {
         sl->r->dirty = 1;
         s->dirty++;
         /* Out of memory for the queue: the row stays dirty (never evicted)
-         * but is written only by ss_emb_table_settle's requeue; rare. */
+         * but is written only by ss__emb_table_settle's requeue; rare. */
         (void)queue_push(s, sl->id);
     }
 }
 
-ss_status ss_emb_table_create(const ss_emb_spec *spec, ss_emb_loader loader, void *loader_ctx,
-                              ss_emb_table **out) {
-    if (!out || !loader || ss_emb_spec_check(spec, NULL, 0) != SS_OK)
+ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, void *loader_ctx,
+                               ss__emb_table **out) {
+    if (!out || !loader || ss__emb_spec_check(spec, NULL, 0) != SS_OK)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_emb_table *t = aligned_alloc(64, sizeof *t);
+    ss__emb_table *t = aligned_alloc(64, sizeof *t);
     if (!t)
         return SS_ERR_NO_MEMORY;
     memset(t, 0, sizeof *t);
     t->spec = *spec;
-    t->tid = ss_emb_table_id(spec->name);
-    t->row_floats = ss_emb_row_floats(spec);
+    t->tid = ss__emb_table_id(spec->name);
+    t->row_floats = ss__emb_row_floats(spec);
     t->row_size = sizeof(row) + t->row_floats * sizeof(float);
     t->loader = loader;
     t->loader_ctx = loader_ctx;
-    if (!(t->arena = ss_row_arena_create(t->row_size))) {
+    if (!(t->arena = ss__row_arena_create(t->row_size))) {
         free(t);
         return SS_ERR_NO_MEMORY;
     }
-    t->row_class = ss_row_arena_row_bytes(t->arena);
+    t->row_class = ss__row_arena_row_bytes(t->arena);
     for (int i = 0; i < STRIPES; i++)
         pthread_mutex_init(&t->s[i].lock, NULL);
     *out = t;
     return SS_OK;
 }
 
-void ss_emb_table_destroy(ss_emb_table *t) {
+void ss__emb_table_destroy(ss__emb_table *t) {
     if (!t)
         return;
     for (int i = 0; i < STRIPES; i++) {
-        if (!ss_row_arena_frees_all())
+        if (!ss__row_arena_frees_all())
             for (size_t j = 0; j < t->s[i].cap; j++)
                 if (t->s[i].slots[j].r)
-                    ss_row_arena_free(t->arena, t->s[i].slots[j].r);
+                    ss__row_arena_free(t->arena, t->s[i].slots[j].r);
         free(t->s[i].slots);
         free(t->s[i].queue);
         pthread_mutex_destroy(&t->s[i].lock);
     }
-    ss_row_arena_destroy(t->arena); /* with a jemalloc arena: every row at once */
+    ss__row_arena_destroy(t->arena); /* with a jemalloc arena: every row at once */
     free(t);
 }
 
-const ss_emb_spec *ss_emb_table_spec(const ss_emb_table *t) {
+const ss__emb_spec *ss__emb_table_spec(const ss__emb_table *t) {
     return &t->spec;
 }
 
 /* An operation on one resident row, under its stripe's lock. */
-typedef void (*row_op)(ss_emb_table *t, stripe *s, slot *sl, size_t i, void *ctx);
+typedef void (*row_op)(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx);
 
-static ss_status insert_loaded(ss_emb_table *t, stripe *s, uint64_t id, const float *full,
+static ss_status insert_loaded(ss__emb_table *t, stripe *s, uint64_t id, const float *full,
                                slot **out) {
     if ((s->count + 1) * 10 > s->cap * 7) {
         ss_status st = grow(s);
         if (st != SS_OK)
             return st;
     }
-    row *r = ss_row_arena_alloc(t->arena);
+    row *r = ss__row_arena_alloc(t->arena);
     if (!r)
         return SS_ERR_NO_MEMORY;
     memset(r, 0, sizeof *r);
@@ -215,7 +215,7 @@ static ss_status insert_loaded(ss_emb_table *t, stripe *s, uint64_t id, const fl
 
 /* Runs op on every id's row; rows not resident are loaded (when load) and
  * inserted, then op runs on them under the same lock. */
-static ss_status for_rows(ss_emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
+static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
                           void *ctx) {
     size_t *missing = NULL, nm = 0;
     for (size_t i = 0; i < n; i++) {
@@ -269,7 +269,7 @@ typedef struct io_ctx {
     float alpha;
 } io_ctx;
 
-static void op_copy_data(ss_emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
+static void op_copy_data(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     (void)s;
     io_ctx *c = ctx;
     memcpy(c->out + i * t->spec.dim, sl->r->v, t->spec.dim * sizeof(float));
@@ -277,35 +277,35 @@ static void op_copy_data(ss_emb_table *t, stripe *s, slot *sl, size_t i, void *c
         c->found[i] = true;
 }
 
-static void op_copy_full(ss_emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
+static void op_copy_full(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     (void)s;
     io_ctx *c = ctx;
     memcpy(c->out + i * t->row_floats, sl->r->v, t->row_floats * sizeof(float));
     c->found[i] = true;
 }
 
-static void op_gradient(ss_emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
+static void op_gradient(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
-    ss_emb_apply_gradient(&t->spec, sl->r->v, c->in + i * t->spec.dim);
+    ss__emb_apply_gradient(&t->spec, sl->r->v, c->in + i * t->spec.dim);
     mark_dirty(s, sl);
 }
 
-static void op_elastic(ss_emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
+static void op_elastic(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
     const size_t dim = t->spec.dim;
-    ss_emb_elastic(sl->r->v, c->in + i * dim, c->alpha, c->out + i * dim, dim);
+    ss__emb_elastic(sl->r->v, c->in + i * dim, c->alpha, c->out + i * dim, dim);
     mark_dirty(s, sl);
 }
 
-ss_status ss_emb_table_lookup(ss_emb_table *t, const uint64_t *ids, size_t n, float *rows) {
+ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows) {
     if (!t || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.out = rows};
     return for_rows(t, ids, n, true, op_copy_data, &c);
 }
 
-ss_status ss_emb_table_peek(ss_emb_table *t, const uint64_t *ids, size_t n, float *rows,
-                            bool *found) {
+ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
+                             bool *found) {
     if (!t || (n && (!ids || !rows || !found)))
         return SS_ERR_INVALID_ARGUMENT;
     memset(found, 0, n * sizeof *found);
@@ -313,8 +313,8 @@ ss_status ss_emb_table_peek(ss_emb_table *t, const uint64_t *ids, size_t n, floa
     return for_rows(t, ids, n, false, op_copy_data, &c);
 }
 
-ss_status ss_emb_table_read_full(ss_emb_table *t, const uint64_t *ids, size_t n, float *rows,
-                                 bool *found) {
+ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
+                                  bool *found) {
     if (!t || (n && (!ids || !rows || !found)))
         return SS_ERR_INVALID_ARGUMENT;
     memset(found, 0, n * sizeof *found);
@@ -322,23 +322,23 @@ ss_status ss_emb_table_read_full(ss_emb_table *t, const uint64_t *ids, size_t n,
     return for_rows(t, ids, n, false, op_copy_full, &c);
 }
 
-ss_status ss_emb_table_apply_gradients(ss_emb_table *t, const uint64_t *ids, size_t n,
-                                       const float *grads) {
+ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, size_t n,
+                                        const float *grads) {
     if (!t || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = grads};
     return for_rows(t, ids, n, true, op_gradient, &c);
 }
 
-ss_status ss_emb_table_elastic(ss_emb_table *t, const uint64_t *ids, size_t n, const float *x,
-                               float alpha, float *deltas) {
+ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
+                                float alpha, float *deltas) {
     if (!t || (n && (!ids || !x || !deltas)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = x, .out = deltas, .alpha = alpha};
     return for_rows(t, ids, n, true, op_elastic, &c);
 }
 
-static ss_status dirty_reserve(ss_emb_dirty *d, size_t need, size_t row_floats) {
+static ss_status dirty_reserve(ss__emb_dirty *d, size_t need, size_t row_floats) {
     if (need <= d->cap)
         return SS_OK;
     size_t ncap = d->cap ? d->cap : 256;
@@ -359,7 +359,7 @@ static ss_status dirty_reserve(ss_emb_dirty *d, size_t need, size_t row_floats) 
     return SS_OK;
 }
 
-ss_status ss_emb_table_collect_dirty(ss_emb_table *t, ss_emb_dirty *d, size_t max) {
+ss_status ss__emb_table_collect_dirty(ss__emb_table *t, ss__emb_dirty *d, size_t max) {
     if (!t || !d)
         return SS_ERR_INVALID_ARGUMENT;
     d->n = 0;
@@ -387,7 +387,7 @@ ss_status ss_emb_table_collect_dirty(ss_emb_table *t, ss_emb_dirty *d, size_t ma
     return SS_OK;
 }
 
-void ss_emb_table_settle(ss_emb_table *t, const ss_emb_dirty *d, const float *deltas) {
+void ss__emb_table_settle(ss__emb_table *t, const ss__emb_dirty *d, const float *deltas) {
     const size_t dim = t->spec.dim;
     for (size_t i = 0; i < d->n; i++) {
         stripe *s = stripe_of(t, d->ids[i]);
@@ -409,7 +409,7 @@ void ss_emb_table_settle(ss_emb_table *t, const ss_emb_dirty *d, const float *de
     }
 }
 
-void ss_emb_table_requeue(ss_emb_table *t, const ss_emb_dirty *d) {
+void ss__emb_table_requeue(ss__emb_table *t, const ss__emb_dirty *d) {
     for (size_t i = 0; i < d->n; i++) {
         stripe *s = stripe_of(t, d->ids[i]);
         pthread_mutex_lock(&s->lock);
@@ -418,7 +418,7 @@ void ss_emb_table_requeue(ss_emb_table *t, const ss_emb_dirty *d) {
     }
 }
 
-void ss_emb_dirty_free(ss_emb_dirty *d) {
+void ss__emb_dirty_free(ss__emb_dirty *d) {
     if (!d)
         return;
     free(d->ids);
@@ -427,7 +427,7 @@ void ss_emb_dirty_free(ss_emb_dirty *d) {
     memset(d, 0, sizeof *d);
 }
 
-size_t ss_emb_table_evict(ss_emb_table *t, size_t max_rows) {
+size_t ss__emb_table_evict(ss__emb_table *t, size_t max_rows) {
     const size_t per_stripe = max_rows / STRIPES;
     size_t evicted = 0;
     for (int k = 0; k < STRIPES; k++) {
@@ -441,7 +441,7 @@ size_t ss_emb_table_evict(ss_emb_table *t, size_t max_rows) {
                 if (sl->r->ref) {
                     sl->r->ref = 0;
                 } else {
-                    ss_row_arena_free(t->arena, sl->r);
+                    ss__row_arena_free(t->arena, sl->r);
                     remove_at(s, i);
                     evicted++;
                     continue; /* slot i now holds the next entry of the chain */
@@ -457,14 +457,14 @@ size_t ss_emb_table_evict(ss_emb_table *t, size_t max_rows) {
     return evicted;
 }
 
-uint64_t ss_emb_table_resident(const ss_emb_table *t, uint64_t *bytes) {
+uint64_t ss__emb_table_resident(const ss__emb_table *t, uint64_t *bytes) {
     uint64_t rows = atomic_load(&t->resident);
     if (bytes) /* rows as allocated + their hash slots at the 0.7 load bound */
         *bytes = rows * (t->row_class + sizeof(slot) * 10 / 7);
     return rows;
 }
 
-void ss_emb_table_get_stats(ss_emb_table *t, ss_emb_table_stats *out) {
+void ss__emb_table_get_stats(ss__emb_table *t, ss__emb_table_stats *out) {
     memset(out, 0, sizeof *out);
     for (int k = 0; k < STRIPES; k++) {
         stripe *s = &t->s[k];
@@ -475,7 +475,7 @@ void ss_emb_table_get_stats(ss_emb_table *t, ss_emb_table_stats *out) {
         pthread_mutex_unlock(&s->lock);
     }
     out->row_bytes = out->resident_rows * t->row_class;
-    out->arena_bytes = ss_row_arena_allocated(t->arena);
+    out->arena_bytes = ss__row_arena_allocated(t->arena);
     out->loads = atomic_load(&t->loads);
     out->evictions = atomic_load(&t->evictions);
 }

@@ -1,5 +1,5 @@
 /* Shared group memory and socket frames between hooks and agent. */
-#include "shadowsync/agent_wire.h"
+#include "rpc/agent_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@ static size_t map_bytes_for(size_t n) {
     return SS_SHM_HEADER_BYTES + ((n * sizeof(float) + 4095) & ~(size_t)4095);
 }
 
-static ss_status map_fd(int fd, size_t n, ss_shm_group *out) {
+static ss_status map_fd(int fd, size_t n, ss__shm_group *out) {
     size_t bytes = map_bytes_for(n);
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED)
@@ -33,7 +33,7 @@ static ss_status map_fd(int fd, size_t n, ss_shm_group *out) {
     return SS_OK;
 }
 
-ss_status ss_shm_group_create(const char *name, size_t n, ss_shm_group *out) {
+ss_status ss__shm_group_create(const char *name, size_t n, ss__shm_group *out) {
     if (!name || !out || n == 0 || n > (SIZE_MAX - 2 * SS_SHM_HEADER_BYTES) / sizeof(float))
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -56,7 +56,7 @@ ss_status ss_shm_group_create(const char *name, size_t n, ss_shm_group *out) {
     return SS_OK;
 }
 
-ss_status ss_shm_group_map(int fd, size_t n, ss_shm_group *out, const char **why) {
+ss_status ss__shm_group_map(int fd, size_t n, ss__shm_group *out, const char **why) {
     const char *unused;
     why = why ? why : &unused;
     if (!out || fd < 0) {
@@ -89,7 +89,7 @@ ss_status ss_shm_group_map(int fd, size_t n, ss_shm_group *out, const char **why
     return st;
 }
 
-void ss_shm_group_release(ss_shm_group *g) {
+void ss__shm_group_release(ss__shm_group *g) {
     if (!g)
         return;
     if (g->base)
@@ -100,20 +100,20 @@ void ss_shm_group_release(ss_shm_group *g) {
     g->fd = -1;
 }
 
-double ss_shm_load_double(_Atomic uint64_t *bits) {
+double ss__shm_load_double(_Atomic uint64_t *bits) {
     uint64_t b = atomic_load_explicit(bits, memory_order_relaxed);
     double v;
     memcpy(&v, &b, sizeof v);
     return v;
 }
 
-void ss_shm_store_double(_Atomic uint64_t *bits, double v) {
+void ss__shm_store_double(_Atomic uint64_t *bits, double v) {
     uint64_t b;
     memcpy(&b, &v, sizeof b);
     atomic_store_explicit(bits, b, memory_order_relaxed);
 }
 
-ss_status ss_agent_send_frame(int sock, const void *buf, size_t len, int pass_fd) {
+ss_status ss__agent_send_frame(int sock, const void *buf, size_t len, int pass_fd) {
     if (sock < 0 || len > SS_AGENT_MAX_FRAME || (len && !buf))
         return SS_ERR_INVALID_ARGUMENT;
     uint8_t frame[4 + SS_AGENT_MAX_FRAME];
@@ -164,7 +164,7 @@ static int wait_readable(int sock, int timeout_ms) {
 
 /* Takes the descriptors of a control message: keeps one SCM_RIGHTS fd,
  * closes any others. */
-static void take_fds(struct msghdr *msg, ss_agent_frame *f) {
+static void take_fds(struct msghdr *msg, ss__agent_frame *f) {
     if (msg->msg_flags & MSG_CTRUNC)
         f->fd_truncated = true;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
@@ -187,7 +187,7 @@ static void take_fds(struct msghdr *msg, ss_agent_frame *f) {
 }
 
 /* Reads exactly len bytes (descriptors taken as they come). */
-static ss_status read_full(int sock, uint8_t *buf, size_t len, ss_agent_frame *f, bool first,
+static ss_status read_full(int sock, uint8_t *buf, size_t len, ss__agent_frame *f, bool first,
                            int timeout_ms) {
     size_t got = 0;
     while (got < len) {
@@ -224,7 +224,7 @@ static ss_status read_full(int sock, uint8_t *buf, size_t len, ss_agent_frame *f
     return SS_OK;
 }
 
-ss_status ss_agent_recv_frame(int sock, uint32_t max_len, int timeout_ms, ss_agent_frame *f) {
+ss_status ss__agent_recv_frame(int sock, uint32_t max_len, int timeout_ms, ss__agent_frame *f) {
     if (!f)
         return SS_ERR_INVALID_ARGUMENT;
     memset(f, 0, sizeof *f);
@@ -249,7 +249,7 @@ ss_status ss_agent_recv_frame(int sock, uint32_t max_len, int timeout_ms, ss_age
     return read_full(sock, f->buf, len, f, false, timeout_ms);
 }
 
-void ss_agent_frame_release(ss_agent_frame *f) {
+void ss__agent_frame_release(ss__agent_frame *f) {
     if (!f)
         return;
     free(f->buf);
@@ -259,16 +259,16 @@ void ss_agent_frame_release(ss_agent_frame *f) {
     f->fd = -1;
 }
 
-ss_status ss_agent_send_request(int sock, const ss_pb_agent_request *rq, int pass_fd) {
+ss_status ss__agent_send_request(int sock, const ss__pb_agent_request *rq, int pass_fd) {
     size_t len = shadowsync__agent__v1__agent_request__get_packed_size(rq);
     if (len > SS_AGENT_MAX_FRAME)
         return SS_ERR_TOO_LARGE;
     uint8_t buf[SS_AGENT_MAX_FRAME];
     shadowsync__agent__v1__agent_request__pack(rq, buf);
-    return ss_agent_send_frame(sock, buf, len, pass_fd);
+    return ss__agent_send_frame(sock, buf, len, pass_fd);
 }
 
-ss_status ss_agent_send_reply(int sock, ss_status status, const char *message) {
+ss_status ss__agent_send_reply(int sock, ss_status status, const char *message) {
     Shadowsync__Agent__V1__AgentReply rp = SHADOWSYNC__AGENT__V1__AGENT_REPLY__INIT;
     char msg[512];
     snprintf(msg, sizeof msg, "%s", message ? message : "");
@@ -276,20 +276,20 @@ ss_status ss_agent_send_reply(int sock, ss_status status, const char *message) {
     rp.message = msg;
     uint8_t buf[SS_AGENT_MAX_FRAME];
     size_t len = shadowsync__agent__v1__agent_reply__pack(&rp, buf);
-    return ss_agent_send_frame(sock, buf, len, -1);
+    return ss__agent_send_frame(sock, buf, len, -1);
 }
 
-ss_status ss_agent_recv_reply(int sock, int timeout_ms, ss_status *status, char *message,
-                              size_t message_len) {
-    ss_agent_frame f;
-    ss_status st = ss_agent_recv_frame(sock, SS_AGENT_MAX_FRAME, timeout_ms, &f);
+ss_status ss__agent_recv_reply(int sock, int timeout_ms, ss_status *status, char *message,
+                               size_t message_len) {
+    ss__agent_frame f;
+    ss_status st = ss__agent_recv_frame(sock, SS_AGENT_MAX_FRAME, timeout_ms, &f);
     if (st != SS_OK) {
-        ss_agent_frame_release(&f);
+        ss__agent_frame_release(&f);
         return st;
     }
     Shadowsync__Agent__V1__AgentReply *rp =
         shadowsync__agent__v1__agent_reply__unpack(NULL, f.len, f.buf);
-    ss_agent_frame_release(&f);
+    ss__agent_frame_release(&f);
     if (!rp)
         return SS_ERR_PARSE;
     *status = rp->status < SS_STATUS_COUNT_ ? (ss_status)rp->status : SS_ERR_INTERNAL;

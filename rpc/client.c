@@ -8,23 +8,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc_internal.h"
-#include "shadowsync/rpc.h"
+#include "rpc/rpc.h"
+#include "rpc/rpc_internal.h"
 
-struct ss_rpc_channel {
+struct ss__rpc_channel {
     grpc_channel *channel;
 };
 
-ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes, const ss_rpc_tls *tls,
-                                ss_rpc_channel **out) {
+ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
+                                 const ss__rpc_tls *tls, ss__rpc_channel **out) {
     if (!target || !*target || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_rpc_channel *ch = calloc(1, sizeof *ch);
+    ss__rpc_channel *ch = calloc(1, sizeof *ch);
     if (!ch)
         return SS_ERR_NO_MEMORY;
     grpc_init();
     grpc_channel_credentials *creds;
-    ss_status st = ss_rpc_client_credentials(tls, &creds);
+    ss_status st = ss__rpc_client_credentials(tls, &creds);
     if (st != SS_OK) {
         free(ch);
         grpc_shutdown();
@@ -57,7 +57,7 @@ ss_status ss_rpc_channel_create(const char *target, size_t max_message_bytes, co
     return SS_OK;
 }
 
-void ss_rpc_channel_destroy(ss_rpc_channel *ch) {
+void ss__rpc_channel_destroy(ss__rpc_channel *ch) {
     if (!ch)
         return;
     grpc_channel_destroy(ch->channel);
@@ -100,7 +100,7 @@ static ss_status from_grpc(grpc_status_code code, const char *details) {
 }
 
 /* The request body refers to the caller's bytes (no copy): the caller's
- * buffer outlives the call, which ends before ss_rpc_call_many returns. */
+ * buffer outlives the call, which ends before ss__rpc_call_many returns. */
 static void no_free(void *p) {
     (void)p;
 }
@@ -148,7 +148,7 @@ static ss_status take_message(grpc_byte_buffer *recv, uint8_t **out, size_t *out
     return SS_OK;
 }
 
-static void start_call(ss_rpc_request *rq, call_state *cs, grpc_completion_queue *cq,
+static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queue *cq,
                        gpr_timespec deadline, bool wait_for_ready) {
     memset(cs, 0, sizeof *cs);
     cs->code = GRPC_STATUS_UNKNOWN;
@@ -184,7 +184,7 @@ static void start_call(ss_rpc_request *rq, call_state *cs, grpc_completion_queue
     rq->status = cs->started ? SS_OK : SS_ERR_INTERNAL;
 }
 
-static void finish_call(ss_rpc_request *rq, call_state *cs, bool success) {
+static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
     if (rq->status == SS_OK && !success)
         rq->status = SS_ERR_IO;
     if (rq->status == SS_OK) {
@@ -207,8 +207,8 @@ static void finish_call(ss_rpc_request *rq, call_state *cs, bool success) {
     grpc_call_unref(cs->call);
 }
 
-ss_status ss_rpc_call_many(ss_rpc_request *calls, size_t n, uint32_t timeout_ms,
-                           bool wait_for_ready) {
+ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
+                            bool wait_for_ready) {
     if ((!calls && n) || timeout_ms == 0)
         return SS_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < n; i++) {
@@ -257,13 +257,13 @@ ss_status ss_rpc_call_many(ss_rpc_request *calls, size_t n, uint32_t timeout_ms,
     return first;
 }
 
-ss_status ss_rpc_call(ss_rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
-                      uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
-                      char *msg, size_t msglen) {
+ss_status ss__rpc_call(ss__rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
+                       uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
+                       char *msg, size_t msglen) {
     if (!ch || !method || (!req && len) || !resp || !resp_len || timeout_ms == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_rpc_request rq = {.ch = ch, .method = method, .req = req, .len = len};
-    ss_status st = ss_rpc_call_many(&rq, 1, timeout_ms, wait_for_ready);
+    ss__rpc_request rq = {.ch = ch, .method = method, .req = req, .len = len};
+    ss_status st = ss__rpc_call_many(&rq, 1, timeout_ms, wait_for_ready);
     if (st != SS_OK && msg && msglen)
         snprintf(msg, msglen, "%s", rq.msg);
     *resp = rq.resp;

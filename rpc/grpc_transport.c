@@ -1,10 +1,10 @@
-/* The client transport: an ss_transport over S shadowsync-ps shards.
+/* The client transport: an ss__transport over S shadowsync-ps shards.
  *
  * A group of n floats is cut into contiguous shard ranges (shard s holds
  * [n s / S, n (s+1) / S)) and each range into chunks of at most
  * chunk_floats; every chunk is a group of its own on its server, named
  * "<group>[<lo>:<hi>)". One exchange sends all of a group's chunks as
- * parallel unary calls (ss_rpc_call_many), so shards work at once and a
+ * parallel unary calls (ss__rpc_call_many), so shards work at once and a
  * 100 MB group never needs a 100 MB message. Each chunk has its own member
  * id on its server; this file maps the engine's one member id to them. */
 #include <pthread.h>
@@ -12,17 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dense_sync.pb-c.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/dense_service.h"
-
-#define M_JOIN       "/shadowsync.v1.DenseSync/Join"
-#define M_LEAVE      "/shadowsync.v1.DenseSync/Leave"
-#define M_EASGD      "/shadowsync.v1.DenseSync/EasgdExchange"
-#define M_ROUND      "/shadowsync.v1.DenseSync/RoundMean"
-#define M_CENTRAL    "/shadowsync.v1.DenseSync/ReadCentral"
-#define M_HEARTBEAT  "/shadowsync.v1.DenseSync/Heartbeat"
-#define M_CHECKPOINT "/shadowsync.v1.DenseSync/Checkpoint"
+#include "common/clock.h"
+#include "rpc/dense_wire.h"
+#include "rpc/grpc_transport.h"
+#include "rpc/proto/dense_sync.pb-c.h"
 
 typedef struct part {
     char name[300];
@@ -42,7 +35,7 @@ typedef struct membership {
 } membership;
 
 typedef struct grpc_tp {
-    ss_rpc_channel *ch[SS_GRPC_MAX_SHARDS];
+    ss__rpc_channel *ch[SS_GRPC_MAX_SHARDS];
     uint32_t nshards;
     size_t chunk;
     uint32_t timeout_ms, round_wait_ms, retries;
@@ -112,7 +105,7 @@ static uint8_t *pack_message(const ProtobufCMessage *m, size_t *len) {
 
 /* A fan-out of one request per chunk. */
 typedef struct fanout {
-    ss_rpc_request *rq;
+    ss__rpc_request *rq;
     size_t n;
 } fanout;
 
@@ -140,10 +133,10 @@ static void fanout_free(fanout *f) {
 /* Runs the fan-out; idempotent ones are retried on UNAVAILABLE with
  * backoff (50 ms, doubling), a fresh deadline each time. */
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
-    ss_status st = ss_rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
+    ss_status st = ss__rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
     for (uint32_t attempt = 0; idempotent && st == SS_ERR_IO && attempt < t->retries; attempt++) {
-        ss_sleep_ns(50000000ull << (attempt < 5 ? attempt : 5));
-        st = ss_rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
+        ss__sleep_ns(50000000ull << (attempt < 5 ? attempt : 5));
+        st = ss__rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
     }
     return st;
 }
@@ -152,7 +145,7 @@ static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool ide
 
 /* One packed request on ch, its reply unpacked as desc into *reply (free
  * with protobuf_c_message_free_unpacked). */
-static ss_status call_on(ss_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+static ss_status call_on(ss__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                          uint32_t timeout_ms, bool wait_for_ready,
                          const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply) {
     size_t len;
@@ -162,7 +155,7 @@ static ss_status call_on(ss_rpc_channel *ch, const char *method, const ProtobufC
     uint8_t *resp;
     size_t rlen;
     ss_status st =
-        ss_rpc_call(ch, method, buf, len, timeout_ms, wait_for_ready, &resp, &rlen, NULL, 0);
+        ss__rpc_call(ch, method, buf, len, timeout_ms, wait_for_ready, &resp, &rlen, NULL, 0);
     free(buf);
     if (st != SS_OK)
         return st;
@@ -183,7 +176,7 @@ static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size
         req.group = (char *)parts[i].name;
         req.member = ids[i];
         ProtobufCMessage *r;
-        if (call_one(t, parts[i].shard, M_LEAVE, &req.base,
+        if (call_one(t, parts[i].shard, SS_DENSE_M_LEAVE, &req.base,
                      &shadowsync__v1__leave_reply__descriptor, &r) == SS_OK)
             protobuf_c_message_free_unpacked(r, NULL);
     }
@@ -207,7 +200,7 @@ static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *memb
         req.group = m->parts[joined].name;
         req.size = m->parts[joined].n;
         ProtobufCMessage *r;
-        st = call_one(t, m->parts[joined].shard, M_JOIN, &req.base,
+        st = call_one(t, m->parts[joined].shard, SS_DENSE_M_JOIN, &req.base,
                       &shadowsync__v1__join_reply__descriptor, &r);
         if (st == SS_OK) {
             m->ids[joined] = ((Shadowsync__V1__JoinReply *)r)->member;
@@ -298,7 +291,7 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
         return SS_ERR_SIZE_MISMATCH;
     easgd_arg a = {s, alpha};
     fanout f;
-    ss_status st = fan(t, m, M_EASGD, build_easgd, &a, t->timeout_ms, false, &f);
+    ss_status st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, t->timeout_ms, false, &f);
     for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
         Shadowsync__V1__EasgdReply *r =
             shadowsync__v1__easgd_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
@@ -321,7 +314,7 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
 }
 
 static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
-                          float *avg, size_t n, ss_round_result *result) {
+                          float *avg, size_t n, ss__round_result *result) {
     grpc_tp *t = impl;
     const membership *m = find_member(t, group, member);
     if (!m)
@@ -329,7 +322,8 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
     if (m->n != n)
         return SS_ERR_SIZE_MISMATCH;
     fanout f;
-    ss_status st = fan(t, m, M_ROUND, build_round, s, t->timeout_ms + t->round_wait_ms, false, &f);
+    ss_status st =
+        fan(t, m, SS_DENSE_M_ROUND, build_round, s, t->timeout_ms + t->round_wait_ms, false, &f);
     /* Chunks close their rounds independently (a deadline may close one
      * without a member the next one waited for): report the smallest. */
     result->round = UINT64_MAX;
@@ -366,7 +360,7 @@ static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
     if (st != SS_OK)
         return st;
     fanout f;
-    st = fan(t, &m, M_CENTRAL, build_central, NULL, t->timeout_ms, true, &f);
+    st = fan(t, &m, SS_DENSE_M_CENTRAL, build_central, NULL, t->timeout_ms, true, &f);
     for (size_t i = 0; st == SS_OK && i < m.nparts; i++) {
         Shadowsync__V1__ReadCentralReply *r =
             shadowsync__v1__read_central_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
@@ -393,7 +387,7 @@ static ss_status tp_heartbeat(void *impl, const char *group, uint64_t member) {
     if (!m)
         return SS_ERR_NOT_FOUND;
     fanout f;
-    ss_status st = fan(t, m, M_HEARTBEAT, build_heartbeat, NULL, t->timeout_ms, true, &f);
+    ss_status st = fan(t, m, SS_DENSE_M_HEARTBEAT, build_heartbeat, NULL, t->timeout_ms, true, &f);
     fanout_free(&f);
     return st;
 }
@@ -406,12 +400,12 @@ static void tp_destroy(void *impl) {
         membership_free(m);
     }
     for (uint32_t s = 0; s < t->nshards; s++)
-        ss_rpc_channel_destroy(t->ch[s]);
+        ss__rpc_channel_destroy(t->ch[s]);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
 
-static const ss_transport_ops grpc_ops = {
+static const ss__transport_ops grpc_ops = {
     .join = tp_join,
     .leave = tp_leave,
     .easgd_exchange = tp_easgd,
@@ -426,7 +420,7 @@ static size_t chunk_message_bytes(size_t chunk) {
     return chunk * sizeof(float) + 4096;
 }
 
-ss_status ss_grpc_transport_create(const ss_grpc_transport_config *cfg, ss_transport **out) {
+ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out) {
     if (!cfg || !cfg->targets || !*cfg->targets || cfg->timeout_ms == 0 || !out ||
         cfg->chunk_floats > (64u << 20))
         return SS_ERR_INVALID_ARGUMENT;
@@ -448,8 +442,8 @@ ss_status ss_grpc_transport_create(const ss_grpc_transport_config *cfg, ss_trans
         if (t->nshards == SS_GRPC_MAX_SHARDS || !*tok)
             st = SS_ERR_INVALID_ARGUMENT;
         else
-            st = ss_rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
-                                       &t->ch[t->nshards]);
+            st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
+                                        &t->ch[t->nshards]);
         if (st == SS_OK)
             t->nshards++;
     }
@@ -457,23 +451,23 @@ ss_status ss_grpc_transport_create(const ss_grpc_transport_config *cfg, ss_trans
     if (st == SS_OK && t->nshards == 0)
         st = SS_ERR_INVALID_ARGUMENT;
     if (st == SS_OK)
-        st = ss_transport_create(&grpc_ops, t, out);
+        st = ss__transport_create(&grpc_ops, t, out);
     if (st != SS_OK)
         tp_destroy(t);
     return st;
 }
 
-ss_status ss_grpc_checkpoint(const char *target, const ss_rpc_tls *tls, uint32_t timeout_ms,
-                             char *path, size_t pathlen, size_t *groups) {
+ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32_t timeout_ms,
+                              char *path, size_t pathlen, size_t *groups) {
     if (!target || !path || !pathlen || !groups || timeout_ms == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_rpc_channel *ch;
-    ss_status st = ss_rpc_channel_create(target, 0, tls, &ch);
+    ss__rpc_channel *ch;
+    ss_status st = ss__rpc_channel_create(target, 0, tls, &ch);
     if (st != SS_OK)
         return st;
     Shadowsync__V1__CheckpointRequest req = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
     ProtobufCMessage *msg;
-    st = call_on(ch, M_CHECKPOINT, &req.base, timeout_ms, false,
+    st = call_on(ch, SS_DENSE_M_CHECKPOINT, &req.base, timeout_ms, false,
                  &shadowsync__v1__checkpoint_reply__descriptor, &msg);
     if (st == SS_OK) {
         Shadowsync__V1__CheckpointReply *r = (Shadowsync__V1__CheckpointReply *)msg;
@@ -481,6 +475,6 @@ ss_status ss_grpc_checkpoint(const char *target, const ss_rpc_tls *tls, uint32_t
         *groups = r->groups;
         protobuf_c_message_free_unpacked(msg, NULL);
     }
-    ss_rpc_channel_destroy(ch);
+    ss__rpc_channel_destroy(ch);
     return st;
 }

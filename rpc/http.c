@@ -1,5 +1,5 @@
 /* /metrics, /healthz, /status and /checkpoint over libmicrohttpd. */
-#include "shadowsync/http.h"
+#include "rpc/http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -8,17 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/log.h"
+#include "common/log.h"
 
 /* Request lines and headers beyond this: MHD answers 414/431 itself. */
 #define CONNECTION_MEMORY 32768
 
-struct ss_http_server {
-    ss_http_config cfg;
+struct ss__http_server {
+    ss__http_config cfg;
     char bind[300]; /* cfg.bind, kept */
     struct MHD_Daemon *daemon;
     uint16_t port;
-    ss_counter *m_requests[4];
+    ss__counter *m_requests[4];
 };
 
 enum { PATH_METRICS, PATH_HEALTHZ, PATH_STATUS, PATH_CHECKPOINT, PATH_COUNT };
@@ -30,13 +30,13 @@ typedef struct request {
     bool answered;
 } request;
 
-static void count_reject(ss_http_server *s, const char *reason) {
+static void count_reject(ss__http_server *s, const char *reason) {
     const char *labels[] = {"reason", reason, NULL};
-    ss_counter *c;
-    if (ss_metrics_counter(s->cfg.metrics, "shadowsync_http_rejected_total",
-                           "HTTP requests refused by the endpoint, by reason.", labels,
-                           &c) == SS_OK)
-        ss_counter_add(c, 1);
+    ss__counter *c;
+    if (ss__metrics_counter(s->cfg.metrics, "shadowsync_http_rejected_total",
+                            "HTTP requests refused by the endpoint, by reason.", labels,
+                            &c) == SS_OK)
+        ss__counter_add(c, 1);
 }
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type,
@@ -58,7 +58,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned code, co
     return reply(conn, code, "text/plain; charset=utf-8", (char *)text, strlen(text), false);
 }
 
-static enum MHD_Result serve(ss_http_server *s, struct MHD_Connection *conn, int path) {
+static enum MHD_Result serve(ss__http_server *s, struct MHD_Connection *conn, int path) {
     char *body = NULL;
     size_t len = 0;
     ss_status st;
@@ -66,7 +66,7 @@ static enum MHD_Result serve(ss_http_server *s, struct MHD_Connection *conn, int
     case PATH_METRICS:
         if (s->cfg.before_metrics)
             s->cfg.before_metrics(s->cfg.ctx);
-        if ((st = ss_metrics_render(s->cfg.metrics, &body, &len)) != SS_OK)
+        if ((st = ss__metrics_render(s->cfg.metrics, &body, &len)) != SS_OK)
             return reply_text(conn, 500, "cannot render metrics\n");
         return reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, true);
     case PATH_HEALTHZ:
@@ -86,7 +86,7 @@ static enum MHD_Result serve(ss_http_server *s, struct MHD_Connection *conn, int
     }
 }
 
-static int path_index(const ss_http_server *s, const char *url) {
+static int path_index(const ss__http_server *s, const char *url) {
     for (int i = 0; i < PATH_COUNT; i++)
         if (!strcmp(url, paths[i])) {
             if ((i == PATH_STATUS && !s->cfg.status_json) ||
@@ -102,7 +102,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls) {
     (void)version;
     (void)upload_data;
-    ss_http_server *s = cls;
+    ss__http_server *s = cls;
     size_t limit = s->cfg.max_body_bytes ? s->cfg.max_body_bytes : 65536;
     request *rq = *con_cls;
     if (!rq) { /* headers are in: decide what can be decided before the body */
@@ -145,7 +145,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         count_reject(s, "method");
         return reply_text(conn, 405, path == PATH_CHECKPOINT ? "use POST\n" : "use GET or HEAD\n");
     }
-    ss_counter_add(s->m_requests[path], 1);
+    ss__counter_add(s->m_requests[path], 1);
     return serve(s, conn, path);
 }
 
@@ -188,7 +188,7 @@ static ss_status parse_bind(const char *bind, struct sockaddr_storage *ss, bool 
     return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? SS_OK : SS_ERR_INVALID_ARGUMENT;
 }
 
-ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out) {
+ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **out) {
     if (!cfg || !out || !cfg->bind || !cfg->metrics)
         return SS_ERR_INVALID_ARGUMENT;
     struct sockaddr_storage addr;
@@ -196,15 +196,15 @@ ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out) 
     ss_status st = parse_bind(cfg->bind, &addr, &v6);
     if (st != SS_OK)
         return st;
-    ss_http_server *s = calloc(1, sizeof *s);
+    ss__http_server *s = calloc(1, sizeof *s);
     if (!s)
         return SS_ERR_NO_MEMORY;
     s->cfg = *cfg;
     for (int i = 0; i < PATH_COUNT; i++) {
         const char *labels[] = {"path", paths[i], NULL};
-        if ((st = ss_metrics_counter(cfg->metrics, "shadowsync_http_requests_total",
-                                     "HTTP requests served, by path.", labels,
-                                     &s->m_requests[i])) != SS_OK) {
+        if ((st = ss__metrics_counter(cfg->metrics, "shadowsync_http_requests_total",
+                                      "HTTP requests served, by path.", labels,
+                                      &s->m_requests[i])) != SS_OK) {
             free(s);
             return st;
         }
@@ -232,11 +232,11 @@ ss_status ss_http_server_start(const ss_http_config *cfg, ss_http_server **out) 
     return SS_OK;
 }
 
-uint16_t ss_http_server_port(const ss_http_server *s) {
+uint16_t ss__http_server_port(const ss__http_server *s) {
     return s ? s->port : 0;
 }
 
-void ss_http_server_address(const ss_http_server *s, char *out, size_t outlen) {
+void ss__http_server_address(const ss__http_server *s, char *out, size_t outlen) {
     if (!s) {
         snprintf(out, outlen, "off");
         return;
@@ -245,7 +245,7 @@ void ss_http_server_address(const ss_http_server *s, char *out, size_t outlen) {
     snprintf(out, outlen, "%.*s:%u", (int)(colon - s->bind), s->bind, (unsigned)s->port);
 }
 
-void ss_http_server_stop(ss_http_server *s) {
+void ss__http_server_stop(ss__http_server *s) {
     if (!s)
         return;
     MHD_stop_daemon(s->daemon);

@@ -5,7 +5,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 
-#include "shadowsync/rpc.h"
+#include "rpc/rpc.h"
 
 /* Receive/send limit when none is given. Dense groups travel in chunks
  * (SS_RPC_CHUNK_FLOATS per call, see sharded_transport.c), so this only
@@ -14,7 +14,7 @@
 
 /* Credentials for tls (NULL or all-NULL = insecure). SS_ERR_IO when a PEM
  * file cannot be read, SS_ERR_INVALID_ARGUMENT for an incomplete pair. */
-ss_status ss_rpc_client_credentials(const ss_rpc_tls *tls, grpc_channel_credentials **out);
-ss_status ss_rpc_server_credentials(const ss_rpc_tls *tls, grpc_server_credentials **out);
+ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out);
+ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credentials **out);
 
 #endif

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc_internal.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/log.h"
-#include "shadowsync/rpc.h"
-#include "shadowsync/rpc_pb.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "rpc/rpc.h"
+#include "rpc/rpc_internal.h"
+#include "rpc/rpc_pb.h"
 
 #define PREPOSTED_PER_METHOD 4
 #define GENERIC              ((size_t)-1) /* an unregistered method: UNIMPLEMENTED */
@@ -21,7 +21,7 @@
 typedef enum { CALL_REQUESTED, CALL_REPLYING } call_state;
 
 typedef struct call_ctx {
-    ss_rpc_server *srv;
+    ss__rpc_server *srv;
     size_t method;
     grpc_completion_queue *cq;
     call_state state;
@@ -37,13 +37,13 @@ typedef struct call_ctx {
 
 typedef struct method_slot {
     void *handle;
-    ss_counter *ok, *error;
-    ss_counter *received_bytes, *sent_bytes; /* message payloads */
+    ss__counter *ok, *error;
+    ss__counter *received_bytes, *sent_bytes; /* message payloads */
 } method_slot;
 
-struct ss_rpc_server {
+struct ss__rpc_server {
     grpc_server *server;
-    const ss_rpc_method *methods;
+    const ss__rpc_method *methods;
     method_slot *slots;
     size_t nmethods;
     void *ctx;
@@ -57,15 +57,15 @@ struct ss_rpc_server {
     _Atomic long live_calls;
 };
 
-void ss_rpc_init(void) {
+void ss__rpc_init(void) {
     grpc_init();
 }
 
-void ss_rpc_shutdown(void) {
+void ss__rpc_shutdown(void) {
     grpc_shutdown();
 }
 
-static void request_call(ss_rpc_server *srv, size_t method, grpc_completion_queue *cq) {
+static void request_call(ss__rpc_server *srv, size_t method, grpc_completion_queue *cq) {
     call_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         SS_LOG_ERRORF("rpc", "event=oom where=request_call");
@@ -93,7 +93,7 @@ static void request_call(ss_rpc_server *srv, size_t method, grpc_completion_queu
 }
 
 static void free_call(call_ctx *c) {
-    ss_rpc_server *srv = c->srv;
+    ss__rpc_server *srv = c->srv;
     if (c->payload)
         grpc_byte_buffer_destroy(c->payload);
     if (c->reply_bb)
@@ -137,8 +137,8 @@ static grpc_status_code to_grpc_code(ss_status st) {
 /* Runs the handler and starts the reply batch; the batch's completion
  * (CALL_REPLYING) frees the context. */
 static void serve(call_ctx *c) {
-    ss_rpc_server *srv = c->srv;
-    ss_rpc_reply reply = {.status = SS_OK};
+    ss__rpc_server *srv = c->srv;
+    ss__rpc_reply reply = {.status = SS_OK};
     grpc_slice req = grpc_empty_slice();
     if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) <= 0) {
         reply.status = SS_ERR_TIMEOUT;
@@ -164,14 +164,14 @@ static void serve(call_ctx *c) {
         }
     }
     grpc_slice_unref(req);
-    ss_counter *counter =
+    ss__counter *counter =
         reply.status == SS_OK ? srv->slots[c->method].ok : srv->slots[c->method].error;
     if (counter)
-        ss_counter_add(counter, 1);
+        ss__counter_add(counter, 1);
     if (srv->slots[c->method].received_bytes && c->payload)
-        ss_counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
+        ss__counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
     if (srv->slots[c->method].sent_bytes && reply.status == SS_OK)
-        ss_counter_add(srv->slots[c->method].sent_bytes, reply.len);
+        ss__counter_add(srv->slots[c->method].sent_bytes, reply.len);
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -231,13 +231,13 @@ static void *blocking_serve(void *arg) {
 }
 
 typedef struct cq_arg {
-    ss_rpc_server *srv;
+    ss__rpc_server *srv;
     grpc_completion_queue *cq;
 } cq_arg;
 
 static void *cq_thread(void *arg) {
     cq_arg *a = arg;
-    ss_rpc_server *srv = a->srv;
+    ss__rpc_server *srv = a->srv;
     grpc_completion_queue *cq = a->cq;
     free(a);
     for (;;) {
@@ -279,7 +279,7 @@ static void drain(grpc_completion_queue *cq) {
 
 /* Last step of both a failed start and a stop, after grpc_server_destroy:
  * shut every queue down, let its thread (or we) drain it, free it all. */
-static void release_queues(ss_rpc_server *srv, bool threads_running) {
+static void release_queues(ss__rpc_server *srv, bool threads_running) {
     for (uint32_t i = 0; i < srv->nthreads; i++)
         grpc_completion_queue_shutdown(srv->cqs[i]);
     for (uint32_t i = 0; i < srv->nthreads; i++) {
@@ -299,12 +299,12 @@ static void release_queues(ss_rpc_server *srv, bool threads_running) {
     grpc_shutdown();
 }
 
-ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_method *methods,
-                              size_t nmethods, void *ctx, ss_rpc_server **out) {
+ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,
+                               size_t nmethods, void *ctx, ss__rpc_server **out) {
     if (!cfg || !cfg->listen || cfg->threads == 0 || cfg->threads > 64 || !methods ||
         nmethods == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_rpc_server *srv = calloc(1, sizeof *srv);
+    ss__rpc_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return SS_ERR_NO_MEMORY;
     srv->methods = methods;
@@ -341,20 +341,21 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
     for (size_t i = 0; i < nmethods; i++) {
         srv->slots[i].handle = grpc_server_register_method(
             srv->server, methods[i].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
-        ss_metrics *m = cfg->metrics;
+        ss__metrics *m = cfg->metrics;
         if (m) {
             const char *ok[] = {"method", methods[i].path, "result", "ok", NULL};
             const char *err[] = {"method", methods[i].path, "result", "error", NULL};
             const char *help = "RPC requests served, by method and result.";
-            ss_metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &srv->slots[i].ok);
-            ss_metrics_counter(m, "shadowsync_rpc_requests_total", help, err, &srv->slots[i].error);
+            ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &srv->slots[i].ok);
+            ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, err,
+                                &srv->slots[i].error);
             const char *by_method[] = {"method", methods[i].path, NULL};
-            ss_metrics_counter(m, "shadowsync_rpc_received_bytes_total",
-                               "Request message bytes received, by method.", by_method,
-                               &srv->slots[i].received_bytes);
-            ss_metrics_counter(m, "shadowsync_rpc_sent_bytes_total",
-                               "Reply message bytes sent, by method.", by_method,
-                               &srv->slots[i].sent_bytes);
+            ss__metrics_counter(m, "shadowsync_rpc_received_bytes_total",
+                                "Request message bytes received, by method.", by_method,
+                                &srv->slots[i].received_bytes);
+            ss__metrics_counter(m, "shadowsync_rpc_sent_bytes_total",
+                                "Reply message bytes sent, by method.", by_method,
+                                &srv->slots[i].sent_bytes);
         }
     }
     for (uint32_t i = 0; i < cfg->threads; i++) {
@@ -365,7 +366,7 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
     srv->shutdown_cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->shutdown_cq, NULL);
     grpc_server_credentials *creds;
-    ss_status cst = ss_rpc_server_credentials(cfg->tls, &creds);
+    ss_status cst = ss__rpc_server_credentials(cfg->tls, &creds);
     if (cst != SS_OK) {
         SS_LOG_ERRORF("rpc", "event=tls_failed status=%s", ss_status_name(cst));
         grpc_server_destroy(srv->server);
@@ -395,11 +396,11 @@ ss_status ss_rpc_server_start(const ss_rpc_server_config *cfg, const ss_rpc_meth
     return SS_OK;
 }
 
-int ss_rpc_server_port(const ss_rpc_server *srv) {
+int ss__rpc_server_port(const ss__rpc_server *srv) {
     return srv ? srv->port : 0;
 }
 
-void ss_rpc_server_stop(ss_rpc_server *srv) {
+void ss__rpc_server_stop(ss__rpc_server *srv) {
     if (!srv)
         return;
     atomic_store(&srv->shutting_down, true);
@@ -408,12 +409,12 @@ void ss_rpc_server_stop(ss_rpc_server *srv) {
     grpc_completion_queue_next(srv->shutdown_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     /* The tag can come while calls are alive; wait for every context. */
     while (atomic_load(&srv->live_calls) > 0)
-        ss_sleep_ns(1000000);
+        ss__sleep_ns(1000000);
     grpc_server_destroy(srv->server);
     release_queues(srv, true);
 }
 
-void ss_rpc_reply_pack(const ProtobufCMessage *m, ss_rpc_reply *r) {
+void ss__rpc_reply_pack(const ProtobufCMessage *m, ss__rpc_reply *r) {
     r->len = protobuf_c_message_get_packed_size(m);
     r->data = malloc(r->len ? r->len : 1);
     if (!r->data) {

@@ -2,9 +2,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "rpc_internal.h"
+#include "rpc/rpc_internal.h"
 
-static bool tls_wanted(const ss_rpc_tls *tls) {
+static bool tls_wanted(const ss__rpc_tls *tls) {
     return tls && (tls->ca_file || tls->cert_file || tls->key_file);
 }
 
@@ -49,7 +49,7 @@ static void pem_free(pem_set *p) {
     free(p->key);
 }
 
-static ss_status pem_load(const ss_rpc_tls *tls, pem_set *p) {
+static ss_status pem_load(const ss__rpc_tls *tls, pem_set *p) {
     *p = (pem_set){0};
     if (!tls->cert_file != !tls->key_file)
         return SS_ERR_INVALID_ARGUMENT; /* a certificate needs its key, and back */
@@ -61,7 +61,7 @@ static ss_status pem_load(const ss_rpc_tls *tls, pem_set *p) {
     return st;
 }
 
-ss_status ss_rpc_client_credentials(const ss_rpc_tls *tls, grpc_channel_credentials **out) {
+ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out) {
     if (!tls_wanted(tls)) {
         *out = grpc_insecure_credentials_create();
         return *out ? SS_OK : SS_ERR_INTERNAL;
@@ -76,7 +76,7 @@ ss_status ss_rpc_client_credentials(const ss_rpc_tls *tls, grpc_channel_credenti
     return *out ? SS_OK : SS_ERR_INVALID_ARGUMENT;
 }
 
-ss_status ss_rpc_server_credentials(const ss_rpc_tls *tls, grpc_server_credentials **out) {
+ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credentials **out) {
     if (!tls_wanted(tls)) {
         *out = grpc_insecure_server_credentials_create();
         return *out ? SS_OK : SS_ERR_INTERNAL;

@@ -1,43 +1,43 @@
-#include "shadowsync/algorithms.h"
+#include "shadow/algorithms.h"
 
 #include <string.h>
 
-#include "shadowsync/kernels.h"
+#include "shadow/kernels.h"
 
 static const char *const algo_names[] = {"easgd", "ma", "bmuf"};
 
-const char *ss_algo_name(ss_algo algo) {
+const char *ss__algo_name(ss__algo algo) {
     return (unsigned)algo < 3 ? algo_names[algo] : "unknown";
 }
 
-ss_status ss_algo_parse(const char *text, ss_algo *out) {
+ss_status ss__algo_parse(const char *text, ss__algo *out) {
     if (!text || !out)
         return SS_ERR_INVALID_ARGUMENT;
     for (int i = 0; i < 3; i++) {
         if (!strcmp(text, algo_names[i])) {
-            *out = (ss_algo)i;
+            *out = (ss__algo)i;
             return SS_OK;
         }
     }
     return SS_ERR_INVALID_ARGUMENT;
 }
 
-ss_status ss_easgd_server(const float *s, float *c, float *d, float alpha, size_t n) {
+ss_status ss__easgd_server(const float *s, float *c, float *d, float alpha, size_t n) {
     if (!s || !c || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f))
         return SS_ERR_INVALID_ARGUMENT;
-    ss_kernel_elastic_exchange(s, c, d, alpha, n);
+    ss__kernel_elastic_exchange(s, c, d, alpha, n);
     return SS_OK;
 }
 
-ss_status ss_ma_delta(const float *avg, const float *s, float *delta, size_t n) {
+ss_status ss__ma_delta(const float *avg, const float *s, float *delta, size_t n) {
     if (!avg || !s || !delta || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_kernel_sub(delta, avg, s, n);
+    ss__kernel_sub(delta, avg, s, n);
     return SS_OK;
 }
 
-ss_status ss_bmuf_delta(const ss_bmuf_params *p, float *w, float *m, const float *avg,
-                        const float *s, float *delta, size_t n) {
+ss_status ss__bmuf_delta(const ss__bmuf_params *p, float *w, float *m, const float *avg,
+                         const float *s, float *delta, size_t n) {
     if (!p || !w || !m || !avg || !s || !delta || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     if (!(p->eta >= 0.0f && p->eta < 1.0f) || !(p->zeta > 0.0f))
@@ -55,15 +55,15 @@ ss_status ss_bmuf_delta(const ss_bmuf_params *p, float *w, float *m, const float
     return SS_OK;
 }
 
-ss_status ss_mean(const float *const *v, size_t k, float *avg, size_t n) {
+ss_status ss__mean(const float *const *v, size_t k, float *avg, size_t n) {
     if (!v || k == 0 || !avg || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     memset(avg, 0, n * sizeof *avg);
     for (size_t i = 0; i < k; i++) {
         if (!v[i])
             return SS_ERR_INVALID_ARGUMENT;
-        ss_kernel_accumulate(avg, v[i], n);
+        ss__kernel_accumulate(avg, v[i], n);
     }
-    ss_kernel_scale(avg, 1.0f / (float)k, n);
+    ss__kernel_scale(avg, 1.0f / (float)k, n);
     return SS_OK;
 }

@@ -1,4 +1,4 @@
-#include "shadowsync/engine.h"
+#include "shadow/engine.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -6,18 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/clock.h"
-#include "shadowsync/kernels.h"
-#include "shadowsync/log.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "shadow/kernels.h"
 
 #define GAP_RING             65536u /* sync-gap samples kept per group for quantiles */
 #define DIVERGENCE_PERIOD_NS 100000000ull
 
-struct ss_engine_group {
-    ss_engine *engine;
+struct ss__engine_group {
+    ss__engine *engine;
     char *name;
-    ss_replica *replica;
-    ss_sync_params params;
+    ss__replica *replica;
+    ss__sync_params params;
     uint64_t member;
 
     pthread_mutex_t round_lock; /* one round of a group at a time */
@@ -27,20 +27,20 @@ struct ss_engine_group {
 
     pthread_mutex_t stats_lock;
     uint64_t rounds, failed_rounds, last_iter, gap_count, last_round_ns, divergence_ns;
-    uint64_t last_done_ns; /* ss_now_ns when the last round completed */
+    uint64_t last_done_ns; /* ss__now_ns when the last round completed */
     uint64_t rejoins;
     _Atomic uint64_t last_contact_ns; /* last round or heartbeat that reached the others */
     double gap_sum, divergence;
     uint64_t *gaps; /* ring of the last GAP_RING gaps */
 
-    ss_counter *m_rounds, *m_failed, *m_sent, *m_received, *m_iterations;
-    ss_histogram *m_round_seconds, *m_gap;
-    ss_gauge *m_divergence;
+    ss__counter *m_rounds, *m_failed, *m_sent, *m_received, *m_iterations;
+    ss__histogram *m_round_seconds, *m_gap;
+    ss__gauge *m_divergence;
 };
 
-struct ss_engine {
-    ss_transport *transport;
-    ss_metrics *metrics;
+struct ss__engine {
+    ss__transport *transport;
+    ss__metrics *metrics;
     bool own_metrics;
     char *trainer;
     uint32_t nthreads;
@@ -50,7 +50,7 @@ struct ss_engine {
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    ss_engine_group **groups;
+    ss__engine_group **groups;
     size_t ngroups, capgroups;
     pthread_t *threads;
     bool running, stopping, paused;
@@ -59,10 +59,10 @@ struct ss_engine {
     _Atomic uint64_t rounds_total;
 };
 
-ss_status ss_engine_create(const ss_engine_config *cfg, ss_engine **out) {
+ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out) {
     if (!cfg || !out || !cfg->transport || cfg->threads == 0 || cfg->threads > 256)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_engine *e = calloc(1, sizeof *e);
+    ss__engine *e = calloc(1, sizeof *e);
     if (!e)
         return SS_ERR_NO_MEMORY;
     e->transport = cfg->transport;
@@ -78,7 +78,7 @@ ss_status ss_engine_create(const ss_engine_config *cfg, ss_engine **out) {
     if (cfg->metrics) {
         e->metrics = cfg->metrics;
     } else {
-        ss_status st = ss_metrics_create(&e->metrics);
+        ss_status st = ss__metrics_create(&e->metrics);
         if (st != SS_OK) {
             free(e->trainer);
             free(e);
@@ -92,7 +92,7 @@ ss_status ss_engine_create(const ss_engine_config *cfg, ss_engine **out) {
     return SS_OK;
 }
 
-static void group_free(ss_engine_group *g) {
+static void group_free(ss__engine_group *g) {
     if (!g)
         return;
     pthread_mutex_destroy(&g->round_lock);
@@ -107,45 +107,45 @@ static void group_free(ss_engine_group *g) {
     free(g);
 }
 
-static ss_status register_metrics(ss_engine *e, ss_engine_group *g) {
+static ss_status register_metrics(ss__engine *e, ss__engine_group *g) {
     const char *labels[] = {
-        "trainer", e->trainer, "group", g->name, "algo", ss_algo_name(g->params.algo), NULL};
+        "trainer", e->trainer, "group", g->name, "algo", ss__algo_name(g->params.algo), NULL};
     static const double round_bounds[] = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
                                           3e-2, 0.1,  0.3,  1,    3,    10};
     static const double gap_bounds[] = {0,   1,   2,    5,    10,   20,    50,  100,
                                         200, 500, 1000, 2000, 5000, 10000, 1e5, 1e6};
     ss_status st;
-    if ((st = ss_metrics_counter(e->metrics, "shadowsync_sync_rounds_total",
-                                 "Completed sync rounds.", labels, &g->m_rounds)) ||
-        (st = ss_metrics_counter(e->metrics, "shadowsync_sync_round_failures_total",
-                                 "Sync rounds abandoned whole after a transport error.", labels,
-                                 &g->m_failed)) ||
-        (st = ss_metrics_counter(e->metrics, "shadowsync_sync_sent_bytes_total",
-                                 "Payload bytes sent by sync rounds.", labels, &g->m_sent)) ||
-        (st = ss_metrics_counter(e->metrics, "shadowsync_sync_received_bytes_total",
-                                 "Payload bytes received by sync rounds.", labels,
-                                 &g->m_received)) ||
-        (st = ss_metrics_counter(e->metrics, "shadowsync_trainer_iterations_total",
-                                 "Trainer iterations seen by the shadow pool.", labels,
-                                 &g->m_iterations)) ||
-        (st = ss_metrics_histogram(e->metrics, "shadowsync_sync_round_seconds",
-                                   "Duration of a completed sync round.", labels, round_bounds,
-                                   sizeof round_bounds / sizeof *round_bounds,
-                                   &g->m_round_seconds)) ||
-        (st = ss_metrics_histogram(e->metrics, "shadowsync_sync_gap_iterations",
-                                   "Trainer iterations between two completed rounds of a replica.",
-                                   labels, gap_bounds, sizeof gap_bounds / sizeof *gap_bounds,
-                                   &g->m_gap)) ||
-        (st = ss_metrics_gauge(e->metrics, "shadowsync_replica_divergence_ratio",
-                               "|x - c| / |c| of the replica against the consensus at the last "
-                               "round.",
-                               labels, &g->m_divergence)))
+    if ((st = ss__metrics_counter(e->metrics, "shadowsync_sync_rounds_total",
+                                  "Completed sync rounds.", labels, &g->m_rounds)) ||
+        (st = ss__metrics_counter(e->metrics, "shadowsync_sync_round_failures_total",
+                                  "Sync rounds abandoned whole after a transport error.", labels,
+                                  &g->m_failed)) ||
+        (st = ss__metrics_counter(e->metrics, "shadowsync_sync_sent_bytes_total",
+                                  "Payload bytes sent by sync rounds.", labels, &g->m_sent)) ||
+        (st = ss__metrics_counter(e->metrics, "shadowsync_sync_received_bytes_total",
+                                  "Payload bytes received by sync rounds.", labels,
+                                  &g->m_received)) ||
+        (st = ss__metrics_counter(e->metrics, "shadowsync_trainer_iterations_total",
+                                  "Trainer iterations seen by the shadow pool.", labels,
+                                  &g->m_iterations)) ||
+        (st = ss__metrics_histogram(e->metrics, "shadowsync_sync_round_seconds",
+                                    "Duration of a completed sync round.", labels, round_bounds,
+                                    sizeof round_bounds / sizeof *round_bounds,
+                                    &g->m_round_seconds)) ||
+        (st = ss__metrics_histogram(e->metrics, "shadowsync_sync_gap_iterations",
+                                    "Trainer iterations between two completed rounds of a replica.",
+                                    labels, gap_bounds, sizeof gap_bounds / sizeof *gap_bounds,
+                                    &g->m_gap)) ||
+        (st = ss__metrics_gauge(e->metrics, "shadowsync_replica_divergence_ratio",
+                                "|x - c| / |c| of the replica against the consensus at the last "
+                                "round.",
+                                labels, &g->m_divergence)))
         return st;
     return SS_OK;
 }
 
-ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replica,
-                              const ss_sync_params *params, ss_engine_group **out) {
+ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *replica,
+                               const ss__sync_params *params, ss__engine_group **out) {
     if (!e || !name || !*name || !replica || !params || !out)
         return SS_ERR_INVALID_ARGUMENT;
     if ((unsigned)params->algo > SS_ALGO_BMUF)
@@ -155,8 +155,8 @@ ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replic
     if (params->algo == SS_ALGO_BMUF &&
         !(params->bmuf.eta >= 0.0f && params->bmuf.eta < 1.0f && params->bmuf.zeta > 0.0f))
         return SS_ERR_INVALID_ARGUMENT;
-    size_t n = ss_replica_size(replica);
-    ss_engine_group *g = calloc(1, sizeof *g);
+    size_t n = ss__replica_size(replica);
+    ss__engine_group *g = calloc(1, sizeof *g);
     if (!g)
         return SS_ERR_NO_MEMORY;
     pthread_mutex_init(&g->round_lock, NULL);
@@ -183,8 +183,8 @@ ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replic
         group_free(g);
         return st;
     }
-    g->last_iter = ss_replica_iterations(replica);
-    atomic_init(&g->last_contact_ns, ss_now_ns());
+    g->last_iter = ss__replica_iterations(replica);
+    atomic_init(&g->last_contact_ns, ss__now_ns());
     pthread_mutex_lock(&e->lock);
     for (size_t i = 0; i < e->ngroups; i++) {
         if (!strcmp(e->groups[i]->name, name)) {
@@ -195,7 +195,7 @@ ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replic
     }
     if (e->ngroups == e->capgroups) {
         size_t cap = e->capgroups ? e->capgroups * 2 : 8;
-        ss_engine_group **ng = realloc(e->groups, cap * sizeof *ng);
+        ss__engine_group **ng = realloc(e->groups, cap * sizeof *ng);
         if (!ng) {
             pthread_mutex_unlock(&e->lock);
             group_free(g);
@@ -204,7 +204,7 @@ ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replic
         e->groups = ng;
         e->capgroups = cap;
     }
-    st = ss_transport_join(e->transport, name, n, &g->member);
+    st = ss__transport_join(e->transport, name, n, &g->member);
     if (st != SS_OK) {
         pthread_mutex_unlock(&e->lock);
         group_free(g);
@@ -219,19 +219,19 @@ ss_status ss_engine_add_group(ss_engine *e, const char *name, ss_replica *replic
 
 /* |s - c| / |c| of the round just completed, from the snapshot and the
  * transport's reply (in g->snap and g->reply). */
-static double round_divergence(ss_engine_group *g, size_t n) {
+static double round_divergence(ss__engine_group *g, size_t n) {
     double dist2, center2;
     if (g->params.algo == SS_ALGO_EASGD) {
         /* d = alpha (s - c_old): |s - c_old| = |d| / alpha, and
          * c_old = s - d / alpha, recovered into the scratch buffer. */
         const float inv_alpha = 1.0f / g->params.alpha;
-        dist2 = ss_kernel_norm2_sq(g->reply, n) * (double)inv_alpha * (double)inv_alpha;
+        dist2 = ss__kernel_norm2_sq(g->reply, n) * (double)inv_alpha * (double)inv_alpha;
         memcpy(g->delta, g->snap, n * sizeof(float));
-        ss_kernel_axpy(g->delta, g->reply, -inv_alpha, n);
-        center2 = ss_kernel_norm2_sq(g->delta, n);
+        ss__kernel_axpy(g->delta, g->reply, -inv_alpha, n);
+        center2 = ss__kernel_norm2_sq(g->delta, n);
     } else {
-        dist2 = ss_kernel_dist2_sq(g->snap, g->reply, n); /* reply = round mean */
-        center2 = ss_kernel_norm2_sq(g->reply, n);
+        dist2 = ss__kernel_dist2_sq(g->snap, g->reply, n); /* reply = round mean */
+        center2 = ss__kernel_norm2_sq(g->reply, n);
     }
     return center2 > 0.0 ? sqrt(dist2 / center2) : 0.0;
 }
@@ -239,10 +239,10 @@ static double round_divergence(ss_engine_group *g, size_t n) {
 /* The other side no longer knows this member (it expired it, or a PS
  * restarted from a checkpoint): join again so the next round counts. The
  * caller holds g->round_lock. */
-static void rejoin(ss_engine_group *g) {
-    ss_engine *e = g->engine;
+static void rejoin(ss__engine_group *g) {
+    ss__engine *e = g->engine;
     uint64_t member;
-    ss_status st = ss_transport_join(e->transport, g->name, ss_replica_size(g->replica), &member);
+    ss_status st = ss__transport_join(e->transport, g->name, ss__replica_size(g->replica), &member);
     if (st == SS_OK) {
         g->member = member;
         pthread_mutex_lock(&g->stats_lock);
@@ -255,27 +255,27 @@ static void rejoin(ss_engine_group *g) {
 
 /* One round; the caller holds g->round_lock. A transport error abandons the
  * round whole: nothing is applied to the replica. */
-static ss_status run_round_locked(ss_engine_group *g) {
-    ss_engine *e = g->engine;
-    const size_t n = ss_replica_size(g->replica);
-    float *x = ss_replica_data(g->replica);
-    const uint64_t t0 = ss_now_ns();
-    ss_kernel_live_snapshot(g->snap, x, n);
+static ss_status run_round_locked(ss__engine_group *g) {
+    ss__engine *e = g->engine;
+    const size_t n = ss__replica_size(g->replica);
+    float *x = ss__replica_data(g->replica);
+    const uint64_t t0 = ss__now_ns();
+    ss__kernel_live_snapshot(g->snap, x, n);
 
     ss_status st;
     if (g->params.algo == SS_ALGO_EASGD) {
-        st = ss_transport_easgd_exchange(e->transport, g->name, g->member, g->snap, g->params.alpha,
-                                         g->reply, n);
+        st = ss__transport_easgd_exchange(e->transport, g->name, g->member, g->snap,
+                                          g->params.alpha, g->reply, n);
         if (st == SS_OK) {
-            ss_kernel_live_add_scaled(x, g->reply, -1.0f, n);
+            ss__kernel_live_add_scaled(x, g->reply, -1.0f, n);
         }
     } else {
-        ss_round_result rr;
-        st = ss_transport_allreduce_mean(e->transport, g->name, g->member, g->snap, g->reply, n,
-                                         &rr);
+        ss__round_result rr;
+        st = ss__transport_allreduce_mean(e->transport, g->name, g->member, g->snap, g->reply, n,
+                                          &rr);
         if (st == SS_OK) {
             if (g->params.algo == SS_ALGO_MA) {
-                st = ss_ma_delta(g->reply, g->snap, g->delta, n);
+                st = ss__ma_delta(g->reply, g->snap, g->delta, n);
             } else {
                 if (!g->bmuf_ready) {
                     /* First round: the consensus starts at the mean, with
@@ -283,14 +283,14 @@ static ss_status run_round_locked(ss_engine_group *g) {
                     memcpy(g->bmuf_w, g->reply, n * sizeof(float));
                     g->bmuf_ready = true;
                 }
-                st = ss_bmuf_delta(&g->params.bmuf, g->bmuf_w, g->bmuf_m, g->reply, g->snap,
-                                   g->delta, n);
+                st = ss__bmuf_delta(&g->params.bmuf, g->bmuf_w, g->bmuf_m, g->reply, g->snap,
+                                    g->delta, n);
             }
             if (st == SS_OK)
-                ss_kernel_live_add_scaled(x, g->delta, 1.0f, n);
+                ss__kernel_live_add_scaled(x, g->delta, 1.0f, n);
         }
     }
-    const uint64_t t1 = ss_now_ns();
+    const uint64_t t1 = ss__now_ns();
     const size_t bytes = n * sizeof(float);
     /* Divergence is for dashboards: measured at most every
      * DIVERGENCE_PERIOD_NS, it costs the shadow thread three extra passes
@@ -302,7 +302,7 @@ static ss_status run_round_locked(ss_engine_group *g) {
     if (st != SS_OK) {
         g->failed_rounds++;
         pthread_mutex_unlock(&g->stats_lock);
-        ss_counter_add(g->m_failed, 1);
+        ss__counter_add(g->m_failed, 1);
         SS_LOG_DEBUGF("engine", "event=round_failed trainer=%s group=%s status=%s", e->trainer,
                       g->name, ss_status_name(st));
         if (st == SS_ERR_NOT_FOUND)
@@ -310,7 +310,7 @@ static ss_status run_round_locked(ss_engine_group *g) {
         return st;
     }
     atomic_store_explicit(&g->last_contact_ns, t1, memory_order_relaxed);
-    uint64_t it = ss_replica_iterations(g->replica);
+    uint64_t it = ss__replica_iterations(g->replica);
     uint64_t gap = it - g->last_iter;
     g->last_iter = it;
     g->gaps[g->gap_count % GAP_RING] = gap;
@@ -326,18 +326,18 @@ static ss_status run_round_locked(ss_engine_group *g) {
     pthread_mutex_unlock(&g->stats_lock);
 
     atomic_fetch_add_explicit(&e->rounds_total, 1, memory_order_relaxed);
-    ss_counter_add(g->m_rounds, 1);
-    ss_counter_add(g->m_sent, bytes);
-    ss_counter_add(g->m_received, bytes);
-    ss_counter_add(g->m_iterations, gap);
-    ss_histogram_observe(g->m_round_seconds, (double)(t1 - t0) * 1e-9);
-    ss_histogram_observe(g->m_gap, (double)gap);
+    ss__counter_add(g->m_rounds, 1);
+    ss__counter_add(g->m_sent, bytes);
+    ss__counter_add(g->m_received, bytes);
+    ss__counter_add(g->m_iterations, gap);
+    ss__histogram_observe(g->m_round_seconds, (double)(t1 - t0) * 1e-9);
+    ss__histogram_observe(g->m_gap, (double)gap);
     if (measure)
-        ss_gauge_set(g->m_divergence, divergence);
+        ss__gauge_set(g->m_divergence, divergence);
     return SS_OK;
 }
 
-ss_status ss_engine_run_round(ss_engine *e, ss_engine_group *g) {
+ss_status ss__engine_run_round(ss__engine *e, ss__engine_group *g) {
     if (!e || !g || g->engine != e)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&g->round_lock);
@@ -347,25 +347,25 @@ ss_status ss_engine_run_round(ss_engine *e, ss_engine_group *g) {
 }
 
 /* True when the group's replica has not advanced enough for a new round. */
-static bool group_idle(const ss_engine *e, ss_engine_group *g) {
+static bool group_idle(const ss__engine *e, ss__engine_group *g) {
     if (e->min_round_gap == 0)
         return false;
     pthread_mutex_lock(&g->stats_lock);
-    uint64_t since = ss_replica_iterations(g->replica) - g->last_iter;
+    uint64_t since = ss__replica_iterations(g->replica) - g->last_iter;
     pthread_mutex_unlock(&g->stats_lock);
     return since < e->min_round_gap;
 }
 
 /* An idle group still tells the others it is alive, so they do not expire
  * it. Called without e->lock; takes the group's round lock if free. */
-static void maybe_heartbeat(ss_engine *e, ss_engine_group *g) {
+static void maybe_heartbeat(ss__engine *e, ss__engine_group *g) {
     if (e->heartbeat_ns == 0)
         return;
-    uint64_t now = ss_now_ns();
+    uint64_t now = ss__now_ns();
     if (now - atomic_load_explicit(&g->last_contact_ns, memory_order_relaxed) < e->heartbeat_ns ||
         pthread_mutex_trylock(&g->round_lock) != 0)
         return;
-    ss_status st = ss_transport_heartbeat(e->transport, g->name, g->member);
+    ss_status st = ss__transport_heartbeat(e->transport, g->name, g->member);
     if (st == SS_OK)
         atomic_store_explicit(&g->last_contact_ns, now, memory_order_relaxed);
     else if (st == SS_ERR_NOT_FOUND)
@@ -380,7 +380,7 @@ static uint64_t failure_backoff_ns(uint32_t fails) {
 }
 
 static void *shadow_thread(void *arg) {
-    ss_engine *e = arg;
+    ss__engine *e = arg;
     size_t busy_in_a_row = 0;
     uint32_t fails = 0;
     pthread_mutex_lock(&e->lock);
@@ -389,7 +389,7 @@ static void *shadow_thread(void *arg) {
             pthread_cond_wait(&e->cond, &e->lock);
             continue;
         }
-        ss_engine_group *g = e->groups[e->next_group++ % e->ngroups];
+        ss__engine_group *g = e->groups[e->next_group++ % e->ngroups];
         if (group_idle(e, g)) {
             pthread_mutex_unlock(&e->lock);
             maybe_heartbeat(e, g);
@@ -401,7 +401,7 @@ static void *shadow_thread(void *arg) {
             bool all_busy = ++busy_in_a_row >= e->ngroups;
             pthread_mutex_unlock(&e->lock);
             if (all_busy) {
-                ss_sleep_ns(100000);
+                ss__sleep_ns(100000);
                 busy_in_a_row = 0;
             }
             pthread_mutex_lock(&e->lock);
@@ -414,11 +414,11 @@ static void *shadow_thread(void *arg) {
         ss_status st = run_round_locked(g);
         pthread_mutex_unlock(&g->round_lock);
         if (st != SS_OK) {
-            ss_sleep_ns(failure_backoff_ns(fails++)); /* the transport is failing */
+            ss__sleep_ns(failure_backoff_ns(fails++)); /* the transport is failing */
         } else {
             fails = 0;
             if (e->round_interval_ns)
-                ss_sleep_ns(e->round_interval_ns);
+                ss__sleep_ns(e->round_interval_ns);
         }
 
         pthread_mutex_lock(&e->lock);
@@ -429,7 +429,7 @@ static void *shadow_thread(void *arg) {
     return NULL;
 }
 
-ss_status ss_engine_start(ss_engine *e) {
+ss_status ss__engine_start(ss__engine *e) {
     if (!e)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&e->lock);
@@ -464,7 +464,7 @@ ss_status ss_engine_start(ss_engine *e) {
     return SS_OK;
 }
 
-ss_status ss_engine_pause(ss_engine *e) {
+ss_status ss__engine_pause(ss__engine *e) {
     if (!e)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&e->lock);
@@ -479,7 +479,7 @@ ss_status ss_engine_pause(ss_engine *e) {
     return SS_OK;
 }
 
-ss_status ss_engine_resume(ss_engine *e) {
+ss_status ss__engine_resume(ss__engine *e) {
     if (!e)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&e->lock);
@@ -490,7 +490,7 @@ ss_status ss_engine_resume(ss_engine *e) {
     return st;
 }
 
-ss_status ss_engine_stop(ss_engine *e) {
+ss_status ss__engine_stop(ss__engine *e) {
     if (!e)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&e->lock);
@@ -510,42 +510,42 @@ ss_status ss_engine_stop(ss_engine *e) {
     e->paused = false;
     pthread_mutex_unlock(&e->lock);
     SS_LOG_DEBUGF("engine", "event=stopped trainer=%s rounds=%llu", e->trainer,
-                  (unsigned long long)ss_engine_rounds(e));
+                  (unsigned long long)ss__engine_rounds(e));
     return SS_OK;
 }
 
-void ss_engine_destroy(ss_engine *e) {
+void ss__engine_destroy(ss__engine *e) {
     if (!e)
         return;
-    ss_engine_stop(e);
+    ss__engine_stop(e);
     for (size_t i = 0; i < e->ngroups; i++) {
-        ss_transport_leave(e->transport, e->groups[i]->name, e->groups[i]->member);
+        ss__transport_leave(e->transport, e->groups[i]->name, e->groups[i]->member);
         group_free(e->groups[i]);
     }
     free(e->groups);
     if (e->own_metrics)
-        ss_metrics_destroy(e->metrics);
+        ss__metrics_destroy(e->metrics);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
     free(e->trainer);
     free(e);
 }
 
-ss_status ss_engine_final_rounds(ss_engine *e, uint32_t rounds, uint32_t min_ms) {
+ss_status ss__engine_final_rounds(ss__engine *e, uint32_t rounds, uint32_t min_ms) {
     if (!e)
         return SS_ERR_INVALID_ARGUMENT;
-    uint64_t until = ss_now_ns() + (uint64_t)min_ms * 1000000ull;
+    uint64_t until = ss__now_ns() + (uint64_t)min_ms * 1000000ull;
     uint32_t failed_in_a_row = 0;
     ss_status st = SS_OK;
-    for (uint32_t r = 0; r < rounds || ss_now_ns() < until; r++) {
+    for (uint32_t r = 0; r < rounds || ss__now_ns() < until; r++) {
         st = SS_OK;
         for (size_t i = 0;; i++) {
             pthread_mutex_lock(&e->lock); /* groups may be added (and moved) meanwhile */
-            ss_engine_group *g = i < e->ngroups ? e->groups[i] : NULL;
+            ss__engine_group *g = i < e->ngroups ? e->groups[i] : NULL;
             pthread_mutex_unlock(&e->lock);
             if (!g)
                 break;
-            ss_status s = ss_engine_run_round(e, g);
+            ss_status s = ss__engine_run_round(e, g);
             if (st == SS_OK)
                 st = s;
         }
@@ -557,7 +557,7 @@ ss_status ss_engine_final_rounds(ss_engine *e, uint32_t rounds, uint32_t min_ms)
                      ss_status_name(st));
         if (++failed_in_a_row == 3)
             break;
-        ss_sleep_ns(10000000ull);
+        ss__sleep_ns(10000000ull);
     }
     return st == SS_ERR_TIMEOUT ? SS_OK : st;
 }
@@ -567,7 +567,7 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-ss_status ss_engine_group_stats(ss_engine_group *g, ss_group_stats *out) {
+ss_status ss__engine_group_stats(ss__engine_group *g, ss__group_stats *out) {
     if (!g || !out)
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -597,10 +597,10 @@ ss_status ss_engine_group_stats(ss_engine_group *g, ss_group_stats *out) {
     return SS_OK;
 }
 
-const char *ss_engine_group_name(const ss_engine_group *g) {
+const char *ss__engine_group_name(const ss__engine_group *g) {
     return g ? g->name : NULL;
 }
 
-uint64_t ss_engine_rounds(const ss_engine *e) {
-    return atomic_load_explicit(&((ss_engine *)e)->rounds_total, memory_order_relaxed);
+uint64_t ss__engine_rounds(const ss__engine *e) {
+    return atomic_load_explicit(&((ss__engine *)e)->rounds_total, memory_order_relaxed);
 }

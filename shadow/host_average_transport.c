@@ -15,8 +15,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "shadowsync/clock.h"
-#include "shadowsync/transport.h"
+#include "common/clock.h"
+#include "shadow/host_average_transport.h"
+#include "shadow/inproc_transport.h"
+#include "shadow/transport.h"
 
 /* Longest a member waits for its local round's remote half. */
 #define REMOTE_WAIT_NS (60ull * 1000000000ull)
@@ -38,9 +40,9 @@ typedef struct ha_group {
 } ha_group;
 
 typedef struct host_avg {
-    ss_transport *local;  /* in-process rounds among the host's members; owned */
-    ss_transport *remote; /* the PS; not owned */
-    pthread_mutex_t lock; /* guards the list and membership counts */
+    ss__transport *local;  /* in-process rounds among the host's members; owned */
+    ss__transport *remote; /* the PS; not owned */
+    pthread_mutex_t lock;  /* guards the list and membership counts */
     ha_group *groups;
 } host_avg;
 
@@ -55,7 +57,7 @@ static ha_group *find(host_avg *h, const char *name) {
 
 static ss_status ha_join(void *impl, const char *name, size_t n, uint64_t *member) {
     host_avg *h = impl;
-    ss_status st = ss_transport_join(h->local, name, n, member);
+    ss_status st = ss__transport_join(h->local, name, n, member);
     if (st != SS_OK)
         return st;
     pthread_mutex_lock(&h->lock);
@@ -81,25 +83,25 @@ static ss_status ha_join(void *impl, const char *name, size_t n, uint64_t *membe
     if (!g)
         st = SS_ERR_NO_MEMORY;
     else if (!g->remote_joined &&
-             (st = ss_transport_join(h->remote, name, n, &g->remote_member)) == SS_OK)
+             (st = ss__transport_join(h->remote, name, n, &g->remote_member)) == SS_OK)
         g->remote_joined = true;
     if (st == SS_OK)
         g->local_members++;
     pthread_mutex_unlock(&h->lock);
     if (st != SS_OK)
-        ss_transport_leave(h->local, name, *member);
+        ss__transport_leave(h->local, name, *member);
     return st;
 }
 
 static ss_status ha_leave(void *impl, const char *name, uint64_t member) {
     host_avg *h = impl;
-    ss_status st = ss_transport_leave(h->local, name, member);
+    ss_status st = ss__transport_leave(h->local, name, member);
     pthread_mutex_lock(&h->lock);
     ha_group *g = h->groups;
     while (g && strcmp(g->name, name))
         g = g->next;
     if (g && st == SS_OK && g->local_members && --g->local_members == 0 && g->remote_joined) {
-        ss_transport_leave(h->remote, name, g->remote_member); /* the host's last member */
+        ss__transport_leave(h->remote, name, g->remote_member); /* the host's last member */
         g->remote_joined = false;
     }
     pthread_mutex_unlock(&h->lock);
@@ -109,7 +111,7 @@ static ss_status ha_leave(void *impl, const char *name, uint64_t member) {
 /* The PS forgot the host (it restarted, or expired us): join again. */
 static ss_status remote_rejoin(host_avg *h, ha_group *g) {
     pthread_mutex_lock(&h->lock);
-    ss_status st = ss_transport_join(h->remote, g->name, g->n, &g->remote_member);
+    ss_status st = ss__transport_join(h->remote, g->name, g->n, &g->remote_member);
     g->remote_joined = st == SS_OK;
     pthread_mutex_unlock(&h->lock);
     return st;
@@ -117,31 +119,31 @@ static ss_status remote_rejoin(host_avg *h, ha_group *g) {
 
 static ss_status ha_heartbeat(void *impl, const char *name, uint64_t member) {
     host_avg *h = impl;
-    ss_status st = ss_transport_heartbeat(h->local, name, member);
+    ss_status st = ss__transport_heartbeat(h->local, name, member);
     ha_group *g = find(h, name);
     if (st != SS_OK || !g)
         return st == SS_OK ? SS_ERR_NOT_FOUND : st;
-    if (ss_transport_heartbeat(h->remote, name, g->remote_member) == SS_ERR_NOT_FOUND)
+    if (ss__transport_heartbeat(h->remote, name, g->remote_member) == SS_ERR_NOT_FOUND)
         remote_rejoin(h, g);
     return SS_OK;
 }
 
 static ss_status remote_easgd(host_avg *h, ha_group *g, const float *m, float alpha) {
-    ss_status st = ss_transport_easgd_exchange(h->remote, g->name, g->remote_member, m, alpha,
-                                               g->result, g->n);
+    ss_status st = ss__transport_easgd_exchange(h->remote, g->name, g->remote_member, m, alpha,
+                                                g->result, g->n);
     if (st == SS_ERR_NOT_FOUND && remote_rejoin(h, g) == SS_OK)
-        st = ss_transport_easgd_exchange(h->remote, g->name, g->remote_member, m, alpha, g->result,
-                                         g->n);
+        st = ss__transport_easgd_exchange(h->remote, g->name, g->remote_member, m, alpha, g->result,
+                                          g->n);
     return st;
 }
 
 static ss_status remote_mean(host_avg *h, ha_group *g, const float *m) {
-    ss_round_result rr;
+    ss__round_result rr;
     ss_status st =
-        ss_transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n, &rr);
+        ss__transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n, &rr);
     if (st == SS_ERR_NOT_FOUND && remote_rejoin(h, g) == SS_OK)
-        st = ss_transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n,
-                                         &rr);
+        st = ss__transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n,
+                                          &rr);
     return st;
 }
 
@@ -156,7 +158,7 @@ static struct timespec deadline_in(uint64_t ns) {
 
 /* Runs or waits for the remote half of local round res; on SS_OK out
  * holds the remote result (D or the remote mean). `m` is the local mean. */
-static ss_status remote_half(host_avg *h, ha_group *g, const ss_round_result *res, const float *m,
+static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *res, const float *m,
                              bool easgd, float alpha, float *out) {
     uint64_t id = res->round + 1;
     struct timespec until = deadline_in(REMOTE_WAIT_NS);
@@ -192,7 +194,7 @@ static ss_status remote_half(host_avg *h, ha_group *g, const ss_round_result *re
  * then the remote half (remote_half). S-EASGD: out = d_i = (s_i - m) + D;
  * MA/BMUF: out = the remote mean. */
 static ss_status host_round(host_avg *h, const char *name, uint64_t member, const float *s,
-                            size_t n, bool easgd, float alpha, float *out, ss_round_result *res) {
+                            size_t n, bool easgd, float alpha, float *out, ss__round_result *res) {
     ha_group *g = find(h, name);
     if (!g || g->n != n)
         return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
@@ -200,7 +202,7 @@ static ss_status host_round(host_avg *h, const char *name, uint64_t member, cons
     if (!m)
         return SS_ERR_NO_MEMORY;
     float *remote = easgd ? m + n : out;
-    ss_status st = ss_transport_allreduce_mean(h->local, name, member, s, m, n, res);
+    ss_status st = ss__transport_allreduce_mean(h->local, name, member, s, m, n, res);
     if (st == SS_OK)
         st = remote_half(h, g, res, m, easgd, alpha, remote);
     if (st == SS_OK && easgd)
@@ -212,13 +214,13 @@ static ss_status host_round(host_avg *h, const char *name, uint64_t member, cons
 
 static ss_status ha_easgd(void *impl, const char *name, uint64_t member, const float *s,
                           float alpha, float *d, size_t n) {
-    ss_round_result res;
+    ss__round_result res;
     return host_round(impl, name, member, s, n, true, alpha, d, &res);
 }
 
 static ss_status ha_allreduce(void *impl, const char *name, uint64_t member, const float *s,
-                              float *avg, size_t n, ss_round_result *result) {
-    ss_round_result res;
+                              float *avg, size_t n, ss__round_result *result) {
+    ss__round_result res;
     ss_status st = host_round(impl, name, member, s, n, false, 0.0f, avg, &res);
     if (st == SS_OK && result)
         *result = res;
@@ -226,7 +228,7 @@ static ss_status ha_allreduce(void *impl, const char *name, uint64_t member, con
 }
 
 static ss_status ha_read_central(void *impl, const char *name, float *c, size_t n) {
-    return ss_transport_read_central(((host_avg *)impl)->remote, name, c, n);
+    return ss__transport_read_central(((host_avg *)impl)->remote, name, c, n);
 }
 
 static void ha_destroy(void *impl) {
@@ -234,28 +236,28 @@ static void ha_destroy(void *impl) {
     for (ha_group *g = h->groups, *next; g; g = next) {
         next = g->next;
         if (g->remote_joined)
-            ss_transport_leave(h->remote, g->name, g->remote_member);
+            ss__transport_leave(h->remote, g->name, g->remote_member);
         pthread_mutex_destroy(&g->lock);
         pthread_cond_destroy(&g->cond);
         free(g->result);
         free(g->name);
         free(g);
     }
-    ss_transport_destroy(h->local);
+    ss__transport_destroy(h->local);
     pthread_mutex_destroy(&h->lock);
     free(h);
 }
 
-static const ss_transport_ops host_avg_ops = {.join = ha_join,
-                                              .leave = ha_leave,
-                                              .easgd_exchange = ha_easgd,
-                                              .allreduce_mean = ha_allreduce,
-                                              .read_central = ha_read_central,
-                                              .heartbeat = ha_heartbeat,
-                                              .destroy = ha_destroy};
+static const ss__transport_ops host_avg_ops = {.join = ha_join,
+                                               .leave = ha_leave,
+                                               .easgd_exchange = ha_easgd,
+                                               .allreduce_mean = ha_allreduce,
+                                               .read_central = ha_read_central,
+                                               .heartbeat = ha_heartbeat,
+                                               .destroy = ha_destroy};
 
-ss_status ss_host_average_transport_create(ss_transport *remote, uint32_t local_deadline_ms,
-                                           ss_transport **out) {
+ss_status ss__host_average_transport_create(ss__transport *remote, uint32_t local_deadline_ms,
+                                            ss__transport **out) {
     if (!remote || !out || local_deadline_ms == 0)
         return SS_ERR_INVALID_ARGUMENT;
     host_avg *h = calloc(1, sizeof *h);
@@ -263,10 +265,10 @@ ss_status ss_host_average_transport_create(ss_transport *remote, uint32_t local_
         return SS_ERR_NO_MEMORY;
     pthread_mutex_init(&h->lock, NULL);
     h->remote = remote;
-    ss_inproc_config lc = {.round_deadline_ms = local_deadline_ms};
-    ss_status st = ss_inproc_transport_create(&lc, &h->local);
-    if (st == SS_OK && (st = ss_transport_create(&host_avg_ops, h, out)) != SS_OK)
-        ss_transport_destroy(h->local);
+    ss__inproc_config lc = {.round_deadline_ms = local_deadline_ms};
+    ss_status st = ss__inproc_transport_create(&lc, &h->local);
+    if (st == SS_OK && (st = ss__transport_create(&host_avg_ops, h, out)) != SS_OK)
+        ss__transport_destroy(h->local);
     if (st != SS_OK) {
         pthread_mutex_destroy(&h->lock);
         free(h);

@@ -11,9 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shadowsync/clock.h"
-#include "shadowsync/kernels.h"
-#include "shadowsync/transport.h"
+#include "common/clock.h"
+#include "shadow/inproc_transport.h"
+#include "shadow/kernels.h"
+#include "shadow/transport.h"
 
 #define NO_ROUND UINT64_MAX
 
@@ -27,7 +28,7 @@ typedef struct group {
     uint64_t next_member;
     uint64_t *members;   /* active member ids */
     bool *contributed;   /* parallel to members: in the open round */
-    uint64_t *last_seen; /* parallel to members: ss_now_ns of its last call */
+    uint64_t *last_seen; /* parallel to members: ss__now_ns of its last call */
     size_t nmembers, capmembers;
 
     float *central; /* S-EASGD central variable */
@@ -45,7 +46,7 @@ typedef struct group {
 
     uint64_t exchanges;    /* S-EASGD exchanges served */
     uint64_t rounds_done;  /* MA/BMUF rounds closed */
-    uint64_t last_done_ns; /* ss_now_ns of the last exchange or closed round */
+    uint64_t last_done_ns; /* ss__now_ns of the last exchange or closed round */
 } group;
 
 typedef struct inproc {
@@ -61,7 +62,7 @@ typedef struct inproc {
 static void link_delay(const inproc *ip, size_t bytes) {
     uint64_t ns = 2 * ip->link_latency_ns + (uint64_t)(2.0 * (double)bytes * ip->link_ns_per_byte);
     if (ns)
-        ss_sleep_ns(ns);
+        ss__sleep_ns(ns);
 }
 
 /* Caller holds ip->lock. */
@@ -96,7 +97,7 @@ static void group_free(group *g) {
  * must not hand a new member the id an old member still uses (the old one
  * would then pass for it instead of getting NOT_FOUND and joining again). */
 static uint64_t first_member_id(const void *salt) {
-    uint64_t x = ss_now_ns() ^ (uint64_t)(uintptr_t)salt ^ ((uint64_t)getpid() << 32);
+    uint64_t x = ss__now_ns() ^ (uint64_t)(uintptr_t)salt ^ ((uint64_t)getpid() << 32);
     x += 0x9e3779b97f4a7c15ull; /* splitmix64 */
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -168,7 +169,7 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
             *member = g->next_member++;
             g->members[g->nmembers] = *member;
             g->contributed[g->nmembers] = false;
-            g->last_seen[g->nmembers] = ss_now_ns();
+            g->last_seen[g->nmembers] = ss__now_ns();
             g->nmembers++;
         }
     }
@@ -186,7 +187,7 @@ static ssize_t member_index(const group *g, uint64_t member) {
 /* Caller holds g->lock and has made sure readers_pending == 0. */
 static void close_round(group *g) {
     memcpy(g->result, g->sum, g->n * sizeof(float));
-    ss_kernel_scale(g->result, 1.0f / (float)g->contributors, g->n);
+    ss__kernel_scale(g->result, 1.0f / (float)g->contributors, g->n);
     g->result_round = g->open_round;
     g->result_participants = g->contributors;
     g->readers_pending = g->contributors;
@@ -197,7 +198,7 @@ static void close_round(group *g) {
         g->contributed[i] = false;
     g->open_round++;
     g->rounds_done++;
-    g->last_done_ns = ss_now_ns();
+    g->last_done_ns = ss__now_ns();
     pthread_cond_broadcast(&g->cond);
 }
 
@@ -258,7 +259,7 @@ static ss_status ip_heartbeat(void *impl, const char *name, uint64_t member) {
     if (!g)
         return SS_ERR_NOT_FOUND;
     pthread_mutex_lock(&g->lock);
-    uint64_t now = ss_now_ns();
+    uint64_t now = ss__now_ns();
     ss_status st = touch_member(g, member, now) ? SS_OK : SS_ERR_NOT_FOUND;
     expire_members(ip, g, now);
     pthread_mutex_unlock(&g->lock);
@@ -273,9 +274,9 @@ static ss_status check_call(group *g, uint64_t member, const float *s, size_t n)
         return SS_ERR_SIZE_MISMATCH;
     if (member_index(g, member) < 0)
         return SS_ERR_NOT_FOUND;
-    if (!ss_kernel_all_finite(s, n))
+    if (!ss__kernel_all_finite(s, n))
         return SS_ERR_NON_FINITE;
-    touch_member(g, member, ss_now_ns());
+    touch_member(g, member, ss__now_ns());
     return SS_OK;
 }
 
@@ -292,9 +293,9 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
             memcpy(g->central, s, n * sizeof(float));
             g->central_init = true;
         }
-        ss_kernel_elastic_exchange(s, g->central, d, alpha, n);
+        ss__kernel_elastic_exchange(s, g->central, d, alpha, n);
         g->exchanges++;
-        g->last_done_ns = ss_now_ns();
+        g->last_done_ns = ss__now_ns();
     }
     pthread_mutex_unlock(&g->lock);
     return st;
@@ -307,7 +308,7 @@ static struct timespec abs_monotonic(uint64_t ns) {
 }
 
 static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, const float *s,
-                              float *avg, size_t n, ss_round_result *result) {
+                              float *avg, size_t n, ss__round_result *result) {
     inproc *ip = impl;
     link_delay(ip, n * sizeof(float));
     group *g = find_group(ip, name);
@@ -331,8 +332,8 @@ static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, con
         goto out;
     }
     if (g->contributors == 0)
-        g->deadline_ns = ss_now_ns() + ip->deadline_ns;
-    ss_kernel_accumulate(g->sum, s, n);
+        g->deadline_ns = ss__now_ns() + ip->deadline_ns;
+    ss__kernel_accumulate(g->sum, s, n);
     g->contributed[idx] = true;
     g->contributors++;
     uint64_t my_round = g->open_round;
@@ -342,9 +343,9 @@ static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, con
         struct timespec ts = abs_monotonic(g->deadline_ns);
         int rc = pthread_cond_timedwait(&g->cond, &g->lock, &ts);
         if (rc == ETIMEDOUT && g->open_round == my_round && g->readers_pending == 0 &&
-            ss_now_ns() >= g->deadline_ns) {
+            ss__now_ns() >= g->deadline_ns) {
             close_round(g); /* a slow or dead member must not stall the rest */
-            expire_members(ip, g, ss_now_ns());
+            expire_members(ip, g, ss__now_ns());
         }
     }
     memcpy(avg, g->result, n * sizeof(float));
@@ -387,7 +388,7 @@ static void ip_destroy(void *impl) {
     free(ip);
 }
 
-static const ss_transport_ops inproc_ops = {
+static const ss__transport_ops inproc_ops = {
     .join = ip_join,
     .leave = ip_leave,
     .easgd_exchange = ip_easgd,
@@ -397,7 +398,7 @@ static const ss_transport_ops inproc_ops = {
     .destroy = ip_destroy,
 };
 
-ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport **out) {
+ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transport **out) {
     if (!out ||
         (cfg && (cfg->round_deadline_ms == 0 || !(cfg->link_gbps >= 0.0) ||
                  (cfg->member_timeout_ms && cfg->member_timeout_ms < cfg->round_deadline_ms) ||
@@ -414,7 +415,7 @@ ss_status ss_inproc_transport_create(const ss_inproc_config *cfg, ss_transport *
         /* gbps Gbit/s = gbps/8 bytes per ns. */
         ip->link_ns_per_byte = cfg->link_gbps > 0.0 ? 8.0 / cfg->link_gbps : 0.0;
     }
-    ss_status st = ss_transport_create(&inproc_ops, ip, out);
+    ss_status st = ss__transport_create(&inproc_ops, ip, out);
     if (st != SS_OK)
         ip_destroy(ip);
     return st;
@@ -451,11 +452,11 @@ static void put(ckpt_writer *w, const void *p, size_t n) {
     w->hash = fnv1a(w->hash, p, n);
 }
 
-static inproc *inproc_of(ss_transport *t) {
-    return ss_transport_impl(t, &inproc_ops);
+static inproc *inproc_of(ss__transport *t) {
+    return ss__transport_impl(t, &inproc_ops);
 }
 
-ss_status ss_inproc_transport_save(ss_transport *t, const char *path, size_t *groups) {
+ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *groups) {
     inproc *ip = t ? inproc_of(t) : NULL;
     if (!ip || !path || !*path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
@@ -577,7 +578,7 @@ static ss_status load_groups(inproc *ip, ckpt_reader *r, size_t *loaded) {
     return r->p + sizeof(uint64_t) == r->end ? SS_OK : SS_ERR_PARSE;
 }
 
-ss_status ss_inproc_transport_load(ss_transport *t, const char *path, size_t *groups) {
+ss_status ss__inproc_transport_load(ss__transport *t, const char *path, size_t *groups) {
     inproc *ip = t ? inproc_of(t) : NULL;
     if (!ip || !path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
@@ -625,8 +626,8 @@ ss_status ss_inproc_transport_load(ss_transport *t, const char *path, size_t *gr
     return st;
 }
 
-ss_status ss_inproc_transport_describe(ss_transport *t, ss_inproc_group_info *out, size_t max,
-                                       size_t *count) {
+ss_status ss__inproc_transport_describe(ss__transport *t, ss__inproc_group_info *out, size_t max,
+                                        size_t *count) {
     inproc *ip = t ? inproc_of(t) : NULL;
     if (!ip || !count || (max && !out))
         return SS_ERR_INVALID_ARGUMENT;
@@ -636,7 +637,7 @@ ss_status ss_inproc_transport_describe(ss_transport *t, ss_inproc_group_info *ou
         if (k == max)
             continue;
         pthread_mutex_lock(&g->lock);
-        ss_inproc_group_info *o = &out[k++];
+        ss__inproc_group_info *o = &out[k++];
         snprintf(o->name, sizeof o->name, "%s", g->name);
         o->n = g->n;
         o->members = (uint32_t)g->nmembers;

@@ -1,24 +1,24 @@
-#include "shadowsync/kernels.h"
+#include "shadow/kernels.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-void ss_kernel_live_snapshot(float *restrict dst, const float *live, size_t n) {
+void ss__kernel_live_snapshot(float *restrict dst, const float *live, size_t n) {
     /* A racy copy: memcpy is the fastest vectorized copy and a torn float
      * read across a concurrent write is acceptable for Hogwild. */
     memcpy(dst, live, n * sizeof *dst);
 }
 
-void ss_kernel_live_add_scaled(float *live, const float *restrict d, float scale, size_t n) {
+void ss__kernel_live_add_scaled(float *live, const float *restrict d, float scale, size_t n) {
     /* Read-modify-write per element: a worker's update landing between our
      * load and store can be lost for that element only, as in Hogwild. */
     for (size_t i = 0; i < n; i++)
         live[i] += scale * d[i];
 }
 
-void ss_kernel_live_matvec(const float *W, const float *b, const float *restrict x,
-                           float *restrict y, size_t rows, size_t cols) {
+void ss__kernel_live_matvec(const float *W, const float *b, const float *restrict x,
+                            float *restrict y, size_t rows, size_t cols) {
     for (size_t r = 0; r < rows; r++) {
         const float *w = W + r * cols;
         /* Eight partial sums: float addition is not associative, so GCC
@@ -36,8 +36,8 @@ void ss_kernel_live_matvec(const float *W, const float *b, const float *restrict
     }
 }
 
-void ss_kernel_live_matvec_t(const float *W, const float *restrict dy, float *restrict dx,
-                             size_t rows, size_t cols) {
+void ss__kernel_live_matvec_t(const float *W, const float *restrict dy, float *restrict dx,
+                              size_t rows, size_t cols) {
     for (size_t c = 0; c < cols; c++)
         dx[c] = 0.0f;
     for (size_t r = 0; r < rows; r++) {
@@ -48,8 +48,8 @@ void ss_kernel_live_matvec_t(const float *W, const float *restrict dy, float *re
     }
 }
 
-void ss_kernel_elastic_exchange(const float *restrict s, float *restrict c, float *restrict d,
-                                float alpha, size_t n) {
+void ss__kernel_elastic_exchange(const float *restrict s, float *restrict c, float *restrict d,
+                                 float alpha, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float di = alpha * (s[i] - c[i]);
         d[i] = di;
@@ -57,35 +57,35 @@ void ss_kernel_elastic_exchange(const float *restrict s, float *restrict c, floa
     }
 }
 
-void ss_kernel_axpy(float *restrict y, const float *restrict x, float a, size_t n) {
+void ss__kernel_axpy(float *restrict y, const float *restrict x, float a, size_t n) {
     for (size_t i = 0; i < n; i++)
         y[i] += a * x[i];
 }
 
-void ss_kernel_accumulate(float *restrict acc, const float *restrict x, size_t n) {
+void ss__kernel_accumulate(float *restrict acc, const float *restrict x, size_t n) {
     for (size_t i = 0; i < n; i++)
         acc[i] += x[i];
 }
 
-void ss_kernel_scale(float *restrict x, float scale, size_t n) {
+void ss__kernel_scale(float *restrict x, float scale, size_t n) {
     for (size_t i = 0; i < n; i++)
         x[i] *= scale;
 }
 
-void ss_kernel_sub(float *restrict out, const float *restrict a, const float *restrict b,
-                   size_t n) {
+void ss__kernel_sub(float *restrict out, const float *restrict a, const float *restrict b,
+                    size_t n) {
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] - b[i];
 }
 
-double ss_kernel_norm2_sq(const float *restrict x, size_t n) {
+double ss__kernel_norm2_sq(const float *restrict x, size_t n) {
     double acc = 0.0;
     for (size_t i = 0; i < n; i++)
         acc += (double)x[i] * (double)x[i];
     return acc;
 }
 
-double ss_kernel_dist2_sq(const float *restrict a, const float *restrict b, size_t n) {
+double ss__kernel_dist2_sq(const float *restrict a, const float *restrict b, size_t n) {
     double acc = 0.0;
     for (size_t i = 0; i < n; i++) {
         double t = (double)a[i] - (double)b[i];
@@ -94,7 +94,7 @@ double ss_kernel_dist2_sq(const float *restrict a, const float *restrict b, size
     return acc;
 }
 
-int ss_kernel_all_finite(const float *restrict x, size_t n) {
+int ss__kernel_all_finite(const float *restrict x, size_t n) {
     /* Bit test instead of isfinite() so the loop vectorizes: an exponent of
      * all ones means Inf or NaN. */
     uint32_t bad = 0;

@@ -1,11 +1,11 @@
-#include "shadowsync/replica.h"
+#include "shadow/replica.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct ss_replica {
+struct ss__replica {
     float *data;
     size_t n;
     bool owned;
@@ -17,10 +17,10 @@ struct ss_replica {
     _Alignas(64) _Atomic uint64_t own_iterations;
 };
 
-ss_status ss_replica_create(size_t n, ss_replica **out) {
+ss_status ss__replica_create(size_t n, ss__replica **out) {
     if (!out || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_replica *r = aligned_alloc(64, sizeof *r);
+    ss__replica *r = aligned_alloc(64, sizeof *r);
     if (!r)
         return SS_ERR_NO_MEMORY;
     size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
@@ -39,15 +39,15 @@ ss_status ss_replica_create(size_t n, ss_replica **out) {
     return SS_OK;
 }
 
-ss_status ss_replica_wrap(float *data, size_t n, ss_replica **out) {
-    return ss_replica_wrap_shared(data, n, NULL, out);
+ss_status ss__replica_wrap(float *data, size_t n, ss__replica **out) {
+    return ss__replica_wrap_shared(data, n, NULL, out);
 }
 
-ss_status ss_replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *iterations,
-                                 ss_replica **out) {
+ss_status ss__replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *iterations,
+                                  ss__replica **out) {
     if (!out || !data || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_replica *r = aligned_alloc(64, sizeof *r);
+    ss__replica *r = aligned_alloc(64, sizeof *r);
     if (!r)
         return SS_ERR_NO_MEMORY;
     r->data = data;
@@ -59,7 +59,7 @@ ss_status ss_replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *iterat
     return SS_OK;
 }
 
-void ss_replica_destroy(ss_replica *r) {
+void ss__replica_destroy(ss__replica *r) {
     if (!r)
         return;
     if (r->owned)
@@ -67,18 +67,18 @@ void ss_replica_destroy(ss_replica *r) {
     free(r);
 }
 
-float *ss_replica_data(ss_replica *r) {
+float *ss__replica_data(ss__replica *r) {
     return r->data;
 }
 
-size_t ss_replica_size(const ss_replica *r) {
+size_t ss__replica_size(const ss__replica *r) {
     return r->n;
 }
 
-void ss_replica_tick(ss_replica *r, uint64_t n) {
+void ss__replica_tick(ss__replica *r, uint64_t n) {
     atomic_fetch_add_explicit(r->iterations, n, memory_order_relaxed);
 }
 
-uint64_t ss_replica_iterations(const ss_replica *r) {
+uint64_t ss__replica_iterations(const ss__replica *r) {
     return atomic_load_explicit(r->iterations, memory_order_relaxed);
 }

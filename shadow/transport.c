@@ -1,17 +1,17 @@
-#include "shadowsync/transport.h"
+#include "shadow/transport.h"
 
 #include <stdlib.h>
 
-struct ss_transport {
-    const ss_transport_ops *ops;
+struct ss__transport {
+    const ss__transport_ops *ops;
     void *impl;
 };
 
-ss_status ss_transport_create(const ss_transport_ops *ops, void *impl, ss_transport **out) {
+ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__transport **out) {
     if (!ops || !out || !ops->join || !ops->leave || !ops->easgd_exchange || !ops->allreduce_mean ||
         !ops->read_central || !ops->destroy)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_transport *t = malloc(sizeof *t);
+    ss__transport *t = malloc(sizeof *t);
     if (!t)
         return SS_ERR_NO_MEMORY;
     t->ops = ops;
@@ -20,7 +20,7 @@ ss_status ss_transport_create(const ss_transport_ops *ops, void *impl, ss_transp
     return SS_OK;
 }
 
-void ss_transport_destroy(ss_transport *t) {
+void ss__transport_destroy(ss__transport *t) {
     if (!t)
         return;
     t->ops->destroy(t->impl);
@@ -28,45 +28,45 @@ void ss_transport_destroy(ss_transport *t) {
 }
 
 /* The wrappers check arguments once so implementations can trust them. */
-ss_status ss_transport_join(ss_transport *t, const char *group, size_t n, uint64_t *member) {
+ss_status ss__transport_join(ss__transport *t, const char *group, size_t n, uint64_t *member) {
     if (!t || !group || !*group || n == 0 || !member)
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->join(t->impl, group, n, member);
 }
 
-ss_status ss_transport_leave(ss_transport *t, const char *group, uint64_t member) {
+ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t member) {
     if (!t || !group)
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->leave(t->impl, group, member);
 }
 
-ss_status ss_transport_easgd_exchange(ss_transport *t, const char *group, uint64_t member,
-                                      const float *s, float alpha, float *d, size_t n) {
+ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint64_t member,
+                                       const float *s, float alpha, float *d, size_t n) {
     if (!t || !group || !s || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f))
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->easgd_exchange(t->impl, group, member, s, alpha, d, n);
 }
 
-ss_status ss_transport_allreduce_mean(ss_transport *t, const char *group, uint64_t member,
-                                      const float *s, float *avg, size_t n,
-                                      ss_round_result *result) {
+ss_status ss__transport_allreduce_mean(ss__transport *t, const char *group, uint64_t member,
+                                       const float *s, float *avg, size_t n,
+                                       ss__round_result *result) {
     if (!t || !group || !s || !avg || n == 0 || !result)
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->allreduce_mean(t->impl, group, member, s, avg, n, result);
 }
 
-ss_status ss_transport_read_central(ss_transport *t, const char *group, float *c, size_t n) {
+ss_status ss__transport_read_central(ss__transport *t, const char *group, float *c, size_t n) {
     if (!t || !group || !c || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->read_central(t->impl, group, c, n);
 }
 
-ss_status ss_transport_heartbeat(ss_transport *t, const char *group, uint64_t member) {
+ss_status ss__transport_heartbeat(ss__transport *t, const char *group, uint64_t member) {
     if (!t || !group || !*group)
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->heartbeat ? t->ops->heartbeat(t->impl, group, member) : SS_OK;
 }
 
-void *ss_transport_impl(ss_transport *t, const ss_transport_ops *ops) {
+void *ss__transport_impl(ss__transport *t, const ss__transport_ops *ops) {
     return t && t->ops == ops ? t->impl : NULL;
 }

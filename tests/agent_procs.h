@@ -7,8 +7,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "common/strbuf.h"
 #include "procs.h"
-#include "shadowsync/strbuf.h"
 
 /* Starts shadowsync-agent on `sock` against `ps` with its HTTP endpoint on
  * a free loopback port, written to http ("http://127.0.0.1:port"). */
@@ -28,7 +28,7 @@ static inline pid_t agent_start(const char *log, const char *sock, const char *p
 }
 
 static size_t http_collect(char *data, size_t size, size_t n, void *ctx) {
-    ss_strbuf_printf(ctx, "%.*s", (int)(size * n), data);
+    ss__strbuf_printf(ctx, "%.*s", (int)(size * n), data);
     return size * n;
 }
 
@@ -39,7 +39,7 @@ static inline long http_request(const char *base, const char *path, const char *
     char url[100000 + 256];
     snprintf(url, sizeof url, "%s%s", base, path);
     CURL *c = curl_easy_init();
-    ss_strbuf b = {0};
+    ss__strbuf b = {0};
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
@@ -56,7 +56,7 @@ static inline long http_request(const char *base, const char *path, const char *
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(c);
     char *text = NULL;
-    if (ss_strbuf_take(&b, &text, NULL) != SS_OK)
+    if (ss__strbuf_take(&b, &text, NULL) != SS_OK)
         text = NULL;
     if (out)
         *out = text;

@@ -5,7 +5,7 @@
 #include <check.h>
 #include <stdlib.h>
 
-static inline int ss_check_run(Suite *s) {
+static inline int ss__check_run(Suite *s) {
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

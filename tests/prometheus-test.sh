@@ -35,15 +35,15 @@ addr_after() {
   return 1
 }
 
-"$build/tools/shadowsync-ps" --listen 127.0.0.1:0 --http 127.0.0.1:0 >"$tmp/ps.log" 2>&1 &
+"$build/bin/shadowsync-ps" --listen 127.0.0.1:0 --http 127.0.0.1:0 >"$tmp/ps.log" 2>&1 &
 pids+=($!)
 ps_grpc=$(addr_after "$tmp/ps.log" "listening on")
 ps_http=$(addr_after "$tmp/ps.log" "http on")
-"$build/tools/shadowsync-agent" --socket "$tmp/run/agent.sock" --ps "$ps_grpc" \
+"$build/bin/shadowsync-agent" --socket "$tmp/run/agent.sock" --ps "$ps_grpc" \
   --http 127.0.0.1:0 >"$tmp/agent.log" 2>&1 &
 pids+=($!)
 agent_http=$(addr_after "$tmp/agent.log" "http on")
-SHADOWSYNC_AGENT="$tmp/run/agent.sock" "$build/trainer-hooks/minimal-trainer" \
+SHADOWSYNC_AGENT="$tmp/run/agent.sock" "$build/bin/minimal-trainer" \
   --steps 1000000 --step-us 100 >"$tmp/trainer.log" 2>&1 &
 pids+=($!)
 

@@ -14,8 +14,8 @@
 
 #include "agent_procs.h"
 #include "check_run.h"
-#include "shadowsync/agent_wire.h"
-#include "shadowsync/clock.h"
+#include "common/clock.h"
+#include "rpc/agent_wire.h"
 
 static char dir[64], sock_path[128], ps_target[64], http[128];
 static pid_t ps_pid, agent_pid;
@@ -46,25 +46,25 @@ static void teardown(void) {
 /* ---- raw protocol ---- */
 
 static int hello(int fd, const char *trainer, ss_status *verdict) {
-    ss_pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
+    ss__pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
     h.protocol = SS_AGENT_PROTOCOL;
     h.trainer = (char *)trainer;
-    ss_pb_agent_request rq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    ss__pb_agent_request rq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
     rq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_HELLO;
     rq.hello = &h;
-    if (ss_agent_send_request(fd, &rq, -1) != SS_OK)
+    if (ss__agent_send_request(fd, &rq, -1) != SS_OK)
         return -1;
-    return ss_agent_recv_reply(fd, 10000, verdict, NULL, 0) == SS_OK ? 0 : -1;
+    return ss__agent_recv_reply(fd, 10000, verdict, NULL, 0) == SS_OK ? 0 : -1;
 }
 
-static void register_request(ss_pb_agent_request *rq, ss_pb_register_group *r, const char *name,
+static void register_request(ss__pb_agent_request *rq, ss__pb_register_group *r, const char *name,
                              size_t n) {
-    *r = (ss_pb_register_group)SHADOWSYNC__AGENT__V1__REGISTER_GROUP__INIT;
+    *r = (ss__pb_register_group)SHADOWSYNC__AGENT__V1__REGISTER_GROUP__INIT;
     r->name = (char *)name;
     r->n = n;
     r->algo = "easgd";
     r->alpha = 0.5f;
-    *rq = (ss_pb_agent_request)SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    *rq = (ss__pb_agent_request)SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
     rq->body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_REGISTER_GROUP;
     rq->register_group = r;
 }
@@ -72,20 +72,20 @@ static void register_request(ss_pb_agent_request *rq, ss_pb_register_group *r, c
 /* A request's reply: status and message. */
 static ss_status reply_of(int fd, char *msg, size_t msglen) {
     ss_status verdict = SS_ERR_INTERNAL;
-    ck_assert_int_eq(ss_agent_recv_reply(fd, 10000, &verdict, msg, msglen), SS_OK);
+    ck_assert_int_eq(ss__agent_recv_reply(fd, 10000, &verdict, msg, msglen), SS_OK);
     return verdict;
 }
 
 /* Creates a group's memfd (into g) and registers it on fd: the agent's
  * verdict, or SS_ERR_IO when the memfd or the socket failed. */
-static ss_status register_group(int fd, const char *name, size_t n, ss_shm_group *g) {
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
+static ss_status register_group(int fd, const char *name, size_t n, ss__shm_group *g) {
+    ss__pb_agent_request rq;
+    ss__pb_register_group r;
     register_request(&rq, &r, name, n);
     ss_status v = SS_ERR_IO;
-    if (ss_shm_group_create(name, n, g) != SS_OK ||
-        ss_agent_send_request(fd, &rq, g->fd) != SS_OK ||
-        ss_agent_recv_reply(fd, 10000, &v, NULL, 0) != SS_OK)
+    if (ss__shm_group_create(name, n, g) != SS_OK ||
+        ss__agent_send_request(fd, &rq, g->fd) != SS_OK ||
+        ss__agent_recv_reply(fd, 10000, &v, NULL, 0) != SS_OK)
         return SS_ERR_IO;
     return v;
 }
@@ -97,10 +97,10 @@ static void assert_still_serving(void) {
     ss_status v;
     ck_assert_int_eq(hello(fd, "healthy", &v), 0);
     ck_assert_int_eq(v, SS_OK);
-    ss_shm_group g;
+    ss__shm_group g;
     ck_assert_int_eq(register_group(fd, "ok", 16, &g), SS_OK);
     close(fd);
-    ss_shm_group_release(&g);
+    ss__shm_group_release(&g);
 }
 
 static double rejected(const char *reason) {
@@ -115,7 +115,7 @@ START_TEST(socket_garbage) {
     int fd = unix_connect(sock_path);
     ck_assert_int_ge(fd, 0);
     const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x13, 0x37};
-    ck_assert_int_eq(ss_agent_send_frame(fd, junk, sizeof junk, -1), SS_OK);
+    ck_assert_int_eq(ss__agent_send_frame(fd, junk, sizeof junk, -1), SS_OK);
     char msg[256];
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_PARSE);
     ck_assert_ptr_nonnull(strstr(msg, "not an AgentRequest"));
@@ -128,38 +128,38 @@ END_TEST
 START_TEST(socket_wrong_message) {
     double before = rejected("wrong_message"), fd_before = rejected("bad_fd");
     int fd = unix_connect(sock_path);
-    ss_shm_group g;
-    ck_assert_int_eq(ss_shm_group_create("early", 16, &g), SS_OK);
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
+    ss__shm_group g;
+    ck_assert_int_eq(ss__shm_group_create("early", 16, &g), SS_OK);
+    ss__pb_agent_request rq;
+    ss__pb_register_group r;
     register_request(&rq, &r, "early", 16);
     char msg[256];
     /* RegisterGroup before Hello. */
-    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_STATE);
     ck_assert_ptr_nonnull(strstr(msg, "expected Hello first"));
     /* Hello with a descriptor it does not take. */
-    ss_pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
+    ss__pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
     h.protocol = SS_AGENT_PROTOCOL;
     h.trainer = "t";
-    ss_pb_agent_request hq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    ss__pb_agent_request hq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
     hq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_HELLO;
     hq.hello = &h;
-    ck_assert_int_eq(ss_agent_send_request(fd, &hq, g.fd), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &hq, g.fd), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg, "descriptor came with a message"));
     ss_status v;
     ck_assert_int_eq(hello(fd, "t", &v), 0);
     ck_assert_int_eq(v, SS_OK);
     /* A request with no body, then a second Hello. */
-    ss_pb_agent_request empty = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
-    ck_assert_int_eq(ss_agent_send_request(fd, &empty, -1), SS_OK);
+    ss__pb_agent_request empty = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    ck_assert_int_eq(ss__agent_send_request(fd, &empty, -1), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg, "empty or unknown request"));
     ck_assert_int_eq(hello(fd, "t", &v), 0);
     ck_assert_int_eq(v, SS_ERR_STATE);
     close(fd);
-    ss_shm_group_release(&g);
+    ss__shm_group_release(&g);
     ck_assert_double_eq(rejected("wrong_message"), before + 3);
     ck_assert_double_eq(rejected("bad_fd"), fd_before + 1);
     assert_still_serving();
@@ -168,8 +168,8 @@ END_TEST
 
 /* Sends a RegisterGroup frame with `nfds` descriptors (raw sendmsg). */
 static void send_with_fds(int sock, const int *fds, int nfds) {
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
+    ss__pb_agent_request rq;
+    ss__pb_register_group r;
     register_request(&rq, &r, "g", 16);
     uint8_t buf[512];
     size_t len = shadowsync__agent__v1__agent_request__pack(&rq, buf + 4);
@@ -198,15 +198,15 @@ START_TEST(socket_truncated_fd_message) {
     ck_assert_int_eq(hello(fd, "t", &v), 0);
     char msg[256];
     /* 1: RegisterGroup without its memfd. */
-    ss_pb_agent_request rq;
-    ss_pb_register_group r;
+    ss__pb_agent_request rq;
+    ss__pb_register_group r;
     register_request(&rq, &r, "g", 16);
-    ck_assert_int_eq(ss_agent_send_request(fd, &rq, -1), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &rq, -1), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg, "must carry the group's memfd"));
     /* 2: three descriptors where one fits: the control message is cut. */
-    ss_shm_group g;
-    ck_assert_int_eq(ss_shm_group_create("g", 16, &g), SS_OK);
+    ss__shm_group g;
+    ck_assert_int_eq(ss__shm_group_create("g", 16, &g), SS_OK);
     int three[3] = {g.fd, g.fd, g.fd};
     send_with_fds(fd, three, 3);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
@@ -219,18 +219,18 @@ START_TEST(socket_truncated_fd_message) {
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg, "not sealed"));
     /* 4: a sealed memfd of another size than announced. */
-    ss_shm_group small;
-    ck_assert_int_eq(ss_shm_group_create("g", 4096, &small), SS_OK);
-    ck_assert_int_eq(ss_agent_send_request(fd, &rq, small.fd), SS_OK);
+    ss__shm_group small;
+    ck_assert_int_eq(ss__shm_group_create("g", 4096, &small), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &rq, small.fd), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg, "size does not match"));
     /* The same connection then registers properly. */
-    ck_assert_int_eq(ss_agent_send_request(fd, &rq, g.fd), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_OK);
     close(fd);
     close(loose);
-    ss_shm_group_release(&g);
-    ss_shm_group_release(&small);
+    ss__shm_group_release(&g);
+    ss__shm_group_release(&small);
     ck_assert_double_eq(rejected("bad_fd"), before + 4);
     assert_still_serving();
 }
@@ -267,7 +267,7 @@ static int register_and_die(void) {
     ss_status v;
     if (fd < 0 || hello(fd, "doomed", &v) != 0 || v != SS_OK)
         return 1;
-    ss_shm_group g;
+    ss__shm_group g;
     if (register_group(fd, "doomed", 16, &g) != SS_OK)
         return 1;
     raise(SIGKILL);
@@ -283,14 +283,14 @@ START_TEST(dead_trainer_dropped_at_once) {
     int st;
     waitpid(pid, &st, 0);
     ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-    uint64_t t0 = ss_now_ns();
+    uint64_t t0 = ss__now_ns();
     double groups = 1, sessions = 1;
-    while ((groups > 0 || sessions > 0) && ss_now_ns() - t0 < 5000000000ull) {
+    while ((groups > 0 || sessions > 0) && ss__now_ns() - t0 < 5000000000ull) {
         usleep(10000);
         groups = agent_metric(http, "shadowsync_agent_groups", NULL);
         sessions = agent_metric(http, "shadowsync_agent_sessions", NULL);
     }
-    double dropped_s = (double)(ss_now_ns() - t0) / 1e9;
+    double dropped_s = (double)(ss__now_ns() - t0) / 1e9;
     fprintf(stderr, "dead trainer dropped after %.3f s\n", dropped_s);
     ck_assert_double_eq(groups, 0);
     ck_assert_double_eq(sessions, 0);
@@ -319,7 +319,7 @@ static int nobody_hello(void) {
     if (fd < 0)
         return 1;
     ss_status v = SS_OK;
-    ss_agent_recv_reply(fd, 5000, &v, NULL, 0); /* the refusal comes unasked */
+    ss__agent_recv_reply(fd, 5000, &v, NULL, 0); /* the refusal comes unasked */
     return v == SS_ERR_PERMISSION ? 0 : 2;
 }
 
@@ -438,7 +438,7 @@ START_TEST(metrics_pass_promtool) {
     int fd = unix_connect(sock_path);
     ss_status v;
     ck_assert_int_eq(hello(fd, "lint", &v), 0);
-    ss_shm_group g;
+    ss__shm_group g;
     ck_assert_int_eq(register_group(fd, "lint", 16, &g), SS_OK);
     http_request(http, "/nope", NULL, NULL, 0, NULL); /* a labelled rejection series too */
     char *metrics = NULL;
@@ -454,7 +454,7 @@ START_TEST(metrics_pass_promtool) {
     snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
     ck_assert_msg(system(cmd) == 0, "promtool rejected the agent's /metrics");
     close(fd);
-    ss_shm_group_release(&g);
+    ss__shm_group_release(&g);
 }
 END_TEST
 
@@ -485,7 +485,7 @@ START_TEST(ctl_commands) {
     int fd = unix_connect(sock2);
     ss_status v;
     ck_assert_int_eq(hello(fd, "viewer", &v), 0);
-    ss_shm_group g;
+    ss__shm_group g;
     ck_assert_int_eq(register_group(fd, "watched", 16, &g), SS_OK);
     for (int i = 0; i < 16; i++) /* the agent runs no round before 4 steps */
         g.data[i] = (float)i;
@@ -527,7 +527,7 @@ START_TEST(ctl_commands) {
     ck_assert_ptr_nonnull(strstr(out, "unknown command bogus"));
     free(out);
     close(fd);
-    ss_shm_group_release(&g);
+    ss__shm_group_release(&g);
     kill(a2, SIGTERM);
     int st = proc_wait(a2, 20);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -551,5 +551,5 @@ int main(void) {
     tcase_add_test(tc, metrics_pass_promtool);
     tcase_add_test(tc, ctl_commands);
     suite_add_tcase(s, tc);
-    return ss_check_run(s);
+    return ss__check_run(s);
 }

@@ -13,8 +13,8 @@
 
 #include "agent_procs.h"
 #include "check_run.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/dense_service.h"
+#include "common/clock.h"
+#include "rpc/grpc_transport.h"
 
 static char dir[256];
 static char train_path[300], test_path[300];
@@ -272,12 +272,12 @@ START_TEST(test_sigkill_the_agent_trainers_keep_training) {
            rate_down = (ex_down - ex_before) / (t_down - t_before);
     fprintf(stderr, "agent down: trainer 0 at %.0f examples/s (%.0f before; ratio %.2f)\n",
             rate_down, rate_before, rate_down / rate_before);
-    uint64_t restart = ss_now_ns();
+    uint64_t restart = ss__now_ns();
     ag = agent_start(path_in("agent2.log"), sock, targets, http, sizeof http, NULL);
     rounds = 0;
     for (int i = 0; i < 400 && rounds <= 0; i++, usleep(25000))
         rounds = agent_metric(http, "shadowsync_sync_rounds_total", NULL);
-    double resumed_s = (double)(ss_now_ns() - restart) / 1e9;
+    double resumed_s = (double)(ss__now_ns() - restart) / 1e9;
     fprintf(stderr, "restarted agent: first rounds after %.2f s\n", resumed_s);
     ck_assert_msg(rounds > 0, "the restarted agent ran no round within 10 s");
     ck_assert_double_lt(resumed_s, 10);
@@ -388,7 +388,7 @@ START_TEST(test_checkpoint_on_request) {
     ck_assert_int_ne(stat(file, &st), 0); /* nothing written yet */
     char path[400];
     size_t groups = 0;
-    ck_assert_int_eq(ss_grpc_checkpoint(target, NULL, 10000, path, sizeof path, &groups), SS_OK);
+    ck_assert_int_eq(ss__grpc_checkpoint(target, NULL, 10000, path, sizeof path, &groups), SS_OK);
     ck_assert_str_eq(path, file);
     ck_assert_uint_eq(groups, 1);
     ck_assert_int_eq(stat(file, &st), 0);
@@ -417,7 +417,7 @@ int main(void) {
     tcase_add_test(tc, test_ps_restart_from_checkpoint);
     tcase_add_test(tc, test_checkpoint_on_request);
     suite_add_tcase(s, tc);
-    int rc = ss_check_run(s);
+    int rc = ss__check_run(s);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

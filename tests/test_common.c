@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/flags.h"
-#include "shadowsync/log.h"
-#include "shadowsync/metrics.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/metrics.h"
 #include "shadowsync/status.h"
 
 START_TEST(test_strerror_covers_every_code) {
@@ -23,10 +23,10 @@ START_TEST(test_strerror_covers_every_code) {
 END_TEST
 
 START_TEST(test_log_level_parse) {
-    ss_log_level l;
-    ck_assert_int_eq(ss_log_level_parse("warn", &l), SS_OK);
+    ss__log_level l;
+    ck_assert_int_eq(ss__log_level_parse("warn", &l), SS_OK);
     ck_assert_int_eq(l, SS_LOG_WARN);
-    ck_assert_int_eq(ss_log_level_parse("loud", &l), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__log_level_parse("loud", &l), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -38,13 +38,13 @@ typedef struct parsed {
 } parsed;
 
 static ss_status parse(parsed *p, int argc, char **argv, bool *help, char *err) {
-    ss_flag flags[] = {
+    ss__flag flags[] = {
         {"sync-every", SS_FLAG_INT, &p->k, "K", NULL, 1, 100},
         {"alpha", SS_FLAG_DOUBLE, &p->alpha, "rate", NULL, 0, 1},
         {"mode", SS_FLAG_STRING, &p->mode, "mode", "none|shadow", 0, 0},
         {"verbose", SS_FLAG_BOOL, &p->verbose, "talk", NULL, 0, 0},
     };
-    return ss_flags_parse(flags, 4, argc, argv, help, err, 256);
+    return ss__flags_parse(flags, 4, argc, argv, help, err, 256);
 }
 
 START_TEST(test_flags_precedence_and_forms) {
@@ -66,7 +66,7 @@ START_TEST(test_flags_precedence_and_forms) {
     ck_assert_double_eq(p.alpha, 0.75);
     unsetenv("SHADOWSYNC_ALPHA");
     char env[64];
-    ss_flags_env_name("round-deadline-ms", env, sizeof env);
+    ss__flags_env_name("round-deadline-ms", env, sizeof env);
     ck_assert_str_eq(env, "SHADOWSYNC_ROUND_DEADLINE_MS");
 }
 END_TEST
@@ -106,34 +106,34 @@ START_TEST(test_flags_bad_input) {
 END_TEST
 
 START_TEST(test_metrics_render_exact) {
-    ss_metrics *m;
-    ck_assert_int_eq(ss_metrics_create(&m), SS_OK);
-    ss_counter *c, *c2;
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__counter *c, *c2;
     const char *labels[] = {"group", "dense \"a\"", NULL};
-    ck_assert_int_eq(ss_metrics_counter(m, "shadowsync_sync_rounds_total", "Rounds.", labels, &c),
+    ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_sync_rounds_total", "Rounds.", labels, &c),
                      SS_OK);
-    ck_assert_int_eq(ss_metrics_counter(m, "shadowsync_sync_rounds_total", "Rounds.", labels, &c2),
+    ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_sync_rounds_total", "Rounds.", labels, &c2),
                      SS_OK);
     ck_assert_ptr_eq(c, c2); /* same series */
-    ss_counter_add(c, 3);
-    ss_counter_add(c2, 2);
-    ss_gauge *g;
-    ck_assert_int_eq(ss_metrics_gauge(m, "shadowsync_replica_divergence_ratio", "Div.", NULL, &g),
+    ss__counter_add(c, 3);
+    ss__counter_add(c2, 2);
+    ss__gauge *g;
+    ck_assert_int_eq(ss__metrics_gauge(m, "shadowsync_replica_divergence_ratio", "Div.", NULL, &g),
                      SS_OK);
-    ss_gauge_set(g, 0.5);
-    ss_gauge_add(g, 0.25);
-    ss_histogram *h;
+    ss__gauge_set(g, 0.5);
+    ss__gauge_add(g, 0.25);
+    ss__histogram *h;
     const double bounds[] = {1, 10};
     ck_assert_int_eq(
-        ss_metrics_histogram(m, "shadowsync_sync_gap_iterations", "Gap.", NULL, bounds, 2, &h),
+        ss__metrics_histogram(m, "shadowsync_sync_gap_iterations", "Gap.", NULL, bounds, 2, &h),
         SS_OK);
-    ss_histogram_observe(h, 0.5);
-    ss_histogram_observe(h, 1.0); /* le="1" is inclusive */
-    ss_histogram_observe(h, 7);
-    ss_histogram_observe(h, 100);
+    ss__histogram_observe(h, 0.5);
+    ss__histogram_observe(h, 1.0); /* le="1" is inclusive */
+    ss__histogram_observe(h, 7);
+    ss__histogram_observe(h, 100);
     char *text;
     size_t len;
-    ck_assert_int_eq(ss_metrics_render(m, &text, &len), SS_OK);
+    ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
     const char *want = "# HELP shadowsync_sync_rounds_total Rounds.\n"
                        "# TYPE shadowsync_sync_rounds_total counter\n"
                        "shadowsync_sync_rounds_total{group=\"dense \\\"a\\\"\"} 5\n"
@@ -150,33 +150,33 @@ START_TEST(test_metrics_render_exact) {
     ck_assert_str_eq(text, want);
     ck_assert_uint_eq(len, strlen(want));
     free(text);
-    ss_metrics_destroy(m);
+    ss__metrics_destroy(m);
 }
 END_TEST
 
 START_TEST(test_metrics_bad_input) {
-    ss_metrics *m;
-    ck_assert_int_eq(ss_metrics_create(&m), SS_OK);
-    ss_counter *c;
-    ss_gauge *g;
-    ss_histogram *h;
-    ck_assert_int_eq(ss_metrics_counter(m, "9starts_with_digit", "x", NULL, &c),
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__counter *c;
+    ss__gauge *g;
+    ss__histogram *h;
+    ck_assert_int_eq(ss__metrics_counter(m, "9starts_with_digit", "x", NULL, &c),
                      SS_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(ss_metrics_counter(m, "has-dash", "x", NULL, &c), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__metrics_counter(m, "has-dash", "x", NULL, &c), SS_ERR_INVALID_ARGUMENT);
     const char *bad_label[] = {"bad-key", "v", NULL};
-    ck_assert_int_eq(ss_metrics_counter(m, "ok_total", "x", bad_label, &c),
+    ck_assert_int_eq(ss__metrics_counter(m, "ok_total", "x", bad_label, &c),
                      SS_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(ss_metrics_counter(m, "ok_total", "x", NULL, &c), SS_OK);
+    ck_assert_int_eq(ss__metrics_counter(m, "ok_total", "x", NULL, &c), SS_OK);
     /* Same name, other type: refused, the first one stays. */
-    ck_assert_int_eq(ss_metrics_gauge(m, "ok_total", "x", NULL, &g), SS_ERR_EXISTS);
+    ck_assert_int_eq(ss__metrics_gauge(m, "ok_total", "x", NULL, &g), SS_ERR_EXISTS);
     const double unsorted[] = {2, 1};
-    ck_assert_int_eq(ss_metrics_histogram(m, "h", "x", NULL, unsorted, 2, &h),
+    ck_assert_int_eq(ss__metrics_histogram(m, "h", "x", NULL, unsorted, 2, &h),
                      SS_ERR_INVALID_ARGUMENT);
     char *text;
-    ck_assert_int_eq(ss_metrics_render(m, &text, NULL), SS_OK);
+    ck_assert_int_eq(ss__metrics_render(m, &text, NULL), SS_OK);
     ck_assert_str_eq(text, "# HELP ok_total x\n# TYPE ok_total counter\nok_total 0\n");
     free(text);
-    ss_metrics_destroy(m);
+    ss__metrics_destroy(m);
 }
 END_TEST
 
@@ -190,5 +190,5 @@ int main(void) {
     tcase_add_test(tc, test_metrics_render_exact);
     tcase_add_test(tc, test_metrics_bad_input);
     suite_add_tcase(s, tc);
-    return ss_check_run(s);
+    return ss__check_run(s);
 }

@@ -9,50 +9,50 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "criteo.h"
-#include "eval.h"
-#include "model.h"
-#include "truth.h"
+#include "tools/ctr/criteo.h"
+#include "tools/ctr/eval.h"
+#include "tools/ctr/model.h"
+#include "tools/ctr/truth.h"
 
 START_TEST(test_ne_hand_computed) {
     /* log loss = -(ln .9 + ln .8 + ln .6 + ln .7) / 4 = 0.29900115;
      * CTR 0.5 -> entropy ln 2 -> NE = 0.29900115 / 0.69314718 = 0.43136751. */
     const float p[] = {0.9f, 0.2f, 0.6f, 0.3f}, y[] = {1, 0, 1, 0};
     double ll, ne;
-    ck_assert_int_eq(ss_ctr_logloss(p, y, 4, &ll), SS_OK);
+    ck_assert_int_eq(ss__ctr_logloss(p, y, 4, &ll), SS_OK);
     ck_assert_double_eq_tol(ll, 0.29900115, 1e-6);
-    ck_assert_int_eq(ss_ctr_ne(p, y, 4, &ne), SS_OK);
+    ck_assert_int_eq(ss__ctr_ne(p, y, 4, &ne), SS_OK);
     ck_assert_double_eq_tol(ne, 0.43136751, 1e-6);
     /* Predicting the base rate gives NE exactly 1. */
     const float base[] = {0.25f, 0.25f, 0.25f, 0.25f}, y2[] = {1, 0, 0, 0};
-    ck_assert_int_eq(ss_ctr_ne(base, y2, 4, &ne), SS_OK);
+    ck_assert_int_eq(ss__ctr_ne(base, y2, 4, &ne), SS_OK);
     ck_assert_double_eq_tol(ne, 1.0, 1e-6);
     /* One class only: NE undefined. */
     const float y3[] = {0, 0, 0, 0};
-    ck_assert_int_eq(ss_ctr_ne(base, y3, 4, &ne), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ctr_ne(base, y3, 4, &ne), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
 START_TEST(test_auc_hand_computed) {
     double auc;
     const float p1[] = {0.1f, 0.4f, 0.35f, 0.8f}, y1[] = {0, 0, 1, 1};
-    ck_assert_int_eq(ss_ctr_auc(p1, y1, 4, &auc), SS_OK);
+    ck_assert_int_eq(ss__ctr_auc(p1, y1, 4, &auc), SS_OK);
     ck_assert_double_eq_tol(auc, 0.75, 1e-12);
     /* Positive at 0.5 vs negatives 0.5 (tie: 1/2), 0.2 (win), 0.8 (loss). */
     const float p2[] = {0.5f, 0.5f, 0.2f, 0.8f}, y2[] = {1, 0, 0, 0};
-    ck_assert_int_eq(ss_ctr_auc(p2, y2, 4, &auc), SS_OK);
+    ck_assert_int_eq(ss__ctr_auc(p2, y2, 4, &auc), SS_OK);
     ck_assert_double_eq_tol(auc, 0.5, 1e-12);
     const float p3[] = {0.9f, 0.2f, 0.6f, 0.3f}, y3[] = {1, 0, 1, 0};
-    ck_assert_int_eq(ss_ctr_auc(p3, y3, 4, &auc), SS_OK);
+    ck_assert_int_eq(ss__ctr_auc(p3, y3, 4, &auc), SS_OK);
     ck_assert_double_eq_tol(auc, 1.0, 1e-12);
     const float y4[] = {1, 1, 1, 1};
-    ck_assert_int_eq(ss_ctr_auc(p3, y4, 4, &auc), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ctr_auc(p3, y4, 4, &auc), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
 START_TEST(test_reader_real_criteo_sample) {
-    ss_ctr_dataset ds;
-    ck_assert_int_eq(ss_ctr_dataset_load(SS_DATA_DIR "/criteo-kaggle-head-8000.tsv", 0, &ds),
+    ss__ctr_dataset ds;
+    ck_assert_int_eq(ss__ctr_dataset_load(SS_DATA_DIR "/criteo-kaggle-head-8000.tsv", 0, &ds),
                      SS_OK);
     ck_assert_uint_eq(ds.nrows, 8000);
     ck_assert_uint_eq(ds.skipped, 0);
@@ -74,11 +74,11 @@ START_TEST(test_reader_real_criteo_sample) {
     ck_assert_float_eq_tol(ds.rows[0].dense[0], logf(2.0f), 1e-6f);
     ck_assert_float_eq_tol(ds.rows[0].dense[2], logf(6.0f), 1e-6f);
     ck_assert_uint_eq(ds.rows[0].cat[0], 0x68fd1e64u);
-    ss_ctr_dataset_free(&ds);
-    ck_assert_int_eq(ss_ctr_dataset_load(SS_DATA_DIR "/criteo-kaggle-head-8000.tsv", 100, &ds),
+    ss__ctr_dataset_free(&ds);
+    ck_assert_int_eq(ss__ctr_dataset_load(SS_DATA_DIR "/criteo-kaggle-head-8000.tsv", 100, &ds),
                      SS_OK);
     ck_assert_uint_eq(ds.nrows, 100);
-    ss_ctr_dataset_free(&ds);
+    ss__ctr_dataset_free(&ds);
 }
 END_TEST
 
@@ -92,7 +92,7 @@ static void make_line(char *buf, size_t cap, const char *label, const char *int1
 }
 
 START_TEST(test_reader_malformed_lines) {
-    char path[] = "/tmp/ss_malformed_XXXXXX";
+    char path[] = "/tmp/ss__malformed_XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     FILE *f = fdopen(fd, "w");
@@ -117,8 +117,8 @@ START_TEST(test_reader_malformed_lines) {
     fprintf(f, "%s", line); /* too many fields, no final newline */
     fclose(f);
 
-    ss_ctr_dataset ds;
-    ck_assert_int_eq(ss_ctr_dataset_load(path, 0, &ds), SS_OK);
+    ss__ctr_dataset ds;
+    ck_assert_int_eq(ss__ctr_dataset_load(path, 0, &ds), SS_OK);
     ck_assert_uint_eq(ds.nrows, 2);
     ck_assert_uint_eq(ds.skipped, 8);
     ck_assert_uint_eq(ds.first_bad_line, 2);
@@ -127,39 +127,39 @@ START_TEST(test_reader_malformed_lines) {
     ck_assert_uint_eq(ds.rows[0].cat[0], 0xdeadbeefu);
     ck_assert_uint_eq(ds.rows[1].cat_missing & 1u, 1u);
     ck_assert_float_eq(ds.rows[1].dense[0], 0.0f);
-    ss_ctr_dataset_free(&ds);
+    ss__ctr_dataset_free(&ds);
     unlink(path);
 
     char err[160];
-    ss_ctr_example ex;
+    ss__ctr_example ex;
     make_line(line, sizeof line, "1", "-2", "ABCDEF01", 40);
-    ck_assert_int_eq(ss_criteo_parse_line(line, strlen(line), &ex, err, sizeof err), SS_OK);
+    ck_assert_int_eq(ss__criteo_parse_line(line, strlen(line), &ex, err, sizeof err), SS_OK);
     ck_assert_float_eq(ex.dense[0], 0.0f); /* negative -> 0 */
     ck_assert_uint_eq(ex.cat[0], 0xabcdef01u);
-    ck_assert_int_eq(ss_criteo_parse_line("1\t-", 3, &ex, err, sizeof err), SS_ERR_PARSE);
-    ck_assert_int_eq(ss_ctr_dataset_load("/nonexistent/ss.tsv", 0, &ds), SS_ERR_IO);
+    ck_assert_int_eq(ss__criteo_parse_line("1\t-", 3, &ex, err, sizeof err), SS_ERR_PARSE);
+    ck_assert_int_eq(ss__ctr_dataset_load("/nonexistent/ss.tsv", 0, &ds), SS_ERR_IO);
 }
 END_TEST
 
 START_TEST(test_truth_deterministic) {
-    ss_ctr_truth *a, *b;
-    ck_assert_int_eq(ss_ctr_truth_create(7, &a), SS_OK);
-    ck_assert_int_eq(ss_ctr_truth_create(7, &b), SS_OK);
-    ss_rng ra, rb, rc;
-    ss_rng_seed(&ra, 11);
-    ss_rng_seed(&rb, 11);
-    ss_rng_seed(&rc, 12);
+    ss__ctr_truth *a, *b;
+    ck_assert_int_eq(ss__ctr_truth_create(7, &a), SS_OK);
+    ck_assert_int_eq(ss__ctr_truth_create(7, &b), SS_OK);
+    ss__rng ra, rb, rc;
+    ss__rng_seed(&ra, 11);
+    ss__rng_seed(&rb, 11);
+    ss__rng_seed(&rc, 12);
     int differs = 0;
     double psum = 0, clicks = 0;
     for (int i = 0; i < 2000; i++) {
-        ss_ctr_raw_row x, y, z;
+        ss__ctr_raw_row x, y, z;
         memset(&x, 0, sizeof x); /* padding too, for memcmp */
         memset(&y, 0, sizeof y);
         memset(&z, 0, sizeof z);
         double px, py, pz;
-        ss_ctr_truth_sample(a, &ra, &x, &px);
-        ss_ctr_truth_sample(b, &rb, &y, &py);
-        ss_ctr_truth_sample(a, &rc, &z, &pz);
+        ss__ctr_truth_sample(a, &ra, &x, &px);
+        ss__ctr_truth_sample(b, &rb, &y, &py);
+        ss__ctr_truth_sample(a, &rc, &z, &pz);
         ck_assert(memcmp(&x, &y, sizeof x) == 0);
         ck_assert(px == py);
         ck_assert(px > 0.0 && px < 1.0);
@@ -170,47 +170,48 @@ START_TEST(test_truth_deterministic) {
     ck_assert_int_gt(differs, 1900);
     /* Labels follow the probabilities: 2000 draws, |mean diff| < 4 sigma. */
     ck_assert_double_lt(fabs(clicks - psum) / 2000.0, 4.0 * sqrt(0.25 / 2000.0));
-    ss_ctr_truth_destroy(a);
-    ss_ctr_truth_destroy(b);
+    ss__ctr_truth_destroy(a);
+    ss__ctr_truth_destroy(b);
 }
 END_TEST
 
 /* Loss of one example under the current parameters. */
-static double example_loss(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddings *emb,
-                           const ss_ctr_example *ex) {
-    double p = ss_ctr_predict(w, dense, emb, ex);
+static double example_loss(ss__ctr_worker *w, const float *dense, const ss__ctr_embeddings *emb,
+                           const ss__ctr_example *ex) {
+    double p = ss__ctr_predict(w, dense, emb, ex);
     return ex->label > 0.5f ? -log(p) : -log(1.0 - p);
 }
 
 START_TEST(test_model_gradients_match_finite_differences) {
-    ss_ctr_model_config cfg = {.emb_dim = 3, .table_rows = 16, .bottom_hidden = 5, .top_hidden = 6};
-    ss_ctr_layout L;
-    ss_ctr_layout_of(&cfg, &L);
+    ss__ctr_model_config cfg = {
+        .emb_dim = 3, .table_rows = 16, .bottom_hidden = 5, .top_hidden = 6};
+    ss__ctr_layout L;
+    ss__ctr_layout_of(&cfg, &L);
     ck_assert_uint_eq(L.interact, 3 + 351);
     float *dense = malloc(L.total * sizeof(float)), *after = malloc(L.total * sizeof(float));
-    ss_ctr_dense_init(&cfg, dense, 3);
+    ss__ctr_dense_init(&cfg, dense, 3);
     for (size_t i = L.b1; i < L.w2; i++)
         dense[i] = 0.1f; /* positive biases keep ReLUs open */
     for (size_t i = L.b3; i < L.w4; i++)
         dense[i] = 0.1f;
-    ss_ctr_embeddings emb, emb_after;
-    ck_assert_int_eq(ss_ctr_embeddings_create(&cfg, 5, &emb), SS_OK);
-    ck_assert_int_eq(ss_ctr_embeddings_create(&cfg, 5, &emb_after), SS_OK);
+    ss__ctr_embeddings emb, emb_after;
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 5, &emb), SS_OK);
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 5, &emb_after), SS_OK);
     for (size_t i = 0; i < 26 * 16 * 3; i++)
         emb.data[i] = emb_after.data[i] = emb.data[i] * 10.0f; /* not too close to zero */
-    ss_ctr_example ex = {.label = 1.0f};
+    ss__ctr_example ex = {.label = 1.0f};
     for (int j = 0; j < SS_CTR_NUM_DENSE; j++)
         ex.dense[j] = 0.1f * (float)(j + 1);
     for (int f = 0; f < SS_CTR_NUM_CAT; f++)
         ex.cat[f] = 0x1000u * (uint32_t)f + 7u;
     ex.cat_missing = 1u << 3;
 
-    ss_ctr_worker *w;
-    ck_assert_int_eq(ss_ctr_worker_create(&cfg, &w), SS_OK);
+    ss__ctr_worker *w;
+    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
     memcpy(after, dense, L.total * sizeof(float));
-    const ss_ctr_example *batch[] = {&ex};
+    const ss__ctr_example *batch[] = {&ex};
     double loss = 0;
-    ss_ctr_train_batch(w, after, &emb_after, batch, 1, 1.0f, 1.0f, &loss);
+    ss__ctr_train_batch(w, after, &emb_after, batch, 1, 1.0f, 1.0f, &loss);
     ck_assert_double_eq_tol(loss, example_loss(w, dense, &emb, &ex), 1e-5);
 
     /* dense: analytic gradient = before - after (lr = 1). */
@@ -232,7 +233,7 @@ START_TEST(test_model_gradients_match_finite_differences) {
     /* embeddings: fields 0 and 25, and the missing row of field 3. */
     const int fields[] = {0, 3, 25};
     for (int k = 0; k < 3; k++) {
-        size_t row = ss_ctr_row_index(&cfg, fields[k], &ex);
+        size_t row = ss__ctr_row_index(&cfg, fields[k], &ex);
         if (fields[k] == 3)
             ck_assert_uint_eq(row, 0);
         for (size_t d = 0; d < 3; d++) {
@@ -249,9 +250,9 @@ START_TEST(test_model_gradients_match_finite_differences) {
                           analytic);
         }
     }
-    ss_ctr_worker_destroy(w);
-    ss_ctr_embeddings_destroy(&emb);
-    ss_ctr_embeddings_destroy(&emb_after);
+    ss__ctr_worker_destroy(w);
+    ss__ctr_embeddings_destroy(&emb);
+    ss__ctr_embeddings_destroy(&emb_after);
     free(dense);
     free(after);
 }
@@ -268,5 +269,5 @@ int main(void) {
     tcase_add_test(tc, test_truth_deterministic);
     tcase_add_test(tc, test_model_gradients_match_finite_differences);
     suite_add_tcase(s, tc);
-    return ss_check_run(s);
+    return ss__check_run(s);
 }

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char workdir[] = "/tmp/ss_e2e_XXXXXX";
+static char workdir[] = "/tmp/ss__e2e_XXXXXX";
 
 /* Runs a shell command, captures stdout+stderr into out, returns exit code. */
 static int run(const char *cmd, char *out, size_t cap) {
@@ -231,7 +231,7 @@ int main(void) {
     tcase_add_test(tc, test_background_sync_matches_single_replica);
     tcase_add_test(tc, test_emb_modes_match_local);
     suite_add_tcase(s, tc);
-    int rc = ss_check_run(s);
+    int rc = ss__check_run(s);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
     if (system(cmd) != 0)

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "check_run.h"
-#include "emb_client.h"
-#include "embedding.pb-c.h"
+#include "common/clock.h"
 #include "procs.h"
-#include "shadowsync/clock.h"
+#include "rpc/emb_client.h"
+#include "rpc/proto/embedding.pb-c.h"
 
 enum { K = 256, DIM = 4 };
 
@@ -47,64 +47,64 @@ static void make_paths(char *db, char *log) {
     snprintf(log, 128, "%s/ps.log", g_dir);
 }
 
-static ss_emb_spec table_spec(void) {
-    ss_emb_spec s;
-    ck_assert_int_eq(ss_emb_spec_init(&s, "dur", DIM), SS_OK);
+static ss__emb_spec table_spec(void) {
+    ss__emb_spec s;
+    ck_assert_int_eq(ss__emb_spec_init(&s, "dur", DIM), SS_OK);
     s.lr = 1.0f;
     s.init_scale = 0.0f; /* a row's value = number of pushes it got */
     return s;
 }
 
 static pid_t start_ps(const char *db, const char *mode, const char *log, char *target,
-                      ss_emb_client **client) {
+                      ss__emb_client **client) {
     char *extra[] = {"--emb-db", (char *)db, (char *)mode, "--flush-lag-ms", "200", NULL};
     if (!strcmp(mode, "--sync-writes"))
         extra[3] = NULL;
     pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
-    ck_assert_int_eq(ss_emb_client_create(target, NULL, 5000, client), SS_OK);
-    ss_emb_spec spec = table_spec();
-    ck_assert_int_eq(ss_emb_client_open_table(*client, &spec, NULL, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, client), SS_OK);
+    ss__emb_spec spec = table_spec();
+    ck_assert_int_eq(ss__emb_client_open_table(*client, &spec, NULL, NULL, 0), SS_OK);
     return pid;
 }
 
 /* Pushes +1 to K rows, one acknowledged call after another, for
  * `seconds`, then SIGKILLs the PS; ack_ns[k] is when push k+1 was acked. */
-static int push_then_kill(pid_t pid, ss_emb_client *c, double seconds, uint64_t *ack_ns,
+static int push_then_kill(pid_t pid, ss__emb_client *c, double seconds, uint64_t *ack_ns,
                           int max_pushes, uint64_t *kill_ns) {
     uint64_t ids[K];
     float g[K * DIM];
     test_ids(ids);
     for (int i = 0; i < K * DIM; i++)
         g[i] = -1.0f;
-    ss_emb_spec spec = table_spec();
-    const uint64_t until = ss_now_ns() + (uint64_t)(seconds * 1e9);
+    ss__emb_spec spec = table_spec();
+    const uint64_t until = ss__now_ns() + (uint64_t)(seconds * 1e9);
     int acked = 0;
-    while (acked < max_pushes && ss_now_ns() < until) {
-        ck_assert_int_eq(ss_emb_client_push(c, &spec, ids, K, g), SS_OK);
-        ack_ns[acked++] = ss_now_ns();
+    while (acked < max_pushes && ss__now_ns() < until) {
+        ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, K, g), SS_OK);
+        ack_ns[acked++] = ss__now_ns();
     }
-    *kill_ns = ss_now_ns();
+    *kill_ns = ss__now_ns();
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return acked;
 }
 
-static void read_rows(ss_emb_client *c, float *rows) {
+static void read_rows(ss__emb_client *c, float *rows) {
     uint64_t ids[K];
     test_ids(ids);
-    ss_emb_spec spec = table_spec();
-    ck_assert_int_eq(ss_emb_client_lookup(c, &spec, ids, K, rows), SS_OK);
+    ss__emb_spec spec = table_spec();
+    ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, K, rows), SS_OK);
 }
 
 START_TEST(test_sync_writes_survive_sigkill) {
     char db[128], log[128], target[64];
     make_paths(db, log);
-    ss_emb_client *c;
+    ss__emb_client *c;
     pid_t pid = start_ps(db, "--sync-writes", log, target, &c);
     static uint64_t ack[100000];
     uint64_t kill_ns;
     int acked = push_then_kill(pid, c, 1.0, ack, 100000, &kill_ns);
-    ss_emb_client_destroy(c);
+    ss__emb_client_destroy(c);
     ck_assert_int_gt(acked, 10);
     pid = start_ps(db, "--sync-writes", log, target, &c);
     float rows[K * DIM];
@@ -113,7 +113,7 @@ START_TEST(test_sync_writes_survive_sigkill) {
         ck_assert_float_eq(rows[i], (float)acked); /* every acknowledged push */
     printf("sync writes: %d pushes of %d rows acknowledged before SIGKILL, all %d found\n", acked,
            K, acked);
-    ss_emb_client_destroy(c);
+    ss__emb_client_destroy(c);
     kill(pid, SIGTERM);
     ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
     remove_dir();
@@ -123,12 +123,12 @@ END_TEST
 START_TEST(test_write_behind_loses_at_most_the_lag) {
     char db[128], log[128], target[64];
     make_paths(db, log);
-    ss_emb_client *c;
+    ss__emb_client *c;
     pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
     static uint64_t ack[1000000];
     uint64_t kill_ns;
     int acked = push_then_kill(pid, c, 1.5, ack, 1000000, &kill_ns);
-    ss_emb_client_destroy(c);
+    ss__emb_client_destroy(c);
     /* Pushes acknowledged at least the lag (200 ms) before the kill. */
     int bound = 0;
     while (bound < acked && ack[bound] + 200000000ull <= kill_ns)
@@ -146,7 +146,7 @@ START_TEST(test_write_behind_loses_at_most_the_lag) {
     printf("write-behind (lag 200 ms): %d pushes acknowledged, %d of them >= 200 ms before "
            "SIGKILL; after restart rows hold >= %.0f\n",
            acked, bound, lo);
-    ss_emb_client_destroy(c);
+    ss__emb_client_destroy(c);
     kill(pid, SIGTERM);
     ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
     remove_dir();
@@ -157,53 +157,53 @@ START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
     char db[128], log[128], target[64], ckpt[128];
     make_paths(db, log);
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", g_dir);
-    ss_emb_client *c;
+    ss__emb_client *c;
     pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
     uint64_t ids[K];
     float g[K * DIM], at_ckpt[K * DIM], later[K * DIM], rows[K * DIM];
     test_ids(ids);
     for (int i = 0; i < K * DIM; i++)
         g[i] = -(float)(i % 13) * 0.25f;
-    ss_emb_spec spec = table_spec();
-    ck_assert_int_eq(ss_emb_client_push(c, &spec, ids, K, g), SS_OK);
+    ss__emb_spec spec = table_spec();
+    ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, K, g), SS_OK);
     read_rows(c, at_ckpt);
 
-    ss_rpc_channel *ch;
-    ck_assert_int_eq(ss_rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
     Shadowsync__V1__EmbCheckpointRequest m = SHADOWSYNC__V1__EMB_CHECKPOINT_REQUEST__INIT;
     m.dir = ckpt;
     uint8_t buf[256], *resp = NULL;
     size_t len = shadowsync__v1__emb_checkpoint_request__pack(&m, buf), rl;
     char msg[200];
-    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
-                                 &resp, &rl, msg, sizeof msg),
+    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
+                                  &resp, &rl, msg, sizeof msg),
                      SS_OK);
     free(resp);
     /* A relative or existing directory is refused. */
     m.dir = "relative/dir";
     len = shadowsync__v1__emb_checkpoint_request__pack(&m, buf);
-    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
-                                 &resp, &rl, msg, sizeof msg),
+    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
+                                  &resp, &rl, msg, sizeof msg),
                      SS_ERR_INVALID_ARGUMENT);
-    ss_rpc_channel_destroy(ch);
+    ss__rpc_channel_destroy(ch);
 
-    ck_assert_int_eq(ss_emb_client_push(c, &spec, ids, K, g), SS_OK); /* after the checkpoint */
+    ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, K, g), SS_OK); /* after the checkpoint */
     read_rows(c, later);
-    ss_emb_client_destroy(c);
+    ss__emb_client_destroy(c);
     kill(pid, SIGTERM); /* graceful: flushes the dirty rows */
     ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
 
     pid = start_ps(db, "--sync-writes=false", log, target, &c);
     read_rows(c, rows);
     ck_assert_mem_eq(rows, later, sizeof rows);
-    ss_emb_client_destroy(c);
+    ss__emb_client_destroy(c);
     kill(pid, SIGTERM);
     proc_wait(pid, 30);
 
     pid = start_ps(ckpt, "--sync-writes=false", log, target, &c); /* the checkpoint as a db */
     read_rows(c, rows);
     ck_assert_mem_eq(rows, at_ckpt, sizeof rows);
-    ss_emb_client_destroy(c);
+    ss__emb_client_destroy(c);
     kill(pid, SIGTERM);
     proc_wait(pid, 30);
     remove_dir();
@@ -215,7 +215,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("kill");
     tcase_set_timeout(tc, 180);
     /* Check forks a process per test: gRPC starts in each, not before. */
-    tcase_add_checked_fixture(tc, ss_rpc_init, ss_rpc_shutdown);
+    tcase_add_checked_fixture(tc, ss__rpc_init, ss__rpc_shutdown);
     tcase_add_test(tc, test_sync_writes_survive_sigkill);
     tcase_add_test(tc, test_write_behind_loses_at_most_the_lag);
     tcase_add_test(tc, test_checkpoint_rpc_and_sigterm_flush);
@@ -224,5 +224,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    return ss_check_run(suite());
+    return ss__check_run(suite());
 }

@@ -9,53 +9,53 @@
 #include <string.h>
 
 #include "check_run.h"
-#include "embedding.pb-c.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/emb_service.h"
+#include "common/clock.h"
+#include "ps/emb_service.h"
+#include "rpc/proto/embedding.pb-c.h"
 #include "shadowsync/shadowsync.h"
 
 typedef struct fixture {
-    ss_metrics *metrics;
-    ss_emb_store *store;
-    ss_emb_service svc;
-    ss_rpc_server *srv;
-    ss_rpc_channel *ch;
+    ss__metrics *metrics;
+    ss__emb_store *store;
+    ss__emb_service svc;
+    ss__rpc_server *srv;
+    ss__rpc_channel *ch;
     char target[64];
 } fixture;
 
 static fixture F;
 
 static void setup(void) {
-    ss_rpc_init();
-    ck_assert_int_eq(ss_metrics_create(&F.metrics), SS_OK);
-    ss_emb_store_config cfg = {.max_batch = 4096, .metrics = F.metrics};
-    ck_assert_int_eq(ss_emb_store_create(&cfg, &F.store), SS_OK);
-    ss_emb_service_init(&F.svc, F.store);
-    ss_rpc_server_config scfg = {
+    ss__rpc_init();
+    ck_assert_int_eq(ss__metrics_create(&F.metrics), SS_OK);
+    ss__emb_store_config cfg = {.max_batch = 4096, .metrics = F.metrics};
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &F.store), SS_OK);
+    ss__emb_service_init(&F.svc, F.store);
+    ss__rpc_server_config scfg = {
         .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 4 << 20, .metrics = F.metrics};
-    ck_assert_int_eq(ss_rpc_server_start(&scfg, F.svc.methods, SS_EMB_METHODS, NULL, &F.srv),
+    ck_assert_int_eq(ss__rpc_server_start(&scfg, F.svc.methods, SS_EMB_METHODS, NULL, &F.srv),
                      SS_OK);
-    snprintf(F.target, sizeof F.target, "127.0.0.1:%d", ss_rpc_server_port(F.srv));
-    ck_assert_int_eq(ss_rpc_channel_create(F.target, 0, NULL, &F.ch), SS_OK);
+    snprintf(F.target, sizeof F.target, "127.0.0.1:%d", ss__rpc_server_port(F.srv));
+    ck_assert_int_eq(ss__rpc_channel_create(F.target, 0, NULL, &F.ch), SS_OK);
 }
 
 static void teardown(void) {
-    ss_rpc_channel_destroy(F.ch);
-    ss_rpc_server_stop(F.srv);
-    ss_emb_store_destroy(F.store);
-    ss_metrics_destroy(F.metrics);
-    ss_rpc_shutdown();
+    ss__rpc_channel_destroy(F.ch);
+    ss__rpc_server_stop(F.srv);
+    ss__emb_store_destroy(F.store);
+    ss__metrics_destroy(F.metrics);
+    ss__rpc_shutdown();
 }
 
 static uint64_t rejected(const char *reason) {
     const char *labels[] = {"reason", reason, NULL};
-    ss_counter *c;
-    ck_assert_int_eq(ss_metrics_counter(F.metrics, "shadowsync_emb_rejected_total",
-                                        "Embedding requests refused, by reason; no stored row "
-                                        "changed.",
-                                        labels, &c),
+    ss__counter *c;
+    ck_assert_int_eq(ss__metrics_counter(F.metrics, "shadowsync_emb_rejected_total",
+                                         "Embedding requests refused, by reason; no stored row "
+                                         "changed.",
+                                         labels, &c),
                      SS_OK);
-    return ss_counter_value(c);
+    return ss__counter_value(c);
 }
 
 static ss_status call(const char *method, const ProtobufCMessage *m, uint8_t **resp,
@@ -66,7 +66,7 @@ static ss_status call(const char *method, const ProtobufCMessage *m, uint8_t **r
     uint8_t *r = NULL;
     size_t rl = 0;
     char msg[200];
-    ss_status st = ss_rpc_call(F.ch, method, buf, len, 5000, false, &r, &rl, msg, sizeof msg);
+    ss_status st = ss__rpc_call(F.ch, method, buf, len, 5000, false, &r, &rl, msg, sizeof msg);
     free(buf);
     if (resp) {
         *resp = r;
@@ -171,8 +171,8 @@ START_TEST(test_bad_input_over_grpc) {
         char msg[200];
         uint8_t *r = NULL;
         size_t rl;
-        ck_assert_int_eq(ss_rpc_call(F.ch, methods[i], garbage, sizeof garbage, 5000, false, &r,
-                                     &rl, msg, sizeof msg),
+        ck_assert_int_eq(ss__rpc_call(F.ch, methods[i], garbage, sizeof garbage, 5000, false, &r,
+                                      &rl, msg, sizeof msg),
                          SS_ERR_PARSE);
     }
     ck_assert_uint_eq(rejected("garbage"), 6);
@@ -218,7 +218,7 @@ START_TEST(test_remote_table_through_hooks) {
     ck_assert_float_eq(rows[2], -4.0f);
     ck_assert_float_eq(rows[4], -3.0f); /* the repeat answered too */
     float server[4];
-    ck_assert_int_eq(ss_emb_store_lookup(F.store, "remote", ids, 2, server, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "remote", ids, 2, server, NULL, 0), SS_OK);
     ck_assert_float_eq(server[1], -3.0f);
     /* Prefetch gives the same rows. */
     ss_table_fetch *f;
@@ -263,11 +263,11 @@ START_TEST(test_cached_table_syncs_and_evicts) {
     ck_assert_int_eq(ss_table_push(tb, &id, 1, g), SS_OK); /* miss fetched, updated locally */
     ck_assert_int_eq(ss_table_lookup(tb, &id, 1, row), SS_OK);
     ck_assert_float_eq(row[0], -1.0f);
-    ck_assert_int_eq(ss_emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
     ck_assert_float_eq(server[0], 0.0f); /* not synced yet */
     /* Elastic sync: d = 0.5 (x - c) = (-0.5, -1); c = (-0.5, -1); x -= d. */
     ck_assert_int_eq(ss_table_flush(tb), SS_OK);
-    ck_assert_int_eq(ss_emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
     ck_assert_float_eq(server[0], -0.5f);
     ck_assert_float_eq(server[1], -1.0f);
     ck_assert_int_eq(ss_table_lookup(tb, &id, 1, row), SS_OK);
@@ -308,5 +308,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    return ss_check_run(suite());
+    return ss__check_run(suite());
 }

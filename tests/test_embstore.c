@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check_run.h"
-#include "shadowsync/emb_store.h"
+#include "embedding-store/emb_store.h"
 
 static char g_dir[64];
 
@@ -24,10 +24,10 @@ static void remove_dir(void) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static ss_emb_spec spec_of(const char *name, uint32_t dim, ss_emb_optimizer opt, float lr,
-                           float init_scale) {
-    ss_emb_spec s;
-    ck_assert_int_eq(ss_emb_spec_init(&s, name, dim), SS_OK);
+static ss__emb_spec spec_of(const char *name, uint32_t dim, ss__emb_optimizer opt, float lr,
+                            float init_scale) {
+    ss__emb_spec s;
+    ck_assert_int_eq(ss__emb_spec_init(&s, name, dim), SS_OK);
     s.optimizer = opt;
     s.lr = lr;
     s.init_scale = init_scale;
@@ -35,44 +35,44 @@ static ss_emb_spec spec_of(const char *name, uint32_t dim, ss_emb_optimizer opt,
 }
 
 START_TEST(test_sgd_adagrad_elastic_by_hand) {
-    ss_emb_spec sgd = spec_of("t", 2, SS_EMB_SGD, 0.1f, 0.0f);
+    ss__emb_spec sgd = spec_of("t", 2, SS_EMB_SGD, 0.1f, 0.0f);
     float row[3] = {1.0f, 2.0f, 0.0f}, g[2] = {0.5f, -1.0f};
-    ss_emb_apply_gradient(&sgd, row, g);
+    ss__emb_apply_gradient(&sgd, row, g);
     ck_assert_float_eq_tol(row[0], 0.95f, 1e-7f);
     ck_assert_float_eq_tol(row[1], 2.1f, 1e-7f);
 
     /* Row-wise Adagrad: a = (0.25 + 1) / 2 = 0.625; step = 0.1 / sqrt(0.625)
      * = 0.1264911; w = (1 - 0.0632456, 2 + 0.1264911). Then g = (1, 1):
      * a = 1.625; step = 0.1 / 1.2747549 = 0.0784465. */
-    ss_emb_spec ada = spec_of("t", 2, SS_EMB_ADAGRAD, 0.1f, 0.0f);
+    ss__emb_spec ada = spec_of("t", 2, SS_EMB_ADAGRAD, 0.1f, 0.0f);
     float r2[3] = {1.0f, 2.0f, 0.0f};
-    ss_emb_apply_gradient(&ada, r2, g);
+    ss__emb_apply_gradient(&ada, r2, g);
     ck_assert_float_eq_tol(r2[2], 0.625f, 1e-7f);
     ck_assert_float_eq_tol(r2[0], 0.9367544f, 1e-6f);
     ck_assert_float_eq_tol(r2[1], 2.1264911f, 1e-6f);
     float g2[2] = {1.0f, 1.0f};
-    ss_emb_apply_gradient(&ada, r2, g2);
+    ss__emb_apply_gradient(&ada, r2, g2);
     ck_assert_float_eq_tol(r2[2], 1.625f, 1e-6f);
     ck_assert_float_eq_tol(r2[0], 0.9367544f - 0.0784465f, 1e-6f);
     ck_assert_float_eq_tol(r2[1], 2.1264911f - 0.0784465f, 1e-6f);
 
     /* Elastic: c = (1, 1), x = (3, -1), alpha 0.25: d = (0.5, -0.5). */
     float c[2] = {1.0f, 1.0f}, x[2] = {3.0f, -1.0f}, d[2];
-    ss_emb_elastic(c, x, 0.25f, d, 2);
+    ss__emb_elastic(c, x, 0.25f, d, 2);
     ck_assert_float_eq(d[0], 0.5f);
     ck_assert_float_eq(d[1], -0.5f);
     ck_assert_float_eq(c[0], 1.5f);
     ck_assert_float_eq(c[1], 0.5f);
-    ck_assert_uint_eq(ss_emb_row_floats(&ada), 3);
-    ck_assert_uint_eq(ss_emb_row_floats(&sgd), 2);
+    ck_assert_uint_eq(ss__emb_row_floats(&ada), 3);
+    ck_assert_uint_eq(ss__emb_row_floats(&sgd), 2);
 }
 END_TEST
 
 START_TEST(test_init_deterministic) {
     float a[9], b[9], c[9];
-    ss_emb_row_init(7, 42, 0.5f, a, 8, 1);
-    ss_emb_row_init(7, 42, 0.5f, b, 8, 1);
-    ss_emb_row_init(7, 43, 0.5f, c, 8, 1);
+    ss__emb_row_init(7, 42, 0.5f, a, 8, 1);
+    ss__emb_row_init(7, 42, 0.5f, b, 8, 1);
+    ss__emb_row_init(7, 43, 0.5f, c, 8, 1);
     ck_assert_mem_eq(a, b, sizeof a);
     ck_assert_int_ne(memcmp(a, c, 8 * sizeof(float)), 0);
     for (int j = 0; j < 8; j++)
@@ -81,7 +81,7 @@ START_TEST(test_init_deterministic) {
     /* Mean of many initial values is near 0, spread near scale/sqrt(3). */
     double sum = 0, sq = 0;
     for (uint64_t id = 0; id < 2000; id++) {
-        ss_emb_row_init(1, id, 1.0f, a, 8, 0);
+        ss__emb_row_init(1, id, 1.0f, a, 8, 0);
         for (int j = 0; j < 8; j++)
             sum += a[j], sq += a[j] * a[j];
     }
@@ -95,10 +95,10 @@ START_TEST(test_shard_routing) {
     uint32_t count[5] = {0};
     int moved = 0;
     for (uint64_t id = 0; id < N; id++) {
-        uint32_t s4 = ss_emb_shard_of(9, id, 4), s5 = ss_emb_shard_of(9, id, 5);
-        ck_assert_uint_eq(ss_emb_shard_of(9, id, 1), 0);
+        uint32_t s4 = ss__emb_shard_of(9, id, 4), s5 = ss__emb_shard_of(9, id, 5);
+        ck_assert_uint_eq(ss__emb_shard_of(9, id, 1), 0);
         ck_assert_uint_lt(s4, 4);
-        ck_assert_uint_eq(s4, ss_emb_shard_of(9, id, 4)); /* a pure function */
+        ck_assert_uint_eq(s4, ss__emb_shard_of(9, id, 4)); /* a pure function */
         /* Adding a shard moves rows only onto the new shard. */
         ck_assert(s5 == s4 || s5 == 4);
         moved += s5 != s4;
@@ -110,7 +110,7 @@ START_TEST(test_shard_routing) {
     /* Another table routes the same id independently. */
     int same = 0;
     for (uint64_t id = 0; id < 1000; id++)
-        same += ss_emb_shard_of(9, id, 4) == ss_emb_shard_of(10, id, 4);
+        same += ss__emb_shard_of(9, id, 4) == ss__emb_shard_of(10, id, 4);
     ck_assert(same > 150 && same < 350);
 }
 END_TEST
@@ -118,86 +118,86 @@ END_TEST
 /* A loader that counts its calls and gives row value = id (all floats). */
 static int g_loads;
 static ss_status id_loader(void *ctx, const uint64_t *ids, size_t n, float *rows) {
-    const ss_emb_spec *spec = ctx;
+    const ss__emb_spec *spec = ctx;
     g_loads += (int)n;
     for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < ss_emb_row_floats(spec); j++)
-            rows[i * ss_emb_row_floats(spec) + j] = j < spec->dim ? (float)ids[i] : 0.0f;
+        for (size_t j = 0; j < ss__emb_row_floats(spec); j++)
+            rows[i * ss__emb_row_floats(spec) + j] = j < spec->dim ? (float)ids[i] : 0.0f;
     return SS_OK;
 }
 
 START_TEST(test_table_load_update_dirty_evict) {
-    ss_emb_spec spec = spec_of("tbl", 4, SS_EMB_SGD, 0.5f, 0.0f);
-    ss_emb_table *t;
-    ck_assert_int_eq(ss_emb_table_create(&spec, id_loader, &spec, &t), SS_OK);
+    ss__emb_spec spec = spec_of("tbl", 4, SS_EMB_SGD, 0.5f, 0.0f);
+    ss__emb_table *t;
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, &spec, &t), SS_OK);
     enum { N = 1000 };
     uint64_t ids[N];
     float rows[N * 4], grads[N * 4];
     for (int i = 0; i < N; i++)
         ids[i] = (uint64_t)i * 7919u + 1;
     g_loads = 0;
-    ck_assert_int_eq(ss_emb_table_lookup(t, ids, N, rows), SS_OK);
+    ck_assert_int_eq(ss__emb_table_lookup(t, ids, N, rows), SS_OK);
     ck_assert_int_eq(g_loads, N);
     for (int i = 0; i < N; i++)
         ck_assert_float_eq(rows[i * 4 + 3], (float)ids[i]);
-    ck_assert_int_eq(ss_emb_table_lookup(t, ids, N, rows), SS_OK);
+    ck_assert_int_eq(ss__emb_table_lookup(t, ids, N, rows), SS_OK);
     ck_assert_int_eq(g_loads, N); /* resident now: no second load */
 
     /* Update the first 100 rows: w -= 0.5 * 2 -> id - 1. */
     for (int i = 0; i < 100 * 4; i++)
         grads[i] = 2.0f;
-    ck_assert_int_eq(ss_emb_table_apply_gradients(t, ids, 100, grads), SS_OK);
-    ck_assert_int_eq(ss_emb_table_lookup(t, ids, 2, rows), SS_OK);
+    ck_assert_int_eq(ss__emb_table_apply_gradients(t, ids, 100, grads), SS_OK);
+    ck_assert_int_eq(ss__emb_table_lookup(t, ids, 2, rows), SS_OK);
     ck_assert_float_eq(rows[0], (float)ids[0] - 1.0f);
-    ss_emb_table_stats stats;
-    ss_emb_table_get_stats(t, &stats);
+    ss__emb_table_stats stats;
+    ss__emb_table_get_stats(t, &stats);
     ck_assert_uint_eq(stats.resident_rows, N);
     ck_assert_uint_eq(stats.dirty_rows, 100);
     ck_assert_uint_gt(stats.arena_bytes, N * 4 * sizeof(float));
 
     /* Dirty rows are never evicted. */
-    ck_assert_uint_eq(ss_emb_table_evict(t, 0), N - 100);
-    ck_assert_uint_eq(ss_emb_table_resident(t, NULL), 100);
+    ck_assert_uint_eq(ss__emb_table_evict(t, 0), N - 100);
+    ck_assert_uint_eq(ss__emb_table_resident(t, NULL), 100);
 
     /* Collect, update one row meanwhile, settle: that row stays dirty. */
-    ss_emb_dirty d = {0};
-    ck_assert_int_eq(ss_emb_table_collect_dirty(t, &d, 1000), SS_OK);
+    ss__emb_dirty d = {0};
+    ck_assert_int_eq(ss__emb_table_collect_dirty(t, &d, 1000), SS_OK);
     ck_assert_uint_eq(d.n, 100);
-    ck_assert_int_eq(ss_emb_table_apply_gradients(t, &d.ids[0], 1, grads), SS_OK);
-    ss_emb_table_settle(t, &d, NULL);
-    ss_emb_table_get_stats(t, &stats);
+    ck_assert_int_eq(ss__emb_table_apply_gradients(t, &d.ids[0], 1, grads), SS_OK);
+    ss__emb_table_settle(t, &d, NULL);
+    ss__emb_table_get_stats(t, &stats);
     ck_assert_uint_eq(stats.dirty_rows, 1);
-    ck_assert_int_eq(ss_emb_table_collect_dirty(t, &d, 1000), SS_OK);
+    ck_assert_int_eq(ss__emb_table_collect_dirty(t, &d, 1000), SS_OK);
     ck_assert_uint_eq(d.n, 1);
     /* Settle with deltas subtracts them from the live row (cached mode). */
     float delta[4] = {0.25f, 0.25f, 0.25f, 0.25f}, before[4], after[4];
     bool found;
-    ck_assert_int_eq(ss_emb_table_peek(t, d.ids, 1, before, &found), SS_OK);
-    ss_emb_table_settle(t, &d, delta);
-    ck_assert_int_eq(ss_emb_table_peek(t, d.ids, 1, after, &found), SS_OK);
+    ck_assert_int_eq(ss__emb_table_peek(t, d.ids, 1, before, &found), SS_OK);
+    ss__emb_table_settle(t, &d, delta);
+    ck_assert_int_eq(ss__emb_table_peek(t, d.ids, 1, after, &found), SS_OK);
     ck_assert(found);
     ck_assert_float_eq(after[0], before[0] - 0.25f);
-    ss_emb_dirty_free(&d);
+    ss__emb_dirty_free(&d);
 
-    ck_assert_uint_eq(ss_emb_table_evict(t, 0), 100);
-    ck_assert_int_eq(ss_emb_table_peek(t, ids, 1, rows, &found), SS_OK);
+    ck_assert_uint_eq(ss__emb_table_evict(t, 0), 100);
+    ck_assert_int_eq(ss__emb_table_peek(t, ids, 1, rows, &found), SS_OK);
     ck_assert(!found);
     g_loads = 0;
-    ck_assert_int_eq(ss_emb_table_lookup(t, ids, N, rows), SS_OK);
+    ck_assert_int_eq(ss__emb_table_lookup(t, ids, N, rows), SS_OK);
     ck_assert_int_eq(g_loads, N); /* read back through the loader */
-    ss_emb_table_destroy(t);
+    ss__emb_table_destroy(t);
 }
 END_TEST
 
-static ss_emb_store *open_store(const char *path, bool sync, uint64_t cap, ss_metrics *m) {
-    ss_emb_store_config cfg = {.db_path = path,
-                               .sync_writes = sync,
-                               .flush_lag_ms = 20,
-                               .mem_cap_bytes = cap,
-                               .max_batch = 8192,
-                               .metrics = m};
-    ss_emb_store *st;
-    ck_assert_int_eq(ss_emb_store_create(&cfg, &st), SS_OK);
+static ss__emb_store *open_store(const char *path, bool sync, uint64_t cap, ss__metrics *m) {
+    ss__emb_store_config cfg = {.db_path = path,
+                                .sync_writes = sync,
+                                .flush_lag_ms = 20,
+                                .mem_cap_bytes = cap,
+                                .max_batch = 8192,
+                                .metrics = m};
+    ss__emb_store *st;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
     return st;
 }
 
@@ -208,9 +208,9 @@ static void fill_ids(uint64_t *ids, size_t n, uint64_t base) {
 
 START_TEST(test_rocksdb_round_trip) {
     make_dir();
-    ss_emb_store *st = open_store(g_dir, false, 0, NULL);
-    ss_emb_spec spec = spec_of("clicks", 8, SS_EMB_ADAGRAD, 0.05f, 0.1f), stored;
-    ck_assert_int_eq(ss_emb_store_open_table(st, &spec, &stored, NULL, 0), SS_OK);
+    ss__emb_store *st = open_store(g_dir, false, 0, NULL);
+    ss__emb_spec spec = spec_of("clicks", 8, SS_EMB_ADAGRAD, 0.05f, 0.1f), stored;
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, &stored, NULL, 0), SS_OK);
     enum { N = 3000 };
     static uint64_t ids[N];
     static float g[N * 8], before[N * 9], after[N * 9], rows[N * 8];
@@ -218,23 +218,23 @@ START_TEST(test_rocksdb_round_trip) {
     fill_ids(ids, N, 5);
     for (size_t i = 0; i < N * 8; i++)
         g[i] = (float)((i * 37) % 11) / 10.0f - 0.5f;
-    ck_assert_int_eq(ss_emb_store_push(st, "clicks", ids, N, g, NULL, 0), SS_OK);
-    ck_assert_int_eq(ss_emb_store_push(st, "clicks", ids, N / 2, g, NULL, 0), SS_OK);
-    ck_assert_int_eq(ss_emb_store_read_full(st, "clicks", ids, N, before, found), SS_OK);
-    ss_emb_store_destroy(st); /* flushes */
+    ck_assert_int_eq(ss__emb_store_push(st, "clicks", ids, N, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_push(st, "clicks", ids, N / 2, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_read_full(st, "clicks", ids, N, before, found), SS_OK);
+    ss__emb_store_destroy(st); /* flushes */
 
     st = open_store(g_dir, false, 0, NULL);
-    ck_assert_int_eq(ss_emb_store_table_spec(st, "clicks", &stored), SS_OK);
+    ck_assert_int_eq(ss__emb_store_table_spec(st, "clicks", &stored), SS_OK);
     ck_assert_uint_eq(stored.dim, 8);
     ck_assert_int_eq(stored.optimizer, SS_EMB_ADAGRAD);
-    ck_assert_int_eq(ss_emb_store_read_full(st, "clicks", ids, N, after, found), SS_OK);
+    ck_assert_int_eq(ss__emb_store_read_full(st, "clicks", ids, N, after, found), SS_OK);
     for (size_t i = 0; i < N; i++)
         ck_assert(found[i]);
     ck_assert_mem_eq(before, after, sizeof before); /* data and Adagrad state, bit for bit */
-    ck_assert_int_eq(ss_emb_store_lookup(st, "clicks", ids, N, rows, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_lookup(st, "clicks", ids, N, rows, NULL, 0), SS_OK);
     for (size_t i = 0; i < N; i++)
         ck_assert_mem_eq(rows + i * 8, before + i * 9, 8 * sizeof(float));
-    ss_emb_store_destroy(st);
+    ss__emb_store_destroy(st);
     remove_dir();
 }
 END_TEST
@@ -244,9 +244,9 @@ START_TEST(test_checkpoint_restore_bit_for_bit) {
     char db[128], ckpt[128];
     snprintf(db, sizeof db, "%s/db", g_dir);
     snprintf(ckpt, sizeof ckpt, "%s/ckpt-1", g_dir);
-    ss_emb_store *st = open_store(db, false, 0, NULL);
-    ss_emb_spec spec = spec_of("ads", 16, SS_EMB_ADAGRAD, 0.1f, 0.05f);
-    ck_assert_int_eq(ss_emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    ss__emb_store *st = open_store(db, false, 0, NULL);
+    ss__emb_spec spec = spec_of("ads", 16, SS_EMB_ADAGRAD, 0.1f, 0.05f);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
     enum { N = 4096 };
     static uint64_t ids[N];
     static float g[N * 16], at_ckpt[N * 17], restored[N * 17], later[N * 17];
@@ -254,37 +254,37 @@ START_TEST(test_checkpoint_restore_bit_for_bit) {
     fill_ids(ids, N, 11);
     for (size_t i = 0; i < N * 16; i++)
         g[i] = sinf((float)i);
-    ck_assert_int_eq(ss_emb_store_push(st, "ads", ids, N, g, NULL, 0), SS_OK);
-    ck_assert_int_eq(ss_emb_store_read_full(st, "ads", ids, N, at_ckpt, found), SS_OK);
+    ck_assert_int_eq(ss__emb_store_push(st, "ads", ids, N, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_read_full(st, "ads", ids, N, at_ckpt, found), SS_OK);
     char why[256];
-    ck_assert_int_eq(ss_emb_store_checkpoint(st, ckpt, why, sizeof why), SS_OK);
+    ck_assert_int_eq(ss__emb_store_checkpoint(st, ckpt, why, sizeof why), SS_OK);
     /* A second checkpoint into the same directory is refused. */
-    ck_assert_int_eq(ss_emb_store_checkpoint(st, ckpt, why, sizeof why), SS_ERR_EXISTS);
-    ck_assert_int_eq(ss_emb_store_push(st, "ads", ids, N, g, NULL, 0), SS_OK);
-    ck_assert_int_eq(ss_emb_store_read_full(st, "ads", ids, N, later, found), SS_OK);
+    ck_assert_int_eq(ss__emb_store_checkpoint(st, ckpt, why, sizeof why), SS_ERR_EXISTS);
+    ck_assert_int_eq(ss__emb_store_push(st, "ads", ids, N, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_read_full(st, "ads", ids, N, later, found), SS_OK);
     ck_assert_int_ne(memcmp(at_ckpt, later, sizeof later), 0);
-    ss_emb_store_destroy(st);
+    ss__emb_store_destroy(st);
 
     st = open_store(ckpt, false, 0, NULL); /* a checkpoint opens as a database */
-    ck_assert_int_eq(ss_emb_store_read_full(st, "ads", ids, N, restored, found), SS_OK);
+    ck_assert_int_eq(ss__emb_store_read_full(st, "ads", ids, N, restored, found), SS_OK);
     for (size_t i = 0; i < N; i++)
         ck_assert(found[i]);
     ck_assert_mem_eq(at_ckpt, restored, sizeof restored);
-    ss_emb_store_destroy(st);
+    ss__emb_store_destroy(st);
     remove_dir();
 }
 END_TEST
 
 START_TEST(test_table_4x_over_memory_cap) {
     make_dir();
-    ss_metrics *m;
-    ck_assert_int_eq(ss_metrics_create(&m), SS_OK);
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     /* Row of dim 16 (SGD) ~ 96 B + slots; cap ~ 2500 rows' worth, table
      * of 10000 rows. Every row gets k known gradients. */
     const uint64_t cap = 2500 * (96 + 23);
-    ss_emb_store *st = open_store(g_dir, false, cap, m);
-    ss_emb_spec spec = spec_of("big", 16, SS_EMB_SGD, 1.0f, 0.0f);
-    ck_assert_int_eq(ss_emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    ss__emb_store *st = open_store(g_dir, false, cap, m);
+    ss__emb_spec spec = spec_of("big", 16, SS_EMB_SGD, 1.0f, 0.0f);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
     enum { N = 10000, B = 500, PASSES = 3 };
     static uint64_t ids[N];
     static float g[B * 16], rows[N * 16];
@@ -293,76 +293,76 @@ START_TEST(test_table_4x_over_memory_cap) {
         for (size_t off = 0; off < N; off += B) {
             for (size_t i = 0; i < B * 16; i++)
                 g[i] = -(float)(((off + i / 16) % 5) + 1); /* row r gains (r % 5) + 1 */
-            ck_assert_int_eq(ss_emb_store_push(st, "big", ids + off, B, g, NULL, 0), SS_OK);
+            ck_assert_int_eq(ss__emb_store_push(st, "big", ids + off, B, g, NULL, 0), SS_OK);
         }
-    ss_emb_store_stats stats;
-    ck_assert_int_eq(ss_emb_store_stats_of(st, "big", &stats), SS_OK);
+    ss__emb_store_stats stats;
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "big", &stats), SS_OK);
     ck_assert_uint_gt(stats.table.evictions, N / 2);
     ck_assert_uint_lt(stats.table.resident_rows, N / 2);
     for (size_t off = 0; off < N; off += 2000)
-        ck_assert_int_eq(ss_emb_store_lookup(st, "big", ids + off, 2000, rows + off * 16, NULL, 0),
+        ck_assert_int_eq(ss__emb_store_lookup(st, "big", ids + off, 2000, rows + off * 16, NULL, 0),
                          SS_OK);
     for (size_t r = 0; r < N; r++)
         for (int j = 0; j < 16; j++)
             ck_assert_float_eq(rows[r * 16 + j], (float)(PASSES * ((r % 5) + 1)));
-    ss_emb_store_destroy(st);
-    ss_metrics_destroy(m);
+    ss__emb_store_destroy(st);
+    ss__metrics_destroy(m);
     remove_dir();
 }
 END_TEST
 
-static uint64_t rejected(ss_metrics *m, const char *reason) {
+static uint64_t rejected(ss__metrics *m, const char *reason) {
     const char *labels[] = {"reason", reason, NULL};
-    ss_counter *c;
-    ck_assert_int_eq(ss_metrics_counter(m, "shadowsync_emb_rejected_total",
-                                        "Embedding requests refused, by reason; no stored row "
-                                        "changed.",
-                                        labels, &c),
+    ss__counter *c;
+    ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_emb_rejected_total",
+                                         "Embedding requests refused, by reason; no stored row "
+                                         "changed.",
+                                         labels, &c),
                      SS_OK);
-    return ss_counter_value(c);
+    return ss__counter_value(c);
 }
 
 START_TEST(test_bad_input_refused_counted_unchanged) {
     make_dir();
-    ss_metrics *m;
-    ck_assert_int_eq(ss_metrics_create(&m), SS_OK);
-    ss_emb_store *st = open_store(g_dir, true, 0, m);
-    ss_emb_spec spec = spec_of("t", 4, SS_EMB_SGD, 0.1f, 0.1f);
-    ck_assert_int_eq(ss_emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__emb_store *st = open_store(g_dir, true, 0, m);
+    ss__emb_spec spec = spec_of("t", 4, SS_EMB_SGD, 0.1f, 0.1f);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
     uint64_t ids[4] = {1, 2, 3, 4};
     float g[16], before[16], after[16], out[16];
     bool found[4];
     for (int i = 0; i < 16; i++)
         g[i] = 1.0f;
-    ck_assert_int_eq(ss_emb_store_push(st, "t", ids, 4, g, NULL, 0), SS_OK);
-    ck_assert_int_eq(ss_emb_store_read_full(st, "t", ids, 4, before, found), SS_OK);
+    ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 4, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_read_full(st, "t", ids, 4, before, found), SS_OK);
     char why[256];
 
-    ss_emb_spec other = spec;
+    ss__emb_spec other = spec;
     other.dim = 8;
-    ck_assert_int_eq(ss_emb_store_open_table(st, &other, NULL, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_open_table(st, &other, NULL, why, sizeof why),
                      SS_ERR_SIZE_MISMATCH);
     ck_assert_ptr_nonnull(strstr(why, "dim 4"));
     ck_assert_uint_eq(rejected(m, "dim_mismatch"), 1);
     other = spec;
     other.lr = 0.2f;
-    ck_assert_int_eq(ss_emb_store_open_table(st, &other, NULL, why, sizeof why), SS_ERR_EXISTS);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &other, NULL, why, sizeof why), SS_ERR_EXISTS);
     ck_assert_uint_eq(rejected(m, "spec_mismatch"), 1);
     other = spec;
     other.dim = 0;
-    ck_assert_int_eq(ss_emb_store_open_table(st, &other, NULL, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_open_table(st, &other, NULL, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(m, "bad_spec"), 1);
 
-    ck_assert_int_eq(ss_emb_store_lookup(st, "nope", ids, 4, out, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_lookup(st, "nope", ids, 4, out, why, sizeof why),
                      SS_ERR_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(why, "unknown table"));
-    ck_assert_int_eq(ss_emb_store_push(st, "nope", ids, 4, g, why, sizeof why), SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(ss__emb_store_push(st, "nope", ids, 4, g, why, sizeof why), SS_ERR_NOT_FOUND);
     ck_assert_uint_eq(rejected(m, "unknown_table"), 2);
 
-    ck_assert_int_eq(ss_emb_store_push(st, "t", ids, 0, g, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 0, g, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(ss_emb_store_lookup(st, "t", ids, 0, out, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_lookup(st, "t", ids, 0, out, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(m, "empty_batch"), 2);
 
@@ -370,39 +370,39 @@ START_TEST(test_bad_input_refused_counted_unchanged) {
     static float many_g[8193 * 4];
     for (int i = 0; i < 8193; i++)
         many[i] = (uint64_t)i;
-    ck_assert_int_eq(ss_emb_store_push(st, "t", many, 8193, many_g, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_push(st, "t", many, 8193, many_g, why, sizeof why),
                      SS_ERR_NO_MEMORY);
     ck_assert_ptr_nonnull(strstr(why, "over the limit"));
     ck_assert_uint_eq(rejected(m, "batch_too_large"), 1);
 
     uint64_t dup[4] = {1, 2, 3, 1};
-    ck_assert_int_eq(ss_emb_store_push(st, "t", dup, 4, g, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_push(st, "t", dup, 4, g, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(ss_emb_store_lookup(st, "t", dup, 4, out, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_lookup(st, "t", dup, 4, out, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(m, "duplicate_ids"), 2);
 
     g[13] = NAN;
-    ck_assert_int_eq(ss_emb_store_push(st, "t", ids, 4, g, why, sizeof why), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 4, g, why, sizeof why), SS_ERR_NON_FINITE);
     g[13] = INFINITY;
-    ck_assert_int_eq(ss_emb_store_push(st, "t", ids, 4, g, why, sizeof why), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 4, g, why, sizeof why), SS_ERR_NON_FINITE);
     g[13] = 1.0f;
     g[0] = -INFINITY;
-    ck_assert_int_eq(ss_emb_store_elastic(st, "t", ids, 4, g, 0.5f, out, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_elastic(st, "t", ids, 4, g, 0.5f, out, why, sizeof why),
                      SS_ERR_NON_FINITE);
     ck_assert_uint_eq(rejected(m, "non_finite"), 3);
     g[0] = 1.0f;
-    ck_assert_int_eq(ss_emb_store_elastic(st, "t", ids, 4, g, 1.5f, out, why, sizeof why),
+    ck_assert_int_eq(ss__emb_store_elastic(st, "t", ids, 4, g, 1.5f, out, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(m, "bad_alpha"), 1);
 
-    ck_assert_int_eq(ss_emb_store_read_full(st, "t", ids, 4, after, found), SS_OK);
+    ck_assert_int_eq(ss__emb_store_read_full(st, "t", ids, 4, after, found), SS_OK);
     ck_assert_mem_eq(before, after, sizeof before);
-    ss_emb_store_stats stats;
-    ck_assert_int_eq(ss_emb_store_stats_of(st, "t", &stats), SS_OK);
+    ss__emb_store_stats stats;
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "t", &stats), SS_OK);
     ck_assert_uint_eq(stats.pushes, 4); /* only the first push */
-    ss_emb_store_destroy(st);
-    ss_metrics_destroy(m);
+    ss__emb_store_destroy(st);
+    ss__metrics_destroy(m);
     remove_dir();
 }
 END_TEST
@@ -424,5 +424,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    return ss_check_run(suite());
+    return ss__check_run(suite());
 }

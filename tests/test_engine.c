@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/clock.h"
-#include "shadowsync/engine.h"
-#include "shadowsync/transport.h"
+#include "common/clock.h"
+#include "shadow/engine.h"
+#include "shadow/host_average_transport.h"
+#include "shadow/inproc_transport.h"
+#include "shadow/transport.h"
 
 /* ---- a fake transport that plays a worker writing during the round ---- */
 
@@ -39,7 +41,7 @@ static ss_status fake_easgd(void *impl, const char *g, uint64_t m, const float *
     return fake_status;
 }
 static ss_status fake_allreduce(void *impl, const char *g, uint64_t m, const float *s, float *avg,
-                                size_t n, ss_round_result *r) {
+                                size_t n, ss__round_result *r) {
     (void)impl, (void)g, (void)m;
     worker_writes_during_round();
     for (size_t i = 0; i < n; i++)
@@ -55,36 +57,36 @@ static ss_status fake_read(void *impl, const char *g, float *c, size_t n) {
 static void fake_destroy(void *impl) {
     (void)impl;
 }
-static const ss_transport_ops fake_ops = {fake_join, fake_leave, fake_easgd,  fake_allreduce,
-                                          fake_read, NULL,       fake_destroy};
+static const ss__transport_ops fake_ops = {fake_join, fake_leave, fake_easgd,  fake_allreduce,
+                                           fake_read, NULL,       fake_destroy};
 
-static void run_fake_round(ss_algo algo, ss_status transport_status, float *out_x) {
-    ss_transport *t;
-    ck_assert_int_eq(ss_transport_create(&fake_ops, NULL, &t), SS_OK);
-    ss_engine *e;
-    ss_engine_config cfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss_engine_create(&cfg, &e), SS_OK);
-    ss_replica *r;
-    ck_assert_int_eq(ss_replica_create(4, &r), SS_OK);
-    float *x = ss_replica_data(r);
+static void run_fake_round(ss__algo algo, ss_status transport_status, float *out_x) {
+    ss__transport *t;
+    ck_assert_int_eq(ss__transport_create(&fake_ops, NULL, &t), SS_OK);
+    ss__engine *e;
+    ss__engine_config cfg = {.transport = t, .threads = 1};
+    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ss__replica *r;
+    ck_assert_int_eq(ss__replica_create(4, &r), SS_OK);
+    float *x = ss__replica_data(r);
     for (int i = 0; i < 4; i++)
         x[i] = (float)(i + 1);
     fake_live = x;
     fake_n = 4;
     fake_status = transport_status;
-    ss_sync_params p = {
+    ss__sync_params p = {
         .algo = algo, .alpha = 0.5f, .bmuf = {.eta = 0.5f, .zeta = 1.0f, .nesterov = false}};
-    ss_engine_group *g;
-    ck_assert_int_eq(ss_engine_add_group(e, "dense", r, &p, &g), SS_OK);
-    ck_assert_int_eq(ss_engine_run_round(e, g), transport_status);
+    ss__engine_group *g;
+    ck_assert_int_eq(ss__engine_add_group(e, "dense", r, &p, &g), SS_OK);
+    ck_assert_int_eq(ss__engine_run_round(e, g), transport_status);
     memcpy(out_x, x, 4 * sizeof(float));
-    ss_group_stats st;
-    ck_assert_int_eq(ss_engine_group_stats(g, &st), SS_OK);
+    ss__group_stats st;
+    ck_assert_int_eq(ss__engine_group_stats(g, &st), SS_OK);
     ck_assert_uint_eq(st.rounds, transport_status == SS_OK ? 1 : 0);
     ck_assert_uint_eq(st.failed_rounds, transport_status == SS_OK ? 0 : 1);
-    ss_engine_destroy(e);
-    ss_replica_destroy(r);
-    ss_transport_destroy(t);
+    ss__engine_destroy(e);
+    ss__replica_destroy(r);
+    ss__transport_destroy(t);
 }
 
 START_TEST(test_easgd_delta_keeps_concurrent_update) {
@@ -131,140 +133,140 @@ END_TEST
 /* ---- in-process transport ---- */
 
 START_TEST(test_inproc_easgd_central_from_first) {
-    ss_inproc_config cfg = {.round_deadline_ms = 100};
-    ss_transport *t;
-    ck_assert_int_eq(ss_inproc_transport_create(&cfg, &t), SS_OK);
+    ss__inproc_config cfg = {.round_deadline_ms = 100};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_OK);
     uint64_t a, b;
-    ck_assert_int_eq(ss_transport_join(t, "g", 2, &a), SS_OK);
-    ck_assert_int_eq(ss_transport_join(t, "g", 2, &b), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &b), SS_OK);
     ck_assert_uint_ne(a, b);
     float d[2], c[2];
-    ck_assert_int_eq(ss_transport_read_central(t, "g", c, 2), SS_ERR_STATE);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){2, 4}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_read_central(t, "g", c, 2), SS_ERR_STATE);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){2, 4}, 0.5f, d, 2),
                      SS_OK);
     ck_assert_float_eq(d[0], 0.0f); /* c starts as the first snapshot */
     ck_assert_float_eq(d[1], 0.0f);
     /* c = [2,4], s = [4,0]: d = 0.5 (s - c) = [1,-2]; c = [3,2]. */
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", b, (const float[]){4, 0}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", b, (const float[]){4, 0}, 0.5f, d, 2),
                      SS_OK);
     ck_assert_float_eq(d[0], 1.0f);
     ck_assert_float_eq(d[1], -2.0f);
-    ck_assert_int_eq(ss_transport_read_central(t, "g", c, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 3.0f);
     ck_assert_float_eq(c[1], 2.0f);
-    ss_transport_destroy(t);
+    ss__transport_destroy(t);
 }
 END_TEST
 
 START_TEST(test_inproc_bad_input_leaves_central) {
-    ss_inproc_config cfg = {.round_deadline_ms = 100};
-    ss_transport *t;
-    ck_assert_int_eq(ss_inproc_transport_create(&cfg, &t), SS_OK);
+    ss__inproc_config cfg = {.round_deadline_ms = 100};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_OK);
     uint64_t a, x;
-    ck_assert_int_eq(ss_transport_join(t, "g", 2, &a), SS_OK);
-    ck_assert_int_eq(ss_transport_join(t, "g", 3, &x), SS_ERR_SIZE_MISMATCH);
-    ck_assert_int_eq(ss_transport_join(t, "", 3, &x), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 3, &x), SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(ss__transport_join(t, "", 3, &x), SS_ERR_INVALID_ARGUMENT);
     float d[3], c[2], avg[2];
-    ss_round_result rr;
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
+    ss__round_result rr;
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_OK);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
                      SS_ERR_NON_FINITE);
     ck_assert_int_eq(
-        ss_transport_easgd_exchange(t, "g", a, (const float[]){INFINITY, 1}, 0.5f, d, 2),
+        ss__transport_easgd_exchange(t, "g", a, (const float[]){INFINITY, 1}, 0.5f, d, 2),
         SS_ERR_NON_FINITE);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1, 1}, 0.5f, d, 3),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1, 1}, 0.5f, d, 3),
                      SS_ERR_SIZE_MISMATCH);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "nope", a, (const float[]){1, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "nope", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_ERR_NOT_FOUND);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", 999, (const float[]){1, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", 999, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_ERR_NOT_FOUND);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 2.0f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 2.0f, d, 2),
                      SS_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(ss_transport_allreduce_mean(t, "g", a, (const float[]){NAN, 0}, avg, 2, &rr),
+    ck_assert_int_eq(ss__transport_allreduce_mean(t, "g", a, (const float[]){NAN, 0}, avg, 2, &rr),
                      SS_ERR_NON_FINITE);
-    ck_assert_int_eq(ss_transport_read_central(t, "g", c, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 1.0f); /* unchanged by every rejected call */
     ck_assert_float_eq(c[1], 1.0f);
-    ck_assert_int_eq(ss_transport_leave(t, "g", 999), SS_ERR_NOT_FOUND);
-    ck_assert_int_eq(ss_inproc_transport_create(&(ss_inproc_config){0}, &t),
+    ck_assert_int_eq(ss__transport_leave(t, "g", 999), SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(ss__inproc_transport_create(&(ss__inproc_config){0}, &t),
                      SS_ERR_INVALID_ARGUMENT);
-    ss_transport_destroy(t);
+    ss__transport_destroy(t);
 }
 END_TEST
 
 typedef struct ma_arg {
-    ss_engine *e;
-    ss_engine_group *g;
+    ss__engine *e;
+    ss__engine_group *g;
     ss_status st;
 } ma_arg;
 
 static void *run_one_round(void *p) {
     ma_arg *a = p;
-    a->st = ss_engine_run_round(a->e, a->g);
+    a->st = ss__engine_run_round(a->e, a->g);
     return NULL;
 }
 
 START_TEST(test_ma_round_across_three_engines) {
-    ss_inproc_config icfg = {.round_deadline_ms = 5000};
-    ss_transport *t;
-    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &t), SS_OK);
-    ss_engine *e[3];
-    ss_replica *r[3];
+    ss__inproc_config icfg = {.round_deadline_ms = 5000};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__engine *e[3];
+    ss__replica *r[3];
     ma_arg args[3];
     pthread_t th[3];
-    ss_sync_params p = {.algo = SS_ALGO_MA};
+    ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
-        ss_engine_config cfg = {.transport = t, .threads = 1};
-        ck_assert_int_eq(ss_engine_create(&cfg, &e[k]), SS_OK);
-        ck_assert_int_eq(ss_replica_create(2, &r[k]), SS_OK);
-        ss_replica_data(r[k])[0] = (float)k;       /* 0, 1, 2 -> mean 1 */
-        ss_replica_data(r[k])[1] = (float)(3 * k); /* 0, 3, 6 -> mean 3 */
+        ss__engine_config cfg = {.transport = t, .threads = 1};
+        ck_assert_int_eq(ss__engine_create(&cfg, &e[k]), SS_OK);
+        ck_assert_int_eq(ss__replica_create(2, &r[k]), SS_OK);
+        ss__replica_data(r[k])[0] = (float)k;       /* 0, 1, 2 -> mean 1 */
+        ss__replica_data(r[k])[1] = (float)(3 * k); /* 0, 3, 6 -> mean 3 */
         args[k].e = e[k];
-        ck_assert_int_eq(ss_engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
+        ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
     }
     for (int k = 0; k < 3; k++)
         pthread_create(&th[k], NULL, run_one_round, &args[k]);
     for (int k = 0; k < 3; k++) {
         pthread_join(th[k], NULL);
         ck_assert_int_eq(args[k].st, SS_OK);
-        ck_assert_float_eq(ss_replica_data(r[k])[0], 1.0f);
-        ck_assert_float_eq(ss_replica_data(r[k])[1], 3.0f);
+        ck_assert_float_eq(ss__replica_data(r[k])[0], 1.0f);
+        ck_assert_float_eq(ss__replica_data(r[k])[1], 3.0f);
     }
     float c[2];
-    ck_assert_int_eq(ss_transport_read_central(t, "dense", c, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "dense", c, 2), SS_OK);
     ck_assert_float_eq(c[1], 3.0f);
     for (int k = 0; k < 3; k++) {
-        ss_engine_destroy(e[k]);
-        ss_replica_destroy(r[k]);
+        ss__engine_destroy(e[k]);
+        ss__replica_destroy(r[k]);
     }
-    ss_transport_destroy(t);
+    ss__transport_destroy(t);
 }
 END_TEST
 
 START_TEST(test_ma_round_deadline_drops_silent_member) {
-    ss_inproc_config icfg = {.round_deadline_ms = 100};
-    ss_transport *t;
-    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &t), SS_OK);
+    ss__inproc_config icfg = {.round_deadline_ms = 100};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
     uint64_t a, silent;
-    ck_assert_int_eq(ss_transport_join(t, "g", 2, &a), SS_OK);
-    ck_assert_int_eq(ss_transport_join(t, "g", 2, &silent), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &silent), SS_OK);
     float avg[2];
-    ss_round_result rr;
-    ck_assert_int_eq(ss_transport_allreduce_mean(t, "g", a, (const float[]){4, 8}, avg, 2, &rr),
+    ss__round_result rr;
+    ck_assert_int_eq(ss__transport_allreduce_mean(t, "g", a, (const float[]){4, 8}, avg, 2, &rr),
                      SS_OK);
     ck_assert_uint_eq(rr.participants, 1);
     ck_assert_float_eq(avg[0], 4.0f);
     ck_assert_float_eq(avg[1], 8.0f);
     /* Once the silent member leaves, rounds close at once with one member. */
-    ck_assert_int_eq(ss_transport_leave(t, "g", silent), SS_OK);
-    uint64_t t0 = ss_now_ns();
-    ck_assert_int_eq(ss_transport_allreduce_mean(t, "g", a, (const float[]){2, 2}, avg, 2, &rr),
+    ck_assert_int_eq(ss__transport_leave(t, "g", silent), SS_OK);
+    uint64_t t0 = ss__now_ns();
+    ck_assert_int_eq(ss__transport_allreduce_mean(t, "g", a, (const float[]){2, 2}, avg, 2, &rr),
                      SS_OK);
     ck_assert_uint_eq(rr.round, 1);
     ck_assert_uint_eq(rr.participants, 1);
-    ck_assert_msg(ss_now_ns() - t0 < 90000000ull, "round waited for a member that left");
-    ss_transport_destroy(t);
+    ck_assert_msg(ss__now_ns() - t0 < 90000000ull, "round waited for a member that left");
+    ss__transport_destroy(t);
 }
 END_TEST
 
@@ -272,159 +274,159 @@ END_TEST
 
 #define NGROUPS 3
 
-static uint64_t total_rounds(ss_engine_group **g) {
+static uint64_t total_rounds(ss__engine_group **g) {
     uint64_t sum = 0;
     for (int k = 0; k < NGROUPS; k++) {
-        ss_group_stats st;
-        ss_engine_group_stats(g[k], &st);
+        ss__group_stats st;
+        ss__engine_group_stats(g[k], &st);
         sum += st.rounds;
     }
     return sum;
 }
 
-static int wait_each_group_rounds(ss_engine_group **g, uint64_t min_rounds, ss_replica **r) {
-    uint64_t deadline = ss_now_ns() + 20000000000ull;
-    while (ss_now_ns() < deadline) {
+static int wait_each_group_rounds(ss__engine_group **g, uint64_t min_rounds, ss__replica **r) {
+    uint64_t deadline = ss__now_ns() + 20000000000ull;
+    while (ss__now_ns() < deadline) {
         int ok = 1;
         for (int k = 0; k < NGROUPS; k++) {
-            ss_replica_tick(r[k], 1);
-            ss_group_stats st;
-            ss_engine_group_stats(g[k], &st);
+            ss__replica_tick(r[k], 1);
+            ss__group_stats st;
+            ss__engine_group_stats(g[k], &st);
             ok &= st.rounds >= min_rounds;
         }
         if (ok)
             return 1;
-        ss_sleep_ns(1000000);
+        ss__sleep_ns(1000000);
     }
     return 0;
 }
 
 START_TEST(test_engine_start_pause_stop_several_groups) {
-    ss_inproc_config icfg = {.round_deadline_ms = 100};
-    ss_transport *t;
-    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &t), SS_OK);
-    ss_metrics *m;
-    ck_assert_int_eq(ss_metrics_create(&m), SS_OK);
-    ss_engine *e;
-    ss_engine_config cfg = {.transport = t, .metrics = m, .trainer = "t0", .threads = 2};
-    ck_assert_int_eq(ss_engine_create(&cfg, &e), SS_OK);
-    ck_assert_int_eq(ss_engine_pause(e), SS_ERR_STATE); /* not running */
-    ss_replica *r[NGROUPS];
-    ss_engine_group *g[NGROUPS];
-    ss_sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
+    ss__inproc_config icfg = {.round_deadline_ms = 100};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__engine *e;
+    ss__engine_config cfg = {.transport = t, .metrics = m, .trainer = "t0", .threads = 2};
+    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_pause(e), SS_ERR_STATE); /* not running */
+    ss__replica *r[NGROUPS];
+    ss__engine_group *g[NGROUPS];
+    ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
     const char *names[NGROUPS] = {"bottom", "top", "bias"};
     for (int k = 0; k < NGROUPS; k++) {
-        ck_assert_int_eq(ss_replica_create(1000 * (size_t)(k + 1), &r[k]), SS_OK);
-        ck_assert_int_eq(ss_engine_add_group(e, names[k], r[k], &p, &g[k]), SS_OK);
+        ck_assert_int_eq(ss__replica_create(1000 * (size_t)(k + 1), &r[k]), SS_OK);
+        ck_assert_int_eq(ss__engine_add_group(e, names[k], r[k], &p, &g[k]), SS_OK);
     }
-    ss_engine_group *dup;
-    ck_assert_int_eq(ss_engine_add_group(e, "top", r[0], &p, &dup), SS_ERR_EXISTS);
-    ss_sync_params bad = {.algo = SS_ALGO_EASGD, .alpha = 0.0f};
-    ck_assert_int_eq(ss_engine_add_group(e, "x", r[0], &bad, &dup), SS_ERR_INVALID_ARGUMENT);
+    ss__engine_group *dup;
+    ck_assert_int_eq(ss__engine_add_group(e, "top", r[0], &p, &dup), SS_ERR_EXISTS);
+    ss__sync_params bad = {.algo = SS_ALGO_EASGD, .alpha = 0.0f};
+    ck_assert_int_eq(ss__engine_add_group(e, "x", r[0], &bad, &dup), SS_ERR_INVALID_ARGUMENT);
 
-    ck_assert_int_eq(ss_engine_start(e), SS_OK);
-    ck_assert_int_eq(ss_engine_start(e), SS_ERR_STATE);
+    ck_assert_int_eq(ss__engine_start(e), SS_OK);
+    ck_assert_int_eq(ss__engine_start(e), SS_ERR_STATE);
     ck_assert_msg(wait_each_group_rounds(g, 5, r), "every group should get rounds");
 
-    ck_assert_int_eq(ss_engine_pause(e), SS_OK);
+    ck_assert_int_eq(ss__engine_pause(e), SS_OK);
     uint64_t paused_at = total_rounds(g);
     for (int i = 0; i < 20; i++) {
         for (int k = 0; k < NGROUPS; k++)
-            ss_replica_tick(r[k], 1);
-        ss_sleep_ns(2000000);
+            ss__replica_tick(r[k], 1);
+        ss__sleep_ns(2000000);
     }
     ck_assert_uint_eq(total_rounds(g), paused_at); /* no round while paused */
 
-    ck_assert_int_eq(ss_engine_resume(e), SS_OK);
+    ck_assert_int_eq(ss__engine_resume(e), SS_OK);
     ck_assert_msg(wait_each_group_rounds(g, paused_at / NGROUPS + 10, r) ||
                       total_rounds(g) > paused_at,
                   "rounds resume");
     ck_assert_uint_gt(total_rounds(g), paused_at);
 
-    ck_assert_int_eq(ss_engine_stop(e), SS_OK);
+    ck_assert_int_eq(ss__engine_stop(e), SS_OK);
     uint64_t stopped_at = total_rounds(g);
-    ck_assert_uint_eq(ss_engine_rounds(e), stopped_at);
+    ck_assert_uint_eq(ss__engine_rounds(e), stopped_at);
     for (int k = 0; k < NGROUPS; k++)
-        ss_replica_tick(r[k], 10);
-    ss_sleep_ns(20000000);
+        ss__replica_tick(r[k], 10);
+    ss__sleep_ns(20000000);
     ck_assert_uint_eq(total_rounds(g), stopped_at);
-    ck_assert_int_eq(ss_engine_stop(e), SS_OK); /* idempotent */
+    ck_assert_int_eq(ss__engine_stop(e), SS_OK); /* idempotent */
 
     /* The counters reached the registry. */
     char *text;
-    ck_assert_int_eq(ss_metrics_render(m, &text, NULL), SS_OK);
+    ck_assert_int_eq(ss__metrics_render(m, &text, NULL), SS_OK);
     ck_assert_ptr_nonnull(
         strstr(text, "shadowsync_sync_rounds_total{trainer=\"t0\",group=\"top\",algo=\"easgd\"}"));
     ck_assert_ptr_nonnull(strstr(text, "# TYPE shadowsync_sync_gap_iterations histogram"));
     free(text);
-    ss_engine_destroy(e);
+    ss__engine_destroy(e);
     for (int k = 0; k < NGROUPS; k++)
-        ss_replica_destroy(r[k]);
-    ss_metrics_destroy(m);
-    ss_transport_destroy(t);
+        ss__replica_destroy(r[k]);
+    ss__metrics_destroy(m);
+    ss__transport_destroy(t);
 }
 END_TEST
 
 START_TEST(test_sync_gap_accounting) {
-    ss_inproc_config icfg = {.round_deadline_ms = 100};
-    ss_transport *t;
-    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &t), SS_OK);
-    ss_engine *e;
-    ss_engine_config cfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss_engine_create(&cfg, &e), SS_OK);
-    ss_replica *r;
-    ck_assert_int_eq(ss_replica_create(8, &r), SS_OK);
-    ss_replica_tick(r, 4); /* before registration: not part of any gap */
-    ss_engine_group *g;
-    ss_sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
-    ck_assert_int_eq(ss_engine_add_group(e, "dense", r, &p, &g), SS_OK);
+    ss__inproc_config icfg = {.round_deadline_ms = 100};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__engine *e;
+    ss__engine_config cfg = {.transport = t, .threads = 1};
+    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ss__replica *r;
+    ck_assert_int_eq(ss__replica_create(8, &r), SS_OK);
+    ss__replica_tick(r, 4); /* before registration: not part of any gap */
+    ss__engine_group *g;
+    ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
+    ck_assert_int_eq(ss__engine_add_group(e, "dense", r, &p, &g), SS_OK);
     const uint64_t ticks[] = {3, 7, 2, 100};
     for (int i = 0; i < 4; i++) {
-        ss_replica_tick(r, ticks[i]);
-        ck_assert_int_eq(ss_engine_run_round(e, g), SS_OK);
+        ss__replica_tick(r, ticks[i]);
+        ck_assert_int_eq(ss__engine_run_round(e, g), SS_OK);
     }
-    ss_group_stats st;
-    ck_assert_int_eq(ss_engine_group_stats(g, &st), SS_OK);
+    ss__group_stats st;
+    ck_assert_int_eq(ss__engine_group_stats(g, &st), SS_OK);
     ck_assert_uint_eq(st.rounds, 4);
     ck_assert_double_eq_tol(st.gap_mean, 28.0, 1e-12);
     ck_assert_uint_eq(st.gap_p50, 3); /* nearest rank of {2,3,7,100} */
     ck_assert_uint_eq(st.gap_p99, 100);
     ck_assert_uint_eq(st.gap_max, 100);
-    ss_engine_destroy(e);
-    ss_replica_destroy(r);
-    ss_transport_destroy(t);
+    ss__engine_destroy(e);
+    ss__replica_destroy(r);
+    ss__transport_destroy(t);
 }
 END_TEST
 
 START_TEST(test_min_round_gap_waits_for_progress) {
-    ss_inproc_config icfg = {.round_deadline_ms = 100};
-    ss_transport *t;
-    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &t), SS_OK);
-    ss_engine *e;
-    ss_engine_config cfg = {.transport = t, .threads = 1, .min_round_gap = 5};
-    ck_assert_int_eq(ss_engine_create(&cfg, &e), SS_OK);
-    ss_replica *r;
-    ck_assert_int_eq(ss_replica_create(8, &r), SS_OK);
-    ss_engine_group *g;
-    ss_sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
-    ck_assert_int_eq(ss_engine_add_group(e, "dense", r, &p, &g), SS_OK);
-    ck_assert_int_eq(ss_engine_start(e), SS_OK);
-    ss_replica_tick(r, 4);
-    ss_sleep_ns(50000000);
-    ss_group_stats st;
-    ss_engine_group_stats(g, &st);
+    ss__inproc_config icfg = {.round_deadline_ms = 100};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__engine *e;
+    ss__engine_config cfg = {.transport = t, .threads = 1, .min_round_gap = 5};
+    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ss__replica *r;
+    ck_assert_int_eq(ss__replica_create(8, &r), SS_OK);
+    ss__engine_group *g;
+    ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
+    ck_assert_int_eq(ss__engine_add_group(e, "dense", r, &p, &g), SS_OK);
+    ck_assert_int_eq(ss__engine_start(e), SS_OK);
+    ss__replica_tick(r, 4);
+    ss__sleep_ns(50000000);
+    ss__group_stats st;
+    ss__engine_group_stats(g, &st);
     ck_assert_uint_eq(st.rounds, 0); /* 4 < 5 iterations: nothing to sync */
-    ss_replica_tick(r, 1);
-    uint64_t deadline = ss_now_ns() + 10000000000ull;
+    ss__replica_tick(r, 1);
+    uint64_t deadline = ss__now_ns() + 10000000000ull;
     do {
-        ss_sleep_ns(1000000);
-        ss_engine_group_stats(g, &st);
-    } while (st.rounds == 0 && ss_now_ns() < deadline);
+        ss__sleep_ns(1000000);
+        ss__engine_group_stats(g, &st);
+    } while (st.rounds == 0 && ss__now_ns() < deadline);
     ck_assert_uint_eq(st.rounds, 1);
     ck_assert_uint_eq(st.gap_max, 5);
-    ss_engine_destroy(e);
-    ss_replica_destroy(r);
-    ss_transport_destroy(t);
+    ss__engine_destroy(e);
+    ss__replica_destroy(r);
+    ss__transport_destroy(t);
 }
 END_TEST
 
@@ -432,7 +434,7 @@ END_TEST
  * exchange per local round reaches the remote (the PS), and each member's
  * delta is (s_i - m) + alpha (m - c). Hand-computed values. */
 typedef struct ha_call {
-    ss_transport *t;
+    ss__transport *t;
     uint64_t member;
     const float *s;
     float d[2];
@@ -442,13 +444,13 @@ typedef struct ha_call {
 
 static void *ha_member(void *arg) {
     ha_call *c = arg;
-    ss_round_result res;
-    c->st = c->ma ? ss_transport_allreduce_mean(c->t, "g", c->member, c->s, c->d, 2, &res)
-                  : ss_transport_easgd_exchange(c->t, "g", c->member, c->s, 0.5f, c->d, 2);
+    ss__round_result res;
+    c->st = c->ma ? ss__transport_allreduce_mean(c->t, "g", c->member, c->s, c->d, 2, &res)
+                  : ss__transport_easgd_exchange(c->t, "g", c->member, c->s, 0.5f, c->d, 2);
     return NULL;
 }
 
-static void ha_round(ss_transport *t, const uint64_t member[2], const float *sa, const float *sb,
+static void ha_round(ss__transport *t, const uint64_t member[2], const float *sa, const float *sb,
                      bool ma, float *da, float *db) {
     ha_call c[2] = {{.t = t, .member = member[0], .s = sa, .ma = ma},
                     {.t = t, .member = member[1], .s = sb, .ma = ma}};
@@ -464,16 +466,16 @@ static void ha_round(ss_transport *t, const uint64_t member[2], const float *sa,
 }
 
 START_TEST(test_host_average_one_exchange_per_local_round) {
-    ss_inproc_config rc = {.round_deadline_ms = 1000};
-    ss_transport *remote, *host;
-    ck_assert_int_eq(ss_inproc_transport_create(&rc, &remote), SS_OK);
-    ck_assert_int_eq(ss_host_average_transport_create(remote, 5000, &host), SS_OK);
+    ss__inproc_config rc = {.round_deadline_ms = 1000};
+    ss__transport *remote, *host;
+    ck_assert_int_eq(ss__inproc_transport_create(&rc, &remote), SS_OK);
+    ck_assert_int_eq(ss__host_average_transport_create(remote, 5000, &host), SS_OK);
     uint64_t m[2];
-    ck_assert_int_eq(ss_transport_join(host, "g", 2, &m[0]), SS_OK);
-    ck_assert_int_eq(ss_transport_join(host, "g", 2, &m[1]), SS_OK);
-    ss_inproc_group_info info;
+    ck_assert_int_eq(ss__transport_join(host, "g", 2, &m[0]), SS_OK);
+    ck_assert_int_eq(ss__transport_join(host, "g", 2, &m[1]), SS_OK);
+    ss__inproc_group_info info;
     size_t k;
-    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.members, 1); /* one member for the whole host */
 
     /* Round 1: m = (2, 4) becomes the centre, D = 0: d = s - m. */
@@ -490,7 +492,7 @@ START_TEST(test_host_average_one_exchange_per_local_round) {
     ck_assert_float_eq(db[0], 2.5f);
     ck_assert_float_eq(db[1], 2.5f);
     float c[2];
-    ck_assert_int_eq(ss_transport_read_central(host, "g", c, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(host, "g", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 3.5f);
     ck_assert_float_eq(c[1], 5.5f);
     /* MA: the remote round's mean of the host means, to both members. */
@@ -499,24 +501,24 @@ START_TEST(test_host_average_one_exchange_per_local_round) {
     ck_assert_float_eq(da[1], 4);
     ck_assert_float_eq(db[0], 1);
     ck_assert_float_eq(db[1], 4);
-    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.exchanges, 2); /* not 4 */
     ck_assert_uint_eq(info.rounds, 1);    /* not 2 */
     /* The last local member leaving takes the host out of the remote. */
-    ck_assert_int_eq(ss_transport_leave(host, "g", m[0]), SS_OK);
-    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__transport_leave(host, "g", m[0]), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.members, 1);
-    ck_assert_int_eq(ss_transport_leave(host, "g", m[1]), SS_OK);
-    ck_assert_int_eq(ss_inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__transport_leave(host, "g", m[1]), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.members, 0);
     /* Bad input: an unknown group, a size that is not the group's. */
     float s[3] = {0}, d[3];
-    ck_assert_int_eq(ss_transport_easgd_exchange(host, "nope", m[0], s, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(host, "nope", m[0], s, 0.5f, d, 2),
                      SS_ERR_NOT_FOUND);
-    ck_assert_int_eq(ss_transport_easgd_exchange(host, "g", m[0], s, 0.5f, d, 3),
+    ck_assert_int_eq(ss__transport_easgd_exchange(host, "g", m[0], s, 0.5f, d, 3),
                      SS_ERR_SIZE_MISMATCH);
-    ss_transport_destroy(host);
-    ss_transport_destroy(remote);
+    ss__transport_destroy(host);
+    ss__transport_destroy(remote);
 }
 END_TEST
 
@@ -537,5 +539,5 @@ int main(void) {
     tcase_add_test(tc, test_min_round_gap_waits_for_progress);
     tcase_add_test(tc, test_host_average_one_exchange_per_local_round);
     suite_add_tcase(s, tc);
-    return ss_check_run(s);
+    return ss__check_run(s);
 }

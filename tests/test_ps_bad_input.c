@@ -10,48 +10,49 @@
 #include <string.h>
 
 #include "check_run.h"
-#include "dense_sync.pb-c.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/dense_service.h"
+#include "common/clock.h"
+#include "ps/dense_service.h"
+#include "rpc/proto/dense_sync.pb-c.h"
+#include "shadow/inproc_transport.h"
 
 #define SVC "/shadowsync.v1.DenseSync/"
 
-static ss_metrics *metrics;
-static ss_transport *backend;
-static ss_rpc_server *srv;
-static ss_dense_service svc;
-static ss_rpc_channel *ch;
+static ss__metrics *metrics;
+static ss__transport *backend;
+static ss__rpc_server *srv;
+static ss__dense_service svc;
+static ss__rpc_channel *ch;
 static uint64_t member;
 
 static void setup(void) {
-    ck_assert_int_eq(ss_metrics_create(&metrics), SS_OK);
-    ss_inproc_config icfg = {.round_deadline_ms = 200};
-    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &backend), SS_OK);
-    svc = (ss_dense_service){.backend = backend, .max_floats = 1000};
-    ck_assert_int_eq(ss_metrics_counter(metrics, "rejected", "r", NULL, &svc.rejected), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
+    ss__inproc_config icfg = {.round_deadline_ms = 200};
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &backend), SS_OK);
+    svc = (ss__dense_service){.backend = backend, .max_floats = 1000};
+    ck_assert_int_eq(ss__metrics_counter(metrics, "rejected", "r", NULL, &svc.rejected), SS_OK);
     size_t n;
-    const ss_rpc_method *m = ss_dense_service_methods(&n);
-    ss_rpc_server_config cfg = {.listen = "127.0.0.1:0",
-                                .threads = 2,
-                                .max_message_bytes = 1000 * 4 + 4096,
-                                .metrics = metrics};
-    ck_assert_int_eq(ss_rpc_server_start(&cfg, m, n, &svc, &srv), SS_OK);
+    const ss__rpc_method *m = ss__dense_service_methods(&n);
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0",
+                                 .threads = 2,
+                                 .max_message_bytes = 1000 * 4 + 4096,
+                                 .metrics = metrics};
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, n, &svc, &srv), SS_OK);
     char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ss_rpc_server_port(srv));
-    ck_assert_int_eq(ss_rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
     /* Group "g" of 2 floats, central variable [1, 1]. */
-    ck_assert_int_eq(ss_transport_join(backend, "g", 2, &member), SS_OK);
+    ck_assert_int_eq(ss__transport_join(backend, "g", 2, &member), SS_OK);
     float d[2];
     ck_assert_int_eq(
-        ss_transport_easgd_exchange(backend, "g", member, (const float[]){1, 1}, 0.5f, d, 2),
+        ss__transport_easgd_exchange(backend, "g", member, (const float[]){1, 1}, 0.5f, d, 2),
         SS_OK);
 }
 
 static void teardown(void) {
-    ss_rpc_channel_destroy(ch);
-    ss_rpc_server_stop(srv);
-    ss_transport_destroy(backend);
-    ss_metrics_destroy(metrics);
+    ss__rpc_channel_destroy(ch);
+    ss__rpc_server_stop(srv);
+    ss__transport_destroy(backend);
+    ss__metrics_destroy(metrics);
 }
 
 /* Sends a packed message; returns the call's status. */
@@ -60,7 +61,7 @@ static ss_status send_msg(const char *method, const ProtobufCMessage *m, uint32_
     uint8_t *buf = malloc(len ? len : 1), *resp = NULL;
     protobuf_c_message_pack(m, buf);
     size_t rlen;
-    ss_status st = ss_rpc_call(ch, method, buf, len, timeout_ms, false, &resp, &rlen, NULL, 0);
+    ss_status st = ss__rpc_call(ch, method, buf, len, timeout_ms, false, &resp, &rlen, NULL, 0);
     free(buf);
     free(resp);
     return st;
@@ -79,13 +80,13 @@ static ss_status easgd(const char *group, uint64_t mem, const float *s, size_t n
 /* The central variable is still [1, 1]. */
 static void assert_central_unchanged(void) {
     float c[2];
-    ck_assert_int_eq(ss_transport_read_central(backend, "g", c, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(backend, "g", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 1.0f);
     ck_assert_float_eq(c[1], 1.0f);
 }
 
 static uint64_t rejected(void) {
-    return ss_counter_value(svc.rejected);
+    return ss__counter_value(svc.rejected);
 }
 
 START_TEST(test_wrong_group_size) {
@@ -157,7 +158,7 @@ START_TEST(test_oversized_message_and_group) {
     ck_assert_int_eq(easgd("g", member, huge, 3000), SS_ERR_NO_MEMORY);
     char *text;
     size_t tlen;
-    ck_assert_int_eq(ss_metrics_render(metrics, &text, &tlen), SS_OK);
+    ck_assert_int_eq(ss__metrics_render(metrics, &text, &tlen), SS_OK);
     ck_assert_ptr_nonnull(strstr(text, "method=\"/shadowsync.v1.DenseSync/EasgdExchange\","
                                        "result=\"error\"} 1\n"));
     free(text);
@@ -179,16 +180,16 @@ START_TEST(test_garbage_bytes_and_unknown_method) {
         uint8_t *resp = NULL;
         size_t len;
         char msg[200] = "";
-        ck_assert_int_eq(
-            ss_rpc_call(ch, paths[i], junk, sizeof junk, 5000, false, &resp, &len, msg, sizeof msg),
-            SS_ERR_PARSE);
+        ck_assert_int_eq(ss__rpc_call(ch, paths[i], junk, sizeof junk, 5000, false, &resp, &len,
+                                      msg, sizeof msg),
+                         SS_ERR_PARSE);
         ck_assert_ptr_nonnull(strstr(msg, "not a valid"));
     }
     ck_assert_uint_eq(rejected(), before + 7);
     uint8_t *resp;
     size_t len;
     ck_assert_int_eq(
-        ss_rpc_call(ch, SVC "NoSuchMethod", junk, sizeof junk, 5000, false, &resp, &len, NULL, 0),
+        ss__rpc_call(ch, SVC "NoSuchMethod", junk, sizeof junk, 5000, false, &resp, &len, NULL, 0),
         SS_ERR_NOT_FOUND); /* UNIMPLEMENTED, at once */
     assert_central_unchanged();
 }
@@ -198,8 +199,8 @@ START_TEST(test_expired_deadline) {
     /* A round of two members where only one contributes: the server waits
      * up to its 200 ms round deadline, the call's deadline is 20 ms. */
     uint64_t a, b;
-    ck_assert_int_eq(ss_transport_join(backend, "slow", 2, &a), SS_OK);
-    ck_assert_int_eq(ss_transport_join(backend, "slow", 2, &b), SS_OK);
+    ck_assert_int_eq(ss__transport_join(backend, "slow", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(backend, "slow", 2, &b), SS_OK);
     Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
     r.group = "slow";
     r.member = a;
@@ -234,5 +235,5 @@ int main(void) {
     tcase_add_test(tc, test_expired_deadline);
     tcase_add_test(tc, test_checkpoint_without_a_directory);
     suite_add_tcase(s, tc);
-    return ss_check_run(s);
+    return ss__check_run(s);
 }

@@ -12,8 +12,9 @@
 
 #include "check_run.h"
 #include "procs.h"
-#include "shadowsync/dense_service.h"
-#include "shadowsync/engine.h"
+#include "ps/dense_service.h"
+#include "rpc/grpc_transport.h"
+#include "shadow/engine.h"
 
 static pid_t ps_pid;
 static char ps_target[64];
@@ -35,66 +36,66 @@ static void stop_ps(void) {
     unlink(ps_log);
 }
 
-static ss_transport *connect_ps(void) {
-    ss_transport *t;
-    ss_grpc_transport_config cfg = {
+static ss__transport *connect_ps(void) {
+    ss__transport *t;
+    ss__grpc_transport_config cfg = {
         .targets = ps_target, .timeout_ms = 5000, .round_wait_ms = 2000};
-    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
     return t;
 }
 
 START_TEST(test_easgd_over_grpc) {
     start_ps();
-    ss_transport *t = connect_ps();
+    ss__transport *t = connect_ps();
     uint64_t a, b;
-    ck_assert_int_eq(ss_transport_join(t, "dense", 2, &a), SS_OK);
-    ck_assert_int_eq(ss_transport_join(t, "dense", 2, &b), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "dense", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "dense", 2, &b), SS_OK);
     float d[2], c[2];
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "dense", a, (const float[]){2, 4}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "dense", a, (const float[]){2, 4}, 0.5f, d, 2),
                      SS_OK);
     ck_assert_float_eq(d[0], 0.0f); /* c starts as the first snapshot */
     /* c = [2,4], s = [4,0]: d = 0.5 (s - c) = [1,-2]; c = [3,2]. */
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "dense", b, (const float[]){4, 0}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "dense", b, (const float[]){4, 0}, 0.5f, d, 2),
                      SS_OK);
     ck_assert_float_eq(d[0], 1.0f);
     ck_assert_float_eq(d[1], -2.0f);
-    ck_assert_int_eq(ss_transport_read_central(t, "dense", c, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "dense", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 3.0f);
     ck_assert_float_eq(c[1], 2.0f);
-    ss_transport_destroy(t);
+    ss__transport_destroy(t);
     stop_ps();
 }
 END_TEST
 
 typedef struct round_arg {
-    ss_engine *e;
-    ss_engine_group *g;
+    ss__engine *e;
+    ss__engine_group *g;
     ss_status st;
 } round_arg;
 
 static void *one_round(void *p) {
     round_arg *a = p;
-    a->st = ss_engine_run_round(a->e, a->g);
+    a->st = ss__engine_run_round(a->e, a->g);
     return NULL;
 }
 
 START_TEST(test_ma_round_of_three_engines_over_grpc) {
     start_ps();
-    ss_transport *t[3];
-    ss_engine *e[3];
-    ss_replica *r[3];
+    ss__transport *t[3];
+    ss__engine *e[3];
+    ss__replica *r[3];
     round_arg args[3];
     pthread_t th[3];
-    ss_sync_params p = {.algo = SS_ALGO_MA};
+    ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
         t[k] = connect_ps(); /* one connection per trainer, as across processes */
-        ss_engine_config cfg = {.transport = t[k], .threads = 1};
-        ck_assert_int_eq(ss_engine_create(&cfg, &e[k]), SS_OK);
-        ck_assert_int_eq(ss_replica_create(3, &r[k]), SS_OK);
+        ss__engine_config cfg = {.transport = t[k], .threads = 1};
+        ck_assert_int_eq(ss__engine_create(&cfg, &e[k]), SS_OK);
+        ck_assert_int_eq(ss__replica_create(3, &r[k]), SS_OK);
         for (int i = 0; i < 3; i++)
-            ss_replica_data(r[k])[i] = (float)(k * (i + 1)); /* means: 1, 2, 3 */
+            ss__replica_data(r[k])[i] = (float)(k * (i + 1)); /* means: 1, 2, 3 */
         args[k].e = e[k];
-        ck_assert_int_eq(ss_engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
+        ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
     }
     for (int k = 0; k < 3; k++)
         pthread_create(&th[k], NULL, one_round, &args[k]);
@@ -102,12 +103,12 @@ START_TEST(test_ma_round_of_three_engines_over_grpc) {
         pthread_join(th[k], NULL);
         ck_assert_int_eq(args[k].st, SS_OK);
         for (int i = 0; i < 3; i++)
-            ck_assert_float_eq(ss_replica_data(r[k])[i], (float)(i + 1));
+            ck_assert_float_eq(ss__replica_data(r[k])[i], (float)(i + 1));
     }
     for (int k = 0; k < 3; k++) {
-        ss_engine_destroy(e[k]);
-        ss_replica_destroy(r[k]);
-        ss_transport_destroy(t[k]);
+        ss__engine_destroy(e[k]);
+        ss__replica_destroy(r[k]);
+        ss__transport_destroy(t[k]);
     }
     stop_ps();
 }
@@ -117,51 +118,51 @@ END_TEST
  * real process survives them. */
 START_TEST(test_bad_input_never_hurts_the_ps) {
     start_ps();
-    ss_transport *t = connect_ps();
+    ss__transport *t = connect_ps();
     uint64_t a, x;
-    ck_assert_int_eq(ss_transport_join(t, "g", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
     float d[4], c[2];
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_OK);
     /* unknown group, unknown member */
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "nope", a, (const float[]){1, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "nope", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_ERR_NOT_FOUND);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", 77, (const float[]){1, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", 77, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_ERR_NOT_FOUND);
     /* NaN / Inf payloads */
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
                      SS_ERR_NON_FINITE);
-    ss_round_result rr;
+    ss__round_result rr;
     ck_assert_int_eq(
-        ss_transport_allreduce_mean(t, "g", a, (const float[]){1, INFINITY}, c, 2, &rr),
+        ss__transport_allreduce_mean(t, "g", a, (const float[]){1, INFINITY}, c, 2, &rr),
         SS_ERR_NON_FINITE);
     /* a group larger than the server's limit (1000 floats) */
-    ck_assert_int_eq(ss_transport_join(t, "big", 2000, &x), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__transport_join(t, "big", 2000, &x), SS_ERR_INVALID_ARGUMENT);
 
     /* garbage bytes and a call with an expired deadline, at the RPC level */
-    ss_rpc_channel *ch;
-    ck_assert_int_eq(ss_rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
     const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
     uint8_t *resp;
     size_t len;
     char msg[256] = "";
-    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.DenseSync/EasgdExchange", junk, sizeof junk,
-                                 5000, false, &resp, &len, msg, sizeof msg),
+    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.DenseSync/EasgdExchange", junk, sizeof junk,
+                                  5000, false, &resp, &len, msg, sizeof msg),
                      SS_ERR_PARSE);
     ck_assert_ptr_nonnull(strstr(msg, "not a valid"));
-    ck_assert_int_eq(ss_rpc_call(ch, "/shadowsync.v1.DenseSync/NoSuchMethod", junk, sizeof junk,
-                                 5000, false, &resp, &len, msg, sizeof msg),
+    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.DenseSync/NoSuchMethod", junk, sizeof junk,
+                                  5000, false, &resp, &len, msg, sizeof msg),
                      SS_ERR_NOT_FOUND); /* UNIMPLEMENTED, at once */
-    ss_rpc_channel_destroy(ch);
+    ss__rpc_channel_destroy(ch);
 
     /* The central variable is untouched and the server still serves. */
-    ck_assert_int_eq(ss_transport_read_central(t, "g", c, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 1.0f);
     ck_assert_float_eq(c[1], 1.0f);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", a, (const float[]){3, 1}, 0.5f, d, 2),
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){3, 1}, 0.5f, d, 2),
                      SS_OK);
     ck_assert_float_eq(d[0], 1.0f);
-    ss_transport_destroy(t);
+    ss__transport_destroy(t);
     stop_ps();
 }
 END_TEST
@@ -169,26 +170,26 @@ END_TEST
 START_TEST(test_server_on_a_taken_port_fails_cleanly) {
     start_ps();
     size_t n;
-    const ss_rpc_method *methods = ss_dense_service_methods(&n);
-    ss_dense_service svc = {.max_floats = 16};
-    ss_rpc_server_config cfg = {.listen = ps_target, .threads = 2};
-    ss_rpc_server *srv = NULL;
-    ck_assert_int_eq(ss_rpc_server_start(&cfg, methods, n, &svc, &srv), SS_ERR_IO);
+    const ss__rpc_method *methods = ss__dense_service_methods(&n);
+    ss__dense_service svc = {.max_floats = 16};
+    ss__rpc_server_config cfg = {.listen = ps_target, .threads = 2};
+    ss__rpc_server *srv = NULL;
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, methods, n, &svc, &srv), SS_ERR_IO);
     ck_assert_ptr_null(srv);
-    ss_rpc_server_config bad = {.listen = "127.0.0.1:0", .threads = 0};
-    ck_assert_int_eq(ss_rpc_server_start(&bad, methods, n, &svc, &srv), SS_ERR_INVALID_ARGUMENT);
+    ss__rpc_server_config bad = {.listen = "127.0.0.1:0", .threads = 0};
+    ck_assert_int_eq(ss__rpc_server_start(&bad, methods, n, &svc, &srv), SS_ERR_INVALID_ARGUMENT);
     stop_ps();
 }
 END_TEST
 
 START_TEST(test_ps_down_times_out) {
-    ss_transport *t;
-    ss_grpc_transport_config cfg = {.targets = "127.0.0.1:1", .timeout_ms = 500};
-    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
+    ss__transport *t;
+    ss__grpc_transport_config cfg = {.targets = "127.0.0.1:1", .timeout_ms = 500};
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
     uint64_t m;
     /* Calls wait for a server to come up, bounded by their deadline. */
-    ck_assert_int_eq(ss_transport_join(t, "g", 2, &m), SS_ERR_TIMEOUT);
-    ss_transport_destroy(t);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &m), SS_ERR_TIMEOUT);
+    ss__transport_destroy(t);
 }
 END_TEST
 
@@ -203,5 +204,5 @@ int main(void) {
     tcase_add_test(tc, test_server_on_a_taken_port_fails_cleanly);
     tcase_add_test(tc, test_ps_down_times_out);
     suite_add_tcase(s, tc);
-    return ss_check_run(s);
+    return ss__check_run(s);
 }

@@ -10,30 +10,32 @@
 #include <string.h>
 
 #include "check_run.h"
-#include "shadowsync/dense_service.h"
+#include "ps/dense_service.h"
+#include "rpc/grpc_transport.h"
+#include "shadow/inproc_transport.h"
 
 typedef struct shard {
-    ss_transport *backend;
-    ss_dense_service svc;
-    ss_rpc_server *srv;
+    ss__transport *backend;
+    ss__dense_service svc;
+    ss__rpc_server *srv;
     char target[64];
 } shard;
 
 static void shard_start(shard *s, size_t max_floats) {
-    ss_inproc_config icfg = {.round_deadline_ms = 2000};
-    ck_assert_int_eq(ss_inproc_transport_create(&icfg, &s->backend), SS_OK);
-    s->svc = (ss_dense_service){.backend = s->backend, .max_floats = max_floats};
+    ss__inproc_config icfg = {.round_deadline_ms = 2000};
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &s->backend), SS_OK);
+    s->svc = (ss__dense_service){.backend = s->backend, .max_floats = max_floats};
     size_t n;
-    const ss_rpc_method *m = ss_dense_service_methods(&n);
-    ss_rpc_server_config cfg = {
+    const ss__rpc_method *m = ss__dense_service_methods(&n);
+    ss__rpc_server_config cfg = {
         .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = max_floats * 4 + 4096};
-    ck_assert_int_eq(ss_rpc_server_start(&cfg, m, n, &s->svc, &s->srv), SS_OK);
-    snprintf(s->target, sizeof s->target, "127.0.0.1:%d", ss_rpc_server_port(s->srv));
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, n, &s->svc, &s->srv), SS_OK);
+    snprintf(s->target, sizeof s->target, "127.0.0.1:%d", ss__rpc_server_port(s->srv));
 }
 
 static void shard_stop(shard *s) {
-    ss_rpc_server_stop(s->srv);
-    ss_transport_destroy(s->backend);
+    ss__rpc_server_stop(s->srv);
+    ss__transport_destroy(s->backend);
 }
 
 START_TEST(test_cut_over_two_shards_and_chunks) {
@@ -42,23 +44,23 @@ START_TEST(test_cut_over_two_shards_and_chunks) {
     shard_start(&b, 1000);
     char targets[140];
     snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
-    ss_grpc_transport_config cfg = {.targets = targets, .timeout_ms = 5000, .chunk_floats = 3};
-    ss_transport *t;
-    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
+    ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 5000, .chunk_floats = 3};
+    ss__transport *t;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
     uint64_t m1, m2;
-    ck_assert_int_eq(ss_transport_join(t, "g", 10, &m1), SS_OK);
-    ck_assert_int_eq(ss_transport_join(t, "g", 10, &m2), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 10, &m1), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 10, &m2), SS_OK);
     float s1[10], s2[10], d[10], c[10];
     for (int i = 0; i < 10; i++) {
         s1[i] = (float)i;
         s2[i] = (float)(3 * i);
     }
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", m1, s1, 0.5f, d, 10), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m1, s1, 0.5f, d, 10), SS_OK);
     for (int i = 0; i < 10; i++)
         ck_assert_float_eq(d[i], 0.0f); /* the first snapshot becomes c */
     /* c = i, s = 3i: d = 0.5 (3i - i) = i, and c becomes 2i. */
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", m2, s2, 0.5f, d, 10), SS_OK);
-    ck_assert_int_eq(ss_transport_read_central(t, "g", c, 10), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m2, s2, 0.5f, d, 10), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", c, 10), SS_OK);
     for (int i = 0; i < 10; i++) {
         ck_assert_float_eq(d[i], (float)i);
         ck_assert_float_eq(c[i], (float)(2 * i));
@@ -66,37 +68,38 @@ START_TEST(test_cut_over_two_shards_and_chunks) {
     /* Shard 0 holds floats [0, 5) as chunks [0,3) and [3,5); shard 1 holds
      * [5, 10) as [5,8) and [8,10). */
     float part[3];
-    ck_assert_int_eq(ss_transport_read_central(a.backend, "g[0:3)", part, 3), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(a.backend, "g[0:3)", part, 3), SS_OK);
     ck_assert_float_eq(part[2], 4.0f);
-    ck_assert_int_eq(ss_transport_read_central(a.backend, "g[3:5)", part, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(a.backend, "g[3:5)", part, 2), SS_OK);
     ck_assert_float_eq(part[1], 8.0f);
-    ck_assert_int_eq(ss_transport_read_central(b.backend, "g[5:8)", part, 3), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(b.backend, "g[5:8)", part, 3), SS_OK);
     ck_assert_float_eq(part[0], 10.0f);
-    ck_assert_int_eq(ss_transport_read_central(b.backend, "g[8:10)", part, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(b.backend, "g[8:10)", part, 2), SS_OK);
     ck_assert_float_eq(part[1], 18.0f);
-    ck_assert_int_eq(ss_transport_read_central(a.backend, "g[5:8)", part, 3), SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(ss__transport_read_central(a.backend, "g[5:8)", part, 3), SS_ERR_NOT_FOUND);
 
     /* A wrong size is refused before anything is sent. */
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", m1, s1, 0.5f, d, 9), SS_ERR_SIZE_MISMATCH);
-    ck_assert_int_eq(ss_transport_leave(t, "g", m1), SS_OK);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "g", m1, s1, 0.5f, d, 10), SS_ERR_NOT_FOUND);
-    ss_transport_destroy(t);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m1, s1, 0.5f, d, 9),
+                     SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(ss__transport_leave(t, "g", m1), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m1, s1, 0.5f, d, 10), SS_ERR_NOT_FOUND);
+    ss__transport_destroy(t);
     shard_stop(&a);
     shard_stop(&b);
 }
 END_TEST
 
 typedef struct round_arg {
-    ss_transport *t;
+    ss__transport *t;
     uint64_t m;
     float s[7], avg[7];
-    ss_round_result rr;
+    ss__round_result rr;
     ss_status st;
 } round_arg;
 
 static void *contribute(void *p) {
     round_arg *a = p;
-    a->st = ss_transport_allreduce_mean(a->t, "r", a->m, a->s, a->avg, 7, &a->rr);
+    a->st = ss__transport_allreduce_mean(a->t, "r", a->m, a->s, a->avg, 7, &a->rr);
     return NULL;
 }
 
@@ -106,13 +109,13 @@ START_TEST(test_round_mean_over_shards_and_chunks) {
     shard_start(&b, 1000);
     char targets[140];
     snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
-    ss_grpc_transport_config cfg = {
+    ss__grpc_transport_config cfg = {
         .targets = targets, .timeout_ms = 5000, .round_wait_ms = 3000, .chunk_floats = 2};
     round_arg args[3];
     pthread_t th[3];
     for (int k = 0; k < 3; k++) {
-        ck_assert_int_eq(ss_grpc_transport_create(&cfg, &args[k].t), SS_OK);
-        ck_assert_int_eq(ss_transport_join(args[k].t, "r", 7, &args[k].m), SS_OK);
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &args[k].t), SS_OK);
+        ck_assert_int_eq(ss__transport_join(args[k].t, "r", 7, &args[k].m), SS_OK);
         for (int i = 0; i < 7; i++)
             args[k].s[i] = (float)(k * (i + 1)); /* mean over k = 0,1,2: i + 1 */
     }
@@ -126,7 +129,7 @@ START_TEST(test_round_mean_over_shards_and_chunks) {
             ck_assert_float_eq(args[k].avg[i], (float)(i + 1));
     }
     for (int k = 0; k < 3; k++)
-        ss_transport_destroy(args[k].t);
+        ss__transport_destroy(args[k].t);
     shard_stop(&a);
     shard_stop(&b);
 }
@@ -137,39 +140,39 @@ START_TEST(test_100mb_group) {
     const size_t n = 25u << 20;
     shard a;
     shard_start(&a, SS_GRPC_CHUNK_FLOATS);
-    ss_grpc_transport_config cfg = {.targets = a.target, .timeout_ms = 60000};
-    ss_transport *t;
-    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_OK);
+    ss__grpc_transport_config cfg = {.targets = a.target, .timeout_ms = 60000};
+    ss__transport *t;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
     float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
     ck_assert_ptr_nonnull(s);
     ck_assert_ptr_nonnull(d);
     for (size_t i = 0; i < n; i++)
         s[i] = (float)(i % 1000);
     uint64_t m;
-    ck_assert_int_eq(ss_transport_join(t, "big", n, &m), SS_OK);
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "big", m, s, 0.5f, d, n), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "big", n, &m), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "big", m, s, 0.5f, d, n), SS_OK);
     for (size_t i = 0; i < n; i++)
         s[i] += 2.0f;
-    ck_assert_int_eq(ss_transport_easgd_exchange(t, "big", m, s, 0.5f, d, n), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "big", m, s, 0.5f, d, n), SS_OK);
     for (size_t i = 0; i < n; i += 4099)
         ck_assert_float_eq(d[i], 1.0f); /* 0.5 * (s - c) */
     ck_assert_float_eq(d[n - 1], 1.0f);
     free(s);
     free(d);
-    ss_transport_destroy(t);
+    ss__transport_destroy(t);
     shard_stop(&a);
 }
 END_TEST
 
 START_TEST(test_bad_target_lists) {
-    ss_transport *t;
-    ss_grpc_transport_config cfg = {.targets = "", .timeout_ms = 100};
-    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
+    ss__transport *t;
+    ss__grpc_transport_config cfg = {.targets = "", .timeout_ms = 100};
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
     cfg.targets = ",,";
-    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
     cfg.targets = "127.0.0.1:1";
     cfg.timeout_ms = 0;
-    ck_assert_int_eq(ss_grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -183,5 +186,5 @@ int main(void) {
     tcase_add_test(tc, test_100mb_group);
     tcase_add_test(tc, test_bad_target_lists);
     suite_add_tcase(s, tc);
-    return ss_check_run(s);
+    return ss__check_run(s);
 }

@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$TRAIN" ] && [ -n "$TEST" ] || { echo "cluster.sh: --train and --test are required" >&2; exit 2; }
-B=build/tools
+B=build/bin
 mkdir -p "$OUT"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -52,7 +52,7 @@ if [ "$AGENT" = 1 ]; then
   agent_http=$(grep -o 'http on [0-9.:]*' "$OUT/agent.log" | awk '{print $3}')
   [ -n "$agent_http" ] || { echo "cluster.sh: shadowsync-agent did not start:" >&2; cat "$OUT/agent.log" >&2; exit 1; }
   echo "cluster: agent on $OUT/agent.sock, metrics on http://$agent_http/metrics"
-  echo "         (live view: build/tools/shadowsync-ctl watch --url http://$agent_http)"
+  echo "         (live view: build/bin/shadowsync-ctl watch --url http://$agent_http)"
   sync_flags=(--agent "$OUT/agent.sock")
 fi
 

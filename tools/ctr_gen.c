@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/flags.h"
-#include "truth.h"
+#include "common/flags.h"
+#include "tools/ctr/truth.h"
 
 int main(int argc, char **argv) {
     int64_t rows = 100000, model_seed = 42, data_seed = 1;
     const char *out_path = NULL, *probs_path = NULL;
     bool quiet = false;
-    ss_flag flags[] = {
+    ss__flag flags[] = {
         {"rows", SS_FLAG_INT, &rows, "rows to write", NULL, 1, 1e10},
         {"model-seed", SS_FLAG_INT, &model_seed, "seed of the ground-truth model", NULL, 0, 0},
         {"data-seed", SS_FLAG_INT, &data_seed,
@@ -27,24 +27,24 @@ int main(int argc, char **argv) {
     const size_t nflags = sizeof flags / sizeof *flags;
     bool help;
     char err[256];
-    if (ss_flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
+    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
         fprintf(stderr, "ctr-gen: %s\n", err);
         return 2;
     }
     if (help) {
-        ss_flags_print_help(stdout, "ctr-gen",
-                            "Writes synthetic click data (label, 13 integer, 26 categorical hex "
-                            "fields)\nfrom a seeded logistic ground truth, and prints the "
-                            "Bayes-optimal NE of the set.",
-                            flags, nflags);
+        ss__flags_print_help(stdout, "ctr-gen",
+                             "Writes synthetic click data (label, 13 integer, 26 categorical hex "
+                             "fields)\nfrom a seeded logistic ground truth, and prints the "
+                             "Bayes-optimal NE of the set.",
+                             flags, nflags);
         return 0;
     }
     if (!out_path) {
         fprintf(stderr, "ctr-gen: --out is required (see --help)\n");
         return 2;
     }
-    ss_ctr_truth *truth;
-    if (ss_ctr_truth_create((uint64_t)model_seed, &truth) != SS_OK) {
+    ss__ctr_truth *truth;
+    if (ss__ctr_truth_create((uint64_t)model_seed, &truth) != SS_OK) {
         fprintf(stderr, "ctr-gen: out of memory\n");
         return 1;
     }
@@ -57,18 +57,18 @@ int main(int argc, char **argv) {
             fclose(out);
         if (probs)
             fclose(probs);
-        ss_ctr_truth_destroy(truth);
+        ss__ctr_truth_destroy(truth);
         return 1;
     }
-    ss_rng rng;
-    ss_rng_seed(&rng, (uint64_t)data_seed * 0x9e3779b97f4a7c15ull + (uint64_t)model_seed);
+    ss__rng rng;
+    ss__rng_seed(&rng, (uint64_t)data_seed * 0x9e3779b97f4a7c15ull + (uint64_t)model_seed);
     double ll = 0.0, clicks = 0.0;
     int rc = 0;
     for (int64_t i = 0; i < rows; i++) {
-        ss_ctr_raw_row row;
+        ss__ctr_raw_row row;
         double p;
-        ss_ctr_truth_sample(truth, &rng, &row, &p);
-        if (ss_ctr_raw_row_write(out, &row) != 0 || (probs && fprintf(probs, "%.9g\n", p) < 0)) {
+        ss__ctr_truth_sample(truth, &rng, &row, &p);
+        if (ss__ctr_raw_row_write(out, &row) != 0 || (probs && fprintf(probs, "%.9g\n", p) < 0)) {
             rc = 1;
             break;
         }
@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
     }
     if (fclose(out) != 0 || (probs && fclose(probs) != 0))
         rc = 1;
-    ss_ctr_truth_destroy(truth);
+    ss__ctr_truth_destroy(truth);
     if (rc) {
         fprintf(stderr, "ctr-gen: write failed: %s\n", strerror(errno));
         return 1;

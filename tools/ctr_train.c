@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/flags.h"
-#include "shadowsync/log.h"
-#include "train.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "tools/ctr/train.h"
 
-static void print_trainer(uint32_t t, const ss_ctr_trainer_result *tr, bool syncing, bool each) {
+static void print_trainer(uint32_t t, const ss__ctr_trainer_result *tr, bool syncing, bool each) {
     printf("trainer %u: examples=%llu examples/s=%.0f", t, (unsigned long long)tr->examples,
            tr->examples_per_s);
     if (syncing)
@@ -24,10 +24,10 @@ static void print_trainer(uint32_t t, const ss_ctr_trainer_result *tr, bool sync
     printf("\n");
 }
 
-static int write_metrics(ss_metrics *m, const char *path) {
+static int write_metrics(ss__metrics *m, const char *path) {
     char *text;
     size_t len;
-    if (ss_metrics_render(m, &text, &len) != SS_OK)
+    if (ss__metrics_render(m, &text, &len) != SS_OK)
         return -1;
     FILE *f = fopen(path, "w");
     int rc = (f && fwrite(text, 1, len, f) == len) ? 0 : -1;
@@ -40,8 +40,8 @@ static int write_metrics(ss_metrics *m, const char *path) {
 }
 
 int main(int argc, char **argv) {
-    ss_ctr_train_config cfg;
-    ss_ctr_train_config_default(&cfg);
+    ss__ctr_train_config cfg;
+    ss__ctr_train_config_default(&cfg);
     const char *train_path = NULL, *test_path = NULL, *sync = "shadow", *algo = "easgd";
     const char *final_model = "replica";
     int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     double emb_alpha = 0.5;
     bool emb_prefetch = true;
     int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000;
-    ss_flag flags[] = {
+    ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps,
          "process mode: this process is one trainer, syncing through these shadowsync-ps shards "
          "(host:port,...)",
@@ -152,32 +152,32 @@ int main(int argc, char **argv) {
     const size_t nflags = sizeof flags / sizeof *flags;
     bool help;
     char err[256];
-    if (ss_flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
+    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
         fprintf(stderr, "ctr-train: %s\n", err);
         return 2;
     }
     if (help) {
-        ss_flags_print_help(stdout, "ctr-train",
-                            "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
-                            "synced by ShadowSync\n(background), in the foreground every K steps, "
-                            "or not at all. Prints progress, then\nper-trainer and total "
-                            "examples/s, sync rounds, sync gap, NE and AUC.",
-                            flags, nflags);
+        ss__flags_print_help(stdout, "ctr-train",
+                             "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
+                             "synced by ShadowSync\n(background), in the foreground every K steps, "
+                             "or not at all. Prints progress, then\nper-trainer and total "
+                             "examples/s, sync rounds, sync gap, NE and AUC.",
+                             flags, nflags);
         return 0;
     }
     if (!train_path || !test_path) {
         fprintf(stderr, "ctr-train: --train and --test are required (see --help)\n");
         return 2;
     }
-    ss_ctr_sync_mode_parse(sync, &cfg.sync);
-    ss_algo_parse(algo, &cfg.params.algo);
+    ss__ctr_sync_mode_parse(sync, &cfg.sync);
+    ss__algo_parse(algo, &cfg.params.algo);
     cfg.trainers = (uint32_t)trainers;
     cfg.workers = (uint32_t)workers;
     cfg.shadow_threads = (uint32_t)shadow_threads;
     cfg.sync_every = (uint32_t)sync_every;
     cfg.params.alpha = (float)alpha;
     cfg.params.bmuf =
-        (ss_bmuf_params){.eta = (float)eta, .zeta = (float)zeta, .nesterov = nesterov};
+        (ss__bmuf_params){.eta = (float)eta, .zeta = (float)zeta, .nesterov = nesterov};
     cfg.round_deadline_ms = (uint32_t)deadline_ms;
     cfg.round_interval_us = (uint64_t)interval_us;
     cfg.final_rounds = (uint32_t)final_rounds;
@@ -189,14 +189,14 @@ int main(int argc, char **argv) {
     cfg.batch = (uint32_t)batch;
     cfg.lr = (float)lr;
     cfg.emb_lr = (float)emb_lr;
-    cfg.model = (ss_ctr_model_config){.emb_dim = (uint32_t)emb_dim,
-                                      .table_rows = (uint32_t)table_rows,
-                                      .bottom_hidden = (uint32_t)bottom,
-                                      .top_hidden = (uint32_t)top};
+    cfg.model = (ss__ctr_model_config){.emb_dim = (uint32_t)emb_dim,
+                                       .table_rows = (uint32_t)table_rows,
+                                       .bottom_hidden = (uint32_t)bottom,
+                                       .top_hidden = (uint32_t)top};
     cfg.seed = (uint64_t)seed;
     cfg.progress_interval_s = progress;
     cfg.progress = stdout;
-    ss_ctr_emb_mode_parse(emb, &cfg.emb);
+    ss__ctr_emb_mode_parse(emb, &cfg.emb);
     cfg.emb_ps = *emb_ps ? emb_ps : ps;
     cfg.emb_optimizer = !strcmp(emb_opt, "adagrad") ? SS_TABLE_ADAGRAD : SS_TABLE_SGD;
     cfg.emb_cache_rows = (size_t)emb_cache_rows;
@@ -251,13 +251,13 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    ss_ctr_dataset train = {0}, test = {0};
-    ss_status st = ss_ctr_dataset_load(train_path, (size_t)max_rows, &train);
+    ss__ctr_dataset train = {0}, test = {0};
+    ss_status st = ss__ctr_dataset_load(train_path, (size_t)max_rows, &train);
     if (st == SS_OK)
-        st = ss_ctr_dataset_load(test_path, (size_t)max_test_rows, &test);
+        st = ss__ctr_dataset_load(test_path, (size_t)max_test_rows, &test);
     if (st != SS_OK) {
         fprintf(stderr, "ctr-train: cannot load data: %s\n", ss_strerror(st));
-        ss_ctr_dataset_free(&train);
+        ss__ctr_dataset_free(&train);
         return 1;
     }
     if (process) {
@@ -271,8 +271,8 @@ int main(int argc, char **argv) {
            train.nrows, train.skipped, test_path, test.nrows, test.skipped);
     if (train.nrows < cfg.trainers || test.nrows == 0) {
         fprintf(stderr, "ctr-train: need at least one training row per trainer and a test row\n");
-        ss_ctr_dataset_free(&train);
-        ss_ctr_dataset_free(&test);
+        ss__ctr_dataset_free(&train);
+        ss__ctr_dataset_free(&test);
         return 1;
     }
     printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u lr=%g emb_lr=%g\n",
@@ -283,19 +283,19 @@ int main(int argc, char **argv) {
                (long long)rank, (long long)world, ps);
     fflush(stdout);
 
-    ss_ctr_train_result *res = malloc(sizeof *res);
-    if (!res || (metrics_out && ss_metrics_create(&cfg.metrics) != SS_OK)) {
+    ss__ctr_train_result *res = malloc(sizeof *res);
+    if (!res || (metrics_out && ss__metrics_create(&cfg.metrics) != SS_OK)) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }
-    st = ss_ctr_train_run(&cfg, &train, &test, res);
+    st = ss__ctr_train_run(&cfg, &train, &test, res);
     int metrics_rc = (st == SS_OK && metrics_out) ? write_metrics(cfg.metrics, metrics_out) : 0;
-    ss_metrics_destroy(cfg.metrics);
+    ss__metrics_destroy(cfg.metrics);
     if (st != SS_OK) {
         fprintf(stderr, "ctr-train: training failed: %s\n", ss_strerror(st));
         free(res);
-        ss_ctr_dataset_free(&train);
-        ss_ctr_dataset_free(&test);
+        ss__ctr_dataset_free(&train);
+        ss__ctr_dataset_free(&test);
         return 1;
     }
     const bool syncing = cfg.sync != SS_CTR_SYNC_NONE;
@@ -322,7 +322,7 @@ int main(int argc, char **argv) {
                (unsigned long long)res->emb.failed_calls, (unsigned long long)res->emb.push_waits,
                (unsigned long long)res->emb.resident_rows, (unsigned long long)res->emb.evictions);
     free(res);
-    ss_ctr_dataset_free(&train);
-    ss_ctr_dataset_free(&test);
+    ss__ctr_dataset_free(&train);
+    ss__ctr_dataset_free(&test);
     return metrics_rc ? 1 : 0;
 }

@@ -20,10 +20,10 @@ cmake --build build -j "$JOBS"
 
 mkdir -p out
 if [ ! -s "out/train-$ROWS.tsv" ]; then
-  ./build/tools/ctr-gen --rows "$ROWS" --model-seed 42 --data-seed 1 --out "out/train-$ROWS.tsv"
+  ./build/bin/ctr-gen --rows "$ROWS" --model-seed 42 --data-seed 1 --out "out/train-$ROWS.tsv"
 fi
 if [ ! -s out/test.tsv ]; then
-  ./build/tools/ctr-gen --rows 100000 --model-seed 42 --data-seed 2 --out out/test.tsv \
+  ./build/bin/ctr-gen --rows 100000 --model-seed 42 --data-seed 2 --out out/test.tsv \
     --probs out/test.probs | tee out/test.gen.txt
 fi
 echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt) (the best any model can do)"

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shadowsync/clock.h"
-#include "shadowsync/flags.h"
-#include "shadowsync/strbuf.h"
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/strbuf.h"
 
 static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
-    ss_strbuf_printf(ctx, "%.*s", (int)(size * n), data);
+    ss__strbuf_printf(ctx, "%.*s", (int)(size * n), data);
     return size * n;
 }
 
@@ -30,7 +30,7 @@ static long fetch(const char *base, const char *path, bool post, long timeout_ms
         snprintf(err, errlen, "curl_easy_init failed");
         return -1;
     }
-    ss_strbuf body = {0};
+    ss__strbuf body = {0};
     char cerr[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -49,7 +49,7 @@ static long fetch(const char *base, const char *path, bool post, long timeout_ms
     else
         snprintf(err, errlen, "%.200s: %.300s", url, cerr[0] ? cerr : curl_easy_strerror(rc));
     curl_easy_cleanup(c);
-    if (ss_strbuf_take(&body, out, NULL) != SS_OK) {
+    if (ss__strbuf_take(&body, out, NULL) != SS_OK) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -133,7 +133,7 @@ static int watch(const char *url, long interval_ms, long count, long timeout_ms)
     for (long i = 0; count == 0 || i < count; i++) {
         char *body = NULL, err[512] = "";
         long code = fetch(url, "/status", false, timeout_ms, &body, err, sizeof err);
-        uint64_t t = ss_now_ns();
+        uint64_t t = ss__now_ns();
         if (code != 200) {
             if (tty)
                 fputs("\033[H\033[2J", stdout);
@@ -148,7 +148,7 @@ static int watch(const char *url, long interval_ms, long count, long timeout_ms)
         }
         free(body);
         if (count == 0 || i + 1 < count)
-            ss_sleep_ns((uint64_t)interval_ms * 1000000ull);
+            ss__sleep_ns((uint64_t)interval_ms * 1000000ull);
     }
     return 0;
 }
@@ -156,7 +156,7 @@ static int watch(const char *url, long interval_ms, long count, long timeout_ms)
 int main(int argc, char **argv) {
     const char *url = "http://127.0.0.1:9470";
     int64_t interval_ms = 1000, count = 0, timeout_ms = 5000;
-    ss_flag flags[] = {
+    ss__flag flags[] = {
         {"url", SS_FLAG_STRING, &url, "the agent's or PS's HTTP endpoint", NULL, 0, 0},
         {"interval-ms", SS_FLAG_INT, &interval_ms, "watch: refresh period", NULL, 50, 3.6e6},
         {"count", SS_FLAG_INT, &count, "watch: screens to show (0 = until interrupted)", NULL, 0,
@@ -174,13 +174,13 @@ int main(int argc, char **argv) {
     const char *cmd = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
     bool help = false;
     char err[512];
-    if (ss_flags_parse(flags, nflags, cmd ? argc - 1 : argc, cmd ? argv + 1 : argv, &help, err,
-                       sizeof err) != SS_OK) {
+    if (ss__flags_parse(flags, nflags, cmd ? argc - 1 : argc, cmd ? argv + 1 : argv, &help, err,
+                        sizeof err) != SS_OK) {
         fprintf(stderr, "shadowsync-ctl: %s\n", err);
         return 2;
     }
     if (help) {
-        ss_flags_print_help(stdout, "shadowsync-ctl", summary, flags, nflags);
+        ss__flags_print_help(stdout, "shadowsync-ctl", summary, flags, nflags);
         return 0;
     }
     if (!cmd || (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") &&

@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/clock.h"
-#include "shadowsync/dense_service.h"
-#include "shadowsync/engine.h"
-#include "shadowsync/log.h"
-#include "agent_client.h"
-#include "hooks_internal.h"
-#include "shadowsync/agent_wire.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "rpc/agent_client.h"
+#include "rpc/agent_wire.h"
+#include "rpc/grpc_transport.h"
+#include "shadow/engine.h"
 #include "shadowsync/shadowsync.h"
+#include "trainer-hooks/hooks_internal.h"
 
 #define MAX_GROUPS 256
 #define MAX_TABLES 64
@@ -21,19 +21,19 @@
 struct ss_dense {
     ss_trainer *trainer;
     char *name;
-    ss_replica *replica;
-    ss_engine_group *group; /* NULL in mode NONE, agent mode and after finish */
-    ss_shm_group shm;       /* agent mode: the memory the agent maps too */
-    ss_dense_stats final;   /* stats frozen by finish */
+    ss__replica *replica;
+    ss__engine_group *group; /* NULL in mode NONE, agent mode and after finish */
+    ss__shm_group shm;       /* agent mode: the memory the agent maps too */
+    ss_dense_stats final;    /* stats frozen by finish */
 };
 
 struct ss_trainer {
     ss_trainer_config cfg;
     char *ps, *name, *tls_ca, *tls_cert, *tls_key, *agent; /* owned copies of cfg's strings */
-    ss_agent_client *agent_client;                         /* agent mode until finish */
-    ss_sync_params params;
-    ss_transport *transport;
-    ss_engine *engine;
+    ss__agent_client *agent_client;                        /* agent mode until finish */
+    ss__sync_params params;
+    ss__transport *transport;
+    ss__engine *engine;
     pthread_mutex_t lock; /* guards groups / ngroups */
     ss_dense *groups[MAX_GROUPS];
     _Atomic size_t ngroups;
@@ -150,7 +150,7 @@ ss_status ss_trainer_config_from_env(ss_trainer_config *cfg) {
 
 /* ---- open / close ---- */
 
-static ss_status check_config(const ss_trainer_config *c, ss_sync_params *p) {
+static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
     if ((unsigned)c->mode > SS_SYNC_FOREGROUND)
         return SS_ERR_INVALID_ARGUMENT;
     if (c->mode == SS_SYNC_NONE)
@@ -158,12 +158,12 @@ static ss_status check_config(const ss_trainer_config *c, ss_sync_params *p) {
     bool agent = c->agent && *c->agent;
     if (agent && c->mode != SS_SYNC_BACKGROUND)
         return SS_ERR_INVALID_ARGUMENT; /* foreground rounds run in the trainer */
-    if ((!agent && (!c->ps || !*c->ps)) || !c->algo || ss_algo_parse(c->algo, &p->algo) != SS_OK ||
+    if ((!agent && (!c->ps || !*c->ps)) || !c->algo || ss__algo_parse(c->algo, &p->algo) != SS_OK ||
         c->timeout_ms == 0 || (c->mode == SS_SYNC_BACKGROUND && c->shadow_threads == 0) ||
         (c->mode == SS_SYNC_FOREGROUND && c->sync_every == 0))
         return SS_ERR_INVALID_ARGUMENT;
     p->alpha = c->alpha;
-    p->bmuf = (ss_bmuf_params){
+    p->bmuf = (ss__bmuf_params){
         .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov != 0};
     if (p->algo == SS_ALGO_EASGD && !(c->alpha > 0.0f && c->alpha <= 1.0f))
         return SS_ERR_INVALID_ARGUMENT;
@@ -185,8 +185,8 @@ static char *dup_or_null(const char *s, int *failed) {
 }
 
 static void dense_free(ss_dense *g) {
-    ss_replica_destroy(g->replica);
-    ss_shm_group_release(&g->shm);
+    ss__replica_destroy(g->replica);
+    ss__shm_group_release(&g->shm);
     free(g->name);
     free(g);
 }
@@ -194,7 +194,7 @@ static void dense_free(ss_dense *g) {
 /* Frees the trainer and its groups; the engine and transport are gone. */
 static void trainer_free(ss_trainer *t) {
     for (size_t i = 0; i < t->ntables; i++)
-        ss_hooks_table_destroy(t->tables[i]);
+        ss__hooks_table_destroy(t->tables[i]);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         dense_free(t->groups[i]);
@@ -211,7 +211,7 @@ static void trainer_free(ss_trainer *t) {
 ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
     if (!cfg || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_sync_params params = {0};
+    ss__sync_params params = {0};
     ss_status st = check_config(cfg, &params);
     if (st != SS_OK)
         return st;
@@ -235,34 +235,34 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
         goto fail;
     }
     if (t->agent) {
-        if ((st = ss_agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client)) !=
+        if ((st = ss__agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client)) !=
             SS_OK)
             goto fail;
     } else if (cfg->mode != SS_SYNC_NONE) {
-        ss_rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
-        ss_grpc_transport_config tcfg = {.targets = t->ps,
-                                         .timeout_ms = cfg->timeout_ms,
-                                         .round_wait_ms = cfg->round_wait_ms,
-                                         .retries = 3,
-                                         .tls = &tls};
-        if ((st = ss_grpc_transport_create(&tcfg, &t->transport)) != SS_OK)
+        ss__rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
+        ss__grpc_transport_config tcfg = {.targets = t->ps,
+                                          .timeout_ms = cfg->timeout_ms,
+                                          .round_wait_ms = cfg->round_wait_ms,
+                                          .retries = 3,
+                                          .tls = &tls};
+        if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK)
             goto fail;
-        ss_engine_config ecfg = {.transport = t->transport,
-                                 .trainer = t->name,
-                                 .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
-                                 .round_interval_us = cfg->round_interval_us,
-                                 .min_round_gap = cfg->min_round_gap,
-                                 .heartbeat_interval_ms = cfg->heartbeat_ms};
-        if ((st = ss_engine_create(&ecfg, &t->engine)) != SS_OK)
+        ss__engine_config ecfg = {.transport = t->transport,
+                                  .trainer = t->name,
+                                  .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
+                                  .round_interval_us = cfg->round_interval_us,
+                                  .min_round_gap = cfg->min_round_gap,
+                                  .heartbeat_interval_ms = cfg->heartbeat_ms};
+        if ((st = ss__engine_create(&ecfg, &t->engine)) != SS_OK)
             goto fail;
-        if (cfg->mode == SS_SYNC_BACKGROUND && (st = ss_engine_start(t->engine)) != SS_OK)
+        if (cfg->mode == SS_SYNC_BACKGROUND && (st = ss__engine_start(t->engine)) != SS_OK)
             goto fail;
     }
     *out = t;
     return SS_OK;
 fail:
-    ss_engine_destroy(t->engine);
-    ss_transport_destroy(t->transport);
+    ss__engine_destroy(t->engine);
+    ss__transport_destroy(t->transport);
     trainer_free(t);
     return st;
 }
@@ -279,20 +279,20 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
     g->name = strdup(name);
     ss_status st = g->name ? SS_OK : SS_ERR_NO_MEMORY;
     if (st == SS_OK && t->agent_client) {
-        st = ss_shm_group_create(name, n, &g->shm);
+        st = ss__shm_group_create(name, n, &g->shm);
         if (st == SS_OK)
-            st = ss_replica_wrap_shared(g->shm.data, n, &g->shm.hdr->iterations, &g->replica);
+            st = ss__replica_wrap_shared(g->shm.data, n, &g->shm.hdr->iterations, &g->replica);
     } else if (st == SS_OK) {
-        st = ss_replica_create(n, &g->replica);
+        st = ss__replica_create(n, &g->replica);
     }
     if (st != SS_OK) {
-        ss_shm_group_release(&g->shm);
+        ss__shm_group_release(&g->shm);
         free(g->name);
         free(g);
         return st;
     }
     if (init)
-        memcpy(ss_replica_data(g->replica), init, n * sizeof(float));
+        memcpy(ss__replica_data(g->replica), init, n * sizeof(float));
     pthread_mutex_lock(&t->lock);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
@@ -301,17 +301,17 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
     if (st == SS_OK && k == MAX_GROUPS)
         st = SS_ERR_NO_MEMORY;
     if (st == SS_OK && t->engine)
-        st = ss_engine_add_group(t->engine, name, g->replica, &t->params, &g->group);
+        st = ss__engine_add_group(t->engine, name, g->replica, &t->params, &g->group);
     if (st == SS_OK && t->agent_client) {
-        ss_agent_group_spec spec = {.name = name,
-                                    .fd = g->shm.fd,
-                                    .n = n,
-                                    .algo = ss_algo_name(t->params.algo),
-                                    .alpha = t->params.alpha,
-                                    .bmuf_eta = t->params.bmuf.eta,
-                                    .bmuf_zeta = t->params.bmuf.zeta,
-                                    .bmuf_nesterov = t->params.bmuf.nesterov};
-        st = ss_agent_client_add_group(t->agent_client, &spec);
+        ss__agent_group_spec spec = {.name = name,
+                                     .fd = g->shm.fd,
+                                     .n = n,
+                                     .algo = ss__algo_name(t->params.algo),
+                                     .alpha = t->params.alpha,
+                                     .bmuf_eta = t->params.bmuf.eta,
+                                     .bmuf_zeta = t->params.bmuf.zeta,
+                                     .bmuf_nesterov = t->params.bmuf.nesterov};
+        st = ss__agent_client_add_group(t->agent_client, &spec);
     }
     if (st == SS_OK) {
         t->groups[k] = g;
@@ -327,11 +327,11 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
 }
 
 float *ss_dense_data(ss_dense *g) {
-    return g ? ss_replica_data(g->replica) : NULL;
+    return g ? ss__replica_data(g->replica) : NULL;
 }
 
 size_t ss_dense_size(const ss_dense *g) {
-    return g ? ss_replica_size(g->replica) : 0;
+    return g ? ss__replica_size(g->replica) : 0;
 }
 
 ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
@@ -339,26 +339,26 @@ ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
     if (g->trainer->agent_client) { /* agent mode until finish: what the agent published */
-        ss_shm_header *h = g->shm.hdr;
-        out->iterations = ss_replica_iterations(g->replica);
+        ss__shm_header *h = g->shm.hdr;
+        out->iterations = ss__replica_iterations(g->replica);
         out->rounds = atomic_load(&h->rounds);
         out->failed_rounds = atomic_load(&h->failed_rounds);
         out->rejoins = atomic_load(&h->rejoins);
-        out->gap_mean = ss_shm_load_double(&h->gap_mean_bits);
+        out->gap_mean = ss__shm_load_double(&h->gap_mean_bits);
         out->gap_p50 = atomic_load(&h->gap_p50);
         out->gap_p99 = atomic_load(&h->gap_p99);
         out->gap_max = atomic_load(&h->gap_max);
-        out->divergence = ss_shm_load_double(&h->divergence_bits);
+        out->divergence = ss__shm_load_double(&h->divergence_bits);
         return SS_OK;
     }
     if (!g->group) {
         *out = g->final;
-        out->iterations = ss_replica_iterations(g->replica);
+        out->iterations = ss__replica_iterations(g->replica);
         return SS_OK;
     }
-    out->iterations = ss_replica_iterations(g->replica);
-    ss_group_stats s;
-    ss_status st = ss_engine_group_stats(g->group, &s);
+    out->iterations = ss__replica_iterations(g->replica);
+    ss__group_stats s;
+    ss_status st = ss__engine_group_stats(g->group, &s);
     if (st != SS_OK)
         return st;
     out->rounds = s.rounds;
@@ -377,7 +377,7 @@ static ss_status round_all(ss_trainer *t) {
     ss_status first = SS_OK;
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++) {
-        ss_status st = ss_engine_run_round(t->engine, t->groups[i]->group);
+        ss_status st = ss__engine_run_round(t->engine, t->groups[i]->group);
         if (first == SS_OK)
             first = st;
     }
@@ -389,20 +389,21 @@ ss_status ss_trainer_step(ss_trainer *t) {
         return SS_ERR_INVALID_ARGUMENT;
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
-        ss_replica_tick(t->groups[i]->replica, 1);
+        ss__replica_tick(t->groups[i]->replica, 1);
     uint64_t step = atomic_fetch_add_explicit(&t->steps, 1, memory_order_relaxed) + 1;
     if (t->cfg.mode == SS_SYNC_FOREGROUND && t->engine && step % t->cfg.sync_every == 0)
         return round_all(t);
     return SS_OK;
 }
 
-void ss_hooks_endpoint_of(ss_trainer *t, ss_hooks_endpoint *out) {
+void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out) {
     out->ps = t->ps;
-    out->tls = (ss_rpc_tls){.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
+    out->tls =
+        (ss__rpc_tls){.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
     out->timeout_ms = t->cfg.timeout_ms;
 }
 
-ss_status ss_hooks_attach_table(ss_trainer *t, ss_table *tb) {
+ss_status ss__hooks_attach_table(ss_trainer *t, ss_table *tb) {
     pthread_mutex_lock(&t->lock);
     ss_status st = t->ntables < MAX_TABLES ? SS_OK : SS_ERR_NO_MEMORY;
     if (st == SS_OK)
@@ -420,7 +421,7 @@ static ss_status finish_tables(ss_trainer *t) {
     t->tables_finished = true;
     pthread_mutex_unlock(&t->lock);
     for (size_t i = 0; i < n; i++) {
-        ss_status s = ss_hooks_table_finish(t->tables[i]);
+        ss_status s = ss__hooks_table_finish(t->tables[i]);
         if (st == SS_OK)
             st = s;
     }
@@ -431,12 +432,12 @@ static ss_status finish_tables(ss_trainer *t) {
  * gap it published before them is the training's); then the groups'
  * stats are frozen and the connection closes. */
 static ss_status finish_agent(ss_trainer *t, ss_status tables) {
-    ss_status st = ss_agent_client_finish(t->agent_client, t->cfg.final_rounds,
-                                          t->cfg.final_sync_ms, t->cfg.timeout_ms);
+    ss_status st = ss__agent_client_finish(t->agent_client, t->cfg.final_rounds,
+                                           t->cfg.final_sync_ms, t->cfg.timeout_ms);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
-    ss_agent_client_destroy(t->agent_client);
+    ss__agent_client_destroy(t->agent_client);
     t->agent_client = NULL;
     return tables != SS_OK ? tables : st;
 }
@@ -449,7 +450,7 @@ ss_status ss_trainer_finish(ss_trainer *t) {
         return finish_agent(t, st);
     if (!t->engine)
         return st; /* mode NONE, or finished already */
-    ss_engine_stop(t->engine);
+    ss__engine_stop(t->engine);
     /* The sync gap describes training: freeze it before the final rounds,
      * which run with no steps between them. */
     size_t k = atomic_load(&t->ngroups);
@@ -457,7 +458,7 @@ ss_status ss_trainer_finish(ss_trainer *t) {
         ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
     /* Final rounds in the foreground: the replicas stop moving, so they
      * converge on the consensus. */
-    st = ss_engine_final_rounds(t->engine, t->cfg.final_rounds, t->cfg.final_sync_ms);
+    st = ss__engine_final_rounds(t->engine, t->cfg.final_rounds, t->cfg.final_sync_ms);
     for (size_t i = 0; i < k; i++) {
         ss_dense *g = t->groups[i];
         ss_dense_stats after = {0};
@@ -468,11 +469,11 @@ ss_status ss_trainer_finish(ss_trainer *t) {
         g->final.divergence = after.divergence;
     }
     /* Leaves every group; the replicas stay readable until close. */
-    ss_engine_destroy(t->engine);
+    ss__engine_destroy(t->engine);
     t->engine = NULL;
     for (size_t i = 0; i < k; i++)
         t->groups[i]->group = NULL;
-    ss_transport_destroy(t->transport);
+    ss__transport_destroy(t->transport);
     t->transport = NULL;
     return st;
 }

@@ -3,19 +3,19 @@
 #ifndef SS_HOOKS_INTERNAL_H
 #define SS_HOOKS_INTERNAL_H
 
-#include "shadowsync/rpc.h"
+#include "rpc/rpc.h"
 #include "shadowsync/shadowsync.h"
 
-typedef struct ss_hooks_endpoint {
+typedef struct ss__hooks_endpoint {
     const char *ps; /* NULL when the trainer has none */
-    ss_rpc_tls tls;
+    ss__rpc_tls tls;
     uint32_t timeout_ms;
-} ss_hooks_endpoint;
+} ss__hooks_endpoint;
 
-void ss_hooks_endpoint_of(ss_trainer *t, ss_hooks_endpoint *out);
+void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out);
 /* The trainer keeps the table: finish() flushes it, close() destroys it. */
-ss_status ss_hooks_attach_table(ss_trainer *t, ss_table *tb);
-ss_status ss_hooks_table_finish(ss_table *tb);
-void ss_hooks_table_destroy(ss_table *tb);
+ss_status ss__hooks_attach_table(ss_trainer *t, ss_table *tb);
+ss_status ss__hooks_table_finish(ss_table *tb);
+void ss__hooks_table_destroy(ss_table *tb);
 
 #endif

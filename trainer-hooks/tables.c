@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emb_client.h"
-#include "hooks_internal.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/emb_table.h"
-#include "shadowsync/log.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "embedding-store/emb_table.h"
+#include "rpc/emb_client.h"
+#include "trainer-hooks/hooks_internal.h"
 
 #define SYNC_BATCH 65536
 
@@ -33,9 +33,9 @@ struct ss_table_fetch {
 
 struct ss_table {
     ss_table_config cfg;
-    ss_emb_spec spec;
-    ss_emb_table *rows;     /* local mode: the table; cached mode: the cache */
-    ss_emb_client *client;  /* remote and cached modes */
+    ss__emb_spec spec;
+    ss__emb_table *rows;    /* local mode: the table; cached mode: the cache */
+    ss__emb_client *client; /* remote and cached modes */
     pthread_mutex_t lock;   /* push queue, fetch list, stop */
     pthread_cond_t changed; /* any of them changed */
     push_item *queue;       /* ring of cfg.push_queue items */
@@ -45,7 +45,7 @@ struct ss_table {
     pthread_t pusher, fetcher, syncer;
     bool has_pusher, has_fetcher, has_syncer;
     pthread_mutex_t sync_lock; /* one row-sync pass at a time */
-    ss_emb_dirty dirty;        /* under sync_lock */
+    ss__emb_dirty dirty;       /* under sync_lock */
     atomic_uint_fast64_t lookups, unique_lookups, pushes, remote_rows, synced_rows, sync_passes,
         failed_calls, push_waits;
 };
@@ -117,22 +117,22 @@ static void unique_free(unique_ids *u) {
 
 static ss_status init_loader(void *ctx, const uint64_t *ids, size_t n, float *rows) {
     ss_table *tb = ctx;
-    const size_t rf = ss_emb_row_floats(&tb->spec);
-    const uint32_t tid = ss_emb_table_id(tb->spec.name);
+    const size_t rf = ss__emb_row_floats(&tb->spec);
+    const uint32_t tid = ss__emb_table_id(tb->spec.name);
     for (size_t i = 0; i < n; i++)
-        ss_emb_row_init(tid, ids[i], tb->spec.init_scale, rows + i * rf, tb->spec.dim,
-                        rf - tb->spec.dim);
+        ss__emb_row_init(tid, ids[i], tb->spec.init_scale, rows + i * rf, tb->spec.dim,
+                         rf - tb->spec.dim);
     return SS_OK;
 }
 
 /* Cache misses come from the shards; optimizer state starts at zero. */
 static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *rows) {
     ss_table *tb = ctx;
-    const size_t dim = tb->spec.dim, rf = ss_emb_row_floats(&tb->spec);
+    const size_t dim = tb->spec.dim, rf = ss__emb_row_floats(&tb->spec);
     float *data = malloc(n * dim * sizeof *data + 4);
     if (!data)
         return SS_ERR_NO_MEMORY;
-    ss_status st = ss_emb_client_lookup(tb->client, &tb->spec, ids, n, data);
+    ss_status st = ss__emb_client_lookup(tb->client, &tb->spec, ids, n, data);
     if (st == SS_OK) {
         atomic_fetch_add(&tb->remote_rows, n);
         for (size_t i = 0; i < n; i++) {
@@ -163,10 +163,10 @@ static void *pusher_main(void *arg) {
         tb->pusher_busy = true;
         pthread_cond_broadcast(&tb->changed);
         pthread_mutex_unlock(&tb->lock);
-        ss_status st = ss_emb_client_push(tb->client, &tb->spec, it.ids, it.n, it.grads);
+        ss_status st = ss__emb_client_push(tb->client, &tb->spec, it.ids, it.n, it.grads);
         if (st != SS_OK && atomic_fetch_add(&tb->failed_calls, 1) % 100 == 0)
-            ss_log(SS_LOG_WARN, "emb", "event=push_dropped table=%s rows=%zu status=%s",
-                   tb->spec.name, it.n, ss_status_name(st));
+            ss__log(SS_LOG_WARN, "emb", "event=push_dropped table=%s rows=%zu status=%s",
+                    tb->spec.name, it.n, ss_status_name(st));
         free(it.ids);
         free(it.grads);
         pthread_mutex_lock(&tb->lock);
@@ -205,30 +205,30 @@ static void *fetcher_main(void *arg) {
  * applied as a delta so updates made meanwhile are kept), then clean rows
  * beyond the capacity are evicted. Returns rows synced. */
 static ss_status sync_pass(ss_table *tb, size_t *synced) {
-    const size_t dim = tb->spec.dim, rf = ss_emb_row_floats(&tb->spec);
+    const size_t dim = tb->spec.dim, rf = ss__emb_row_floats(&tb->spec);
     ss_status st = SS_OK;
     *synced = 0;
     pthread_mutex_lock(&tb->sync_lock);
-    ss_emb_dirty *d = &tb->dirty;
+    ss__emb_dirty *d = &tb->dirty;
     for (;;) {
-        if ((st = ss_emb_table_collect_dirty(tb->rows, d, SYNC_BATCH)) != SS_OK || d->n == 0)
+        if ((st = ss__emb_table_collect_dirty(tb->rows, d, SYNC_BATCH)) != SS_OK || d->n == 0)
             break;
         float *x = malloc(d->n * dim * sizeof *x), *delta = malloc(d->n * dim * sizeof *delta);
         if (!x || !delta) {
             free(x);
             free(delta);
-            ss_emb_table_requeue(tb->rows, d);
+            ss__emb_table_requeue(tb->rows, d);
             st = SS_ERR_NO_MEMORY;
             break;
         }
         for (size_t i = 0; i < d->n; i++)
             memcpy(x + i * dim, d->rows + i * rf, dim * sizeof(float));
-        st = ss_emb_client_elastic(tb->client, &tb->spec, d->ids, d->n, x, tb->cfg.alpha, delta);
+        st = ss__emb_client_elastic(tb->client, &tb->spec, d->ids, d->n, x, tb->cfg.alpha, delta);
         if (st == SS_OK) {
-            ss_emb_table_settle(tb->rows, d, delta);
+            ss__emb_table_settle(tb->rows, d, delta);
             *synced += d->n;
         } else {
-            ss_emb_table_requeue(tb->rows, d);
+            ss__emb_table_requeue(tb->rows, d);
             atomic_fetch_add(&tb->failed_calls, 1);
         }
         free(x);
@@ -236,7 +236,7 @@ static ss_status sync_pass(ss_table *tb, size_t *synced) {
         if (st != SS_OK || d->n < SYNC_BATCH)
             break;
     }
-    ss_emb_table_evict(tb->rows, tb->cfg.cache_rows);
+    ss__emb_table_evict(tb->rows, tb->cfg.cache_rows);
     pthread_mutex_unlock(&tb->sync_lock);
     if (*synced) {
         atomic_fetch_add(&tb->synced_rows, *synced);
@@ -261,7 +261,7 @@ static void *syncer_main(void *arg) {
         size_t synced;
         ss_status st = sync_pass(tb, &synced);
         if (st != SS_OK)
-            ss_sleep_ns(100000000ull); /* shards away: retry, rows stay dirty */
+            ss__sleep_ns(100000000ull); /* shards away: retry, rows stay dirty */
         pthread_mutex_lock(&tb->lock);
     }
     pthread_mutex_unlock(&tb->lock);
@@ -270,19 +270,19 @@ static void *syncer_main(void *arg) {
 
 /* ---- the API ---- */
 
-static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss_emb_spec *spec,
-                              ss_hooks_endpoint *ep) {
+static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_spec *spec,
+                              ss__hooks_endpoint *ep) {
     if (!t || !c || !c->name || (unsigned)c->mode > SS_TABLE_CACHED)
         return SS_ERR_INVALID_ARGUMENT;
-    if (ss_emb_spec_init(spec, c->name, c->dim) != SS_OK && strlen(c->name) >= SS_EMB_NAME_MAX)
+    if (ss__emb_spec_init(spec, c->name, c->dim) != SS_OK && strlen(c->name) >= SS_EMB_NAME_MAX)
         return SS_ERR_INVALID_ARGUMENT;
-    spec->optimizer = (ss_emb_optimizer)c->optimizer;
+    spec->optimizer = (ss__emb_optimizer)c->optimizer;
     spec->lr = c->lr;
     spec->eps = c->eps;
     spec->init_scale = c->init_scale;
-    if (ss_emb_spec_check(spec, NULL, 0) != SS_OK)
+    if (ss__emb_spec_check(spec, NULL, 0) != SS_OK)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_hooks_endpoint_of(t, ep);
+    ss__hooks_endpoint_of(t, ep);
     if (c->mode != SS_TABLE_LOCAL && (!ep->ps || !*ep->ps))
         return SS_ERR_INVALID_ARGUMENT; /* remote and cached need shards */
     if (c->mode == SS_TABLE_REMOTE && c->push_queue == 0)
@@ -301,8 +301,8 @@ static ss_status start_thread(pthread_t *th, bool *has, void *(*fn)(void *), ss_
 }
 
 ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **out) {
-    ss_emb_spec spec;
-    ss_hooks_endpoint ep;
+    ss__emb_spec spec;
+    ss__hooks_endpoint ep;
     if (!out)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st = check_config(t, cfg, &spec, &ep);
@@ -319,16 +319,16 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
     pthread_mutex_init(&tb->sync_lock, NULL);
     char why[200] = "";
     if (cfg->mode != SS_TABLE_LOCAL) {
-        st = ss_emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client);
+        st = ss__emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client);
         if (st == SS_OK)
-            st = ss_emb_client_open_table(tb->client, &spec, NULL, why, sizeof why);
+            st = ss__emb_client_open_table(tb->client, &spec, NULL, why, sizeof why);
         if (st != SS_OK)
-            ss_log(SS_LOG_ERROR, "emb", "event=open_failed table=%s status=%s %s", spec.name,
-                   ss_status_name(st), why);
+            ss__log(SS_LOG_ERROR, "emb", "event=open_failed table=%s status=%s %s", spec.name,
+                    ss_status_name(st), why);
     }
     if (st == SS_OK && cfg->mode != SS_TABLE_REMOTE)
-        st = ss_emb_table_create(&spec, cfg->mode == SS_TABLE_LOCAL ? init_loader : remote_loader,
-                                 tb, &tb->rows);
+        st = ss__emb_table_create(&spec, cfg->mode == SS_TABLE_LOCAL ? init_loader : remote_loader,
+                                  tb, &tb->rows);
     if (st == SS_OK && cfg->mode == SS_TABLE_REMOTE) {
         tb->queue = calloc(cfg->push_queue, sizeof *tb->queue);
         st = tb->queue ? start_thread(&tb->pusher, &tb->has_pusher, pusher_main, tb)
@@ -339,9 +339,9 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
     if (st == SS_OK && cfg->mode == SS_TABLE_CACHED)
         st = start_thread(&tb->syncer, &tb->has_syncer, syncer_main, tb);
     if (st == SS_OK)
-        st = ss_hooks_attach_table(t, tb);
+        st = ss__hooks_attach_table(t, tb);
     if (st != SS_OK) {
-        ss_hooks_table_destroy(tb);
+        ss__hooks_table_destroy(tb);
         return st;
     }
     *out = tb;
@@ -351,14 +351,14 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
 static ss_status lookup_unique(ss_table *tb, const unique_ids *u, float *rows) {
     atomic_fetch_add(&tb->unique_lookups, u->m);
     if (tb->cfg.mode == SS_TABLE_REMOTE) {
-        ss_status st = ss_emb_client_lookup(tb->client, &tb->spec, u->ids, u->m, rows);
+        ss_status st = ss__emb_client_lookup(tb->client, &tb->spec, u->ids, u->m, rows);
         if (st == SS_OK)
             atomic_fetch_add(&tb->remote_rows, u->m);
         else
             atomic_fetch_add(&tb->failed_calls, 1);
         return st;
     }
-    return ss_emb_table_lookup(tb->rows, u->ids, u->m, rows);
+    return ss__emb_table_lookup(tb->rows, u->ids, u->m, rows);
 }
 
 ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
@@ -409,7 +409,7 @@ ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float
             g[u.map[i] * dim + j] += grads[i * dim + j];
     free(u.map);
     if (tb->cfg.mode != SS_TABLE_REMOTE) {
-        st = ss_emb_table_apply_gradients(tb->rows, u.ids, u.m, g);
+        st = ss__emb_table_apply_gradients(tb->rows, u.ids, u.m, g);
         free(u.ids);
         free(g);
         return st;
@@ -516,8 +516,8 @@ ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out) {
     out->failed_calls = atomic_load(&tb->failed_calls);
     out->push_waits = atomic_load(&tb->push_waits);
     if (tb->rows) {
-        ss_emb_table_stats ts;
-        ss_emb_table_get_stats(tb->rows, &ts);
+        ss__emb_table_stats ts;
+        ss__emb_table_get_stats(tb->rows, &ts);
         out->resident_rows = ts.resident_rows;
         out->evictions = ts.evictions;
         uint64_t uniq = atomic_load(&tb->unique_lookups);
@@ -527,11 +527,11 @@ ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out) {
     return SS_OK;
 }
 
-ss_status ss_hooks_table_finish(ss_table *tb) {
+ss_status ss__hooks_table_finish(ss_table *tb) {
     return ss_table_flush(tb);
 }
 
-void ss_hooks_table_destroy(ss_table *tb) {
+void ss__hooks_table_destroy(ss_table *tb) {
     if (!tb)
         return;
     pthread_mutex_lock(&tb->lock);
@@ -550,9 +550,9 @@ void ss_hooks_table_destroy(ss_table *tb) {
         free(it->grads);
     }
     free(tb->queue);
-    ss_emb_dirty_free(&tb->dirty);
-    ss_emb_table_destroy(tb->rows);
-    ss_emb_client_destroy(tb->client);
+    ss__emb_dirty_free(&tb->dirty);
+    ss__emb_table_destroy(tb->rows);
+    ss__emb_client_destroy(tb->client);
     pthread_cond_destroy(&tb->changed);
     pthread_mutex_destroy(&tb->lock);
     pthread_mutex_destroy(&tb->sync_lock);

@@ -1,4 +1,4 @@
-#include "criteo.h"
+#include "tools/ctr/criteo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shadowsync/log.h"
+#include "common/log.h"
 
 #define NUM_FIELDS (1 + SS_CTR_NUM_DENSE + SS_CTR_NUM_CAT)
 
@@ -20,8 +20,8 @@ static int hexval(char c) {
     return -1;
 }
 
-ss_status ss_criteo_parse_line(const char *line, size_t len, ss_ctr_example *ex, char *err,
-                               size_t errlen) {
+ss_status ss__criteo_parse_line(const char *line, size_t len, ss__ctr_example *ex, char *err,
+                                size_t errlen) {
     if (!line || !ex || !err)
         return SS_ERR_INVALID_ARGUMENT;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
@@ -106,7 +106,7 @@ ss_status ss_criteo_parse_line(const char *line, size_t len, ss_ctr_example *ex,
     return SS_OK;
 }
 
-ss_status ss_ctr_dataset_load(const char *path, size_t max_rows, ss_ctr_dataset *out) {
+ss_status ss__ctr_dataset_load(const char *path, size_t max_rows, ss__ctr_dataset *out) {
     if (!path || !out)
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -129,7 +129,7 @@ ss_status ss_ctr_dataset_load(const char *path, size_t max_rows, ss_ctr_dataset 
         lineno++;
         if (out->nrows == cap) {
             cap *= 2;
-            ss_ctr_example *nr = realloc(out->rows, cap * sizeof *nr);
+            ss__ctr_example *nr = realloc(out->rows, cap * sizeof *nr);
             if (!nr) {
                 st = SS_ERR_NO_MEMORY;
                 break;
@@ -137,7 +137,7 @@ ss_status ss_ctr_dataset_load(const char *path, size_t max_rows, ss_ctr_dataset 
             out->rows = nr;
         }
         char err[160];
-        if (ss_criteo_parse_line(line, (size_t)len, &out->rows[out->nrows], err, sizeof err) ==
+        if (ss__criteo_parse_line(line, (size_t)len, &out->rows[out->nrows], err, sizeof err) ==
             SS_OK) {
             out->nrows++;
             continue;
@@ -155,7 +155,7 @@ ss_status ss_ctr_dataset_load(const char *path, size_t max_rows, ss_ctr_dataset 
     free(line);
     fclose(f);
     if (st != SS_OK) {
-        ss_ctr_dataset_free(out);
+        ss__ctr_dataset_free(out);
         return st;
     }
     if (out->skipped > 5)
@@ -163,7 +163,7 @@ ss_status ss_ctr_dataset_load(const char *path, size_t max_rows, ss_ctr_dataset 
     return SS_OK;
 }
 
-void ss_ctr_dataset_free(ss_ctr_dataset *ds) {
+void ss__ctr_dataset_free(ss__ctr_dataset *ds) {
     if (!ds)
         return;
     free(ds->rows);

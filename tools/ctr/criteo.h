@@ -12,29 +12,29 @@
 #define SS_CTR_NUM_DENSE 13
 #define SS_CTR_NUM_CAT   26
 
-typedef struct ss_ctr_example {
+typedef struct ss__ctr_example {
     float label; /* 0 or 1 */
     float dense[SS_CTR_NUM_DENSE];
     uint32_t cat[SS_CTR_NUM_CAT];
     uint32_t cat_missing; /* bit f set: categorical field f was empty */
-} ss_ctr_example;
+} ss__ctr_example;
 
 /* Parses one line (without or with its trailing newline). On failure
  * returns SS_ERR_PARSE and writes the reason to err. */
-ss_status ss_criteo_parse_line(const char *line, size_t len, ss_ctr_example *ex, char *err,
-                               size_t errlen);
+ss_status ss__criteo_parse_line(const char *line, size_t len, ss__ctr_example *ex, char *err,
+                                size_t errlen);
 
-typedef struct ss_ctr_dataset {
-    ss_ctr_example *rows;
+typedef struct ss__ctr_dataset {
+    ss__ctr_example *rows;
     size_t nrows;
     size_t skipped;        /* malformed lines skipped */
     size_t first_bad_line; /* 1-based line number of the first skip, 0 if none */
     char first_error[160]; /* its reason */
-} ss_ctr_dataset;
+} ss__ctr_dataset;
 
 /* Loads up to max_rows (0 = all) well-formed rows. Malformed lines are
  * skipped and counted; a missing or unreadable file is SS_ERR_IO. */
-ss_status ss_ctr_dataset_load(const char *path, size_t max_rows, ss_ctr_dataset *out);
-void ss_ctr_dataset_free(ss_ctr_dataset *ds);
+ss_status ss__ctr_dataset_load(const char *path, size_t max_rows, ss__ctr_dataset *out);
+void ss__ctr_dataset_free(ss__ctr_dataset *ds);
 
 #endif

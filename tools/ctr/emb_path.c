@@ -1,29 +1,29 @@
 /* The table path of ctr-train: gather, train, push. */
-#include "emb_path.h"
+#include "tools/ctr/emb_path.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const emb_names[] = {"array", "local", "remote", "cached"};
 
-ss_status ss_ctr_emb_mode_parse(const char *text, ss_ctr_emb_mode *out) {
+ss_status ss__ctr_emb_mode_parse(const char *text, ss__ctr_emb_mode *out) {
     for (int i = 0; i < 4; i++)
         if (text && strcmp(text, emb_names[i]) == 0) {
-            *out = (ss_ctr_emb_mode)i;
+            *out = (ss__ctr_emb_mode)i;
             return SS_OK;
         }
     return SS_ERR_INVALID_ARGUMENT;
 }
 
-const char *ss_ctr_emb_mode_name(ss_ctr_emb_mode mode) {
+const char *ss__ctr_emb_mode_name(ss__ctr_emb_mode mode) {
     return (unsigned)mode < 4 ? emb_names[mode] : "unknown";
 }
 
-struct ss_ctr_gather {
-    ss_ctr_model_config cfg;
+struct ss__ctr_gather {
+    ss__ctr_model_config cfg;
     size_t cap;   /* batch * 26 */
     size_t count; /* examples in the batch */
-    const ss_ctr_example **ex;
+    const ss__ctr_example **ex;
     uint64_t *uniq; /* distinct ids */
     size_t m;
     uint32_t *slot_of; /* position (example * 26 + field) -> index into uniq */
@@ -36,9 +36,9 @@ struct ss_ctr_gather {
     ss_status lookup_status;
 };
 
-ss_status ss_ctr_gather_create(const ss_ctr_model_config *cfg, uint32_t batch,
-                               ss_ctr_gather **out) {
-    ss_ctr_gather *g = calloc(1, sizeof *g);
+ss_status ss__ctr_gather_create(const ss__ctr_model_config *cfg, uint32_t batch,
+                                ss__ctr_gather **out) {
+    ss__ctr_gather *g = calloc(1, sizeof *g);
     if (!g)
         return SS_ERR_NO_MEMORY;
     g->cfg = *cfg;
@@ -57,14 +57,14 @@ ss_status ss_ctr_gather_create(const ss_ctr_model_config *cfg, uint32_t batch,
     g->gradp = malloc(g->cap * sizeof *g->gradp);
     if (!g->ex || !g->uniq || !g->slot_of || !g->hash || !g->rows || !g->grads || !g->rowp ||
         !g->gradp) {
-        ss_ctr_gather_destroy(g);
+        ss__ctr_gather_destroy(g);
         return SS_ERR_NO_MEMORY;
     }
     *out = g;
     return SS_OK;
 }
 
-void ss_ctr_gather_destroy(ss_ctr_gather *g) {
+void ss__ctr_gather_destroy(ss__ctr_gather *g) {
     if (!g)
         return;
     if (g->fetch)
@@ -80,8 +80,8 @@ void ss_ctr_gather_destroy(ss_ctr_gather *g) {
     free(g);
 }
 
-ss_status ss_ctr_gather_begin(ss_ctr_gather *g, ss_table *table, const ss_ctr_example *const *batch,
-                              size_t count, bool prefetch) {
+ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
+                               const ss__ctr_example *const *batch, size_t count, bool prefetch) {
     if (count * SS_CTR_NUM_CAT > g->cap || g->fetch)
         return SS_ERR_INVALID_ARGUMENT;
     g->count = count;
@@ -90,7 +90,7 @@ ss_status ss_ctr_gather_begin(ss_ctr_gather *g, ss_table *table, const ss_ctr_ex
     for (size_t i = 0; i < count; i++) {
         g->ex[i] = batch[i];
         for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
-            uint64_t id = ss_ctr_row_id(&g->cfg, f, batch[i]);
+            uint64_t id = ss__ctr_row_id(&g->cfg, f, batch[i]);
             size_t h = (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & (g->hash_cap - 1);
             while (g->hash[h] != SIZE_MAX && g->uniq[g->hash[h]] != id)
                 h = (h + 1) & (g->hash_cap - 1);
@@ -107,8 +107,8 @@ ss_status ss_ctr_gather_begin(ss_ctr_gather *g, ss_table *table, const ss_ctr_ex
     return g->lookup_status;
 }
 
-ss_status ss_ctr_gather_train(ss_ctr_gather *g, ss_table *table, ss_ctr_worker *w, float *dense,
-                              float lr, double *loss_sum) {
+ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss_table *table, ss__ctr_worker *w, float *dense,
+                               float lr, double *loss_sum) {
     ss_status st = g->lookup_status;
     if (g->fetch) {
         st = ss_table_fetch_wait(g->fetch, g->rows);
@@ -122,11 +122,11 @@ ss_status ss_ctr_gather_train(ss_ctr_gather *g, ss_table *table, ss_ctr_worker *
         g->rowp[p] = g->rows + (size_t)g->slot_of[p] * D;
         g->gradp[p] = g->grads + (size_t)g->slot_of[p] * D;
     }
-    ss_ctr_train_batch_gathered(w, dense, g->rowp, g->gradp, g->ex, g->count, lr, loss_sum);
+    ss__ctr_train_batch_gathered(w, dense, g->rowp, g->gradp, g->ex, g->count, lr, loss_sum);
     return ss_table_push(table, g->uniq, g->m, g->grads);
 }
 
-ss_status ss_ctr_emb_materialize(ss_table *table, ss_ctr_embeddings *emb) {
+ss_status ss__ctr_emb_materialize(ss_table *table, ss__ctr_embeddings *emb) {
     enum { CHUNK = 8192 };
     const size_t total = (size_t)SS_CTR_NUM_CAT * emb->rows;
     uint64_t *ids = malloc(CHUNK * sizeof *ids);

@@ -9,34 +9,35 @@
 
 #include <stdbool.h>
 
-#include "model.h"
 #include "shadowsync/shadowsync.h"
+#include "tools/ctr/model.h"
 
-typedef enum ss_ctr_emb_mode {
+typedef enum ss__ctr_emb_mode {
     SS_CTR_EMB_ARRAY = 0, /* shared in-process array (no table) */
     SS_CTR_EMB_LOCAL,
     SS_CTR_EMB_REMOTE,
     SS_CTR_EMB_CACHED
-} ss_ctr_emb_mode;
+} ss__ctr_emb_mode;
 
-ss_status ss_ctr_emb_mode_parse(const char *text, ss_ctr_emb_mode *out);
-const char *ss_ctr_emb_mode_name(ss_ctr_emb_mode mode);
+ss_status ss__ctr_emb_mode_parse(const char *text, ss__ctr_emb_mode *out);
+const char *ss__ctr_emb_mode_name(ss__ctr_emb_mode mode);
 
 /* One minibatch in flight through the table (a worker keeps two, so the
  * next batch's rows are fetched while this one trains). */
-typedef struct ss_ctr_gather ss_ctr_gather;
+typedef struct ss__ctr_gather ss__ctr_gather;
 
-ss_status ss_ctr_gather_create(const ss_ctr_model_config *cfg, uint32_t batch, ss_ctr_gather **out);
-void ss_ctr_gather_destroy(ss_ctr_gather *g);
+ss_status ss__ctr_gather_create(const ss__ctr_model_config *cfg, uint32_t batch,
+                                ss__ctr_gather **out);
+void ss__ctr_gather_destroy(ss__ctr_gather *g);
 /* Takes the batch, collects its distinct row ids and starts fetching
  * their rows (in the background when prefetch). */
-ss_status ss_ctr_gather_begin(ss_ctr_gather *g, ss_table *table, const ss_ctr_example *const *batch,
-                              size_t count, bool prefetch);
+ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
+                               const ss__ctr_example *const *batch, size_t count, bool prefetch);
 /* Waits for the rows, trains the batch, pushes the row gradients. */
-ss_status ss_ctr_gather_train(ss_ctr_gather *g, ss_table *table, ss_ctr_worker *w, float *dense,
-                              float lr, double *loss_sum);
+ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss_table *table, ss__ctr_worker *w, float *dense,
+                               float lr, double *loss_sum);
 /* Copies every row of the table into emb (to evaluate with the array
  * code). */
-ss_status ss_ctr_emb_materialize(ss_table *table, ss_ctr_embeddings *emb);
+ss_status ss__ctr_emb_materialize(ss_table *table, ss__ctr_embeddings *emb);
 
 #endif

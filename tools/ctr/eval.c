@@ -1,4 +1,4 @@
-#include "eval.h"
+#include "tools/ctr/eval.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@ static double clip(double p) {
     return p < 1e-7 ? 1e-7 : (p > 1.0 - 1e-7 ? 1.0 - 1e-7 : p);
 }
 
-ss_status ss_ctr_logloss(const float *pred, const float *label, size_t n, double *out) {
+ss_status ss__ctr_logloss(const float *pred, const float *label, size_t n, double *out) {
     if (!pred || !label || n == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     double sum = 0.0;
@@ -19,7 +19,7 @@ ss_status ss_ctr_logloss(const float *pred, const float *label, size_t n, double
     return SS_OK;
 }
 
-ss_status ss_ctr_ne(const float *pred, const float *label, size_t n, double *out) {
+ss_status ss__ctr_ne(const float *pred, const float *label, size_t n, double *out) {
     if (!pred || !label || n == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     double pos = 0.0;
@@ -30,7 +30,7 @@ ss_status ss_ctr_ne(const float *pred, const float *label, size_t n, double *out
         return SS_ERR_INVALID_ARGUMENT;
     double entropy = -(ctr * log(ctr) + (1.0 - ctr) * log(1.0 - ctr));
     double ll;
-    ss_status st = ss_ctr_logloss(pred, label, n, &ll);
+    ss_status st = ss__ctr_logloss(pred, label, n, &ll);
     if (st != SS_OK)
         return st;
     *out = ll / entropy;
@@ -47,7 +47,7 @@ static int cmp_scored(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-ss_status ss_ctr_auc(const float *pred, const float *label, size_t n, double *out) {
+ss_status ss__ctr_auc(const float *pred, const float *label, size_t n, double *out) {
     if (!pred || !label || n == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     scored *v = malloc(n * sizeof *v);

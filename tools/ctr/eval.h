@@ -7,11 +7,11 @@
 #include "shadowsync/status.h"
 
 /* Mean log loss; predictions are clipped to [1e-7, 1 - 1e-7]. */
-ss_status ss_ctr_logloss(const float *pred, const float *label, size_t n, double *out);
+ss_status ss__ctr_logloss(const float *pred, const float *label, size_t n, double *out);
 /* NE = mean log loss / entropy of the mean label of the same set. A set
  * with only one class has zero entropy: SS_ERR_INVALID_ARGUMENT. */
-ss_status ss_ctr_ne(const float *pred, const float *label, size_t n, double *out);
+ss_status ss__ctr_ne(const float *pred, const float *label, size_t n, double *out);
 /* Area under the ROC curve, ties counted half. Needs both classes. */
-ss_status ss_ctr_auc(const float *pred, const float *label, size_t n, double *out);
+ss_status ss__ctr_auc(const float *pred, const float *label, size_t n, double *out);
 
 #endif

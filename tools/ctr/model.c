@@ -1,17 +1,17 @@
-#include "model.h"
+#include "tools/ctr/model.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
-#include "shadowsync/kernels.h"
+#include "shadow/kernels.h"
+#include "tools/ctr/rng.h"
 
 #define NVEC  (1 + SS_CTR_NUM_CAT)    /* bottom output + one per field */
 #define NPAIR (NVEC * (NVEC - 1) / 2) /* 351 dot products */
 
-ss_status ss_ctr_model_config_check(const ss_ctr_model_config *cfg) {
+ss_status ss__ctr_model_config_check(const ss__ctr_model_config *cfg) {
     if (!cfg || cfg->emb_dim == 0 || cfg->emb_dim > 256 || cfg->table_rows < 2 ||
         cfg->bottom_hidden == 0 || cfg->bottom_hidden > 4096 || cfg->top_hidden == 0 ||
         cfg->top_hidden > 4096)
@@ -19,7 +19,7 @@ ss_status ss_ctr_model_config_check(const ss_ctr_model_config *cfg) {
     return SS_OK;
 }
 
-void ss_ctr_layout_of(const ss_ctr_model_config *cfg, ss_ctr_layout *L) {
+void ss__ctr_layout_of(const ss__ctr_model_config *cfg, ss__ctr_layout *L) {
     const size_t D = cfg->emb_dim, H = cfg->bottom_hidden, T = cfg->top_hidden;
     L->interact = D + NPAIR;
     size_t o = 0;
@@ -34,27 +34,27 @@ void ss_ctr_layout_of(const ss_ctr_model_config *cfg, ss_ctr_layout *L) {
     L->total = o;
 }
 
-static void xavier(float *w, size_t fan_out, size_t fan_in, ss_rng *rng) {
+static void xavier(float *w, size_t fan_out, size_t fan_in, ss__rng *rng) {
     double a = sqrt(6.0 / (double)(fan_in + fan_out));
     for (size_t i = 0; i < fan_out * fan_in; i++)
-        w[i] = (float)((2.0 * ss_rng_uniform(rng) - 1.0) * a);
+        w[i] = (float)((2.0 * ss__rng_uniform(rng) - 1.0) * a);
 }
 
-void ss_ctr_dense_init(const ss_ctr_model_config *cfg, float *dense, uint64_t seed) {
-    ss_ctr_layout L;
-    ss_ctr_layout_of(cfg, &L);
+void ss__ctr_dense_init(const ss__ctr_model_config *cfg, float *dense, uint64_t seed) {
+    ss__ctr_layout L;
+    ss__ctr_layout_of(cfg, &L);
     memset(dense, 0, L.total * sizeof *dense);
-    ss_rng rng;
-    ss_rng_seed(&rng, seed);
+    ss__rng rng;
+    ss__rng_seed(&rng, seed);
     xavier(dense + L.w1, cfg->bottom_hidden, SS_CTR_NUM_DENSE, &rng);
     xavier(dense + L.w2, cfg->emb_dim, cfg->bottom_hidden, &rng);
     xavier(dense + L.w3, cfg->top_hidden, L.interact, &rng);
     xavier(dense + L.w4, 1, cfg->top_hidden, &rng);
 }
 
-ss_status ss_ctr_embeddings_create(const ss_ctr_model_config *cfg, uint64_t seed,
-                                   ss_ctr_embeddings *out) {
-    if (ss_ctr_model_config_check(cfg) != SS_OK || !out)
+ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t seed,
+                                    ss__ctr_embeddings *out) {
+    if (ss__ctr_model_config_check(cfg) != SS_OK || !out)
         return SS_ERR_INVALID_ARGUMENT;
     size_t n = (size_t)SS_CTR_NUM_CAT * cfg->table_rows * cfg->emb_dim;
     out->data = malloc(n * sizeof(float));
@@ -62,44 +62,44 @@ ss_status ss_ctr_embeddings_create(const ss_ctr_model_config *cfg, uint64_t seed
         return SS_ERR_NO_MEMORY;
     out->rows = cfg->table_rows;
     out->dim = cfg->emb_dim;
-    ss_rng rng;
-    ss_rng_seed(&rng, seed ^ 0xe3b0c44298fc1c14ull);
+    ss__rng rng;
+    ss__rng_seed(&rng, seed ^ 0xe3b0c44298fc1c14ull);
     for (size_t i = 0; i < n; i++)
-        out->data[i] = (float)((2.0 * ss_rng_uniform(&rng) - 1.0) * 0.05);
+        out->data[i] = (float)((2.0 * ss__rng_uniform(&rng) - 1.0) * 0.05);
     return SS_OK;
 }
 
-void ss_ctr_embeddings_destroy(ss_ctr_embeddings *emb) {
+void ss__ctr_embeddings_destroy(ss__ctr_embeddings *emb) {
     if (!emb)
         return;
     free(emb->data);
     emb->data = NULL;
 }
 
-size_t ss_ctr_row_index(const ss_ctr_model_config *cfg, int field, const ss_ctr_example *ex) {
+size_t ss__ctr_row_index(const ss__ctr_model_config *cfg, int field, const ss__ctr_example *ex) {
     if (ex->cat_missing & (1u << field))
         return 0;
-    return 1 + (size_t)(ss_hash3((uint64_t)field, ex->cat[field], 0x51ed) %
+    return 1 + (size_t)(ss__hash3((uint64_t)field, ex->cat[field], 0x51ed) %
                         (uint64_t)(cfg->table_rows - 1));
 }
 
-struct ss_ctr_worker {
-    ss_ctr_model_config cfg;
-    ss_ctr_layout L;
+struct ss__ctr_worker {
+    ss__ctr_model_config cfg;
+    ss__ctr_layout L;
     float *a1, *z1, *a2, *V, *f, *a3, *h; /* forward activations */
     float *dh, *df, *dV, *dz2, *dz1;      /* backward */
     float *grad;                          /* dense gradient sum over the batch */
     float *block;                         /* one allocation behind every buffer above */
 };
 
-ss_status ss_ctr_worker_create(const ss_ctr_model_config *cfg, ss_ctr_worker **out) {
-    if (ss_ctr_model_config_check(cfg) != SS_OK || !out)
+ss_status ss__ctr_worker_create(const ss__ctr_model_config *cfg, ss__ctr_worker **out) {
+    if (ss__ctr_model_config_check(cfg) != SS_OK || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_ctr_worker *w = calloc(1, sizeof *w);
+    ss__ctr_worker *w = calloc(1, sizeof *w);
     if (!w)
         return SS_ERR_NO_MEMORY;
     w->cfg = *cfg;
-    ss_ctr_layout_of(cfg, &w->L);
+    ss__ctr_layout_of(cfg, &w->L);
     const size_t D = cfg->emb_dim, H = cfg->bottom_hidden, T = cfg->top_hidden;
     const size_t F = w->L.interact;
     size_t sizes[] = {H, H, D, NVEC * D, F, T, T, T, F, NVEC * D, D, H, w->L.total};
@@ -123,7 +123,7 @@ ss_status ss_ctr_worker_create(const ss_ctr_model_config *cfg, ss_ctr_worker **o
     return SS_OK;
 }
 
-void ss_ctr_worker_destroy(ss_ctr_worker *w) {
+void ss__ctr_worker_destroy(ss__ctr_worker *w) {
     if (!w)
         return;
     free(w->block);
@@ -145,42 +145,42 @@ static float dot(const float *restrict a, const float *restrict b, size_t n) {
 /* Forward pass; returns the logit. rows[f] is the example's row of field
  * f (live shared rows in the array path, private gathered copies in the
  * table path). Leaves activations in w for backward. */
-static float forward(ss_ctr_worker *w, const float *dense, const float *const *rows,
-                     const ss_ctr_example *ex) {
-    const ss_ctr_layout *L = &w->L;
+static float forward(ss__ctr_worker *w, const float *dense, const float *const *rows,
+                     const ss__ctr_example *ex) {
+    const ss__ctr_layout *L = &w->L;
     const size_t D = w->cfg.emb_dim, H = w->cfg.bottom_hidden, T = w->cfg.top_hidden;
-    ss_kernel_live_matvec(dense + L->w1, dense + L->b1, ex->dense, w->a1, H, SS_CTR_NUM_DENSE);
+    ss__kernel_live_matvec(dense + L->w1, dense + L->b1, ex->dense, w->a1, H, SS_CTR_NUM_DENSE);
     relu(w->a1, w->z1, H);
-    ss_kernel_live_matvec(dense + L->w2, dense + L->b2, w->z1, w->a2, D, H);
+    ss__kernel_live_matvec(dense + L->w2, dense + L->b2, w->z1, w->a2, D, H);
     relu(w->a2, w->V, D);
     for (int f = 0; f < SS_CTR_NUM_CAT; f++)
-        ss_kernel_live_snapshot(w->V + (size_t)(f + 1) * D, rows[f], D);
+        ss__kernel_live_snapshot(w->V + (size_t)(f + 1) * D, rows[f], D);
     memcpy(w->f, w->V, D * sizeof(float));
     size_t p = D;
     for (size_t i = 0; i < NVEC; i++)
         for (size_t j = i + 1; j < NVEC; j++)
             w->f[p++] = dot(w->V + i * D, w->V + j * D, D);
-    ss_kernel_live_matvec(dense + L->w3, dense + L->b3, w->f, w->a3, T, L->interact);
+    ss__kernel_live_matvec(dense + L->w3, dense + L->b3, w->f, w->a3, T, L->interact);
     relu(w->a3, w->h, T);
     float logit;
-    ss_kernel_live_matvec(dense + L->w4, dense + L->b4, w->h, &logit, 1, T);
+    ss__kernel_live_matvec(dense + L->w4, dense + L->b4, w->h, &logit, 1, T);
     return logit;
 }
 
 /* The example's rows in the shared array. */
-static void array_rows(ss_ctr_worker *w, const ss_ctr_embeddings *emb, const ss_ctr_example *ex,
+static void array_rows(ss__ctr_worker *w, const ss__ctr_embeddings *emb, const ss__ctr_example *ex,
                        float **rows) {
     for (int f = 0; f < SS_CTR_NUM_CAT; f++)
-        rows[f] =
-            emb->data + ((size_t)f * emb->rows + ss_ctr_row_index(&w->cfg, f, ex)) * w->cfg.emb_dim;
+        rows[f] = emb->data +
+                  ((size_t)f * emb->rows + ss__ctr_row_index(&w->cfg, f, ex)) * w->cfg.emb_dim;
 }
 
 static float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
-float ss_ctr_predict(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddings *emb,
-                     const ss_ctr_example *ex) {
+float ss__ctr_predict(ss__ctr_worker *w, const float *dense, const ss__ctr_embeddings *emb,
+                      const ss__ctr_example *ex) {
     float *rows[SS_CTR_NUM_CAT];
     array_rows(w, emb, ex, rows);
     return sigmoid(forward(w, dense, (const float *const *)rows, ex));
@@ -190,25 +190,25 @@ float ss_ctr_predict(ss_ctr_worker *w, const float *dense, const ss_ctr_embeddin
  * to w->grad; each field's embedding gradient goes to upd[f] scaled by
  * scale: applied to the live shared row at once (array path, live) or
  * added to a private gradient buffer (table path). */
-static void backward(ss_ctr_worker *w, const float *dense, float *const *upd, float scale,
-                     bool live, const ss_ctr_example *ex, float dlogit) {
-    const ss_ctr_layout *L = &w->L;
+static void backward(ss__ctr_worker *w, const float *dense, float *const *upd, float scale,
+                     bool live, const ss__ctr_example *ex, float dlogit) {
+    const ss__ctr_layout *L = &w->L;
     const size_t D = w->cfg.emb_dim, H = w->cfg.bottom_hidden, T = w->cfg.top_hidden;
     const size_t F = L->interact;
     float *g = w->grad;
 
-    ss_kernel_axpy(g + L->w4, w->h, dlogit, T);
+    ss__kernel_axpy(g + L->w4, w->h, dlogit, T);
     g[L->b4] += dlogit;
-    ss_kernel_live_matvec_t(dense + L->w4, &dlogit, w->dh, 1, T);
+    ss__kernel_live_matvec_t(dense + L->w4, &dlogit, w->dh, 1, T);
     for (size_t r = 0; r < T; r++)
         if (w->a3[r] <= 0.0f)
             w->dh[r] = 0.0f;
 
     for (size_t r = 0; r < T; r++)
         if (w->dh[r] != 0.0f)
-            ss_kernel_axpy(g + L->w3 + r * F, w->f, w->dh[r], F);
-    ss_kernel_axpy(g + L->b3, w->dh, 1.0f, T);
-    ss_kernel_live_matvec_t(dense + L->w3, w->dh, w->df, T, F);
+            ss__kernel_axpy(g + L->w3 + r * F, w->f, w->dh[r], F);
+    ss__kernel_axpy(g + L->b3, w->dh, 1.0f, T);
+    ss__kernel_live_matvec_t(dense + L->w3, w->dh, w->df, T, F);
 
     memset(w->dV, 0, NVEC * D * sizeof(float));
     memcpy(w->dV, w->df, D * sizeof(float));
@@ -216,44 +216,44 @@ static void backward(ss_ctr_worker *w, const float *dense, float *const *upd, fl
     for (size_t i = 0; i < NVEC; i++) {
         for (size_t j = i + 1; j < NVEC; j++) {
             float gp = w->df[p++];
-            ss_kernel_axpy(w->dV + i * D, w->V + j * D, gp, D);
-            ss_kernel_axpy(w->dV + j * D, w->V + i * D, gp, D);
+            ss__kernel_axpy(w->dV + i * D, w->V + j * D, gp, D);
+            ss__kernel_axpy(w->dV + j * D, w->V + i * D, gp, D);
         }
     }
 
     for (size_t r = 0; r < D; r++)
         w->dz2[r] = w->a2[r] > 0.0f ? w->dV[r] : 0.0f;
     for (size_t r = 0; r < D; r++)
-        ss_kernel_axpy(g + L->w2 + r * H, w->z1, w->dz2[r], H);
-    ss_kernel_axpy(g + L->b2, w->dz2, 1.0f, D);
-    ss_kernel_live_matvec_t(dense + L->w2, w->dz2, w->dz1, D, H);
+        ss__kernel_axpy(g + L->w2 + r * H, w->z1, w->dz2[r], H);
+    ss__kernel_axpy(g + L->b2, w->dz2, 1.0f, D);
+    ss__kernel_live_matvec_t(dense + L->w2, w->dz2, w->dz1, D, H);
     for (size_t r = 0; r < H; r++)
         if (w->a1[r] <= 0.0f)
             w->dz1[r] = 0.0f;
     for (size_t r = 0; r < H; r++)
-        ss_kernel_axpy(g + L->w1 + r * SS_CTR_NUM_DENSE, ex->dense, w->dz1[r], SS_CTR_NUM_DENSE);
-    ss_kernel_axpy(g + L->b1, w->dz1, 1.0f, H);
+        ss__kernel_axpy(g + L->w1 + r * SS_CTR_NUM_DENSE, ex->dense, w->dz1[r], SS_CTR_NUM_DENSE);
+    ss__kernel_axpy(g + L->b1, w->dz1, 1.0f, H);
 
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
         if (live)
-            ss_kernel_live_add_scaled(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
+            ss__kernel_live_add_scaled(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
         else
-            ss_kernel_axpy(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
+            ss__kernel_axpy(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
     }
 }
 
 /* One batch: rows_of(i) gives example i's rows and where their gradients
  * go; the dense replica gets lr times the mean gradient at the end. */
-static void train_batch(ss_ctr_worker *w, float *dense, const ss_ctr_embeddings *emb,
+static void train_batch(ss__ctr_worker *w, float *dense, const ss__ctr_embeddings *emb,
                         const float *const *gathered, float *const *grads,
-                        const ss_ctr_example *const *batch, size_t count, float lr, float emb_lr,
+                        const ss__ctr_example *const *batch, size_t count, float lr, float emb_lr,
                         double *loss_sum) {
     if (count == 0)
         return;
     memset(w->grad, 0, w->L.total * sizeof(float));
     double loss = 0.0;
     for (size_t i = 0; i < count; i++) {
-        const ss_ctr_example *ex = batch[i];
+        const ss__ctr_example *ex = batch[i];
         float *rows[SS_CTR_NUM_CAT];
         if (emb)
             array_rows(w, emb, ex, rows);
@@ -266,23 +266,23 @@ static void train_batch(ss_ctr_worker *w, float *dense, const ss_ctr_embeddings 
         else
             backward(w, dense, grads + i * SS_CTR_NUM_CAT, 1.0f, false, ex, p - ex->label);
     }
-    ss_kernel_live_add_scaled(dense, w->grad, -lr / (float)count, w->L.total);
+    ss__kernel_live_add_scaled(dense, w->grad, -lr / (float)count, w->L.total);
     if (loss_sum)
         *loss_sum += loss;
 }
 
-void ss_ctr_train_batch(ss_ctr_worker *w, float *dense, ss_ctr_embeddings *emb,
-                        const ss_ctr_example *const *batch, size_t count, float lr, float emb_lr,
-                        double *loss_sum) {
+void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_embeddings *emb,
+                         const ss__ctr_example *const *batch, size_t count, float lr, float emb_lr,
+                         double *loss_sum) {
     train_batch(w, dense, emb, NULL, NULL, batch, count, lr, emb_lr, loss_sum);
 }
 
-void ss_ctr_train_batch_gathered(ss_ctr_worker *w, float *dense, const float *const *rows,
-                                 float *const *grads, const ss_ctr_example *const *batch,
-                                 size_t count, float lr, double *loss_sum) {
+void ss__ctr_train_batch_gathered(ss__ctr_worker *w, float *dense, const float *const *rows,
+                                  float *const *grads, const ss__ctr_example *const *batch,
+                                  size_t count, float lr, double *loss_sum) {
     train_batch(w, dense, NULL, rows, grads, batch, count, lr, 0.0f, loss_sum);
 }
 
-uint64_t ss_ctr_row_id(const ss_ctr_model_config *cfg, int field, const ss_ctr_example *ex) {
-    return (uint64_t)field * cfg->table_rows + ss_ctr_row_index(cfg, field, ex);
+uint64_t ss__ctr_row_id(const ss__ctr_model_config *cfg, int field, const ss__ctr_example *ex) {
+    return (uint64_t)field * cfg->table_rows + ss__ctr_row_index(cfg, field, ex);
 }

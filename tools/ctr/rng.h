@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline uint64_t ss_splitmix64(uint64_t x) {
+static inline uint64_t ss__splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -14,27 +14,27 @@ static inline uint64_t ss_splitmix64(uint64_t x) {
 }
 
 /* Hash of a few integers, for values that must be a pure function of ids. */
-static inline uint64_t ss_hash3(uint64_t a, uint64_t b, uint64_t c) {
-    return ss_splitmix64(ss_splitmix64(ss_splitmix64(a) ^ b) ^ c);
+static inline uint64_t ss__hash3(uint64_t a, uint64_t b, uint64_t c) {
+    return ss__splitmix64(ss__splitmix64(ss__splitmix64(a) ^ b) ^ c);
 }
 
 /* Uniform in [0, 1) from 53 random bits. */
-static inline double ss_u01(uint64_t bits) {
+static inline double ss__u01(uint64_t bits) {
     return (double)(bits >> 11) * 0x1.0p-53;
 }
 
-typedef struct ss_rng {
+typedef struct ss__rng {
     uint64_t s[4];
-} ss_rng;
+} ss__rng;
 
-static inline void ss_rng_seed(ss_rng *r, uint64_t seed) {
+static inline void ss__rng_seed(ss__rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) {
-        seed = ss_splitmix64(seed);
+        seed = ss__splitmix64(seed);
         r->s[i] = seed;
     }
 }
 
-static inline uint64_t ss_rng_next(ss_rng *r) {
+static inline uint64_t ss__rng_next(ss__rng *r) {
     uint64_t *s = r->s;
     uint64_t x = s[1] * 5;
     uint64_t result = ((x << 7) | (x >> 57)) * 9;
@@ -48,21 +48,21 @@ static inline uint64_t ss_rng_next(ss_rng *r) {
     return result;
 }
 
-static inline double ss_rng_uniform(ss_rng *r) {
-    return ss_u01(ss_rng_next(r));
+static inline double ss__rng_uniform(ss__rng *r) {
+    return ss__u01(ss__rng_next(r));
 }
 
 /* Standard normal by Box-Muller (one value per call; simplicity over speed). */
-static inline double ss_rng_normal(ss_rng *r) {
-    double u1 = ss_rng_uniform(r), u2 = ss_rng_uniform(r);
+static inline double ss__rng_normal(ss__rng *r) {
+    double u1 = ss__rng_uniform(r), u2 = ss__rng_uniform(r);
     if (u1 < 1e-300)
         u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 /* Standard normal that is a pure function of a hash value. */
-static inline double ss_hash_normal(uint64_t h) {
-    double u1 = ss_u01(ss_splitmix64(h)), u2 = ss_u01(ss_splitmix64(h ^ 0x5bd1e995ull));
+static inline double ss__hash_normal(uint64_t h) {
+    double u1 = ss__u01(ss__splitmix64(h)), u2 = ss__u01(ss__splitmix64(h ^ 0x5bd1e995ull));
     if (u1 < 1e-300)
         u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);

@@ -1,35 +1,36 @@
-#include "train.h"
+#include "tools/ctr/train.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval.h"
-#include "shadowsync/clock.h"
-#include "shadowsync/log.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "shadow/inproc_transport.h"
+#include "tools/ctr/eval.h"
 
 static const char *const mode_names[] = {"none", "shadow", "foreground"};
 
-ss_status ss_ctr_sync_mode_parse(const char *text, ss_ctr_sync_mode *out) {
+ss_status ss__ctr_sync_mode_parse(const char *text, ss__ctr_sync_mode *out) {
     if (!text || !out)
         return SS_ERR_INVALID_ARGUMENT;
     for (int i = 0; i < 3; i++) {
         if (!strcmp(text, mode_names[i])) {
-            *out = (ss_ctr_sync_mode)i;
+            *out = (ss__ctr_sync_mode)i;
             return SS_OK;
         }
     }
     return SS_ERR_INVALID_ARGUMENT;
 }
 
-const char *ss_ctr_sync_mode_name(ss_ctr_sync_mode mode) {
+const char *ss__ctr_sync_mode_name(ss__ctr_sync_mode mode) {
     return (unsigned)mode < 3 ? mode_names[mode] : "unknown";
 }
 
-void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
+void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cfg->model = (ss_ctr_model_config){
+    cfg->model = (ss__ctr_model_config){
         .emb_dim = 8, .table_rows = 32768, .bottom_hidden = 32, .top_hidden = 64};
     cfg->trainers = 1;
     cfg->workers = 1;
@@ -37,7 +38,7 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
     cfg->sync = SS_CTR_SYNC_SHADOW;
     cfg->params.algo = SS_ALGO_EASGD;
     cfg->params.alpha = 0.5f;
-    cfg->params.bmuf = (ss_bmuf_params){.eta = 0.3f, .zeta = 1.0f, .nesterov = true};
+    cfg->params.bmuf = (ss__bmuf_params){.eta = 0.3f, .zeta = 1.0f, .nesterov = true};
     cfg->sync_every = 10;
     cfg->batch = 32;
     cfg->lr = 0.05f;
@@ -59,9 +60,9 @@ void ss_ctr_train_config_default(ss_ctr_train_config *cfg) {
 typedef struct trainer {
     struct run *run;
     uint32_t index;
-    ss_replica *replica; /* in-process mode */
-    ss_engine *engine;
-    ss_engine_group *group;
+    ss__replica *replica; /* in-process mode */
+    ss__engine *engine;
+    ss__engine_group *group;
     ss_trainer *hooks; /* process mode */
     ss_dense *hooks_dense;
     float *dense;
@@ -74,9 +75,9 @@ typedef struct trainer {
 } trainer;
 
 typedef struct run {
-    const ss_ctr_train_config *cfg;
-    const ss_ctr_dataset *train;
-    ss_ctr_embeddings emb;
+    const ss__ctr_train_config *cfg;
+    const ss__ctr_dataset *train;
+    ss__ctr_embeddings emb;
     ss_trainer *emb_owner; /* opened only to hold the table (in-process runs) */
     ss_table *table;       /* the table path; NULL = the shared array */
     trainer tr[SS_CTR_MAX_TRAINERS];
@@ -93,7 +94,7 @@ typedef struct worker_arg {
 
 /* After each minibatch: count the step; a foreground round when due. */
 static void after_step(trainer *tr, uint64_t step) {
-    const ss_ctr_train_config *cfg = tr->run->cfg;
+    const ss__ctr_train_config *cfg = tr->run->cfg;
     if (tr->hooks) {
         /* The public API: counts the step, runs a foreground round every K
          * steps itself. */
@@ -103,10 +104,10 @@ static void after_step(trainer *tr, uint64_t step) {
                          ss_status_name(st));
         return;
     }
-    ss_replica_tick(tr->replica, 1);
+    ss__replica_tick(tr->replica, 1);
     if (cfg->sync == SS_CTR_SYNC_FOREGROUND && step % cfg->sync_every == 0) {
         /* FR-X: the same round, blocking this worker. */
-        ss_status st = ss_engine_run_round(tr->engine, tr->group);
+        ss_status st = ss__engine_run_round(tr->engine, tr->group);
         if (st != SS_OK && st != SS_ERR_TIMEOUT)
             SS_LOG_WARNF("ctr-train", "event=foreground_round_failed trainer=%u status=%s",
                          tr->index, ss_status_name(st));
@@ -114,8 +115,8 @@ static void after_step(trainer *tr, uint64_t step) {
 }
 
 /* Claims the trainer's next minibatch into batch; 0 when none is left. */
-static size_t claim_batch(trainer *tr, const ss_ctr_example **batch) {
-    const ss_ctr_train_config *cfg = tr->run->cfg;
+static size_t claim_batch(trainer *tr, const ss__ctr_example **batch) {
+    const ss__ctr_train_config *cfg = tr->run->cfg;
     size_t start = atomic_fetch_add(&tr->cursor, cfg->batch);
     if (start >= tr->count)
         return 0;
@@ -126,31 +127,31 @@ static size_t claim_batch(trainer *tr, const ss_ctr_example **batch) {
 }
 
 /* The table path: batch k+1's rows are fetched while batch k trains. */
-static ss_status table_loop(trainer *tr, ss_ctr_worker *w, const ss_ctr_example **batch,
+static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_example **batch,
                             double *loss) {
     run *r = tr->run;
-    const ss_ctr_train_config *cfg = r->cfg;
+    const ss__ctr_train_config *cfg = r->cfg;
     const bool prefetch = cfg->emb_prefetch && cfg->emb != SS_CTR_EMB_LOCAL;
-    ss_ctr_gather *g[2] = {NULL, NULL};
-    ss_status st = ss_ctr_gather_create(&cfg->model, cfg->batch, &g[0]);
+    ss__ctr_gather *g[2] = {NULL, NULL};
+    ss_status st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[0]);
     if (st == SS_OK)
-        st = ss_ctr_gather_create(&cfg->model, cfg->batch, &g[1]);
+        st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[1]);
     size_t n = st == SS_OK ? claim_batch(tr, batch) : 0;
     if (n)
-        st = ss_ctr_gather_begin(g[0], r->table, batch, n, prefetch);
+        st = ss__ctr_gather_begin(g[0], r->table, batch, n, prefetch);
     for (int cur = 0; n && st == SS_OK; cur ^= 1) {
         size_t next = claim_batch(tr, batch);
         if (next)
-            st = ss_ctr_gather_begin(g[cur ^ 1], r->table, batch, next, prefetch);
-        ss_status s = ss_ctr_gather_train(g[cur], r->table, w, tr->dense, cfg->lr, loss);
+            st = ss__ctr_gather_begin(g[cur ^ 1], r->table, batch, next, prefetch);
+        ss_status s = ss__ctr_gather_train(g[cur], r->table, w, tr->dense, cfg->lr, loss);
         if (st == SS_OK)
             st = s;
         atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
         after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
         n = next;
     }
-    ss_ctr_gather_destroy(g[0]);
-    ss_ctr_gather_destroy(g[1]);
+    ss__ctr_gather_destroy(g[0]);
+    ss__ctr_gather_destroy(g[1]);
     if (st != SS_OK)
         SS_LOG_ERRORF("ctr-train", "event=table_path_failed status=%s", ss_status_name(st));
     return st;
@@ -159,10 +160,10 @@ static ss_status table_loop(trainer *tr, ss_ctr_worker *w, const ss_ctr_example 
 static void *worker_main(void *arg) {
     trainer *tr = ((worker_arg *)arg)->tr;
     run *r = tr->run;
-    const ss_ctr_train_config *cfg = r->cfg;
-    ss_ctr_worker *w = NULL;
-    const ss_ctr_example **batch = malloc(cfg->batch * sizeof *batch);
-    if (!batch || ss_ctr_worker_create(&cfg->model, &w) != SS_OK) {
+    const ss__ctr_train_config *cfg = r->cfg;
+    ss__ctr_worker *w = NULL;
+    const ss__ctr_example **batch = malloc(cfg->batch * sizeof *batch);
+    if (!batch || ss__ctr_worker_create(&cfg->model, &w) != SS_OK) {
         atomic_store(&r->failed, 1);
         goto done;
     }
@@ -173,17 +174,17 @@ static void *worker_main(void *arg) {
     } else {
         size_t n;
         while ((n = claim_batch(tr, batch)) > 0) {
-            ss_ctr_train_batch(w, tr->dense, &r->emb, batch, n, cfg->lr, cfg->emb_lr, &loss);
+            ss__ctr_train_batch(w, tr->dense, &r->emb, batch, n, cfg->lr, cfg->emb_lr, &loss);
             atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
             after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
         }
     }
     atomic_fetch_add(&r->loss_sum_micro, (uint64_t)(loss * 1e6));
 done:
-    ss_ctr_worker_destroy(w);
+    ss__ctr_worker_destroy(w);
     free(batch);
     if (atomic_fetch_sub(&tr->workers_left, 1) == 1) {
-        tr->t_end = ss_now_ns();
+        tr->t_end = ss__now_ns();
         pthread_mutex_lock(&r->done_lock);
         atomic_fetch_sub(&r->trainers_left, 1);
         pthread_cond_broadcast(&r->done_cond);
@@ -200,17 +201,17 @@ typedef struct final_arg {
 static void *final_rounds_main(void *arg) {
     final_arg *fa = arg;
     for (uint32_t i = 0; i < fa->rounds; i++)
-        ss_engine_run_round(fa->tr->engine, fa->tr->group);
+        ss__engine_run_round(fa->tr->engine, fa->tr->group);
     return NULL;
 }
 
-ss_status ss_ctr_evaluate(const ss_ctr_model_config *mcfg, const float *dense,
-                          const ss_ctr_embeddings *emb, const ss_ctr_dataset *test, double *ne,
-                          double *auc) {
+ss_status ss__ctr_evaluate(const ss__ctr_model_config *mcfg, const float *dense,
+                           const ss__ctr_embeddings *emb, const ss__ctr_dataset *test, double *ne,
+                           double *auc) {
     if (!mcfg || !dense || !emb || !test || test->nrows == 0 || !ne || !auc)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_ctr_worker *w;
-    ss_status st = ss_ctr_worker_create(mcfg, &w);
+    ss__ctr_worker *w;
+    ss_status st = ss__ctr_worker_create(mcfg, &w);
     if (st != SS_OK)
         return st;
     float *pred = malloc(test->nrows * sizeof *pred);
@@ -220,27 +221,27 @@ ss_status ss_ctr_evaluate(const ss_ctr_model_config *mcfg, const float *dense,
         goto out;
     }
     for (size_t i = 0; i < test->nrows; i++) {
-        pred[i] = ss_ctr_predict(w, dense, emb, &test->rows[i]);
+        pred[i] = ss__ctr_predict(w, dense, emb, &test->rows[i]);
         label[i] = test->rows[i].label;
     }
-    st = ss_ctr_ne(pred, label, test->nrows, ne);
+    st = ss__ctr_ne(pred, label, test->nrows, ne);
     if (st == SS_OK)
-        st = ss_ctr_auc(pred, label, test->nrows, auc);
+        st = ss__ctr_auc(pred, label, test->nrows, auc);
 out:
     free(pred);
     free(label);
-    ss_ctr_worker_destroy(w);
+    ss__ctr_worker_destroy(w);
     return st;
 }
 
 static void print_progress(run *r, uint64_t t0, uint64_t total) {
-    const ss_ctr_train_config *cfg = r->cfg;
+    const ss__ctr_train_config *cfg = r->cfg;
     uint64_t ex = 0, rounds = 0;
     double divergence = 0.0; /* largest over trainers, at a recent round */
     for (uint32_t t = 0; t < cfg->trainers; t++) {
         ex += atomic_load(&r->tr[t].examples);
-        ss_group_stats gs;
-        if (r->tr[t].engine && ss_engine_group_stats(r->tr[t].group, &gs) == SS_OK) {
+        ss__group_stats gs;
+        if (r->tr[t].engine && ss__engine_group_stats(r->tr[t].group, &gs) == SS_OK) {
             rounds += gs.rounds;
             divergence = gs.divergence > divergence ? gs.divergence : divergence;
         }
@@ -250,7 +251,7 @@ static void print_progress(run *r, uint64_t t0, uint64_t total) {
             divergence = ds.divergence > divergence ? ds.divergence : divergence;
         }
     }
-    double el = (double)(ss_now_ns() - t0) * 1e-9;
+    double el = (double)(ss__now_ns() - t0) * 1e-9;
     fprintf(cfg->progress,
             "progress: t=%.1fs examples=%llu/%llu (%.1f%%) examples/s=%.0f sync_rounds=%llu "
             "divergence=%.4g\n",
@@ -260,9 +261,9 @@ static void print_progress(run *r, uint64_t t0, uint64_t total) {
     fflush(cfg->progress);
 }
 
-static ss_status check_config(const ss_ctr_train_config *cfg, const ss_ctr_dataset *train,
-                              const ss_ctr_dataset *test) {
-    if (!cfg || !train || !test || ss_ctr_model_config_check(&cfg->model) != SS_OK)
+static ss_status check_config(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
+                              const ss__ctr_dataset *test) {
+    if (!cfg || !train || !test || ss__ctr_model_config_check(&cfg->model) != SS_OK)
         return SS_ERR_INVALID_ARGUMENT;
     if (cfg->trainers == 0 || cfg->trainers > SS_CTR_MAX_TRAINERS || cfg->workers == 0 ||
         cfg->workers > 256 || cfg->batch == 0 || !(cfg->lr > 0) || !(cfg->emb_lr >= 0) ||
@@ -281,7 +282,7 @@ static ss_status check_config(const ss_ctr_train_config *cfg, const ss_ctr_datas
 /* The table of the table path, held by this process's trainer hooks (or
  * by a trainer opened just for it when the replicas are in-process). */
 static ss_status open_table(run *r) {
-    const ss_ctr_train_config *cfg = r->cfg;
+    const ss__ctr_train_config *cfg = r->cfg;
     ss_trainer *owner = r->tr[0].hooks;
     ss_status st = SS_OK;
     if (!owner) {
@@ -308,7 +309,7 @@ static ss_status open_table(run *r) {
     st = ss_table_open(owner, &t, &r->table);
     if (st != SS_OK)
         SS_LOG_ERRORF("ctr-train", "event=table_open_failed mode=%s status=%s",
-                      ss_ctr_emb_mode_name(cfg->emb), ss_status_name(st));
+                      ss__ctr_emb_mode_name(cfg->emb), ss_status_name(st));
     return st;
 }
 
@@ -323,8 +324,8 @@ static ss_status write_dense(const char *path, const float *x, size_t n) {
     return ok ? SS_OK : SS_ERR_IO;
 }
 
-ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset *train,
-                           const ss_ctr_dataset *test, ss_ctr_train_result *res) {
+ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
+                            const ss__ctr_dataset *test, ss__ctr_train_result *res) {
     if (!res)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st = check_config(cfg, train, test);
@@ -338,7 +339,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     r->train = train;
     pthread_mutex_init(&r->done_lock, NULL);
     pthread_cond_init(&r->done_cond, NULL);
-    ss_transport *transport = NULL;
+    ss__transport *transport = NULL;
     pthread_t *threads = NULL;
     size_t nthreads = 0;
     worker_arg *wargs = NULL;
@@ -346,17 +347,17 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     /* In-process sync through the engine here; process mode syncs inside
      * the hooks. */
     const bool syncing = !cfg->process && cfg->sync != SS_CTR_SYNC_NONE;
-    ss_ctr_layout L;
-    ss_ctr_layout_of(&cfg->model, &L);
+    ss__ctr_layout L;
+    ss__ctr_layout_of(&cfg->model, &L);
 
-    st = ss_ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb);
+    st = ss__ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb);
     if (st != SS_OK)
         goto out;
     if (syncing) {
-        ss_inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms,
-                                 .link_latency_us = cfg->link_latency_us,
-                                 .link_gbps = cfg->link_gbps};
-        st = ss_inproc_transport_create(&icfg, &transport);
+        ss__inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms,
+                                  .link_latency_us = cfg->link_latency_us,
+                                  .link_gbps = cfg->link_gbps};
+        st = ss__inproc_transport_create(&icfg, &transport);
         if (st != SS_OK)
             goto out;
     }
@@ -373,7 +374,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
                 goto out;
             }
             /* Same seed in every process: replicas start identical. */
-            ss_ctr_dense_init(&cfg->model, init, cfg->seed);
+            ss__ctr_dense_init(&cfg->model, init, cfg->seed);
             if ((st = ss_trainer_open(cfg->process, &tr->hooks)) == SS_OK)
                 st = ss_trainer_add_dense(tr->hooks, "dense", L.total, init, &tr->hooks_dense);
             free(init);
@@ -382,24 +383,24 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
             tr->dense = ss_dense_data(tr->hooks_dense);
             continue;
         }
-        if ((st = ss_replica_create(L.total, &tr->replica)) != SS_OK)
+        if ((st = ss__replica_create(L.total, &tr->replica)) != SS_OK)
             goto out;
-        tr->dense = ss_replica_data(tr->replica);
+        tr->dense = ss__replica_data(tr->replica);
         /* Same seed everywhere: replicas start identical, as after a broadcast. */
-        ss_ctr_dense_init(&cfg->model, tr->dense, cfg->seed);
+        ss__ctr_dense_init(&cfg->model, tr->dense, cfg->seed);
         if (!syncing)
             continue;
         char name[32];
         snprintf(name, sizeof name, "t%u", t);
-        ss_engine_config ecfg = {.transport = transport,
-                                 .metrics = cfg->metrics,
-                                 .trainer = name,
-                                 .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
-                                 .round_interval_us = cfg->round_interval_us,
-                                 .min_round_gap = cfg->min_round_gap};
-        if ((st = ss_engine_create(&ecfg, &tr->engine)) != SS_OK ||
-            (st = ss_engine_add_group(tr->engine, "dense", tr->replica, &cfg->params,
-                                      &tr->group)) != SS_OK)
+        ss__engine_config ecfg = {.transport = transport,
+                                  .metrics = cfg->metrics,
+                                  .trainer = name,
+                                  .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
+                                  .round_interval_us = cfg->round_interval_us,
+                                  .min_round_gap = cfg->min_round_gap};
+        if ((st = ss__engine_create(&ecfg, &tr->engine)) != SS_OK ||
+            (st = ss__engine_add_group(tr->engine, "dense", tr->replica, &cfg->params,
+                                       &tr->group)) != SS_OK)
             goto out;
     }
     atomic_init(&r->trainers_left, N);
@@ -414,9 +415,9 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     }
     if (syncing && cfg->sync == SS_CTR_SYNC_SHADOW)
         for (uint32_t t = 0; t < N; t++)
-            if ((st = ss_engine_start(r->tr[t].engine)) != SS_OK)
+            if ((st = ss__engine_start(r->tr[t].engine)) != SS_OK)
                 goto out;
-    const uint64_t t0 = ss_now_ns();
+    const uint64_t t0 = ss__now_ns();
     for (uint32_t t = 0; t < N; t++) {
         wargs[t].tr = &r->tr[t];
         r->tr[t].t_start = t0;
@@ -441,7 +442,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&r->done_cond, &r->done_lock, &ts);
-        if (cfg->progress && cfg->progress_interval_s > 0 && ss_now_ns() >= next_report) {
+        if (cfg->progress && cfg->progress_interval_s > 0 && ss__now_ns() >= next_report) {
             pthread_mutex_unlock(&r->done_lock);
             print_progress(r, t0, train->nrows);
             pthread_mutex_lock(&r->done_lock);
@@ -451,7 +452,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     pthread_mutex_unlock(&r->done_lock);
     for (size_t i = 0; i < nthreads; i++)
         pthread_join(threads[i], NULL);
-    const uint64_t t1 = ss_now_ns();
+    const uint64_t t1 = ss__now_ns();
     if (st != SS_OK)
         goto out;
     if (atomic_load(&r->failed)) {
@@ -472,7 +473,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     }
     if (syncing)
         for (uint32_t t = 0; t < N; t++)
-            ss_engine_stop(r->tr[t].engine);
+            ss__engine_stop(r->tr[t].engine);
     if (cfg->process && (st = ss_trainer_finish(r->tr[0].hooks)) != SS_OK)
         SS_LOG_WARNF("ctr-train", "event=final_rounds_failed status=%s", ss_status_name(st));
     st = SS_OK;
@@ -480,7 +481,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
         /* Pushes applied / cached rows synced, then the rows as this
          * trainer sees them, into the array the evaluation reads. */
         if ((st = ss_table_flush(r->table)) == SS_OK)
-            st = ss_ctr_emb_materialize(r->table, &r->emb);
+            st = ss__ctr_emb_materialize(r->table, &r->emb);
         ss_table_get_stats(r->table, &res->emb);
         if (st != SS_OK)
             goto out;
@@ -490,7 +491,7 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
     double gap_sum = 0.0;
     for (uint32_t t = 0; t < N; t++) {
         trainer *tr = &r->tr[t];
-        ss_ctr_trainer_result *tres = &res->trainer[t];
+        ss__ctr_trainer_result *tres = &res->trainer[t];
         tres->examples = atomic_load(&tr->examples);
         tres->seconds = (double)(tr->t_end - tr->t_start) * 1e-9;
         tres->examples_per_s = tres->seconds > 0 ? (double)tres->examples / tres->seconds : 0;
@@ -498,16 +499,16 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
         if (tr->hooks_dense) {
             ss_dense_stats ds;
             ss_dense_get_stats(tr->hooks_dense, &ds);
-            tres->sync = (ss_group_stats){.rounds = ds.rounds,
-                                          .failed_rounds = ds.failed_rounds,
-                                          .rejoins = ds.rejoins,
-                                          .gap_mean = ds.gap_mean,
-                                          .gap_p50 = ds.gap_p50,
-                                          .gap_p99 = ds.gap_p99,
-                                          .gap_max = ds.gap_max,
-                                          .divergence = ds.divergence};
+            tres->sync = (ss__group_stats){.rounds = ds.rounds,
+                                           .failed_rounds = ds.failed_rounds,
+                                           .rejoins = ds.rejoins,
+                                           .gap_mean = ds.gap_mean,
+                                           .gap_p50 = ds.gap_p50,
+                                           .gap_p99 = ds.gap_p99,
+                                           .gap_max = ds.gap_max,
+                                           .divergence = ds.divergence};
         } else if (syncing) {
-            ss_engine_group_stats(tr->group, &tres->sync);
+            ss__engine_group_stats(tr->group, &tres->sync);
         }
         if (tr->hooks_dense || syncing) {
             res->rounds += tres->sync.rounds;
@@ -515,8 +516,8 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
             if (tres->sync.gap_p99 > res->gap_p99)
                 res->gap_p99 = tres->sync.gap_p99;
         }
-        if (cfg->eval_each && (st = ss_ctr_evaluate(&cfg->model, tr->dense, &r->emb, test,
-                                                    &tres->ne, &tres->auc)) != SS_OK)
+        if (cfg->eval_each && (st = ss__ctr_evaluate(&cfg->model, tr->dense, &r->emb, test,
+                                                     &tres->ne, &tres->auc)) != SS_OK)
             goto out;
     }
     res->gap_mean = gap_sum / N;
@@ -530,28 +531,28 @@ ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset 
             st = SS_ERR_NO_MEMORY;
             goto out;
         }
-        st = ss_transport_read_central(transport, "dense", c, L.total);
+        st = ss__transport_read_central(transport, "dense", c, L.total);
         if (st == SS_OK)
-            st = ss_ctr_evaluate(&cfg->model, c, &r->emb, test, &res->ne, &res->auc);
+            st = ss__ctr_evaluate(&cfg->model, c, &r->emb, test, &res->ne, &res->auc);
         free(c);
         res->model_evaluated = "central";
     } else {
-        st = ss_ctr_evaluate(&cfg->model, r->tr[0].dense, &r->emb, test, &res->ne, &res->auc);
+        st = ss__ctr_evaluate(&cfg->model, r->tr[0].dense, &r->emb, test, &res->ne, &res->auc);
         res->model_evaluated = "replica0";
         if (st == SS_OK && cfg->dense_out)
             st = write_dense(cfg->dense_out, r->tr[0].dense, L.total);
     }
 out:
     for (uint32_t t = 0; t < N; t++) {
-        ss_engine_destroy(r->tr[t].engine);
-        ss_replica_destroy(r->tr[t].replica);
+        ss__engine_destroy(r->tr[t].engine);
+        ss__replica_destroy(r->tr[t].replica);
         if (r->tr[t].hooks)
             ss_trainer_close(r->tr[t].hooks);
     }
     if (r->emb_owner)
         ss_trainer_close(r->emb_owner);
-    ss_transport_destroy(transport);
-    ss_ctr_embeddings_destroy(&r->emb);
+    ss__transport_destroy(transport);
+    ss__ctr_embeddings_destroy(&r->emb);
     free(threads);
     free(wargs);
     pthread_mutex_destroy(&r->done_lock);

@@ -12,30 +12,30 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "criteo.h"
-#include "emb_path.h"
-#include "model.h"
-#include "shadowsync/engine.h"
+#include "shadow/engine.h"
 #include "shadowsync/shadowsync.h"
+#include "tools/ctr/criteo.h"
+#include "tools/ctr/emb_path.h"
+#include "tools/ctr/model.h"
 
-typedef enum ss_ctr_sync_mode {
+typedef enum ss__ctr_sync_mode {
     SS_CTR_SYNC_NONE,
     SS_CTR_SYNC_SHADOW,
     SS_CTR_SYNC_FOREGROUND
-} ss_ctr_sync_mode;
+} ss__ctr_sync_mode;
 
-ss_status ss_ctr_sync_mode_parse(const char *text, ss_ctr_sync_mode *out);
-const char *ss_ctr_sync_mode_name(ss_ctr_sync_mode mode);
+ss_status ss__ctr_sync_mode_parse(const char *text, ss__ctr_sync_mode *out);
+const char *ss__ctr_sync_mode_name(ss__ctr_sync_mode mode);
 
 #define SS_CTR_MAX_TRAINERS 64
 
-typedef struct ss_ctr_train_config {
-    ss_ctr_model_config model;
+typedef struct ss__ctr_train_config {
+    ss__ctr_model_config model;
     uint32_t trainers;       /* replicas */
     uint32_t workers;        /* Hogwild threads per trainer */
     uint32_t shadow_threads; /* per trainer, shadow mode */
-    ss_ctr_sync_mode sync;
-    ss_sync_params params;
+    ss__ctr_sync_mode sync;
+    ss__sync_params params;
     uint32_t sync_every; /* K, foreground mode */
     uint32_t batch;
     float lr, emb_lr;
@@ -49,8 +49,8 @@ typedef struct ss_ctr_train_config {
     bool eval_central;     /* evaluate the central variable instead of replica 0 */
     bool eval_each;        /* also evaluate every trainer's replica */
     double progress_interval_s;
-    FILE *progress;      /* progress lines go here; NULL = quiet */
-    ss_metrics *metrics; /* engines register here; NULL = private registries */
+    FILE *progress;       /* progress lines go here; NULL = quiet */
+    ss__metrics *metrics; /* engines register here; NULL = private registries */
     /* Process mode: this process is one trainer of a cluster and syncs
      * through the public trainer hooks with these settings (trainers must
      * be 1; sync, params, sync_every, final_rounds come from here, the
@@ -59,25 +59,25 @@ typedef struct ss_ctr_train_config {
     const char *dense_out; /* optional: trainer 0's final dense replica, raw float32 */
     /* Embeddings: the shared array (default) or one ss_table of the public
      * API in local, remote or cached mode (emb_lr is the table's lr). */
-    ss_ctr_emb_mode emb;
+    ss__ctr_emb_mode emb;
     const char *emb_ps; /* remote/cached shards; NULL = the process config's ps */
     ss_table_optimizer emb_optimizer;
     size_t emb_cache_rows; /* cached mode */
     float emb_alpha;       /* cached mode: elastic rate of the row sync */
     uint32_t emb_sync_ms;  /* cached mode: pause between row-sync passes */
     bool emb_prefetch;     /* fetch the next batch's rows while training */
-} ss_ctr_train_config;
+} ss__ctr_train_config;
 
-typedef struct ss_ctr_trainer_result {
+typedef struct ss__ctr_trainer_result {
     uint64_t examples;
     double seconds, examples_per_s;
-    ss_group_stats sync; /* zeroed when sync is none */
-    double ne, auc;      /* of this trainer's replica, when eval_each */
-} ss_ctr_trainer_result;
+    ss__group_stats sync; /* zeroed when sync is none */
+    double ne, auc;       /* of this trainer's replica, when eval_each */
+} ss__ctr_trainer_result;
 
-typedef struct ss_ctr_train_result {
+typedef struct ss__ctr_train_result {
     ss_table_stats emb; /* table path only */
-    ss_ctr_trainer_result trainer[SS_CTR_MAX_TRAINERS];
+    ss__ctr_trainer_result trainer[SS_CTR_MAX_TRAINERS];
     uint64_t examples;
     double seconds, examples_per_s;
     double train_loss; /* mean log loss over the training pass */
@@ -86,17 +86,17 @@ typedef struct ss_ctr_train_result {
     uint64_t gap_p99; /* max over trainers */
     double ne, auc;   /* of the final model */
     const char *model_evaluated;
-} ss_ctr_train_result;
+} ss__ctr_train_result;
 
 /* Sets every field to the reference defaults. */
-void ss_ctr_train_config_default(ss_ctr_train_config *cfg);
+void ss__ctr_train_config_default(ss__ctr_train_config *cfg);
 
-ss_status ss_ctr_train_run(const ss_ctr_train_config *cfg, const ss_ctr_dataset *train,
-                           const ss_ctr_dataset *test, ss_ctr_train_result *res);
+ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
+                            const ss__ctr_dataset *test, ss__ctr_train_result *res);
 
 /* NE and AUC of a model on a dataset (single thread). */
-ss_status ss_ctr_evaluate(const ss_ctr_model_config *mcfg, const float *dense,
-                          const ss_ctr_embeddings *emb, const ss_ctr_dataset *test, double *ne,
-                          double *auc);
+ss_status ss__ctr_evaluate(const ss__ctr_model_config *mcfg, const float *dense,
+                           const ss__ctr_embeddings *emb, const ss__ctr_dataset *test, double *ne,
+                           double *auc);
 
 #endif

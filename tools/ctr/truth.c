@@ -1,4 +1,4 @@
-#include "truth.h"
+#include "tools/ctr/truth.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@ static const uint32_t vocab[SS_CTR_NUM_CAT] = {
 #define SIGMA_E    0.15 /* hidden embedding entries */
 #define BIAS       (-2.0)
 
-struct ss_ctr_truth {
+struct ss__ctr_truth {
     uint64_t seed;
     double *cdf[SS_CTR_NUM_CAT]; /* Zipf CDF per field */
     double cat_missing_p[SS_CTR_NUM_CAT];
@@ -22,17 +22,17 @@ struct ss_ctr_truth {
     double int_missing_p[SS_CTR_NUM_DENSE], int_weight[SS_CTR_NUM_DENSE];
 };
 
-ss_status ss_ctr_truth_create(uint64_t model_seed, ss_ctr_truth **out) {
+ss_status ss__ctr_truth_create(uint64_t model_seed, ss__ctr_truth **out) {
     if (!out)
         return SS_ERR_INVALID_ARGUMENT;
-    ss_ctr_truth *t = calloc(1, sizeof *t);
+    ss__ctr_truth *t = calloc(1, sizeof *t);
     if (!t)
         return SS_ERR_NO_MEMORY;
     t->seed = model_seed;
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
         t->cdf[f] = malloc(vocab[f] * sizeof(double));
         if (!t->cdf[f]) {
-            ss_ctr_truth_destroy(t);
+            ss__ctr_truth_destroy(t);
             return SS_ERR_NO_MEMORY;
         }
         double acc = 0.0;
@@ -42,19 +42,19 @@ ss_status ss_ctr_truth_create(uint64_t model_seed, ss_ctr_truth **out) {
             t->cdf[f][v] /= acc;
         t->cat_missing_p[f] = f >= 19 ? 0.3 : 0.01;
     }
-    ss_rng rng;
-    ss_rng_seed(&rng, model_seed ^ 0x1d8e4e27c47d124full);
+    ss__rng rng;
+    ss__rng_seed(&rng, model_seed ^ 0x1d8e4e27c47d124full);
     for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
-        t->int_mu[j] = 0.5 + 3.0 * ss_rng_uniform(&rng);
-        t->int_sigma[j] = 0.5 + 1.0 * ss_rng_uniform(&rng);
+        t->int_mu[j] = 0.5 + 3.0 * ss__rng_uniform(&rng);
+        t->int_sigma[j] = 0.5 + 1.0 * ss__rng_uniform(&rng);
         t->int_missing_p[j] = (j % 4 == 1) ? 0.4 : 0.05;
-        t->int_weight[j] = 0.15 * ss_rng_normal(&rng);
+        t->int_weight[j] = 0.15 * ss__rng_normal(&rng);
     }
     *out = t;
     return SS_OK;
 }
 
-void ss_ctr_truth_destroy(ss_ctr_truth *t) {
+void ss__ctr_truth_destroy(ss__ctr_truth *t) {
     if (!t)
         return;
     for (int f = 0; f < SS_CTR_NUM_CAT; f++)
@@ -74,45 +74,45 @@ static uint32_t zipf_draw(const double *cdf, uint32_t n, double u) {
     return lo;
 }
 
-void ss_ctr_truth_sample(const ss_ctr_truth *t, ss_rng *rng, ss_ctr_raw_row *row, double *p) {
+void ss__ctr_truth_sample(const ss__ctr_truth *t, ss__rng *rng, ss__ctr_raw_row *row, double *p) {
     double logit = BIAS;
     uint32_t value[SS_CTR_NUM_CAT];
     double e[SS_CTR_NUM_CAT][HIDDEN_DIM];
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
-        row->cat_missing[f] = ss_rng_uniform(rng) < t->cat_missing_p[f];
+        row->cat_missing[f] = ss__rng_uniform(rng) < t->cat_missing_p[f];
         if (row->cat_missing[f]) {
             row->cats[f] = 0;
             for (int k = 0; k < HIDDEN_DIM; k++)
                 e[f][k] = 0.0;
             continue;
         }
-        value[f] = zipf_draw(t->cdf[f], vocab[f], ss_rng_uniform(rng));
-        uint64_t h = ss_hash3(t->seed, (uint64_t)f, value[f]);
+        value[f] = zipf_draw(t->cdf[f], vocab[f], ss__rng_uniform(rng));
+        uint64_t h = ss__hash3(t->seed, (uint64_t)f, value[f]);
         row->cats[f] = (uint32_t)(h >> 32);
-        logit += SIGMA_U * ss_hash_normal(h ^ 0x75);
+        logit += SIGMA_U * ss__hash_normal(h ^ 0x75);
         for (int k = 0; k < HIDDEN_DIM; k++)
-            e[f][k] = SIGMA_E * ss_hash_normal(h + 0x1000u * (uint64_t)(k + 1));
+            e[f][k] = SIGMA_E * ss__hash_normal(h + 0x1000u * (uint64_t)(k + 1));
     }
     for (int f = 0; f < SS_CTR_NUM_CAT; f++)
         for (int g = f + 1; g < SS_CTR_NUM_CAT; g++)
             for (int k = 0; k < HIDDEN_DIM; k++)
                 logit += e[f][k] * e[g][k];
     for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
-        row->int_missing[j] = ss_rng_uniform(rng) < t->int_missing_p[j];
+        row->int_missing[j] = ss__rng_uniform(rng) < t->int_missing_p[j];
         if (row->int_missing[j]) {
             row->ints[j] = 0;
             continue;
         }
-        double z = ss_rng_normal(rng);
+        double z = ss__rng_normal(rng);
         double v = floor(exp(t->int_mu[j] + t->int_sigma[j] * z)) - 1.0;
         row->ints[j] = v < 0.0 ? 0 : (int64_t)v;
         logit += t->int_weight[j] * z;
     }
     *p = 1.0 / (1.0 + exp(-logit));
-    row->label = ss_rng_uniform(rng) < *p;
+    row->label = ss__rng_uniform(rng) < *p;
 }
 
-int ss_ctr_raw_row_write(FILE *out, const ss_ctr_raw_row *row) {
+int ss__ctr_raw_row_write(FILE *out, const ss__ctr_raw_row *row) {
     if (fprintf(out, "%d", row->label) < 0)
         return -1;
     for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {

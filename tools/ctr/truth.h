@@ -12,27 +12,27 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "criteo.h"
-#include "rng.h"
 #include "shadowsync/status.h"
+#include "tools/ctr/criteo.h"
+#include "tools/ctr/rng.h"
 
-typedef struct ss_ctr_truth ss_ctr_truth;
+typedef struct ss__ctr_truth ss__ctr_truth;
 
-typedef struct ss_ctr_raw_row {
+typedef struct ss__ctr_raw_row {
     int label;
     int64_t ints[SS_CTR_NUM_DENSE];
     bool int_missing[SS_CTR_NUM_DENSE];
     uint32_t cats[SS_CTR_NUM_CAT]; /* hex hash of the value */
     bool cat_missing[SS_CTR_NUM_CAT];
-} ss_ctr_raw_row;
+} ss__ctr_raw_row;
 
-ss_status ss_ctr_truth_create(uint64_t model_seed, ss_ctr_truth **out);
-void ss_ctr_truth_destroy(ss_ctr_truth *t);
+ss_status ss__ctr_truth_create(uint64_t model_seed, ss__ctr_truth **out);
+void ss__ctr_truth_destroy(ss__ctr_truth *t);
 
 /* Draws one row from rng; *p receives its true click probability. */
-void ss_ctr_truth_sample(const ss_ctr_truth *t, ss_rng *rng, ss_ctr_raw_row *row, double *p);
+void ss__ctr_truth_sample(const ss__ctr_truth *t, ss__rng *rng, ss__ctr_raw_row *row, double *p);
 
 /* Writes a row in Criteo TSV format with a trailing newline. */
-int ss_ctr_raw_row_write(FILE *out, const ss_ctr_raw_row *row);
+int ss__ctr_raw_row_write(FILE *out, const ss__ctr_raw_row *row);
 
 #endif

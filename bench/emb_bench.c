@@ -1,0 +1,297 @@
+/* shadowsync-bench-emb: batched embedding lookups and gradient pushes
+ * (batch of distinct ids, dim floats per row) timed three ways in one run:
+ *   inproc - the store's own code in this process, no RPC (the limit);
+ *   grpc   - one running shadowsync-ps shard over gRPC (--ps);
+ *   redis  - a running Redis server (--redis), rows as binary strings,
+ *            lookup = MGET, push = MSET of the updated rows (a Redis user
+ *            applies the optimizer client-side; it has no atomic update).
+ * Also the resident memory per million rows of the in-process store
+ * against the raw row bytes. */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/flags.h"
+#include "embedding-store/emb_store.h"
+#include "rpc/emb_client.h"
+
+typedef struct bench {
+    int64_t rows, batch, dim, reps;
+    uint64_t *ids; /* reps * batch ids, each batch distinct */
+    float *buf, *grads;
+    ss__emb_spec spec;
+} bench;
+
+static long rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s += 0x9E3779B97F4A7C15ull;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Each batch: a random window of a random permutation, so ids are
+ * distinct within a batch and spread over all rows. */
+static void make_batches(bench *b) {
+    uint64_t *perm = malloc((size_t)b->rows * sizeof *perm), s = 7;
+    for (int64_t i = 0; i < b->rows; i++)
+        perm[i] = (uint64_t)i;
+    for (int64_t i = b->rows - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rng_next(&s) % (uint64_t)(i + 1));
+        uint64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int64_t r = 0; r < b->reps; r++) {
+        int64_t off = (int64_t)(rng_next(&s) % (uint64_t)(b->rows - b->batch + 1));
+        memcpy(b->ids + r * b->batch, perm + off, (size_t)b->batch * sizeof *perm);
+    }
+    free(perm);
+}
+
+typedef struct result {
+    double lookup_s, push_s; /* seconds per batch */
+} result;
+
+static void report(const char *name, const result *r, const bench *b) {
+    printf("%-7s lookups: %8.0f batches/s %11.0f rows/s   pushes: %8.0f batches/s %11.0f rows/s\n",
+           name, 1.0 / r->lookup_s, (double)b->batch / r->lookup_s, 1.0 / r->push_s,
+           (double)b->batch / r->push_s);
+}
+
+static int run_inproc(bench *b, result *r) {
+    ss__emb_store_config cfg = {.max_batch = (size_t)b->batch};
+    ss__emb_store *st;
+    if (ss__emb_store_create(&cfg, &st) != SS_OK ||
+        ss__emb_store_open_table(st, &b->spec, NULL, NULL, 0) != SS_OK)
+        return -1;
+    long rss0 = rss_kb();
+    uint64_t *ids = malloc((size_t)b->batch * sizeof *ids);
+    for (int64_t off = 0; off < b->rows; off += b->batch) {
+        int64_t n = b->rows - off < b->batch ? b->rows - off : b->batch;
+        for (int64_t i = 0; i < n; i++)
+            ids[i] = (uint64_t)(off + i);
+        ss__emb_store_lookup(st, b->spec.name, ids, (size_t)n, b->buf, NULL, 0);
+    }
+    long rss1 = rss_kb();
+    free(ids);
+    double raw = (double)b->dim * 4.0;
+    double per_row = (double)(rss1 - rss0) * 1024.0 / (double)b->rows;
+    printf("memory: %lld rows of dim %lld in the in-process store: RSS +%.1f MiB = %.1f B/row "
+           "(%.1f MiB per million rows) against %.0f B/row raw: x%.2f\n",
+           (long long)b->rows, (long long)b->dim, (double)(rss1 - rss0) / 1024.0, per_row,
+           per_row * 1e6 / 1048576.0, raw, per_row / raw);
+    uint64_t t0 = ss__now_ns();
+    for (int64_t k = 0; k < b->reps; k++)
+        if (ss__emb_store_lookup(st, b->spec.name, b->ids + k * b->batch, (size_t)b->batch, b->buf,
+                                 NULL, 0) != SS_OK)
+            return -1;
+    uint64_t t1 = ss__now_ns();
+    for (int64_t k = 0; k < b->reps; k++)
+        if (ss__emb_store_push(st, b->spec.name, b->ids + k * b->batch, (size_t)b->batch, b->grads,
+                               NULL, 0) != SS_OK)
+            return -1;
+    uint64_t t2 = ss__now_ns();
+    r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
+    r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+    ss__emb_store_destroy(st);
+    return 0;
+}
+
+static int run_grpc(bench *b, const char *ps, result *r) {
+    ss__emb_client *c;
+    if (ss__emb_client_create(ps, NULL, 30000, &c) != SS_OK ||
+        ss__emb_client_open_table(c, &b->spec, NULL, NULL, 0) != SS_OK) {
+        fprintf(stderr, "shadowsync-bench-emb: cannot reach %s\n", ps);
+        return -1;
+    }
+    uint64_t *ids = malloc((size_t)b->batch * sizeof *ids);
+    for (int64_t off = 0; off < b->rows; off += b->batch) { /* every row resident first */
+        int64_t n = b->rows - off < b->batch ? b->rows - off : b->batch;
+        for (int64_t i = 0; i < n; i++)
+            ids[i] = (uint64_t)(off + i);
+        ss__emb_client_lookup(c, &b->spec, ids, (size_t)n, b->buf);
+    }
+    free(ids);
+    uint64_t t0 = ss__now_ns();
+    for (int64_t k = 0; k < b->reps; k++)
+        if (ss__emb_client_lookup(c, &b->spec, b->ids + k * b->batch, (size_t)b->batch, b->buf) !=
+            SS_OK)
+            return -1;
+    uint64_t t1 = ss__now_ns();
+    for (int64_t k = 0; k < b->reps; k++)
+        if (ss__emb_client_push(c, &b->spec, b->ids + k * b->batch, (size_t)b->batch, b->grads) !=
+            SS_OK)
+            return -1;
+    uint64_t t2 = ss__now_ns();
+    r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
+    r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+    ss__emb_client_destroy(c);
+    return 0;
+}
+
+/* One command with argc = 1 + n (MGET) or 1 + 2n (MSET), binary-safe. */
+static redisReply *redis_batch(redisContext *rc, int set, const uint64_t *ids, int64_t n,
+                               const float *rows, int64_t dim, char *keys, const char **argv,
+                               size_t *argl) {
+    int argc = 0;
+    argv[argc] = set ? "MSET" : "MGET";
+    argl[argc++] = 4;
+    for (int64_t i = 0; i < n; i++) {
+        char *k = keys + i * 24;
+        argl[argc] = (size_t)snprintf(k, 24, "e:%llu", (unsigned long long)ids[i]);
+        argv[argc++] = k;
+        if (set) {
+            argv[argc] = (const char *)(rows + i * dim);
+            argl[argc++] = (size_t)dim * sizeof(float);
+        }
+    }
+    return redisCommandArgv(rc, argc, argv, argl);
+}
+
+static int run_redis(bench *b, const char *addr, result *r) {
+    char host[256];
+    int port = 6379;
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    if (colon) {
+        *colon = '\0';
+        port = atoi(colon + 1);
+    }
+    redisContext *rc = redisConnect(host, port);
+    if (!rc || rc->err) {
+        fprintf(stderr, "shadowsync-bench-emb: cannot reach redis at %s\n", addr);
+        return -1;
+    }
+    char *keys = malloc((size_t)b->batch * 24);
+    const char **argv = malloc((size_t)(2 * b->batch + 1) * sizeof *argv);
+    size_t *argl = malloc((size_t)(2 * b->batch + 1) * sizeof *argl);
+    uint64_t *ids = malloc((size_t)b->batch * sizeof *ids);
+    for (int64_t off = 0; off < b->rows; off += b->batch) { /* the same rows, stored */
+        int64_t n = b->rows - off < b->batch ? b->rows - off : b->batch;
+        for (int64_t i = 0; i < n; i++)
+            ids[i] = (uint64_t)(off + i);
+        freeReplyObject(redis_batch(rc, 1, ids, n, b->grads, b->dim, keys, argv, argl));
+    }
+    free(ids);
+    int ok = 0;
+    uint64_t t0 = ss__now_ns();
+    for (int64_t k = 0; k < b->reps; k++) {
+        redisReply *rep =
+            redis_batch(rc, 0, b->ids + k * b->batch, b->batch, NULL, b->dim, keys, argv, argl);
+        if (rep && rep->type == REDIS_REPLY_ARRAY && (int64_t)rep->elements == b->batch) {
+            for (int64_t i = 0; i < b->batch; i++)
+                if (rep->element[i]->type == REDIS_REPLY_STRING)
+                    memcpy(b->buf + i * b->dim, rep->element[i]->str, rep->element[i]->len);
+            ok++;
+        }
+        freeReplyObject(rep);
+    }
+    uint64_t t1 = ss__now_ns();
+    for (int64_t k = 0; k < b->reps; k++) {
+        /* the optimizer on the client (SGD), then the rows back */
+        for (int64_t i = 0; i < b->batch * b->dim; i++)
+            b->buf[i] -= 0.01f * b->grads[i];
+        redisReply *rep =
+            redis_batch(rc, 1, b->ids + k * b->batch, b->batch, b->buf, b->dim, keys, argv, argl);
+        ok += rep && rep->type == REDIS_REPLY_STATUS;
+        freeReplyObject(rep);
+    }
+    uint64_t t2 = ss__now_ns();
+    r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
+    r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+    free(keys);
+    free(argv);
+    free(argl);
+    redisFree(rc);
+    return ok == 2 * b->reps ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    const char *ps = "", *redis = "";
+    bench b = {.rows = 1000000, .batch = 4096, .dim = 64, .reps = 200};
+    ss__flag flags[] = {
+        {"ps", SS_FLAG_STRING, &ps, "one running shadowsync-ps shard (\"\" = skip gRPC)", NULL, 0,
+         0},
+        {"redis", SS_FLAG_STRING, &redis, "a running Redis server host:port (\"\" = skip)", NULL, 0,
+         0},
+        {"rows", SS_FLAG_INT, &b.rows, "distinct rows in the table", NULL, 1, 1e9},
+        {"batch", SS_FLAG_INT, &b.batch, "ids per request", NULL, 1, 65536},
+        {"dim", SS_FLAG_INT, &b.dim, "floats per row", NULL, 1, 4096},
+        {"reps", SS_FLAG_INT, &b.reps, "timed batches per operation", NULL, 1, 1e6},
+    };
+    const size_t nflags = sizeof flags / sizeof *flags;
+    bool help;
+    char err[256];
+    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
+        fprintf(stderr, "shadowsync-bench-emb: %s\n", err);
+        return 2;
+    }
+    if (help) {
+        ss__flags_print_help(stdout, "shadowsync-bench-emb",
+                             "Times batched embedding lookups and gradient pushes in process (the "
+                             "limit),\nthrough one shadowsync-ps shard over gRPC and against Redis "
+                             "(MGET/MSET), and\nprints the ratios and the memory per million rows.",
+                             flags, nflags);
+        return 0;
+    }
+    if (b.batch > b.rows) {
+        fprintf(stderr, "shadowsync-bench-emb: --batch must be <= --rows\n");
+        return 2;
+    }
+    ss__emb_spec_init(&b.spec, "bench", (uint32_t)b.dim);
+    b.ids = malloc((size_t)(b.reps * b.batch) * sizeof *b.ids);
+    b.buf = malloc((size_t)(b.batch * b.dim) * sizeof *b.buf);
+    b.grads = malloc((size_t)(b.batch * b.dim) * sizeof *b.grads);
+    if (!b.ids || !b.buf || !b.grads) {
+        fprintf(stderr, "shadowsync-bench-emb: out of memory\n");
+        return 1;
+    }
+    for (int64_t i = 0; i < b.batch * b.dim; i++)
+        b.grads[i] = (float)(i % 7) * 0.01f;
+    make_batches(&b);
+    printf("batch %lld ids, dim %lld, %lld rows, %lld timed batches per operation\n",
+           (long long)b.batch, (long long)b.dim, (long long)b.rows, (long long)b.reps);
+    result in, gr = {0}, rd = {0};
+    ss__rpc_init();
+    if (run_inproc(&b, &in) != 0) {
+        fprintf(stderr, "shadowsync-bench-emb: in-process run failed\n");
+        return 1;
+    }
+    report("inproc", &in, &b);
+    if (*ps) {
+        if (run_grpc(&b, ps, &gr) != 0)
+            return 1;
+        report("grpc", &gr, &b);
+    }
+    if (*redis) {
+        if (run_redis(&b, redis, &rd) != 0)
+            return 1;
+        report("redis", &rd, &b);
+    }
+    if (*ps)
+        printf("ratio grpc/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / gr.lookup_s,
+               in.push_s / gr.push_s);
+    if (*ps && *redis)
+        printf("ratio grpc/redis: lookups %.3f pushes %.3f\n", rd.lookup_s / gr.lookup_s,
+               rd.push_s / gr.push_s);
+    ss__rpc_shutdown();
+    free(b.ids);
+    free(b.buf);
+    free(b.grads);
+    return 0;
+}

@@ -1,0 +1,27 @@
+/* RocksDB under the store (private to embedding-store/). Row keys are
+ * table id + row id, big-endian; spec keys are 0xFFFFFFFF + "spec:" +
+ * table name. Values are little-endian float32 rows. */
+#ifndef SS_EMB_DB_H
+#define SS_EMB_DB_H
+
+#include <stdbool.h>
+
+#include "embedding-store/emb_table.h"
+
+typedef struct ss__emb_db ss__emb_db;
+
+ss_status ss__emb_db_open(const char *path, ss__emb_db **out, char *why, size_t whylen);
+void ss__emb_db_close(ss__emb_db *db);
+
+/* found[i] false (row untouched) when id is not stored. A stored value of
+ * the wrong length is SS_ERR_PARSE. */
+ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                              size_t row_floats, float *rows, bool *found);
+ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                              size_t row_floats, const float *rows, bool sync);
+ss_status ss__emb_db_put_spec(ss__emb_db *db, const ss__emb_spec *spec);
+ss_status ss__emb_db_each_spec(ss__emb_db *db, ss_status (*fn)(void *ctx, const ss__emb_spec *spec),
+                               void *ctx);
+ss_status ss__emb_db_checkpoint(ss__emb_db *db, const char *dir, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,97 @@
+/* The parameter server's embedding store: named tables (emb_table.h) on
+ * top of RocksDB, with the request checks every caller gets.
+ *
+ * Persistence. Key = table id (4 bytes) + row id (8 bytes), both
+ * big-endian so a scan walks a table in id order; value = the full row
+ * (data + optimizer state) as little-endian float32. Two modes:
+ *  - write-behind (default): an update is acknowledged once applied in
+ *    memory; a flusher thread writes dirty rows to RocksDB (WAL on, no
+ *    fsync) every flush_lag_ms / 2, so an acknowledged update reaches the
+ *    database within flush_lag_ms while the flusher keeps up. A killed
+ *    process (SIGKILL) loses at most the updates of the last
+ *    flush_lag_ms; a machine crash can also lose what the OS had not
+ *    written (no fsync).
+ *  - sync_writes: an update is acknowledged only after its rows were
+ *    written with fsync, so every acknowledged update survives a kill or a
+ *    crash.
+ * Start-up restores from the database: tables are re-created from their
+ * stored specs, rows are read back on first use.
+ *
+ * Memory cap: when resident rows pass mem_cap_bytes, clean rows (already
+ * in RocksDB, or never updated) are evicted and read back on the next
+ * lookup; a table larger than memory still works. Without a database
+ * only never-updated rows can be evicted (they re-initialize identically).
+ *
+ * Checkpoints: every dirty row is written, then RocksDB's checkpoint API
+ * makes a consistent copy of the database in a new directory (hard links
+ * where it can); a checkpoint directory opens as a database. */
+#ifndef SHADOWSYNC_EMB_STORE_H
+#define SHADOWSYNC_EMB_STORE_H
+
+#include "common/metrics.h"
+#include "embedding-store/emb_table.h"
+
+typedef struct ss__emb_store ss__emb_store;
+
+#define SS_EMB_DEFAULT_MAX_BATCH 65536
+#define SS_EMB_MAX_TABLES        256
+
+typedef struct ss__emb_store_config {
+    const char *db_path;    /* RocksDB directory; NULL or "" = memory only */
+    bool sync_writes;       /* acknowledge only after an fsync'd write */
+    uint32_t flush_lag_ms;  /* write-behind bound (>= 2); 0 = 200 */
+    uint64_t mem_cap_bytes; /* resident rows + index; 0 = no cap */
+    size_t max_batch;       /* ids per request; 0 = SS_EMB_DEFAULT_MAX_BATCH */
+    ss__metrics *metrics;   /* optional: shadowsync_emb_* series */
+} ss__emb_store_config;
+
+/* Opens (creating) the database and the tables stored in it. */
+ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out);
+/* Stops the flusher after a last flush, closes the database. */
+void ss__emb_store_destroy(ss__emb_store *st);
+
+/* Every call below writes a one-line reason into why (may be NULL) when it
+ * refuses, counts the refusal in shadowsync_emb_rejected_total{reason},
+ * and changes no stored row. */
+
+/* Creates a table or, when it exists, checks that spec matches it
+ * (SS_ERR_SIZE_MISMATCH for another dim, SS_ERR_EXISTS for another
+ * optimizer/lr/eps/init). *stored gets the table's spec. */
+ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
+                                   ss__emb_spec *stored, char *why, size_t whylen);
+ss_status ss__emb_store_table_spec(ss__emb_store *st, const char *table, ss__emb_spec *out);
+
+/* ids: n distinct row ids, 1 <= n <= max_batch. rows: n * dim floats. */
+ss_status ss__emb_store_lookup(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                               float *rows, char *why, size_t whylen);
+/* grads: n * dim finite floats; the table's optimizer is applied. */
+ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                             const float *grads, char *why, size_t whylen);
+/* x: n * dim finite floats; 0 < alpha <= 1; deltas: n * dim out. */
+ss_status ss__emb_store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                                const float *x, float alpha, float *deltas, char *why,
+                                size_t whylen);
+/* Rows as stored (data + state), without loading or counting; found[i]
+ * false when the row is neither resident nor in the database. */
+ss_status ss__emb_store_read_full(ss__emb_store *st, const char *table, const uint64_t *ids,
+                                  size_t n, float *rows, bool *found);
+
+/* Counts a request refused before it reached the store (e.g. a payload
+ * of the wrong length, found by the service) and returns status. */
+ss_status ss__emb_store_refuse(ss__emb_store *st, ss_status status, const char *reason);
+size_t ss__emb_store_max_batch(const ss__emb_store *st);
+
+/* Writes every dirty row now (fsync'd). */
+ss_status ss__emb_store_flush(ss__emb_store *st);
+/* Flushes, then writes a RocksDB checkpoint into dir (must not exist;
+ * its parent must). SS_ERR_STATE without a database. */
+ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *dir, char *why, size_t whylen);
+
+typedef struct ss__emb_store_stats {
+    ss__emb_table_stats table;
+    uint64_t lookups, pushes, elastic; /* rows served */
+    uint64_t flushed_rows, flushes;
+} ss__emb_store_stats;
+ss_status ss__emb_store_stats_of(ss__emb_store *st, const char *table, ss__emb_store_stats *out);
+
+#endif

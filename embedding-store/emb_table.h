@@ -1,0 +1,140 @@
+/* One embedding table in memory: id (uint64) -> row of `dim` floats plus
+ * the optimizer's state, in an open-addressing hash cut into stripes that
+ * each have their own lock. Row memory comes from a jemalloc arena that
+ * belongs to the table, so its bytes are accounted as one and freed as one
+ * (the arena is destroyed with the table).
+ *
+ * The same table serves three owners: the parameter server's store (rows
+ * loaded from RocksDB), a trainer's local table (--emb local) and a
+ * trainer's row cache (--emb cached, rows loaded from the shards). Rows
+ * not resident are asked of a loader; the operation is then applied to the
+ * loaded row under the same lock that inserts it, so no row is ever
+ * evicted between loading and use.
+ *
+ * Every update marks its row dirty and bumps its version; the owner
+ * collects dirty rows (ss__emb_table_collect_dirty), writes or syncs them,
+ * and marks them clean only when the version did not move meanwhile.
+ * Clean rows can be evicted (CLOCK); dirty rows never are. */
+#ifndef SHADOWSYNC_EMB_TABLE_H
+#define SHADOWSYNC_EMB_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+typedef enum ss__emb_optimizer {
+    SS_EMB_SGD = 0,     /* w -= lr g */
+    SS_EMB_ADAGRAD = 1, /* row-wise: a += mean(g^2); w -= lr g / (sqrt(a) + eps) */
+} ss__emb_optimizer;
+
+#define SS_EMB_NAME_MAX 64
+#define SS_EMB_MAX_DIM  4096
+
+typedef struct ss__emb_spec {
+    char name[SS_EMB_NAME_MAX]; /* [A-Za-z0-9_.-]+ */
+    uint32_t dim;
+    ss__emb_optimizer optimizer;
+    float lr;
+    float eps;        /* Adagrad */
+    float init_scale; /* rows start uniform in [-init_scale, init_scale] */
+} ss__emb_spec;
+
+/* Fills defaults (SGD, lr 0.05, eps 1e-8, init_scale 0.01) for name/dim. */
+ss_status ss__emb_spec_init(ss__emb_spec *spec, const char *name, uint32_t dim);
+/* SS_ERR_INVALID_ARGUMENT with a reason in why when the spec is unusable. */
+ss_status ss__emb_spec_check(const ss__emb_spec *spec, char *why, size_t whylen);
+/* Floats of optimizer state per row (0 for SGD, 1 for row-wise Adagrad). */
+size_t ss__emb_state_floats(ss__emb_optimizer opt);
+/* dim + state: the floats a stored row carries. */
+size_t ss__emb_row_floats(const ss__emb_spec *spec);
+/* Stable table id: FNV-1a of the name (same on every shard and restart).
+ * 0xFFFFFFFF is reserved for the store's own keys. */
+uint32_t ss__emb_table_id(const char *name);
+
+/* --- the math, as pure functions (unit-tested against hand values) --- */
+
+/* The deterministic initial row of (table id, row id): data uniform in
+ * [-scale, scale], state zero. Identical on every shard and restart. */
+void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, size_t dim,
+                      size_t state_floats);
+/* Applies one gradient to a row (data + state) with the spec's optimizer. */
+void ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad);
+/* Elastic step of S-EASGD for one row: d = alpha (x - c); c += d;
+ * delta = d. */
+void ss__emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim);
+
+/* Jump consistent hash (Lamping & Veach) of (table id, row id) over
+ * `shards` shards: clients and servers route every row the same way, and
+ * adding a shard moves only 1/S of the rows. */
+uint32_t ss__emb_shard_of(uint32_t table_id, uint64_t id, uint32_t shards);
+
+/* --- the table --- */
+
+typedef struct ss__emb_table ss__emb_table;
+
+/* Fills full rows (data + state) for n ids that are not resident: from
+ * storage, from the shards, or their initial values. */
+typedef ss_status (*ss__emb_loader)(void *ctx, const uint64_t *ids, size_t n, float *rows);
+
+ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, void *loader_ctx,
+                               ss__emb_table **out);
+/* Frees every row at once (destroys the arena). */
+void ss__emb_table_destroy(ss__emb_table *t);
+const ss__emb_spec *ss__emb_table_spec(const ss__emb_table *t);
+
+/* Copies the data part of each row (n * dim floats). Missing rows are
+ * loaded and inserted clean. */
+ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows);
+/* Like lookup, but only for resident rows: found[i] says which were
+ * copied; nothing is loaded. */
+ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
+                             bool *found);
+/* Applies n gradients (n * dim floats) with the table's optimizer. */
+ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, size_t n,
+                                        const float *grads);
+/* S-EASGD per row against rows held here as the center: deltas[i] =
+ * alpha (x[i] - c[i]); c[i] += deltas[i]. */
+ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
+                                float alpha, float *deltas);
+/* Full rows (data + state) as they are, for checks and checkpoints. */
+ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
+                                  bool *found);
+
+/* Dirty rows, at most max of them: ids, full-row copies and the versions
+ * they were copied at. Returns how many in *n. */
+typedef struct ss__emb_dirty {
+    uint64_t *ids;
+    float *rows; /* n * row_floats */
+    uint32_t *versions;
+    size_t n, cap;
+} ss__emb_dirty;
+ss_status ss__emb_table_collect_dirty(ss__emb_table *t, ss__emb_dirty *d, size_t max);
+/* After the collected rows were written/synced: subtracts deltas (n * dim,
+ * or NULL for none) from the live rows, and marks clean each row whose
+ * version is still the collected one (others stay dirty). */
+void ss__emb_table_settle(ss__emb_table *t, const ss__emb_dirty *d, const float *deltas);
+/* The collected rows could not be written: they stay dirty and are
+ * collected again next time. */
+void ss__emb_table_requeue(ss__emb_table *t, const ss__emb_dirty *d);
+void ss__emb_dirty_free(ss__emb_dirty *d);
+
+/* Evicts clean rows until at most max_rows are resident; returns how many
+ * were evicted. Dirty rows stay, so the table may stay above max_rows. */
+size_t ss__emb_table_evict(ss__emb_table *t, size_t max_rows);
+
+/* Resident rows (no locks taken); *bytes, when given, estimates their
+ * memory: allocated row size plus hash slots. */
+uint64_t ss__emb_table_resident(const ss__emb_table *t, uint64_t *bytes);
+
+typedef struct ss__emb_table_stats {
+    uint64_t resident_rows, dirty_rows;
+    uint64_t row_bytes;   /* bytes of rows as allocated (size classes included) */
+    uint64_t arena_bytes; /* jemalloc's count for the table's arena (0 if unknown) */
+    uint64_t index_bytes; /* hash slots */
+    uint64_t loads, evictions;
+} ss__emb_table_stats;
+void ss__emb_table_get_stats(ss__emb_table *t, ss__emb_table_stats *out);
+
+#endif

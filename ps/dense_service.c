@@ -1,0 +1,227 @@
+/* DenseSync server handlers (the client transport is grpc_transport.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/dense_service.h"
+#include "rpc/dense_wire.h"
+#include "rpc/proto/dense_sync.pb-c.h"
+#include "rpc/rpc_pb.h"
+
+/* ---- server side ---- */
+
+static void reject(ss__dense_service *svc, ss__rpc_reply *r, ss_status st, const char *what) {
+    r->status = st;
+    snprintf(r->message, sizeof r->message, "%s", what);
+    if (svc->rejected)
+        ss__counter_add(svc->rejected, 1);
+}
+
+static void fail(ss__dense_service *svc, ss__rpc_reply *r, ss_status st) {
+    reject(svc, r, st, ss_strerror(st));
+}
+
+/* A float payload must be whole floats and within the group size limit. */
+static int check_floats(ss__dense_service *svc, const ProtobufCBinaryData *b, ss__rpc_reply *r) {
+    if (b->len == 0 || b->len % sizeof(float) != 0) {
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT,
+               "float payload must be a non-empty multiple of 4 bytes");
+        return 0;
+    }
+    if (b->len / sizeof(float) > svc->max_floats) {
+        reject(svc, r, SS_ERR_SIZE_MISMATCH, "float payload larger than the server's group limit");
+        return 0;
+    }
+    return 1;
+}
+
+static int check_group(ss__dense_service *svc, const char *group, ss__rpc_reply *r) {
+    if (!group || !*group || strlen(group) > 256) {
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT, "group name must be 1 to 256 bytes");
+        return 0;
+    }
+    return 1;
+}
+
+/* A requested group size must be 1 .. the server's limit. */
+static int check_size(ss__dense_service *svc, uint64_t size, ss__rpc_reply *r) {
+    if (size == 0 || size > svc->max_floats) {
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT, "group size must be 1 .. server limit");
+        return 0;
+    }
+    return 1;
+}
+
+/* Copies a checked float payload into an aligned buffer (protobuf bytes
+ * need not be float-aligned) and allocates a same-size output buffer. */
+static int float_buffers(ss__dense_service *svc, const ProtobufCBinaryData *b, float **in,
+                         float **out, ss__rpc_reply *r) {
+    *in = malloc(b->len);
+    *out = malloc(b->len);
+    if (!*in || !*out) {
+        fail(svc, r, SS_ERR_NO_MEMORY);
+        return 0;
+    }
+    memcpy(*in, b->data, b->len);
+    return 1;
+}
+
+#define UNPACK_OR_REJECT(type, fn, var)                                                            \
+    type *var = fn(NULL, len, req);                                                                \
+    if (!var) {                                                                                    \
+        reject(svc, reply, SS_ERR_PARSE, "request is not a valid " #type " message");              \
+        return;                                                                                    \
+    }
+
+static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__JoinRequest, shadowsync__v1__join_request__unpack, m);
+    if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
+        Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
+        ss_status st = ss__transport_join(svc->backend, m->group, m->size, &out.member);
+        if (st == SS_OK)
+            ss__rpc_reply_pack(&out.base, reply);
+        else
+            fail(svc, reply, st);
+    }
+    shadowsync__v1__join_request__free_unpacked(m, NULL);
+}
+
+static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__LeaveRequest, shadowsync__v1__leave_request__unpack, m);
+    if (check_group(svc, m->group, reply)) {
+        ss_status st = ss__transport_leave(svc->backend, m->group, m->member);
+        Shadowsync__V1__LeaveReply out = SHADOWSYNC__V1__LEAVE_REPLY__INIT;
+        if (st == SS_OK)
+            ss__rpc_reply_pack(&out.base, reply);
+        else
+            fail(svc, reply, st);
+    }
+    shadowsync__v1__leave_request__free_unpacked(m, NULL);
+}
+
+static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__EasgdRequest, shadowsync__v1__easgd_request__unpack, m);
+    float *s = NULL, *d = NULL;
+    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
+        float_buffers(svc, &m->snapshot, &s, &d, reply)) {
+        size_t n = m->snapshot.len / sizeof(float);
+        ss_status st =
+            ss__transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
+        if (st == SS_OK) {
+            Shadowsync__V1__EasgdReply out = SHADOWSYNC__V1__EASGD_REPLY__INIT;
+            out.delta.data = (uint8_t *)d;
+            out.delta.len = m->snapshot.len;
+            ss__rpc_reply_pack(&out.base, reply);
+        } else {
+            fail(svc, reply, st);
+        }
+    }
+    free(s);
+    free(d);
+    shadowsync__v1__easgd_request__free_unpacked(m, NULL);
+}
+
+static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__RoundRequest, shadowsync__v1__round_request__unpack, m);
+    float *s = NULL, *avg = NULL;
+    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
+        float_buffers(svc, &m->snapshot, &s, &avg, reply)) {
+        size_t n = m->snapshot.len / sizeof(float);
+        ss__round_result rr;
+        ss_status st =
+            ss__transport_allreduce_mean(svc->backend, m->group, m->member, s, avg, n, &rr);
+        if (st == SS_OK) {
+            Shadowsync__V1__RoundReply out = SHADOWSYNC__V1__ROUND_REPLY__INIT;
+            out.round = rr.round;
+            out.participants = rr.participants;
+            out.mean.data = (uint8_t *)avg;
+            out.mean.len = m->snapshot.len;
+            ss__rpc_reply_pack(&out.base, reply);
+        } else {
+            fail(svc, reply, st);
+        }
+    }
+    free(s);
+    free(avg);
+    shadowsync__v1__round_request__free_unpacked(m, NULL);
+}
+
+static void h_central(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__ReadCentralRequest,
+                     shadowsync__v1__read_central_request__unpack, m);
+    if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
+        float *c = malloc(m->size * sizeof(float));
+        ss_status st =
+            c ? ss__transport_read_central(svc->backend, m->group, c, m->size) : SS_ERR_NO_MEMORY;
+        if (st == SS_OK) {
+            Shadowsync__V1__ReadCentralReply out = SHADOWSYNC__V1__READ_CENTRAL_REPLY__INIT;
+            out.central.data = (uint8_t *)c;
+            out.central.len = m->size * sizeof(float);
+            ss__rpc_reply_pack(&out.base, reply);
+        } else {
+            fail(svc, reply, st);
+        }
+        free(c);
+    }
+    shadowsync__v1__read_central_request__free_unpacked(m, NULL);
+}
+
+static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__HeartbeatRequest, shadowsync__v1__heartbeat_request__unpack,
+                     m);
+    if (check_group(svc, m->group, reply)) {
+        ss_status st = ss__transport_heartbeat(svc->backend, m->group, m->member);
+        Shadowsync__V1__HeartbeatReply out = SHADOWSYNC__V1__HEARTBEAT_REPLY__INIT;
+        if (st == SS_OK)
+            ss__rpc_reply_pack(&out.base, reply);
+        else
+            fail(svc, reply, st);
+    }
+    shadowsync__v1__heartbeat_request__free_unpacked(m, NULL);
+}
+
+static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    UNPACK_OR_REJECT(Shadowsync__V1__CheckpointRequest, shadowsync__v1__checkpoint_request__unpack,
+                     m);
+    shadowsync__v1__checkpoint_request__free_unpacked(m, NULL);
+    if (!svc->checkpoint) {
+        reply->status = SS_ERR_STATE;
+        snprintf(reply->message, sizeof reply->message,
+                 "this server has no checkpoint directory (--checkpoint-dir)");
+        return;
+    }
+    char path[4096];
+    size_t groups = 0;
+    ss_status st = svc->checkpoint(svc->checkpoint_ctx, path, sizeof path, &groups);
+    if (st != SS_OK) {
+        fail(svc, reply, st);
+        return;
+    }
+    Shadowsync__V1__CheckpointReply out = SHADOWSYNC__V1__CHECKPOINT_REPLY__INIT;
+    out.path = path;
+    out.groups = groups;
+    ss__rpc_reply_pack(&out.base, reply);
+}
+
+static const ss__rpc_method dense_methods[] = {
+    {SS_DENSE_M_JOIN, h_join, false, NULL},
+    {SS_DENSE_M_LEAVE, h_leave, false, NULL},
+    {SS_DENSE_M_EASGD, h_easgd, false, NULL},
+    {SS_DENSE_M_ROUND, h_round, true, NULL}, /* waits for the round to close */
+    {SS_DENSE_M_CENTRAL, h_central, false, NULL},
+    {SS_DENSE_M_HEARTBEAT, h_heartbeat, false, NULL},
+    {SS_DENSE_M_CHECKPOINT, h_checkpoint, true, NULL}, /* writes a file */
+};
+
+const ss__rpc_method *ss__dense_service_methods(size_t *count) {
+    if (count)
+        *count = sizeof dense_methods / sizeof *dense_methods;
+    return dense_methods;
+}

@@ -1,0 +1,30 @@
+/* The DenseSync service (rpc/proto/dense_sync.proto), the parameter
+ * server's side; the client is rpc/grpc_transport.h.
+ *
+ * ss__dense_service_methods() gives the method table for
+ * ss__rpc_server_start; every request is validated (sizes, float payloads,
+ * NaN/Inf via the backend) and served by a backend ss__transport, the
+ * in-process one in shadowsync-ps: it holds the central variables and runs
+ * the MA/BMUF rounds.
+ */
+#ifndef SS_PS_DENSE_SERVICE_H
+#define SS_PS_DENSE_SERVICE_H
+
+#include "common/metrics.h"
+#include "rpc/rpc.h"
+#include "shadow/transport.h"
+
+typedef struct ss__dense_service {
+    ss__transport *backend; /* not owned */
+    ss__counter *rejected;  /* optional: requests refused as invalid */
+    size_t max_floats;      /* largest group accepted */
+    /* Optional: the Checkpoint call writes the backend's state and names
+     * where; NULL answers FAILED_PRECONDITION. */
+    ss_status (*checkpoint)(void *ctx, char *path, size_t pathlen, size_t *groups);
+    void *checkpoint_ctx;
+} ss__dense_service;
+
+/* Methods to serve; ctx for ss__rpc_server_start is the ss__dense_service. */
+const ss__rpc_method *ss__dense_service_methods(size_t *count);
+
+#endif

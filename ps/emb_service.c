@@ -1,0 +1,253 @@
+/* Embedding service handlers: unpack, check lengths, call the store, pack. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/emb_service.h"
+#include "rpc/proto/embedding.pb-c.h"
+#include "rpc/rpc_pb.h"
+
+/* A refusal: status + message in the reply, counted by the store. */
+static void refuse(ss__emb_service *svc, ss__rpc_reply *r, ss_status st, const char *reason,
+                   const char *what) {
+    r->status = ss__emb_store_refuse(svc->store, st, reason);
+    snprintf(r->message, sizeof r->message, "%s", what);
+}
+
+/* The store already counted its own refusals; only relay them. */
+static void relay(ss__rpc_reply *r, ss_status st, const char *why) {
+    r->status = st;
+    snprintf(r->message, sizeof r->message, "%s", *why ? why : ss_strerror(st));
+}
+
+#define UNPACK_OR_REFUSE(type, fn, var)                                                            \
+    type *var = fn(NULL, len, req);                                                                \
+    if (!var) {                                                                                    \
+        refuse(svc, reply, SS_ERR_PARSE, "garbage", "request is not a valid " #type " message");   \
+        return;                                                                                    \
+    }
+
+/* A row request: its table's spec, its ids copied to an aligned array, and
+ * (when want_rows) its float payload of exactly n * dim values, aligned. */
+typedef struct row_request {
+    ss__emb_spec spec;
+    uint64_t *ids;
+    float *payload;
+    size_t n;
+} row_request;
+
+static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBinaryData *ids,
+                      const ProtobufCBinaryData *payload, row_request *rq, ss__rpc_reply *r) {
+    memset(rq, 0, sizeof *rq);
+    char msg[200];
+    if (!table || ss__emb_store_table_spec(svc->store, table, &rq->spec) != SS_OK) {
+        snprintf(msg, sizeof msg, "unknown table %s", table && *table ? table : "(none)");
+        refuse(svc, r, SS_ERR_NOT_FOUND, "unknown_table", msg);
+        return 0;
+    }
+    if (ids->len % sizeof(uint64_t) != 0) {
+        refuse(svc, r, SS_ERR_INVALID_ARGUMENT, "bad_ids",
+               "ids must be whole little-endian uint64s");
+        return 0;
+    }
+    rq->n = ids->len / sizeof(uint64_t);
+    if (rq->n > ss__emb_store_max_batch(svc->store)) {
+        snprintf(msg, sizeof msg, "batch of %zu ids is over the limit of %zu", rq->n,
+                 ss__emb_store_max_batch(svc->store));
+        refuse(svc, r, SS_ERR_NO_MEMORY, "batch_too_large", msg);
+        return 0;
+    }
+    if (payload && payload->len != rq->n * rq->spec.dim * sizeof(float)) {
+        snprintf(msg, sizeof msg, "%zu payload bytes for %zu ids of dim %u (want %zu)",
+                 payload->len, rq->n, rq->spec.dim, rq->n * rq->spec.dim * sizeof(float));
+        refuse(svc, r, SS_ERR_SIZE_MISMATCH, "dim_mismatch", msg);
+        return 0;
+    }
+    rq->ids = malloc(rq->n ? rq->n * sizeof(uint64_t) : 1);
+    rq->payload = payload ? malloc(payload->len ? payload->len : 1) : NULL;
+    if (!rq->ids || (payload && !rq->payload)) {
+        free(rq->ids);
+        free(rq->payload);
+        r->status = SS_ERR_NO_MEMORY;
+        snprintf(r->message, sizeof r->message, "out of memory");
+        return 0;
+    }
+    if (ids->len) /* an empty bytes field has no data pointer */
+        memcpy(rq->ids, ids->data, ids->len);
+    if (payload && payload->len)
+        memcpy(rq->payload, payload->data, payload->len);
+    return 1;
+}
+
+static float *rows_out(size_t n, uint32_t dim, ss__rpc_reply *r) {
+    float *out = malloc(n * dim * sizeof(float) + 1);
+    if (!out) {
+        r->status = SS_ERR_NO_MEMORY;
+        snprintf(r->message, sizeof r->message, "out of memory");
+    }
+    return out;
+}
+
+static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    UNPACK_OR_REFUSE(Shadowsync__V1__OpenTableRequest, shadowsync__v1__open_table_request__unpack,
+                     m);
+    ss__emb_spec spec = {0}, stored;
+    char why[200] = "";
+    if (!m->spec || !m->spec->name || strlen(m->spec->name) >= sizeof spec.name) {
+        refuse(svc, reply, SS_ERR_INVALID_ARGUMENT, "bad_spec",
+               "a table spec with a name is needed");
+    } else {
+        snprintf(spec.name, sizeof spec.name, "%s", m->spec->name);
+        spec.dim = m->spec->dim;
+        spec.optimizer = (ss__emb_optimizer)m->spec->optimizer;
+        spec.lr = m->spec->lr;
+        spec.eps = m->spec->eps;
+        spec.init_scale = m->spec->init_scale;
+        ss_status st = ss__emb_store_open_table(svc->store, &spec, &stored, why, sizeof why);
+        if (st != SS_OK) {
+            relay(reply, st, why);
+        } else {
+            Shadowsync__V1__TableSpec ts = SHADOWSYNC__V1__TABLE_SPEC__INIT;
+            ts.name = stored.name;
+            ts.dim = stored.dim;
+            ts.optimizer = (uint32_t)stored.optimizer;
+            ts.lr = stored.lr;
+            ts.eps = stored.eps;
+            ts.init_scale = stored.init_scale;
+            Shadowsync__V1__OpenTableReply out = SHADOWSYNC__V1__OPEN_TABLE_REPLY__INIT;
+            out.spec = &ts;
+            out.table_id = ss__emb_table_id(stored.name);
+            ss__rpc_reply_pack(&out.base, reply);
+        }
+    }
+    shadowsync__v1__open_table_request__free_unpacked(m, NULL);
+}
+
+static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    UNPACK_OR_REFUSE(Shadowsync__V1__LookupRequest, shadowsync__v1__lookup_request__unpack, m);
+    row_request rq;
+    if (parse_rows(svc, m->table, &m->ids, NULL, &rq, reply)) {
+        float *rows = rows_out(rq.n, rq.spec.dim, reply);
+        char why[200] = "";
+        ss_status st =
+            rows ? ss__emb_store_lookup(svc->store, m->table, rq.ids, rq.n, rows, why, sizeof why)
+                 : SS_ERR_NO_MEMORY;
+        if (st != SS_OK) {
+            relay(reply, st, why);
+        } else {
+            Shadowsync__V1__LookupReply out = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
+            out.rows.data = (uint8_t *)rows;
+            out.rows.len = rq.n * rq.spec.dim * sizeof(float);
+            ss__rpc_reply_pack(&out.base, reply);
+        }
+        free(rows);
+        free(rq.ids);
+    }
+    shadowsync__v1__lookup_request__free_unpacked(m, NULL);
+}
+
+static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    UNPACK_OR_REFUSE(Shadowsync__V1__PushRequest, shadowsync__v1__push_request__unpack, m);
+    row_request rq;
+    if (parse_rows(svc, m->table, &m->ids, &m->grads, &rq, reply)) {
+        char why[200] = "";
+        ss_status st =
+            ss__emb_store_push(svc->store, m->table, rq.ids, rq.n, rq.payload, why, sizeof why);
+        if (st != SS_OK) {
+            relay(reply, st, why);
+        } else {
+            Shadowsync__V1__PushReply out = SHADOWSYNC__V1__PUSH_REPLY__INIT;
+            out.applied = (uint32_t)rq.n;
+            ss__rpc_reply_pack(&out.base, reply);
+        }
+        free(rq.ids);
+        free(rq.payload);
+    }
+    shadowsync__v1__push_request__free_unpacked(m, NULL);
+}
+
+static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    UNPACK_OR_REFUSE(Shadowsync__V1__ElasticRequest, shadowsync__v1__elastic_request__unpack, m);
+    row_request rq;
+    if (parse_rows(svc, m->table, &m->ids, &m->rows, &rq, reply)) {
+        float *deltas = rows_out(rq.n, rq.spec.dim, reply);
+        char why[200] = "";
+        ss_status st = deltas ? ss__emb_store_elastic(svc->store, m->table, rq.ids, rq.n,
+                                                      rq.payload, m->alpha, deltas, why, sizeof why)
+                              : SS_ERR_NO_MEMORY;
+        if (st != SS_OK) {
+            relay(reply, st, why);
+        } else {
+            Shadowsync__V1__ElasticReply out = SHADOWSYNC__V1__ELASTIC_REPLY__INIT;
+            out.deltas.data = (uint8_t *)deltas;
+            out.deltas.len = rq.n * rq.spec.dim * sizeof(float);
+            ss__rpc_reply_pack(&out.base, reply);
+        }
+        free(deltas);
+        free(rq.ids);
+        free(rq.payload);
+    }
+    shadowsync__v1__elastic_request__free_unpacked(m, NULL);
+}
+
+static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    UNPACK_OR_REFUSE(Shadowsync__V1__EmbCheckpointRequest,
+                     shadowsync__v1__emb_checkpoint_request__unpack, m);
+    char why[200] = "";
+    ss_status st = ss__emb_store_checkpoint(svc->store, m->dir ? m->dir : "", why, sizeof why);
+    if (st != SS_OK) {
+        relay(reply, st, why);
+    } else {
+        Shadowsync__V1__EmbCheckpointReply out = SHADOWSYNC__V1__EMB_CHECKPOINT_REPLY__INIT;
+        out.dir = m->dir;
+        ss__rpc_reply_pack(&out.base, reply);
+    }
+    shadowsync__v1__emb_checkpoint_request__free_unpacked(m, NULL);
+}
+
+static void h_stats(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    UNPACK_OR_REFUSE(Shadowsync__V1__TableStatsRequest, shadowsync__v1__table_stats_request__unpack,
+                     m);
+    ss__emb_store_stats s;
+    ss__emb_spec spec;
+    if (!m->table || ss__emb_store_stats_of(svc->store, m->table, &s) != SS_OK ||
+        ss__emb_store_table_spec(svc->store, m->table, &spec) != SS_OK) {
+        refuse(svc, reply, SS_ERR_NOT_FOUND, "unknown_table", "unknown table");
+    } else {
+        Shadowsync__V1__TableStatsReply out = SHADOWSYNC__V1__TABLE_STATS_REPLY__INIT;
+        out.dim = spec.dim;
+        out.resident_rows = s.table.resident_rows;
+        out.dirty_rows = s.table.dirty_rows;
+        out.row_bytes = s.table.row_bytes;
+        out.arena_bytes = s.table.arena_bytes;
+        out.index_bytes = s.table.index_bytes;
+        out.loads = s.table.loads;
+        out.evictions = s.table.evictions;
+        out.lookups = s.lookups;
+        out.pushes = s.pushes;
+        out.elastic = s.elastic;
+        out.flushed_rows = s.flushed_rows;
+        ss__rpc_reply_pack(&out.base, reply);
+    }
+    shadowsync__v1__table_stats_request__free_unpacked(m, NULL);
+}
+
+void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
+    svc->store = store;
+    const ss__rpc_method m[SS_EMB_METHODS] = {
+        {SS_EMB_M_OPEN, h_open, false, svc},
+        {SS_EMB_M_LOOKUP, h_lookup, false, svc},
+        {SS_EMB_M_PUSH, h_push, false, svc},
+        {SS_EMB_M_ELASTIC, h_elastic, false, svc},
+        /* a checkpoint waits for a flush and RocksDB: off the queue threads */
+        {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc},
+        {SS_EMB_M_STATS, h_stats, false, svc},
+    };
+    memcpy(svc->methods, m, sizeof m);
+}

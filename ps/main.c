@@ -1,0 +1,353 @@
+/* shadowsync-ps: serves dense sync (S-EASGD central variables, S-MA/S-BMUF
+ * round aggregation with membership and a round deadline) and shard s of
+ * every embedding table (in memory + RocksDB) over gRPC, and checkpoints
+ * what it holds. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/strbuf.h"
+#include "ps/dense_service.h"
+#include "ps/emb_service.h"
+#include "rpc/http.h"
+#include "shadow/inproc_transport.h"
+
+#define STATUS_GROUPS 1024
+
+typedef struct ps_state {
+    ss__transport *backend;
+    ss__metrics *metrics;
+    char listen[300]; /* the address actually served */
+    uint64_t start_ns;
+    pthread_mutex_t mirror_lock; /* one /metrics refresh at a time */
+    char path[4096];             /* checkpoint file; "" = none */
+    pthread_mutex_t save_lock;   /* one writer of path.tmp at a time */
+} ps_state;
+
+static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *groups) {
+    ps_state *ps = ctx;
+    pthread_mutex_lock(&ps->save_lock);
+    ss_status st = ss__inproc_transport_save(ps->backend, ps->path, groups);
+    pthread_mutex_unlock(&ps->save_lock);
+    if (path && pathlen)
+        snprintf(path, pathlen, "%s", ps->path);
+    ss__log(st == SS_OK ? SS_LOG_INFO : SS_LOG_ERROR, "ps",
+            "event=checkpoint path=%s groups=%zu status=%s", ps->path, *groups, ss_status_name(st));
+    return st;
+}
+
+static ss__inproc_group_info *describe(ps_state *ps, size_t *count) {
+    ss__inproc_group_info *info = calloc(STATUS_GROUPS, sizeof *info);
+    *count = 0;
+    if (info)
+        ss__inproc_transport_describe(ps->backend, info, STATUS_GROUPS, count);
+    return info;
+}
+
+/* /status: every group the PS holds, its members and last round. */
+static ss_status status_json(void *ctx, char **out, size_t *len) {
+    ps_state *ps = ctx;
+    size_t k;
+    ss__inproc_group_info *info = describe(ps, &k);
+    if (!info)
+        return SS_ERR_NO_MEMORY;
+    uint64_t now = ss__now_ns();
+    ss__strbuf b = {0};
+    ss__strbuf_printf(&b,
+                      "{\"role\":\"ps\",\"listen\":\"%s\",\"uptime_seconds\":%.1f,\n  \"groups\":[",
+                      ps->listen, (double)(now - ps->start_ns) / 1e9);
+    for (size_t i = 0; i < k; i++) {
+        const ss__inproc_group_info *g = &info[i];
+        /* Group names reach the PS validated to [A-Za-z0-9_.-]. */
+        ss__strbuf_printf(&b,
+                          "%s\n    {\"group\":\"%s\",\"floats\":%zu,\"members\":%u,"
+                          "\"exchanges\":%llu,\"closed_rounds\":%llu,\"rounds\":%llu,"
+                          "\"last_round_age_seconds\":%.3f}",
+                          i ? "," : "", g->name, g->n, g->members, (unsigned long long)g->exchanges,
+                          (unsigned long long)g->rounds,
+                          (unsigned long long)(g->exchanges + g->rounds),
+                          g->last_done_ns ? (double)(now - g->last_done_ns) / 1e9 : -1.0);
+    }
+    ss__strbuf_printf(&b, "]}\n");
+    free(info);
+    return ss__strbuf_take(&b, out, len);
+}
+
+/* Mirrors the backend's per-group counts into shadowsync_ps_* series. */
+static void refresh_metrics(void *ctx) {
+    ps_state *ps = ctx;
+    size_t k;
+    ss__inproc_group_info *info = describe(ps, &k);
+    if (!info)
+        return;
+    pthread_mutex_lock(&ps->mirror_lock);
+    for (size_t i = 0; i < k; i++) {
+        const char *labels[] = {"group", info[i].name, NULL};
+        ss__counter *rounds;
+        ss__gauge *members;
+        if (ss__metrics_counter(ps->metrics, "shadowsync_ps_rounds_total",
+                                "S-EASGD exchanges and closed MA/BMUF rounds served, per group.",
+                                labels, &rounds) != SS_OK ||
+            ss__metrics_gauge(ps->metrics, "shadowsync_ps_members",
+                              "Trainers (or agents) registered per group.", labels,
+                              &members) != SS_OK)
+            continue;
+        uint64_t total = info[i].exchanges + info[i].rounds;
+        uint64_t seen = ss__counter_value(rounds);
+        if (total > seen)
+            ss__counter_add(rounds, total - seen);
+        ss__gauge_set(members, info[i].members);
+    }
+    pthread_mutex_unlock(&ps->mirror_lock);
+    free(info);
+}
+
+static ss_status http_checkpoint(void *ctx, char *msg, size_t msglen) {
+    ps_state *ps = ctx;
+    if (!ps->path[0]) {
+        snprintf(msg, msglen, "the PS runs without --checkpoint-dir");
+        return SS_ERR_STATE;
+    }
+    size_t groups = 0;
+    ss_status st = save_checkpoint(ps, NULL, 0, &groups);
+    snprintf(msg, msglen, "%zu dense groups written to %s", groups, ps->path);
+    return st;
+}
+
+/* Loads dir/dense.ckpt when present. A corrupt file stops the start: the
+ * operator decides, nothing is overwritten. */
+static int restore(ps_state *ps, const char *dir) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "shadowsync-ps: cannot create --checkpoint-dir %s: %s\n", dir,
+                strerror(errno));
+        return -1;
+    }
+    if (snprintf(ps->path, sizeof ps->path, "%s/dense.ckpt", dir) >= (int)sizeof ps->path) {
+        fprintf(stderr, "shadowsync-ps: --checkpoint-dir is too long\n");
+        return -1;
+    }
+    size_t groups = 0;
+    ss_status st = ss__inproc_transport_load(ps->backend, ps->path, &groups);
+    if (st == SS_ERR_NOT_FOUND) {
+        printf("shadowsync-ps: no checkpoint in %s, starting empty\n", dir);
+        return 0;
+    }
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot restore %s: %s (file left as is)\n", ps->path,
+                ss_strerror(st));
+        return -1;
+    }
+    printf("shadowsync-ps: restored %zu groups from %s\n", groups, ps->path);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *listen = "127.0.0.1:7070", *ckpt_dir = "", *tls_cert = "", *tls_key = "",
+               *tls_ca = "";
+    const char *emb_db = "";
+    static const char default_http[] = "127.0.0.1:9471";
+    const char *http = default_http;
+    int64_t threads = 2, deadline_ms = 1000, member_timeout_ms = 5000, max_floats = 64 << 20;
+    int64_t flush_lag_ms = 200, mem_cap_mb = 0, emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH;
+    bool sync_writes = false;
+    ss__flag flags[] = {
+        {"listen", SS_FLAG_STRING, &listen, "address to serve gRPC on (port 0: pick one)", NULL, 0,
+         0},
+        {"threads", SS_FLAG_INT, &threads, "completion-queue threads", NULL, 1, 64},
+        {"http", SS_FLAG_STRING, &http,
+         "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
+         "the default port, when taken, only warns)",
+         NULL, 0, 0},
+        {"round-deadline-ms", SS_FLAG_INT, &deadline_ms,
+         "an MA/BMUF round closes this long after its first snapshot, members or not", NULL, 1,
+         3.6e6},
+        {"member-timeout-ms", SS_FLAG_INT, &member_timeout_ms,
+         "drop a member not heard from this long (0 = never; >= round deadline)", NULL, 0, 3.6e6},
+        {"max-group-floats", SS_FLAG_INT, &max_floats, "largest dense group chunk accepted", NULL,
+         1, (double)(1u << 30)},
+        {"checkpoint-dir", SS_FLAG_STRING, &ckpt_dir,
+         "restore dense.ckpt from here at start; write it on Checkpoint calls, SIGUSR1 and at "
+         "shutdown (\"\" = no checkpoints)",
+         NULL, 0, 0},
+        {"emb-db", SS_FLAG_STRING, &emb_db,
+         "RocksDB directory of this shard's embedding rows (created; restored at start; \"\" = "
+         "rows in memory only)",
+         NULL, 0, 0},
+        {"sync-writes", SS_FLAG_BOOL, &sync_writes,
+         "acknowledge a row update only after it is fsync'd to RocksDB (else write-behind)", NULL,
+         0, 0},
+        {"flush-lag-ms", SS_FLAG_INT, &flush_lag_ms,
+         "write-behind: an acknowledged update reaches RocksDB within this", NULL, 2, 3.6e6},
+        {"mem-cap-mb", SS_FLAG_INT, &mem_cap_mb,
+         "memory for resident embedding rows; clean rows beyond it are evicted (0 = no cap)", NULL,
+         0, 1 << 24},
+        {"emb-max-batch", SS_FLAG_INT, &emb_max_batch, "most row ids in one embedding request",
+         NULL, 1, 1 << 24},
+        {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM server certificate (enables TLS)", NULL, 0, 0},
+        {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
+        {"tls-ca", SS_FLAG_STRING, &tls_ca,
+         "PEM CA bundle: require client certificates signed by it (mutual TLS)", NULL, 0, 0},
+    };
+    const size_t nflags = sizeof flags / sizeof *flags;
+    bool help;
+    char err[256];
+    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: %s\n", err);
+        return 2;
+    }
+    if (help) {
+        ss__flags_print_help(stdout, "shadowsync-ps",
+                             "ShadowSync parameter server: holds one shard of every dense group "
+                             "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and of "
+                             "every embedding table (memory +\nRocksDB), and serves them over "
+                             "gRPC. Stops on SIGINT or SIGTERM (after a final\ncheckpoint when "
+                             "--checkpoint-dir is set, and a flush of dirty rows).",
+                             flags, nflags);
+        return 0;
+    }
+    if (member_timeout_ms && member_timeout_ms < deadline_ms) {
+        fprintf(stderr, "shadowsync-ps: --member-timeout-ms must be 0 or >= --round-deadline-ms\n");
+        return 2;
+    }
+    if (!*tls_cert != !*tls_key || (*tls_ca && !*tls_cert)) {
+        fprintf(stderr, "shadowsync-ps: --tls-cert and --tls-key go together (--tls-ca needs "
+                        "both)\n");
+        return 2;
+    }
+    /* Signals go to sigwait below, not to gRPC's threads. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+    ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER,
+                   .mirror_lock = PTHREAD_MUTEX_INITIALIZER,
+                   .start_ns = ss__now_ns()};
+    ss__inproc_config icfg = {.round_deadline_ms = (uint32_t)deadline_ms,
+                              .member_timeout_ms = (uint32_t)member_timeout_ms};
+    if (ss__metrics_create(&ps.metrics) != SS_OK ||
+        ss__inproc_transport_create(&icfg, &ps.backend) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: out of memory\n");
+        return 1;
+    }
+    ss__metrics *metrics = ps.metrics;
+    if (sync_writes && !*emb_db) {
+        fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
+        return 2;
+    }
+    ss__emb_store *store = NULL;
+    ss__emb_store_config ecfg = {.db_path = emb_db,
+                                 .sync_writes = sync_writes,
+                                 .flush_lag_ms = (uint32_t)flush_lag_ms,
+                                 .mem_cap_bytes = (uint64_t)mem_cap_mb << 20,
+                                 .max_batch = (size_t)emb_max_batch,
+                                 .metrics = metrics};
+    ss_status est = ss__emb_store_create(&ecfg, &store);
+    if (est != SS_OK || (*ckpt_dir && restore(&ps, ckpt_dir) != 0)) {
+        if (est != SS_OK)
+            fprintf(stderr, "shadowsync-ps: cannot open the embedding store %s: %s\n",
+                    *emb_db ? emb_db : "(memory)", ss_strerror(est));
+        ss__emb_store_destroy(store);
+        ss__transport_destroy(ps.backend);
+        ss__metrics_destroy(metrics);
+        return 1;
+    }
+    if (*emb_db)
+        printf("shadowsync-ps: embedding rows in %s (%s)\n", emb_db,
+               sync_writes ? "sync writes" : "write-behind");
+    ss__emb_service esvc;
+    ss__emb_service_init(&esvc, store);
+    ss__dense_service svc = {.backend = ps.backend,
+                             .max_floats = (size_t)max_floats,
+                             .checkpoint = *ckpt_dir ? save_checkpoint : NULL,
+                             .checkpoint_ctx = &ps};
+    ss__metrics_counter(metrics, "shadowsync_ps_rejected_requests_total",
+                        "Requests refused (bad size, unknown group or member, NaN/Inf, garbage).",
+                        NULL, &svc.rejected);
+    size_t ndense;
+    const ss__rpc_method *dense_methods = ss__dense_service_methods(&ndense);
+    ss__rpc_method methods[32];
+    size_t nmethods = 0;
+    for (size_t i = 0; i < ndense && nmethods < 32; i++)
+        methods[nmethods++] = dense_methods[i];
+    for (size_t i = 0; i < SS_EMB_METHODS && nmethods < 32; i++)
+        methods[nmethods++] = esvc.methods[i];
+    ss__rpc_tls tls = {.cert_file = *tls_cert ? tls_cert : NULL,
+                       .key_file = *tls_key ? tls_key : NULL,
+                       .ca_file = *tls_ca ? tls_ca : NULL};
+    ss__rpc_server_config scfg = {.listen = listen,
+                                  .threads = (uint32_t)threads,
+                                  .max_message_bytes = (size_t)max_floats * 4 + 4096,
+                                  .metrics = metrics,
+                                  .tls = &tls};
+    ss__rpc_server *srv;
+    ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &svc, &srv);
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", listen, ss_strerror(st));
+        ss__emb_store_destroy(store);
+        ss__transport_destroy(ps.backend);
+        ss__metrics_destroy(metrics);
+        return 1;
+    }
+    char host[256];
+    snprintf(host, sizeof host, "%s", listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+    snprintf(ps.listen, sizeof ps.listen, "%s:%d", host, ss__rpc_server_port(srv));
+    ss__http_server *web = NULL;
+    ss__http_config hcfg = {.bind = http,
+                            .metrics = metrics,
+                            .status_json = status_json,
+                            .checkpoint = http_checkpoint,
+                            .before_metrics = refresh_metrics,
+                            .ctx = &ps};
+    hcfg.optional = http == default_http;
+    if (*http && (st = ss__http_server_start(&hcfg, &web)) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
+        ss__rpc_server_stop(srv);
+        ss__emb_store_destroy(store);
+        ss__transport_destroy(ps.backend);
+        ss__metrics_destroy(metrics);
+        return 1;
+    }
+    char web_at[300];
+    ss__http_server_address(web, web_at, sizeof web_at);
+    printf("shadowsync-ps: listening on %s:%d%s, http on %s\n", host, ss__rpc_server_port(srv),
+           *tls_cert ? (*tls_ca ? " (mutual TLS)" : " (TLS)") : "", web_at);
+    fflush(stdout);
+    int sig;
+    for (;;) {
+        sigwait(&sigs, &sig);
+        if (sig != SIGUSR1)
+            break;
+        size_t groups = 0;
+        if (*ckpt_dir)
+            save_checkpoint(&ps, NULL, 0, &groups);
+    }
+    ss__log(SS_LOG_INFO, "ps", "event=stopping signal=%d", sig);
+    ss__http_server_stop(web);
+    ss__rpc_server_stop(srv);
+    int rc = 0;
+    if (*ckpt_dir) {
+        size_t groups = 0;
+        if (save_checkpoint(&ps, NULL, 0, &groups) != SS_OK)
+            rc = 1;
+        else
+            printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps.path);
+    }
+    ss__emb_store_destroy(store); /* flushes dirty rows */
+    ss__transport_destroy(ps.backend);
+    ss__metrics_destroy(metrics);
+    printf("shadowsync-ps: stopped\n");
+    return rc;
+}

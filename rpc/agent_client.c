@@ -1,0 +1,284 @@
+/* The hooks' side of the agent socket. */
+#include "rpc/agent_client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "rpc/agent_wire.h"
+
+#define MAX_GROUPS     256
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 1000
+#define WATCH_MS       100 /* how fast a dead agent is noticed */
+
+typedef struct spec_copy {
+    ss__agent_group_spec spec;
+    char name[64], algo[16];
+} spec_copy;
+
+struct ss__agent_client {
+    char path[108];
+    char trainer[64];
+    uint32_t timeout_ms;
+    pthread_t thread;
+    pthread_mutex_t lock; /* guards everything below; held for a request and its reply */
+    pthread_cond_t cond;  /* connected changes */
+    int sock;             /* -1 when not connected; only the thread closes it */
+    bool connected, broken, stopping;
+    bool finishing, finished; /* Finish under way / done: no new groups / no reconnecting */
+    spec_copy groups[MAX_GROUPS];
+    size_t ngroups;
+    _Atomic uint64_t sessions;
+    uint64_t failures; /* connection attempts failed in a row (for the log) */
+};
+
+/* Caller holds the lock; the socket is connected. */
+static ss_status send_group(ss__agent_client *c, const ss__agent_group_spec *g, ss_status *verdict,
+                            char *why, size_t whylen) {
+    ss__pb_register_group r = SHADOWSYNC__AGENT__V1__REGISTER_GROUP__INIT;
+    r.name = (char *)g->name;
+    r.n = g->n;
+    r.algo = (char *)g->algo;
+    r.alpha = g->alpha;
+    r.bmuf_eta = g->bmuf_eta;
+    r.bmuf_zeta = g->bmuf_zeta;
+    r.bmuf_nesterov = g->bmuf_nesterov != 0;
+    ss__pb_agent_request rq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    rq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_REGISTER_GROUP;
+    rq.register_group = &r;
+    ss_status st = ss__agent_send_request(c->sock, &rq, g->fd);
+    if (st == SS_OK)
+        st = ss__agent_recv_reply(c->sock, (int)c->timeout_ms, verdict, why, whylen);
+    return st;
+}
+
+/* Connects, says Hello, registers every group. Caller holds the lock. */
+static ss_status connect_and_register(ss__agent_client *c) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return SS_ERR_IO;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", c->path);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        close(fd);
+        return SS_ERR_IO;
+    }
+    c->sock = fd;
+    ss__pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
+    h.protocol = SS_AGENT_PROTOCOL;
+    h.trainer = c->trainer;
+    h.pid = (uint32_t)getpid();
+    ss__pb_agent_request rq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+    rq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_HELLO;
+    rq.hello = &h;
+    ss_status verdict = SS_OK;
+    char why[256] = "";
+    ss_status st = ss__agent_send_request(fd, &rq, -1);
+    if (st == SS_OK)
+        st = ss__agent_recv_reply(fd, (int)c->timeout_ms, &verdict, why, sizeof why);
+    for (size_t i = 0; st == SS_OK && verdict == SS_OK && i < c->ngroups; i++)
+        st = send_group(c, &c->groups[i].spec, &verdict, why, sizeof why);
+    if (st != SS_OK || verdict != SS_OK) {
+        if (verdict != SS_OK && c->failures == 0)
+            SS_LOG_ERRORF("hooks", "event=agent_refused socket=%s status=%s why=\"%s\"", c->path,
+                          ss_status_name(verdict), why);
+        close(fd);
+        c->sock = -1;
+        return verdict != SS_OK ? verdict : st;
+    }
+    return SS_OK;
+}
+
+static void *client_main(void *arg) {
+    ss__agent_client *c = arg;
+    uint32_t backoff = BACKOFF_MIN_MS;
+    pthread_mutex_lock(&c->lock);
+    while (!c->stopping) {
+        if (!c->connected && c->finished) { /* nothing left to sync */
+            pthread_mutex_unlock(&c->lock);
+            ss__sleep_ns(WATCH_MS * 1000000ull);
+            pthread_mutex_lock(&c->lock);
+            continue;
+        }
+        if (!c->connected) {
+            ss_status st = connect_and_register(c);
+            if (st == SS_OK) {
+                c->connected = true;
+                c->broken = false;
+                backoff = BACKOFF_MIN_MS;
+                uint64_t k = atomic_fetch_add(&c->sessions, 1) + 1;
+                SS_LOG_INFOF("hooks", "event=agent_connected socket=%s groups=%zu session=%llu",
+                             c->path, c->ngroups, (unsigned long long)k);
+                c->failures = 0;
+                pthread_cond_broadcast(&c->cond);
+                continue;
+            }
+            if (c->failures++ == 0)
+                SS_LOG_WARNF("hooks",
+                             "event=agent_unreachable socket=%s status=%s "
+                             "note=\"training goes on; retrying\"",
+                             c->path, ss_status_name(st));
+            pthread_mutex_unlock(&c->lock);
+            ss__sleep_ns((uint64_t)backoff * 1000000ull);
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+            pthread_mutex_lock(&c->lock);
+            continue;
+        }
+        /* Watch for the agent going away without reading: replies are
+         * read by the thread that sent the request. */
+        int fd = c->sock;
+        bool broken = c->broken;
+        pthread_mutex_unlock(&c->lock);
+        struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+        int r = broken ? 1 : poll(&p, 1, WATCH_MS);
+        pthread_mutex_lock(&c->lock);
+        if (c->broken || (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
+            SS_LOG_WARNF("hooks",
+                         "event=agent_lost socket=%s note=\"training goes on; "
+                         "reconnecting\"",
+                         c->path);
+            close(c->sock);
+            c->sock = -1;
+            c->connected = false;
+            c->broken = false;
+            c->failures = 1; /* already said */
+            pthread_cond_broadcast(&c->cond);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+ss_status ss__agent_client_create(const char *socket_path, const char *trainer, uint32_t timeout_ms,
+                                  ss__agent_client **out) {
+    if (!socket_path || !*socket_path || !trainer || !out ||
+        strlen(socket_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        return SS_ERR_INVALID_ARGUMENT;
+    ss__agent_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return SS_ERR_NO_MEMORY;
+    snprintf(c->path, sizeof c->path, "%s", socket_path);
+    snprintf(c->trainer, sizeof c->trainer, "%s", trainer);
+    c->timeout_ms = timeout_ms ? timeout_ms : 10000;
+    c->sock = -1;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    if (pthread_create(&c->thread, NULL, client_main, c) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
+        free(c);
+        return SS_ERR_NO_MEMORY;
+    }
+    *out = c;
+    return SS_OK;
+}
+
+ss_status ss__agent_client_add_group(ss__agent_client *c, const ss__agent_group_spec *g) {
+    if (!c || !g || !g->name || strlen(g->name) >= 64 || !g->algo || strlen(g->algo) >= 16 ||
+        g->fd < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&c->lock);
+    if (c->ngroups == MAX_GROUPS || c->finishing) {
+        pthread_mutex_unlock(&c->lock);
+        return c->finishing ? SS_ERR_STATE : SS_ERR_TOO_LARGE;
+    }
+    spec_copy *s = &c->groups[c->ngroups];
+    s->spec = *g;
+    snprintf(s->name, sizeof s->name, "%s", g->name);
+    snprintf(s->algo, sizeof s->algo, "%s", g->algo);
+    s->spec.name = s->name;
+    s->spec.algo = s->algo;
+    ss_status verdict = SS_OK;
+    if (c->connected && !c->broken) {
+        char why[256] = "";
+        ss_status st = send_group(c, &s->spec, &verdict, why, sizeof why);
+        if (st != SS_OK)
+            c->broken = true; /* registered with the rest at the next connection */
+        else if (verdict != SS_OK)
+            SS_LOG_ERRORF("hooks", "event=group_refused group=%s status=%s why=\"%s\"", g->name,
+                          ss_status_name(verdict), why);
+    }
+    if (verdict == SS_OK)
+        c->ngroups++;
+    pthread_mutex_unlock(&c->lock);
+    return verdict;
+}
+
+ss_status ss__agent_client_finish(ss__agent_client *c, uint32_t final_rounds,
+                                  uint32_t final_sync_ms, uint32_t wait_ms) {
+    if (!c)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&c->lock);
+    if (c->finishing) {
+        pthread_mutex_unlock(&c->lock);
+        return SS_OK;
+    }
+    c->finishing = true;
+    uint64_t until = ss__now_ns() + (uint64_t)wait_ms * 1000000ull;
+    while ((!c->connected || c->broken) && ss__now_ns() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+    }
+    ss_status st = SS_ERR_IO, verdict = SS_OK;
+    char why[256] = "";
+    if (c->connected && !c->broken) {
+        ss__pb_finish f = SHADOWSYNC__AGENT__V1__FINISH__INIT;
+        f.final_rounds = final_rounds;
+        f.final_sync_ms = final_sync_ms;
+        ss__pb_agent_request rq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
+        rq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_FINISH;
+        rq.finish = &f;
+        /* Final rounds take final_sync_ms and a few deadlines at most. */
+        int wait = (int)(final_sync_ms + 4 * c->timeout_ms + 10000);
+        st = ss__agent_send_request(c->sock, &rq, -1);
+        if (st == SS_OK)
+            st = ss__agent_recv_reply(c->sock, wait, &verdict, why, sizeof why);
+        if (st != SS_OK)
+            c->broken = true;
+    }
+    c->finished = true;
+    pthread_mutex_unlock(&c->lock);
+    if (st != SS_OK) {
+        SS_LOG_WARNF("hooks",
+                     "event=final_rounds_skipped socket=%s status=%s note=\"no agent; "
+                     "the replicas are kept as trained\"",
+                     c->path, ss_status_name(st));
+        return SS_ERR_IO;
+    }
+    return verdict;
+}
+
+uint64_t ss__agent_client_sessions(ss__agent_client *c) {
+    return c ? atomic_load(&c->sessions) : 0;
+}
+
+void ss__agent_client_destroy(ss__agent_client *c) {
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stopping = true;
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    if (c->sock >= 0)
+        close(c->sock);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c);
+}

@@ -1,0 +1,32 @@
+/* The trainer side of the Embedding service (internal to trainer-hooks):
+ * channels to the S shards, rows routed by ss__emb_shard_of, one call per
+ * shard (cut into chunks of at most SS_EMB_CLIENT_CHUNK ids) all in flight
+ * at once. Ids passed here must be distinct (callers deduplicate). A
+ * chunk stays within every server limit of at least 4096 ids. */
+#ifndef SS_EMB_CLIENT_H
+#define SS_EMB_CLIENT_H
+
+#include "embedding-store/emb_table.h"
+#include "rpc/rpc.h"
+
+#define SS_EMB_CLIENT_CHUNK 4096
+
+typedef struct ss__emb_client ss__emb_client;
+
+ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uint32_t timeout_ms,
+                                ss__emb_client **out);
+void ss__emb_client_destroy(ss__emb_client *c);
+
+/* OpenTable on every shard; *stored gets the shards' spec. */
+ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
+                                    ss__emb_spec *stored, char *why, size_t whylen);
+/* rows: n * dim out. */
+ss_status ss__emb_client_lookup(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
+                                size_t n, float *rows);
+ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
+                              size_t n, const float *grads);
+/* x: n * dim in; deltas: n * dim out. */
+ss_status ss__emb_client_elastic(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
+                                 size_t n, const float *x, float alpha, float *deltas);
+
+#endif

@@ -1,0 +1,36 @@
+/* The DenseSync client: an ss__transport over S shadowsync-ps shards, so
+ * the engine runs unchanged over the network (the server side is
+ * ps/dense_service.c). */
+#ifndef SS_RPC_GRPC_TRANSPORT_H
+#define SS_RPC_GRPC_TRANSPORT_H
+
+#include "rpc/rpc.h"
+#include "shadow/transport.h"
+
+/* Floats per chunk when the config gives none: 1 MiB of payload (gRPC
+ * moves several 1 MiB messages in parallel ~2x faster than one 4 MiB
+ * message on loopback; see BENCHMARKS.md). Every
+ * member of a group must use the same value (it names the chunks). */
+#define SS_GRPC_CHUNK_FLOATS (1u << 18)
+#define SS_GRPC_MAX_SHARDS   64
+
+typedef struct ss__grpc_transport_config {
+    /* "host:port[,host:port...]": the S shadowsync-ps shards, in the same
+     * order on every trainer. Shard s holds floats [n s / S, n (s+1) / S)
+     * of every group. */
+    const char *targets;
+    uint32_t timeout_ms; /* per call; RoundMean adds round_wait_ms */
+    uint32_t round_wait_ms;
+    size_t chunk_floats;    /* 0 = SS_GRPC_CHUNK_FLOATS */
+    uint32_t retries;       /* idempotent calls (ReadCentral, Heartbeat, Leave)
+                               retried this often on UNAVAILABLE, with backoff */
+    const ss__rpc_tls *tls; /* optional */
+} ss__grpc_transport_config;
+
+ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out);
+
+/* Asks one shadowsync-ps to write its checkpoint now. */
+ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32_t timeout_ms,
+                              char *path, size_t pathlen, size_t *groups);
+
+#endif

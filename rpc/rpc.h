@@ -1,0 +1,109 @@
+/* gRPC-core helpers: a unary-call server framework and a client channel.
+ *
+ * Server: one completion queue and thread per worker; each registered
+ * method keeps requests pre-posted on every queue; a call's payload
+ * arrives with it, the handler turns request bytes into reply bytes and a
+ * status. Handlers marked `blocking` (e.g. a round that waits for other
+ * members) run on a thread of their own so they never stall a queue.
+ * Calls whose deadline has passed are answered DEADLINE_EXCEEDED without
+ * running the handler. Shutdown follows rpc/../shared notes: stop
+ * re-arming, shutdown_and_notify, cancel all calls, wait for the tag and
+ * for every live call context, destroy the server, drain the queues.
+ *
+ * Errors carry the ss_status name in the status message ("ss=non_finite:
+ * ..."), so a client gets the exact ss_status back (ss__rpc_call). */
+#ifndef SHADOWSYNC_RPC_H
+#define SHADOWSYNC_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/metrics.h"
+#include "shadowsync/status.h"
+
+typedef struct ss__rpc_server ss__rpc_server;
+
+/* What a handler returns: status (SS_OK or an error with a message) and,
+ * on success, reply bytes malloc'd by the handler (freed by the server). */
+typedef struct ss__rpc_reply {
+    ss_status status;
+    char message[200];
+    uint8_t *data;
+    size_t len;
+} ss__rpc_reply;
+
+typedef void (*ss__rpc_handler)(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply);
+
+typedef struct ss__rpc_method {
+    const char *path; /* "/package.Service/Method" */
+    ss__rpc_handler handler;
+    bool blocking;
+    void *ctx; /* handler's ctx; NULL = the server's (one server, several services) */
+} ss__rpc_method;
+
+/* TLS from PEM files, on either side. Server: cert_file + key_file are
+ * required; ca_file makes it demand and verify client certificates
+ * (mutual TLS). Client: ca_file verifies the server (NULL: system roots);
+ * cert_file + key_file present a client certificate. All NULL / a NULL
+ * pointer to this struct = plain TCP. */
+typedef struct ss__rpc_tls {
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
+} ss__rpc_tls;
+
+typedef struct ss__rpc_server_config {
+    const char *listen;       /* "127.0.0.1:0" picks a free port */
+    uint32_t threads;         /* completion-queue threads, >= 1 */
+    size_t max_message_bytes; /* receive limit; larger messages: RESOURCE_EXHAUSTED */
+    ss__metrics *metrics;     /* optional: shadowsync_rpc_requests_total{method,result} */
+    const ss__rpc_tls *tls;   /* optional */
+} ss__rpc_server_config;
+
+/* Binds and starts serving. methods must outlive the server. */
+ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,
+                               size_t nmethods, void *ctx, ss__rpc_server **out);
+int ss__rpc_server_port(const ss__rpc_server *srv);
+/* Graceful shutdown; waits for calls in flight. */
+void ss__rpc_server_stop(ss__rpc_server *srv);
+
+typedef struct ss__rpc_channel ss__rpc_channel;
+
+/* tls: optional (NULL = plain TCP). SS_ERR_IO when a PEM file cannot be
+ * read. */
+ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
+                                 const ss__rpc_tls *tls, ss__rpc_channel **out);
+void ss__rpc_channel_destroy(ss__rpc_channel *ch);
+
+/* One unary call with a deadline. On SS_OK *resp (malloc'd, caller frees)
+ * holds the reply. Otherwise the server's or the transport's error, with
+ * its text in msg when given. wait_for_ready: wait for the server to come
+ * up until the deadline instead of failing fast. */
+ss_status ss__rpc_call(ss__rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
+                       uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
+                       char *msg, size_t msglen);
+
+/* One call of a batch: in fields set by the caller, out fields by
+ * ss__rpc_call_many. */
+typedef struct ss__rpc_request {
+    ss__rpc_channel *ch;
+    const char *method;
+    const uint8_t *req;
+    size_t len;
+    ss_status status; /* out */
+    uint8_t *resp;    /* out: malloc'd reply when every call succeeded */
+    size_t resp_len;  /* out */
+    char msg[160];    /* out: the error text of a failed call */
+} ss__rpc_request;
+
+/* Runs n unary calls at once (one deadline for all) and waits for every
+ * one. Returns the first failed call's status; then no resp is kept. */
+ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
+                            bool wait_for_ready);
+
+/* Brings gRPC up/down (reference counted by gRPC itself). */
+void ss__rpc_init(void);
+void ss__rpc_shutdown(void);
+
+#endif

@@ -1,0 +1,43 @@
+/* The sync algorithms as pure functions over float arrays (ARCHITECTURE 4).
+ *
+ * s = snapshot of the live replica taken at round start, c = central
+ * variable, avg = mean of the round's snapshots. Each function produces the
+ * delta to apply to the live replica, so worker updates made during the
+ * round survive; ss__sync_apply() applies it. Foreground (FR-X) variants run
+ * the very same functions inside the trainer's step. */
+#ifndef SHADOWSYNC_ALGORITHMS_H
+#define SHADOWSYNC_ALGORITHMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "shadowsync/status.h"
+
+typedef enum ss__algo { SS_ALGO_EASGD = 0, SS_ALGO_MA = 1, SS_ALGO_BMUF = 2 } ss__algo;
+
+const char *ss__algo_name(ss__algo algo);
+ss_status ss__algo_parse(const char *text, ss__algo *out);
+
+/* S-EASGD, server side: d = alpha (s - c); c += d. The agent then applies
+ * x -= d (ss__sync_apply with sign -1). */
+ss_status ss__easgd_server(const float *s, float *c, float *d, float alpha, size_t n);
+
+/* S-MA: delta = avg - s; the agent applies x += delta. */
+ss_status ss__ma_delta(const float *avg, const float *s, float *delta, size_t n);
+
+/* Block momentum state, identical on every member. */
+typedef struct ss__bmuf_params {
+    float eta;     /* block momentum */
+    float zeta;    /* block learning rate */
+    bool nesterov; /* target = w + eta m instead of w */
+} ss__bmuf_params;
+
+/* S-BMUF: G = avg - w; m = eta m + zeta G; w += m;
+ * target = w + eta m (Nesterov) or w; delta = target - s. */
+ss_status ss__bmuf_delta(const ss__bmuf_params *p, float *w, float *m, const float *avg,
+                         const float *s, float *delta, size_t n);
+
+/* Mean of k vectors: avg = (1/k) sum_i v[i]. */
+ss_status ss__mean(const float *const *v, size_t k, float *avg, size_t n);
+
+#endif

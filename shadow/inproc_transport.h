@@ -1,0 +1,56 @@
+/* The in-process transport: central variables (S-EASGD) and MA/BMUF round
+ * aggregation in memory. Trainers of one process share one instance, and
+ * shadowsync-ps serves its DenseSync calls from one (ps/dense_service.c).
+ * Its checkpoint file format is shadow/dense_checkpoint.h. */
+#ifndef SS_SHADOW_INPROC_TRANSPORT_H
+#define SS_SHADOW_INPROC_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadow/transport.h"
+
+/* In-process transport: one instance shared by every engine of a process.
+ * round_deadline_ms bounds how long an MA/BMUF round waits for missing
+ * members after its first contribution. */
+typedef struct ss__inproc_config {
+    uint32_t round_deadline_ms;
+    /* A member not heard from (any call, heartbeats included) for this long
+     * is dropped, so a killed trainer stops costing every round a deadline.
+     * 0 = never; otherwise at least round_deadline_ms. */
+    uint32_t member_timeout_ms;
+    /* Optional link emulation, for benchmarks that need a round to cost
+     * what it costs over a network: each exchange sleeps (never spins)
+     * 2 x link_latency_us plus the payload's bytes, both ways, at
+     * link_gbps, outside every lock. 0 and 0 = plain memory speed. */
+    uint32_t link_latency_us;
+    double link_gbps;
+} ss__inproc_config;
+
+ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transport **out);
+
+/* Writes every group's central variable and last round mean to path,
+ * atomically (path.tmp, fsync, rename, fsync of the directory). Members and
+ * open rounds are not saved: after a restart trainers join again.
+ * *groups = groups written. */
+ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *groups);
+/* Loads a checkpoint written by ss__inproc_transport_save into t (before
+ * members join). SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE: torn or
+ * corrupted (nothing of it is trusted); *groups = groups restored. */
+ss_status ss__inproc_transport_load(ss__transport *t, const char *path, size_t *groups);
+
+/* What a PS holds, for /status. */
+typedef struct ss__inproc_group_info {
+    char name[128];
+    size_t n;
+    uint32_t members;      /* registered now */
+    uint64_t exchanges;    /* S-EASGD exchanges served */
+    uint64_t rounds;       /* MA/BMUF rounds closed */
+    uint64_t last_done_ns; /* ss__now_ns() of the last of either (0: none) */
+} ss__inproc_group_info;
+
+/* Up to max groups into out; SS_ERR_TOO_LARGE when there were more. */
+ss_status ss__inproc_transport_describe(ss__transport *t, ss__inproc_group_info *out, size_t max,
+                                        size_t *count);
+
+#endif

@@ -1,0 +1,65 @@
+/* The transport interface: what a sync round needs from "the others".
+ *
+ * The engine only talks to this vtable. Implementations: the in-process
+ * one (shadow/inproc_transport.h) keeps central variables and round
+ * aggregation in memory, and is also the parameter server's state; the
+ * host-averaging wrapper (shadow/host_average_transport.h); the gRPC
+ * client in rpc/grpc_transport.h. Every call is thread-safe and bounded in time. */
+#ifndef SS_SHADOW_TRANSPORT_H
+#define SS_SHADOW_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+typedef struct ss__transport ss__transport;
+
+typedef struct ss__round_result {
+    uint64_t round;        /* id of the closed round the caller took part in */
+    uint32_t participants; /* snapshots averaged into it */
+} ss__round_result;
+
+typedef struct ss__transport_ops {
+    /* Registers a member of group `group` (n floats). All members of a
+     * group must agree on n. Returns a member id unique in the group. */
+    ss_status (*join)(void *impl, const char *group, size_t n, uint64_t *member);
+    /* Removes a member; open rounds stop waiting for it. */
+    ss_status (*leave)(void *impl, const char *group, uint64_t member);
+    /* S-EASGD exchange: sends snapshot s, receives d = alpha (s - c) while
+     * the central variable moves c += d. c starts as the first s received. */
+    ss_status (*easgd_exchange)(void *impl, const char *group, uint64_t member, const float *s,
+                                float alpha, float *d, size_t n);
+    /* MA/BMUF: contributes s to the group's open round and blocks until the
+     * round closes (all members contributed, or the round deadline passed);
+     * writes the mean of the round's snapshots to avg. */
+    ss_status (*allreduce_mean)(void *impl, const char *group, uint64_t member, const float *s,
+                                float *avg, size_t n, ss__round_result *result);
+    /* Copies the central variable (EASGD) or last round mean (MA/BMUF). */
+    ss_status (*read_central)(void *impl, const char *group, float *c, size_t n);
+    /* Optional (NULL: always SS_OK). Tells the other side a member is alive
+     * while it has nothing to sync; SS_ERR_NOT_FOUND when the member was
+     * dropped (expired, or the server restarted): join again. */
+    ss_status (*heartbeat)(void *impl, const char *group, uint64_t member);
+    void (*destroy)(void *impl);
+} ss__transport_ops;
+
+/* Wraps an implementation. Takes ownership of impl (ops->destroy frees it). */
+ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__transport **out);
+void ss__transport_destroy(ss__transport *t);
+
+ss_status ss__transport_join(ss__transport *t, const char *group, size_t n, uint64_t *member);
+ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t member);
+ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint64_t member,
+                                       const float *s, float alpha, float *d, size_t n);
+ss_status ss__transport_allreduce_mean(ss__transport *t, const char *group, uint64_t member,
+                                       const float *s, float *avg, size_t n,
+                                       ss__round_result *result);
+ss_status ss__transport_read_central(ss__transport *t, const char *group, float *c, size_t n);
+ss_status ss__transport_heartbeat(ss__transport *t, const char *group, uint64_t member);
+
+/* The implementation behind t when its ops are `ops`, else NULL: lets an
+ * implementation offer calls beyond the vtable (checkpoints). */
+void *ss__transport_impl(ss__transport *t, const ss__transport_ops *ops);
+
+#endif
