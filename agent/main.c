@@ -108,25 +108,17 @@ int main(int argc, char **argv) {
         {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM client certificate (mutual TLS)", NULL, 0, 0},
         {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
     };
-    const size_t nflags = sizeof flags / sizeof *flags;
-    bool help;
-    char err[256];
-    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
-        fprintf(stderr, "shadowsync-agent: %s\n", err);
-        return 2;
-    }
-    if (help) {
-        ss__flags_print_help(stdout, "shadowsync-agent",
-                             "ShadowSync host agent: trainer processes on this host connect "
-                             "over a unix socket\n(libshadowsync with SHADOWSYNC_AGENT=<socket>) "
-                             "and hand over their dense groups\nin shared memory; the agent "
-                             "runs the shadow pool (S-EASGD, S-MA, S-BMUF) for all\nof them "
-                             "against the PS shards. A trainer keeps training when the agent "
-                             "is away\nand registers again when it is back. Stops on SIGINT or "
-                             "SIGTERM.",
-                             flags, nflags);
-        return 0;
-    }
+    static const ss__program prog = {
+        "shadowsync-agent", "ShadowSync host agent: trainer processes on this host connect "
+                            "over a unix socket\n(libshadowsync with SHADOWSYNC_AGENT=<socket>) "
+                            "and hand over their dense groups\nin shared memory; the agent "
+                            "runs the shadow pool (S-EASGD, S-MA, S-BMUF) for all\nof them "
+                            "against the PS shards. A trainer keeps training when the agent "
+                            "is away\nand registers again when it is back. Stops on SIGINT or "
+                            "SIGTERM."};
+    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
     uid_t uids[MAX_ALLOW];
     size_t nuids;
     if (!*ps) {

@@ -234,21 +234,14 @@ int main(int argc, char **argv) {
         {"dim", SS_FLAG_INT, &b.dim, "floats per row", NULL, 1, 4096},
         {"reps", SS_FLAG_INT, &b.reps, "timed batches per operation", NULL, 1, 1e6},
     };
-    const size_t nflags = sizeof flags / sizeof *flags;
-    bool help;
-    char err[256];
-    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
-        fprintf(stderr, "shadowsync-bench-emb: %s\n", err);
-        return 2;
-    }
-    if (help) {
-        ss__flags_print_help(stdout, "shadowsync-bench-emb",
-                             "Times batched embedding lookups and gradient pushes in process (the "
-                             "limit),\nthrough one shadowsync-ps shard over gRPC and against Redis "
-                             "(MGET/MSET), and\nprints the ratios and the memory per million rows.",
-                             flags, nflags);
-        return 0;
-    }
+    static const ss__program prog = {
+        "shadowsync-bench-emb",
+        "Times batched embedding lookups and gradient pushes in process (the "
+        "limit),\nthrough one shadowsync-ps shard over gRPC and against Redis "
+        "(MGET/MSET), and\nprints the ratios and the memory per million rows."};
+    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
     if (b.batch > b.rows) {
         fprintf(stderr, "shadowsync-bench-emb: --batch must be <= --rows\n");
         return 2;

@@ -18,21 +18,13 @@ int main(int argc, char **argv) {
         {"warmup", SS_FLAG_INT, &warmup, "untimed rounds first", NULL, 0, 1e6},
         {"chunk-floats", SS_FLAG_INT, &chunk, "floats per chunk call", NULL, 1, 64 << 20},
     };
-    const size_t nflags = sizeof flags / sizeof *flags;
-    bool help;
-    char err[256];
-    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
-        fprintf(stderr, "shadowsync-bench-rpc: %s\n", err);
-        return 2;
-    }
-    if (help) {
-        ss__flags_print_help(stdout, "shadowsync-bench-rpc",
-                             "Times S-EASGD rounds of one dense group against running "
-                             "shadowsync-ps shards and prints\nthe goodput (snapshot up + delta "
-                             "down per second) and the round time.",
-                             flags, nflags);
-        return 0;
-    }
+    static const ss__program prog = {
+        "shadowsync-bench-rpc", "Times S-EASGD rounds of one dense group against running "
+                                "shadowsync-ps shards and prints\nthe goodput (snapshot up + delta "
+                                "down per second) and the round time."};
+    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
     ss__grpc_transport_config cfg = {
         .targets = ps, .timeout_ms = 60000, .chunk_floats = (size_t)chunk};
     ss__transport *t;

@@ -197,4 +197,30 @@ void ss__flags_print_help(FILE *out, const char *prog, const char *summary, cons
                 f->choices ? f->choices : "");
     }
     fprintf(out, "  --%-22s        print this help and exit\n", "help");
+    fprintf(out, "  --%-22s        print the version and exit\n", "version");
+}
+
+const char *ss__version(void) {
+    return SS_VERSION;
+}
+
+int ss__flags_cli(const ss__program *prog, const ss__flag *flags, size_t nflags, int argc,
+                  char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s (ShadowSync) %s\n", prog->name, SS_VERSION);
+            return 0;
+        }
+    }
+    bool help = false;
+    char err[256];
+    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
+        fprintf(stderr, "%s: %s\n", prog->name, err);
+        return 2;
+    }
+    if (help) {
+        ss__flags_print_help(stdout, prog->name, prog->summary, flags, nflags);
+        return 0;
+    }
+    return -1;
 }

@@ -41,6 +41,22 @@ ss_status ss__flags_parse(const ss__flag *flags, size_t nflags, int argc, char *
 void ss__flags_print_help(FILE *out, const char *prog, const char *summary, const ss__flag *flags,
                           size_t nflags);
 
+/* A program's name and what it does, for --help and --version. */
+typedef struct ss__program {
+    const char *name;    /* "shadowsync-ps" */
+    const char *summary; /* a paragraph for --help */
+} ss__program;
+
+/* The command-line step of every main: parses argv against flags. --help
+ * prints usage to stdout and --version "NAME (ShadowSync) X.Y.Z": both
+ * return 0 (exit with it); a bad flag prints "NAME: reason" to stderr and
+ * returns 2; -1: the flags are set, go on. */
+int ss__flags_cli(const ss__program *prog, const ss__flag *flags, size_t nflags, int argc,
+                  char **argv);
+
+/* The project's version ("0.1.0"). */
+const char *ss__version(void);
+
 /* Writes the env variable name of a flag ("sync-every" -> SHADOWSYNC_SYNC_EVERY). */
 void ss__flags_env_name(const char *flag_name, char *out, size_t outlen);
 

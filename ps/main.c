@@ -195,23 +195,15 @@ int main(int argc, char **argv) {
         {"tls-ca", SS_FLAG_STRING, &tls_ca,
          "PEM CA bundle: require client certificates signed by it (mutual TLS)", NULL, 0, 0},
     };
-    const size_t nflags = sizeof flags / sizeof *flags;
-    bool help;
-    char err[256];
-    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: %s\n", err);
-        return 2;
-    }
-    if (help) {
-        ss__flags_print_help(stdout, "shadowsync-ps",
-                             "ShadowSync parameter server: holds one shard of every dense group "
-                             "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and of "
-                             "every embedding table (memory +\nRocksDB), and serves them over "
-                             "gRPC. Stops on SIGINT or SIGTERM (after a final\ncheckpoint when "
-                             "--checkpoint-dir is set, and a flush of dirty rows).",
-                             flags, nflags);
-        return 0;
-    }
+    static const ss__program prog = {
+        "shadowsync-ps", "ShadowSync parameter server: holds one shard of every dense group "
+                         "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and of "
+                         "every embedding table (memory +\nRocksDB), and serves them over "
+                         "gRPC. Stops on SIGINT or SIGTERM (after a final\ncheckpoint when "
+                         "--checkpoint-dir is set, and a flush of dirty rows)."};
+    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
     if (member_timeout_ms && member_timeout_ms < deadline_ms) {
         fprintf(stderr, "shadowsync-ps: --member-timeout-ms must be 0 or >= --round-deadline-ms\n");
         return 2;

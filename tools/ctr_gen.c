@@ -24,21 +24,13 @@ int main(int argc, char **argv) {
          "side file: the true click probability of every row, one per line", NULL, 0, 0},
         {"quiet", SS_FLAG_BOOL, &quiet, "no progress lines", NULL, 0, 0},
     };
-    const size_t nflags = sizeof flags / sizeof *flags;
-    bool help;
-    char err[256];
-    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
-        fprintf(stderr, "ctr-gen: %s\n", err);
-        return 2;
-    }
-    if (help) {
-        ss__flags_print_help(stdout, "ctr-gen",
-                             "Writes synthetic click data (label, 13 integer, 26 categorical hex "
-                             "fields)\nfrom a seeded logistic ground truth, and prints the "
-                             "Bayes-optimal NE of the set.",
-                             flags, nflags);
-        return 0;
-    }
+    static const ss__program prog = {
+        "ctr-gen", "Writes synthetic click data (label, 13 integer, 26 categorical hex "
+                   "fields)\nfrom a seeded logistic ground truth, and prints the "
+                   "Bayes-optimal NE of the set."};
+    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
     if (!out_path) {
         fprintf(stderr, "ctr-gen: --out is required (see --help)\n");
         return 2;

@@ -149,22 +149,14 @@ int main(int argc, char **argv) {
         {"emb-prefetch", SS_FLAG_BOOL, &emb_prefetch,
          "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
     };
-    const size_t nflags = sizeof flags / sizeof *flags;
-    bool help;
-    char err[256];
-    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
-        fprintf(stderr, "ctr-train: %s\n", err);
-        return 2;
-    }
-    if (help) {
-        ss__flags_print_help(stdout, "ctr-train",
-                             "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
-                             "synced by ShadowSync\n(background), in the foreground every K steps, "
-                             "or not at all. Prints progress, then\nper-trainer and total "
-                             "examples/s, sync rounds, sync gap, NE and AUC.",
-                             flags, nflags);
-        return 0;
-    }
+    static const ss__program prog = {
+        "ctr-train", "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
+                     "synced by ShadowSync\n(background), in the foreground every K steps, "
+                     "or not at all. Prints progress, then\nper-trainer and total "
+                     "examples/s, sync rounds, sync gap, NE and AUC."};
+    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
     if (!train_path || !test_path) {
         fprintf(stderr, "ctr-train: --train and --test are required (see --help)\n");
         return 2;

@@ -163,26 +163,19 @@ int main(int argc, char **argv) {
          1e9},
         {"timeout-ms", SS_FLAG_INT, &timeout_ms, "deadline of one HTTP request", NULL, 1, 3.6e6},
     };
-    const size_t nflags = sizeof flags / sizeof *flags;
-    const char *summary =
+    static const ss__program prog = {
+        "shadowsync-ctl",
         "Commands for a shadowsync-agent or shadowsync-ps HTTP endpoint:\n"
         "  status      print /status (JSON: members, groups, last round, sync gap)\n"
         "  metrics     print /metrics (Prometheus text)\n"
         "  checkpoint  ask it to checkpoint (POST /checkpoint)\n"
         "  watch       live view of rounds/s, sync gap and divergence per group\n"
-        "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]";
+        "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]"};
     const char *cmd = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
-    bool help = false;
-    char err[512];
-    if (ss__flags_parse(flags, nflags, cmd ? argc - 1 : argc, cmd ? argv + 1 : argv, &help, err,
-                        sizeof err) != SS_OK) {
-        fprintf(stderr, "shadowsync-ctl: %s\n", err);
-        return 2;
-    }
-    if (help) {
-        ss__flags_print_help(stdout, "shadowsync-ctl", summary, flags, nflags);
-        return 0;
-    }
+    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, cmd ? argc - 1 : argc,
+                                  cmd ? argv + 1 : argv);
+    if (exit_code >= 0)
+        return exit_code;
     if (!cmd || (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") &&
                  strcmp(cmd, "watch"))) {
         fprintf(stderr,
@@ -199,7 +192,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "watch")) {
         rc = watch(url, (long)interval_ms, (long)count, (long)timeout_ms);
     } else {
-        char *body = NULL;
+        char *body = NULL, err[512];
         bool post = !strcmp(cmd, "checkpoint");
         const char *path = post ? "/checkpoint" : !strcmp(cmd, "status") ? "/status" : "/metrics";
         long code = fetch(url, path, post, (long)timeout_ms, &body, err, sizeof err);

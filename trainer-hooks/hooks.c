@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/flags.h"
 #include "common/log.h"
 #include "rpc/agent_client.h"
 #include "rpc/agent_wire.h"
@@ -42,6 +43,10 @@ struct ss_trainer {
     bool tables_finished;
     _Atomic uint64_t steps;
 };
+
+const char *ss_version(void) {
+    return ss__version();
+}
 
 void ss_trainer_config_init(ss_trainer_config *cfg) {
     if (!cfg)

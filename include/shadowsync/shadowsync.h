@@ -80,6 +80,9 @@ typedef struct ss_dense_stats {
     double divergence; /* |x - c| / |c| at a recent round */
 } ss_dense_stats;
 
+/* The library's version, "MAJOR.MINOR.PATCH". */
+const char *ss_version(void);
+
 /* Defaults: background S-EASGD, alpha 0.5, 1 shadow thread, K = 10,
  * min_round_gap 4, timeout 10 s, round wait 5 s, heartbeat 1 s, 10 final
  * rounds, no PS (must be set unless mode is NONE). */

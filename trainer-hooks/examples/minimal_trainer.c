@@ -3,8 +3,8 @@
  * parameter servers named in SHADOWSYNC_PS (or --ps). Shows the whole
  * public API; build it against an installed ShadowSync with
  *   cc minimal_trainer.c $(pkg-config --cflags --libs shadowsync)
- * Usage: minimal-trainer [--ps host:port,...] [--steps N] [--mode M] [--step-us U]
- * (SHADOWSYNC_AGENT=<socket> hands the syncing to the host's agent.) */
+ * Usage: minimal-trainer [--help] [--version] [--ps host:port,...] [--steps N] [--mode M]
+ * [--step-us U] (SHADOWSYNC_AGENT=<socket> hands the syncing to the host's agent.) */
 #define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +25,9 @@ int main(int argc, char **argv) {
                    "--step-us: sleep U microseconds per step (a minibatch's compute)\n"
                    "Trains a toy quadratic through the ShadowSync trainer hooks; "
                    "SHADOWSYNC_* variables configure the rest.\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("minimal-trainer (ShadowSync) %s\n", ss_version());
             return 0;
         } else if (!strcmp(argv[i], "--ps") && i + 1 < argc) {
             cfg.ps = argv[++i];
