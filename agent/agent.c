@@ -14,6 +14,8 @@
 #include "agent/agent_internal.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/names.h"
+#include "common/strbuf.h"
 
 #define POLL_MS 250 /* how often sessions publish stats and notice a stop */
 
@@ -24,17 +26,6 @@ void ss__agent_count_reject(ss__agent *a, const char *reason) {
                             "Connections and socket requests the agent refused, by reason.", labels,
                             &c) == SS_OK)
         ss__counter_add(c, 1);
-}
-
-static bool valid_name(const char *s) {
-    size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n >= AGENT_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!(s[i] == '_' || s[i] == '.' || s[i] == '-' || (s[i] >= '0' && s[i] <= '9') ||
-              (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')))
-            return false;
-    return true;
 }
 
 /* ---- publishing stats into the trainers' shared headers ---- */
@@ -108,10 +99,10 @@ static bool handle_hello(agent_session *s, const ss__pb_hello *h) {
         ss__agent_send_reply(s->sock, SS_ERR_INVALID_ARGUMENT, msg);
         return false;
     }
-    if (!valid_name(h->trainer)) {
+    if (!ss__name_valid(h->trainer)) {
         ss__agent_count_reject(a, "invalid");
         ss__agent_send_reply(s->sock, SS_ERR_INVALID_ARGUMENT,
-                             "trainer name must be 1-63 characters of [A-Za-z0-9_.-]");
+                             "trainer name must be " SS_NAME_RULE);
         return false;
     }
     ss__engine_config ecfg = {.transport = a->cfg.transport,
@@ -141,39 +132,33 @@ static bool handle_hello(agent_session *s, const ss__pb_hello *h) {
 
 /* Checks a registration's fields before anything is mapped. */
 static ss_status check_register(agent_session *s, const ss__pb_register_group *r,
-                                ss__sync_params *p, const char **why) {
+                                ss__sync_params *p, char *why, size_t whylen) {
     memset(p, 0, sizeof *p);
-    if (!valid_name(r->name)) {
-        *why = "group name must be 1-63 characters of [A-Za-z0-9_.-]";
+    if (!ss__name_valid(r->name)) {
+        ss__why(why, whylen, "group name must be " SS_NAME_RULE);
         return SS_ERR_INVALID_ARGUMENT;
     }
     if (r->n == 0 || r->n > (1ull << 32)) {
-        *why = "group size must be 1..2^32 floats";
+        ss__why(why, whylen, "group size must be 1..2^32 floats");
         return SS_ERR_INVALID_ARGUMENT;
     }
     if (!r->algo || ss__algo_parse(r->algo, &p->algo) != SS_OK) {
-        *why = "algo must be easgd, ma or bmuf";
+        ss__why(why, whylen, "algo must be easgd, ma or bmuf");
         return SS_ERR_INVALID_ARGUMENT;
     }
     p->alpha = r->alpha;
     p->bmuf =
         (ss__bmuf_params){.eta = r->bmuf_eta, .zeta = r->bmuf_zeta, .nesterov = r->bmuf_nesterov};
-    if (p->algo == SS_ALGO_EASGD && !(r->alpha > 0.0f && r->alpha <= 1.0f)) {
-        *why = "alpha must be in (0, 1]";
-        return SS_ERR_INVALID_ARGUMENT;
-    }
-    if (p->algo == SS_ALGO_BMUF &&
-        !(r->bmuf_eta >= 0.0f && r->bmuf_eta < 1.0f && r->bmuf_zeta > 0.0f)) {
-        *why = "bmuf needs eta in [0, 1) and zeta > 0";
-        return SS_ERR_INVALID_ARGUMENT;
-    }
+    ss_status st = ss__sync_params_check(p, why, whylen);
+    if (st != SS_OK)
+        return st;
     for (size_t i = 0; i < s->ngroups; i++)
         if (!strcmp(s->groups[i].name, r->name)) {
-            *why = "group already registered by this trainer";
+            ss__why(why, whylen, "group already registered by this trainer");
             return SS_ERR_EXISTS;
         }
     if (s->ngroups == AGENT_MAX_GROUPS) {
-        *why = "too many groups for one trainer";
+        ss__why(why, whylen, "too many groups for one trainer");
         return SS_ERR_TOO_LARGE;
     }
     return SS_OK;
@@ -181,7 +166,7 @@ static ss_status check_register(agent_session *s, const ss__pb_register_group *r
 
 static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss__agent_frame *f) {
     ss__agent *a = s->agent;
-    const char *why = NULL;
+    char why[256] = "";
     ss__sync_params params;
     if (!s->hello || s->finished) {
         ss__agent_count_reject(a, "wrong_message");
@@ -199,7 +184,7 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
                                  : "RegisterGroup must carry the group's memfd (SCM_RIGHTS)");
         return true;
     }
-    ss_status st = check_register(s, r, &params, &why);
+    ss_status st = check_register(s, r, &params, why, sizeof why);
     if (st != SS_OK) {
         ss__agent_count_reject(a, "invalid");
         ss__agent_send_reply(s->sock, st, why);
@@ -210,7 +195,7 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
     g.algo = params.algo;
     int fd = f->fd;
     f->fd = -1; /* map() closes it either way */
-    if ((st = ss__shm_group_map(fd, (size_t)r->n, &g.shm, &why)) != SS_OK) {
+    if ((st = ss__shm_group_map(fd, (size_t)r->n, &g.shm, why, sizeof why)) != SS_OK) {
         ss__agent_count_reject(a, "bad_fd");
         ss__agent_send_reply(s->sock, st, why);
         return true;

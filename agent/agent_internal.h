@@ -9,11 +9,12 @@
 #include <sys/types.h>
 
 #include "agent/agent.h"
+#include "common/names.h"
 #include "rpc/agent_wire.h"
 #include "shadow/engine.h"
 
 #define AGENT_MAX_GROUPS 64
-#define AGENT_NAME_MAX   64
+#define AGENT_NAME_MAX   SS_NAME_MAX
 
 typedef struct agent_group {
     char name[AGENT_NAME_MAX];

@@ -61,3 +61,12 @@ void ss__strbuf_free(ss__strbuf *b) {
     b->len = b->cap = 0;
     b->failed = false;
 }
+
+void ss__why(char *why, size_t whylen, const char *fmt, ...) {
+    if (!why || whylen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+}

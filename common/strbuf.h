@@ -19,4 +19,9 @@ void ss__strbuf_printf(ss__strbuf *b, const char *fmt, ...) __attribute__((forma
 ss_status ss__strbuf_take(ss__strbuf *b, char **out, size_t *len);
 void ss__strbuf_free(ss__strbuf *b);
 
+/* The one shape of every "why" side channel: a call that can fail for a
+ * reason worth telling takes (char *why, size_t whylen) and says it with
+ * ss__why(); why may be NULL (nobody asked). */
+void ss__why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/names.h"
 #include "shadowsync/status.h"
 
 typedef enum ss__emb_optimizer {
@@ -29,7 +30,7 @@ typedef enum ss__emb_optimizer {
     SS_EMB_ADAGRAD = 1, /* row-wise: a += mean(g^2); w -= lr g / (sqrt(a) + eps) */
 } ss__emb_optimizer;
 
-#define SS_EMB_NAME_MAX 64
+#define SS_EMB_NAME_MAX SS_NAME_MAX
 #define SS_EMB_MAX_DIM  4096
 
 typedef struct ss__emb_spec {

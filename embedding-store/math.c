@@ -20,25 +20,12 @@ ss_status ss__emb_spec_init(ss__emb_spec *spec, const char *name, uint32_t dim) 
     return ss__emb_spec_check(spec, NULL, 0);
 }
 
-static bool name_ok(const char *name) {
-    size_t n = strnlen(name, SS_EMB_NAME_MAX);
-    if (n == 0 || n == SS_EMB_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
 ss_status ss__emb_spec_check(const ss__emb_spec *spec, char *why, size_t whylen) {
     const char *bad = NULL;
     if (!spec)
         bad = "no spec";
-    else if (!name_ok(spec->name))
-        bad = "table name must be 1-63 characters of [A-Za-z0-9_.-]";
+    else if (!ss__name_valid(spec->name))
+        bad = "table name must be " SS_NAME_RULE;
     else if (ss__emb_table_id(spec->name) == 0xFFFFFFFFu)
         bad = "table name hashes to the reserved id; pick another name";
     else if (spec->dim == 0 || spec->dim > SS_EMB_MAX_DIM)

@@ -10,11 +10,15 @@
 
 /* ---- server side ---- */
 
+static void count_rejected(ss__dense_service *svc) {
+    if (svc->rejected)
+        ss__counter_add(svc->rejected, 1);
+}
+
 static void reject(ss__dense_service *svc, ss__rpc_reply *r, ss_status st, const char *what) {
     r->status = st;
     snprintf(r->message, sizeof r->message, "%s", what);
-    if (svc->rejected)
-        ss__counter_add(svc->rejected, 1);
+    count_rejected(svc);
 }
 
 static void fail(ss__dense_service *svc, ss__rpc_reply *r, ss_status st) {
@@ -66,16 +70,14 @@ static int float_buffers(ss__dense_service *svc, const ProtobufCBinaryData *b, f
     return 1;
 }
 
-#define UNPACK_OR_REJECT(type, fn, var)                                                            \
-    type *var = fn(NULL, len, req);                                                                \
-    if (!var) {                                                                                    \
-        reject(svc, reply, SS_ERR_PARSE, "request is not a valid " #type " message");              \
-        return;                                                                                    \
-    }
-
 static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    UNPACK_OR_REJECT(Shadowsync__V1__JoinRequest, shadowsync__v1__join_request__unpack, m);
+    Shadowsync__V1__JoinRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__join_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
     if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
         Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
         ss_status st = ss__transport_join(svc->backend, m->group, m->size, &out.member);
@@ -89,7 +91,12 @@ static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
 
 static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    UNPACK_OR_REJECT(Shadowsync__V1__LeaveRequest, shadowsync__v1__leave_request__unpack, m);
+    Shadowsync__V1__LeaveRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__leave_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
     if (check_group(svc, m->group, reply)) {
         ss_status st = ss__transport_leave(svc->backend, m->group, m->member);
         Shadowsync__V1__LeaveReply out = SHADOWSYNC__V1__LEAVE_REPLY__INIT;
@@ -103,7 +110,12 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 
 static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    UNPACK_OR_REJECT(Shadowsync__V1__EasgdRequest, shadowsync__v1__easgd_request__unpack, m);
+    Shadowsync__V1__EasgdRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__easgd_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
     float *s = NULL, *d = NULL;
     if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
         float_buffers(svc, &m->snapshot, &s, &d, reply)) {
@@ -126,7 +138,12 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 
 static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    UNPACK_OR_REJECT(Shadowsync__V1__RoundRequest, shadowsync__v1__round_request__unpack, m);
+    Shadowsync__V1__RoundRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__round_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
     float *s = NULL, *avg = NULL;
     if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
         float_buffers(svc, &m->snapshot, &s, &avg, reply)) {
@@ -152,8 +169,12 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 
 static void h_central(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    UNPACK_OR_REJECT(Shadowsync__V1__ReadCentralRequest,
-                     shadowsync__v1__read_central_request__unpack, m);
+    Shadowsync__V1__ReadCentralRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__read_central_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
     if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
         float *c = malloc(m->size * sizeof(float));
         ss_status st =
@@ -173,8 +194,12 @@ static void h_central(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
 
 static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    UNPACK_OR_REJECT(Shadowsync__V1__HeartbeatRequest, shadowsync__v1__heartbeat_request__unpack,
-                     m);
+    Shadowsync__V1__HeartbeatRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__heartbeat_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
     if (check_group(svc, m->group, reply)) {
         ss_status st = ss__transport_heartbeat(svc->backend, m->group, m->member);
         Shadowsync__V1__HeartbeatReply out = SHADOWSYNC__V1__HEARTBEAT_REPLY__INIT;
@@ -188,8 +213,12 @@ static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply
 
 static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    UNPACK_OR_REJECT(Shadowsync__V1__CheckpointRequest, shadowsync__v1__checkpoint_request__unpack,
-                     m);
+    Shadowsync__V1__CheckpointRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__checkpoint_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
     shadowsync__v1__checkpoint_request__free_unpacked(m, NULL);
     if (!svc->checkpoint) {
         reply->status = SS_ERR_STATE;

@@ -20,13 +20,6 @@ static void relay(ss__rpc_reply *r, ss_status st, const char *why) {
     snprintf(r->message, sizeof r->message, "%s", *why ? why : ss_strerror(st));
 }
 
-#define UNPACK_OR_REFUSE(type, fn, var)                                                            \
-    type *var = fn(NULL, len, req);                                                                \
-    if (!var) {                                                                                    \
-        refuse(svc, reply, SS_ERR_PARSE, "garbage", "request is not a valid " #type " message");   \
-        return;                                                                                    \
-    }
-
 /* A row request: its table's spec, its ids copied to an aligned array, and
  * (when want_rows) its float payload of exactly n * dim values, aligned. */
 typedef struct row_request {
@@ -90,8 +83,12 @@ static float *rows_out(size_t n, uint32_t dim, ss__rpc_reply *r) {
 
 static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    UNPACK_OR_REFUSE(Shadowsync__V1__OpenTableRequest, shadowsync__v1__open_table_request__unpack,
-                     m);
+    Shadowsync__V1__OpenTableRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__open_table_request__descriptor, req, len, reply);
+    if (!m) {
+        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+        return;
+    }
     ss__emb_spec spec = {0}, stored;
     char why[200] = "";
     if (!m->spec || !m->spec->name || strlen(m->spec->name) >= sizeof spec.name) {
@@ -126,7 +123,12 @@ static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
 
 static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    UNPACK_OR_REFUSE(Shadowsync__V1__LookupRequest, shadowsync__v1__lookup_request__unpack, m);
+    Shadowsync__V1__LookupRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__lookup_request__descriptor, req, len, reply);
+    if (!m) {
+        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+        return;
+    }
     row_request rq;
     if (parse_rows(svc, m->table, &m->ids, NULL, &rq, reply)) {
         float *rows = rows_out(rq.n, rq.spec.dim, reply);
@@ -150,7 +152,12 @@ static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *r
 
 static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    UNPACK_OR_REFUSE(Shadowsync__V1__PushRequest, shadowsync__v1__push_request__unpack, m);
+    Shadowsync__V1__PushRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__push_request__descriptor, req, len, reply);
+    if (!m) {
+        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+        return;
+    }
     row_request rq;
     if (parse_rows(svc, m->table, &m->ids, &m->grads, &rq, reply)) {
         char why[200] = "";
@@ -171,7 +178,12 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
 
 static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    UNPACK_OR_REFUSE(Shadowsync__V1__ElasticRequest, shadowsync__v1__elastic_request__unpack, m);
+    Shadowsync__V1__ElasticRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__elastic_request__descriptor, req, len, reply);
+    if (!m) {
+        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+        return;
+    }
     row_request rq;
     if (parse_rows(svc, m->table, &m->ids, &m->rows, &rq, reply)) {
         float *deltas = rows_out(rq.n, rq.spec.dim, reply);
@@ -196,8 +208,12 @@ static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
 
 static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    UNPACK_OR_REFUSE(Shadowsync__V1__EmbCheckpointRequest,
-                     shadowsync__v1__emb_checkpoint_request__unpack, m);
+    Shadowsync__V1__EmbCheckpointRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__emb_checkpoint_request__descriptor, req, len, reply);
+    if (!m) {
+        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+        return;
+    }
     char why[200] = "";
     ss_status st = ss__emb_store_checkpoint(svc->store, m->dir ? m->dir : "", why, sizeof why);
     if (st != SS_OK) {
@@ -212,8 +228,12 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
 
 static void h_stats(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    UNPACK_OR_REFUSE(Shadowsync__V1__TableStatsRequest, shadowsync__v1__table_stats_request__unpack,
-                     m);
+    Shadowsync__V1__TableStatsRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__table_stats_request__descriptor, req, len, reply);
+    if (!m) {
+        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+        return;
+    }
     ss__emb_store_stats s;
     ss__emb_spec spec;
     if (!m->table || ss__emb_store_stats_of(svc->store, m->table, &s) != SS_OK ||

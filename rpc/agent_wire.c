@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/strbuf.h"
+
 /* Once a frame has started, the rest must follow within this long: a peer
  * that stops mid-frame is treated as having cut it short. */
 #define FRAME_REST_MS 5000
@@ -56,11 +58,9 @@ ss_status ss__shm_group_create(const char *name, size_t n, ss__shm_group *out) {
     return SS_OK;
 }
 
-ss_status ss__shm_group_map(int fd, size_t n, ss__shm_group *out, const char **why) {
-    const char *unused;
-    why = why ? why : &unused;
+ss_status ss__shm_group_map(int fd, size_t n, ss__shm_group *out, char *why, size_t whylen) {
     if (!out || fd < 0) {
-        *why = "no descriptor";
+        ss__why(why, whylen, "no descriptor");
         return SS_ERR_INVALID_ARGUMENT;
     }
     memset(out, 0, sizeof *out);
@@ -69,17 +69,17 @@ ss_status ss__shm_group_map(int fd, size_t n, ss__shm_group *out, const char **w
     struct stat sb;
     int seals = fcntl(fd, F_GET_SEALS);
     if (n == 0 || n > (SIZE_MAX - 2 * SS_SHM_HEADER_BYTES) / sizeof(float))
-        *why = "group size out of range";
+        ss__why(why, whylen, "group size out of range");
     else if (seals < 0)
-        *why = "descriptor is not a memfd";
+        ss__why(why, whylen, "descriptor is not a memfd");
     else if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
-        *why = "memfd not sealed against shrink and grow";
+        ss__why(why, whylen, "memfd not sealed against shrink and grow");
     else if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != map_bytes_for(n))
-        *why = "memfd size does not match the group size";
+        ss__why(why, whylen, "memfd size does not match the group size");
     else if ((st = map_fd(fd, n, out)) != SS_OK)
-        *why = "mmap failed";
+        ss__why(why, whylen, "mmap failed");
     else if (out->hdr->magic != SS_SHM_MAGIC || out->hdr->n != n) {
-        *why = "memfd header does not describe this group";
+        ss__why(why, whylen, "memfd header does not describe this group");
         munmap(out->base, out->map_bytes);
         memset(out, 0, sizeof *out);
         st = SS_ERR_INVALID_ARGUMENT;

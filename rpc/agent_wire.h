@@ -58,7 +58,7 @@ ss_status ss__shm_group_create(const char *name, size_t n, ss__shm_group *out);
 /* Agent side: maps a received fd after checking it: a memfd sealed
  * against shrinking and growing, the size of n floats plus the header,
  * the header's magic and n. The fd is closed either way. */
-ss_status ss__shm_group_map(int fd, size_t n, ss__shm_group *out, const char **why);
+ss_status ss__shm_group_map(int fd, size_t n, ss__shm_group *out, char *why, size_t whylen);
 void ss__shm_group_release(ss__shm_group *g);
 
 double ss__shm_load_double(_Atomic uint64_t *bits);

@@ -424,3 +424,14 @@ void ss__rpc_reply_pack(const ProtobufCMessage *m, ss__rpc_reply *r) {
     }
     protobuf_c_message_pack(m, r->data);
 }
+
+void *ss__rpc_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *req, size_t len,
+                     ss__rpc_reply *reply) {
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, req);
+    if (!m) {
+        reply->status = SS_ERR_PARSE;
+        snprintf(reply->message, sizeof reply->message, "request is not a valid %s message",
+                 desc->name);
+    }
+    return m;
+}

@@ -55,15 +55,15 @@ ss_status ss__bmuf_delta(const ss__bmuf_params *p, float *w, float *m, const flo
     return SS_OK;
 }
 
-ss_status ss__mean(const float *const *v, size_t k, float *avg, size_t n) {
-    if (!v || k == 0 || !avg || n == 0)
+void ss__mean_add(float *sum, const float *s, size_t n) {
+    ss__kernel_accumulate(sum, s, n);
+}
+
+ss_status ss__mean_close(const float *sum, size_t k, float *avg, size_t n) {
+    if (!sum || k == 0 || !avg || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    memset(avg, 0, n * sizeof *avg);
-    for (size_t i = 0; i < k; i++) {
-        if (!v[i])
-            return SS_ERR_INVALID_ARGUMENT;
-        ss__kernel_accumulate(avg, v[i], n);
-    }
+    if (avg != sum)
+        memcpy(avg, sum, n * sizeof *avg);
     ss__kernel_scale(avg, 1.0f / (float)k, n);
     return SS_OK;
 }

@@ -18,7 +18,8 @@ typedef enum ss__algo { SS_ALGO_EASGD = 0, SS_ALGO_MA = 1, SS_ALGO_BMUF = 2 } ss
 const char *ss__algo_name(ss__algo algo);
 ss_status ss__algo_parse(const char *text, ss__algo *out);
 
-/* S-EASGD, server side: d = alpha (s - c); c += d. The agent then applies
+/* S-EASGD, server side (the PS's exchange, shadow/inproc_transport.c):
+ * d = alpha (s - c); c += d. The agent then applies
  * x -= d (ss__sync_apply with sign -1). */
 ss_status ss__easgd_server(const float *s, float *c, float *d, float alpha, size_t n);
 
@@ -37,7 +38,10 @@ typedef struct ss__bmuf_params {
 ss_status ss__bmuf_delta(const ss__bmuf_params *p, float *w, float *m, const float *avg,
                          const float *s, float *delta, size_t n);
 
-/* Mean of k vectors: avg = (1/k) sum_i v[i]. */
-ss_status ss__mean(const float *const *v, size_t k, float *avg, size_t n);
+/* An MA/BMUF round's mean, as the PS (shadow/inproc_transport.c) builds
+ * it while snapshots arrive: sum += s for each of the k contributions,
+ * then avg = sum / k. */
+void ss__mean_add(float *sum, const float *s, size_t n);
+ss_status ss__mean_close(const float *sum, size_t k, float *avg, size_t n);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "shadow/kernels.h"
 
 #define GAP_RING             65536u /* sync-gap samples kept per group for quantiles */
@@ -144,17 +145,32 @@ static ss_status register_metrics(ss__engine *e, ss__engine_group *g) {
     return SS_OK;
 }
 
+ss_status ss__sync_params_check(const ss__sync_params *p, char *why, size_t whylen) {
+    if (!p || (unsigned)p->algo > SS_ALGO_BMUF) {
+        ss__why(why, whylen, "algo must be easgd, ma or bmuf");
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    if (p->algo == SS_ALGO_EASGD && !(p->alpha > 0.0f && p->alpha <= 1.0f)) {
+        ss__why(why, whylen, "alpha must be in (0, 1] (S-EASGD elastic rate), not %g",
+                (double)p->alpha);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    if (p->algo == SS_ALGO_BMUF &&
+        !(p->bmuf.eta >= 0.0f && p->bmuf.eta < 1.0f && p->bmuf.zeta > 0.0f)) {
+        ss__why(why, whylen, "bmuf needs eta in [0, 1) and zeta > 0, not eta %g zeta %g",
+                (double)p->bmuf.eta, (double)p->bmuf.zeta);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    return SS_OK;
+}
+
 ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *replica,
                                const ss__sync_params *params, ss__engine_group **out) {
     if (!e || !name || !*name || !replica || !params || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    if ((unsigned)params->algo > SS_ALGO_BMUF)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (params->algo == SS_ALGO_EASGD && !(params->alpha > 0.0f && params->alpha <= 1.0f))
-        return SS_ERR_INVALID_ARGUMENT;
-    if (params->algo == SS_ALGO_BMUF &&
-        !(params->bmuf.eta >= 0.0f && params->bmuf.eta < 1.0f && params->bmuf.zeta > 0.0f))
-        return SS_ERR_INVALID_ARGUMENT;
+    ss_status st = ss__sync_params_check(params, NULL, 0);
+    if (st != SS_OK)
+        return st;
     size_t n = ss__replica_size(replica);
     ss__engine_group *g = calloc(1, sizeof *g);
     if (!g)
@@ -178,7 +194,7 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
         group_free(g);
         return SS_ERR_NO_MEMORY;
     }
-    ss_status st = register_metrics(e, g);
+    st = register_metrics(e, g);
     if (st != SS_OK) {
         group_free(g);
         return st;

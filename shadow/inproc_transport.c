@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "shadow/algorithms.h"
+#include "shadow/dense_checkpoint.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/kernels.h"
 #include "shadow/transport.h"
@@ -186,8 +188,7 @@ static ssize_t member_index(const group *g, uint64_t member) {
 
 /* Caller holds g->lock and has made sure readers_pending == 0. */
 static void close_round(group *g) {
-    memcpy(g->result, g->sum, g->n * sizeof(float));
-    ss__kernel_scale(g->result, 1.0f / (float)g->contributors, g->n);
+    ss__mean_close(g->sum, g->contributors, g->result, g->n); /* contributors >= 1 */
     g->result_round = g->open_round;
     g->result_participants = g->contributors;
     g->readers_pending = g->contributors;
@@ -293,7 +294,9 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
             memcpy(g->central, s, n * sizeof(float));
             g->central_init = true;
         }
-        ss__kernel_elastic_exchange(s, g->central, d, alpha, n);
+        st = ss__easgd_server(s, g->central, d, alpha, n);
+    }
+    if (st == SS_OK) {
         g->exchanges++;
         g->last_done_ns = ss__now_ns();
     }
@@ -333,7 +336,7 @@ static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, con
     }
     if (g->contributors == 0)
         g->deadline_ns = ss__now_ns() + ip->deadline_ns;
-    ss__kernel_accumulate(g->sum, s, n);
+    ss__mean_add(g->sum, s, n);
     g->contributed[idx] = true;
     g->contributors++;
     uint64_t my_round = g->open_round;
@@ -421,36 +424,7 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
     return st;
 }
 
-/* ---- checkpoints ----
- *
- * File layout (host byte order; a checkpoint moves with its PS, not across
- * architectures): "SSDENSE1", u32 group count, then per group: u32 name
- * length, name, u64 n, u8 has_central, u8 has_mean, u64 mean round,
- * central[n] and mean[n] as present; then a u64 FNV-1a of all bytes
- * before it, so a torn or corrupted file is refused instead of loaded. */
-
-static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
-
-typedef struct ckpt_writer {
-    FILE *f;
-    uint64_t hash;
-    bool ok;
-} ckpt_writer;
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
-static void put(ckpt_writer *w, const void *p, size_t n) {
-    if (w->ok && n && fwrite(p, 1, n, w->f) != n)
-        w->ok = false;
-    w->hash = fnv1a(w->hash, p, n);
-}
+/* ---- checkpoints (the file format: shadow/dense_checkpoint.c) ---- */
 
 static inproc *inproc_of(ss__transport *t) {
     return ss__transport_impl(t, &inproc_ops);
@@ -460,122 +434,69 @@ ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *
     inproc *ip = t ? inproc_of(t) : NULL;
     if (!ip || !path || !*path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return SS_ERR_INVALID_ARGUMENT;
-    ckpt_writer w = {.f = fopen(tmp, "wb"), .hash = 14695981039346656037ull, .ok = true};
-    if (!w.f)
-        return SS_ERR_IO;
     pthread_mutex_lock(&ip->lock);
     uint32_t count = 0;
     for (group *g = ip->groups; g; g = g->next)
         count++;
-    put(&w, ckpt_magic, sizeof ckpt_magic);
-    put(&w, &count, sizeof count);
+    ss__dense_ckpt_writer *w;
+    ss_status st = ss__dense_ckpt_begin(path, count, &w);
+    if (st != SS_OK) {
+        pthread_mutex_unlock(&ip->lock);
+        return st;
+    }
     for (group *g = ip->groups; g; g = g->next) {
         pthread_mutex_lock(&g->lock);
-        uint32_t len = (uint32_t)strlen(g->name);
-        uint64_t n = g->n;
-        uint8_t has_central = g->central_init, has_mean = g->result_round != NO_ROUND;
-        put(&w, &len, sizeof len);
-        put(&w, g->name, len);
-        put(&w, &n, sizeof n);
-        put(&w, &has_central, 1);
-        put(&w, &has_mean, 1);
-        put(&w, &g->result_round, sizeof g->result_round);
-        if (has_central)
-            put(&w, g->central, g->n * sizeof(float));
-        if (has_mean)
-            put(&w, g->result, g->n * sizeof(float));
+        bool has_mean = g->result_round != NO_ROUND;
+        ss__dense_ckpt_put(w,
+                           &(ss__dense_ckpt_group){.name = g->name,
+                                                   .n = g->n,
+                                                   .central = g->central_init ? g->central : NULL,
+                                                   .mean = has_mean ? g->result : NULL,
+                                                   .mean_round = g->result_round});
         pthread_mutex_unlock(&g->lock);
     }
     pthread_mutex_unlock(&ip->lock);
-    *groups = count;
-    uint64_t hash = w.hash;
-    put(&w, &hash, sizeof hash);
-    /* Data on disk before the rename makes it visible: a crash leaves the
-     * old checkpoint or the new one, never half of one. */
-    if (fflush(w.f) != 0 || fsync(fileno(w.f)) != 0)
-        w.ok = false;
-    if (fclose(w.f) != 0)
-        w.ok = false;
-    if (!w.ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return SS_ERR_IO;
-    }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return SS_OK;
+    st = ss__dense_ckpt_commit(w);
+    *groups = st == SS_OK ? count : 0;
+    return st;
 }
 
-typedef struct ckpt_reader {
-    const unsigned char *p, *end;
-} ckpt_reader;
-
-static bool take(ckpt_reader *r, void *out, size_t n) {
-    if ((size_t)(r->end - r->p) < n)
-        return false;
-    memcpy(out, r->p, n);
-    r->p += n;
-    return true;
-}
-
-static ss_status load_groups(inproc *ip, ckpt_reader *r, size_t *loaded) {
-    char magic[8];
-    uint32_t count;
-    if (!take(r, magic, 8) || memcmp(magic, ckpt_magic, 8) || !take(r, &count, sizeof count))
-        return SS_ERR_PARSE;
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t len;
-        uint64_t n, round;
-        uint8_t has_central, has_mean;
-        char name[1024];
-        if (!take(r, &len, sizeof len) || len == 0 || len >= sizeof name || !take(r, name, len))
-            return SS_ERR_PARSE;
-        name[len] = '\0';
-        if (!take(r, &n, sizeof n) || n == 0 || n > ((uint64_t)1 << 34) ||
-            !take(r, &has_central, 1) || !take(r, &has_mean, 1) || has_central > 1 ||
-            has_mean > 1 || !take(r, &round, sizeof round) ||
-            (size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
-            return SS_ERR_PARSE;
-        pthread_mutex_lock(&ip->lock);
-        group *g = lookup_group(ip, name);
-        bool fresh = !g;
-        if (fresh && !(g = group_new(name, n))) {
-            pthread_mutex_unlock(&ip->lock);
-            return SS_ERR_NO_MEMORY;
-        }
-        if (g->n != n) {
-            pthread_mutex_unlock(&ip->lock);
+/* Every group of a checked file first gets its place (an existing group
+ * must have the same size), then its values: a file that does not fit
+ * changes nothing. */
+static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
+    size_t count = ss__dense_ckpt_count(f);
+    for (size_t i = 0; i < count; i++) {
+        const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
+        group *g = lookup_group(ip, c->name);
+        if (g && g->n != c->n)
             return SS_ERR_SIZE_MISMATCH;
-        }
-        pthread_mutex_lock(&g->lock);
-        if (has_central) {
-            take(r, g->central, n * sizeof(float));
-            g->central_init = true;
-        }
-        if (has_mean) {
-            take(r, g->result, n * sizeof(float));
-            g->result_round = round;
-            g->open_round = round + 1;
-        }
-        pthread_mutex_unlock(&g->lock);
-        if (fresh) {
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(ss__dense_ckpt_group_at(f, j)->name, c->name))
+                return SS_ERR_PARSE; /* a group twice: not a file this code wrote */
+    }
+    for (size_t i = 0; i < count; i++) {
+        const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
+        group *g = lookup_group(ip, c->name);
+        if (!g) {
+            if (!(g = group_new(c->name, c->n)))
+                return SS_ERR_NO_MEMORY;
             g->next = ip->groups;
             ip->groups = g;
         }
-        pthread_mutex_unlock(&ip->lock);
-        (*loaded)++;
+        pthread_mutex_lock(&g->lock);
+        if (c->central) {
+            memcpy(g->central, c->central, c->n * sizeof(float));
+            g->central_init = true;
+        }
+        if (c->mean) {
+            memcpy(g->result, c->mean, c->n * sizeof(float));
+            g->result_round = c->mean_round;
+            g->open_round = c->mean_round + 1;
+        }
+        pthread_mutex_unlock(&g->lock);
     }
-    return r->p + sizeof(uint64_t) == r->end ? SS_OK : SS_ERR_PARSE;
+    return SS_OK;
 }
 
 ss_status ss__inproc_transport_load(ss__transport *t, const char *path, size_t *groups) {
@@ -583,46 +504,16 @@ ss_status ss__inproc_transport_load(ss__transport *t, const char *path, size_t *
     if (!ip || !path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
     *groups = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    ss_status st = SS_OK;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            unsigned char *nb = realloc(buf, cap);
-            if (!nb) {
-                st = SS_ERR_NO_MEMORY;
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = SS_ERR_IO;
-            break;
-        }
-    }
-    fclose(f);
-    if (st == SS_OK) {
-        uint64_t stored;
-        if (len < sizeof ckpt_magic + sizeof(uint32_t) + sizeof stored) {
-            st = SS_ERR_PARSE;
-        } else {
-            memcpy(&stored, buf + len - sizeof stored, sizeof stored);
-            if (fnv1a(14695981039346656037ull, buf, len - sizeof stored) != stored)
-                st = SS_ERR_PARSE;
-        }
-    }
-    if (st == SS_OK) {
-        ckpt_reader r = {.p = buf, .end = buf + len};
-        st = load_groups(ip, &r, groups);
-    }
-    free(buf);
+    ss__dense_ckpt_file *f;
+    ss_status st = ss__dense_ckpt_read(path, &f);
+    if (st != SS_OK)
+        return st;
+    pthread_mutex_lock(&ip->lock);
+    st = restore_groups(ip, f);
+    pthread_mutex_unlock(&ip->lock);
+    if (st == SS_OK)
+        *groups = ss__dense_ckpt_count(f);
+    ss__dense_ckpt_close(f);
     return st;
 }
 

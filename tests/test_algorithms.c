@@ -81,11 +81,13 @@ END_TEST
 
 START_TEST(test_mean_and_kernels) {
     const float a[] = {1, 2, 3}, b[] = {3, 6, -3};
-    const float *v[] = {a, b};
-    float avg[3];
-    ck_assert_int_eq(ss__mean(v, 2, avg, 3), SS_OK);
+    float sum[3] = {0}, avg[3];
+    ss__mean_add(sum, a, 3);
+    ss__mean_add(sum, b, 3);
+    ck_assert_int_eq(ss__mean_close(sum, 2, avg, 3), SS_OK);
     assert_vec(avg, (const float[]){2, 4, 0}, 3);
-    ck_assert_int_eq(ss__mean(v, 0, avg, 3), SS_ERR_INVALID_ARGUMENT);
+    assert_vec(sum, (const float[]){4, 8, 0}, 3); /* the sum is kept */
+    ck_assert_int_eq(ss__mean_close(sum, 0, avg, 3), SS_ERR_INVALID_ARGUMENT);
     ck_assert_double_eq_tol(ss__kernel_norm2_sq(a, 3), 14.0, 1e-12);
     ck_assert_double_eq_tol(ss__kernel_dist2_sq(a, b, 3), 4 + 16 + 36, 1e-12);
     ck_assert(ss__kernel_all_finite(a, 3));

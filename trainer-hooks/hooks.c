@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "rpc/agent_client.h"
 #include "rpc/agent_wire.h"
 #include "rpc/grpc_transport.h"
@@ -156,6 +157,8 @@ ss_status ss_trainer_config_from_env(ss_trainer_config *cfg) {
 /* ---- open / close ---- */
 
 static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
+    if (c->name && !ss__name_valid(c->name))
+        return SS_ERR_INVALID_ARGUMENT;
     if ((unsigned)c->mode > SS_SYNC_FOREGROUND)
         return SS_ERR_INVALID_ARGUMENT;
     if (c->mode == SS_SYNC_NONE)
@@ -170,10 +173,7 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
     p->alpha = c->alpha;
     p->bmuf = (ss__bmuf_params){
         .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov != 0};
-    if (p->algo == SS_ALGO_EASGD && !(c->alpha > 0.0f && c->alpha <= 1.0f))
-        return SS_ERR_INVALID_ARGUMENT;
-    if (p->algo == SS_ALGO_BMUF &&
-        !(c->bmuf_eta >= 0.0f && c->bmuf_eta < 1.0f && c->bmuf_zeta > 0.0f))
+    if (ss__sync_params_check(p, NULL, 0) != SS_OK)
         return SS_ERR_INVALID_ARGUMENT;
     if (!c->tls_cert != !c->tls_key)
         return SS_ERR_INVALID_ARGUMENT;
@@ -274,7 +274,7 @@ fail:
 
 ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
                                ss_dense **out) {
-    if (!t || !name || !*name || n == 0 || !out)
+    if (!t || !ss__name_valid(name) || n == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     ss_dense *g = calloc(1, sizeof *g);
     if (!g)

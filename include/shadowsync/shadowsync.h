@@ -45,7 +45,7 @@ typedef enum ss_sync_mode {
 
 typedef struct ss_trainer_config {
     const char *ps;   /* "host:port[,host:port...]": PS shards, same order everywhere */
-    const char *name; /* this trainer's label in logs and metrics */
+    const char *name; /* this trainer's label in logs and metrics: [A-Za-z0-9_.-], < 64 */
     ss_sync_mode mode;
     const char *algo; /* "easgd", "ma" or "bmuf" */
     float alpha;      /* S-EASGD elastic rate, (0, 1] */
@@ -100,7 +100,8 @@ ss_status ss_trainer_config_from_env(ss_trainer_config *cfg);
  * mode the connection to the agent (retried in the background). */
 ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out);
 
-/* A dense group of n floats owned by the library (64-byte aligned),
+/* A dense group of n floats owned by the library (64-byte aligned), named
+ * by 1-63 characters of [A-Za-z0-9_.-],
  * initialized from init (NULL: zeros). Every trainer must use the same
  * name, n and algorithm for a group. Joins the PS shards. */
 ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,

@@ -1,0 +1,17 @@
+/* The one rule for every name a user gives ShadowSync (a trainer, a dense
+ * group, an embedding table), the same in every mode: in-process, agent
+ * and PS. Such names travel in metric labels, JSON, file names and the
+ * wire, so they need no escaping anywhere. */
+#ifndef SS_COMMON_NAMES_H
+#define SS_COMMON_NAMES_H
+
+#include <stdbool.h>
+
+/* Buffer size that holds any valid name. */
+#define SS_NAME_MAX  64
+#define SS_NAME_RULE "1-63 characters of [A-Za-z0-9_.-]"
+
+/* true when name follows SS_NAME_RULE (NULL does not). */
+bool ss__name_valid(const char *name);
+
+#endif

@@ -1,0 +1,258 @@
+/* The dense checkpoint file (layout in dense_checkpoint.h). */
+#include "shadow/dense_checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
+#define FNV_OFFSET     14695981039346656037ull
+#define MAX_NAME       1024
+#define MAX_GROUP_SIZE ((uint64_t)1 << 34)
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* ---- writing ---- */
+
+struct ss__dense_ckpt_writer {
+    FILE *f;
+    char path[4096], tmp[4100];
+    uint64_t hash;
+    uint32_t expected, written;
+    bool ok;
+};
+
+static void put(ss__dense_ckpt_writer *w, const void *p, size_t n) {
+    if (w->ok && n && fwrite(p, 1, n, w->f) != n)
+        w->ok = false;
+    w->hash = fnv1a(w->hash, p, n);
+}
+
+ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt_writer **out) {
+    if (!path || !*path || !out || strlen(path) >= sizeof((ss__dense_ckpt_writer *)0)->path)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss__dense_ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return SS_ERR_NO_MEMORY;
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
+    w->f = fopen(w->tmp, "wb");
+    if (!w->f) {
+        free(w);
+        return SS_ERR_IO;
+    }
+    w->hash = FNV_OFFSET;
+    w->expected = groups;
+    w->ok = true;
+    put(w, ckpt_magic, sizeof ckpt_magic);
+    put(w, &groups, sizeof groups);
+    *out = w;
+    return SS_OK;
+}
+
+void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g) {
+    uint32_t len = (uint32_t)strlen(g->name);
+    uint64_t n = g->n;
+    uint8_t has_central = g->central != NULL, has_mean = g->mean != NULL;
+    put(w, &len, sizeof len);
+    put(w, g->name, len);
+    put(w, &n, sizeof n);
+    put(w, &has_central, 1);
+    put(w, &has_mean, 1);
+    put(w, &g->mean_round, sizeof g->mean_round);
+    if (has_central)
+        put(w, g->central, g->n * sizeof(float));
+    if (has_mean)
+        put(w, g->mean, g->n * sizeof(float));
+    w->written++;
+}
+
+static void fsync_parent_dir(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+}
+
+ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
+    if (!w)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (w->written != w->expected)
+        w->ok = false;
+    uint64_t hash = w->hash;
+    put(w, &hash, sizeof hash);
+    /* Data on disk before the rename makes it visible. */
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
+        w->ok = false;
+    if (fclose(w->f) != 0)
+        w->ok = false;
+    ss_status st = SS_OK;
+    if (!w->ok || rename(w->tmp, w->path) != 0) {
+        unlink(w->tmp);
+        st = SS_ERR_IO;
+    } else {
+        fsync_parent_dir(w->path);
+    }
+    free(w);
+    return st;
+}
+
+/* ---- reading ---- */
+
+struct ss__dense_ckpt_file {
+    unsigned char *buf;
+    ss__dense_ckpt_group *groups;
+    char (*names)[MAX_NAME];
+    size_t count;
+};
+
+static ss_status slurp(const char *path, unsigned char **out, size_t *outlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    ss_status st = SS_OK;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 20;
+            unsigned char *nb = realloc(buf, cap);
+            if (!nb) {
+                st = SS_ERR_NO_MEMORY;
+                break;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f))
+                st = SS_ERR_IO;
+            break;
+        }
+    }
+    fclose(f);
+    if (st != SS_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *outlen = len;
+    return SS_OK;
+}
+
+typedef struct reader {
+    const unsigned char *p, *end;
+} reader;
+
+static bool take(reader *r, void *out, size_t n) {
+    if ((size_t)(r->end - r->p) < n)
+        return false;
+    memcpy(out, r->p, n);
+    r->p += n;
+    return true;
+}
+
+/* Walks the groups of a file whose hash matched; r->end excludes the hash. */
+static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
+    char magic[8];
+    uint32_t count;
+    if (!take(r, magic, 8) || memcmp(magic, ckpt_magic, 8) || !take(r, &count, sizeof count))
+        return SS_ERR_PARSE;
+    /* Every group takes at least 22 bytes: a count beyond that is a lie. */
+    if (count > (size_t)(r->end - r->p) / 22 + 1)
+        return SS_ERR_PARSE;
+    f->groups = calloc(count ? count : 1, sizeof *f->groups);
+    f->names = calloc(count ? count : 1, sizeof *f->names);
+    if (!f->groups || !f->names)
+        return SS_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t len;
+        uint64_t n, round;
+        uint8_t has_central, has_mean;
+        if (!take(r, &len, sizeof len) || len == 0 || len >= MAX_NAME || !take(r, f->names[i], len))
+            return SS_ERR_PARSE;
+        f->names[i][len] = '\0';
+        if (!take(r, &n, sizeof n) || n == 0 || n > MAX_GROUP_SIZE || !take(r, &has_central, 1) ||
+            !take(r, &has_mean, 1) || has_central > 1 || has_mean > 1 ||
+            !take(r, &round, sizeof round) ||
+            (size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
+            return SS_ERR_PARSE;
+        ss__dense_ckpt_group *g = &f->groups[i];
+        g->name = f->names[i];
+        g->n = (size_t)n;
+        g->mean_round = round;
+        if (has_central) {
+            g->central = r->p;
+            r->p += n * sizeof(float);
+        }
+        if (has_mean) {
+            g->mean = r->p;
+            r->p += n * sizeof(float);
+        }
+        f->count++;
+    }
+    return r->p == r->end ? SS_OK : SS_ERR_PARSE;
+}
+
+ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out) {
+    if (!path || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss__dense_ckpt_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return SS_ERR_NO_MEMORY;
+    size_t len = 0;
+    ss_status st = slurp(path, &f->buf, &len);
+    uint64_t stored;
+    if (st == SS_OK && len < sizeof ckpt_magic + sizeof(uint32_t) + sizeof stored)
+        st = SS_ERR_PARSE;
+    if (st == SS_OK) {
+        memcpy(&stored, f->buf + len - sizeof stored, sizeof stored);
+        if (fnv1a(FNV_OFFSET, f->buf, len - sizeof stored) != stored)
+            st = SS_ERR_PARSE;
+    }
+    if (st == SS_OK) {
+        reader r = {.p = f->buf, .end = f->buf + len - sizeof stored};
+        st = parse_groups(f, &r);
+    }
+    if (st != SS_OK) {
+        ss__dense_ckpt_close(f);
+        return st;
+    }
+    *out = f;
+    return SS_OK;
+}
+
+size_t ss__dense_ckpt_count(const ss__dense_ckpt_file *f) {
+    return f ? f->count : 0;
+}
+
+const ss__dense_ckpt_group *ss__dense_ckpt_group_at(const ss__dense_ckpt_file *f, size_t i) {
+    return f && i < f->count ? &f->groups[i] : NULL;
+}
+
+void ss__dense_ckpt_close(ss__dense_ckpt_file *f) {
+    if (!f)
+        return;
+    free(f->buf);
+    free(f->groups);
+    free(f->names);
+    free(f);
+}

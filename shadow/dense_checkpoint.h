@@ -1,0 +1,51 @@
+/* The dense checkpoint file: every group's central variable (S-EASGD) and
+ * last round mean (MA/BMUF), as shadowsync-ps saves them (dense.ckpt) and
+ * restores them at start (shadow/inproc_transport.c).
+ *
+ * Layout (host byte order; a checkpoint moves with its PS, not across
+ * architectures): "SSDENSE1", u32 group count, then per group: u32 name
+ * length, name, u64 n, u8 has_central, u8 has_mean, u64 mean round,
+ * central[n] and mean[n] as present; then a u64 FNV-1a of all bytes before
+ * it, so a torn or corrupted file is refused instead of loaded.
+ *
+ * Writing is atomic: path.tmp, fsync, rename, fsync of the directory; a
+ * crash leaves the old checkpoint or the new one, never half of one. */
+#ifndef SS_SHADOW_DENSE_CHECKPOINT_H
+#define SS_SHADOW_DENSE_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+/* One group in the file. central and mean point at n floats each (NULL:
+ * not present). On reading they point into the file's buffer, which need
+ * not be aligned for floats: copy them out with memcpy. */
+typedef struct ss__dense_ckpt_group {
+    const char *name;
+    size_t n;
+    const void *central;
+    const void *mean;
+    uint64_t mean_round;
+} ss__dense_ckpt_group;
+
+typedef struct ss__dense_ckpt_writer ss__dense_ckpt_writer;
+
+/* Starts path.tmp for exactly `groups` groups. */
+ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt_writer **out);
+void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g);
+/* Seals the file and moves it over path (SS_ERR_IO: a write failed, or the
+ * group count was not kept; path is then unchanged). Frees w either way. */
+ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w);
+
+typedef struct ss__dense_ckpt_file ss__dense_ckpt_file;
+
+/* Reads and checks the whole file (hash, layout, every group) before
+ * anything is handed out. SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE:
+ * torn or corrupted. */
+ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out);
+size_t ss__dense_ckpt_count(const ss__dense_ckpt_file *f);
+const ss__dense_ckpt_group *ss__dense_ckpt_group_at(const ss__dense_ckpt_file *f, size_t i);
+void ss__dense_ckpt_close(ss__dense_ckpt_file *f);
+
+#endif
