@@ -28,8 +28,23 @@ cc -std=c11 -Wall -Wextra -Werror "$example" $(pkg-config --cflags shadowsync) \
   "$libdir/libshadowsync.a" $(pkg-config --libs grpc gpr libprotobuf-c) -lpthread -lm \
   -o "$tmp/pc-static"
 run "$tmp/pc-static"
+# The static archive: the functions under the public prefix ss_ are
+# exactly those the installed headers declare (internal ones are ss__).
+declared=$(grep -ohE '\bss_[a-z0-9_]+\(' "$tmp/prefix/include/shadowsync/"*.h | tr -d '(' | sort -u)
+defined=$(nm -g --defined-only "$libdir/libshadowsync.a" | awk '$3 ~ /^ss_[a-z0-9]/ {print $3}' | sort -u)
+if [ "$declared" != "$defined" ]; then
+  echo "libshadowsync.a: ss_ symbols differ from the public headers:" >&2
+  diff <(echo "$declared") <(echo "$defined") >&2 || true
+  exit 1
+fi
+# The installed include directory holds only the public API.
+installed=$(cd "$tmp/prefix/include" && find . -type f | sort | tr '\n' ' ')
+if [ "$installed" != "./shadowsync/shadowsync.h ./shadowsync/status.h " ]; then
+  echo "installed headers are not the public API alone: $installed" >&2
+  exit 1
+fi
 # Only the public API leaves the shared library.
-if nm -D --defined-only "$libdir/libshadowsync.so" | grep -v -E ' (ss_trainer_|ss_dense_|ss_table_|ss_strerror|ss_status_name|SHADOWSYNC_0)' | grep -q ' T '; then
+if nm -D --defined-only "$libdir/libshadowsync.so" | grep -v -E ' (ss_trainer_|ss_dense_|ss_table_|ss_strerror|ss_status_name|ss_version|SHADOWSYNC_0)' | grep -q ' T '; then
   echo "libshadowsync.so exports internal symbols" >&2
   exit 1
 fi

@@ -17,8 +17,8 @@
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/hooks_internal.h"
 
-#define MAX_GROUPS 256
-#define MAX_TABLES 64
+#define MAX_GROUPS   256
+#define MAX_ATTACHED 64
 
 struct ss_dense {
     ss_trainer *trainer;
@@ -39,9 +39,9 @@ struct ss_trainer {
     pthread_mutex_t lock; /* guards groups / ngroups */
     ss_dense *groups[MAX_GROUPS];
     _Atomic size_t ngroups;
-    ss_table *tables[MAX_TABLES]; /* under lock */
-    size_t ntables;
-    bool tables_finished;
+    ss__hooks_attachment attached[MAX_ATTACHED]; /* under lock: embedding tables */
+    size_t nattached;
+    bool attached_finished;
     _Atomic uint64_t steps;
 };
 
@@ -198,8 +198,8 @@ static void dense_free(ss_dense *g) {
 
 /* Frees the trainer and its groups; the engine and transport are gone. */
 static void trainer_free(ss_trainer *t) {
-    for (size_t i = 0; i < t->ntables; i++)
-        ss__hooks_table_destroy(t->tables[i]);
+    for (size_t i = 0; i < t->nattached; i++)
+        t->attached[i].destroy(t->attached[i].obj);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         dense_free(t->groups[i]);
@@ -408,11 +408,11 @@ void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out) {
     out->timeout_ms = t->cfg.timeout_ms;
 }
 
-ss_status ss__hooks_attach_table(ss_trainer *t, ss_table *tb) {
+ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a) {
     pthread_mutex_lock(&t->lock);
-    ss_status st = t->ntables < MAX_TABLES ? SS_OK : SS_ERR_NO_MEMORY;
+    ss_status st = t->nattached < MAX_ATTACHED ? SS_OK : SS_ERR_TOO_LARGE;
     if (st == SS_OK)
-        t->tables[t->ntables++] = tb;
+        t->attached[t->nattached++] = *a;
     pthread_mutex_unlock(&t->lock);
     return st;
 }
@@ -422,11 +422,11 @@ ss_status ss__hooks_attach_table(ss_trainer *t, ss_table *tb) {
 static ss_status finish_tables(ss_trainer *t) {
     ss_status st = SS_OK;
     pthread_mutex_lock(&t->lock);
-    size_t n = t->tables_finished ? 0 : t->ntables;
-    t->tables_finished = true;
+    size_t n = t->attached_finished ? 0 : t->nattached;
+    t->attached_finished = true;
     pthread_mutex_unlock(&t->lock);
     for (size_t i = 0; i < n; i++) {
-        ss_status s = ss__hooks_table_finish(t->tables[i]);
+        ss_status s = t->attached[i].finish(t->attached[i].obj);
         if (st == SS_OK)
             st = s;
     }

@@ -1,4 +1,6 @@
-/* Between hooks.c (trainers) and tables.c (embedding tables); not
+/* What tables.c (embedding tables) needs of hooks.c (trainers); hooks.c
+ * needs nothing of tables.c: a trainer keeps a record per attached object
+ * (how to finish it, how to destroy it) and knows no more of it. Not
  * exported (the version script keeps only the public names). */
 #ifndef SS_HOOKS_INTERNAL_H
 #define SS_HOOKS_INTERNAL_H
@@ -13,9 +15,16 @@ typedef struct ss__hooks_endpoint {
 } ss__hooks_endpoint;
 
 void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out);
-/* The trainer keeps the table: finish() flushes it, close() destroys it. */
-ss_status ss__hooks_attach_table(ss_trainer *t, ss_table *tb);
-ss_status ss__hooks_table_finish(ss_table *tb);
-void ss__hooks_table_destroy(ss_table *tb);
+
+/* Something the trainer owns from now on: ss_trainer_finish() calls
+ * finish(obj) (before the dense final rounds), ss_trainer_close() calls
+ * destroy(obj). */
+typedef struct ss__hooks_attachment {
+    void *obj;
+    ss_status (*finish)(void *obj);
+    void (*destroy)(void *obj);
+} ss__hooks_attachment;
+
+ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a);
 
 #endif

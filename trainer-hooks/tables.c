@@ -33,6 +33,7 @@ struct ss_table_fetch {
 
 struct ss_table {
     ss_table_config cfg;
+    ss_trainer *owner; /* NULL: a standalone table (ss_table_close) */
     ss__emb_spec spec;
     ss__emb_table *rows;    /* local mode: the table; cached mode: the cache */
     ss__emb_client *client; /* remote and cached modes */
@@ -272,7 +273,7 @@ static void *syncer_main(void *arg) {
 
 static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_spec *spec,
                               ss__hooks_endpoint *ep) {
-    if (!t || !c || !c->name || (unsigned)c->mode > SS_TABLE_CACHED)
+    if (!c || !c->name || (unsigned)c->mode > SS_TABLE_CACHED)
         return SS_ERR_INVALID_ARGUMENT;
     if (ss__emb_spec_init(spec, c->name, c->dim) != SS_OK && strlen(c->name) >= SS_EMB_NAME_MAX)
         return SS_ERR_INVALID_ARGUMENT;
@@ -282,7 +283,11 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
     spec->init_scale = c->init_scale;
     if (ss__emb_spec_check(spec, NULL, 0) != SS_OK)
         return SS_ERR_INVALID_ARGUMENT;
-    ss__hooks_endpoint_of(t, ep);
+    *ep = (ss__hooks_endpoint){.timeout_ms = 10000};
+    if (t)
+        ss__hooks_endpoint_of(t, ep);
+    if (c->ps)
+        ep->ps = c->ps;
     if (c->mode != SS_TABLE_LOCAL && (!ep->ps || !*ep->ps))
         return SS_ERR_INVALID_ARGUMENT; /* remote and cached need shards */
     if (c->mode == SS_TABLE_REMOTE && c->push_queue == 0)
@@ -298,6 +303,39 @@ static ss_status start_thread(pthread_t *th, bool *has, void *(*fn)(void *), ss_
         return SS_ERR_NO_MEMORY;
     *has = true;
     return SS_OK;
+}
+
+static ss_status table_finish(void *obj) {
+    return ss_table_flush(obj);
+}
+
+static void table_destroy(void *obj) {
+    ss_table *tb = obj;
+    if (!tb)
+        return;
+    pthread_mutex_lock(&tb->lock);
+    tb->stop = true;
+    pthread_cond_broadcast(&tb->changed);
+    pthread_mutex_unlock(&tb->lock);
+    if (tb->has_pusher)
+        pthread_join(tb->pusher, NULL); /* sends what is queued first */
+    if (tb->has_fetcher)
+        pthread_join(tb->fetcher, NULL);
+    if (tb->has_syncer)
+        pthread_join(tb->syncer, NULL);
+    for (size_t k = 0; k < tb->qlen; k++) {
+        push_item *it = &tb->queue[(tb->qhead + k) % tb->cfg.push_queue];
+        free(it->ids);
+        free(it->grads);
+    }
+    free(tb->queue);
+    ss__emb_dirty_free(&tb->dirty);
+    ss__emb_table_destroy(tb->rows);
+    ss__emb_client_destroy(tb->client);
+    pthread_cond_destroy(&tb->changed);
+    pthread_mutex_destroy(&tb->lock);
+    pthread_mutex_destroy(&tb->sync_lock);
+    free(tb);
 }
 
 ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **out) {
@@ -338,10 +376,12 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
         st = start_thread(&tb->fetcher, &tb->has_fetcher, fetcher_main, tb);
     if (st == SS_OK && cfg->mode == SS_TABLE_CACHED)
         st = start_thread(&tb->syncer, &tb->has_syncer, syncer_main, tb);
-    if (st == SS_OK)
-        st = ss__hooks_attach_table(t, tb);
+    tb->owner = t;
+    if (st == SS_OK && t)
+        st = ss__hooks_attach(t, &(ss__hooks_attachment){
+                                     .obj = tb, .finish = table_finish, .destroy = table_destroy});
     if (st != SS_OK) {
-        ss__hooks_table_destroy(tb);
+        table_destroy(tb);
         return st;
     }
     *out = tb;
@@ -527,34 +567,12 @@ ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out) {
     return SS_OK;
 }
 
-ss_status ss__hooks_table_finish(ss_table *tb) {
-    return ss_table_flush(tb);
-}
-
-void ss__hooks_table_destroy(ss_table *tb) {
+ss_status ss_table_close(ss_table *tb) {
     if (!tb)
-        return;
-    pthread_mutex_lock(&tb->lock);
-    tb->stop = true;
-    pthread_cond_broadcast(&tb->changed);
-    pthread_mutex_unlock(&tb->lock);
-    if (tb->has_pusher)
-        pthread_join(tb->pusher, NULL); /* sends what is queued first */
-    if (tb->has_fetcher)
-        pthread_join(tb->fetcher, NULL);
-    if (tb->has_syncer)
-        pthread_join(tb->syncer, NULL);
-    for (size_t k = 0; k < tb->qlen; k++) {
-        push_item *it = &tb->queue[(tb->qhead + k) % tb->cfg.push_queue];
-        free(it->ids);
-        free(it->grads);
-    }
-    free(tb->queue);
-    ss__emb_dirty_free(&tb->dirty);
-    ss__emb_table_destroy(tb->rows);
-    ss__emb_client_destroy(tb->client);
-    pthread_cond_destroy(&tb->changed);
-    pthread_mutex_destroy(&tb->lock);
-    pthread_mutex_destroy(&tb->sync_lock);
-    free(tb);
+        return SS_ERR_INVALID_ARGUMENT;
+    if (tb->owner)
+        return SS_ERR_STATE; /* its trainer closes it */
+    ss_status st = ss_table_flush(tb);
+    table_destroy(tb);
+    return st;
 }

@@ -154,8 +154,10 @@ ss_status ss_trainer_close(ss_trainer *t);
  *     ss_table_lookup(emb, ids, n, rows);     // rows: n * 64 floats
  *     ss_table_push(emb, ids, n, grads);      // asynchronous in remote mode
  *
- * Tables belong to their trainer: finish() flushes them, close() frees
- * them. Every call is thread-safe. */
+ * Tables opened with a trainer belong to it: its finish() flushes them,
+ * its close() frees them. A table opened without one (t = NULL) stands
+ * alone (its shards from cfg->ps, plain TCP) and is closed by
+ * ss_table_close(). Every call is thread-safe. */
 
 typedef struct ss_table ss_table;
 typedef struct ss_table_fetch ss_table_fetch;
@@ -173,6 +175,7 @@ typedef struct ss_table_config {
     size_t cache_rows;         /* cached: rows kept in memory (dirty rows stay too) */
     float alpha;               /* cached: elastic rate of the row sync, (0, 1] */
     uint32_t sync_interval_ms; /* cached: pause between row-sync passes */
+    const char *ps;            /* remote/cached: "host:port,..." shards; NULL = the trainer's */
 } ss_table_config;
 
 typedef struct ss_table_stats {
@@ -190,9 +193,13 @@ typedef struct ss_table_stats {
 /* Defaults: SGD, lr 0.05, eps 1e-8, init_scale 0.01, local mode, push
  * queue 16, cache 1M rows, alpha 0.5, sync every 10 ms. */
 void ss_table_config_init(ss_table_config *cfg, const char *name, uint32_t dim);
-/* Remote and cached modes need the trainer's ps; the shards create the
- * table or check that it matches (SS_ERR_SIZE_MISMATCH: another dim). */
+/* Remote and cached modes need shards (cfg->ps, else the trainer's ps);
+ * the shards create the table or check that it matches
+ * (SS_ERR_SIZE_MISMATCH: another dim). t may be NULL: a standalone table. */
 ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **out);
+/* Flushes and frees a standalone table (SS_ERR_STATE for a trainer's:
+ * its trainer closes it). Returns the flush's status. */
+ss_status ss_table_close(ss_table *tb);
 /* rows: n * dim floats out, in the order of ids. */
 ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows);
 /* Starts fetching rows for ids (e.g. the next batch's) in the background;

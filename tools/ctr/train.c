@@ -78,8 +78,7 @@ typedef struct run {
     const ss__ctr_train_config *cfg;
     const ss__ctr_dataset *train;
     ss__ctr_embeddings emb;
-    ss_trainer *emb_owner; /* opened only to hold the table (in-process runs) */
-    ss_table *table;       /* the table path; NULL = the shared array */
+    ss_table *table; /* the table path; NULL = the shared array */
     trainer tr[SS_CTR_MAX_TRAINERS];
     _Atomic uint32_t trainers_left;
     _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
@@ -279,22 +278,11 @@ static ss_status check_config(const ss__ctr_train_config *cfg, const ss__ctr_dat
     return SS_OK;
 }
 
-/* The table of the table path, held by this process's trainer hooks (or
- * by a trainer opened just for it when the replicas are in-process). */
+/* The table of the table path: held by this process's trainer hooks, or
+ * standalone when the replicas are in-process (no hooks). */
 static ss_status open_table(run *r) {
     const ss__ctr_train_config *cfg = r->cfg;
-    ss_trainer *owner = r->tr[0].hooks;
-    ss_status st = SS_OK;
-    if (!owner) {
-        ss_trainer_config tc;
-        ss_trainer_config_init(&tc);
-        tc.mode = SS_SYNC_NONE;
-        tc.ps = cfg->emb_ps;
-        tc.name = "ctr-train";
-        if ((st = ss_trainer_open(&tc, &r->emb_owner)) != SS_OK)
-            return st;
-        owner = r->emb_owner;
-    }
+    ss_status st;
     ss_table_config t;
     ss_table_config_init(&t, "ctr_emb", cfg->model.emb_dim);
     t.mode = cfg->emb == SS_CTR_EMB_LOCAL    ? SS_TABLE_LOCAL
@@ -306,7 +294,8 @@ static ss_status open_table(run *r) {
     t.cache_rows = cfg->emb_cache_rows;
     t.alpha = cfg->emb_alpha;
     t.sync_interval_ms = cfg->emb_sync_ms;
-    st = ss_table_open(owner, &t, &r->table);
+    t.ps = cfg->emb_ps;
+    st = ss_table_open(r->tr[0].hooks, &t, &r->table);
     if (st != SS_OK)
         SS_LOG_ERRORF("ctr-train", "event=table_open_failed mode=%s status=%s",
                       ss__ctr_emb_mode_name(cfg->emb), ss_status_name(st));
@@ -543,14 +532,14 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
             st = write_dense(cfg->dense_out, r->tr[0].dense, L.total);
     }
 out:
+    if (r->table && !r->tr[0].hooks)
+        ss_table_close(r->table); /* standalone; a trainer's closes with it */
     for (uint32_t t = 0; t < N; t++) {
         ss__engine_destroy(r->tr[t].engine);
         ss__replica_destroy(r->tr[t].replica);
         if (r->tr[t].hooks)
             ss_trainer_close(r->tr[t].hooks);
     }
-    if (r->emb_owner)
-        ss_trainer_close(r->emb_owner);
     ss__transport_destroy(transport);
     ss__ctr_embeddings_destroy(&r->emb);
     free(threads);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Fails when an #include runs against the layering in docs/ARCHITECTURE.md:
+#   include/shadowsync (the installed API)   anyone may include it
+#   common                                    1
+#   shadow, embedding-store                   2
+#   rpc                                       3
+#   ps, agent, trainer-hooks                  4
+#   tools, bench                              5
+#   tests                                     6
+# A file may include its own folder and folders of a lower layer, never a
+# sibling of its own layer or one above it. A header named *_internal.h is
+# private to its folder. The installed headers and the example trainer
+# include only the installed API. A bare "x.h" must sit beside its includer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rank() {
+  case "$1" in
+    common) echo 1 ;;
+    shadow | embedding-store) echo 2 ;;
+    rpc) echo 3 ;;
+    ps | agent | trainer-hooks) echo 4 ;;
+    tools | bench) echo 5 ;;
+    tests) echo 6 ;;
+    *) echo "" ;;
+  esac
+}
+
+files=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null ||
+  find . -name '*.[ch]' -not -path './build*' | sed 's|^\./||')
+bad=0
+checked=0
+complain() {
+  echo "check-layers: $1" >&2
+  bad=$((bad + 1))
+}
+for f in $files; do
+  own=${f%%/*}
+  dir=$(dirname "$f")
+  public_only=false
+  case "$f" in
+    include/shadowsync/* | trainer-hooks/examples/*) public_only=true ;;
+  esac
+  own_rank=$(rank "$own")
+  if [ -z "$own_rank" ] && [ "$public_only" = false ]; then
+    complain "$f: folder '$own' has no layer (add it to tests/check-layers.sh and docs/ARCHITECTURE.md)"
+    continue
+  fi
+  while IFS= read -r inc; do
+    [ -n "$inc" ] || continue
+    checked=$((checked + 1))
+    case "$inc" in
+      shadowsync/*) continue ;;
+    esac
+    if [ "$public_only" = true ]; then
+      complain "$f includes \"$inc\": the installed API and its example include only shadowsync/ headers"
+      continue
+    fi
+    if [[ "$inc" != */* ]]; then
+      [ -f "$dir/$inc" ] || complain "$f includes \"$inc\", which is not beside it"
+      continue
+    fi
+    target=${inc%%/*}
+    target_rank=$(rank "$target")
+    if [ -z "$target_rank" ]; then
+      complain "$f includes \"$inc\": '$target' is not a layer"
+    elif [ "$target" != "$own" ] && [ "$target_rank" -ge "$own_rank" ]; then
+      complain "$f ($own, layer $own_rank) includes \"$inc\" ($target, layer $target_rank): includes run downward only"
+    elif [ "$target" != "$own" ] && [[ "$inc" == *_internal.h ]]; then
+      complain "$f includes \"$inc\": an _internal.h header is private to $target/"
+    fi
+  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+done
+if [ "$bad" -gt 0 ]; then
+  echo "check-layers: $bad include(s) against the layering" >&2
+  exit 1
+fi
+echo "check-layers: $checked project includes in $(wc -w <<<"$files") files run downward"
