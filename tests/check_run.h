@@ -13,4 +13,26 @@ static inline int ss__check_run(Suite *s) {
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+/* A suite of one test case: its tests run with an optional fixture (setup
+ * and teardown around each test, in its own process; NULL: none) and a
+ * timeout per test (0: Check's default). Gives the process exit code:
+ *     return ss__check_tests("rpc", 60, NULL, NULL, test_a, test_b); */
+static inline int ss__check_run_tests(const char *name, double timeout_s, SFun setup, SFun teardown,
+                                      const TTest *const *tests, size_t n) {
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create(name);
+    if (setup || teardown)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    if (timeout_s > 0)
+        tcase_set_timeout(tc, timeout_s);
+    for (size_t i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+    return ss__check_run(s);
+}
+
+#define ss__check_tests(name, timeout_s, setup, teardown, ...)                                     \
+    ss__check_run_tests((name), (timeout_s), (setup), (teardown), (const TTest *[]){__VA_ARGS__},  \
+                        sizeof((const TTest *[]){__VA_ARGS__}) / sizeof(const TTest *))
+
 #endif

@@ -536,20 +536,9 @@ END_TEST
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    Suite *s = suite_create("agent");
-    TCase *tc = tcase_create("socket and http");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, socket_garbage);
-    tcase_add_test(tc, socket_wrong_message);
-    tcase_add_test(tc, socket_truncated_fd_message);
-    tcase_add_test(tc, socket_huge_and_cut_frames);
-    tcase_add_test(tc, other_uid_refused);
-    tcase_add_test(tc, dead_trainer_dropped_at_once);
-    tcase_add_test(tc, socket_group_member_allowed);
-    tcase_add_test(tc, http_bad_requests);
-    tcase_add_test(tc, metrics_pass_promtool);
-    tcase_add_test(tc, ctl_commands);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests("agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
+                           socket_truncated_fd_message, socket_huge_and_cut_frames,
+                           other_uid_refused, dead_trainer_dropped_at_once,
+                           socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
+                           ctl_commands);
 }

@@ -122,15 +122,7 @@ START_TEST(test_algo_names) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("algorithms");
-    TCase *tc = tcase_create("math");
-    tcase_add_test(tc, test_easgd_server);
-    tcase_add_test(tc, test_easgd_bad_input);
-    tcase_add_test(tc, test_ma_delta);
-    tcase_add_test(tc, test_bmuf_nesterov);
-    tcase_add_test(tc, test_bmuf_plain);
-    tcase_add_test(tc, test_mean_and_kernels);
-    tcase_add_test(tc, test_algo_names);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests("algorithms", 0, NULL, NULL, test_easgd_server, test_easgd_bad_input,
+                           test_ma_delta, test_bmuf_nesterov, test_bmuf_plain,
+                           test_mean_and_kernels, test_algo_names);
 }

@@ -406,18 +406,11 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     make_data();
-    Suite *s = suite_create("cluster");
-    TCase *tc = tcase_create("cluster");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_two_ps_three_trainers_easgd_converge);
-    tcase_add_test(tc, test_two_ps_three_trainers_ma_converge);
-    tcase_add_test(tc, test_three_trainers_through_one_agent_converge);
-    tcase_add_test(tc, test_sigkill_the_agent_trainers_keep_training);
-    tcase_add_test(tc, test_sigkill_a_trainer_rounds_keep_closing);
-    tcase_add_test(tc, test_ps_restart_from_checkpoint);
-    tcase_add_test(tc, test_checkpoint_on_request);
-    suite_add_tcase(s, tc);
-    int rc = ss__check_run(s);
+    int rc = ss__check_tests(
+        "cluster", 600, NULL, NULL, test_two_ps_three_trainers_easgd_converge,
+        test_two_ps_three_trainers_ma_converge, test_three_trainers_through_one_agent_converge,
+        test_sigkill_the_agent_trainers_keep_training, test_sigkill_a_trainer_rounds_keep_closing,
+        test_ps_restart_from_checkpoint, test_checkpoint_on_request);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

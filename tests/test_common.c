@@ -181,14 +181,7 @@ START_TEST(test_metrics_bad_input) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("common");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_strerror_covers_every_code);
-    tcase_add_test(tc, test_log_level_parse);
-    tcase_add_test(tc, test_flags_precedence_and_forms);
-    tcase_add_test(tc, test_flags_bad_input);
-    tcase_add_test(tc, test_metrics_render_exact);
-    tcase_add_test(tc, test_metrics_bad_input);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests("common", 0, NULL, NULL, test_strerror_covers_every_code,
+                           test_log_level_parse, test_flags_precedence_and_forms,
+                           test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input);
 }

@@ -259,15 +259,7 @@ START_TEST(test_model_gradients_match_finite_differences) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("ctr");
-    TCase *tc = tcase_create("ctr");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_ne_hand_computed);
-    tcase_add_test(tc, test_auc_hand_computed);
-    tcase_add_test(tc, test_reader_real_criteo_sample);
-    tcase_add_test(tc, test_reader_malformed_lines);
-    tcase_add_test(tc, test_truth_deterministic);
-    tcase_add_test(tc, test_model_gradients_match_finite_differences);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests("ctr", 60, NULL, NULL, test_ne_hand_computed, test_auc_hand_computed,
+                           test_reader_real_criteo_sample, test_reader_malformed_lines,
+                           test_truth_deterministic, test_model_gradients_match_finite_differences);
 }

@@ -222,16 +222,10 @@ int main(void) {
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    Suite *s = suite_create("e2e");
-    TCase *tc = tcase_create("e2e");
-    tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_generator_deterministic);
-    tcase_add_test(tc, test_cli_bad_input);
-    tcase_add_test(tc, test_real_criteo_sample_trains);
-    tcase_add_test(tc, test_background_sync_matches_single_replica);
-    tcase_add_test(tc, test_emb_modes_match_local);
-    suite_add_tcase(s, tc);
-    int rc = ss__check_run(s);
+    int rc =
+        ss__check_tests("e2e", 900, NULL, NULL, test_generator_deterministic, test_cli_bad_input,
+                        test_real_criteo_sample_trains, test_background_sync_matches_single_replica,
+                        test_emb_modes_match_local);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
     if (system(cmd) != 0)

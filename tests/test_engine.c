@@ -523,21 +523,12 @@ START_TEST(test_host_average_one_exchange_per_local_round) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("engine");
-    TCase *tc = tcase_create("engine");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_easgd_delta_keeps_concurrent_update);
-    tcase_add_test(tc, test_ma_delta_keeps_concurrent_update);
-    tcase_add_test(tc, test_bmuf_first_round_and_update);
-    tcase_add_test(tc, test_failed_round_is_abandoned_whole);
-    tcase_add_test(tc, test_inproc_easgd_central_from_first);
-    tcase_add_test(tc, test_inproc_bad_input_leaves_central);
-    tcase_add_test(tc, test_ma_round_across_three_engines);
-    tcase_add_test(tc, test_ma_round_deadline_drops_silent_member);
-    tcase_add_test(tc, test_engine_start_pause_stop_several_groups);
-    tcase_add_test(tc, test_sync_gap_accounting);
-    tcase_add_test(tc, test_min_round_gap_waits_for_progress);
-    tcase_add_test(tc, test_host_average_one_exchange_per_local_round);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests(
+        "engine", 60, NULL, NULL, test_easgd_delta_keeps_concurrent_update,
+        test_ma_delta_keeps_concurrent_update, test_bmuf_first_round_and_update,
+        test_failed_round_is_abandoned_whole, test_inproc_easgd_central_from_first,
+        test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
+        test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,
+        test_sync_gap_accounting, test_min_round_gap_waits_for_progress,
+        test_host_average_one_exchange_per_local_round);
 }

@@ -195,15 +195,8 @@ START_TEST(test_checkpoint_refuses_torn_and_corrupt_files) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("membership");
-    TCase *tc = tcase_create("membership");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_member_timeout_must_cover_the_deadline);
-    tcase_add_test(tc, test_silent_member_expires);
-    tcase_add_test(tc, test_heartbeat_keeps_member);
-    tcase_add_test(tc, test_engine_rejoins_after_expiry);
-    tcase_add_test(tc, test_checkpoint_round_trip_is_exact);
-    tcase_add_test(tc, test_checkpoint_refuses_torn_and_corrupt_files);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests(
+        "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
+        test_silent_member_expires, test_heartbeat_keeps_member, test_engine_rejoins_after_expiry,
+        test_checkpoint_round_trip_is_exact, test_checkpoint_refuses_torn_and_corrupt_files);
 }

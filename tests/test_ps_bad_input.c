@@ -223,17 +223,8 @@ END_TEST
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    Suite *s = suite_create("ps_bad_input");
-    TCase *tc = tcase_create("bad_input");
-    tcase_set_timeout(tc, 60);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_wrong_group_size);
-    tcase_add_test(tc, test_unknown_group_and_member);
-    tcase_add_test(tc, test_nan_and_inf_payloads);
-    tcase_add_test(tc, test_oversized_message_and_group);
-    tcase_add_test(tc, test_garbage_bytes_and_unknown_method);
-    tcase_add_test(tc, test_expired_deadline);
-    tcase_add_test(tc, test_checkpoint_without_a_directory);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests("ps_bad_input", 60, setup, teardown, test_wrong_group_size,
+                           test_unknown_group_and_member, test_nan_and_inf_payloads,
+                           test_oversized_message_and_group, test_garbage_bytes_and_unknown_method,
+                           test_expired_deadline, test_checkpoint_without_a_directory);
 }

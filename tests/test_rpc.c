@@ -195,14 +195,8 @@ END_TEST
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    Suite *s = suite_create("rpc");
-    TCase *tc = tcase_create("rpc");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_easgd_over_grpc);
-    tcase_add_test(tc, test_ma_round_of_three_engines_over_grpc);
-    tcase_add_test(tc, test_bad_input_never_hurts_the_ps);
-    tcase_add_test(tc, test_server_on_a_taken_port_fails_cleanly);
-    tcase_add_test(tc, test_ps_down_times_out);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests("rpc", 60, NULL, NULL, test_easgd_over_grpc,
+                           test_ma_round_of_three_engines_over_grpc,
+                           test_bad_input_never_hurts_the_ps,
+                           test_server_on_a_taken_port_fails_cleanly, test_ps_down_times_out);
 }

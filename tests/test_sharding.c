@@ -178,13 +178,7 @@ END_TEST
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    Suite *s = suite_create("sharding");
-    TCase *tc = tcase_create("sharding");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_cut_over_two_shards_and_chunks);
-    tcase_add_test(tc, test_round_mean_over_shards_and_chunks);
-    tcase_add_test(tc, test_100mb_group);
-    tcase_add_test(tc, test_bad_target_lists);
-    suite_add_tcase(s, tc);
-    return ss__check_run(s);
+    return ss__check_tests("sharding", 120, NULL, NULL, test_cut_over_two_shards_and_chunks,
+                           test_round_mean_over_shards_and_chunks, test_100mb_group,
+                           test_bad_target_lists);
 }
