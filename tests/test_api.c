@@ -1,0 +1,289 @@
+/* The dense half of the public API (shadowsync.h) as a user calls it:
+ * config defaults and SHADOWSYNC_* variables, bad input, and
+ * add_dense/step/finish/close in all three modes (none, foreground,
+ * background in-process, background through a shadowsync-agent) against
+ * a real shadowsync-ps. Expected values are worked out by hand. */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_procs.h"
+#include "check_run.h"
+#include "procs.h"
+#include "shadowsync/shadowsync.h"
+
+static char tmpdir[] = "/tmp/ss-api-XXXXXX";
+
+static void all_equal(const float *x, size_t n, float want) {
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(x[i] == want, "x[%zu] = %g, want %g", i, (double)x[i], (double)want);
+}
+
+static void fill(float *x, size_t n, float v) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
+static pid_t start_ps(char *target, size_t len) {
+    char log[300];
+    snprintf(log, sizeof log, "%s/ps-%d.log", tmpdir, (int)getpid());
+    char *extra[] = {"--http", "", "--round-deadline-ms", "2000", NULL};
+    return proc_start_ps(log, target, len, "127.0.0.1:0", extra);
+}
+
+static void stop(pid_t pid) {
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+}
+
+START_TEST(test_config_defaults_and_environment) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    ck_assert_int_eq(c.mode, SS_SYNC_BACKGROUND);
+    ck_assert_str_eq(c.algo, "easgd");
+    ck_assert_float_eq(c.alpha, 0.5f);
+    ck_assert_uint_eq(c.sync_every, 10);
+    ck_assert_ptr_null(c.ps);
+    ck_assert_ptr_null(c.agent);
+
+    setenv("SHADOWSYNC_PS", "127.0.0.1:1,127.0.0.1:2", 1);
+    setenv("SHADOWSYNC_ALGO", "ma", 1);
+    setenv("SHADOWSYNC_ALPHA", "0.25", 1);
+    setenv("SHADOWSYNC_MODE", "foreground", 1);
+    setenv("SHADOWSYNC_SYNC_EVERY", "3", 1);
+    ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_OK);
+    ck_assert_str_eq(c.ps, "127.0.0.1:1,127.0.0.1:2");
+    ck_assert_str_eq(c.algo, "ma");
+    ck_assert_float_eq(c.alpha, 0.25f);
+    ck_assert_int_eq(c.mode, SS_SYNC_FOREGROUND);
+    ck_assert_uint_eq(c.sync_every, 3);
+
+    /* A malformed value: refused, and cfg is left as it was. */
+    ss_trainer_config before = c;
+    setenv("SHADOWSYNC_ALPHA", "a half", 1);
+    ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_mem_eq(&c, &before, sizeof c);
+    setenv("SHADOWSYNC_ALPHA", "0.5", 1);
+    setenv("SHADOWSYNC_MODE", "sometimes", 1);
+    ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_mem_eq(&c, &before, sizeof c);
+    const char *vars[] = {"SHADOWSYNC_PS", "SHADOWSYNC_ALGO", "SHADOWSYNC_ALPHA", "SHADOWSYNC_MODE",
+                          "SHADOWSYNC_SYNC_EVERY"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    ck_assert_str_eq(ss_version(), "0.1.0");
+}
+END_TEST
+
+START_TEST(test_bad_input_is_refused) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT); /* no PS */
+    c.ps = "127.0.0.1:1";
+    c.alpha = 1.5f;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    c.alpha = 0.5f;
+    c.algo = "sgd";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    c.algo = "bmuf";
+    c.bmuf_eta = 1.0f;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_NONE;
+    c.name = "has space";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    c.name = "t0";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_dense *g;
+    /* One name rule in every mode: 1-63 characters of [A-Za-z0-9_.-]. */
+    char long_name[65];
+    memset(long_name, 'a', 64);
+    long_name[64] = '\0';
+    const char *bad_names[] = {"", "a b", "a/b", "a:b", long_name};
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++)
+        ck_assert_int_eq(ss_trainer_add_dense(t, bad_names[i], 4, NULL, &g),
+                         SS_ERR_INVALID_ARGUMENT);
+    long_name[63] = '\0';
+    ck_assert_int_eq(ss_trainer_add_dense(t, long_name, 4, NULL, &g), SS_OK);
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 0, NULL, &g), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, NULL), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_trainer_add_dense(NULL, "w", 4, NULL, &g), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    ck_assert_int_eq(ss_trainer_step(NULL), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_trainer_finish(NULL), SS_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_mode_none_only_counts) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_NONE;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    const float init[5] = {1, 2, 3, 4, 5};
+    ss_dense *g;
+    ck_assert_int_eq(ss_trainer_add_dense(t, "mlp.0", 5, init, &g), SS_OK);
+    float *x = ss_dense_data(g);
+    ck_assert_uint_eq((uintptr_t)x % 64, 0);
+    ck_assert_uint_eq(ss_dense_size(g), 5);
+    ck_assert_mem_eq(x, init, sizeof init);
+    ck_assert_int_eq(ss_trainer_add_dense(t, "mlp.0", 5, NULL, &g), SS_ERR_EXISTS);
+    for (int i = 0; i < 7; i++)
+        ck_assert_int_eq(ss_trainer_step(t), SS_OK);
+    ck_assert_int_eq(ss_trainer_finish(t), SS_OK);
+    ck_assert_int_eq(ss_trainer_finish(t), SS_OK); /* idempotent */
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
+static ss_trainer *open_trainer(const char *ps, const char *name, ss_sync_mode mode,
+                                const char *algo) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.ps = ps;
+    c.name = name;
+    c.mode = mode;
+    c.algo = algo;
+    c.sync_every = 2;
+    c.final_rounds = 0;
+    c.timeout_ms = 5000;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    return t;
+}
+
+/* Foreground S-EASGD, K = 2, alpha 0.5, by hand: A's round sets the
+ * centre to its snapshot (1) and moves nothing; B's round gets
+ * d = 0.5 (3 - 1) = 1, so B becomes 2 and the centre 2. */
+START_TEST(test_foreground_easgd_by_hand) {
+    char ps[64];
+    pid_t pid = start_ps(ps, sizeof ps);
+    ss_trainer *a = open_trainer(ps, "a", SS_SYNC_FOREGROUND, "easgd");
+    ss_trainer *b = open_trainer(ps, "b", SS_SYNC_FOREGROUND, "easgd");
+    float init[8];
+    ss_dense *ga, *gb;
+    fill(init, 8, 1.0f);
+    ck_assert_int_eq(ss_trainer_add_dense(a, "w", 8, init, &ga), SS_OK);
+    fill(init, 8, 3.0f);
+    ck_assert_int_eq(ss_trainer_add_dense(b, "w", 8, init, &gb), SS_OK);
+    ck_assert_int_eq(ss_trainer_step(a), SS_OK); /* step 1: no round */
+    ss_dense_stats st;
+    ck_assert_int_eq(ss_dense_get_stats(ga, &st), SS_OK);
+    ck_assert_uint_eq(st.rounds, 0);
+    ck_assert_int_eq(ss_trainer_step(a), SS_OK); /* step 2: A's round */
+    all_equal(ss_dense_data(ga), 8, 1.0f);
+    ck_assert_int_eq(ss_trainer_step(b), SS_OK);
+    ck_assert_int_eq(ss_trainer_step(b), SS_OK); /* B's round */
+    all_equal(ss_dense_data(gb), 8, 2.0f);
+    ck_assert_int_eq(ss_dense_get_stats(gb, &st), SS_OK);
+    ck_assert_uint_eq(st.rounds, 1);
+    ck_assert_uint_eq(st.iterations, 2);
+    ck_assert_int_eq(ss_trainer_close(a), SS_OK);
+    ck_assert_int_eq(ss_trainer_close(b), SS_OK);
+    stop(pid);
+}
+END_TEST
+
+/* Keeps both trainers stepping (a round waits for progress) until both
+ * replicas hold want everywhere. */
+static void train_until_both(ss_trainer *const t[2], ss_dense *ga, ss_dense *gb, size_t n,
+                             float want) {
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(ss_trainer_step(t[0]), SS_OK);
+        ck_assert_int_eq(ss_trainer_step(t[1]), SS_OK);
+        int ok = 1;
+        for (size_t k = 0; k < n && ok; k++)
+            ok = ss_dense_data(ga)[k] == want && ss_dense_data(gb)[k] == want;
+        if (ok)
+            return;
+        usleep(10000);
+    }
+    ck_abort_msg("replicas did not reach %g in 10 s", (double)want);
+}
+
+static void *finish_thread(void *t) {
+    return (void *)(intptr_t)ss_trainer_finish(t);
+}
+
+/* Two trainers, background S-MA: a round over both snapshots gives each
+ * replica the mean, (1 + 3) / 2 = 2; with nothing training, it stays. */
+static void background_ma(const char *ps, const char *agent) {
+    ss_trainer *t[2];
+    ss_dense *g[2];
+    for (int i = 0; i < 2; i++) {
+        ss_trainer_config c;
+        ss_trainer_config_init(&c);
+        c.ps = ps;
+        c.agent = agent;
+        c.name = i ? "b" : "a";
+        c.algo = "ma";
+        c.min_round_gap = 1;
+        c.final_rounds = 1;
+        ck_assert_int_eq(ss_trainer_open(&c, &t[i]), SS_OK);
+        float init[16];
+        fill(init, 16, i ? 3.0f : 1.0f);
+        ck_assert_int_eq(ss_trainer_add_dense(t[i], "w", 16, init, &g[i]), SS_OK);
+    }
+    train_until_both(t, g[0], g[1], 16, 2.0f);
+    /* finish() runs the final rounds; both must take part in them. */
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, finish_thread, t[i]);
+    for (int i = 0; i < 2; i++) {
+        void *rc;
+        pthread_join(th[i], &rc);
+        ck_assert_int_eq((int)(intptr_t)rc, SS_OK);
+        ss_dense_stats st;
+        ck_assert_int_eq(ss_dense_get_stats(g[i], &st), SS_OK);
+        ck_assert_uint_ge(st.rounds, 1);
+        ck_assert_uint_ge(st.iterations, 1);
+    }
+    all_equal(ss_dense_data(g[0]), 16, 2.0f); /* still readable after finish */
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(ss_trainer_close(t[i]), SS_OK);
+}
+
+START_TEST(test_background_in_process_ma) {
+    char ps[64];
+    pid_t pid = start_ps(ps, sizeof ps);
+    background_ma(ps, NULL);
+    stop(pid);
+}
+END_TEST
+
+START_TEST(test_background_through_the_agent_ma) {
+    char ps[64], sock[300], log[300], http[128];
+    pid_t pid = start_ps(ps, sizeof ps);
+    snprintf(sock, sizeof sock, "%s/run/agent.sock", tmpdir);
+    snprintf(log, sizeof log, "%s/agent.log", tmpdir);
+    char *extra[] = {"--min-round-gap", "1", NULL};
+    pid_t agent = agent_start(log, sock, ps, http, sizeof http, extra);
+    background_ma(ps, sock);
+    stop(agent);
+    stop(pid);
+}
+END_TEST
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = ss__check_tests("api", 120, NULL, NULL, test_config_defaults_and_environment,
+                             test_bad_input_is_refused, test_mode_none_only_counts,
+                             test_foreground_easgd_by_hand, test_background_in_process_ma,
+                             test_background_through_the_agent_ma);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return rc;
+}
