@@ -8,7 +8,7 @@
 #include "rpc/rpc.h"
 
 /* Receive/send limit when none is given. Dense groups travel in chunks
- * (SS_RPC_CHUNK_FLOATS per call, see sharded_transport.c), so this only
+ * (SS_GRPC_CHUNK_FLOATS per call, see grpc_transport.c), so this only
  * bounds a single chunk plus its envelope. */
 #define SS_RPC_DEFAULT_MAX_MESSAGE (64u << 20)
 

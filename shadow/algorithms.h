@@ -1,12 +1,13 @@
-/* The sync algorithms as pure functions over float arrays (ARCHITECTURE 4).
+/* The sync algorithms as pure functions over float arrays
+ * (docs/ARCHITECTURE.md, "The algorithms").
  *
  * s = snapshot of the live replica taken at round start, c = central
  * variable, avg = mean of the round's snapshots. Each function produces the
  * delta to apply to the live replica, so worker updates made during the
- * round survive; ss__sync_apply() applies it. Foreground (FR-X) variants run
+ * round survive; the engine applies it with ss__kernel_live_add_scaled(). Foreground (FR-X) variants run
  * the very same functions inside the trainer's step. */
-#ifndef SHADOWSYNC_ALGORITHMS_H
-#define SHADOWSYNC_ALGORITHMS_H
+#ifndef SS_SHADOW_ALGORITHMS_H
+#define SS_SHADOW_ALGORITHMS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,7 +21,7 @@ ss_status ss__algo_parse(const char *text, ss__algo *out);
 
 /* S-EASGD, server side (the PS's exchange, shadow/inproc_transport.c):
  * d = alpha (s - c); c += d. The agent then applies
- * x -= d (ss__sync_apply with sign -1). */
+ * x -= d (ss__kernel_live_add_scaled with scale -1). */
 ss_status ss__easgd_server(const float *s, float *c, float *d, float alpha, size_t n);
 
 /* S-MA: delta = avg - s; the agent applies x += delta. */

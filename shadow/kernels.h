@@ -3,7 +3,7 @@
  * Two kinds live here:
  *  - "live" kernels read or write a replica that Hogwild workers write at
  *    the same time. They race by design (torn reads are fine, see
- *    ARCHITECTURE 4). They are the ONLY code allowed to touch a live
+ *    docs/ARCHITECTURE.md, "The algorithms"). They are the ONLY code allowed to touch a live
  *    replica, so ThreadSanitizer suppressions (tests/tsan.supp) name
  *    exactly these functions: ss__kernel_live_*.
  *  - pure kernels over private buffers (snapshots, central variables,
