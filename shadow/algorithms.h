@@ -4,8 +4,8 @@
  * s = snapshot of the live replica taken at round start, c = central
  * variable, avg = mean of the round's snapshots. Each function produces the
  * delta to apply to the live replica, so worker updates made during the
- * round survive; the engine applies it with ss__kernel_live_add_scaled(). Foreground (FR-X) variants run
- * the very same functions inside the trainer's step. */
+ * round survive; the engine applies it with ss__kernel_live_add_scaled(). Foreground (FR-X)
+ * variants run the very same functions inside the trainer's step. */
 #ifndef SS_SHADOW_ALGORITHMS_H
 #define SS_SHADOW_ALGORITHMS_H
 
