@@ -76,7 +76,10 @@ typedef struct trainer {
 
 typedef struct run {
     const ss__ctr_train_config *cfg;
-    const ss__ctr_dataset *train;
+    const ss__ctr_dataset *train, *test;
+    ss__ctr_layout L;         /* of the dense replica */
+    bool syncing;             /* the engines here sync the replicas (in-process runs) */
+    ss__transport *transport; /* in-process runs that sync */
     ss__ctr_embeddings emb;
     ss_table *table; /* the table path; NULL = the shared array */
     trainer tr[SS_CTR_MAX_TRAINERS];
@@ -313,75 +316,48 @@ static ss_status write_dense(const char *path, const float *x, size_t n) {
     return ok ? SS_OK : SS_ERR_IO;
 }
 
-ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
-                            const ss__ctr_dataset *test, ss__ctr_train_result *res) {
-    if (!res)
-        return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = check_config(cfg, train, test);
-    if (st != SS_OK)
-        return st;
-    memset(res, 0, sizeof *res);
-    run *r = calloc(1, sizeof *r);
-    if (!r)
-        return SS_ERR_NO_MEMORY;
-    r->cfg = cfg;
-    r->train = train;
-    pthread_mutex_init(&r->done_lock, NULL);
-    pthread_cond_init(&r->done_cond, NULL);
-    ss__transport *transport = NULL;
-    pthread_t *threads = NULL;
-    size_t nthreads = 0;
-    worker_arg *wargs = NULL;
+/* Step 1: every trainer's replica, and its engine or hooks. */
+static ss_status open_trainers(run *r) {
+    const ss__ctr_train_config *cfg = r->cfg;
     const uint32_t N = cfg->trainers;
-    /* In-process sync through the engine here; process mode syncs inside
-     * the hooks. */
-    const bool syncing = !cfg->process && cfg->sync != SS_CTR_SYNC_NONE;
-    ss__ctr_layout L;
-    ss__ctr_layout_of(&cfg->model, &L);
-
-    st = ss__ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb);
-    if (st != SS_OK)
-        goto out;
-    if (syncing) {
+    ss_status st;
+    if (r->syncing) {
         ss__inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms,
                                   .link_latency_us = cfg->link_latency_us,
                                   .link_gbps = cfg->link_gbps};
-        st = ss__inproc_transport_create(&icfg, &transport);
-        if (st != SS_OK)
-            goto out;
+        if ((st = ss__inproc_transport_create(&icfg, &r->transport)) != SS_OK)
+            return st;
     }
     for (uint32_t t = 0; t < N; t++) {
         trainer *tr = &r->tr[t];
         tr->run = r;
         tr->index = t;
-        tr->count = (train->nrows - t + N - 1) / N;
+        tr->count = (r->train->nrows - t + N - 1) / N;
         atomic_init(&tr->workers_left, cfg->workers);
         if (cfg->process) {
-            float *init = malloc(L.total * sizeof *init);
-            if (!init) {
-                st = SS_ERR_NO_MEMORY;
-                goto out;
-            }
+            float *init = malloc(r->L.total * sizeof *init);
+            if (!init)
+                return SS_ERR_NO_MEMORY;
             /* Same seed in every process: replicas start identical. */
             ss__ctr_dense_init(&cfg->model, init, cfg->seed);
             if ((st = ss_trainer_open(cfg->process, &tr->hooks)) == SS_OK)
-                st = ss_trainer_add_dense(tr->hooks, "dense", L.total, init, &tr->hooks_dense);
+                st = ss_trainer_add_dense(tr->hooks, "dense", r->L.total, init, &tr->hooks_dense);
             free(init);
             if (st != SS_OK)
-                goto out;
+                return st;
             tr->dense = ss_dense_data(tr->hooks_dense);
             continue;
         }
-        if ((st = ss__replica_create(L.total, &tr->replica)) != SS_OK)
-            goto out;
+        if ((st = ss__replica_create(r->L.total, &tr->replica)) != SS_OK)
+            return st;
         tr->dense = ss__replica_data(tr->replica);
         /* Same seed everywhere: replicas start identical, as after a broadcast. */
         ss__ctr_dense_init(&cfg->model, tr->dense, cfg->seed);
-        if (!syncing)
+        if (!r->syncing)
             continue;
         char name[32];
         snprintf(name, sizeof name, "t%u", t);
-        ss__engine_config ecfg = {.transport = transport,
+        ss__engine_config ecfg = {.transport = r->transport,
                                   .metrics = cfg->metrics,
                                   .trainer = name,
                                   .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
@@ -390,24 +366,31 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
         if ((st = ss__engine_create(&ecfg, &tr->engine)) != SS_OK ||
             (st = ss__engine_add_group(tr->engine, "dense", tr->replica, &cfg->params,
                                        &tr->group)) != SS_OK)
-            goto out;
+            return st;
     }
     atomic_init(&r->trainers_left, N);
-    if (cfg->emb != SS_CTR_EMB_ARRAY && (st = open_table(r)) != SS_OK)
-        goto out;
+    return SS_OK;
+}
 
-    threads = calloc((size_t)N * cfg->workers, sizeof *threads);
-    wargs = calloc(N, sizeof *wargs);
+/* Step 2: the workers' pass over the data, with progress lines, and its
+ * wall time in *seconds. */
+static ss_status train_pass(run *r, double *seconds) {
+    const ss__ctr_train_config *cfg = r->cfg;
+    const uint32_t N = cfg->trainers;
+    ss_status st = SS_OK;
+    pthread_t *threads = calloc((size_t)N * cfg->workers, sizeof *threads);
+    worker_arg *wargs = calloc(N, sizeof *wargs);
+    size_t nthreads = 0;
     if (!threads || !wargs) {
-        st = SS_ERR_NO_MEMORY;
-        goto out;
+        free(threads);
+        free(wargs);
+        return SS_ERR_NO_MEMORY;
     }
-    if (syncing && cfg->sync == SS_CTR_SYNC_SHADOW)
-        for (uint32_t t = 0; t < N; t++)
-            if ((st = ss__engine_start(r->tr[t].engine)) != SS_OK)
-                goto out;
+    if (r->syncing && cfg->sync == SS_CTR_SYNC_SHADOW)
+        for (uint32_t t = 0; t < N && st == SS_OK; t++)
+            st = ss__engine_start(r->tr[t].engine);
     const uint64_t t0 = ss__now_ns();
-    for (uint32_t t = 0; t < N; t++) {
+    for (uint32_t t = 0; t < N && st == SS_OK; t++) {
         wargs[t].tr = &r->tr[t];
         r->tr[t].t_start = t0;
         for (uint32_t k = 0; k < cfg->workers; k++) {
@@ -433,7 +416,7 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
         pthread_cond_timedwait(&r->done_cond, &r->done_lock, &ts);
         if (cfg->progress && cfg->progress_interval_s > 0 && ss__now_ns() >= next_report) {
             pthread_mutex_unlock(&r->done_lock);
-            print_progress(r, t0, train->nrows);
+            print_progress(r, t0, r->train->nrows);
             pthread_mutex_lock(&r->done_lock);
             next_report += (uint64_t)(cfg->progress_interval_s * 1e9);
         }
@@ -441,15 +424,21 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
     pthread_mutex_unlock(&r->done_lock);
     for (size_t i = 0; i < nthreads; i++)
         pthread_join(threads[i], NULL);
-    const uint64_t t1 = ss__now_ns();
-    if (st != SS_OK)
-        goto out;
-    if (atomic_load(&r->failed)) {
+    *seconds = (double)(ss__now_ns() - t0) * 1e-9;
+    free(threads);
+    free(wargs);
+    if (st == SS_OK && atomic_load(&r->failed))
         st = SS_ERR_NO_MEMORY;
-        goto out;
-    }
+    return st;
+}
 
-    if (syncing && cfg->final_rounds > 0) {
+/* Step 3: the final rounds, then the table's rows as this trainer sees
+ * them into the array the evaluation reads. */
+static ss_status finish_sync(run *r, ss__ctr_train_result *res) {
+    const ss__ctr_train_config *cfg = r->cfg;
+    const uint32_t N = cfg->trainers;
+    ss_status st;
+    if (r->syncing && cfg->final_rounds > 0) {
         /* All members at once, so MA/BMUF rounds close without deadlines. */
         pthread_t fin[SS_CTR_MAX_TRAINERS];
         final_arg fargs[SS_CTR_MAX_TRAINERS];
@@ -460,23 +449,24 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
         for (uint32_t t = 0; t < N; t++)
             pthread_join(fin[t], NULL);
     }
-    if (syncing)
+    if (r->syncing)
         for (uint32_t t = 0; t < N; t++)
             ss__engine_stop(r->tr[t].engine);
     if (cfg->process && (st = ss_trainer_finish(r->tr[0].hooks)) != SS_OK)
         SS_LOG_WARNF("ctr-train", "event=final_rounds_failed status=%s", ss_status_name(st));
-    st = SS_OK;
-    if (r->table) {
-        /* Pushes applied / cached rows synced, then the rows as this
-         * trainer sees them, into the array the evaluation reads. */
-        if ((st = ss_table_flush(r->table)) == SS_OK)
-            st = ss__ctr_emb_materialize(r->table, &r->emb);
-        ss_table_get_stats(r->table, &res->emb);
-        if (st != SS_OK)
-            goto out;
-    }
+    if (!r->table)
+        return SS_OK;
+    /* Pushes applied / cached rows synced, then the rows. */
+    if ((st = ss_table_flush(r->table)) == SS_OK)
+        st = ss__ctr_emb_materialize(r->table, &r->emb);
+    ss_table_get_stats(r->table, &res->emb);
+    return st;
+}
 
-    res->seconds = (double)(t1 - t0) * 1e-9;
+/* Step 4: per-trainer throughput, sync stats and (optionally) quality. */
+static ss_status collect_trainers(run *r, ss__ctr_train_result *res) {
+    const ss__ctr_train_config *cfg = r->cfg;
+    const uint32_t N = cfg->trainers;
     double gap_sum = 0.0;
     for (uint32_t t = 0; t < N; t++) {
         trainer *tr = &r->tr[t];
@@ -496,56 +486,94 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
                                            .gap_p99 = ds.gap_p99,
                                            .gap_max = ds.gap_max,
                                            .divergence = ds.divergence};
-        } else if (syncing) {
+        } else if (r->syncing) {
             ss__engine_group_stats(tr->group, &tres->sync);
         }
-        if (tr->hooks_dense || syncing) {
+        if (tr->hooks_dense || r->syncing) {
             res->rounds += tres->sync.rounds;
             gap_sum += tres->sync.gap_mean;
             if (tres->sync.gap_p99 > res->gap_p99)
                 res->gap_p99 = tres->sync.gap_p99;
         }
-        if (cfg->eval_each && (st = ss__ctr_evaluate(&cfg->model, tr->dense, &r->emb, test,
+        ss_status st;
+        if (cfg->eval_each && (st = ss__ctr_evaluate(&cfg->model, tr->dense, &r->emb, r->test,
                                                      &tres->ne, &tres->auc)) != SS_OK)
-            goto out;
+            return st;
     }
     res->gap_mean = gap_sum / N;
     res->examples_per_s = res->seconds > 0 ? (double)res->examples / res->seconds : 0.0;
     res->train_loss = res->examples
                           ? (double)atomic_load(&r->loss_sum_micro) * 1e-6 / (double)res->examples
                           : 0.0;
-    if (syncing && cfg->eval_central) {
-        float *c = malloc(L.total * sizeof *c);
-        if (!c) {
-            st = SS_ERR_NO_MEMORY;
-            goto out;
-        }
-        st = ss__transport_read_central(transport, "dense", c, L.total);
+    return SS_OK;
+}
+
+/* Step 5: the model's NE and AUC on the test set: the central variable, or
+ * replica 0 (also written to --dense-out). */
+static ss_status evaluate_model(run *r, ss__ctr_train_result *res) {
+    const ss__ctr_train_config *cfg = r->cfg;
+    ss_status st;
+    if (r->syncing && cfg->eval_central) {
+        float *c = malloc(r->L.total * sizeof *c);
+        if (!c)
+            return SS_ERR_NO_MEMORY;
+        st = ss__transport_read_central(r->transport, "dense", c, r->L.total);
         if (st == SS_OK)
-            st = ss__ctr_evaluate(&cfg->model, c, &r->emb, test, &res->ne, &res->auc);
+            st = ss__ctr_evaluate(&cfg->model, c, &r->emb, r->test, &res->ne, &res->auc);
         free(c);
         res->model_evaluated = "central";
-    } else {
-        st = ss__ctr_evaluate(&cfg->model, r->tr[0].dense, &r->emb, test, &res->ne, &res->auc);
-        res->model_evaluated = "replica0";
-        if (st == SS_OK && cfg->dense_out)
-            st = write_dense(cfg->dense_out, r->tr[0].dense, L.total);
+        return st;
     }
-out:
+    st = ss__ctr_evaluate(&cfg->model, r->tr[0].dense, &r->emb, r->test, &res->ne, &res->auc);
+    res->model_evaluated = "replica0";
+    if (st == SS_OK && cfg->dense_out)
+        st = write_dense(cfg->dense_out, r->tr[0].dense, r->L.total);
+    return st;
+}
+
+static void run_destroy(run *r) {
     if (r->table && !r->tr[0].hooks)
         ss_table_close(r->table); /* standalone; a trainer's closes with it */
-    for (uint32_t t = 0; t < N; t++) {
+    for (uint32_t t = 0; t < r->cfg->trainers; t++) {
         ss__engine_destroy(r->tr[t].engine);
         ss__replica_destroy(r->tr[t].replica);
         if (r->tr[t].hooks)
             ss_trainer_close(r->tr[t].hooks);
     }
-    ss__transport_destroy(transport);
+    ss__transport_destroy(r->transport);
     ss__ctr_embeddings_destroy(&r->emb);
-    free(threads);
-    free(wargs);
     pthread_mutex_destroy(&r->done_lock);
     pthread_cond_destroy(&r->done_cond);
     free(r);
+}
+
+ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
+                            const ss__ctr_dataset *test, ss__ctr_train_result *res) {
+    if (!res)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss_status st = check_config(cfg, train, test);
+    if (st != SS_OK)
+        return st;
+    memset(res, 0, sizeof *res);
+    run *r = calloc(1, sizeof *r);
+    if (!r)
+        return SS_ERR_NO_MEMORY;
+    r->cfg = cfg;
+    r->train = train;
+    r->test = test;
+    /* In-process sync through the engines here; process mode syncs inside
+     * the hooks. */
+    r->syncing = !cfg->process && cfg->sync != SS_CTR_SYNC_NONE;
+    ss__ctr_layout_of(&cfg->model, &r->L);
+    pthread_mutex_init(&r->done_lock, NULL);
+    pthread_cond_init(&r->done_cond, NULL);
+
+    if ((st = ss__ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb)) == SS_OK &&
+        (st = open_trainers(r)) == SS_OK &&
+        (cfg->emb == SS_CTR_EMB_ARRAY || (st = open_table(r)) == SS_OK) &&
+        (st = train_pass(r, &res->seconds)) == SS_OK && (st = finish_sync(r, res)) == SS_OK &&
+        (st = collect_trainers(r, res)) == SS_OK)
+        st = evaluate_model(r, res);
+    run_destroy(r);
     return st;
 }
