@@ -39,6 +39,62 @@ static int write_metrics(ss__metrics *m, const char *path) {
     return rc;
 }
 
+/* Reads the train and test sets; in process mode keeps this trainer's
+ * share of the training rows (rank, rank + world, ...). 1 on failure (said
+ * on stderr, nothing kept). */
+static int load_data(const char *train_path, size_t max_rows, const char *test_path,
+                     size_t max_test_rows, size_t rank, size_t world, uint32_t trainers,
+                     ss__ctr_dataset *train, ss__ctr_dataset *test) {
+    ss_status st = ss__ctr_dataset_load(train_path, max_rows, train);
+    if (st == SS_OK)
+        st = ss__ctr_dataset_load(test_path, max_test_rows, test);
+    if (st != SS_OK) {
+        fprintf(stderr, "ctr-train: cannot load data: %s\n", ss_strerror(st));
+        ss__ctr_dataset_free(train);
+        return 1;
+    }
+    size_t k = 0;
+    for (size_t i = rank; i < train->nrows; i += world)
+        train->rows[k++] = train->rows[i];
+    train->nrows = k;
+    printf("ctr-train: train=%s rows=%zu skipped=%zu test=%s rows=%zu skipped=%zu\n", train_path,
+           train->nrows, train->skipped, test_path, test->nrows, test->skipped);
+    if (train->nrows < trainers || test->nrows == 0) {
+        fprintf(stderr, "ctr-train: need at least one training row per trainer and a test row\n");
+        ss__ctr_dataset_free(train);
+        ss__ctr_dataset_free(test);
+        return 1;
+    }
+    return 0;
+}
+
+/* The last lines: a summary: line of key=value pairs for scripts, and the
+ * embedding table's counters. */
+static void print_summary(const char *sync, const char *algo, const char *emb,
+                          const ss__ctr_train_config *cfg, const ss__ctr_train_result *res) {
+    printf("summary: sync=%s algo=%s trainers=%u workers=%u sync_every=%u examples=%llu "
+           "seconds=%.3f examples/s=%.0f sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu "
+           "sync_gap_p50=%llu sync_gap_max=%llu failed_rounds=%llu rejoins=%llu "
+           "train_logloss=%.5f ne=%.5f auc=%.5f model=%s\n",
+           sync, algo, cfg->trainers, cfg->workers, cfg->sync_every,
+           (unsigned long long)res->examples, res->seconds, res->examples_per_s,
+           (unsigned long long)res->rounds, res->gap_mean, (unsigned long long)res->gap_p99,
+           (unsigned long long)res->trainer[0].sync.gap_p50,
+           (unsigned long long)res->trainer[0].sync.gap_max,
+           (unsigned long long)res->trainer[0].sync.failed_rounds,
+           (unsigned long long)res->trainer[0].sync.rejoins, res->train_loss, res->ne, res->auc,
+           res->model_evaluated);
+    if (cfg->emb != SS_CTR_EMB_ARRAY)
+        printf("embeddings: mode=%s lookups=%llu pushes=%llu remote_rows=%llu cache_hits=%llu "
+               "synced_rows=%llu sync_passes=%llu failed_calls=%llu push_waits=%llu "
+               "resident_rows=%llu evictions=%llu\n",
+               emb, (unsigned long long)res->emb.lookups, (unsigned long long)res->emb.pushes,
+               (unsigned long long)res->emb.remote_rows, (unsigned long long)res->emb.cache_hits,
+               (unsigned long long)res->emb.synced_rows, (unsigned long long)res->emb.sync_passes,
+               (unsigned long long)res->emb.failed_calls, (unsigned long long)res->emb.push_waits,
+               (unsigned long long)res->emb.resident_rows, (unsigned long long)res->emb.evictions);
+}
+
 int main(int argc, char **argv) {
     ss__ctr_train_config cfg;
     ss__ctr_train_config_default(&cfg);
@@ -244,29 +300,10 @@ int main(int argc, char **argv) {
     }
 
     ss__ctr_dataset train = {0}, test = {0};
-    ss_status st = ss__ctr_dataset_load(train_path, (size_t)max_rows, &train);
-    if (st == SS_OK)
-        st = ss__ctr_dataset_load(test_path, (size_t)max_test_rows, &test);
-    if (st != SS_OK) {
-        fprintf(stderr, "ctr-train: cannot load data: %s\n", ss_strerror(st));
-        ss__ctr_dataset_free(&train);
+    if (load_data(train_path, (size_t)max_rows, test_path, (size_t)max_test_rows,
+                  process ? (size_t)rank : 0, process ? (size_t)world : 1, cfg.trainers, &train,
+                  &test) != 0)
         return 1;
-    }
-    if (process) {
-        /* This trainer's share: rows rank, rank + world, ... */
-        size_t k = 0;
-        for (size_t i = (size_t)rank; i < train.nrows; i += (size_t)world)
-            train.rows[k++] = train.rows[i];
-        train.nrows = k;
-    }
-    printf("ctr-train: train=%s rows=%zu skipped=%zu test=%s rows=%zu skipped=%zu\n", train_path,
-           train.nrows, train.skipped, test_path, test.nrows, test.skipped);
-    if (train.nrows < cfg.trainers || test.nrows == 0) {
-        fprintf(stderr, "ctr-train: need at least one training row per trainer and a test row\n");
-        ss__ctr_dataset_free(&train);
-        ss__ctr_dataset_free(&test);
-        return 1;
-    }
     printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u lr=%g emb_lr=%g\n",
            cfg.trainers, cfg.workers, sync, algo,
            cfg.sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg.batch, lr, emb_lr);
@@ -280,7 +317,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }
-    st = ss__ctr_train_run(&cfg, &train, &test, res);
+    ss_status st = ss__ctr_train_run(&cfg, &train, &test, res);
     int metrics_rc = (st == SS_OK && metrics_out) ? write_metrics(cfg.metrics, metrics_out) : 0;
     ss__metrics_destroy(cfg.metrics);
     if (st != SS_OK) {
@@ -293,26 +330,7 @@ int main(int argc, char **argv) {
     const bool syncing = cfg.sync != SS_CTR_SYNC_NONE;
     for (uint32_t t = 0; t < cfg.trainers; t++)
         print_trainer(process ? (uint32_t)rank : t, &res->trainer[t], syncing, cfg.eval_each);
-    printf("summary: sync=%s algo=%s trainers=%u workers=%u sync_every=%u examples=%llu "
-           "seconds=%.3f examples/s=%.0f sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu "
-           "sync_gap_p50=%llu sync_gap_max=%llu failed_rounds=%llu rejoins=%llu "
-           "train_logloss=%.5f ne=%.5f auc=%.5f model=%s\n",
-           sync, algo, cfg.trainers, cfg.workers, cfg.sync_every, (unsigned long long)res->examples,
-           res->seconds, res->examples_per_s, (unsigned long long)res->rounds, res->gap_mean,
-           (unsigned long long)res->gap_p99, (unsigned long long)res->trainer[0].sync.gap_p50,
-           (unsigned long long)res->trainer[0].sync.gap_max,
-           (unsigned long long)res->trainer[0].sync.failed_rounds,
-           (unsigned long long)res->trainer[0].sync.rejoins, res->train_loss, res->ne, res->auc,
-           res->model_evaluated);
-    if (cfg.emb != SS_CTR_EMB_ARRAY)
-        printf("embeddings: mode=%s lookups=%llu pushes=%llu remote_rows=%llu cache_hits=%llu "
-               "synced_rows=%llu sync_passes=%llu failed_calls=%llu push_waits=%llu "
-               "resident_rows=%llu evictions=%llu\n",
-               emb, (unsigned long long)res->emb.lookups, (unsigned long long)res->emb.pushes,
-               (unsigned long long)res->emb.remote_rows, (unsigned long long)res->emb.cache_hits,
-               (unsigned long long)res->emb.synced_rows, (unsigned long long)res->emb.sync_passes,
-               (unsigned long long)res->emb.failed_calls, (unsigned long long)res->emb.push_waits,
-               (unsigned long long)res->emb.resident_rows, (unsigned long long)res->emb.evictions);
+    print_summary(sync, algo, emb, &cfg, res);
     free(res);
     ss__ctr_dataset_free(&train);
     ss__ctr_dataset_free(&test);
