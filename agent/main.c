@@ -20,9 +20,27 @@
 
 #define MAX_ALLOW 32
 
+/* The command line. */
+typedef struct agent_options {
+    char default_socket[128];
+    const char *socket_path, *socket_group, *allow, *ps, *http, *ckpt_dir;
+    const char *tls_ca, *tls_cert, *tls_key;
+    int64_t threads, min_round_gap, round_interval_us, heartbeat_ms;
+    int64_t timeout_ms, round_wait_ms, max_sessions, host_deadline_ms;
+    bool host_average;
+    uid_t uids[MAX_ALLOW];
+    size_t nuids;
+} agent_options;
+
+static const char default_http[] = "127.0.0.1:9470";
+
 typedef struct agent_main {
     ss__agent *agent;
     const char *ckpt_dir;
+    ss__metrics *metrics;
+    ss__transport *to_ps;     /* gRPC to the PS shards */
+    ss__transport *transport; /* to_ps, or host averaging over it */
+    ss__http_server *web;
 } agent_main;
 
 static ss_status status_json(void *ctx, char **out, size_t *len) {
@@ -56,57 +74,64 @@ static int parse_uids(const char *text, uid_t *uids, size_t *n) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    char default_socket[128];
-    snprintf(default_socket, sizeof default_socket, "/tmp/shadowsync-%d/agent.sock",
+/* Step 1: flags, --help, --version, and the checks across flags. -1: go
+ * on; otherwise the exit code. */
+static int parse_options(int argc, char **argv, agent_options *o) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->default_socket, sizeof o->default_socket, "/tmp/shadowsync-%d/agent.sock",
              (int)geteuid());
-    const char *socket_path = default_socket, *socket_group = "", *allow = "", *ps = "";
-    static const char default_http[] = "127.0.0.1:9470";
-    const char *http = default_http, *ckpt_dir = "", *tls_ca = "", *tls_cert = "", *tls_key = "";
-    int64_t threads = 1, min_round_gap = 4, round_interval_us = 0, heartbeat_ms = 1000;
-    int64_t timeout_ms = 10000, round_wait_ms = 5000, max_sessions = 256, host_deadline_ms = 1000;
-    bool host_average = false;
+    o->socket_path = o->default_socket;
+    o->socket_group = o->allow = o->ps = o->ckpt_dir = o->tls_ca = o->tls_cert = o->tls_key = "";
+    o->http = default_http;
+    o->threads = 1;
+    o->min_round_gap = 4;
+    o->heartbeat_ms = 1000;
+    o->timeout_ms = 10000;
+    o->round_wait_ms = 5000;
+    o->max_sessions = 256;
+    o->host_deadline_ms = 1000;
     ss__flag flags[] = {
-        {"socket", SS_FLAG_STRING, &socket_path,
+        {"socket", SS_FLAG_STRING, &o->socket_path,
          "unix socket trainers connect to (its directory is created 0700, or 0750 with "
          "--socket-group)",
          NULL, 0, 0},
-        {"socket-group", SS_FLAG_STRING, &socket_group,
+        {"socket-group", SS_FLAG_STRING, &o->socket_group,
          "let this group's members (primary or supplementary gid) use the socket too", NULL, 0, 0},
-        {"allow-uid", SS_FLAG_STRING, &allow,
+        {"allow-uid", SS_FLAG_STRING, &o->allow,
          "more uids allowed at the socket, comma-separated (the agent's own uid always is)", NULL,
          0, 0},
-        {"ps", SS_FLAG_STRING, &ps, "PS shards host:port[,host:port...] (required)", NULL, 0, 0},
-        {"http", SS_FLAG_STRING, &http,
+        {"ps", SS_FLAG_STRING, &o->ps, "PS shards host:port[,host:port...] (required)", NULL, 0, 0},
+        {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
          "the default port, when taken, only warns)",
          NULL, 0, 0},
-        {"shadow-threads", SS_FLAG_INT, &threads, "shadow threads per trainer", NULL, 1, 64},
-        {"min-round-gap", SS_FLAG_INT, &min_round_gap,
+        {"shadow-threads", SS_FLAG_INT, &o->threads, "shadow threads per trainer", NULL, 1, 64},
+        {"min-round-gap", SS_FLAG_INT, &o->min_round_gap,
          "a group's next round waits until its trainer ran this many steps", NULL, 0, 1e9},
-        {"round-interval-us", SS_FLAG_INT, &round_interval_us,
+        {"round-interval-us", SS_FLAG_INT, &o->round_interval_us,
          "pause between two rounds of a shadow thread", NULL, 0, 6e7},
-        {"heartbeat-ms", SS_FLAG_INT, &heartbeat_ms, "idle groups tell the PS they live", NULL, 0,
+        {"heartbeat-ms", SS_FLAG_INT, &o->heartbeat_ms, "idle groups tell the PS they live", NULL,
+         0, 3.6e6},
+        {"rpc-timeout-ms", SS_FLAG_INT, &o->timeout_ms, "deadline of one RPC to the PS", NULL, 1,
          3.6e6},
-        {"rpc-timeout-ms", SS_FLAG_INT, &timeout_ms, "deadline of one RPC to the PS", NULL, 1,
-         3.6e6},
-        {"round-wait-ms", SS_FLAG_INT, &round_wait_ms, "extra wait for an MA/BMUF round to close",
-         NULL, 0, 3.6e6},
-        {"host-average", SS_FLAG_BOOL, &host_average,
+        {"round-wait-ms", SS_FLAG_INT, &o->round_wait_ms,
+         "extra wait for an MA/BMUF round to close", NULL, 0, 3.6e6},
+        {"host-average", SS_FLAG_BOOL, &o->host_average,
          "average this host's replicas in memory first and send one exchange per local round to "
          "the PS (PS traffic / number of local trainers)",
          NULL, 0, 0},
-        {"host-round-deadline-ms", SS_FLAG_INT, &host_deadline_ms,
+        {"host-round-deadline-ms", SS_FLAG_INT, &o->host_deadline_ms,
          "--host-average: a local round closes this long after its first snapshot", NULL, 1, 3.6e6},
-        {"max-trainers", SS_FLAG_INT, &max_sessions, "trainer connections served at once", NULL, 1,
-         65536},
-        {"checkpoint-dir", SS_FLAG_STRING, &ckpt_dir,
+        {"max-trainers", SS_FLAG_INT, &o->max_sessions, "trainer connections served at once", NULL,
+         1, 65536},
+        {"checkpoint-dir", SS_FLAG_STRING, &o->ckpt_dir,
          "POST /checkpoint writes each group's replica here as <group>.f32 (\"\" = refused)", NULL,
          0, 0},
-        {"tls-ca", SS_FLAG_STRING, &tls_ca, "PEM CA bundle to verify the PS (enables TLS)", NULL, 0,
+        {"tls-ca", SS_FLAG_STRING, &o->tls_ca, "PEM CA bundle to verify the PS (enables TLS)", NULL,
+         0, 0},
+        {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM client certificate (mutual TLS)", NULL, 0,
          0},
-        {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM client certificate (mutual TLS)", NULL, 0, 0},
-        {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
+        {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
     };
     static const ss__program prog = {
         "shadowsync-agent", "ShadowSync host agent: trainer processes on this host connect "
@@ -119,25 +144,108 @@ int main(int argc, char **argv) {
     int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
-    uid_t uids[MAX_ALLOW];
-    size_t nuids;
-    if (!*ps) {
+    if (!*o->ps) {
         fprintf(stderr, "shadowsync-agent: --ps is required (the PS shards)\n");
         return 2;
     }
-    if (parse_uids(allow, uids, &nuids) != 0) {
+    if (parse_uids(o->allow, o->uids, &o->nuids) != 0) {
         fprintf(stderr, "shadowsync-agent: --allow-uid wants uids like 1000,1001\n");
         return 2;
     }
-    if (!*tls_cert != !*tls_key) {
+    if (!*o->tls_cert != !*o->tls_key) {
         fprintf(stderr, "shadowsync-agent: --tls-cert and --tls-key go together\n");
         return 2;
     }
-    if (*ckpt_dir && mkdir(ckpt_dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "shadowsync-agent: cannot create --checkpoint-dir %s: %s\n", ckpt_dir,
+    if (*o->ckpt_dir && mkdir(o->ckpt_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "shadowsync-agent: cannot create --checkpoint-dir %s: %s\n", o->ckpt_dir,
                 strerror(errno));
         return 2;
     }
+    return -1;
+}
+
+/* Step 2: the transport to the PS shards, wrapped for host averaging. */
+static ss_status connect_ps(agent_main *m, const agent_options *o) {
+    ss__rpc_tls tls = {.ca_file = *o->tls_ca ? o->tls_ca : NULL,
+                       .cert_file = *o->tls_cert ? o->tls_cert : NULL,
+                       .key_file = *o->tls_key ? o->tls_key : NULL};
+    ss__grpc_transport_config tcfg = {.targets = o->ps,
+                                      .timeout_ms = (uint32_t)o->timeout_ms,
+                                      .round_wait_ms = (uint32_t)o->round_wait_ms,
+                                      .retries = 3,
+                                      .tls = *o->tls_ca || *o->tls_cert ? &tls : NULL};
+    ss_status st = ss__grpc_transport_create(&tcfg, &m->to_ps);
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", o->ps, ss_strerror(st));
+        return st;
+    }
+    m->transport = m->to_ps;
+    if (o->host_average && (st = ss__host_average_transport_create(
+                                m->to_ps, (uint32_t)o->host_deadline_ms, &m->transport)) != SS_OK)
+        fprintf(stderr, "shadowsync-agent: cannot set up host averaging: %s\n", ss_strerror(st));
+    return st;
+}
+
+/* Step 3: the socket trainers connect to. */
+static ss_status start_agent(agent_main *m, const agent_options *o) {
+    ss__agent_config acfg = {.socket_path = o->socket_path,
+                             .socket_group = o->socket_group,
+                             .allow_uids = o->uids,
+                             .nallow = o->nuids,
+                             .transport = m->transport,
+                             .metrics = m->metrics,
+                             .shadow_threads = (uint32_t)o->threads,
+                             .min_round_gap = (uint64_t)o->min_round_gap,
+                             .round_interval_us = (uint64_t)o->round_interval_us,
+                             .heartbeat_ms = (uint32_t)o->heartbeat_ms,
+                             .max_sessions = (uint32_t)o->max_sessions};
+    ss_status st = ss__agent_create(&acfg, &m->agent);
+    if (st != SS_OK)
+        fprintf(stderr, "shadowsync-agent: cannot serve on %s: %s%s\n", o->socket_path,
+                ss_strerror(st),
+                st == SS_ERR_EXISTS ? " (another agent is running there, or the path is not a "
+                                      "socket)"
+                                    : "");
+    return st;
+}
+
+/* Step 4: the HTTP endpoint, then the line scripts wait for. */
+static ss_status start_http(agent_main *m, const agent_options *o) {
+    ss__http_config hcfg = {.bind = o->http,
+                            .metrics = m->metrics,
+                            .status_json = status_json,
+                            .checkpoint = checkpoint,
+                            .ctx = m,
+                            .optional = o->http == default_http};
+    ss_status st;
+    if (*o->http && (st = ss__http_server_start(&hcfg, &m->web)) != SS_OK) {
+        fprintf(stderr, "shadowsync-agent: cannot serve HTTP on %s: %s\n", o->http,
+                ss_strerror(st));
+        return st;
+    }
+    char where[300];
+    ss__http_server_address(m->web, where, sizeof where);
+    printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", o->socket_path, where, o->ps,
+           o->host_average ? " (host averaging)" : "");
+    fflush(stdout);
+    return SS_OK;
+}
+
+/* Step 5: stop serving; trainers keep their replicas. */
+static void shut_down(agent_main *m) {
+    ss__http_server_stop(m->web);
+    ss__agent_destroy(m->agent);
+    if (m->transport != m->to_ps)
+        ss__transport_destroy(m->transport);
+    ss__transport_destroy(m->to_ps);
+    ss__metrics_destroy(m->metrics);
+}
+
+int main(int argc, char **argv) {
+    agent_options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -145,67 +253,20 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    ss__metrics *metrics = NULL;
-    ss__transport *transport = NULL, *to_ps = NULL;
-    ss__rpc_tls tls = {.ca_file = *tls_ca ? tls_ca : NULL,
-                       .cert_file = *tls_cert ? tls_cert : NULL,
-                       .key_file = *tls_key ? tls_key : NULL};
-    ss__grpc_transport_config tcfg = {.targets = ps,
-                                      .timeout_ms = (uint32_t)timeout_ms,
-                                      .round_wait_ms = (uint32_t)round_wait_ms,
-                                      .retries = 3,
-                                      .tls = *tls_ca || *tls_cert ? &tls : NULL};
-    ss_status st = ss__metrics_create(&metrics);
-    if (st == SS_OK && (st = ss__grpc_transport_create(&tcfg, &to_ps)) != SS_OK)
-        fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", ps, ss_strerror(st));
-    transport = to_ps;
-    if (st == SS_OK && host_average &&
-        (st = ss__host_average_transport_create(to_ps, (uint32_t)host_deadline_ms, &transport)) !=
-            SS_OK)
-        fprintf(stderr, "shadowsync-agent: cannot set up host averaging: %s\n", ss_strerror(st));
-    agent_main m = {.ckpt_dir = ckpt_dir};
-    ss__agent_config acfg = {.socket_path = socket_path,
-                             .socket_group = socket_group,
-                             .allow_uids = uids,
-                             .nallow = nuids,
-                             .transport = transport,
-                             .metrics = metrics,
-                             .shadow_threads = (uint32_t)threads,
-                             .min_round_gap = (uint64_t)min_round_gap,
-                             .round_interval_us = (uint64_t)round_interval_us,
-                             .heartbeat_ms = (uint32_t)heartbeat_ms,
-                             .max_sessions = (uint32_t)max_sessions};
-    if (st == SS_OK && (st = ss__agent_create(&acfg, &m.agent)) != SS_OK)
-        fprintf(stderr, "shadowsync-agent: cannot serve on %s: %s%s\n", socket_path,
-                ss_strerror(st),
-                st == SS_ERR_EXISTS ? " (another agent is running there, or the path is not a "
-                                      "socket)"
-                                    : "");
-    ss__http_server *srv = NULL;
-    ss__http_config hcfg = {.bind = http,
-                            .metrics = metrics,
-                            .status_json = status_json,
-                            .checkpoint = checkpoint,
-                            .ctx = &m,
-                            .optional = http == default_http};
-    if (st == SS_OK && *http && (st = ss__http_server_start(&hcfg, &srv)) != SS_OK)
-        fprintf(stderr, "shadowsync-agent: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
+    agent_main m = {.ckpt_dir = o.ckpt_dir};
+    ss_status st = ss__metrics_create(&m.metrics);
+    if (st == SS_OK)
+        st = connect_ps(&m, &o);
+    if (st == SS_OK)
+        st = start_agent(&m, &o);
+    if (st == SS_OK)
+        st = start_http(&m, &o);
     if (st == SS_OK) {
-        char where[300];
-        ss__http_server_address(srv, where, sizeof where);
-        printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", socket_path, where, ps,
-               host_average ? " (host averaging)" : "");
-        fflush(stdout);
         int sig;
         sigwait(&sigs, &sig);
         ss__log(SS_LOG_INFO, "agent", "event=stopping signal=%d", sig);
     }
-    ss__http_server_stop(srv);
-    ss__agent_destroy(m.agent);
-    if (transport != to_ps)
-        ss__transport_destroy(transport);
-    ss__transport_destroy(to_ps);
-    ss__metrics_destroy(metrics);
+    shut_down(&m);
     if (st != SS_OK)
         return 1;
     printf("shadowsync-agent: stopped\n");

@@ -21,9 +21,25 @@
 
 #define STATUS_GROUPS 1024
 
+/* The command line. */
+typedef struct ps_options {
+    const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca;
+    int64_t threads, deadline_ms, member_timeout_ms, max_floats;
+    int64_t flush_lag_ms, mem_cap_mb, emb_max_batch;
+    bool sync_writes;
+} ps_options;
+
+static const char default_http[] = "127.0.0.1:9471";
+
 typedef struct ps_state {
-    ss__transport *backend;
+    ss__transport *backend; /* the dense state: central variables, rounds */
     ss__metrics *metrics;
+    ss__emb_store *store;
+    ss__emb_service esvc;
+    ss__dense_service svc;
+    ss__rpc_method methods[32]; /* the server serves from this table: it must outlive it */
+    ss__rpc_server *srv;
+    ss__http_server *web;
     char listen[300]; /* the address actually served */
     uint64_t start_ns;
     pthread_mutex_t mirror_lock; /* one /metrics refresh at a time */
@@ -148,51 +164,59 @@ static int restore(ps_state *ps, const char *dir) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    const char *listen = "127.0.0.1:7070", *ckpt_dir = "", *tls_cert = "", *tls_key = "",
-               *tls_ca = "";
-    const char *emb_db = "";
-    static const char default_http[] = "127.0.0.1:9471";
-    const char *http = default_http;
-    int64_t threads = 2, deadline_ms = 1000, member_timeout_ms = 5000, max_floats = 64 << 20;
-    int64_t flush_lag_ms = 200, mem_cap_mb = 0, emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH;
-    bool sync_writes = false;
+/* Step 1: flags, --help, --version, and the checks across flags. -1: go
+ * on; otherwise the exit code. */
+static int parse_options(int argc, char **argv, ps_options *o) {
+    *o = (ps_options){.listen = "127.0.0.1:7070",
+                      .http = default_http,
+                      .ckpt_dir = "",
+                      .emb_db = "",
+                      .tls_cert = "",
+                      .tls_key = "",
+                      .tls_ca = "",
+                      .threads = 2,
+                      .deadline_ms = 1000,
+                      .member_timeout_ms = 5000,
+                      .max_floats = 64 << 20,
+                      .flush_lag_ms = 200,
+                      .emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH};
     ss__flag flags[] = {
-        {"listen", SS_FLAG_STRING, &listen, "address to serve gRPC on (port 0: pick one)", NULL, 0,
-         0},
-        {"threads", SS_FLAG_INT, &threads, "completion-queue threads", NULL, 1, 64},
-        {"http", SS_FLAG_STRING, &http,
+        {"listen", SS_FLAG_STRING, &o->listen, "address to serve gRPC on (port 0: pick one)", NULL,
+         0, 0},
+        {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
+        {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
          "the default port, when taken, only warns)",
          NULL, 0, 0},
-        {"round-deadline-ms", SS_FLAG_INT, &deadline_ms,
+        {"round-deadline-ms", SS_FLAG_INT, &o->deadline_ms,
          "an MA/BMUF round closes this long after its first snapshot, members or not", NULL, 1,
          3.6e6},
-        {"member-timeout-ms", SS_FLAG_INT, &member_timeout_ms,
+        {"member-timeout-ms", SS_FLAG_INT, &o->member_timeout_ms,
          "drop a member not heard from this long (0 = never; >= round deadline)", NULL, 0, 3.6e6},
-        {"max-group-floats", SS_FLAG_INT, &max_floats, "largest dense group chunk accepted", NULL,
-         1, (double)(1u << 30)},
-        {"checkpoint-dir", SS_FLAG_STRING, &ckpt_dir,
+        {"max-group-floats", SS_FLAG_INT, &o->max_floats, "largest dense group chunk accepted",
+         NULL, 1, (double)(1u << 30)},
+        {"checkpoint-dir", SS_FLAG_STRING, &o->ckpt_dir,
          "restore dense.ckpt from here at start; write it on Checkpoint calls, SIGUSR1 and at "
          "shutdown (\"\" = no checkpoints)",
          NULL, 0, 0},
-        {"emb-db", SS_FLAG_STRING, &emb_db,
+        {"emb-db", SS_FLAG_STRING, &o->emb_db,
          "RocksDB directory of this shard's embedding rows (created; restored at start; \"\" = "
          "rows in memory only)",
          NULL, 0, 0},
-        {"sync-writes", SS_FLAG_BOOL, &sync_writes,
+        {"sync-writes", SS_FLAG_BOOL, &o->sync_writes,
          "acknowledge a row update only after it is fsync'd to RocksDB (else write-behind)", NULL,
          0, 0},
-        {"flush-lag-ms", SS_FLAG_INT, &flush_lag_ms,
+        {"flush-lag-ms", SS_FLAG_INT, &o->flush_lag_ms,
          "write-behind: an acknowledged update reaches RocksDB within this", NULL, 2, 3.6e6},
-        {"mem-cap-mb", SS_FLAG_INT, &mem_cap_mb,
+        {"mem-cap-mb", SS_FLAG_INT, &o->mem_cap_mb,
          "memory for resident embedding rows; clean rows beyond it are evicted (0 = no cap)", NULL,
          0, 1 << 24},
-        {"emb-max-batch", SS_FLAG_INT, &emb_max_batch, "most row ids in one embedding request",
+        {"emb-max-batch", SS_FLAG_INT, &o->emb_max_batch, "most row ids in one embedding request",
          NULL, 1, 1 << 24},
-        {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM server certificate (enables TLS)", NULL, 0, 0},
-        {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
-        {"tls-ca", SS_FLAG_STRING, &tls_ca,
+        {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM server certificate (enables TLS)", NULL, 0,
+         0},
+        {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
+        {"tls-ca", SS_FLAG_STRING, &o->tls_ca,
          "PEM CA bundle: require client certificates signed by it (mutual TLS)", NULL, 0, 0},
     };
     static const ss__program prog = {
@@ -204,16 +228,152 @@ int main(int argc, char **argv) {
     int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
-    if (member_timeout_ms && member_timeout_ms < deadline_ms) {
+    if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
         fprintf(stderr, "shadowsync-ps: --member-timeout-ms must be 0 or >= --round-deadline-ms\n");
         return 2;
     }
-    if (!*tls_cert != !*tls_key || (*tls_ca && !*tls_cert)) {
+    if (!*o->tls_cert != !*o->tls_key || (*o->tls_ca && !*o->tls_cert)) {
         fprintf(stderr, "shadowsync-ps: --tls-cert and --tls-key go together (--tls-ca needs "
                         "both)\n");
         return 2;
     }
-    /* Signals go to sigwait below, not to gRPC's threads. */
+    if (o->sync_writes && !*o->emb_db) {
+        fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* Step 2: the dense state (restored from the checkpoint) and the
+ * embedding store. */
+static int open_state(ps_state *ps, const ps_options *o) {
+    ss__inproc_config icfg = {.round_deadline_ms = (uint32_t)o->deadline_ms,
+                              .member_timeout_ms = (uint32_t)o->member_timeout_ms};
+    if (ss__metrics_create(&ps->metrics) != SS_OK ||
+        ss__inproc_transport_create(&icfg, &ps->backend) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: out of memory\n");
+        return 1;
+    }
+    ss__emb_store_config ecfg = {.db_path = o->emb_db,
+                                 .sync_writes = o->sync_writes,
+                                 .flush_lag_ms = (uint32_t)o->flush_lag_ms,
+                                 .mem_cap_bytes = (uint64_t)o->mem_cap_mb << 20,
+                                 .max_batch = (size_t)o->emb_max_batch,
+                                 .metrics = ps->metrics};
+    ss_status st = ss__emb_store_create(&ecfg, &ps->store);
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot open the embedding store %s: %s\n",
+                *o->emb_db ? o->emb_db : "(memory)", ss_strerror(st));
+        return 1;
+    }
+    if (*o->ckpt_dir && restore(ps, o->ckpt_dir) != 0)
+        return 1;
+    if (*o->emb_db)
+        printf("shadowsync-ps: embedding rows in %s (%s)\n", o->emb_db,
+               o->sync_writes ? "sync writes" : "write-behind");
+    return 0;
+}
+
+/* Step 3: both services on one gRPC server. */
+static int start_rpc(ps_state *ps, const ps_options *o) {
+    ss__emb_service_init(&ps->esvc, ps->store);
+    ps->svc = (ss__dense_service){.backend = ps->backend,
+                                  .max_floats = (size_t)o->max_floats,
+                                  .checkpoint = *o->ckpt_dir ? save_checkpoint : NULL,
+                                  .checkpoint_ctx = ps};
+    ss__metrics_counter(ps->metrics, "shadowsync_ps_rejected_requests_total",
+                        "Requests refused (bad size, unknown group or member, NaN/Inf, garbage).",
+                        NULL, &ps->svc.rejected);
+    size_t ndense;
+    const ss__rpc_method *dense_methods = ss__dense_service_methods(&ndense);
+    ss__rpc_method *methods = ps->methods;
+    size_t nmethods = 0;
+    for (size_t i = 0; i < ndense && nmethods < 32; i++)
+        methods[nmethods++] = dense_methods[i];
+    for (size_t i = 0; i < SS_EMB_METHODS && nmethods < 32; i++)
+        methods[nmethods++] = ps->esvc.methods[i];
+    ss__rpc_tls tls = {.cert_file = *o->tls_cert ? o->tls_cert : NULL,
+                       .key_file = *o->tls_key ? o->tls_key : NULL,
+                       .ca_file = *o->tls_ca ? o->tls_ca : NULL};
+    ss__rpc_server_config scfg = {.listen = o->listen,
+                                  .threads = (uint32_t)o->threads,
+                                  .max_message_bytes = (size_t)o->max_floats * 4 + 4096,
+                                  .metrics = ps->metrics,
+                                  .tls = &tls};
+    ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", o->listen, ss_strerror(st));
+        return 1;
+    }
+    char host[256];
+    snprintf(host, sizeof host, "%s", o->listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+    snprintf(ps->listen, sizeof ps->listen, "%s:%d", host, ss__rpc_server_port(ps->srv));
+    return 0;
+}
+
+/* Step 4: the HTTP endpoint, then the line scripts wait for. */
+static int start_http(ps_state *ps, const ps_options *o) {
+    ss__http_config hcfg = {.bind = o->http,
+                            .metrics = ps->metrics,
+                            .status_json = status_json,
+                            .checkpoint = http_checkpoint,
+                            .before_metrics = refresh_metrics,
+                            .ctx = ps,
+                            .optional = o->http == default_http};
+    ss_status st;
+    if (*o->http && (st = ss__http_server_start(&hcfg, &ps->web)) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot serve HTTP on %s: %s\n", o->http, ss_strerror(st));
+        return 1;
+    }
+    char web_at[300];
+    ss__http_server_address(ps->web, web_at, sizeof web_at);
+    printf("shadowsync-ps: listening on %s%s, http on %s\n", ps->listen,
+           *o->tls_cert ? (*o->tls_ca ? " (mutual TLS)" : " (TLS)") : "", web_at);
+    fflush(stdout);
+    return 0;
+}
+
+/* Step 5: serve until SIGINT or SIGTERM; SIGUSR1 checkpoints. */
+static void serve(ps_state *ps, const ps_options *o, const sigset_t *sigs) {
+    int sig;
+    for (;;) {
+        sigwait(sigs, &sig);
+        if (sig != SIGUSR1)
+            break;
+        size_t groups = 0;
+        if (*o->ckpt_dir)
+            save_checkpoint(ps, NULL, 0, &groups);
+    }
+    ss__log(SS_LOG_INFO, "ps", "event=stopping signal=%d", sig);
+}
+
+/* Step 6: stop serving, write the last checkpoint, flush dirty rows. */
+static int shut_down(ps_state *ps, const ps_options *o, bool served) {
+    ss__http_server_stop(ps->web);
+    ss__rpc_server_stop(ps->srv);
+    int rc = 0;
+    if (served && *o->ckpt_dir) {
+        size_t groups = 0;
+        if (save_checkpoint(ps, NULL, 0, &groups) != SS_OK)
+            rc = 1;
+        else
+            printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps->path);
+    }
+    ss__emb_store_destroy(ps->store); /* flushes dirty rows */
+    ss__transport_destroy(ps->backend);
+    ss__metrics_destroy(ps->metrics);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    ps_options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    /* Signals go to sigwait, not to gRPC's threads. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -224,122 +384,18 @@ int main(int argc, char **argv) {
     ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER,
                    .mirror_lock = PTHREAD_MUTEX_INITIALIZER,
                    .start_ns = ss__now_ns()};
-    ss__inproc_config icfg = {.round_deadline_ms = (uint32_t)deadline_ms,
-                              .member_timeout_ms = (uint32_t)member_timeout_ms};
-    if (ss__metrics_create(&ps.metrics) != SS_OK ||
-        ss__inproc_transport_create(&icfg, &ps.backend) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: out of memory\n");
-        return 1;
+    bool served = false;
+    rc = open_state(&ps, &o);
+    if (rc == 0)
+        rc = start_rpc(&ps, &o);
+    if (rc == 0)
+        rc = start_http(&ps, &o);
+    if (rc == 0) {
+        serve(&ps, &o, &sigs);
+        served = true;
     }
-    ss__metrics *metrics = ps.metrics;
-    if (sync_writes && !*emb_db) {
-        fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
-        return 2;
-    }
-    ss__emb_store *store = NULL;
-    ss__emb_store_config ecfg = {.db_path = emb_db,
-                                 .sync_writes = sync_writes,
-                                 .flush_lag_ms = (uint32_t)flush_lag_ms,
-                                 .mem_cap_bytes = (uint64_t)mem_cap_mb << 20,
-                                 .max_batch = (size_t)emb_max_batch,
-                                 .metrics = metrics};
-    ss_status est = ss__emb_store_create(&ecfg, &store);
-    if (est != SS_OK || (*ckpt_dir && restore(&ps, ckpt_dir) != 0)) {
-        if (est != SS_OK)
-            fprintf(stderr, "shadowsync-ps: cannot open the embedding store %s: %s\n",
-                    *emb_db ? emb_db : "(memory)", ss_strerror(est));
-        ss__emb_store_destroy(store);
-        ss__transport_destroy(ps.backend);
-        ss__metrics_destroy(metrics);
-        return 1;
-    }
-    if (*emb_db)
-        printf("shadowsync-ps: embedding rows in %s (%s)\n", emb_db,
-               sync_writes ? "sync writes" : "write-behind");
-    ss__emb_service esvc;
-    ss__emb_service_init(&esvc, store);
-    ss__dense_service svc = {.backend = ps.backend,
-                             .max_floats = (size_t)max_floats,
-                             .checkpoint = *ckpt_dir ? save_checkpoint : NULL,
-                             .checkpoint_ctx = &ps};
-    ss__metrics_counter(metrics, "shadowsync_ps_rejected_requests_total",
-                        "Requests refused (bad size, unknown group or member, NaN/Inf, garbage).",
-                        NULL, &svc.rejected);
-    size_t ndense;
-    const ss__rpc_method *dense_methods = ss__dense_service_methods(&ndense);
-    ss__rpc_method methods[32];
-    size_t nmethods = 0;
-    for (size_t i = 0; i < ndense && nmethods < 32; i++)
-        methods[nmethods++] = dense_methods[i];
-    for (size_t i = 0; i < SS_EMB_METHODS && nmethods < 32; i++)
-        methods[nmethods++] = esvc.methods[i];
-    ss__rpc_tls tls = {.cert_file = *tls_cert ? tls_cert : NULL,
-                       .key_file = *tls_key ? tls_key : NULL,
-                       .ca_file = *tls_ca ? tls_ca : NULL};
-    ss__rpc_server_config scfg = {.listen = listen,
-                                  .threads = (uint32_t)threads,
-                                  .max_message_bytes = (size_t)max_floats * 4 + 4096,
-                                  .metrics = metrics,
-                                  .tls = &tls};
-    ss__rpc_server *srv;
-    ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &svc, &srv);
-    if (st != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", listen, ss_strerror(st));
-        ss__emb_store_destroy(store);
-        ss__transport_destroy(ps.backend);
-        ss__metrics_destroy(metrics);
-        return 1;
-    }
-    char host[256];
-    snprintf(host, sizeof host, "%s", listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = '\0';
-    snprintf(ps.listen, sizeof ps.listen, "%s:%d", host, ss__rpc_server_port(srv));
-    ss__http_server *web = NULL;
-    ss__http_config hcfg = {.bind = http,
-                            .metrics = metrics,
-                            .status_json = status_json,
-                            .checkpoint = http_checkpoint,
-                            .before_metrics = refresh_metrics,
-                            .ctx = &ps};
-    hcfg.optional = http == default_http;
-    if (*http && (st = ss__http_server_start(&hcfg, &web)) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: cannot serve HTTP on %s: %s\n", http, ss_strerror(st));
-        ss__rpc_server_stop(srv);
-        ss__emb_store_destroy(store);
-        ss__transport_destroy(ps.backend);
-        ss__metrics_destroy(metrics);
-        return 1;
-    }
-    char web_at[300];
-    ss__http_server_address(web, web_at, sizeof web_at);
-    printf("shadowsync-ps: listening on %s:%d%s, http on %s\n", host, ss__rpc_server_port(srv),
-           *tls_cert ? (*tls_ca ? " (mutual TLS)" : " (TLS)") : "", web_at);
-    fflush(stdout);
-    int sig;
-    for (;;) {
-        sigwait(&sigs, &sig);
-        if (sig != SIGUSR1)
-            break;
-        size_t groups = 0;
-        if (*ckpt_dir)
-            save_checkpoint(&ps, NULL, 0, &groups);
-    }
-    ss__log(SS_LOG_INFO, "ps", "event=stopping signal=%d", sig);
-    ss__http_server_stop(web);
-    ss__rpc_server_stop(srv);
-    int rc = 0;
-    if (*ckpt_dir) {
-        size_t groups = 0;
-        if (save_checkpoint(&ps, NULL, 0, &groups) != SS_OK)
-            rc = 1;
-        else
-            printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps.path);
-    }
-    ss__emb_store_destroy(store); /* flushes dirty rows */
-    ss__transport_destroy(ps.backend);
-    ss__metrics_destroy(metrics);
-    printf("shadowsync-ps: stopped\n");
-    return rc;
+    int down = shut_down(&ps, &o, served);
+    if (served)
+        printf("shadowsync-ps: stopped\n");
+    return rc ? rc : down;
 }
