@@ -3,6 +3,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ struct ss__engine_group {
     uint64_t member;
 
     pthread_mutex_t round_lock; /* one round of a group at a time */
+    float *buffers;             /* one allocation: snap, reply, delta (and bmuf_w, bmuf_m) */
     float *snap, *reply, *delta;
     float *bmuf_w, *bmuf_m; /* identical on every member */
     bool bmuf_ready;
@@ -99,11 +101,7 @@ static void group_free(ss__engine_group *g) {
     pthread_mutex_destroy(&g->round_lock);
     pthread_mutex_destroy(&g->stats_lock);
     free(g->name);
-    free(g->snap);
-    free(g->reply);
-    free(g->delta);
-    free(g->bmuf_w);
-    free(g->bmuf_m);
+    free(g->buffers);
     free(g->gaps);
     free(g);
 }
@@ -181,18 +179,20 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
     g->name = strdup(name);
     g->replica = replica;
     g->params = *params;
-    g->snap = malloc(n * sizeof(float));
-    g->reply = malloc(n * sizeof(float));
-    g->delta = malloc(n * sizeof(float));
+    const size_t nbuffers = params->algo == SS_ALGO_BMUF ? 5 : 3;
+    g->buffers =
+        n <= SIZE_MAX / sizeof(float) / nbuffers ? calloc(nbuffers * n, sizeof(float)) : NULL;
     g->gaps = malloc(GAP_RING * sizeof *g->gaps);
-    if (params->algo == SS_ALGO_BMUF) {
-        g->bmuf_w = calloc(n, sizeof(float));
-        g->bmuf_m = calloc(n, sizeof(float));
-    }
-    if (!g->name || !g->snap || !g->reply || !g->delta || !g->gaps ||
-        (params->algo == SS_ALGO_BMUF && (!g->bmuf_w || !g->bmuf_m))) {
+    if (!g->name || !g->buffers || !g->gaps) {
         group_free(g);
         return SS_ERR_NO_MEMORY;
+    }
+    g->snap = g->buffers;
+    g->reply = g->buffers + n;
+    g->delta = g->buffers + 2 * n;
+    if (params->algo == SS_ALGO_BMUF) {
+        g->bmuf_w = g->buffers + 3 * n;
+        g->bmuf_m = g->buffers + 4 * n;
     }
     st = register_metrics(e, g);
     if (st != SS_OK) {

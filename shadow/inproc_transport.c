@@ -20,6 +20,12 @@
 
 #define NO_ROUND UINT64_MAX
 
+typedef struct member_slot {
+    uint64_t id;
+    uint64_t last_seen; /* ss__now_ns of its last call */
+    bool contributed;   /* to the open round */
+} member_slot;
+
 typedef struct group {
     struct group *next;
     char *name;
@@ -28,9 +34,7 @@ typedef struct group {
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
 
     uint64_t next_member;
-    uint64_t *members;   /* active member ids */
-    bool *contributed;   /* parallel to members: in the open round */
-    uint64_t *last_seen; /* parallel to members: ss__now_ns of its last call */
+    member_slot *members; /* the active ones */
     size_t nmembers, capmembers;
 
     float *central; /* S-EASGD central variable */
@@ -87,11 +91,7 @@ static void group_free(group *g) {
     pthread_cond_destroy(&g->cond);
     free(g->name);
     free(g->members);
-    free(g->contributed);
-    free(g->last_seen);
-    free(g->central);
-    free(g->sum);
-    free(g->result);
+    free(g->central); /* and sum, result: one allocation */
     free(g);
 }
 
@@ -113,9 +113,9 @@ static group *group_new(const char *name, size_t n) {
         return NULL;
     g->name = strdup(name);
     g->n = n;
-    g->central = calloc(n, sizeof(float));
-    g->sum = calloc(n, sizeof(float));
-    g->result = calloc(n, sizeof(float));
+    g->central = n <= SIZE_MAX / sizeof(float) / 3 ? calloc(3 * n, sizeof(float)) : NULL;
+    g->sum = g->central ? g->central + n : NULL;
+    g->result = g->central ? g->central + 2 * n : NULL;
     pthread_mutex_init(&g->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -124,7 +124,7 @@ static group *group_new(const char *name, size_t n) {
     pthread_condattr_destroy(&ca);
     g->next_member = first_member_id(g);
     g->result_round = NO_ROUND;
-    if (!g->name || !g->central || !g->sum || !g->result) {
+    if (!g->name || !g->central) {
         group_free(g);
         return NULL;
     }
@@ -153,26 +153,17 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
     } else {
         if (g->nmembers == g->capmembers) {
             size_t cap = g->capmembers ? g->capmembers * 2 : 8;
-            uint64_t *m = realloc(g->members, cap * sizeof *m);
-            if (m)
+            member_slot *m = realloc(g->members, cap * sizeof *m);
+            if (m) {
                 g->members = m;
-            bool *c = realloc(g->contributed, cap * sizeof *c);
-            if (c)
-                g->contributed = c;
-            uint64_t *seen = realloc(g->last_seen, cap * sizeof *seen);
-            if (seen)
-                g->last_seen = seen;
-            if (!m || !c || !seen)
-                st = SS_ERR_NO_MEMORY;
-            else
                 g->capmembers = cap;
+            } else {
+                st = SS_ERR_NO_MEMORY;
+            }
         }
         if (st == SS_OK) {
             *member = g->next_member++;
-            g->members[g->nmembers] = *member;
-            g->contributed[g->nmembers] = false;
-            g->last_seen[g->nmembers] = ss__now_ns();
-            g->nmembers++;
+            g->members[g->nmembers++] = (member_slot){.id = *member, .last_seen = ss__now_ns()};
         }
     }
     pthread_mutex_unlock(&g->lock);
@@ -181,7 +172,7 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
 
 static ssize_t member_index(const group *g, uint64_t member) {
     for (size_t i = 0; i < g->nmembers; i++)
-        if (g->members[i] == member)
+        if (g->members[i].id == member)
             return (ssize_t)i;
     return -1;
 }
@@ -196,7 +187,7 @@ static void close_round(group *g) {
     g->contributors = 0;
     g->deadline_ns = 0;
     for (size_t i = 0; i < g->nmembers; i++)
-        g->contributed[i] = false;
+        g->members[i].contributed = false;
     g->open_round++;
     g->rounds_done++;
     g->last_done_ns = ss__now_ns();
@@ -205,10 +196,7 @@ static void close_round(group *g) {
 
 /* Caller holds g->lock. */
 static void remove_member(group *g, size_t i) {
-    g->members[i] = g->members[g->nmembers - 1];
-    g->contributed[i] = g->contributed[g->nmembers - 1];
-    g->last_seen[i] = g->last_seen[g->nmembers - 1];
-    g->nmembers--;
+    g->members[i] = g->members[--g->nmembers];
     /* The one removed may have been the last one the open round waited for. */
     if (g->contributors > 0 && g->readers_pending == 0 && g->contributors >= g->nmembers)
         close_round(g);
@@ -222,7 +210,8 @@ static void expire_members(const inproc *ip, group *g, uint64_t now) {
     if (ip->member_timeout_ns == 0)
         return;
     for (size_t i = 0; i < g->nmembers;) {
-        if (now > g->last_seen[i] && now - g->last_seen[i] > ip->member_timeout_ns)
+        uint64_t seen = g->members[i].last_seen;
+        if (now > seen && now - seen > ip->member_timeout_ns)
             remove_member(g, i);
         else
             i++;
@@ -235,7 +224,7 @@ static bool touch_member(group *g, uint64_t member, uint64_t now) {
     ssize_t i = member_index(g, member);
     if (i < 0)
         return false;
-    g->last_seen[i] = now;
+    g->members[i].last_seen = now;
     return true;
 }
 
@@ -330,14 +319,14 @@ static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, con
         st = SS_ERR_NOT_FOUND;
         goto out;
     }
-    if (g->contributed[idx]) {
+    if (g->members[idx].contributed) {
         st = SS_ERR_STATE; /* one snapshot per member per round */
         goto out;
     }
     if (g->contributors == 0)
         g->deadline_ns = ss__now_ns() + ip->deadline_ns;
     ss__mean_add(g->sum, s, n);
-    g->contributed[idx] = true;
+    g->members[idx].contributed = true;
     g->contributors++;
     uint64_t my_round = g->open_round;
     if (g->contributors >= g->nmembers)
