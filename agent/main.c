@@ -18,6 +18,16 @@
 #include "rpc/http.h"
 #include "shadow/host_average_transport.h"
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "shadowsync-agent", "ShadowSync host agent: trainer processes on this host connect "
+                        "over a unix socket\n(libshadowsync with SHADOWSYNC_AGENT=<socket>) "
+                        "and hand over their dense groups\nin shared memory; the agent "
+                        "runs the shadow pool (S-EASGD, S-MA, S-BMUF) for all\nof them "
+                        "against the PS shards. A trainer keeps training when the agent "
+                        "is away\nand registers again when it is back. Stops on SIGINT or "
+                        "SIGTERM."};
+
 #define MAX_ALLOW 32
 
 /* The command line. */
@@ -133,15 +143,7 @@ static int parse_options(int argc, char **argv, agent_options *o) {
          0},
         {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
     };
-    static const ss__program prog = {
-        "shadowsync-agent", "ShadowSync host agent: trainer processes on this host connect "
-                            "over a unix socket\n(libshadowsync with SHADOWSYNC_AGENT=<socket>) "
-                            "and hand over their dense groups\nin shared memory; the agent "
-                            "runs the shadow pool (S-EASGD, S-MA, S-BMUF) for all\nof them "
-                            "against the PS shards. A trainer keeps training when the agent "
-                            "is away\nand registers again when it is back. Stops on SIGINT or "
-                            "SIGTERM."};
-    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
     if (!*o->ps) {
@@ -217,14 +219,10 @@ static ss_status start_http(agent_main *m, const agent_options *o) {
                             .checkpoint = checkpoint,
                             .ctx = m,
                             .optional = o->http == default_http};
-    ss_status st;
-    if (*o->http && (st = ss__http_server_start(&hcfg, &m->web)) != SS_OK) {
-        fprintf(stderr, "shadowsync-agent: cannot serve HTTP on %s: %s\n", o->http,
-                ss_strerror(st));
-        return st;
-    }
     char where[300];
-    ss__http_server_address(m->web, where, sizeof where);
+    ss_status st = ss__http_daemon_start(program.name, &hcfg, &m->web, where, sizeof where);
+    if (st != SS_OK)
+        return st;
     printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", o->socket_path, where, o->ps,
            o->host_average ? " (host averaging)" : "");
     fflush(stdout);

@@ -17,6 +17,12 @@
 #include "embedding-store/emb_store.h"
 #include "rpc/emb_client.h"
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "shadowsync-bench-emb", "Times batched embedding lookups and gradient pushes in process (the "
+                            "limit),\nthrough one shadowsync-ps shard over gRPC and against Redis "
+                            "(MGET/MSET), and\nprints the ratios and the memory per million rows."};
+
 typedef struct bench {
     int64_t rows, batch, dim, reps;
     uint64_t *ids; /* reps * batch ids, each batch distinct */
@@ -234,12 +240,7 @@ int main(int argc, char **argv) {
         {"dim", SS_FLAG_INT, &b.dim, "floats per row", NULL, 1, 4096},
         {"reps", SS_FLAG_INT, &b.reps, "timed batches per operation", NULL, 1, 1e6},
     };
-    static const ss__program prog = {
-        "shadowsync-bench-emb",
-        "Times batched embedding lookups and gradient pushes in process (the "
-        "limit),\nthrough one shadowsync-ps shard over gRPC and against Redis "
-        "(MGET/MSET), and\nprints the ratios and the memory per million rows."};
-    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
     if (b.batch > b.rows) {

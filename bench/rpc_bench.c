@@ -8,6 +8,12 @@
 #include "common/flags.h"
 #include "rpc/grpc_transport.h"
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "shadowsync-bench-rpc", "Times S-EASGD rounds of one dense group against running "
+                            "shadowsync-ps shards and prints\nthe goodput (snapshot up + delta "
+                            "down per second) and the round time."};
+
 int main(int argc, char **argv) {
     const char *ps = "127.0.0.1:7070";
     int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS;
@@ -18,11 +24,7 @@ int main(int argc, char **argv) {
         {"warmup", SS_FLAG_INT, &warmup, "untimed rounds first", NULL, 0, 1e6},
         {"chunk-floats", SS_FLAG_INT, &chunk, "floats per chunk call", NULL, 1, 64 << 20},
     };
-    static const ss__program prog = {
-        "shadowsync-bench-rpc", "Times S-EASGD rounds of one dense group against running "
-                                "shadowsync-ps shards and prints\nthe goodput (snapshot up + delta "
-                                "down per second) and the round time."};
-    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
     ss__grpc_transport_config cfg = {

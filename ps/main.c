@@ -19,6 +19,14 @@
 #include "rpc/http.h"
 #include "shadow/inproc_transport.h"
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "shadowsync-ps", "ShadowSync parameter server: holds one shard of every dense group "
+                     "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and of "
+                     "every embedding table (memory +\nRocksDB), and serves them over "
+                     "gRPC. Stops on SIGINT or SIGTERM (after a final\ncheckpoint when "
+                     "--checkpoint-dir is set, and a flush of dirty rows)."};
+
 #define STATUS_GROUPS 1024
 
 /* The command line. */
@@ -219,13 +227,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
         {"tls-ca", SS_FLAG_STRING, &o->tls_ca,
          "PEM CA bundle: require client certificates signed by it (mutual TLS)", NULL, 0, 0},
     };
-    static const ss__program prog = {
-        "shadowsync-ps", "ShadowSync parameter server: holds one shard of every dense group "
-                         "(S-EASGD central\nvariables, S-MA/S-BMUF round aggregation) and of "
-                         "every embedding table (memory +\nRocksDB), and serves them over "
-                         "gRPC. Stops on SIGINT or SIGTERM (after a final\ncheckpoint when "
-                         "--checkpoint-dir is set, and a flush of dirty rows)."};
-    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
@@ -323,13 +325,9 @@ static int start_http(ps_state *ps, const ps_options *o) {
                             .before_metrics = refresh_metrics,
                             .ctx = ps,
                             .optional = o->http == default_http};
-    ss_status st;
-    if (*o->http && (st = ss__http_server_start(&hcfg, &ps->web)) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: cannot serve HTTP on %s: %s\n", o->http, ss_strerror(st));
-        return 1;
-    }
     char web_at[300];
-    ss__http_server_address(ps->web, web_at, sizeof web_at);
+    if (ss__http_daemon_start(program.name, &hcfg, &ps->web, web_at, sizeof web_at) != SS_OK)
+        return 1;
     printf("shadowsync-ps: listening on %s%s, http on %s\n", ps->listen,
            *o->tls_cert ? (*o->tls_ca ? " (mutual TLS)" : " (TLS)") : "", web_at);
     fflush(stdout);

@@ -251,3 +251,13 @@ void ss__http_server_stop(ss__http_server *s) {
     MHD_stop_daemon(s->daemon);
     free(s);
 }
+
+ss_status ss__http_daemon_start(const char *prog, const ss__http_config *cfg, ss__http_server **out,
+                                char *where, size_t wherelen) {
+    *out = NULL;
+    ss_status st = SS_OK;
+    if (*cfg->bind && (st = ss__http_server_start(cfg, out)) != SS_OK)
+        fprintf(stderr, "%s: cannot serve HTTP on %s: %s\n", prog, cfg->bind, ss_strerror(st));
+    ss__http_server_address(*out, where, wherelen);
+    return st;
+}

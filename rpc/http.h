@@ -42,4 +42,10 @@ uint16_t ss__http_server_port(const ss__http_server *s);
 void ss__http_server_address(const ss__http_server *s, char *out, size_t outlen);
 void ss__http_server_stop(ss__http_server *s);
 
+/* A daemon's endpoint: cfg->bind "" means none (SS_OK, *out NULL); a
+ * failure is said on stderr as "prog: cannot serve HTTP on ...". where
+ * gets the address served ("off" for none), for the daemon's ready line. */
+ss_status ss__http_daemon_start(const char *prog, const ss__http_config *cfg, ss__http_server **out,
+                                char *where, size_t wherelen);
+
 #endif

@@ -9,6 +9,12 @@
 #include "common/flags.h"
 #include "tools/ctr/truth.h"
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "ctr-gen", "Writes synthetic click data (label, 13 integer, 26 categorical hex "
+               "fields)\nfrom a seeded logistic ground truth, and prints the "
+               "Bayes-optimal NE of the set."};
+
 int main(int argc, char **argv) {
     int64_t rows = 100000, model_seed = 42, data_seed = 1;
     const char *out_path = NULL, *probs_path = NULL;
@@ -24,11 +30,7 @@ int main(int argc, char **argv) {
          "side file: the true click probability of every row, one per line", NULL, 0, 0},
         {"quiet", SS_FLAG_BOOL, &quiet, "no progress lines", NULL, 0, 0},
     };
-    static const ss__program prog = {
-        "ctr-gen", "Writes synthetic click data (label, 13 integer, 26 categorical hex "
-                   "fields)\nfrom a seeded logistic ground truth, and prints the "
-                   "Bayes-optimal NE of the set."};
-    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
     if (!out_path) {

@@ -12,6 +12,13 @@
 #include "common/log.h"
 #include "tools/ctr/train.h"
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "ctr-train", "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
+                 "synced by ShadowSync\n(background), in the foreground every K steps, "
+                 "or not at all. Prints progress, then\nper-trainer and total "
+                 "examples/s, sync rounds, sync gap, NE and AUC."};
+
 static void print_trainer(uint32_t t, const ss__ctr_trainer_result *tr, bool syncing, bool each) {
     printf("trainer %u: examples=%llu examples/s=%.0f", t, (unsigned long long)tr->examples,
            tr->examples_per_s);
@@ -205,12 +212,7 @@ int main(int argc, char **argv) {
         {"emb-prefetch", SS_FLAG_BOOL, &emb_prefetch,
          "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
     };
-    static const ss__program prog = {
-        "ctr-train", "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
-                     "synced by ShadowSync\n(background), in the foreground every K steps, "
-                     "or not at all. Prints progress, then\nper-trainer and total "
-                     "examples/s, sync rounds, sync gap, NE and AUC."};
-    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, argc, argv);
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
     if (!train_path || !test_path) {

@@ -14,6 +14,15 @@
 #include "common/flags.h"
 #include "common/strbuf.h"
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "shadowsync-ctl", "Commands for a shadowsync-agent or shadowsync-ps HTTP endpoint:\n"
+                      "  status      print /status (JSON: members, groups, last round, sync gap)\n"
+                      "  metrics     print /metrics (Prometheus text)\n"
+                      "  checkpoint  ask it to checkpoint (POST /checkpoint)\n"
+                      "  watch       live view of rounds/s, sync gap and divergence per group\n"
+                      "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]"};
+
 static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
     ss__strbuf_printf(ctx, "%.*s", (int)(size * n), data);
     return size * n;
@@ -163,17 +172,9 @@ int main(int argc, char **argv) {
          1e9},
         {"timeout-ms", SS_FLAG_INT, &timeout_ms, "deadline of one HTTP request", NULL, 1, 3.6e6},
     };
-    static const ss__program prog = {
-        "shadowsync-ctl",
-        "Commands for a shadowsync-agent or shadowsync-ps HTTP endpoint:\n"
-        "  status      print /status (JSON: members, groups, last round, sync gap)\n"
-        "  metrics     print /metrics (Prometheus text)\n"
-        "  checkpoint  ask it to checkpoint (POST /checkpoint)\n"
-        "  watch       live view of rounds/s, sync gap and divergence per group\n"
-        "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]"};
     const char *cmd = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
-    int exit_code = ss__flags_cli(&prog, flags, sizeof flags / sizeof *flags, cmd ? argc - 1 : argc,
-                                  cmd ? argv + 1 : argv);
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags,
+                                  cmd ? argc - 1 : argc, cmd ? argv + 1 : argv);
     if (exit_code >= 0)
         return exit_code;
     if (!cmd || (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") &&
