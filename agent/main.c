@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/signals.h"
 #include "rpc/grpc_transport.h"
 #include "rpc/http.h"
 #include "shadow/host_average_transport.h"
@@ -244,12 +245,8 @@ int main(int argc, char **argv) {
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigset_t sigs; /* for sigwait, not for the engines' threads */
+    ss__signals_block(&sigs, 0);
 
     agent_main m = {.ckpt_dir = o.ckpt_dir};
     ss_status st = ss__metrics_create(&m.metrics);

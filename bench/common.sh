@@ -23,4 +23,25 @@ summary_field() {
   grep '^summary:' <<<"$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'
 }
 
+# record_run MODE OUTPUT: appends one run's figures to the per-mode lists
+# RATE, RATIO, GAP, P50, P99, MAX (declare -A them first). A `none` run
+# sets the baseline of the runs after it in the same rep, so the ratio
+# pairs each run with its own rep's baseline and slow drift of the
+# machine cancels.
+record_run() {
+  local mode=$1 out=$2 rate
+  rate=$(summary_field "$out" examples/s)
+  [ "$mode" != none ] || none_rate=$rate
+  RATE[$mode]+="$rate "
+  RATIO[$mode]+="$(awk -v a="$rate" -v b="$none_rate" 'BEGIN {print a / b}') "
+  GAP[$mode]+="$(summary_field "$out" sync_gap_mean) "
+  P50[$mode]+="$(summary_field "$out" sync_gap_p50) "
+  P99[$mode]+="$(summary_field "$out" sync_gap_p99) "
+  MAX[$mode]+="$(summary_field "$out" sync_gap_max) "
+  echo "rep $rep $mode: examples/s=$rate" >&2
+}
+
+# med "LIST": the median of a space-separated list.
+med() { tr ' ' '\n' <<<"$1" | grep . | median; }
+
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }

@@ -31,18 +31,9 @@ for rep in $(seq "$REPS"); do
     out=$(./build/bin/ctr-train --ps "$addr" --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
       --test out/test.tsv --max-test-rows 1000 --algo "$ALGO" --final-rounds 0 --progress 0 \
       "${args[@]}")
-    rate=$(summary_field "$out" examples/s)
-    [ "$mode" != none ] || none_rate=$rate
-    RATE[$mode]+="$rate "
-    RATIO[$mode]+="$(awk -v a="$rate" -v b="$none_rate" 'BEGIN {print a / b}') "
-    GAP[$mode]+="$(summary_field "$out" sync_gap_mean) "
-    P50[$mode]+="$(summary_field "$out" sync_gap_p50) "
-    P99[$mode]+="$(summary_field "$out" sync_gap_p99) "
-    MAX[$mode]+="$(summary_field "$out" sync_gap_max) "
-    echo "rep $rep $mode: examples/s=$rate" >&2
+    record_run "$mode" "$out"
   done
 done
-med() { tr ' ' '\n' <<<"$1" | grep . | median; }
 echo
 echo "sync through shadowsync-ps on loopback: rows=$USE_ROWS algo=$ALGO reps=$REPS, 1 trainer x 1 worker"
 echo "medians over reps; ratio = median of (mode / none of the same rep)"

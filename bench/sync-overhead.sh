@@ -26,7 +26,7 @@ make_data "$ROWS"
 
 LINK=(--link-latency-us "$LINK_US" --link-gbps "$LINK_GBPS")
 MODES=(none shadow shadow-gap1 foreground-1 foreground-10 link:shadow link:shadow-gap1 link:foreground-1 link:foreground-10)
-declare -A RATE GAP P99 RATIO
+declare -A RATE RATIO GAP P50 P99 MAX
 for rep in $(seq "$REPS"); do
   for mode in "${MODES[@]}"; do
     args=()
@@ -44,18 +44,10 @@ for rep in $(seq "$REPS"); do
     out=$(./build/bin/ctr-train --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
       --test out/test.tsv --max-test-rows 1000 --trainers "$TRAINERS" --workers "$WORKERS" \
       --algo "$ALGO" --final-rounds 0 --progress 0 "${args[@]}")
-    rate=$(summary_field "$out" examples/s)
-    [ "$mode" != none ] || none_rate=$rate
-    RATE[$mode]+="$rate "
-    # Paired with this rep's `none` run, so slow drift of the machine cancels.
-    RATIO[$mode]+="$(awk -v a="$rate" -v b="$none_rate" 'BEGIN {print a / b}') "
-    GAP[$mode]+="$(summary_field "$out" sync_gap_mean) "
-    P99[$mode]+="$(summary_field "$out" sync_gap_p99) "
-    echo "rep $rep $mode: examples/s=$(summary_field "$out" examples/s)" >&2
+    record_run "$mode" "$out"
   done
 done
 
-med() { tr ' ' '\n' <<<"$1" | grep . | median; }
 echo
 echo "sync overhead: rows=$USE_ROWS trainers=$TRAINERS workers=$WORKERS algo=$ALGO reps=$REPS"
 echo "medians over reps; ratio = median of (mode / none of the same rep)"

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/signals.h"
 #include "common/strbuf.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
@@ -371,13 +372,8 @@ int main(int argc, char **argv) {
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    /* Signals go to sigwait, not to gRPC's threads. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    sigset_t sigs; /* for sigwait, not for gRPC's threads */
+    ss__signals_block(&sigs, SIGUSR1);
 
     ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER,
                    .mirror_lock = PTHREAD_MUTEX_INITIALIZER,

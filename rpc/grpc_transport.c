@@ -84,6 +84,19 @@ static membership *find_member(grpc_tp *t, const char *group, uint64_t id) {
     return m;
 }
 
+/* The joined member a bulk call (EASGD exchange, round) is for: NOT_FOUND
+ * when it never joined here, SIZE_MISMATCH when its group has another n. */
+static ss_status bulk_member(grpc_tp *t, const char *group, uint64_t id, size_t n,
+                             const membership **out) {
+    const membership *m = find_member(t, group, id);
+    if (!m)
+        return SS_ERR_NOT_FOUND;
+    if (m->n != n)
+        return SS_ERR_SIZE_MISMATCH;
+    *out = m;
+    return SS_OK;
+}
+
 static void membership_free(membership *m) {
     if (!m)
         return;
@@ -284,14 +297,13 @@ static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size
 static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
                           float alpha, float *d, size_t n) {
     grpc_tp *t = impl;
-    const membership *m = find_member(t, group, member);
-    if (!m)
-        return SS_ERR_NOT_FOUND;
-    if (m->n != n)
-        return SS_ERR_SIZE_MISMATCH;
+    const membership *m;
+    ss_status st = bulk_member(t, group, member, n, &m);
+    if (st != SS_OK)
+        return st;
     easgd_arg a = {s, alpha};
     fanout f;
-    ss_status st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, t->timeout_ms, false, &f);
+    st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, t->timeout_ms, false, &f);
     for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
         Shadowsync__V1__EasgdReply *r =
             shadowsync__v1__easgd_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
@@ -316,14 +328,12 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
 static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
                           float *avg, size_t n, ss__round_result *result) {
     grpc_tp *t = impl;
-    const membership *m = find_member(t, group, member);
-    if (!m)
-        return SS_ERR_NOT_FOUND;
-    if (m->n != n)
-        return SS_ERR_SIZE_MISMATCH;
+    const membership *m;
+    ss_status st = bulk_member(t, group, member, n, &m);
+    if (st != SS_OK)
+        return st;
     fanout f;
-    ss_status st =
-        fan(t, m, SS_DENSE_M_ROUND, build_round, s, t->timeout_ms + t->round_wait_ms, false, &f);
+    st = fan(t, m, SS_DENSE_M_ROUND, build_round, s, t->timeout_ms + t->round_wait_ms, false, &f);
     /* Chunks close their rounds independently (a deadline may close one
      * without a member the next one waited for): report the smallest. */
     result->round = UINT64_MAX;

@@ -270,14 +270,28 @@ static ss_status check_call(group *g, uint64_t member, const float *s, size_t n)
     return SS_OK;
 }
 
+/* The start of a bulk call (EASGD exchange, round): the emulated link's
+ * delay, then the group, locked, and the call checked. NULL: no such group
+ * (*st NOT_FOUND); otherwise the caller unlocks, whatever *st says. */
+static group *enter_bulk_call(inproc *ip, const char *name, uint64_t member, const float *s,
+                              size_t n, ss_status *st) {
+    link_delay(ip, n * sizeof(float));
+    group *g = find_group(ip, name);
+    if (!g) {
+        *st = SS_ERR_NOT_FOUND;
+        return NULL;
+    }
+    pthread_mutex_lock(&g->lock);
+    *st = check_call(g, member, s, n);
+    return g;
+}
+
 static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const float *s,
                           float alpha, float *d, size_t n) {
-    link_delay(impl, n * sizeof(float));
-    group *g = find_group(impl, name);
+    ss_status st;
+    group *g = enter_bulk_call(impl, name, member, s, n, &st);
     if (!g)
-        return SS_ERR_NOT_FOUND;
-    pthread_mutex_lock(&g->lock);
-    ss_status st = check_call(g, member, s, n);
+        return st;
     if (st == SS_OK) {
         if (!g->central_init) {
             memcpy(g->central, s, n * sizeof(float));
@@ -302,12 +316,10 @@ static struct timespec abs_monotonic(uint64_t ns) {
 static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, const float *s,
                               float *avg, size_t n, ss__round_result *result) {
     inproc *ip = impl;
-    link_delay(ip, n * sizeof(float));
-    group *g = find_group(ip, name);
+    ss_status st;
+    group *g = enter_bulk_call(ip, name, member, s, n, &st);
     if (!g)
-        return SS_ERR_NOT_FOUND;
-    pthread_mutex_lock(&g->lock);
-    ss_status st = check_call(g, member, s, n);
+        return st;
     if (st != SS_OK)
         goto out;
     /* The previous round's mean must be copied out before a new one can

@@ -115,4 +115,12 @@ static inline double proc_last_value(const char *text, const char *prefix, const
     return v;
 }
 
+/* Removes a test's scratch directory and everything in it. */
+static inline void proc_remove_tree(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 #endif

@@ -281,9 +281,6 @@ int main(void) {
                              test_bad_input_is_refused, test_mode_none_only_counts,
                              test_foreground_easgd_by_hand, test_background_in_process_ma,
                              test_background_through_the_agent_ma);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    proc_remove_tree(tmpdir);
     return rc;
 }

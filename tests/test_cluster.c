@@ -411,9 +411,6 @@ int main(void) {
         test_two_ps_three_trainers_ma_converge, test_three_trainers_through_one_agent_converge,
         test_sigkill_the_agent_trainers_keep_training, test_sigkill_a_trainer_rounds_keep_closing,
         test_ps_restart_from_checkpoint, test_checkpoint_on_request);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    proc_remove_tree(dir);
     return rc;
 }

@@ -226,9 +226,6 @@ int main(void) {
         ss__check_tests("e2e", 900, NULL, NULL, test_generator_deterministic, test_cli_bad_input,
                         test_real_criteo_sample_trains, test_background_sync_matches_single_replica,
                         test_emb_modes_match_local);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", workdir);
+    proc_remove_tree(workdir);
     return rc;
 }
