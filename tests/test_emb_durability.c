@@ -210,19 +210,9 @@ START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
 }
 END_TEST
 
-static Suite *suite(void) {
-    Suite *s = suite_create("emb_durability");
-    TCase *tc = tcase_create("kill");
-    tcase_set_timeout(tc, 180);
-    /* Check forks a process per test: gRPC starts in each, not before. */
-    tcase_add_checked_fixture(tc, ss__rpc_init, ss__rpc_shutdown);
-    tcase_add_test(tc, test_sync_writes_survive_sigkill);
-    tcase_add_test(tc, test_write_behind_loses_at_most_the_lag);
-    tcase_add_test(tc, test_checkpoint_rpc_and_sigterm_flush);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void) {
-    return ss__check_run(suite());
+    /* Check forks a process per test: gRPC starts in each, not before. */
+    return ss__check_tests(
+        "emb_durability", 180, ss__rpc_init, ss__rpc_shutdown, test_sync_writes_survive_sigkill,
+        test_write_behind_loses_at_most_the_lag, test_checkpoint_rpc_and_sigterm_flush);
 }

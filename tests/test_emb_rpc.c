@@ -295,18 +295,7 @@ START_TEST(test_cached_table_syncs_and_evicts) {
 }
 END_TEST
 
-static Suite *suite(void) {
-    Suite *s = suite_create("emb_rpc");
-    TCase *tc = tcase_create("service");
-    tcase_set_timeout(tc, 60);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_bad_input_over_grpc);
-    tcase_add_test(tc, test_remote_table_through_hooks);
-    tcase_add_test(tc, test_cached_table_syncs_and_evicts);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void) {
-    return ss__check_run(suite());
+    return ss__check_tests("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc,
+                           test_remote_table_through_hooks, test_cached_table_syncs_and_evicts);
 }

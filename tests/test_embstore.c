@@ -407,22 +407,10 @@ START_TEST(test_bad_input_refused_counted_unchanged) {
 }
 END_TEST
 
-static Suite *suite(void) {
-    Suite *s = suite_create("embstore");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_sgd_adagrad_elastic_by_hand);
-    tcase_add_test(tc, test_init_deterministic);
-    tcase_add_test(tc, test_shard_routing);
-    tcase_add_test(tc, test_table_load_update_dirty_evict);
-    tcase_add_test(tc, test_rocksdb_round_trip);
-    tcase_add_test(tc, test_checkpoint_restore_bit_for_bit);
-    tcase_add_test(tc, test_table_4x_over_memory_cap);
-    tcase_add_test(tc, test_bad_input_refused_counted_unchanged);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void) {
-    return ss__check_run(suite());
+    return ss__check_tests("embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand,
+                           test_init_deterministic, test_shard_routing,
+                           test_table_load_update_dirty_evict, test_rocksdb_round_trip,
+                           test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
+                           test_bad_input_refused_counted_unchanged);
 }

@@ -77,6 +77,14 @@ static ss_status easgd(const char *group, uint64_t mem, const float *s, size_t n
     return send_msg(SVC "EasgdExchange", &r.base, 5000);
 }
 
+/* Join a group of `size` floats, over the wire. */
+static ss_status join(const char *group, uint64_t size) {
+    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    j.group = (char *)group;
+    j.size = size;
+    return send_msg(SVC "Join", &j.base, 5000);
+}
+
 /* The central variable is still [1, 1]. */
 static void assert_central_unchanged(void) {
     float c[2];
@@ -92,10 +100,7 @@ static uint64_t rejected(void) {
 START_TEST(test_wrong_group_size) {
     uint64_t before = rejected();
     ck_assert_int_eq(easgd("g", member, (const float[]){5, 5, 5}, 3), SS_ERR_SIZE_MISMATCH);
-    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
-    j.group = "g";
-    j.size = 3;
-    ck_assert_int_eq(send_msg(SVC "Join", &j.base, 5000), SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(join("g", 3), SS_ERR_SIZE_MISMATCH);
     Shadowsync__V1__ReadCentralRequest rc = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
     rc.group = "g";
     rc.size = 7;
@@ -116,10 +121,7 @@ START_TEST(test_unknown_group_and_member) {
     Shadowsync__V1__LeaveRequest lv = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
     lv.group = "nope";
     ck_assert_int_eq(send_msg(SVC "Leave", &lv.base, 5000), SS_ERR_NOT_FOUND);
-    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
-    j.group = "";
-    j.size = 2;
-    ck_assert_int_eq(send_msg(SVC "Join", &j.base, 5000), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(join("", 2), SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(), before + 5);
     assert_central_unchanged();
 }
@@ -146,11 +148,8 @@ END_TEST
 
 START_TEST(test_oversized_message_and_group) {
     /* Over the group limit (1000 floats) but under the message limit. */
-    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
-    j.group = "big";
-    j.size = 2000;
     uint64_t before = rejected();
-    ck_assert_int_eq(send_msg(SVC "Join", &j.base, 5000), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(join("big", 2000), SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(), before + 1);
     /* Over the receive limit (8096 bytes): RESOURCE_EXHAUSTED before any
      * handler runs, counted as an error of the method. */
