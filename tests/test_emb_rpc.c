@@ -198,13 +198,20 @@ static ss_trainer *open_trainer(void) {
     return t;
 }
 
-START_TEST(test_remote_table_through_hooks) {
-    ss_trainer *t = open_trainer();
+/* Rows of 2 floats starting at 0, SGD at lr 1: a pushed gradient g moves
+ * a row by exactly -g. */
+static ss_table_config table_config(const char *name, ss_table_mode mode) {
     ss_table_config c;
-    ss_table_config_init(&c, "remote", 2);
-    c.mode = SS_TABLE_REMOTE;
+    ss_table_config_init(&c, name, 2);
+    c.mode = mode;
     c.lr = 1.0f;
     c.init_scale = 0.0f;
+    return c;
+}
+
+START_TEST(test_remote_table_through_hooks) {
+    ss_trainer *t = open_trainer();
+    ss_table_config c = table_config("remote", SS_TABLE_REMOTE);
     c.push_queue = 2;
     ss_table *tb;
     ck_assert_int_eq(ss_table_open(t, &c, &tb), SS_OK);
@@ -248,11 +255,7 @@ END_TEST
 
 START_TEST(test_cached_table_syncs_and_evicts) {
     ss_trainer *t = open_trainer();
-    ss_table_config c;
-    ss_table_config_init(&c, "cached", 2);
-    c.mode = SS_TABLE_CACHED;
-    c.lr = 1.0f;
-    c.init_scale = 0.0f;
+    ss_table_config c = table_config("cached", SS_TABLE_CACHED);
     c.alpha = 0.5f;
     c.cache_rows = 640;               /* 10 rows per stripe */
     c.sync_interval_ms = 3600 * 1000; /* only flush() syncs in this test */

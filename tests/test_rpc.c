@@ -15,6 +15,7 @@
 #include "ps/dense_service.h"
 #include "rpc/grpc_transport.h"
 #include "shadow/engine.h"
+#include "transport_checks.h"
 
 static pid_t ps_pid;
 static char ps_target[64];
@@ -47,37 +48,11 @@ static ss__transport *connect_ps(void) {
 START_TEST(test_easgd_over_grpc) {
     start_ps();
     ss__transport *t = connect_ps();
-    uint64_t a, b;
-    ck_assert_int_eq(ss__transport_join(t, "dense", 2, &a), SS_OK);
-    ck_assert_int_eq(ss__transport_join(t, "dense", 2, &b), SS_OK);
-    float d[2], c[2];
-    ck_assert_int_eq(ss__transport_easgd_exchange(t, "dense", a, (const float[]){2, 4}, 0.5f, d, 2),
-                     SS_OK);
-    ck_assert_float_eq(d[0], 0.0f); /* c starts as the first snapshot */
-    /* c = [2,4], s = [4,0]: d = 0.5 (s - c) = [1,-2]; c = [3,2]. */
-    ck_assert_int_eq(ss__transport_easgd_exchange(t, "dense", b, (const float[]){4, 0}, 0.5f, d, 2),
-                     SS_OK);
-    ck_assert_float_eq(d[0], 1.0f);
-    ck_assert_float_eq(d[1], -2.0f);
-    ck_assert_int_eq(ss__transport_read_central(t, "dense", c, 2), SS_OK);
-    ck_assert_float_eq(c[0], 3.0f);
-    ck_assert_float_eq(c[1], 2.0f);
+    check_easgd_by_hand(t, "dense");
     ss__transport_destroy(t);
     stop_ps();
 }
 END_TEST
-
-typedef struct round_arg {
-    ss__engine *e;
-    ss__engine_group *g;
-    ss_status st;
-} round_arg;
-
-static void *one_round(void *p) {
-    round_arg *a = p;
-    a->st = ss__engine_run_round(a->e, a->g);
-    return NULL;
-}
 
 START_TEST(test_ma_round_of_three_engines_over_grpc) {
     start_ps();
@@ -98,7 +73,7 @@ START_TEST(test_ma_round_of_three_engines_over_grpc) {
         ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
     }
     for (int k = 0; k < 3; k++)
-        pthread_create(&th[k], NULL, one_round, &args[k]);
+        pthread_create(&th[k], NULL, run_one_round, &args[k]);
     for (int k = 0; k < 3; k++) {
         pthread_join(th[k], NULL);
         ck_assert_int_eq(args[k].st, SS_OK);
