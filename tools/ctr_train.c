@@ -102,7 +102,19 @@ static void print_summary(const char *sync, const char *algo, const char *emb,
                (unsigned long long)res->emb.resident_rows, (unsigned long long)res->emb.evictions);
 }
 
-int main(int argc, char **argv) {
+/* What the command line asks for, once checked. */
+typedef struct run_options {
+    ss__ctr_train_config cfg;
+    ss_trainer_config pcfg; /* process mode: this process's trainer */
+    char default_name[32];
+    bool process;
+    size_t rank, world, max_rows, max_test_rows;
+    const char *train_path, *test_path, *sync, *algo, *emb, *ps, *metrics_out;
+} run_options;
+
+/* Step 1: flags, --help, --version and the checks across flags; builds the
+ * training config. -1: go on; otherwise the exit code. */
+static int parse_options(int argc, char **argv, run_options *o) {
     ss__ctr_train_config cfg;
     ss__ctr_train_config_default(&cfg);
     const char *train_path = NULL, *test_path = NULL, *sync = "shadow", *algo = "easgd";
@@ -267,13 +279,12 @@ int main(int argc, char **argv) {
                         "--rank < --world and --final-model replica\n");
         return 2;
     }
-    char default_name[32];
-    snprintf(default_name, sizeof default_name, "t%lld", (long long)rank);
+    snprintf(o->default_name, sizeof o->default_name, "t%lld", (long long)rank);
     ss_trainer_config pcfg;
     ss_trainer_config_init(&pcfg);
     pcfg.ps = ps;
     pcfg.agent = *agent ? agent : NULL;
-    pcfg.name = name ? name : default_name;
+    pcfg.name = name ? name : o->default_name;
     pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
                 : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND
                                                  : SS_SYNC_FOREGROUND;
@@ -293,35 +304,56 @@ int main(int argc, char **argv) {
     pcfg.tls_ca = getenv("SHADOWSYNC_TLS_CA");
     pcfg.tls_cert = getenv("SHADOWSYNC_TLS_CERT");
     pcfg.tls_key = getenv("SHADOWSYNC_TLS_KEY");
-    if (process)
-        cfg.process = &pcfg;
     cfg.dense_out = dense_out;
     if (cfg.eval_central && cfg.sync == SS_CTR_SYNC_NONE) {
         fprintf(stderr, "ctr-train: --final-model central needs --sync shadow|foreground\n");
         return 2;
     }
+    o->cfg = cfg;
+    o->pcfg = pcfg;
+    if (process)
+        o->cfg.process = &o->pcfg;
+    o->process = process;
+    o->rank = (size_t)rank;
+    o->world = (size_t)world;
+    o->train_path = train_path;
+    o->test_path = test_path;
+    o->max_rows = (size_t)max_rows;
+    o->max_test_rows = (size_t)max_test_rows;
+    o->sync = sync;
+    o->algo = algo;
+    o->emb = emb;
+    o->ps = ps;
+    o->metrics_out = metrics_out;
+    return -1;
+}
 
+/* Step 2: load the data, train, print per-trainer lines and the summary. */
+static int train_and_report(run_options *o) {
+    ss__ctr_train_config *cfg = &o->cfg;
     ss__ctr_dataset train = {0}, test = {0};
-    if (load_data(train_path, (size_t)max_rows, test_path, (size_t)max_test_rows,
-                  process ? (size_t)rank : 0, process ? (size_t)world : 1, cfg.trainers, &train,
+    if (load_data(o->train_path, o->max_rows, o->test_path, o->max_test_rows,
+                  o->process ? o->rank : 0, o->process ? o->world : 1, cfg->trainers, &train,
                   &test) != 0)
         return 1;
     printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u lr=%g emb_lr=%g\n",
-           cfg.trainers, cfg.workers, sync, algo,
-           cfg.sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg.batch, lr, emb_lr);
-    if (process)
-        printf("ctr-train: process mode: trainer %s rank=%lld world=%lld ps=%s\n", pcfg.name,
-               (long long)rank, (long long)world, ps);
+           cfg->trainers, cfg->workers, o->sync, o->algo,
+           cfg->sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg->batch, (double)cfg->lr,
+           (double)cfg->emb_lr);
+    if (o->process)
+        printf("ctr-train: process mode: trainer %s rank=%zu world=%zu ps=%s\n", o->pcfg.name,
+               o->rank, o->world, o->ps);
     fflush(stdout);
 
     ss__ctr_train_result *res = malloc(sizeof *res);
-    if (!res || (metrics_out && ss__metrics_create(&cfg.metrics) != SS_OK)) {
+    if (!res || (o->metrics_out && ss__metrics_create(&cfg->metrics) != SS_OK)) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }
-    ss_status st = ss__ctr_train_run(&cfg, &train, &test, res);
-    int metrics_rc = (st == SS_OK && metrics_out) ? write_metrics(cfg.metrics, metrics_out) : 0;
-    ss__metrics_destroy(cfg.metrics);
+    ss_status st = ss__ctr_train_run(cfg, &train, &test, res);
+    int metrics_rc =
+        (st == SS_OK && o->metrics_out) ? write_metrics(cfg->metrics, o->metrics_out) : 0;
+    ss__metrics_destroy(cfg->metrics);
     if (st != SS_OK) {
         fprintf(stderr, "ctr-train: training failed: %s\n", ss_strerror(st));
         free(res);
@@ -329,12 +361,26 @@ int main(int argc, char **argv) {
         ss__ctr_dataset_free(&test);
         return 1;
     }
-    const bool syncing = cfg.sync != SS_CTR_SYNC_NONE;
-    for (uint32_t t = 0; t < cfg.trainers; t++)
-        print_trainer(process ? (uint32_t)rank : t, &res->trainer[t], syncing, cfg.eval_each);
-    print_summary(sync, algo, emb, &cfg, res);
+    const bool syncing = cfg->sync != SS_CTR_SYNC_NONE;
+    for (uint32_t t = 0; t < cfg->trainers; t++)
+        print_trainer(o->process ? (uint32_t)o->rank : t, &res->trainer[t], syncing,
+                      cfg->eval_each);
+    print_summary(o->sync, o->algo, o->emb, cfg, res);
     free(res);
     ss__ctr_dataset_free(&train);
     ss__ctr_dataset_free(&test);
     return metrics_rc ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    run_options *o = calloc(1, sizeof *o);
+    if (!o) {
+        fprintf(stderr, "ctr-train: out of memory\n");
+        return 1;
+    }
+    int rc = parse_options(argc, argv, o);
+    if (rc < 0)
+        rc = train_and_report(o);
+    free(o);
+    return rc;
 }
