@@ -28,6 +28,26 @@ cc -std=c11 -Wall -Wextra -Werror "$example" $(pkg-config --cflags shadowsync) \
   "$libdir/libshadowsync.a" $(pkg-config --libs grpc gpr libprotobuf-c) -lpthread -lm \
   -o "$tmp/pc-static"
 run "$tmp/pc-static"
+# A C++ program uses the public headers and links (extern "C" everywhere).
+if command -v c++ >/dev/null; then
+  cat >"$tmp/consumer.cpp" <<'CPP'
+#include <cstdio>
+#include <shadowsync/shadowsync.h>
+int main() {
+    ss_trainer_config cfg;
+    ss_trainer_config_init(&cfg);
+    cfg.mode = SS_SYNC_NONE;
+    ss_trainer *t = nullptr;
+    ss_status st = ss_trainer_open(&cfg, &t);
+    std::printf("C++ consumer: ShadowSync %s, open: %s (%s)\n", ss_version(), ss_status_name(st),
+                ss_strerror(st));
+    return st == SS_OK && ss_trainer_close(t) == SS_OK ? 0 : 1;
+}
+CPP
+  c++ -std=c++11 -Wall -Wextra -Werror "$tmp/consumer.cpp" $(pkg-config --cflags --libs shadowsync) \
+    -Wl,-rpath,"$libdir" -o "$tmp/cxx-consumer"
+  "$tmp/cxx-consumer"
+fi
 # The static archive: the functions under the public prefix ss_ are
 # exactly those the installed headers declare (internal ones are ss__).
 declared=$(grep -ohE '\bss_[a-z0-9_]+\(' "$tmp/prefix/include/shadowsync/"*.h | tr -d '(' | sort -u)

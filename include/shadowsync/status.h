@@ -3,6 +3,10 @@
 #ifndef SHADOWSYNC_STATUS_H
 #define SHADOWSYNC_STATUS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum ss_status {
     SS_OK = 0,
     SS_ERR_INVALID_ARGUMENT, /* caller passed a bad value */
@@ -28,5 +32,9 @@ const char *ss_strerror(ss_status status);
 
 /* A short stable identifier ("invalid_argument") for logs and metric labels. */
 const char *ss_status_name(ss_status status);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
