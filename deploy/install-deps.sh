@@ -17,7 +17,7 @@ PACKAGES=(
   openssl              # the TLS test makes its certificates
   librocksdb-dev       # embedding rows on disk (embedding-store/)
   libjemalloc-dev      # one jemalloc arena per embedding table
-  libhiredis-dev       # the embedding benchmark's Redis client (tools/emb_bench.c)
+  libhiredis-dev       # the embedding benchmark's Redis client (bench/emb_bench.c)
   libmicrohttpd-dev    # /metrics, /healthz, /status of agent and PS (rpc/http.c)
   libcurl4-openssl-dev # shadowsync-ctl and the tests' HTTP client
   prometheus           # promtool (metrics lint) and the scrape test's server
