@@ -149,8 +149,12 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         float_buffers(svc, &m->snapshot, &s, &avg, reply)) {
         size_t n = m->snapshot.len / sizeof(float);
         ss__round_result rr;
-        ss_status st =
-            ss__transport_allreduce_mean(svc->backend, m->group, m->member, s, avg, n, &rr);
+        ss__bmuf_params bmuf = {
+            .eta = m->bmuf_eta, .zeta = m->bmuf_zeta, .nesterov = m->bmuf_nesterov};
+        ss_status st = m->bmuf && !ss__bmuf_params_valid(&bmuf)
+                           ? SS_ERR_INVALID_ARGUMENT
+                           : ss__transport_round(svc->backend, m->group, m->member, s,
+                                                 m->bmuf ? &bmuf : NULL, avg, n, &rr);
         if (st == SS_OK) {
             Shadowsync__V1__RoundReply out = SHADOWSYNC__V1__ROUND_REPLY__INIT;
             out.round = rr.round;
@@ -158,6 +162,10 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
             out.mean.data = (uint8_t *)avg;
             out.mean.len = m->snapshot.len;
             ss__rpc_reply_pack(&out.base, reply);
+        } else if (st == SS_ERR_INVALID_ARGUMENT && m->bmuf) {
+            reject(svc, reply, st,
+                   "bmuf needs eta in [0, 1) and zeta > 0, the same on every member of the group, "
+                   "and a group that no member runs with S-MA");
         } else {
             fail(svc, reply, st);
         }

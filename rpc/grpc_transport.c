@@ -315,25 +315,38 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
     return st;
 }
 
+typedef struct round_arg {
+    const float *s;
+    const ss__bmuf_params *bmuf; /* NULL: S-MA */
+} round_arg;
+
 static uint8_t *build_round(const membership *m, size_t i, const void *arg, size_t *len) {
-    const float *s = arg;
+    const round_arg *a = arg;
     Shadowsync__V1__RoundRequest req = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
     req.group = (char *)m->parts[i].name;
     req.member = m->ids[i];
-    req.snapshot.data = (uint8_t *)(s + m->parts[i].lo);
+    req.snapshot.data = (uint8_t *)(a->s + m->parts[i].lo);
     req.snapshot.len = m->parts[i].n * sizeof(float);
+    if (a->bmuf) {
+        req.bmuf = true;
+        req.bmuf_eta = a->bmuf->eta;
+        req.bmuf_zeta = a->bmuf->zeta;
+        req.bmuf_nesterov = a->bmuf->nesterov;
+    }
     return pack_message(&req.base, len);
 }
 
 static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
-                          float *avg, size_t n, ss__round_result *result) {
+                          const ss__bmuf_params *bmuf, float *avg, size_t n,
+                          ss__round_result *result) {
     grpc_tp *t = impl;
     const membership *m;
     ss_status st = bulk_member(t, group, member, n, &m);
     if (st != SS_OK)
         return st;
     fanout f;
-    st = fan(t, m, SS_DENSE_M_ROUND, build_round, s, t->timeout_ms + t->round_wait_ms, false, &f);
+    round_arg a = {s, bmuf};
+    st = fan(t, m, SS_DENSE_M_ROUND, build_round, &a, t->timeout_ms + t->round_wait_ms, false, &f);
     /* Chunks close their rounds independently (a deadline may close one
      * without a member the next one waited for): report the smallest. */
     result->round = UINT64_MAX;
@@ -419,7 +432,7 @@ static const ss__transport_ops grpc_ops = {
     .join = tp_join,
     .leave = tp_leave,
     .easgd_exchange = tp_easgd,
-    .allreduce_mean = tp_round,
+    .round = tp_round,
     .read_central = tp_central,
     .heartbeat = tp_heartbeat,
     .destroy = tp_destroy,

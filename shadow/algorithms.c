@@ -1,5 +1,6 @@
 #include "shadow/algorithms.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "shadow/kernels.h"
@@ -36,21 +37,27 @@ ss_status ss__ma_delta(const float *avg, const float *s, float *delta, size_t n)
     return SS_OK;
 }
 
-ss_status ss__bmuf_delta(const ss__bmuf_params *p, float *w, float *m, const float *avg,
-                         const float *s, float *delta, size_t n) {
-    if (!p || !w || !m || !avg || !s || !delta || n == 0)
+bool ss__bmuf_params_valid(const ss__bmuf_params *p) {
+    return p && p->eta >= 0.0f && p->eta < 1.0f && p->zeta > 0.0f && isfinite(p->zeta);
+}
+
+ss_status ss__bmuf_step(const ss__bmuf_params *p, float *w, float *m, float *b, const float *avg,
+                        size_t n, bool first) {
+    if (!ss__bmuf_params_valid(p) || !w || !m || !b || !avg || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    if (!(p->eta >= 0.0f && p->eta < 1.0f) || !(p->zeta > 0.0f))
-        return SS_ERR_INVALID_ARGUMENT;
+    if (first) {
+        memcpy(w, avg, n * sizeof *w);
+        memcpy(b, avg, n * sizeof *b);
+        memset(m, 0, n * sizeof *m);
+        return SS_OK;
+    }
     const float eta = p->eta, zeta = p->zeta;
     for (size_t i = 0; i < n; i++) {
-        float g = avg[i] - w[i];
-        float mi = eta * m[i] + zeta * g;
+        float mi = eta * m[i] + zeta * (avg[i] - b[i]);
         float wi = w[i] + mi;
         m[i] = mi;
         w[i] = wi;
-        float target = p->nesterov ? wi + eta * mi : wi;
-        delta[i] = target - s[i];
+        b[i] = p->nesterov ? wi + eta * mi : wi;
     }
     return SS_OK;
 }

@@ -34,10 +34,23 @@ typedef struct ss__bmuf_params {
     bool nesterov; /* target = w + eta m instead of w */
 } ss__bmuf_params;
 
-/* S-BMUF: G = avg - w; m = eta m + zeta G; w += m;
- * target = w + eta m (Nesterov) or w; delta = target - s. */
-ss_status ss__bmuf_delta(const ss__bmuf_params *p, float *w, float *m, const float *avg,
-                         const float *s, float *delta, size_t n);
+/* Block momentum parameters are valid: eta in [0, 1), zeta > 0. */
+bool ss__bmuf_params_valid(const ss__bmuf_params *p);
+
+/* S-BMUF (Chen & Huo 2016), the aggregator's step once a round's mean avg
+ * is known, over the group's global state: w (the global model), m (the
+ * block momentum) and b (the block start: where the previous round moved
+ * every member). On a group's first round (first = true) the state starts
+ * at the mean: w = b = avg, m = 0. After that:
+ *   G = avg - b       (the block's update, measured from where it started)
+ *   m = eta m + zeta G
+ *   w = w + m
+ *   b = w + eta m     (Nesterov, NBM) or w (classic, CBM).
+ * Every member then applies x += b - s (ss__ma_delta with b as the mean).
+ * The state is the aggregator's (the PS's, per group), so every member,
+ * a late joiner too, gets the same b. */
+ss_status ss__bmuf_step(const ss__bmuf_params *p, float *w, float *m, float *b, const float *avg,
+                        size_t n, bool first);
 
 /* An MA/BMUF round's mean, as the PS (shadow/inproc_transport.c) builds
  * it while snapshots arrive: sum += s for each of the k contributions,

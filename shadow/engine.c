@@ -23,10 +23,8 @@ struct ss__engine_group {
     uint64_t member;
 
     pthread_mutex_t round_lock; /* one round of a group at a time */
-    float *buffers;             /* one allocation: snap, reply, delta (and bmuf_w, bmuf_m) */
+    float *buffers;             /* one allocation: snap, reply, delta */
     float *snap, *reply, *delta;
-    float *bmuf_w, *bmuf_m; /* identical on every member */
-    bool bmuf_ready;
 
     pthread_mutex_t stats_lock;
     uint64_t rounds, failed_rounds, last_iter, gap_count, last_round_ns, divergence_ns;
@@ -153,8 +151,7 @@ ss_status ss__sync_params_check(const ss__sync_params *p, char *why, size_t whyl
                 (double)p->alpha);
         return SS_ERR_INVALID_ARGUMENT;
     }
-    if (p->algo == SS_ALGO_BMUF &&
-        !(p->bmuf.eta >= 0.0f && p->bmuf.eta < 1.0f && p->bmuf.zeta > 0.0f)) {
+    if (p->algo == SS_ALGO_BMUF && !ss__bmuf_params_valid(&p->bmuf)) {
         ss__why(why, whylen, "bmuf needs eta in [0, 1) and zeta > 0, not eta %g zeta %g",
                 (double)p->bmuf.eta, (double)p->bmuf.zeta);
         return SS_ERR_INVALID_ARGUMENT;
@@ -179,7 +176,7 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
     g->name = strdup(name);
     g->replica = replica;
     g->params = *params;
-    const size_t nbuffers = params->algo == SS_ALGO_BMUF ? 5 : 3;
+    const size_t nbuffers = 3;
     g->buffers =
         n <= SIZE_MAX / sizeof(float) / nbuffers ? calloc(nbuffers * n, sizeof(float)) : NULL;
     g->gaps = malloc(GAP_RING * sizeof *g->gaps);
@@ -190,10 +187,6 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
     g->snap = g->buffers;
     g->reply = g->buffers + n;
     g->delta = g->buffers + 2 * n;
-    if (params->algo == SS_ALGO_BMUF) {
-        g->bmuf_w = g->buffers + 3 * n;
-        g->bmuf_m = g->buffers + 4 * n;
-    }
     st = register_metrics(e, g);
     if (st != SS_OK) {
         group_free(g);
@@ -286,25 +279,16 @@ static ss_status run_round_locked(ss__engine_group *g) {
             ss__kernel_live_add_scaled(x, g->reply, -1.0f, n);
         }
     } else {
+        /* S-MA: reply = the round's mean. S-BMUF: the aggregator holds the
+         * block state and replies with the block start b. Either way the
+         * replica moves by (reply - s). */
         ss__round_result rr;
-        st = ss__transport_allreduce_mean(e->transport, g->name, g->member, g->snap, g->reply, n,
-                                          &rr);
-        if (st == SS_OK) {
-            if (g->params.algo == SS_ALGO_MA) {
-                st = ss__ma_delta(g->reply, g->snap, g->delta, n);
-            } else {
-                if (!g->bmuf_ready) {
-                    /* First round: the consensus starts at the mean, with
-                     * zero momentum, identically on every member. */
-                    memcpy(g->bmuf_w, g->reply, n * sizeof(float));
-                    g->bmuf_ready = true;
-                }
-                st = ss__bmuf_delta(&g->params.bmuf, g->bmuf_w, g->bmuf_m, g->reply, g->snap,
-                                    g->delta, n);
-            }
-            if (st == SS_OK)
-                ss__kernel_live_add_scaled(x, g->delta, 1.0f, n);
-        }
+        const ss__bmuf_params *bmuf = g->params.algo == SS_ALGO_BMUF ? &g->params.bmuf : NULL;
+        st = ss__transport_round(e->transport, g->name, g->member, g->snap, bmuf, g->reply, n, &rr);
+        if (st == SS_OK)
+            st = ss__ma_delta(g->reply, g->snap, g->delta, n);
+        if (st == SS_OK)
+            ss__kernel_live_add_scaled(x, g->delta, 1.0f, n);
     }
     const uint64_t t1 = ss__now_ns();
     const size_t bytes = n * sizeof(float);

@@ -7,8 +7,9 @@
  * exchange of m, which answers D = alpha (m - c). Each member is told
  * d_i = (s_i - m) + D, so the engine's x_i -= d_i pulls x_i to the host
  * mean and then the host mean towards the centre, as one delta. For
- * S-MA/S-BMUF the remote round averages the host means and every local
- * member gets that average. */
+ * S-MA the remote round averages the host means and every local member
+ * gets that average; for S-BMUF the PS's block step runs over the host
+ * means and every local member gets the block start. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -137,15 +138,23 @@ static ss_status remote_easgd(host_avg *h, ha_group *g, const float *m, float al
     return st;
 }
 
-static ss_status remote_mean(host_avg *h, ha_group *g, const float *m) {
+static ss_status remote_round(host_avg *h, ha_group *g, const float *m,
+                              const ss__bmuf_params *bmuf) {
     ss__round_result rr;
     ss_status st =
-        ss__transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n, &rr);
+        ss__transport_round(h->remote, g->name, g->remote_member, m, bmuf, g->result, g->n, &rr);
     if (st == SS_ERR_NOT_FOUND && remote_rejoin(h, g) == SS_OK)
-        st = ss__transport_allreduce_mean(h->remote, g->name, g->remote_member, m, g->result, g->n,
-                                          &rr);
+        st = ss__transport_round(h->remote, g->name, g->remote_member, m, bmuf, g->result, g->n,
+                                 &rr);
     return st;
 }
+
+/* What a host round is: S-EASGD with alpha, S-MA (bmuf NULL) or S-BMUF. */
+typedef struct round_kind {
+    bool easgd;
+    float alpha;
+    const ss__bmuf_params *bmuf;
+} round_kind;
 
 static struct timespec deadline_in(uint64_t ns) {
     struct timespec ts;
@@ -157,9 +166,10 @@ static struct timespec deadline_in(uint64_t ns) {
 }
 
 /* Runs or waits for the remote half of local round res; on SS_OK out
- * holds the remote result (D or the remote mean). `m` is the local mean. */
+ * holds the remote result (D, the remote mean or the block start). `m` is
+ * the local mean. */
 static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *res, const float *m,
-                             bool easgd, float alpha, float *out) {
+                             const round_kind *kind, float *out) {
     uint64_t id = res->round + 1;
     struct timespec until = deadline_in(REMOTE_WAIT_NS);
     pthread_mutex_lock(&g->lock);
@@ -169,7 +179,8 @@ static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *r
                 break;
         g->started = id;
         pthread_mutex_unlock(&g->lock);
-        ss_status st = easgd ? remote_easgd(h, g, m, alpha) : remote_mean(h, g, m);
+        ss_status st =
+            kind->easgd ? remote_easgd(h, g, m, kind->alpha) : remote_round(h, g, m, kind->bmuf);
         pthread_mutex_lock(&g->lock);
         g->done = id;
         g->done_status = st;
@@ -192,9 +203,10 @@ static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *r
 
 /* One host round for a member: the local mean m of the host's snapshots,
  * then the remote half (remote_half). S-EASGD: out = d_i = (s_i - m) + D;
- * MA/BMUF: out = the remote mean. */
+ * S-MA: out = the remote mean; S-BMUF: out = the PS's block start. */
 static ss_status host_round(host_avg *h, const char *name, uint64_t member, const float *s,
-                            size_t n, bool easgd, float alpha, float *out, ss__round_result *res) {
+                            size_t n, const round_kind *kind, float *out, ss__round_result *res) {
+    const bool easgd = kind->easgd;
     ha_group *g = find(h, name);
     if (!g || g->n != n)
         return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
@@ -204,7 +216,7 @@ static ss_status host_round(host_avg *h, const char *name, uint64_t member, cons
     float *remote = easgd ? m + n : out;
     ss_status st = ss__transport_allreduce_mean(h->local, name, member, s, m, n, res);
     if (st == SS_OK)
-        st = remote_half(h, g, res, m, easgd, alpha, remote);
+        st = remote_half(h, g, res, m, kind, remote);
     if (st == SS_OK && easgd)
         for (size_t i = 0; i < n; i++)
             out[i] = (s[i] - m[i]) + remote[i];
@@ -215,13 +227,15 @@ static ss_status host_round(host_avg *h, const char *name, uint64_t member, cons
 static ss_status ha_easgd(void *impl, const char *name, uint64_t member, const float *s,
                           float alpha, float *d, size_t n) {
     ss__round_result res;
-    return host_round(impl, name, member, s, n, true, alpha, d, &res);
+    return host_round(impl, name, member, s, n, &(round_kind){.easgd = true, .alpha = alpha}, d,
+                      &res);
 }
 
-static ss_status ha_allreduce(void *impl, const char *name, uint64_t member, const float *s,
-                              float *avg, size_t n, ss__round_result *result) {
+static ss_status ha_round(void *impl, const char *name, uint64_t member, const float *s,
+                          const ss__bmuf_params *bmuf, float *avg, size_t n,
+                          ss__round_result *result) {
     ss__round_result res;
-    ss_status st = host_round(impl, name, member, s, n, false, 0.0f, avg, &res);
+    ss_status st = host_round(impl, name, member, s, n, &(round_kind){.bmuf = bmuf}, avg, &res);
     if (st == SS_OK && result)
         *result = res;
     return st;
@@ -251,7 +265,7 @@ static void ha_destroy(void *impl) {
 static const ss__transport_ops host_avg_ops = {.join = ha_join,
                                                .leave = ha_leave,
                                                .easgd_exchange = ha_easgd,
-                                               .allreduce_mean = ha_allreduce,
+                                               .round = ha_round,
                                                .read_central = ha_read_central,
                                                .heartbeat = ha_heartbeat,
                                                .destroy = ha_destroy};

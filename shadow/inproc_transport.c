@@ -45,7 +45,12 @@ typedef struct group {
     uint32_t contributors; /* snapshots in sum */
     uint64_t deadline_ns;  /* set by the round's first snapshot */
 
-    float *result; /* mean of round result_round */
+    float *result; /* of round result_round: the mean (S-MA) or the block start b (S-BMUF) */
+    /* What the group's rounds are, fixed by its first contribution. */
+    enum { ROUNDS_UNSET, ROUNDS_MEAN, ROUNDS_BMUF } rounds_kind;
+    ss__bmuf_params bmuf;   /* S-BMUF: the group's parameters */
+    float *bmuf_w, *bmuf_m; /* S-BMUF: the global model and momentum (one allocation) */
+    bool bmuf_started;      /* the first round set w = b = mean */
     uint64_t result_round;
     uint32_t result_participants;
     uint32_t readers_pending; /* contributors yet to copy result */
@@ -92,6 +97,7 @@ static void group_free(group *g) {
     free(g->name);
     free(g->members);
     free(g->central); /* and sum, result: one allocation */
+    free(g->bmuf_w);  /* and bmuf_m */
     free(g);
 }
 
@@ -179,7 +185,14 @@ static ssize_t member_index(const group *g, uint64_t member) {
 
 /* Caller holds g->lock and has made sure readers_pending == 0. */
 static void close_round(group *g) {
-    ss__mean_close(g->sum, g->contributors, g->result, g->n); /* contributors >= 1 */
+    if (g->rounds_kind == ROUNDS_BMUF) {
+        /* The mean in place, then the block step from it: result = b. */
+        ss__mean_close(g->sum, g->contributors, g->sum, g->n); /* contributors >= 1 */
+        ss__bmuf_step(&g->bmuf, g->bmuf_w, g->bmuf_m, g->result, g->sum, g->n, !g->bmuf_started);
+        g->bmuf_started = true;
+    } else {
+        ss__mean_close(g->sum, g->contributors, g->result, g->n);
+    }
     g->result_round = g->open_round;
     g->result_participants = g->contributors;
     g->readers_pending = g->contributors;
@@ -313,13 +326,38 @@ static struct timespec abs_monotonic(uint64_t ns) {
     return ts;
 }
 
-static ss_status ip_allreduce(void *impl, const char *name, uint64_t member, const float *s,
-                              float *avg, size_t n, ss__round_result *result) {
+/* The group's first round fixes what its rounds are; later ones must agree.
+ * Caller holds g->lock. */
+static ss_status check_round_kind(group *g, const ss__bmuf_params *bmuf) {
+    if (g->rounds_kind == ROUNDS_UNSET) {
+        if (bmuf) {
+            g->bmuf_w = calloc(2 * g->n, sizeof(float));
+            if (!g->bmuf_w)
+                return SS_ERR_NO_MEMORY;
+            g->bmuf_m = g->bmuf_w + g->n;
+            g->bmuf = *bmuf;
+        }
+        g->rounds_kind = bmuf ? ROUNDS_BMUF : ROUNDS_MEAN;
+        return SS_OK;
+    }
+    if ((g->rounds_kind == ROUNDS_BMUF) != (bmuf != NULL))
+        return SS_ERR_INVALID_ARGUMENT; /* S-MA and S-BMUF members in one group */
+    if (bmuf && (bmuf->eta != g->bmuf.eta || bmuf->zeta != g->bmuf.zeta ||
+                 bmuf->nesterov != g->bmuf.nesterov))
+        return SS_ERR_INVALID_ARGUMENT; /* members disagree on the block momentum */
+    return SS_OK;
+}
+
+static ss_status ip_round(void *impl, const char *name, uint64_t member, const float *s,
+                          const ss__bmuf_params *bmuf, float *avg, size_t n,
+                          ss__round_result *result) {
     inproc *ip = impl;
     ss_status st;
     group *g = enter_bulk_call(ip, name, member, s, n, &st);
     if (!g)
         return st;
+    if (st == SS_OK)
+        st = check_round_kind(g, bmuf);
     if (st != SS_OK)
         goto out;
     /* The previous round's mean must be copied out before a new one can
@@ -396,7 +434,7 @@ static const ss__transport_ops inproc_ops = {
     .join = ip_join,
     .leave = ip_leave,
     .easgd_exchange = ip_easgd,
-    .allreduce_mean = ip_allreduce,
+    .round = ip_round,
     .read_central = ip_read_central,
     .heartbeat = ip_heartbeat,
     .destroy = ip_destroy,

@@ -8,7 +8,7 @@ struct ss__transport {
 };
 
 ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__transport **out) {
-    if (!ops || !out || !ops->join || !ops->leave || !ops->easgd_exchange || !ops->allreduce_mean ||
+    if (!ops || !out || !ops->join || !ops->leave || !ops->easgd_exchange || !ops->round ||
         !ops->read_central || !ops->destroy)
         return SS_ERR_INVALID_ARGUMENT;
     ss__transport *t = malloc(sizeof *t);
@@ -47,12 +47,20 @@ ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint
     return t->ops->easgd_exchange(t->impl, group, member, s, alpha, d, n);
 }
 
+ss_status ss__transport_round(ss__transport *t, const char *group, uint64_t member, const float *s,
+                              const ss__bmuf_params *bmuf, float *out, size_t n,
+                              ss__round_result *result) {
+    if (!t || !group || !s || !out || n == 0 || !result)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (bmuf && !ss__bmuf_params_valid(bmuf))
+        return SS_ERR_INVALID_ARGUMENT;
+    return t->ops->round(t->impl, group, member, s, bmuf, out, n, result);
+}
+
 ss_status ss__transport_allreduce_mean(ss__transport *t, const char *group, uint64_t member,
                                        const float *s, float *avg, size_t n,
                                        ss__round_result *result) {
-    if (!t || !group || !s || !avg || n == 0 || !result)
-        return SS_ERR_INVALID_ARGUMENT;
-    return t->ops->allreduce_mean(t->impl, group, member, s, avg, n, result);
+    return ss__transport_round(t, group, member, s, NULL, avg, n, result);
 }
 
 ss_status ss__transport_read_central(ss__transport *t, const char *group, float *c, size_t n) {

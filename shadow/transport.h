@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shadow/algorithms.h"
 #include "shadowsync/status.h"
 
 typedef struct ss__transport ss__transport;
@@ -31,10 +32,14 @@ typedef struct ss__transport_ops {
     ss_status (*easgd_exchange)(void *impl, const char *group, uint64_t member, const float *s,
                                 float alpha, float *d, size_t n);
     /* MA/BMUF: contributes s to the group's open round and blocks until the
-     * round closes (all members contributed, or the round deadline passed);
-     * writes the mean of the round's snapshots to avg. */
-    ss_status (*allreduce_mean)(void *impl, const char *group, uint64_t member, const float *s,
-                                float *avg, size_t n, ss__round_result *result);
+     * round closes (all members contributed, or the round deadline passed).
+     * bmuf NULL (S-MA): writes the mean of the round's snapshots to out.
+     * bmuf set (S-BMUF): the side that aggregates holds the group's block
+     * state (ss__bmuf_step) and writes the new block start b to out. A
+     * group runs one of the two, with one set of parameters, for good: a
+     * call that disagrees is SS_ERR_INVALID_ARGUMENT. */
+    ss_status (*round)(void *impl, const char *group, uint64_t member, const float *s,
+                       const ss__bmuf_params *bmuf, float *out, size_t n, ss__round_result *result);
     /* Copies the central variable (EASGD) or last round mean (MA/BMUF). */
     ss_status (*read_central)(void *impl, const char *group, float *c, size_t n);
     /* Optional (NULL: always SS_OK). Tells the other side a member is alive
@@ -52,6 +57,10 @@ ss_status ss__transport_join(ss__transport *t, const char *group, size_t n, uint
 ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t member);
 ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint64_t member,
                                        const float *s, float alpha, float *d, size_t n);
+ss_status ss__transport_round(ss__transport *t, const char *group, uint64_t member, const float *s,
+                              const ss__bmuf_params *bmuf, float *out, size_t n,
+                              ss__round_result *result);
+/* ss__transport_round of an S-MA group: avg = the round's mean. */
 ss_status ss__transport_allreduce_mean(ss__transport *t, const char *group, uint64_t member,
                                        const float *s, float *avg, size_t n,
                                        ss__round_result *result);

@@ -49,33 +49,51 @@ START_TEST(test_ma_delta) {
 }
 END_TEST
 
-START_TEST(test_bmuf_nesterov) {
-    /* G = avg - w = [1,-1]; m = 0.5*[0.2,0] + 1*G = [1.1,-1]; w = [2.1,0];
-     * target = w + 0.5 m = [2.65,-0.5]; delta = target - s = [1.15,-1.5]. */
+/* Rounds of S-BMUF on a 2-float group whose second float mirrors the
+ * first; each row: the round mean, then the expected m, w and b. */
+typedef struct bmuf_round {
+    float avg, m, w, b;
+} bmuf_round;
+
+static void run_bmuf_rounds(const ss__bmuf_params *p, const bmuf_round *r, int rounds) {
+    float w[2], m[2], b[2];
+    for (int k = 0; k < rounds; k++) {
+        const float avg[2] = {r[k].avg, -r[k].avg};
+        ck_assert_int_eq(ss__bmuf_step(p, w, m, b, avg, 2, k == 0), SS_OK);
+        assert_vec(m, (const float[]){r[k].m, -r[k].m}, 2);
+        assert_vec(w, (const float[]){r[k].w, -r[k].w}, 2);
+        assert_vec(b, (const float[]){r[k].b, -r[k].b}, 2);
+    }
+}
+
+START_TEST(test_bmuf_nesterov_rounds) {
+    /* eta 0.5, zeta 1. Round 1 starts the state at the mean (w = b = 2).
+     * Round 2: G = 4 - 2 = 2, m = 2, w = 4, b = w + 0.5 m = 5.
+     * Round 3: G = 6 - 5 = 1 (measured from b, not from w), m = 0.5*2 + 1 = 2,
+     *          w = 6, b = 7.
+     * Round 4: nothing moved (avg = b = 7): G = 0, m = 1, w = 7, b = 7.5. */
     ss__bmuf_params p = {.eta = 0.5f, .zeta = 1.0f, .nesterov = true};
-    float w[] = {1, 1}, m[] = {0.2f, 0};
-    const float avg[] = {2, 0}, s[] = {1.5f, 1};
-    float delta[2];
-    ck_assert_int_eq(ss__bmuf_delta(&p, w, m, avg, s, delta, 2), SS_OK);
-    assert_vec(m, (const float[]){1.1f, -1.0f}, 2);
-    assert_vec(w, (const float[]){2.1f, 0.0f}, 2);
-    assert_vec(delta, (const float[]){1.15f, -1.5f}, 2);
+    const bmuf_round r[] = {{2, 0, 2, 2}, {4, 2, 4, 5}, {6, 2, 6, 7}, {7, 1, 7, 7.5f}};
+    run_bmuf_rounds(&p, r, 4);
 }
 END_TEST
 
-START_TEST(test_bmuf_plain) {
-    /* zeta = 0.5: G = [1,-1]; m = 0.5*[0.2,0] + 0.5*G = [0.6,-0.5];
-     * w = [1.6,0.5]; target = w; delta = [0.1,-0.5]. */
+START_TEST(test_bmuf_classic_rounds) {
+    /* eta 0.5, zeta 0.5, b = w. Round 1: w = b = 2.
+     * Round 2: G = 4 - 2 = 2, m = 1, w = b = 3.
+     * Round 3: G = 5 - 3 = 2, m = 0.5 + 1 = 1.5, w = b = 4.5.
+     * Round 4: G = 4.5 - 4.5 = 0, m = 0.75, w = b = 5.25. */
     ss__bmuf_params p = {.eta = 0.5f, .zeta = 0.5f, .nesterov = false};
-    float w[] = {1, 1}, m[] = {0.2f, 0};
-    const float avg[] = {2, 0}, s[] = {1.5f, 1};
-    float delta[2];
-    ck_assert_int_eq(ss__bmuf_delta(&p, w, m, avg, s, delta, 2), SS_OK);
-    assert_vec(m, (const float[]){0.6f, -0.5f}, 2);
-    assert_vec(w, (const float[]){1.6f, 0.5f}, 2);
-    assert_vec(delta, (const float[]){0.1f, -0.5f}, 2);
+    const bmuf_round r[] = {
+        {2, 0, 2, 2}, {4, 1, 3, 3}, {5, 1.5f, 4.5f, 4.5f}, {4.5f, 0.75f, 5.25f, 5.25f}};
+    run_bmuf_rounds(&p, r, 4);
+    float w[1], m[1], b[1];
+    const float avg[1] = {1};
     ss__bmuf_params bad = {.eta = 1.0f, .zeta = 1.0f};
-    ck_assert_int_eq(ss__bmuf_delta(&bad, w, m, avg, s, delta, 2), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__bmuf_step(&bad, w, m, b, avg, 1, true), SS_ERR_INVALID_ARGUMENT);
+    bad = (ss__bmuf_params){.eta = 0.5f, .zeta = 0.0f};
+    ck_assert_int_eq(ss__bmuf_step(&bad, w, m, b, avg, 1, true), SS_ERR_INVALID_ARGUMENT);
+    ck_assert(!ss__bmuf_params_valid(NULL));
 }
 END_TEST
 
@@ -123,6 +141,6 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("algorithms", 0, NULL, NULL, test_easgd_server, test_easgd_bad_input,
-                           test_ma_delta, test_bmuf_nesterov, test_bmuf_plain,
+                           test_ma_delta, test_bmuf_nesterov_rounds, test_bmuf_classic_rounds,
                            test_mean_and_kernels, test_algo_names);
 }

@@ -41,12 +41,19 @@ static ss_status fake_easgd(void *impl, const char *g, uint64_t m, const float *
         d[i] = alpha * s[i]; /* central variable 0 */
     return fake_status;
 }
-static ss_status fake_allreduce(void *impl, const char *g, uint64_t m, const float *s, float *avg,
-                                size_t n, ss__round_result *r) {
+static ss__bmuf_params fake_bmuf_seen; /* the last round's S-BMUF parameters */
+static bool fake_bmuf_was_set;
+/* S-MA: the mean is s + 10; S-BMUF: the block start is s + 20. */
+static ss_status fake_round(void *impl, const char *g, uint64_t m, const float *s,
+                            const ss__bmuf_params *bmuf, float *out, size_t n,
+                            ss__round_result *r) {
     (void)impl, (void)g, (void)m;
+    fake_bmuf_was_set = bmuf != NULL;
+    if (bmuf)
+        fake_bmuf_seen = *bmuf;
     worker_writes_during_round();
     for (size_t i = 0; i < n; i++)
-        avg[i] = s[i] + 10.0f;
+        out[i] = s[i] + (bmuf ? 20.0f : 10.0f);
     r->round = 0;
     r->participants = 2;
     return fake_status;
@@ -58,7 +65,7 @@ static ss_status fake_read(void *impl, const char *g, float *c, size_t n) {
 static void fake_destroy(void *impl) {
     (void)impl;
 }
-static const ss__transport_ops fake_ops = {fake_join, fake_leave, fake_easgd,  fake_allreduce,
+static const ss__transport_ops fake_ops = {fake_join, fake_leave, fake_easgd,  fake_round,
                                            fake_read, NULL,       fake_destroy};
 
 static void run_fake_round(ss__algo algo, ss_status transport_status, float *out_x) {
@@ -109,13 +116,19 @@ START_TEST(test_ma_delta_keeps_concurrent_update) {
 }
 END_TEST
 
-START_TEST(test_bmuf_first_round_and_update) {
-    /* First round: w = avg, m = 0 -> G = 0, target = w = avg = s + 10:
-     * x = s + 100 + 10. */
+START_TEST(test_bmuf_moves_to_the_block_start) {
+    /* The engine sends its parameters; the aggregator answers with the
+     * block start b = s + 20; worker +100: x = s + 100 + (b - s). */
     float x[4];
     run_fake_round(SS_ALGO_BMUF, SS_OK, x);
+    ck_assert(fake_bmuf_was_set);
+    ck_assert_float_eq(fake_bmuf_seen.eta, 0.5f);
+    ck_assert_float_eq(fake_bmuf_seen.zeta, 1.0f);
+    ck_assert(!fake_bmuf_seen.nesterov);
     for (int i = 0; i < 4; i++)
-        ck_assert_float_eq_tol(x[i], (float)(i + 1) + 110.0f, 1e-5f);
+        ck_assert_float_eq_tol(x[i], (float)(i + 1) + 120.0f, 1e-5f);
+    run_fake_round(SS_ALGO_MA, SS_OK, x);
+    ck_assert(!fake_bmuf_was_set); /* S-MA asks for the plain mean */
 }
 END_TEST
 
@@ -142,6 +155,7 @@ START_TEST(test_inproc_easgd_central_from_first) {
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &(uint64_t){0}), SS_OK);
     ck_assert_int_eq(ss__transport_read_central(t, "g", c, 2), SS_ERR_STATE); /* no centre yet */
     check_easgd_by_hand(t, "h");
+    check_bmuf_rounds_by_hand(t, "bmuf");
     ss__transport_destroy(t);
 }
 END_TEST
@@ -501,7 +515,7 @@ END_TEST
 int main(void) {
     return ss__check_tests(
         "engine", 60, NULL, NULL, test_easgd_delta_keeps_concurrent_update,
-        test_ma_delta_keeps_concurrent_update, test_bmuf_first_round_and_update,
+        test_ma_delta_keeps_concurrent_update, test_bmuf_moves_to_the_block_start,
         test_failed_round_is_abandoned_whole, test_inproc_easgd_central_from_first,
         test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
         test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,

@@ -49,6 +49,7 @@ START_TEST(test_easgd_over_grpc) {
     start_ps();
     ss__transport *t = connect_ps();
     check_easgd_by_hand(t, "dense");
+    check_bmuf_rounds_by_hand(t, "bmuf"); /* the parameters travel, the PS holds the state */
     ss__transport_destroy(t);
     stop_ps();
 }

@@ -4,6 +4,7 @@
 #define SS_TESTS_TRANSPORT_CHECKS_H
 
 #include <check.h>
+#include <pthread.h>
 
 #include "shadow/engine.h"
 #include "shadow/transport.h"
@@ -28,6 +29,75 @@ static inline void check_easgd_by_hand(ss__transport *t, const char *group) {
     ck_assert_int_eq(ss__transport_read_central(t, group, c, 2), SS_OK);
     ck_assert_float_eq(c[0], 3.0f);
     ck_assert_float_eq(c[1], 2.0f);
+}
+
+/* One member's S-MA/S-BMUF round call, for running members at once. */
+typedef struct member_call {
+    ss__transport *t;
+    const char *group;
+    uint64_t member;
+    float s;
+    const ss__bmuf_params *bmuf;
+    float out;
+    ss_status st;
+} member_call;
+
+static inline void *member_call_main(void *p) {
+    member_call *c = p;
+    ss__round_result rr;
+    c->st = ss__transport_round(c->t, c->group, c->member, &c->s, c->bmuf, &c->out, 1, &rr);
+    return NULL;
+}
+
+/* k members contribute snapshot s at once; each must get want. */
+static inline void round_of(ss__transport *t, const char *group, const uint64_t *members, size_t k,
+                            float s, const ss__bmuf_params *bmuf, float want) {
+    member_call c[8];
+    pthread_t th[8];
+    for (size_t i = 0; i < k; i++) {
+        c[i] = (member_call){.t = t, .group = group, .member = members[i], .s = s, .bmuf = bmuf};
+        pthread_create(&th[i], NULL, member_call_main, &c[i]);
+    }
+    for (size_t i = 0; i < k; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(c[i].st, SS_OK);
+        ck_assert_float_eq(c[i].out, want);
+    }
+}
+
+/* S-BMUF held by the aggregator, by hand (Nesterov, eta 0.5, zeta 1; a
+ * 1-float group): round 1 of snapshots {1, 3} starts the state at the
+ * mean, b = 2. Round 2, all at 4: G = 4 - 2 = 2, m = 2, w = 4, b = 5.
+ * A third member joins late; round 3, all at 6: G = 6 - 5 = 1, m = 2,
+ * w = 6, b = 7, and the late joiner gets the same b as the others. A call
+ * with other parameters, or as S-MA, is refused. */
+static inline void check_bmuf_rounds_by_hand(ss__transport *t, const char *group) {
+    const ss__bmuf_params p = {.eta = 0.5f, .zeta = 1.0f, .nesterov = true};
+    uint64_t m[3];
+    ck_assert_int_eq(ss__transport_join(t, group, 1, &m[0]), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, group, 1, &m[1]), SS_OK);
+    member_call c[2] = {{t, group, m[0], 1.0f, &p, 0, SS_OK}, {t, group, m[1], 3.0f, &p, 0, SS_OK}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, member_call_main, &c[i]);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(c[i].st, SS_OK);
+        ck_assert_float_eq(c[i].out, 2.0f);
+    }
+    round_of(t, group, m, 2, 4.0f, &p, 5.0f);
+    ck_assert_int_eq(ss__transport_join(t, group, 1, &m[2]), SS_OK);
+    round_of(t, group, m, 3, 6.0f, &p, 7.0f);
+    float b;
+    ck_assert_int_eq(ss__transport_read_central(t, group, &b, 1), SS_OK);
+    ck_assert_float_eq(b, 7.0f); /* the model a checkpoint or eval reads */
+    ss__round_result rr;
+    float out;
+    const ss__bmuf_params other = {.eta = 0.25f, .zeta = 1.0f, .nesterov = true};
+    ck_assert_int_eq(ss__transport_round(t, group, m[0], (const float[]){1}, &other, &out, 1, &rr),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__transport_round(t, group, m[0], (const float[]){1}, NULL, &out, 1, &rr),
+                     SS_ERR_INVALID_ARGUMENT);
 }
 
 /* Several engines run one round at once, one thread each (an MA/BMUF
