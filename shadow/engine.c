@@ -559,7 +559,7 @@ ss_status ss__engine_final_rounds(ss__engine *e, uint32_t rounds, uint32_t min_m
             break;
         ss__sleep_ns(10000000ull);
     }
-    return st == SS_ERR_TIMEOUT ? SS_OK : st;
+    return st;
 }
 
 static int cmp_u64(const void *a, const void *b) {

@@ -87,8 +87,9 @@ ss_status ss__engine_run_round(ss__engine *e, ss__engine_group *g);
  * at least `rounds` each and for at least min_ms, so that replicas that
  * no longer move converge on the consensus. Gives up after 3 failed
  * passes in a row (a PS that is away that long will not be back in
- * time). Returns the last pass's first error (SS_ERR_TIMEOUT counts as
- * done: a round closed without everyone). */
+ * time). Returns the last pass's first error: SS_OK only when the last
+ * pass synced every group (a round that closed on its deadline without
+ * every member is SS_OK; a PS that does not answer is SS_ERR_TIMEOUT). */
 ss_status ss__engine_final_rounds(ss__engine *e, uint32_t rounds, uint32_t min_ms);
 
 ss_status ss__engine_group_stats(ss__engine_group *g, ss__group_stats *out);

@@ -115,6 +115,16 @@ static inline double proc_last_value(const char *text, const char *prefix, const
     return v;
 }
 
+/* Stops a child (SIGSTOP) and returns once it is stopped: kill() alone
+ * returns before the signal takes effect, and the child may still answer
+ * a request meanwhile. */
+static inline void proc_freeze(pid_t pid) {
+    kill(pid, SIGSTOP);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, WUNTRACED), pid);
+    ck_assert(WIFSTOPPED(status));
+}
+
 /* Removes a test's scratch directory and everything in it. */
 static inline void proc_remove_tree(const char *dir) {
     char cmd[4200];

@@ -270,6 +270,49 @@ START_TEST(test_background_through_the_agent_ma) {
 }
 END_TEST
 
+/* A PS that stops answering: finish() and a remote table's flush() say so
+ * instead of reporting success. */
+START_TEST(test_finish_and_flush_tell_the_truth) {
+    char ps[64];
+    pid_t pid = start_ps(ps, sizeof ps);
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.ps = ps;
+    c.name = "t";
+    c.timeout_ms = 300;
+    c.final_rounds = 1;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_dense *g;
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_OK);
+    ss_table_config tc;
+    ss_table_config_init(&tc, "emb", 2);
+    tc.mode = SS_TABLE_REMOTE;
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(t, &tc, &tb), SS_OK);
+    const uint64_t ids[2] = {1, 2};
+    const float grads[4] = {1, 1, 1, 1};
+    ck_assert_int_eq(ss_table_push(tb, ids, 2, grads), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    /* Alive, but it answers nothing. Statuses first, asserts after the PS
+     * runs again, so a failing check leaves no stopped process behind. */
+    proc_freeze(pid);
+    ss_status pushed = ss_table_push(tb, ids, 2, grads); /* only queued */
+    ss_status flushed = ss_table_flush(tb);
+    ss_status flushed_again = ss_table_flush(tb); /* reported once; nothing pending */
+    ss_status finished = ss_trainer_finish(t);
+    kill(pid, SIGCONT);
+    ss_trainer_close(t);
+    stop(pid);
+    ck_assert_int_eq(pushed, SS_OK);
+    ck_assert_msg(flushed == SS_ERR_TIMEOUT || flushed == SS_ERR_IO, "flush said %s",
+                  ss_status_name(flushed));
+    ck_assert_int_eq(flushed_again, SS_OK);
+    ck_assert_msg(finished == SS_ERR_TIMEOUT || finished == SS_ERR_IO, "finish said %s",
+                  ss_status_name(finished));
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     if (!mkdtemp(tmpdir)) {
@@ -277,10 +320,10 @@ int main(void) {
         return EXIT_FAILURE;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc = ss__check_tests("api", 120, NULL, NULL, test_config_defaults_and_environment,
-                             test_bad_input_is_refused, test_mode_none_only_counts,
-                             test_foreground_easgd_by_hand, test_background_in_process_ma,
-                             test_background_through_the_agent_ma);
+    int rc = ss__check_tests(
+        "api", 120, NULL, NULL, test_config_defaults_and_environment, test_bad_input_is_refused,
+        test_mode_none_only_counts, test_foreground_easgd_by_hand, test_background_in_process_ma,
+        test_background_through_the_agent_ma, test_finish_and_flush_tell_the_truth);
     proc_remove_tree(tmpdir);
     return rc;
 }

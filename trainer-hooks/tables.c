@@ -42,6 +42,8 @@ struct ss_table {
     push_item *queue;       /* ring of cfg.push_queue items */
     size_t qhead, qlen;
     bool pusher_busy, stop;
+    uint64_t dropped;        /* remote: pushes lost since the last flush (under lock) */
+    ss_status first_dropped; /* remote: the status of the first of them */
     ss_table_fetch *fetch_head, *fetch_tail;
     pthread_t pusher, fetcher, syncer;
     bool has_pusher, has_fetcher, has_syncer;
@@ -171,6 +173,8 @@ static void *pusher_main(void *arg) {
         free(it.ids);
         free(it.grads);
         pthread_mutex_lock(&tb->lock);
+        if (st != SS_OK && tb->dropped++ == 0)
+            tb->first_dropped = st; /* the next flush reports it */
         tb->pusher_busy = false;
         pthread_cond_broadcast(&tb->changed);
     }
@@ -529,8 +533,15 @@ ss_status ss_table_flush(ss_table *tb) {
         pthread_mutex_lock(&tb->lock);
         while (tb->qlen || tb->pusher_busy)
             pthread_cond_wait(&tb->changed, &tb->lock);
+        uint64_t dropped = tb->dropped;
+        ss_status st = dropped ? tb->first_dropped : SS_OK;
+        tb->dropped = 0;
         pthread_mutex_unlock(&tb->lock);
-        return SS_OK;
+        if (dropped)
+            ss__log(SS_LOG_ERROR, "emb",
+                    "event=flush_incomplete table=%s dropped_pushes=%llu status=%s", tb->spec.name,
+                    (unsigned long long)dropped, ss_status_name(st));
+        return st;
     }
     if (tb->cfg.mode != SS_TABLE_CACHED)
         return SS_OK;

@@ -120,7 +120,10 @@ ss_status ss_trainer_step(ss_trainer *t);
 /* Training is over: stops the shadow pool, runs the final rounds (at
  * least final_rounds per group and at least final_sync_ms) in this thread
  * and leaves the PS. The groups' memory stays readable (to evaluate or
- * save the model) and their stats frozen. step() then only counts. */
+ * save the model) and their stats frozen. step() then only counts.
+ * SS_OK only when the final rounds and the tables' flushes succeeded: a PS
+ * that is gone or does not answer is SS_ERR_IO or SS_ERR_TIMEOUT (the
+ * replicas then hold what training and the last good round left). */
 ss_status ss_trainer_finish(ss_trainer *t);
 
 /* finish() if not done yet, then frees everything including the groups'
@@ -209,8 +212,10 @@ ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_tabl
 ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows);
 /* grads: n * dim finite floats. */
 ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads);
-/* Remote: waits until every queued push is applied. Cached: syncs every
- * touched row now. */
+/* Remote: waits until every queued push has been sent; SS_OK only when
+ * every push since the last flush was applied, else the status of the
+ * first one the shards did not take (those gradients are lost; counted in
+ * failed_calls). Cached: syncs every touched row now. */
 ss_status ss_table_flush(ss_table *tb);
 ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out);
 
