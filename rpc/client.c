@@ -248,12 +248,6 @@ ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_m
     ss_status first = SS_OK;
     for (size_t i = 0; i < n && first == SS_OK; i++)
         first = calls[i].status;
-    if (first != SS_OK)
-        for (size_t i = 0; i < n; i++) {
-            free(calls[i].resp);
-            calls[i].resp = NULL;
-            calls[i].resp_len = 0;
-        }
     return first;
 }
 

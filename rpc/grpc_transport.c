@@ -304,10 +304,16 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
     easgd_arg a = {s, alpha};
     fanout f;
     st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, t->timeout_ms, false, &f);
-    for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
+    /* Every chunk that came back was applied on its server: its delta goes
+     * to the caller even when another chunk failed (d stays zero there). */
+    for (size_t i = 0; i < m->nparts; i++) {
+        if (!f.rq[i].resp || f.rq[i].status != SS_OK)
+            continue;
         Shadowsync__V1__EasgdReply *r =
             shadowsync__v1__easgd_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
-        st = r ? take_floats(&r->delta, &m->parts[i], d) : SS_ERR_PARSE;
+        ss_status taken = r ? take_floats(&r->delta, &m->parts[i], d) : SS_ERR_PARSE;
+        if (st == SS_OK)
+            st = taken;
         if (r)
             shadowsync__v1__easgd_reply__free_unpacked(r, NULL);
     }

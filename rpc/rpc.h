@@ -92,13 +92,15 @@ typedef struct ss__rpc_request {
     const uint8_t *req;
     size_t len;
     ss_status status; /* out */
-    uint8_t *resp;    /* out: malloc'd reply when every call succeeded */
+    uint8_t *resp;    /* out: malloc'd reply of this call when it succeeded (kept even
+                         when others failed: a partial fan-out can use what arrived) */
     size_t resp_len;  /* out */
     char msg[160];    /* out: the error text of a failed call */
 } ss__rpc_request;
 
 /* Runs n unary calls at once (one deadline for all) and waits for every
- * one. Returns the first failed call's status; then no resp is kept. */
+ * one. Returns the first failed call's status; each call has its own
+ * status and, when it succeeded, its reply (the caller frees every resp). */
 ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
                             bool wait_for_ready);
 

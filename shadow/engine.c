@@ -273,11 +273,11 @@ static ss_status run_round_locked(ss__engine_group *g) {
 
     ss_status st;
     if (g->params.algo == SS_ALGO_EASGD) {
+        /* Applied even when the exchange failed: reply then holds what the
+         * other side did apply (zeros elsewhere), and x + c stays conserved. */
         st = ss__transport_easgd_exchange(e->transport, g->name, g->member, g->snap,
                                           g->params.alpha, g->reply, n);
-        if (st == SS_OK) {
-            ss__kernel_live_add_scaled(x, g->reply, -1.0f, n);
-        }
+        ss__kernel_live_add_scaled(x, g->reply, -1.0f, n);
     } else {
         /* S-MA: reply = the round's mean. S-BMUF: the aggregator holds the
          * block state and replies with the block start b. Either way the

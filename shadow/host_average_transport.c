@@ -192,7 +192,9 @@ static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *r
             break;
     ss_status st = g->done == id ? g->done_status : SS_ERR_TIMEOUT;
     if (g->done == id) {
-        if (st == SS_OK)
+        /* Also on an error: an S-EASGD D then holds what the PS applied
+         * (zeros elsewhere), which the members must still take. */
+        if (st == SS_OK || kind->easgd)
             memcpy(out, g->result, g->n * sizeof(float));
         if (g->readers && --g->readers == 0)
             pthread_cond_broadcast(&g->cond);
@@ -210,16 +212,19 @@ static ss_status host_round(host_avg *h, const char *name, uint64_t member, cons
     ha_group *g = find(h, name);
     if (!g || g->n != n)
         return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
-    float *m = malloc((easgd ? 2 : 1) * n * sizeof(float));
+    float *m = calloc((easgd ? 2 : 1) * n, sizeof(float));
     if (!m)
         return SS_ERR_NO_MEMORY;
-    float *remote = easgd ? m + n : out;
+    float *remote = easgd ? m + n : out; /* S-EASGD: D, zero where the PS applied nothing */
     ss_status st = ss__transport_allreduce_mean(h->local, name, member, s, m, n, res);
-    if (st == SS_OK)
+    if (st == SS_OK) {
         st = remote_half(h, g, res, m, kind, remote);
-    if (st == SS_OK && easgd)
-        for (size_t i = 0; i < n; i++)
-            out[i] = (s[i] - m[i]) + remote[i];
+        /* S-EASGD: to the host mean, then by what the PS applied, even when
+         * the exchange failed in part (x + c stays conserved). */
+        if (easgd)
+            for (size_t i = 0; i < n; i++)
+                out[i] = (s[i] - m[i]) + remote[i];
+    }
     free(m);
     return st;
 }

@@ -1,6 +1,7 @@
 #include "shadow/transport.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct ss__transport {
     const ss__transport_ops *ops;
@@ -42,6 +43,8 @@ ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t memb
 
 ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint64_t member,
                                        const float *s, float alpha, float *d, size_t n) {
+    if (d)
+        memset(d, 0, n * sizeof *d); /* nothing applied until the other side says so */
     if (!t || !group || !s || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f))
         return SS_ERR_INVALID_ARGUMENT;
     return t->ops->easgd_exchange(t->impl, group, member, s, alpha, d, n);

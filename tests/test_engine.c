@@ -33,12 +33,14 @@ static void worker_writes_during_round(void) {
     for (size_t i = 0; i < fake_n; i++)
         fake_live[i] += 100.0f;
 }
+static size_t fake_applied; /* S-EASGD on an error: floats the other side still applied */
 static ss_status fake_easgd(void *impl, const char *g, uint64_t m, const float *s, float alpha,
                             float *d, size_t n) {
     (void)impl, (void)g, (void)m;
     worker_writes_during_round();
-    for (size_t i = 0; i < n; i++)
-        d[i] = alpha * s[i]; /* central variable 0 */
+    size_t applied = fake_status == SS_OK ? n : fake_applied;
+    for (size_t i = 0; i < applied; i++)
+        d[i] = alpha * s[i]; /* central variable 0; d stays zero past what was applied */
     return fake_status;
 }
 static ss__bmuf_params fake_bmuf_seen; /* the last round's S-BMUF parameters */
@@ -129,6 +131,22 @@ START_TEST(test_bmuf_moves_to_the_block_start) {
         ck_assert_float_eq_tol(x[i], (float)(i + 1) + 120.0f, 1e-5f);
     run_fake_round(SS_ALGO_MA, SS_OK, x);
     ck_assert(!fake_bmuf_was_set); /* S-MA asks for the plain mean */
+}
+END_TEST
+
+START_TEST(test_partial_easgd_applies_what_the_ps_applied) {
+    /* Two of four floats were applied on the PS (one chunk answered, one
+     * timed out): the replica takes those deltas anyway, so x + c stays
+     * conserved; the round still counts as failed. s = [1,2,3,4], +100:
+     * x = s + 100 - 0.5 s on the first two, s + 100 on the others. */
+    float x[4];
+    fake_applied = 2;
+    run_fake_round(SS_ALGO_EASGD, SS_ERR_TIMEOUT, x);
+    fake_applied = 0;
+    ck_assert_float_eq_tol(x[0], 100.5f, 1e-5f);
+    ck_assert_float_eq_tol(x[1], 101.0f, 1e-5f);
+    ck_assert_float_eq(x[2], 103.0f);
+    ck_assert_float_eq(x[3], 104.0f);
 }
 END_TEST
 
@@ -516,9 +534,9 @@ int main(void) {
     return ss__check_tests(
         "engine", 60, NULL, NULL, test_easgd_delta_keeps_concurrent_update,
         test_ma_delta_keeps_concurrent_update, test_bmuf_moves_to_the_block_start,
-        test_failed_round_is_abandoned_whole, test_inproc_easgd_central_from_first,
-        test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
-        test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,
-        test_sync_gap_accounting, test_min_round_gap_waits_for_progress,
-        test_host_average_one_exchange_per_local_round);
+        test_failed_round_is_abandoned_whole, test_partial_easgd_applies_what_the_ps_applied,
+        test_inproc_easgd_central_from_first, test_inproc_bad_input_leaves_central,
+        test_ma_round_across_three_engines, test_ma_round_deadline_drops_silent_member,
+        test_engine_start_pause_stop_several_groups, test_sync_gap_accounting,
+        test_min_round_gap_waits_for_progress, test_host_average_one_exchange_per_local_round);
 }

@@ -89,6 +89,39 @@ START_TEST(test_cut_over_two_shards_and_chunks) {
 }
 END_TEST
 
+/* One shard answers, the other is gone: the chunks that were applied on
+ * the live shard come back in d (zeros for the lost ones), so a caller
+ * that applies x -= d keeps x + c conserved chunk by chunk. */
+START_TEST(test_partial_easgd_returns_the_applied_chunks) {
+    shard a, b;
+    shard_start(&a, 1000);
+    shard_start(&b, 1000);
+    char targets[140];
+    snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
+    ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 1000, .chunk_floats = 2};
+    ss__transport *t;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    uint64_t m;
+    ck_assert_int_eq(ss__transport_join(t, "g", 4, &m), SS_OK);
+    float s0[4] = {1, 1, 1, 1}, s1[4] = {3, 3, 3, 3}, d[4];
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m, s0, 0.5f, d, 4), SS_OK);
+    ss__rpc_server_stop(b.srv); /* shard 1, floats [2, 4), is gone */
+    ss_status st = ss__transport_easgd_exchange(t, "g", m, s1, 0.5f, d, 4);
+    ck_assert_int_ne(st, SS_OK);
+    /* Shard 0: c = 1, s = 3: d = 1 and c became 2; shard 1: nothing. */
+    ck_assert_float_eq(d[0], 1.0f);
+    ck_assert_float_eq(d[1], 1.0f);
+    ck_assert_float_eq(d[2], 0.0f);
+    ck_assert_float_eq(d[3], 0.0f);
+    float c[2];
+    ck_assert_int_eq(ss__transport_read_central(a.backend, "g[0:2)", c, 2), SS_OK);
+    ck_assert_float_eq(c[0] + (s1[0] - d[0]), 1.0f + 3.0f); /* x + c as before the exchange */
+    ss__transport_destroy(t);
+    ss__transport_destroy(b.backend);
+    shard_stop(&a);
+}
+END_TEST
+
 typedef struct round_arg {
     ss__transport *t;
     uint64_t m;
@@ -179,6 +212,7 @@ END_TEST
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests("sharding", 120, NULL, NULL, test_cut_over_two_shards_and_chunks,
+                           test_partial_easgd_returns_the_applied_chunks,
                            test_round_mean_over_shards_and_chunks, test_100mb_group,
                            test_bad_target_lists);
 }
