@@ -248,8 +248,13 @@ static double round_divergence(ss__engine_group *g, size_t n) {
 /* The other side no longer knows this member (it expired it, or a PS
  * restarted from a checkpoint): join again so the next round counts. The
  * caller holds g->round_lock. */
+/* The other side forgot this member (NOT_FOUND: a PS restarted, or expired
+ * it). Leave first: with several shards only the restarted one forgot it,
+ * and an old member left on the others is a zombie that their MA/BMUF
+ * rounds wait for until it expires (forever with no member timeout). */
 static void rejoin(ss__engine_group *g) {
     ss__engine *e = g->engine;
+    ss__transport_leave(e->transport, g->name, g->member); /* NOT_FOUND where forgotten */
     uint64_t member;
     ss_status st = ss__transport_join(e->transport, g->name, ss__replica_size(g->replica), &member);
     if (st == SS_OK) {

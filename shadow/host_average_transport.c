@@ -112,6 +112,8 @@ static ss_status ha_leave(void *impl, const char *name, uint64_t member) {
 /* The PS forgot the host (it restarted, or expired us): join again. */
 static ss_status remote_rejoin(host_avg *h, ha_group *g) {
     pthread_mutex_lock(&h->lock);
+    if (g->remote_joined) /* leave first: the shards that did not forget keep a zombie */
+        ss__transport_leave(h->remote, g->name, g->remote_member);
     ss_status st = ss__transport_join(h->remote, g->name, g->n, &g->remote_member);
     g->remote_joined = st == SS_OK;
     pthread_mutex_unlock(&h->lock);

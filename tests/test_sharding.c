@@ -13,6 +13,7 @@
 #include "ps/dense_service.h"
 #include "rpc/grpc_transport.h"
 #include "shadow/inproc_transport.h"
+#include "transport_checks.h"
 
 typedef struct shard {
     ss__transport *backend;
@@ -21,16 +22,20 @@ typedef struct shard {
     char target[64];
 } shard;
 
-static void shard_start(shard *s, size_t max_floats) {
+static void shard_start_at(shard *s, size_t max_floats, const char *listen) {
     ss__inproc_config icfg = {.round_deadline_ms = 2000};
     ck_assert_int_eq(ss__inproc_transport_create(&icfg, &s->backend), SS_OK);
     s->svc = (ss__dense_service){.backend = s->backend, .max_floats = max_floats};
     size_t n;
     const ss__rpc_method *m = ss__dense_service_methods(&n);
     ss__rpc_server_config cfg = {
-        .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = max_floats * 4 + 4096};
+        .listen = listen, .threads = 2, .max_message_bytes = max_floats * 4 + 4096};
     ck_assert_int_eq(ss__rpc_server_start(&cfg, m, n, &s->svc, &s->srv), SS_OK);
     snprintf(s->target, sizeof s->target, "127.0.0.1:%d", ss__rpc_server_port(s->srv));
+}
+
+static void shard_start(shard *s, size_t max_floats) {
+    shard_start_at(s, max_floats, "127.0.0.1:0");
 }
 
 static void shard_stop(shard *s) {
@@ -122,16 +127,87 @@ START_TEST(test_partial_easgd_returns_the_applied_chunks) {
 }
 END_TEST
 
-typedef struct round_arg {
+/* Members a shard holds for one chunk group. */
+static uint32_t members_on(shard *s, const char *chunk) {
+    ss__inproc_group_info info[16];
+    size_t count;
+    ck_assert_int_eq(ss__inproc_transport_describe(s->backend, info, 16, &count), SS_OK);
+    for (size_t i = 0; i < count; i++)
+        if (!strcmp(info[i].name, chunk))
+            return info[i].members;
+    return 0;
+}
+
+/* One S-MA round of three engines at once; returns how many succeeded. */
+static int round_of_three(ss__engine *const e[3], ss__engine_group *const g[3]) {
+    round_arg args[3];
+    pthread_t th[3];
+    for (int k = 0; k < 3; k++) {
+        args[k] = (round_arg){.e = e[k], .g = g[k]};
+        pthread_create(&th[k], NULL, run_one_round, &args[k]);
+    }
+    int ok = 0;
+    for (int k = 0; k < 3; k++) {
+        pthread_join(th[k], NULL);
+        ok += args[k].st == SS_OK;
+    }
+    return ok;
+}
+
+/* Three S-MA trainers over two shards; shard b restarts empty. Each
+ * trainer's next round gets NOT_FOUND from b and joins again, and must
+ * leave shard a first: a zombie member left there is one a's rounds wait
+ * for until it expires (forever without a member timeout). */
+START_TEST(test_rejoin_leaves_the_shard_that_remembers) {
+    shard a, b;
+    shard_start(&a, 1000);
+    shard_start(&b, 1000);
+    char targets[140];
+    snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
+    ss__transport *t[3];
+    ss__engine *e[3];
+    ss__replica *r[3];
+    ss__engine_group *g[3];
+    const ss__sync_params p = {.algo = SS_ALGO_MA};
+    for (int k = 0; k < 3; k++) {
+        ss__grpc_transport_config cfg = {
+            .targets = targets, .timeout_ms = 5000, .round_wait_ms = 3000, .chunk_floats = 2};
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
+        ss__engine_config ecfg = {.transport = t[k], .threads = 1};
+        ck_assert_int_eq(ss__engine_create(&ecfg, &e[k]), SS_OK);
+        ck_assert_int_eq(ss__replica_create(4, &r[k]), SS_OK);
+        ck_assert_int_eq(ss__engine_add_group(e[k], "g", r[k], &p, &g[k]), SS_OK);
+    }
+    ck_assert_int_eq(round_of_three(e, g), 3);
+    ck_assert_uint_eq(members_on(&a, "g[0:2)"), 3);
+    char at[64];
+    snprintf(at, sizeof at, "%s", b.target);
+    shard_stop(&b);
+    shard_start_at(&b, 1000, at);              /* the same address, nothing remembered */
+    ck_assert_int_eq(round_of_three(e, g), 0); /* NOT_FOUND from b: each joins again */
+    ck_assert_uint_eq(members_on(&a, "g[0:2)"), 3);
+    ck_assert_uint_eq(members_on(&b, "g[2:4)"), 3);
+    ck_assert_int_eq(round_of_three(e, g), 3);
+    for (int k = 0; k < 3; k++) {
+        ss__engine_destroy(e[k]);
+        ss__replica_destroy(r[k]);
+        ss__transport_destroy(t[k]);
+    }
+    shard_stop(&a);
+    shard_stop(&b);
+}
+END_TEST
+
+typedef struct mean_arg {
     ss__transport *t;
     uint64_t m;
     float s[7], avg[7];
     ss__round_result rr;
     ss_status st;
-} round_arg;
+} mean_arg;
 
 static void *contribute(void *p) {
-    round_arg *a = p;
+    mean_arg *a = p;
     a->st = ss__transport_allreduce_mean(a->t, "r", a->m, a->s, a->avg, 7, &a->rr);
     return NULL;
 }
@@ -144,7 +220,7 @@ START_TEST(test_round_mean_over_shards_and_chunks) {
     snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
     ss__grpc_transport_config cfg = {
         .targets = targets, .timeout_ms = 5000, .round_wait_ms = 3000, .chunk_floats = 2};
-    round_arg args[3];
+    mean_arg args[3];
     pthread_t th[3];
     for (int k = 0; k < 3; k++) {
         ck_assert_int_eq(ss__grpc_transport_create(&cfg, &args[k].t), SS_OK);
@@ -214,5 +290,5 @@ int main(void) {
     return ss__check_tests("sharding", 120, NULL, NULL, test_cut_over_two_shards_and_chunks,
                            test_partial_easgd_returns_the_applied_chunks,
                            test_round_mean_over_shards_and_chunks, test_100mb_group,
-                           test_bad_target_lists);
+                           test_bad_target_lists, test_rejoin_leaves_the_shard_that_remembers);
 }
