@@ -438,7 +438,15 @@ static ss_status finish_sync(run *r, ss__ctr_train_result *res) {
     const ss__ctr_train_config *cfg = r->cfg;
     const uint32_t N = cfg->trainers;
     ss_status st;
-    if (r->syncing && cfg->final_rounds > 0) {
+    if (r->syncing && cfg->final_rounds > 0 && cfg->params.algo == SS_ALGO_EASGD) {
+        /* S-EASGD: round-robin, one exchange per trainer per pass, so every
+         * replica meets the centre after the others have moved it (run
+         * trainer by trainer, an in-process exchange takes microseconds and
+         * trainer 0 would be done before the others began). */
+        for (uint32_t k = 0; k < cfg->final_rounds; k++)
+            for (uint32_t t = 0; t < N; t++)
+                ss__engine_run_round(r->tr[t].engine, r->tr[t].group);
+    } else if (r->syncing && cfg->final_rounds > 0) {
         /* All members at once, so MA/BMUF rounds close without deadlines. */
         pthread_t fin[SS_CTR_MAX_TRAINERS];
         final_arg fargs[SS_CTR_MAX_TRAINERS];
