@@ -3,7 +3,8 @@
  *    trainer creates and passes to the agent with SCM_RIGHTS; both map it;
  *  - messages (rpc/proto/agent.proto) travel on a unix stream socket as
  *    frames: a 4-byte little-endian length, then the protobuf bytes.
- * Used by trainer-hooks (client) and tools/agent (server). */
+ * Used by the client (rpc/agent_client.c, for trainer-hooks) and the server
+ * (agent/). */
 #ifndef SHADOWSYNC_AGENT_WIRE_H
 #define SHADOWSYNC_AGENT_WIRE_H
 
