@@ -36,7 +36,11 @@ struct ss__engine_group {
 
     ss__counter *m_rounds, *m_failed, *m_sent, *m_received, *m_iterations;
     ss__histogram *m_round_seconds, *m_gap;
-    ss__gauge *m_divergence;
+    ss__gauge *m_divergence, *m_diverged;
+    /* The replica holds NaN/Inf (seen in its snapshot, or refused by the
+     * other side): no more rounds, said once in the log and in
+     * shadowsync_sync_diverged; rounds return SS_ERR_NON_FINITE. */
+    _Atomic bool diverged;
 };
 
 struct ss__engine {
@@ -129,6 +133,9 @@ static ss_status register_metrics(ss__engine *e, ss__engine_group *g) {
                                     "Duration of a completed sync round.", labels, round_bounds,
                                     sizeof round_bounds / sizeof *round_bounds,
                                     &g->m_round_seconds)) ||
+        (st = ss__metrics_gauge(e->metrics, "shadowsync_sync_diverged",
+                                "1 when the replica holds NaN or Inf: its rounds stopped.", labels,
+                                &g->m_diverged)) ||
         (st = ss__metrics_histogram(e->metrics, "shadowsync_sync_gap_iterations",
                                     "Trainer iterations between two completed rounds of a replica.",
                                     labels, gap_bounds, sizeof gap_bounds / sizeof *gap_bounds,
@@ -273,11 +280,15 @@ static ss_status run_round_locked(ss__engine_group *g) {
     ss__engine *e = g->engine;
     const size_t n = ss__replica_size(g->replica);
     float *x = ss__replica_data(g->replica);
+    if (atomic_load(&g->diverged))
+        return SS_ERR_NON_FINITE; /* said once already; nothing to retry */
     const uint64_t t0 = ss__now_ns();
     ss__kernel_live_snapshot(g->snap, x, n);
 
     ss_status st;
-    if (g->params.algo == SS_ALGO_EASGD) {
+    if (!ss__kernel_all_finite(g->snap, n)) {
+        st = SS_ERR_NON_FINITE; /* the other side would refuse it */
+    } else if (g->params.algo == SS_ALGO_EASGD) {
         /* Applied even when the exchange failed: reply then holds what the
          * other side did apply (zeros elsewhere), and x + c stays conserved. */
         st = ss__transport_easgd_exchange(e->transport, g->name, g->member, g->snap,
@@ -312,6 +323,15 @@ static ss_status run_round_locked(ss__engine_group *g) {
                       g->name, ss_status_name(st));
         if (st == SS_ERR_NOT_FOUND)
             rejoin(g);
+        if (st == SS_ERR_NON_FINITE && !atomic_exchange(&g->diverged, true)) {
+            ss__gauge_set(g->m_diverged, 1);
+            /* Leave, so that the others' MA/BMUF rounds stop waiting for it. */
+            ss__transport_leave(e->transport, g->name, g->member);
+            SS_LOG_ERRORF("engine",
+                          "event=replica_diverged trainer=%s group=%s why=\"the replica holds NaN "
+                          "or Inf; its rounds stop (lower the learning rate or BMUF zeta)\"",
+                          e->trainer, g->name);
+        }
         return st;
     }
     atomic_store_explicit(&g->last_contact_ns, t1, memory_order_relaxed);
@@ -353,6 +373,8 @@ ss_status ss__engine_run_round(ss__engine *e, ss__engine_group *g) {
 
 /* True when the group's replica has not advanced enough for a new round. */
 static bool group_idle(const ss__engine *e, ss__engine_group *g) {
+    if (atomic_load(&g->diverged))
+        return true; /* no more rounds: a shadow thread must not spin on it */
     if (e->min_round_gap == 0)
         return false;
     pthread_mutex_lock(&g->stats_lock);
@@ -364,8 +386,8 @@ static bool group_idle(const ss__engine *e, ss__engine_group *g) {
 /* An idle group still tells the others it is alive, so they do not expire
  * it. Called without e->lock; takes the group's round lock if free. */
 static void maybe_heartbeat(ss__engine *e, ss__engine_group *g) {
-    if (e->heartbeat_ns == 0)
-        return;
+    if (e->heartbeat_ns == 0 || atomic_load(&g->diverged))
+        return; /* a diverged member has left */
     uint64_t now = ss__now_ns();
     if (now - atomic_load_explicit(&g->last_contact_ns, memory_order_relaxed) < e->heartbeat_ns ||
         pthread_mutex_trylock(&g->round_lock) != 0)

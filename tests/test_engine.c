@@ -150,6 +150,52 @@ START_TEST(test_partial_easgd_applies_what_the_ps_applied) {
 }
 END_TEST
 
+/* A replica that holds NaN is not retried forever: the first round says
+ * NON_FINITE (log, shadowsync_sync_diverged 1), the member leaves, and
+ * later rounds, final rounds and the shadow threads skip it. */
+START_TEST(test_diverged_replica_stops_and_says_so) {
+    ss__inproc_config icfg = {.round_deadline_ms = 200};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__engine *e;
+    ss__engine_config cfg = {.transport = t, .metrics = m, .trainer = "t", .threads = 1};
+    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ss__replica *r;
+    ck_assert_int_eq(ss__replica_create(2, &r), SS_OK);
+    ss__sync_params p = {.algo = SS_ALGO_MA};
+    ss__engine_group *g;
+    ck_assert_int_eq(ss__engine_add_group(e, "g", r, &p, &g), SS_OK);
+    ss__replica_data(r)[1] = NAN;
+    ck_assert_int_eq(ss__engine_run_round(e, g), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__engine_run_round(e, g), SS_ERR_NON_FINITE);
+    ss__group_stats st;
+    ck_assert_int_eq(ss__engine_group_stats(g, &st), SS_OK);
+    ck_assert_uint_eq(st.failed_rounds, 1); /* said once, not retried */
+    ss__inproc_group_info info;
+    size_t count;
+    ck_assert_int_eq(ss__inproc_transport_describe(t, &info, 1, &count), SS_OK);
+    ck_assert_uint_eq(info.members, 0); /* it left: nobody's round waits for it */
+    char *text;
+    size_t len;
+    ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
+    ck_assert_ptr_nonnull(
+        strstr(text, "shadowsync_sync_diverged{trainer=\"t\",group=\"g\",algo=\"ma\"} 1"));
+    free(text);
+    ck_assert_int_eq(ss__engine_start(e), SS_OK); /* the shadow thread skips it */
+    ss__sleep_ns(50000000ull);
+    ck_assert_int_eq(ss__engine_stop(e), SS_OK);
+    ck_assert_int_eq(ss__engine_final_rounds(e, 3, 0), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__engine_group_stats(g, &st), SS_OK);
+    ck_assert_uint_eq(st.failed_rounds, 1);
+    ss__engine_destroy(e);
+    ss__replica_destroy(r);
+    ss__metrics_destroy(m);
+    ss__transport_destroy(t);
+}
+END_TEST
+
 START_TEST(test_failed_round_is_abandoned_whole) {
     /* The transport fails: only the worker's +100 remains. */
     float x[4];
@@ -534,9 +580,10 @@ int main(void) {
     return ss__check_tests(
         "engine", 60, NULL, NULL, test_easgd_delta_keeps_concurrent_update,
         test_ma_delta_keeps_concurrent_update, test_bmuf_moves_to_the_block_start,
-        test_failed_round_is_abandoned_whole, test_partial_easgd_applies_what_the_ps_applied,
-        test_inproc_easgd_central_from_first, test_inproc_bad_input_leaves_central,
-        test_ma_round_across_three_engines, test_ma_round_deadline_drops_silent_member,
-        test_engine_start_pause_stop_several_groups, test_sync_gap_accounting,
-        test_min_round_gap_waits_for_progress, test_host_average_one_exchange_per_local_round);
+        test_failed_round_is_abandoned_whole, test_diverged_replica_stops_and_says_so,
+        test_partial_easgd_applies_what_the_ps_applied, test_inproc_easgd_central_from_first,
+        test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
+        test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,
+        test_sync_gap_accounting, test_min_round_gap_waits_for_progress,
+        test_host_average_one_exchange_per_local_round);
 }

@@ -123,7 +123,10 @@ ss_status ss_trainer_step(ss_trainer *t);
  * save the model) and their stats frozen. step() then only counts.
  * SS_OK only when the final rounds and the tables' flushes succeeded: a PS
  * that is gone or does not answer is SS_ERR_IO or SS_ERR_TIMEOUT (the
- * replicas then hold what training and the last good round left). */
+ * replicas then hold what training and the last good round left); a
+ * replica that holds NaN or Inf is SS_ERR_NON_FINITE (its rounds stopped
+ * when it diverged, it left the PS, and the log and the
+ * shadowsync_sync_diverged metric said so). */
 ss_status ss_trainer_finish(ss_trainer *t);
 
 /* finish() if not done yet, then frees everything including the groups'
