@@ -1,5 +1,6 @@
 /* What the agent tells about itself: /status JSON and replica checkpoints. */
 #include <fcntl.h>
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,72 +8,82 @@
 
 #include "agent/agent_internal.h"
 #include "common/clock.h"
-#include "common/strbuf.h"
+#include "common/flags.h"
+#include "common/json.h"
 
-/* Names are checked to [A-Za-z0-9_.-] at the socket: they need no JSON
- * escaping. */
-static void group_json(ss__strbuf *b, const agent_session *s, const agent_group *g, uint64_t now,
-                       bool *first) {
+/* One group replica, as a JSON object (json-c escapes every string). */
+static json_object *group_json(const agent_session *s, const agent_group *g, uint64_t now) {
     ss__group_stats st = {0};
     if (g->eg)
         ss__engine_group_stats(g->eg, &st);
     ss__shm_header *h = g->shm.hdr;
     double age = st.last_done_ns ? (double)(now - st.last_done_ns) / 1e9 : -1.0;
-    ss__strbuf_printf(
-        b,
-        "%s\n    {\"group\":\"%s\",\"trainer\":\"%s\",\"session\":%llu,"
-        "\"algo\":\"%s\",\"floats\":%zu,\"syncing\":%s,\"iterations\":%llu,"
-        "\"rounds\":%llu,\"failed_rounds\":%llu,\"last_round_age_seconds\":%.3f,"
-        "\"last_round_seconds\":%.6f,\"sync_gap_mean\":%.2f,\"sync_gap_p99\":%llu,"
-        "\"divergence\":%.6g}",
-        *first ? "" : ",", g->name, s->trainer, (unsigned long long)s->id, ss__algo_name(g->algo),
-        g->shm.n, g->eg ? "true" : "false", (unsigned long long)atomic_load(&h->iterations),
-        (unsigned long long)atomic_load(&h->rounds),
-        (unsigned long long)atomic_load(&h->failed_rounds), age, (double)st.last_round_ns / 1e9,
-        ss__shm_load_double(&h->gap_mean_bits), (unsigned long long)atomic_load(&h->gap_p99),
-        ss__shm_load_double(&h->divergence_bits));
-    *first = false;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "group", json_object_new_string(g->name));
+    json_object_object_add(o, "trainer", json_object_new_string(s->trainer));
+    json_object_object_add(o, "session", json_object_new_uint64(s->id));
+    json_object_object_add(o, "algo", json_object_new_string(ss__algo_name(g->algo)));
+    json_object_object_add(o, "floats", json_object_new_uint64(g->shm.n));
+    json_object_object_add(o, "syncing", json_object_new_boolean(g->eg != NULL));
+    json_object_object_add(o, "iterations", json_object_new_uint64(atomic_load(&h->iterations)));
+    json_object_object_add(o, "rounds", json_object_new_uint64(atomic_load(&h->rounds)));
+    json_object_object_add(o, "failed_rounds",
+                           json_object_new_uint64(atomic_load(&h->failed_rounds)));
+    json_object_object_add(o, "last_round_age_seconds", json_object_new_double(age));
+    json_object_object_add(o, "last_round_seconds",
+                           json_object_new_double((double)st.last_round_ns / 1e9));
+    json_object_object_add(o, "sync_gap_mean",
+                           json_object_new_double(ss__shm_load_double(&h->gap_mean_bits)));
+    json_object_object_add(o, "sync_gap_p99", json_object_new_uint64(atomic_load(&h->gap_p99)));
+    json_object_object_add(o, "divergence",
+                           json_object_new_double(ss__shm_load_double(&h->divergence_bits)));
+    return o;
+}
+
+static const char *session_state(const agent_session *s) {
+    if (!s->hello)
+        return "connecting";
+    if (s->finished)
+        return "finished";
+    return atomic_load(&s->done) ? "leaving" : "training";
+}
+
+static json_object *session_json(const agent_session *s) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "session", json_object_new_uint64(s->id));
+    json_object_object_add(o, "trainer", json_object_new_string(s->hello ? s->trainer : ""));
+    json_object_object_add(o, "pid", json_object_new_int(s->peer_pid));
+    json_object_object_add(o, "uid", json_object_new_int64(s->peer_uid));
+    json_object_object_add(o, "state", json_object_new_string(session_state(s)));
+    json_object_object_add(o, "groups", json_object_new_uint64(s->ngroups));
+    return o;
 }
 
 ss_status ss__agent_status_json(ss__agent *a, char **out, size_t *len) {
     if (!a || !out)
         return SS_ERR_INVALID_ARGUMENT;
     uint64_t now = ss__now_ns();
-    uint64_t rounds = ss__agent_rounds(a);
-    ss__strbuf b = {0};
-    ss__strbuf_printf(&b,
-                      "{\"role\":\"agent\",\"socket\":\"%s\",\"uptime_seconds\":%.1f,"
-                      "\"rounds_total\":%llu,\n  \"members\":[",
-                      a->socket_path, (double)(now - a->start_ns) / 1e9,
-                      (unsigned long long)rounds);
+    json_object *root = json_object_new_object();
+    json_object *members = json_object_new_array();
+    json_object *groups = json_object_new_array();
+    json_object_object_add(root, "role", json_object_new_string("agent"));
+    json_object_object_add(root, "version", json_object_new_string(ss__version()));
+    json_object_object_add(root, "socket", json_object_new_string(a->socket_path));
+    json_object_object_add(root, "uptime_seconds",
+                           json_object_new_double((double)(now - a->start_ns) / 1e9));
+    json_object_object_add(root, "rounds_total", json_object_new_uint64(ss__agent_rounds(a)));
     pthread_mutex_lock(&a->lock);
-    bool first = true;
     for (agent_session *s = a->sessions; s; s = s->next) {
         pthread_mutex_lock(&s->lock);
-        ss__strbuf_printf(&b,
-                          "%s\n    {\"session\":%llu,\"trainer\":\"%s\",\"pid\":%d,\"uid\":%d,"
-                          "\"state\":\"%s\",\"groups\":%zu}",
-                          first ? "" : ",", (unsigned long long)s->id, s->hello ? s->trainer : "",
-                          (int)s->peer_pid, (int)s->peer_uid,
-                          !s->hello               ? "connecting"
-                          : s->finished           ? "finished"
-                          : atomic_load(&s->done) ? "leaving"
-                                                  : "training",
-                          s->ngroups);
-        first = false;
-        pthread_mutex_unlock(&s->lock);
-    }
-    ss__strbuf_printf(&b, "],\n  \"groups\":[");
-    first = true;
-    for (agent_session *s = a->sessions; s; s = s->next) {
-        pthread_mutex_lock(&s->lock);
+        json_object_array_add(members, session_json(s));
         for (size_t i = 0; i < s->ngroups; i++)
-            group_json(&b, s, &s->groups[i], now, &first);
+            json_object_array_add(groups, group_json(s, &s->groups[i], now));
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_unlock(&a->lock);
-    ss__strbuf_printf(&b, "]}\n");
-    return ss__strbuf_take(&b, out, len);
+    json_object_object_add(root, "members", members);
+    json_object_object_add(root, "groups", groups);
+    return ss__json_take(root, out, len);
 }
 
 /* dir/name.f32 via a temporary file, fsync and rename. */

@@ -14,3 +14,29 @@ bool ss__name_valid(const char *name) {
     }
     return true;
 }
+
+/* Digits, then the character end; returns where it stopped or NULL. */
+static const char *digits_then(const char *s, char end) {
+    const char *d = s;
+    while (*d >= '0' && *d <= '9')
+        d++;
+    return d > s && d - s <= 20 && *d == end ? d + 1 : NULL;
+}
+
+bool ss__ps_group_name_valid(const char *name) {
+    if (!name)
+        return false;
+    size_t base = strcspn(name, "[");
+    if (base == 0 || base >= SS_NAME_MAX)
+        return false;
+    char head[SS_NAME_MAX];
+    memcpy(head, name, base);
+    head[base] = '\0';
+    if (!ss__name_valid(head))
+        return false;
+    if (name[base] == '\0')
+        return true;
+    const char *p = digits_then(name + base + 1, ':');
+    p = p ? digits_then(p, ')') : NULL;
+    return p && *p == '\0';
+}

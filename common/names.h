@@ -14,4 +14,9 @@
 /* true when name follows SS_NAME_RULE (NULL does not). */
 bool ss__name_valid(const char *name);
 
+/* The name of a group on a PS: a valid name, or a valid name followed by
+ * the chunk range the client transport gives each chunk, "[lo:hi)". */
+#define SS_PS_GROUP_RULE SS_NAME_RULE ", optionally followed by a chunk range [lo:hi)"
+bool ss__ps_group_name_valid(const char *name);
+
 #endif

@@ -22,6 +22,9 @@ PACKAGES=(
   libcurl4-openssl-dev # shadowsync-ctl and the tests' HTTP client
   prometheus           # promtool (metrics lint) and the scrape test's server
   curl                 # the Prometheus test queries its HTTP API
+  libjson-c-dev        # /status is written and read with json-c (agent, PS, shadowsync-ctl)
+  clang                # the fuzz targets (tests/fuzz/) are built with -fsanitize=fuzzer
+  libfuzzer-14-dev     # libFuzzer's driver for clang 14
 )
 
 missing=()

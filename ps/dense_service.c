@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "ps/dense_service.h"
+
+#include "common/names.h"
 #include "rpc/dense_wire.h"
 #include "rpc/proto/dense_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
@@ -40,8 +42,10 @@ static int check_floats(ss__dense_service *svc, const ProtobufCBinaryData *b, ss
 }
 
 static int check_group(ss__dense_service *svc, const char *group, ss__rpc_reply *r) {
-    if (!group || !*group || strlen(group) > 256) {
-        reject(svc, r, SS_ERR_INVALID_ARGUMENT, "group name must be 1 to 256 bytes");
+    /* The one name rule of the project: names end up in /status, metric
+     * labels and file names. */
+    if (!ss__ps_group_name_valid(group)) {
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
         return 0;
     }
     return 1;

@@ -12,9 +12,9 @@
 
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/signals.h"
-#include "common/strbuf.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
 #include "rpc/http.h"
@@ -84,25 +84,29 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
     if (!info)
         return SS_ERR_NO_MEMORY;
     uint64_t now = ss__now_ns();
-    ss__strbuf b = {0};
-    ss__strbuf_printf(&b,
-                      "{\"role\":\"ps\",\"listen\":\"%s\",\"uptime_seconds\":%.1f,\n  \"groups\":[",
-                      ps->listen, (double)(now - ps->start_ns) / 1e9);
+    json_object *root = json_object_new_object(), *groups = json_object_new_array();
+    json_object_object_add(root, "role", json_object_new_string("ps"));
+    json_object_object_add(root, "version", json_object_new_string(ss__version()));
+    json_object_object_add(root, "listen", json_object_new_string(ps->listen));
+    json_object_object_add(root, "uptime_seconds",
+                           json_object_new_double((double)(now - ps->start_ns) / 1e9));
     for (size_t i = 0; i < k; i++) {
         const ss__inproc_group_info *g = &info[i];
-        /* Group names reach the PS validated to [A-Za-z0-9_.-]. */
-        ss__strbuf_printf(&b,
-                          "%s\n    {\"group\":\"%s\",\"floats\":%zu,\"members\":%u,"
-                          "\"exchanges\":%llu,\"closed_rounds\":%llu,\"rounds\":%llu,"
-                          "\"last_round_age_seconds\":%.3f}",
-                          i ? "," : "", g->name, g->n, g->members, (unsigned long long)g->exchanges,
-                          (unsigned long long)g->rounds,
-                          (unsigned long long)(g->exchanges + g->rounds),
-                          g->last_done_ns ? (double)(now - g->last_done_ns) / 1e9 : -1.0);
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "group", json_object_new_string(g->name));
+        json_object_object_add(o, "floats", json_object_new_uint64(g->n));
+        json_object_object_add(o, "members", json_object_new_uint64(g->members));
+        json_object_object_add(o, "exchanges", json_object_new_uint64(g->exchanges));
+        json_object_object_add(o, "closed_rounds", json_object_new_uint64(g->rounds));
+        json_object_object_add(o, "rounds", json_object_new_uint64(g->exchanges + g->rounds));
+        json_object_object_add(
+            o, "last_round_age_seconds",
+            json_object_new_double(g->last_done_ns ? (double)(now - g->last_done_ns) / 1e9 : -1.0));
+        json_object_array_add(groups, o);
     }
-    ss__strbuf_printf(&b, "]}\n");
+    json_object_object_add(root, "groups", groups);
     free(info);
-    return ss__strbuf_take(&b, out, len);
+    return ss__json_take(root, out, len);
 }
 
 /* Mirrors the backend's per-group counts into shadowsync_ps_* series. */

@@ -476,7 +476,9 @@ START_TEST(ctl_commands) {
     /* A group with known values, synced by a second agent that may
      * checkpoint. */
     char sock2[160], log2[160], ckdir[160], http2[128], file[200];
-    snprintf(sock2, sizeof sock2, "%s/run2/agent.sock", dir);
+    /* A socket directory with a quote and a backslash: /status must stay
+     * one JSON document (ctl status parses it and fails when it is not). */
+    snprintf(sock2, sizeof sock2, "%s/run\"2\\/agent.sock", dir);
     snprintf(log2, sizeof log2, "%s/agent2.log", dir);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(file, sizeof file, "%s/watched.f32", ckdir);
@@ -491,8 +493,9 @@ START_TEST(ctl_commands) {
         g.data[i] = (float)i;
 
     ck_assert_int_eq(ctl(log, &out, (char *[]){"status", "--url", http2, NULL}), 0);
-    ck_assert_ptr_nonnull(strstr(out, "\"role\":\"agent\""));
-    ck_assert_ptr_nonnull(strstr(out, "\"trainer\":\"viewer\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"role\": \"agent\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"trainer\": \"viewer\""));
+    ck_assert_ptr_nonnull(strstr(out, "run\\\"2\\\\/agent.sock"));
     free(out);
     ck_assert_int_eq(ctl(log, &out, (char *[]){"metrics", "--url", http2, NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out, "shadowsync_agent_sessions 1"));

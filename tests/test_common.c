@@ -8,6 +8,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/names.h"
 #include "shadowsync/status.h"
 
 START_TEST(test_strerror_covers_every_code) {
@@ -19,6 +20,26 @@ START_TEST(test_strerror_covers_every_code) {
     ck_assert_str_eq(ss_strerror(SS_ERR_NON_FINITE), "payload contains NaN or Inf");
     ck_assert_str_eq(ss_strerror((ss_status)999), "unknown status code");
     ck_assert_str_eq(ss_status_name(SS_ERR_SIZE_MISMATCH), "size_mismatch");
+}
+END_TEST
+
+START_TEST(test_ps_group_names) {
+    ck_assert(ss__ps_group_name_valid("mlp.w-1_x"));
+    ck_assert(ss__ps_group_name_valid("mlp[0:1024)"));
+    ck_assert(ss__ps_group_name_valid("m[12:5)")); /* ranges are checked by size, not here */
+    ck_assert(!ss__ps_group_name_valid(NULL));
+    ck_assert(!ss__ps_group_name_valid(""));
+    ck_assert(!ss__ps_group_name_valid("[0:1)"));
+    ck_assert(!ss__ps_group_name_valid("m[0:1"));
+    ck_assert(!ss__ps_group_name_valid("m[:1)"));
+    ck_assert(!ss__ps_group_name_valid("m[0:)"));
+    ck_assert(!ss__ps_group_name_valid("m[0:1))"));
+    ck_assert(!ss__ps_group_name_valid("m\"[0:1)"));
+    ck_assert(!ss__ps_group_name_valid("a/b"));
+    char long_name[80];
+    memset(long_name, 'a', 70);
+    long_name[70] = '\0';
+    ck_assert(!ss__ps_group_name_valid(long_name));
 }
 END_TEST
 
@@ -182,6 +203,7 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("common", 0, NULL, NULL, test_strerror_covers_every_code,
-                           test_log_level_parse, test_flags_precedence_and_forms,
-                           test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input);
+                           test_ps_group_names, test_log_level_parse,
+                           test_flags_precedence_and_forms, test_flags_bad_input,
+                           test_metrics_render_exact, test_metrics_bad_input);
 }

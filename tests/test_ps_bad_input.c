@@ -122,7 +122,16 @@ START_TEST(test_unknown_group_and_member) {
     lv.group = "nope";
     ck_assert_int_eq(send_msg(SVC "Leave", &lv.base, 5000), SS_ERR_NOT_FOUND);
     ck_assert_int_eq(join("", 2), SS_ERR_INVALID_ARGUMENT);
-    ck_assert_uint_eq(rejected(), before + 5);
+    /* Names travel into /status, metric labels and file names: a quote,
+     * a backslash, a newline or a path are refused; a chunk range is the
+     * one suffix allowed. */
+    ck_assert_int_eq(join("a\"b", 2), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(join("a\\b", 2), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(join("a\nb", 2), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(join("../x", 2), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(join("g[0:2)x", 2), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(join("g[0:2)", 2), SS_OK);
+    ck_assert_uint_eq(rejected(), before + 10);
     assert_central_unchanged();
 }
 END_TEST

@@ -74,7 +74,7 @@ for r in $(seq 0 $((TRAINERS - 1))); do
 done
 [ "$failed" = 0 ] || { echo "cluster: a trainer failed" >&2; exit 1; }
 if [ "$AGENT" = 1 ]; then
-  echo "agent: $("$B/shadowsync-ctl" status --url "http://$agent_http" | grep -o '"rounds_total":[0-9]*' | tr -d '"' | tr : =) (all trainers' rounds, run by the agent)"
+  echo "agent: $("$B/shadowsync-ctl" status --url "http://$agent_http" | grep -o '"rounds_total": *[0-9]*' | tr -d '" ' | tr : =) (all trainers' rounds, run by the agent)"
 fi
 cat "$OUT"/trainer*.log | grep '^summary:' | awk '
   { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }

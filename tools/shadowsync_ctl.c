@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/json.h"
 #include "common/strbuf.h"
 
 /* What --help and --version say. */
@@ -67,23 +68,23 @@ static long fetch(const char *base, const char *path, bool post, long timeout_ms
 
 /* ---- watch ---- */
 
-/* The number after "key": in one JSON object line; NAN when absent. */
-static double num_of(const char *line, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *at = strstr(line, pat);
-    return at ? strtod(at + strlen(pat), NULL) : __builtin_nan("");
+/* A number member of a JSON object; NAN when absent or not a number. */
+static double num_of(json_object *o, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) ||
+        !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
+        return __builtin_nan("");
+    return json_object_get_double(v);
 }
 
-static void str_of(const char *line, const char *key, char *out, size_t outlen) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":\"", key);
-    const char *at = strstr(line, pat);
-    out[0] = '\0';
-    if (at) {
-        at += strlen(pat);
-        snprintf(out, outlen, "%.*s", (int)strcspn(at, "\""), at);
-    }
+/* A string member of a JSON object; "" when absent. */
+static void str_of(json_object *o, const char *key, char *out, size_t outlen) {
+    json_object *v;
+    const char *s =
+        json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string)
+            ? json_object_get_string(v)
+            : "";
+    snprintf(out, outlen, "%s", s);
 }
 
 #define WATCH_MAX 256
@@ -93,41 +94,40 @@ typedef struct seen {
     double rounds;
 } seen;
 
-/* One screen: a row per group object of /status. Rounds/s from the change
- * in "rounds" since the previous screen. */
-static void watch_screen(const char *json, seen *prev, size_t *nprev, double dt, bool tty) {
+/* One screen: a row per object of /status's "groups". Rounds/s from the
+ * change in "rounds" since the previous screen. */
+static void watch_screen(json_object *doc, seen *prev, size_t *nprev, double dt, bool tty) {
     seen now[WATCH_MAX];
     size_t nnow = 0;
     if (tty)
         fputs("\033[H\033[2J", stdout);
     printf("%-20s %-14s %10s %9s %10s %8s %11s\n", "group", "trainer", "rounds", "rounds/s",
            "gap_mean", "gap_p99", "divergence");
-    for (const char *line = json; line && *line; line = strchr(line, '\n')) {
-        if (*line == '\n')
-            line++;
-        char eol[2048];
-        snprintf(eol, sizeof eol, "%.*s", (int)strcspn(line, "\n"), line);
-        if (!strstr(eol, "\"group\":\""))
-            continue;
+    json_object *groups;
+    size_t ng = json_object_object_get_ex(doc, "groups", &groups) &&
+                        json_object_is_type(groups, json_type_array)
+                    ? json_object_array_length(groups)
+                    : 0;
+    for (size_t i = 0; i < ng; i++) {
+        json_object *g = json_object_array_get_idx(groups, i);
         char group[64], trainer[64];
-        str_of(eol, "group", group, sizeof group);
-        str_of(eol, "trainer", trainer, sizeof trainer);
+        str_of(g, "group", group, sizeof group);
+        str_of(g, "trainer", trainer, sizeof trainer);
         if (!trainer[0])
             snprintf(trainer, sizeof trainer, "(ps)");
-        double rounds = num_of(eol, "rounds");
+        double rounds = num_of(g, "rounds");
         double rate = __builtin_nan("");
         char key[160];
         snprintf(key, sizeof key, "%s/%s", group, trainer);
-        for (size_t i = 0; i < *nprev; i++)
-            if (!strcmp(prev[i].key, key) && dt > 0)
-                rate = (rounds - prev[i].rounds) / dt;
+        for (size_t j = 0; j < *nprev; j++)
+            if (!strcmp(prev[j].key, key) && dt > 0)
+                rate = (rounds - prev[j].rounds) / dt;
         if (nnow < WATCH_MAX) {
             snprintf(now[nnow].key, sizeof now[nnow].key, "%s", key);
             now[nnow++].rounds = rounds;
         }
         printf("%-20s %-14s %10.0f %9.1f %10.2f %8.0f %11.4g\n", group, trainer, rounds, rate,
-               num_of(eol, "sync_gap_mean"), num_of(eol, "sync_gap_p99"),
-               num_of(eol, "divergence"));
+               num_of(g, "sync_gap_mean"), num_of(g, "sync_gap_p99"), num_of(g, "divergence"));
     }
     memcpy(prev, now, nnow * sizeof *now);
     *nprev = nnow;
@@ -143,14 +143,16 @@ static int watch(const char *url, long interval_ms, long count, long timeout_ms)
         char *body = NULL, err[512] = "";
         long code = fetch(url, "/status", false, timeout_ms, &body, err, sizeof err);
         uint64_t t = ss__now_ns();
-        if (code != 200) {
+        json_object *doc = code == 200 ? ss__json_parse(body, err, sizeof err) : NULL;
+        if (!doc) {
             if (tty)
                 fputs("\033[H\033[2J", stdout);
             printf("shadowsync-ctl: %s (retrying every %ld ms)\n",
-                   code < 0 ? err : "endpoint answered an error", interval_ms);
+                   code < 0 || code == 200 ? err : "endpoint answered an error", interval_ms);
             fflush(stdout);
         } else {
-            watch_screen(body, prev, &nprev, last ? (double)(t - last) / 1e9 : 0, tty);
+            watch_screen(doc, prev, &nprev, last ? (double)(t - last) / 1e9 : 0, tty);
+            json_object_put(doc);
             if (!tty)
                 printf("--\n");
             last = t;
@@ -200,6 +202,19 @@ int main(int argc, char **argv) {
         if (code < 0) {
             fprintf(stderr, "shadowsync-ctl: %s\n", err);
             rc = 1;
+        } else if (code == 200 && !strcmp(cmd, "status")) {
+            /* Checked and printed by json-c: what is shown is a document. */
+            json_object *doc = ss__json_parse(body, err, sizeof err);
+            char *text = NULL;
+            if (doc && ss__json_take(doc, &text, NULL) == SS_OK) {
+                fputs(text, stdout);
+                rc = 0;
+            } else {
+                fprintf(stderr, "shadowsync-ctl: %s/status: %s\n", url,
+                        doc ? "out of memory" : err);
+                rc = 1;
+            }
+            free(text);
         } else {
             fputs(body, code == 200 ? stdout : stderr);
             if (code != 200)
