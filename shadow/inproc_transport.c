@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,7 +34,6 @@ typedef struct group {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
 
-    uint64_t next_member;
     member_slot *members; /* the active ones */
     size_t nmembers, capmembers;
 
@@ -101,16 +101,24 @@ static void group_free(group *g) {
     free(g);
 }
 
-/* Member ids start at a random point: a PS restarted from a checkpoint
- * must not hand a new member the id an old member still uses (the old one
- * would then pass for it instead of getting NOT_FOUND and joining again). */
-static uint64_t first_member_id(const void *salt) {
-    uint64_t x = ss__now_ns() ^ (uint64_t)(uintptr_t)salt ^ ((uint64_t)getpid() << 32);
-    x += 0x9e3779b97f4a7c15ull; /* splitmix64 */
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return (x >> 2) + 1; /* never 0, far from overflow */
+/* A member id is also the member's credential: whoever holds it may
+ * submit snapshots, heartbeat or leave as that member. So it is 64 bits
+ * from the kernel's CSPRNG (getrandom), not a counter a client could step
+ * to its neighbour's; never 0, never one the group has now. Random ids also
+ * keep a restarted PS from handing out an id an old member still uses. */
+static ss_status new_member_id(const group *g, uint64_t *out) {
+    for (;;) {
+        uint64_t x;
+        if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x)
+            return SS_ERR_IO;
+        bool taken = x == 0;
+        for (size_t i = 0; i < g->nmembers && !taken; i++)
+            taken = g->members[i].id == x;
+        if (!taken) {
+            *out = x;
+            return SS_OK;
+        }
+    }
 }
 
 static group *group_new(const char *name, size_t n) {
@@ -128,7 +136,6 @@ static group *group_new(const char *name, size_t n) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&g->cond, &ca);
     pthread_condattr_destroy(&ca);
-    g->next_member = first_member_id(g);
     g->result_round = NO_ROUND;
     if (!g->name || !g->central) {
         group_free(g);
@@ -167,8 +174,9 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
                 st = SS_ERR_NO_MEMORY;
             }
         }
+        if (st == SS_OK)
+            st = new_member_id(g, member);
         if (st == SS_OK) {
-            *member = g->next_member++;
             g->members[g->nmembers++] = (member_slot){.id = *member, .last_seen = ss__now_ns()};
         }
     }

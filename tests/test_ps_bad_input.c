@@ -223,6 +223,37 @@ START_TEST(test_expired_deadline) {
 }
 END_TEST
 
+/* A member id is a credential: the ids of members that joined one after
+ * another are not neighbours, so Leave (or a snapshot) with a guessed id
+ * near one's own gets NOT_FOUND and nobody is removed. */
+START_TEST(test_member_ids_are_not_guessable) {
+    uint64_t id[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(ss__transport_join(backend, "m", 2, &id[i]), SS_OK);
+    uint64_t before = rejected();
+    for (int i = 0; i < 4; i++) {
+        for (int64_t delta = -3; delta <= 3; delta++) {
+            if (delta == 0)
+                continue;
+            uint64_t guess = id[i] + (uint64_t)delta;
+            bool taken = false;
+            for (int j = 0; j < 4; j++)
+                taken = taken || guess == id[j];
+            ck_assert_msg(!taken, "member %d's id %llu is %lld from another member's", i,
+                          (unsigned long long)id[i], (long long)delta);
+            Shadowsync__V1__LeaveRequest lv = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
+            lv.group = "m";
+            lv.member = guess;
+            ck_assert_int_eq(send_msg(SVC "Leave", &lv.base, 5000), SS_ERR_NOT_FOUND);
+        }
+    }
+    ck_assert_uint_eq(rejected(), before + 4 * 6);
+    /* Every real member is still in: a heartbeat of each succeeds. */
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(ss__transport_heartbeat(backend, "m", id[i]), SS_OK);
+}
+END_TEST
+
 START_TEST(test_checkpoint_without_a_directory) {
     Shadowsync__V1__CheckpointRequest r = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
     ck_assert_int_eq(send_msg(SVC "Checkpoint", &r.base, 5000), SS_ERR_STATE);
@@ -234,5 +265,6 @@ int main(void) {
     return ss__check_tests("ps_bad_input", 60, setup, teardown, test_wrong_group_size,
                            test_unknown_group_and_member, test_nan_and_inf_payloads,
                            test_oversized_message_and_group, test_garbage_bytes_and_unknown_method,
-                           test_expired_deadline, test_checkpoint_without_a_directory);
+                           test_expired_deadline, test_member_ids_are_not_guessable,
+                           test_checkpoint_without_a_directory);
 }
