@@ -4,7 +4,7 @@
 
 bool ss__name_valid(const char *name) {
     size_t n = name ? strnlen(name, SS_NAME_MAX) : 0;
-    if (n == 0 || n == SS_NAME_MAX)
+    if (n == 0 || n == SS_NAME_MAX || name[0] == '.') /* never ".", ".." or hidden */
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = name[i];

@@ -9,7 +9,7 @@
 
 /* Buffer size that holds any valid name. */
 #define SS_NAME_MAX  64
-#define SS_NAME_RULE "1-63 characters of [A-Za-z0-9_.-]"
+#define SS_NAME_RULE "1-63 characters of [A-Za-z0-9_.-], not starting with '.'"
 
 /* true when name follows SS_NAME_RULE (NULL does not). */
 bool ss__name_valid(const char *name);

@@ -37,12 +37,14 @@ typedef struct ss__emb_store ss__emb_store;
 #define SS_EMB_MAX_TABLES        256
 
 typedef struct ss__emb_store_config {
-    const char *db_path;    /* RocksDB directory; NULL or "" = memory only */
-    bool sync_writes;       /* acknowledge only after an fsync'd write */
-    uint32_t flush_lag_ms;  /* write-behind bound (>= 2); 0 = 200 */
-    uint64_t mem_cap_bytes; /* resident rows + index; 0 = no cap */
-    size_t max_batch;       /* ids per request; 0 = SS_EMB_DEFAULT_MAX_BATCH */
-    ss__metrics *metrics;   /* optional: shadowsync_emb_* series */
+    const char *db_path;         /* RocksDB directory; NULL or "" = memory only */
+    bool sync_writes;            /* acknowledge only after an fsync'd write */
+    uint32_t flush_lag_ms;       /* write-behind bound (>= 2); 0 = 200 */
+    uint64_t mem_cap_bytes;      /* resident rows + index; 0 = no cap */
+    size_t max_batch;            /* ids per request; 0 = SS_EMB_DEFAULT_MAX_BATCH */
+    ss__metrics *metrics;        /* optional: shadowsync_emb_* series */
+    const char *checkpoint_root; /* checkpoints go here, by name; NULL or "" = none */
+    uint32_t checkpoint_keep;    /* newest checkpoints kept under the root; 0 = all */
 } ss__emb_store_config;
 
 /* Opens (creating) the database and the tables stored in it. */
@@ -83,9 +85,12 @@ size_t ss__emb_store_max_batch(const ss__emb_store *st);
 
 /* Writes every dirty row now (fsync'd). */
 ss_status ss__emb_store_flush(ss__emb_store *st);
-/* Flushes, then writes a RocksDB checkpoint into dir (must not exist;
- * its parent must). SS_ERR_STATE without a database. */
-ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *dir, char *why, size_t whylen);
+/* Flushes, then writes a RocksDB checkpoint into checkpoint_root/name
+ * (name follows the name rule and is new; "" = one made of the time), its
+ * path into path, then removes the oldest beyond checkpoint_keep.
+ * SS_ERR_STATE without a database or a checkpoint root. */
+ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *name, char *path, size_t pathlen,
+                                   char *why, size_t whylen);
 
 typedef struct ss__emb_store_stats {
     ss__emb_table_stats table;

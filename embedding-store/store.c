@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "embedding-store/checkpoints_internal.h"
 #include "embedding-store/emb_db_internal.h"
 #include "embedding-store/emb_store.h"
 
@@ -514,22 +515,18 @@ ss_status ss__emb_store_flush(ss__emb_store *st) {
     return st ? flush_all(st, true) : SS_ERR_INVALID_ARGUMENT;
 }
 
-ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *dir, char *why, size_t whylen) {
-    if (!st || !dir)
+ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *name, char *path, size_t pathlen,
+                                   char *why, size_t whylen) {
+    if (!st || !name || !path || !pathlen)
         return SS_ERR_INVALID_ARGUMENT;
     if (!st->db) {
         say(why, whylen, "this store has no database (start with a RocksDB path)");
         return SS_ERR_STATE;
     }
-    struct stat sb;
-    if (!*dir || dir[0] != '/') {
-        say(why, whylen, "checkpoint directory must be an absolute path");
-        return refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_checkpoint_dir");
-    }
-    if (stat(dir, &sb) == 0) {
-        say(why, whylen, "%s exists; a checkpoint goes into a new directory", dir);
-        return refuse(st, SS_ERR_EXISTS, "bad_checkpoint_dir");
-    }
+    char dir[4096];
+    ss_status bad = ss__emb_ckpt_path(st->cfg.checkpoint_root, name, dir, sizeof dir, why, whylen);
+    if (bad != SS_OK)
+        return refuse(st, bad, "bad_checkpoint_name");
     uint64_t t0 = ss__now_ns();
     /* Writes are held while the checkpoint is cut so that it holds every
      * update acknowledged before it started. */
@@ -547,6 +544,11 @@ ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *dir, char *why
     ss__histogram_observe(st->checkpoint_seconds, secs);
     ss__log(s == SS_OK ? SS_LOG_INFO : SS_LOG_ERROR, "emb",
             "event=checkpoint dir=%s seconds=%.3f status=%s", dir, secs, ss_status_name(s));
+    if (s == SS_OK) {
+        snprintf(path, pathlen, "%s", dir);
+        if (st->cfg.checkpoint_keep)
+            ss__emb_ckpt_prune(st->cfg.checkpoint_root, st->cfg.checkpoint_keep);
+    }
     return s;
 }
 

@@ -214,13 +214,15 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
         ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
         return;
     }
-    char why[200] = "";
-    ss_status st = ss__emb_store_checkpoint(svc->store, m->dir ? m->dir : "", why, sizeof why);
+    char why[200] = "", path[4096];
+    ss_status st = ss__emb_store_checkpoint(svc->store, m->name ? m->name : "", path, sizeof path,
+                                            why, sizeof why);
     if (st != SS_OK) {
         relay(reply, st, why);
     } else {
         Shadowsync__V1__EmbCheckpointReply out = SHADOWSYNC__V1__EMB_CHECKPOINT_REPLY__INIT;
-        out.dir = m->dir;
+        out.path = path;
+        out.name = strrchr(path, '/') + 1;
         ss__rpc_reply_pack(&out.base, reply);
     }
     shadowsync__v1__emb_checkpoint_request__free_unpacked(m, NULL);

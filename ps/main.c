@@ -34,7 +34,7 @@ static const ss__program program = {
 typedef struct ps_options {
     const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca;
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
-    int64_t flush_lag_ms, mem_cap_mb, emb_max_batch;
+    int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
     bool sync_writes;
 } ps_options;
 
@@ -53,6 +53,7 @@ typedef struct ps_state {
     uint64_t start_ns;
     pthread_mutex_t mirror_lock; /* one /metrics refresh at a time */
     char path[4096];             /* checkpoint file; "" = none */
+    char emb_root[4096];         /* embedding checkpoints, by name; "" = none */
     pthread_mutex_t save_lock;   /* one writer of path.tmp at a time */
 } ps_state;
 
@@ -150,14 +151,25 @@ static ss_status http_checkpoint(void *ctx, char *msg, size_t msglen) {
     return st;
 }
 
+/* dir and dir/emb, created when missing (owner only). */
+static int make_checkpoint_dirs(ps_state *ps, const char *dir) {
+    if (snprintf(ps->emb_root, sizeof ps->emb_root, "%s/emb", dir) >= (int)sizeof ps->emb_root) {
+        fprintf(stderr, "shadowsync-ps: --checkpoint-dir is too long\n");
+        return -1;
+    }
+    const char *make[] = {dir, ps->emb_root};
+    for (int i = 0; i < 2; i++)
+        if (mkdir(make[i], 0700) != 0 && errno != EEXIST) {
+            fprintf(stderr, "shadowsync-ps: cannot create %s (--checkpoint-dir): %s\n", make[i],
+                    strerror(errno));
+            return -1;
+        }
+    return 0;
+}
+
 /* Loads dir/dense.ckpt when present. A corrupt file stops the start: the
  * operator decides, nothing is overwritten. */
 static int restore(ps_state *ps, const char *dir) {
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "shadowsync-ps: cannot create --checkpoint-dir %s: %s\n", dir,
-                strerror(errno));
-        return -1;
-    }
     if (snprintf(ps->path, sizeof ps->path, "%s/dense.ckpt", dir) >= (int)sizeof ps->path) {
         fprintf(stderr, "shadowsync-ps: --checkpoint-dir is too long\n");
         return -1;
@@ -183,6 +195,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
     *o = (ps_options){.listen = "127.0.0.1:7070",
                       .http = default_http,
                       .ckpt_dir = "",
+                      .ckpt_keep = 3,
                       .emb_db = "",
                       .tls_cert = "",
                       .tls_key = "",
@@ -210,8 +223,12 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          NULL, 1, (double)(1u << 30)},
         {"checkpoint-dir", SS_FLAG_STRING, &o->ckpt_dir,
          "restore dense.ckpt from here at start; write it on Checkpoint calls, SIGUSR1 and at "
-         "shutdown (\"\" = no checkpoints)",
+         "shutdown; embedding checkpoints (Embedding/Checkpoint, by name) go under its emb/ "
+         "(\"\" = no checkpoints)",
          NULL, 0, 0},
+        {"checkpoint-keep", SS_FLAG_INT, &o->ckpt_keep,
+         "newest embedding checkpoints kept under --checkpoint-dir/emb (older ones are removed)",
+         NULL, 1, 1e6},
         {"emb-db", SS_FLAG_STRING, &o->emb_db,
          "RocksDB directory of this shard's embedding rows (created; restored at start; \"\" = "
          "rows in memory only)",
@@ -266,7 +283,11 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                  .flush_lag_ms = (uint32_t)o->flush_lag_ms,
                                  .mem_cap_bytes = (uint64_t)o->mem_cap_mb << 20,
                                  .max_batch = (size_t)o->emb_max_batch,
-                                 .metrics = ps->metrics};
+                                 .metrics = ps->metrics,
+                                 .checkpoint_root = ps->emb_root,
+                                 .checkpoint_keep = (uint32_t)o->ckpt_keep};
+    if (*o->ckpt_dir && make_checkpoint_dirs(ps, o->ckpt_dir) != 0)
+        return 1;
     ss_status st = ss__emb_store_create(&ecfg, &ps->store);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-ps: cannot open the embedding store %s: %s\n",

@@ -101,11 +101,11 @@ START_TEST(test_bad_input_is_refused) {
     c.name = "t0";
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
     ss_dense *g;
-    /* One name rule in every mode: 1-63 characters of [A-Za-z0-9_.-]. */
+    /* One name rule in every mode: 1-63 characters of [A-Za-z0-9_.-], no leading ".". */
     char long_name[65];
     memset(long_name, 'a', 64);
     long_name[64] = '\0';
-    const char *bad_names[] = {"", "a b", "a/b", "a:b", long_name};
+    const char *bad_names[] = {"", "a b", "a/b", "a:b", ".", "..", ".hidden", long_name};
     for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++)
         ck_assert_int_eq(ss_trainer_add_dense(t, bad_names[i], 4, NULL, &g),
                          SS_ERR_INVALID_ARGUMENT);

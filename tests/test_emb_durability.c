@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,9 +58,13 @@ static ss__emb_spec table_spec(void) {
 
 static pid_t start_ps(const char *db, const char *mode, const char *log, char *target,
                       ss__emb_client **client) {
-    char *extra[] = {"--emb-db", (char *)db, (char *)mode, "--flush-lag-ms", "200", NULL};
+    char ckdir[160];
+    snprintf(ckdir, sizeof ckdir, "%s/ckdir", g_dir);
+    char *extra[] = {"--emb-db", (char *)db,   "--checkpoint-dir",
+                     ckdir,      (char *)mode, "--flush-lag-ms",
+                     "200",      NULL};
     if (!strcmp(mode, "--sync-writes"))
-        extra[3] = NULL;
+        extra[5] = NULL;
     pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
     ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, client), SS_OK);
     ss__emb_spec spec = table_spec();
@@ -156,7 +161,7 @@ END_TEST
 START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
     char db[128], log[128], target[64], ckpt[128];
     make_paths(db, log);
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", g_dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckdir/emb/at-push", g_dir);
     ss__emb_client *c;
     pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
     uint64_t ids[K];
@@ -171,20 +176,35 @@ START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
     ss__rpc_channel *ch;
     ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
     Shadowsync__V1__EmbCheckpointRequest m = SHADOWSYNC__V1__EMB_CHECKPOINT_REQUEST__INIT;
-    m.dir = ckpt;
+    m.name = "at-push";
     uint8_t buf[256], *resp = NULL;
     size_t len = shadowsync__v1__emb_checkpoint_request__pack(&m, buf), rl;
     char msg[200];
     ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
                                   &resp, &rl, msg, sizeof msg),
                      SS_OK);
+    Shadowsync__V1__EmbCheckpointReply *rep =
+        shadowsync__v1__emb_checkpoint_reply__unpack(NULL, rl, resp);
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_str_eq(rep->path, ckpt); /* under --checkpoint-dir, by name */
+    shadowsync__v1__emb_checkpoint_reply__free_unpacked(rep, NULL);
     free(resp);
-    /* A relative or existing directory is refused. */
-    m.dir = "relative/dir";
-    len = shadowsync__v1__emb_checkpoint_request__pack(&m, buf);
-    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000, false,
-                                  &resp, &rl, msg, sizeof msg),
-                     SS_ERR_INVALID_ARGUMENT);
+    /* A path, absolute or relative, or a name taken is refused; nothing
+     * is written outside the server's directory. */
+    char outside[160];
+    snprintf(outside, sizeof outside, "%s/outside", g_dir);
+    const char *bad[] = {"relative/dir", outside, "../../outside", "at-push"};
+    const ss_status want[] = {SS_ERR_INVALID_ARGUMENT, SS_ERR_INVALID_ARGUMENT,
+                              SS_ERR_INVALID_ARGUMENT, SS_ERR_EXISTS};
+    for (int i = 0; i < 4; i++) {
+        m.name = (char *)bad[i];
+        len = shadowsync__v1__emb_checkpoint_request__pack(&m, buf);
+        ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.Embedding/Checkpoint", buf, len, 10000,
+                                      false, &resp, &rl, msg, sizeof msg),
+                         want[i]);
+    }
+    struct stat sb;
+    ck_assert_int_ne(stat(outside, &sb), 0);
     ss__rpc_channel_destroy(ch);
 
     ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, K, g), SS_OK); /* after the checkpoint */

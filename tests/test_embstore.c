@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "check_run.h"
 #include "embedding-store/emb_store.h"
@@ -189,13 +190,17 @@ START_TEST(test_table_load_update_dirty_evict) {
 }
 END_TEST
 
+static char g_ckpt_root[160];
+
 static ss__emb_store *open_store(const char *path, bool sync, uint64_t cap, ss__metrics *m) {
     ss__emb_store_config cfg = {.db_path = path,
                                 .sync_writes = sync,
                                 .flush_lag_ms = 20,
                                 .mem_cap_bytes = cap,
                                 .max_batch = 8192,
-                                .metrics = m};
+                                .metrics = m,
+                                .checkpoint_root = g_ckpt_root,
+                                .checkpoint_keep = 2};
     ss__emb_store *st;
     ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
     return st;
@@ -241,9 +246,10 @@ END_TEST
 
 START_TEST(test_checkpoint_restore_bit_for_bit) {
     make_dir();
-    char db[128], ckpt[128];
+    char db[128], ckpt[4096];
     snprintf(db, sizeof db, "%s/db", g_dir);
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt-1", g_dir);
+    snprintf(g_ckpt_root, sizeof g_ckpt_root, "%s/ckpts", g_dir);
+    ck_assert_int_eq(mkdir(g_ckpt_root, 0700), 0);
     ss__emb_store *st = open_store(db, false, 0, NULL);
     ss__emb_spec spec = spec_of("ads", 16, SS_EMB_ADAGRAD, 0.1f, 0.05f);
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
@@ -256,10 +262,22 @@ START_TEST(test_checkpoint_restore_bit_for_bit) {
         g[i] = sinf((float)i);
     ck_assert_int_eq(ss__emb_store_push(st, "ads", ids, N, g, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_store_read_full(st, "ads", ids, N, at_ckpt, found), SS_OK);
-    char why[256];
-    ck_assert_int_eq(ss__emb_store_checkpoint(st, ckpt, why, sizeof why), SS_OK);
-    /* A second checkpoint into the same directory is refused. */
-    ck_assert_int_eq(ss__emb_store_checkpoint(st, ckpt, why, sizeof why), SS_ERR_EXISTS);
+    char why[256], other[4096];
+    ck_assert_int_eq(ss__emb_store_checkpoint(st, "ckpt-1", ckpt, sizeof ckpt, why, sizeof why),
+                     SS_OK);
+    char want[4096];
+    snprintf(want, sizeof want, "%s/ckpt-1", g_ckpt_root);
+    ck_assert_str_eq(ckpt, want);
+    /* A second checkpoint of the same name is refused; a name is never a
+     * place. */
+    ck_assert_int_eq(ss__emb_store_checkpoint(st, "ckpt-1", other, sizeof other, why, sizeof why),
+                     SS_ERR_EXISTS);
+    const char *bad[] = {"../escape", "/tmp/abs", "a/b", "..", "x\"y"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_int_eq(ss__emb_store_checkpoint(st, bad[i], other, sizeof other, why, sizeof why),
+                         SS_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(why, "name"));
+    }
     ck_assert_int_eq(ss__emb_store_push(st, "ads", ids, N, g, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_store_read_full(st, "ads", ids, N, later, found), SS_OK);
     ck_assert_int_ne(memcmp(at_ckpt, later, sizeof later), 0);
@@ -271,6 +289,25 @@ START_TEST(test_checkpoint_restore_bit_for_bit) {
         ck_assert(found[i]);
     ck_assert_mem_eq(at_ckpt, restored, sizeof restored);
     ss__emb_store_destroy(st);
+
+    /* Retention: with keep = 2, three more checkpoints (one named by the
+     * time) leave the newest two; what is not a checkpoint stays. */
+    char notes[200];
+    snprintf(notes, sizeof notes, "%s/notes", g_ckpt_root);
+    ck_assert_int_eq(mkdir(notes, 0700), 0);
+    st = open_store(db, false, 0, NULL);
+    const char *next[] = {"", "ckpt-2", "ckpt-3"};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(
+            ss__emb_store_checkpoint(st, next[i], other, sizeof other, why, sizeof why), SS_OK);
+    ss__emb_store_destroy(st);
+    struct stat sb;
+    ck_assert_int_ne(stat(ckpt, &sb), 0); /* ckpt-1: the oldest, removed */
+    snprintf(want, sizeof want, "%s/ckpt-2", g_ckpt_root);
+    ck_assert_int_eq(stat(want, &sb), 0);
+    ck_assert_int_eq(stat(other, &sb), 0); /* ckpt-3 */
+    ck_assert_int_eq(stat(notes, &sb), 0);
+    g_ckpt_root[0] = '\0';
     remove_dir();
 }
 END_TEST

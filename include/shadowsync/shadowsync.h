@@ -101,7 +101,7 @@ ss_status ss_trainer_config_from_env(ss_trainer_config *cfg);
 ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out);
 
 /* A dense group of n floats owned by the library (64-byte aligned), named
- * by 1-63 characters of [A-Za-z0-9_.-],
+ * by 1-63 characters of [A-Za-z0-9_.-], not starting with ".",
  * initialized from init (NULL: zeros). Every trainer must use the same
  * name, n and algorithm for a group. Joins the PS shards. */
 ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
