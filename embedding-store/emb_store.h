@@ -33,8 +33,10 @@
 
 typedef struct ss__emb_store ss__emb_store;
 
-#define SS_EMB_DEFAULT_MAX_BATCH 65536
-#define SS_EMB_MAX_TABLES        256
+#define SS_EMB_DEFAULT_MAX_BATCH       65536
+#define SS_EMB_DEFAULT_MAX_REPLY_BYTES (64u << 20)
+#define SS_EMB_DEFAULT_MAX_TABLES      1024
+#define SS_EMB_MAX_TABLES              256
 
 typedef struct ss__emb_store_config {
     const char *db_path;         /* RocksDB directory; NULL or "" = memory only */
@@ -43,6 +45,8 @@ typedef struct ss__emb_store_config {
     uint64_t mem_cap_bytes;      /* resident rows + index; 0 = no cap */
     size_t max_batch;            /* ids per request; 0 = SS_EMB_DEFAULT_MAX_BATCH */
     ss__metrics *metrics;        /* optional: shadowsync_emb_* series */
+    size_t max_reply_bytes;      /* rows of one request (n * dim * 4); 0 = 64 MiB */
+    size_t max_tables;           /* tables in the store; 0 = SS_EMB_DEFAULT_MAX_TABLES */
     const char *checkpoint_root; /* checkpoints go here, by name; NULL or "" = none */
     uint32_t checkpoint_keep;    /* newest checkpoints kept under the root; 0 = all */
 } ss__emb_store_config;

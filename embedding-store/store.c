@@ -54,14 +54,25 @@ static void say(char *why, size_t whylen, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* Counts a refused request under its reason and returns status. */
-static ss_status refuse(ss__emb_store *st, ss_status status, const char *reason) {
+/* The reasons shadowsync_emb_rejected_total counts (the service adds
+ * "garbage" for requests that do not parse). */
+static const char *const k_refusal_reasons[] = {
+    "bad_alpha",           "bad_spec",        "batch_too_large", "duplicate_ids", "empty_batch",
+    "non_finite",          "unknown_table",   "garbage",         "dim_mismatch",  "spec_mismatch",
+    "bad_checkpoint_name", "reply_too_large", "too_many_tables", "bad_ids"};
+
+static void count_refusal(ss__emb_store *st, const char *reason, uint64_t n) {
     const char *labels[] = {"reason", reason, NULL};
     ss__counter *c;
     if (ss__metrics_counter(st->metrics, "shadowsync_emb_rejected_total",
                             "Embedding requests refused, by reason; no stored row changed.", labels,
                             &c) == SS_OK)
-        ss__counter_add(c, 1);
+        ss__counter_add(c, n);
+}
+
+/* Counts a refused request under its reason and returns status. */
+static ss_status refuse(ss__emb_store *st, ss_status status, const char *reason) {
+    count_refusal(st, reason, 1);
     return status;
 }
 
@@ -247,6 +258,10 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
         st->cfg.flush_lag_ms = 200;
     if (!st->cfg.max_batch)
         st->cfg.max_batch = SS_EMB_DEFAULT_MAX_BATCH;
+    if (!st->cfg.max_reply_bytes)
+        st->cfg.max_reply_bytes = SS_EMB_DEFAULT_MAX_REPLY_BYTES;
+    if (!st->cfg.max_tables)
+        st->cfg.max_tables = SS_EMB_DEFAULT_MAX_TABLES;
     st->metrics = cfg->metrics;
     if (!st->metrics && ss__metrics_create(&st->own_metrics) != SS_OK) {
         free(st);
@@ -273,6 +288,10 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
                           &st->checkpoint_seconds);
     ss__metrics_gauge(st->metrics, "shadowsync_emb_resident_rows", "Embedding rows held in memory.",
                       NULL, &st->resident_rows);
+    /* Every reason exists from the start, at 0, so that rate() sees the
+     * first refusal. */
+    for (size_t i = 0; i < sizeof k_refusal_reasons / sizeof *k_refusal_reasons; i++)
+        count_refusal(st, k_refusal_reasons[i], 0);
     ss_status s = SS_OK;
     char why[256] = "";
     if (has_db && (s = ss__emb_db_open(cfg->db_path, &st->db, why, sizeof why)) != SS_OK)
@@ -345,7 +364,10 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
                 st->tables[i]->spec.name);
             s = SS_ERR_EXISTS;
         }
-    if (s == SS_OK && !tb) {
+    if (s == SS_OK && !tb && st->ntables >= st->cfg.max_tables) {
+        say(why, whylen, "the store holds %zu tables, its limit (--max-tables)", st->ntables);
+        s = SS_ERR_TOO_LARGE;
+    } else if (s == SS_OK && !tb) {
         s = st->db ? ss__emb_db_put_spec(st->db, spec) : SS_OK;
         if (s == SS_OK)
             s = add_table(st, spec, &tb);
@@ -369,6 +391,8 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
         return refuse(st, s, "dim_mismatch");
     if (s == SS_ERR_EXISTS)
         return refuse(st, s, "spec_mismatch");
+    if (s == SS_ERR_TOO_LARGE)
+        return refuse(st, s, "too_many_tables");
     return s;
 }
 
@@ -400,6 +424,16 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
     if (n > st->cfg.max_batch) {
         say(why, whylen, "batch of %zu ids is over the limit of %zu", n, st->cfg.max_batch);
         return refuse(st, SS_ERR_NO_MEMORY, "batch_too_large");
+    }
+    /* The reply (or the payload) holds n rows of dim floats: bounded
+     * before any row is created or any buffer allocated. */
+    if ((uint64_t)n * tb->spec.dim * sizeof(float) > st->cfg.max_reply_bytes) {
+        say(why, whylen,
+            "%zu rows of dim %u are %llu bytes, over the server's limit of %zu bytes per request "
+            "(--max-reply-mb); send fewer ids per call",
+            n, tb->spec.dim, (unsigned long long)n * tb->spec.dim * sizeof(float),
+            st->cfg.max_reply_bytes);
+        return refuse(st, SS_ERR_TOO_LARGE, "reply_too_large");
     }
     if (payload) {
         const size_t m = n * tb->spec.dim;

@@ -35,6 +35,7 @@ typedef struct ps_options {
     const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca;
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
+    int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked;
     bool sync_writes;
 } ps_options;
 
@@ -110,6 +111,22 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
     return ss__json_take(root, out, len);
 }
 
+/* Joins refused by --max-groups, --max-members, --max-total-floats, per
+ * limit (every limit's series exists from the start, at 0). */
+static void mirror_limit_refusals(ps_state *ps) {
+    uint64_t n[SS_INPROC_LIMITS];
+    ss__inproc_transport_refusals(ps->backend, n);
+    for (int i = 0; i < SS_INPROC_LIMITS; i++) {
+        const char *labels[] = {"limit", ss__inproc_limit_names[i], NULL};
+        ss__counter *c;
+        if (ss__metrics_counter(ps->metrics, "shadowsync_ps_limit_refusals_total",
+                                "Dense Joins refused by a PS limit, by limit.", labels,
+                                &c) == SS_OK &&
+            n[i] > ss__counter_value(c))
+            ss__counter_add(c, n[i] - ss__counter_value(c));
+    }
+}
+
 /* Mirrors the backend's per-group counts into shadowsync_ps_* series. */
 static void refresh_metrics(void *ctx) {
     ps_state *ps = ctx;
@@ -135,6 +152,7 @@ static void refresh_metrics(void *ctx) {
             ss__counter_add(rounds, total - seen);
         ss__gauge_set(members, info[i].members);
     }
+    mirror_limit_refusals(ps);
     pthread_mutex_unlock(&ps->mirror_lock);
     free(info);
 }
@@ -205,7 +223,13 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .member_timeout_ms = 5000,
                       .max_floats = 64 << 20,
                       .flush_lag_ms = 200,
-                      .emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH};
+                      .emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH,
+                      .max_reply_mb = SS_EMB_DEFAULT_MAX_REPLY_BYTES >> 20,
+                      .max_tables = SS_EMB_DEFAULT_MAX_TABLES,
+                      .max_groups = 65536,
+                      .max_members = 4096,
+                      .max_total_floats = 1ll << 31,
+                      .max_blocked = SS_RPC_DEFAULT_MAX_BLOCKED};
     ss__flag flags[] = {
         {"listen", SS_FLAG_STRING, &o->listen, "address to serve gRPC on (port 0: pick one)", NULL,
          0, 0},
@@ -243,6 +267,17 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          0, 1 << 24},
         {"emb-max-batch", SS_FLAG_INT, &o->emb_max_batch, "most row ids in one embedding request",
          NULL, 1, 1 << 24},
+        {"max-reply-mb", SS_FLAG_INT, &o->max_reply_mb,
+         "most row bytes in one embedding request or reply (ids x dim x 4)", NULL, 1, 1 << 14},
+        {"max-tables", SS_FLAG_INT, &o->max_tables, "most embedding tables", NULL, 1, 1 << 20},
+        {"max-groups", SS_FLAG_INT, &o->max_groups,
+         "most dense groups (each chunk of a group counts)", NULL, 1, 1 << 30},
+        {"max-members", SS_FLAG_INT, &o->max_members, "most members of one dense group", NULL, 1,
+         1 << 30},
+        {"max-total-floats", SS_FLAG_INT, &o->max_total_floats,
+         "most floats in all dense groups together", NULL, 1, 1e12},
+        {"max-blocked-calls", SS_FLAG_INT, &o->max_blocked,
+         "most MA/BMUF round calls waiting at once (each holds a thread)", NULL, 1, 1 << 16},
         {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM server certificate (enables TLS)", NULL, 0,
          0},
         {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
@@ -272,7 +307,10 @@ static int parse_options(int argc, char **argv, ps_options *o) {
  * embedding store. */
 static int open_state(ps_state *ps, const ps_options *o) {
     ss__inproc_config icfg = {.round_deadline_ms = (uint32_t)o->deadline_ms,
-                              .member_timeout_ms = (uint32_t)o->member_timeout_ms};
+                              .member_timeout_ms = (uint32_t)o->member_timeout_ms,
+                              .max_groups = (uint32_t)o->max_groups,
+                              .max_members = (uint32_t)o->max_members,
+                              .max_total_floats = (uint64_t)o->max_total_floats};
     if (ss__metrics_create(&ps->metrics) != SS_OK ||
         ss__inproc_transport_create(&icfg, &ps->backend) != SS_OK) {
         fprintf(stderr, "shadowsync-ps: out of memory\n");
@@ -283,6 +321,8 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                  .flush_lag_ms = (uint32_t)o->flush_lag_ms,
                                  .mem_cap_bytes = (uint64_t)o->mem_cap_mb << 20,
                                  .max_batch = (size_t)o->emb_max_batch,
+                                 .max_reply_bytes = (size_t)o->max_reply_mb << 20,
+                                 .max_tables = (size_t)o->max_tables,
                                  .metrics = ps->metrics,
                                  .checkpoint_root = ps->emb_root,
                                  .checkpoint_keep = (uint32_t)o->ckpt_keep};
@@ -327,7 +367,8 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .threads = (uint32_t)o->threads,
                                   .max_message_bytes = (size_t)o->max_floats * 4 + 4096,
                                   .metrics = ps->metrics,
-                                  .tls = &tls};
+                                  .tls = &tls,
+                                  .max_blocked_calls = (uint32_t)o->max_blocked};
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", o->listen, ss_strerror(st));

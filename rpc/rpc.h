@@ -59,7 +59,14 @@ typedef struct ss__rpc_server_config {
     size_t max_message_bytes; /* receive limit; larger messages: RESOURCE_EXHAUSTED */
     ss__metrics *metrics;     /* optional: shadowsync_rpc_requests_total{method,result} */
     const ss__rpc_tls *tls;   /* optional */
+    /* Blocking handlers (a round waiting for its members) each hold a
+     * thread; past this many at once a call is refused at once with
+     * SS_ERR_TOO_LARGE (RESOURCE_EXHAUSTED) and counted in
+     * shadowsync_rpc_blocked_refused_total. 0 = SS_RPC_DEFAULT_MAX_BLOCKED. */
+    uint32_t max_blocked_calls;
 } ss__rpc_server_config;
+
+#define SS_RPC_DEFAULT_MAX_BLOCKED 256
 
 /* Binds and starts serving. methods must outlive the server. */
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,

@@ -55,6 +55,9 @@ struct ss__rpc_server {
     pthread_t *threads;
     _Atomic bool shutting_down;
     _Atomic long live_calls;
+    uint32_t max_blocked;
+    _Atomic uint32_t blocked; /* blocking handlers running now */
+    ss__counter *blocked_refused;
 };
 
 void ss__rpc_init(void) {
@@ -125,6 +128,7 @@ static grpc_status_code to_grpc_code(ss_status st) {
     case SS_ERR_TIMEOUT:
         return GRPC_STATUS_DEADLINE_EXCEEDED;
     case SS_ERR_NO_MEMORY:
+    case SS_ERR_TOO_LARGE:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case SS_ERR_STOPPED:
     case SS_ERR_IO:
@@ -134,13 +138,18 @@ static grpc_status_code to_grpc_code(ss_status st) {
     }
 }
 
-/* Runs the handler and starts the reply batch; the batch's completion
- * (CALL_REPLYING) frees the context. */
-static void serve(call_ctx *c) {
+/* Runs the handler (unless refused: too many blocked calls) and starts the
+ * reply batch; the batch's completion (CALL_REPLYING) frees the context. */
+static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
     ss__rpc_server *srv = c->srv;
     ss__rpc_reply reply = {.status = SS_OK};
     grpc_slice req = grpc_empty_slice();
-    if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) <= 0) {
+    if (too_many_blocked) {
+        reply.status = SS_ERR_TOO_LARGE;
+        snprintf(reply.message, sizeof reply.message,
+                 "%u calls already wait in the server, its limit (--max-blocked-calls)",
+                 srv->max_blocked);
+    } else if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) <= 0) {
         reply.status = SS_ERR_TIMEOUT;
         snprintf(reply.message, sizeof reply.message, "deadline expired before the call ran");
     } else if (!c->payload) {
@@ -225,9 +234,38 @@ static void serve_unimplemented(call_ctx *c) {
         free_call(c);
 }
 
+static void serve(call_ctx *c) {
+    serve_or_refuse(c, false);
+}
+
 static void *blocking_serve(void *arg) {
-    serve(arg);
+    call_ctx *c = arg;
+    ss__rpc_server *srv = c->srv;
+    serve(c);
+    atomic_fetch_sub(&srv->blocked, 1);
     return NULL;
+}
+
+/* A blocking handler gets a thread of its own while fewer than
+ * max_blocked run; past that the call is refused, never queued. */
+static void serve_blocking(call_ctx *c) {
+    ss__rpc_server *srv = c->srv;
+    if (atomic_fetch_add(&srv->blocked, 1) >= srv->max_blocked) {
+        atomic_fetch_sub(&srv->blocked, 1);
+        if (srv->blocked_refused)
+            ss__counter_add(srv->blocked_refused, 1);
+        serve_or_refuse(c, true);
+        return;
+    }
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, blocking_serve, c) != 0) {
+        serve(c);
+        atomic_fetch_sub(&srv->blocked, 1);
+    }
+    pthread_attr_destroy(&attr);
 }
 
 typedef struct cq_arg {
@@ -257,13 +295,7 @@ static void *cq_thread(void *arg) {
         if (c->method == GENERIC) {
             serve_unimplemented(c);
         } else if (srv->methods[c->method].blocking) {
-            pthread_t t;
-            pthread_attr_t attr;
-            pthread_attr_init(&attr);
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            if (pthread_create(&t, &attr, blocking_serve, c) != 0)
-                serve(c);
-            pthread_attr_destroy(&attr);
+            serve_blocking(c);
         } else {
             serve(c);
         }
@@ -338,6 +370,12 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     };
     grpc_channel_args args = {.num_args = 2, .args = arg};
     srv->server = grpc_server_create(&args, NULL);
+    srv->max_blocked = cfg->max_blocked_calls ? cfg->max_blocked_calls : SS_RPC_DEFAULT_MAX_BLOCKED;
+    if (cfg->metrics)
+        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_blocked_refused_total",
+                            "Calls refused because --max-blocked-calls handlers were already "
+                            "waiting (MA/BMUF rounds).",
+                            NULL, &srv->blocked_refused);
     for (size_t i = 0; i < nmethods; i++) {
         srv->slots[i].handle = grpc_server_register_method(
             srv->server, methods[i].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);

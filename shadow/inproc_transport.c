@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +68,49 @@ typedef struct inproc {
     uint64_t member_timeout_ns; /* 0 = members never expire */
     uint64_t link_latency_ns;
     double link_ns_per_byte; /* 0 = no bandwidth limit */
+    ss__inproc_config limits;
+    size_t ngroups;        /* under lock */
+    uint64_t total_floats; /* of all groups, under lock */
+    _Atomic uint64_t refusals[SS_INPROC_LIMITS];
 } inproc;
+
+const char *const ss__inproc_limit_names[SS_INPROC_LIMITS] = {"groups", "members", "total_floats"};
+
+static _Thread_local char t_refusal[256];
+
+const char *ss__inproc_transport_refusal(void) {
+    return t_refusal;
+}
+
+/* Counts a refusal under its limit and says why, for the calling thread. */
+static ss_status refuse_limit(inproc *ip, int limit, const char *fmt, unsigned long long have,
+                              unsigned long long max) {
+    atomic_fetch_add(&ip->refusals[limit], 1);
+    snprintf(t_refusal, sizeof t_refusal, fmt, have, max);
+    return SS_ERR_TOO_LARGE;
+}
+
+/* Caller holds ip->lock: room for one more group of n floats? */
+static ss_status room_for_group(inproc *ip, size_t n) {
+    if (ip->limits.max_groups && ip->ngroups >= ip->limits.max_groups)
+        return refuse_limit(ip, SS_INPROC_LIMIT_GROUPS,
+                            "the PS holds %llu groups, its limit (--max-groups %llu)",
+                            (unsigned long long)ip->ngroups, ip->limits.max_groups);
+    if (ip->limits.max_total_floats && ip->total_floats + n > ip->limits.max_total_floats)
+        return refuse_limit(ip, SS_INPROC_LIMIT_FLOATS,
+                            "the PS holds %llu floats in all groups; this group would pass its "
+                            "limit (--max-total-floats %llu)",
+                            (unsigned long long)ip->total_floats, ip->limits.max_total_floats);
+    return SS_OK;
+}
+
+/* Caller holds ip->lock: links a new group in and counts it. */
+static void add_group(inproc *ip, group *g) {
+    g->next = ip->groups;
+    ip->groups = g;
+    ip->ngroups++;
+    ip->total_floats += g->n;
+}
 
 /* Emulated wire time of one exchange: request and reply of `bytes` each. */
 static void link_delay(const inproc *ip, size_t bytes) {
@@ -146,16 +189,17 @@ static group *group_new(const char *name, size_t n) {
 
 static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *member) {
     inproc *ip = impl;
+    t_refusal[0] = '\0';
     pthread_mutex_lock(&ip->lock);
     group *g = lookup_group(ip, name);
     if (!g) {
-        g = group_new(name, n);
+        ss_status room = room_for_group(ip, n);
+        g = room == SS_OK ? group_new(name, n) : NULL;
         if (!g) {
             pthread_mutex_unlock(&ip->lock);
-            return SS_ERR_NO_MEMORY;
+            return room != SS_OK ? room : SS_ERR_NO_MEMORY;
         }
-        g->next = ip->groups;
-        ip->groups = g;
+        add_group(ip, g);
     }
     pthread_mutex_unlock(&ip->lock);
 
@@ -164,7 +208,11 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
     if (g->n != n) {
         st = SS_ERR_SIZE_MISMATCH;
     } else {
-        if (g->nmembers == g->capmembers) {
+        if (ip->limits.max_members && g->nmembers >= ip->limits.max_members) {
+            st = refuse_limit(ip, SS_INPROC_LIMIT_MEMBERS,
+                              "the group has %llu members, the PS's limit (--max-members %llu)",
+                              (unsigned long long)g->nmembers, ip->limits.max_members);
+        } else if (g->nmembers == g->capmembers) {
             size_t cap = g->capmembers ? g->capmembers * 2 : 8;
             member_slot *m = realloc(g->members, cap * sizeof *m);
             if (m) {
@@ -464,6 +512,7 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
         ip->link_latency_ns = (uint64_t)cfg->link_latency_us * 1000ull;
         /* gbps Gbit/s = gbps/8 bytes per ns. */
         ip->link_ns_per_byte = cfg->link_gbps > 0.0 ? 8.0 / cfg->link_gbps : 0.0;
+        ip->limits = *cfg;
     }
     ss_status st = ss__transport_create(&inproc_ops, ip, out);
     if (st != SS_OK)
@@ -475,6 +524,12 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
 
 static inproc *inproc_of(ss__transport *t) {
     return ss__transport_impl(t, &inproc_ops);
+}
+
+void ss__inproc_transport_refusals(ss__transport *t, uint64_t out[SS_INPROC_LIMITS]) {
+    inproc *ip = t ? inproc_of(t) : NULL;
+    for (int i = 0; i < SS_INPROC_LIMITS; i++)
+        out[i] = ip ? atomic_load(&ip->refusals[i]) : 0;
 }
 
 ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *groups) {
@@ -528,8 +583,7 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
         if (!g) {
             if (!(g = group_new(c->name, c->n)))
                 return SS_ERR_NO_MEMORY;
-            g->next = ip->groups;
-            ip->groups = g;
+            add_group(ip, g); /* a restore is not refused by the limits */
         }
         pthread_mutex_lock(&g->lock);
         if (c->central) {
@@ -579,6 +633,7 @@ ss_status ss__inproc_transport_describe(ss__transport *t, ss__inproc_group_info 
         snprintf(o->name, sizeof o->name, "%s", g->name);
         o->n = g->n;
         o->members = (uint32_t)g->nmembers;
+        o->contributors = g->contributors;
         o->exchanges = g->exchanges;
         o->rounds = g->rounds_done;
         o->last_done_ns = g->last_done_ns;

@@ -25,7 +25,22 @@ typedef struct ss__inproc_config {
      * link_gbps, outside every lock. 0 and 0 = plain memory speed. */
     uint32_t link_latency_us;
     double link_gbps;
+    /* What one PS holds at most; a Join past one is refused with
+     * SS_ERR_TOO_LARGE, counted, and ss__inproc_transport_refusal says
+     * which limit. 0 = no limit. */
+    uint32_t max_groups;       /* groups (chunks of groups, for a client transport) */
+    uint32_t max_members;      /* members of one group */
+    uint64_t max_total_floats; /* floats of all groups together */
 } ss__inproc_config;
+
+/* The limits a Join can hit, in the order of ss__inproc_transport_refusals. */
+enum { SS_INPROC_LIMIT_GROUPS, SS_INPROC_LIMIT_MEMBERS, SS_INPROC_LIMIT_FLOATS, SS_INPROC_LIMITS };
+extern const char *const ss__inproc_limit_names[SS_INPROC_LIMITS];
+
+/* Why the calling thread's last Join was refused by a limit ("" if not). */
+const char *ss__inproc_transport_refusal(void);
+/* Joins refused per limit since the start. */
+void ss__inproc_transport_refusals(ss__transport *t, uint64_t out[SS_INPROC_LIMITS]);
 
 ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transport **out);
 
@@ -44,6 +59,7 @@ typedef struct ss__inproc_group_info {
     char name[128];
     size_t n;
     uint32_t members;      /* registered now */
+    uint32_t contributors; /* snapshots in the open MA/BMUF round */
     uint64_t exchanges;    /* S-EASGD exchanges served */
     uint64_t rounds;       /* MA/BMUF rounds closed */
     uint64_t last_done_ns; /* ss__now_ns() of the last of either (0: none) */

@@ -28,7 +28,8 @@ static fixture F;
 static void setup(void) {
     ss__rpc_init();
     ck_assert_int_eq(ss__metrics_create(&F.metrics), SS_OK);
-    ss__emb_store_config cfg = {.max_batch = 4096, .metrics = F.metrics};
+    ss__emb_store_config cfg = {
+        .max_batch = 4096, .metrics = F.metrics, .max_reply_bytes = 1 << 20, .max_tables = 4};
     ck_assert_int_eq(ss__emb_store_create(&cfg, &F.store), SS_OK);
     ss__emb_service_init(&F.svc, F.store);
     ss__rpc_server_config scfg = {
@@ -209,6 +210,34 @@ static ss_table_config table_config(const char *name, ss_table_mode mode) {
     return c;
 }
 
+/* A small request cannot ask for a huge reply: 512 ids of dim 4096 (a
+ * 4 KiB request) would be an 8 MiB reply, over this server's 1 MiB limit.
+ * Refused before any row is made; the limit on tables holds too. Every
+ * reason's series exists from the start. */
+START_TEST(test_request_limits) {
+    ck_assert_uint_eq(rejected("reply_too_large"), 0);
+    ck_assert_uint_eq(rejected("too_many_tables"), 0);
+    ck_assert_int_eq(open_table("wide", 4096), SS_OK);
+    static uint64_t ids[512];
+    static float rows[64 * 4096];
+    for (int i = 0; i < 512; i++)
+        ids[i] = 1000 + (uint64_t)i;
+    ck_assert_int_eq(lookup("wide", ids, 512, rows), SS_ERR_TOO_LARGE);
+    ck_assert_uint_eq(rejected("reply_too_large"), 1);
+    ss__emb_store_stats stats;
+    ck_assert_int_eq(ss__emb_store_stats_of(F.store, "wide", &stats), SS_OK);
+    ck_assert_uint_eq(stats.table.resident_rows, 0);
+    ck_assert_int_eq(lookup("wide", ids, 64, rows), SS_OK); /* 1 MiB: at the limit */
+    /* Four tables is this server's limit. */
+    ck_assert_int_eq(open_table("t2", 4), SS_OK);
+    ck_assert_int_eq(open_table("t3", 4), SS_OK);
+    ck_assert_int_eq(open_table("t4", 4), SS_OK);
+    ck_assert_int_eq(open_table("t5", 4), SS_ERR_TOO_LARGE);
+    ck_assert_uint_eq(rejected("too_many_tables"), 1);
+    ck_assert_int_eq(open_table("t4", 4), SS_OK); /* an existing one still opens */
+}
+END_TEST
+
 START_TEST(test_remote_table_through_hooks) {
     ss_trainer *t = open_trainer();
     ss_table_config c = table_config("remote", SS_TABLE_REMOTE);
@@ -300,5 +329,6 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc,
-                           test_remote_table_through_hooks, test_cached_table_syncs_and_evicts);
+                           test_request_limits, test_remote_table_through_hooks,
+                           test_cached_table_syncs_and_evicts);
 }

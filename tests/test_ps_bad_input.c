@@ -4,6 +4,7 @@
  * central variable unchanged. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,8 @@ static uint64_t member;
 
 static void setup(void) {
     ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
-    ss__inproc_config icfg = {.round_deadline_ms = 200};
+    ss__inproc_config icfg = {
+        .round_deadline_ms = 200, .max_groups = 6, .max_members = 5, .max_total_floats = 1500};
     ck_assert_int_eq(ss__inproc_transport_create(&icfg, &backend), SS_OK);
     svc = (ss__dense_service){.backend = backend, .max_floats = 1000};
     ck_assert_int_eq(ss__metrics_counter(metrics, "rejected", "r", NULL, &svc.rejected), SS_OK);
@@ -254,6 +256,130 @@ START_TEST(test_member_ids_are_not_guessable) {
 }
 END_TEST
 
+/* Join over the wire; the server's message in msg. */
+static ss_status join_msg(const char *group, uint64_t size, char *msg, size_t msglen) {
+    Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    j.group = (char *)group;
+    j.size = size;
+    uint8_t buf[256], *resp = NULL;
+    size_t len = shadowsync__v1__join_request__pack(&j, buf), rl;
+    ss_status st = ss__rpc_call(ch, SVC "Join", buf, len, 5000, false, &resp, &rl, msg, msglen);
+    free(resp);
+    return st;
+}
+
+/* This PS holds at most 6 groups, 5 members a group, 1500 floats in all:
+ * each refusal says which limit, is counted under it, and lets nothing
+ * in. */
+START_TEST(test_limits_on_groups_members_floats) {
+    char msg[256];
+    ck_assert_int_eq(join_msg("big", 1000, msg, sizeof msg), SS_OK); /* 1002 floats */
+    ck_assert_int_eq(join_msg("big2", 600, msg, sizeof msg), SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(msg, "--max-total-floats"));
+    const char *more[] = {"a1", "a2", "a3", "a4"};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(join_msg(more[i], 2, msg, sizeof msg), SS_OK);
+    ck_assert_int_eq(join_msg("a5", 2, msg, sizeof msg), SS_ERR_TOO_LARGE); /* the 7th group */
+    ck_assert_ptr_nonnull(strstr(msg, "--max-groups"));
+    for (int i = 0; i < 4; i++) /* "g" has 1 member: 4 more make 5 */
+        ck_assert_int_eq(join_msg("g", 2, msg, sizeof msg), SS_OK);
+    ck_assert_int_eq(join_msg("g", 2, msg, sizeof msg), SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(msg, "--max-members"));
+    uint64_t n[SS_INPROC_LIMITS];
+    ss__inproc_transport_refusals(backend, n);
+    ck_assert_uint_eq(n[SS_INPROC_LIMIT_GROUPS], 1);
+    ck_assert_uint_eq(n[SS_INPROC_LIMIT_MEMBERS], 1);
+    ck_assert_uint_eq(n[SS_INPROC_LIMIT_FLOATS], 1);
+    assert_central_unchanged();
+}
+END_TEST
+
+typedef struct round_arg {
+    ss__rpc_channel *ch;
+    const char *group;
+    uint64_t member;
+    ss_status st;
+} round_arg;
+
+static ss_status round_call(ss__rpc_channel *c, const char *group, uint64_t mem, char *msg,
+                            size_t msglen) {
+    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    r.group = (char *)group;
+    r.member = mem;
+    float x[2] = {1, 2};
+    r.snapshot.data = (uint8_t *)x;
+    r.snapshot.len = sizeof x;
+    uint8_t buf[256], *resp = NULL;
+    size_t len = shadowsync__v1__round_request__pack(&r, buf), rl;
+    ss_status st =
+        ss__rpc_call(c, SVC "RoundMean", buf, len, 20000, false, &resp, &rl, msg, msglen);
+    free(resp);
+    return st;
+}
+
+static void *round_thread(void *p) {
+    round_arg *a = p;
+    a->st = round_call(a->ch, a->group, a->member, NULL, 0);
+    return NULL;
+}
+
+/* Each waiting round call holds a thread: with --max-blocked-calls 2, a
+ * third waiting call is refused at once (not queued, no thread), counted,
+ * and the two waiting ones still close. */
+START_TEST(test_blocked_calls_are_bounded) {
+    ss__metrics *m;
+    ss__transport *b;
+    ss__rpc_server *s;
+    ss__rpc_channel *c;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__inproc_config icfg = {.round_deadline_ms = 3000};
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &b), SS_OK);
+    ss__dense_service sv = {.backend = b, .max_floats = 1000};
+    size_t nm;
+    const ss__rpc_method *meth = ss__dense_service_methods(&nm);
+    ss__rpc_server_config cfg = {
+        .listen = "127.0.0.1:0", .threads = 2, .metrics = m, .max_blocked_calls = 2};
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s), SS_OK);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(s));
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &c), SS_OK);
+    uint64_t id[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(ss__transport_join(b, "r", 2, &id[i]), SS_OK);
+    round_arg a[2] = {{c, "r", id[0], SS_OK}, {c, "r", id[1], SS_OK}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, round_thread, &a[i]), 0);
+    /* Both contributions are in (they wait for the third member). */
+    for (int tries = 0; tries < 2000; tries++) {
+        size_t k = 0;
+        ss__inproc_group_info info;
+        ss__inproc_transport_describe(b, &info, 1, &k);
+        if (k == 1 && info.contributors == 2)
+            break;
+        ss__sleep_ns(1000000);
+    }
+    char msg[256] = "";
+    ck_assert_int_eq(round_call(c, "r", id[2], msg, sizeof msg), SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(msg, "--max-blocked-calls"));
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_int_eq(a[i].st, SS_OK); /* the round closed on its deadline */
+    }
+    ss__counter *refused;
+    ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_rpc_blocked_refused_total",
+                                         "Calls refused because --max-blocked-calls handlers were "
+                                         "already waiting (MA/BMUF rounds).",
+                                         NULL, &refused),
+                     SS_OK);
+    ck_assert_uint_eq(ss__counter_value(refused), 1);
+    ss__rpc_channel_destroy(c);
+    ss__rpc_server_stop(s);
+    ss__transport_destroy(b);
+    ss__metrics_destroy(m);
+}
+END_TEST
+
 START_TEST(test_checkpoint_without_a_directory) {
     Shadowsync__V1__CheckpointRequest r = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
     ck_assert_int_eq(send_msg(SVC "Checkpoint", &r.base, 5000), SS_ERR_STATE);
@@ -266,5 +392,6 @@ int main(void) {
                            test_unknown_group_and_member, test_nan_and_inf_payloads,
                            test_oversized_message_and_group, test_garbage_bytes_and_unknown_method,
                            test_expired_deadline, test_member_ids_are_not_guessable,
+                           test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
                            test_checkpoint_without_a_directory);
 }
