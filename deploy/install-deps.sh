@@ -25,6 +25,9 @@ PACKAGES=(
   libjson-c-dev        # /status is written and read with json-c (agent, PS, shadowsync-ctl)
   clang                # the fuzz targets (tests/fuzz/) are built with -fsanitize=fuzzer
   libfuzzer-14-dev     # libFuzzer's driver for clang 14
+  protobuf-compiler    # protoc: the black-box test generates its client from rpc/proto
+  python3-grpcio       # the black-box test's gRPC client (not the project's)
+  python3-protobuf
 )
 
 missing=()

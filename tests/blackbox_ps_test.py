@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""A hostile client of shadowsync-ps written against the .proto files only.
+
+It generates its message classes with protoc from rpc/proto/*.proto and
+talks gRPC with Debian's python3-grpcio: none of the project's C client code
+is involved. It starts a real shadowsync-ps on 127.0.0.1 and checks that a
+client can no longer
+  - checkpoint outside the server's directory,
+  - get a reply far larger than the request limits allow,
+  - guess a neighbour's member id (Leave as it),
+  - make /status invalid JSON.
+
+usage: blackbox_ps_test.py SHADOWSYNC_PS PROTO_DIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import grpc
+
+PS_BIN, PROTO_DIR = sys.argv[1], sys.argv[2]
+WORK = tempfile.mkdtemp(prefix="ss-blackbox-")
+GEN = os.path.join(WORK, "gen")
+os.makedirs(GEN)
+subprocess.run(
+    ["protoc", "-I", PROTO_DIR, "--python_out", GEN, "dense_sync.proto", "embedding.proto"],
+    check=True,
+)
+sys.path.insert(0, GEN)
+import dense_sync_pb2 as dense  # noqa: E402
+import embedding_pb2 as emb  # noqa: E402
+
+
+def method(channel, service, name, reply_cls):
+    return channel.unary_unary(
+        "/shadowsync.v1.%s/%s" % (service, name),
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=reply_cls.FromString,
+    )
+
+
+class BlackBox(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ckpt = os.path.join(WORK, "ckpt")
+        cls.log = open(os.path.join(WORK, "ps.log"), "w+")
+        cls.ps = subprocess.Popen(
+            [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+             "--checkpoint-dir", cls.ckpt, "--emb-db", os.path.join(WORK, "db")],
+            stdout=cls.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        m = None
+        while time.time() < deadline and not m:
+            time.sleep(0.05)
+            cls.log.seek(0)
+            m = re.search(r"listening on (\S+), http on (\S+)", cls.log.read())
+            if cls.ps.poll() is not None:
+                break
+        assert m, "shadowsync-ps did not start"
+        cls.target, cls.http = m.group(1), m.group(2)
+        cls.channel = grpc.insecure_channel(
+            cls.target, options=[("grpc.max_receive_message_length", 1 << 30)])
+        grpc.channel_ready_future(cls.channel).result(timeout=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.ps.send_signal(signal.SIGTERM)
+        cls.ps.wait(timeout=30)
+        cls.log.close()
+        shutil.rmtree(WORK, ignore_errors=True)
+
+    def call(self, service, name, reply_cls, request):
+        return method(self.channel, service, name, reply_cls)(request, timeout=20)
+
+    def expect_error(self, code, service, name, reply_cls, request):
+        with self.assertRaises(grpc.RpcError) as e:
+            self.call(service, name, reply_cls, request)
+        self.assertEqual(e.exception.code(), code, e.exception.details())
+        return e.exception.details()
+
+    def test_checkpoint_stays_in_the_server_directory(self):
+        outside = os.path.join(WORK, "outside")
+        for name in [outside, "../../outside", "a/b", "..", "/tmp/ss-blackbox-abs"]:
+            why = self.expect_error(grpc.StatusCode.INVALID_ARGUMENT, "Embedding", "Checkpoint",
+                                    emb.EmbCheckpointReply, emb.EmbCheckpointRequest(name=name))
+            self.assertIn("name", why)
+        self.assertFalse(os.path.exists(outside))
+        self.assertFalse(os.path.exists("/tmp/ss-blackbox-abs"))
+        r = self.call("Embedding", "Checkpoint", emb.EmbCheckpointReply,
+                      emb.EmbCheckpointRequest(name="mine"))
+        self.assertEqual(r.path, os.path.join(self.ckpt, "emb", "mine"))
+        self.assertTrue(os.path.isfile(os.path.join(r.path, "CURRENT")))
+
+    def test_small_request_cannot_get_a_huge_reply(self):
+        spec = emb.TableSpec(name="wide", dim=4096, optimizer=0, lr=0.1, eps=1e-8,
+                             init_scale=0.01)
+        self.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
+        ids = struct.pack("<65536Q", *range(1, 65537))  # 512 KiB asking for 1 GiB
+        why = self.expect_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Embedding", "Lookup",
+                                emb.LookupReply, emb.LookupRequest(table="wide", ids=ids))
+        self.assertIn("--max-reply-mb", why)
+        stats = self.call("Embedding", "Stats", emb.TableStatsReply,
+                          emb.TableStatsRequest(table="wide"))
+        self.assertEqual(stats.resident_rows, 0)  # nothing was made for it
+        # Within the limit it is served, and the reply is what was asked.
+        r = self.call("Embedding", "Lookup", emb.LookupReply,
+                      emb.LookupRequest(table="wide", ids=struct.pack("<16Q", *range(1, 17))))
+        self.assertEqual(len(r.rows), 16 * 4096 * 4)
+
+    def test_member_ids_cannot_be_guessed(self):
+        ids = [self.call("DenseSync", "Join", dense.JoinReply,
+                         dense.JoinRequest(group="shared", size=4)).member for _ in range(4)]
+        self.assertEqual(len(set(ids)), 4)
+        for mine in ids:
+            for delta in (-2, -1, 1, 2):
+                guess = (mine + delta) % (1 << 64)
+                if guess in ids:
+                    self.fail("member id %d is %d from another member's" % (mine, delta))
+                self.expect_error(grpc.StatusCode.NOT_FOUND, "DenseSync", "Leave",
+                                  dense.LeaveReply, dense.LeaveRequest(group="shared", member=guess))
+        for mine in ids:  # everybody is still in
+            self.call("DenseSync", "Heartbeat", dense.HeartbeatReply,
+                      dense.HeartbeatRequest(group="shared", member=mine))
+
+    def test_status_stays_json(self):
+        for name in ['q"uote', "back\\slash", "new\nline", "</script>", "a" * 300]:
+            self.expect_error(grpc.StatusCode.INVALID_ARGUMENT, "DenseSync", "Join",
+                              dense.JoinReply, dense.JoinRequest(group=name, size=2))
+            spec = emb.TableSpec(name=name, dim=2, optimizer=0, lr=0.1, eps=1e-8, init_scale=0.0)
+            self.expect_error(grpc.StatusCode.INVALID_ARGUMENT, "Embedding", "OpenTable",
+                              emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
+        self.call("DenseSync", "Join", dense.JoinReply, dense.JoinRequest(group="ok.name", size=2))
+        with urllib.request.urlopen("http://%s/status" % self.http, timeout=20) as r:
+            doc = json.loads(r.read().decode())
+        self.assertEqual(doc["role"], "ps")
+        self.assertIn("ok.name", [g["group"] for g in doc["groups"]])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
