@@ -446,7 +446,8 @@ static void *accept_main(void *arg) {
 /* ---- socket setup ---- */
 
 /* The socket's directory: created 0700 (0750 and the group when one is
- * named); an existing one is used as it is (the operator's choice). */
+ * named). An existing one must be ours: a directory someone else owns
+ * could hold their socket in place of ours (or let them replace it). */
 static ss_status prepare_dir(const ss__agent *a, const char *path) {
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
     snprintf(dir, sizeof dir, "%s", path);
@@ -461,10 +462,22 @@ static ss_status prepare_dir(const ss__agent *a, const char *path) {
         return SS_OK;
     }
     struct stat sb;
-    if (errno != EEXIST || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (errno != EEXIST || lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return SS_ERR_IO;
-    if (sb.st_mode & S_IWOTH)
-        SS_LOG_WARNF("agent", "event=socket_dir_world_writable dir=%s", dir);
+    if (sb.st_uid != geteuid()) {
+        SS_LOG_ERRORF("agent",
+                      "event=socket_dir_refused dir=%s owner_uid=%d agent_uid=%d why=\"the "
+                      "socket directory exists and belongs to another user\"",
+                      dir, (int)sb.st_uid, (int)geteuid());
+        return SS_ERR_PERMISSION;
+    }
+    if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
+        SS_LOG_ERRORF("agent",
+                      "event=socket_dir_refused dir=%s mode=%03o why=\"group or others may "
+                      "write the socket directory\"",
+                      dir, (unsigned)(sb.st_mode & 0777));
+        return SS_ERR_PERMISSION;
+    }
     return SS_OK;
 }
 

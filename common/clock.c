@@ -19,3 +19,17 @@ void ss__sleep_ns(uint64_t ns) {
     while (nanosleep(&req, &req) != 0 && errno == EINTR) {
     }
 }
+
+void ss__cond_init_monotonic(pthread_cond_t *c) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+struct timespec ss__deadline_in(uint64_t ns) {
+    uint64_t t = ss__now_ns() + ns;
+    return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull),
+                             .tv_nsec = (long)(t % 1000000000ull)};
+}

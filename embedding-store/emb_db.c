@@ -178,6 +178,27 @@ ss_status ss__emb_db_put_spec(ss__emb_db *db, const ss__emb_spec *spec) {
     return SS_OK;
 }
 
+ss_status ss__emb_db_decode_spec(const char *name, size_t nlen, const char *value, size_t vlen,
+                                 ss__emb_spec *out) {
+    spec_record r;
+    if (vlen != sizeof r || nlen == 0 || nlen >= SS_EMB_NAME_MAX)
+        return SS_ERR_PARSE;
+    memcpy(&r, value, sizeof r);
+    if (memcmp(r.magic, SPEC_MAGIC, sizeof r.magic) != 0)
+        return SS_ERR_PARSE;
+    ss__emb_spec spec = {.dim = r.dim,
+                         .optimizer = (ss__emb_optimizer)r.optimizer,
+                         .lr = r.lr,
+                         .eps = r.eps,
+                         .init_scale = r.init_scale};
+    memcpy(spec.name, name, nlen);
+    spec.name[nlen] = '\0';
+    if (ss__emb_spec_check(&spec, NULL, 0) != SS_OK)
+        return SS_ERR_PARSE;
+    *out = spec;
+    return SS_OK;
+}
+
 ss_status ss__emb_db_each_spec(ss__emb_db *db, ss_status (*fn)(void *ctx, const ss__emb_spec *spec),
                                void *ctx) {
     rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
@@ -189,25 +210,11 @@ ss_status ss__emb_db_each_spec(ss__emb_db *db, ss_status (*fn)(void *ctx, const 
         const char *v = rocksdb_iter_value(it, &vlen);
         if (klen < SPEC_PREFIX_N || memcmp(k, SPEC_PREFIX, SPEC_PREFIX_N) != 0)
             break;
-        spec_record r;
-        size_t nlen = klen - SPEC_PREFIX_N;
-        if (vlen != sizeof r || nlen == 0 || nlen >= SS_EMB_NAME_MAX) {
-            st = SS_ERR_PARSE;
+        ss__emb_spec spec;
+        if ((st = ss__emb_db_decode_spec(k + SPEC_PREFIX_N, klen - SPEC_PREFIX_N, v, vlen,
+                                         &spec)) != SS_OK)
             break;
-        }
-        memcpy(&r, v, sizeof r);
-        if (memcmp(r.magic, SPEC_MAGIC, sizeof r.magic) != 0) {
-            st = SS_ERR_PARSE;
-            break;
-        }
-        ss__emb_spec spec = {.dim = r.dim,
-                             .optimizer = (ss__emb_optimizer)r.optimizer,
-                             .lr = r.lr,
-                             .eps = r.eps,
-                             .init_scale = r.init_scale};
-        memcpy(spec.name, k + SPEC_PREFIX_N, nlen);
-        spec.name[nlen] = '\0';
-        st = ss__emb_spec_check(&spec, NULL, 0) == SS_OK ? fn(ctx, &spec) : SS_ERR_PARSE;
+        st = fn(ctx, &spec);
     }
     rocksdb_iter_destroy(it);
     return st;

@@ -228,14 +228,14 @@ static void *flusher_main(void *arg) {
     const uint32_t interval_ms = st->cfg.flush_lag_ms / 2;
     pthread_mutex_lock(&st->stop_lock);
     while (!st->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)interval_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        /* stop_cond waits on CLOCK_MONOTONIC: a clock step cannot stall it */
+        struct timespec ts = ss__deadline_in((uint64_t)interval_ms * 1000000ull);
         pthread_cond_timedwait(&st->stop_cond, &st->stop_lock, &ts);
         pthread_mutex_unlock(&st->stop_lock);
-        flush_all(st, false);
+        /* Under sync writes the flusher's writes are synced too: rows it
+         * marks clean must be durable, since the pusher that dirtied them
+         * then finds nothing to flush and acknowledges. */
+        flush_all(st, st->cfg.sync_writes);
         enforce_cap(st);
         update_resident_gauge(st);
         pthread_mutex_lock(&st->stop_lock);
@@ -272,7 +272,7 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
     pthread_rwlock_init(&st->lock, NULL);
     pthread_mutex_init(&st->flush_lock, NULL);
     pthread_mutex_init(&st->stop_lock, NULL);
-    pthread_cond_init(&st->stop_cond, NULL);
+    ss__cond_init_monotonic(&st->stop_cond);
     ss__metrics_counter(st->metrics, "shadowsync_emb_flushed_rows_total",
                         "Rows written to RocksDB by flushes.", NULL, &st->flushed_rows);
     ss__metrics_counter(st->metrics, "shadowsync_emb_flushes_total", "Flushes to RocksDB.", NULL,

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ typedef struct spec_copy {
 
 struct ss__agent_client {
     char path[108];
+    uid_t agent_uid; /* the only uid trusted at the socket */
     char trainer[64];
     uint32_t timeout_ms;
     pthread_t thread;
@@ -63,6 +65,41 @@ static ss_status send_group(ss__agent_client *c, const ss__agent_group_spec *g, 
     return st;
 }
 
+/* A trainer hands its replicas (memfds) to whatever listens on the
+ * socket: it talks only to a process of the expected uid, through a
+ * directory that uid (or root) owns and nobody else may write. why says
+ * what was wrong. */
+static ss_status check_agent(const ss__agent_client *c, int fd, char *why, size_t whylen) {
+    char dir[sizeof c->path];
+    snprintf(dir, sizeof dir, "%s", c->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    struct stat sb;
+    if (slash && slash != dir && stat(dir, &sb) == 0 &&
+        ((sb.st_uid != c->agent_uid && sb.st_uid != 0) || (sb.st_mode & (S_IWGRP | S_IWOTH)))) {
+        snprintf(why, whylen,
+                 "socket directory %s is owned by uid %d with mode %03o; expected uid %d (or "
+                 "root) and no group or other write (SHADOWSYNC_AGENT_UID)",
+                 dir, (int)sb.st_uid, (unsigned)(sb.st_mode & 0777), (int)c->agent_uid);
+        return SS_ERR_PERMISSION;
+    }
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        snprintf(why, whylen, "cannot read the agent's credentials: %s", strerror(errno));
+        return SS_ERR_IO;
+    }
+    if (cred.uid != c->agent_uid) {
+        snprintf(why, whylen,
+                 "the process on %s runs as uid %d, not the expected agent uid %d "
+                 "(SHADOWSYNC_AGENT_UID)",
+                 c->path, (int)cred.uid, (int)c->agent_uid);
+        return SS_ERR_PERMISSION;
+    }
+    return SS_OK;
+}
+
 /* Connects, says Hello, registers every group. Caller holds the lock. */
 static ss_status connect_and_register(ss__agent_client *c) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -73,6 +110,15 @@ static ss_status connect_and_register(ss__agent_client *c) {
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
         close(fd);
         return SS_ERR_IO;
+    }
+    char distrust[300];
+    ss_status trust = check_agent(c, fd, distrust, sizeof distrust);
+    if (trust != SS_OK) {
+        if (c->failures == 0)
+            SS_LOG_ERRORF("hooks", "event=agent_not_trusted socket=%s why=\"%s\"", c->path,
+                          distrust);
+        close(fd);
+        return trust;
     }
     c->sock = fd;
     ss__pb_hello h = SHADOWSYNC__AGENT__V1__HELLO__INIT;
@@ -169,11 +215,26 @@ ss_status ss__agent_client_create(const char *socket_path, const char *trainer, 
     if (!c)
         return SS_ERR_NO_MEMORY;
     snprintf(c->path, sizeof c->path, "%s", socket_path);
+    /* The agent runs as this uid unless SHADOWSYNC_AGENT_UID names another. */
+    c->agent_uid = geteuid();
+    const char *uid_env = getenv("SHADOWSYNC_AGENT_UID");
+    if (uid_env && *uid_env) {
+        char *end;
+        long v = strtol(uid_env, &end, 10);
+        if (*end || v < 0 || v > 0x7fffffff) {
+            SS_LOG_ERRORF("hooks",
+                          "event=bad_setting SHADOWSYNC_AGENT_UID=\"%s\" why=\"not a uid\"",
+                          uid_env);
+            free(c);
+            return SS_ERR_INVALID_ARGUMENT;
+        }
+        c->agent_uid = (uid_t)v;
+    }
     snprintf(c->trainer, sizeof c->trainer, "%s", trainer);
     c->timeout_ms = timeout_ms ? timeout_ms : 10000;
     c->sock = -1;
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
+    ss__cond_init_monotonic(&c->cond);
     if (pthread_create(&c->thread, NULL, client_main, c) != 0) {
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
@@ -227,13 +288,7 @@ ss_status ss__agent_client_finish(ss__agent_client *c, uint32_t final_rounds,
     c->finishing = true;
     uint64_t until = ss__now_ns() + (uint64_t)wait_ms * 1000000ull;
     while ((!c->connected || c->broken) && ss__now_ns() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = ss__deadline_in(50000000ull);
         pthread_cond_timedwait(&c->cond, &c->lock, &ts);
     }
     ss_status st = SS_ERR_IO, verdict = SS_OK;

@@ -79,7 +79,8 @@ typedef struct ss__agent_frame {
 /* Receives one frame within timeout_ms (< 0: no limit). SS_ERR_END: the
  * peer closed between frames; SS_ERR_PARSE: it closed inside a frame;
  * SS_ERR_TOO_LARGE: the length is over max_len (nothing was allocated; the
- * stream can no longer be trusted); SS_ERR_TIMEOUT; SS_ERR_IO. */
+ * stream can no longer be trusted); SS_ERR_TIMEOUT; SS_ERR_IO. On any
+ * failure f holds nothing (no buffer, no descriptor), only f->why. */
 ss_status ss__agent_recv_frame(int sock, uint32_t max_len, int timeout_ms, ss__agent_frame *f);
 void ss__agent_frame_release(ss__agent_frame *f);
 

@@ -212,18 +212,23 @@ static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
     return r->p == r->end ? SS_OK : SS_ERR_PARSE;
 }
 
-ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out) {
-    if (!path || !out)
+ss_status ss__dense_ckpt_parse(uint8_t *buf, size_t len, bool verify_hash,
+                               ss__dense_ckpt_file **out) {
+    if ((!buf && len) || !out) {
+        free(buf);
         return SS_ERR_INVALID_ARGUMENT;
+    }
     ss__dense_ckpt_file *f = calloc(1, sizeof *f);
-    if (!f)
+    if (!f) {
+        free(buf);
         return SS_ERR_NO_MEMORY;
-    size_t len = 0;
-    ss_status st = slurp(path, &f->buf, &len);
+    }
+    f->buf = buf;
     uint64_t stored;
-    if (st == SS_OK && len < sizeof ckpt_magic + sizeof(uint32_t) + sizeof stored)
+    ss_status st = SS_OK;
+    if (len < sizeof ckpt_magic + sizeof(uint32_t) + sizeof stored)
         st = SS_ERR_PARSE;
-    if (st == SS_OK) {
+    if (st == SS_OK && verify_hash) {
         memcpy(&stored, f->buf + len - sizeof stored, sizeof stored);
         if (fnv1a(FNV_OFFSET, f->buf, len - sizeof stored) != stored)
             st = SS_ERR_PARSE;
@@ -238,6 +243,17 @@ ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out) {
     }
     *out = f;
     return SS_OK;
+}
+
+ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out) {
+    if (!path || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    ss_status st = slurp(path, &buf, &len);
+    if (st != SS_OK)
+        return st;
+    return ss__dense_ckpt_parse(buf, len, true, out);
 }
 
 size_t ss__dense_ckpt_count(const ss__dense_ckpt_file *f) {

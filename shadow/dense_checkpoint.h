@@ -13,6 +13,7 @@
 #ifndef SS_SHADOW_DENSE_CHECKPOINT_H
 #define SS_SHADOW_DENSE_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,11 @@ typedef struct ss__dense_ckpt_file ss__dense_ckpt_file;
  * anything is handed out. SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE:
  * torn or corrupted. */
 ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out);
+/* The same from len bytes in buf (malloc'd; the file takes it, freed
+ * either way). verify_hash false skips only the trailing hash check, so
+ * that a fuzzer reaches the layout checks behind it. */
+ss_status ss__dense_ckpt_parse(uint8_t *buf, size_t len, bool verify_hash,
+                               ss__dense_ckpt_file **out);
 size_t ss__dense_ckpt_count(const ss__dense_ckpt_file *f);
 const ss__dense_ckpt_group *ss__dense_ckpt_group_at(const ss__dense_ckpt_file *f, size_t i);
 void ss__dense_ckpt_close(ss__dense_ckpt_file *f);

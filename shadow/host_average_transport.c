@@ -70,7 +70,7 @@ static ss_status ha_join(void *impl, const char *name, size_t n, uint64_t *membe
         g->n = n;
         g->result = malloc(n * sizeof(float));
         pthread_mutex_init(&g->lock, NULL);
-        pthread_cond_init(&g->cond, NULL);
+        ss__cond_init_monotonic(&g->cond);
         if (!g->name || !g->result) {
             free(g->name);
             free(g->result);
@@ -158,22 +158,13 @@ typedef struct round_kind {
     const ss__bmuf_params *bmuf;
 } round_kind;
 
-static struct timespec deadline_in(uint64_t ns) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + ns;
-    ts.tv_sec = (time_t)(t / 1000000000ull);
-    ts.tv_nsec = (long)(t % 1000000000ull);
-    return ts;
-}
-
 /* Runs or waits for the remote half of local round res; on SS_OK out
  * holds the remote result (D, the remote mean or the block start). `m` is
  * the local mean. */
 static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *res, const float *m,
                              const round_kind *kind, float *out) {
     uint64_t id = res->round + 1;
-    struct timespec until = deadline_in(REMOTE_WAIT_NS);
+    struct timespec until = ss__deadline_in(REMOTE_WAIT_NS);
     pthread_mutex_lock(&g->lock);
     if (g->started < id) {     /* first back: the leader of this round */
         while (g->readers > 0) /* the previous round's result is still being read */

@@ -15,6 +15,7 @@
 #include "agent_procs.h"
 #include "check_run.h"
 #include "common/clock.h"
+#include "rpc/agent_client.h"
 #include "rpc/agent_wire.h"
 
 static char dir[64], sock_path[128], ps_target[64], http[128];
@@ -324,10 +325,8 @@ static int nobody_hello(void) {
 }
 
 START_TEST(other_uid_refused) {
-    if (geteuid() != 0) {
-        fprintf(stderr, "other_uid_refused: needs root to act as another uid; skipped\n");
-        return;
-    }
+    /* CI runs as root: this test must run there, so it fails elsewhere. */
+    ck_assert_msg(geteuid() == 0, "other_uid_refused needs root to act as another uid");
     /* The socket is 0600 in a 0700 directory: another uid cannot connect. */
     struct stat sb;
     ck_assert_int_eq(stat(sock_path, &sb), 0);
@@ -362,10 +361,8 @@ static int nobody_in_users_hello(void) {
 /* --socket-group: the directory and socket open to the group, and a
  * member by a supplementary group (not its primary gid) gets in. */
 START_TEST(socket_group_member_allowed) {
-    if (geteuid() != 0 || !getgrnam("users")) {
-        fprintf(stderr, "socket_group_member_allowed: needs root and group users; skipped\n");
-        return;
-    }
+    ck_assert_msg(geteuid() == 0 && getgrnam("users"),
+                  "socket_group_member_allowed needs root and the group users");
     char log[160], http2[128], run2[100];
     snprintf(run2, sizeof run2, "%s/grouped", dir);
     snprintf(group_sock, sizeof group_sock, "%s/agent.sock", run2);
@@ -458,6 +455,64 @@ START_TEST(metrics_pass_promtool) {
 }
 END_TEST
 
+/* A socket directory that exists and belongs to another user could hold
+ * that user's socket in place of the agent's: the agent refuses to start
+ * there and says why. */
+START_TEST(foreign_socket_dir_refused) {
+    ck_assert_msg(geteuid() == 0, "foreign_socket_dir_refused needs root to chown");
+    char foreign[160], sock[200], log[160];
+    snprintf(foreign, sizeof foreign, "%s/foreign", dir);
+    snprintf(sock, sizeof sock, "%s/agent.sock", foreign);
+    snprintf(log, sizeof log, "%s/agent-foreign.log", dir);
+    ck_assert_int_eq(mkdir(foreign, 0700), 0);
+    ck_assert_int_eq(chown(foreign, 65534, 65534), 0);
+    char *argv[] = {SHADOWSYNC_AGENT, "--socket", sock, "--ps", ps_target, "--http", "", NULL};
+    int st = proc_wait(proc_spawn(argv, log), 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    char *out = proc_read(log);
+    ck_assert_ptr_nonnull(strstr(out, "belongs to another user"));
+    free(out);
+    /* Writable by group or others: refused too. */
+    ck_assert_int_eq(chown(foreign, 0, 0), 0);
+    ck_assert_int_eq(chmod(foreign, 0777), 0);
+    st = proc_wait(proc_spawn(argv, log), 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    out = proc_read(log);
+    ck_assert_ptr_nonnull(strstr(out, "group or others may write"));
+    free(out);
+    assert_still_serving();
+}
+END_TEST
+
+/* A trainer hands its replicas only to an agent of the expected uid
+ * (SO_PEERCRED): told to expect another uid, it never registers with this
+ * one; told nothing, it does. */
+START_TEST(trainer_checks_the_agent_uid) {
+    ss__agent_group_spec g;
+    ss__shm_group shm;
+    ck_assert_int_eq(ss__shm_group_create("checked", 8, &shm), SS_OK);
+    g = (ss__agent_group_spec){
+        .name = "checked", .n = 8, .fd = shm.fd, .algo = "easgd", .alpha = 0.1f};
+    setenv("SHADOWSYNC_AGENT_UID", "4242", 1);
+    ss__agent_client *c;
+    ck_assert_int_eq(ss__agent_client_create(sock_path, "wary", 2000, &c), SS_OK);
+    unsetenv("SHADOWSYNC_AGENT_UID");
+    ck_assert_int_eq(ss__agent_client_add_group(c, &g), SS_OK); /* queued */
+    ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 500), SS_ERR_IO);
+    ck_assert_uint_eq(ss__agent_client_sessions(c), 0);
+    ss__agent_client_destroy(c);
+    setenv("SHADOWSYNC_AGENT_UID", "not-a-uid", 1);
+    ck_assert_int_eq(ss__agent_client_create(sock_path, "wary", 2000, &c), SS_ERR_INVALID_ARGUMENT);
+    unsetenv("SHADOWSYNC_AGENT_UID");
+    ck_assert_int_eq(ss__agent_client_create(sock_path, "trusting", 2000, &c), SS_OK);
+    ck_assert_int_eq(ss__agent_client_add_group(c, &g), SS_OK);
+    ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 5000), SS_OK);
+    ck_assert_uint_eq(ss__agent_client_sessions(c), 1);
+    ss__agent_client_destroy(c);
+    ss__shm_group_release(&shm);
+}
+END_TEST
+
 /* Runs shadowsync-ctl with args; returns its exit code, output in *out. */
 static int ctl(char *out_path, char **out, char *const args[]) {
     char *argv[16] = {SHADOWSYNC_CTL};
@@ -543,5 +598,5 @@ int main(void) {
                            socket_truncated_fd_message, socket_huge_and_cut_frames,
                            other_uid_refused, dead_trainer_dropped_at_once,
                            socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
-                           ctl_commands);
+                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid);
 }

@@ -125,6 +125,74 @@ START_TEST(test_sync_writes_survive_sigkill) {
 }
 END_TEST
 
+/* Under --sync-writes an update is acknowledged only after a synced
+ * write: every acknowledged push has a WAL fsync/fdatasync that began
+ * after it was sent and ended before its reply (tests/sync_recorder.c
+ * records them in the PS). A fast background flusher (--flush-lag-ms 2)
+ * races every push for its dirty rows. Fails when the store writes
+ * without sync, or when the flusher writes unsynced and marks the rows
+ * clean before the pusher's synced flush. */
+START_TEST(test_sync_writes_are_synced_before_the_ack) {
+    char db[128], log[128], target[64], synclog[160], asan[512];
+    make_paths(db, log);
+    snprintf(synclog, sizeof synclog, "%s/syncs.txt", g_dir);
+    const char *old_asan = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", old_asan ? old_asan : "",
+             old_asan ? ":" : "");
+    setenv("LD_PRELOAD", SS_SYNC_RECORDER, 1);
+    setenv("SS_SYNC_LOG", synclog, 1);
+    setenv("ASAN_OPTIONS", asan, 1);
+    char *extra[] = {"--emb-db", db, "--sync-writes", "--flush-lag-ms", "2", NULL};
+    pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
+    unsetenv("LD_PRELOAD");
+    unsetenv("SS_SYNC_LOG");
+    ss__emb_client *c;
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, &c), SS_OK);
+    ss__emb_spec spec = table_spec();
+    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    enum { PUSHES = 300 };
+    static uint64_t sent[PUSHES], acked[PUSHES];
+    uint64_t ids[K];
+    float g[K * DIM];
+    test_ids(ids);
+    for (int i = 0; i < K * DIM; i++)
+        g[i] = -1.0f;
+    for (int i = 0; i < PUSHES; i++) {
+        sent[i] = ss__now_ns();
+        ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, K, g), SS_OK);
+        acked[i] = ss__now_ns();
+    }
+    ss__emb_client_destroy(c);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    FILE *f = fopen(synclog, "r");
+    ck_assert_msg(f, "no WAL sync was recorded at all");
+    static uint64_t s0[100000], s1[100000];
+    size_t ns = 0;
+    unsigned long long a, b;
+    while (ns < 100000 && fscanf(f, "%llu %llu", &a, &b) == 2) {
+        s0[ns] = a;
+        s1[ns++] = b;
+    }
+    fclose(f);
+    int unsynced = 0;
+    for (int i = 0; i < PUSHES; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < ns && !ok; k++)
+            ok = s0[k] >= sent[i] && s1[k] <= acked[i];
+        unsynced += !ok;
+    }
+    printf("sync writes: %d pushes, %zu WAL syncs, %d acknowledged without a sync in between\n",
+           PUSHES, ns, unsynced);
+    ck_assert_int_eq(unsynced, 0);
+    if (old_asan)
+        setenv("ASAN_OPTIONS", old_asan, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    remove_dir();
+}
+END_TEST
+
 START_TEST(test_write_behind_loses_at_most_the_lag) {
     char db[128], log[128], target[64];
     make_paths(db, log);
@@ -234,5 +302,6 @@ int main(void) {
     /* Check forks a process per test: gRPC starts in each, not before. */
     return ss__check_tests(
         "emb_durability", 180, ss__rpc_init, ss__rpc_shutdown, test_sync_writes_survive_sigkill,
-        test_write_behind_loses_at_most_the_lag, test_checkpoint_rpc_and_sigterm_flush);
+        test_sync_writes_are_synced_before_the_ack, test_write_behind_loses_at_most_the_lag,
+        test_checkpoint_rpc_and_sigterm_flush);
 }

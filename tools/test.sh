@@ -3,7 +3,9 @@
 # a release build; a ThreadSanitizer build (unit tests + a small Hogwild
 # run, races allowed only inside the kernels named in tests/tsan.supp);
 # an AddressSanitizer + UndefinedBehaviorSanitizer build of the whole
-# suite. Ends with ctest's summary of the ASan+UBSan run.
+# suite. Between the last two, every libFuzzer target (tests/fuzz/) runs
+# for SS_FUZZ_SECONDS (20) from its seed corpus. Ends with ctest's summary
+# of the ASan+UBSan run.
 #   bash tools/test.sh            # all three
 #   bash tools/test.sh --fast     # release build only
 set -euo pipefail
@@ -25,6 +27,9 @@ echo "== ThreadSanitizer build (build-tsan/) =="
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_TSAN=ON >/dev/null
 cmake --build build-tsan -j "$JOBS"
 (cd build-tsan && ctest --output-on-failure -j "$JOBS")
+
+echo "== fuzz targets (build-fuzz/): libFuzzer + ASan + UBSan, ${SS_FUZZ_SECONDS:-20} s each =="
+bash tests/fuzz/run.sh "${SS_FUZZ_SECONDS:-20}"
 
 echo "== sanitizer build (build-asan/): ASan + UBSan =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_SANITIZE=ON >/dev/null

@@ -254,11 +254,7 @@ static void *syncer_main(void *arg) {
     ss_table *tb = arg;
     pthread_mutex_lock(&tb->lock);
     while (!tb->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)tb->cfg.sync_interval_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = ss__deadline_in((uint64_t)tb->cfg.sync_interval_ms * 1000000ull);
         pthread_cond_timedwait(&tb->changed, &tb->lock, &ts);
         if (tb->stop)
             break;
@@ -357,7 +353,7 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
     tb->spec = spec;
     tb->cfg.name = tb->spec.name;
     pthread_mutex_init(&tb->lock, NULL);
-    pthread_cond_init(&tb->changed, NULL);
+    ss__cond_init_monotonic(&tb->changed);
     pthread_mutex_init(&tb->sync_lock, NULL);
     char why[200] = "";
     if (cfg->mode != SS_TABLE_LOCAL) {

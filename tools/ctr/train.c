@@ -406,13 +406,7 @@ static ss_status train_pass(run *r, double *seconds) {
     pthread_mutex_lock(&r->done_lock);
     uint64_t next_report = t0 + (uint64_t)(cfg->progress_interval_s * 1e9);
     while (atomic_load(&r->trainers_left) > 0 && nthreads == (size_t)N * cfg->workers) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = ss__deadline_in(100000000ull);
         pthread_cond_timedwait(&r->done_cond, &r->done_lock, &ts);
         if (cfg->progress && cfg->progress_interval_s > 0 && ss__now_ns() >= next_report) {
             pthread_mutex_unlock(&r->done_lock);
@@ -574,7 +568,7 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
     r->syncing = !cfg->process && cfg->sync != SS_CTR_SYNC_NONE;
     ss__ctr_layout_of(&cfg->model, &r->L);
     pthread_mutex_init(&r->done_lock, NULL);
-    pthread_cond_init(&r->done_cond, NULL);
+    ss__cond_init_monotonic(&r->done_cond);
 
     if ((st = ss__ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb)) == SS_OK &&
         (st = open_trainers(r)) == SS_OK &&

@@ -1,0 +1,68 @@
+/* LD_PRELOAD shim for the durability test: records every fsync and
+ * fdatasync of a RocksDB write-ahead log (a file named *.log) as one line
+ * "start_ns end_ns" (CLOCK_MONOTONIC, the clock the test's acks use) in
+ * the file $SS_SYNC_LOG. A process-crash test (SIGKILL) keeps page-cache
+ * writes, so it cannot tell a synced write from an unsynced one; this
+ * can: an acknowledged update needs a WAL sync between its request and
+ * its reply. Built without sanitizers (it is preloaded into any build). */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int log_fd = -1;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int (*real_fsync)(int), (*real_fdatasync)(int);
+
+static void init(void) {
+    real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    const char *path = getenv("SS_SYNC_LOG");
+    if (path)
+        log_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int is_wal(int fd) {
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n < 4)
+        return 0;
+    path[n] = '\0';
+    return strcmp(path + n - 4, ".log") == 0;
+}
+
+static int recorded(int (*real)(int), int fd) {
+    uint64_t t0 = now_ns();
+    int rc = real(fd);
+    uint64_t t1 = now_ns();
+    if (rc == 0 && log_fd >= 0 && is_wal(fd)) {
+        char line[64];
+        int n = snprintf(line, sizeof line, "%llu %llu\n", (unsigned long long)t0,
+                         (unsigned long long)t1);
+        if (write(log_fd, line, (size_t)n) != n) /* O_APPEND: one line at a time */
+            abort();
+    }
+    return rc;
+}
+
+int fsync(int fd) {
+    pthread_once(&once, init);
+    return recorded(real_fsync, fd);
+}
+
+int fdatasync(int fd) {
+    pthread_once(&once, init);
+    return recorded(real_fdatasync, fd);
+}
