@@ -19,13 +19,17 @@
 
 #define POLL_MS 250 /* how often sessions publish stats and notice a stop */
 
-void ss__agent_count_reject(ss__agent *a, const char *reason) {
+static void count_reject_n(ss__metrics *m, const char *reason, uint64_t n) {
     const char *labels[] = {"reason", reason, NULL};
     ss__counter *c;
-    if (ss__metrics_counter(a->cfg.metrics, "shadowsync_agent_rejected_total",
+    if (ss__metrics_counter(m, "shadowsync_agent_rejected_total",
                             "Connections and socket requests the agent refused, by reason.", labels,
                             &c) == SS_OK)
-        ss__counter_add(c, 1);
+        ss__counter_add(c, n);
+}
+
+void ss__agent_count_reject(ss__agent *a, const char *reason) {
+    count_reject_n(a->cfg.metrics, reason, 1);
 }
 
 /* ---- publishing stats into the trainers' shared headers ---- */
@@ -560,6 +564,13 @@ ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out) {
     if (st == SS_OK)
         st = ss__metrics_counter(cfg->metrics, "shadowsync_agent_connections_total",
                                  "Trainer connections accepted.", NULL, &a->m_accepted);
+    /* Every reason's series exists from the start, at 0, so that rate()
+     * sees the first refusal. */
+    static const char *const reasons[] = {"wrong_message",    "invalid",   "bad_fd", "garbage",
+                                          "too_large",        "truncated", "io",     "uid",
+                                          "too_many_sessions"};
+    for (size_t i = 0; st == SS_OK && i < sizeof reasons / sizeof *reasons; i++)
+        count_reject_n(cfg->metrics, reasons[i], 0);
     if (st == SS_OK)
         st = bind_socket(a);
     if (st == SS_OK && pthread_create(&a->accept_thread, NULL, accept_main, a) != 0) {

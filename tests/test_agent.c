@@ -442,6 +442,10 @@ START_TEST(metrics_pass_promtool) {
     ck_assert_int_eq(http_request(http, "/metrics", NULL, NULL, 0, &metrics), 200);
     ck_assert_ptr_nonnull(strstr(metrics, "# TYPE shadowsync_sync_rounds_total counter"));
     ck_assert_ptr_nonnull(strstr(metrics, "# HELP shadowsync_sync_gap_iterations"));
+    /* Refusal reasons exist before the first refusal, at 0. */
+    ck_assert_ptr_nonnull(strstr(metrics, "shadowsync_agent_rejected_total{reason=\"garbage\"} 0"));
+    ck_assert_ptr_nonnull(
+        strstr(metrics, "shadowsync_agent_rejected_total{reason=\"too_many_sessions\"} 0"));
     char path[160], cmd[400];
     snprintf(path, sizeof path, "%s/agent.prom", dir);
     FILE *f = fopen(path, "w");
