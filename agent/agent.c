@@ -210,12 +210,16 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
     g.base_rejoins = atomic_load(&h->rejoins);
     g.registered_ns = ss__now_ns();
     st = ss__replica_wrap_shared(g.shm.data, g.shm.n, &h->iterations, &g.replica);
-    pthread_mutex_lock(&s->lock);
+    /* Not under the session lock: joining is an RPC that may wait for a
+     * slow PS, and /status, the accept thread and other trainers must not
+     * wait behind it. Only this session's thread adds its groups. */
     if (st == SS_OK)
         st = ss__engine_add_group(s->engine, g.name, g.replica, &params, &g.eg);
-    if (st == SS_OK)
+    if (st == SS_OK) {
+        pthread_mutex_lock(&s->lock);
         s->groups[s->ngroups++] = g;
-    pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&s->lock);
+    }
     if (st != SS_OK) {
         ss__replica_destroy(g.replica);
         ss__shm_group_release(&g.shm);

@@ -201,30 +201,42 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
     }
     g->last_iter = ss__replica_iterations(replica);
     atomic_init(&g->last_contact_ns, ss__now_ns());
+    /* The Join is an RPC (it may wait up to the RPC deadline on a slow
+     * PS): it runs outside the engine lock, so that the shadow threads,
+     * stats and other registrations never wait behind it. */
     pthread_mutex_lock(&e->lock);
-    for (size_t i = 0; i < e->ngroups; i++) {
-        if (!strcmp(e->groups[i]->name, name)) {
-            pthread_mutex_unlock(&e->lock);
-            group_free(g);
-            return SS_ERR_EXISTS;
-        }
-    }
-    if (e->ngroups == e->capgroups) {
-        size_t cap = e->capgroups ? e->capgroups * 2 : 8;
-        ss__engine_group **ng = realloc(e->groups, cap * sizeof *ng);
-        if (!ng) {
-            pthread_mutex_unlock(&e->lock);
-            group_free(g);
-            return SS_ERR_NO_MEMORY;
-        }
-        e->groups = ng;
-        e->capgroups = cap;
+    bool taken = false;
+    for (size_t i = 0; i < e->ngroups && !taken; i++)
+        taken = !strcmp(e->groups[i]->name, name);
+    pthread_mutex_unlock(&e->lock);
+    if (taken) {
+        group_free(g);
+        return SS_ERR_EXISTS;
     }
     st = ss__transport_join(e->transport, name, n, &g->member);
     if (st != SS_OK) {
-        pthread_mutex_unlock(&e->lock);
         group_free(g);
         return st;
+    }
+    pthread_mutex_lock(&e->lock);
+    taken = false; /* a registration of the same name that finished first */
+    for (size_t i = 0; i < e->ngroups && !taken; i++)
+        taken = !strcmp(e->groups[i]->name, name);
+    if (!taken && e->ngroups == e->capgroups) {
+        size_t cap = e->capgroups ? e->capgroups * 2 : 8;
+        ss__engine_group **ng = realloc(e->groups, cap * sizeof *ng);
+        if (ng) {
+            e->groups = ng;
+            e->capgroups = cap;
+        } else {
+            st = SS_ERR_NO_MEMORY;
+        }
+    }
+    if (taken || st != SS_OK) {
+        pthread_mutex_unlock(&e->lock);
+        ss__transport_leave(e->transport, name, g->member);
+        group_free(g);
+        return taken ? SS_ERR_EXISTS : st;
     }
     e->groups[e->ngroups++] = g;
     pthread_cond_broadcast(&e->cond);

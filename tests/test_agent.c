@@ -3,7 +3,10 @@
  * serving; other uids are refused; /metrics passes promtool. */
 #include <check.h>
 #include <grp.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -517,6 +520,52 @@ START_TEST(trainer_checks_the_agent_uid) {
 }
 END_TEST
 
+typedef struct slow_reg {
+    ss__shm_group g;
+    ss_status st;
+    _Atomic bool done;
+} slow_reg;
+
+static void *register_slowly(void *p) {
+    slow_reg *r = p;
+    int fd = unix_connect(sock_path);
+    ss_status v;
+    r->st = fd >= 0 && hello(fd, "slow", &v) == 0 && v == SS_OK
+                ? register_group(fd, "slowgroup", 32, &r->g)
+                : SS_ERR_IO;
+    atomic_store(&r->done, true);
+    return (void *)(intptr_t)fd;
+}
+
+/* A registration waits on a PS that does not answer (stopped): meanwhile
+ * /status and /healthz answer and another trainer connects, before that
+ * registration has finished; once the PS runs again it completes. */
+START_TEST(slow_registration_does_not_stall_the_agent) {
+    proc_freeze(ps_pid);
+    slow_reg r = {.st = SS_ERR_INTERNAL};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, register_slowly, &r), 0);
+    ss__sleep_ns(300000000ull); /* it reaches the Join (the PS cannot answer) */
+    char *body = NULL;
+    ck_assert_int_eq(http_request(http, "/status", NULL, NULL, 0, &body), 200);
+    free(body);
+    ck_assert_int_eq(http_request(http, "/healthz", NULL, NULL, 0, NULL), 200);
+    int fd = unix_connect(sock_path);
+    ck_assert_int_ge(fd, 0);
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "meanwhile", &v), 0);
+    ck_assert_int_eq(v, SS_OK);
+    ck_assert_msg(!atomic_load(&r.done), "the registration ended while the PS was stopped");
+    kill(ps_pid, SIGCONT);
+    void *ret;
+    pthread_join(t, &ret);
+    ck_assert_int_eq(r.st, SS_OK);
+    close(fd);
+    close((int)(intptr_t)ret);
+    ss__shm_group_release(&r.g);
+}
+END_TEST
+
 /* Runs shadowsync-ctl with args; returns its exit code, output in *out. */
 static int ctl(char *out_path, char **out, char *const args[]) {
     char *argv[16] = {SHADOWSYNC_CTL};
@@ -602,5 +651,6 @@ int main(void) {
                            socket_truncated_fd_message, socket_huge_and_cut_frames,
                            other_uid_refused, dead_trainer_dropped_at_once,
                            socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
-                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid);
+                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid,
+                           slow_registration_does_not_stall_the_agent);
 }
