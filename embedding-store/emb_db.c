@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "embedding-store/emb_db_internal.h"
+#include "embedding-store/emb_store.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "rows are stored as little-endian float32; add byte swapping for this target"

@@ -22,10 +22,6 @@ ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t 
 ss_status ss__emb_db_put_spec(ss__emb_db *db, const ss__emb_spec *spec);
 ss_status ss__emb_db_each_spec(ss__emb_db *db, ss_status (*fn)(void *ctx, const ss__emb_spec *spec),
                                void *ctx);
-/* A stored table spec from its key's name part and its value (the
- * fuzzed decoder): SS_ERR_PARSE unless it is a whole, valid spec. */
-ss_status ss__emb_db_decode_spec(const char *name, size_t nlen, const char *value, size_t vlen,
-                                 ss__emb_spec *out);
 ss_status ss__emb_db_checkpoint(ss__emb_db *db, const char *dir, char *why, size_t whylen);
 
 #endif

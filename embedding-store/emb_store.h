@@ -96,6 +96,12 @@ ss_status ss__emb_store_flush(ss__emb_store *st);
 ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *name, char *path, size_t pathlen,
                                    char *why, size_t whylen);
 
+/* A table spec as stored in RocksDB, from its key's name part and its
+ * value (emb_db.c; public to the fuzz target): SS_ERR_PARSE unless it is a
+ * whole, valid spec. */
+ss_status ss__emb_db_decode_spec(const char *name, size_t nlen, const char *value, size_t vlen,
+                                 ss__emb_spec *out);
+
 typedef struct ss__emb_store_stats {
     ss__emb_table_stats table;
     uint64_t lookups, pushes, elastic; /* rows served */

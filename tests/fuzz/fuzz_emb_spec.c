@@ -2,7 +2,7 @@
  * how long the key's name part is, the rest is name + value. */
 #include <stdint.h>
 
-#include "embedding-store/emb_db_internal.h"
+#include "embedding-store/emb_store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1)
