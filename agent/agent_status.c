@@ -86,7 +86,8 @@ ss_status ss__agent_status_json(ss__agent *a, char **out, size_t *len) {
     return ss__json_take(root, out, len);
 }
 
-/* dir/name.f32 via a temporary file, fsync and rename. */
+/* dir/name.f32 via a temporary file, fsync, rename and a directory
+ * fsync (without it the rename may not survive a power cut). */
 static ss_status write_atomic(const char *dir, const char *name, const float *x, size_t n) {
     char path[4096], tmp[4200];
     if (snprintf(path, sizeof path, "%s/%s.f32", dir, name) >= (int)sizeof path)
@@ -95,58 +96,83 @@ static ss_status write_atomic(const char *dir, const char *name, const float *x,
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return SS_ERR_IO;
-    /* A copy first: the trainer keeps writing (a torn read is fine, as in
-     * any Hogwild snapshot), the file gets one consistent buffer. */
-    float *copy = malloc(n * sizeof *copy);
-    ss_status st = copy ? SS_OK : SS_ERR_NO_MEMORY;
-    if (copy) {
-        memcpy(copy, x, n * sizeof *copy);
-        const char *p = (const char *)copy;
-        size_t left = n * sizeof *copy;
-        while (left && st == SS_OK) {
-            ssize_t k = write(fd, p, left);
-            if (k <= 0)
-                st = SS_ERR_IO;
-            else {
-                p += k;
-                left -= (size_t)k;
-            }
+    ss_status st = SS_OK;
+    const char *p = (const char *)x;
+    size_t left = n * sizeof *x;
+    while (left && st == SS_OK) {
+        ssize_t k = write(fd, p, left);
+        if (k <= 0)
+            st = SS_ERR_IO;
+        else {
+            p += k;
+            left -= (size_t)k;
         }
-        free(copy);
     }
     if (st == SS_OK && fsync(fd) != 0)
         st = SS_ERR_IO;
     close(fd);
     if (st == SS_OK && rename(tmp, path) != 0)
         st = SS_ERR_IO;
-    if (st != SS_OK)
+    if (st != SS_OK) {
         unlink(tmp);
+        return st;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0)
+        st = SS_ERR_IO;
+    if (dfd >= 0)
+        close(dfd);
     return st;
 }
+
+typedef struct replica_copy {
+    char name[AGENT_NAME_MAX];
+    float *x;
+    size_t n;
+} replica_copy;
 
 ss_status ss__agent_checkpoint(ss__agent *a, const char *dir, size_t *groups) {
     if (!a || !dir || !*dir || !groups)
         return SS_ERR_INVALID_ARGUMENT;
     *groups = 0;
+    /* Under the locks only copies (a torn read is fine, as in any Hogwild
+     * snapshot: each file gets one consistent buffer); the disk work runs
+     * after, so a checkpoint never holds up registrations or /status. */
+    enum { MAX_COPIES = AGENT_MAX_GROUPS * 4 };
+    replica_copy *copies = calloc(MAX_COPIES, sizeof *copies);
+    if (!copies)
+        return SS_ERR_NO_MEMORY;
+    size_t ncopies = 0;
     ss_status st = SS_OK;
-    char done[AGENT_MAX_GROUPS * 4][AGENT_NAME_MAX];
-    size_t ndone = 0;
     pthread_mutex_lock(&a->lock);
     for (agent_session *s = a->sessions; s && st == SS_OK; s = s->next) {
         pthread_mutex_lock(&s->lock);
         for (size_t i = 0; i < s->ngroups && st == SS_OK; i++) {
             const agent_group *g = &s->groups[i];
             bool seen = false;
-            for (size_t k = 0; k < ndone; k++)
-                seen = seen || !strcmp(done[k], g->name);
-            if (seen || ndone == sizeof done / sizeof *done)
+            for (size_t k = 0; k < ncopies; k++)
+                seen = seen || !strcmp(copies[k].name, g->name);
+            if (seen || ncopies == MAX_COPIES)
                 continue;
-            st = write_atomic(dir, g->name, g->shm.data, g->shm.n);
-            snprintf(done[ndone++], AGENT_NAME_MAX, "%s", g->name);
+            replica_copy *c = &copies[ncopies];
+            if (!(c->x = malloc(g->shm.n * sizeof *c->x))) {
+                st = SS_ERR_NO_MEMORY;
+                break;
+            }
+            memcpy(c->x, g->shm.data, g->shm.n * sizeof *c->x);
+            c->n = g->shm.n;
+            snprintf(c->name, sizeof c->name, "%s", g->name);
+            ncopies++;
         }
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_unlock(&a->lock);
-    *groups = ndone;
+    for (size_t k = 0; k < ncopies; k++) {
+        if (st == SS_OK)
+            st = write_atomic(dir, copies[k].name, copies[k].x, copies[k].n);
+        free(copies[k].x);
+    }
+    free(copies);
+    *groups = st == SS_OK ? ncopies : 0;
     return st;
 }

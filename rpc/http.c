@@ -209,7 +209,10 @@ ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **ou
             return st;
         }
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | (v6 ? MHD_USE_IPv6 : 0);
+    /* A thread per connection (at most 64): a slow request (POST
+     * /checkpoint writes files) never holds up /healthz or a scrape. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | (v6 ? MHD_USE_IPv6 : 0);
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
                                  (size_t)CONNECTION_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT,

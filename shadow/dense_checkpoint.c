@@ -26,7 +26,9 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 /* ---- writing ---- */
 
 struct ss__dense_ckpt_writer {
-    FILE *f;
+    FILE *f;   /* a memory stream: put() only copies, commit() writes the file */
+    char *mem; /* open_memstream's buffer */
+    size_t memlen;
     char path[4096], tmp[4100];
     uint64_t hash;
     uint32_t expected, written;
@@ -47,10 +49,12 @@ ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt
         return SS_ERR_NO_MEMORY;
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
-    w->f = fopen(w->tmp, "wb");
+    /* Callers put groups while holding their locks: only memory copies
+     * happen then; the disk (write, fsync, rename) waits for commit. */
+    w->f = open_memstream(&w->mem, &w->memlen);
     if (!w->f) {
         free(w);
-        return SS_ERR_IO;
+        return SS_ERR_NO_MEMORY;
     }
     w->hash = FNV_OFFSET;
     w->expected = groups;
@@ -98,10 +102,15 @@ ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
         w->ok = false;
     uint64_t hash = w->hash;
     put(w, &hash, sizeof hash);
-    /* Data on disk before the rename makes it visible. */
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
+    if (fclose(w->f) != 0) /* the memory stream: mem and memlen are final */
         w->ok = false;
-    if (fclose(w->f) != 0)
+    FILE *f = w->ok ? fopen(w->tmp, "wb") : NULL;
+    if (!f || fwrite(w->mem, 1, w->memlen, f) != w->memlen)
+        w->ok = false;
+    /* Data on disk before the rename makes it visible. */
+    if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+        w->ok = false;
+    if (f && fclose(f) != 0)
         w->ok = false;
     ss_status st = SS_OK;
     if (!w->ok || rename(w->tmp, w->path) != 0) {
@@ -110,6 +119,7 @@ ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
     } else {
         fsync_parent_dir(w->path);
     }
+    free(w->mem);
     free(w);
     return st;
 }

@@ -32,7 +32,9 @@ typedef struct ss__dense_ckpt_group {
 
 typedef struct ss__dense_ckpt_writer ss__dense_ckpt_writer;
 
-/* Starts path.tmp for exactly `groups` groups. */
+/* Starts a checkpoint of exactly `groups` groups (held in memory: put()
+ * only copies, so callers may put under their locks; commit() writes
+ * path.tmp, fsyncs it, renames it over path and fsyncs the directory). */
 ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt_writer **out);
 void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g);
 /* Seals the file and moves it over path (SS_ERR_IO: a write failed, or the

@@ -4,7 +4,9 @@
  * the file $SS_SYNC_LOG. A process-crash test (SIGKILL) keeps page-cache
  * writes, so it cannot tell a synced write from an unsynced one; this
  * can: an acknowledged update needs a WAL sync between its request and
- * its reply. Built without sanitizers (it is preloaded into any build). */
+ * its reply. With $SS_SYNC_DELAY_MS every fsync/fdatasync first sleeps
+ * that long: a slow disk, for the tests that a checkpoint freezes nothing.
+ * Built without sanitizers (it is preloaded into any build). */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -18,10 +20,13 @@
 static int log_fd = -1;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int (*real_fsync)(int), (*real_fdatasync)(int);
+static long delay_ms;
 
 static void init(void) {
     real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
     real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    const char *delay = getenv("SS_SYNC_DELAY_MS");
+    delay_ms = delay ? atol(delay) : 0;
     const char *path = getenv("SS_SYNC_LOG");
     if (path)
         log_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
@@ -45,6 +50,11 @@ static int is_wal(int fd) {
 
 static int recorded(int (*real)(int), int fd) {
     uint64_t t0 = now_ns();
+    if (delay_ms > 0) {
+        struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+        while (nanosleep(&d, &d) != 0) {
+        }
+    }
     int rc = real(fd);
     uint64_t t1 = now_ns();
     if (rc == 0 && log_fd >= 0 && is_wal(fd)) {

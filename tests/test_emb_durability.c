@@ -5,11 +5,16 @@
  * acknowledged more than --flush-lag-ms before the kill is there. Then a
  * checkpoint by RPC opens as a database holding exactly the rows of its
  * moment, and SIGTERM flushes everything. */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +23,7 @@
 #include "common/clock.h"
 #include "procs.h"
 #include "rpc/emb_client.h"
+#include "rpc/grpc_transport.h"
 #include "rpc/proto/embedding.pb-c.h"
 
 enum { K = 256, DIM = 4 };
@@ -193,6 +199,104 @@ START_TEST(test_sync_writes_are_synced_before_the_ack) {
 }
 END_TEST
 
+/* GET path over a raw socket; the HTTP status code, or -1. */
+static int http_get(const char *hostport, const char *path) {
+    char host[64];
+    snprintf(host, sizeof host, "%s", hostport);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return -1;
+    *colon = '\0';
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, host, &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[256], resp[64] = "";
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
+    int code = -1;
+    if (write(fd, req, (size_t)n) == n && read(fd, resp, sizeof resp - 1) > 12)
+        code = atoi(resp + 9); /* "HTTP/1.x NNN" */
+    close(fd);
+    return code;
+}
+
+typedef struct post_arg {
+    char hostport[64];
+    _Atomic bool done;
+    int code;
+} post_arg;
+
+static void *post_checkpoint(void *p) {
+    post_arg *a = p;
+    char host[64];
+    snprintf(host, sizeof host, "%s", a->hostport);
+    char *colon = strrchr(host, ':');
+    *colon = '\0';
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    a->code = -1;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        const char req[] = "POST /checkpoint HTTP/1.0\r\nContent-Length: 0\r\n\r\n";
+        char resp[64] = "";
+        if (write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1) &&
+            read(fd, resp, sizeof resp - 1) > 12)
+            a->code = atoi(resp + 9);
+    }
+    if (fd >= 0)
+        close(fd);
+    atomic_store(&a->done, true);
+    return NULL;
+}
+
+/* On a slow disk (every fsync takes 2 s) a POST /checkpoint of the PS
+ * takes that long; meanwhile /healthz and the dense RPCs still answer,
+ * before the checkpoint ends. */
+START_TEST(test_checkpoint_does_not_freeze_the_ps) {
+    char db[128], log[128], target[64], ckdir[160], asan[512];
+    make_paths(db, log);
+    snprintf(ckdir, sizeof ckdir, "%s/slowck", g_dir);
+    const char *old_asan = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", old_asan ? old_asan : "",
+             old_asan ? ":" : "");
+    setenv("LD_PRELOAD", SS_SYNC_RECORDER, 1);
+    setenv("SS_SYNC_DELAY_MS", "2000", 1);
+    setenv("ASAN_OPTIONS", asan, 1);
+    char *extra[] = {"--checkpoint-dir", ckdir, "--http", "127.0.0.1:0", NULL};
+    pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
+    unsetenv("LD_PRELOAD");
+    unsetenv("SS_SYNC_DELAY_MS");
+    if (old_asan)
+        setenv("ASAN_OPTIONS", old_asan, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    post_arg a = {.code = 0};
+    proc_address_after(log, "http on", a.hostport, sizeof a.hostport);
+    ss__transport *t;
+    ss__grpc_transport_config gc = {.targets = target, .timeout_ms = 10000};
+    ck_assert_int_eq(ss__grpc_transport_create(&gc, &t), SS_OK);
+    uint64_t m;
+    ck_assert_int_eq(ss__transport_join(t, "held", 4, &m), SS_OK);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, post_checkpoint, &a), 0);
+    ss__sleep_ns(300000000ull); /* the checkpoint is in its fsync */
+    ck_assert_int_eq(http_get(a.hostport, "/healthz"), 200);
+    uint64_t m2;
+    ck_assert_int_eq(ss__transport_join(t, "held", 4, &m2), SS_OK);
+    ck_assert_msg(!atomic_load(&a.done), "the checkpoint ended before the other calls were tried");
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a.code, 200);
+    ss__transport_destroy(t);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    remove_dir();
+}
+END_TEST
+
 START_TEST(test_write_behind_loses_at_most_the_lag) {
     char db[128], log[128], target[64];
     make_paths(db, log);
@@ -302,6 +406,6 @@ int main(void) {
     /* Check forks a process per test: gRPC starts in each, not before. */
     return ss__check_tests(
         "emb_durability", 180, ss__rpc_init, ss__rpc_shutdown, test_sync_writes_survive_sigkill,
-        test_sync_writes_are_synced_before_the_ack, test_write_behind_loses_at_most_the_lag,
-        test_checkpoint_rpc_and_sigterm_flush);
+        test_sync_writes_are_synced_before_the_ack, test_checkpoint_does_not_freeze_the_ps,
+        test_write_behind_loses_at_most_the_lag, test_checkpoint_rpc_and_sigterm_flush);
 }
