@@ -34,6 +34,7 @@ typedef struct ha_group {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     float *result;         /* D (EASGD) or the remote mean (MA/BMUF) of round done_round */
+    uint64_t claimed;      /* last local round (+1) that has a leader */
     uint64_t started;      /* last local round (+1) whose remote half began */
     uint64_t done;         /* last local round (+1) whose remote half ended */
     ss_status done_status; /* of round done */
@@ -166,10 +167,20 @@ static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *r
     uint64_t id = res->round + 1;
     struct timespec until = ss__deadline_in(REMOTE_WAIT_NS);
     pthread_mutex_lock(&g->lock);
-    if (g->started < id) {     /* first back: the leader of this round */
-        while (g->readers > 0) /* the previous round's result is still being read */
-            if (pthread_cond_timedwait(&g->cond, &g->lock, &until) != 0)
-                break;
+    if (g->claimed < id) { /* first back: the leader of this round */
+        /* Claimed at once, so that no other member of this round also
+         * leads it while the leader waits below. One remote call at a
+         * time, and each result read before the next overwrites it: a
+         * local round that closed on its deadline while the previous
+         * remote half is still in flight (done < started) waits for it,
+         * instead of a second leader calling the PS as the same member and
+         * writing the same result buffer. */
+        g->claimed = id;
+        while (g->readers > 0 || g->done < g->started)
+            if (pthread_cond_timedwait(&g->cond, &g->lock, &until) != 0) {
+                pthread_mutex_unlock(&g->lock);
+                return SS_ERR_TIMEOUT;
+            }
         g->started = id;
         pthread_mutex_unlock(&g->lock);
         ss_status st =

@@ -1,5 +1,6 @@
 /* shadow/: the engine and the in-process transport. */
 #include <check.h>
+#include <stdatomic.h>
 
 #include "check_run.h"
 #include "transport_checks.h"
@@ -496,7 +497,7 @@ typedef struct ha_call {
     bool ma;
 } ha_call;
 
-static void *ha_member(void *arg) {
+static void *slow_member(void *arg) {
     ha_call *c = arg;
     ss__round_result res;
     c->st = c->ma ? ss__transport_allreduce_mean(c->t, "g", c->member, c->s, c->d, 2, &res)
@@ -510,7 +511,7 @@ static void ha_round(ss__transport *t, const uint64_t member[2], const float *sa
                     {.t = t, .member = member[1], .s = sb, .ma = ma}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, ha_member, &c[i]);
+        pthread_create(&th[i], NULL, slow_member, &c[i]);
     for (int i = 0; i < 2; i++) {
         pthread_join(th[i], NULL);
         ck_assert_int_eq(c[i].st, SS_OK);
@@ -518,6 +519,107 @@ static void ha_round(ss__transport *t, const uint64_t member[2], const float *sa
     memcpy(da, c[0].d, sizeof c[0].d);
     memcpy(db, c[1].d, sizeof c[1].d);
 }
+
+/* ---- a slow remote that counts the calls in flight ---- */
+
+static ss__transport *slow_inner;
+static _Atomic int slow_in_flight, slow_max_in_flight, slow_calls;
+
+static void slow_enter(void) {
+    int now = atomic_fetch_add(&slow_in_flight, 1) + 1;
+    int max = atomic_load(&slow_max_in_flight);
+    while (now > max && !atomic_compare_exchange_weak(&slow_max_in_flight, &max, now)) {
+    }
+    atomic_fetch_add(&slow_calls, 1);
+    ss__sleep_ns(300000000ull); /* a slow link: 300 ms per remote call */
+}
+static ss_status slow_join(void *impl, const char *g, size_t n, uint64_t *m) {
+    (void)impl;
+    return ss__transport_join(slow_inner, g, n, m);
+}
+static ss_status slow_leave(void *impl, const char *g, uint64_t m) {
+    (void)impl;
+    return ss__transport_leave(slow_inner, g, m);
+}
+static ss_status slow_round(void *impl, const char *g, uint64_t m, const float *s,
+                            const ss__bmuf_params *bmuf, float *out, size_t n,
+                            ss__round_result *r) {
+    (void)impl;
+    slow_enter();
+    ss_status st = ss__transport_round(slow_inner, g, m, s, bmuf, out, n, r);
+    atomic_fetch_sub(&slow_in_flight, 1);
+    return st;
+}
+static ss_status slow_easgd(void *impl, const char *g, uint64_t m, const float *s, float alpha,
+                            float *d, size_t n) {
+    (void)impl;
+    slow_enter();
+    ss_status st = ss__transport_easgd_exchange(slow_inner, g, m, s, alpha, d, n);
+    atomic_fetch_sub(&slow_in_flight, 1);
+    return st;
+}
+static ss_status slow_read(void *impl, const char *g, float *c, size_t n) {
+    (void)impl;
+    return ss__transport_read_central(slow_inner, g, c, n);
+}
+static void slow_destroy(void *impl) {
+    (void)impl;
+}
+
+typedef struct ha_peer {
+    ss__transport *host;
+    uint64_t id;
+    float x;
+    int rounds;
+    ss_status last;
+} ha_peer;
+
+static void *ha_peer_rounds(void *p) {
+    ha_peer *m = p;
+    if (m->x == 3.0f) /* misses the first local round: opens the next one alone */
+        ss__sleep_ns(100000000ull);
+    for (int i = 0; i < m->rounds; i++) {
+        float s[2] = {m->x, m->x}, out[2];
+        ss__round_result r;
+        m->last = ss__transport_round(m->host, "g", m->id, s, NULL, out, 2, &r);
+        ss__sleep_ns((uint64_t)(m->x * 7e6)); /* members out of step: rounds close on deadlines */
+    }
+    return NULL;
+}
+
+/* Local rounds that close on their 20 ms deadline while the previous
+ * round's remote half (300 ms) is in flight: never two remote calls at
+ * once from one host (before: a second leader called the PS as the same
+ * member, and both wrote the same result buffer). */
+START_TEST(test_host_average_one_remote_call_at_a_time) {
+    static const ss__transport_ops slow_ops = {.join = slow_join,
+                                               .leave = slow_leave,
+                                               .easgd_exchange = slow_easgd,
+                                               .round = slow_round,
+                                               .read_central = slow_read,
+                                               .destroy = slow_destroy};
+    ss__inproc_config rc = {.round_deadline_ms = 1000};
+    ck_assert_int_eq(ss__inproc_transport_create(&rc, &slow_inner), SS_OK);
+    ss__transport *remote, *host;
+    ck_assert_int_eq(ss__transport_create(&slow_ops, NULL, &remote), SS_OK);
+    ck_assert_int_eq(ss__host_average_transport_create(remote, 20, &host), SS_OK);
+    ha_peer m[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        m[i] = (ha_peer){.host = host, .x = (float)(i + 1), .rounds = 4};
+        ck_assert_int_eq(ss__transport_join(host, "g", 2, &m[i].id), SS_OK);
+    }
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, ha_peer_rounds, &m[i]), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_int_ge(atomic_load(&slow_calls), 2);
+    ck_assert_int_eq(atomic_load(&slow_max_in_flight), 1);
+    ss__transport_destroy(host);
+    ss__transport_destroy(remote);
+    ss__transport_destroy(slow_inner);
+}
+END_TEST
 
 START_TEST(test_host_average_one_exchange_per_local_round) {
     ss__inproc_config rc = {.round_deadline_ms = 1000};
@@ -585,5 +687,6 @@ int main(void) {
         test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
         test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,
         test_sync_gap_accounting, test_min_round_gap_waits_for_progress,
-        test_host_average_one_exchange_per_local_round);
+        test_host_average_one_exchange_per_local_round,
+        test_host_average_one_remote_call_at_a_time);
 }
