@@ -15,6 +15,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "rpc/auth.h"
 #include "rpc/grpc_transport.h"
 #include "rpc/http.h"
 #include "shadow/host_average_transport.h"
@@ -35,7 +36,8 @@ static const ss__program program = {
 typedef struct agent_options {
     char default_socket[128];
     const char *socket_path, *socket_group, *allow, *ps, *http, *ckpt_dir;
-    const char *tls_ca, *tls_cert, *tls_key;
+    const char *tls_ca, *tls_cert, *tls_key, *auth_file;
+    char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>"; "" = none */
     int64_t threads, min_round_gap, round_interval_us, heartbeat_ms;
     int64_t timeout_ms, round_wait_ms, max_sessions, host_deadline_ms;
     bool host_average;
@@ -93,6 +95,7 @@ static int parse_options(int argc, char **argv, agent_options *o) {
              (int)geteuid());
     o->socket_path = o->default_socket;
     o->socket_group = o->allow = o->ps = o->ckpt_dir = o->tls_ca = o->tls_cert = o->tls_key = "";
+    o->auth_file = "";
     o->http = default_http;
     o->threads = 1;
     o->min_round_gap = 4;
@@ -143,6 +146,10 @@ static int parse_options(int argc, char **argv, agent_options *o) {
         {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM client certificate (mutual TLS)", NULL, 0,
          0},
         {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
+        {"auth-token-file", SS_FLAG_STRING, &o->auth_file,
+         "the shared token file: sent to the PS, and needed by POST /checkpoint (required when "
+         "--http is not loopback)",
+         NULL, 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
@@ -157,6 +164,22 @@ static int parse_options(int argc, char **argv, agent_options *o) {
     }
     if (!*o->tls_cert != !*o->tls_key) {
         fprintf(stderr, "shadowsync-agent: --tls-cert and --tls-key go together\n");
+        return 2;
+    }
+    char why[300];
+    if (*o->auth_file) {
+        if (ss__auth_header_from_file(o->auth_file, o->auth, sizeof o->auth, why, sizeof why) !=
+            SS_OK) {
+            fprintf(stderr, "shadowsync-agent: --auth-token-file: %s\n", why);
+            return 2;
+        }
+        setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 1); /* what the PS clients read */
+    }
+    if (!o->auth[0] && *o->http && !ss__listen_is_loopback(o->http)) {
+        fprintf(stderr,
+                "shadowsync-agent: --http %s is not loopback: POST /checkpoint needs "
+                "--auth-token-file\n",
+                o->http);
         return 2;
     }
     if (*o->ckpt_dir && mkdir(o->ckpt_dir, 0700) != 0 && errno != EEXIST) {
@@ -219,6 +242,7 @@ static ss_status start_http(agent_main *m, const agent_options *o) {
                             .status_json = status_json,
                             .checkpoint = checkpoint,
                             .ctx = m,
+                            .auth_header = o->auth,
                             .optional = o->http == default_http};
     char where[300];
     ss_status st = ss__http_daemon_start(program.name, &hcfg, &m->web, where, sizeof where);

@@ -255,13 +255,13 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
 }
 
 static const ss__rpc_method dense_methods[] = {
-    {SS_DENSE_M_JOIN, h_join, false, NULL},
-    {SS_DENSE_M_LEAVE, h_leave, false, NULL},
-    {SS_DENSE_M_EASGD, h_easgd, false, NULL},
-    {SS_DENSE_M_ROUND, h_round, true, NULL}, /* waits for the round to close */
-    {SS_DENSE_M_CENTRAL, h_central, false, NULL},
-    {SS_DENSE_M_HEARTBEAT, h_heartbeat, false, NULL},
-    {SS_DENSE_M_CHECKPOINT, h_checkpoint, true, NULL}, /* writes a file */
+    {SS_DENSE_M_JOIN, h_join, false, NULL, false},
+    {SS_DENSE_M_LEAVE, h_leave, false, NULL, false},
+    {SS_DENSE_M_EASGD, h_easgd, false, NULL, false},
+    {SS_DENSE_M_ROUND, h_round, true, NULL, false},     /* waits for the round to close */
+    {SS_DENSE_M_CENTRAL, h_central, false, NULL, true}, /* read-only: no token needed */
+    {SS_DENSE_M_HEARTBEAT, h_heartbeat, false, NULL, false},
+    {SS_DENSE_M_CHECKPOINT, h_checkpoint, true, NULL, false}, /* writes a file */
 };
 
 const ss__rpc_method *ss__dense_service_methods(size_t *count) {

@@ -263,13 +263,13 @@ static void h_stats(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     svc->store = store;
     const ss__rpc_method m[SS_EMB_METHODS] = {
-        {SS_EMB_M_OPEN, h_open, false, svc},
-        {SS_EMB_M_LOOKUP, h_lookup, false, svc},
-        {SS_EMB_M_PUSH, h_push, false, svc},
-        {SS_EMB_M_ELASTIC, h_elastic, false, svc},
+        {SS_EMB_M_OPEN, h_open, false, svc, false},
+        {SS_EMB_M_LOOKUP, h_lookup, false, svc, true}, /* read-only */
+        {SS_EMB_M_PUSH, h_push, false, svc, false},
+        {SS_EMB_M_ELASTIC, h_elastic, false, svc, false},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
-        {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc},
-        {SS_EMB_M_STATS, h_stats, false, svc},
+        {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false},
+        {SS_EMB_M_STATS, h_stats, false, svc, true},
     };
     memcpy(svc->methods, m, sizeof m);
 }

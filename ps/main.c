@@ -17,6 +17,7 @@
 #include "common/signals.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
+#include "rpc/auth.h"
 #include "rpc/http.h"
 #include "shadow/inproc_transport.h"
 
@@ -32,7 +33,8 @@ static const ss__program program = {
 
 /* The command line. */
 typedef struct ps_options {
-    const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca;
+    const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file;
+    char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
     int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked;
@@ -216,6 +218,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .ckpt_keep = 3,
                       .emb_db = "",
                       .tls_cert = "",
+                      .auth_file = "",
                       .tls_key = "",
                       .tls_ca = "",
                       .threads = 2,
@@ -278,6 +281,10 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "most floats in all dense groups together", NULL, 1, 1e12},
         {"max-blocked-calls", SS_FLAG_INT, &o->max_blocked,
          "most MA/BMUF round calls waiting at once (each holds a thread)", NULL, 1, 1 << 16},
+        {"auth-token-file", SS_FLAG_STRING, &o->auth_file,
+         "file with the shared token every call that changes state must carry (clients read "
+         "SHADOWSYNC_AUTH_TOKEN_FILE); needed unless the PS binds loopback or uses mutual TLS",
+         NULL, 0, 0},
         {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM server certificate (enables TLS)", NULL, 0,
          0},
         {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
@@ -298,6 +305,27 @@ static int parse_options(int argc, char **argv, ps_options *o) {
     }
     if (o->sync_writes && !*o->emb_db) {
         fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
+        return 2;
+    }
+    char why[300];
+    if (*o->auth_file && ss__auth_header_from_file(o->auth_file, o->auth, sizeof o->auth, why,
+                                                   sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: --auth-token-file: %s\n", why);
+        return 2;
+    }
+    /* Who may change state: anyone who can connect, only on loopback. */
+    if (!o->auth[0] && !*o->tls_ca && !ss__listen_is_loopback(o->listen)) {
+        fprintf(stderr,
+                "shadowsync-ps: --listen %s is not loopback: calls that change state need "
+                "--auth-token-file or mutual TLS (--tls-ca)\n",
+                o->listen);
+        return 2;
+    }
+    if (!o->auth[0] && *o->http && !ss__listen_is_loopback(o->http)) {
+        fprintf(stderr,
+                "shadowsync-ps: --http %s is not loopback: POST /checkpoint needs "
+                "--auth-token-file\n",
+                o->http);
         return 2;
     }
     return -1;
@@ -368,7 +396,8 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .max_message_bytes = (size_t)o->max_floats * 4 + 4096,
                                   .metrics = ps->metrics,
                                   .tls = &tls,
-                                  .max_blocked_calls = (uint32_t)o->max_blocked};
+                                  .max_blocked_calls = (uint32_t)o->max_blocked,
+                                  .auth_header = o->auth};
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", o->listen, ss_strerror(st));
@@ -391,6 +420,7 @@ static int start_http(ps_state *ps, const ps_options *o) {
                             .checkpoint = http_checkpoint,
                             .before_metrics = refresh_metrics,
                             .ctx = ps,
+                            .auth_header = o->auth,
                             .optional = o->http == default_http};
     char web_at[300];
     if (ss__http_daemon_start(program.name, &hcfg, &ps->web, web_at, sizeof web_at) != SS_OK)

@@ -8,11 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "rpc/auth.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
 struct ss__rpc_channel {
     grpc_channel *channel;
+    char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" sent with every call; "" = none */
 };
 
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
@@ -22,6 +25,12 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     ss__rpc_channel *ch = calloc(1, sizeof *ch);
     if (!ch)
         return SS_ERR_NO_MEMORY;
+    char why[300];
+    if (ss__auth_header_from_env(ch->auth, sizeof ch->auth, why, sizeof why) != SS_OK) {
+        SS_LOG_ERRORF("rpc", "event=bad_setting name=SHADOWSYNC_AUTH_TOKEN_FILE why=\"%s\"", why);
+        free(ch);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
     grpc_init();
     grpc_channel_credentials *creds;
     ss_status st = ss__rpc_client_credentials(tls, &creds);
@@ -110,6 +119,7 @@ typedef struct call_state {
     grpc_call *call;
     grpc_byte_buffer *send, *recv;
     grpc_metadata_array initial_md, trailing_md;
+    grpc_metadata auth_md; /* lives until the batch completes */
     grpc_status_code code;
     grpc_slice details;
     const char *error_string;
@@ -167,6 +177,13 @@ static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queu
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    if (rq->ch->auth[0]) {
+        cs->auth_md.key = grpc_slice_from_static_string("authorization");
+        cs->auth_md.value =
+            grpc_slice_from_static_string(rq->ch->auth); /* the channel outlives it */
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &cs->auth_md;
+    }
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = cs->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

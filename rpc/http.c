@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "rpc/auth.h"
 
 /* Request lines and headers beyond this: MHD answers 414/431 itself. */
 #define CONNECTION_MEMORY 32768
@@ -144,6 +145,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if ((path == PATH_CHECKPOINT) ? !post : !get) {
         count_reject(s, "method");
         return reply_text(conn, 405, path == PATH_CHECKPOINT ? "use POST\n" : "use GET or HEAD\n");
+    }
+    if (post && s->cfg.auth_header && *s->cfg.auth_header) {
+        const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+        if (!got || !ss__auth_header_matches(s->cfg.auth_header, got, strlen(got))) {
+            count_reject(s, "unauthorized");
+            return reply_text(conn, 401,
+                              "POST needs the server's token: Authorization: Bearer <token> "
+                              "(shadowsync-ctl reads SHADOWSYNC_AUTH_TOKEN_FILE)\n");
+        }
     }
     ss__counter_add(s->m_requests[path], 1);
     return serve(s, conn, path);

@@ -30,6 +30,9 @@ typedef struct ss__http_config {
     void (*before_metrics)(void *ctx);
     void *ctx;
     size_t max_body_bytes; /* larger request bodies: 413 (0 = 64 KiB) */
+    /* "Bearer <token>" (rpc/auth.h): POST paths need it in an
+     * Authorization header, else 401. NULL or "" = no check. */
+    const char *auth_header;
     /* A bind that fails only warns: *out = NULL and SS_OK (for a default
      * address, which another process on the host may hold). */
     bool optional;

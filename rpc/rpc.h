@@ -39,7 +39,8 @@ typedef struct ss__rpc_method {
     const char *path; /* "/package.Service/Method" */
     ss__rpc_handler handler;
     bool blocking;
-    void *ctx; /* handler's ctx; NULL = the server's (one server, several services) */
+    void *ctx;      /* handler's ctx; NULL = the server's (one server, several services) */
+    bool read_only; /* served without authorization (the default: it must authorize) */
 } ss__rpc_method;
 
 /* TLS from PEM files, on either side. Server: cert_file + key_file are
@@ -64,6 +65,10 @@ typedef struct ss__rpc_server_config {
      * SS_ERR_TOO_LARGE (RESOURCE_EXHAUSTED) and counted in
      * shadowsync_rpc_blocked_refused_total. 0 = SS_RPC_DEFAULT_MAX_BLOCKED. */
     uint32_t max_blocked_calls;
+    /* "Bearer <token>" (rpc/auth.h): every method not read_only must carry
+     * it as its authorization metadata, else PERMISSION_DENIED, counted in
+     * shadowsync_rpc_unauthorized_total. NULL or "" = no check. */
+    const char *auth_header;
 } ss__rpc_server_config;
 
 #define SS_RPC_DEFAULT_MAX_BLOCKED 256

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "rpc/auth.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 #include "rpc/rpc_pb.h"
@@ -58,6 +59,8 @@ struct ss__rpc_server {
     uint32_t max_blocked;
     _Atomic uint32_t blocked; /* blocking handlers running now */
     ss__counter *blocked_refused;
+    char auth[SS_AUTH_HEADER_MAX]; /* "" = no authorization */
+    ss__counter *unauthorized;
 };
 
 void ss__rpc_init(void) {
@@ -133,9 +136,23 @@ static grpc_status_code to_grpc_code(ss_status st) {
     case SS_ERR_STOPPED:
     case SS_ERR_IO:
         return GRPC_STATUS_UNAVAILABLE;
+    case SS_ERR_PERMISSION:
+        return GRPC_STATUS_PERMISSION_DENIED;
     default:
         return GRPC_STATUS_INTERNAL;
     }
+}
+
+/* The call carries the server's "authorization: Bearer <token>". */
+static bool authorized(const call_ctx *c) {
+    for (size_t i = 0; i < c->request_md.count; i++) {
+        const grpc_metadata *m = &c->request_md.metadata[i];
+        if (grpc_slice_str_cmp(m->key, "authorization") == 0)
+            return ss__auth_header_matches(c->srv->auth,
+                                           (const char *)GRPC_SLICE_START_PTR(m->value),
+                                           GRPC_SLICE_LENGTH(m->value));
+    }
+    return false;
 }
 
 /* Runs the handler (unless refused: too many blocked calls) and starts the
@@ -144,7 +161,15 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
     ss__rpc_server *srv = c->srv;
     ss__rpc_reply reply = {.status = SS_OK};
     grpc_slice req = grpc_empty_slice();
-    if (too_many_blocked) {
+    if (srv->auth[0] && !srv->methods[c->method].read_only && !authorized(c)) {
+        reply.status = SS_ERR_PERMISSION;
+        snprintf(reply.message, sizeof reply.message,
+                 "%s changes state: it needs the server's token (authorization: Bearer; the "
+                 "client reads SHADOWSYNC_AUTH_TOKEN_FILE)",
+                 srv->methods[c->method].path);
+        if (srv->unauthorized)
+            ss__counter_add(srv->unauthorized, 1);
+    } else if (too_many_blocked) {
         reply.status = SS_ERR_TOO_LARGE;
         snprintf(reply.message, sizeof reply.message,
                  "%u calls already wait in the server, its limit (--max-blocked-calls)",
@@ -371,6 +396,12 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     grpc_channel_args args = {.num_args = 2, .args = arg};
     srv->server = grpc_server_create(&args, NULL);
     srv->max_blocked = cfg->max_blocked_calls ? cfg->max_blocked_calls : SS_RPC_DEFAULT_MAX_BLOCKED;
+    if (cfg->auth_header)
+        snprintf(srv->auth, sizeof srv->auth, "%s", cfg->auth_header);
+    if (cfg->metrics)
+        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_unauthorized_total",
+                            "Calls that change state refused for a missing or wrong token.", NULL,
+                            &srv->unauthorized);
     if (cfg->metrics)
         ss__metrics_counter(cfg->metrics, "shadowsync_rpc_blocked_refused_total",
                             "Calls refused because --max-blocked-calls handlers were already "

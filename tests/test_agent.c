@@ -566,6 +566,47 @@ START_TEST(slow_registration_does_not_stall_the_agent) {
 }
 END_TEST
 
+static int ctl(char *out_path, char **out, char *const args[]);
+
+/* Off loopback a PS needs a token (or mutual TLS) and says so; with one,
+ * POST /checkpoint needs it too: 401 without, done with it (shadowsync-ctl
+ * sends the token of SHADOWSYNC_AUTH_TOKEN_FILE). */
+START_TEST(ps_token_off_loopback_and_for_posts) {
+    char log[160], tok[160], ck[160], target[64], web[100], url[120];
+    snprintf(log, sizeof log, "%s/ps-auth.log", dir);
+    snprintf(tok, sizeof tok, "%s/token", dir);
+    snprintf(ck, sizeof ck, "%s/ps-auth-ck", dir);
+    char *open_argv[] = {SHADOWSYNC_PS, "--listen", "0.0.0.0:0", "--http", "", NULL};
+    int st = proc_wait(proc_spawn(open_argv, log), 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    char *out = proc_read(log);
+    ck_assert_ptr_nonnull(strstr(out, "not loopback"));
+    free(out);
+    FILE *f = fopen(tok, "w");
+    fputs("a-long-enough-shared-token\n", f);
+    fclose(f);
+    char *extra[] = {"--http", "127.0.0.1:0", "--auth-token-file", tok, "--checkpoint-dir",
+                     ck,       NULL};
+    pid_t ps = proc_start_ps(log, target, sizeof target, "127.0.0.1:0", extra);
+    proc_address_after(log, "http on", web, sizeof web);
+    snprintf(url, sizeof url, "http://%s", web);
+    ck_assert_int_eq(http_request(url, "/checkpoint", "POST", "", 0, NULL), 401);
+    ck_assert_int_eq(http_request(url, "/healthz", NULL, NULL, 0, NULL), 200); /* reads: open */
+    char ctl_log[160];
+    snprintf(ctl_log, sizeof ctl_log, "%s/ctl-auth.log", dir);
+    ck_assert_int_eq(ctl(ctl_log, &out, (char *[]){"checkpoint", "--url", url, NULL}), 1);
+    free(out);
+    setenv("SHADOWSYNC_AUTH_TOKEN_FILE", tok, 1);
+    ck_assert_int_eq(ctl(ctl_log, &out, (char *[]){"checkpoint", "--url", url, NULL}), 0);
+    unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
+    ck_assert_ptr_nonnull(strstr(out, "dense groups written"));
+    free(out);
+    kill(ps, SIGTERM);
+    st = proc_wait(ps, 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 /* Runs shadowsync-ctl with args; returns its exit code, output in *out. */
 static int ctl(char *out_path, char **out, char *const args[]) {
     char *argv[16] = {SHADOWSYNC_CTL};
@@ -652,5 +693,6 @@ int main(void) {
                            other_uid_refused, dead_trainer_dropped_at_once,
                            socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
                            ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid,
-                           slow_registration_does_not_stall_the_agent);
+                           slow_registration_does_not_stall_the_agent,
+                           ps_token_off_loopback_and_for_posts);
 }

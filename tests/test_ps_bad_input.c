@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_run.h"
 #include "common/clock.h"
@@ -390,6 +391,92 @@ START_TEST(test_blocked_calls_are_bounded) {
 }
 END_TEST
 
+/* With a token, every call that changes state must carry it (the client
+ * sends the one in SHADOWSYNC_AUTH_TOKEN_FILE); read-only calls need
+ * none. Refusals are PERMISSION_DENIED and counted. */
+START_TEST(test_token_guards_calls_that_change_state) {
+    ss__metrics *m;
+    ss__transport *b;
+    ss__rpc_server *s;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(NULL, &b), SS_OK);
+    ss__dense_service sv = {.backend = b, .max_floats = 1000};
+    size_t nm;
+    const ss__rpc_method *meth = ss__dense_service_methods(&nm);
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0",
+                                 .threads = 2,
+                                 .metrics = m,
+                                 .auth_header = "Bearer 0123456789abcdef-right"};
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s), SS_OK);
+    char target[64], dir[] = "/tmp/ss-token-XXXXXX", right[100], wrong[100], shorty[100];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(s));
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(right, sizeof right, "%s/right", dir);
+    snprintf(wrong, sizeof wrong, "%s/wrong", dir);
+    snprintf(shorty, sizeof shorty, "%s/short", dir);
+    const char *files[][2] = {{right, "0123456789abcdef-right\n"},
+                              {wrong, "0123456789abcdef-wrong\n"},
+                              {shorty, "abc\n"}};
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(files[i][0], "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    const char *tokens[] = {NULL, wrong, right};
+    const ss_status want[] = {SS_ERR_PERMISSION, SS_ERR_PERMISSION, SS_OK};
+    for (int i = 0; i < 3; i++) {
+        if (tokens[i])
+            setenv("SHADOWSYNC_AUTH_TOKEN_FILE", tokens[i], 1);
+        else
+            unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
+        ss__rpc_channel *c;
+        ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &c), SS_OK);
+        Shadowsync__V1__JoinRequest j = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+        j.group = "guarded";
+        j.size = 2;
+        uint8_t buf[64], *resp = NULL;
+        size_t len = shadowsync__v1__join_request__pack(&j, buf), rl;
+        char msg[256] = "";
+        ck_assert_int_eq(
+            ss__rpc_call(c, SVC "Join", buf, len, 5000, true, &resp, &rl, msg, sizeof msg),
+            want[i]);
+        if (want[i] != SS_OK)
+            ck_assert_ptr_nonnull(strstr(msg, "token"));
+        free(resp);
+        resp = NULL;
+        /* Read-only: served without a token. */
+        Shadowsync__V1__ReadCentralRequest rc = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
+        rc.group = "guarded";
+        rc.size = 2;
+        len = shadowsync__v1__read_central_request__pack(&rc, buf);
+        ss_status read =
+            ss__rpc_call(c, SVC "ReadCentral", buf, len, 5000, true, &resp, &rl, NULL, 0);
+        ck_assert_int_ne(read, SS_ERR_PERMISSION); /* (NOT_FOUND or STATE: nothing there yet) */
+        free(resp);
+        ss__rpc_channel_destroy(c);
+    }
+    ss__counter *unauth;
+    ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_rpc_unauthorized_total",
+                                         "Calls that change state refused for a missing or wrong "
+                                         "token.",
+                                         NULL, &unauth),
+                     SS_OK);
+    ck_assert_uint_eq(ss__counter_value(unauth), 2);
+    /* A token file that is not a token: the client refuses to start. */
+    setenv("SHADOWSYNC_AUTH_TOKEN_FILE", shorty, 1);
+    ss__rpc_channel *c;
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &c), SS_ERR_INVALID_ARGUMENT);
+    unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
+    for (int i = 0; i < 3; i++)
+        unlink(files[i][0]);
+    rmdir(dir);
+    ss__rpc_server_stop(s);
+    ss__transport_destroy(b);
+    ss__metrics_destroy(m);
+}
+END_TEST
+
 START_TEST(test_checkpoint_without_a_directory) {
     Shadowsync__V1__CheckpointRequest r = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
     ck_assert_int_eq(send_msg(SVC "Checkpoint", &r.base, 5000), SS_ERR_STATE);
@@ -403,5 +490,6 @@ int main(void) {
                            test_oversized_message_and_group, test_garbage_bytes_and_unknown_method,
                            test_expired_deadline, test_member_ids_are_not_guessable,
                            test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
+                           test_token_guards_calls_that_change_state,
                            test_checkpoint_without_a_directory);
 }

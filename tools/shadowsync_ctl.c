@@ -14,6 +14,7 @@
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/strbuf.h"
+#include "rpc/auth.h"
 
 /* What --help and --version say. */
 static const ss__program program = {
@@ -48,9 +49,21 @@ static long fetch(const char *base, const char *path, bool post, long timeout_ms
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    struct curl_slist *headers = NULL;
     if (post) {
         curl_easy_setopt(c, CURLOPT_POST, 1L);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+        /* A POST changes state: it carries the shared token when there is one. */
+        char auth[SS_AUTH_HEADER_MAX], header[SS_AUTH_HEADER_MAX + 32];
+        if (ss__auth_header_from_env(auth, sizeof auth, err, errlen) != SS_OK) {
+            curl_easy_cleanup(c);
+            return -1;
+        }
+        if (auth[0]) {
+            snprintf(header, sizeof header, "Authorization: %s", auth);
+            headers = curl_slist_append(NULL, header);
+            curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+        }
     }
     CURLcode rc = curl_easy_perform(c);
     long code = -1;
@@ -59,6 +72,7 @@ static long fetch(const char *base, const char *path, bool post, long timeout_ms
     else
         snprintf(err, errlen, "%.200s: %.300s", url, cerr[0] ? cerr : curl_easy_strerror(rc));
     curl_easy_cleanup(c);
+    curl_slist_free_all(headers);
     if (ss__strbuf_take(&body, out, NULL) != SS_OK) {
         snprintf(err, errlen, "out of memory");
         return -1;

@@ -1,0 +1,58 @@
+#include "rpc/auth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ss_status ss__auth_header_from_file(const char *path, char *header, size_t headerlen, char *why,
+                                    size_t whylen) {
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f) {
+        snprintf(why, whylen, "cannot read the token file %s", path ? path : "(none)");
+        return SS_ERR_IO;
+    }
+    char tok[SS_AUTH_TOKEN_MAX + 3];
+    size_t n = fread(tok, 1, sizeof tok - 1, f);
+    fclose(f);
+    tok[n] = '\0';
+    if (n && tok[n - 1] == '\n')
+        tok[--n] = '\0';
+    bool printable = true;
+    for (size_t i = 0; i < n; i++)
+        printable = printable && tok[i] > ' ' && tok[i] < 127;
+    if (n < 16 || n > SS_AUTH_TOKEN_MAX || !printable) {
+        snprintf(why, whylen,
+                 "the token in %s must be 16 to %d printable characters without spaces", path,
+                 SS_AUTH_TOKEN_MAX);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    if (snprintf(header, headerlen, "Bearer %s", tok) >= (int)headerlen)
+        return SS_ERR_INVALID_ARGUMENT;
+    return SS_OK;
+}
+
+ss_status ss__auth_header_from_env(char *header, size_t headerlen, char *why, size_t whylen) {
+    const char *path = getenv("SHADOWSYNC_AUTH_TOKEN_FILE");
+    header[0] = '\0';
+    if (!path || !*path)
+        return SS_OK;
+    return ss__auth_header_from_file(path, header, headerlen, why, whylen);
+}
+
+bool ss__auth_header_matches(const char *expected, const char *got, size_t gotlen) {
+    size_t n = strlen(expected);
+    unsigned char diff = gotlen != n;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)expected[i] ^ (unsigned char)(i < gotlen ? got[i] : 0);
+    return diff == 0;
+}
+
+bool ss__listen_is_loopback(const char *listen) {
+    const char *colon = strrchr(listen, ':');
+    size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+    static const char *const loop[] = {"127.0.0.1", "localhost", "[::1]", "::1"};
+    for (size_t i = 0; i < sizeof loop / sizeof *loop; i++)
+        if (strlen(loop[i]) == n && !strncmp(listen, loop[i], n))
+            return true;
+    return n > 4 && !strncmp(listen, "127.", 4);
+}

@@ -1,0 +1,33 @@
+/* The shared bearer token that authorizes mutating calls when the PS is
+ * not on loopback and mutual TLS is not used. Both sides read it from a
+ * file: the server from --auth-token-file, every client (hooks, agent,
+ * ctr-train, shadowsync-ctl) from SHADOWSYNC_AUTH_TOKEN_FILE. */
+#ifndef SS_RPC_AUTH_H
+#define SS_RPC_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "shadowsync/status.h"
+
+#define SS_AUTH_TOKEN_MAX 256
+/* "Bearer " + token + NUL */
+#define SS_AUTH_HEADER_MAX (SS_AUTH_TOKEN_MAX + 8)
+
+/* Reads a token file into header as "Bearer <token>": 16..256 printable
+ * characters without spaces (one trailing newline allowed). why says what
+ * is wrong with it. */
+ss_status ss__auth_header_from_file(const char *path, char *header, size_t headerlen, char *why,
+                                    size_t whylen);
+
+/* The client side: the header from SHADOWSYNC_AUTH_TOKEN_FILE into header
+ * ("" when the variable is unset). */
+ss_status ss__auth_header_from_env(char *header, size_t headerlen, char *why, size_t whylen);
+
+/* Constant-time comparison of a received header with the expected one. */
+bool ss__auth_header_matches(const char *expected, const char *got, size_t gotlen);
+
+/* true when a listen address ("host:port") is loopback only. */
+bool ss__listen_is_loopback(const char *listen);
+
+#endif
