@@ -115,7 +115,8 @@ static bool handle_hello(agent_session *s, const ss__pb_hello *h) {
                               .threads = a->cfg.shadow_threads ? a->cfg.shadow_threads : 1,
                               .round_interval_us = a->cfg.round_interval_us,
                               .min_round_gap = a->cfg.min_round_gap,
-                              .heartbeat_interval_ms = a->cfg.heartbeat_ms};
+                              .heartbeat_interval_ms = a->cfg.heartbeat_ms,
+                              .drop_metrics_at_destroy = true};
     ss__engine *e = NULL;
     ss_status st = ss__engine_create(&ecfg, &e);
     if (st == SS_OK && (st = ss__engine_start(e)) != SS_OK)

@@ -64,10 +64,17 @@ typedef struct family {
     size_t nseries, capseries;
 } family;
 
+typedef struct hold {
+    char *label; /* rendered k="v" */
+    size_t count;
+} hold;
+
 struct ss__metrics {
     pthread_mutex_t lock;
     family *families;
     size_t nfamilies, capfamilies;
+    hold *holds;
+    size_t nholds, capholds;
 };
 
 int ss__metrics_name_valid(const char *name) {
@@ -113,6 +120,9 @@ void ss__metrics_destroy(ss__metrics *reg) {
         free(f->help);
     }
     free(reg->families);
+    for (size_t i = 0; i < reg->nholds; i++)
+        free(reg->holds[i].label);
+    free(reg->holds);
     pthread_mutex_destroy(&reg->lock);
     free(reg);
 }
@@ -250,6 +260,87 @@ out:
     pthread_mutex_unlock(&reg->lock);
     free(lab);
     return st;
+}
+
+/* The hold of label (rendered) or NULL. Caller holds the lock. */
+static hold *find_hold(ss__metrics *reg, const char *label) {
+    for (size_t i = 0; i < reg->nholds; i++)
+        if (!strcmp(reg->holds[i].label, label))
+            return &reg->holds[i];
+    return NULL;
+}
+
+/* labels (`k="v",k2="v2"`) has the element label, whole. */
+static bool has_label(const char *labels, const char *label) {
+    size_t n = strlen(label);
+    for (const char *p = labels; (p = strstr(p, label)); p++)
+        if ((p == labels || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+static void free_series(family *f, series *s) {
+    if (f->kind == KIND_HISTOGRAM) {
+        free(s->u.hist.bounds);
+        free((void *)s->u.hist.buckets);
+    }
+    free(s->labels);
+    free(s);
+}
+
+ss_status ss__metrics_hold(ss__metrics *reg, const char *key, const char *value) {
+    char *label = NULL;
+    ss_status st = render_labels((const char *const[]){key, value, NULL}, &label);
+    if (st != SS_OK)
+        return st;
+    pthread_mutex_lock(&reg->lock);
+    hold *h = find_hold(reg, label);
+    if (h) {
+        h->count++;
+        free(label);
+    } else {
+        if (reg->nholds == reg->capholds) {
+            size_t cap = reg->capholds ? 2 * reg->capholds : 8;
+            hold *nh = realloc(reg->holds, cap * sizeof *nh);
+            if (nh) {
+                reg->holds = nh;
+                reg->capholds = cap;
+            }
+        }
+        if (reg->nholds < reg->capholds) {
+            reg->holds[reg->nholds++] = (hold){.label = label, .count = 1};
+        } else {
+            free(label);
+            st = SS_ERR_NO_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return st;
+}
+
+void ss__metrics_drop(ss__metrics *reg, const char *key, const char *value) {
+    char *label = NULL;
+    if (render_labels((const char *const[]){key, value, NULL}, &label) != SS_OK)
+        return;
+    pthread_mutex_lock(&reg->lock);
+    hold *h = find_hold(reg, label);
+    if (h && --h->count == 0) {
+        free(h->label);
+        *h = reg->holds[--reg->nholds];
+        for (size_t i = 0; i < reg->nfamilies; i++) {
+            family *f = &reg->families[i];
+            size_t kept = 0;
+            for (size_t j = 0; j < f->nseries; j++) {
+                if (has_label(f->series[j]->labels, label))
+                    free_series(f, f->series[j]);
+                else
+                    f->series[kept++] = f->series[j];
+            }
+            f->nseries = kept;
+        }
+    }
+    pthread_mutex_unlock(&reg->lock);
+    free(label);
 }
 
 ss_status ss__metrics_counter(ss__metrics *reg, const char *name, const char *help,

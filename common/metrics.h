@@ -32,6 +32,14 @@ ss_status ss__metrics_histogram(ss__metrics *reg, const char *name, const char *
                                 const char *const *labels, const double *bounds, size_t nbounds,
                                 ss__histogram **out);
 
+/* Series that belong to someone who leaves (a trainer of the agent): each
+ * owner of label key="value" holds it; when the last hold is dropped every
+ * series carrying that label is removed (its pointers must no longer be
+ * used: only the holders used them), so departed trainers leave no stale
+ * series behind. */
+ss_status ss__metrics_hold(ss__metrics *reg, const char *key, const char *value);
+void ss__metrics_drop(ss__metrics *reg, const char *key, const char *value);
+
 void ss__counter_add(ss__counter *c, uint64_t v);
 uint64_t ss__counter_value(const ss__counter *c);
 void ss__gauge_set(ss__gauge *g, double v);

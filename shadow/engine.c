@@ -47,6 +47,7 @@ struct ss__engine {
     ss__transport *transport;
     ss__metrics *metrics;
     bool own_metrics;
+    bool drop_metrics; /* holds its trainer's series in a shared registry */
     char *trainer;
     uint32_t nthreads;
     uint64_t round_interval_ns;
@@ -82,6 +83,9 @@ ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out) {
     }
     if (cfg->metrics) {
         e->metrics = cfg->metrics;
+        if (cfg->drop_metrics_at_destroy &&
+            ss__metrics_hold(e->metrics, "trainer", e->trainer) == SS_OK)
+            e->drop_metrics = true;
     } else {
         ss_status st = ss__metrics_create(&e->metrics);
         if (st != SS_OK) {
@@ -564,6 +568,8 @@ void ss__engine_destroy(ss__engine *e) {
     free(e->groups);
     if (e->own_metrics)
         ss__metrics_destroy(e->metrics);
+    else if (e->drop_metrics) /* after the groups: nobody uses their series now */
+        ss__metrics_drop(e->metrics, "trainer", e->trainer);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
     free(e->trainer);

@@ -38,6 +38,10 @@ typedef struct ss__engine_config {
     /* A group with nothing to sync for this long sends a heartbeat, so the
      * server does not expire it. 0 = never. */
     uint32_t heartbeat_interval_ms;
+    /* The engine's series (label trainer) leave the shared registry with
+     * it (the last engine of that trainer name): for the agent, whose
+     * trainers come and go. */
+    bool drop_metrics_at_destroy;
 } ss__engine_config;
 
 typedef struct ss__sync_params {

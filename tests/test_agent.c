@@ -299,6 +299,11 @@ START_TEST(dead_trainer_dropped_at_once) {
     ck_assert_double_eq(groups, 0);
     ck_assert_double_eq(sessions, 0);
     ck_assert_double_lt(dropped_s, 2.0);
+    /* Its series left with it (a departed trainer leaves no stale series). */
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(http, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_ptr_null(strstr(metrics, "trainer=\"doomed\""));
+    free(metrics);
 }
 END_TEST
 

@@ -43,6 +43,36 @@ START_TEST(test_ps_group_names) {
 }
 END_TEST
 
+/* A trainer's series leave with its last holder; others stay. */
+START_TEST(test_metrics_drop_departed) {
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__counter *a, *b, *c;
+    const char *la[] = {"trainer", "t1", "group", "g", NULL};
+    const char *lb[] = {"group", "g", "trainer", "t1", NULL};
+    const char *lc[] = {"trainer", "t10", NULL};
+    ck_assert_int_eq(ss__metrics_counter(m, "x_total", "x", la, &a), SS_OK);
+    ck_assert_int_eq(ss__metrics_counter(m, "y_total", "y", lb, &b), SS_OK);
+    ck_assert_int_eq(ss__metrics_counter(m, "x_total", "x", lc, &c), SS_OK);
+    ss__counter_add(c, 7);
+    ck_assert_int_eq(ss__metrics_hold(m, "trainer", "t1"), SS_OK);
+    ck_assert_int_eq(ss__metrics_hold(m, "trainer", "t1"), SS_OK); /* a second engine, same name */
+    ss__metrics_drop(m, "trainer", "t1");
+    char *text;
+    size_t len;
+    ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "trainer=\"t1\""));
+    free(text);
+    ss__metrics_drop(m, "trainer", "t1");
+    ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
+    ck_assert_ptr_null(strstr(text, "trainer=\"t1\""));
+    ck_assert_ptr_nonnull(strstr(text, "x_total{trainer=\"t10\"} 7"));
+    free(text);
+    ss__metrics_drop(m, "trainer", "nobody"); /* no hold: nothing happens */
+    ss__metrics_destroy(m);
+}
+END_TEST
+
 START_TEST(test_log_level_parse) {
     ss__log_level l;
     ck_assert_int_eq(ss__log_level_parse("warn", &l), SS_OK);
@@ -203,7 +233,7 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("common", 0, NULL, NULL, test_strerror_covers_every_code,
-                           test_ps_group_names, test_log_level_parse,
+                           test_ps_group_names, test_metrics_drop_departed, test_log_level_parse,
                            test_flags_precedence_and_forms, test_flags_bad_input,
                            test_metrics_render_exact, test_metrics_bad_input);
 }
