@@ -131,6 +131,30 @@ START_TEST(test_sync_writes_survive_sigkill) {
 }
 END_TEST
 
+/* Starts a PS with tests/sync_recorder.c preloaded and var=value in its
+ * environment (the recorder's setting); the test's own environment is
+ * left as it was. ASan must then not insist on coming first. */
+static pid_t start_ps_preloaded(const char *var, const char *value, char *const extra[],
+                                const char *log, char *target) {
+    char asan[512];
+    const char *old = getenv("ASAN_OPTIONS");
+    char *saved = old ? strdup(old) : NULL;
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", saved ? saved : "",
+             saved ? ":" : "");
+    setenv("LD_PRELOAD", SS_SYNC_RECORDER, 1);
+    setenv(var, value, 1);
+    setenv("ASAN_OPTIONS", asan, 1);
+    pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
+    unsetenv("LD_PRELOAD");
+    unsetenv(var);
+    if (saved)
+        setenv("ASAN_OPTIONS", saved, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    free(saved);
+    return pid;
+}
+
 /* Under --sync-writes an update is acknowledged only after a synced
  * write: every acknowledged push has a WAL fsync/fdatasync that began
  * after it was sent and ended before its reply (tests/sync_recorder.c
@@ -139,19 +163,11 @@ END_TEST
  * without sync, or when the flusher writes unsynced and marks the rows
  * clean before the pusher's synced flush. */
 START_TEST(test_sync_writes_are_synced_before_the_ack) {
-    char db[128], log[128], target[64], synclog[160], asan[512];
+    char db[128], log[128], target[64], synclog[160];
     make_paths(db, log);
     snprintf(synclog, sizeof synclog, "%s/syncs.txt", g_dir);
-    const char *old_asan = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", old_asan ? old_asan : "",
-             old_asan ? ":" : "");
-    setenv("LD_PRELOAD", SS_SYNC_RECORDER, 1);
-    setenv("SS_SYNC_LOG", synclog, 1);
-    setenv("ASAN_OPTIONS", asan, 1);
     char *extra[] = {"--emb-db", db, "--sync-writes", "--flush-lag-ms", "2", NULL};
-    pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
-    unsetenv("LD_PRELOAD");
-    unsetenv("SS_SYNC_LOG");
+    pid_t pid = start_ps_preloaded("SS_SYNC_LOG", synclog, extra, log, target);
     ss__emb_client *c;
     ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, &c), SS_OK);
     ss__emb_spec spec = table_spec();
@@ -191,10 +207,6 @@ START_TEST(test_sync_writes_are_synced_before_the_ack) {
     printf("sync writes: %d pushes, %zu WAL syncs, %d acknowledged without a sync in between\n",
            PUSHES, ns, unsynced);
     ck_assert_int_eq(unsynced, 0);
-    if (old_asan)
-        setenv("ASAN_OPTIONS", old_asan, 1);
-    else
-        unsetenv("ASAN_OPTIONS");
     remove_dir();
 }
 END_TEST
@@ -257,23 +269,11 @@ static void *post_checkpoint(void *p) {
  * takes that long; meanwhile /healthz and the dense RPCs still answer,
  * before the checkpoint ends. */
 START_TEST(test_checkpoint_does_not_freeze_the_ps) {
-    char db[128], log[128], target[64], ckdir[160], asan[512];
+    char db[128], log[128], target[64], ckdir[160];
     make_paths(db, log);
     snprintf(ckdir, sizeof ckdir, "%s/slowck", g_dir);
-    const char *old_asan = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", old_asan ? old_asan : "",
-             old_asan ? ":" : "");
-    setenv("LD_PRELOAD", SS_SYNC_RECORDER, 1);
-    setenv("SS_SYNC_DELAY_MS", "2000", 1);
-    setenv("ASAN_OPTIONS", asan, 1);
     char *extra[] = {"--checkpoint-dir", ckdir, "--http", "127.0.0.1:0", NULL};
-    pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
-    unsetenv("LD_PRELOAD");
-    unsetenv("SS_SYNC_DELAY_MS");
-    if (old_asan)
-        setenv("ASAN_OPTIONS", old_asan, 1);
-    else
-        unsetenv("ASAN_OPTIONS");
+    pid_t pid = start_ps_preloaded("SS_SYNC_DELAY_MS", "2000", extra, log, target);
     post_arg a = {.code = 0};
     proc_address_after(log, "http on", a.hostport, sizeof a.hostport);
     ss__transport *t;

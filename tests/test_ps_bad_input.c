@@ -305,6 +305,13 @@ START_TEST(test_limits_on_groups_members_floats) {
 }
 END_TEST
 
+/* The value of an unlabelled counter the server registered. */
+static uint64_t counter_of(ss__metrics *m, const char *name, const char *help) {
+    ss__counter *c;
+    ck_assert_int_eq(ss__metrics_counter(m, name, help, NULL, &c), SS_OK);
+    return ss__counter_value(c);
+}
+
 typedef struct round_arg {
     ss__rpc_channel *ch;
     const char *group;
@@ -377,13 +384,10 @@ START_TEST(test_blocked_calls_are_bounded) {
         pthread_join(t[i], NULL);
         ck_assert_int_eq(a[i].st, SS_OK); /* the round closed on its deadline */
     }
-    ss__counter *refused;
-    ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_rpc_blocked_refused_total",
-                                         "Calls refused because --max-blocked-calls handlers were "
-                                         "already waiting (MA/BMUF rounds).",
-                                         NULL, &refused),
-                     SS_OK);
-    ck_assert_uint_eq(ss__counter_value(refused), 1);
+    ck_assert_uint_eq(counter_of(m, "shadowsync_rpc_blocked_refused_total",
+                                 "Calls refused because --max-blocked-calls handlers were "
+                                 "already waiting (MA/BMUF rounds)."),
+                      1);
     ss__rpc_channel_destroy(c);
     ss__rpc_server_stop(s);
     ss__transport_destroy(b);
@@ -456,13 +460,9 @@ START_TEST(test_token_guards_calls_that_change_state) {
         free(resp);
         ss__rpc_channel_destroy(c);
     }
-    ss__counter *unauth;
-    ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_rpc_unauthorized_total",
-                                         "Calls that change state refused for a missing or wrong "
-                                         "token.",
-                                         NULL, &unauth),
-                     SS_OK);
-    ck_assert_uint_eq(ss__counter_value(unauth), 2);
+    ck_assert_uint_eq(counter_of(m, "shadowsync_rpc_unauthorized_total",
+                                 "Calls that change state refused for a missing or wrong token."),
+                      2);
     /* A token file that is not a token: the client refuses to start. */
     setenv("SHADOWSYNC_AUTH_TOKEN_FILE", shorty, 1);
     ss__rpc_channel *c;
