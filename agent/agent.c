@@ -20,12 +20,9 @@
 #define POLL_MS 250 /* how often sessions publish stats and notice a stop */
 
 static void count_reject_n(ss__metrics *m, const char *reason, uint64_t n) {
-    const char *labels[] = {"reason", reason, NULL};
-    ss__counter *c;
-    if (ss__metrics_counter(m, "shadowsync_agent_rejected_total",
-                            "Connections and socket requests the agent refused, by reason.", labels,
-                            &c) == SS_OK)
-        ss__counter_add(c, n);
+    ss__metrics_count(m, "shadowsync_agent_rejected_total",
+                      "Connections and socket requests the agent refused, by reason.", "reason",
+                      reason, n);
 }
 
 void ss__agent_count_reject(ss__agent *a, const char *reason) {

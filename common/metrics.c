@@ -353,6 +353,13 @@ ss_status ss__metrics_counter(ss__metrics *reg, const char *name, const char *he
     return st;
 }
 
+void ss__metrics_count(ss__metrics *reg, const char *name, const char *help, const char *key,
+                       const char *value, uint64_t n) {
+    ss__counter *c;
+    if (ss__metrics_counter(reg, name, help, (const char *const[]){key, value, NULL}, &c) == SS_OK)
+        ss__counter_add(c, n);
+}
+
 ss_status ss__metrics_gauge(ss__metrics *reg, const char *name, const char *help,
                             const char *const *labels, ss__gauge **out) {
     series *s;

@@ -40,6 +40,13 @@ ss_status ss__metrics_histogram(ss__metrics *reg, const char *name, const char *
 ss_status ss__metrics_hold(ss__metrics *reg, const char *key, const char *value);
 void ss__metrics_drop(ss__metrics *reg, const char *key, const char *value);
 
+/* Adds n to the series of counter `name` whose one label is key=value,
+ * creating it when new (n = 0 only creates it, so that rate() sees the
+ * first event). A refusal of the registry is ignored: counting never
+ * fails the caller's request. */
+void ss__metrics_count(ss__metrics *reg, const char *name, const char *help, const char *key,
+                       const char *value, uint64_t n);
+
 void ss__counter_add(ss__counter *c, uint64_t v);
 uint64_t ss__counter_value(const ss__counter *c);
 void ss__gauge_set(ss__gauge *g, double v);

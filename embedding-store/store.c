@@ -62,12 +62,9 @@ static const char *const k_refusal_reasons[] = {
     "bad_checkpoint_name", "reply_too_large", "too_many_tables", "bad_ids"};
 
 static void count_refusal(ss__emb_store *st, const char *reason, uint64_t n) {
-    const char *labels[] = {"reason", reason, NULL};
-    ss__counter *c;
-    if (ss__metrics_counter(st->metrics, "shadowsync_emb_rejected_total",
-                            "Embedding requests refused, by reason; no stored row changed.", labels,
-                            &c) == SS_OK)
-        ss__counter_add(c, n);
+    ss__metrics_count(st->metrics, "shadowsync_emb_rejected_total",
+                      "Embedding requests refused, by reason; no stored row changed.", "reason",
+                      reason, n);
 }
 
 /* Counts a refused request under its reason and returns status. */

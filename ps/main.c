@@ -113,6 +113,13 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
     return ss__json_take(root, out, len);
 }
 
+/* A counter that mirrors a count kept elsewhere: raised to total. */
+static void mirror(ss__counter *c, uint64_t total) {
+    uint64_t seen = ss__counter_value(c);
+    if (total > seen)
+        ss__counter_add(c, total - seen);
+}
+
 /* Joins refused by --max-groups, --max-members, --max-total-floats, per
  * limit (every limit's series exists from the start, at 0). */
 static void mirror_limit_refusals(ps_state *ps) {
@@ -123,9 +130,8 @@ static void mirror_limit_refusals(ps_state *ps) {
         ss__counter *c;
         if (ss__metrics_counter(ps->metrics, "shadowsync_ps_limit_refusals_total",
                                 "Dense Joins refused by a PS limit, by limit.", labels,
-                                &c) == SS_OK &&
-            n[i] > ss__counter_value(c))
-            ss__counter_add(c, n[i] - ss__counter_value(c));
+                                &c) == SS_OK)
+            mirror(c, n[i]);
     }
 }
 
@@ -148,10 +154,7 @@ static void refresh_metrics(void *ctx) {
                               "Trainers (or agents) registered per group.", labels,
                               &members) != SS_OK)
             continue;
-        uint64_t total = info[i].exchanges + info[i].rounds;
-        uint64_t seen = ss__counter_value(rounds);
-        if (total > seen)
-            ss__counter_add(rounds, total - seen);
+        mirror(rounds, info[i].exchanges + info[i].rounds);
         ss__gauge_set(members, info[i].members);
     }
     mirror_limit_refusals(ps);

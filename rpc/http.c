@@ -32,12 +32,8 @@ typedef struct request {
 } request;
 
 static void count_reject(ss__http_server *s, const char *reason) {
-    const char *labels[] = {"reason", reason, NULL};
-    ss__counter *c;
-    if (ss__metrics_counter(s->cfg.metrics, "shadowsync_http_rejected_total",
-                            "HTTP requests refused by the endpoint, by reason.", labels,
-                            &c) == SS_OK)
-        ss__counter_add(c, 1);
+    ss__metrics_count(s->cfg.metrics, "shadowsync_http_rejected_total",
+                      "HTTP requests refused by the endpoint, by reason.", "reason", reason, 1);
 }
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type,
