@@ -166,22 +166,14 @@ static int parse_options(int argc, char **argv, agent_options *o) {
         fprintf(stderr, "shadowsync-agent: --tls-cert and --tls-key go together\n");
         return 2;
     }
-    char why[300];
-    if (*o->auth_file) {
-        if (ss__auth_header_from_file(o->auth_file, o->auth, sizeof o->auth, why, sizeof why) !=
-            SS_OK) {
-            fprintf(stderr, "shadowsync-agent: --auth-token-file: %s\n", why);
-            return 2;
-        }
-        setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 1); /* what the PS clients read */
-    }
-    if (!o->auth[0] && *o->http && !ss__listen_is_loopback(o->http)) {
-        fprintf(stderr,
-                "shadowsync-agent: --http %s is not loopback: POST /checkpoint needs "
-                "--auth-token-file\n",
-                o->http);
+    char why[400];
+    if (ss__auth_daemon_setup(o->auth_file, o->http, o->auth, sizeof o->auth, why, sizeof why) !=
+        SS_OK) {
+        fprintf(stderr, "shadowsync-agent: %s\n", why);
         return 2;
     }
+    if (o->auth[0])
+        setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 1); /* what the PS clients read */
     if (*o->ckpt_dir && mkdir(o->ckpt_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "shadowsync-agent: cannot create --checkpoint-dir %s: %s\n", o->ckpt_dir,
                 strerror(errno));

@@ -310,10 +310,10 @@ static int parse_options(int argc, char **argv, ps_options *o) {
         fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
         return 2;
     }
-    char why[300];
-    if (*o->auth_file && ss__auth_header_from_file(o->auth_file, o->auth, sizeof o->auth, why,
-                                                   sizeof why) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: --auth-token-file: %s\n", why);
+    char why[400];
+    if (ss__auth_daemon_setup(o->auth_file, o->http, o->auth, sizeof o->auth, why, sizeof why) !=
+        SS_OK) {
+        fprintf(stderr, "shadowsync-ps: %s\n", why);
         return 2;
     }
     /* Who may change state: anyone who can connect, only on loopback. */
@@ -322,13 +322,6 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                 "shadowsync-ps: --listen %s is not loopback: calls that change state need "
                 "--auth-token-file or mutual TLS (--tls-ca)\n",
                 o->listen);
-        return 2;
-    }
-    if (!o->auth[0] && *o->http && !ss__listen_is_loopback(o->http)) {
-        fprintf(stderr,
-                "shadowsync-ps: --http %s is not loopback: POST /checkpoint needs "
-                "--auth-token-file\n",
-                o->http);
         return 2;
     }
     return -1;

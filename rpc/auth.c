@@ -47,6 +47,25 @@ bool ss__auth_header_matches(const char *expected, const char *got, size_t gotle
     return diff == 0;
 }
 
+ss_status ss__auth_daemon_setup(const char *file, const char *http, char *header, size_t headerlen,
+                                char *why, size_t whylen) {
+    header[0] = '\0';
+    if (file && *file) {
+        char inner[300];
+        ss_status st = ss__auth_header_from_file(file, header, headerlen, inner, sizeof inner);
+        if (st != SS_OK) {
+            snprintf(why, whylen, "--auth-token-file: %s", inner);
+            return st;
+        }
+    }
+    if (!header[0] && http && *http && !ss__listen_is_loopback(http)) {
+        snprintf(why, whylen, "--http %s is not loopback: POST /checkpoint needs --auth-token-file",
+                 http);
+        return SS_ERR_PERMISSION;
+    }
+    return SS_OK;
+}
+
 bool ss__listen_is_loopback(const char *listen) {
     const char *colon = strrchr(listen, ':');
     size_t n = colon ? (size_t)(colon - listen) : strlen(listen);

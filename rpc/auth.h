@@ -27,6 +27,12 @@ ss_status ss__auth_header_from_env(char *header, size_t headerlen, char *why, si
 /* Constant-time comparison of a received header with the expected one. */
 bool ss__auth_header_matches(const char *expected, const char *got, size_t gotlen);
 
+/* What both daemons check at start: the token of file (when set) into
+ * header, and an HTTP endpoint bound off loopback needs one (POST
+ * /checkpoint changes state). why names the flag. */
+ss_status ss__auth_daemon_setup(const char *file, const char *http, char *header, size_t headerlen,
+                                char *why, size_t whylen);
+
 /* true when a listen address ("host:port") is loopback only. */
 bool ss__listen_is_loopback(const char *listen);
 

@@ -170,6 +170,14 @@ ss_status ss__sync_params_check(const ss__sync_params *p, char *why, size_t whyl
     return SS_OK;
 }
 
+/* Caller holds e->lock. */
+static bool has_group(const ss__engine *e, const char *name) {
+    for (size_t i = 0; i < e->ngroups; i++)
+        if (!strcmp(e->groups[i]->name, name))
+            return true;
+    return false;
+}
+
 ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *replica,
                                const ss__sync_params *params, ss__engine_group **out) {
     if (!e || !name || !*name || !replica || !params || !out)
@@ -209,9 +217,7 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
      * PS): it runs outside the engine lock, so that the shadow threads,
      * stats and other registrations never wait behind it. */
     pthread_mutex_lock(&e->lock);
-    bool taken = false;
-    for (size_t i = 0; i < e->ngroups && !taken; i++)
-        taken = !strcmp(e->groups[i]->name, name);
+    bool taken = has_group(e, name);
     pthread_mutex_unlock(&e->lock);
     if (taken) {
         group_free(g);
@@ -223,9 +229,7 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
         return st;
     }
     pthread_mutex_lock(&e->lock);
-    taken = false; /* a registration of the same name that finished first */
-    for (size_t i = 0; i < e->ngroups && !taken; i++)
-        taken = !strcmp(e->groups[i]->name, name);
+    taken = has_group(e, name); /* a registration of the same name that finished first */
     if (!taken && e->ngroups == e->capgroups) {
         size_t cap = e->capgroups ? e->capgroups * 2 : 8;
         ss__engine_group **ng = realloc(e->groups, cap * sizeof *ng);
