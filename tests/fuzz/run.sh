@@ -7,7 +7,5 @@ cd "$(dirname "$0")/../.."
 secs=${1:-20}
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_FUZZ=ON \
   -DSS_BUILD_TESTS=OFF -DSS_FUZZ_SECONDS="$secs" >/dev/null
-cmake --build build-fuzz -j "$(nproc 2>/dev/null || echo 2)" --target \
-  fuzz_dense_service fuzz_emb_service fuzz_agent_wire fuzz_dense_checkpoint fuzz_emb_spec \
-  fuzz_criteo fuzz_flags
+cmake --build build-fuzz -j "$(nproc 2>/dev/null || echo 2)" --target fuzz_targets
 (cd build-fuzz && ctest -V -L fuzz)
