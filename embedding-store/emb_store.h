@@ -6,11 +6,15 @@
  * (data + optimizer state) as little-endian float32. Two modes:
  *  - write-behind (default): an update is acknowledged once applied in
  *    memory; a flusher thread writes dirty rows to RocksDB (WAL on, no
- *    fsync) every flush_lag_ms / 2, so an acknowledged update reaches the
- *    database within flush_lag_ms while the flusher keeps up. A killed
- *    process (SIGKILL) loses at most the updates of the last
- *    flush_lag_ms; a machine crash can also lose what the OS had not
- *    written (no fsync).
+ *    fsync) every flush_lag_ms / 2. When the flusher falls behind (the
+ *    oldest update that may be unwritten is older than flush_lag_ms: a
+ *    slow disk, a burst of new rows), an update waits until the backlog,
+ *    its own rows included, is written before it is acknowledged
+ *    (shadowsync_emb_write_waits_total counts these). So an acknowledged
+ *    update reaches the database within flush_lag_ms plus the time to
+ *    write about one lag's worth of updates, under any load. A killed
+ *    process (SIGKILL) loses at most those; a machine crash can also lose
+ *    what the OS had not written (no fsync).
  *  - sync_writes: an update is acknowledged only after its rows were
  *    written with fsync, so every acknowledged update survives a kill or a
  *    crash.

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +39,12 @@ struct ss__emb_store {
     pthread_cond_t stop_cond;
     bool stop, flusher_running;
     pthread_t flusher;
-    ss__counter *flushed_rows, *flushes, *evicted;
-    ss__histogram *flush_seconds, *checkpoint_seconds;
+    /* Every update applied before this time (CLOCK_MONOTONIC ns) is in the
+     * database: the start of the last flush of every table that ended
+     * well. Pushes read it to see whether the flusher keeps up. */
+    _Atomic uint64_t written_before_ns;
+    ss__counter *flushed_rows, *flushes, *evicted, *write_waits;
+    ss__histogram *flush_seconds, *checkpoint_seconds, *write_wait_seconds;
     ss__gauge *resident_rows;
 };
 
@@ -158,22 +163,52 @@ static ss_status flush_table(ss__emb_store *st, store_table *tb, bool sync) {
     return SS_OK;
 }
 
-static ss_status flush_all(ss__emb_store *st, bool sync) {
+/* Writes every dirty row of every table, unless everything applied
+ * before `needed_before` is already written (another caller's flush got
+ * there while this one waited for flush_lock; 0 = always flush). */
+static ss_status flush_all_needed(ss__emb_store *st, bool sync, uint64_t needed_before) {
     if (!st->db)
         return SS_OK;
     uint64_t t0 = ss__now_ns();
     pthread_mutex_lock(&st->flush_lock);
+    if (needed_before && atomic_load(&st->written_before_ns) >= needed_before) {
+        pthread_mutex_unlock(&st->flush_lock);
+        return SS_OK;
+    }
+    const uint64_t started = ss__now_ns();
     pthread_rwlock_rdlock(&st->lock);
     size_t n = st->ntables;
     pthread_rwlock_unlock(&st->lock);
     ss_status s = SS_OK;
     for (size_t i = 0; i < n && s == SS_OK; i++)
         s = flush_table(st, st->tables[i], sync);
+    if (s == SS_OK)
+        atomic_store(&st->written_before_ns, started);
     pthread_mutex_unlock(&st->flush_lock);
     ss__counter_add(st->flushes, 1);
     ss__histogram_observe(st->flush_seconds, (double)(ss__now_ns() - t0) / 1e9);
     if (s != SS_OK)
         ss__log(SS_LOG_ERROR, "emb", "event=flush_failed status=%s", ss_status_name(s));
+    return s;
+}
+
+static ss_status flush_all(ss__emb_store *st, bool sync) {
+    return flush_all_needed(st, sync, 0);
+}
+
+/* Back-pressure for write-behind: when the oldest update that may still be
+ * unwritten is older than the lag (the flusher has fallen behind: a slow
+ * disk, more dirty rows than it writes in the lag), the pushing call
+ * writes the backlog, its own rows included, before it is acknowledged.
+ * Pushers then go at the disk's pace and the unwritten backlog stays
+ * about one lag's worth of updates, instead of growing without bound. */
+static ss_status wait_for_backlog(ss__emb_store *st) {
+    const uint64_t now = ss__now_ns();
+    if (now - atomic_load(&st->written_before_ns) <= (uint64_t)st->cfg.flush_lag_ms * 1000000ull)
+        return SS_OK;
+    ss__counter_add(st->write_waits, 1);
+    ss_status s = flush_all_needed(st, false, now);
+    ss__histogram_observe(st->write_wait_seconds, (double)(ss__now_ns() - now) / 1e9);
     return s;
 }
 
@@ -283,6 +318,15 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
                           "Time of one RocksDB checkpoint (flush included).", NULL,
                           k_seconds_bounds, sizeof k_seconds_bounds / sizeof *k_seconds_bounds,
                           &st->checkpoint_seconds);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_write_waits_total",
+                        "Updates that waited for their rows to be written because the "
+                        "write-behind flusher was more than --flush-lag-ms behind.",
+                        NULL, &st->write_waits);
+    ss__metrics_histogram(st->metrics, "shadowsync_emb_write_wait_seconds",
+                          "Time an update waited for the write-behind backlog to be written.", NULL,
+                          k_seconds_bounds, sizeof k_seconds_bounds / sizeof *k_seconds_bounds,
+                          &st->write_wait_seconds);
+    atomic_init(&st->written_before_ns, ss__now_ns());
     ss__metrics_gauge(st->metrics, "shadowsync_emb_resident_rows", "Embedding rows held in memory.",
                       NULL, &st->resident_rows);
     /* Every reason exists from the start, at 0, so that rate() sees the
@@ -457,13 +501,16 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
     return SS_OK;
 }
 
-/* After an update: fsync'd write in sync mode, then the memory cap. */
+/* After an update: fsync'd write in sync mode, back-pressure in
+ * write-behind mode, then the memory cap. */
 static ss_status after_update(ss__emb_store *st, store_table *tb) {
     ss_status s = SS_OK;
     if (st->cfg.sync_writes) {
         pthread_mutex_lock(&st->flush_lock);
         s = flush_table(st, tb, true);
         pthread_mutex_unlock(&st->flush_lock);
+    } else if (st->db) {
+        s = wait_for_backlog(st);
     }
     enforce_cap(st);
     return s;

@@ -267,7 +267,9 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "acknowledge a row update only after it is fsync'd to RocksDB (else write-behind)", NULL,
          0, 0},
         {"flush-lag-ms", SS_FLAG_INT, &o->flush_lag_ms,
-         "write-behind: an acknowledged update reaches RocksDB within this", NULL, 2, 3.6e6},
+         "write-behind: an acknowledged update reaches RocksDB within this; updates wait when "
+         "the flusher falls further behind",
+         NULL, 2, 3.6e6},
         {"mem-cap-mb", SS_FLAG_INT, &o->mem_cap_mb,
          "memory for resident embedding rows; clean rows beyond it are evicted (0 = no cap)", NULL,
          0, 1 << 24},

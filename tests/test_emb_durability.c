@@ -330,6 +330,78 @@ START_TEST(test_write_behind_loses_at_most_the_lag) {
 }
 END_TEST
 
+/* Write-behind on a disk slower than the pushes (every WAL write() takes
+ * as long as 4 MB/s would, tests/sync_recorder.c): one client pushes new
+ * rows, 2048 a call, at up to 500k rows a second for 2.5 s, then the PS
+ * is SIGKILLed. Every push acknowledged at least BOUND_MS before the kill
+ * must be in the database after a restart. Without back-pressure the
+ * flusher falls further behind with every second of pushing, so the
+ * pushes of the last second or more are lost; with it, pushes wait for
+ * the backlog once it is older than the lag (50 ms), and what is lost
+ * stays about the lag plus two flushes of one lag's worth of rows. */
+START_TEST(test_write_behind_lag_holds_on_a_slow_disk) {
+    enum { B = 2048, MAX_PUSHES = 1000, BOUND_MS = 1200 };
+    char db[128], log[128], target[64];
+    make_paths(db, log);
+    char *extra[] = {"--emb-db", db, "--flush-lag-ms", "50", NULL};
+    pid_t pid = start_ps_preloaded("SS_WAL_WRITE_BYTES_PER_S", "4000000", extra, log, target);
+    ss__emb_client *c;
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 30000, &c), SS_OK);
+    ss__emb_spec spec = table_spec();
+    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    static uint64_t ids[B], ack[MAX_PUSHES];
+    static float g[B * DIM], rows[B * DIM];
+    for (int i = 0; i < B * DIM; i++)
+        g[i] = -1.0f;
+    const uint64_t start = ss__now_ns(), until = start + 2500000000ull;
+    const uint64_t ns_per_push = 1000000000ull * B / 500000; /* 500k rows/s at most */
+    int acked = 0;
+    while (acked < MAX_PUSHES && ss__now_ns() < until) {
+        for (int i = 0; i < B; i++)
+            ids[i] = (uint64_t)acked * B + (uint64_t)i + 1; /* push k: rows k*B+1.. */
+        ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, B, g), SS_OK);
+        ack[acked++] = ss__now_ns();
+        const uint64_t due = start + (uint64_t)acked * ns_per_push;
+        if (ss__now_ns() < due)
+            ss__sleep_ns(due - ss__now_ns());
+    }
+    const uint64_t kill_ns = ss__now_ns();
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ss__emb_client_destroy(c);
+    int bound = 0;
+    while (bound < acked && ack[bound] + (uint64_t)BOUND_MS * 1000000ull <= kill_ns)
+        bound++;
+    ck_assert_int_gt(bound, 0);
+
+    extra[2] = NULL; /* the same database, a normal disk */
+    pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 30000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    int found = 0; /* pushes whose rows are all in the database */
+    for (int k = 0; k < acked; k++) {
+        for (int i = 0; i < B; i++)
+            ids[i] = (uint64_t)k * B + (uint64_t)i + 1;
+        ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, B, rows), SS_OK);
+        int present = 0;
+        for (int i = 0; i < B * DIM; i++)
+            present += rows[i] == 1.0f;
+        found += present == B * DIM;
+        ck_assert_msg(k >= bound || present == B * DIM,
+                      "push %d of %d, acknowledged %.0f ms before SIGKILL, is not in the database",
+                      k, acked, (double)(kill_ns - ack[k]) / 1e6);
+    }
+    printf("write-behind on a 4 MB/s disk (lag 50 ms): %d pushes of %d new rows in %.1f s, %d "
+           ">= %d ms before SIGKILL, %d found after restart; newest lost push %.0f ms before\n",
+           acked, B, (double)(kill_ns - start) / 1e9, bound, BOUND_MS, found,
+           found < acked ? (double)(kill_ns - ack[found]) / 1e6 : 0.0);
+    ss__emb_client_destroy(c);
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
+    remove_dir();
+}
+END_TEST
+
 START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
     char db[128], log[128], target[64], ckpt[128];
     make_paths(db, log);
@@ -407,5 +479,6 @@ int main(void) {
     return ss__check_tests(
         "emb_durability", 180, ss__rpc_init, ss__rpc_shutdown, test_sync_writes_survive_sigkill,
         test_sync_writes_are_synced_before_the_ack, test_checkpoint_does_not_freeze_the_ps,
-        test_write_behind_loses_at_most_the_lag, test_checkpoint_rpc_and_sigterm_flush);
+        test_write_behind_loses_at_most_the_lag, test_write_behind_lag_holds_on_a_slow_disk,
+        test_checkpoint_rpc_and_sigterm_flush);
 }
