@@ -28,6 +28,8 @@ PACKAGES=(
   protobuf-compiler    # protoc: the black-box test generates its client from rpc/proto
   python3-grpcio       # the black-box test's gRPC client (not the project's)
   python3-protobuf
+  systemd              # systemd-analyze and systemd-sysusers check deploy/systemd (not started)
+  strace               # the systemd test traces the daemons' system calls against the filters
 )
 
 missing=()
