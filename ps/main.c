@@ -33,7 +33,8 @@ static const ss__program program = {
 
 /* The command line. */
 typedef struct ps_options {
-    const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file;
+    const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file,
+        *tls_writers;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
@@ -224,6 +225,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .auth_file = "",
                       .tls_key = "",
                       .tls_ca = "",
+                      .tls_writers = "",
                       .threads = 2,
                       .deadline_ms = 1000,
                       .member_timeout_ms = 5000,
@@ -295,6 +297,11 @@ static int parse_options(int argc, char **argv, ps_options *o) {
         {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
         {"tls-ca", SS_FLAG_STRING, &o->tls_ca,
          "PEM CA bundle: require client certificates signed by it (mutual TLS)", NULL, 0, 0},
+        {"tls-writers", SS_FLAG_STRING, &o->tls_writers,
+         "mutual TLS: client certificate identities (common name or subject alternative name, "
+         "comma-separated) that may change state; other clients may only read (\"\" = every "
+         "verified client may)",
+         NULL, 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
@@ -308,11 +315,20 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                         "both)\n");
         return 2;
     }
+    if (*o->tls_writers && !*o->tls_ca) {
+        fprintf(stderr, "shadowsync-ps: --tls-writers names client certificates: it needs mutual "
+                        "TLS (--tls-ca)\n");
+        return 2;
+    }
+    char why[400];
+    if (*o->tls_writers && ss__auth_writers_valid(o->tls_writers, why, sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: %s\n", why);
+        return 2;
+    }
     if (o->sync_writes && !*o->emb_db) {
         fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
         return 2;
     }
-    char why[400];
     if (ss__auth_daemon_setup(o->auth_file, o->http, o->auth, sizeof o->auth, why, sizeof why) !=
         SS_OK) {
         fprintf(stderr, "shadowsync-ps: %s\n", why);
@@ -395,7 +411,8 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .metrics = ps->metrics,
                                   .tls = &tls,
                                   .max_blocked_calls = (uint32_t)o->max_blocked,
-                                  .auth_header = o->auth};
+                                  .auth_header = o->auth,
+                                  .tls_writers = o->tls_writers};
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", o->listen, ss_strerror(st));
@@ -423,8 +440,12 @@ static int start_http(ps_state *ps, const ps_options *o) {
     char web_at[300];
     if (ss__http_daemon_start(program.name, &hcfg, &ps->web, web_at, sizeof web_at) != SS_OK)
         return 1;
-    printf("shadowsync-ps: listening on %s%s, http on %s\n", ps->listen,
-           *o->tls_cert ? (*o->tls_ca ? " (mutual TLS)" : " (TLS)") : "", web_at);
+    char tls[SS_AUTH_WRITERS_MAX + 40] = "";
+    if (*o->tls_ca && *o->tls_writers)
+        snprintf(tls, sizeof tls, " (mutual TLS; writers %s)", o->tls_writers);
+    else if (*o->tls_cert)
+        snprintf(tls, sizeof tls, *o->tls_ca ? " (mutual TLS)" : " (TLS)");
+    printf("shadowsync-ps: listening on %s%s, http on %s\n", ps->listen, tls, web_at);
     fflush(stdout);
     return 0;
 }

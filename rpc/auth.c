@@ -47,6 +47,43 @@ bool ss__auth_header_matches(const char *expected, const char *got, size_t gotle
     return diff == 0;
 }
 
+bool ss__auth_identity_listed(const char *list, const char *value, size_t len) {
+    for (const char *at = list; at && *at;) {
+        size_t n = strcspn(at, ",");
+        if (n && n == len && memcmp(at, value, len) == 0)
+            return true;
+        at += n + (at[n] == ',');
+    }
+    return false;
+}
+
+ss_status ss__auth_writers_valid(const char *list, char *why, size_t whylen) {
+    size_t len = strlen(list);
+    if (len >= SS_AUTH_WRITERS_MAX) {
+        snprintf(why, whylen, "--tls-writers: %zu bytes, over the limit of %d", len,
+                 SS_AUTH_WRITERS_MAX - 1);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    for (const char *at = list;;) {
+        size_t n = strcspn(at, ",");
+        if (n == 0) {
+            snprintf(why, whylen, "--tls-writers: an empty identity (\"%s\")", list);
+            return SS_ERR_INVALID_ARGUMENT;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (at[i] <= ' ' || at[i] > '~') {
+                snprintf(why, whylen,
+                         "--tls-writers: identity \"%.*s\" has a space or a non-printable "
+                         "character",
+                         (int)n, at);
+                return SS_ERR_INVALID_ARGUMENT;
+            }
+        if (!at[n])
+            return SS_OK;
+        at += n + 1;
+    }
+}
+
 ss_status ss__auth_daemon_setup(const char *file, const char *http, char *header, size_t headerlen,
                                 char *why, size_t whylen) {
     header[0] = '\0';

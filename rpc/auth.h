@@ -33,6 +33,18 @@ bool ss__auth_header_matches(const char *expected, const char *got, size_t gotle
 ss_status ss__auth_daemon_setup(const char *file, const char *http, char *header, size_t headerlen,
                                 char *why, size_t whylen);
 
+/* Mutual TLS: the client certificate identities allowed to call methods
+ * that change state (--tls-writers), comma-separated, each matched whole
+ * against the certificate's common name or one of its subject alternative
+ * names. */
+#define SS_AUTH_WRITERS_MAX 2048
+/* true when value[0..len) is one of the entries of the comma-separated
+ * list (empty entries never match). */
+bool ss__auth_identity_listed(const char *list, const char *value, size_t len);
+/* A --tls-writers value: non-empty entries of printable characters without
+ * spaces, SS_AUTH_WRITERS_MAX bytes at most. why says what is wrong. */
+ss_status ss__auth_writers_valid(const char *list, char *why, size_t whylen);
+
 /* true when a listen address ("host:port") is loopback only. */
 bool ss__listen_is_loopback(const char *listen);
 

@@ -69,6 +69,12 @@ typedef struct ss__rpc_server_config {
      * it as its authorization metadata, else PERMISSION_DENIED, counted in
      * shadowsync_rpc_unauthorized_total. NULL or "" = no check. */
     const char *auth_header;
+    /* Mutual TLS (tls->ca_file): the client certificate identities that may
+     * call methods not read_only, comma-separated (rpc/auth.h); other
+     * verified clients are read-only: PERMISSION_DENIED, counted in
+     * shadowsync_rpc_unauthorized_total. NULL or "" = every verified
+     * client may. */
+    const char *tls_writers;
 } ss__rpc_server_config;
 
 #define SS_RPC_DEFAULT_MAX_BLOCKED 256

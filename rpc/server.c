@@ -59,7 +59,8 @@ struct ss__rpc_server {
     uint32_t max_blocked;
     _Atomic uint32_t blocked; /* blocking handlers running now */
     ss__counter *blocked_refused;
-    char auth[SS_AUTH_HEADER_MAX]; /* "" = no authorization */
+    char auth[SS_AUTH_HEADER_MAX];     /* "" = no authorization */
+    char writers[SS_AUTH_WRITERS_MAX]; /* "" = every verified client may write */
     ss__counter *unauthorized;
 };
 
@@ -155,13 +156,45 @@ static bool authorized(const call_ctx *c) {
     return false;
 }
 
+/* Mutual TLS: the client's certificate names an identity of --tls-writers
+ * (its subject alternative names, or its common name). who gets the
+ * identity gRPC reports, for the refusal's message. */
+static bool peer_may_write(const call_ctx *c, char *who, size_t wholen) {
+    snprintf(who, wholen, "no certificate identity");
+    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    if (!ctx)
+        return false;
+    bool ok = false;
+    const char *const names[] = {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME};
+    for (size_t k = 0; k < 2 && !ok; k++) {
+        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, names[k]);
+        const grpc_auth_property *p;
+        while (!ok && (p = grpc_auth_property_iterator_next(&it))) {
+            ok = ss__auth_identity_listed(c->srv->writers, p->value, p->value_length);
+            snprintf(who, wholen, "%.*s", (int)p->value_length, p->value);
+        }
+    }
+    grpc_auth_context_release(ctx);
+    return ok;
+}
+
 /* Runs the handler (unless refused: too many blocked calls) and starts the
  * reply batch; the batch's completion (CALL_REPLYING) frees the context. */
 static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
     ss__rpc_server *srv = c->srv;
     ss__rpc_reply reply = {.status = SS_OK};
     grpc_slice req = grpc_empty_slice();
-    if (srv->auth[0] && !srv->methods[c->method].read_only && !authorized(c)) {
+    char who[48];
+    if (srv->writers[0] && !srv->methods[c->method].read_only &&
+        !peer_may_write(c, who, sizeof who)) {
+        reply.status = SS_ERR_PERMISSION;
+        snprintf(reply.message, sizeof reply.message,
+                 "%s changes state: client certificate %s may only read (not in the server's "
+                 "--tls-writers)",
+                 srv->methods[c->method].path, who);
+        if (srv->unauthorized)
+            ss__counter_add(srv->unauthorized, 1);
+    } else if (srv->auth[0] && !srv->methods[c->method].read_only && !authorized(c)) {
         reply.status = SS_ERR_PERMISSION;
         snprintf(reply.message, sizeof reply.message,
                  "%s changes state: it needs the server's token (authorization: Bearer; the "
@@ -361,6 +394,11 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     if (!cfg || !cfg->listen || cfg->threads == 0 || cfg->threads > 64 || !methods ||
         nmethods == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
+    /* Writers are certificate identities: without client certificates
+     * (mutual TLS) nobody could write. */
+    if (cfg->tls_writers && *cfg->tls_writers &&
+        (!cfg->tls || !cfg->tls->ca_file || strlen(cfg->tls_writers) >= SS_AUTH_WRITERS_MAX))
+        return SS_ERR_INVALID_ARGUMENT;
     ss__rpc_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return SS_ERR_NO_MEMORY;
@@ -398,10 +436,13 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->max_blocked = cfg->max_blocked_calls ? cfg->max_blocked_calls : SS_RPC_DEFAULT_MAX_BLOCKED;
     if (cfg->auth_header)
         snprintf(srv->auth, sizeof srv->auth, "%s", cfg->auth_header);
+    if (cfg->tls_writers)
+        snprintf(srv->writers, sizeof srv->writers, "%s", cfg->tls_writers);
     if (cfg->metrics)
         ss__metrics_counter(cfg->metrics, "shadowsync_rpc_unauthorized_total",
-                            "Calls that change state refused for a missing or wrong token.", NULL,
-                            &srv->unauthorized);
+                            "Calls that change state refused: a missing or wrong token, or a "
+                            "client certificate that may only read.",
+                            NULL, &srv->unauthorized);
     if (cfg->metrics)
         ss__metrics_counter(cfg->metrics, "shadowsync_rpc_blocked_refused_total",
                             "Calls refused because --max-blocked-calls handlers were already "

@@ -14,6 +14,7 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "ps/dense_service.h"
+#include "rpc/auth.h"
 #include "rpc/proto/dense_sync.pb-c.h"
 #include "shadow/inproc_transport.h"
 
@@ -461,7 +462,8 @@ START_TEST(test_token_guards_calls_that_change_state) {
         ss__rpc_channel_destroy(c);
     }
     ck_assert_uint_eq(counter_of(m, "shadowsync_rpc_unauthorized_total",
-                                 "Calls that change state refused for a missing or wrong token."),
+                                 "Calls that change state refused: a missing or wrong token, or a "
+                                 "client certificate that may only read."),
                       2);
     /* A token file that is not a token: the client refuses to start. */
     setenv("SHADOWSYNC_AUTH_TOKEN_FILE", shorty, 1);
@@ -474,6 +476,37 @@ START_TEST(test_token_guards_calls_that_change_state) {
     ss__rpc_server_stop(s);
     ss__transport_destroy(b);
     ss__metrics_destroy(m);
+}
+END_TEST
+
+/* --tls-writers: whole entries match, nothing else does; a bad list is
+ * refused with the reason; a server without mutual TLS refuses writers
+ * (nobody could write). The calls over TLS: tests/tls-test.sh. */
+START_TEST(test_writer_identity_lists) {
+    const char *list = "trainer.a,agent-7,x";
+    ck_assert(ss__auth_identity_listed(list, "trainer.a", 9));
+    ck_assert(ss__auth_identity_listed(list, "agent-7", 7));
+    ck_assert(ss__auth_identity_listed(list, "x", 1));
+    ck_assert(!ss__auth_identity_listed(list, "trainer", 7));     /* a prefix */
+    ck_assert(!ss__auth_identity_listed(list, "trainer.ab", 10)); /* longer */
+    ck_assert(!ss__auth_identity_listed(list, "rainer.a", 8));    /* a suffix */
+    ck_assert(!ss__auth_identity_listed(list, "", 0));
+    ck_assert(!ss__auth_identity_listed(list, "trainer.a,agent-7", 17));
+    ck_assert(!ss__auth_identity_listed("", "x", 1));
+    char why[200];
+    ck_assert_int_eq(ss__auth_writers_valid(list, why, sizeof why), SS_OK);
+    const char *bad[] = {"", "a,,b", "a,", ",a", "a b", "a,b\tc"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        why[0] = '\0';
+        ck_assert_int_eq(ss__auth_writers_valid(bad[i], why, sizeof why), SS_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(why, "--tls-writers"));
+    }
+    size_t nm;
+    const ss__rpc_method *meth = ss__dense_service_methods(&nm);
+    ss__dense_service sv = {.max_floats = 10};
+    ss__rpc_server *s;
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 1, .tls_writers = "a"};
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -490,6 +523,6 @@ int main(void) {
                            test_oversized_message_and_group, test_garbage_bytes_and_unknown_method,
                            test_expired_deadline, test_member_ids_are_not_guessable,
                            test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
-                           test_token_guards_calls_that_change_state,
+                           test_token_guards_calls_that_change_state, test_writer_identity_lists,
                            test_checkpoint_without_a_directory);
 }

@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # TLS and mutual TLS between trainers and shadowsync-ps: a throwaway CA
-# signs a server and a client certificate (openssl); a PS that demands
-# client certificates serves a trainer that has one, and refuses a trainer
-# without one and a plain-TCP trainer.
+# signs a server, a trainer ("client") and a dashboard ("reader")
+# certificate (openssl); a PS that demands client certificates serves a
+# trainer that has one, and refuses a trainer without one and a plain-TCP
+# trainer. A PS with --tls-writers lets the trainer's identity change
+# state and keeps the dashboard's read-only (a Python gRPC client makes
+# the raw calls), counting each refusal.
 #   tls-test.sh PS_BINARY TRAINER_BINARY
 set -euo pipefail
 ps_bin=$1
 trainer=$2
 tmp=$(mktemp -d)
 pid=
-trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+pid2=
+trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null; [ -z "$pid2" ] || kill "$pid2" 2>/dev/null; rm -rf "$tmp"' EXIT
 cd "$tmp"
 q() { "$@" >/dev/null 2>&1; }
 q openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca -keyout ca.key -out ca.pem
-for who in server client; do
+for who in server client reader; do
   q openssl req -newkey rsa:2048 -nodes -subj "/CN=$who" -keyout $who.key -out $who.csr
-  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >ext.cnf
+  case $who in
+  server) printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >ext.cnf ;;
+  client) printf 'subjectAltName=DNS:trainer.shadowsync.test\n' >ext.cnf ;;
+  reader) printf 'subjectAltName=DNS:dashboard.shadowsync.test\n' >ext.cnf ;;
+  esac
   q openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
     -extfile ext.cnf -out $who.pem
 done
@@ -48,4 +56,61 @@ if "$ps_bin" --listen 127.0.0.1:0 --tls-cert nope.pem --tls-key server.key >bad.
   exit 1
 fi
 grep -q "cannot serve" bad.log
-echo "tls test: mutual TLS served, missing client certificate and plain TCP refused"
+# --tls-writers without mutual TLS, or a bad list: refused at start.
+if "$ps_bin" --listen 127.0.0.1:0 --tls-writers a >bad.log 2>&1; then
+  echo "a PS took --tls-writers without --tls-ca" >&2
+  exit 1
+fi
+grep -q "needs mutual TLS" bad.log
+if "$ps_bin" --listen 127.0.0.1:0 --tls-cert server.pem --tls-key server.key --tls-ca ca.pem \
+  --tls-writers 'a,,b' >bad.log 2>&1; then
+  echo "a PS took an empty writer identity" >&2
+  exit 1
+fi
+grep -q "empty identity" bad.log
+
+# Writers by certificate identity: the trainer's SAN may write, the
+# dashboard's certificate (same CA) may only read.
+"$ps_bin" --listen 127.0.0.1:0 --http 127.0.0.1:0 --tls-cert server.pem --tls-key server.key \
+  --tls-ca ca.pem --tls-writers nobody.test,trainer.shadowsync.test >ps2.log 2>&1 &
+pid2=$!
+for _ in $(seq 100); do grep -q listening ps2.log && break; sleep 0.1; done
+grep -q "(mutual TLS; writers nobody.test,trainer.shadowsync.test)" ps2.log
+port2=$(grep -o 'listening on [0-9.]*:[0-9]*' ps2.log | cut -d: -f2)
+http2=$(grep -o 'http on [0-9.]*:[0-9]*' ps2.log | cut -d' ' -f3)
+out=$(SHADOWSYNC_PS=localhost:$port2 SHADOWSYNC_TLS_CA=ca.pem SHADOWSYNC_TLS_CERT=client.pem \
+  SHADOWSYNC_TLS_KEY=client.key "$trainer" --steps 200 2>&1)
+echo "writer certificate: $out"
+grep -q "rounds=20 " <<<"$out"
+if out=$(SHADOWSYNC_PS=localhost:$port2 SHADOWSYNC_TLS_CA=ca.pem SHADOWSYNC_TLS_CERT=reader.pem \
+  SHADOWSYNC_TLS_KEY=reader.key "$trainer" --steps 200 2>&1); then
+  echo "a read-only certificate could train (join and sync): $out" >&2
+  exit 1
+fi
+echo "read-only certificate, trainer: refused ($(tail -1 <<<"$out"))"
+# Raw calls, as another client would make them: the reader may call
+# ReadCentral (answered, not PERMISSION_DENIED), not Join; the writer may.
+/usr/bin/python3 - "$port2" <<'PY'
+import sys, grpc
+port = sys.argv[1]
+def code(cert, method):
+    creds = grpc.ssl_channel_credentials(open("ca.pem", "rb").read(), open(cert + ".key", "rb").read(),
+                                         open(cert + ".pem", "rb").read())
+    with grpc.secure_channel(f"localhost:{port}", creds) as ch:
+        try:
+            ch.unary_unary(f"/shadowsync.v1.DenseSync/{method}")(b"", timeout=10)
+            return grpc.StatusCode.OK, ""
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+got = {(c, m): code(c, m) for c in ("reader", "client") for m in ("ReadCentral", "Join")}
+for k, v in got.items():
+    print(f"  {k[0]} {k[1]}: {v[0].name} {v[1]}")
+assert got[("reader", "Join")][0] == grpc.StatusCode.PERMISSION_DENIED, got
+assert "may only read" in got[("reader", "Join")][1], got
+assert got[("reader", "ReadCentral")][0] != grpc.StatusCode.PERMISSION_DENIED, got
+assert got[("client", "Join")][0] != grpc.StatusCode.PERMISSION_DENIED, got
+PY
+refused=$(curl -s "http://$http2/metrics" | awk '/^shadowsync_rpc_unauthorized_total/ {print $2}')
+echo "read-only certificate refusals counted: $refused"
+[ "${refused:-0}" -ge 2 ]
+echo "tls test: mutual TLS served, missing client certificate and plain TCP refused, writers by certificate identity"
