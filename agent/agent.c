@@ -159,8 +159,23 @@ static ss_status check_register(agent_session *s, const ss__pb_register_group *r
             ss__why(why, whylen, "group already registered by this trainer");
             return SS_ERR_EXISTS;
         }
-    if (s->ngroups == AGENT_MAX_GROUPS) {
-        ss__why(why, whylen, "too many groups for one trainer");
+    const ss__agent_config *c = &s->agent->cfg;
+    const size_t max_groups = c->max_trainer_groups && c->max_trainer_groups < AGENT_MAX_GROUPS
+                                  ? c->max_trainer_groups
+                                  : AGENT_MAX_GROUPS;
+    if (s->ngroups >= max_groups) {
+        ss__why(why, whylen, "a trainer may register %zu groups here (--max-trainer-groups)",
+                max_groups);
+        return SS_ERR_TOO_LARGE;
+    }
+    const uint64_t max_bytes =
+        c->max_trainer_bytes ? c->max_trainer_bytes : SS_AGENT_DEFAULT_MAX_TRAINER_BYTES;
+    if (s->group_bytes + r->n * 4 > max_bytes) {
+        ss__why(why, whylen,
+                "group of %llu floats would take this trainer's groups to %llu bytes, over the "
+                "agent's limit of %llu (--max-trainer-mb)",
+                (unsigned long long)r->n, (unsigned long long)(s->group_bytes + r->n * 4),
+                (unsigned long long)max_bytes);
         return SS_ERR_TOO_LARGE;
     }
     return SS_OK;
@@ -188,7 +203,7 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
     }
     ss_status st = check_register(s, r, &params, why, sizeof why);
     if (st != SS_OK) {
-        ss__agent_count_reject(a, "invalid");
+        ss__agent_count_reject(a, st == SS_ERR_TOO_LARGE ? "too_large" : "invalid");
         ss__agent_send_reply(s->sock, st, why);
         return true;
     }
@@ -216,6 +231,7 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
     if (st == SS_OK) {
         pthread_mutex_lock(&s->lock);
         s->groups[s->ngroups++] = g;
+        s->group_bytes += r->n * 4;
         pthread_mutex_unlock(&s->lock);
     }
     if (st != SS_OK) {

@@ -32,7 +32,15 @@ typedef struct ss__agent_config {
     uint64_t round_interval_us;
     uint32_t heartbeat_ms;
     uint32_t max_sessions; /* refused beyond this (0 = 256) */
+    /* Per trainer: registered groups (each a memfd the agent maps) and
+     * their floats * 4 in all; refused beyond, reason "too_large".
+     * 0 = AGENT_MAX_GROUPS (64), 0 = SS_AGENT_DEFAULT_MAX_TRAINER_BYTES. */
+    uint32_t max_trainer_groups;
+    uint64_t max_trainer_bytes;
 } ss__agent_config;
+
+#define SS_AGENT_MAX_TRAINER_GROUPS        64
+#define SS_AGENT_DEFAULT_MAX_TRAINER_BYTES (8ull << 30)
 
 /* Binds the socket (a stale socket file is replaced; a live agent on it is
  * SS_ERR_EXISTS) and starts accepting. */

@@ -13,7 +13,7 @@
 #include "rpc/agent_wire.h"
 #include "shadow/engine.h"
 
-#define AGENT_MAX_GROUPS 64
+#define AGENT_MAX_GROUPS SS_AGENT_MAX_TRAINER_GROUPS
 #define AGENT_NAME_MAX   SS_NAME_MAX
 
 typedef struct agent_group {
@@ -42,6 +42,7 @@ typedef struct agent_session {
     ss__engine *engine;
     agent_group groups[AGENT_MAX_GROUPS];
     size_t ngroups;
+    uint64_t group_bytes; /* floats * 4 of the groups registered */
 } agent_session;
 
 struct ss__agent {

@@ -39,7 +39,8 @@ typedef struct agent_options {
     const char *tls_ca, *tls_cert, *tls_key, *auth_file;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>"; "" = none */
     int64_t threads, min_round_gap, round_interval_us, heartbeat_ms;
-    int64_t timeout_ms, round_wait_ms, max_sessions, host_deadline_ms;
+    int64_t timeout_ms, round_wait_ms, max_sessions, host_deadline_ms, max_trainer_groups,
+        max_trainer_mb;
     bool host_average;
     uid_t uids[MAX_ALLOW];
     size_t nuids;
@@ -103,6 +104,8 @@ static int parse_options(int argc, char **argv, agent_options *o) {
     o->timeout_ms = 10000;
     o->round_wait_ms = 5000;
     o->max_sessions = 256;
+    o->max_trainer_groups = SS_AGENT_MAX_TRAINER_GROUPS;
+    o->max_trainer_mb = (int64_t)(SS_AGENT_DEFAULT_MAX_TRAINER_BYTES >> 20);
     o->host_deadline_ms = 1000;
     ss__flag flags[] = {
         {"socket", SS_FLAG_STRING, &o->socket_path,
@@ -138,6 +141,10 @@ static int parse_options(int argc, char **argv, agent_options *o) {
          "--host-average: a local round closes this long after its first snapshot", NULL, 1, 3.6e6},
         {"max-trainers", SS_FLAG_INT, &o->max_sessions, "trainer connections served at once", NULL,
          1, 65536},
+        {"max-trainer-groups", SS_FLAG_INT, &o->max_trainer_groups,
+         "dense groups (memfds) one trainer may register", NULL, 1, SS_AGENT_MAX_TRAINER_GROUPS},
+        {"max-trainer-mb", SS_FLAG_INT, &o->max_trainer_mb,
+         "MiB of dense groups (floats * 4) one trainer may register", NULL, 1, 1 << 24},
         {"checkpoint-dir", SS_FLAG_STRING, &o->ckpt_dir,
          "POST /checkpoint writes each group's replica here as <group>.f32 (\"\" = refused)", NULL,
          0, 0},
@@ -216,7 +223,9 @@ static ss_status start_agent(agent_main *m, const agent_options *o) {
                              .min_round_gap = (uint64_t)o->min_round_gap,
                              .round_interval_us = (uint64_t)o->round_interval_us,
                              .heartbeat_ms = (uint32_t)o->heartbeat_ms,
-                             .max_sessions = (uint32_t)o->max_sessions};
+                             .max_sessions = (uint32_t)o->max_sessions,
+                             .max_trainer_groups = (uint32_t)o->max_trainer_groups,
+                             .max_trainer_bytes = (uint64_t)o->max_trainer_mb << 20};
     ss_status st = ss__agent_create(&acfg, &m->agent);
     if (st != SS_OK)
         fprintf(stderr, "shadowsync-agent: cannot serve on %s: %s%s\n", o->socket_path,

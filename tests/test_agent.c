@@ -394,6 +394,62 @@ START_TEST(socket_group_member_allowed) {
 }
 END_TEST
 
+/* Per trainer, groups (memfds) and their bytes are bounded by flags: the
+ * registration past either limit is refused with a reason naming the
+ * flag, counted under "too_large", and the trainer's earlier groups and
+ * other trainers go on. */
+START_TEST(trainer_groups_and_bytes_are_bounded) {
+    char log[160], http2[128], sock2[160];
+    snprintf(sock2, sizeof sock2, "%s/limited/agent.sock", dir);
+    snprintf(log, sizeof log, "%s/agent-limited.log", dir);
+    char *extra[] = {"--max-trainer-groups", "3", "--max-trainer-mb", "1", NULL};
+    pid_t a2 = agent_start(log, sock2, ps_target, http2, sizeof http2, extra);
+    double before = agent_metric(http2, "shadowsync_agent_rejected_total", "reason=\"too_large\"");
+    ck_assert_double_eq(before, 0); /* exists from the start */
+    int fd = unix_connect(sock2);
+    ck_assert_int_ge(fd, 0);
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "bounded", &v), 0);
+    ck_assert_int_eq(v, SS_OK);
+    ss__shm_group g[5];
+    char msg[256] = "";
+    /* 1 MiB = 262144 floats: 200000 fit, 62144 more fit, one more does not */
+    ck_assert_int_eq(register_group(fd, "big", 200000, &g[0]), SS_OK);
+    ck_assert_int_eq(register_group(fd, "rest", 62144, &g[1]), SS_OK);
+    ss__pb_agent_request rq;
+    ss__pb_register_group r;
+    register_request(&rq, &r, "over", 1);
+    ck_assert_int_eq(ss__shm_group_create("over", 1, &g[2]), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &rq, g[2].fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(msg, "--max-trainer-mb"));
+    /* a second trainer: 3 groups fit, a fourth does not */
+    int fd2 = unix_connect(sock2);
+    ck_assert_int_ge(fd2, 0);
+    ck_assert_int_eq(hello(fd2, "many", &v), 0);
+    ss__shm_group h[4];
+    const char *names[] = {"a", "b", "c", "d"};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(register_group(fd2, names[i], 8, &h[i]), SS_OK);
+    register_request(&rq, &r, "d", 8);
+    ck_assert_int_eq(ss__shm_group_create("d", 8, &h[3]), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd2, &rq, h[3].fd), SS_OK);
+    ck_assert_int_eq(reply_of(fd2, msg, sizeof msg), SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(msg, "--max-trainer-groups"));
+    ck_assert_double_eq(
+        agent_metric(http2, "shadowsync_agent_rejected_total", "reason=\"too_large\""), 2);
+    close(fd);
+    close(fd2);
+    for (int i = 0; i < 3; i++)
+        ss__shm_group_release(&g[i]);
+    for (int i = 0; i < 4; i++)
+        ss__shm_group_release(&h[i]);
+    kill(a2, SIGTERM);
+    int st = proc_wait(a2, 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 START_TEST(http_bad_requests) {
     char *body = NULL;
     ck_assert_int_eq(http_request(http, "/healthz", NULL, NULL, 0, &body), 200);
@@ -693,11 +749,11 @@ END_TEST
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    return ss__check_tests("agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
-                           socket_truncated_fd_message, socket_huge_and_cut_frames,
-                           other_uid_refused, dead_trainer_dropped_at_once,
-                           socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
-                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid,
-                           slow_registration_does_not_stall_the_agent,
-                           ps_token_off_loopback_and_for_posts);
+    return ss__check_tests(
+        "agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
+        socket_truncated_fd_message, socket_huge_and_cut_frames, other_uid_refused,
+        dead_trainer_dropped_at_once, socket_group_member_allowed, http_bad_requests,
+        metrics_pass_promtool, ctl_commands, foreign_socket_dir_refused,
+        trainer_checks_the_agent_uid, slow_registration_does_not_stall_the_agent,
+        ps_token_off_loopback_and_for_posts, trainer_groups_and_bytes_are_bounded);
 }
