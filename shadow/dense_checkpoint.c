@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
+static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '2'};
+static const char ckpt_magic_v1[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
 #define FNV_OFFSET     14695981039346656037ull
 #define MAX_NAME       1024
 #define MAX_GROUP_SIZE ((uint64_t)1 << 34)
@@ -75,6 +76,15 @@ void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g)
     put(w, &has_central, 1);
     put(w, &has_mean, 1);
     put(w, &g->mean_round, sizeof g->mean_round);
+    uint8_t has_bmuf = g->bmuf_w && g->bmuf_m, nesterov = g->bmuf_nesterov;
+    put(w, &has_bmuf, 1);
+    if (has_bmuf) {
+        put(w, &g->bmuf_eta, sizeof g->bmuf_eta);
+        put(w, &g->bmuf_zeta, sizeof g->bmuf_zeta);
+        put(w, &nesterov, 1);
+        put(w, g->bmuf_w, g->n * sizeof(float));
+        put(w, g->bmuf_m, g->n * sizeof(float));
+    }
     if (has_central)
         put(w, g->central, g->n * sizeof(float));
     if (has_mean)
@@ -184,7 +194,10 @@ static bool take(reader *r, void *out, size_t n) {
 static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
     char magic[8];
     uint32_t count;
-    if (!take(r, magic, 8) || memcmp(magic, ckpt_magic, 8) || !take(r, &count, sizeof count))
+    if (!take(r, magic, 8) || !take(r, &count, sizeof count))
+        return SS_ERR_PARSE;
+    const bool v2 = !memcmp(magic, ckpt_magic, 8);
+    if (!v2 && memcmp(magic, ckpt_magic_v1, 8))
         return SS_ERR_PARSE;
     /* Every group takes at least 22 bytes: a count beyond that is a lie. */
     if (count > (size_t)(r->end - r->p) / 22 + 1)
@@ -196,16 +209,28 @@ static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
     for (uint32_t i = 0; i < count; i++) {
         uint32_t len;
         uint64_t n, round;
-        uint8_t has_central, has_mean;
+        uint8_t has_central, has_mean, has_bmuf = 0;
         if (!take(r, &len, sizeof len) || len == 0 || len >= MAX_NAME || !take(r, f->names[i], len))
             return SS_ERR_PARSE;
         f->names[i][len] = '\0';
         if (!take(r, &n, sizeof n) || n == 0 || n > MAX_GROUP_SIZE || !take(r, &has_central, 1) ||
             !take(r, &has_mean, 1) || has_central > 1 || has_mean > 1 ||
-            !take(r, &round, sizeof round) ||
-            (size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
+            !take(r, &round, sizeof round) || (v2 && !take(r, &has_bmuf, 1)) || has_bmuf > 1)
             return SS_ERR_PARSE;
         ss__dense_ckpt_group *g = &f->groups[i];
+        if (has_bmuf) {
+            uint8_t nesterov;
+            if (!take(r, &g->bmuf_eta, sizeof g->bmuf_eta) ||
+                !take(r, &g->bmuf_zeta, sizeof g->bmuf_zeta) || !take(r, &nesterov, 1) ||
+                nesterov > 1 || (size_t)(r->end - r->p) < 2 * n * sizeof(float))
+                return SS_ERR_PARSE;
+            g->bmuf_nesterov = nesterov;
+            g->bmuf_w = r->p;
+            g->bmuf_m = r->p + n * sizeof(float);
+            r->p += 2 * n * sizeof(float);
+        }
+        if ((size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
+            return SS_ERR_PARSE;
         g->name = f->names[i];
         g->n = (size_t)n;
         g->mean_round = round;

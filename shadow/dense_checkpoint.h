@@ -1,12 +1,16 @@
-/* The dense checkpoint file: every group's central variable (S-EASGD) and
- * last round mean (MA/BMUF), as shadowsync-ps saves them (dense.ckpt) and
- * restores them at start (shadow/inproc_transport.c).
+/* The dense checkpoint file: every group's central variable (S-EASGD),
+ * last round result (MA: the mean; BMUF: the block start b) and S-BMUF
+ * global state (w, m and the parameters), as shadowsync-ps saves them
+ * (dense.ckpt) and restores them at start (shadow/inproc_transport.c), so
+ * a restarted PS goes on with the same block momentum.
  *
  * Layout (host byte order; a checkpoint moves with its PS, not across
- * architectures): "SSDENSE1", u32 group count, then per group: u32 name
- * length, name, u64 n, u8 has_central, u8 has_mean, u64 mean round,
+ * architectures): "SSDENSE2", u32 group count, then per group: u32 name
+ * length, name, u64 n, u8 has_central, u8 has_mean, u64 mean round, u8
+ * has_bmuf, [f32 eta, f32 zeta, u8 nesterov, w[n], m[n]] when has_bmuf,
  * central[n] and mean[n] as present; then a u64 FNV-1a of all bytes before
- * it, so a torn or corrupted file is refused instead of loaded.
+ * it, so a torn or corrupted file is refused instead of loaded. Files of
+ * the first layout ("SSDENSE1": no has_bmuf byte) are still read.
  *
  * Writing is atomic: path.tmp, fsync, rename, fsync of the directory; a
  * crash leaves the old checkpoint or the new one, never half of one. */
@@ -28,6 +32,11 @@ typedef struct ss__dense_ckpt_group {
     const void *central;
     const void *mean;
     uint64_t mean_round;
+    /* S-BMUF: the global model w and momentum m (n floats each; NULL: not
+     * a BMUF group, or no round closed yet) and the group's parameters. */
+    const void *bmuf_w, *bmuf_m;
+    float bmuf_eta, bmuf_zeta;
+    bool bmuf_nesterov;
 } ss__dense_ckpt_group;
 
 typedef struct ss__dense_ckpt_writer ss__dense_ckpt_writer;

@@ -548,13 +548,19 @@ ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *
     }
     for (group *g = ip->groups; g; g = g->next) {
         pthread_mutex_lock(&g->lock);
-        bool has_mean = g->result_round != NO_ROUND;
-        ss__dense_ckpt_put(w,
-                           &(ss__dense_ckpt_group){.name = g->name,
-                                                   .n = g->n,
-                                                   .central = g->central_init ? g->central : NULL,
-                                                   .mean = has_mean ? g->result : NULL,
-                                                   .mean_round = g->result_round});
+        bool has_mean = g->result_round != NO_ROUND, has_bmuf = g->bmuf_started;
+        ss__dense_ckpt_put(w, &(ss__dense_ckpt_group){
+                                  .name = g->name,
+                                  .n = g->n,
+                                  .central = g->central_init ? g->central : NULL,
+                                  .mean = has_mean ? g->result : NULL,
+                                  .mean_round = g->result_round,
+                                  .bmuf_w = has_bmuf ? g->bmuf_w : NULL,
+                                  .bmuf_m = has_bmuf ? g->bmuf_m : NULL,
+                                  .bmuf_eta = g->bmuf.eta,
+                                  .bmuf_zeta = g->bmuf.zeta,
+                                  .bmuf_nesterov = g->bmuf.nesterov,
+                              });
         pthread_mutex_unlock(&g->lock);
     }
     pthread_mutex_unlock(&ip->lock);
@@ -576,6 +582,12 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
         for (size_t j = 0; j < i; j++)
             if (!strcmp(ss__dense_ckpt_group_at(f, j)->name, c->name))
                 return SS_ERR_PARSE; /* a group twice: not a file this code wrote */
+        if (c->bmuf_w &&
+            !ss__bmuf_params_valid(&(ss__bmuf_params){
+                .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov}))
+            return SS_ERR_PARSE;
+        if (c->bmuf_w && g && g->rounds_kind == ROUNDS_MEAN)
+            return SS_ERR_INVALID_ARGUMENT; /* rounds of a live group are already S-MA */
     }
     for (size_t i = 0; i < count; i++) {
         const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
@@ -594,6 +606,21 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
             memcpy(g->result, c->mean, c->n * sizeof(float));
             g->result_round = c->mean_round;
             g->open_round = c->mean_round + 1;
+        }
+        if (c->bmuf_w) {
+            /* The block momentum goes on where it was: the same w and m,
+             * the parameters the group's members must keep sending. */
+            if (!g->bmuf_w && !(g->bmuf_w = calloc(2 * g->n, sizeof(float)))) {
+                pthread_mutex_unlock(&g->lock);
+                return SS_ERR_NO_MEMORY;
+            }
+            g->bmuf_m = g->bmuf_w + g->n;
+            memcpy(g->bmuf_w, c->bmuf_w, c->n * sizeof(float));
+            memcpy(g->bmuf_m, c->bmuf_m, c->n * sizeof(float));
+            g->bmuf = (ss__bmuf_params){
+                .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov};
+            g->rounds_kind = ROUNDS_BMUF;
+            g->bmuf_started = true;
         }
         pthread_mutex_unlock(&g->lock);
     }

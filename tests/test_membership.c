@@ -13,6 +13,7 @@
 #include "shadow/engine.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/transport.h"
+#include "transport_checks.h"
 
 static ss__transport *make(uint32_t deadline_ms, uint32_t timeout_ms) {
     ss__transport *t;
@@ -149,6 +150,94 @@ START_TEST(test_checkpoint_round_trip_is_exact) {
 }
 END_TEST
 
+/* S-BMUF's global state survives a PS restart: two rounds by hand (as in
+ * check_bmuf_rounds_by_hand: b = 2, then G = 2, m = 2, w = 4, b = 5),
+ * save, a fresh transport loads the file, the members join again, and the
+ * next round at 6 gives G = 1, m = 2, w = 6, b = 7: the momentum went on.
+ * (Without w and m in the file the state would restart at the mean: 6.)
+ * The restored group keeps its parameters: others are refused. */
+START_TEST(test_checkpoint_keeps_bmuf_state) {
+    const ss__bmuf_params p = {.eta = 0.5f, .zeta = 1.0f, .nesterov = true};
+    ss__transport *t = make(5000, 0);
+    uint64_t m[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(ss__transport_join(t, "bmuf", 1, &m[i]), SS_OK);
+    round_of(t, "bmuf", m, 2, (const float[]){1, 3}, &p, 2.0f);
+    round_of(t, "bmuf", m, 2, (const float[]){4, 4}, &p, 5.0f);
+    char path[128];
+    tmp_path(path, sizeof path);
+    size_t groups = 0;
+    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ss__transport_destroy(t);
+
+    t = make(5000, 0);
+    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
+    ck_assert_uint_eq(groups, 1);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(ss__transport_join(t, "bmuf", 1, &m[i]), SS_OK);
+    ss__round_result rr;
+    float out;
+    const ss__bmuf_params other = {.eta = 0.25f, .zeta = 1.0f, .nesterov = true};
+    ck_assert_int_eq(ss__transport_round(t, "bmuf", m[0], (const float[]){1}, &other, &out, 1, &rr),
+                     SS_ERR_INVALID_ARGUMENT);
+    round_of(t, "bmuf", m, 2, (const float[]){6, 6}, &p, 7.0f);
+    ss__transport_destroy(t);
+    unlink(path);
+}
+END_TEST
+
+/* FNV-1a, as the file's trailer (shadow/dense_checkpoint.c). */
+static uint64_t fnv1a(const unsigned char *b, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A checkpoint of the first layout ("SSDENSE1", no BMUF byte), written
+ * byte by byte here, still loads: group "g" of 1 float, central 2.5. */
+START_TEST(test_checkpoint_reads_the_first_layout) {
+    unsigned char buf[64];
+    size_t len = 0;
+#define PUT(v)                                                                                     \
+    do {                                                                                           \
+        memcpy(buf + len, &(v), sizeof(v));                                                        \
+        len += sizeof(v);                                                                          \
+    } while (0)
+    memcpy(buf, "SSDENSE1", 8);
+    len = 8;
+    uint32_t count = 1, namelen = 1;
+    uint64_t n = 1, round = UINT64_MAX;
+    uint8_t has_central = 1, has_mean = 0;
+    float central = 2.5f;
+    PUT(count);
+    PUT(namelen);
+    buf[len++] = 'g';
+    PUT(n);
+    PUT(has_central);
+    PUT(has_mean);
+    PUT(round);
+    PUT(central);
+    uint64_t h = fnv1a(buf, len);
+    PUT(h);
+#undef PUT
+    char path[128];
+    tmp_path(path, sizeof path);
+    FILE *f = fopen(path, "wb");
+    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    ss__transport *t = make(100, 0);
+    size_t groups = 0;
+    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
+    ck_assert_uint_eq(groups, 1);
+    float c;
+    ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_OK);
+    ck_assert_float_eq(c, 2.5f);
+    ss__transport_destroy(t);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_checkpoint_refuses_torn_and_corrupt_files) {
     ss__transport *t = make(100, 0);
     uint64_t m;
@@ -198,5 +287,6 @@ int main(void) {
     return ss__check_tests(
         "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
         test_silent_member_expires, test_heartbeat_keeps_member, test_engine_rejoins_after_expiry,
+        test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
         test_checkpoint_round_trip_is_exact, test_checkpoint_refuses_torn_and_corrupt_files);
 }
