@@ -53,6 +53,10 @@ typedef struct ss__emb_store_config {
     size_t max_tables;           /* tables in the store; 0 = SS_EMB_DEFAULT_MAX_TABLES */
     const char *checkpoint_root; /* checkpoints go here, by name; NULL or "" = none */
     uint32_t checkpoint_keep;    /* newest checkpoints kept under the root; 0 = all */
+    /* Rows in memory, all tables: past it clean rows are evicted, and a
+     * request that could create rows is refused (too_many_rows) when none
+     * can go. 0 = no limit. */
+    uint64_t max_rows;
 } ss__emb_store_config;
 
 /* Opens (creating) the database and the tables stored in it. */

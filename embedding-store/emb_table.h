@@ -92,6 +92,9 @@ ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, 
  * copied; nothing is loaded. */
 ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
                              bool *found);
+/* How many of the ids are not resident (a lookup or update would load or
+ * create them). */
+size_t ss__emb_table_count_missing(ss__emb_table *t, const uint64_t *ids, size_t n);
 /* Applies n gradients (n * dim floats) with the table's optimizer. */
 ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, size_t n,
                                         const float *grads);

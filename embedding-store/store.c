@@ -64,7 +64,7 @@ static void say(char *why, size_t whylen, const char *fmt, ...) {
 static const char *const k_refusal_reasons[] = {
     "bad_alpha",           "bad_spec",        "batch_too_large", "duplicate_ids", "empty_batch",
     "non_finite",          "unknown_table",   "garbage",         "dim_mismatch",  "spec_mismatch",
-    "bad_checkpoint_name", "reply_too_large", "too_many_tables", "bad_ids"};
+    "bad_checkpoint_name", "reply_too_large", "too_many_tables", "bad_ids",       "too_many_rows"};
 
 static void count_refusal(ss__emb_store *st, const char *reason, uint64_t n) {
     ss__metrics_count(st->metrics, "shadowsync_emb_rejected_total",
@@ -244,6 +244,44 @@ static void enforce_cap(ss__emb_store *st) {
         flush_all(st, st->cfg.sync_writes);
         after = 0;
     }
+}
+
+/* Rows resident in memory, all tables. */
+static uint64_t resident_rows(ss__emb_store *st, size_t *ntables) {
+    pthread_rwlock_rdlock(&st->lock);
+    size_t n = st->ntables;
+    pthread_rwlock_unlock(&st->lock);
+    uint64_t rows = 0;
+    for (size_t i = 0; i < n; i++)
+        rows += ss__emb_table_resident(st->tables[i]->t, NULL);
+    *ntables = n;
+    return rows;
+}
+
+/* --max-rows: a request of n ids may create up to n rows. Past the limit,
+ * clean rows (written, or never updated) are evicted, each table to 90% of
+ * its share; rows not yet written stay, and then the request is refused.
+ * The count is of rows in memory: with --emb-db the table itself may be
+ * larger, on disk. */
+static bool room_for_rows(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n) {
+    size_t ntables;
+    uint64_t have = resident_rows(st, &ntables);
+    if (have + n <= st->cfg.max_rows)
+        return true;
+    n = ss__emb_table_count_missing(tb->t, ids, n); /* near the limit: count exactly */
+    if (have + n <= st->cfg.max_rows)
+        return true;
+    if (st->db)
+        flush_all(st, st->cfg.sync_writes); /* dirty rows become evictable */
+    const double keep =
+        have ? 0.9 * (double)(st->cfg.max_rows > n ? st->cfg.max_rows - n : 0) / (double)have : 0;
+    for (size_t i = 0; i < ntables; i++) {
+        ss__emb_table *t = st->tables[i]->t;
+        ss__counter_add(
+            st->evicted,
+            ss__emb_table_evict(t, (size_t)((double)ss__emb_table_resident(t, NULL) * keep)));
+    }
+    return resident_rows(st, &ntables) + n <= st->cfg.max_rows;
 }
 
 static void update_resident_gauge(ss__emb_store *st) {
@@ -497,6 +535,13 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
             return refuse(st, SS_ERR_INVALID_ARGUMENT, "duplicate_ids");
         }
     free(sorted);
+    if (st->cfg.max_rows && !room_for_rows(st, tb, ids, n)) {
+        say(why, whylen,
+            "the store holds its limit of %llu rows in memory (--max-rows) and none can be "
+            "evicted (they are not yet written)",
+            (unsigned long long)st->cfg.max_rows);
+        return refuse(st, SS_ERR_TOO_LARGE, "too_many_rows");
+    }
     *out = tb;
     return SS_OK;
 }

@@ -313,6 +313,17 @@ ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, fl
     return for_rows(t, ids, n, false, op_copy_data, &c);
 }
 
+size_t ss__emb_table_count_missing(ss__emb_table *t, const uint64_t *ids, size_t n) {
+    size_t missing = 0;
+    for (size_t i = 0; t && i < n; i++) {
+        stripe *s = stripe_of(t, ids[i]);
+        pthread_mutex_lock(&s->lock);
+        missing += find(s, ids[i]) == NULL;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return missing;
+}
+
 ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
                                   bool *found) {
     if (!t || (n && (!ids || !rows || !found)))

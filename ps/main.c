@@ -38,7 +38,8 @@ typedef struct ps_options {
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
-    int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked;
+    int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked,
+        max_rows;
     bool sync_writes;
 } ps_options;
 
@@ -234,6 +235,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH,
                       .max_reply_mb = SS_EMB_DEFAULT_MAX_REPLY_BYTES >> 20,
                       .max_tables = SS_EMB_DEFAULT_MAX_TABLES,
+                      .max_rows = 50000000,
                       .max_groups = 65536,
                       .max_members = 4096,
                       .max_total_floats = 1ll << 31,
@@ -280,6 +282,10 @@ static int parse_options(int argc, char **argv, ps_options *o) {
         {"max-reply-mb", SS_FLAG_INT, &o->max_reply_mb,
          "most row bytes in one embedding request or reply (ids x dim x 4)", NULL, 1, 1 << 14},
         {"max-tables", SS_FLAG_INT, &o->max_tables, "most embedding tables", NULL, 1, 1 << 20},
+        {"max-rows", SS_FLAG_INT, &o->max_rows,
+         "most embedding rows in memory, all tables (clean rows are evicted past it; requests "
+         "are refused when none can be; 0 = no limit)",
+         NULL, 0, 1e12},
         {"max-groups", SS_FLAG_INT, &o->max_groups,
          "most dense groups (each chunk of a group counts)", NULL, 1, 1 << 30},
         {"max-members", SS_FLAG_INT, &o->max_members, "most members of one dense group", NULL, 1,
@@ -365,6 +371,7 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                  .max_batch = (size_t)o->emb_max_batch,
                                  .max_reply_bytes = (size_t)o->max_reply_mb << 20,
                                  .max_tables = (size_t)o->max_tables,
+                                 .max_rows = (uint64_t)o->max_rows,
                                  .metrics = ps->metrics,
                                  .checkpoint_root = ps->emb_root,
                                  .checkpoint_keep = (uint32_t)o->ckpt_keep};

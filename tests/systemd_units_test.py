@@ -243,8 +243,12 @@ class SystemdUnits(unittest.TestCase):
                 os.kill(traced_pid(p), signal.SIGTERM)
                 self.assertEqual(p.wait(timeout=60), 0)
         finally:
-            for p in procs:
+            for p in procs:  # the daemon first: killing strace alone leaves it running
                 if p.poll() is None:
+                    try:
+                        os.kill(traced_pid(p), signal.SIGKILL)
+                    except (OSError, IndexError, ValueError):
+                        pass
                     p.kill()
                     p.wait()
         for daemon, unit in (("ps", "shadowsync-ps@0.service"),

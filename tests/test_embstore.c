@@ -444,10 +444,53 @@ START_TEST(test_bad_input_refused_counted_unchanged) {
 }
 END_TEST
 
+/* --max-rows without a database: lookups of never-updated rows make room
+ * for themselves (those rows re-initialize identically), pushed rows stay,
+ * and once only pushed rows fill the limit a request that could add rows
+ * is refused (too_many_rows), naming the flag. With a database the pushed
+ * rows are written and evicted instead, and the request goes through. */
+START_TEST(test_row_limit) {
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__emb_store_config cfg = {.max_rows = 1000, .metrics = m, .max_batch = 8192};
+    ss__emb_store *st;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ss__emb_spec spec = spec_of("r", 4, SS_EMB_SGD, 0.1f, 0.1f);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    static uint64_t ids[4000];
+    static float rows[4000 * 4], g[4000 * 4];
+    fill_ids(ids, 4000, 1);
+    for (int k = 0; k < 4; k++) /* 4000 distinct rows looked up, 1000 at a time */
+        ck_assert_int_eq(ss__emb_store_lookup(st, "r", ids + k * 1000, 1000, rows, NULL, 0), SS_OK);
+    ss__emb_store_stats stats;
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "r", &stats), SS_OK);
+    ck_assert_uint_le(stats.table.resident_rows, 1000);
+    ck_assert_int_eq(ss__emb_store_push(st, "r", ids, 900, g, NULL, 0), SS_OK);
+    char why[256] = "";
+    ck_assert_int_eq(ss__emb_store_push(st, "r", ids + 2000, 200, g, why, sizeof why),
+                     SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(why, "--max-rows"));
+    ck_assert_int_eq(ss__emb_store_lookup(st, "r", ids, 900, rows, NULL, 0), SS_OK); /* held */
+    ss__emb_store_destroy(st);
+    ss__metrics_destroy(m);
+
+    make_dir();
+    cfg.db_path = g_dir;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_push(st, "r", ids, 900, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_push(st, "r", ids + 2000, 200, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "r", &stats), SS_OK);
+    ck_assert_uint_le(stats.table.resident_rows, 1000);
+    ss__emb_store_destroy(st);
+    remove_dir();
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand,
                            test_init_deterministic, test_shard_routing,
                            test_table_load_update_dirty_evict, test_rocksdb_round_trip,
                            test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
-                           test_bad_input_refused_counted_unchanged);
+                           test_bad_input_refused_counted_unchanged, test_row_limit);
 }
