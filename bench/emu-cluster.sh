@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# An emulated multi-host ShadowSync cluster on one machine (run as root).
+#
+# Every host is a network namespace with one veth link to a bridge in a
+# "switch" namespace; both directions of every link are shaped with tc
+# (--rate; --delay and --loss too where the kernel has sch_netem). S PS
+# hosts run shadowsync-ps; H trainer hosts run a shadowsync-agent and k
+# shadowsync-emu-trainer processes each (compute emulated per step, a dense
+# group of --dense-floats), so that 64 trainers fit on 2 cores and what is
+# measured is the sync system. Hosts get addresses in 198.18.0.0/16 (the
+# benchmark range) on their veth only; no namespace has a route out, and
+# everything (processes, namespaces, files) is removed at exit.
+#
+# Prints one line per trainer and a summary line:
+#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A k=K dense=D rate=R
+#     examples/s=TOTAL per_trainer=MEAN min_trainer=MIN gap_p50=.. gap_p99=..
+#     gap_max=.. rounds=.. failed=..
+# (gap: steps between two completed rounds of a trainer; p50 is the median
+# over trainers of their p50, p99 and max the largest over trainers).
+#
+#   bench/emu-cluster.sh --ps 1 --hosts 2 --per-host 2 --seconds 5
+#   bench/emu-cluster.sh --help
+set -euo pipefail
+
+PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=50us LOSS=0
+MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096
+BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
+QUIET=0
+
+usage() {
+  cat <<EOF
+Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
+
+  --ps S            PS hosts (each one shadowsync-ps shard)          [$PS]
+  --hosts H         trainer hosts                                   [$HOSTS]
+  --per-host k      trainers per trainer host                       [$PER_HOST]
+  --dense-floats D  floats in each trainer's dense group            [$DENSE]
+  --seconds T       training time of every trainer                  [$SECS]
+  --step-us U       emulated compute per step (a sleep)             [$STEP_US]
+  --batch B         examples per step                               [$BATCH]
+  --mode M          background | foreground | none                  [$MODE]
+  --algo A          easgd | ma | bmuf                               [$ALGO]
+  --sync-every K    foreground: a round every K steps               [$K]
+  --agent 0|1       background: sync through one agent per host     [$AGENT]
+  --rate R          every link, each direction (tc units)           [$RATE]
+  --delay D         one-way latency per link (needs sch_netem)      [$DELAY]
+  --loss P          packet loss per link, percent (needs sch_netem) [$LOSS]
+  --quiet           only the summary line
+  --help            this text
+Binaries from \$SS_BIN (default: build/bin next to this script).
+EOF
+}
+
+while [ $# -gt 0 ]; do
+  case $1 in
+  --ps) PS=$2; shift ;;
+  --hosts) HOSTS=$2; shift ;;
+  --per-host) PER_HOST=$2; shift ;;
+  --dense-floats) DENSE=$2; shift ;;
+  --seconds) SECS=$2; shift ;;
+  --step-us) STEP_US=$2; shift ;;
+  --batch) BATCH=$2; shift ;;
+  --mode) MODE=$2; shift ;;
+  --algo) ALGO=$2; shift ;;
+  --sync-every) K=$2; shift ;;
+  --agent) AGENT=$2; shift ;;
+  --rate) RATE=$2; shift ;;
+  --delay) DELAY=$2; shift ;;
+  --loss) LOSS=$2; shift ;;
+  --quiet) QUIET=1 ;;
+  --help | -h) usage; exit 0 ;;
+  *) echo "emu-cluster: unknown flag $1 (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+die() { echo "emu-cluster: $*" >&2; exit 1; }
+tc_rate_bits() { # 10gbit -> 10000000000
+  local r=${1,,}
+  case $r in
+  *gbit) echo $((${r%gbit} * 1000000000)) ;;
+  *mbit) echo $((${r%mbit} * 1000000)) ;;
+  *kbit) echo $((${r%kbit} * 1000)) ;;
+  *bit) echo "${r%bit}" ;;
+  *) die "--rate: use NNgbit, NNmbit or NNkbit, not $1" ;;
+  esac
+}
+
+say() { [ "$QUIET" = 1 ] || echo "emu-cluster: $*" >&2; }
+[ "$(id -u)" = 0 ] || die "needs root: it creates network namespaces and veth links"
+for b in shadowsync-ps shadowsync-agent shadowsync-emu-trainer; do
+  [ -x "$BIN/$b" ] || die "no $BIN/$b (build first, or set SS_BIN)"
+done
+case $MODE in background | foreground | none) ;; *) die "--mode must be background, foreground or none" ;; esac
+case $ALGO in easgd | ma | bmuf) ;; *) die "--algo must be easgd, ma or bmuf" ;; esac
+[ "$PS" -ge 1 ] && [ "$PS" -le 200 ] || die "--ps must be 1..200"
+[ "$HOSTS" -ge 1 ] && [ "$HOSTS" -le 200 ] || die "--hosts must be 1..200"
+[ "$PER_HOST" -ge 1 ] || die "--per-host must be >= 1"
+[ "$MODE" = background ] || AGENT=0 # the agent syncs in the background only
+tc_rate_bits "$RATE" >/dev/null     # a bad --rate stops here
+
+# Unique names, short enough for interfaces (15 characters).
+ID=se$$
+SW=$ID-sw
+TMP=$(mktemp -d /tmp/ss-emu-XXXXXX)
+NSES=()
+PIDS=()
+
+cleanup() {
+  set +e
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  for ns in "${NSES[@]}"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null # its veth ends (and their peers) go with it
+  done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Shaping: netem (rate + delay + loss) where the kernel has it, else tbf
+# (rate only; the summary says what was left out).
+NETEM=0
+ip netns add "$SW"
+NSES+=("$SW")
+ip -n "$SW" link set lo up
+if ip netns exec "$SW" tc qdisc add dev lo root netem delay 1us 2>/dev/null; then
+  NETEM=1
+  ip netns exec "$SW" tc qdisc del dev lo root
+fi
+if [ $NETEM = 0 ]; then
+  { [ "$DELAY" = 0 ] || [ "$DELAY" = 0us ]; } || say "no sch_netem in this kernel: --delay $DELAY not emulated (links shaped by rate only)"
+  [ "$LOSS" = 0 ] || die "--loss needs sch_netem, which this kernel lacks"
+fi
+ip -n "$SW" link add br0 type bridge
+ip -n "$SW" link set br0 up
+
+shape() { # NS DEV
+  if [ $NETEM = 1 ]; then
+    ip netns exec "$1" tc qdisc add dev "$2" root netem delay "$DELAY" rate "$RATE" loss "$LOSS%" limit 100000
+  else
+    # burst: 1 ms at the rate (at least 64 KiB), so one packet never waits a whole period
+    local bps
+    bps=$(tc_rate_bits "$RATE")
+    local burst=$((bps / 8 / 1000))
+    [ $burst -ge 65536 ] || burst=65536
+    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst "$burst" latency 20ms
+  fi
+}
+
+NLINK=0
+add_host() { # NS ADDRESS
+  local ns=$1 addr=$2 port=p$NLINK
+  NLINK=$((NLINK + 1))
+  ip netns add "$ns"
+  NSES+=("$ns")
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link add eth0 type veth peer name "$port" netns "$SW"
+  ip -n "$ns" addr add "$addr/16" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$SW" link set "$port" master br0
+  ip -n "$SW" link set "$port" up
+  shape "$ns" eth0  # host -> switch
+  shape "$SW" "$port" # switch -> host
+}
+
+wait_line() { # FILE PATTERN PID
+  for _ in $(seq 300); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    kill -0 "$3" 2>/dev/null || { cat "$1" >&2; die "a process exited at start ($1)"; }
+    sleep 0.1
+  done
+  cat "$1" >&2
+  die "no \"$2\" in $1 after 30 s"
+}
+
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
+export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
+
+PS_LIST=
+for i in $(seq 0 $((PS - 1))); do
+  addr=198.18.1.$((i + 1))
+  add_host "$ID-p$i" "$addr"
+  if [ "$MODE" != none ]; then
+    ip netns exec "$ID-p$i" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
+      --auth-token-file "$TMP/token" >"$TMP/ps$i.log" 2>&1 &
+    PIDS+=($!)
+    wait_line "$TMP/ps$i.log" "listening on" $!
+  fi
+  PS_LIST+="${PS_LIST:+,}$addr:7070"
+done
+
+TRAINERS=()
+for j in $(seq 0 $((HOSTS - 1))); do
+  ns=$ID-t$j
+  add_host "$ns" "198.18.2.$((j + 1))"
+  sock=
+  if [ "$AGENT" = 1 ]; then
+    sock=$TMP/h$j/agent.sock
+    ip netns exec "$ns" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$sock" --http "" \
+      >"$TMP/agent$j.log" 2>&1 &
+    PIDS+=($!)
+    wait_line "$TMP/agent$j.log" "listening on" $!
+  fi
+done
+say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ $NETEM = 1 ] && echo " delay $DELAY loss $LOSS%"), mode $MODE algo $ALGO, dense $DENSE floats, ${SECS} s"
+
+for j in $(seq 0 $((HOSTS - 1))); do
+  for i in $(seq 0 $((PER_HOST - 1))); do
+    name=h${j}t$i
+    via_agent=()
+    [ "$AGENT" != 1 ] || via_agent=("SHADOWSYNC_AGENT=$TMP/h$j/agent.sock")
+    env SHADOWSYNC_PS="$PS_LIST" SHADOWSYNC_MODE="$MODE" SHADOWSYNC_ALGO="$ALGO" \
+      SHADOWSYNC_SYNC_EVERY="$K" SHADOWSYNC_TRAINER="$name" "${via_agent[@]}" \
+      timeout --kill-after=10 $((${SECS%.*} + 120)) \
+      ip netns exec "$ID-t$j" "$BIN/shadowsync-emu-trainer" --dense-floats "$DENSE" \
+      --seconds "$SECS" --step-us "$STEP_US" --batch "$BATCH" --touch "$TOUCH" \
+      >"$TMP/$name.log" 2>&1 &
+    TRAINERS+=($!)
+    PIDS+=($!)
+  done
+done
+
+failed=0
+for p in "${TRAINERS[@]}"; do wait "$p" || failed=$((failed + 1)); done
+lines=$(cat "$TMP"/h*t*.log | grep '^emu-trainer:' || true)
+[ "$QUIET" = 1 ] || echo "$lines"
+n=$(grep -c . <<<"$lines" || true)
+if [ "$failed" -gt 0 ] || [ "$n" != "${#TRAINERS[@]}" ]; then
+  for f in "$TMP"/h*t*.log; do grep -q '^emu-trainer:' "$f" && grep -q 'close=OK' "$f" || { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
+  die "$failed of ${#TRAINERS[@]} trainers failed"
+fi
+p50=$(sed -n 's/.* gap_p50=\([0-9]*\).*/\1/p' <<<"$lines" | sort -n |
+  awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v k="$K" -v dense="$DENSE" \
+  -v rate="$RATE" -v med="$p50" '
+  { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    n++; total += v["examples/s"]; rounds += v["rounds"]; failed += v["failed"]
+    if (n == 1 || v["examples/s"] + 0 < min) min = v["examples/s"] + 0
+    if (v["gap_p99"] + 0 > p99) p99 = v["gap_p99"] + 0
+    if (v["gap_max"] + 0 > gmax) gmax = v["gap_max"] + 0 }
+  END {
+    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s k=%s dense=%s rate=%s " \
+           "examples/s=%.0f per_trainer=%.0f min_trainer=%.0f gap_p50=%s gap_p99=%d gap_max=%d " \
+           "rounds=%d failed=%d\n", ps, hosts, n, mode, algo, k, dense, rate, total, total / n, \
+           min, med, p99, gmax, rounds, failed }' <<<"$lines"
