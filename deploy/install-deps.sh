@@ -30,6 +30,7 @@ PACKAGES=(
   python3-protobuf
   systemd              # systemd-analyze and systemd-sysusers check deploy/systemd (not started)
   strace               # the systemd test traces the daemons' system calls against the filters
+  iproute2             # ip and tc: the emulated cluster (bench/emu-cluster.sh) and its test
 )
 
 missing=()
