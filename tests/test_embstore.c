@@ -472,7 +472,6 @@ START_TEST(test_row_limit) {
     ck_assert_ptr_nonnull(strstr(why, "--max-rows"));
     ck_assert_int_eq(ss__emb_store_lookup(st, "r", ids, 900, rows, NULL, 0), SS_OK); /* held */
     ss__emb_store_destroy(st);
-    ss__metrics_destroy(m);
 
     make_dir();
     cfg.db_path = g_dir;
@@ -483,6 +482,7 @@ START_TEST(test_row_limit) {
     ck_assert_int_eq(ss__emb_store_stats_of(st, "r", &stats), SS_OK);
     ck_assert_uint_le(stats.table.resident_rows, 1000);
     ss__emb_store_destroy(st);
+    ss__metrics_destroy(m);
     remove_dir();
 }
 END_TEST
