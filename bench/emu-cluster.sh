@@ -23,7 +23,7 @@
 set -euo pipefail
 
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=50us LOSS=0
-MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096
+MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
 
@@ -45,6 +45,11 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
   --rate R          every link, each direction (tc units)           [$RATE]
   --delay D         one-way latency per link (needs sch_netem)      [$DELAY]
   --loss P          packet loss per link, percent (needs sch_netem) [$LOSS]
+  --sync-nice N     run PS and agents at this nice level            [$NICE]
+                    (all hosts share this machine's cores: at 10 the
+                    sync system yields to the trainers' steps, as PS
+                    hosts on their own machines and a background pool
+                    would; 0 = same priority)
   --quiet           only the summary line
   --help            this text
 Binaries from \$SS_BIN (default: build/bin next to this script).
@@ -67,6 +72,7 @@ while [ $# -gt 0 ]; do
   --rate) RATE=$2; shift ;;
   --delay) DELAY=$2; shift ;;
   --loss) LOSS=$2; shift ;;
+  --sync-nice) NICE=$2; shift ;;
   --quiet) QUIET=1 ;;
   --help | -h) usage; exit 0 ;;
   *) echo "emu-cluster: unknown flag $1 (try --help)" >&2; exit 2 ;;
@@ -189,7 +195,7 @@ for i in $(seq 0 $((PS - 1))); do
   addr=198.18.1.$((i + 1))
   add_host "$ID-p$i" "$addr"
   if [ "$MODE" != none ]; then
-    ip netns exec "$ID-p$i" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
+    ip netns exec "$ID-p$i" nice -n "$NICE" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
       --auth-token-file "$TMP/token" >"$TMP/ps$i.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/ps$i.log" "listening on" $!
@@ -204,7 +210,7 @@ for j in $(seq 0 $((HOSTS - 1))); do
   sock=
   if [ "$AGENT" = 1 ]; then
     sock=$TMP/h$j/agent.sock
-    ip netns exec "$ns" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$sock" --http "" \
+    ip netns exec "$ns" nice -n "$NICE" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$sock" --http "" \
       >"$TMP/agent$j.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/agent$j.log" "listening on" $!
