@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/malloc_tune.h"
 #include "common/signals.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_transport.h"
@@ -266,6 +267,7 @@ static void shut_down(agent_main *m) {
 }
 
 int main(int argc, char **argv) {
+    ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     agent_options o;
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)

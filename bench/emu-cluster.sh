@@ -23,7 +23,7 @@
 set -euo pipefail
 
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=50us LOSS=0
-MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0
+MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
 
@@ -36,7 +36,9 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
   --per-host k      trainers per trainer host                       [$PER_HOST]
   --dense-floats D  floats in each trainer's dense group            [$DENSE]
   --seconds T       training time of every trainer                  [$SECS]
-  --step-us U       emulated compute per step (a sleep)             [$STEP_US]
+  --step-us U       emulated compute per step                       [$STEP_US]
+  --compute C       paced | sleep | spin (shadowsync-emu-trainer    [$COMPUTE]
+                    --help: paced = the trainer's own cores)
   --batch B         examples per step                               [$BATCH]
   --mode M          background | foreground | none                  [$MODE]
   --algo A          easgd | ma | bmuf                               [$ALGO]
@@ -64,6 +66,7 @@ while [ $# -gt 0 ]; do
   --dense-floats) DENSE=$2; shift ;;
   --seconds) SECS=$2; shift ;;
   --step-us) STEP_US=$2; shift ;;
+  --compute) COMPUTE=$2; shift ;;
   --batch) BATCH=$2; shift ;;
   --mode) MODE=$2; shift ;;
   --algo) ALGO=$2; shift ;;
@@ -227,7 +230,7 @@ for j in $(seq 0 $((HOSTS - 1))); do
       SHADOWSYNC_SYNC_EVERY="$K" SHADOWSYNC_TRAINER="$name" "${via_agent[@]}" \
       timeout --kill-after=10 $((${SECS%.*} + 120)) \
       ip netns exec "$ID-t$j" "$BIN/shadowsync-emu-trainer" --dense-floats "$DENSE" \
-      --seconds "$SECS" --step-us "$STEP_US" --batch "$BATCH" --touch "$TOUCH" \
+      --seconds "$SECS" --step-us "$STEP_US" --batch "$BATCH" --touch "$TOUCH" --compute "$COMPUTE" \
       >"$TMP/$name.log" 2>&1 &
     TRAINERS+=($!)
     PIDS+=($!)

@@ -1,6 +1,6 @@
 /* shadowsync-emu-trainer: a trainer whose compute is emulated, for the
  * emulated-cluster benchmarks (bench/emu-cluster.sh). Each step "trains"
- * for --step-us (a sleep, or a busy spin with --spin) and then writes
+ * for --step-us (--compute: paced, sleep or spin) and then writes
  * --touch floats of one dense group of --dense-floats, as Hogwild workers
  * would; the group is synced by the real hooks, configured by the
  * SHADOWSYNC_* variables like any trainer (SHADOWSYNC_PS, SHADOWSYNC_MODE,
@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "common/flags.h"
+#include "common/malloc_tune.h"
 #include "shadowsync/shadowsync.h"
 
 static const ss__program program = {
@@ -35,31 +36,54 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The step's compute: a sleep (no CPU, so many trainers fit on few cores)
- * or a spin (the CPU a real step would take). */
-static void compute(int64_t us, bool spin) {
+/* The step's compute, three ways:
+ *  - paced (default): the step ends at an absolute deadline, the previous
+ *    one + --step-us, as compute on the trainer's own cores would: a late
+ *    wake-up of this sleeping thread (all emulated hosts share this
+ *    machine's cores) is made up by the next step, but time spent inside
+ *    ss_trainer_step (a foreground round) moves the schedule on.
+ *  - sleep: a plain relative sleep; every scheduling delay of the shared
+ *    machine is charged to the trainer.
+ *  - spin: busy for --step-us (the CPU a real step takes). */
+typedef enum { COMPUTE_PACED, COMPUTE_SLEEP, COMPUTE_SPIN } compute_kind;
+
+static void sleep_until(uint64_t t) {
+    struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+                          .tv_nsec = (long)(t % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
+    }
+}
+
+/* *next: the paced schedule's next deadline (0 = start it now). */
+static void compute(int64_t us, compute_kind kind, uint64_t *next) {
     if (us <= 0)
         return;
-    if (spin) {
-        const uint64_t until = now_ns() + (uint64_t)us * 1000u;
-        while (now_ns() < until) {
+    const uint64_t step = (uint64_t)us * 1000u, now = now_ns();
+    if (kind == COMPUTE_SPIN) {
+        while (now_ns() < now + step) {
         }
-        return;
-    }
-    struct timespec d = {.tv_sec = us / 1000000, .tv_nsec = us % 1000000 * 1000};
-    while (nanosleep(&d, &d) != 0) {
+    } else if (kind == COMPUTE_SLEEP) {
+        sleep_until(now + step);
+    } else {
+        /* A step that already ran past its deadline (it waited for a
+         * round) starts a new schedule from now. */
+        *next = *next && *next + step > now ? *next + step : now + step;
+        sleep_until(*next);
     }
 }
 
 int main(int argc, char **argv) {
+    ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     int64_t dense = 1 << 20, step_us = 10000, batch = 1024, touch = 4096;
     double seconds = 10;
-    bool spin = false;
-    const char *group = "dense";
+    const char *group = "dense", *compute_name = "paced";
     ss__flag flags[] = {
         {"dense-floats", SS_FLAG_INT, &dense, "floats in the dense group", NULL, 1, 1 << 30},
         {"step-us", SS_FLAG_INT, &step_us, "emulated compute per step, microseconds", NULL, 0, 1e8},
-        {"spin", SS_FLAG_BOOL, &spin, "spin for --step-us instead of sleeping", NULL, 0, 0},
+        {"compute", SS_FLAG_STRING, &compute_name,
+         "how a step takes --step-us: paced (absolute deadlines, as on the trainer's own cores), "
+         "sleep (relative) or spin (busy)",
+         "paced|sleep|spin", 0, 0},
         {"batch", SS_FLAG_INT, &batch, "examples per step (for examples/s)", NULL, 1, 1e9},
         {"touch", SS_FLAG_INT, &touch, "floats each step writes (a rotating window)", NULL, 0,
          1 << 30},
@@ -89,10 +113,13 @@ int main(int argc, char **argv) {
     const size_t n = ss_dense_size(w);
     const size_t k = (size_t)touch < n ? (size_t)touch : n;
     const uint64_t start = now_ns(), until = start + (uint64_t)(seconds * 1e9);
-    uint64_t steps = 0;
+    const compute_kind kind = !strcmp(compute_name, "spin")    ? COMPUTE_SPIN
+                              : !strcmp(compute_name, "sleep") ? COMPUTE_SLEEP
+                                                               : COMPUTE_PACED;
+    uint64_t steps = 0, next = 0;
     size_t at = 0;
     while (now_ns() < until) {
-        compute(step_us, spin);
+        compute(step_us, kind, &next);
         for (size_t i = 0; i < k; i++) { /* the step's update */
             x[at] = 0.999f * x[at] + 0.001f * (float)(steps % 7);
             at = at + 1 == n ? 0 : at + 1;

@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/malloc_tune.h"
 #include "rpc/grpc_transport.h"
 
 /* What --help and --version say. */
@@ -15,6 +16,7 @@ static const ss__program program = {
                             "down per second) and the round time."};
 
 int main(int argc, char **argv) {
+    ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     const char *ps = "127.0.0.1:7070";
     int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS;
     ss__flag flags[] = {

@@ -8,7 +8,8 @@
 #   bash bench/scaling.sh                       # N = 1..64, PS = 1 and 4
 #   SS_SCALING_N="1 4" SS_SCALING_PS=1 SS_SCALING_SECONDS=5 bash bench/scaling.sh
 # (also SS_SCALING_MODES, SS_SCALING_DENSE, SS_SCALING_STEP_US,
-# SS_SCALING_NICE: PS and agents' nice level, SS_SCALING_TSV, and
+# SS_SCALING_NICE: PS and agents' nice level, SS_SCALING_COMPUTE: paced,
+# sleep or spin (see shadowsync-emu-trainer --help), SS_SCALING_TSV, and
 # SS_SCALING_APPEND=1 to add rows to an existing TSV)
 # Then: bash bench/plot-scaling.sh (PNG plots into docs/).
 source "$(dirname "$0")/common.sh"
@@ -20,6 +21,7 @@ STEP_US=${SS_SCALING_STEP_US:-10000}
 MODES=${SS_SCALING_MODES:-none easgd ma bmuf fg1 fg10}
 TSV=${SS_SCALING_TSV:-out/scaling.tsv}
 NICE=${SS_SCALING_NICE:-0}
+COMPUTE=${SS_SCALING_COMPUTE:-paced}
 [ "${SS_SCALING_APPEND:-0}" = 1 ] && [ -s "$TSV" ] || printf 'ps\tn\tmode\texamples_s\tper_trainer\tmin_trainer\tgap_p50\tgap_p99\tgap_max\trounds\tfailed\n' >"$TSV"
 echo "scaling: N in {$NS}, PS in {$PSS}, modes {$MODES}, dense $DENSE floats, step $STEP_US us, $SECS s each" >&2
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
@@ -34,7 +36,7 @@ for ps in $PSS; do
       fg*) args=(--mode foreground --algo easgd --sync-every "${mode#fg}") ;;
       esac
       out=$(bash bench/emu-cluster.sh --quiet --ps "$ps" --hosts "$hosts" --per-host "$per" \
-        --dense-floats "$DENSE" --seconds "$SECS" --step-us "$STEP_US" --sync-nice "$NICE" \
+        --dense-floats "$DENSE" --seconds "$SECS" --step-us "$STEP_US" --sync-nice "$NICE" --compute "$COMPUTE" \
         "${args[@]}")
       echo "$out" >&2
       printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$ps" "$n" "$mode" \

@@ -14,6 +14,7 @@
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/malloc_tune.h"
 #include "common/signals.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
@@ -490,6 +491,7 @@ static int shut_down(ps_state *ps, const ps_options *o, bool served) {
 }
 
 int main(int argc, char **argv) {
+    ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     ps_options o;
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)

@@ -10,6 +10,7 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/malloc_tune.h"
 #include "tools/ctr/train.h"
 
 /* What --help and --version say. */
@@ -373,6 +374,7 @@ static int train_and_report(run_options *o) {
 }
 
 int main(int argc, char **argv) {
+    ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     run_options *o = calloc(1, sizeof *o);
     if (!o) {
         fprintf(stderr, "ctr-train: out of memory\n");
