@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Plots out/scaling.tsv (bench/scaling.sh) with gnuplot (Debian: gnuplot-nox):
-# docs/scaling-ps<S>.png, total examples/s and median sync gap against N
+# docs/<NAME>-ps<S>.png (NAME: second argument, default scaling), total examples/s and median sync gap against N
 # trainers for each mode, one file per PS count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v gnuplot >/dev/null || { echo "plot-scaling: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
 TSV=${1:-out/scaling.tsv}
+NAME=${2:-scaling} # docs/<NAME>-ps<S>.png
 [ -s "$TSV" ] || { echo "plot-scaling: no $TSV (run bench/scaling.sh)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -21,8 +22,8 @@ for ps in $(awk -F'\t' 'NR > 1 {print $1}' "$TSV" | sort -un); do
   [ -z "$base" ] || plots+=", x * $base with lines dashtype 2 title 'linear (N x 1 trainer, no sync)'"
   gnuplot <<GP
 set terminal pngcairo size 1100,450 noenhanced
-set output 'docs/scaling-ps$ps.png'
-set multiplot layout 1,2 title 'Emulated cluster, $ps PS host(s): bench/scaling.sh'
+set output 'docs/$NAME-ps$ps.png'
+set multiplot layout 1,2 title 'Emulated cluster, $ps PS host(s), $(basename "$TSV"): bench/scaling.sh'
 set logscale x 2
 set logscale y
 set key top left
@@ -34,5 +35,5 @@ set ylabel 'sync gap p50 (steps between rounds)'
 plot $gaps
 unset multiplot
 GP
-  echo "plot-scaling: docs/scaling-ps$ps.png"
+  echo "plot-scaling: docs/$NAME-ps$ps.png"
 done

@@ -1,4 +1,6 @@
 /* DenseSync server handlers (the client transport is grpc_transport.c). */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +9,7 @@
 
 #include "common/names.h"
 #include "rpc/dense_wire.h"
+#include "rpc/pb_wire.h"
 #include "rpc/proto/dense_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "shadow/inproc_transport.h"
@@ -61,18 +64,73 @@ static int check_size(ss__dense_service *svc, uint64_t size, ss__rpc_reply *r) {
     return 1;
 }
 
-/* Copies a checked float payload into an aligned buffer (protobuf bytes
- * need not be float-aligned) and allocates a same-size output buffer. */
-static int float_buffers(ss__dense_service *svc, const ProtobufCBinaryData *b, float **in,
-                         float **out, ss__rpc_reply *r) {
-    *in = malloc(b->len);
-    *out = malloc(b->len);
-    if (!*in || !*out) {
-        fail(svc, r, SS_ERR_NO_MEMORY);
-        return 0;
+/* The snapshot of a request, read in place when it is the message's last
+ * field (rpc/pb_wire.h: only the small fields are unpacked, into *m), else
+ * from the whole message unpacked the ordinary way. NULL: not a message
+ * of this type (reply set). */
+static void *unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field, size_t snap_offset,
+                         const uint8_t *req, size_t len, ProtobufCBinaryData *snap,
+                         ss__rpc_reply *reply) {
+    size_t prefix, off;
+    if (ss__pb_find_trailing_bytes(req, len, field, &prefix, &off)) {
+        void *m = ss__rpc_unpack(desc, req, prefix, reply);
+        *snap = (ProtobufCBinaryData){.len = len - off, .data = (uint8_t *)req + off};
+        return m;
     }
-    memcpy(*in, b->data, b->len);
-    return 1;
+    void *m = ss__rpc_unpack(desc, req, len, reply);
+    if (m)
+        *snap = *(const ProtobufCBinaryData *)((const char *)m + snap_offset);
+    return m;
+}
+
+/* The floats of a checked payload: in place when they are aligned for
+ * floats (*owned = NULL), else copied into *owned. */
+static const float *floats_of(ss__dense_service *svc, const ProtobufCBinaryData *b, float **owned,
+                              ss__rpc_reply *r) {
+    *owned = NULL;
+    if ((uintptr_t)b->data % _Alignof(float) == 0)
+        return (const float *)(const void *)b->data;
+    if (!(*owned = malloc(b->len))) {
+        fail(svc, r, SS_ERR_NO_MEMORY);
+        return NULL;
+    }
+    memcpy(*owned, b->data, b->len);
+    return *owned;
+}
+
+/* A reply with bulk floats: one block holding room for the message's
+ * small fields and the payload's tag and length, then the floats
+ * (aligned); the handler writes the floats in place and bulk_reply_seal
+ * writes the header right in front of them, so nothing is copied. */
+#define BULK_HEAD 64
+
+static float *bulk_reply_alloc(ss__dense_service *svc, size_t bytes, uint8_t **block,
+                               ss__rpc_reply *r) {
+    if (!(*block = malloc(BULK_HEAD + bytes))) {
+        fail(svc, r, SS_ERR_NO_MEMORY);
+        return NULL;
+    }
+    return (float *)(void *)(*block + BULK_HEAD);
+}
+
+/* head: the reply message without its bulk field; field: that field's
+ * number. Takes the block (freed with the reply). */
+static void bulk_reply_seal(ss__dense_service *svc, const ProtobufCMessage *head, uint32_t field,
+                            uint8_t *block, size_t bytes, ss__rpc_reply *r) {
+    uint8_t trailer[SS_PB_BYTES_HEADER_MAX];
+    size_t h2 = ss__pb_bytes_header(field, bytes, trailer);
+    size_t h1 = protobuf_c_message_get_packed_size(head);
+    if (h1 + h2 > BULK_HEAD) { /* small fields only: cannot happen with our messages */
+        free(block);
+        fail(svc, r, SS_ERR_INTERNAL);
+        return;
+    }
+    uint8_t *start = block + BULK_HEAD - h1 - h2;
+    protobuf_c_message_pack(head, start);
+    memcpy(start + h1, trailer, h2);
+    r->data = start;
+    r->len = h1 + h2 + bytes;
+    r->data_block = block;
 }
 
 static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
@@ -117,44 +175,53 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 
 static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
+    ProtobufCBinaryData snap = {0};
     Shadowsync__V1__EasgdRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__easgd_request__descriptor, req, len, reply);
+        unpack_bulk(&shadowsync__v1__easgd_request__descriptor, 4,
+                    offsetof(Shadowsync__V1__EasgdRequest, snapshot), req, len, &snap, reply);
     if (!m) {
         count_rejected(svc);
         return;
     }
-    float *s = NULL, *d = NULL;
-    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
-        float_buffers(svc, &m->snapshot, &s, &d, reply)) {
-        size_t n = m->snapshot.len / sizeof(float);
+    float *owned = NULL, *d;
+    const float *s;
+    uint8_t *block = NULL;
+    if (check_group(svc, m->group, reply) && check_floats(svc, &snap, reply) &&
+        (s = floats_of(svc, &snap, &owned, reply)) &&
+        (d = bulk_reply_alloc(svc, snap.len, &block, reply))) {
+        size_t n = snap.len / sizeof(float);
         ss_status st =
             ss__transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
         if (st == SS_OK) {
-            Shadowsync__V1__EasgdReply out = SHADOWSYNC__V1__EASGD_REPLY__INIT;
-            out.delta.data = (uint8_t *)d;
-            out.delta.len = m->snapshot.len;
-            ss__rpc_reply_pack(&out.base, reply);
+            Shadowsync__V1__EasgdReply head = SHADOWSYNC__V1__EASGD_REPLY__INIT;
+            bulk_reply_seal(svc, &head.base, 1, block, snap.len, reply);
+            block = NULL; /* the reply's now */
         } else {
             fail(svc, reply, st);
         }
     }
-    free(s);
-    free(d);
+    free(owned);
+    free(block);
     shadowsync__v1__easgd_request__free_unpacked(m, NULL);
 }
 
 static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
+    ProtobufCBinaryData snap = {0};
     Shadowsync__V1__RoundRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__round_request__descriptor, req, len, reply);
+        unpack_bulk(&shadowsync__v1__round_request__descriptor, 3,
+                    offsetof(Shadowsync__V1__RoundRequest, snapshot), req, len, &snap, reply);
     if (!m) {
         count_rejected(svc);
         return;
     }
-    float *s = NULL, *avg = NULL;
-    if (check_group(svc, m->group, reply) && check_floats(svc, &m->snapshot, reply) &&
-        float_buffers(svc, &m->snapshot, &s, &avg, reply)) {
-        size_t n = m->snapshot.len / sizeof(float);
+    float *owned = NULL, *avg;
+    const float *s;
+    uint8_t *block = NULL;
+    if (check_group(svc, m->group, reply) && check_floats(svc, &snap, reply) &&
+        (s = floats_of(svc, &snap, &owned, reply)) &&
+        (avg = bulk_reply_alloc(svc, snap.len, &block, reply))) {
+        size_t n = snap.len / sizeof(float);
         ss__round_result rr;
         ss__bmuf_params bmuf = {
             .eta = m->bmuf_eta, .zeta = m->bmuf_zeta, .nesterov = m->bmuf_nesterov};
@@ -163,12 +230,11 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
                            : ss__transport_round(svc->backend, m->group, m->member, s,
                                                  m->bmuf ? &bmuf : NULL, avg, n, &rr);
         if (st == SS_OK) {
-            Shadowsync__V1__RoundReply out = SHADOWSYNC__V1__ROUND_REPLY__INIT;
-            out.round = rr.round;
-            out.participants = rr.participants;
-            out.mean.data = (uint8_t *)avg;
-            out.mean.len = m->snapshot.len;
-            ss__rpc_reply_pack(&out.base, reply);
+            Shadowsync__V1__RoundReply head = SHADOWSYNC__V1__ROUND_REPLY__INIT;
+            head.round = rr.round;
+            head.participants = rr.participants;
+            bulk_reply_seal(svc, &head.base, 3, block, snap.len, reply);
+            block = NULL;
         } else if (st == SS_ERR_INVALID_ARGUMENT && m->bmuf) {
             reject(svc, reply, st,
                    "bmuf needs eta in [0, 1) and zeta > 0, the same on every member of the group, "
@@ -177,8 +243,8 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
             fail(svc, reply, st);
         }
     }
-    free(s);
-    free(avg);
+    free(owned);
+    free(block);
     shadowsync__v1__round_request__free_unpacked(m, NULL);
 }
 

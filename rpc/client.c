@@ -168,10 +168,17 @@ static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queu
     grpc_slice path = grpc_slice_from_static_string(rq->method);
     cs->call = grpc_channel_create_call(rq->ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, path,
                                         NULL, deadline, NULL);
-    grpc_slice body =
-        rq->len ? grpc_slice_new((void *)rq->req, rq->len, no_free) : grpc_empty_slice();
-    cs->send = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
+    grpc_slice body[2];
+    size_t nbody = 0;
+    if (rq->len)
+        body[nbody++] = grpc_slice_new((void *)rq->req, rq->len, no_free);
+    if (rq->payload_len) /* a bulk payload travels as its own slice: not copied */
+        body[nbody++] = grpc_slice_new((void *)rq->payload, rq->payload_len, no_free);
+    if (!nbody)
+        body[nbody++] = grpc_empty_slice();
+    cs->send = grpc_raw_byte_buffer_create(body, nbody);
+    for (size_t i = 0; i < nbody; i++)
+        grpc_slice_unref(body[i]);
 
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
@@ -232,7 +239,8 @@ ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_m
         calls[i].resp = NULL;
         calls[i].resp_len = 0;
         calls[i].msg[0] = '\0';
-        if (!calls[i].ch || !calls[i].method || (!calls[i].req && calls[i].len))
+        if (!calls[i].ch || !calls[i].method || (!calls[i].req && calls[i].len) ||
+            (!calls[i].payload && calls[i].payload_len))
             return SS_ERR_INVALID_ARGUMENT;
     }
     if (n == 0)

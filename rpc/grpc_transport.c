@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "rpc/dense_wire.h"
 #include "rpc/grpc_transport.h"
+#include "rpc/pb_wire.h"
 #include "rpc/proto/dense_sync.pb-c.h"
 
 typedef struct part {
@@ -113,6 +114,20 @@ static uint8_t *pack_message(const ProtobufCMessage *m, size_t *len) {
     uint8_t *buf = malloc(*len ? *len : 1);
     if (buf)
         protobuf_c_message_pack(m, buf);
+    return buf;
+}
+
+/* The small fields of m, then the tag and length of its bulk field
+ * `field` (payload_len bytes, sent after it as a slice of their own:
+ * rpc/pb_wire.h). */
+static uint8_t *pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
+                               size_t *len) {
+    size_t h = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(h + SS_PB_BYTES_HEADER_MAX);
+    if (buf) {
+        protobuf_c_message_pack(m, buf);
+        *len = h + ss__pb_bytes_header(field, payload_len, buf + h);
+    }
     return buf;
 }
 
@@ -253,7 +268,8 @@ static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
 }
 
 /* Builds one request per chunk of m with build(i) and runs them. */
-typedef uint8_t *(*build_fn)(const membership *m, size_t i, const void *arg, size_t *len);
+typedef uint8_t *(*build_fn)(const membership *m, size_t i, const void *arg, size_t *len,
+                             ss__rpc_request *rq);
 
 static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_fn build,
                      const void *arg, uint32_t timeout_ms, bool idempotent, fanout *f) {
@@ -261,7 +277,7 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
         f->rq[i].ch = t->ch[m->parts[i].shard];
         f->rq[i].method = method;
-        f->rq[i].req = build(m, i, arg, &f->rq[i].len);
+        f->rq[i].req = build(m, i, arg, &f->rq[i].len, &f->rq[i]);
         if (!f->rq[i].req)
             st = SS_ERR_NO_MEMORY;
     }
@@ -283,15 +299,39 @@ typedef struct easgd_arg {
     float alpha;
 } easgd_arg;
 
-static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size_t *len) {
+/* The snapshot goes last, as a slice of the caller's floats. */
+static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size_t *len,
+                            ss__rpc_request *rq) {
     const easgd_arg *a = arg;
     Shadowsync__V1__EasgdRequest req = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
     req.group = (char *)m->parts[i].name;
     req.member = m->ids[i];
     req.alpha = a->alpha;
-    req.snapshot.data = (uint8_t *)(a->s + m->parts[i].lo);
-    req.snapshot.len = m->parts[i].n * sizeof(float);
-    return pack_message(&req.base, len);
+    rq->payload = (const uint8_t *)(a->s + m->parts[i].lo);
+    rq->payload_len = m->parts[i].n * sizeof(float);
+    return pack_bulk_head(&req.base, 4, rq->payload_len, len);
+}
+
+/* Copies the bulk field `field` of reply i straight into out at the
+ * chunk's place when it is the reply's last field (pb_wire.h), the small
+ * fields before it unpacked into *head (desc; NULL desc: there must be
+ * none). false: take the ordinary path. */
+static bool take_bulk(const ss__rpc_request *rq, uint32_t field, const part *p, float *out,
+                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **head,
+                      ss_status *st) {
+    size_t prefix, off;
+    if (!ss__pb_find_trailing_bytes(rq->resp, rq->resp_len, field, &prefix, &off) ||
+        (!desc && prefix != 0))
+        return false;
+    if (desc && !(*head = protobuf_c_message_unpack(desc, NULL, prefix, rq->resp)))
+        return false;
+    if (rq->resp_len - off != p->n * sizeof(float)) {
+        *st = SS_ERR_SIZE_MISMATCH;
+        return true;
+    }
+    memcpy(out + p->lo, rq->resp + off, rq->resp_len - off);
+    *st = SS_OK;
+    return true;
 }
 
 static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
@@ -309,9 +349,15 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
     for (size_t i = 0; i < m->nparts; i++) {
         if (!f.rq[i].resp || f.rq[i].status != SS_OK)
             continue;
+        ss_status taken;
+        if (take_bulk(&f.rq[i], 1, &m->parts[i], d, NULL, NULL, &taken)) {
+            if (st == SS_OK)
+                st = taken;
+            continue;
+        }
         Shadowsync__V1__EasgdReply *r =
             shadowsync__v1__easgd_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
-        ss_status taken = r ? take_floats(&r->delta, &m->parts[i], d) : SS_ERR_PARSE;
+        taken = r ? take_floats(&r->delta, &m->parts[i], d) : SS_ERR_PARSE;
         if (st == SS_OK)
             st = taken;
         if (r)
@@ -326,20 +372,21 @@ typedef struct round_arg {
     const ss__bmuf_params *bmuf; /* NULL: S-MA */
 } round_arg;
 
-static uint8_t *build_round(const membership *m, size_t i, const void *arg, size_t *len) {
+static uint8_t *build_round(const membership *m, size_t i, const void *arg, size_t *len,
+                            ss__rpc_request *rq) {
     const round_arg *a = arg;
     Shadowsync__V1__RoundRequest req = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
     req.group = (char *)m->parts[i].name;
     req.member = m->ids[i];
-    req.snapshot.data = (uint8_t *)(a->s + m->parts[i].lo);
-    req.snapshot.len = m->parts[i].n * sizeof(float);
     if (a->bmuf) {
         req.bmuf = true;
         req.bmuf_eta = a->bmuf->eta;
         req.bmuf_zeta = a->bmuf->zeta;
         req.bmuf_nesterov = a->bmuf->nesterov;
     }
-    return pack_message(&req.base, len);
+    rq->payload = (const uint8_t *)(a->s + m->parts[i].lo); /* last, in place */
+    rq->payload_len = m->parts[i].n * sizeof(float);
+    return pack_bulk_head(&req.base, 3, rq->payload_len, len);
 }
 
 static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
@@ -358,9 +405,15 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
     result->round = UINT64_MAX;
     result->participants = UINT32_MAX;
     for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
-        Shadowsync__V1__RoundReply *r =
-            shadowsync__v1__round_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
-        st = r ? take_floats(&r->mean, &m->parts[i], avg) : SS_ERR_PARSE;
+        ProtobufCMessage *head = NULL;
+        Shadowsync__V1__RoundReply *r;
+        if (take_bulk(&f.rq[i], 3, &m->parts[i], avg, &shadowsync__v1__round_reply__descriptor,
+                      &head, &st)) {
+            r = (Shadowsync__V1__RoundReply *)head;
+        } else {
+            r = shadowsync__v1__round_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
+            st = r ? take_floats(&r->mean, &m->parts[i], avg) : SS_ERR_PARSE;
+        }
         if (r) {
             if (r->round < result->round)
                 result->round = r->round;
@@ -373,8 +426,10 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
     return st;
 }
 
-static uint8_t *build_central(const membership *m, size_t i, const void *arg, size_t *len) {
+static uint8_t *build_central(const membership *m, size_t i, const void *arg, size_t *len,
+                              ss__rpc_request *rq) {
     (void)arg;
+    (void)rq;
     Shadowsync__V1__ReadCentralRequest req = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
     req.group = (char *)m->parts[i].name;
     req.size = m->parts[i].n;
@@ -402,8 +457,10 @@ static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
     return st;
 }
 
-static uint8_t *build_heartbeat(const membership *m, size_t i, const void *arg, size_t *len) {
+static uint8_t *build_heartbeat(const membership *m, size_t i, const void *arg, size_t *len,
+                                ss__rpc_request *rq) {
     (void)arg;
+    (void)rq;
     Shadowsync__V1__HeartbeatRequest req = SHADOWSYNC__V1__HEARTBEAT_REQUEST__INIT;
     req.group = (char *)m->parts[i].name;
     req.member = m->ids[i];

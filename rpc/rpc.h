@@ -31,6 +31,9 @@ typedef struct ss__rpc_reply {
     char message[200];
     uint8_t *data;
     size_t len;
+    /* Optional: the malloc'd block data points into (a reply built with
+     * its header in front of aligned floats); freed instead of data. */
+    void *data_block;
 } ss__rpc_reply;
 
 typedef void (*ss__rpc_handler)(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply);
@@ -109,6 +112,10 @@ typedef struct ss__rpc_request {
     const char *method;
     const uint8_t *req;
     size_t len;
+    /* Optional: bytes sent right after req, from where they lie (no copy;
+     * they outlive the call): a bulk payload (rpc/pb_wire.h). */
+    const uint8_t *payload;
+    size_t payload_len;
     ss_status status; /* out */
     uint8_t *resp;    /* out: malloc'd reply of this call when it succeeded (kept even
                          when others failed: a partial fan-out can use what arrived) */

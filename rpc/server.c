@@ -244,12 +244,13 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
     memset(ops, 0, sizeof ops);
     size_t n = 0;
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    void *owned = reply.data_block ? reply.data_block : reply.data;
     if (reply.status == SS_OK) {
         grpc_slice s;
-        if (reply.len) {
-            s = grpc_slice_new(reply.data, reply.len, free); /* no copy: gRPC frees it */
+        if (reply.len) { /* no copy: gRPC frees the block with the slice */
+            s = grpc_slice_new_with_user_data(reply.data, reply.len, free, owned);
         } else {
-            free(reply.data);
+            free(owned);
             s = grpc_empty_slice();
         }
         c->reply_bb = grpc_raw_byte_buffer_create(&s, 1);
@@ -257,7 +258,7 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = c->reply_bb;
     } else {
-        free(reply.data);
+        free(owned);
         char text[256];
         snprintf(text, sizeof text, "ss=%s: %s", ss_status_name(reply.status), reply.message);
         c->status_details = grpc_slice_from_copied_string(text);

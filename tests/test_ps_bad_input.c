@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "ps/dense_service.h"
 #include "rpc/auth.h"
+#include "rpc/pb_wire.h"
 #include "rpc/proto/dense_sync.pb-c.h"
 #include "shadow/inproc_transport.h"
 
@@ -510,6 +511,100 @@ START_TEST(test_writer_identity_lists) {
 }
 END_TEST
 
+/* rpc/pb_wire.c by hand: the header of a bulk field, and finding it only
+ * when it is the one, last, well-formed field. */
+START_TEST(test_pb_wire_by_hand) {
+    uint8_t h[SS_PB_BYTES_HEADER_MAX];
+    ck_assert_uint_eq(ss__pb_bytes_header(4, 300, h), 3);
+    ck_assert_uint_eq(h[0], 0x22); /* field 4, length-delimited */
+    ck_assert_uint_eq(h[1], 0xac); /* 300 = 0b10_0101100 */
+    ck_assert_uint_eq(h[2], 0x02);
+    size_t prefix, off;
+    /* group "g", member 5, snapshot of 8 bytes last */
+    const uint8_t ok[] = {0x0a, 1, 'g', 0x10, 5, 0x22, 8, 1, 2, 3, 4, 5, 6, 7, 8};
+    ck_assert(ss__pb_find_trailing_bytes(ok, sizeof ok, 4, &prefix, &off));
+    ck_assert_uint_eq(prefix, 5);
+    ck_assert_uint_eq(off, 7);
+    const uint8_t first[] = {0x22, 2, 1, 2, 0x0a, 1, 'g'};          /* not last */
+    const uint8_t twice[] = {0x22, 1, 1, 0x0a, 1, 'g', 0x22, 1, 2}; /* twice */
+    const uint8_t cut[] = {0x0a, 1, 'g', 0x22, 9, 1, 2};            /* longer than the buffer */
+    const uint8_t group[] = {0x0b, 0x0c, 0x22, 1, 1};               /* wire type 3 */
+    const uint8_t varint[] = {0x20, 1};                             /* field 4 as a varint */
+    const uint8_t long_varint[] = {0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                   0xff, 0xff, 0xff, 0x7f, 0x22, 0}; /* 70 bits */
+    const uint8_t zero_field[] = {0x02, 0, 0x22, 0};                 /* field number 0 */
+    ck_assert(!ss__pb_find_trailing_bytes(first, sizeof first, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes(twice, sizeof twice, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes(cut, sizeof cut, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes(group, sizeof group, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes(varint, sizeof varint, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes(long_varint, sizeof long_varint, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes(zero_field, sizeof zero_field, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes(ok, sizeof ok, 3, &prefix, &off)); /* no field 3 */
+}
+END_TEST
+
+/* The EASGD handler reads a snapshot in place when it is the last field,
+ * at any alignment (copied when the floats are not aligned), and any
+ * other field order the ordinary way; the delta is the same every time:
+ * alpha (s - c) with s = c + [2, 4], alpha 0.5, is [1, 2]. */
+START_TEST(test_bulk_payload_in_place_and_in_any_order) {
+    size_t nm;
+    const ss__rpc_method *meth = ss__dense_service_methods(&nm), *easgd_m = NULL;
+    for (size_t i = 0; i < nm; i++)
+        if (!strcmp(meth[i].path, SVC "EasgdExchange"))
+            easgd_m = &meth[i];
+    ck_assert_ptr_nonnull(easgd_m);
+    for (int last = 0; last < 2; last++)
+        for (size_t k = 0; k < 4; k++) {
+            float c[2];
+            ck_assert_int_eq(ss__transport_read_central(backend, "g", c, 2), SS_OK);
+            const float snap[2] = {c[0] + 2, c[1] + 4}, alpha = 0.5f;
+            uint8_t head[32], buf[64 + 4];
+            size_t h = 0;
+            head[h++] = 0x0a; /* group "g" */
+            head[h++] = 1;
+            head[h++] = 'g';
+            head[h++] = 0x10; /* member */
+            uint64_t v = member;
+            for (; v >= 0x80; v >>= 7)
+                head[h++] = (uint8_t)(v | 0x80);
+            head[h++] = (uint8_t)v;
+            head[h++] = 0x1d; /* alpha */
+            memcpy(head + h, &alpha, 4);
+            h += 4;
+            uint8_t *at = buf + k;
+            size_t len = 0;
+            const uint8_t tail[2] = {0x22, 8};
+            if (!last) { /* snapshot first */
+                memcpy(at, tail, 2);
+                memcpy(at + 2, snap, 8);
+                len = 10;
+            }
+            memcpy(at + len, head, h);
+            len += h;
+            if (last) {
+                memcpy(at + len, tail, 2);
+                memcpy(at + len + 2, snap, 8);
+                len += 10;
+            }
+            ss__rpc_reply reply = {.status = SS_OK};
+            easgd_m->handler(&svc, at, len, &reply);
+            ck_assert_msg(reply.status == SS_OK, "%s", reply.message);
+            Shadowsync__V1__EasgdReply *r =
+                shadowsync__v1__easgd_reply__unpack(NULL, reply.len, reply.data);
+            ck_assert_ptr_nonnull(r);
+            ck_assert_uint_eq(r->delta.len, 8);
+            float d[2];
+            memcpy(d, r->delta.data, 8);
+            ck_assert_float_eq(d[0], 1.0f);
+            ck_assert_float_eq(d[1], 2.0f);
+            shadowsync__v1__easgd_reply__free_unpacked(r, NULL);
+            free(reply.data_block ? reply.data_block : reply.data);
+        }
+}
+END_TEST
+
 START_TEST(test_checkpoint_without_a_directory) {
     Shadowsync__V1__CheckpointRequest r = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
     ck_assert_int_eq(send_msg(SVC "Checkpoint", &r.base, 5000), SS_ERR_STATE);
@@ -524,5 +619,6 @@ int main(void) {
                            test_expired_deadline, test_member_ids_are_not_guessable,
                            test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
                            test_token_guards_calls_that_change_state, test_writer_identity_lists,
+                           test_pb_wire_by_hand, test_bulk_payload_in_place_and_in_any_order,
                            test_checkpoint_without_a_directory);
 }

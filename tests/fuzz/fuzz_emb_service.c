@@ -26,6 +26,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const ss__rpc_method *mt = &svc.methods[data[0] % SS_EMB_METHODS];
     ss__rpc_reply reply = {.status = SS_OK};
     mt->handler(mt->ctx, data + 1, size - 1, &reply);
-    free(reply.data);
+    free(reply.data_block ? reply.data_block : reply.data);
     return 0;
 }

@@ -1,0 +1,85 @@
+/* See pb_wire.h. */
+#include "rpc/pb_wire.h"
+
+static size_t put_varint(uint64_t v, uint8_t *out) {
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+size_t ss__pb_bytes_header(uint32_t field, uint64_t len, uint8_t *out) {
+    size_t n = put_varint(((uint64_t)field << 3) | 2u, out);
+    return n + put_varint(len, out + n);
+}
+
+/* Reads a varint at *at (at most 10 bytes, no overflow); false at the end
+ * of buf or on a malformed one. */
+static bool get_varint(const uint8_t *buf, size_t len, size_t *at, uint64_t *v) {
+    uint64_t x = 0;
+    for (unsigned shift = 0, i = 0; i < 10; i++, shift += 7) {
+        if (*at >= len)
+            return false;
+        uint8_t b = buf[(*at)++];
+        if (i == 9 && b > 1)
+            return false; /* more than 64 bits */
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, size_t *prefix_len,
+                                size_t *payload_off) {
+    size_t at = 0, found = 0, tag_at = 0, data_at = 0, end_at = 0;
+    if (!buf || field == 0)
+        return false;
+    while (at < len) {
+        const size_t start = at;
+        uint64_t tag, v;
+        if (!get_varint(buf, len, &at, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
+            return false;
+        switch (tag & 7) {
+        case 0: /* varint */
+            if (!get_varint(buf, len, &at, &v))
+                return false;
+            break;
+        case 1: /* 64-bit */
+            if (len - at < 8)
+                return false;
+            at += 8;
+            break;
+        case 2: /* length-delimited */
+            if (!get_varint(buf, len, &at, &v) || v > len - at)
+                return false;
+            if ((tag >> 3) == field) {
+                found++;
+                tag_at = start;
+                data_at = at;
+                end_at = at + (size_t)v;
+            }
+            at += (size_t)v;
+            break;
+        case 5: /* 32-bit */
+            if (len - at < 4)
+                return false;
+            at += 4;
+            break;
+        default: /* groups (3, 4) and unknown types: not ours */
+            return false;
+        }
+        if ((tag >> 3) == field && (tag & 7) != 2)
+            return false;
+    }
+    if (found != 1 || end_at != len)
+        return false;
+    *prefix_len = tag_at;
+    *payload_off = data_at;
+    return true;
+}
