@@ -273,12 +273,29 @@ START_TEST(test_sigkill_the_agent_trainers_keep_training) {
     fprintf(stderr, "agent down: trainer 0 at %.0f examples/s (%.0f before; ratio %.2f)\n",
             rate_down, rate_before, rate_down / rate_before);
     uint64_t restart = ss__now_ns();
+    /* The restarted agent logs at info: when its first round is late, its
+     * log says when each trainer came back and registered. */
+    char *level = getenv("SHADOWSYNC_LOG_LEVEL") ? strdup(getenv("SHADOWSYNC_LOG_LEVEL")) : NULL;
+    setenv("SHADOWSYNC_LOG_LEVEL", "info", 1);
     ag = agent_start(path_in("agent2.log"), sock, targets, http, sizeof http, NULL);
+    if (level)
+        setenv("SHADOWSYNC_LOG_LEVEL", level, 1);
+    else
+        unsetenv("SHADOWSYNC_LOG_LEVEL");
+    free(level);
     rounds = 0;
     for (int i = 0; i < 400 && rounds <= 0; i++, usleep(25000))
         rounds = agent_metric(http, "shadowsync_sync_rounds_total", NULL);
     double resumed_s = (double)(ss__now_ns() - restart) / 1e9;
     fprintf(stderr, "restarted agent: first rounds after %.2f s\n", resumed_s);
+    if (rounds <= 0 || resumed_s >= 10) {
+        const char *logs[] = {"agent2.log", "t0.log", "ps0.log"};
+        for (int k = 0; k < 3; k++) {
+            char *text = proc_read(path_in(logs[k]));
+            fprintf(stderr, "---- %s ----\n%s\n", logs[k], text ? text : "(none)");
+            free(text);
+        }
+    }
     ck_assert_msg(rounds > 0, "the restarted agent ran no round within 10 s");
     ck_assert_double_lt(resumed_s, 10);
     ck_assert_double_ge(agent_metric(http, "shadowsync_agent_sessions", NULL), 1);
