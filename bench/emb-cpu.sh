@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# (Issue 13, item 4) CPU per 1,000 examples of each process for the
+# embedding modes: one ctr-train process (1 worker, no dense sync, so the
+# embeddings are what differs) against one shadowsync-ps shard holding the
+# table (remote, cached), or no PS (local). CPU = user + system seconds of
+# each process from /usr/bin/time; the ratio is to --emb local in the same
+# run.
+#   bash bench/emb-cpu.sh            # ROWS=200000 REPS=2
+source "$(dirname "$0")/common.sh"
+ROWS=${ROWS:-200000}
+REPS=${REPS:-2}
+make_data "$ROWS"
+T=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
+cpu_of() { tail -1 "$1" | awk '{print $1 + $2}'; } # "user sys": /usr/bin/time -f, last line
+printf '%-8s %4s %10s %12s %12s %14s %8s\n' mode rep examples trainer_cpu_s ps_cpu_s cpu_ms_per_1k ratio
+declare -A TOTAL
+for rep in $(seq "$REPS"); do
+  for mode in local remote cached; do
+    ps_cpu=0 ps_args=()
+    if [ "$mode" != local ]; then
+      /usr/bin/time -f "%U %S" -o "$T/ps.time" ./build/bin/shadowsync-ps --listen 127.0.0.1:0 \
+        --http "" >"$T/ps.log" 2>&1 &
+      pspid=$!
+      for _ in $(seq 100); do grep -q "listening on" "$T/ps.log" && break; sleep 0.1; done
+      addr=$(grep -o 'listening on [0-9.:]*' "$T/ps.log" | awk '{print $3}')
+      ps_args=(--ps "$addr" --emb-ps "$addr")
+    fi
+    out=$(/usr/bin/time -f "%U %S" -o "$T/tr.time" ./build/bin/ctr-train --train "out/train-$ROWS.tsv" \
+      --test out/test.tsv --sync none --emb "$mode" --progress 0 "${ps_args[@]}" 2>&1)
+    if [ "$mode" != local ]; then
+      pkill -TERM -P "$pspid" # the PS, not /usr/bin/time
+      wait "$pspid" || true
+      ps_cpu=$(cpu_of "$T/ps.time")
+    fi
+    ex=$(summary_field "$out" examples)
+    tr_cpu=$(cpu_of "$T/tr.time")
+    per=$(awk -v a="$tr_cpu" -v b="$ps_cpu" -v e="$ex" 'BEGIN {printf "%.3f", (a + b) * 1e6 / e}')
+    [ "$mode" != local ] || base=$per
+    printf '%-8s %4s %10s %12s %12s %14s %8.2f\n' "$mode" "$rep" "$ex" "$tr_cpu" "$ps_cpu" "$per" \
+      "$(awk -v a="$per" -v b="$base" 'BEGIN {print a / b}')"
+  done
+done
