@@ -285,12 +285,8 @@ static bool room_for_rows(ss__emb_store *st, store_table *tb, const uint64_t *id
 }
 
 static void update_resident_gauge(ss__emb_store *st) {
-    pthread_rwlock_rdlock(&st->lock);
-    uint64_t rows = 0;
-    for (size_t i = 0; i < st->ntables; i++)
-        rows += ss__emb_table_resident(st->tables[i]->t, NULL);
-    pthread_rwlock_unlock(&st->lock);
-    ss__gauge_set(st->resident_rows, (double)rows);
+    size_t ntables;
+    ss__gauge_set(st->resident_rows, (double)resident_rows(st, &ntables));
 }
 
 static void *flusher_main(void *arg) {

@@ -133,6 +133,19 @@ static void bulk_reply_seal(ss__dense_service *svc, const ProtobufCMessage *head
     r->data_block = block;
 }
 
+/* What both bulk handlers need before they compute: the group name and
+ * the payload checked, the snapshot's floats (in place or in *owned) and
+ * the reply block with room for as many floats (*block). NULL: refused,
+ * reply set. */
+static float *bulk_in_out(ss__dense_service *svc, const char *group,
+                          const ProtobufCBinaryData *snap, const float **s, float **owned,
+                          uint8_t **block, ss__rpc_reply *r) {
+    if (!check_group(svc, group, r) || !check_floats(svc, snap, r) ||
+        !(*s = floats_of(svc, snap, owned, r)))
+        return NULL;
+    return bulk_reply_alloc(svc, snap->len, block, r);
+}
+
 static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     Shadowsync__V1__JoinRequest *m =
@@ -186,9 +199,7 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     float *owned = NULL, *d;
     const float *s;
     uint8_t *block = NULL;
-    if (check_group(svc, m->group, reply) && check_floats(svc, &snap, reply) &&
-        (s = floats_of(svc, &snap, &owned, reply)) &&
-        (d = bulk_reply_alloc(svc, snap.len, &block, reply))) {
+    if ((d = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
         size_t n = snap.len / sizeof(float);
         ss_status st =
             ss__transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
@@ -218,9 +229,7 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     float *owned = NULL, *avg;
     const float *s;
     uint8_t *block = NULL;
-    if (check_group(svc, m->group, reply) && check_floats(svc, &snap, reply) &&
-        (s = floats_of(svc, &snap, &owned, reply)) &&
-        (avg = bulk_reply_alloc(svc, snap.len, &block, reply))) {
+    if ((avg = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
         size_t n = snap.len / sizeof(float);
         ss__round_result rr;
         ss__bmuf_params bmuf = {

@@ -51,9 +51,10 @@ bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, 
                 return false;
             break;
         case 1: /* 64-bit */
-            if (len - at < 8)
+        case 5: /* 32-bit */
+            if (len - at < ((tag & 7) == 1 ? 8u : 4u))
                 return false;
-            at += 8;
+            at += (tag & 7) == 1 ? 8 : 4;
             break;
         case 2: /* length-delimited */
             if (!get_varint(buf, len, &at, &v) || v > len - at)
@@ -65,11 +66,6 @@ bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, 
                 end_at = at + (size_t)v;
             }
             at += (size_t)v;
-            break;
-        case 5: /* 32-bit */
-            if (len - at < 4)
-                return false;
-            at += 4;
             break;
         default: /* groups (3, 4) and unknown types: not ours */
             return false;
