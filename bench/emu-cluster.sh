@@ -3,7 +3,8 @@
 #
 # Every host is a network namespace with one veth link to a bridge in a
 # "switch" namespace; both directions of every link are shaped with tc
-# (--rate; --delay and --loss too where the kernel has sch_netem). S PS
+# (--rate; --delay too where the kernel has sch_netem; --loss with netem
+# or nftables). S PS
 # hosts run shadowsync-ps; H trainer hosts run a shadowsync-agent and k
 # shadowsync-emu-trainer processes each (compute emulated per step, a dense
 # group of --dense-floats), so that 64 trainers fit on 2 cores and what is
@@ -14,9 +15,12 @@
 # Prints one line per trainer and a summary line:
 #   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A k=K dense=D rate=R
 #     examples/s=TOTAL per_trainer=MEAN min_trainer=MIN gap_p50=.. gap_p99=..
-#     gap_max=.. rounds=.. failed=..
+#     gap_max=.. rounds=.. failed=.. steps=.. trainer_cpu_s=.. ps_cpu_s=..
+#     agent_cpu_s=..
 # (gap: steps between two completed rounds of a trainer; p50 is the median
-# over trainers of their p50, p99 and max the largest over trainers).
+# over trainers of their p50, p99 and max the largest over trainers; CPU
+# seconds while training, of all trainers, all PS and all agents: the
+# simulator's calibration, bench/sim-calibrate.sh).
 #
 #   bench/emu-cluster.sh --ps 1 --hosts 2 --per-host 2 --seconds 5
 #   bench/emu-cluster.sh --help
@@ -46,7 +50,7 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
   --agent 0|1       background: sync through one agent per host     [$AGENT]
   --rate R          every link, each direction (tc units)           [$RATE]
   --delay D         one-way latency per link (needs sch_netem)      [$DELAY]
-  --loss P          packet loss per link, percent (needs sch_netem) [$LOSS]
+  --loss P          packet loss per link, percent (netem or nft)   [$LOSS]
   --sync-nice N     run PS and agents at this nice level            [$NICE]
                     (all hosts share this machine's cores: at 10 the
                     sync system yields to the trainers' steps, as PS
@@ -83,19 +87,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-die() { echo "emu-cluster: $*" >&2; exit 1; }
-tc_rate_bits() { # 10gbit -> 10000000000
-  local r=${1,,}
-  case $r in
-  *gbit) echo $((${r%gbit} * 1000000000)) ;;
-  *mbit) echo $((${r%mbit} * 1000000)) ;;
-  *kbit) echo $((${r%kbit} * 1000)) ;;
-  *bit) echo "${r%bit}" ;;
-  *) die "--rate: use NNgbit, NNmbit or NNkbit, not $1" ;;
-  esac
-}
-
-say() { [ "$QUIET" = 1 ] || echo "emu-cluster: $*" >&2; }
+EMU=emu-cluster
+source "$(dirname "$0")/emu-lib.sh"
 [ "$(id -u)" = 0 ] || die "needs root: it creates network namespaces and veth links"
 for b in shadowsync-ps shadowsync-agent shadowsync-emu-trainer; do
   [ -x "$BIN/$b" ] || die "no $BIN/$b (build first, or set SS_BIN)"
@@ -108,91 +101,12 @@ case $ALGO in easgd | ma | bmuf) ;; *) die "--algo must be easgd, ma or bmuf" ;;
 [ "$MODE" = background ] || AGENT=0 # the agent syncs in the background only
 tc_rate_bits "$RATE" >/dev/null     # a bad --rate stops here
 
-# Unique names, short enough for interfaces (15 characters).
-ID=se$$
-SW=$ID-sw
-TMP=$(mktemp -d /tmp/ss-emu-XXXXXX)
-NSES=()
-PIDS=()
-
-cleanup() {
-  set +e
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for _ in $(seq 50); do
-    alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && break
-    sleep 0.1
-  done
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for ns in "${NSES[@]}"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-    ip netns del "$ns" 2>/dev/null # its veth ends (and their peers) go with it
-  done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# Shaping: netem (rate + delay + loss) where the kernel has it, else tbf
-# (rate only; the summary says what was left out).
-NETEM=0
-ip netns add "$SW"
-NSES+=("$SW")
-ip -n "$SW" link set lo up
-if ip netns exec "$SW" tc qdisc add dev lo root netem delay 1us 2>/dev/null; then
-  NETEM=1
-  ip netns exec "$SW" tc qdisc del dev lo root
-fi
-if [ $NETEM = 0 ]; then
-  { [ "$DELAY" = 0 ] || [ "$DELAY" = 0us ]; } || say "no sch_netem in this kernel: --delay $DELAY not emulated (links shaped by rate only)"
-  [ "$LOSS" = 0 ] || die "--loss needs sch_netem, which this kernel lacks"
-fi
-ip -n "$SW" link add br0 type bridge
-ip -n "$SW" link set br0 up
-
-shape() { # NS DEV
-  if [ $NETEM = 1 ]; then
-    ip netns exec "$1" tc qdisc add dev "$2" root netem delay "$DELAY" rate "$RATE" loss "$LOSS%" limit 100000
-  else
-    # burst: 1 ms at the rate (at least 64 KiB), so one packet never waits a whole period
-    local bps
-    bps=$(tc_rate_bits "$RATE")
-    local burst=$((bps / 8 / 1000))
-    [ $burst -ge 65536 ] || burst=65536
-    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst "$burst" latency 20ms
-  fi
-}
-
-NLINK=0
-add_host() { # NS ADDRESS
-  local ns=$1 addr=$2 port=p$NLINK
-  NLINK=$((NLINK + 1))
-  ip netns add "$ns"
-  NSES+=("$ns")
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link add eth0 type veth peer name "$port" netns "$SW"
-  ip -n "$ns" addr add "$addr/16" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$SW" link set "$port" master br0
-  ip -n "$SW" link set "$port" up
-  shape "$ns" eth0  # host -> switch
-  shape "$SW" "$port" # switch -> host
-}
-
-wait_line() { # FILE PATTERN PID
-  for _ in $(seq 300); do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    kill -0 "$3" 2>/dev/null || { cat "$1" >&2; die "a process exited at start ($1)"; }
-    sleep 0.1
-  done
-  cat "$1" >&2
-  die "no \"$2\" in $1 after 30 s"
-}
+emu_init
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
 export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
 
+SYNC_PIDS=() # role:pid of the PS and agents, for their CPU time
 PS_LIST=
 for i in $(seq 0 $((PS - 1))); do
   addr=198.18.1.$((i + 1))
@@ -202,6 +116,7 @@ for i in $(seq 0 $((PS - 1))); do
       --auth-token-file "$TMP/token" >"$TMP/ps$i.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/ps$i.log" "listening on" $!
+    SYNC_PIDS+=(ps:$!)
   fi
   PS_LIST+="${PS_LIST:+,}$addr:7070"
 done
@@ -217,9 +132,10 @@ for j in $(seq 0 $((HOSTS - 1))); do
       >"$TMP/agent$j.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/agent$j.log" "listening on" $!
+    SYNC_PIDS+=(agent:$!)
   fi
 done
-say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ $NETEM = 1 ] && echo " delay $DELAY loss $LOSS%"), mode $MODE algo $ALGO, dense $DENSE floats, ${SECS} s"
+say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ $NETEM = 1 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO, dense $DENSE floats, ${SECS} s"
 
 for j in $(seq 0 $((HOSTS - 1))); do
   for i in $(seq 0 $((PER_HOST - 1))); do
@@ -237,6 +153,21 @@ for j in $(seq 0 $((HOSTS - 1))); do
   done
 done
 
+# CPU seconds of the PS and the agents while the trainers train (their
+# final rounds after): /proc/PID/stat utime + stime, at start and end.
+sync_cpu() { # ROLE -> clock ticks, summed
+  local t=0 e
+  for e in "${SYNC_PIDS[@]}"; do
+    [ "${e%%:*}" = "$1" ] || continue
+    t=$((t + $(awk '{ print $14 + $15 }' "/proc/${e#*:}/stat" 2>/dev/null || echo 0)))
+  done
+  echo $t
+}
+ps0=$(sync_cpu ps) agent0=$(sync_cpu agent)
+sleep "$SECS"
+HZ=$(getconf CLK_TCK)
+ps_cpu=$(awk -v a="$ps0" -v b="$(sync_cpu ps)" -v hz="$HZ" 'BEGIN { printf "%.2f", (b - a) / hz }')
+agent_cpu=$(awk -v a="$agent0" -v b="$(sync_cpu agent)" -v hz="$HZ" 'BEGIN { printf "%.2f", (b - a) / hz }')
 failed=0
 for p in "${TRAINERS[@]}"; do wait "$p" || failed=$((failed + 1)); done
 lines=$(cat "$TMP"/h*t*.log | grep '^emu-trainer:' || true)
@@ -249,14 +180,16 @@ fi
 p50=$(sed -n 's/.* gap_p50=\([0-9]*\).*/\1/p' <<<"$lines" | sort -n |
   awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
 awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v k="$K" -v dense="$DENSE" \
-  -v rate="$RATE" -v med="$p50" '
+  -v rate="$RATE" -v med="$p50" -v ps_cpu="$ps_cpu" -v agent_cpu="$agent_cpu" '
   { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n++; total += v["examples/s"]; rounds += v["rounds"]; failed += v["failed"]
+    steps += v["steps"]; cpu += v["cpu_s"]
     if (n == 1 || v["examples/s"] + 0 < min) min = v["examples/s"] + 0
     if (v["gap_p99"] + 0 > p99) p99 = v["gap_p99"] + 0
     if (v["gap_max"] + 0 > gmax) gmax = v["gap_max"] + 0 }
   END {
     printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s k=%s dense=%s rate=%s " \
            "examples/s=%.0f per_trainer=%.0f min_trainer=%.0f gap_p50=%s gap_p99=%d gap_max=%d " \
-           "rounds=%d failed=%d\n", ps, hosts, n, mode, algo, k, dense, rate, total, total / n, \
-           min, med, p99, gmax, rounds, failed }' <<<"$lines"
+           "rounds=%d failed=%d steps=%d trainer_cpu_s=%.2f ps_cpu_s=%s agent_cpu_s=%s\n", ps, hosts, \
+           n, mode, algo, k, dense, rate, total, total / n, min, med, p99, gmax, rounds, failed, \
+           steps, cpu, ps_cpu, agent_cpu }' <<<"$lines"

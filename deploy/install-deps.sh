@@ -31,6 +31,7 @@ PACKAGES=(
   systemd              # systemd-analyze and systemd-sysusers check deploy/systemd (not started)
   strace               # the systemd test traces the daemons' system calls against the filters
   iproute2             # ip and tc: the emulated cluster (bench/emu-cluster.sh) and its test
+  nftables             # nft: packet loss and partitions on the emulated cluster (bench/fault-soak.sh)
 )
 
 missing=()

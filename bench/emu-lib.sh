@@ -1,0 +1,135 @@
+# The emulated cluster's building blocks, sourced by emu-cluster.sh and
+# fault-soak.sh (root): a "switch" namespace with a bridge, hosts as
+# namespaces with one shaped veth link to it, packet loss and partitions
+# with nftables, and a cleanup that removes every process, namespace and
+# file they made, also on SIGINT/SIGTERM. The sourcing script sets EMU
+# (its name, for messages), QUIET, RATE, DELAY and LOSS, then calls
+# emu_init; it appends the processes it starts to PIDS.
+
+die() { echo "$EMU: $*" >&2; exit 1; }
+say() { [ "${QUIET:-0}" = 1 ] || echo "$EMU: $*" >&2; }
+
+tc_rate_bits() { # 10gbit -> 10000000000
+  local r=${1,,}
+  case $r in
+  *gbit) echo $((${r%gbit} * 1000000000)) ;;
+  *mbit) echo $((${r%mbit} * 1000000)) ;;
+  *kbit) echo $((${r%kbit} * 1000)) ;;
+  *bit) echo "${r%bit}" ;;
+  *) die "--rate: use NNgbit, NNmbit or NNkbit, not $1" ;;
+  esac
+}
+
+cleanup() {
+  set +e
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  for ns in "${NSES[@]}"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null # its veth ends (and their peers) go with it
+  done
+  rm -rf "$TMP"
+}
+
+# Creates the switch. Shaping: netem (rate + delay + loss) where the kernel
+# has it, else tbf (rate) and nftables (loss); latency then is not emulated
+# (said once).
+emu_init() {
+  # Unique names, short enough for interfaces (15 characters).
+  ID=se$$
+  SW=$ID-sw
+  TMP=$(mktemp -d /tmp/ss-emu-XXXXXX)
+  NSES=()
+  PIDS=()
+  NLINK=0
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+  NETEM=0
+  ip netns add "$SW"
+  NSES+=("$SW")
+  ip -n "$SW" link set lo up
+  if ip netns exec "$SW" tc qdisc add dev lo root netem delay 1us 2>/dev/null; then
+    NETEM=1
+    ip netns exec "$SW" tc qdisc del dev lo root
+  fi
+  if [ $NETEM = 0 ]; then
+    { [ "$DELAY" = 0 ] || [ "$DELAY" = 0us ]; } || say "no sch_netem in this kernel: --delay $DELAY not emulated (links shaped by rate only)"
+    if [ "$LOSS" != 0 ]; then
+      command -v nft >/dev/null || die "--loss needs sch_netem or nftables (apt-get install nftables)"
+    fi
+  fi
+  ip -n "$SW" link add br0 type bridge
+  ip -n "$SW" link set br0 up
+}
+
+shape() { # NS DEV
+  if [ $NETEM = 1 ]; then
+    ip netns exec "$1" tc qdisc add dev "$2" root netem delay "$DELAY" rate "$RATE" loss "$LOSS%" limit 100000
+  else
+    # burst: 1 ms at the rate (at least 64 KiB), so one packet never waits a whole period
+    local bps
+    bps=$(tc_rate_bits "$RATE")
+    local burst=$((bps / 8 / 1000))
+    [ $burst -ge 65536 ] || burst=65536
+    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst "$burst" latency 20ms
+  fi
+}
+
+# Drops PERCENT of the packets in each direction of host NS's link (eth0),
+# with nftables: a random number per packet, so the drops are independent.
+emu_loss() { # NS PERCENT
+  local per10k
+  per10k=$(awk -v p="$2" 'BEGIN { if (p !~ /^[0-9.]+$/ || p > 100) exit 1; printf "%d", p * 100 }') ||
+    die "--loss must be a percentage 0..100, not $2"
+  [ "$per10k" -gt 0 ] || return 0
+  ip netns exec "$1" nft -f - <<NFT
+table inet emu_loss {
+  chain in { type filter hook input priority 0; iifname "eth0" numgen random mod 10000 < $per10k drop; }
+  chain out { type filter hook output priority 0; oifname "eth0" numgen random mod 10000 < $per10k drop; }
+}
+NFT
+}
+
+# A partition: every packet on host NS's link is dropped (silently, as a
+# failed switch port would) until emu_heal.
+emu_cut() { # NS
+  ip netns exec "$1" nft -f - <<NFT
+table inet emu_cut {
+  chain in { type filter hook input priority -10; iifname "eth0" drop; }
+  chain out { type filter hook output priority -10; oifname "eth0" drop; }
+}
+NFT
+}
+emu_heal() { ip netns exec "$1" nft delete table inet emu_cut; }
+
+add_host() { # NS ADDRESS
+  local ns=$1 addr=$2 port=p$NLINK
+  NLINK=$((NLINK + 1))
+  ip netns add "$ns"
+  NSES+=("$ns")
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link add eth0 type veth peer name "$port" netns "$SW"
+  ip -n "$ns" addr add "$addr/16" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$SW" link set "$port" master br0
+  ip -n "$SW" link set "$port" up
+  shape "$ns" eth0    # host -> switch
+  shape "$SW" "$port" # switch -> host
+  [ $NETEM = 1 ] || [ "$LOSS" = 0 ] || emu_loss "$ns" "$LOSS"
+}
+
+wait_line() { # FILE PATTERN PID
+  for _ in $(seq 300); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    kill -0 "$3" 2>/dev/null || { cat "$1" >&2; die "a process exited at start ($1)"; }
+    sleep 0.1
+  done
+  cat "$1" >&2
+  die "no \"$2\" in $1 after 30 s"
+}
