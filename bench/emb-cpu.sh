@@ -5,14 +5,17 @@
 # table (remote, cached), or no PS (local). CPU = user + system seconds of
 # each process from /usr/bin/time; the ratio is to --emb local in the same
 # run.
-#   bash bench/emb-cpu.sh            # ROWS=200000 REPS=2
+#   bash bench/emb-cpu.sh            # ROWS=200000 REPS=2 BATCH=32 (ctr-train's default)
+#   BATCH=256 bash bench/emb-cpu.sh
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-200000}
 REPS=${REPS:-2}
+BATCH=${BATCH:-32}
 make_data "$ROWS"
 T=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
 cpu_of() { tail -1 "$1" | awk '{print $1 + $2}'; } # "user sys": /usr/bin/time -f, last line
+echo "emb-cpu: $ROWS rows, batch $BATCH, $REPS reps"
 printf '%-8s %4s %10s %12s %12s %14s %8s\n' mode rep examples trainer_cpu_s ps_cpu_s cpu_ms_per_1k ratio
 declare -A TOTAL
 for rep in $(seq "$REPS"); do
@@ -27,7 +30,7 @@ for rep in $(seq "$REPS"); do
       ps_args=(--ps "$addr" --emb-ps "$addr")
     fi
     out=$(/usr/bin/time -f "%U %S" -o "$T/tr.time" ./build/bin/ctr-train --train "out/train-$ROWS.tsv" \
-      --test out/test.tsv --sync none --emb "$mode" --progress 0 "${ps_args[@]}" 2>&1)
+      --test out/test.tsv --sync none --emb "$mode" --batch "$BATCH" --progress 0 "${ps_args[@]}" 2>&1)
     if [ "$mode" != local ]; then
       pkill -TERM -P "$pspid" # the PS, not /usr/bin/time
       wait "$pspid" || true

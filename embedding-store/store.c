@@ -479,9 +479,31 @@ ss_status ss__emb_store_table_spec(ss__emb_store *st, const char *table, ss__emb
     return SS_OK;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+/* An id that ids holds twice, found in O(n): an open-addressing set of
+ * at least 2n slots (a sort was 8% of a shard's CPU on small batches).
+ * Returns 1 and sets *dup, 0, or -1 out of memory. */
+static int find_duplicate(const uint64_t *ids, size_t n, uint64_t *dup) {
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    uint64_t *keys = malloc(cap * sizeof *keys);
+    uint8_t *used = calloc(cap, 1);
+    int found = keys && used ? 0 : -1;
+    for (size_t i = 0; found == 0 && i < n; i++) {
+        uint64_t h = ids[i] * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing: the high bits */
+        size_t j = (size_t)(h >> 32) & (cap - 1);
+        while (used[j] && keys[j] != ids[i])
+            j = (j + 1) & (cap - 1);
+        if (used[j]) {
+            *dup = ids[i];
+            found = 1;
+        }
+        used[j] = 1;
+        keys[j] = ids[i];
+    }
+    free(keys);
+    free(used);
+    return found;
 }
 
 /* The checks every row request gets. */
@@ -519,18 +541,14 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
                 return refuse(st, SS_ERR_NON_FINITE, "non_finite");
             }
     }
-    uint64_t *sorted = malloc(n * sizeof *sorted);
-    if (!sorted)
+    uint64_t dup = 0;
+    const int twice = find_duplicate(ids, n, &dup);
+    if (twice < 0)
         return SS_ERR_NO_MEMORY;
-    memcpy(sorted, ids, n * sizeof *sorted);
-    qsort(sorted, n, sizeof *sorted, cmp_u64);
-    for (size_t i = 1; i < n; i++)
-        if (sorted[i] == sorted[i - 1]) {
-            say(why, whylen, "id %llu appears more than once", (unsigned long long)sorted[i]);
-            free(sorted);
-            return refuse(st, SS_ERR_INVALID_ARGUMENT, "duplicate_ids");
-        }
-    free(sorted);
+    if (twice) {
+        say(why, whylen, "id %llu appears more than once", (unsigned long long)dup);
+        return refuse(st, SS_ERR_INVALID_ARGUMENT, "duplicate_ids");
+    }
     if (st->cfg.max_rows && !room_for_rows(st, tb, ids, n)) {
         say(why, whylen,
             "the store holds its limit of %llu rows in memory (--max-rows) and none can be "

@@ -63,6 +63,18 @@ static size_t home_of(const stripe *s, uint64_t id) {
     return (size_t)(hash_id(id) >> STRIPE_BITS) & (s->cap - 1);
 }
 
+/* find() with the id's hash already known (h = hash_id(id)). */
+static slot *find_hashed(stripe *s, uint64_t id, uint64_t h) {
+    if (s->count == 0)
+        return NULL;
+    for (size_t i = (size_t)(h >> STRIPE_BITS) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+        if (!s->slots[i].r)
+            return NULL;
+        if (s->slots[i].id == id)
+            return &s->slots[i];
+    }
+}
+
 static slot *find(stripe *s, uint64_t id) {
     if (s->count == 0)
         return NULL;
@@ -214,25 +226,48 @@ static ss_status insert_loaded(ss__emb_table *t, stripe *s, uint64_t id, const f
 }
 
 /* Runs op on every id's row; rows not resident are loaded (when load) and
- * inserted, then op runs on them under the same lock. */
+ * inserted, then op runs on them under the same lock. The ids are visited
+ * grouped by stripe (a counting sort), so each stripe's lock is taken once
+ * per call rather than once per id. */
 static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
                           void *ctx) {
-    size_t *missing = NULL, nm = 0;
+    uint64_t *hs = malloc(n * sizeof *hs);
+    size_t *order = malloc(n * sizeof *order), *missing = malloc(n * sizeof *missing), nm = 0;
+    if (!hs || !order || !missing) {
+        free(hs);
+        free(order);
+        free(missing);
+        return SS_ERR_NO_MEMORY;
+    }
+    size_t start[STRIPES + 1] = {0}, fill[STRIPES];
     for (size_t i = 0; i < n; i++) {
-        stripe *s = stripe_of(t, ids[i]);
+        hs[i] = hash_id(ids[i]);
+        start[(hs[i] & (STRIPES - 1)) + 1]++;
+    }
+    for (int b = 0; b < STRIPES; b++)
+        start[b + 1] += start[b];
+    memcpy(fill, start, sizeof fill);
+    for (size_t i = 0; i < n; i++)
+        order[fill[hs[i] & (STRIPES - 1)]++] = i;
+    for (int b = 0; b < STRIPES; b++) {
+        if (start[b] == start[b + 1])
+            continue;
+        stripe *s = &t->s[b];
         pthread_mutex_lock(&s->lock);
-        slot *sl = find(s, ids[i]);
-        if (sl) {
-            sl->r->ref = 1;
-            op(t, s, sl, i, ctx);
+        for (size_t k = start[b]; k < start[b + 1]; k++) {
+            const size_t i = order[k];
+            slot *sl = find_hashed(s, ids[i], hs[i]);
+            if (sl) {
+                sl->r->ref = 1;
+                op(t, s, sl, i, ctx);
+            } else if (load) {
+                missing[nm++] = i;
+            }
         }
         pthread_mutex_unlock(&s->lock);
-        if (!sl && load) {
-            if (!missing && !(missing = malloc(n * sizeof *missing)))
-                return SS_ERR_NO_MEMORY;
-            missing[nm++] = i;
-        }
     }
+    free(hs);
+    free(order);
     if (nm == 0) {
         free(missing);
         return SS_OK;

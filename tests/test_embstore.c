@@ -418,6 +418,21 @@ START_TEST(test_bad_input_refused_counted_unchanged) {
     ck_assert_int_eq(ss__emb_store_lookup(st, "t", dup, 4, out, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(m, "duplicate_ids"), 2);
+    /* A large batch: 4096 distinct ids pass the duplicate check (its hash
+     * set then holds collisions: a lookup, so no push is counted); the same
+     * batch with one id repeated far apart is refused, naming that id. */
+    static uint64_t big[4096];
+    static float big_g[4096 * 4], big_out[4096 * 4]; /* zero gradients */
+    for (int i = 0; i < 4096; i++)
+        big[i] = (uint64_t)i * 1000003u + ((uint64_t)i << 40);
+    ck_assert_int_eq(ss__emb_store_lookup(st, "t", big, 4096, big_out, why, sizeof why), SS_OK);
+    big[4095] = big[17];
+    ck_assert_int_eq(ss__emb_store_push(st, "t", big, 4096, big_g, why, sizeof why),
+                     SS_ERR_INVALID_ARGUMENT);
+    char want[64];
+    snprintf(want, sizeof want, "id %llu appears more than once", (unsigned long long)big[17]);
+    ck_assert_ptr_nonnull(strstr(why, want));
+    ck_assert_uint_eq(rejected(m, "duplicate_ids"), 3);
 
     g[13] = NAN;
     ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 4, g, why, sizeof why), SS_ERR_NON_FINITE);
