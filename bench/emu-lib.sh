@@ -44,7 +44,7 @@ emu_init() {
   # Unique names, short enough for interfaces (15 characters).
   ID=se$$
   SW=$ID-sw
-  TMP=$(mktemp -d /tmp/ss-emu-XXXXXX)
+  TMP=$(mktemp -d "/tmp/ss-emu-$ID-XXXXXX") # the run's processes name it: tests find them
   NSES=()
   PIDS=()
   NLINK=0

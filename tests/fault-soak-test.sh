@@ -11,11 +11,16 @@ set -euo pipefail
 export SS_BIN=$1
 script=$2/bench/fault-soak.sh
 [ "$(id -u)" = 0 ] || { echo "fault-soak-test: needs root (network namespaces)" >&2; exit 1; }
-before=$(ip netns list | sort)
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 
-out=$(bash "$script" --ps 2 --hosts 2 --per-host 1 --dense-floats 65536 --seconds 24 --every 8 \
-  --partition 3 --seed 1)
+# In the background, to know its PID: its namespaces are se<PID>-*, its
+# files /tmp/ss-emu-se<PID>-*; other tests may run clusters meanwhile.
+bash "$script" --ps 2 --hosts 2 --per-host 1 --dense-floats 65536 --seconds 24 --every 8 \
+  --partition 3 --seed 1 >"${TMPDIR:-/tmp}/fault-soak-test.$$" &
+pid=$!
+wait $pid || { cat "${TMPDIR:-/tmp}/fault-soak-test.$$"; rm -f "${TMPDIR:-/tmp}/fault-soak-test.$$"; exit 1; }
+out=$(cat "${TMPDIR:-/tmp}/fault-soak-test.$$")
+rm -f "${TMPDIR:-/tmp}/fault-soak-test.$$"
 echo "$out"
 sum=$(grep '^fault-soak: algo=' <<<"$out")
 [ "$(field "$sum" events)" = 3 ] || { echo "want 2 kills and a partition" >&2; exit 1; }
@@ -27,6 +32,6 @@ awk -v d="$(field "$sum" replica_rel_dist)" 'BEGIN { exit !(d + 0 < 1e-3) }' ||
 # every trainer that ran to the end trained: a stall shorter than the run
 awk -v s="$(field "$sum" longest_stall_ms)" 'BEGIN { exit !(s + 0 > 0 && s + 0 < 24000) }' ||
   { echo "no trainer reported its steps" >&2; exit 1; }
-[ "$(ip netns list | sort)" = "$before" ] || { echo "namespaces left behind" >&2; exit 1; }
-! pgrep -f "ss-emu-" >/dev/null || { echo "processes left behind" >&2; exit 1; }
+! ip netns list | grep -q "^se$pid-" || { echo "namespaces left behind" >&2; exit 1; }
+! pgrep -f "ss-emu-se$pid-" >/dev/null || { echo "processes left behind" >&2; pgrep -fa "ss-emu-se$pid-" >&2; exit 1; }
 echo "fault-soak test: kills, loss and a partition; nothing acknowledged was lost, replicas agree"
