@@ -103,8 +103,6 @@ tc_rate_bits "$RATE" >/dev/null     # a bad --rate stops here
 
 emu_init
 
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
-export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
 
 SYNC_PIDS=() # role:pid of the PS and agents, for their CPU time
 PS_LIST=

@@ -37,9 +37,10 @@ cleanup() {
   rm -rf "$TMP"
 }
 
-# Creates the switch. Shaping: netem (rate + delay + loss) where the kernel
-# has it, else tbf (rate) and nftables (loss); latency then is not emulated
-# (said once).
+# Creates the switch and the run's token ($TMP/token). Shaping: netem
+# (rate + delay + loss) where the kernel has it, else tbf (rate) and
+# nftables (loss); latency then is not emulated (said once: these kernels
+# have neither netem nor fq, whose departure times could delay packets).
 emu_init() {
   # Unique names, short enough for interfaces (15 characters).
   ID=se$$
@@ -66,6 +67,10 @@ emu_init() {
   fi
   ip -n "$SW" link add br0 type bridge
   ip -n "$SW" link set br0 up
+  # The hosts' addresses are not loopback, so the PS needs a token: a fresh
+  # one per run, which every client reads from the same variable.
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
+  export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
 }
 
 shape() { # NS DEV

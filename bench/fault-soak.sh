@@ -95,8 +95,6 @@ tc_rate_bits "$RATE" >/dev/null
 RANDOM=$SEED
 
 emu_init
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
-export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
 now_ms() { date +%s%3N; }
 # The processes by role and index; a restart replaces the entry.
 declare -A PID

@@ -26,8 +26,6 @@ tcp=$(ip netns exec "$ID-c0" iperf3 -c 198.18.1.1 -p 5299 -t 3 --bidir -J | pyth
 import json, sys
 d = json.load(sys.stdin)["end"]
 print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_second"]) / 1e9)')
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
-export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token
 ip netns exec "$ID-p0" "$BIN/shadowsync-ps" --listen 198.18.1.1:7070 --http "" --threads 2 \
   --auth-token-file "$TMP/token" >"$TMP/ps.log" 2>&1 &
 PIDS+=($!)
