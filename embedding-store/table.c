@@ -76,14 +76,7 @@ static slot *find_hashed(stripe *s, uint64_t id, uint64_t h) {
 }
 
 static slot *find(stripe *s, uint64_t id) {
-    if (s->count == 0)
-        return NULL;
-    for (size_t i = home_of(s, id);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->slots[i].r)
-            return NULL;
-        if (s->slots[i].id == id)
-            return &s->slots[i];
-    }
+    return find_hashed(s, id, hash_id(id));
 }
 
 static ss_status grow(stripe *s) {
@@ -231,6 +224,8 @@ static ss_status insert_loaded(ss__emb_table *t, stripe *s, uint64_t id, const f
  * per call rather than once per id. */
 static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
                           void *ctx) {
+    if (n == 0)
+        return SS_OK; /* nothing to do (and malloc(0) may be NULL) */
     uint64_t *hs = malloc(n * sizeof *hs);
     size_t *order = malloc(n * sizeof *order), *missing = malloc(n * sizeof *missing), nm = 0;
     if (!hs || !order || !missing) {

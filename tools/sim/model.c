@@ -27,9 +27,8 @@ typedef struct chunk_op {
 /* An S-MA/S-BMUF round being gathered for one chunk group. */
 typedef struct ma_round {
     chunk_op **ops;
-    uint32_t arrived, accumulated, cap;
+    uint32_t arrived, cap;
     uint64_t id;
-    int deadline_passed;
 } ma_round;
 
 typedef struct ps_shard {
@@ -47,7 +46,7 @@ typedef struct chunk_group {
 
 struct trainer {
     model *m;
-    uint32_t index, host;
+    uint32_t host;
     uint64_t steps, last_iter;
     double deadline, round_start;
     int in_round;
@@ -187,8 +186,7 @@ static void ma_close(chunk_group *g) {
     const uint32_t n = r->arrived;
     /* A new round starts empty; the closed one's members get their reply. */
     r->ops = NULL;
-    r->arrived = r->accumulated = r->cap = 0;
-    r->deadline_passed = 0;
+    r->arrived = r->cap = 0;
     r->id++;
     for (uint32_t i = 0; i < n; i++)
         op_step(g->m->sim, ops[i]);
@@ -198,10 +196,8 @@ static void ma_close(chunk_group *g) {
 /* The event's tag: the round it was set for. */
 static void ma_deadline(ss_sim *sim, void *arg) {
     chunk_group *g = arg;
-    if (ss_sim_tag(sim) == g->round.id && g->round.arrived > 0) {
-        g->round.deadline_passed = 1;
+    if (ss_sim_tag(sim) == g->round.id && g->round.arrived > 0)
         ma_close(g);
-    }
 }
 
 /* op's snapshot arrived and was accumulated: the round closes when every
@@ -512,7 +508,6 @@ ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const cha
     for (uint32_t i = 0; ok && i < cfg->trainers; i++) {
         trainer *t = &m.trainers[i];
         t->m = &m;
-        t->index = i;
         t->host = i / cfg->per_host;
         t->ops = calloc(m.ngroups, sizeof *t->ops);
         t->thread = ss_sim_gate_create(m.sim, 1);
