@@ -18,19 +18,23 @@ static const ss__program program = {
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     const char *ps = "127.0.0.1:7070";
-    int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS;
+    int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS,
+            window = SS_GRPC_WINDOW;
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "shadowsync-ps shards, host:port,...", NULL, 0, 0},
         {"floats", SS_FLAG_INT, &floats, "group size in floats", NULL, 1, 1 << 28},
         {"reps", SS_FLAG_INT, &reps, "timed rounds", NULL, 1, 1e6},
         {"warmup", SS_FLAG_INT, &warmup, "untimed rounds first", NULL, 0, 1e6},
         {"chunk-floats", SS_FLAG_INT, &chunk, "floats per chunk call", NULL, 1, 64 << 20},
+        {"window", SS_FLAG_INT, &window, "chunk calls in flight per shard", NULL, 1, 1 << 20},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
-    ss__grpc_transport_config cfg = {
-        .targets = ps, .timeout_ms = 60000, .chunk_floats = (size_t)chunk};
+    ss__grpc_transport_config cfg = {.targets = ps,
+                                     .timeout_ms = 60000,
+                                     .chunk_floats = (size_t)chunk,
+                                     .window = (uint32_t)window};
     ss__transport *t;
     ss_status st = ss__grpc_transport_create(&cfg, &t);
     size_t n = (size_t)floats;

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "rpc/auth.h"
+#include "rpc/message.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 
@@ -127,29 +128,12 @@ typedef struct call_state {
 } call_state;
 
 /* Copies a received message into one malloc'd buffer. */
-static ss_status take_message(grpc_byte_buffer *recv, uint8_t **out, size_t *out_len) {
-    size_t n = recv ? grpc_byte_buffer_length(recv) : 0;
+static ss_status take_message(const ss__rpc_message *msg, uint8_t **out, size_t *out_len) {
+    size_t n = ss__rpc_message_length(msg);
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf)
         return SS_ERR_NO_MEMORY;
-    size_t at = 0;
-    if (recv) {
-        grpc_byte_buffer_reader r;
-        if (!grpc_byte_buffer_reader_init(&r, recv)) {
-            free(buf);
-            return SS_ERR_PARSE;
-        }
-        grpc_slice sl;
-        while (grpc_byte_buffer_reader_next(&r, &sl)) {
-            size_t k = GRPC_SLICE_LENGTH(sl);
-            if (at + k <= n)
-                memcpy(buf + at, GRPC_SLICE_START_PTR(sl), k);
-            at += k;
-            grpc_slice_unref(sl);
-        }
-        grpc_byte_buffer_reader_destroy(&r);
-    }
-    if (at != n) {
+    if (!ss__rpc_message_copy(msg, 0, buf, n)) {
         free(buf);
         return SS_ERR_PARSE;
     }
@@ -218,8 +202,15 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
             snprintf(rq->msg, sizeof rq->msg, "%s", text);
         gpr_free(text);
     }
-    if (rq->status == SS_OK)
-        rq->status = take_message(cs->recv, &rq->resp, &rq->resp_len);
+    if (rq->status == SS_OK) {
+        ss__rpc_message msg;
+        rq->status = ss__rpc_message_open(cs->recv, &msg);
+        if (rq->status == SS_OK) {
+            rq->status = rq->on_reply ? rq->on_reply(rq, &msg, rq->on_reply_arg)
+                                      : take_message(&msg, &rq->resp, &rq->resp_len);
+            ss__rpc_message_close(&msg);
+        }
+    }
     if (cs->recv)
         grpc_byte_buffer_destroy(cs->recv);
     grpc_byte_buffer_destroy(cs->send);
@@ -231,8 +222,45 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
     grpc_call_unref(cs->call);
 }
 
-ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
-                            bool wait_for_ready) {
+/* The calls of one channel, started in order, at most `window` at once. */
+typedef struct channel_queue {
+    const ss__rpc_channel *ch;
+    size_t next;      /* the next call of calls[] to look at */
+    size_t in_flight; /* started, not yet ended */
+} channel_queue;
+
+typedef struct batch {
+    ss__rpc_request *calls;
+    call_state *cs;
+    size_t n;
+    channel_queue *queues;
+    size_t *queue_of; /* call -> its channel's queue */
+    grpc_completion_queue *cq;
+    gpr_timespec deadline;
+    bool wait_for_ready;
+    size_t ended; /* calls whose status is final */
+} batch;
+
+/* Starts calls of queue q until it has `window` in flight or none left. A
+ * call that cannot start has ended (its status says why). */
+static void fill_queue(batch *b, size_t q, uint32_t window) {
+    channel_queue *cq = &b->queues[q];
+    while (cq->next < b->n && (window == 0 || cq->in_flight < window)) {
+        size_t i = cq->next++;
+        if (b->queue_of[i] != q)
+            continue;
+        start_call(&b->calls[i], &b->cs[i], b->cq, b->deadline, b->wait_for_ready);
+        if (b->cs[i].started) {
+            cq->in_flight++;
+        } else {
+            finish_call(&b->calls[i], &b->cs[i], false);
+            b->ended++;
+        }
+    }
+}
+
+ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
+                                bool wait_for_ready, uint32_t window) {
     if ((!calls && n) || timeout_ms == 0)
         return SS_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < n; i++) {
@@ -245,35 +273,59 @@ ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_m
     }
     if (n == 0)
         return SS_OK;
-    call_state *cs = calloc(n, sizeof *cs);
-    if (!cs)
+    batch b = {.calls = calls, .n = n, .wait_for_ready = wait_for_ready};
+    b.cs = calloc(n, sizeof *b.cs);
+    b.queues = calloc(n, sizeof *b.queues);
+    b.queue_of = calloc(n, sizeof *b.queue_of);
+    if (!b.cs || !b.queues || !b.queue_of) {
+        free(b.cs);
+        free(b.queues);
+        free(b.queue_of);
         return SS_ERR_NO_MEMORY;
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                         gpr_time_from_millis((int64_t)timeout_ms, GPR_TIMESPAN));
-    /* All calls in flight at once: shards answer in parallel and the
-     * chunks of one shard share its connection's window. */
-    for (size_t i = 0; i < n; i++)
-        start_call(&calls[i], &cs[i], cq, deadline, wait_for_ready);
-    for (size_t i = 0; i < n; i++) {
-        bool success = false;
-        if (cs[i].started) {
-            grpc_event ev =
-                grpc_completion_queue_pluck(cq, &cs[i], gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-            success = ev.type == GRPC_OP_COMPLETE && ev.success;
-        }
-        finish_call(&calls[i], &cs[i], success);
     }
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+    size_t nqueues = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t q = 0;
+        while (q < nqueues && b.queues[q].ch != calls[i].ch)
+            q++;
+        if (q == nqueues)
+            b.queues[nqueues++] = (channel_queue){.ch = calls[i].ch, .next = i};
+        b.queue_of[i] = q;
+    }
+    b.cq = grpc_completion_queue_create_for_next(NULL);
+    b.deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                              gpr_time_from_millis((int64_t)timeout_ms, GPR_TIMESPAN));
+    for (size_t q = 0; q < nqueues; q++)
+        fill_queue(&b, q, window);
+    /* Each started call ends with exactly one event (its deadline bounds
+     * it); the calls are ours, so their tags are their states. */
+    while (b.ended < n) {
+        grpc_event ev = grpc_completion_queue_next(b.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        size_t i = (size_t)((call_state *)ev.tag - b.cs);
+        finish_call(&calls[i], &b.cs[i], ev.success);
+        b.ended++;
+        b.queues[b.queue_of[i]].in_flight--;
+        fill_queue(&b, b.queue_of[i], window);
+    }
+    grpc_completion_queue_shutdown(b.cq);
+    while (grpc_completion_queue_next(b.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN) {
     }
-    grpc_completion_queue_destroy(cq);
-    free(cs);
+    grpc_completion_queue_destroy(b.cq);
+    free(b.cs);
+    free(b.queues);
+    free(b.queue_of);
     ss_status first = SS_OK;
     for (size_t i = 0; i < n && first == SS_OK; i++)
         first = calls[i].status;
     return first;
+}
+
+ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
+                            bool wait_for_ready) {
+    return ss__rpc_call_windowed(calls, n, timeout_ms, wait_for_ready, 0);
 }
 
 ss_status ss__rpc_call(ss__rpc_channel *ch, const char *method, const uint8_t *req, size_t len,

@@ -39,6 +39,7 @@ typedef struct grpc_tp {
     ss__rpc_channel *ch[SS_GRPC_MAX_SHARDS];
     uint32_t nshards;
     size_t chunk;
+    uint32_t window;
     uint32_t timeout_ms, round_wait_ms, retries;
     pthread_mutex_t lock; /* guards members and next_id */
     membership *members;
@@ -138,8 +139,8 @@ typedef struct fanout {
 } fanout;
 
 static ss_status fanout_init(fanout *f, size_t n) {
-    f->n = n;
     f->rq = calloc(n ? n : 1, sizeof *f->rq);
+    f->n = f->rq ? n : 0;
     return f->rq ? SS_OK : SS_ERR_NO_MEMORY;
 }
 
@@ -161,10 +162,10 @@ static void fanout_free(fanout *f) {
 /* Runs the fan-out; idempotent ones are retried on UNAVAILABLE with
  * backoff (50 ms, doubling), a fresh deadline each time. */
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
-    ss_status st = ss__rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
+    ss_status st = ss__rpc_call_windowed(f->rq, f->n, timeout_ms, WAIT_FOR_READY, t->window);
     for (uint32_t attempt = 0; idempotent && st == SS_ERR_IO && attempt < t->retries; attempt++) {
         ss__sleep_ns(50000000ull << (attempt < 5 ? attempt : 5));
-        st = ss__rpc_call_many(f->rq, f->n, timeout_ms, WAIT_FOR_READY);
+        st = ss__rpc_call_windowed(f->rq, f->n, timeout_ms, WAIT_FOR_READY, t->window);
     }
     return st;
 }
@@ -267,16 +268,37 @@ static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
     return SS_OK;
 }
 
-/* Builds one request per chunk of m with build(i) and runs them. */
+/* How the replies of a bulk fan-out are read, each as it arrives: the
+ * floats of chunk i go to out at its place, straight from gRPC's slices. */
+typedef struct bulk_reader {
+    const part *parts;
+    const ss__rpc_request *first; /* the fan-out's calls: chunk i = rq - first */
+    float *out;
+    const ProtobufCMessageDescriptor *desc; /* the reply type */
+    uint32_t field;                         /* its float field, by number */
+    size_t field_offset;                    /* and in the unpacked struct */
+    /* Optional: sees each reply's small fields (a round's number). */
+    void (*small)(const ProtobufCMessage *m, void *arg);
+    void *small_arg;
+} bulk_reader;
+static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg);
+
+/* Builds one request per chunk of m with build(i) and runs them; br
+ * (optional) reads each reply as it arrives (read_bulk_reply). */
 typedef uint8_t *(*build_fn)(const membership *m, size_t i, const void *arg, size_t *len,
                              ss__rpc_request *rq);
 
 static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_fn build,
-                     const void *arg, uint32_t timeout_ms, bool idempotent, fanout *f) {
+                     const void *arg, bulk_reader *br, uint32_t timeout_ms, bool idempotent,
+                     fanout *f) {
     ss_status st = fanout_init(f, m->nparts);
+    if (br)
+        br->first = f->rq;
     for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
         f->rq[i].ch = t->ch[m->parts[i].shard];
         f->rq[i].method = method;
+        f->rq[i].on_reply = br ? read_bulk_reply : NULL;
+        f->rq[i].on_reply_arg = br;
         f->rq[i].req = build(m, i, arg, &f->rq[i].len, &f->rq[i]);
         if (!f->rq[i].req)
             st = SS_ERR_NO_MEMORY;
@@ -286,12 +308,50 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     return st;
 }
 
-/* Copies a reply's float payload for chunk i into out, checking its size. */
-static ss_status take_floats(const ProtobufCBinaryData *b, const part *p, float *out) {
-    if (b->len != p->n * sizeof(float))
-        return SS_ERR_SIZE_MISMATCH;
-    memcpy(out + p->lo, b->data, b->len);
-    return SS_OK;
+/* A reply's small fields and the float field's tag and length fit in its
+ * first bytes (pb_wire.h): read them, then the floats where they lie. */
+#define REPLY_HEAD_PEEK 128
+
+static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
+    const bulk_reader *br = arg;
+    const part *p = &br->parts[rq - br->first];
+    const size_t want = p->n * sizeof(float);
+    const size_t len = ss__rpc_message_length(msg);
+    const size_t have = len < REPLY_HEAD_PEEK ? len : REPLY_HEAD_PEEK;
+    uint8_t head[REPLY_HEAD_PEEK];
+    size_t prefix, off;
+    if (ss__rpc_message_copy(msg, 0, head, have) &&
+        ss__pb_find_trailing_bytes_in(head, have, len, br->field, &prefix, &off)) {
+        if (len - off != want)
+            return SS_ERR_SIZE_MISMATCH;
+        ProtobufCMessage *m = protobuf_c_message_unpack(br->desc, NULL, prefix, head);
+        if (!m)
+            return SS_ERR_PARSE;
+        if (br->small)
+            br->small(m, br->small_arg);
+        protobuf_c_message_free_unpacked(m, NULL);
+        return ss__rpc_message_copy(msg, off, br->out + p->lo, want) ? SS_OK : SS_ERR_PARSE;
+    }
+    /* Another field order (another server): the ordinary path. */
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    ss_status st = SS_ERR_PARSE;
+    ProtobufCMessage *m = NULL;
+    if (ss__rpc_message_copy(msg, 0, buf, len) &&
+        (m = protobuf_c_message_unpack(br->desc, NULL, len, buf))) {
+        const ProtobufCBinaryData *b =
+            (const ProtobufCBinaryData *)(const void *)((const char *)m + br->field_offset);
+        st = b->len == want ? SS_OK : SS_ERR_SIZE_MISMATCH;
+        if (st == SS_OK) {
+            memcpy(br->out + p->lo, b->data, want);
+            if (br->small)
+                br->small(m, br->small_arg);
+        }
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+    free(buf);
+    return st;
 }
 
 typedef struct easgd_arg {
@@ -312,61 +372,31 @@ static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size
     return pack_bulk_head(&req.base, 4, rq->payload_len, len);
 }
 
-/* Copies the bulk field `field` of reply i straight into out at the
- * chunk's place when it is the reply's last field (pb_wire.h), the small
- * fields before it unpacked into *head (desc; NULL desc: there must be
- * none). false: take the ordinary path. */
-static bool take_bulk(const ss__rpc_request *rq, uint32_t field, const part *p, float *out,
-                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **head,
-                      ss_status *st) {
-    size_t prefix, off;
-    if (!ss__pb_find_trailing_bytes(rq->resp, rq->resp_len, field, &prefix, &off) ||
-        (!desc && prefix != 0))
-        return false;
-    if (desc && !(*head = protobuf_c_message_unpack(desc, NULL, prefix, rq->resp)))
-        return false;
-    if (rq->resp_len - off != p->n * sizeof(float)) {
-        *st = SS_ERR_SIZE_MISMATCH;
-        return true;
-    }
-    memcpy(out + p->lo, rq->resp + off, rq->resp_len - off);
-    *st = SS_OK;
-    return true;
-}
-
 static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
                           float alpha, float *d, size_t n) {
     grpc_tp *t = impl;
     const membership *m;
     ss_status st = bulk_member(t, group, member, n, &m);
-    if (st != SS_OK)
+    if (st != SS_OK) {
+        memset(d, 0, n * sizeof *d);
         return st;
+    }
     easgd_arg a = {s, alpha};
     fanout f;
-    st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, t->timeout_ms, false, &f);
-    /* Every chunk that came back was applied on its server: its delta goes
-     * to the caller even when another chunk failed (d stays zero there). */
-    for (size_t i = 0; i < m->nparts; i++) {
-        if (!f.rq[i].resp || f.rq[i].status != SS_OK)
-            continue;
-        ss_status taken;
-        if (take_bulk(&f.rq[i], 1, &m->parts[i], d, NULL, NULL, &taken)) {
-            if (st == SS_OK)
-                st = taken;
-            continue;
-        }
-        Shadowsync__V1__EasgdReply *r =
-            shadowsync__v1__easgd_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
-        taken = r ? take_floats(&r->delta, &m->parts[i], d) : SS_ERR_PARSE;
-        if (st == SS_OK)
-            st = taken;
-        if (r)
-            shadowsync__v1__easgd_reply__free_unpacked(r, NULL);
-    }
+    bulk_reader br = {.parts = m->parts,
+                      .out = d,
+                      .desc = &shadowsync__v1__easgd_reply__descriptor,
+                      .field = 1,
+                      .field_offset = offsetof(Shadowsync__V1__EasgdReply, delta)};
+    st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, &br, t->timeout_ms, false, &f);
+    /* Every chunk that came back was applied on its server and its delta
+     * is in d; the others applied nothing: zero there (the contract). */
+    for (size_t i = 0; i < m->nparts; i++)
+        if (i >= f.n || f.rq[i].status != SS_OK)
+            memset(d + m->parts[i].lo, 0, m->parts[i].n * sizeof *d);
     fanout_free(&f);
     return st;
 }
-
 typedef struct round_arg {
     const float *s;
     const ss__bmuf_params *bmuf; /* NULL: S-MA */
@@ -389,6 +419,17 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
     return pack_bulk_head(&req.base, 3, rq->payload_len, len);
 }
 
+/* Chunks close their rounds independently (a deadline may close one
+ * without a member the next one waited for): report the smallest. */
+static void round_numbers(const ProtobufCMessage *msg, void *arg) {
+    const Shadowsync__V1__RoundReply *r = (const Shadowsync__V1__RoundReply *)msg;
+    ss__round_result *result = arg;
+    if (r->round < result->round)
+        result->round = r->round;
+    if (r->participants < result->participants)
+        result->participants = r->participants;
+}
+
 static ss_status tp_round(void *impl, const char *group, uint64_t member, const float *s,
                           const ss__bmuf_params *bmuf, float *avg, size_t n,
                           ss__round_result *result) {
@@ -397,31 +438,19 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
     ss_status st = bulk_member(t, group, member, n, &m);
     if (st != SS_OK)
         return st;
-    fanout f;
-    round_arg a = {s, bmuf};
-    st = fan(t, m, SS_DENSE_M_ROUND, build_round, &a, t->timeout_ms + t->round_wait_ms, false, &f);
-    /* Chunks close their rounds independently (a deadline may close one
-     * without a member the next one waited for): report the smallest. */
     result->round = UINT64_MAX;
     result->participants = UINT32_MAX;
-    for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
-        ProtobufCMessage *head = NULL;
-        Shadowsync__V1__RoundReply *r;
-        if (take_bulk(&f.rq[i], 3, &m->parts[i], avg, &shadowsync__v1__round_reply__descriptor,
-                      &head, &st)) {
-            r = (Shadowsync__V1__RoundReply *)head;
-        } else {
-            r = shadowsync__v1__round_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
-            st = r ? take_floats(&r->mean, &m->parts[i], avg) : SS_ERR_PARSE;
-        }
-        if (r) {
-            if (r->round < result->round)
-                result->round = r->round;
-            if (r->participants < result->participants)
-                result->participants = r->participants;
-            shadowsync__v1__round_reply__free_unpacked(r, NULL);
-        }
-    }
+    fanout f;
+    round_arg a = {s, bmuf};
+    bulk_reader br = {.parts = m->parts,
+                      .out = avg,
+                      .desc = &shadowsync__v1__round_reply__descriptor,
+                      .field = 3,
+                      .field_offset = offsetof(Shadowsync__V1__RoundReply, mean),
+                      .small = round_numbers,
+                      .small_arg = result};
+    st = fan(t, m, SS_DENSE_M_ROUND, build_round, &a, &br, t->timeout_ms + t->round_wait_ms, false,
+             &f);
     fanout_free(&f);
     return st;
 }
@@ -444,14 +473,12 @@ static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
     if (st != SS_OK)
         return st;
     fanout f;
-    st = fan(t, &m, SS_DENSE_M_CENTRAL, build_central, NULL, t->timeout_ms, true, &f);
-    for (size_t i = 0; st == SS_OK && i < m.nparts; i++) {
-        Shadowsync__V1__ReadCentralReply *r =
-            shadowsync__v1__read_central_reply__unpack(NULL, f.rq[i].resp_len, f.rq[i].resp);
-        st = r ? take_floats(&r->central, &m.parts[i], c) : SS_ERR_PARSE;
-        if (r)
-            shadowsync__v1__read_central_reply__free_unpacked(r, NULL);
-    }
+    bulk_reader br = {.parts = m.parts,
+                      .out = c,
+                      .desc = &shadowsync__v1__read_central_reply__descriptor,
+                      .field = 1,
+                      .field_offset = offsetof(Shadowsync__V1__ReadCentralReply, central)};
+    st = fan(t, &m, SS_DENSE_M_CENTRAL, build_central, NULL, &br, t->timeout_ms, true, &f);
     fanout_free(&f);
     free(m.parts);
     return st;
@@ -473,7 +500,8 @@ static ss_status tp_heartbeat(void *impl, const char *group, uint64_t member) {
     if (!m)
         return SS_ERR_NOT_FOUND;
     fanout f;
-    ss_status st = fan(t, m, SS_DENSE_M_HEARTBEAT, build_heartbeat, NULL, t->timeout_ms, true, &f);
+    ss_status st =
+        fan(t, m, SS_DENSE_M_HEARTBEAT, build_heartbeat, NULL, NULL, t->timeout_ms, true, &f);
     fanout_free(&f);
     return st;
 }
@@ -518,6 +546,7 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->round_wait_ms = cfg->round_wait_ms;
     t->retries = cfg->retries;
     t->chunk = cfg->chunk_floats ? cfg->chunk_floats : SS_GRPC_CHUNK_FLOATS;
+    t->window = cfg->window ? cfg->window : SS_GRPC_WINDOW;
     t->next_id = 1;
     ss_status st = SS_OK;
     char *list = strdup(cfg->targets), *save = NULL;

@@ -13,6 +13,11 @@
  * member of a group must use the same value (it names the chunks). */
 #define SS_GRPC_CHUNK_FLOATS (1u << 18)
 #define SS_GRPC_MAX_SHARDS   64
+/* Chunk calls in flight per shard when the config gives none: enough that
+ * the server answers one chunk while the next ones are on their way up
+ * (both directions of the link busy at once), few enough that a chunk's
+ * upload is not interleaved with every other chunk's (BENCHMARKS.md). */
+#define SS_GRPC_WINDOW 4
 
 typedef struct ss__grpc_transport_config {
     /* "host:port[,host:port...]": the S shadowsync-ps shards, in the same
@@ -22,6 +27,7 @@ typedef struct ss__grpc_transport_config {
     uint32_t timeout_ms; /* per call; RoundMean adds round_wait_ms */
     uint32_t round_wait_ms;
     size_t chunk_floats;    /* 0 = SS_GRPC_CHUNK_FLOATS */
+    uint32_t window;        /* chunk calls in flight per shard; 0 = SS_GRPC_WINDOW */
     uint32_t retries;       /* idempotent calls (ReadCentral, Heartbeat, Leave)
                                retried this often on UNAVAILABLE, with backoff */
     const ss__rpc_tls *tls; /* optional */

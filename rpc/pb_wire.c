@@ -35,47 +35,54 @@ static bool get_varint(const uint8_t *buf, size_t len, size_t *at, uint64_t *v) 
     return false;
 }
 
-bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, size_t *prefix_len,
-                                size_t *payload_off) {
-    size_t at = 0, found = 0, tag_at = 0, data_at = 0, end_at = 0;
-    if (!buf || field == 0)
+bool ss__pb_find_trailing_bytes_in(const uint8_t *buf, size_t have, size_t len, uint32_t field,
+                                   size_t *prefix_len, size_t *payload_off) {
+    size_t at = 0;
+    bool seen = false; /* the field before its last occurrence: not ours */
+    if (!buf || field == 0 || have > len)
         return false;
-    while (at < len) {
+    while (at < have) {
         const size_t start = at;
         uint64_t tag, v;
-        if (!get_varint(buf, len, &at, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
+        if (!get_varint(buf, have, &at, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
+            return false;
+        if ((tag >> 3) == field && (tag & 7) != 2)
             return false;
         switch (tag & 7) {
         case 0: /* varint */
-            if (!get_varint(buf, len, &at, &v))
+            if (!get_varint(buf, have, &at, &v))
                 return false;
             break;
         case 1: /* 64-bit */
         case 5: /* 32-bit */
-            if (len - at < ((tag & 7) == 1 ? 8u : 4u))
+            if (have - at < ((tag & 7) == 1 ? 8u : 4u))
                 return false;
             at += (tag & 7) == 1 ? 8 : 4;
             break;
         case 2: /* length-delimited */
-            if (!get_varint(buf, len, &at, &v) || v > len - at)
+            if (!get_varint(buf, have, &at, &v) || v > len - at)
                 return false;
-            if ((tag >> 3) == field) {
-                found++;
-                tag_at = start;
-                data_at = at;
-                end_at = at + (size_t)v;
+            if ((tag >> 3) == field && at + v == len) { /* the last field of the message */
+                if (seen)
+                    return false;
+                *prefix_len = start;
+                *payload_off = at;
+                return true;
             }
+            if ((tag >> 3) == field)
+                seen = true;
+            if (v > have - at)
+                return false; /* runs past what we have, and is not the field */
             at += (size_t)v;
             break;
         default: /* groups (3, 4) and unknown types: not ours */
             return false;
         }
-        if ((tag >> 3) == field && (tag & 7) != 2)
-            return false;
     }
-    if (found != 1 || end_at != len)
-        return false;
-    *prefix_len = tag_at;
-    *payload_off = data_at;
-    return true;
+    return false;
+}
+
+bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, size_t *prefix_len,
+                                size_t *payload_off) {
+    return ss__pb_find_trailing_bytes_in(buf, len, len, field, prefix_len, payload_off);
 }

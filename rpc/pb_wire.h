@@ -32,4 +32,11 @@ size_t ss__pb_bytes_header(uint32_t field, uint64_t len, uint8_t *out);
 bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, size_t *prefix_len,
                                 size_t *payload_off);
 
+/* The same from the first `have` bytes of a message of len bytes (a
+ * reply still in gRPC's slices): true when F's tag and length lie within
+ * them and F runs to len. false also when a field before F runs past
+ * `have` (read more, or take the ordinary path). */
+bool ss__pb_find_trailing_bytes_in(const uint8_t *buf, size_t have, size_t len, uint32_t field,
+                                   size_t *prefix_len, size_t *payload_off);
+
 #endif

@@ -105,6 +105,20 @@ ss_status ss__rpc_call(ss__rpc_channel *ch, const char *method, const uint8_t *r
                        uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
                        char *msg, size_t msglen);
 
+/* A received message read where gRPC keeps it (its slices), without
+ * gathering it into one buffer first (rpc/message.c). */
+typedef struct ss__rpc_message ss__rpc_message;
+size_t ss__rpc_message_length(const ss__rpc_message *m);
+/* Copies bytes [off, off + len) of m into dst; false when they are not all
+ * inside m. */
+bool ss__rpc_message_copy(const ss__rpc_message *m, size_t off, void *dst, size_t len);
+
+struct ss__rpc_request;
+/* Called with a call's reply as soon as it arrives, while the other calls
+ * of its batch may still be in flight; returns the call's status. */
+typedef ss_status (*ss__rpc_on_reply)(struct ss__rpc_request *rq, const ss__rpc_message *reply,
+                                      void *arg);
+
 /* One call of a batch: in fields set by the caller, out fields by
  * ss__rpc_call_many. */
 typedef struct ss__rpc_request {
@@ -116,6 +130,10 @@ typedef struct ss__rpc_request {
      * they outlive the call): a bulk payload (rpc/pb_wire.h). */
     const uint8_t *payload;
     size_t payload_len;
+    /* Optional: reads the reply from gRPC's slices (no copy into resp,
+     * which stays NULL); runs in the thread of ss__rpc_call_many. */
+    ss__rpc_on_reply on_reply;
+    void *on_reply_arg;
     ss_status status; /* out */
     uint8_t *resp;    /* out: malloc'd reply of this call when it succeeded (kept even
                          when others failed: a partial fan-out can use what arrived) */
@@ -128,6 +146,15 @@ typedef struct ss__rpc_request {
  * status and, when it succeeded, its reply (the caller frees every resp). */
 ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
                             bool wait_for_ready);
+
+/* ss__rpc_call_many with at most `window` calls in flight per channel (0:
+ * all at once); the next call on a channel starts when one of its calls
+ * ends. Calls on one channel start in their order in `calls`. A window
+ * keeps both directions of a connection busy: the server answers early
+ * chunks while later ones are still being sent, instead of every call
+ * finishing its upload at the end, interleaved with all the others. */
+ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
+                                bool wait_for_ready, uint32_t window);
 
 /* Brings gRPC up/down (reference counted by gRPC itself). */
 void ss__rpc_init(void);

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "rpc/auth.h"
+#include "rpc/message.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 #include "rpc/rpc_pb.h"
@@ -178,12 +179,41 @@ static bool peer_may_write(const call_ctx *c, char *who, size_t wholen) {
     return ok;
 }
 
+/* A request in one buffer whose END is aligned (REQUEST_END_ALIGN): a bulk
+ * field of floats runs to the end of its message (rpc/pb_wire.h), so it
+ * lands aligned for floats and the handler reads it in place. One copy
+ * out of gRPC's slices (a 1 MiB request arrives in ~17); before, gRPC's
+ * readall gathered it and the handler copied the floats again to align
+ * them. NULL: *st says why (a compressed message that does not inflate,
+ * or no memory). */
+#define REQUEST_END_ALIGN 64
+
+static const uint8_t *gather_request(grpc_byte_buffer *payload, size_t *len, void **block,
+                                     ss_status *st) {
+    ss__rpc_message msg;
+    *block = NULL;
+    if ((*st = ss__rpc_message_open(payload, &msg)) != SS_OK)
+        return NULL;
+    *st = SS_ERR_NO_MEMORY;
+    size_t n = ss__rpc_message_length(&msg);
+    size_t pad = (REQUEST_END_ALIGN - n % REQUEST_END_ALIGN) % REQUEST_END_ALIGN;
+    uint8_t *buf = NULL;
+    if ((*block = aligned_alloc(REQUEST_END_ALIGN, n + pad + REQUEST_END_ALIGN))) {
+        buf = (uint8_t *)*block + pad;
+        *st = ss__rpc_message_copy(&msg, 0, buf, n) ? SS_OK : SS_ERR_PARSE;
+        if (*st != SS_OK)
+            buf = NULL;
+    }
+    ss__rpc_message_close(&msg);
+    *len = n;
+    return buf;
+}
+
 /* Runs the handler (unless refused: too many blocked calls) and starts the
  * reply batch; the batch's completion (CALL_REPLYING) frees the context. */
 static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
     ss__rpc_server *srv = c->srv;
     ss__rpc_reply reply = {.status = SS_OK};
-    grpc_slice req = grpc_empty_slice();
     char who[48];
     if (srv->writers[0] && !srv->methods[c->method].read_only &&
         !peer_may_write(c, who, sizeof who)) {
@@ -218,19 +248,20 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
         snprintf(reply.message, sizeof reply.message, "request of %zu bytes over the limit of %zu",
                  grpc_byte_buffer_length(c->payload), srv->max_message);
     } else {
-        grpc_byte_buffer_reader r;
-        if (!grpc_byte_buffer_reader_init(&r, c->payload)) {
-            reply.status = SS_ERR_PARSE;
-            snprintf(reply.message, sizeof reply.message, "unreadable request message");
+        size_t len;
+        void *block;
+        ss_status st;
+        const uint8_t *req = gather_request(c->payload, &len, &block, &st);
+        if (!req) {
+            reply.status = st;
+            snprintf(reply.message, sizeof reply.message, "request message: %s", ss_strerror(st));
         } else {
-            req = grpc_byte_buffer_reader_readall(&r);
-            grpc_byte_buffer_reader_destroy(&r);
             srv->methods[c->method].handler(
-                srv->methods[c->method].ctx ? srv->methods[c->method].ctx : srv->ctx,
-                GRPC_SLICE_START_PTR(req), GRPC_SLICE_LENGTH(req), &reply);
+                srv->methods[c->method].ctx ? srv->methods[c->method].ctx : srv->ctx, req, len,
+                &reply);
         }
+        free(block);
     }
-    grpc_slice_unref(req);
     ss__counter *counter =
         reply.status == SS_OK ? srv->slots[c->method].ok : srv->slots[c->method].error;
     if (counter)

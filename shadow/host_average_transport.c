@@ -213,6 +213,8 @@ static ss_status remote_half(host_avg *h, ha_group *g, const ss__round_result *r
 static ss_status host_round(host_avg *h, const char *name, uint64_t member, const float *s,
                             size_t n, const round_kind *kind, float *out, ss__round_result *res) {
     const bool easgd = kind->easgd;
+    if (easgd) /* S-EASGD writes all of out: zero until something is applied */
+        memset(out, 0, n * sizeof *out);
     ha_group *g = find(h, name);
     if (!g || g->n != n)
         return g ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;

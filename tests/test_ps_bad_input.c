@@ -541,6 +541,24 @@ START_TEST(test_pb_wire_by_hand) {
     ck_assert(!ss__pb_find_trailing_bytes(long_varint, sizeof long_varint, 4, &prefix, &off));
     ck_assert(!ss__pb_find_trailing_bytes(zero_field, sizeof zero_field, 4, &prefix, &off));
     ck_assert(!ss__pb_find_trailing_bytes(ok, sizeof ok, 3, &prefix, &off)); /* no field 3 */
+
+    /* From the first bytes of a message (a reply still in its slices):
+     * enough to reach the field's tag and length, of a message whose
+     * length says where the field ends. */
+    prefix = off = 0;
+    ck_assert(ss__pb_find_trailing_bytes_in(ok, 7, sizeof ok, 4, &prefix, &off));
+    ck_assert_uint_eq(prefix, 5);
+    ck_assert_uint_eq(off, 7);
+    ck_assert(!ss__pb_find_trailing_bytes_in(ok, 6, sizeof ok, 4, &prefix, &off)); /* no length */
+    ck_assert(
+        !ss__pb_find_trailing_bytes_in(ok, 7, sizeof ok + 1, 4, &prefix, &off)); /* not last */
+    ck_assert(!ss__pb_find_trailing_bytes_in(ok, sizeof ok, sizeof ok - 1, 4, &prefix, &off));
+    const uint8_t long_first[] = {0x0a, 3, 'a', 'b', 'c', 0x22, 2, 1, 2};
+    ck_assert(!ss__pb_find_trailing_bytes_in(long_first, 3, sizeof long_first, 4, &prefix, &off));
+    ck_assert(ss__pb_find_trailing_bytes_in(long_first, 7, sizeof long_first, 4, &prefix, &off));
+    ck_assert_uint_eq(off, 7);
+    ck_assert(!ss__pb_find_trailing_bytes_in(twice, 5, sizeof twice, 4, &prefix, &off));
+    ck_assert(!ss__pb_find_trailing_bytes_in(twice, sizeof twice, sizeof twice, 4, &prefix, &off));
 }
 END_TEST
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "procs.h"
 #include "ps/dense_service.h"
 #include "rpc/grpc_transport.h"
+#include "rpc/rpc.h"
 #include "shadow/engine.h"
 #include "transport_checks.h"
 
@@ -169,10 +171,114 @@ START_TEST(test_ps_down_times_out) {
 }
 END_TEST
 
+/* ---- the client's batches: a window per channel, replies read in place ---- */
+
+#define ECHO_CHANNELS 2
+#define ECHO_CALLS    6         /* per channel */
+#define ECHO_PAYLOAD  (1 << 20) /* a reply of several slices */
+
+static _Atomic int echo_in_flight[ECHO_CHANNELS], echo_most[ECHO_CHANNELS];
+
+/* Echoes the request after 150 ms, counting the calls of each channel
+ * (the request's first byte) that are in the handler at once. */
+static void h_echo(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)ctx;
+    int ch = req[0] % ECHO_CHANNELS;
+    int now = atomic_fetch_add(&echo_in_flight[ch], 1) + 1;
+    for (int most = atomic_load(&echo_most[ch]);
+         now > most && !atomic_compare_exchange_weak(&echo_most[ch], &most, now);) {
+    }
+    usleep(150000);
+    atomic_fetch_sub(&echo_in_flight[ch], 1);
+    reply->data = malloc(len);
+    memcpy(reply->data, req, len);
+    reply->len = len;
+}
+
+static uint8_t echo_byte(size_t i) {
+    return (uint8_t)(i * 7 + i / 251);
+}
+
+/* Reads a stretch of the reply's payload that crosses slices, where it
+ * lies, and one past its end (refused). */
+static ss_status read_echo(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
+    (void)arg;
+    if (ss__rpc_message_length(msg) != rq->len + rq->payload_len)
+        return SS_ERR_SIZE_MISMATCH;
+    static _Thread_local uint8_t got[300000];
+    const size_t at = 123457; /* into the payload */
+    if (!ss__rpc_message_copy(msg, rq->len + at, got, sizeof got))
+        return SS_ERR_PARSE;
+    for (size_t i = 0; i < sizeof got; i++)
+        if (got[i] != echo_byte(at + i))
+            return SS_ERR_PARSE;
+    if (ss__rpc_message_copy(msg, rq->len + rq->payload_len - 4, got, 5))
+        return SS_ERR_INTERNAL; /* one byte past the end must be refused */
+    rq->resp_len = 1;           /* read here */
+    return SS_OK;
+}
+
+/* Runs ECHO_CALLS calls on each of two channels with a window; returns the
+ * most calls of one channel the server saw at once. */
+static int echo_batch(uint32_t window) {
+    static const ss__rpc_method m = {"/t.T/Echo", h_echo, true, NULL, false};
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 2};
+    ss__rpc_server *srv;
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, &m, 1, NULL, &srv), SS_OK);
+    char target[32];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
+    ss__rpc_channel *ch[ECHO_CHANNELS];
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        ck_assert_int_eq(ss__rpc_channel_create(target, 2 * ECHO_PAYLOAD, NULL, &ch[c]), SS_OK);
+    uint8_t *payload = malloc(ECHO_PAYLOAD);
+    for (size_t i = 0; i < ECHO_PAYLOAD; i++)
+        payload[i] = echo_byte(i);
+    uint8_t heads[ECHO_CHANNELS * ECHO_CALLS][2];
+    ss__rpc_request rq[ECHO_CHANNELS * ECHO_CALLS];
+    memset(rq, 0, sizeof rq);
+    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
+        heads[i][0] = (uint8_t)(i % ECHO_CHANNELS); /* the channels' calls interleave */
+        heads[i][1] = (uint8_t)i;
+        rq[i] = (ss__rpc_request){.ch = ch[i % ECHO_CHANNELS],
+                                  .method = m.path,
+                                  .req = heads[i],
+                                  .len = 2,
+                                  .payload = payload,
+                                  .payload_len = ECHO_PAYLOAD,
+                                  .on_reply = read_echo};
+    }
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        atomic_store(&echo_most[c], 0);
+    ck_assert_int_eq(ss__rpc_call_windowed(rq, ECHO_CHANNELS * ECHO_CALLS, 20000, true, window),
+                     SS_OK);
+    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
+        ck_assert_int_eq(rq[i].status, SS_OK);
+        ck_assert_ptr_null(rq[i].resp); /* read in place, never gathered */
+        ck_assert_uint_eq(rq[i].resp_len, 1);
+    }
+    int most = 0;
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        most = echo_most[c] > most ? echo_most[c] : most;
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        ss__rpc_channel_destroy(ch[c]);
+    ss__rpc_server_stop(srv);
+    free(payload);
+    return most;
+}
+
+START_TEST(test_window_bounds_calls_in_flight_per_channel) {
+    ck_assert_int_le(echo_batch(2), 2);
+    ck_assert_int_eq(echo_batch(1), 1);
+    /* Without a window all of a channel's calls are in the server at once
+     * (each holds it 150 ms): the bound above is the window's doing. */
+    ck_assert_int_gt(echo_batch(0), 2);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    return ss__check_tests("rpc", 60, NULL, NULL, test_easgd_over_grpc,
-                           test_ma_round_of_three_engines_over_grpc,
-                           test_bad_input_never_hurts_the_ps,
-                           test_server_on_a_taken_port_fails_cleanly, test_ps_down_times_out);
+    return ss__check_tests(
+        "rpc", 60, NULL, NULL, test_easgd_over_grpc, test_ma_round_of_three_engines_over_grpc,
+        test_bad_input_never_hurts_the_ps, test_server_on_a_taken_port_fails_cleanly,
+        test_ps_down_times_out, test_window_bounds_calls_in_flight_per_channel);
 }
