@@ -8,6 +8,7 @@
 # run, and to the link's nominal rate both ways (2 x RATE).
 #   bash bench/rpc-goodput-shaped.sh
 #   RATE=1gbit REPS=10 bash bench/rpc-goodput-shaped.sh
+#   BENCH_ARGS="--window 2 --chunk-floats 131072" bash bench/rpc-goodput-shaped.sh
 source "$(dirname "$0")/common.sh"
 REPS=${REPS:-10}
 RATE=${RATE:-10gbit} DELAY=0 LOSS=0 QUIET=1
@@ -34,7 +35,7 @@ nominal=$(awk -v b="$(tc_rate_bits "$RATE")" 'BEGIN { print 2 * b / 1e9 }')
 echo "link $RATE each way (nominal both ways: $nominal Gbit/s); iperf3 --bidir across it: $tcp Gbit/s"
 printf '%-10s %10s %16s %12s %14s\n' floats round_ms goodput_gbit_s ratio_iperf3 ratio_nominal
 for n in 1048576 10485760; do
-  line=$(ip netns exec "$ID-c0" "$BIN/shadowsync-bench-rpc" --ps 198.18.1.1:7070 --floats "$n" --reps "$REPS")
+  line=$(ip netns exec "$ID-c0" "$BIN/shadowsync-bench-rpc" --ps 198.18.1.1:7070 --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
   ms=$(grep -o 'round_ms=[0-9.]*' <<<"$line" | cut -d= -f2)
   gb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$line" | cut -d= -f2)
   printf '%-10s %10s %16s %12.3f %14.3f\n' "$n" "$ms" "$gb" "$(awk -v a="$gb" -v b="$tcp" 'BEGIN {print a / b}')" \

@@ -5,6 +5,7 @@
 # run. iperf3 is Debian's package (installed here if missing). iperf3 runs
 # one stream each way at once (--bidir), the same traffic shape as a round.
 #   bash bench/rpc-goodput.sh
+#   BENCH_ARGS="--window 2" bash bench/rpc-goodput.sh   # flags of shadowsync-bench-rpc
 source "$(dirname "$0")/common.sh"
 REPS=${REPS:-20}
 if ! command -v iperf3 >/dev/null; then
@@ -27,7 +28,7 @@ addr=$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')
 echo "iperf3 TCP loopback, both directions at once: ${tcp} Gbit/s"
 printf '%-10s %10s %16s %12s\n' floats round_ms goodput_gbit_s ratio_tcp
 for n in 1048576 10485760; do
-  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS")
+  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
   ms=$(grep -o 'round_ms=[0-9.]*' <<<"$line" | cut -d= -f2)
   gb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$line" | cut -d= -f2)
   printf '%-10s %10s %16s %12.3f\n' "$n" "$ms" "$gb" "$(awk -v a="$gb" -v b="$tcp" 'BEGIN {print a / b}')"
