@@ -251,6 +251,15 @@ START_TEST(test_chunks_pipeline_client_and_ps) {
     ss_sim_result r;
     ck_assert_int_eq(ss_sim_cluster(&c, &r, NULL), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 8e-3, 1e-9);
+    /* A window of one chunk per shard: B starts when A's reply is in.
+     * send A [0,1], PS A [1,4], apply A [4,5]; B [5,6], [6,9], [9,10]. */
+    c.window = 1;
+    ck_assert_int_eq(ss_sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_double_eq_tol(r.round_s_mean, 10e-3, 1e-9);
+    c.window = 0; /* all at once */
+    ck_assert_int_eq(ss_sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_double_eq_tol(r.round_s_mean, 8e-3, 1e-9);
+    c.window = 2;
     /* Two PS threads: PS A [1,4], PS B [2,5]; apply A [4,5], B [5,6]. */
     c.ps_threads = 2;
     ck_assert_int_eq(ss_sim_cluster(&c, &r, NULL), SS_OK);

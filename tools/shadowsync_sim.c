@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     ss_sim_config_init(&base);
     const char *trainers = "1", *modes = "easgd", *calibration = "", *tsv = "";
     int64_t per_host = base.per_host, ps = base.ps, batch = base.batch, sync_every = 10,
-            min_gap = base.min_round_gap, ps_threads = base.ps_threads;
+            min_gap = base.min_round_gap, ps_threads = base.ps_threads, window = base.window;
     double dense = base.dense_floats, step_us = 1e4, link_gbit = 10, latency_us = 50,
            shared_cores = 0, host_cores = base.host_cores, ps_cores = base.ps_cores,
            seconds = base.seconds, step_cpu_us = -1, client_ns = -1, ps_ns = -1, fixed_us = -1,
@@ -112,8 +112,9 @@ int main(int argc, char **argv) {
         {"ps-cores", SS_FLAG_DOUBLE, &ps_cores, "cores of a PS", NULL, 0.001, 1e6},
         {"start-spread-ms", SS_FLAG_DOUBLE, &spread_ms,
          "trainers start spread over this long (evenly), not in one instant", NULL, 0, 1e7},
-        {"chunk-floats", SS_FLAG_DOUBLE, &chunk,
-         "floats per chunk (one RPC each, all of a round's at once)", NULL, 1, 1e10},
+        {"chunk-floats", SS_FLAG_DOUBLE, &chunk, "floats per chunk (one RPC each)", NULL, 1, 1e10},
+        {"window", SS_FLAG_INT, &window, "chunk RPCs in flight per shard (0: all at once)", NULL, 0,
+         1e9},
         {"ps-threads", SS_FLAG_INT, &ps_threads, "request threads of a PS (its --threads)", NULL, 1,
          1024},
         {"seconds", SS_FLAG_DOUBLE, &seconds, "simulated training time", NULL, 0.001, 1e6},
@@ -193,6 +194,7 @@ int main(int argc, char **argv) {
         cfg.ps_cores = ps_cores;
         cfg.ps_threads = (uint32_t)ps_threads;
         cfg.chunk_floats = chunk;
+        cfg.window = (uint32_t)window;
         cfg.start_spread_s = spread_ms * 1e-3;
         cfg.seconds = seconds;
         snprintf(trainers_copy, sizeof trainers_copy, "%s", trainers);

@@ -51,6 +51,7 @@ struct trainer {
     double deadline, round_start;
     int in_round;
     uint32_t pending; /* chunks of the current round not done */
+    uint32_t *next_k; /* per shard: the next chunk of the round to start */
     uint32_t *gaps;
     size_t ngaps, cap;
     chunk_op *ops;
@@ -64,6 +65,7 @@ struct model {
     ps_shard *shards;
     chunk_group *groups;
     uint32_t ngroups;
+    uint32_t chunks; /* per shard: group s * chunks + k is shard s's chunk k */
     ss_sim_pool **host_cpu, **host_up, **host_down;
     double rounds, round_time_sum;
     int failed; /* out of memory inside an event */
@@ -88,6 +90,7 @@ enum {
 };
 
 static void op_step(ss_sim *sim, void *arg);
+static void launch(trainer *t, uint32_t g);
 static void round_done(trainer *t);
 static void ma_arrived(chunk_group *g, chunk_op *op);
 
@@ -171,10 +174,14 @@ static void op_step(ss_sim *sim, void *arg) {
     case STAGE_APPLY_CPU:
         on_thread(op, t->thread, m->host_cpu[t->host], client);
         break;
-    default:
+    default: {
+        const uint32_t s = op->group / m->chunks; /* its shard's next chunk */
+        if (t->next_k[s] < m->chunks)
+            launch(t, s * m->chunks + t->next_k[s]++);
         if (--t->pending == 0)
             round_done(t);
         break;
+    }
     }
 }
 
@@ -226,15 +233,22 @@ static void ma_arrived(chunk_group *g, chunk_op *op) {
 
 static void step_due(ss_sim *sim, void *arg);
 
+static void launch(trainer *t, uint32_t g) {
+    t->ops[g] = (chunk_op){.t = t, .group = g, .stage = STAGE_SEND_CPU};
+    /* The RPC's software cost before the wire, then the stages. */
+    check(t->m, ss_sim_at(t->m->sim, t->m->cfg->costs.rpc_fixed_s / 2, op_step, &t->ops[g]));
+}
+
 static void start_round(trainer *t) {
     model *m = t->m;
     t->in_round = 1;
     t->round_start = ss_sim_now(m->sim);
     t->pending = m->ngroups;
-    for (uint32_t g = 0; g < m->ngroups; g++) {
-        t->ops[g] = (chunk_op){.t = t, .group = g, .stage = STAGE_SEND_CPU};
-        /* The RPC's software cost before the wire, then the stages. */
-        check(m, ss_sim_at(m->sim, m->cfg->costs.rpc_fixed_s / 2, op_step, &t->ops[g]));
+    const uint32_t w = m->cfg->window && m->cfg->window < m->chunks ? m->cfg->window : m->chunks;
+    for (uint32_t s = 0; s < m->cfg->ps; s++) {
+        t->next_k[s] = w;
+        for (uint32_t k = 0; k < w; k++)
+            launch(t, s * m->chunks + k);
     }
 }
 
@@ -332,6 +346,7 @@ void ss_sim_config_init(ss_sim_config *cfg) {
     cfg->ps_cores = 16;
     cfg->ps_threads = 2;
     cfg->chunk_floats = 262144;
+    cfg->window = 4; /* SS_GRPC_WINDOW */
     cfg->start_spread_s = 0.1;
     cfg->seconds = 10;
 }
@@ -449,6 +464,7 @@ static void free_model(model *m) {
         for (uint32_t i = 0; i < m->cfg->trainers; i++) {
             free(m->trainers[i].gaps);
             free(m->trainers[i].ops);
+            free(m->trainers[i].next_k);
         }
     if (m->groups)
         for (uint32_t g = 0; g < m->ngroups; g++)
@@ -475,6 +491,7 @@ ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const cha
     const double per_shard = cfg->dense_floats / cfg->ps;
     const uint32_t chunks = (uint32_t)ceil(per_shard / cfg->chunk_floats);
     m.ngroups = cfg->ps * chunks;
+    m.chunks = chunks;
     m.groups = calloc(m.ngroups, sizeof *m.groups);
     m.sim = ss_sim_create();
     m.trainers = calloc(cfg->trainers, sizeof *m.trainers);
@@ -510,12 +527,13 @@ ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const cha
         t->m = &m;
         t->host = i / cfg->per_host;
         t->ops = calloc(m.ngroups, sizeof *t->ops);
+        t->next_k = calloc(cfg->ps, sizeof *t->next_k);
         t->thread = ss_sim_gate_create(m.sim, 1);
         /* Trainers start spread over start_spread_s (a golden-ratio
          * sequence: even, deterministic), not all in one instant. */
         const double phase = fmod((double)i * 0.6180339887498949, 1.0);
         t->deadline = cfg->step_s + cfg->start_spread_s * phase;
-        ok = t->ops && t->thread && ss_sim_at(m.sim, t->deadline, step_due, t) == 0;
+        ok = t->ops && t->next_k && t->thread && ss_sim_at(m.sim, t->deadline, step_due, t) == 0;
     }
     if (ok) {
         uint64_t events = ss_sim_run(m.sim, cfg->seconds);

@@ -11,13 +11,12 @@
  *    and waits for it (its next step's compute starts after the round);
  *  - none.
  * A round sends D/S floats to each shard, cut into chunks of at most
- * chunk_floats, all in flight at once (one RPC each, as the transport
- * does). Each chunk: client CPU on the trainer's one shadow thread (half
- * before sending, half after the reply), the transfer over the host's and
- * the PS's links (fair-shared, both must carry it), a fixed software cost
- * and the link latency, the PS's CPU (on one of its ps_threads request
- * threads, first come first served), and the same way back. S-MA and
- * S-BMUF rounds also wait at each chunk group for every trainer's
+ * chunk_floats, at most `window` of them in flight per shard (one RPC
+ * each; the next starts when one ends, as the transport does). Each chunk: client CPU on the
+ * trainer's one shadow thread (half before sending, half after the reply), the transfer over the
+ * host's and the PS's links (fair-shared, both must carry it), a fixed software cost and the link
+ * latency, the PS's CPU (on one of its ps_threads request threads, first come first served), and
+ * the same way back. S-MA and S-BMUF rounds also wait at each chunk group for every trainer's
  * snapshot (or the round deadline after the first one), as the PS does.
  *
  * Machines are processor-sharing pools: with shared_cores > 0 every
@@ -69,6 +68,7 @@ typedef struct ss_sim_config {
     double host_cores, ps_cores;
     uint32_t ps_threads;   /* a PS's request threads (shadowsync-ps --threads) */
     double chunk_floats;   /* the transport's chunk: one RPC (and one PS group) each */
+    uint32_t window;       /* chunk RPCs in flight per shard (0: all at once) */
     double start_spread_s; /* trainers start spread over this long */
     double seconds;        /* simulated training time */
 } ss_sim_config;
