@@ -1,5 +1,6 @@
 /* Embedding tables of the trainer hooks: local, remote (EmbPS) and cached
  * (background row sync). See shadowsync.h for the contract. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -254,8 +255,12 @@ static void *syncer_main(void *arg) {
     ss_table *tb = arg;
     pthread_mutex_lock(&tb->lock);
     while (!tb->stop) {
+        /* The pause is the whole interval: `changed` is also broadcast by
+         * every push and fetch, and a pass on each of those (several per
+         * training step) cost a cached table more CPU than the remote one. */
         struct timespec ts = ss__deadline_in((uint64_t)tb->cfg.sync_interval_ms * 1000000ull);
-        pthread_cond_timedwait(&tb->changed, &tb->lock, &ts);
+        while (!tb->stop && pthread_cond_timedwait(&tb->changed, &tb->lock, &ts) != ETIMEDOUT) {
+        }
         if (tb->stop)
             break;
         pthread_mutex_unlock(&tb->lock);
