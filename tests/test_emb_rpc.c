@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_run.h"
 #include "common/clock.h"
@@ -297,6 +298,17 @@ START_TEST(test_cached_table_syncs_and_evicts) {
     ck_assert_float_eq(row[0], -1.0f);
     ck_assert_int_eq(ss__emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
     ck_assert_float_eq(server[0], 0.0f); /* not synced yet */
+    /* Prefetches wake the table's threads; the syncer still waits out its
+     * interval (it used to run a pass on every such wake-up). */
+    for (int i = 0; i < 20; i++) {
+        ss_table_fetch *f;
+        ck_assert_int_eq(ss_table_prefetch(tb, &id, 1, &f), SS_OK);
+        ck_assert_int_eq(ss_table_fetch_wait(f, row), SS_OK);
+        ck_assert_int_eq(ss_table_push(tb, &id, 1, (float[2]){0, 0}), SS_OK);
+    }
+    usleep(100000);
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
+    ck_assert_float_eq(server[0], 0.0f);
     /* Elastic sync: d = 0.5 (x - c) = (-0.5, -1); c = (-0.5, -1); x -= d. */
     ck_assert_int_eq(ss_table_flush(tb), SS_OK);
     ck_assert_int_eq(ss__emb_store_lookup(F.store, "cached", &id, 1, server, NULL, 0), SS_OK);
