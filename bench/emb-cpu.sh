@@ -5,11 +5,11 @@
 # table (remote, cached), or no PS (local). CPU = user + system seconds of
 # each process from /usr/bin/time; the ratio is to --emb local in the same
 # run.
-#   bash bench/emb-cpu.sh            # ROWS=200000 REPS=2 BATCH=32 (ctr-train's default)
+#   bash bench/emb-cpu.sh            # ROWS=200000 REPS=5 BATCH=32 (ctr-train's default)
 #   BATCH=256 bash bench/emb-cpu.sh
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-200000}
-REPS=${REPS:-2}
+REPS=${REPS:-5}
 BATCH=${BATCH:-32}
 make_data "$ROWS"
 T=$(mktemp -d)
@@ -17,7 +17,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
 cpu_of() { tail -1 "$1" | awk '{print $1 + $2}'; } # "user sys": /usr/bin/time -f, last line
 echo "emb-cpu: $ROWS rows, batch $BATCH, $REPS reps"
 printf '%-8s %4s %10s %12s %12s %14s %8s\n' mode rep examples trainer_cpu_s ps_cpu_s cpu_ms_per_1k ratio
-declare -A TOTAL
+declare -A SUM RATIOS
 for rep in $(seq "$REPS"); do
   for mode in local remote cached; do
     ps_cpu=0 ps_args=()
@@ -40,7 +40,17 @@ for rep in $(seq "$REPS"); do
     tr_cpu=$(cpu_of "$T/tr.time")
     per=$(awk -v a="$tr_cpu" -v b="$ps_cpu" -v e="$ex" 'BEGIN {printf "%.3f", (a + b) * 1e6 / e}')
     [ "$mode" != local ] || base=$per
-    printf '%-8s %4s %10s %12s %12s %14s %8.2f\n' "$mode" "$rep" "$ex" "$tr_cpu" "$ps_cpu" "$per" \
-      "$(awk -v a="$per" -v b="$base" 'BEGIN {print a / b}')"
+    ratio=$(awk -v a="$per" -v b="$base" 'BEGIN {printf "%.3f", a / b}')
+    printf '%-8s %4s %10s %12s %12s %14s %8.2f\n' "$mode" "$rep" "$ex" "$tr_cpu" "$ps_cpu" "$per" "$ratio"
+    SUM[$mode]=$(awk -v a="${SUM[$mode]:-0}" -v b="$per" 'BEGIN {print a + b}')
+    RATIOS[$mode]="${RATIOS[$mode]:-} $ratio"
   done
+done
+# Single reps vary by 10-20% on a shared machine (local alone moved 4.1-5.3 s
+# for the same work); the summary is the ratio of the sums over all reps and
+# the median of the per-rep ratios.
+for mode in remote cached; do
+  med=$(tr ' ' '\n' <<<"${RATIOS[$mode]}" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
+  printf 'summary: %s / local: %.2f (sum over %s reps), median of reps %.2f\n' "$mode" \
+    "$(awk -v a="${SUM[$mode]}" -v b="${SUM[local]}" 'BEGIN {print a / b}')" "$REPS" "$med"
 done

@@ -78,6 +78,13 @@ ss_status ss__emb_store_table_spec(ss__emb_store *st, const char *table, ss__emb
 /* ids: n distinct row ids, 1 <= n <= max_batch. rows: n * dim floats. */
 ss_status ss__emb_store_lookup(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                float *rows, char *why, size_t whylen);
+/* A push of pn rows (push_ids, grads as ss__emb_store_push) and then a
+ * lookup of n rows (ids, rows as ss__emb_store_lookup), both checked
+ * before anything is applied. Either part may be empty (pn or n 0), not
+ * both. */
+ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const uint64_t *push_ids,
+                                    size_t pn, const float *grads, const uint64_t *ids, size_t n,
+                                    float *rows, char *why, size_t whylen);
 /* grads: n * dim finite floats; the table's optimizer is applied. */
 ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                              const float *grads, char *why, size_t whylen);

@@ -605,6 +605,39 @@ ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_
     return s;
 }
 
+ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const uint64_t *push_ids,
+                                    size_t pn, const float *grads, const uint64_t *ids, size_t n,
+                                    float *rows, char *why, size_t whylen) {
+    store_table *tb;
+    if (!st || (pn && !grads) || (n && !rows))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (pn == 0 && n == 0) {
+        say(why, whylen, "empty batch: neither rows to push nor rows to look up");
+        return refuse(st, SS_ERR_INVALID_ARGUMENT, "empty_batch");
+    }
+    /* Both parts checked first: a refused call changes nothing. */
+    ss_status s = SS_OK;
+    if (pn)
+        s = check_request(st, table, push_ids, pn, grads, &tb, why, whylen);
+    if (s == SS_OK && n)
+        s = check_request(st, table, ids, n, NULL, &tb, why, whylen);
+    if (s == SS_OK && pn) {
+        s = ss__emb_table_apply_gradients(tb->t, push_ids, pn, grads);
+        if (s == SS_OK) {
+            ss__counter_add(tb->pushes, pn);
+            s = after_update(st, tb);
+        }
+    }
+    if (s == SS_OK && n) {
+        s = ss__emb_table_lookup(tb->t, ids, n, rows);
+        if (s == SS_OK) {
+            ss__counter_add(tb->lookups, n);
+            enforce_cap(st);
+        }
+    }
+    return s;
+}
+
 ss_status ss__emb_store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                 const float *x, float alpha, float *deltas, char *why,
                                 size_t whylen) {

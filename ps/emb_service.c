@@ -176,6 +176,40 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     shadowsync__v1__push_request__free_unpacked(m, NULL);
 }
 
+static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    Shadowsync__V1__PushLookupRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__push_lookup_request__descriptor, req, len, reply);
+    if (!m) {
+        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+        return;
+    }
+    row_request push, look;
+    if (parse_rows(svc, m->table, &m->push_ids, &m->grads, &push, reply)) {
+        if (parse_rows(svc, m->table, &m->ids, NULL, &look, reply)) {
+            float *rows = rows_out(look.n, look.spec.dim, reply);
+            char why[200] = "";
+            ss_status st = rows ? ss__emb_store_push_lookup(svc->store, m->table, push.ids, push.n,
+                                                            push.payload, look.ids, look.n, rows,
+                                                            why, sizeof why)
+                                : SS_ERR_NO_MEMORY;
+            if (st != SS_OK) {
+                relay(reply, st, why);
+            } else {
+                Shadowsync__V1__LookupReply out = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
+                out.rows.data = (uint8_t *)rows;
+                out.rows.len = look.n * look.spec.dim * sizeof(float);
+                ss__rpc_reply_pack(&out.base, reply);
+            }
+            free(rows);
+            free(look.ids);
+        }
+        free(push.ids);
+        free(push.payload);
+    }
+    shadowsync__v1__push_lookup_request__free_unpacked(m, NULL);
+}
+
 static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
     Shadowsync__V1__ElasticRequest *m =
@@ -270,6 +304,7 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
         {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false},
         {SS_EMB_M_STATS, h_stats, false, svc, true},
+        {SS_EMB_M_PUSH_LOOKUP, h_push_lookup, false, svc, false},
     };
     memcpy(svc->methods, m, sizeof m);
 }

@@ -103,7 +103,7 @@ ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
     return st;
 }
 
-typedef enum row_op { OP_LOOKUP, OP_PUSH, OP_ELASTIC } row_op;
+typedef enum row_op { OP_LOOKUP, OP_PUSH, OP_ELASTIC, OP_PUSH_LOOKUP } row_op;
 
 /* One chunk of one shard: positions (into the caller's arrays) of its ids. */
 typedef struct chunk {
@@ -111,21 +111,47 @@ typedef struct chunk {
     size_t n;
 } chunk;
 
-static uint8_t *pack_chunk(row_op op, const ss__emb_spec *spec, const uint64_t *ids,
-                           const float *in, float alpha, const chunk *ck, size_t *len) {
+/* What one call carries: `main` is the lookup, push or elastic part;
+ * OP_PUSH_LOOKUP also has `push` (main is then its lookup). */
+typedef struct call_part {
+    chunk main, push;
+} call_part;
+
+/* The rows of one op: ids, and floats in (grads, rows) when it sends any. */
+typedef struct id_set {
+    const uint64_t *ids;
+    size_t n;
+    const float *in;
+} id_set;
+
+/* ids and their payload gathered into one chunk's arrays. */
+static bool gather_chunk(const ss__emb_spec *spec, const id_set *set, const chunk *ck,
+                         ProtobufCBinaryData *bid, ProtobufCBinaryData *bin) {
     const size_t dim = spec->dim;
     uint64_t *cid = malloc(ck->n * sizeof *cid + 1);
-    float *cin = in ? malloc(ck->n * dim * sizeof *cin + 1) : NULL;
-    uint8_t *buf = NULL;
-    if (!cid || (in && !cin))
-        goto out;
-    for (size_t k = 0; k < ck->n; k++) {
-        cid[k] = ids[ck->pos[k]];
-        if (in)
-            memcpy(cin + k * dim, in + ck->pos[k] * dim, dim * sizeof(float));
+    float *cin = set->in ? malloc(ck->n * dim * sizeof *cin + 1) : NULL;
+    if (!cid || (set->in && !cin)) {
+        free(cid);
+        free(cin);
+        return false;
     }
-    ProtobufCBinaryData bid = {ck->n * sizeof *cid, (uint8_t *)cid};
-    ProtobufCBinaryData bin = {in ? ck->n * dim * sizeof(float) : 0, (uint8_t *)cin};
+    for (size_t k = 0; k < ck->n; k++) {
+        cid[k] = set->ids[ck->pos[k]];
+        if (set->in)
+            memcpy(cin + k * dim, set->in + ck->pos[k] * dim, dim * sizeof(float));
+    }
+    *bid = (ProtobufCBinaryData){ck->n * sizeof *cid, (uint8_t *)cid};
+    *bin = (ProtobufCBinaryData){set->in ? ck->n * dim * sizeof(float) : 0, (uint8_t *)cin};
+    return true;
+}
+
+static uint8_t *pack_chunk(row_op op, const ss__emb_spec *spec, const id_set *main,
+                           const id_set *push, float alpha, const call_part *cp, size_t *len) {
+    ProtobufCBinaryData bid = {0}, bin = {0}, pid = {0}, pin = {0};
+    uint8_t *buf = NULL;
+    if (!gather_chunk(spec, main, &cp->main, &bid, &bin) ||
+        (op == OP_PUSH_LOOKUP && !gather_chunk(spec, push, &cp->push, &pid, &pin)))
+        goto out;
     if (op == OP_LOOKUP) {
         Shadowsync__V1__LookupRequest m = SHADOWSYNC__V1__LOOKUP_REQUEST__INIT;
         m.table = (char *)spec->name;
@@ -141,6 +167,15 @@ static uint8_t *pack_chunk(row_op op, const ss__emb_spec *spec, const uint64_t *
         *len = shadowsync__v1__push_request__get_packed_size(&m);
         if ((buf = malloc(*len + 1)))
             shadowsync__v1__push_request__pack(&m, buf);
+    } else if (op == OP_PUSH_LOOKUP) {
+        Shadowsync__V1__PushLookupRequest m = SHADOWSYNC__V1__PUSH_LOOKUP_REQUEST__INIT;
+        m.table = (char *)spec->name;
+        m.push_ids = pid;
+        m.grads = pin;
+        m.ids = bid;
+        *len = shadowsync__v1__push_lookup_request__get_packed_size(&m);
+        if ((buf = malloc(*len + 1)))
+            shadowsync__v1__push_lookup_request__pack(&m, buf);
     } else {
         Shadowsync__V1__ElasticRequest m = SHADOWSYNC__V1__ELASTIC_REQUEST__INIT;
         m.table = (char *)spec->name;
@@ -152,8 +187,10 @@ static uint8_t *pack_chunk(row_op op, const ss__emb_spec *spec, const uint64_t *
             shadowsync__v1__elastic_request__pack(&m, buf);
     }
 out:
-    free(cid);
-    free(cin);
+    free(bid.data);
+    free(bin.data);
+    free(pid.data);
+    free(pin.data);
     return buf;
 }
 
@@ -164,7 +201,7 @@ static ss_status scatter(row_op op, const ss__emb_spec *spec, const ss__rpc_requ
     ProtobufCBinaryData b = {0, NULL};
     Shadowsync__V1__LookupReply *lr = NULL;
     Shadowsync__V1__ElasticReply *er = NULL;
-    if (op == OP_LOOKUP &&
+    if ((op == OP_LOOKUP || op == OP_PUSH_LOOKUP) &&
         (lr = shadowsync__v1__lookup_reply__unpack(NULL, call->resp_len, call->resp)))
         b = lr->rows;
     else if (op == OP_ELASTIC &&
@@ -182,90 +219,147 @@ static ss_status scatter(row_op op, const ss__emb_spec *spec, const ss__rpc_requ
 }
 
 static const char *method_of(row_op op) {
-    return op == OP_LOOKUP ? "/shadowsync.v1.Embedding/Lookup"
-           : op == OP_PUSH ? "/shadowsync.v1.Embedding/Push"
-                           : "/shadowsync.v1.Embedding/Elastic";
+    switch (op) {
+    case OP_LOOKUP:
+        return "/shadowsync.v1.Embedding/Lookup";
+    case OP_PUSH:
+        return "/shadowsync.v1.Embedding/Push";
+    case OP_PUSH_LOOKUP:
+        return "/shadowsync.v1.Embedding/PushLookup";
+    default:
+        return "/shadowsync.v1.Embedding/Elastic";
+    }
 }
 
-static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
-                         const uint64_t *ids, size_t n, const float *in, float alpha, float *out) {
-    if (n == 0)
-        return SS_OK;
-    const uint32_t tid = ss__emb_table_id(spec->name);
-    /* Counting sort of positions by shard. */
-    size_t count[MAX_SHARDS + 1] = {0};
-    uint32_t *shard = malloc(n * sizeof *shard);
-    size_t *pos = malloc(n * sizeof *pos);
-    if (!shard || !pos) {
+/* Positions of a set's ids grouped by shard (a counting sort): shard s's
+ * are pos[start[s] .. start[s + 1]). */
+typedef struct by_shard {
+    size_t *pos;
+    size_t start[MAX_SHARDS + 1];
+} by_shard;
+
+static ss_status split(const ss__emb_client *c, uint32_t tid, const id_set *set, by_shard *b) {
+    memset(b->start, 0, sizeof b->start);
+    b->pos = malloc(set->n * sizeof *b->pos + 1);
+    uint32_t *shard = malloc(set->n * sizeof *shard + 1);
+    if (!b->pos || !shard) {
         free(shard);
-        free(pos);
         return SS_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i < n; i++) {
-        shard[i] = ss__emb_shard_of(tid, ids[i], c->shards);
+    size_t count[MAX_SHARDS + 1] = {0};
+    for (size_t i = 0; i < set->n; i++) {
+        shard[i] = ss__emb_shard_of(tid, set->ids[i], c->shards);
         count[shard[i] + 1]++;
     }
     for (uint32_t s = 0; s < c->shards; s++)
         count[s + 1] += count[s];
-    size_t start[MAX_SHARDS];
-    memcpy(start, count, sizeof start);
-    for (size_t i = 0; i < n; i++)
-        pos[count[shard[i]]++] = i;
-    size_t nchunks = 0;
-    for (uint32_t s = 0; s < c->shards; s++) {
-        size_t m = (s + 1 < c->shards ? start[s + 1] : n) - start[s];
-        nchunks += (m + SS_EMB_CLIENT_CHUNK - 1) / SS_EMB_CLIENT_CHUNK;
-    }
-    chunk *ck = calloc(nchunks, sizeof *ck);
-    ss__rpc_request *calls = calloc(nchunks, sizeof *calls);
-    ss_status st = ck && calls ? SS_OK : SS_ERR_NO_MEMORY;
-    size_t k = 0;
+    memcpy(b->start, count, sizeof b->start);
+    for (size_t i = 0; i < set->n; i++)
+        b->pos[count[shard[i]]++] = i;
+    free(shard);
+    return SS_OK;
+}
+
+static size_t chunks_in(const by_shard *b, uint32_t s) {
+    return (b->start[s + 1] - b->start[s] + SS_EMB_CLIENT_CHUNK - 1) / SS_EMB_CLIENT_CHUNK;
+}
+
+/* Chunk k of shard s (empty past the end). */
+static chunk chunk_at(const by_shard *b, uint32_t s, size_t k) {
+    const size_t lo = b->start[s] + k * SS_EMB_CLIENT_CHUNK, end = b->start[s + 1];
+    if (lo >= end)
+        return (chunk){NULL, 0};
+    return (chunk){b->pos + lo, end - lo < SS_EMB_CLIENT_CHUNK ? end - lo : SS_EMB_CLIENT_CHUNK};
+}
+
+/* One op over the shards: each shard's ids cut into chunks, one call per
+ * chunk (OP_PUSH_LOOKUP: chunk k of the push and chunk k of the lookup in
+ * call k of the shard), all in flight at once. */
+static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec, const id_set *main,
+                         const id_set *push, float alpha, float *out) {
+    const uint32_t tid = ss__emb_table_id(spec->name);
+    by_shard bm = {0}, bp = {0};
+    ss_status st = split(c, tid, main, &bm);
+    if (st == SS_OK && op == OP_PUSH_LOOKUP)
+        st = split(c, tid, push, &bp);
+    size_t ncalls = 0;
     for (uint32_t s = 0; st == SS_OK && s < c->shards; s++) {
-        size_t end = s + 1 < c->shards ? start[s + 1] : n;
-        for (size_t off = start[s]; off < end && st == SS_OK; off += SS_EMB_CLIENT_CHUNK, k++) {
-            ck[k].pos = pos + off;
-            ck[k].n = end - off < SS_EMB_CLIENT_CHUNK ? end - off : SS_EMB_CLIENT_CHUNK;
-            calls[k].ch = c->ch[s];
-            calls[k].method = method_of(op);
-            calls[k].req = pack_chunk(op, spec, ids, in, alpha, &ck[k], &calls[k].len);
-            if (!calls[k].req)
+        size_t k = chunks_in(&bm, s);
+        if (op == OP_PUSH_LOOKUP && chunks_in(&bp, s) > k)
+            k = chunks_in(&bp, s);
+        ncalls += k;
+    }
+    call_part *cp = calloc(ncalls + 1, sizeof *cp);
+    ss__rpc_request *calls = calloc(ncalls + 1, sizeof *calls);
+    if (st == SS_OK && (!cp || !calls))
+        st = SS_ERR_NO_MEMORY;
+    size_t j = 0;
+    for (uint32_t s = 0; st == SS_OK && s < c->shards; s++) {
+        size_t nk = chunks_in(&bm, s);
+        if (op == OP_PUSH_LOOKUP && chunks_in(&bp, s) > nk)
+            nk = chunks_in(&bp, s);
+        for (size_t k = 0; k < nk && st == SS_OK; k++, j++) {
+            cp[j].main = chunk_at(&bm, s, k);
+            if (op == OP_PUSH_LOOKUP)
+                cp[j].push = chunk_at(&bp, s, k);
+            calls[j].ch = c->ch[s];
+            calls[j].method = method_of(op);
+            calls[j].req = pack_chunk(op, spec, main, push, alpha, &cp[j], &calls[j].len);
+            if (!calls[j].req)
                 st = SS_ERR_NO_MEMORY;
         }
     }
     if (st == SS_OK)
-        st = ss__rpc_call_many(calls, nchunks, c->timeout_ms, true);
+        st = ss__rpc_call_many(calls, ncalls, c->timeout_ms, true);
     if (st != SS_OK && calls) {
-        for (size_t j = 0; j < nchunks; j++)
-            if (calls[j].status != SS_OK && calls[j].msg[0]) {
+        for (size_t i = 0; i < ncalls; i++)
+            if (calls[i].status != SS_OK && calls[i].msg[0]) {
                 ss__log(SS_LOG_WARN, "emb", "event=call_failed method=%s status=%s msg=\"%s\"",
-                        method_of(op), ss_status_name(calls[j].status), calls[j].msg);
+                        method_of(op), ss_status_name(calls[i].status), calls[i].msg);
                 break;
             }
     }
-    for (size_t j = 0; st == SS_OK && j < nchunks && op != OP_PUSH; j++)
-        st = scatter(op, spec, &calls[j], &ck[j], out);
-    for (size_t j = 0; calls && j < nchunks; j++) {
-        free((void *)calls[j].req);
-        free(calls[j].resp);
+    for (size_t i = 0; st == SS_OK && i < ncalls && op != OP_PUSH; i++)
+        st = scatter(op, spec, &calls[i], &cp[i].main, out);
+    for (size_t i = 0; calls && i < ncalls; i++) {
+        free((void *)calls[i].req);
+        free(calls[i].resp);
     }
     free(calls);
-    free(ck);
-    free(shard);
-    free(pos);
+    free(cp);
+    free(bm.pos);
+    free(bp.pos);
     return st;
 }
 
 ss_status ss__emb_client_lookup(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                                 size_t n, float *rows) {
-    return sharded(c, OP_LOOKUP, spec, ids, n, NULL, 0.0f, rows);
+    if (n == 0)
+        return SS_OK;
+    return sharded(c, OP_LOOKUP, spec, &(id_set){ids, n, NULL}, NULL, 0.0f, rows);
 }
 
 ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                               size_t n, const float *grads) {
-    return sharded(c, OP_PUSH, spec, ids, n, grads, 0.0f, NULL);
+    if (n == 0)
+        return SS_OK;
+    return sharded(c, OP_PUSH, spec, &(id_set){ids, n, grads}, NULL, 0.0f, NULL);
+}
+
+ss_status ss__emb_client_push_lookup(ss__emb_client *c, const ss__emb_spec *spec,
+                                     const uint64_t *push_ids, size_t pn, const float *grads,
+                                     const uint64_t *ids, size_t n, float *rows) {
+    if (pn == 0)
+        return ss__emb_client_lookup(c, spec, ids, n, rows);
+    if (n == 0)
+        return ss__emb_client_push(c, spec, push_ids, pn, grads);
+    return sharded(c, OP_PUSH_LOOKUP, spec, &(id_set){ids, n, NULL}, &(id_set){push_ids, pn, grads},
+                   0.0f, rows);
 }
 
 ss_status ss__emb_client_elastic(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                                  size_t n, const float *x, float alpha, float *deltas) {
-    return sharded(c, OP_ELASTIC, spec, ids, n, x, alpha, deltas);
+    if (n == 0)
+        return SS_OK;
+    return sharded(c, OP_ELASTIC, spec, &(id_set){ids, n, x}, NULL, alpha, deltas);
 }

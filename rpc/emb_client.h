@@ -25,6 +25,13 @@ ss_status ss__emb_client_lookup(ss__emb_client *c, const ss__emb_spec *spec, con
                                 size_t n, float *rows);
 ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                               size_t n, const float *grads);
+/* A push of pn rows and a lookup of n rows (rows: n * dim out) in one
+ * call per shard and chunk: the shards apply the push first. On an error
+ * the push may have been applied on some shards and not others, as with
+ * ss__emb_client_push. */
+ss_status ss__emb_client_push_lookup(ss__emb_client *c, const ss__emb_spec *spec,
+                                     const uint64_t *push_ids, size_t pn, const float *grads,
+                                     const uint64_t *ids, size_t n, float *rows);
 /* x: n * dim in; deltas: n * dim out. */
 ss_status ss__emb_client_elastic(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                                  size_t n, const float *x, float alpha, float *deltas);

@@ -167,9 +167,10 @@ START_TEST(test_bad_input_over_grpc) {
     ck_assert_int_eq(call(SS_EMB_M_LOOKUP, &m.base, NULL, NULL), SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected("bad_ids"), 1);
     const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
-    const char *methods[] = {SS_EMB_M_OPEN,    SS_EMB_M_LOOKUP,     SS_EMB_M_PUSH,
-                             SS_EMB_M_ELASTIC, SS_EMB_M_CHECKPOINT, SS_EMB_M_STATS};
-    for (int i = 0; i < 6; i++) {
+    const char *methods[] = {SS_EMB_M_OPEN,       SS_EMB_M_LOOKUP,     SS_EMB_M_PUSH,
+                             SS_EMB_M_ELASTIC,    SS_EMB_M_CHECKPOINT, SS_EMB_M_STATS,
+                             SS_EMB_M_PUSH_LOOKUP};
+    for (int i = 0; i < 7; i++) {
         char msg[200];
         uint8_t *r = NULL;
         size_t rl;
@@ -177,7 +178,7 @@ START_TEST(test_bad_input_over_grpc) {
                                       &rl, msg, sizeof msg),
                          SS_ERR_PARSE);
     }
-    ck_assert_uint_eq(rejected("garbage"), 6);
+    ck_assert_uint_eq(rejected("garbage"), 7);
     /* Checkpoint without a database: refused, nothing written. */
     Shadowsync__V1__EmbCheckpointRequest c = SHADOWSYNC__V1__EMB_CHECKPOINT_REQUEST__INIT;
     c.name = "never-written";
@@ -186,6 +187,67 @@ START_TEST(test_bad_input_over_grpc) {
     g[7] = 1.0f;
     ck_assert_int_eq(lookup("t", ids, 3, after), SS_OK); /* still serving */
     ck_assert_mem_eq(before, after, sizeof before);      /* and nothing changed */
+}
+END_TEST
+
+static ss_status push_lookup(const char *table, const uint64_t *pids, size_t pn, const float *g,
+                             size_t glen, const uint64_t *ids, size_t n, float *rows) {
+    Shadowsync__V1__PushLookupRequest m = SHADOWSYNC__V1__PUSH_LOOKUP_REQUEST__INIT;
+    m.table = (char *)table;
+    m.push_ids = (ProtobufCBinaryData){pn * 8, (uint8_t *)pids};
+    m.grads = (ProtobufCBinaryData){glen, (uint8_t *)g};
+    m.ids = (ProtobufCBinaryData){n * 8, (uint8_t *)ids};
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(SS_EMB_M_PUSH_LOOKUP, &m.base, &resp, &len);
+    if (st == SS_OK) {
+        Shadowsync__V1__LookupReply *r = shadowsync__v1__lookup_reply__unpack(NULL, len, resp);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_uint_eq(r->rows.len, n * 2 * sizeof(float));
+        if (n)
+            memcpy(rows, r->rows.data, r->rows.len);
+        shadowsync__v1__lookup_reply__free_unpacked(r, NULL);
+        free(resp);
+    }
+    return st;
+}
+
+/* PushLookup: the push first, then the rows (a row in both comes back
+ * updated); either part alone; a bad part refuses the whole call and
+ * changes nothing. Table "pl": dim 2, SGD lr 1, rows start at 0. */
+START_TEST(test_push_lookup_pushes_then_reads) {
+    ck_assert_int_eq(open_table("pl", 2), SS_OK);
+    uint64_t pids[2] = {1, 2}, ids[2] = {2, 3};
+    float g[4] = {1, 1, 2, 2}, rows[4];
+    ck_assert_int_eq(push_lookup("pl", pids, 2, g, sizeof g, ids, 2, rows), SS_OK);
+    ck_assert_float_eq(rows[0], -2.0f); /* row 2: pushed, then read */
+    ck_assert_float_eq(rows[2], 0.0f);  /* row 3: only read */
+    ck_assert_int_eq(push_lookup("pl", pids, 2, g, sizeof g, NULL, 0, NULL), SS_OK); /* push only */
+    ck_assert_int_eq(push_lookup("pl", NULL, 0, NULL, 0, pids, 2, rows), SS_OK);     /* read only */
+    ck_assert_float_eq(rows[0], -2.0f);
+    ck_assert_float_eq(rows[2], -4.0f);
+    const uint64_t before_empty = rejected("empty_batch");
+    ck_assert_int_eq(push_lookup("pl", NULL, 0, NULL, 0, NULL, 0, NULL), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected("empty_batch"), before_empty + 1);
+    /* A bad lookup part refuses the push with it: duplicate ids, too many. */
+    uint64_t dup[2] = {3, 3};
+    ck_assert_int_eq(push_lookup("pl", pids, 2, g, sizeof g, dup, 2, rows),
+                     SS_ERR_INVALID_ARGUMENT);
+    static uint64_t many[4097];
+    for (int i = 0; i < 4097; i++)
+        many[i] = (uint64_t)i + 100;
+    ck_assert_int_eq(push_lookup("pl", pids, 2, g, sizeof g, many, 4097, NULL), SS_ERR_NO_MEMORY);
+    /* A bad push part refuses the lookup: non-finite, wrong length. */
+    g[1] = NAN;
+    ck_assert_int_eq(push_lookup("pl", pids, 2, g, sizeof g, ids, 2, rows), SS_ERR_NON_FINITE);
+    g[1] = 1.0f;
+    ck_assert_int_eq(push_lookup("pl", pids, 2, g, 3 * sizeof(float), ids, 2, rows),
+                     SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(push_lookup("nope", pids, 2, g, sizeof g, ids, 2, rows), SS_ERR_NOT_FOUND);
+    float after[4];
+    ck_assert_int_eq(lookup("pl", pids, 2, after), SS_OK);
+    ck_assert_float_eq(after[0], -2.0f); /* nothing refused was applied */
+    ck_assert_float_eq(after[2], -4.0f);
 }
 END_TEST
 
@@ -263,12 +325,28 @@ START_TEST(test_remote_table_through_hooks) {
     ck_assert_int_eq(ss_table_prefetch(tb, ids, 3, &f), SS_OK);
     ck_assert_int_eq(ss_table_fetch_wait(f, pre), SS_OK);
     ck_assert_mem_eq(pre, rows, sizeof rows);
+    /* A push and a prefetch in one call: the row pushed comes back
+     * updated (row 6 was -4: one more gradient of 4 makes it -8), and a
+     * flush waits for the push. */
+    ck_assert_int_eq(ss_table_push_prefetch(tb, ids + 1, 1, g + 2, ids, 3, &f), SS_OK);
+    ck_assert_int_eq(ss_table_fetch_wait(f, pre), SS_OK);
+    ck_assert_float_eq(pre[0], -3.0f);
+    ck_assert_float_eq(pre[2], -8.0f);
+    ck_assert_int_eq(ss_table_push_prefetch(tb, ids + 1, 1, g + 2, NULL, 0, &f), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    ck_assert_int_eq(ss_table_fetch_wait(f, NULL), SS_OK);
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "remote", ids + 1, 1, server, NULL, 0), SS_OK);
+    ck_assert_float_eq(server[0], -12.0f);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(ss_table_push(tb, ids + 1, 1, g + 2), SS_OK); /* back to -4 * 5 */
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    ck_assert_int_eq(ss_table_lookup(tb, ids, 3, rows), SS_OK);
     /* Many pushes through a queue of 2: back-pressure, nothing lost. */
     for (int i = 0; i < 200; i++)
         ck_assert_int_eq(ss_table_push(tb, ids + 1, 1, g + 2), SS_OK);
     ck_assert_int_eq(ss_table_flush(tb), SS_OK);
     ck_assert_int_eq(ss_table_lookup(tb, ids + 1, 1, rows), SS_OK);
-    ck_assert_float_eq(rows[0], -4.0f * 201);
+    ck_assert_float_eq(rows[0], -4.0f * 205);
     g[1] = NAN;
     ck_assert_int_eq(ss_table_push(tb, ids, 1, g), SS_ERR_NON_FINITE);
     ss_table_stats s;
@@ -341,6 +419,6 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc,
-                           test_request_limits, test_remote_table_through_hooks,
-                           test_cached_table_syncs_and_evicts);
+                           test_request_limits, test_push_lookup_pushes_then_reads,
+                           test_remote_table_through_hooks, test_cached_table_syncs_and_evicts);
 }

@@ -27,6 +27,7 @@ struct ss_table_fetch {
     uint64_t *ids;
     size_t n;
     float *rows;
+    push_item push; /* remote: sent in the same call, before the lookup (n 0: none) */
     ss_status st;
     bool done;
     ss_table_fetch *next;
@@ -43,6 +44,7 @@ struct ss_table {
     push_item *queue;       /* ring of cfg.push_queue items */
     size_t qhead, qlen;
     bool pusher_busy, stop;
+    size_t fetch_pushes;     /* remote: fetches carrying a push, not yet done */
     uint64_t dropped;        /* remote: pushes lost since the last flush (under lock) */
     ss_status first_dropped; /* remote: the status of the first of them */
     ss_table_fetch *fetch_head, *fetch_tail;
@@ -153,6 +155,16 @@ static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *
 
 /* ---- background threads ---- */
 
+/* A remote push that failed: counted, and logged once per 100. */
+static void log_dropped(ss_table *tb, size_t n, ss_status st) {
+    if (atomic_fetch_add(&tb->failed_calls, 1) % 100 == 0)
+        ss__log(SS_LOG_WARN, "emb", "event=push_dropped table=%s rows=%zu status=%s", tb->spec.name,
+                n, ss_status_name(st));
+}
+
+static ss_status lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *rows,
+                            const push_item *push);
+
 static void *pusher_main(void *arg) {
     ss_table *tb = arg;
     pthread_mutex_lock(&tb->lock);
@@ -168,9 +180,8 @@ static void *pusher_main(void *arg) {
         pthread_cond_broadcast(&tb->changed);
         pthread_mutex_unlock(&tb->lock);
         ss_status st = ss__emb_client_push(tb->client, &tb->spec, it.ids, it.n, it.grads);
-        if (st != SS_OK && atomic_fetch_add(&tb->failed_calls, 1) % 100 == 0)
-            ss__log(SS_LOG_WARN, "emb", "event=push_dropped table=%s rows=%zu status=%s",
-                    tb->spec.name, it.n, ss_status_name(st));
+        if (st != SS_OK)
+            log_dropped(tb, it.n, st);
         free(it.ids);
         free(it.grads);
         pthread_mutex_lock(&tb->lock);
@@ -196,8 +207,23 @@ static void *fetcher_main(void *arg) {
         if (!tb->fetch_head)
             tb->fetch_tail = NULL;
         pthread_mutex_unlock(&tb->lock);
-        ss_status st = tb->stop ? SS_ERR_STOPPED : ss_table_lookup(tb, f->ids, f->n, f->rows);
+        ss_status pushed = SS_OK, st;
+        if (tb->stop) { /* the push still goes out, as queued pushes do */
+            st = SS_ERR_STOPPED;
+            if (f->push.n)
+                pushed = ss__emb_client_push(tb->client, &tb->spec, f->push.ids, f->push.n,
+                                             f->push.grads);
+        } else {
+            st = pushed = lookup_ids(tb, f->ids, f->n, f->rows, f->push.n ? &f->push : NULL);
+        }
+        if (f->push.n && pushed != SS_OK)
+            log_dropped(tb, f->push.n, pushed);
         pthread_mutex_lock(&tb->lock);
+        if (f->push.n) {
+            if (pushed != SS_OK && tb->dropped++ == 0)
+                tb->first_dropped = pushed;
+            tb->fetch_pushes--;
+        }
         f->st = st;
         f->done = true;
         pthread_cond_broadcast(&tb->changed);
@@ -393,13 +419,18 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
     return SS_OK;
 }
 
-static ss_status lookup_unique(ss_table *tb, const unique_ids *u, float *rows) {
+/* push (remote only; NULL: none) goes to the shards in the same calls,
+ * applied before the lookup. A failed call fails both. */
+static ss_status lookup_unique(ss_table *tb, const unique_ids *u, float *rows,
+                               const push_item *push) {
     atomic_fetch_add(&tb->unique_lookups, u->m);
     if (tb->cfg.mode == SS_TABLE_REMOTE) {
-        ss_status st = ss__emb_client_lookup(tb->client, &tb->spec, u->ids, u->m, rows);
+        ss_status st = push ? ss__emb_client_push_lookup(tb->client, &tb->spec, push->ids, push->n,
+                                                         push->grads, u->ids, u->m, rows)
+                            : ss__emb_client_lookup(tb->client, &tb->spec, u->ids, u->m, rows);
         if (st == SS_OK)
             atomic_fetch_add(&tb->remote_rows, u->m);
-        else
+        else if (!push) /* a failed push_lookup is counted as a dropped push */
             atomic_fetch_add(&tb->failed_calls, 1);
         return st;
     }
@@ -409,8 +440,14 @@ static ss_status lookup_unique(ss_table *tb, const unique_ids *u, float *rows) {
 ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
     if (!tb || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
+    return lookup_ids(tb, ids, n, rows, NULL);
+}
+
+static ss_status lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *rows,
+                            const push_item *push) {
     if (n == 0)
-        return SS_OK;
+        return push ? ss__emb_client_push(tb->client, &tb->spec, push->ids, push->n, push->grads)
+                    : SS_OK;
     atomic_fetch_add(&tb->lookups, n);
     const size_t dim = tb->spec.dim;
     unique_ids u;
@@ -418,10 +455,10 @@ ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *ro
     if (st != SS_OK)
         return st;
     if (u.m == n) { /* no repeats: u.ids is ids in order, straight into the caller's rows */
-        st = lookup_unique(tb, &u, rows);
+        st = lookup_unique(tb, &u, rows, push);
     } else {
         float *ur = malloc(u.m * dim * sizeof *ur);
-        st = ur ? lookup_unique(tb, &u, ur) : SS_ERR_NO_MEMORY;
+        st = ur ? lookup_unique(tb, &u, ur, push) : SS_ERR_NO_MEMORY;
         for (size_t i = 0; st == SS_OK && i < n; i++)
             memcpy(rows + i * dim, ur + u.map[i] * dim, dim * sizeof(float));
         free(ur);
@@ -430,9 +467,11 @@ ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *ro
     return st;
 }
 
-ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
-    if (!tb || (n && (!ids || !grads)))
-        return SS_ERR_INVALID_ARGUMENT;
+/* A push made ready to apply or send: checked (finite), its repeated ids'
+ * gradients added up into one row each (out->n 0: nothing to push). */
+static ss_status prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads,
+                              push_item *out) {
+    *out = (push_item){0};
     if (n == 0)
         return SS_OK;
     const size_t dim = tb->spec.dim;
@@ -453,12 +492,29 @@ ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float
         for (size_t j = 0; j < dim; j++)
             g[u.map[i] * dim + j] += grads[i * dim + j];
     free(u.map);
-    if (tb->cfg.mode != SS_TABLE_REMOTE) {
-        st = ss__emb_table_apply_gradients(tb->rows, u.ids, u.m, g);
-        free(u.ids);
-        free(g);
+    *out = (push_item){.ids = u.ids, .grads = g, .n = u.m};
+    return SS_OK;
+}
+
+/* Local and cached tables apply a push at once; takes the item. */
+static ss_status apply_local(ss_table *tb, push_item *it) {
+    ss_status st =
+        it->n ? ss__emb_table_apply_gradients(tb->rows, it->ids, it->n, it->grads) : SS_OK;
+    free(it->ids);
+    free(it->grads);
+    *it = (push_item){0};
+    return st;
+}
+
+ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
+    if (!tb || (n && (!ids || !grads)))
+        return SS_ERR_INVALID_ARGUMENT;
+    push_item it;
+    ss_status st = prepare_push(tb, ids, n, grads, &it);
+    if (st != SS_OK || it.n == 0)
         return st;
-    }
+    if (tb->cfg.mode != SS_TABLE_REMOTE)
+        return apply_local(tb, &it);
     pthread_mutex_lock(&tb->lock);
     if (tb->qlen == tb->cfg.push_queue)
         atomic_fetch_add(&tb->push_waits, 1);
@@ -467,38 +523,45 @@ ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float
     if (tb->stop) {
         st = SS_ERR_STOPPED;
     } else {
-        tb->queue[(tb->qhead + tb->qlen) % tb->cfg.push_queue] =
-            (push_item){.ids = u.ids, .grads = g, .n = u.m};
+        tb->queue[(tb->qhead + tb->qlen) % tb->cfg.push_queue] = it;
         tb->qlen++;
         pthread_cond_broadcast(&tb->changed);
     }
     pthread_mutex_unlock(&tb->lock);
     if (st != SS_OK) {
-        free(u.ids);
-        free(g);
+        free(it.ids);
+        free(it.grads);
     }
     return st;
 }
 
-ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
-    if (!tb || !out || (n && !ids))
-        return SS_ERR_INVALID_ARGUMENT;
+/* Queues a fetch of ids for the fetcher, with a push to send in the same
+ * calls (remote; push->n 0: none). Takes the push item, also on error. */
+static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_item *push,
+                             ss_table_fetch **out) {
     ss_table_fetch *f = calloc(1, sizeof *f);
-    if (!f)
-        return SS_ERR_NO_MEMORY;
-    f->tb = tb;
-    f->n = n;
-    f->ids = malloc(n * sizeof *f->ids + 8);
-    f->rows = malloc(n * tb->spec.dim * sizeof *f->rows + 4);
-    if (!f->ids || !f->rows) {
-        free(f->ids);
-        free(f->rows);
-        free(f);
+    if (f) {
+        f->tb = tb;
+        f->n = n;
+        f->ids = malloc(n * sizeof *f->ids + 8);
+        f->rows = malloc(n * tb->spec.dim * sizeof *f->rows + 4);
+    }
+    if (!f || !f->ids || !f->rows) {
+        if (f) {
+            free(f->ids);
+            free(f->rows);
+            free(f);
+        }
+        free(push->ids);
+        free(push->grads);
         return SS_ERR_NO_MEMORY;
     }
     if (n)
         memcpy(f->ids, ids, n * sizeof *ids);
+    f->push = *push;
     pthread_mutex_lock(&tb->lock);
+    if (f->push.n)
+        tb->fetch_pushes++; /* ss_table_flush waits for it */
     if (tb->fetch_tail)
         tb->fetch_tail->next = f;
     else
@@ -508,6 +571,26 @@ ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_tabl
     pthread_mutex_unlock(&tb->lock);
     *out = f;
     return SS_OK;
+}
+
+ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
+    if (!tb || !out || (n && !ids))
+        return SS_ERR_INVALID_ARGUMENT;
+    return queue_fetch(tb, ids, n, &(push_item){0}, out);
+}
+
+ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
+                                 const float *grads, const uint64_t *ids, size_t n,
+                                 ss_table_fetch **out) {
+    if (!tb || !out || (pn && (!push_ids || !grads)) || (n && !ids))
+        return SS_ERR_INVALID_ARGUMENT;
+    push_item it;
+    ss_status st = prepare_push(tb, push_ids, pn, grads, &it);
+    if (st != SS_OK)
+        return st;
+    if (tb->cfg.mode != SS_TABLE_REMOTE && (st = apply_local(tb, &it)) != SS_OK)
+        return st;
+    return queue_fetch(tb, ids, n, &it, out);
 }
 
 ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {
@@ -523,6 +606,8 @@ ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {
         memcpy(rows, f->rows, f->n * tb->spec.dim * sizeof(float));
     free(f->ids);
     free(f->rows);
+    free(f->push.ids);
+    free(f->push.grads);
     free(f);
     return st;
 }
@@ -532,7 +617,7 @@ ss_status ss_table_flush(ss_table *tb) {
         return SS_ERR_INVALID_ARGUMENT;
     if (tb->cfg.mode == SS_TABLE_REMOTE) {
         pthread_mutex_lock(&tb->lock);
-        while (tb->qlen || tb->pusher_busy)
+        while (tb->qlen || tb->pusher_busy || tb->fetch_pushes)
             pthread_cond_wait(&tb->changed, &tb->lock);
         uint64_t dropped = tb->dropped;
         ss_status st = dropped ? tb->first_dropped : SS_OK;

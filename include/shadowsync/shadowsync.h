@@ -213,6 +213,17 @@ ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *ro
  * waited for. */
 ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out);
 ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows);
+/* ss_table_push of push_ids (pn rows of grads) and ss_table_prefetch of
+ * ids in one go: a training step's push of this batch and fetch of the
+ * next. A remote table sends both in one call per shard (half the round
+ * trips of a push and a prefetch), the push applied first, so a row in
+ * both comes back updated; other modes apply the push at once. A push
+ * that fails is reported by the next ss_table_flush, as with
+ * ss_table_push; the fetch's own status comes from ss_table_fetch_wait.
+ * Either part may be empty. */
+ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
+                                 const float *grads, const uint64_t *ids, size_t n,
+                                 ss_table_fetch **out);
 /* grads: n * dim finite floats. */
 ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads);
 /* Remote: waits until every queued push has been sent; SS_OK only when

@@ -34,6 +34,7 @@ struct ss__ctr_gather {
     float **gradp;
     ss_table_fetch *fetch; /* NULL: rows were looked up at once */
     ss_status lookup_status;
+    bool unpushed; /* trained; its gradients not pushed yet */
 };
 
 ss_status ss__ctr_gather_create(const ss__ctr_model_config *cfg, uint32_t batch,
@@ -81,8 +82,10 @@ void ss__ctr_gather_destroy(ss__ctr_gather *g) {
 }
 
 ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
-                               const ss__ctr_example *const *batch, size_t count, bool prefetch) {
-    if (count * SS_CTR_NUM_CAT > g->cap || g->fetch)
+                               const ss__ctr_example *const *batch, size_t count, bool prefetch,
+                               ss__ctr_gather *done) {
+    if (count * SS_CTR_NUM_CAT > g->cap || g->fetch || g->unpushed ||
+        (done && (done == g || !done->unpushed)))
         return SS_ERR_INVALID_ARGUMENT;
     g->count = count;
     g->m = 0;
@@ -101,14 +104,31 @@ ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
             g->slot_of[i * SS_CTR_NUM_CAT + (size_t)f] = (uint32_t)g->hash[h];
         }
     }
+    if (prefetch && done) {
+        done->unpushed = false;
+        return ss_table_push_prefetch(table, done->uniq, done->m, done->grads, g->uniq, g->m,
+                                      &g->fetch);
+    }
+    if (done) {
+        ss_status st = ss__ctr_gather_push(done, table);
+        if (st != SS_OK)
+            return st;
+    }
     if (prefetch)
         return ss_table_prefetch(table, g->uniq, g->m, &g->fetch);
     g->lookup_status = ss_table_lookup(table, g->uniq, g->m, g->rows);
     return g->lookup_status;
 }
 
-ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss_table *table, ss__ctr_worker *w, float *dense,
-                               float lr, double *loss_sum) {
+ss_status ss__ctr_gather_push(ss__ctr_gather *g, ss_table *table) {
+    if (!g->unpushed)
+        return SS_ERR_STATE;
+    g->unpushed = false;
+    return ss_table_push(table, g->uniq, g->m, g->grads);
+}
+
+ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dense, float lr,
+                               double *loss_sum) {
     ss_status st = g->lookup_status;
     if (g->fetch) {
         st = ss_table_fetch_wait(g->fetch, g->rows);
@@ -123,7 +143,8 @@ ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss_table *table, ss__ctr_worke
         g->gradp[p] = g->grads + (size_t)g->slot_of[p] * D;
     }
     ss__ctr_train_batch_gathered(w, dense, g->rowp, g->gradp, g->ex, g->count, lr, loss_sum);
-    return ss_table_push(table, g->uniq, g->m, g->grads);
+    g->unpushed = true;
+    return SS_OK;
 }
 
 ss_status ss__ctr_emb_materialize(ss_table *table, ss__ctr_embeddings *emb) {

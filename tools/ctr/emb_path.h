@@ -22,20 +22,28 @@ typedef enum ss__ctr_emb_mode {
 ss_status ss__ctr_emb_mode_parse(const char *text, ss__ctr_emb_mode *out);
 const char *ss__ctr_emb_mode_name(ss__ctr_emb_mode mode);
 
-/* One minibatch in flight through the table (a worker keeps two, so the
- * next batch's rows are fetched while this one trains). */
+/* One minibatch in flight through the table. A worker keeps three: the
+ * one training, the next one's rows on their way, and the one trained
+ * before, whose gradients go to the table with that fetch (one round
+ * trip per step for a remote table: ss_table_push_prefetch). */
 typedef struct ss__ctr_gather ss__ctr_gather;
 
 ss_status ss__ctr_gather_create(const ss__ctr_model_config *cfg, uint32_t batch,
                                 ss__ctr_gather **out);
 void ss__ctr_gather_destroy(ss__ctr_gather *g);
 /* Takes the batch, collects its distinct row ids and starts fetching
- * their rows (in the background when prefetch). */
+ * their rows (in the background when prefetch). done (optional): a
+ * trained batch whose gradients are not pushed yet; they are pushed
+ * first, with the fetch. */
 ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
-                               const ss__ctr_example *const *batch, size_t count, bool prefetch);
-/* Waits for the rows, trains the batch, pushes the row gradients. */
-ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss_table *table, ss__ctr_worker *w, float *dense,
-                               float lr, double *loss_sum);
+                               const ss__ctr_example *const *batch, size_t count, bool prefetch,
+                               ss__ctr_gather *done);
+/* Waits for the rows and trains the batch; its row gradients stay in g
+ * for ss__ctr_gather_begin or ss__ctr_gather_push. */
+ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dense, float lr,
+                               double *loss_sum);
+/* Pushes a trained batch's gradients on their own (the last batch). */
+ss_status ss__ctr_gather_push(ss__ctr_gather *g, ss_table *table);
 /* Copies every row of the table into emb (to evaluate with the array
  * code). */
 ss_status ss__ctr_emb_materialize(ss_table *table, ss__ctr_embeddings *emb);

@@ -128,32 +128,40 @@ static size_t claim_batch(trainer *tr, const ss__ctr_example **batch) {
     return n;
 }
 
-/* The table path: batch k+1's rows are fetched while batch k trains. */
+/* The table path: batch k+1's rows are fetched while batch k trains, and
+ * batch k-1's gradients go to the table with that fetch. */
 static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_example **batch,
                             double *loss) {
     run *r = tr->run;
     const ss__ctr_train_config *cfg = r->cfg;
     const bool prefetch = cfg->emb_prefetch && cfg->emb != SS_CTR_EMB_LOCAL;
-    ss__ctr_gather *g[2] = {NULL, NULL};
-    ss_status st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[0]);
-    if (st == SS_OK)
-        st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[1]);
+    ss__ctr_gather *g[3] = {NULL, NULL, NULL};
+    ss_status st = SS_OK;
+    for (int i = 0; i < 3 && st == SS_OK; i++)
+        st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[i]);
     size_t n = st == SS_OK ? claim_batch(tr, batch) : 0;
     if (n)
-        st = ss__ctr_gather_begin(g[0], r->table, batch, n, prefetch);
-    for (int cur = 0; n && st == SS_OK; cur ^= 1) {
+        st = ss__ctr_gather_begin(g[0], r->table, batch, n, prefetch, NULL);
+    ss__ctr_gather *trained = NULL; /* the batch before, its gradients not pushed yet */
+    for (int cur = 0; n && st == SS_OK; cur = (cur + 1) % 3) {
         size_t next = claim_batch(tr, batch);
-        if (next)
-            st = ss__ctr_gather_begin(g[cur ^ 1], r->table, batch, next, prefetch);
-        ss_status s = ss__ctr_gather_train(g[cur], r->table, w, tr->dense, cfg->lr, loss);
+        if (next) {
+            st = ss__ctr_gather_begin(g[(cur + 1) % 3], r->table, batch, next, prefetch, trained);
+        } else if (trained) {
+            st = ss__ctr_gather_push(trained, r->table);
+        }
+        ss_status s = ss__ctr_gather_train(g[cur], w, tr->dense, cfg->lr, loss);
         if (st == SS_OK)
             st = s;
+        trained = g[cur];
         atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
         after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
         n = next;
     }
-    ss__ctr_gather_destroy(g[0]);
-    ss__ctr_gather_destroy(g[1]);
+    if (st == SS_OK && trained) /* the last batch */
+        st = ss__ctr_gather_push(trained, r->table);
+    for (int i = 0; i < 3; i++)
+        ss__ctr_gather_destroy(g[i]);
     if (st != SS_OK)
         SS_LOG_ERRORF("ctr-train", "event=table_path_failed status=%s", ss_status_name(st));
     return st;
