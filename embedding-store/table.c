@@ -430,17 +430,10 @@ ss_status ss__emb_table_collect_dirty(ss__emb_table *t, ss__emb_dirty *d, size_t
 
 void ss__emb_table_settle(ss__emb_table *t, const ss__emb_dirty *d, const float *deltas) {
     const size_t dim = t->spec.dim;
-    stripe *held = NULL; /* collect_dirty gathers ids stripe by stripe: one lock per run */
     for (size_t i = 0; i < d->n; i++) {
-        const uint64_t h = hash_id(d->ids[i]);
-        stripe *s = &t->s[h & (STRIPES - 1)];
-        if (s != held) {
-            if (held)
-                pthread_mutex_unlock(&held->lock);
-            pthread_mutex_lock(&s->lock);
-            held = s;
-        }
-        slot *sl = find_hashed(s, d->ids[i], h);
+        stripe *s = stripe_of(t, d->ids[i]);
+        pthread_mutex_lock(&s->lock);
+        slot *sl = find(s, d->ids[i]);
         if (sl) {
             if (deltas)
                 for (size_t j = 0; j < dim; j++)
@@ -453,9 +446,8 @@ void ss__emb_table_settle(ss__emb_table *t, const ss__emb_dirty *d, const float 
                 (void)queue_push(s, d->ids[i]); /* updated meanwhile: next time */
             }
         }
+        pthread_mutex_unlock(&s->lock);
     }
-    if (held)
-        pthread_mutex_unlock(&held->lock);
 }
 
 void ss__emb_table_requeue(ss__emb_table *t, const ss__emb_dirty *d) {
