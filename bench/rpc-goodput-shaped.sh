@@ -20,24 +20,34 @@ BIN=$PWD/build/bin
 emu_init
 add_host "$ID-p0" 198.18.1.1
 add_host "$ID-c0" 198.18.2.1
-ip netns exec "$ID-p0" iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
-PIDS+=($!)
-sleep 0.5
-tcp=$(ip netns exec "$ID-c0" iperf3 -c 198.18.1.1 -p 5299 -t 3 --bidir -J | python3 -c '
+# iperf3 between the two namespaces, right before and right after each
+# size; that size's ratio is to the mean of the two (it moves from run to
+# run on a shared machine).
+iperf_once() {
+  ip netns exec "$ID-p0" iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+  local srv=$!
+  sleep 0.5
+  ip netns exec "$ID-c0" iperf3 -c 198.18.1.1 -p 5299 -t 2 --bidir -J | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["end"]
-print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_second"]) / 1e9)')
+print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_second"]) / 1e9)'
+  wait "$srv" 2>/dev/null || true
+}
+tcp=$(iperf_once)
 ip netns exec "$ID-p0" "$BIN/shadowsync-ps" --listen 198.18.1.1:7070 --http "" --threads 2 \
   --auth-token-file "$TMP/token" >"$TMP/ps.log" 2>&1 &
 PIDS+=($!)
 wait_line "$TMP/ps.log" "listening on" $!
 nominal=$(awk -v b="$(tc_rate_bits "$RATE")" 'BEGIN { print 2 * b / 1e9 }')
-echo "link $RATE each way (nominal both ways: $nominal Gbit/s); iperf3 --bidir across it: $tcp Gbit/s"
-printf '%-10s %10s %16s %12s %14s\n' floats round_ms goodput_gbit_s ratio_iperf3 ratio_nominal
+echo "link $RATE each way (nominal both ways: $nominal Gbit/s); iperf3 --bidir across it before and after each size"
+printf '%-10s %10s %16s %14s %12s %14s\n' floats round_ms goodput_gbit_s iperf3_gbit_s ratio_iperf3 ratio_nominal
 for n in 1048576 10485760; do
   line=$(ip netns exec "$ID-c0" "$BIN/shadowsync-bench-rpc" --ps 198.18.1.1:7070 --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
+  after=$(iperf_once)
   ms=$(grep -o 'round_ms=[0-9.]*' <<<"$line" | cut -d= -f2)
   gb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$line" | cut -d= -f2)
-  printf '%-10s %10s %16s %12.3f %14.3f\n' "$n" "$ms" "$gb" "$(awk -v a="$gb" -v b="$tcp" 'BEGIN {print a / b}')" \
+  mean=$(awk -v a="$tcp" -v b="$after" 'BEGIN {printf "%.2f", (a + b) / 2}')
+  printf '%-10s %10s %16s %14s %12.3f %14.3f\n' "$n" "$ms" "$gb" "$mean" "$(awk -v a="$gb" -v b="$mean" 'BEGIN {print a / b}')" \
     "$(awk -v a="$gb" -v b="$nominal" 'BEGIN {print a / b}')"
+  tcp=$after
 done

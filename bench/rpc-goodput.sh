@@ -13,23 +13,32 @@ if ! command -v iperf3 >/dev/null; then
   $SUDO apt-get install -y iperf3 >/dev/null
 fi
 PORT=${PORT:-5299}
-iperf3 -s -1 -p "$PORT" >/dev/null 2>&1 &
-sleep 0.5
-tcp=$(iperf3 -c 127.0.0.1 -p "$PORT" -t 3 --bidir -J | python3 -c '
+# iperf3 moves 20-27 Gbit/s from one run to the next on a shared machine:
+# it runs right before and right after each size, and that size's ratio
+# is to the mean of the two.
+iperf_once() {
+  iperf3 -s -1 -p "$PORT" >/dev/null 2>&1 &
+  sleep 0.5
+  iperf3 -c 127.0.0.1 -p "$PORT" -t 2 --bidir -J | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["end"]
-print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_second"]) / 1e9)')
-wait
+print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_second"]) / 1e9)'
+  wait
+}
+tcp=$(iperf_once)
 ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
 addr=$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')
-echo "iperf3 TCP loopback, both directions at once: ${tcp} Gbit/s"
-printf '%-10s %10s %16s %12s\n' floats round_ms goodput_gbit_s ratio_tcp
+echo "iperf3 TCP loopback, both directions at once (--bidir), before and after each size"
+printf '%-10s %10s %16s %14s %12s\n' floats round_ms goodput_gbit_s iperf3_gbit_s ratio_tcp
 for n in 1048576 10485760; do
   line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
+  after=$(iperf_once)
   ms=$(grep -o 'round_ms=[0-9.]*' <<<"$line" | cut -d= -f2)
   gb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$line" | cut -d= -f2)
-  printf '%-10s %10s %16s %12.3f\n' "$n" "$ms" "$gb" "$(awk -v a="$gb" -v b="$tcp" 'BEGIN {print a / b}')"
+  mean=$(awk -v a="$tcp" -v b="$after" 'BEGIN {printf "%.2f", (a + b) / 2}')
+  printf '%-10s %10s %16s %14s %12.3f\n' "$n" "$ms" "$gb" "$mean" "$(awk -v a="$gb" -v b="$mean" 'BEGIN {print a / b}')"
+  tcp=$after
 done
