@@ -210,8 +210,12 @@ static const uint8_t *gather_request(grpc_byte_buffer *payload, size_t *len, voi
 }
 
 /* Runs the handler (unless refused: too many blocked calls) and starts the
- * reply batch; the batch's completion (CALL_REPLYING) frees the context. */
-static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
+ * reply batch; the batch's completion (CALL_REPLYING) frees the context.
+ * holds_blocked_slot: a blocking call's thread, whose slot in
+ * srv->blocked is given back before the reply starts: once the reply
+ * completes the server may stop and free srv (found by ASan: the slot was
+ * given back after, into a freed server). */
+static void serve_or_refuse(call_ctx *c, bool too_many_blocked, bool holds_blocked_slot) {
     ss__rpc_server *srv = c->srv;
     ss__rpc_reply reply = {.status = SS_OK};
     char who[48];
@@ -270,6 +274,8 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked) {
         ss__counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
     if (srv->slots[c->method].sent_bytes && reply.status == SS_OK)
         ss__counter_add(srv->slots[c->method].sent_bytes, reply.len);
+    if (holds_blocked_slot)
+        atomic_fetch_sub(&srv->blocked, 1);
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -325,14 +331,11 @@ static void serve_unimplemented(call_ctx *c) {
 }
 
 static void serve(call_ctx *c) {
-    serve_or_refuse(c, false);
+    serve_or_refuse(c, false, false);
 }
 
 static void *blocking_serve(void *arg) {
-    call_ctx *c = arg;
-    ss__rpc_server *srv = c->srv;
-    serve(c);
-    atomic_fetch_sub(&srv->blocked, 1);
+    serve_or_refuse(arg, false, true); /* srv may be gone once it returns */
     return NULL;
 }
 
@@ -344,17 +347,15 @@ static void serve_blocking(call_ctx *c) {
         atomic_fetch_sub(&srv->blocked, 1);
         if (srv->blocked_refused)
             ss__counter_add(srv->blocked_refused, 1);
-        serve_or_refuse(c, true);
+        serve_or_refuse(c, true, false);
         return;
     }
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, blocking_serve, c) != 0) {
-        serve(c);
-        atomic_fetch_sub(&srv->blocked, 1);
-    }
+    if (pthread_create(&t, &attr, blocking_serve, c) != 0)
+        serve_or_refuse(c, false, true);
     pthread_attr_destroy(&attr);
 }
 
