@@ -575,19 +575,35 @@ static ss_status after_update(ss__emb_store *st, store_table *tb) {
     return s;
 }
 
+/* The read of a checked lookup (check_request passed). */
+static ss_status read_rows(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n,
+                           float *rows) {
+    ss_status s = ss__emb_table_lookup(tb->t, ids, n, rows);
+    if (s == SS_OK) {
+        ss__counter_add(tb->lookups, n);
+        enforce_cap(st);
+    }
+    return s;
+}
+
+/* The update of a checked push (check_request passed). */
+static ss_status apply_push(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n,
+                            const float *grads) {
+    ss_status s = ss__emb_table_apply_gradients(tb->t, ids, n, grads);
+    if (s == SS_OK) {
+        ss__counter_add(tb->pushes, n);
+        s = after_update(st, tb);
+    }
+    return s;
+}
+
 ss_status ss__emb_store_lookup(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                float *rows, char *why, size_t whylen) {
     store_table *tb;
     if (!st || !rows)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, NULL, &tb, why, whylen);
-    if (s == SS_OK)
-        s = ss__emb_table_lookup(tb->t, ids, n, rows);
-    if (s == SS_OK) {
-        ss__counter_add(tb->lookups, n);
-        enforce_cap(st);
-    }
-    return s;
+    return s == SS_OK ? read_rows(st, tb, ids, n, rows) : s;
 }
 
 ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
@@ -596,13 +612,7 @@ ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_
     if (!st || !grads)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, grads, &tb, why, whylen);
-    if (s == SS_OK)
-        s = ss__emb_table_apply_gradients(tb->t, ids, n, grads);
-    if (s == SS_OK) {
-        ss__counter_add(tb->pushes, n);
-        s = after_update(st, tb);
-    }
-    return s;
+    return s == SS_OK ? apply_push(st, tb, ids, n, grads) : s;
 }
 
 ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const uint64_t *push_ids,
@@ -621,20 +631,10 @@ ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const 
         s = check_request(st, table, push_ids, pn, grads, &tb, why, whylen);
     if (s == SS_OK && n)
         s = check_request(st, table, ids, n, NULL, &tb, why, whylen);
-    if (s == SS_OK && pn) {
-        s = ss__emb_table_apply_gradients(tb->t, push_ids, pn, grads);
-        if (s == SS_OK) {
-            ss__counter_add(tb->pushes, pn);
-            s = after_update(st, tb);
-        }
-    }
-    if (s == SS_OK && n) {
-        s = ss__emb_table_lookup(tb->t, ids, n, rows);
-        if (s == SS_OK) {
-            ss__counter_add(tb->lookups, n);
-            enforce_cap(st);
-        }
-    }
+    if (s == SS_OK && pn)
+        s = apply_push(st, tb, push_ids, pn, grads);
+    if (s == SS_OK && n)
+        s = read_rows(st, tb, ids, n, rows);
     return s;
 }
 

@@ -81,6 +81,19 @@ static float *rows_out(size_t n, uint32_t dim, ss__rpc_reply *r) {
     return out;
 }
 
+/* A lookup's reply: its rows (n of dim floats), or why it failed. */
+static void reply_rows(ss__rpc_reply *reply, ss_status st, const char *why, float *rows, size_t n,
+                       uint32_t dim) {
+    if (st != SS_OK) {
+        relay(reply, st, why);
+        return;
+    }
+    Shadowsync__V1__LookupReply out = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
+    out.rows.data = (uint8_t *)rows;
+    out.rows.len = n * dim * sizeof(float);
+    ss__rpc_reply_pack(&out.base, reply);
+}
+
 static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
     Shadowsync__V1__OpenTableRequest *m =
@@ -136,14 +149,7 @@ static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *r
         ss_status st =
             rows ? ss__emb_store_lookup(svc->store, m->table, rq.ids, rq.n, rows, why, sizeof why)
                  : SS_ERR_NO_MEMORY;
-        if (st != SS_OK) {
-            relay(reply, st, why);
-        } else {
-            Shadowsync__V1__LookupReply out = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
-            out.rows.data = (uint8_t *)rows;
-            out.rows.len = rq.n * rq.spec.dim * sizeof(float);
-            ss__rpc_reply_pack(&out.base, reply);
-        }
+        reply_rows(reply, st, why, rows, rq.n, rq.spec.dim);
         free(rows);
         free(rq.ids);
     }
@@ -193,14 +199,7 @@ static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_rep
                                                             push.payload, look.ids, look.n, rows,
                                                             why, sizeof why)
                                 : SS_ERR_NO_MEMORY;
-            if (st != SS_OK) {
-                relay(reply, st, why);
-            } else {
-                Shadowsync__V1__LookupReply out = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
-                out.rows.data = (uint8_t *)rows;
-                out.rows.len = look.n * look.spec.dim * sizeof(float);
-                ss__rpc_reply_pack(&out.base, reply);
-            }
+            reply_rows(reply, st, why, rows, look.n, look.spec.dim);
             free(rows);
             free(look.ids);
         }

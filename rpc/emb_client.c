@@ -264,6 +264,13 @@ static size_t chunks_in(const by_shard *b, uint32_t s) {
     return (b->start[s + 1] - b->start[s] + SS_EMB_CLIENT_CHUNK - 1) / SS_EMB_CLIENT_CHUNK;
 }
 
+/* Calls to shard s: chunk k of the main part and chunk k of the push part
+ * (none unless OP_PUSH_LOOKUP: its by_shard is all zero) share call k. */
+static size_t calls_to(const by_shard *bm, const by_shard *bp, uint32_t s) {
+    const size_t m = chunks_in(bm, s), p = chunks_in(bp, s);
+    return m > p ? m : p;
+}
+
 /* Chunk k of shard s (empty past the end). */
 static chunk chunk_at(const by_shard *b, uint32_t s, size_t k) {
     const size_t lo = b->start[s] + k * SS_EMB_CLIENT_CHUNK, end = b->start[s + 1];
@@ -283,21 +290,15 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
     if (st == SS_OK && op == OP_PUSH_LOOKUP)
         st = split(c, tid, push, &bp);
     size_t ncalls = 0;
-    for (uint32_t s = 0; st == SS_OK && s < c->shards; s++) {
-        size_t k = chunks_in(&bm, s);
-        if (op == OP_PUSH_LOOKUP && chunks_in(&bp, s) > k)
-            k = chunks_in(&bp, s);
-        ncalls += k;
-    }
+    for (uint32_t s = 0; st == SS_OK && s < c->shards; s++)
+        ncalls += calls_to(&bm, &bp, s);
     call_part *cp = calloc(ncalls + 1, sizeof *cp);
     ss__rpc_request *calls = calloc(ncalls + 1, sizeof *calls);
     if (st == SS_OK && (!cp || !calls))
         st = SS_ERR_NO_MEMORY;
     size_t j = 0;
     for (uint32_t s = 0; st == SS_OK && s < c->shards; s++) {
-        size_t nk = chunks_in(&bm, s);
-        if (op == OP_PUSH_LOOKUP && chunks_in(&bp, s) > nk)
-            nk = chunks_in(&bp, s);
+        const size_t nk = calls_to(&bm, &bp, s);
         for (size_t k = 0; k < nk && st == SS_OK; k++, j++) {
             cp[j].main = chunk_at(&bm, s, k);
             if (op == OP_PUSH_LOOKUP)

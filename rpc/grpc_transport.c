@@ -397,6 +397,7 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
     fanout_free(&f);
     return st;
 }
+
 typedef struct round_arg {
     const float *s;
     const ss__bmuf_params *bmuf; /* NULL: S-MA */

@@ -153,6 +153,12 @@ static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *
     return st;
 }
 
+static void push_item_free(push_item *it) {
+    free(it->ids);
+    free(it->grads);
+    *it = (push_item){0};
+}
+
 /* ---- background threads ---- */
 
 /* A remote push that failed: counted, and logged once per 100. */
@@ -182,8 +188,7 @@ static void *pusher_main(void *arg) {
         ss_status st = ss__emb_client_push(tb->client, &tb->spec, it.ids, it.n, it.grads);
         if (st != SS_OK)
             log_dropped(tb, it.n, st);
-        free(it.ids);
-        free(it.grads);
+        push_item_free(&it);
         pthread_mutex_lock(&tb->lock);
         if (st != SS_OK && tb->dropped++ == 0)
             tb->first_dropped = st; /* the next flush reports it */
@@ -354,11 +359,8 @@ static void table_destroy(void *obj) {
         pthread_join(tb->fetcher, NULL);
     if (tb->has_syncer)
         pthread_join(tb->syncer, NULL);
-    for (size_t k = 0; k < tb->qlen; k++) {
-        push_item *it = &tb->queue[(tb->qhead + k) % tb->cfg.push_queue];
-        free(it->ids);
-        free(it->grads);
-    }
+    for (size_t k = 0; k < tb->qlen; k++)
+        push_item_free(&tb->queue[(tb->qhead + k) % tb->cfg.push_queue]);
     free(tb->queue);
     ss__emb_dirty_free(&tb->dirty);
     ss__emb_table_destroy(tb->rows);
@@ -500,9 +502,7 @@ static ss_status prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const
 static ss_status apply_local(ss_table *tb, push_item *it) {
     ss_status st =
         it->n ? ss__emb_table_apply_gradients(tb->rows, it->ids, it->n, it->grads) : SS_OK;
-    free(it->ids);
-    free(it->grads);
-    *it = (push_item){0};
+    push_item_free(it);
     return st;
 }
 
@@ -528,10 +528,8 @@ ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float
         pthread_cond_broadcast(&tb->changed);
     }
     pthread_mutex_unlock(&tb->lock);
-    if (st != SS_OK) {
-        free(it.ids);
-        free(it.grads);
-    }
+    if (st != SS_OK)
+        push_item_free(&it);
     return st;
 }
 
@@ -545,15 +543,15 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
         f->n = n;
         f->ids = malloc(n * sizeof *f->ids + 8);
         f->rows = malloc(n * tb->spec.dim * sizeof *f->rows + 4);
-    }
-    if (!f || !f->ids || !f->rows) {
-        if (f) {
+        if (!f->ids || !f->rows) {
             free(f->ids);
             free(f->rows);
             free(f);
+            f = NULL;
         }
-        free(push->ids);
-        free(push->grads);
+    }
+    if (!f) {
+        push_item_free(push);
         return SS_ERR_NO_MEMORY;
     }
     if (n)
@@ -606,8 +604,7 @@ ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {
         memcpy(rows, f->rows, f->n * tb->spec.dim * sizeof(float));
     free(f->ids);
     free(f->rows);
-    free(f->push.ids);
-    free(f->push.grads);
+    push_item_free(&f->push);
     free(f);
     return st;
 }
