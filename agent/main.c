@@ -278,6 +278,8 @@ int main(int argc, char **argv) {
     agent_main m = {.ckpt_dir = o.ckpt_dir};
     ss_status st = ss__metrics_create(&m.metrics);
     if (st == SS_OK)
+        st = ss__metrics_build_info(m.metrics);
+    if (st == SS_OK)
         st = connect_ps(&m, &o);
     if (st == SS_OK)
         st = start_agent(&m, &o);

@@ -140,8 +140,8 @@ for j in $(seq 0 $((HOSTS - 1))); do
     name=h${j}t$i
     via_agent=()
     [ "$AGENT" != 1 ] || via_agent=("SHADOWSYNC_AGENT=$TMP/h$j/agent.sock")
-    env SHADOWSYNC_PS="$PS_LIST" SHADOWSYNC_MODE="$MODE" SHADOWSYNC_ALGO="$ALGO" \
-      SHADOWSYNC_SYNC_EVERY="$K" SHADOWSYNC_TRAINER="$name" "${via_agent[@]}" \
+    env SHADOWSYNC_PS="$PS_LIST" SHADOWSYNC_SYNC="$MODE" SHADOWSYNC_ALGO="$ALGO" \
+      SHADOWSYNC_SYNC_EVERY="$K" SHADOWSYNC_TRAINER_NAME="$name" "${via_agent[@]}" \
       timeout --kill-after=10 $((${SECS%.*} + 120)) \
       ip netns exec "$ID-t$j" "$BIN/shadowsync-emu-trainer" --dense-floats "$DENSE" \
       --seconds "$SECS" --step-us "$STEP_US" --batch "$BATCH" --touch "$TOUCH" --compute "$COMPUTE" \

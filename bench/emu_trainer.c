@@ -3,7 +3,7 @@
  * for --step-us (--compute: paced, sleep or spin) and then writes
  * --touch floats of one dense group of --dense-floats, as Hogwild workers
  * would; the group is synced by the real hooks, configured by the
- * SHADOWSYNC_* variables like any trainer (SHADOWSYNC_PS, SHADOWSYNC_MODE,
+ * SHADOWSYNC_* variables like any trainer (SHADOWSYNC_PS, SHADOWSYNC_SYNC,
  * SHADOWSYNC_ALGO, SHADOWSYNC_SYNC_EVERY, SHADOWSYNC_AGENT, ...). With the
  * compute a sleep, 64 trainers fit on 2 cores and what is measured is the
  * sync system: how many steps a trainer makes, and how many steps pass

@@ -125,8 +125,8 @@ start_trainer() { # j i
   local j=$1 i=$2 name=h$1t$2
   NSTARTS=$((NSTARTS + 1))
   # Each trainer pulls toward its own value: apart without sync.
-  env SHADOWSYNC_PS="$PS_LIST" SHADOWSYNC_MODE=background SHADOWSYNC_ALGO="$ALGO" \
-    SHADOWSYNC_TRAINER="$name" SHADOWSYNC_AGENT="$TMP/h$j/agent.sock" \
+  env SHADOWSYNC_PS="$PS_LIST" SHADOWSYNC_SYNC=shadow SHADOWSYNC_ALGO="$ALGO" \
+    SHADOWSYNC_TRAINER_NAME="$name" SHADOWSYNC_AGENT="$TMP/h$j/agent.sock" \
     ip netns exec "$ID-t$j" "$BIN/shadowsync-emu-trainer" --dense-floats "$DENSE" \
     --until-ms "$END_MS" --step-us "$STEP_US" --progress-ms 200 \
     --drift "$((j * PER_HOST + i))" --dump "$TMP/$name.f32" >"$TMP/$name.$NSTARTS.log" 2>&1 &

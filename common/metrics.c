@@ -1,5 +1,7 @@
 #include "common/metrics.h"
 
+#include "common/flags.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -545,4 +547,15 @@ ss_status ss__metrics_render(ss__metrics *reg, char **out, size_t *len) {
     if (len)
         *len = b.len;
     return SS_OK;
+}
+
+ss_status ss__metrics_build_info(ss__metrics *reg) {
+    const char *labels[] = {"version", ss__version(), NULL};
+    ss__gauge *g;
+    ss_status st =
+        ss__metrics_gauge(reg, "shadowsync_build_info",
+                          "1, labelled with the ShadowSync version of this process", labels, &g);
+    if (st == SS_OK)
+        ss__gauge_set(g, 1);
+    return st;
 }

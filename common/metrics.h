@@ -56,6 +56,9 @@ void ss__histogram_observe(ss__histogram *h, double v);
 uint64_t ss__histogram_count(const ss__histogram *h);
 double ss__histogram_sum(const ss__histogram *h);
 
+/* shadowsync_build_info{version="X.Y.Z"} 1: which build serves. */
+ss_status ss__metrics_build_info(ss__metrics *reg);
+
 /* Renders every family. *out is malloc'd, NUL-terminated; caller frees. */
 ss_status ss__metrics_render(ss__metrics *reg, char **out, size_t *len);
 

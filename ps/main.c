@@ -360,7 +360,7 @@ static int open_state(ps_state *ps, const ps_options *o) {
                               .max_groups = (uint32_t)o->max_groups,
                               .max_members = (uint32_t)o->max_members,
                               .max_total_floats = (uint64_t)o->max_total_floats};
-    if (ss__metrics_create(&ps->metrics) != SS_OK ||
+    if (ss__metrics_create(&ps->metrics) != SS_OK || ss__metrics_build_info(ps->metrics) != SS_OK ||
         ss__inproc_transport_create(&icfg, &ps->backend) != SS_OK) {
         fprintf(stderr, "shadowsync-ps: out of memory\n");
         return 1;

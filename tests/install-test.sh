@@ -28,26 +28,68 @@ cc -std=c11 -Wall -Wextra -Werror "$example" $(pkg-config --cflags shadowsync) \
   "$libdir/libshadowsync.a" $(pkg-config --libs grpc gpr libprotobuf-c) -lpthread -lm \
   -o "$tmp/pc-static"
 run "$tmp/pc-static"
-# A C++ program uses the public headers and links (extern "C" everywhere).
-if command -v c++ >/dev/null; then
-  cat >"$tmp/consumer.cpp" <<'CPP'
+# The daemons and tools are installed too (the paths deploy/systemd runs),
+# and the license files; a library-only install has no programs.
+for f in bin/shadowsync-ps bin/shadowsync-agent bin/shadowsync-ctl bin/ctr-train \
+  share/doc/shadowsync/LICENSE share/doc/shadowsync/NOTICE share/doc/shadowsync/CHANGELOG.md; do
+  test -e "$tmp/prefix/$f" || { echo "cmake --install did not install $f" >&2; exit 1; }
+done
+cmake --install "$build" --prefix "$tmp/libonly" --component lib >/dev/null
+if [ -d "$tmp/libonly/bin" ] || [ -d "$tmp/libonly/include" ]; then
+  echo "--component lib installed more than the library: $(cd "$tmp/libonly" && find . -type f)" >&2
+  exit 1
+fi
+# A C++ program, built as a user would against the installed library,
+# opens a trainer, syncs a group with the installed shadowsync-ps and
+# prints the library's version (extern "C" everywhere).
+"$tmp/prefix/bin/shadowsync-ps" --listen 127.0.0.1:0 --http "" >"$tmp/ps.log" 2>&1 &
+ps_pid=$!
+trap 'kill $ps_pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
+for _ in $(seq 100); do grep -q "listening on" "$tmp/ps.log" && break; sleep 0.1; done
+ps_addr=$(grep -o 'listening on [0-9.:]*' "$tmp/ps.log" | awk '{print $3}')
+cat >"$tmp/consumer.cpp" <<'CPP'
 #include <cstdio>
 #include <shadowsync/shadowsync.h>
-int main() {
+#include <vector>
+static int fail(const char *what) {
+    std::fprintf(stderr, "C++ consumer: %s: %s\n", what, ss_last_error());
+    return 1;
+}
+int main(int argc, char **argv) {
     ss_trainer_config cfg;
     ss_trainer_config_init(&cfg);
-    cfg.mode = SS_SYNC_NONE;
+    if (ss_trainer_config_set(&cfg, "ps", argc > 1 ? argv[1] : "") != SS_OK ||
+        ss_trainer_config_set(&cfg, "sync", "foreground") != SS_OK ||
+        ss_trainer_config_set(&cfg, "sync_every", "1") != SS_OK)
+        return fail("config");
     ss_trainer *t = nullptr;
-    ss_status st = ss_trainer_open(&cfg, &t);
-    std::printf("C++ consumer: ShadowSync %s, open: %s (%s)\n", ss_version(), ss_status_name(st),
-                ss_strerror(st));
-    return st == SS_OK && ss_trainer_close(t) == SS_OK ? 0 : 1;
+    if (ss_trainer_open(&cfg, &t) != SS_OK)
+        return fail("open");
+    std::vector<float> init(1000, 1.0f);
+    ss_dense *w = nullptr;
+    if (ss_trainer_add_dense(t, "cxx", init.size(), init.data(), &w) != SS_OK)
+        return fail("add_dense");
+    for (int i = 0; i < 5; i++)
+        if (ss_trainer_step(t) != SS_OK)
+            return fail("step");
+    ss_dense_stats s;
+    ss_dense_get_stats(w, &s);
+    std::printf("C++ consumer: ShadowSync %s, %llu rounds of group cxx\n", ss_version(),
+                (unsigned long long)s.rounds);
+    if (ss_trainer_close(t) != SS_OK)
+        return fail("close");
+    return s.rounds == 5 ? 0 : 1;
 }
 CPP
-  c++ -std=c++11 -Wall -Wextra -Werror "$tmp/consumer.cpp" $(pkg-config --cflags --libs shadowsync) \
-    -Wl,-rpath,"$libdir" -o "$tmp/cxx-consumer"
-  "$tmp/cxx-consumer"
+c++ -std=c++11 -Wall -Wextra -Werror "$tmp/consumer.cpp" $(pkg-config --cflags --libs shadowsync) \
+  -Wl,-rpath,"$libdir" -o "$tmp/cxx-consumer"
+"$tmp/cxx-consumer" "$ps_addr"
+# Misconfigured: the program is told which setting is wrong.
+if "$tmp/cxx-consumer" "" 2>"$tmp/cxx.err"; then
+  echo "the C++ consumer opened a trainer with no PS" >&2
+  exit 1
 fi
+grep -q "ps: no parameter servers" "$tmp/cxx.err" || { cat "$tmp/cxx.err" >&2; exit 1; }
 # The static archive: the functions under the public prefix ss_ are
 # exactly those the installed headers declare (internal ones are ss__).
 declared=$(grep -ohE '\bss_[a-z0-9_]+\(' "$tmp/prefix/include/shadowsync/"*.h | tr -d '(' | sort -u)
@@ -63,9 +105,12 @@ if [ "$installed" != "./shadowsync/shadowsync.h ./shadowsync/status.h " ]; then
   echo "installed headers are not the public API alone: $installed" >&2
   exit 1
 fi
-# Only the public API leaves the shared library.
-if nm -D --defined-only "$libdir/libshadowsync.so" | grep -v -E ' (ss_trainer_|ss_dense_|ss_table_|ss_strerror|ss_status_name|ss_version|SHADOWSYNC_0)' | grep -q ' T '; then
-  echo "libshadowsync.so exports internal symbols" >&2
+# Only the public API leaves the shared library: exactly what the headers
+# declare.
+exported=$(nm -D --defined-only "$libdir/libshadowsync.so" | awk '$2 == "T" {print $3}' | sed 's/@.*//' | sort -u)
+if [ "$declared" != "$exported" ]; then
+  echo "libshadowsync.so: exported functions differ from the public headers:" >&2
+  diff <(echo "$declared") <(echo "$exported") >&2 || true
   exit 1
 fi
 

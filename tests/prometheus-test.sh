@@ -102,4 +102,12 @@ done
 ps_rounds=$(query 'sum(shadowsync_ps_rounds_total)')
 echo "sum(shadowsync_ps_rounds_total) = $ps_rounds (the PS side of the same rounds)"
 [ -n "$ps_rounds" ] || { echo "FAIL: no PS series in Prometheus"; exit 1; }
+# Which build serves: shadowsync_build_info{version} on both daemons, the
+# version their --version prints.
+version=$("$build/bin/shadowsync-ps" --version | awk '{print $NF}')
+for job in shadowsync-agent shadowsync-ps; do
+  info=$(query "shadowsync_build_info{job=\"$job\",version=\"$version\"}")
+  echo "shadowsync_build_info{job=\"$job\",version=\"$version\"} = $info"
+  [ "$info" = "1" ] || { echo "FAIL: $job has no shadowsync_build_info for $version"; exit 1; }
+done
 echo "prometheus-test: OK"

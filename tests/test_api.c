@@ -54,7 +54,7 @@ START_TEST(test_config_defaults_and_environment) {
     setenv("SHADOWSYNC_PS", "127.0.0.1:1,127.0.0.1:2", 1);
     setenv("SHADOWSYNC_ALGO", "ma", 1);
     setenv("SHADOWSYNC_ALPHA", "0.25", 1);
-    setenv("SHADOWSYNC_MODE", "foreground", 1);
+    setenv("SHADOWSYNC_SYNC", "foreground", 1);
     setenv("SHADOWSYNC_SYNC_EVERY", "3", 1);
     ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_OK);
     ck_assert_str_eq(c.ps, "127.0.0.1:1,127.0.0.1:2");
@@ -69,10 +69,10 @@ START_TEST(test_config_defaults_and_environment) {
     ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_ERR_INVALID_ARGUMENT);
     ck_assert_mem_eq(&c, &before, sizeof c);
     setenv("SHADOWSYNC_ALPHA", "0.5", 1);
-    setenv("SHADOWSYNC_MODE", "sometimes", 1);
+    setenv("SHADOWSYNC_SYNC", "sometimes", 1);
     ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_ERR_INVALID_ARGUMENT);
     ck_assert_mem_eq(&c, &before, sizeof c);
-    const char *vars[] = {"SHADOWSYNC_PS", "SHADOWSYNC_ALGO", "SHADOWSYNC_ALPHA", "SHADOWSYNC_MODE",
+    const char *vars[] = {"SHADOWSYNC_PS", "SHADOWSYNC_ALGO", "SHADOWSYNC_ALPHA", "SHADOWSYNC_SYNC",
                           "SHADOWSYNC_SYNC_EVERY"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);

@@ -33,7 +33,7 @@ pid=$!
 for _ in $(seq 100); do grep -q listening ps.log && break; sleep 0.1; done
 grep -q "(mutual TLS)" ps.log
 port=$(grep -o 'listening on [0-9.]*:[0-9]*' ps.log | cut -d: -f2)
-export SHADOWSYNC_PS=localhost:$port SHADOWSYNC_TIMEOUT_MS=3000 SHADOWSYNC_MODE=foreground
+export SHADOWSYNC_PS=localhost:$port SHADOWSYNC_RPC_TIMEOUT_MS=3000 SHADOWSYNC_SYNC=foreground
 
 out=$(SHADOWSYNC_TLS_CA=ca.pem SHADOWSYNC_TLS_CERT=client.pem SHADOWSYNC_TLS_KEY=client.key \
   "$trainer" --steps 200 2>&1)

@@ -16,6 +16,7 @@
 #include "shadow/engine.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/hooks_internal.h"
+#include "trainer-hooks/settings_internal.h"
 
 #define MAX_GROUPS   256
 #define MAX_ATTACHED 64
@@ -43,141 +44,55 @@ struct ss_trainer {
     size_t nattached;
     bool attached_finished;
     _Atomic uint64_t steps;
+    ss__metrics *metrics;        /* the engine's series, the tables', the steps */
+    ss__counter *steps_metric;   /* mirrors steps at each render */
+    pthread_mutex_t render_lock; /* one refresh + render at a time */
 };
 
 const char *ss_version(void) {
     return ss__version();
 }
 
-void ss_trainer_config_init(ss_trainer_config *cfg) {
-    if (!cfg)
-        return;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->name = "trainer";
-    cfg->mode = SS_SYNC_BACKGROUND;
-    cfg->algo = "easgd";
-    cfg->alpha = 0.5f;
-    cfg->bmuf_eta = 0.3f;
-    cfg->bmuf_zeta = 1.0f;
-    cfg->bmuf_nesterov = 1;
-    cfg->shadow_threads = 1;
-    cfg->sync_every = 10;
-    cfg->min_round_gap = 4;
-    cfg->timeout_ms = 10000;
-    cfg->round_wait_ms = 5000;
-    cfg->heartbeat_ms = 1000;
-    cfg->final_rounds = 10;
-}
-
-/* ---- environment ---- */
-
-static int env_u64(const char *key, uint64_t max, uint64_t *out) {
-    const char *v = getenv(key);
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (!*v || *end || errno || x > max || v[0] == '-')
-        return -1;
-    *out = x;
-    return 1;
-}
-
-static int env_float(const char *key, float *out) {
-    const char *v = getenv(key);
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    float x = strtof(v, &end);
-    if (!*v || *end || errno)
-        return -1;
-    *out = x;
-    return 1;
-}
-
-ss_status ss_trainer_config_from_env(ss_trainer_config *cfg) {
-    if (!cfg)
-        return SS_ERR_INVALID_ARGUMENT;
-    ss_trainer_config c = *cfg;
-    const char *s;
-    if ((s = getenv("SHADOWSYNC_PS")))
-        c.ps = s;
-    if ((s = getenv("SHADOWSYNC_TRAINER")))
-        c.name = s;
-    if ((s = getenv("SHADOWSYNC_ALGO")))
-        c.algo = s;
-    if ((s = getenv("SHADOWSYNC_TLS_CA")))
-        c.tls_ca = s;
-    if ((s = getenv("SHADOWSYNC_TLS_CERT")))
-        c.tls_cert = s;
-    if ((s = getenv("SHADOWSYNC_TLS_KEY")))
-        c.tls_key = s;
-    if ((s = getenv("SHADOWSYNC_AGENT")))
-        c.agent = *s ? s : NULL;
-    if ((s = getenv("SHADOWSYNC_MODE"))) {
-        if (!strcmp(s, "none"))
-            c.mode = SS_SYNC_NONE;
-        else if (!strcmp(s, "background"))
-            c.mode = SS_SYNC_BACKGROUND;
-        else if (!strcmp(s, "foreground"))
-            c.mode = SS_SYNC_FOREGROUND;
-        else
-            return SS_ERR_INVALID_ARGUMENT;
-    }
-    uint64_t v;
-    int r;
-    if ((r = env_u64("SHADOWSYNC_SHADOW_THREADS", 256, &v)) < 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (r)
-        c.shadow_threads = (uint32_t)v;
-    if ((r = env_u64("SHADOWSYNC_SYNC_EVERY", UINT32_MAX, &v)) < 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (r)
-        c.sync_every = (uint32_t)v;
-    if ((r = env_u64("SHADOWSYNC_MIN_ROUND_GAP", UINT32_MAX, &v)) < 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (r)
-        c.min_round_gap = v;
-    if ((r = env_u64("SHADOWSYNC_TIMEOUT_MS", 3600000, &v)) < 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (r)
-        c.timeout_ms = (uint32_t)v;
-    if ((r = env_u64("SHADOWSYNC_FINAL_ROUNDS", 1000000, &v)) < 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (r)
-        c.final_rounds = (uint32_t)v;
-    if ((r = env_float("SHADOWSYNC_ALPHA", &c.alpha)) < 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    *cfg = c;
-    return SS_OK;
-}
-
 /* ---- open / close ---- */
 
+/* Says which setting is wrong and why. */
 static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
+#define BAD(...) ss__err_set(SS_ERR_INVALID_ARGUMENT, __VA_ARGS__)
     if (c->name && !ss__name_valid(c->name))
-        return SS_ERR_INVALID_ARGUMENT;
+        return BAD("trainer_name=\"%s\": 1-63 characters of [A-Za-z0-9_.-], not starting "
+                   "with \".\"",
+                   c->name);
     if ((unsigned)c->mode > SS_SYNC_FOREGROUND)
-        return SS_ERR_INVALID_ARGUMENT;
+        return BAD("sync: unknown mode %d (none|shadow|foreground)", (int)c->mode);
     if (c->mode == SS_SYNC_NONE)
         return SS_OK;
     bool agent = c->agent && *c->agent;
     if (agent && c->mode != SS_SYNC_BACKGROUND)
-        return SS_ERR_INVALID_ARGUMENT; /* foreground rounds run in the trainer */
-    if ((!agent && (!c->ps || !*c->ps)) || !c->algo || ss__algo_parse(c->algo, &p->algo) != SS_OK ||
-        c->timeout_ms == 0 || (c->mode == SS_SYNC_BACKGROUND && c->shadow_threads == 0) ||
-        (c->mode == SS_SYNC_FOREGROUND && c->sync_every == 0))
-        return SS_ERR_INVALID_ARGUMENT;
+        return BAD("agent=%s: an agent syncs in the background only, and sync is foreground "
+                   "(foreground rounds run in the trainer: unset agent or set sync=shadow)",
+                   c->agent);
+    if (!agent && (!c->ps || !*c->ps))
+        return BAD("ps: no parameter servers given (set SHADOWSYNC_PS=host:port,... or "
+                   "sync=none to train alone)");
+    if (!c->algo || ss__algo_parse(c->algo, &p->algo) != SS_OK)
+        return BAD("algo=\"%s\": unknown algorithm (easgd|ma|bmuf)", c->algo ? c->algo : "");
+    if (c->timeout_ms == 0)
+        return BAD("rpc_timeout_ms=0: every RPC needs a deadline (> 0)");
+    if (c->mode == SS_SYNC_BACKGROUND && c->shadow_threads == 0)
+        return BAD("shadow_threads=0: background sync needs at least 1 shadow thread");
+    if (c->mode == SS_SYNC_FOREGROUND && c->sync_every == 0)
+        return BAD("sync_every=0: foreground sync runs a round every K >= 1 steps");
     p->alpha = c->alpha;
     p->bmuf = (ss__bmuf_params){
         .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov != 0};
-    if (ss__sync_params_check(p, NULL, 0) != SS_OK)
-        return SS_ERR_INVALID_ARGUMENT;
+    char why[200];
+    if (ss__sync_params_check(p, why, sizeof why) != SS_OK)
+        return BAD("%s", why);
     if (!c->tls_cert != !c->tls_key)
-        return SS_ERR_INVALID_ARGUMENT;
+        return BAD("tls_cert and tls_key: give both (a client certificate and its key) or "
+                   "neither");
     return SS_OK;
+#undef BAD
 }
 
 static char *dup_or_null(const char *s, int *failed) {
@@ -204,6 +119,8 @@ static void trainer_free(ss_trainer *t) {
     for (size_t i = 0; i < k; i++)
         dense_free(t->groups[i]);
     pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->render_lock);
+    ss__metrics_destroy(t->metrics);
     free(t->ps);
     free(t->name);
     free(t->tls_ca);
@@ -213,13 +130,73 @@ static void trainer_free(ss_trainer *t) {
     free(t);
 }
 
-ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
-    if (!cfg || !out)
-        return SS_ERR_INVALID_ARGUMENT;
-    ss__sync_params params = {0};
-    ss_status st = check_config(cfg, &params);
+/* ---- metrics ---- */
+
+static ss_status dense_stats(ss_dense *g, ss_dense_stats *out);
+
+static ss_status trainer_metrics_create(ss_trainer *t) {
+    const char *labels[] = {"trainer", t->name, NULL};
+    ss_status st = ss__metrics_create(&t->metrics);
+    if (st == SS_OK)
+        st = ss__metrics_build_info(t->metrics);
+    if (st == SS_OK)
+        st = ss__metrics_counter(t->metrics, "shadowsync_trainer_steps_total",
+                                 "ss_trainer_step() calls of this trainer", labels,
+                                 &t->steps_metric);
+    return st;
+}
+
+static void refresh_metrics(void *ctx) {
+    ss_trainer *t = ctx;
+    uint64_t steps = atomic_load(&t->steps), seen = ss__counter_value(t->steps_metric);
+    if (steps > seen)
+        ss__counter_add(t->steps_metric, steps - seen);
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < t->nattached; i++)
+        if (t->attached[i].export_metrics)
+            t->attached[i].export_metrics(t->attached[i].obj, t->metrics, t->name);
+    pthread_mutex_unlock(&t->lock);
+}
+
+static ss_status render(ss_trainer *t, char **text, size_t *len) {
+    pthread_mutex_lock(&t->render_lock);
+    refresh_metrics(t);
+    ss_status st = ss__metrics_render(t->metrics, text, len);
+    pthread_mutex_unlock(&t->render_lock);
+    return st;
+}
+
+ss_status ss_trainer_metrics(ss_trainer *t, char *buf, size_t cap, size_t *len) {
+    ss__err_begin();
+    if (!t || (!buf && cap))
+        return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT, "trainer or buf: NULL"));
+    char *text;
+    size_t n;
+    ss_status st = render(t, &text, &n);
     if (st != SS_OK)
+        return ss__err_end(st);
+    if (len)
+        *len = n;
+    if (n + 1 > cap) {
+        st = ss__err_set(SS_ERR_TOO_LARGE, "buf: %zu bytes, the metrics need %zu", cap, n + 1);
+        if (cap)
+            buf[0] = '\0';
+    } else {
+        memcpy(buf, text, n + 1);
+    }
+    free(text);
+    return ss__err_end(st);
+}
+
+static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
+    if (!out)
+        return ss__err_set(SS_ERR_INVALID_ARGUMENT, "out: NULL");
+    ss_trainer_config c;
+    ss_status st = ss__trainer_config_read(in, &c);
+    ss__sync_params params = {0};
+    if (st != SS_OK || (st = check_config(&c, &params)) != SS_OK)
         return st;
+    const ss_trainer_config *cfg = &c;
     ss_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return SS_ERR_NO_MEMORY;
@@ -235,10 +212,13 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
                    : NULL;
     t->params = params;
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->render_lock, NULL);
     if (failed) {
         st = SS_ERR_NO_MEMORY;
         goto fail;
     }
+    if ((st = trainer_metrics_create(t)) != SS_OK)
+        goto fail;
     if (t->agent) {
         if ((st = ss__agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client)) !=
             SS_OK)
@@ -250,9 +230,13 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
                                           .round_wait_ms = cfg->round_wait_ms,
                                           .retries = 3,
                                           .tls = &tls};
-        if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK)
+        if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
+            ss__err_set(st, "ps=\"%s\": %s (host:port[,host:port...]; TLS files readable)", t->ps,
+                        ss_strerror(st));
             goto fail;
+        }
         ss__engine_config ecfg = {.transport = t->transport,
+                                  .metrics = t->metrics,
                                   .trainer = t->name,
                                   .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
                                   .round_interval_us = cfg->round_interval_us,
@@ -272,10 +256,22 @@ fail:
     return st;
 }
 
-ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
-                               ss_dense **out) {
-    if (!t || !ss__name_valid(name) || n == 0 || !out)
-        return SS_ERR_INVALID_ARGUMENT;
+ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
+    ss__err_begin();
+    return ss__err_end(trainer_open(cfg, out));
+}
+
+static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
+                           ss_dense **out) {
+    if (!t || !out)
+        return ss__err_set(SS_ERR_INVALID_ARGUMENT, "trainer or out: NULL");
+    if (!ss__name_valid(name))
+        return ss__err_set(SS_ERR_INVALID_ARGUMENT,
+                           "group name \"%s\": 1-63 characters of [A-Za-z0-9_.-], not starting "
+                           "with \".\"",
+                           name ? name : "(null)");
+    if (n == 0)
+        return ss__err_set(SS_ERR_INVALID_ARGUMENT, "group %s: n = 0 floats", name);
     ss_dense *g = calloc(1, sizeof *g);
     if (!g)
         return SS_ERR_NO_MEMORY;
@@ -302,9 +298,10 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         if (!strcmp(t->groups[i]->name, name))
-            st = SS_ERR_EXISTS;
+            st = ss__err_set(SS_ERR_EXISTS, "group %s: this trainer has one by that name", name);
     if (st == SS_OK && k == MAX_GROUPS)
-        st = SS_ERR_NO_MEMORY;
+        st = ss__err_set(SS_ERR_TOO_LARGE, "group %s: a trainer holds at most %d groups", name,
+                         MAX_GROUPS);
     if (st == SS_OK && t->engine)
         st = ss__engine_add_group(t->engine, name, g->replica, &t->params, &g->group);
     if (st == SS_OK && t->agent_client) {
@@ -331,6 +328,12 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
     return SS_OK;
 }
 
+ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
+                               ss_dense **out) {
+    ss__err_begin();
+    return ss__err_end(add_dense(t, name, n, init, out));
+}
+
 float *ss_dense_data(ss_dense *g) {
     return g ? ss__replica_data(g->replica) : NULL;
 }
@@ -339,7 +342,7 @@ size_t ss_dense_size(const ss_dense *g) {
     return g ? ss__replica_size(g->replica) : 0;
 }
 
-ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
+static ss_status dense_stats(ss_dense *g, ss_dense_stats *out) {
     if (!g || !out)
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -377,6 +380,11 @@ ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
     return SS_OK;
 }
 
+ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out) {
+    ss__err_begin();
+    return ss__err_end(dense_stats(g, out));
+}
+
 /* One round of every group in the calling thread; the first error. */
 static ss_status round_all(ss_trainer *t) {
     ss_status first = SS_OK;
@@ -390,14 +398,15 @@ static ss_status round_all(ss_trainer *t) {
 }
 
 ss_status ss_trainer_step(ss_trainer *t) {
+    ss__err_begin();
     if (!t)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__err_end(SS_ERR_INVALID_ARGUMENT);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         ss__replica_tick(t->groups[i]->replica, 1);
     uint64_t step = atomic_fetch_add_explicit(&t->steps, 1, memory_order_relaxed) + 1;
     if (t->cfg.mode == SS_SYNC_FOREGROUND && t->engine && step % t->cfg.sync_every == 0)
-        return round_all(t);
+        return ss__err_end(round_all(t));
     return SS_OK;
 }
 
@@ -441,13 +450,13 @@ static ss_status finish_agent(ss_trainer *t, ss_status tables) {
                                            t->cfg.final_sync_ms, t->cfg.timeout_ms);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
-        ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
+        dense_stats(t->groups[i], &t->groups[i]->final);
     ss__agent_client_destroy(t->agent_client);
     t->agent_client = NULL;
     return tables != SS_OK ? tables : st;
 }
 
-ss_status ss_trainer_finish(ss_trainer *t) {
+static ss_status trainer_finish(ss_trainer *t) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st = finish_tables(t);
@@ -460,14 +469,14 @@ ss_status ss_trainer_finish(ss_trainer *t) {
      * which run with no steps between them. */
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
-        ss_dense_get_stats(t->groups[i], &t->groups[i]->final);
+        dense_stats(t->groups[i], &t->groups[i]->final);
     /* Final rounds in the foreground: the replicas stop moving, so they
      * converge on the consensus. */
     st = ss__engine_final_rounds(t->engine, t->cfg.final_rounds, t->cfg.final_sync_ms);
     for (size_t i = 0; i < k; i++) {
         ss_dense *g = t->groups[i];
         ss_dense_stats after = {0};
-        ss_dense_get_stats(g, &after);
+        dense_stats(g, &after);
         g->final.rounds = after.rounds;
         g->final.failed_rounds = after.failed_rounds;
         g->final.rejoins = after.rejoins;
@@ -483,10 +492,16 @@ ss_status ss_trainer_finish(ss_trainer *t) {
     return st;
 }
 
+ss_status ss_trainer_finish(ss_trainer *t) {
+    ss__err_begin();
+    return ss__err_end(trainer_finish(t));
+}
+
 ss_status ss_trainer_close(ss_trainer *t) {
+    ss__err_begin();
     if (!t)
-        return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = ss_trainer_finish(t);
+        return ss__err_end(SS_ERR_INVALID_ARGUMENT);
+    ss_status st = trainer_finish(t);
     trainer_free(t);
-    return st;
+    return ss__err_end(st);
 }

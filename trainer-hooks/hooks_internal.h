@@ -5,6 +5,7 @@
 #ifndef SS_HOOKS_INTERNAL_H
 #define SS_HOOKS_INTERNAL_H
 
+#include "common/metrics.h"
 #include "rpc/rpc.h"
 #include "shadowsync/shadowsync.h"
 
@@ -23,6 +24,9 @@ typedef struct ss__hooks_attachment {
     void *obj;
     ss_status (*finish)(void *obj);
     void (*destroy)(void *obj);
+    /* Optional: brings obj's series in the trainer's registry up to date
+     * (before every render of its metrics). */
+    void (*export_metrics)(void *obj, ss__metrics *reg, const char *trainer);
 } ss__hooks_attachment;
 
 ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a);

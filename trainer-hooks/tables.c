@@ -13,6 +13,10 @@
 #include "embedding-store/emb_table.h"
 #include "rpc/emb_client.h"
 #include "trainer-hooks/hooks_internal.h"
+#include "trainer-hooks/settings_internal.h"
+
+static ss_status table_flush(ss_table *tb);
+static ss_status table_get_stats(ss_table *tb, ss_table_stats *out);
 
 #define SYNC_BATCH 65536
 
@@ -55,21 +59,6 @@ struct ss_table {
     atomic_uint_fast64_t lookups, unique_lookups, pushes, remote_rows, synced_rows, sync_passes,
         failed_calls, push_waits;
 };
-
-void ss_table_config_init(ss_table_config *cfg, const char *name, uint32_t dim) {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->name = name;
-    cfg->dim = dim;
-    cfg->mode = SS_TABLE_LOCAL;
-    cfg->optimizer = SS_TABLE_SGD;
-    cfg->lr = 0.05f;
-    cfg->eps = 1e-8f;
-    cfg->init_scale = 0.01f;
-    cfg->push_queue = 16;
-    cfg->cache_rows = 1u << 20;
-    cfg->alpha = 0.5f;
-    cfg->sync_interval_ms = 10;
-}
 
 /* ---- ids: deduplication ---- */
 
@@ -307,31 +296,44 @@ static void *syncer_main(void *arg) {
 
 /* ---- the API ---- */
 
+/* Says which setting is wrong and why. */
 static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_spec *spec,
                               ss__hooks_endpoint *ep) {
-    if (!c || !c->name || (unsigned)c->mode > SS_TABLE_CACHED)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (ss__emb_spec_init(spec, c->name, c->dim) != SS_OK && strlen(c->name) >= SS_EMB_NAME_MAX)
-        return SS_ERR_INVALID_ARGUMENT;
+#define BAD(...) ss__err_set(SS_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+    static const char *const modes[] = {"local", "remote", "cached"};
+    if ((unsigned)c->mode > SS_TABLE_CACHED)
+        return BAD("table %s: emb: unknown mode %d (local|remote|cached)", c->name, (int)c->mode);
+    if (ss__emb_spec_init(spec, c->name, c->dim) != SS_OK)
+        return BAD("table \"%s\" dim %u: the name is 1-63 characters of [A-Za-z0-9_.-] and dim "
+                   "in [1, %u]",
+                   c->name ? c->name : "(null)", c->dim, (unsigned)SS_EMB_MAX_DIM);
     spec->optimizer = (ss__emb_optimizer)c->optimizer;
     spec->lr = c->lr;
     spec->eps = c->eps;
     spec->init_scale = c->init_scale;
-    if (ss__emb_spec_check(spec, NULL, 0) != SS_OK)
-        return SS_ERR_INVALID_ARGUMENT;
+    char why[200];
+    if (ss__emb_spec_check(spec, why, sizeof why) != SS_OK)
+        return BAD("table %s: %s", c->name, why);
     *ep = (ss__hooks_endpoint){.timeout_ms = 10000};
     if (t)
         ss__hooks_endpoint_of(t, ep);
     if (c->ps)
         ep->ps = c->ps;
     if (c->mode != SS_TABLE_LOCAL && (!ep->ps || !*ep->ps))
-        return SS_ERR_INVALID_ARGUMENT; /* remote and cached need shards */
+        return BAD("table %s: emb=%s needs shards: set emb_ps (SHADOWSYNC_EMB_PS) or the "
+                   "trainer's ps",
+                   c->name, modes[c->mode]);
     if (c->mode == SS_TABLE_REMOTE && c->push_queue == 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    if (c->mode == SS_TABLE_CACHED &&
-        (c->cache_rows == 0 || !(c->alpha > 0.0f && c->alpha <= 1.0f) || c->sync_interval_ms == 0))
-        return SS_ERR_INVALID_ARGUMENT;
+        return BAD("table %s: emb_push_queue=0: a remote table queues at least 1 push", c->name);
+    if (c->mode == SS_TABLE_CACHED && c->cache_rows == 0)
+        return BAD("table %s: emb_cache_rows=0: a cached table keeps at least 1 row", c->name);
+    if (c->mode == SS_TABLE_CACHED && !(c->alpha > 0.0f && c->alpha <= 1.0f))
+        return BAD("table %s: emb_alpha=%g: the elastic rate of the row sync must be in (0, 1]",
+                   c->name, (double)c->alpha);
+    if (c->mode == SS_TABLE_CACHED && c->sync_interval_ms == 0)
+        return BAD("table %s: emb_sync_ms=0: the row sync pauses at least 1 ms", c->name);
     return SS_OK;
+#undef BAD
 }
 
 static ss_status start_thread(pthread_t *th, bool *has, void *(*fn)(void *), ss_table *tb) {
@@ -342,7 +344,7 @@ static ss_status start_thread(pthread_t *th, bool *has, void *(*fn)(void *), ss_
 }
 
 static ss_status table_finish(void *obj) {
-    return ss_table_flush(obj);
+    return table_flush(obj);
 }
 
 static void table_destroy(void *obj) {
@@ -371,13 +373,47 @@ static void table_destroy(void *obj) {
     free(tb);
 }
 
-ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **out) {
+/* The table's counters as series of its trainer's registry. */
+static void table_export_metrics(void *obj, ss__metrics *reg, const char *trainer) {
+    ss_table *tb = obj;
+    ss_table_stats s;
+    table_get_stats(tb, &s);
+    const char *labels[] = {"trainer", trainer, "table", tb->spec.name, NULL};
+    const struct {
+        const char *name, *help;
+        uint64_t value;
+    } counters[] = {
+        {"shadowsync_table_lookups_total", "ids looked up (before deduplication)", s.lookups},
+        {"shadowsync_table_pushes_total", "ids pushed (before deduplication)", s.pushes},
+        {"shadowsync_table_remote_rows_total", "rows fetched from the shards", s.remote_rows},
+        {"shadowsync_table_synced_rows_total", "cached: rows synced by elastic averaging",
+         s.synced_rows},
+        {"shadowsync_table_failed_calls_total", "remote calls that failed", s.failed_calls},
+        {"shadowsync_table_evictions_total", "cached: rows evicted", s.evictions},
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        ss__counter *c;
+        if (ss__metrics_counter(reg, counters[i].name, counters[i].help, labels, &c) != SS_OK)
+            continue;
+        uint64_t seen = ss__counter_value(c);
+        if (counters[i].value > seen)
+            ss__counter_add(c, counters[i].value - seen);
+    }
+    ss__gauge *g;
+    if (ss__metrics_gauge(reg, "shadowsync_table_resident_rows", "local/cached: rows in memory",
+                          labels, &g) == SS_OK)
+        ss__gauge_set(g, (double)s.resident_rows);
+}
+
+static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table **out) {
     ss__emb_spec spec;
     ss__hooks_endpoint ep;
     if (!out)
-        return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = check_config(t, cfg, &spec, &ep);
-    if (st != SS_OK)
+        return ss__err_set(SS_ERR_INVALID_ARGUMENT, "out: NULL");
+    ss_table_config c;
+    ss_status st = ss__table_config_read(in, &c);
+    const ss_table_config *cfg = &c;
+    if (st != SS_OK || (st = check_config(t, cfg, &spec, &ep)) != SS_OK)
         return st;
     ss_table *tb = calloc(1, sizeof *tb);
     if (!tb)
@@ -393,9 +429,12 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
         st = ss__emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client);
         if (st == SS_OK)
             st = ss__emb_client_open_table(tb->client, &spec, NULL, why, sizeof why);
-        if (st != SS_OK)
+        if (st != SS_OK) {
             ss__log(SS_LOG_ERROR, "emb", "event=open_failed table=%s status=%s %s", spec.name,
                     ss_status_name(st), why);
+            ss__err_set(st, "table %s on emb_ps=%s: %s", spec.name, ep.ps,
+                        why[0] ? why : ss_strerror(st));
+        }
     }
     if (st == SS_OK && cfg->mode != SS_TABLE_REMOTE)
         st = ss__emb_table_create(&spec, cfg->mode == SS_TABLE_LOCAL ? init_loader : remote_loader,
@@ -411,14 +450,21 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
         st = start_thread(&tb->syncer, &tb->has_syncer, syncer_main, tb);
     tb->owner = t;
     if (st == SS_OK && t)
-        st = ss__hooks_attach(t, &(ss__hooks_attachment){
-                                     .obj = tb, .finish = table_finish, .destroy = table_destroy});
+        st = ss__hooks_attach(t, &(ss__hooks_attachment){.obj = tb,
+                                                         .finish = table_finish,
+                                                         .destroy = table_destroy,
+                                                         .export_metrics = table_export_metrics});
     if (st != SS_OK) {
         table_destroy(tb);
         return st;
     }
     *out = tb;
     return SS_OK;
+}
+
+ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **out) {
+    ss__err_begin();
+    return ss__err_end(table_open(t, cfg, out));
 }
 
 /* push (remote only; NULL: none) goes to the shards in the same calls,
@@ -439,7 +485,7 @@ static ss_status lookup_unique(ss_table *tb, const unique_ids *u, float *rows,
     return ss__emb_table_lookup(tb->rows, u->ids, u->m, rows);
 }
 
-ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
+static ss_status table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
     if (!tb || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
     return lookup_ids(tb, ids, n, rows, NULL);
@@ -479,7 +525,10 @@ static ss_status prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const
     const size_t dim = tb->spec.dim;
     for (size_t i = 0; i < n * dim; i++)
         if (!isfinite(grads[i]))
-            return SS_ERR_NON_FINITE;
+            return ss__err_set(SS_ERR_NON_FINITE,
+                               "table %s: the gradient of id %llu (row %zu of the push) holds "
+                               "NaN or Inf; nothing was pushed",
+                               tb->spec.name, (unsigned long long)ids[i / dim], i / dim);
     atomic_fetch_add(&tb->pushes, n);
     unique_ids u;
     ss_status st = dedup(ids, n, &u);
@@ -506,7 +555,7 @@ static ss_status apply_local(ss_table *tb, push_item *it) {
     return st;
 }
 
-ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
+static ss_status table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
     if (!tb || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     push_item it;
@@ -571,15 +620,15 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
     return SS_OK;
 }
 
-ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
+static ss_status table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
     if (!tb || !out || (n && !ids))
         return SS_ERR_INVALID_ARGUMENT;
     return queue_fetch(tb, ids, n, &(push_item){0}, out);
 }
 
-ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
-                                 const float *grads, const uint64_t *ids, size_t n,
-                                 ss_table_fetch **out) {
+static ss_status table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
+                                     const float *grads, const uint64_t *ids, size_t n,
+                                     ss_table_fetch **out) {
     if (!tb || !out || (pn && (!push_ids || !grads)) || (n && !ids))
         return SS_ERR_INVALID_ARGUMENT;
     push_item it;
@@ -591,7 +640,7 @@ ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t 
     return queue_fetch(tb, ids, n, &it, out);
 }
 
-ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {
+static ss_status table_fetch_wait(ss_table_fetch *f, float *rows) {
     if (!f)
         return SS_ERR_INVALID_ARGUMENT;
     ss_table *tb = f->tb;
@@ -609,7 +658,7 @@ ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {
     return st;
 }
 
-ss_status ss_table_flush(ss_table *tb) {
+static ss_status table_flush(ss_table *tb) {
     if (!tb)
         return SS_ERR_INVALID_ARGUMENT;
     if (tb->cfg.mode == SS_TABLE_REMOTE) {
@@ -638,7 +687,7 @@ ss_status ss_table_flush(ss_table *tb) {
     return st;
 }
 
-ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out) {
+static ss_status table_get_stats(ss_table *tb, ss_table_stats *out) {
     if (!tb || !out)
         return SS_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -661,12 +710,58 @@ ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out) {
     return SS_OK;
 }
 
-ss_status ss_table_close(ss_table *tb) {
+static ss_status table_close(ss_table *tb) {
     if (!tb)
         return SS_ERR_INVALID_ARGUMENT;
     if (tb->owner)
-        return SS_ERR_STATE; /* its trainer closes it */
-    ss_status st = ss_table_flush(tb);
+        return ss__err_set(SS_ERR_STATE,
+                           "table %s belongs to a trainer: its ss_trainer_close() closes it",
+                           tb->spec.name);
+    ss_status st = table_flush(tb);
     table_destroy(tb);
     return st;
+}
+
+/* ---- the public calls: each says why it failed (ss_last_error) ---- */
+
+ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
+    ss__err_begin();
+    return ss__err_end(table_lookup(tb, ids, n, rows));
+}
+
+ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
+    ss__err_begin();
+    return ss__err_end(table_push(tb, ids, n, grads));
+}
+
+ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
+    ss__err_begin();
+    return ss__err_end(table_prefetch(tb, ids, n, out));
+}
+
+ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
+                                 const float *grads, const uint64_t *ids, size_t n,
+                                 ss_table_fetch **out) {
+    ss__err_begin();
+    return ss__err_end(table_push_prefetch(tb, push_ids, pn, grads, ids, n, out));
+}
+
+ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {
+    ss__err_begin();
+    return ss__err_end(table_fetch_wait(f, rows));
+}
+
+ss_status ss_table_flush(ss_table *tb) {
+    ss__err_begin();
+    return ss__err_end(table_flush(tb));
+}
+
+ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out) {
+    ss__err_begin();
+    return ss__err_end(table_get_stats(tb, out));
+}
+
+ss_status ss_table_close(ss_table *tb) {
+    ss__err_begin();
+    return ss__err_end(table_close(tb));
 }

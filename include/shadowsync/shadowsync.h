@@ -21,7 +21,16 @@
  *     ss_trainer_finish(t);                  // final rounds; x still valid
  *     ss_trainer_close(t);
  *
- * Every fallible call returns an ss_status; ss_strerror() explains it. */
+ * Every fallible call returns an ss_status; ss_strerror() explains the
+ * code and ss_last_error() the failure itself: which setting or argument
+ * is wrong and why ("alpha=1.5: the elastic rate must be in (0, 1]").
+ *
+ * Configs are versioned: their first field, struct_size, is set by the
+ * _init() call and tells the library which fields the caller knows. A
+ * binding that cannot mirror the layout uses ss_trainer_config_create()
+ * and ss_trainer_config_set(cfg, "alpha", "0.3") instead. Every setting
+ * has one name: the key of _set(), SHADOWSYNC_<KEY> in the environment,
+ * --<key> on the command lines (docs/configuration.md has the table). */
 #ifndef SHADOWSYNC_SHADOWSYNC_H
 #define SHADOWSYNC_SHADOWSYNC_H
 
@@ -44,28 +53,31 @@ typedef enum ss_sync_mode {
 } ss_sync_mode;
 
 typedef struct ss_trainer_config {
-    const char *ps;   /* "host:port[,host:port...]": PS shards, same order everywhere */
-    const char *name; /* this trainer's label in logs and metrics: [A-Za-z0-9_.-], < 64 */
-    ss_sync_mode mode;
-    const char *algo; /* "easgd", "ma" or "bmuf" */
-    float alpha;      /* S-EASGD elastic rate, (0, 1] */
-    float bmuf_eta, bmuf_zeta;
-    int bmuf_nesterov;
-    uint32_t shadow_threads;                 /* background mode */
-    uint32_t sync_every;                     /* K, foreground mode */
-    uint64_t min_round_gap;                  /* background: steps before a group's next round */
-    uint64_t round_interval_us;              /* background: pause between rounds of a thread */
-    uint32_t timeout_ms;                     /* per RPC */
-    uint32_t round_wait_ms;                  /* extra wait for an MA/BMUF round to close */
-    uint32_t heartbeat_ms;                   /* idle groups say they are alive this often */
-    uint32_t final_rounds;                   /* close(): rounds per group after training */
-    uint32_t final_sync_ms;                  /* close(): and keep syncing at least this long */
-    const char *tls_ca, *tls_cert, *tls_key; /* PEM files; NULL = plain TCP */
+    size_t struct_size; /* sizeof(ss_trainer_config) as the caller was built: set by _init() */
+    /* Key of ss_trainer_config_set() and SHADOWSYNC_<KEY>, then meaning: */
+    const char *ps;    /* ps: "host:port[,host:port...]": PS shards, same order everywhere */
+    const char *name;  /* trainer_name: label in logs and metrics: [A-Za-z0-9_.-], < 64 */
+    ss_sync_mode mode; /* sync: none | shadow (SS_SYNC_BACKGROUND) | foreground */
+    const char *algo;  /* algo: "easgd", "ma" or "bmuf" */
+    float alpha;       /* alpha: S-EASGD elastic rate, (0, 1] */
+    float bmuf_eta, bmuf_zeta;  /* bmuf_eta, bmuf_zeta: block learning rate, momentum */
+    int bmuf_nesterov;          /* bmuf_nesterov: true|false */
+    uint32_t shadow_threads;    /* shadow_threads: background mode */
+    uint32_t sync_every;        /* sync_every: K, foreground mode */
+    uint64_t min_round_gap;     /* min_round_gap: steps before a group's next round */
+    uint64_t round_interval_us; /* round_interval_us: pause between rounds */
+    uint32_t timeout_ms;        /* rpc_timeout_ms: per RPC */
+    uint32_t round_wait_ms;     /* round_wait_ms: extra wait for an MA/BMUF round */
+    uint32_t heartbeat_ms;      /* heartbeat_ms: idle groups say they are alive */
+    uint32_t final_rounds;      /* final_rounds: per group after training */
+    uint32_t final_sync_ms;     /* final_sync_ms: and keep syncing this long */
+    const char *tls_ca, *tls_cert, *tls_key; /* tls_ca, tls_cert, tls_key: PEM; NULL = TCP */
     /* Agent mode (background only): the unix socket of the host's
      * shadowsync-agent. Dense groups then live in shared memory (memfd)
      * handed to the agent, whose shadow pool syncs them with its PS; this
      * process only trains. If the agent goes away, training goes on and
-     * the hooks register again once it is back. NULL = in-process pool. */
+     * the hooks register again once it is back. NULL = in-process pool.
+     * Key: agent. */
     const char *agent;
 } ss_trainer_config;
 
@@ -83,17 +95,35 @@ typedef struct ss_dense_stats {
 /* The library's version, "MAJOR.MINOR.PATCH". */
 const char *ss_version(void);
 
+/* Why the last call of this thread that failed did: names the setting,
+ * argument or limit ("" before any failure). Valid until this thread's
+ * next call into the library. */
+const char *ss_last_error(void);
+
 /* Defaults: background S-EASGD, alpha 0.5, 1 shadow thread, K = 10,
  * min_round_gap 4, timeout 10 s, round wait 5 s, heartbeat 1 s, 10 final
  * rounds, no PS (must be set unless mode is NONE). */
 void ss_trainer_config_init(ss_trainer_config *cfg);
 
-/* Overrides fields from SHADOWSYNC_PS, _TRAINER, _MODE (none, background,
- * foreground), _ALGO, _ALPHA, _SHADOW_THREADS, _SYNC_EVERY,
- * _MIN_ROUND_GAP, _TIMEOUT_MS, _FINAL_ROUNDS, _TLS_CA, _TLS_CERT,
- * _TLS_KEY, _AGENT where set. Strings point into the environment. A malformed
- * value: SS_ERR_INVALID_ARGUMENT and cfg unchanged. */
+/* Overrides every field whose SHADOWSYNC_<KEY> is set (SHADOWSYNC_PS,
+ * _SYNC, _ALPHA, _RPC_TIMEOUT_MS ...; the keys are in the struct above).
+ * Strings point into the environment. A malformed value:
+ * SS_ERR_INVALID_ARGUMENT, cfg unchanged, and ss_last_error() names the
+ * variable. (0.1.0's SHADOWSYNC_MODE, _TRAINER and _TIMEOUT_MS are still
+ * read, with a warning, when the new name is not set.) */
 ss_status ss_trainer_config_from_env(ss_trainer_config *cfg);
+
+/* One setting by key ("alpha", "rpc_timeout_ms"; "rpc-timeout-ms" and
+ * "SHADOWSYNC_RPC_TIMEOUT_MS" are the same key) from its text, as on a
+ * command line. String values are not copied: keep them until
+ * ss_trainer_open() returns. Unknown key: SS_ERR_NOT_FOUND; bad value:
+ * SS_ERR_INVALID_ARGUMENT; cfg unchanged either way. */
+ss_status ss_trainer_config_set(ss_trainer_config *cfg, const char *key, const char *value);
+
+/* A config on the heap, initialized: for bindings that do not mirror the
+ * struct. */
+ss_status ss_trainer_config_create(ss_trainer_config **out);
+void ss_trainer_config_destroy(ss_trainer_config *cfg);
 
 /* Validates cfg and connects (lazily: a PS that is not up yet is retried
  * by the rounds). In background mode the shadow pool starts here; in agent
@@ -109,6 +139,16 @@ ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const 
 float *ss_dense_data(ss_dense *g);
 size_t ss_dense_size(const ss_dense *g);
 ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out);
+
+/* The trainer's metrics in the Prometheus text format, for the program to
+ * serve or log (the library serves no HTTP itself): the shadow pool's
+ * rounds, bytes, sync gap and divergence per group, steps, the tables'
+ * counters, shadowsync_build_info. In agent mode the agent's /metrics has
+ * the rounds.
+ * Writes at most cap bytes with a NUL; *len (optional) gets the length
+ * without it. SS_ERR_TOO_LARGE when cap is too small (*len says what is
+ * needed). */
+ss_status ss_trainer_metrics(ss_trainer *t, char *buf, size_t cap, size_t *len);
 
 /* One training step done (thread-safe; call once per minibatch from any
  * worker). Background: counts and returns at once. Foreground: every
@@ -172,16 +212,18 @@ typedef enum ss_table_mode { SS_TABLE_LOCAL = 0, SS_TABLE_REMOTE, SS_TABLE_CACHE
 typedef enum ss_table_optimizer { SS_TABLE_SGD = 0, SS_TABLE_ADAGRAD = 1 } ss_table_optimizer;
 
 typedef struct ss_table_config {
-    const char *name; /* [A-Za-z0-9_.-], < 64 characters; same on every trainer */
-    uint32_t dim;
-    ss_table_mode mode;
-    ss_table_optimizer optimizer; /* row-wise Adagrad or SGD; same on every trainer */
-    float lr, eps, init_scale;
-    uint32_t push_queue;       /* remote: batches queued before push() waits */
-    size_t cache_rows;         /* cached: rows kept in memory (dirty rows stay too) */
-    float alpha;               /* cached: elastic rate of the row sync, (0, 1] */
-    uint32_t sync_interval_ms; /* cached: pause between row-sync passes */
-    const char *ps;            /* remote/cached: "host:port,..." shards; NULL = the trainer's */
+    size_t struct_size; /* sizeof(ss_table_config) as the caller was built: set by _init() */
+    const char *name;   /* [A-Za-z0-9_.-], < 64 characters; same on every trainer */
+    /* Key of ss_table_config_set() and SHADOWSYNC_<KEY>, then meaning: */
+    uint32_t dim;                 /* emb_dim */
+    ss_table_mode mode;           /* emb: local | remote | cached */
+    ss_table_optimizer optimizer; /* emb_optimizer: sgd | adagrad (row-wise); same everywhere */
+    float lr, eps, init_scale;    /* emb_lr, emb_eps, emb_init_scale */
+    uint32_t push_queue;          /* emb_push_queue: remote: batches queued before push() waits */
+    size_t cache_rows;            /* emb_cache_rows: cached: rows kept (dirty rows stay too) */
+    float alpha;                  /* emb_alpha: cached: elastic rate of the row sync, (0, 1] */
+    uint32_t sync_interval_ms;    /* emb_sync_ms: cached: pause between row-sync passes */
+    const char *ps;               /* emb_ps: remote/cached: "host:port,..."; NULL = the trainer's */
 } ss_table_config;
 
 typedef struct ss_table_stats {
@@ -199,6 +241,13 @@ typedef struct ss_table_stats {
 /* Defaults: SGD, lr 0.05, eps 1e-8, init_scale 0.01, local mode, push
  * queue 16, cache 1M rows, alpha 0.5, sync every 10 ms. */
 void ss_table_config_init(ss_table_config *cfg, const char *name, uint32_t dim);
+/* As for the trainer's config: SHADOWSYNC_EMB, _EMB_LR ... (every table
+ * of the process), one setting by key, and a config on the heap. name is
+ * not copied. */
+ss_status ss_table_config_from_env(ss_table_config *cfg);
+ss_status ss_table_config_set(ss_table_config *cfg, const char *key, const char *value);
+ss_status ss_table_config_create(const char *name, uint32_t dim, ss_table_config **out);
+void ss_table_config_destroy(ss_table_config *cfg);
 /* Remote and cached modes need shards (cfg->ps, else the trainer's ps);
  * the shards create the table or check that it matches
  * (SS_ERR_SIZE_MISMATCH: another dim). t may be NULL: a standalone table. */

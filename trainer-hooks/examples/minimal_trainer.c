@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
             printf("usage: minimal-trainer [--ps host:port,...] [--steps N] "
-                   "[--mode none|background|foreground] [--step-us U]\n"
+                   "[--mode none|shadow|foreground] [--step-us U]\n"
                    "--step-us: sleep U microseconds per step (a minibatch's compute)\n"
                    "Trains a toy quadratic through the ShadowSync trainer hooks; "
                    "SHADOWSYNC_* variables configure the rest.\n");
@@ -30,16 +30,17 @@ int main(int argc, char **argv) {
             printf("minimal-trainer (ShadowSync) %s\n", ss_version());
             return 0;
         } else if (!strcmp(argv[i], "--ps") && i + 1 < argc) {
-            cfg.ps = argv[++i];
+            const char *v = argv[++i];
+            if (st == SS_OK)
+                st = ss_trainer_config_set(&cfg, "ps", v);
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             steps = atol(argv[++i]);
         } else if (!strcmp(argv[i], "--step-us") && i + 1 < argc) {
             step_us = atol(argv[++i]);
         } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
-            const char *m = argv[++i];
-            cfg.mode = !strcmp(m, "none")         ? SS_SYNC_NONE
-                       : !strcmp(m, "foreground") ? SS_SYNC_FOREGROUND
-                                                  : SS_SYNC_BACKGROUND;
+            const char *v = argv[++i];
+            if (st == SS_OK) /* the library's key for it: "sync" */
+                st = ss_trainer_config_set(&cfg, "sync", v);
         } else {
             fprintf(stderr, "minimal-trainer: unknown argument %s (try --help)\n", argv[i]);
             return 2;
@@ -49,7 +50,7 @@ int main(int argc, char **argv) {
     ss_dense *w = NULL;
     if (st != SS_OK || (st = ss_trainer_open(&cfg, &t)) != SS_OK ||
         (st = ss_trainer_add_dense(t, "toy", 64, NULL, &w)) != SS_OK) {
-        fprintf(stderr, "minimal-trainer: %s\n", ss_strerror(st));
+        fprintf(stderr, "minimal-trainer: %s\n", ss_last_error()); /* which setting, why */
         if (t)
             ss_trainer_close(t);
         return 1;

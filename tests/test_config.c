@@ -1,0 +1,268 @@
+/* Settings of the public API by name (ss_*_config_set, SHADOWSYNC_* from
+ * the environment), the messages of ss_last_error() that say which
+ * setting is wrong and why, the versioned config structs, and the
+ * trainer's metrics text. A user's view: no internal header is used. */
+#include <check.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "procs.h"
+#include "shadowsync/shadowsync.h"
+
+static char tmpdir[] = "/tmp/ss-config-XXXXXX";
+
+/* The last error holds every fragment of want. */
+static void said(const char *a, const char *b) {
+    const char *e = ss_last_error();
+    ck_assert_msg(strstr(e, a) != NULL, "ss_last_error() = \"%s\", wanted \"%s\" in it", e, a);
+    if (b)
+        ck_assert_msg(strstr(e, b) != NULL, "ss_last_error() = \"%s\", wanted \"%s\" in it", e, b);
+}
+
+START_TEST(test_set_by_key_uses_the_command_line_names) {
+    ss_trainer_config *c;
+    ck_assert_int_eq(ss_trainer_config_create(&c), SS_OK);
+    ck_assert_uint_eq(c->struct_size, sizeof *c);
+    ck_assert_int_eq(ss_trainer_config_set(c, "ps", "127.0.0.1:7"), SS_OK);
+    ck_assert_int_eq(ss_trainer_config_set(c, "sync", "foreground"), SS_OK);
+    ck_assert_int_eq(ss_trainer_config_set(c, "rpc-timeout-ms", "2500"), SS_OK);
+    ck_assert_int_eq(ss_trainer_config_set(c, "SHADOWSYNC_ALPHA", "0.25"), SS_OK);
+    ck_assert_int_eq(ss_trainer_config_set(c, "bmuf_nesterov", "no"), SS_OK);
+    ck_assert_int_eq(ss_trainer_config_set(c, "trainer_name", "t7"), SS_OK);
+    ck_assert_str_eq(c->ps, "127.0.0.1:7");
+    ck_assert_int_eq(c->mode, SS_SYNC_FOREGROUND);
+    ck_assert_uint_eq(c->timeout_ms, 2500);
+    ck_assert_float_eq(c->alpha, 0.25f);
+    ck_assert_int_eq(c->bmuf_nesterov, 0);
+    ck_assert_str_eq(c->name, "t7");
+    ck_assert_int_eq(ss_trainer_config_set(c, "sync", "shadow"), SS_OK);
+    ck_assert_int_eq(c->mode, SS_SYNC_BACKGROUND);
+
+    /* Refusals name the key and leave the config as it was. */
+    ss_trainer_config before = *c;
+    ck_assert_int_eq(ss_trainer_config_set(c, "alpah", "0.3"), SS_ERR_NOT_FOUND);
+    said("unknown trainer setting", "alpah");
+    ck_assert_int_eq(ss_trainer_config_set(c, "alpha", "a half"), SS_ERR_INVALID_ARGUMENT);
+    said("alpha=\"a half\"", "not a finite number");
+    ck_assert_int_eq(ss_trainer_config_set(c, "sync", "sometimes"), SS_ERR_INVALID_ARGUMENT);
+    said("sync=\"sometimes\"", "none|shadow|foreground");
+    ck_assert_int_eq(ss_trainer_config_set(c, "shadow_threads", "0"), SS_ERR_INVALID_ARGUMENT);
+    said("shadow_threads=0", "[1, 256]");
+    ck_assert_int_eq(ss_trainer_config_set(c, "sync_every", "-3"), SS_ERR_INVALID_ARGUMENT);
+    said("sync_every=\"-3\"", "not a whole number");
+    ck_assert_mem_eq(c, &before, sizeof before);
+    ss_trainer_config_destroy(c);
+
+    ss_table_config *tc;
+    ck_assert_int_eq(ss_table_config_create("ads", 16, &tc), SS_OK);
+    ck_assert_int_eq(ss_table_config_set(tc, "emb", "cached"), SS_OK);
+    ck_assert_int_eq(ss_table_config_set(tc, "emb-optimizer", "adagrad"), SS_OK);
+    ck_assert_int_eq(ss_table_config_set(tc, "emb_sync_ms", "50"), SS_OK);
+    ck_assert_int_eq(tc->mode, SS_TABLE_CACHED);
+    ck_assert_int_eq(tc->optimizer, SS_TABLE_ADAGRAD);
+    ck_assert_uint_eq(tc->sync_interval_ms, 50);
+    ck_assert_int_eq(ss_table_config_set(tc, "emb", "far"), SS_ERR_INVALID_ARGUMENT);
+    said("emb=\"far\"", "local|remote|cached");
+    ck_assert_int_eq(ss_table_config_set(tc, "emb_dim", "5000"), SS_ERR_INVALID_ARGUMENT);
+    said("emb_dim=5000", "[1, 4096]");
+    ss_table_config_destroy(tc);
+}
+END_TEST
+
+START_TEST(test_environment_names_the_variable) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    setenv("SHADOWSYNC_PS", "127.0.0.1:9", 1);
+    setenv("SHADOWSYNC_SYNC", "foreground", 1);
+    setenv("SHADOWSYNC_TRAINER_NAME", "envy", 1);
+    setenv("SHADOWSYNC_RPC_TIMEOUT_MS", "1234", 1);
+    setenv("SHADOWSYNC_ROUND_INTERVAL_US", "50", 1);
+    ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_OK);
+    ck_assert_int_eq(c.mode, SS_SYNC_FOREGROUND);
+    ck_assert_str_eq(c.name, "envy");
+    ck_assert_uint_eq(c.timeout_ms, 1234);
+    ck_assert_uint_eq(c.round_interval_us, 50);
+
+    ss_trainer_config before = c;
+    setenv("SHADOWSYNC_ALPHA", "lots", 1);
+    ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_ERR_INVALID_ARGUMENT);
+    said("SHADOWSYNC_ALPHA=\"lots\"", "not a finite number");
+    ck_assert_mem_eq(&c, &before, sizeof c);
+    unsetenv("SHADOWSYNC_ALPHA");
+
+    /* 0.1.0's names still work when the new one is not set; the new wins. */
+    unsetenv("SHADOWSYNC_SYNC");
+    unsetenv("SHADOWSYNC_TRAINER_NAME");
+    setenv("SHADOWSYNC_MODE", "none", 1);
+    setenv("SHADOWSYNC_TRAINER", "old", 1);
+    setenv("SHADOWSYNC_TIMEOUT_MS", "999", 1);
+    ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_OK);
+    ck_assert_int_eq(c.mode, SS_SYNC_NONE);
+    ck_assert_str_eq(c.name, "old");
+    ck_assert_uint_eq(c.timeout_ms, 1234); /* SHADOWSYNC_RPC_TIMEOUT_MS is set */
+    setenv("SHADOWSYNC_MODE", "sometimes", 1);
+    ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_ERR_INVALID_ARGUMENT);
+    said("SHADOWSYNC_MODE=\"sometimes\"", NULL);
+
+    ss_table_config tc;
+    ss_table_config_init(&tc, "ads", 8);
+    setenv("SHADOWSYNC_EMB", "remote", 1);
+    setenv("SHADOWSYNC_EMB_LR", "0.2", 1);
+    ck_assert_int_eq(ss_table_config_from_env(&tc), SS_OK);
+    ck_assert_int_eq(tc.mode, SS_TABLE_REMOTE);
+    ck_assert_float_eq(tc.lr, 0.2f);
+    setenv("SHADOWSYNC_EMB_CACHE_ROWS", "many", 1);
+    ck_assert_int_eq(ss_table_config_from_env(&tc), SS_ERR_INVALID_ARGUMENT);
+    said("SHADOWSYNC_EMB_CACHE_ROWS=\"many\"", NULL);
+    const char *vars[] = {
+        "SHADOWSYNC_PS",   "SHADOWSYNC_RPC_TIMEOUT_MS", "SHADOWSYNC_ROUND_INTERVAL_US",
+        "SHADOWSYNC_MODE", "SHADOWSYNC_TRAINER",        "SHADOWSYNC_TIMEOUT_MS",
+        "SHADOWSYNC_EMB",  "SHADOWSYNC_EMB_LR",         "SHADOWSYNC_EMB_CACHE_ROWS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+}
+END_TEST
+
+/* What a misconfigured trainer is told: the setting and the reason. */
+START_TEST(test_open_says_which_setting_is_wrong) {
+    ss_trainer_config c;
+    ss_trainer *t = NULL;
+    ss_trainer_config_init(&c);
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("ps: no parameter servers", "SHADOWSYNC_PS");
+    c.ps = "127.0.0.1:1";
+    c.alpha = 1.5f;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("alpha must be in (0, 1]", "1.5");
+    c.alpha = 0.5f;
+    c.algo = "sgd";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("algo=\"sgd\"", "easgd|ma|bmuf");
+    c.algo = "easgd";
+    c.mode = (ss_sync_mode)7;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("sync: unknown mode 7", NULL);
+    c.mode = SS_SYNC_FOREGROUND;
+    c.agent = "/tmp/agent.sock";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("agent=/tmp/agent.sock", "background only");
+    c.agent = NULL;
+    c.tls_cert = "cert.pem";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("tls_cert and tls_key", NULL);
+
+    /* A struct nobody initialized, and one from a newer header. */
+    ss_trainer_config raw;
+    memset(&raw, 0, sizeof raw);
+    raw.mode = SS_SYNC_NONE;
+    ck_assert_int_eq(ss_trainer_open(&raw, &t), SS_ERR_INVALID_ARGUMENT);
+    said("struct_size is 0", "ss_trainer_config_init");
+    ss_trainer_config_init(&raw);
+    raw.struct_size = sizeof raw + 8;
+    ck_assert_int_eq(ss_trainer_open(&raw, &t), SS_ERR_INVALID_ARGUMENT);
+    said("newer ShadowSync", NULL);
+
+    /* A success after a failure: the next failure's message is its own. */
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_NONE;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_dense *g;
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_OK);
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_ERR_EXISTS);
+    said("group w", "by that name");
+    ck_assert_int_eq(ss_trainer_add_dense(t, "a b", 4, NULL, &g), SS_ERR_INVALID_ARGUMENT);
+    said("group name \"a b\"", NULL);
+
+    ss_table_config tc;
+    ss_table *tb;
+    ss_table_config_init(&tc, "ads", 4);
+    tc.mode = SS_TABLE_REMOTE;
+    ck_assert_int_eq(ss_table_open(t, &tc, &tb), SS_ERR_INVALID_ARGUMENT);
+    said("emb=remote needs shards", "SHADOWSYNC_EMB_PS");
+    tc.mode = SS_TABLE_LOCAL;
+    tc.lr = -1.0f;
+    ck_assert_int_eq(ss_table_open(t, &tc, &tb), SS_ERR_INVALID_ARGUMENT);
+    said("table ads", "lr");
+    tc.lr = 0.1f;
+    ck_assert_int_eq(ss_table_open(t, &tc, &tb), SS_OK);
+    const uint64_t ids[2] = {1, 2};
+    const float grads[8] = {0, 0, 0, 0, 0, NAN, 0, 0};
+    ck_assert_int_eq(ss_table_push(tb, ids, 2, grads), SS_ERR_NON_FINITE);
+    said("id 2", "NaN or Inf");
+    ck_assert_int_eq(ss_table_close(tb), SS_ERR_STATE);
+    said("belongs to a trainer", NULL);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
+/* The metrics text of an in-process trainer: steps, rounds of its group
+ * against a real PS, its table, the build. */
+START_TEST(test_trainer_metrics_text) {
+    char ps[64], log[300];
+    snprintf(log, sizeof log, "%s/ps.log", tmpdir);
+    char *extra[] = {"--http", "", NULL};
+    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.ps = ps;
+    c.name = "m0";
+    c.mode = SS_SYNC_FOREGROUND;
+    c.sync_every = 1;
+    c.final_rounds = 0;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_dense *g;
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 16, NULL, &g), SS_OK);
+    ss_table_config tc;
+    ss_table *tb;
+    ss_table_config_init(&tc, "ads", 4);
+    ck_assert_int_eq(ss_table_open(t, &tc, &tb), SS_OK);
+    const uint64_t ids[3] = {5, 6, 5};
+    float rows[12];
+    ck_assert_int_eq(ss_table_lookup(tb, ids, 3, rows), SS_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(ss_trainer_step(t), SS_OK);
+
+    size_t need = 0;
+    char small[16];
+    ck_assert_int_eq(ss_trainer_metrics(t, small, sizeof small, &need), SS_ERR_TOO_LARGE);
+    said("buf: 16 bytes", NULL);
+    ck_assert_uint_gt(need, sizeof small);
+    char *text = malloc(need + 1);
+    ck_assert_int_eq(ss_trainer_metrics(t, text, need + 1, NULL), SS_OK);
+    ck_assert_uint_eq(strlen(text), need);
+    const char *want[] = {
+        "shadowsync_build_info{version=\"0.1.0\"} 1",
+        "shadowsync_trainer_steps_total{trainer=\"m0\"} 3",
+        "shadowsync_sync_rounds_total{trainer=\"m0\",group=\"w\",algo=\"easgd\"} 3",
+        "shadowsync_table_lookups_total{trainer=\"m0\",table=\"ads\"} 3",
+        "shadowsync_table_resident_rows{trainer=\"m0\",table=\"ads\"} 2"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(text, want[i])) {
+            fprintf(stderr, "%s", text);
+            ck_abort_msg("no \"%s\" in the metrics (above)", want[i]);
+        }
+    free(text);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+}
+END_TEST
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    int rc = ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
+                             test_environment_names_the_variable,
+                             test_open_says_which_setting_is_wrong, test_trainer_metrics_text);
+    proc_remove_tree(tmpdir);
+    return rc;
+}
