@@ -90,6 +90,28 @@ if "$tmp/cxx-consumer" "" 2>"$tmp/cxx.err"; then
   exit 1
 fi
 grep -q "ps: no parameter servers" "$tmp/cxx.err" || { cat "$tmp/cxx.err" >&2; exit 1; }
+# A Python program does the same with the installed package, which finds
+# the installed library by itself (no SHADOWSYNC_LIBRARY).
+pkg=$(find "$tmp/prefix" -path '*/shadowsync/_paths.py' | head -1)
+if [ -n "$pkg" ] && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  cat >"$tmp/consumer.py" <<'PY'
+import sys
+import numpy as np
+import shadowsync
+with shadowsync.Trainer(ps=sys.argv[1], sync="foreground", sync_every=1, env=False) as t:
+    w = t.add_dense("py", init=np.ones(1000, np.float32))
+    for _ in range(5):
+        t.step()
+    rounds = w.stats()["rounds"]
+    print(f"Python consumer: ShadowSync {shadowsync.version()}, {rounds} rounds of group py")
+sys.exit(0 if rounds == 5 else 1)
+PY
+  env -u SHADOWSYNC_LIBRARY PYTHONPATH="$(dirname "$(dirname "$pkg")")" /usr/bin/python3 \
+    "$tmp/consumer.py" "$ps_addr"
+else
+  echo "install test: no python3 with numpy, or no package installed: Python consumer skipped" >&2
+  exit 1
+fi
 # The static archive: the functions under the public prefix ss_ are
 # exactly those the installed headers declare (internal ones are ss__).
 declared=$(grep -ohE '\bss_[a-z0-9_]+\(' "$tmp/prefix/include/shadowsync/"*.h | tr -d '(' | sort -u)

@@ -17,6 +17,15 @@ ROWS=${SHADOWSYNC_DEMO_ROWS:-1000000}
 bash deploy/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$JOBS"
+# The library, its headers, the daemons, the tools and the Python package
+# under /usr/local (the paths deploy/systemd runs), for programs of your own.
+if [ "$(id -u)" -eq 0 ]; then
+  cmake --install build >/dev/null && ldconfig
+  echo "installed under /usr/local: libshadowsync, shadowsync-ps, shadowsync-agent, the tools," \
+    "the shadowsync Python package"
+else
+  echo "not root: skipping cmake --install build (run it with sudo for the library and Python package)"
+fi
 
 mkdir -p out
 if [ ! -s "out/train-$ROWS.tsv" ]; then

@@ -1,0 +1,203 @@
+"""The shadowsync Python package against a real shadowsync-ps on 127.0.0.1:
+trainers, zero-copy groups (numpy and torch), tables in every mode,
+errors with the library's message, the torch.nn.Module helper. Expected
+values are worked out by hand. Run by ctest (python_binding) with
+SHADOWSYNC_LIBRARY and SHADOWSYNC_PS_BIN set; `python3 -m unittest` works
+the same by hand."""
+import os
+import re
+import subprocess
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+import shadowsync
+import shadowsync.pytorch  # noqa: F401 (needs torch; the helper under test)
+
+PS_BIN = os.environ.get("SHADOWSYNC_PS_BIN", "build/bin/shadowsync-ps")
+
+
+class PS:
+    """A shadowsync-ps on 127.0.0.1, port picked by the kernel."""
+
+    def __enter__(self):
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
+        self.proc = subprocess.Popen([PS_BIN, "--listen", "127.0.0.1:0", "--http", ""],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            self.log.seek(0)
+            m = re.search(r"listening on (\S+?),?\s", self.log.read())
+            if m:
+                self.address = m.group(1).rstrip(",")
+                return self
+            time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError("shadowsync-ps did not start")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+class BindingTest(unittest.TestCase):
+    def setUp(self):
+        # The tests set everything they use: no SHADOWSYNC_* from outside.
+        for k in [k for k in os.environ if k.startswith("SHADOWSYNC_")
+                  and k not in ("SHADOWSYNC_LIBRARY", "SHADOWSYNC_PS_BIN", "SHADOWSYNC_LOG_LEVEL")]:
+            del os.environ[k]
+
+    def test_version(self):
+        self.assertRegex(shadowsync.version(), r"^\d+\.\d+\.\d+$")
+        self.assertEqual(shadowsync.__version__, shadowsync.version())
+
+    def test_errors_carry_the_library_message(self):
+        with self.assertRaises(shadowsync.ShadowSyncError) as e:
+            shadowsync.Trainer(sync="shadow")  # no PS
+        self.assertEqual(e.exception.name, "invalid_argument")
+        self.assertIn("ps: no parameter servers", str(e.exception))
+        with self.assertRaises(shadowsync.ShadowSyncError) as e:
+            shadowsync.Trainer(ps="127.0.0.1:1", alpha=1.5)
+        self.assertIn("alpha must be in (0, 1]", e.exception.message)
+        with self.assertRaises(shadowsync.ShadowSyncError) as e:
+            shadowsync.Trainer(sync="sometimes")
+        self.assertIn('sync="sometimes"', e.exception.message)
+        with self.assertRaises(shadowsync.ShadowSyncError) as e:
+            shadowsync.Trainer(sync="none", alpah=0.3)
+        self.assertEqual(e.exception.name, "not_found")
+        os.environ["SHADOWSYNC_ALPHA"] = "lots"
+        with self.assertRaises(shadowsync.ShadowSyncError) as e:
+            shadowsync.Trainer(sync="none")
+        self.assertIn('SHADOWSYNC_ALPHA="lots"', e.exception.message)
+        del os.environ["SHADOWSYNC_ALPHA"]
+        with shadowsync.Trainer(sync="none") as t:
+            t.add_dense("w", 4)
+            with self.assertRaises(shadowsync.ShadowSyncError) as e:
+                t.add_dense("w", 4)
+            self.assertIn("group w", e.exception.message)
+            with self.assertRaises(shadowsync.ShadowSyncError):
+                t.add_dense("a b", 4)
+        with self.assertRaises(shadowsync.ShadowSyncError):
+            t.step()  # closed
+
+    def test_group_is_zero_copy(self):
+        with shadowsync.Trainer(sync="none") as t:
+            g = t.add_dense("w", init=np.arange(6, dtype=np.float32))
+            a = g.numpy()
+            self.assertEqual(a.dtype, np.float32)
+            np.testing.assert_array_equal(a, [0, 1, 2, 3, 4, 5])
+            a[2] = 42.0
+            self.assertEqual(g.numpy()[2], 42.0)  # the same memory
+            import torch
+            x = g.torch()
+            x[3] = -1.0
+            self.assertEqual(a[3], -1.0)
+            self.assertEqual(a.ctypes.data, x.data_ptr())
+            for _ in range(5):
+                t.step()
+            self.assertEqual(g.stats()["iterations"], 5)
+
+    def test_foreground_easgd_by_hand(self):
+        # Two trainers, K = 1, alpha 0.5. A's round sets the centre to its
+        # replica (1); B's round: d = 0.5 (3 - 1) = 1, so B is 2, centre 2.
+        with PS() as ps:
+            a = shadowsync.Trainer(ps=ps.address, sync="foreground", sync_every=1,
+                                   final_rounds=0, trainer_name="a")
+            b = shadowsync.Trainer(ps=ps.address, sync="foreground", sync_every=1,
+                                   final_rounds=0, trainer_name="b")
+            ga = a.add_dense("w", init=np.full(8, 1.0, np.float32))
+            gb = b.add_dense("w", init=np.full(8, 3.0, np.float32))
+            a.step()
+            np.testing.assert_array_equal(ga.numpy(), np.full(8, 1.0))
+            b.step()
+            np.testing.assert_array_equal(gb.numpy(), np.full(8, 2.0))
+            self.assertEqual(gb.stats()["rounds"], 1)
+            self.assertIn('shadowsync_sync_rounds_total{trainer="b",group="w",algo="easgd"} 1',
+                          b.metrics())
+            a.close()
+            b.close()
+
+    def test_background_sync_converges(self):
+        # Background S-MA: two replicas held at 0 and 4 meet at the mean 2.
+        with PS() as ps:
+            ts = [shadowsync.Trainer(ps=ps.address, sync="shadow", algo="ma", min_round_gap=1,
+                                     final_rounds=0, trainer_name=f"t{i}") for i in range(2)]
+            gs = [t.add_dense("w", init=np.full(16, 4.0 * i, np.float32))
+                  for i, t in enumerate(ts)]
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                for t in ts:
+                    t.step()
+                if all(np.allclose(g.numpy(), 2.0) for g in gs):
+                    break
+                time.sleep(0.01)
+            for g in gs:
+                np.testing.assert_allclose(g.numpy(), 2.0)
+                self.assertGreater(g.stats()["rounds"], 0)
+            for t in ts:
+                t.close()
+
+    def test_tables_in_every_mode(self):
+        ids = np.array([7, 8, 7], np.uint64)
+        with PS() as ps:
+            with shadowsync.Trainer(ps=ps.address, sync="none") as t:
+                for mode in ("local", "remote", "cached"):
+                    tb = t.table(f"ads_{mode}", 4, mode=mode, lr=0.5)
+                    before = tb.lookup(ids)
+                    self.assertEqual(before.shape, (3, 4))
+                    np.testing.assert_array_equal(before[0], before[2])  # one row, id 7
+                    # Repeated ids add up: id 7 gets 2 x 1, SGD lr 0.5 moves it by -1,
+                    # id 8 by -0.5. A cached table's flush then syncs the rows with
+                    # their shard (alpha 0.5, the shard still at the start): half
+                    # of the move stays, x - 0.5 (x - c).
+                    tb.push(ids, np.ones((3, 4), np.float32))
+                    tb.flush()
+                    after = tb.prefetch(ids).wait()
+                    kept = 0.5 if mode == "cached" else 1.0
+                    np.testing.assert_allclose(after[0], before[0] - 1.0 * kept, atol=1e-6)
+                    np.testing.assert_allclose(after[1], before[1] - 0.5 * kept, atol=1e-6)
+                    if mode == "remote":
+                        remote_row8 = after[1]
+                    self.assertEqual(tb.stats()["lookups"], 6)
+                    with self.assertRaises(shadowsync.ShadowSyncError) as e:
+                        tb.push(ids, np.full((3, 4), np.nan, np.float32))
+                    self.assertIn("NaN or Inf", e.exception.message)
+            # A standalone remote table sees what the trainer's pushed.
+            alone = shadowsync.Table("ads_remote", 4, mode="remote", ps=ps.address, lr=0.5)
+            np.testing.assert_allclose(alone.lookup([8])[0], remote_row8, atol=1e-6)
+            alone.close()
+        with self.assertRaises(shadowsync.ShadowSyncError) as e:
+            shadowsync.Table("x", 4, mode="remote")
+        self.assertIn("needs shards", e.exception.message)
+
+    def test_torch_module_shares_its_parameters(self):
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.EmbeddingBag(10, 4), torch.nn.Linear(4, 3),
+                                    torch.nn.ReLU(), torch.nn.Linear(3, 1))
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        with shadowsync.Trainer(sync="none") as t:
+            g = shadowsync.pytorch.share_module(t, model, "mlp")
+            self.assertEqual(g.size, 4 * 3 + 3 + 3 * 1 + 1)  # the embedding stays out
+            for n, p in model.named_parameters():
+                torch.testing.assert_close(p.detach(), before[n])
+            flat = g.numpy()
+            lin = model[1].weight
+            self.assertEqual(lin.data_ptr(), flat.ctypes.data)  # the group's memory
+            self.assertNotEqual(model[0].weight.data_ptr(), flat.ctypes.data)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x = torch.tensor([[1, 2], [3, 4]])
+            loss = model(x).sum()
+            loss.backward()
+            grad = model[3].bias.grad.clone()
+            bias_at = 4 * 3 + 3 + 3  # offset of the last Linear's bias in the group
+            old = float(flat[bias_at])
+            opt.step()  # writes the replica the shadow pool syncs
+            self.assertAlmostEqual(float(flat[bias_at]), old - 0.1 * float(grad[0]), places=5)
+
+
+if __name__ == "__main__":
+    unittest.main()
