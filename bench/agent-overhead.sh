@@ -55,7 +55,7 @@ for rep in $(seq "$REPS"); do
     [ "$mode" != none ] || none_rate=$rate
     RATE[$mode]+="$rate "
     RATIO[$mode]+="$(awk -v a="$rate" -v b="$none_rate" 'BEGIN {print a / b}') "
-    GAP[$mode]+="$(summary_field "$out" sync_gap_mean) "
+    GAP[$mode]+="$(summary_field "$out" sync_gap_mean_trainers) "
   done
 done
 stop_agent
@@ -91,8 +91,8 @@ for variant in per-trainer host-average; do
   rounds=0 ne=0
   for r in 0 1; do
     out=$(cat "out/bench-agent-t$r.log")
-    rounds=$((rounds + $(summary_field "$out" sync_rounds)))
-    ne=$(awk -v a="$ne" -v b="$(summary_field "$out" ne)" 'BEGIN {print a + b / 2}')
+    rounds=$((rounds + $(summary_field "$out" sync_rounds_sum)))
+    ne=$(awk -v a="$ne" -v b="$(summary_field "$out" test_ne_train_ctr)" 'BEGIN {print a + b / 2}')
   done
   rate=$(awk -v a="$before" -v b="$after" -v s="$t0" -v e="$t1" 'BEGIN {printf "%.0f", (b - a) / (e - s)}')
   eval "bytes_${variant//-/_}=\$rate"

@@ -18,7 +18,7 @@ ne_of() {
       echo timeout
       return
     fi
-    nes+="$(summary_field "$out" ne) "
+    nes+="$(summary_field "$out" test_ne_train_ctr) "
   done
   med "$nes"
 }

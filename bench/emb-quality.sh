@@ -23,9 +23,9 @@ for mode in array local remote cached; do
   out=$(./build/bin/ctr-train --train "out/train-$ROWS.tsv" --test out/test.tsv --sync none \
     --progress 0 --emb "$mode" "${extra[@]}")
   [ -z "$ps" ] || { kill "$ps"; wait "$ps" 2>/dev/null || true; }
-  NE[$mode]=$(summary_field "$out" ne)
+  NE[$mode]=$(summary_field "$out" test_ne_train_ctr)
   ratio=$(awk -v a="${NE[$mode]}" -v b="${NE[local]:-${NE[$mode]}}" 'BEGIN {print a / b}')
-  printf '%-7s %9s %8s %8.4f %12s\n' "$mode" "${NE[$mode]}" "$(summary_field "$out" auc)" \
+  printf '%-7s %9s %8s %8.4f %12s\n' "$mode" "${NE[$mode]}" "$(summary_field "$out" test_auc)" \
     "$ratio" "$(summary_field "$out" examples/s)"
   grep '^embeddings:' <<<"$out" || true
 done

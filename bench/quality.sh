@@ -18,12 +18,12 @@ for setup in "1 none easgd" "4 none easgd" "4 shadow easgd" "4 shadow ma" "4 sha
              "4 foreground easgd" "4 foreground ma"; do
   set -- $setup
   out=$(run --trainers "$1" --sync "$2" --algo "$3" --sync-every 10)
-  ne=$(summary_field "$out" ne)
+  ne=$(summary_field "$out" test_ne_train_ctr)
   [ -n "$base_ne" ] || base_ne=$ne
   label="trainers=$1 sync=$2"
   [ "$2" = none ] || label+=" algo=$3"
   [ "$2" != foreground ] || label+=" K=10"
-  printf '%-42s %8s %8s %10.4f %12s %14s\n' "$label" "$ne" "$(summary_field "$out" auc)" \
+  printf '%-42s %8s %8s %10.4f %12s %14s\n' "$label" "$ne" "$(summary_field "$out" test_auc)" \
     "$(awk -v a="$ne" -v b="$base_ne" 'BEGIN {print a / b}')" \
-    "$(summary_field "$out" examples/s)" "$(summary_field "$out" sync_gap_mean)"
+    "$(summary_field "$out" examples/s)" "$(summary_field "$out" sync_gap_mean_trainers)"
 done

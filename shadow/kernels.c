@@ -17,6 +17,40 @@ void ss__kernel_live_add_scaled(float *live, const float *restrict d, float scal
         live[i] += scale * d[i];
 }
 
+void ss__kernel_live_adam(float *live, float *m, float *v, const float *restrict g, float gscale,
+                          float lr_t, float b1, float b2, float eps, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        live[i] -= lr_t * mi / (sqrtf(vi) + eps);
+    }
+}
+
+void ss__kernel_live_adagrad(float *live, float *acc, const float *restrict g, float gscale,
+                             float lr, float eps, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float a = acc[i] + gi * gi;
+        acc[i] = a;
+        live[i] -= lr * gi / (sqrtf(a) + eps);
+    }
+}
+
+void ss__kernel_live_adagrad_row(float *live, float *acc, const float *restrict g, float lr,
+                                 float eps, size_t n) {
+    float sq = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        sq += g[i] * g[i];
+    float a = *acc + sq / (float)n;
+    *acc = a;
+    float step = lr / (sqrtf(a) + eps);
+    for (size_t i = 0; i < n; i++)
+        live[i] -= step * g[i];
+}
+
 void ss__kernel_live_matvec(const float *W, const float *b, const float *restrict x,
                             float *restrict y, size_t rows, size_t cols) {
     for (size_t r = 0; r < rows; r++) {

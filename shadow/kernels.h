@@ -28,6 +28,21 @@ void ss__kernel_live_matvec(const float *W, const float *b, const float *restric
 void ss__kernel_live_matvec_t(const float *W, const float *restrict dy, float *restrict dx,
                               size_t rows, size_t cols);
 
+/* Optimizer steps on a live replica with the trainer's own state (m, v,
+ * acc race like the replica: a lost update of the state only mis-scales
+ * one element's step). g is a gradient sum, scaled by gscale (1/batch).
+ * Adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; x -= lr_t m / (sqrt v
+ * + eps), lr_t carrying the bias correction. */
+void ss__kernel_live_adam(float *live, float *m, float *v, const float *restrict g, float gscale,
+                          float lr_t, float b1, float b2, float eps, size_t n);
+/* Adagrad: acc += g^2; x -= lr g / (sqrt acc + eps). */
+void ss__kernel_live_adagrad(float *live, float *acc, const float *restrict g, float gscale,
+                             float lr, float eps, size_t n);
+/* Row-wise Adagrad (one accumulator per embedding row, as the embedding
+ * store's): *acc += mean(g^2); x -= lr g / (sqrt *acc + eps). */
+void ss__kernel_live_adagrad_row(float *live, float *acc, const float *restrict g, float lr,
+                                 float eps, size_t n);
+
 /* ---- pure kernels ---- */
 
 /* Elastic exchange (S-EASGD, server side): d = alpha (s - c); c += d. */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "shadow/kernels.h"
 #include "tools/ctr/criteo.h"
 #include "tools/ctr/eval.h"
 #include "tools/ctr/model.h"
@@ -211,7 +212,11 @@ START_TEST(test_model_gradients_match_finite_differences) {
     memcpy(after, dense, L.total * sizeof(float));
     const ss__ctr_example *batch[] = {&ex};
     double loss = 0;
-    ss__ctr_train_batch(w, after, &emb_after, batch, 1, 1.0f, 1.0f, &loss);
+    ss__ctr_dense_opt sgd;
+    ck_assert_int_eq(ss__ctr_dense_opt_init(&sgd, SS_CTR_OPT_SGD, 1.0f, L.total), SS_OK);
+    ck_assert_int_eq(ss__ctr_embeddings_set_optimizer(&emb_after, false, 1.0f), SS_OK);
+    ss__ctr_train_batch(w, after, &sgd, &emb_after, batch, 1, &loss);
+    ss__ctr_dense_opt_free(&sgd);
     ck_assert_double_eq_tol(loss, example_loss(w, dense, &emb, &ex), 1e-5);
 
     /* dense: analytic gradient = before - after (lr = 1). */
@@ -258,8 +263,98 @@ START_TEST(test_model_gradients_match_finite_differences) {
 }
 END_TEST
 
+/* The dense optimizers by hand. Adam's first steps with a constant
+ * gradient move by exactly lr (m / sqrt(v) = sign(g) after the bias
+ * correction); Adagrad's by lr g / sqrt(sum g^2). */
+START_TEST(test_dense_optimizers_by_hand) {
+    float x[2] = {1.0f, -1.0f}, g[2] = {2.0f, -2.0f};
+    ss__ctr_dense_opt o;
+    ck_assert_int_eq(ss__ctr_dense_opt_init(&o, SS_CTR_OPT_ADAM, 0.1f, 2), SS_OK);
+    ss__ctr_dense_opt_apply(&o, x, g, 0.5f); /* mean gradient (1, -1) */
+    ck_assert_float_eq_tol(x[0], 0.9f, 1e-5f);
+    ck_assert_float_eq_tol(x[1], -0.9f, 1e-5f);
+    ck_assert_float_eq_tol(o.m[0], 0.1f, 1e-7f);   /* (1 - 0.9) * 1 */
+    ck_assert_float_eq_tol(o.v[0], 0.001f, 1e-7f); /* (1 - 0.999) * 1 */
+    ss__ctr_dense_opt_apply(&o, x, g, 0.5f);
+    ck_assert_float_eq_tol(x[0], 0.8f, 1e-5f);
+    ss__ctr_dense_opt_free(&o);
+
+    x[0] = 1.0f;
+    ck_assert_int_eq(ss__ctr_dense_opt_init(&o, SS_CTR_OPT_ADAGRAD, 0.1f, 1), SS_OK);
+    ss__ctr_dense_opt_apply(&o, x, g, 1.0f); /* acc 4: x -= 0.1 * 2 / 2 */
+    ck_assert_float_eq_tol(x[0], 0.9f, 1e-6f);
+    ss__ctr_dense_opt_apply(&o, x, g, 1.0f); /* acc 8: x -= 0.1 * 2 / sqrt 8 */
+    ck_assert_float_eq_tol(x[0], 0.9f - 0.2f / sqrtf(8.0f), 1e-6f);
+    ss__ctr_dense_opt_free(&o);
+
+    x[0] = 1.0f;
+    ck_assert_int_eq(ss__ctr_dense_opt_init(&o, SS_CTR_OPT_SGD, 0.1f, 1), SS_OK);
+    ss__ctr_dense_opt_apply(&o, x, g, 0.5f); /* x -= 0.1 * 1 */
+    ck_assert_float_eq_tol(x[0], 0.9f, 1e-6f);
+    ss__ctr_dense_opt_free(&o);
+    ck_assert_int_eq(ss__ctr_dense_opt_init(&o, (ss__ctr_optimizer)9, 0.1f, 1),
+                     SS_ERR_INVALID_ARGUMENT);
+    ss__ctr_optimizer k;
+    ck_assert_int_eq(ss__ctr_optimizer_parse("adam", &k), SS_OK);
+    ck_assert_int_eq(k, SS_CTR_OPT_ADAM);
+    ck_assert_int_eq(ss__ctr_optimizer_parse("lion", &k), SS_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+/* Row-wise Adagrad on the embedding array: one accumulator per row,
+ * += mean(g^2) = (9 + 16) / 2 = 12.5; the row moves by lr g / sqrt 12.5. */
+START_TEST(test_row_adagrad_by_hand) {
+    float row[2] = {1.0f, 1.0f}, acc = 0.0f;
+    const float g[2] = {3.0f, 4.0f};
+    ss__kernel_live_adagrad_row(row, &acc, g, 0.1f, 1e-8f, 2);
+    ck_assert_float_eq_tol(acc, 12.5f, 1e-6f);
+    ck_assert_float_eq_tol(row[0], 1.0f - 0.3f / sqrtf(12.5f), 1e-6f);
+    ck_assert_float_eq_tol(row[1], 1.0f - 0.4f / sqrtf(12.5f), 1e-6f);
+}
+END_TEST
+
+/* Scores both ways: log loss of (0.9, 0.2, 0.4, 0.3) on (1, 0, 1, 0) is
+ * -(ln .9 + ln .8 + ln .4 + ln .7) / 4 = 1.60146 / 4 = 0.40037; training
+ * CTR 0.25: entropy 0.56233, NE 0.71197; the set's own CTR 0.5: entropy
+ * ln 2, NE 0.57761. One class:
+ * AUC and the own-CTR NE are undefined, the rest is still given. */
+START_TEST(test_score_both_normalizations) {
+    const float p[4] = {0.9f, 0.2f, 0.4f, 0.3f}, y[4] = {1, 0, 1, 0};
+    ss__ctr_quality q;
+    ck_assert_int_eq(ss__ctr_score(p, y, 4, 0.25, &q), SS_OK);
+    ck_assert_double_eq_tol(q.logloss, 0.40037, 1e-5);
+    ck_assert_double_eq_tol(q.ne, 0.71197, 1e-4);
+    ck_assert_double_eq_tol(q.ne_own_ctr, 0.57761, 1e-4);
+    ck_assert_double_eq_tol(q.auc, 1.0, 1e-9); /* both clicks above both non-clicks */
+    ck_assert_double_eq_tol(q.mean_pred, 0.45, 1e-6);
+    ck_assert_int_eq(q.one_class, -1);
+    const float zeros[4] = {0, 0, 0, 0};
+    ck_assert_int_eq(ss__ctr_score(p, zeros, 4, 0.25, &q), SS_OK);
+    ck_assert_int_eq(q.one_class, 0);
+    ck_assert(isnan(q.auc) && isnan(q.ne_own_ctr));
+    ck_assert(q.ne > 0 && isfinite(q.ne));
+    ck_assert_int_eq(ss__ctr_score(p, y, 4, 0.0, &q), SS_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+/* The output bias starts at the log-odds of the base rate. */
+START_TEST(test_bias_starts_at_base_rate) {
+    ss__ctr_model_config cfg = {.emb_dim = 2, .table_rows = 4, .bottom_hidden = 3, .top_hidden = 3};
+    ss__ctr_layout L;
+    ss__ctr_layout_of(&cfg, &L);
+    float *dense = calloc(L.total, sizeof(float));
+    ss__ctr_dense_init_bias(&cfg, dense, 0.25);
+    ck_assert_float_eq_tol(dense[L.b4], logf(1.0f / 3.0f), 1e-6f);
+    ss__ctr_dense_init_bias(&cfg, dense, 0.0); /* no base rate: unchanged */
+    ck_assert_float_eq_tol(dense[L.b4], logf(1.0f / 3.0f), 1e-6f);
+    free(dense);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("ctr", 60, NULL, NULL, test_ne_hand_computed, test_auc_hand_computed,
                            test_reader_real_criteo_sample, test_reader_malformed_lines,
-                           test_truth_deterministic, test_model_gradients_match_finite_differences);
+                           test_truth_deterministic, test_model_gradients_match_finite_differences,
+                           test_dense_optimizers_by_hand, test_row_adagrad_by_hand,
+                           test_score_both_normalizations, test_bias_starts_at_base_rate);
 }

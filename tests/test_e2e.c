@@ -65,7 +65,7 @@ START_TEST(test_background_sync_matches_single_replica) {
              "%s --train %s/train.tsv --test %s/test.tsv --trainers 1 --sync none --progress 0",
              CTR_TRAIN, workdir, workdir);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
-    double ne1 = field(out, "summary:", "ne");
+    double ne1 = field(out, "summary:", "test_ne_train_ctr");
     double ex1 = field(out, "summary:", "examples");
 
     snprintf(cmd, sizeof cmd,
@@ -73,9 +73,9 @@ START_TEST(test_background_sync_matches_single_replica) {
              "--algo easgd --progress 0 --eval-each",
              CTR_TRAIN, workdir, workdir);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
-    double ne4 = field(out, "summary:", "ne");
+    double ne4 = field(out, "summary:", "test_ne_train_ctr");
     double ex4 = field(out, "summary:", "examples");
-    double rounds = field(out, "summary:", "sync_rounds");
+    double rounds = field(out, "summary:", "sync_rounds_sum");
     fprintf(stderr, "e2e: bayes_ne=%.4f ne_1_replica=%.4f ne_4_replicas_easgd=%.4f rounds=%.0f\n",
             bayes, ne1, ne4, rounds);
 
@@ -145,9 +145,9 @@ START_TEST(test_real_criteo_sample_trains) {
              CTR_TRAIN, SS_DATA_DIR, SS_DATA_DIR);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
     ck_assert_double_eq(field(out, "summary:", "examples"), 6000);
-    double rounds = field(out, "summary:", "sync_rounds");
+    double rounds = field(out, "summary:", "sync_rounds_sum");
     ck_assert_double_gt(rounds, 0);
-    double auc = field(out, "summary:", "auc");
+    double auc = field(out, "summary:", "test_auc");
     ck_assert_double_gt(auc, 0.5);
 
     /* The same run with --metrics-out: the registry holds the engines'
@@ -160,7 +160,7 @@ START_TEST(test_real_criteo_sample_trains) {
              "--progress 0 --metrics-out %s",
              CTR_TRAIN, SS_DATA_DIR, SS_DATA_DIR, prom);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
-    rounds = field(out, "summary:", "sync_rounds");
+    rounds = field(out, "summary:", "sync_rounds_sum");
     FILE *f = fopen(prom, "r");
     ck_assert_ptr_nonnull(f);
     char line[512];
@@ -208,7 +208,7 @@ START_TEST(test_emb_modes_match_local) {
                  "--emb %s %s",
                  CTR_TRAIN, workdir, workdir, modes[m], emb_ps);
         ck_assert_int_eq(run(cmd, out, sizeof out), 0);
-        ne[m] = field(out, "summary:", "ne");
+        ne[m] = field(out, "summary:", "test_ne_train_ctr");
         ck_assert_double_eq(field(out, "embeddings:", "failed_calls"), 0);
         if (m == 2)
             ck_assert_double_gt(field(out, "embeddings:", "synced_rows"), 0);
@@ -224,6 +224,60 @@ START_TEST(test_emb_modes_match_local) {
 }
 END_TEST
 
+/* ctr-train's own defaults (the suite's SHADOWSYNC_EPOCHS=1 unset) on a
+ * time split of the Criteo rows: epochs with a validation line each, early
+ * stopping, the validation rows trained last, a prediction per test row
+ * whose mean is the one reported; and a test set of one class is scored
+ * with what can be defined and says so. */
+START_TEST(test_default_protocol_on_criteo) {
+    char cmd[2048];
+    unsetenv("SHADOWSYNC_EPOCHS");
+    snprintf(cmd, sizeof cmd,
+             "head -6400 %s/criteo-kaggle-head-8000.tsv > %s/c-train.tsv && "
+             "tail -1600 %s/criteo-kaggle-head-8000.tsv > %s/c-test.tsv && "
+             "%s --train %s/c-train.tsv --test %s/c-test.tsv --progress 0 "
+             "--predictions-out %s/c-pred.txt",
+             SS_DATA_DIR, workdir, SS_DATA_DIR, workdir, CTR_TRAIN, workdir, workdir, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "validation_rows=640"));
+    ck_assert_ptr_nonnull(strstr(out, "epoch 1: validation rows=640 logloss="));
+    ck_assert_ptr_nonnull(strstr(out, "sync=none")); /* one in-process trainer: nothing to sync */
+    double epochs = field(out, "summary:", "epochs"), best = field(out, "summary:", "best_epoch");
+    ck_assert_double_ge(epochs, 2); /* early stopping needs an epoch that was not better */
+    ck_assert_double_le(best, epochs);
+    /* 5760 rows per epoch, then the 640 validation rows once. */
+    ck_assert_double_eq(field(out, "summary:", "examples"), 5760 * epochs + 640);
+    ck_assert_double_lt(field(out, "summary:", "test_ne_train_ctr"), 0.95);
+    ck_assert_double_gt(field(out, "summary:", "test_auc"), 0.70);
+    char path[600];
+    snprintf(path, sizeof path, "%s/c-pred.txt", workdir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    double p, sum = 0;
+    int n = 0;
+    while (fscanf(f, "%lf", &p) == 1) {
+        ck_assert(p > 0 && p < 1);
+        sum += p;
+        n++;
+    }
+    fclose(f);
+    ck_assert_int_eq(n, 1600);
+    ck_assert_double_eq_tol(sum / n, field(out, "summary:", "test_mean_prediction"), 1e-4);
+
+    snprintf(cmd, sizeof cmd,
+             "grep '^0' %s/c-test.tsv > %s/c-zeros.tsv && %s --train %s/c-train.tsv --test "
+             "%s/c-zeros.tsv --progress 0 --epochs 1",
+             workdir, workdir, CTR_TRAIN, workdir, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "the test set holds only label 0"));
+    ck_assert_ptr_nonnull(strstr(out, "test_auc=nan"));
+    snprintf(cmd, sizeof cmd, "%s --train %s/c-zeros.tsv --test %s/c-test.tsv --progress 0",
+             CTR_TRAIN, workdir, workdir);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "has label 0: a click model needs both"));
+}
+END_TEST
+
 int main(void) {
     if (!mkdtemp(workdir)) {
         perror("mkdtemp");
@@ -232,7 +286,7 @@ int main(void) {
     int rc =
         ss__check_tests("e2e", 900, NULL, NULL, test_generator_deterministic, test_cli_bad_input,
                         test_real_criteo_sample_trains, test_background_sync_matches_single_replica,
-                        test_emb_modes_match_local);
+                        test_emb_modes_match_local, test_default_protocol_on_criteo);
     proc_remove_tree(workdir);
     return rc;
 }

@@ -78,7 +78,8 @@ if [ "$AGENT" = 1 ]; then
 fi
 cat "$OUT"/trainer*.log | grep '^summary:' | awk '
   { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-    n++; ex += v["examples"]; eps += v["examples/s"]; ne += v["ne"]; auc += v["auc"];
-    gap += v["sync_gap_mean"]; if (v["sync_gap_p99"] > p99) p99 = v["sync_gap_p99"]; rounds += v["sync_rounds"] }
-  END { printf "total: trainers=%d examples=%d examples/s=%.0f sync_rounds=%d sync_gap_mean=%.2f sync_gap_p99=%d ne_mean=%.4f auc_mean=%.4f\n",
+    n++; ex += v["examples"]; eps += v["examples/s"]; ne += v["test_ne_train_ctr"]; auc += v["test_auc"];
+    gap += v["sync_gap_mean_trainers"]; if (v["sync_gap_p99_worst"] + 0 > p99) p99 = v["sync_gap_p99_worst"] + 0
+    rounds += v["sync_rounds_sum"] }
+  END { printf "total: trainers=%d examples=%d examples/s=%.0f sync_rounds_sum=%d sync_gap_mean_trainers=%.2f sync_gap_p99_worst=%d test_ne_mean=%.4f test_auc_mean=%.4f\n",
         n, ex, eps, rounds, gap / n, p99, ne / n, auc / n }'

@@ -4,6 +4,7 @@
  * public trainer hooks and shadowsync-ps shards. Hogwild workers each;
  * background sync, foreground every K steps, or none. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +16,43 @@
 
 /* What --help and --version say. */
 static const ss__program program = {
-    "ctr-train", "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, "
-                 "synced by ShadowSync\n(background), in the foreground every K steps, "
-                 "or not at all. Prints progress, then\nper-trainer and total "
-                 "examples/s, sync rounds, sync gap, NE and AUC."};
+    "ctr-train",
+    "Reference DLRM-style CTR trainer: N replicas with Hogwild workers, synced by ShadowSync\n"
+    "(background), in the foreground every K steps, or not at all. Trains epochs over the\n"
+    "rows in a new order each time (Adam on the dense part, row-wise Adagrad on the\n"
+    "embeddings) until the loss on a validation split carved from the end of --train stops\n"
+    "improving, and keeps the best epoch's model. Prints progress, then per trainer and in\n"
+    "total: examples/s, sync rounds and gap, and the model's test NE (normalized by the\n"
+    "training set's CTR, He et al. 2014; ne_test_ctr: by the test set's) and AUC."};
 
+/* One trainer's line: every field is this trainer's own. */
 static void print_trainer(uint32_t t, const ss__ctr_trainer_result *tr, bool syncing, bool each) {
     printf("trainer %u: examples=%llu examples/s=%.0f", t, (unsigned long long)tr->examples,
            tr->examples_per_s);
     if (syncing)
-        printf(" sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu divergence=%.3g",
+        printf(" sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p50=%llu sync_gap_p99=%llu "
+               "sync_gap_max=%llu failed_rounds=%llu rejoins=%llu divergence=%.3g",
                (unsigned long long)tr->sync.rounds, tr->sync.gap_mean,
-               (unsigned long long)tr->sync.gap_p99, tr->sync.divergence);
+               (unsigned long long)tr->sync.gap_p50, (unsigned long long)tr->sync.gap_p99,
+               (unsigned long long)tr->sync.gap_max, (unsigned long long)tr->sync.failed_rounds,
+               (unsigned long long)tr->sync.rejoins, tr->sync.divergence);
     if (each)
-        printf(" ne=%.4f auc=%.4f", tr->ne, tr->auc);
+        printf(" ne=%.4f auc=%.4f", tr->quality.ne, tr->quality.auc);
     printf("\n");
+}
+
+/* What the test scores mean, in words, before the summary. */
+static void print_quality(const ss__ctr_train_result *res) {
+    const ss__ctr_quality *q = &res->quality;
+    printf("quality: model=%s epochs=%u test_rows=%zu logloss=%.5f ne=%.5f (normalized by the "
+           "training set's CTR %.4f, He et al. 2014) ne_test_ctr=%.5f (by the test set's CTR "
+           "%.4f) auc=%.5f mean_prediction=%.4f\n",
+           res->model_evaluated, res->epochs, q->n, q->logloss, q->ne, q->train_ctr, q->ne_own_ctr,
+           q->ctr, q->auc, q->mean_pred);
+    if (q->one_class >= 0)
+        printf("quality: the test set holds only label %d: AUC and ne_test_ctr are undefined "
+               "(nan); logloss and ne are still the model's\n",
+               q->one_class);
 }
 
 static int write_metrics(ss__metrics *m, const char *path) {
@@ -47,12 +70,16 @@ static int write_metrics(ss__metrics *m, const char *path) {
     return rc;
 }
 
-/* Reads the train and test sets; in process mode keeps this trainer's
- * share of the training rows (rank, rank + world, ...). 1 on failure (said
- * on stderr, nothing kept). */
+/* Reads the train and test sets; carves the validation split from the end
+ * of the training rows (the same rows in every process: later rows, as
+ * the test set is); in process mode keeps this trainer's share of the
+ * rest (rank, rank + world, ...). base_ctr: the click rate of all
+ * training rows, the same in every process. 1 on failure (said on stderr,
+ * nothing kept). */
 static int load_data(const char *train_path, size_t max_rows, const char *test_path,
                      size_t max_test_rows, size_t rank, size_t world, uint32_t trainers,
-                     ss__ctr_dataset *train, ss__ctr_dataset *test) {
+                     double val_fraction, ss__ctr_dataset *train, ss__ctr_dataset *val,
+                     ss__ctr_dataset *test, double *base_ctr) {
     ss_status st = ss__ctr_dataset_load(train_path, max_rows, train);
     if (st == SS_OK)
         st = ss__ctr_dataset_load(test_path, max_test_rows, test);
@@ -61,15 +88,44 @@ static int load_data(const char *train_path, size_t max_rows, const char *test_p
         ss__ctr_dataset_free(train);
         return 1;
     }
+    double pos = 0.0;
+    for (size_t i = 0; i < train->nrows; i++)
+        pos += train->rows[i].label > 0.5f;
+    *base_ctr = train->nrows ? pos / (double)train->nrows : 0.0;
+    if (train->nrows > 0 && (*base_ctr <= 0.0 || *base_ctr >= 1.0)) {
+        fprintf(stderr,
+                "ctr-train: every training row of %s has label %d: a click model needs both "
+                "clicks and non-clicks to learn from\n",
+                train_path, *base_ctr >= 1.0);
+        ss__ctr_dataset_free(train);
+        ss__ctr_dataset_free(test);
+        return 1;
+    }
+    size_t nval = (size_t)((double)train->nrows * val_fraction);
+    *val = (ss__ctr_dataset){0};
+    if (nval > 0) {
+        if (!(val->rows = malloc(nval * sizeof *val->rows))) {
+            fprintf(stderr, "ctr-train: out of memory\n");
+            ss__ctr_dataset_free(train);
+            ss__ctr_dataset_free(test);
+            return 1;
+        }
+        memcpy(val->rows, train->rows + train->nrows - nval, nval * sizeof *val->rows);
+        val->nrows = nval;
+        train->nrows -= nval;
+    }
     size_t k = 0;
     for (size_t i = rank; i < train->nrows; i += world)
         train->rows[k++] = train->rows[i];
     train->nrows = k;
-    printf("ctr-train: train=%s rows=%zu skipped=%zu test=%s rows=%zu skipped=%zu\n", train_path,
-           train->nrows, train->skipped, test_path, test->nrows, test->skipped);
+    printf("ctr-train: train=%s rows=%zu validation_rows=%zu (the file's last %.0f%%) skipped=%zu "
+           "test=%s rows=%zu skipped=%zu\n",
+           train_path, train->nrows, val->nrows, 100.0 * val_fraction, train->skipped, test_path,
+           test->nrows, test->skipped);
     if (train->nrows < trainers || test->nrows == 0) {
         fprintf(stderr, "ctr-train: need at least one training row per trainer and a test row\n");
         ss__ctr_dataset_free(train);
+        ss__ctr_dataset_free(val);
         ss__ctr_dataset_free(test);
         return 1;
     }
@@ -80,18 +136,25 @@ static int load_data(const char *train_path, size_t max_rows, const char *test_p
  * embedding table's counters. */
 static void print_summary(const char *sync, const char *algo, const char *emb,
                           const ss__ctr_train_config *cfg, const ss__ctr_train_result *res) {
-    printf("summary: sync=%s algo=%s trainers=%u workers=%u sync_every=%u examples=%llu "
-           "seconds=%.3f examples/s=%.0f sync_rounds=%llu sync_gap_mean=%.2f sync_gap_p99=%llu "
-           "sync_gap_p50=%llu sync_gap_max=%llu failed_rounds=%llu rejoins=%llu "
-           "train_logloss=%.5f ne=%.5f auc=%.5f model=%s\n",
-           sync, algo, cfg->trainers, cfg->workers, cfg->sync_every,
+    /* Scope of each field: the name says it. _sum: summed over trainers;
+     * _mean_trainers: the mean of the trainers' own means; _worst: the
+     * largest of the trainers'; test_*: the evaluated model on the test set
+     * (ne_train_ctr: normalized by the training set's CTR, He et al. 2014;
+     * ne_test_ctr: by the test set's); val_logloss: the best epoch's on the
+     * validation split. */
+    printf("summary: sync=%s algo=%s trainers=%u workers=%u sync_every=%u epochs=%u best_epoch=%u "
+           "examples=%llu seconds=%.3f examples/s=%.0f sync_rounds_sum=%llu "
+           "sync_gap_mean_trainers=%.2f sync_gap_p50_worst=%llu sync_gap_p99_worst=%llu "
+           "sync_gap_max_worst=%llu failed_rounds_sum=%llu rejoins_sum=%llu train_logloss=%.5f "
+           "val_logloss=%.5f test_logloss=%.5f test_ne_train_ctr=%.5f test_ne_test_ctr=%.5f "
+           "test_auc=%.5f test_mean_prediction=%.4f model=%s\n",
+           sync, algo, cfg->trainers, cfg->workers, cfg->sync_every, res->epochs, res->best_epoch,
            (unsigned long long)res->examples, res->seconds, res->examples_per_s,
-           (unsigned long long)res->rounds, res->gap_mean, (unsigned long long)res->gap_p99,
-           (unsigned long long)res->trainer[0].sync.gap_p50,
-           (unsigned long long)res->trainer[0].sync.gap_max,
-           (unsigned long long)res->trainer[0].sync.failed_rounds,
-           (unsigned long long)res->trainer[0].sync.rejoins, res->train_loss, res->ne, res->auc,
-           res->model_evaluated);
+           (unsigned long long)res->rounds, res->gap_mean, (unsigned long long)res->gap_p50_worst,
+           (unsigned long long)res->gap_p99_worst, (unsigned long long)res->gap_max_worst,
+           (unsigned long long)res->failed_rounds, (unsigned long long)res->rejoins,
+           res->train_loss, res->val_logloss, res->quality.logloss, res->quality.ne,
+           res->quality.ne_own_ctr, res->quality.auc, res->quality.mean_pred, res->model_evaluated);
     if (cfg->emb != SS_CTR_EMB_ARRAY)
         printf("embeddings: mode=%s lookups=%llu pushes=%llu remote_rows=%llu cache_hits=%llu "
                "synced_rows=%llu sync_passes=%llu failed_calls=%llu push_waits=%llu "
@@ -110,6 +173,7 @@ typedef struct run_options {
     char default_name[32];
     bool process;
     size_t rank, world, max_rows, max_test_rows;
+    double val_fraction; /* 0: no validation split (one epoch, or no early stopping) */
     const char *train_path, *test_path, *sync, *algo, *emb, *ps, *metrics_out;
 } run_options;
 
@@ -118,12 +182,13 @@ typedef struct run_options {
 static int parse_options(int argc, char **argv, run_options *o) {
     ss__ctr_train_config cfg;
     ss__ctr_train_config_default(&cfg);
-    const char *train_path = NULL, *test_path = NULL, *sync = "shadow", *algo = "easgd";
+    const char *train_path = NULL, *test_path = NULL, *sync = "auto", *algo = "easgd";
     const char *final_model = "replica";
     int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
     int64_t sync_every = cfg.sync_every, batch = cfg.batch, seed = (int64_t)cfg.seed;
     int64_t emb_dim = cfg.model.emb_dim, table_rows = cfg.model.table_rows;
     int64_t bottom = cfg.model.bottom_hidden, top = cfg.model.top_hidden;
+    double emb_init_scale = 0.05;
     int64_t deadline_ms = cfg.round_deadline_ms, interval_us = (int64_t)cfg.round_interval_us;
     int64_t min_gap = (int64_t)cfg.min_round_gap;
     int64_t final_rounds = cfg.final_rounds, max_rows = 0, max_test_rows = 0;
@@ -133,7 +198,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
     const char *metrics_out = NULL, *ps = "", *agent = "", *dense_out = NULL, *name = NULL;
-    const char *emb = "array", *emb_ps = "", *emb_opt = "sgd";
+    const char *emb = "array", *emb_ps = "", *emb_opt = "adagrad", *optimizer = "adam";
+    const char *predictions_out = NULL;
+    int64_t epochs = cfg.epochs, patience = cfg.patience;
+    double val_fraction = 0.1;
+    bool shuffle = cfg.shuffle, train_val_last = cfg.train_val_last;
     int64_t emb_cache_rows = 1 << 20, emb_sync_ms = 10;
     double emb_alpha = 0.5;
     bool emb_prefetch = true;
@@ -171,7 +240,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
          NULL, 1, SS_CTR_MAX_TRAINERS},
         {"workers", SS_FLAG_INT, &workers, "Hogwild worker threads per trainer", NULL, 1, 256},
         {"shadow-threads", SS_FLAG_INT, &shadow_threads, "shadow threads per trainer", NULL, 1, 64},
-        {"sync", SS_FLAG_STRING, &sync, "how replicas are synced", "none|shadow|foreground", 0, 0},
+        {"sync", SS_FLAG_STRING, &sync,
+         "how replicas are synced (auto: shadow, or none for a single in-process trainer, which "
+         "has nothing to sync with)",
+         "auto|none|shadow|foreground", 0, 0},
         {"algo", SS_FLAG_STRING, &algo, "sync algorithm", "easgd|ma|bmuf", 0, 0},
         {"sync-every", SS_FLAG_INT, &sync_every, "K: foreground round every K trainer steps", NULL,
          1, 1e9},
@@ -197,10 +269,32 @@ static int parse_options(int argc, char **argv, run_options *o) {
         {"eval-each", SS_FLAG_BOOL, &eval_each, "also evaluate every trainer's replica", NULL, 0,
          0},
         {"batch", SS_FLAG_INT, &batch, "minibatch size per worker step", NULL, 1, 65536},
+        {"epochs", SS_FLAG_INT, &epochs,
+         "at most this many passes over the training rows (early stopping ends sooner)", NULL, 1,
+         100000},
+        {"patience", SS_FLAG_INT, &patience,
+         "stop after this many epochs without a lower validation loss and evaluate the best "
+         "epoch's model (0: run every epoch, evaluate the last)",
+         NULL, 0, 100000},
+        {"val-fraction", SS_FLAG_DOUBLE, &val_fraction,
+         "validation split for early stopping: this fraction of --train's last rows, never "
+         "trained on (used when --epochs > 1 and --patience > 0)",
+         NULL, 0, 0.9},
+        {"shuffle", SS_FLAG_BOOL, &shuffle, "every epoch, each trainer's rows in a new order", NULL,
+         0, 0},
+        {"train-val-last", SS_FLAG_BOOL, &train_val_last,
+         "once early stopping has chosen the epoch, train one pass over the validation rows (the "
+         "newest) in file order",
+         NULL, 0, 0},
+        {"optimizer", SS_FLAG_STRING, &optimizer,
+         "the dense part's optimizer (each trainer keeps its own state)", "adam|adagrad|sgd", 0, 0},
         {"lr", SS_FLAG_DOUBLE, &lr, "dense learning rate", NULL, 1e-9, 100},
         {"emb-lr", SS_FLAG_DOUBLE, &emb_lr, "embedding learning rate", NULL, 0, 100},
         {"emb-dim", SS_FLAG_INT, &emb_dim, "embedding dimension", NULL, 1, 256},
         {"table-rows", SS_FLAG_INT, &table_rows, "rows per embedding table", NULL, 2, 1 << 26},
+        {"emb-init-scale", SS_FLAG_DOUBLE, &emb_init_scale,
+         "embedding rows start uniform in [-s, s] (a row never trained keeps this noise)", NULL,
+         1e-6, 1},
         {"bottom-hidden", SS_FLAG_INT, &bottom, "bottom MLP hidden width", NULL, 1, 4096},
         {"top-hidden", SS_FLAG_INT, &top, "top MLP hidden width", NULL, 1, 4096},
         {"seed", SS_FLAG_INT, &seed, "initialization seed", NULL, 0, 0},
@@ -214,8 +308,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "array|local|remote|cached", 0, 0},
         {"emb-ps", SS_FLAG_STRING, &emb_ps,
          "remote/cached: the shadowsync-ps shards holding the table (default: --ps)", NULL, 0, 0},
-        {"emb-optimizer", SS_FLAG_STRING, &emb_opt, "the table's optimizer (lr = --emb-lr)",
-         "sgd|adagrad", 0, 0},
+        {"emb-optimizer", SS_FLAG_STRING, &emb_opt,
+         "the embeddings' optimizer, array or table (lr = --emb-lr)", "adagrad|sgd", 0, 0},
+        {"predictions-out", SS_FLAG_STRING, &predictions_out,
+         "write the evaluated model's prediction for every test row here, one per line", NULL, 0,
+         0},
         {"emb-cache-rows", SS_FLAG_INT, &emb_cache_rows, "cached: rows kept in the local cache",
          NULL, 1, 1ll << 34},
         {"emb-alpha", SS_FLAG_DOUBLE, &emb_alpha, "cached: elastic rate of the row sync", NULL,
@@ -232,6 +329,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
         fprintf(stderr, "ctr-train: --train and --test are required (see --help)\n");
         return 2;
     }
+    if (!strcmp(sync, "auto")) /* one in-process trainer has nothing to sync with */
+        sync = trainers == 1 && !*ps && !*agent ? "none" : "shadow";
     ss__ctr_sync_mode_parse(sync, &cfg.sync);
     ss__algo_parse(algo, &cfg.params.algo);
     cfg.trainers = (uint32_t)trainers;
@@ -250,12 +349,20 @@ static int parse_options(int argc, char **argv, run_options *o) {
     cfg.eval_central = !strcmp(final_model, "central");
     cfg.eval_each = eval_each;
     cfg.batch = (uint32_t)batch;
+    ss__ctr_optimizer_parse(optimizer, &cfg.optimizer);
+    cfg.epochs = (uint32_t)epochs;
+    cfg.patience = (uint32_t)patience;
+    cfg.shuffle = shuffle;
+    cfg.train_val_last = train_val_last;
+    cfg.predictions_out = predictions_out;
+    o->val_fraction = epochs > 1 && patience > 0 ? val_fraction : 0.0;
     cfg.lr = (float)lr;
     cfg.emb_lr = (float)emb_lr;
     cfg.model = (ss__ctr_model_config){.emb_dim = (uint32_t)emb_dim,
                                        .table_rows = (uint32_t)table_rows,
                                        .bottom_hidden = (uint32_t)bottom,
-                                       .top_hidden = (uint32_t)top};
+                                       .top_hidden = (uint32_t)top,
+                                       .emb_init_scale = (float)emb_init_scale};
     cfg.seed = (uint64_t)seed;
     cfg.progress_interval_s = progress;
     cfg.progress = stdout;
@@ -332,15 +439,18 @@ static int parse_options(int argc, char **argv, run_options *o) {
 /* Step 2: load the data, train, print per-trainer lines and the summary. */
 static int train_and_report(run_options *o) {
     ss__ctr_train_config *cfg = &o->cfg;
-    ss__ctr_dataset train = {0}, test = {0};
+    ss__ctr_dataset train = {0}, val = {0}, test = {0};
     if (load_data(o->train_path, o->max_rows, o->test_path, o->max_test_rows,
-                  o->process ? o->rank : 0, o->process ? o->world : 1, cfg->trainers, &train,
-                  &test) != 0)
+                  o->process ? o->rank : 0, o->process ? o->world : 1, cfg->trainers,
+                  o->val_fraction, &train, &val, &test, &cfg->base_ctr) != 0)
         return 1;
-    printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u lr=%g emb_lr=%g\n",
+    printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u optimizer=%s lr=%g "
+           "emb_optimizer=%s emb_lr=%g epochs<=%u patience=%u shuffle=%s\n",
            cfg->trainers, cfg->workers, o->sync, o->algo,
-           cfg->sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg->batch, (double)cfg->lr,
-           (double)cfg->emb_lr);
+           cfg->sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg->batch,
+           ss__ctr_optimizer_name(cfg->optimizer), (double)cfg->lr,
+           cfg->emb_optimizer == SS_TABLE_ADAGRAD ? "adagrad" : "sgd", (double)cfg->emb_lr,
+           cfg->epochs, val.nrows ? cfg->patience : 0, cfg->shuffle ? "true" : "false");
     if (o->process)
         printf("ctr-train: process mode: trainer %s rank=%zu world=%zu ps=%s\n", o->pcfg.name,
                o->rank, o->world, o->ps);
@@ -351,7 +461,7 @@ static int train_and_report(run_options *o) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }
-    ss_status st = ss__ctr_train_run(cfg, &train, &test, res);
+    ss_status st = ss__ctr_train_run(cfg, &train, &val, &test, res);
     int metrics_rc =
         (st == SS_OK && o->metrics_out) ? write_metrics(cfg->metrics, o->metrics_out) : 0;
     ss__metrics_destroy(cfg->metrics);
@@ -359,6 +469,7 @@ static int train_and_report(run_options *o) {
         fprintf(stderr, "ctr-train: training failed: %s\n", ss_strerror(st));
         free(res);
         ss__ctr_dataset_free(&train);
+        ss__ctr_dataset_free(&val);
         ss__ctr_dataset_free(&test);
         return 1;
     }
@@ -366,9 +477,11 @@ static int train_and_report(run_options *o) {
     for (uint32_t t = 0; t < cfg->trainers; t++)
         print_trainer(o->process ? (uint32_t)o->rank : t, &res->trainer[t], syncing,
                       cfg->eval_each);
+    print_quality(res);
     print_summary(o->sync, o->algo, o->emb, cfg, res);
     free(res);
     ss__ctr_dataset_free(&train);
+    ss__ctr_dataset_free(&val);
     ss__ctr_dataset_free(&test);
     return metrics_rc ? 1 : 0;
 }

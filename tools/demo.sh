@@ -37,4 +37,4 @@ if [ ! -s out/test.tsv ]; then
 fi
 echo "test set: $(grep -o 'bayes_ne=[0-9.]*' out/test.gen.txt) (the best any model can do)"
 bash tools/cluster.sh --ps 2 --trainers 3 --agent --train "out/train-$ROWS.tsv" --test out/test.tsv \
-  -- --sync shadow --algo easgd --emb cached "$@"
+  -- --sync shadow --algo easgd --emb cached --epochs 2 "$@"

@@ -127,8 +127,8 @@ ss_status ss__ctr_gather_push(ss__ctr_gather *g, ss_table *table) {
     return ss_table_push(table, g->uniq, g->m, g->grads);
 }
 
-ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dense, float lr,
-                               double *loss_sum) {
+ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dense,
+                               ss__ctr_dense_opt *opt, double *loss_sum) {
     ss_status st = g->lookup_status;
     if (g->fetch) {
         st = ss_table_fetch_wait(g->fetch, g->rows);
@@ -142,7 +142,7 @@ ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dens
         g->rowp[p] = g->rows + (size_t)g->slot_of[p] * D;
         g->gradp[p] = g->grads + (size_t)g->slot_of[p] * D;
     }
-    ss__ctr_train_batch_gathered(w, dense, g->rowp, g->gradp, g->ex, g->count, lr, loss_sum);
+    ss__ctr_train_batch_gathered(w, dense, opt, g->rowp, g->gradp, g->ex, g->count, loss_sum);
     g->unpushed = true;
     return SS_OK;
 }
@@ -161,5 +161,29 @@ ss_status ss__ctr_emb_materialize(ss_table *table, ss__ctr_embeddings *emb) {
         st = ss_table_lookup(table, ids, n, emb->data + off * emb->dim);
     }
     free(ids);
+    return st;
+}
+
+ss_status ss__ctr_emb_materialize_rows(ss_table *table, const ss__ctr_model_config *cfg,
+                                       ss__ctr_embeddings *emb, const ss__ctr_dataset *data) {
+    enum { CHUNK = 8192 };
+    uint64_t *ids = malloc(CHUNK * sizeof *ids);
+    float *rows = malloc((size_t)CHUNK * emb->dim * sizeof *rows);
+    ss_status st = ids && rows ? SS_OK : SS_ERR_NO_MEMORY;
+    size_t n = 0;
+    for (size_t i = 0; st == SS_OK && i <= data->nrows; i++) {
+        if (n + SS_CTR_NUM_CAT > CHUNK || (i == data->nrows && n)) {
+            st = ss_table_lookup(table, ids, n, rows);
+            for (size_t k = 0; st == SS_OK && k < n; k++)
+                memcpy(emb->data + ids[k] * emb->dim, rows + k * emb->dim,
+                       emb->dim * sizeof(float));
+            n = 0;
+        }
+        if (i < data->nrows)
+            for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+                ids[n++] = ss__ctr_row_id(cfg, f, &data->rows[i]);
+    }
+    free(ids);
+    free(rows);
     return st;
 }

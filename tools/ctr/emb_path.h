@@ -40,12 +40,15 @@ ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
                                ss__ctr_gather *done);
 /* Waits for the rows and trains the batch; its row gradients stay in g
  * for ss__ctr_gather_begin or ss__ctr_gather_push. */
-ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dense, float lr,
-                               double *loss_sum);
+ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dense,
+                               ss__ctr_dense_opt *opt, double *loss_sum);
 /* Pushes a trained batch's gradients on their own (the last batch). */
 ss_status ss__ctr_gather_push(ss__ctr_gather *g, ss_table *table);
 /* Copies every row of the table into emb (to evaluate with the array
  * code). */
 ss_status ss__ctr_emb_materialize(ss_table *table, ss__ctr_embeddings *emb);
+/* Only the rows a dataset's examples use (a validation pass). */
+ss_status ss__ctr_emb_materialize_rows(ss_table *table, const ss__ctr_model_config *cfg,
+                                       ss__ctr_embeddings *emb, const ss__ctr_dataset *data);
 
 #endif

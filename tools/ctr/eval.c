@@ -81,3 +81,32 @@ ss_status ss__ctr_auc(const float *pred, const float *label, size_t n, double *o
     *out = (rank_sum - npos * (npos + 1.0) / 2.0) / (npos * nneg);
     return SS_OK;
 }
+
+static double entropy(double ctr) {
+    return -(ctr * log(ctr) + (1.0 - ctr) * log(1.0 - ctr));
+}
+
+ss_status ss__ctr_score(const float *pred, const float *label, size_t n, double train_ctr,
+                        ss__ctr_quality *out) {
+    if (!pred || !label || n == 0 || !out || !(train_ctr > 0.0 && train_ctr < 1.0))
+        return SS_ERR_INVALID_ARGUMENT;
+    *out = (ss__ctr_quality){.n = n, .train_ctr = train_ctr, .one_class = -1};
+    double pos = 0.0, psum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        pos += label[i] > 0.5f;
+        psum += pred[i];
+    }
+    out->ctr = pos / (double)n;
+    out->mean_pred = psum / (double)n;
+    ss_status st = ss__ctr_logloss(pred, label, n, &out->logloss);
+    if (st != SS_OK)
+        return st;
+    out->ne = out->logloss / entropy(train_ctr);
+    if (pos == 0.0 || pos == (double)n) {
+        out->one_class = pos == 0.0 ? 0 : 1;
+        out->ne_own_ctr = out->auc = NAN;
+        return SS_OK;
+    }
+    out->ne_own_ctr = out->logloss / entropy(out->ctr);
+    return ss__ctr_auc(pred, label, n, &out->auc);
+}

@@ -13,8 +13,8 @@
 
 ss_status ss__ctr_model_config_check(const ss__ctr_model_config *cfg) {
     if (!cfg || cfg->emb_dim == 0 || cfg->emb_dim > 256 || cfg->table_rows < 2 ||
-        cfg->bottom_hidden == 0 || cfg->bottom_hidden > 4096 || cfg->top_hidden == 0 ||
-        cfg->top_hidden > 4096)
+        !(cfg->emb_init_scale >= 0.0f && cfg->emb_init_scale <= 1.0f) || cfg->bottom_hidden == 0 ||
+        cfg->bottom_hidden > 4096 || cfg->top_hidden == 0 || cfg->top_hidden > 4096)
         return SS_ERR_INVALID_ARGUMENT;
     return SS_OK;
 }
@@ -52,6 +52,10 @@ void ss__ctr_dense_init(const ss__ctr_model_config *cfg, float *dense, uint64_t 
     xavier(dense + L.w4, 1, cfg->top_hidden, &rng);
 }
 
+float ss__ctr_emb_init_scale(const ss__ctr_model_config *cfg) {
+    return cfg->emb_init_scale > 0.0f ? cfg->emb_init_scale : 0.05f;
+}
+
 ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t seed,
                                     ss__ctr_embeddings *out) {
     if (ss__ctr_model_config_check(cfg) != SS_OK || !out)
@@ -62,10 +66,12 @@ ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t se
         return SS_ERR_NO_MEMORY;
     out->rows = cfg->table_rows;
     out->dim = cfg->emb_dim;
+    out->acc = NULL;
+    out->lr = 0.05f;
     ss__rng rng;
     ss__rng_seed(&rng, seed ^ 0xe3b0c44298fc1c14ull);
     for (size_t i = 0; i < n; i++)
-        out->data[i] = (float)((2.0 * ss__rng_uniform(&rng) - 1.0) * 0.05);
+        out->data[i] = (float)((2.0 * ss__rng_uniform(&rng) - 1.0) * ss__ctr_emb_init_scale(cfg));
     return SS_OK;
 }
 
@@ -73,7 +79,91 @@ void ss__ctr_embeddings_destroy(ss__ctr_embeddings *emb) {
     if (!emb)
         return;
     free(emb->data);
+    free(emb->acc);
     emb->data = NULL;
+    emb->acc = NULL;
+}
+
+ss_status ss__ctr_embeddings_set_optimizer(ss__ctr_embeddings *emb, bool adagrad, float lr) {
+    if (!emb || !emb->data || !(lr >= 0.0f))
+        return SS_ERR_INVALID_ARGUMENT;
+    free(emb->acc);
+    emb->acc = NULL;
+    if (adagrad && !(emb->acc = calloc((size_t)SS_CTR_NUM_CAT * emb->rows, sizeof(float))))
+        return SS_ERR_NO_MEMORY;
+    emb->lr = lr;
+    return SS_OK;
+}
+
+/* ---- the dense optimizer ---- */
+
+static const char *const opt_names[] = {"sgd", "adagrad", "adam"};
+
+ss_status ss__ctr_optimizer_parse(const char *text, ss__ctr_optimizer *out) {
+    for (int i = 0; i < 3; i++)
+        if (text && !strcmp(text, opt_names[i])) {
+            *out = (ss__ctr_optimizer)i;
+            return SS_OK;
+        }
+    return SS_ERR_INVALID_ARGUMENT;
+}
+
+const char *ss__ctr_optimizer_name(ss__ctr_optimizer opt) {
+    return (unsigned)opt < 3 ? opt_names[opt] : "?";
+}
+
+ss_status ss__ctr_dense_opt_init(ss__ctr_dense_opt *o, ss__ctr_optimizer kind, float lr, size_t n) {
+    if (!o || (unsigned)kind > SS_CTR_OPT_ADAM || !(lr > 0.0f) || n == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->lr = lr;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+    o->n = n;
+    if (kind == SS_CTR_OPT_ADAM && !(o->m = calloc(n, sizeof(float))))
+        return SS_ERR_NO_MEMORY;
+    if (kind != SS_CTR_OPT_SGD && !(o->v = calloc(n, sizeof(float)))) {
+        free(o->m);
+        return SS_ERR_NO_MEMORY;
+    }
+    return SS_OK;
+}
+
+void ss__ctr_dense_opt_free(ss__ctr_dense_opt *o) {
+    if (!o)
+        return;
+    free(o->m);
+    free(o->v);
+    o->m = o->v = NULL;
+}
+
+void ss__ctr_dense_opt_apply(ss__ctr_dense_opt *o, float *dense, const float *grad_sum,
+                             float scale) {
+    switch (o->kind) {
+    case SS_CTR_OPT_ADAM: {
+        uint64_t t = atomic_fetch_add_explicit(&o->steps, 1, memory_order_relaxed) + 1;
+        double c1 = 1.0 - pow(o->beta1, (double)t), c2 = 1.0 - pow(o->beta2, (double)t);
+        float lr_t = (float)(o->lr * sqrt(c2) / c1);
+        ss__kernel_live_adam(dense, o->m, o->v, grad_sum, scale, lr_t, o->beta1, o->beta2, o->eps,
+                             o->n);
+        break;
+    }
+    case SS_CTR_OPT_ADAGRAD:
+        ss__kernel_live_adagrad(dense, o->v, grad_sum, scale, o->lr, o->eps, o->n);
+        break;
+    case SS_CTR_OPT_SGD:
+        ss__kernel_live_add_scaled(dense, grad_sum, -o->lr * scale, o->n);
+        break;
+    }
+}
+
+void ss__ctr_dense_init_bias(const ss__ctr_model_config *cfg, float *dense, double ctr) {
+    ss__ctr_layout L;
+    ss__ctr_layout_of(cfg, &L);
+    if (ctr > 0.0 && ctr < 1.0)
+        dense[L.b4] = (float)log(ctr / (1.0 - ctr));
 }
 
 size_t ss__ctr_row_index(const ss__ctr_model_config *cfg, int field, const ss__ctr_example *ex) {
@@ -167,12 +257,16 @@ static float forward(ss__ctr_worker *w, const float *dense, const float *const *
     return logit;
 }
 
-/* The example's rows in the shared array. */
+/* The example's rows in the shared array, and their Adagrad accumulators
+ * (acc may be NULL). */
 static void array_rows(ss__ctr_worker *w, const ss__ctr_embeddings *emb, const ss__ctr_example *ex,
-                       float **rows) {
-    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
-        rows[f] = emb->data +
-                  ((size_t)f * emb->rows + ss__ctr_row_index(&w->cfg, f, ex)) * w->cfg.emb_dim;
+                       float **rows, float **acc) {
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
+        size_t r = (size_t)f * emb->rows + ss__ctr_row_index(&w->cfg, f, ex);
+        rows[f] = emb->data + r * w->cfg.emb_dim;
+        if (acc)
+            acc[f] = emb->acc ? emb->acc + r : NULL;
+    }
 }
 
 static float sigmoid(float x) {
@@ -182,7 +276,7 @@ static float sigmoid(float x) {
 float ss__ctr_predict(ss__ctr_worker *w, const float *dense, const ss__ctr_embeddings *emb,
                       const ss__ctr_example *ex) {
     float *rows[SS_CTR_NUM_CAT];
-    array_rows(w, emb, ex, rows);
+    array_rows(w, emb, ex, rows, NULL);
     return sigmoid(forward(w, dense, (const float *const *)rows, ex));
 }
 
@@ -190,8 +284,9 @@ float ss__ctr_predict(ss__ctr_worker *w, const float *dense, const ss__ctr_embed
  * to w->grad; each field's embedding gradient goes to upd[f] scaled by
  * scale: applied to the live shared row at once (array path, live) or
  * added to a private gradient buffer (table path). */
-static void backward(ss__ctr_worker *w, const float *dense, float *const *upd, float scale,
-                     bool live, const ss__ctr_example *ex, float dlogit) {
+static void backward(ss__ctr_worker *w, const float *dense, float *const *upd,
+                     const ss__ctr_embeddings *emb, float *const *acc, const ss__ctr_example *ex,
+                     float dlogit) {
     const ss__ctr_layout *L = &w->L;
     const size_t D = w->cfg.emb_dim, H = w->cfg.bottom_hidden, T = w->cfg.top_hidden;
     const size_t F = L->interact;
@@ -235,18 +330,22 @@ static void backward(ss__ctr_worker *w, const float *dense, float *const *upd, f
     ss__kernel_axpy(g + L->b1, w->dz1, 1.0f, H);
 
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
-        if (live)
-            ss__kernel_live_add_scaled(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
+        const float *gf = w->dV + (size_t)(f + 1) * D;
+        if (!emb) /* the table path: into the gradient buffer the table gets */
+            ss__kernel_axpy(upd[f], gf, 1.0f, D);
+        else if (acc)
+            ss__kernel_live_adagrad_row(upd[f], acc[f], gf, emb->lr, 1e-8f, D);
         else
-            ss__kernel_axpy(upd[f], w->dV + (size_t)(f + 1) * D, scale, D);
+            ss__kernel_live_add_scaled(upd[f], gf, -emb->lr, D);
     }
 }
 
-/* One batch: rows_of(i) gives example i's rows and where their gradients
- * go; the dense replica gets lr times the mean gradient at the end. */
-static void train_batch(ss__ctr_worker *w, float *dense, const ss__ctr_embeddings *emb,
-                        const float *const *gathered, float *const *grads,
-                        const ss__ctr_example *const *batch, size_t count, float lr, float emb_lr,
+/* One batch: example i's rows come from the shared array (emb, updated at
+ * once) or from gathered (their gradients added to grads); the dense
+ * replica gets one optimizer step with the mean gradient at the end. */
+static void train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
+                        const ss__ctr_embeddings *emb, const float *const *gathered,
+                        float *const *grads, const ss__ctr_example *const *batch, size_t count,
                         double *loss_sum) {
     if (count == 0)
         return;
@@ -254,33 +353,34 @@ static void train_batch(ss__ctr_worker *w, float *dense, const ss__ctr_embedding
     double loss = 0.0;
     for (size_t i = 0; i < count; i++) {
         const ss__ctr_example *ex = batch[i];
-        float *rows[SS_CTR_NUM_CAT];
+        float *rows[SS_CTR_NUM_CAT], *acc[SS_CTR_NUM_CAT];
         if (emb)
-            array_rows(w, emb, ex, rows);
+            array_rows(w, emb, ex, rows, acc);
         const float *const *in = emb ? (const float *const *)rows : gathered + i * SS_CTR_NUM_CAT;
         float p = sigmoid(forward(w, dense, in, ex));
         float pc = fminf(fmaxf(p, 1e-7f), 1.0f - 1e-7f);
         loss -= ex->label > 0.5f ? logf(pc) : logf(1.0f - pc);
         if (emb)
-            backward(w, dense, rows, -emb_lr, true, ex, p - ex->label);
+            backward(w, dense, rows, emb, emb->acc ? acc : NULL, ex, p - ex->label);
         else
-            backward(w, dense, grads + i * SS_CTR_NUM_CAT, 1.0f, false, ex, p - ex->label);
+            backward(w, dense, grads + i * SS_CTR_NUM_CAT, NULL, NULL, ex, p - ex->label);
     }
-    ss__kernel_live_add_scaled(dense, w->grad, -lr / (float)count, w->L.total);
+    ss__ctr_dense_opt_apply(opt, dense, w->grad, 1.0f / (float)count);
     if (loss_sum)
         *loss_sum += loss;
 }
 
-void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_embeddings *emb,
-                         const ss__ctr_example *const *batch, size_t count, float lr, float emb_lr,
+void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
+                         ss__ctr_embeddings *emb, const ss__ctr_example *const *batch, size_t count,
                          double *loss_sum) {
-    train_batch(w, dense, emb, NULL, NULL, batch, count, lr, emb_lr, loss_sum);
+    train_batch(w, dense, opt, emb, NULL, NULL, batch, count, loss_sum);
 }
 
-void ss__ctr_train_batch_gathered(ss__ctr_worker *w, float *dense, const float *const *rows,
-                                  float *const *grads, const ss__ctr_example *const *batch,
-                                  size_t count, float lr, double *loss_sum) {
-    train_batch(w, dense, NULL, rows, grads, batch, count, lr, 0.0f, loss_sum);
+void ss__ctr_train_batch_gathered(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
+                                  const float *const *rows, float *const *grads,
+                                  const ss__ctr_example *const *batch, size_t count,
+                                  double *loss_sum) {
+    train_batch(w, dense, opt, NULL, rows, grads, batch, count, loss_sum);
 }
 
 uint64_t ss__ctr_row_id(const ss__ctr_model_config *cfg, int field, const ss__ctr_example *ex) {

@@ -8,6 +8,8 @@
 #ifndef SS_CTR_MODEL_H
 #define SS_CTR_MODEL_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +21,7 @@ typedef struct ss__ctr_model_config {
     uint32_t table_rows;    /* rows per table (row 0 = missing value) */
     uint32_t bottom_hidden; /* bottom MLP: 13 -> bottom_hidden -> D */
     uint32_t top_hidden;    /* top MLP: D + 351 -> top_hidden -> 1 */
+    float emb_init_scale;   /* rows start uniform in [-s, s] (0: 0.05) */
 } ss__ctr_model_config;
 
 /* Offsets of each parameter block inside the flat dense array. */
@@ -33,15 +36,49 @@ void ss__ctr_layout_of(const ss__ctr_model_config *cfg, ss__ctr_layout *out);
 /* Xavier-uniform weights, zero biases; identical for identical seeds. */
 void ss__ctr_dense_init(const ss__ctr_model_config *cfg, float *dense, uint64_t seed);
 
-/* All tables in one array: table f row r at ((f * rows) + r) * D. */
+/* The dense part's optimizer. Its state is each trainer's own (not synced:
+ * as in local SGD and EASGD, each replica keeps its optimizer), shared by
+ * the trainer's Hogwild workers through the live kernels. */
+typedef enum ss__ctr_optimizer {
+    SS_CTR_OPT_SGD = 0,
+    SS_CTR_OPT_ADAGRAD,
+    SS_CTR_OPT_ADAM
+} ss__ctr_optimizer;
+
+ss_status ss__ctr_optimizer_parse(const char *text, ss__ctr_optimizer *out);
+const char *ss__ctr_optimizer_name(ss__ctr_optimizer opt);
+
+typedef struct ss__ctr_dense_opt {
+    ss__ctr_optimizer kind;
+    float lr, beta1, beta2, eps;
+    float *m, *v; /* Adam's moments; Adagrad's sum of squares in v */
+    size_t n;
+    _Atomic uint64_t steps; /* Adam's bias correction */
+} ss__ctr_dense_opt;
+
+/* Adam: beta1 0.9, beta2 0.999, eps 1e-8; Adagrad: eps 1e-8. */
+ss_status ss__ctr_dense_opt_init(ss__ctr_dense_opt *o, ss__ctr_optimizer kind, float lr, size_t n);
+void ss__ctr_dense_opt_free(ss__ctr_dense_opt *o);
+/* One step with the gradient grad_sum * scale (scale = 1 / batch). */
+void ss__ctr_dense_opt_apply(ss__ctr_dense_opt *o, float *dense, const float *grad_sum,
+                             float scale);
+
+/* All tables in one array: table f row r at ((f * rows) + r) * D. Updated
+ * per example by SGD or row-wise Adagrad (acc: one accumulator per row). */
 typedef struct ss__ctr_embeddings {
     float *data;
     size_t rows, dim;
+    float *acc; /* row-wise Adagrad; NULL = SGD */
+    float lr;
 } ss__ctr_embeddings;
 
+/* The rows' initial scale (cfg->emb_init_scale, 0: 0.05). */
+float ss__ctr_emb_init_scale(const ss__ctr_model_config *cfg);
 ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t seed,
                                     ss__ctr_embeddings *out);
 void ss__ctr_embeddings_destroy(ss__ctr_embeddings *emb);
+/* SGD (default, lr 0.05) or row-wise Adagrad (allocates the accumulators). */
+ss_status ss__ctr_embeddings_set_optimizer(ss__ctr_embeddings *emb, bool adagrad, float lr);
 /* Row of field f for a raw categorical value (row 0 when missing). */
 size_t ss__ctr_row_index(const ss__ctr_model_config *cfg, int field, const ss__ctr_example *ex);
 
@@ -51,11 +88,11 @@ typedef struct ss__ctr_worker ss__ctr_worker;
 ss_status ss__ctr_worker_create(const ss__ctr_model_config *cfg, ss__ctr_worker **out);
 void ss__ctr_worker_destroy(ss__ctr_worker *w);
 
-/* One SGD step on a minibatch: embeddings are updated per example with
- * emb_lr, the dense replica once per batch with lr times the mean gradient.
- * Adds the batch's summed log loss to *loss_sum when non-NULL. */
-void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_embeddings *emb,
-                         const ss__ctr_example *const *batch, size_t count, float lr, float emb_lr,
+/* One step on a minibatch: embeddings are updated per example by their
+ * optimizer, the dense replica once per batch by opt with the mean
+ * gradient. Adds the batch's summed log loss to *loss_sum when non-NULL. */
+void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
+                         ss__ctr_embeddings *emb, const ss__ctr_example *const *batch, size_t count,
                          double *loss_sum);
 
 /* The same step over rows gathered from an embedding table (the table
@@ -63,13 +100,19 @@ void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_embeddings *em
  * example i's row of field f (read only), and d loss / d row is added to
  * grads[i * 26 + f] (rows of one id share one buffer). The caller pushes
  * the summed gradients to the table, whose optimizer applies them. */
-void ss__ctr_train_batch_gathered(ss__ctr_worker *w, float *dense, const float *const *rows,
-                                  float *const *grads, const ss__ctr_example *const *batch,
-                                  size_t count, float lr, double *loss_sum);
+void ss__ctr_train_batch_gathered(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
+                                  const float *const *rows, float *const *grads,
+                                  const ss__ctr_example *const *batch, size_t count,
+                                  double *loss_sum);
 
 /* Id of an example's row of field f in one table holding every field:
  * field * table_rows + ss__ctr_row_index. */
 uint64_t ss__ctr_row_id(const ss__ctr_model_config *cfg, int field, const ss__ctr_example *ex);
+
+/* Sets the output bias so that the model starts predicting ctr (the
+ * training set's click rate): a CTR model that starts at 0.5 spends its
+ * first steps only learning the base rate. */
+void ss__ctr_dense_init_bias(const ss__ctr_model_config *cfg, float *dense, double ctr);
 
 /* Click probability for one example. */
 float ss__ctr_predict(ss__ctr_worker *w, const float *dense, const ss__ctr_embeddings *emb,

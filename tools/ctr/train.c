@@ -1,14 +1,18 @@
 #include "tools/ctr/train.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "shadow/inproc_transport.h"
+#include "shadow/kernels.h"
 #include "tools/ctr/eval.h"
+#include "tools/ctr/rng.h"
 
 static const char *const mode_names[] = {"none", "shadow", "foreground"};
 
@@ -41,8 +45,13 @@ void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     cfg->params.bmuf = (ss__bmuf_params){.eta = 0.3f, .zeta = 1.0f, .nesterov = true};
     cfg->sync_every = 10;
     cfg->batch = 32;
-    cfg->lr = 0.05f;
+    cfg->optimizer = SS_CTR_OPT_ADAM;
+    cfg->lr = 0.001f;
     cfg->emb_lr = 0.05f;
+    cfg->epochs = 10;
+    cfg->patience = 1;
+    cfg->shuffle = true;
+    cfg->train_val_last = true;
     cfg->seed = 1;
     cfg->round_deadline_ms = 500;
     cfg->round_interval_us = 0;
@@ -50,7 +59,7 @@ void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     cfg->final_rounds = 10;
     cfg->progress_interval_s = 1.0;
     cfg->emb = SS_CTR_EMB_ARRAY;
-    cfg->emb_optimizer = SS_TABLE_SGD;
+    cfg->emb_optimizer = SS_TABLE_ADAGRAD;
     cfg->emb_cache_rows = 1u << 20;
     cfg->emb_alpha = 0.5f;
     cfg->emb_sync_ms = 10;
@@ -66,7 +75,9 @@ typedef struct trainer {
     ss_trainer *hooks; /* process mode */
     ss_dense *hooks_dense;
     float *dense;
+    ss__ctr_dense_opt opt;     /* this trainer's optimizer state, shared by its workers */
     size_t count;              /* examples in this trainer's 1/N of the data */
+    size_t *order;             /* this epoch's order of them */
     _Atomic size_t cursor;     /* next example (in the trainer's own index) */
     _Atomic uint64_t steps;    /* minibatches done by all workers */
     _Atomic uint64_t examples; /* examples trained */
@@ -77,15 +88,21 @@ typedef struct trainer {
 typedef struct run {
     const ss__ctr_train_config *cfg;
     const ss__ctr_dataset *train, *test;
-    ss__ctr_layout L;         /* of the dense replica */
-    bool syncing;             /* the engines here sync the replicas (in-process runs) */
-    ss__transport *transport; /* in-process runs that sync */
+    const ss__ctr_dataset *val;  /* early stopping; NULL = none */
+    const ss__ctr_dataset *pass; /* the rows of the pass running now: train or val */
+    double train_ctr;            /* NE's normalizer */
+    double base_ctr;             /* the output bias starts at its logit */
+    ss__ctr_layout L;            /* of the dense replica */
+    bool syncing;                /* the engines here sync the replicas (in-process runs) */
+    ss__transport *transport;    /* in-process runs that sync */
     ss__ctr_embeddings emb;
     ss_table *table; /* the table path; NULL = the shared array */
     trainer tr[SS_CTR_MAX_TRAINERS];
     _Atomic uint32_t trainers_left;
     _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
     _Atomic int failed;              /* a foreground round failed hard */
+    float *best_dense, *best_emb;    /* the best epoch's model (early stopping) */
+    uint64_t t_begin;                /* the first epoch's start (progress lines) */
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
 } run;
@@ -124,7 +141,7 @@ static size_t claim_batch(trainer *tr, const ss__ctr_example **batch) {
         return 0;
     size_t n = tr->count - start < cfg->batch ? tr->count - start : cfg->batch;
     for (size_t j = 0; j < n; j++)
-        batch[j] = &tr->run->train->rows[tr->index + (start + j) * cfg->trainers];
+        batch[j] = &tr->run->pass->rows[tr->index + tr->order[start + j] * cfg->trainers];
     return n;
 }
 
@@ -150,7 +167,7 @@ static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_exampl
         } else if (trained) {
             st = ss__ctr_gather_push(trained, r->table);
         }
-        ss_status s = ss__ctr_gather_train(g[cur], w, tr->dense, cfg->lr, loss);
+        ss_status s = ss__ctr_gather_train(g[cur], w, tr->dense, &tr->opt, loss);
         if (st == SS_OK)
             st = s;
         trained = g[cur];
@@ -184,7 +201,7 @@ static void *worker_main(void *arg) {
     } else {
         size_t n;
         while ((n = claim_batch(tr, batch)) > 0) {
-            ss__ctr_train_batch(w, tr->dense, &r->emb, batch, n, cfg->lr, cfg->emb_lr, &loss);
+            ss__ctr_train_batch(w, tr->dense, &tr->opt, &r->emb, batch, n, &loss);
             atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
             after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
         }
@@ -216,27 +233,34 @@ static void *final_rounds_main(void *arg) {
 }
 
 ss_status ss__ctr_evaluate(const ss__ctr_model_config *mcfg, const float *dense,
-                           const ss__ctr_embeddings *emb, const ss__ctr_dataset *test, double *ne,
-                           double *auc) {
-    if (!mcfg || !dense || !emb || !test || test->nrows == 0 || !ne || !auc)
+                           const ss__ctr_embeddings *emb, const ss__ctr_dataset *data,
+                           double train_ctr, const char *predictions_out, ss__ctr_quality *out) {
+    if (!mcfg || !dense || !emb || !data || data->nrows == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     ss__ctr_worker *w;
     ss_status st = ss__ctr_worker_create(mcfg, &w);
     if (st != SS_OK)
         return st;
-    float *pred = malloc(test->nrows * sizeof *pred);
-    float *label = malloc(test->nrows * sizeof *label);
+    float *pred = malloc(data->nrows * sizeof *pred);
+    float *label = malloc(data->nrows * sizeof *label);
     if (!pred || !label) {
         st = SS_ERR_NO_MEMORY;
         goto out;
     }
-    for (size_t i = 0; i < test->nrows; i++) {
-        pred[i] = ss__ctr_predict(w, dense, emb, &test->rows[i]);
-        label[i] = test->rows[i].label;
+    for (size_t i = 0; i < data->nrows; i++) {
+        pred[i] = ss__ctr_predict(w, dense, emb, &data->rows[i]);
+        label[i] = data->rows[i].label;
     }
-    st = ss__ctr_ne(pred, label, test->nrows, ne);
-    if (st == SS_OK)
-        st = ss__ctr_auc(pred, label, test->nrows, auc);
+    st = ss__ctr_score(pred, label, data->nrows, train_ctr, out);
+    if (st == SS_OK && predictions_out) {
+        FILE *f = fopen(predictions_out, "w");
+        for (size_t i = 0; f && i < data->nrows; i++)
+            fprintf(f, "%.7g\n", (double)pred[i]);
+        if (!f || fclose(f) != 0) {
+            SS_LOG_ERRORF("ctr-train", "event=predictions_not_written path=%s", predictions_out);
+            st = SS_ERR_IO;
+        }
+    }
 out:
     free(pred);
     free(label);
@@ -244,7 +268,8 @@ out:
     return st;
 }
 
-static void print_progress(run *r, uint64_t t0, uint64_t total) {
+static void print_progress(run *r, uint32_t epoch, uint64_t total) {
+    const uint64_t t0 = r->t_begin;
     const ss__ctr_train_config *cfg = r->cfg;
     uint64_t ex = 0, rounds = 0;
     double divergence = 0.0; /* largest over trainers, at a recent round */
@@ -263,9 +288,9 @@ static void print_progress(run *r, uint64_t t0, uint64_t total) {
     }
     double el = (double)(ss__now_ns() - t0) * 1e-9;
     fprintf(cfg->progress,
-            "progress: t=%.1fs examples=%llu/%llu (%.1f%%) examples/s=%.0f sync_rounds=%llu "
-            "divergence=%.4g\n",
-            el, (unsigned long long)ex, (unsigned long long)total,
+            "progress: t=%.1fs epoch=%u examples=%llu/%llu (%.1f%%) examples/s=%.0f "
+            "sync_rounds=%llu divergence=%.4g\n",
+            el, epoch, (unsigned long long)ex, (unsigned long long)total,
             total ? 100.0 * (double)ex / (double)total : 0.0, el > 0 ? (double)ex / el : 0.0,
             (unsigned long long)rounds, divergence);
     fflush(cfg->progress);
@@ -277,6 +302,7 @@ static ss_status check_config(const ss__ctr_train_config *cfg, const ss__ctr_dat
         return SS_ERR_INVALID_ARGUMENT;
     if (cfg->trainers == 0 || cfg->trainers > SS_CTR_MAX_TRAINERS || cfg->workers == 0 ||
         cfg->workers > 256 || cfg->batch == 0 || !(cfg->lr > 0) || !(cfg->emb_lr >= 0) ||
+        cfg->epochs == 0 || (unsigned)cfg->optimizer > SS_CTR_OPT_ADAM ||
         (cfg->sync == SS_CTR_SYNC_FOREGROUND && cfg->sync_every == 0) ||
         (cfg->sync == SS_CTR_SYNC_SHADOW && cfg->shadow_threads == 0))
         return SS_ERR_INVALID_ARGUMENT;
@@ -301,7 +327,7 @@ static ss_status open_table(run *r) {
                                              : SS_TABLE_CACHED;
     t.optimizer = cfg->emb_optimizer;
     t.lr = cfg->emb_lr;
-    t.init_scale = 0.05f; /* as the shared array */
+    t.init_scale = ss__ctr_emb_init_scale(&cfg->model); /* as the shared array */
     t.cache_rows = cfg->emb_cache_rows;
     t.alpha = cfg->emb_alpha;
     t.sync_interval_ms = cfg->emb_sync_ms;
@@ -340,14 +366,19 @@ static ss_status open_trainers(run *r) {
         trainer *tr = &r->tr[t];
         tr->run = r;
         tr->index = t;
-        tr->count = (r->train->nrows - t + N - 1) / N;
-        atomic_init(&tr->workers_left, cfg->workers);
+        size_t most =
+            r->train->nrows > (r->val ? r->val->nrows : 0) ? r->train->nrows : r->val->nrows;
+        if (!(tr->order = malloc(((most + N - 1) / N + 1) * sizeof *tr->order)))
+            return SS_ERR_NO_MEMORY;
+        if ((st = ss__ctr_dense_opt_init(&tr->opt, cfg->optimizer, cfg->lr, r->L.total)) != SS_OK)
+            return st;
         if (cfg->process) {
             float *init = malloc(r->L.total * sizeof *init);
             if (!init)
                 return SS_ERR_NO_MEMORY;
-            /* Same seed in every process: replicas start identical. */
+            /* Same seed and base rate in every process: replicas start identical. */
             ss__ctr_dense_init(&cfg->model, init, cfg->seed);
+            ss__ctr_dense_init_bias(&cfg->model, init, r->base_ctr);
             if ((st = ss_trainer_open(cfg->process, &tr->hooks)) == SS_OK)
                 st = ss_trainer_add_dense(tr->hooks, "dense", r->L.total, init, &tr->hooks_dense);
             free(init);
@@ -361,6 +392,7 @@ static ss_status open_trainers(run *r) {
         tr->dense = ss__replica_data(tr->replica);
         /* Same seed everywhere: replicas start identical, as after a broadcast. */
         ss__ctr_dense_init(&cfg->model, tr->dense, cfg->seed);
+        ss__ctr_dense_init_bias(&cfg->model, tr->dense, r->base_ctr);
         if (!r->syncing)
             continue;
         char name[32];
@@ -376,13 +408,38 @@ static ss_status open_trainers(run *r) {
                                        &tr->group)) != SS_OK)
             return st;
     }
-    atomic_init(&r->trainers_left, N);
     return SS_OK;
 }
 
-/* Step 2: the workers' pass over the data, with progress lines, and its
- * wall time in *seconds. */
-static ss_status train_pass(run *r, double *seconds) {
+/* Every trainer's rows in a new order (Fisher-Yates, seeded by the run's
+ * seed, the epoch and the trainer: the same in every run). */
+static void shuffle_rows(trainer *tr, uint32_t epoch) {
+    ss__rng rng;
+    ss__rng_seed(&rng, tr->run->cfg->seed * 0x9e3779b97f4a7c15ull + epoch * 1000003ull + tr->index);
+    for (size_t i = tr->count; i > 1; i--) {
+        size_t j = (size_t)(ss__rng_uniform(&rng) * (double)i);
+        if (j >= i)
+            j = i - 1;
+        size_t tmp = tr->order[i - 1];
+        tr->order[i - 1] = tr->order[j];
+        tr->order[j] = tmp;
+    }
+}
+
+/* Step 2: the background engines run through every epoch. */
+static ss_status start_engines(run *r) {
+    ss_status st = SS_OK;
+    if (r->syncing && r->cfg->sync == SS_CTR_SYNC_SHADOW)
+        for (uint32_t t = 0; t < r->cfg->trainers && st == SS_OK; t++)
+            st = ss__engine_start(r->tr[t].engine);
+    return st;
+}
+
+/* Step 3, once per epoch: the workers' pass over rows (the training rows,
+ * or at the end the validation rows), with progress lines; its wall time
+ * is added to *seconds. shuffle: in a new order, else in file order. */
+static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch, bool shuffle,
+                            double *seconds) {
     const ss__ctr_train_config *cfg = r->cfg;
     const uint32_t N = cfg->trainers;
     ss_status st = SS_OK;
@@ -394,13 +451,25 @@ static ss_status train_pass(run *r, double *seconds) {
         free(wargs);
         return SS_ERR_NO_MEMORY;
     }
-    if (r->syncing && cfg->sync == SS_CTR_SYNC_SHADOW)
-        for (uint32_t t = 0; t < N && st == SS_OK; t++)
-            st = ss__engine_start(r->tr[t].engine);
+    atomic_store(&r->trainers_left, N);
+    r->pass = rows;
+    for (uint32_t t = 0; t < N; t++) {
+        trainer *tr = &r->tr[t];
+        tr->count = rows->nrows > t ? (rows->nrows - t + N - 1) / N : 0;
+        for (size_t i = 0; i < tr->count; i++)
+            tr->order[i] = i;
+        atomic_store(&tr->cursor, 0);
+        atomic_store(&tr->workers_left, cfg->workers);
+        if (shuffle)
+            shuffle_rows(tr, epoch);
+    }
     const uint64_t t0 = ss__now_ns();
+    if (epoch == 1)
+        r->t_begin = t0;
     for (uint32_t t = 0; t < N && st == SS_OK; t++) {
         wargs[t].tr = &r->tr[t];
-        r->tr[t].t_start = t0;
+        if (epoch == 1)
+            r->tr[t].t_start = t0;
         for (uint32_t k = 0; k < cfg->workers; k++) {
             if (pthread_create(&threads[nthreads], NULL, worker_main, &wargs[t]) != 0) {
                 st = SS_ERR_NO_MEMORY;
@@ -418,7 +487,7 @@ static ss_status train_pass(run *r, double *seconds) {
         pthread_cond_timedwait(&r->done_cond, &r->done_lock, &ts);
         if (cfg->progress && cfg->progress_interval_s > 0 && ss__now_ns() >= next_report) {
             pthread_mutex_unlock(&r->done_lock);
-            print_progress(r, t0, r->train->nrows);
+            print_progress(r, epoch, (uint64_t)epoch * r->train->nrows);
             pthread_mutex_lock(&r->done_lock);
             next_report += (uint64_t)(cfg->progress_interval_s * 1e9);
         }
@@ -426,7 +495,7 @@ static ss_status train_pass(run *r, double *seconds) {
     pthread_mutex_unlock(&r->done_lock);
     for (size_t i = 0; i < nthreads; i++)
         pthread_join(threads[i], NULL);
-    *seconds = (double)(ss__now_ns() - t0) * 1e-9;
+    *seconds += (double)(ss__now_ns() - t0) * 1e-9;
     free(threads);
     free(wargs);
     if (st == SS_OK && atomic_load(&r->failed))
@@ -434,7 +503,101 @@ static ss_status train_pass(run *r, double *seconds) {
     return st;
 }
 
-/* Step 3: the final rounds, then the table's rows as this trainer sees
+/* The model under evaluation as it is now: the central variable (read into
+ * buf) or replica 0. */
+static ss_status current_model(run *r, float *buf, const float **out) {
+    if (r->syncing && r->cfg->eval_central) {
+        *out = buf;
+        return ss__transport_read_central(r->transport, "dense", buf, r->L.total);
+    }
+    *out = r->tr[0].dense;
+    return SS_OK;
+}
+
+/* After an epoch: the validation loss of the model under evaluation. The
+ * array path keeps a copy of the best epoch's model (dense and
+ * embeddings); the table path cannot put its shards back, so it only
+ * stops. Returns whether this epoch was the best so far. */
+static ss_status validate_epoch(run *r, uint32_t epoch, float *buf, double *best, bool *better) {
+    const ss__ctr_train_config *cfg = r->cfg;
+    ss_status st = SS_OK;
+    *better = false;
+    if (r->table &&
+        ((st = ss_table_flush(r->table)) != SS_OK ||
+         (st = ss__ctr_emb_materialize_rows(r->table, &cfg->model, &r->emb, r->val)) != SS_OK))
+        return st;
+    const float *model;
+    ss__ctr_quality q;
+    if ((st = current_model(r, buf, &model)) != SS_OK ||
+        (st = ss__ctr_evaluate(&cfg->model, model, &r->emb, r->val, r->train_ctr, NULL, &q)) !=
+            SS_OK)
+        return st;
+    *better = q.logloss < *best;
+    if (*better) {
+        *best = q.logloss;
+        /* The best model can only be put back where nothing else holds
+         * its state: one in-process trainer, no sync, the array path. */
+        if (!r->table && !r->syncing && !cfg->process && cfg->trainers == 1 && cfg->patience > 0) {
+            const size_t ne = (size_t)SS_CTR_NUM_CAT * r->emb.rows * r->emb.dim;
+            if (!r->best_dense && !(r->best_dense = malloc(r->L.total * sizeof(float))))
+                return SS_ERR_NO_MEMORY;
+            if (!r->best_emb && !(r->best_emb = malloc(ne * sizeof(float))))
+                return SS_ERR_NO_MEMORY;
+            ss__kernel_live_snapshot(r->best_dense, model, r->L.total);
+            ss__kernel_live_snapshot(r->best_emb, r->emb.data, ne);
+        }
+    }
+    if (cfg->progress)
+        fprintf(cfg->progress, "epoch %u: validation rows=%zu logloss=%.5f ne=%.5f%s\n", epoch, q.n,
+                q.logloss, q.ne, *better ? " (best so far)" : "");
+    return SS_OK;
+}
+
+/* Step 3: epochs until the validation loss has not improved for patience
+ * epochs (or cfg->epochs ran). */
+static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
+    const ss__ctr_train_config *cfg = r->cfg;
+    const bool validate = r->val && r->val->nrows > 0;
+    float *buf = malloc(r->L.total * sizeof *buf);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    double best = INFINITY;
+    uint32_t worse = 0;
+    ss_status st = SS_OK;
+    res->val_logloss = NAN;
+    for (uint32_t epoch = 1; epoch <= cfg->epochs && st == SS_OK; epoch++) {
+        if ((st = train_pass(r, r->train, epoch, cfg->shuffle, &res->seconds)) != SS_OK)
+            break;
+        res->epochs = res->best_epoch = epoch;
+        if (!validate)
+            continue;
+        bool better;
+        if ((st = validate_epoch(r, epoch, buf, &best, &better)) != SS_OK)
+            break;
+        res->val_logloss = best;
+        if (better) {
+            worse = 0;
+        } else if (cfg->patience > 0 && ++worse >= cfg->patience) {
+            break;
+        }
+    }
+    if (st == SS_OK && validate && r->best_dense && worse > 0) {
+        /* One in-process trainer: back to the best epoch's model. */
+        res->best_epoch = res->epochs - worse;
+        memcpy(r->tr[0].dense, r->best_dense, r->L.total * sizeof(float));
+        memcpy(r->emb.data, r->best_emb,
+               (size_t)SS_CTR_NUM_CAT * r->emb.rows * r->emb.dim * sizeof(float));
+    }
+    /* The validation rows are the newest: once they have chosen the epoch,
+     * the model learns from them too, once, in file order (as a
+     * production trainer goes on with the newest data). */
+    if (st == SS_OK && validate && cfg->train_val_last)
+        st = train_pass(r, r->val, res->epochs + 1, false, &res->seconds);
+    free(buf);
+    return st;
+}
+
+/* Step 4: the final rounds, then the table's rows as this trainer sees
  * them into the array the evaluation reads. */
 static ss_status finish_sync(run *r, ss__ctr_train_result *res) {
     const ss__ctr_train_config *cfg = r->cfg;
@@ -478,6 +641,7 @@ static ss_status collect_trainers(run *r, ss__ctr_train_result *res) {
     const ss__ctr_train_config *cfg = r->cfg;
     const uint32_t N = cfg->trainers;
     double gap_sum = 0.0;
+    res->examples = 0;
     for (uint32_t t = 0; t < N; t++) {
         trainer *tr = &r->tr[t];
         ss__ctr_trainer_result *tres = &res->trainer[t];
@@ -500,14 +664,18 @@ static ss_status collect_trainers(run *r, ss__ctr_train_result *res) {
             ss__engine_group_stats(tr->group, &tres->sync);
         }
         if (tr->hooks_dense || r->syncing) {
-            res->rounds += tres->sync.rounds;
-            gap_sum += tres->sync.gap_mean;
-            if (tres->sync.gap_p99 > res->gap_p99)
-                res->gap_p99 = tres->sync.gap_p99;
+            const ss__group_stats *g = &tres->sync;
+            res->rounds += g->rounds;
+            gap_sum += g->gap_mean;
+            res->gap_p50_worst = g->gap_p50 > res->gap_p50_worst ? g->gap_p50 : res->gap_p50_worst;
+            res->gap_p99_worst = g->gap_p99 > res->gap_p99_worst ? g->gap_p99 : res->gap_p99_worst;
+            res->gap_max_worst = g->gap_max > res->gap_max_worst ? g->gap_max : res->gap_max_worst;
+            res->failed_rounds += g->failed_rounds;
+            res->rejoins += g->rejoins;
         }
         ss_status st;
         if (cfg->eval_each && (st = ss__ctr_evaluate(&cfg->model, tr->dense, &r->emb, r->test,
-                                                     &tres->ne, &tres->auc)) != SS_OK)
+                                                     r->train_ctr, NULL, &tres->quality)) != SS_OK)
             return st;
     }
     res->gap_mean = gap_sum / N;
@@ -518,26 +686,27 @@ static ss_status collect_trainers(run *r, ss__ctr_train_result *res) {
     return SS_OK;
 }
 
-/* Step 5: the model's NE and AUC on the test set: the central variable, or
+/* Step 6: the model's scores on the test set: the central variable or
  * replica 0 (also written to --dense-out). */
 static ss_status evaluate_model(run *r, ss__ctr_train_result *res) {
     const ss__ctr_train_config *cfg = r->cfg;
-    ss_status st;
-    if (r->syncing && cfg->eval_central) {
-        float *c = malloc(r->L.total * sizeof *c);
-        if (!c)
-            return SS_ERR_NO_MEMORY;
-        st = ss__transport_read_central(r->transport, "dense", c, r->L.total);
-        if (st == SS_OK)
-            st = ss__ctr_evaluate(&cfg->model, c, &r->emb, r->test, &res->ne, &res->auc);
-        free(c);
-        res->model_evaluated = "central";
-        return st;
-    }
-    st = ss__ctr_evaluate(&cfg->model, r->tr[0].dense, &r->emb, r->test, &res->ne, &res->auc);
-    res->model_evaluated = "replica0";
+    const char *which = cfg->eval_central && r->syncing ? "central" : "replica0";
+    float *buf = malloc(r->L.total * sizeof *buf);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    if (res->best_epoch != res->epochs)
+        snprintf(res->model_evaluated, sizeof res->model_evaluated, "%s@epoch%u", which,
+                 res->best_epoch);
+    else
+        snprintf(res->model_evaluated, sizeof res->model_evaluated, "%s", which);
+    const float *model;
+    ss_status st = current_model(r, buf, &model);
+    if (st == SS_OK)
+        st = ss__ctr_evaluate(&cfg->model, model, &r->emb, r->test, r->train_ctr,
+                              cfg->predictions_out, &res->quality);
     if (st == SS_OK && cfg->dense_out)
-        st = write_dense(cfg->dense_out, r->tr[0].dense, r->L.total);
+        st = write_dense(cfg->dense_out, model, r->L.total);
+    free(buf);
     return st;
 }
 
@@ -550,15 +719,31 @@ static void run_destroy(run *r) {
         if (r->tr[t].hooks)
             ss_trainer_close(r->tr[t].hooks);
     }
+    for (uint32_t t = 0; t < r->cfg->trainers; t++) {
+        ss__ctr_dense_opt_free(&r->tr[t].opt);
+        free(r->tr[t].order);
+    }
     ss__transport_destroy(r->transport);
     ss__ctr_embeddings_destroy(&r->emb);
+    free(r->best_dense);
+    free(r->best_emb);
     pthread_mutex_destroy(&r->done_lock);
     pthread_cond_destroy(&r->done_cond);
     free(r);
 }
 
+/* The training rows' click rate (NE's normalizer, and the output bias's
+ * start unless cfg->base_ctr says otherwise). */
+static double click_rate(const ss__ctr_dataset *d) {
+    double pos = 0.0;
+    for (size_t i = 0; i < d->nrows; i++)
+        pos += d->rows[i].label > 0.5f;
+    return d->nrows ? pos / (double)d->nrows : 0.0;
+}
+
 ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
-                            const ss__ctr_dataset *test, ss__ctr_train_result *res) {
+                            const ss__ctr_dataset *val, const ss__ctr_dataset *test,
+                            ss__ctr_train_result *res) {
     if (!res)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st = check_config(cfg, train, test);
@@ -570,7 +755,10 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
         return SS_ERR_NO_MEMORY;
     r->cfg = cfg;
     r->train = train;
+    r->val = val;
     r->test = test;
+    r->train_ctr = click_rate(train);
+    r->base_ctr = cfg->base_ctr > 0.0 ? cfg->base_ctr : r->train_ctr;
     /* In-process sync through the engines here; process mode syncs inside
      * the hooks. */
     r->syncing = !cfg->process && cfg->sync != SS_CTR_SYNC_NONE;
@@ -578,11 +766,19 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
     pthread_mutex_init(&r->done_lock, NULL);
     ss__cond_init_monotonic(&r->done_cond);
 
+    if (r->train_ctr <= 0.0 || r->train_ctr >= 1.0) {
+        SS_LOG_ERRORF("ctr-train", "event=one_class_training_set rows=%zu label=%d", train->nrows,
+                      r->train_ctr >= 1.0);
+        run_destroy(r);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
     if ((st = ss__ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb)) == SS_OK &&
+        (st = ss__ctr_embeddings_set_optimizer(&r->emb, cfg->emb_optimizer == SS_TABLE_ADAGRAD,
+                                               cfg->emb_lr)) == SS_OK &&
         (st = open_trainers(r)) == SS_OK &&
         (cfg->emb == SS_CTR_EMB_ARRAY || (st = open_table(r)) == SS_OK) &&
-        (st = train_pass(r, &res->seconds)) == SS_OK && (st = finish_sync(r, res)) == SS_OK &&
-        (st = collect_trainers(r, res)) == SS_OK)
+        (st = start_engines(r)) == SS_OK && (st = run_epochs(r, res)) == SS_OK &&
+        (st = finish_sync(r, res)) == SS_OK && (st = collect_trainers(r, res)) == SS_OK)
         st = evaluate_model(r, res);
     run_destroy(r);
     return st;

@@ -1,6 +1,7 @@
 /* The reference training run: N trainers in one process, each with its own
  * dense replica and Hogwild worker threads, reading a disjoint 1/N of the
- * data in one pass; embeddings shared in process. Replicas are kept
+ * data, epoch after epoch in a new order, until the validation loss stops
+ * improving; embeddings shared in process. Replicas are kept
  * together by the shadow engine in the background, by the same rounds in
  * the foreground every K steps, or not at all. In process mode the one
  * trainer of this process syncs with other processes through the public
@@ -16,6 +17,7 @@
 #include "shadowsync/shadowsync.h"
 #include "tools/ctr/criteo.h"
 #include "tools/ctr/emb_path.h"
+#include "tools/ctr/eval.h"
 #include "tools/ctr/model.h"
 
 typedef enum ss__ctr_sync_mode {
@@ -38,7 +40,16 @@ typedef struct ss__ctr_train_config {
     ss__sync_params params;
     uint32_t sync_every; /* K, foreground mode */
     uint32_t batch;
-    float lr, emb_lr;
+    ss__ctr_optimizer optimizer; /* the dense part's (each trainer its own state) */
+    float lr, emb_lr;            /* emb_lr: the embeddings' optimizer (emb_optimizer) */
+    uint32_t epochs;             /* at most this many passes over the data */
+    uint32_t patience;           /* stop after this many epochs without a better validation
+                                    loss, and keep the best epoch's model (0: all epochs) */
+    bool shuffle;                /* every epoch, each trainer's rows in a new order */
+    bool train_val_last;         /* after early stopping, one pass over the validation rows */
+    double base_ctr;             /* the output bias starts at logit(base_ctr); 0: the
+                                    training rows' click rate */
+    const char *predictions_out; /* optional: one test prediction per line */
     uint64_t seed;
     uint32_t round_deadline_ms;
     uint32_t link_latency_us; /* in-process link emulation (benchmarks) */
@@ -60,19 +71,19 @@ typedef struct ss__ctr_train_config {
     /* Embeddings: the shared array (default) or one ss_table of the public
      * API in local, remote or cached mode (emb_lr is the table's lr). */
     ss__ctr_emb_mode emb;
-    const char *emb_ps; /* remote/cached shards; NULL = the process config's ps */
-    ss_table_optimizer emb_optimizer;
-    size_t emb_cache_rows; /* cached mode */
-    float emb_alpha;       /* cached mode: elastic rate of the row sync */
-    uint32_t emb_sync_ms;  /* cached mode: pause between row-sync passes */
-    bool emb_prefetch;     /* fetch the next batch's rows while training */
+    const char *emb_ps;               /* remote/cached shards; NULL = the process config's ps */
+    ss_table_optimizer emb_optimizer; /* both paths: the array and the table */
+    size_t emb_cache_rows;            /* cached mode */
+    float emb_alpha;                  /* cached mode: elastic rate of the row sync */
+    uint32_t emb_sync_ms;             /* cached mode: pause between row-sync passes */
+    bool emb_prefetch;                /* fetch the next batch's rows while training */
 } ss__ctr_train_config;
 
 typedef struct ss__ctr_trainer_result {
     uint64_t examples;
     double seconds, examples_per_s;
-    ss__group_stats sync; /* zeroed when sync is none */
-    double ne, auc;       /* of this trainer's replica, when eval_each */
+    ss__group_stats sync;    /* zeroed when sync is none */
+    ss__ctr_quality quality; /* of this trainer's replica, when eval_each */
 } ss__ctr_trainer_result;
 
 typedef struct ss__ctr_train_result {
@@ -80,23 +91,30 @@ typedef struct ss__ctr_train_result {
     ss__ctr_trainer_result trainer[SS_CTR_MAX_TRAINERS];
     uint64_t examples;
     double seconds, examples_per_s;
-    double train_loss; /* mean log loss over the training pass */
+    double train_loss; /* mean log loss over the training passes */
     uint64_t rounds;
-    double gap_mean;  /* mean over trainers */
-    uint64_t gap_p99; /* max over trainers */
-    double ne, auc;   /* of the final model */
-    const char *model_evaluated;
+    double gap_mean; /* mean over trainers of each trainer's mean */
+    uint64_t gap_p50_worst, gap_p99_worst, gap_max_worst; /* the largest over trainers */
+    uint64_t failed_rounds, rejoins;                      /* summed over trainers */
+    uint32_t epochs, best_epoch; /* run; the one whose model is evaluated */
+    double val_logloss;          /* of the best epoch (NAN: no validation set) */
+    ss__ctr_quality quality;     /* of the final model on the test set */
+    char model_evaluated[48];    /* "replica0", "central", "replica0@epoch3" */
 } ss__ctr_train_result;
 
 /* Sets every field to the reference defaults. */
 void ss__ctr_train_config_default(ss__ctr_train_config *cfg);
 
+/* val: rows for early stopping (NULL or empty: every epoch runs and the
+ * last one's model is evaluated). */
 ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
-                            const ss__ctr_dataset *test, ss__ctr_train_result *res);
+                            const ss__ctr_dataset *val, const ss__ctr_dataset *test,
+                            ss__ctr_train_result *res);
 
-/* NE and AUC of a model on a dataset (single thread). */
+/* A model's scores on a dataset (single thread); train_ctr normalizes NE.
+ * predictions_out: optional file of one prediction per row. */
 ss_status ss__ctr_evaluate(const ss__ctr_model_config *mcfg, const float *dense,
-                           const ss__ctr_embeddings *emb, const ss__ctr_dataset *test, double *ne,
-                           double *auc);
+                           const ss__ctr_embeddings *emb, const ss__ctr_dataset *data,
+                           double train_ctr, const char *predictions_out, ss__ctr_quality *out);
 
 #endif
