@@ -241,6 +241,10 @@ def main():
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--skip-sync", action="store_true", help="only the one-trainer comparison")
+    ap.add_argument("--seeds", type=int, default=3,
+                    help="ctr-train runs per configuration (seeds 1..N; Hogwild threads make "
+                         "even one seed vary): the table's row is seed 1's, the spread column "
+                         "all of them")
     a = ap.parse_args()
 
     rows = read_rows(a.data)
@@ -256,10 +260,24 @@ def main():
     write_rows(trp, train_rows)
     write_rows(tep, test_rows)
 
-    preds, notes = {}, {}
-    p, fields, secs = run_ctr_train(a.ctr_train, trp, tep, os.path.join(tmp, "p0"))
-    preds["ctr-train (defaults)"] = p
-    notes["ctr-train (defaults)"] = f"{secs:.1f} s, epochs={fields.get('epochs', '?')}"
+    preds, notes, spread = {}, {}, {}
+
+    def ctr_train_config(name, extra=()):
+        runs = []
+        for seed in range(1, a.seeds + 1):
+            p, fields, secs = run_ctr_train(a.ctr_train, trp, tep, os.path.join(tmp, f"p{seed}"),
+                                            [*extra, "--seed", str(seed)])
+            runs.append(scores(p, y, train_ctr))
+            if seed == 1:
+                preds[name] = p
+                notes[name] = (f"{secs:.1f} s, epochs={fields.get('epochs', '?')} "
+                               f"best={fields.get('best_epoch', '?')}")
+        ne = [r["ne"] for r in runs]
+        auc_ = [r["auc"] for r in runs]
+        spread[name] = (f"NE {np.mean(ne):.4f} [{min(ne):.4f}, {max(ne):.4f}] "
+                        f"AUC {np.mean(auc_):.4f} [{min(auc_):.4f}, {max(auc_):.4f}]")
+
+    ctr_train_config("ctr-train (defaults)")
     t0 = time.time()
     p, note = logistic_regression(train_rows, test_rows, a.val_fraction)
     preds["logistic regression (sklearn)"] = p
@@ -270,11 +288,8 @@ def main():
     notes["DLRM (PyTorch, Adam)"] = f"{time.time() - t0:.1f} s, {note}"
     if not a.skip_sync:
         for algo in ("easgd", "ma", "bmuf"):
-            name = f"ctr-train 4 trainers, {algo}"
-            p, fields, secs = run_ctr_train(a.ctr_train, trp, tep, os.path.join(tmp, algo),
-                                            ["--trainers", "4", "--sync", "shadow", "--algo", algo])
-            preds[name] = p
-            notes[name] = f"{secs:.1f} s, epochs={fields.get('epochs', '?')}"
+            ctr_train_config(f"ctr-train 4 trainers, {algo}",
+                             ["--trainers", "4", "--sync", "shadow", "--algo", algo])
 
     boot = bootstrap(preds, y, train_ctr, a.bootstrap, a.seed)
     base = "ctr-train (defaults)"
@@ -289,6 +304,9 @@ def main():
               f"{s['auc']:7.4f} {ci(boot[name]['auc']):>18} "
               f"{s['auc'] - scores(preds[base], y, train_ctr)['auc']:+8.4f} {ci(d_auc):>18} "
               f"{s['ne_test_ctr']:8.4f} {s['mean_p']:7.4f}  {notes[name]}")
+    print(f"\nctr-train over seeds 1-{a.seeds} (mean [min, max]):")
+    for name, text in spread.items():
+        print(f"  {name:34} {text}")
     print("\nNE: log loss / entropy of the training set's CTR (He et al. 2014); NE_test: / the "
           "test set's. X-ctr: the model's minus ctr-train's, with the paired bootstrap's 95% "
           f"interval ({a.bootstrap} resamples of the {len(y)} test rows). Lower NE, higher AUC "

@@ -174,6 +174,7 @@ typedef struct run_options {
     bool process;
     size_t rank, world, max_rows, max_test_rows;
     double val_fraction; /* 0: no validation split (one epoch, or no early stopping) */
+    char lr_note[96];    /* how --lr was scaled, for the header line */
     const char *train_path, *test_path, *sync, *algo, *emb, *ps, *metrics_out;
 } run_options;
 
@@ -183,7 +184,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss__ctr_train_config cfg;
     ss__ctr_train_config_default(&cfg);
     const char *train_path = NULL, *test_path = NULL, *sync = "auto", *algo = "easgd";
-    const char *final_model = "replica";
+    const char *final_model = "auto", *lr_scaling = "linear";
     int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
     int64_t sync_every = cfg.sync_every, batch = cfg.batch, seed = (int64_t)cfg.seed;
     int64_t emb_dim = cfg.model.emb_dim, table_rows = cfg.model.table_rows;
@@ -265,7 +266,14 @@ static int parse_options(int argc, char **argv, run_options *o) {
         {"final-rounds", SS_FLAG_INT, &final_rounds, "rounds per trainer after training", NULL, 0,
          1e6},
         {"final-model", SS_FLAG_STRING, &final_model,
-         "model to evaluate: trainer 0's replica or the central variable", "replica|central", 0, 0},
+         "model to evaluate: trainer 0's replica or the central variable (auto: central for "
+         "several in-process trainers that sync, else replica)",
+         "auto|replica|central", 0, 0},
+        {"lr-scaling", SS_FLAG_STRING, &lr_scaling,
+         "N synced trainers each take 1/N of the steps and their replicas are averaged: linear "
+         "multiplies the dense lr by N (the progress per epoch of one trainer), sqrt by sqrt(N), "
+         "none keeps it",
+         "linear|sqrt|none", 0, 0},
         {"eval-each", SS_FLAG_BOOL, &eval_each, "also evaluate every trainer's replica", NULL, 0,
          0},
         {"batch", SS_FLAG_INT, &batch, "minibatch size per worker step", NULL, 1, 65536},
@@ -346,7 +354,18 @@ static int parse_options(int argc, char **argv, run_options *o) {
     cfg.min_round_gap = (uint64_t)min_gap;
     cfg.link_latency_us = (uint32_t)link_latency_us;
     cfg.link_gbps = link_gbps;
+    const bool in_process_sync = !*ps && !*agent && trainers > 1 && strcmp(sync, "none") != 0;
+    if (!strcmp(final_model, "auto"))
+        final_model = in_process_sync ? "central" : "replica";
     cfg.eval_central = !strcmp(final_model, "central");
+    const int64_t synced = strcmp(sync, "none") == 0 ? 1 : (*ps || *agent) ? world : trainers;
+    if (strcmp(lr_scaling, "none") != 0 && synced > 1) {
+        const bool sq = !strcmp(lr_scaling, "sqrt");
+        snprintf(o->lr_note, sizeof o->lr_note, " (--lr %g x %s%lld%s synced trainers)", lr,
+                 sq ? "sqrt(" : "", (long long)synced, sq ? ")" : "");
+        cfg.lr_scale = (float)(sq ? sqrt((double)synced) : (double)synced);
+        lr *= cfg.lr_scale;
+    }
     cfg.eval_each = eval_each;
     cfg.batch = (uint32_t)batch;
     ss__ctr_optimizer_parse(optimizer, &cfg.optimizer);
@@ -444,11 +463,11 @@ static int train_and_report(run_options *o) {
                   o->process ? o->rank : 0, o->process ? o->world : 1, cfg->trainers,
                   o->val_fraction, &train, &val, &test, &cfg->base_ctr) != 0)
         return 1;
-    printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u optimizer=%s lr=%g "
+    printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u optimizer=%s lr=%g%s "
            "emb_optimizer=%s emb_lr=%g epochs<=%u patience=%u shuffle=%s\n",
            cfg->trainers, cfg->workers, o->sync, o->algo,
            cfg->sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg->batch,
-           ss__ctr_optimizer_name(cfg->optimizer), (double)cfg->lr,
+           ss__ctr_optimizer_name(cfg->optimizer), (double)cfg->lr, o->lr_note,
            cfg->emb_optimizer == SS_TABLE_ADAGRAD ? "adagrad" : "sgd", (double)cfg->emb_lr,
            cfg->epochs, val.nrows ? cfg->patience : 0, cfg->shuffle ? "true" : "false");
     if (o->process)

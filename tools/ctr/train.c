@@ -46,8 +46,9 @@ void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     cfg->sync_every = 10;
     cfg->batch = 32;
     cfg->optimizer = SS_CTR_OPT_ADAM;
-    cfg->lr = 0.001f;
-    cfg->emb_lr = 0.05f;
+    cfg->lr = 0.002f;
+    cfg->lr_scale = 1.0f;
+    cfg->emb_lr = 0.03f;
     cfg->epochs = 10;
     cfg->patience = 1;
     cfg->shuffle = true;
@@ -78,6 +79,7 @@ typedef struct trainer {
     ss__ctr_dense_opt opt;     /* this trainer's optimizer state, shared by its workers */
     size_t count;              /* examples in this trainer's 1/N of the data */
     size_t *order;             /* this epoch's order of them */
+    uint32_t stride;           /* rows index, index + stride, ...: the trainers of this pass */
     _Atomic size_t cursor;     /* next example (in the trainer's own index) */
     _Atomic uint64_t steps;    /* minibatches done by all workers */
     _Atomic uint64_t examples; /* examples trained */
@@ -103,6 +105,7 @@ typedef struct run {
     _Atomic int failed;              /* a foreground round failed hard */
     float *best_dense, *best_emb;    /* the best epoch's model (early stopping) */
     uint64_t t_begin;                /* the first epoch's start (progress lines) */
+    bool restored;                   /* the best epoch's model is back in replica 0; sync is over */
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
 } run;
@@ -124,7 +127,7 @@ static void after_step(trainer *tr, uint64_t step) {
         return;
     }
     ss__replica_tick(tr->replica, 1);
-    if (cfg->sync == SS_CTR_SYNC_FOREGROUND && step % cfg->sync_every == 0) {
+    if (cfg->sync == SS_CTR_SYNC_FOREGROUND && !tr->run->restored && step % cfg->sync_every == 0) {
         /* FR-X: the same round, blocking this worker. */
         ss_status st = ss__engine_run_round(tr->engine, tr->group);
         if (st != SS_OK && st != SS_ERR_TIMEOUT)
@@ -141,7 +144,7 @@ static size_t claim_batch(trainer *tr, const ss__ctr_example **batch) {
         return 0;
     size_t n = tr->count - start < cfg->batch ? tr->count - start : cfg->batch;
     for (size_t j = 0; j < n; j++)
-        batch[j] = &tr->run->pass->rows[tr->index + tr->order[start + j] * cfg->trainers];
+        batch[j] = &tr->run->pass->rows[tr->index + tr->order[start + j] * tr->stride];
     return n;
 }
 
@@ -439,7 +442,7 @@ static ss_status start_engines(run *r) {
  * or at the end the validation rows), with progress lines; its wall time
  * is added to *seconds. shuffle: in a new order, else in file order. */
 static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch, bool shuffle,
-                            double *seconds) {
+                            uint32_t trainers, double *seconds) {
     const ss__ctr_train_config *cfg = r->cfg;
     const uint32_t N = cfg->trainers;
     ss_status st = SS_OK;
@@ -455,7 +458,9 @@ static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch,
     r->pass = rows;
     for (uint32_t t = 0; t < N; t++) {
         trainer *tr = &r->tr[t];
-        tr->count = rows->nrows > t ? (rows->nrows - t + N - 1) / N : 0;
+        tr->count =
+            t < trainers && rows->nrows > t ? (rows->nrows - t + trainers - 1) / trainers : 0;
+        tr->stride = trainers;
         for (size_t i = 0; i < tr->count; i++)
             tr->order[i] = i;
         atomic_store(&tr->cursor, 0);
@@ -506,7 +511,7 @@ static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch,
 /* The model under evaluation as it is now: the central variable (read into
  * buf) or replica 0. */
 static ss_status current_model(run *r, float *buf, const float **out) {
-    if (r->syncing && r->cfg->eval_central) {
+    if (r->syncing && r->cfg->eval_central && !r->restored) {
         *out = buf;
         return ss__transport_read_central(r->transport, "dense", buf, r->L.total);
     }
@@ -535,9 +540,10 @@ static ss_status validate_epoch(run *r, uint32_t epoch, float *buf, double *best
     *better = q.logloss < *best;
     if (*better) {
         *best = q.logloss;
-        /* The best model can only be put back where nothing else holds
-         * its state: one in-process trainer, no sync, the array path. */
-        if (!r->table && !r->syncing && !cfg->process && cfg->trainers == 1 && cfg->patience > 0) {
+        /* The array path in one process: the best model is kept (a
+         * table's rows live on its shards, another process's replica in
+         * that process). */
+        if (!r->table && !cfg->process && cfg->patience > 0) {
             const size_t ne = (size_t)SS_CTR_NUM_CAT * r->emb.rows * r->emb.dim;
             if (!r->best_dense && !(r->best_dense = malloc(r->L.total * sizeof(float))))
                 return SS_ERR_NO_MEMORY;
@@ -566,7 +572,8 @@ static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
     ss_status st = SS_OK;
     res->val_logloss = NAN;
     for (uint32_t epoch = 1; epoch <= cfg->epochs && st == SS_OK; epoch++) {
-        if ((st = train_pass(r, r->train, epoch, cfg->shuffle, &res->seconds)) != SS_OK)
+        if ((st = train_pass(r, r->train, epoch, cfg->shuffle, cfg->trainers, &res->seconds)) !=
+            SS_OK)
             break;
         res->epochs = res->best_epoch = epoch;
         if (!validate)
@@ -582,17 +589,28 @@ static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
         }
     }
     if (st == SS_OK && validate && r->best_dense && worse > 0) {
-        /* One in-process trainer: back to the best epoch's model. */
+        /* Back to the best epoch's model (replica 0's, or the central
+         * variable's), into replica 0, as from a checkpoint: the sync is
+         * over (its central state is the later epochs'), replica 0 is the
+         * model from here on. */
         res->best_epoch = res->epochs - worse;
+        r->restored = true;
+        if (r->syncing)
+            for (uint32_t t = 0; t < cfg->trainers; t++)
+                ss__engine_stop(r->tr[t].engine);
         memcpy(r->tr[0].dense, r->best_dense, r->L.total * sizeof(float));
+        if (cfg->lr_scale > 0.0f) /* replica 0 trains alone from here */
+            r->tr[0].opt.lr = cfg->lr / cfg->lr_scale;
         memcpy(r->emb.data, r->best_emb,
                (size_t)SS_CTR_NUM_CAT * r->emb.rows * r->emb.dim * sizeof(float));
     }
     /* The validation rows are the newest: once they have chosen the epoch,
      * the model learns from them too, once, in file order (as a
-     * production trainer goes on with the newest data). */
+     * production trainer goes on with the newest data); after a restore,
+     * replica 0 alone. */
     if (st == SS_OK && validate && cfg->train_val_last)
-        st = train_pass(r, r->val, res->epochs + 1, false, &res->seconds);
+        st = train_pass(r, r->val, res->epochs + 1, false, r->restored ? 1 : cfg->trainers,
+                        &res->seconds);
     free(buf);
     return st;
 }
@@ -603,7 +621,8 @@ static ss_status finish_sync(run *r, ss__ctr_train_result *res) {
     const ss__ctr_train_config *cfg = r->cfg;
     const uint32_t N = cfg->trainers;
     ss_status st;
-    if (r->syncing && cfg->final_rounds > 0 && cfg->params.algo == SS_ALGO_EASGD) {
+    const bool rounds = r->syncing && !r->restored && cfg->final_rounds > 0;
+    if (rounds && cfg->params.algo == SS_ALGO_EASGD) {
         /* S-EASGD: round-robin, one exchange per trainer per pass, so every
          * replica meets the centre after the others have moved it (run
          * trainer by trainer, an in-process exchange takes microseconds and
@@ -611,7 +630,7 @@ static ss_status finish_sync(run *r, ss__ctr_train_result *res) {
         for (uint32_t k = 0; k < cfg->final_rounds; k++)
             for (uint32_t t = 0; t < N; t++)
                 ss__engine_run_round(r->tr[t].engine, r->tr[t].group);
-    } else if (r->syncing && cfg->final_rounds > 0) {
+    } else if (rounds) {
         /* All members at once, so MA/BMUF rounds close without deadlines. */
         pthread_t fin[SS_CTR_MAX_TRAINERS];
         final_arg fargs[SS_CTR_MAX_TRAINERS];

@@ -42,6 +42,8 @@ typedef struct ss__ctr_train_config {
     uint32_t batch;
     ss__ctr_optimizer optimizer; /* the dense part's (each trainer its own state) */
     float lr, emb_lr;            /* emb_lr: the embeddings' optimizer (emb_optimizer) */
+    float lr_scale;              /* lr is one trainer's lr times this (synced trainers); a
+                                    lone replica (after a restore) divides it back */
     uint32_t epochs;             /* at most this many passes over the data */
     uint32_t patience;           /* stop after this many epochs without a better validation
                                     loss, and keep the best epoch's model (0: all epochs) */
