@@ -441,6 +441,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
     if (process)
         o->cfg.process = &o->pcfg;
     o->process = process;
+    if (process) { /* every process holds the validation rows; each trains its share */
+        o->cfg.val_rank = (uint32_t)rank;
+        o->cfg.val_world = (uint32_t)world;
+    }
     o->rank = (size_t)rank;
     o->world = (size_t)world;
     o->train_path = train_path;

@@ -53,6 +53,7 @@ void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     cfg->patience = 1;
     cfg->shuffle = true;
     cfg->train_val_last = true;
+    cfg->val_world = 1;
     cfg->seed = 1;
     cfg->round_deadline_ms = 500;
     cfg->round_interval_us = 0;
@@ -608,9 +609,26 @@ static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
      * the model learns from them too, once, in file order (as a
      * production trainer goes on with the newest data); after a restore,
      * replica 0 alone. */
-    if (st == SS_OK && validate && cfg->train_val_last)
-        st = train_pass(r, r->val, res->epochs + 1, false, r->restored ? 1 : cfg->trainers,
+    if (st == SS_OK && validate && cfg->train_val_last) {
+        /* Several processes hold the same validation rows: each trains its
+         * share. */
+        ss__ctr_dataset share = *r->val;
+        const uint32_t world = cfg->val_world ? cfg->val_world : 1;
+        if (world > 1) {
+            share.rows = malloc((r->val->nrows / world + 1) * sizeof *share.rows);
+            if (!share.rows) {
+                free(buf);
+                return SS_ERR_NO_MEMORY;
+            }
+            share.nrows = 0;
+            for (size_t i = cfg->val_rank; i < r->val->nrows; i += world)
+                share.rows[share.nrows++] = r->val->rows[i];
+        }
+        st = train_pass(r, &share, res->epochs + 1, false, r->restored ? 1 : cfg->trainers,
                         &res->seconds);
+        if (world > 1)
+            free(share.rows);
+    }
     free(buf);
     return st;
 }

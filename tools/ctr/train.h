@@ -40,18 +40,20 @@ typedef struct ss__ctr_train_config {
     ss__sync_params params;
     uint32_t sync_every; /* K, foreground mode */
     uint32_t batch;
-    ss__ctr_optimizer optimizer; /* the dense part's (each trainer its own state) */
-    float lr, emb_lr;            /* emb_lr: the embeddings' optimizer (emb_optimizer) */
-    float lr_scale;              /* lr is one trainer's lr times this (synced trainers); a
-                                    lone replica (after a restore) divides it back */
-    uint32_t epochs;             /* at most this many passes over the data */
-    uint32_t patience;           /* stop after this many epochs without a better validation
-                                    loss, and keep the best epoch's model (0: all epochs) */
-    bool shuffle;                /* every epoch, each trainer's rows in a new order */
-    bool train_val_last;         /* after early stopping, one pass over the validation rows */
-    double base_ctr;             /* the output bias starts at logit(base_ctr); 0: the
-                                    training rows' click rate */
-    const char *predictions_out; /* optional: one test prediction per line */
+    ss__ctr_optimizer optimizer;  /* the dense part's (each trainer its own state) */
+    float lr, emb_lr;             /* emb_lr: the embeddings' optimizer (emb_optimizer) */
+    float lr_scale;               /* lr is one trainer's lr times this (synced trainers); a
+                                     lone replica (after a restore) divides it back */
+    uint32_t epochs;              /* at most this many passes over the data */
+    uint32_t patience;            /* stop after this many epochs without a better validation
+                                     loss, and keep the best epoch's model (0: all epochs) */
+    bool shuffle;                 /* every epoch, each trainer's rows in a new order */
+    bool train_val_last;          /* after early stopping, one pass over the validation rows */
+    uint32_t val_rank, val_world; /* process mode: this process trains validation rows
+                                     val_rank, val_rank + val_world, ... (0, 1: all) */
+    double base_ctr;              /* the output bias starts at logit(base_ctr); 0: the
+                                     training rows' click rate */
+    const char *predictions_out;  /* optional: one test prediction per line */
     uint64_t seed;
     uint32_t round_deadline_ms;
     uint32_t link_latency_us; /* in-process link emulation (benchmarks) */

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""A DLRM trained by several PyTorch processes on Criteo-format TSV, kept
+together one of five ways (the same model, data and processes for each):
+
+  --mode shadowsync   ShadowSync in the background: the dense parameters in a
+                      ShadowSync group (shadowsync.pytorch.share_module), synced
+                      by the in-process shadow pool (or the host's agent, --agent)
+                      with S-EASGD, S-MA or S-BMUF (--algo); the embeddings in a
+                      ShadowSync table (--emb cached|remote) or local (--emb local:
+                      each process its own, never synced)
+  --mode ddp          PyTorch DistributedDataParallel over gloo: an allreduce of
+                      every gradient, embeddings included, at every step
+  --mode localsgd     PyTorch post-local SGD: torch.distributed's
+                      PeriodicModelAverager averages every parameter every K steps
+                      (--period), in the training loop
+  --mode none         every process alone (the throughput baseline)
+
+    python3 examples/pytorch/train.py --mode shadowsync --procs 4 \\
+        --train data/criteo-kaggle-head-8000.tsv --test data/criteo-kaggle-head-8000.tsv
+
+Prints one JSON line: mode, processes, examples, seconds, examples/s (all
+processes), and rank 0's model's NE (by the training set's CTR) and AUC on
+--test. Without --ps, shadowsync mode starts a shadowsync-ps on 127.0.0.1
+itself ($SHADOWSYNC_PS_BIN, else shadowsync-ps on PATH, else build/bin).
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dlrm import DLRM, NUM_CAT, read_criteo, scores  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load(args, rank, world):
+    xd, xc, y = read_criteo(args.train, args.table_rows, args.max_rows)
+    if args.test_rows_from_end:  # a time split of one file: the last rows are the test set
+        n = len(y) - args.test_rows_from_end
+        test = (xd[n:], xc[n:], y[n:])
+        xd, xc, y = xd[:n], xc[:n], y[:n]
+    else:
+        test = read_criteo(args.test, args.table_rows, args.max_test_rows)
+    train_ctr = float(y.mean())
+    return (xd[rank::world], xc[rank::world], y[rank::world]), test, train_ctr
+
+
+def worker(rank, world, args, port, results):
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)  # the same initial model in every process
+    (xd, xc, y), (td, tc, ty), train_ctr = load(args, rank, world)
+    tables = args.mode == "shadowsync" and args.emb != "local"
+    model = DLRM(args.table_rows, args.dim, embeddings=not tables)
+    trainer = table = averager = None
+    if args.mode in ("ddp", "localsgd"):
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+        if args.mode == "ddp":
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        else:
+            from torch.distributed.algorithms.model_averaging.averagers import \
+                PeriodicModelAverager
+            averager = PeriodicModelAverager(period=args.period, warmup_steps=0)
+    elif args.mode == "shadowsync":
+        import shadowsync
+        import shadowsync.pytorch
+        settings = dict(sync="shadow", algo=args.algo, trainer_name=f"py{rank}",
+                        final_rounds=10, min_round_gap=args.min_round_gap, env=False)
+        if args.agent:
+            settings["agent"] = args.agent
+        trainer = shadowsync.Trainer(ps=args.ps, **settings)
+        shadowsync.pytorch.share_module(trainer, model, "dlrm")  # before the optimizer
+        if tables:
+            table = trainer.table("dlrm_emb", args.dim, mode=args.emb, ps=args.ps,
+                                  optimizer="adagrad", lr=args.emb_lr, init_scale=0.05)
+    inner = model.module if args.mode == "ddp" else model
+    emb_params = [inner.emb.weight] if inner.emb is not None else []
+    dense_params = [p for p in model.parameters() if all(p is not e for e in emb_params)]
+    opts = [torch.optim.Adam(dense_params, lr=args.lr)]
+    if emb_params:
+        opts.append(torch.optim.SparseAdam(emb_params, lr=args.lr))
+    lossf = torch.nn.BCEWithLogitsLoss()
+    n = len(y)
+    examples, steps = 0, 0
+    t0 = time.time()
+    for epoch in range(args.epochs):
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch + rank))
+        for s in range(0, n, args.batch):
+            i = perm[s:s + args.batch]
+            for o in opts:
+                o.zero_grad()
+            if table is not None:
+                ids = xc[i].numpy()
+                rows = torch.from_numpy(table.lookup(ids.reshape(-1))).view(len(i), NUM_CAT,
+                                                                             args.dim)
+                rows.requires_grad_()
+                lossf(model(xd[i], rows=rows), y[i]).backward()
+                table.push(ids.reshape(-1), rows.grad.numpy().reshape(-1, args.dim))
+            else:
+                lossf(model(xd[i], xc[i]), y[i]).backward()
+            for o in opts:
+                o.step()
+            if averager is not None:
+                averager.average_parameters(model.parameters())
+            if trainer is not None:
+                trainer.step()
+            examples += len(i)
+            steps += 1
+    seconds = time.time() - t0
+    if averager is not None and steps % args.period:  # the last partial period
+        import torch.distributed as dist
+        for p in model.parameters():
+            dist.all_reduce(p.data)
+            p.data /= world
+    if trainer is not None:
+        trainer.finish()  # the final rounds: the replicas meet the consensus
+    result = {"rank": rank, "examples": examples, "seconds": seconds}
+    if rank == 0:
+        m = model.module if args.mode == "ddp" else model
+        with torch.no_grad():
+            if table is not None:
+                rows = torch.from_numpy(table.lookup(tc.numpy().reshape(-1))).view(
+                    len(ty), NUM_CAT, args.dim)
+                p = torch.sigmoid(m(td, rows=rows)).numpy()
+            else:
+                p = torch.sigmoid(m(td, tc)).numpy()
+        result.update(scores(p, ty.numpy(), train_ctr))
+        result["mean_prediction"] = float(p.mean())
+    if trainer is not None:
+        trainer.close()
+    if args.mode in ("ddp", "localsgd"):
+        import torch.distributed as dist
+        dist.destroy_process_group()
+    results.put(result)
+
+
+def ps_binary():
+    for cand in (os.environ.get("SHADOWSYNC_PS_BIN"), shutil.which("shadowsync-ps"),
+                 os.path.join(ROOT, "build", "bin", "shadowsync-ps")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    sys.exit("train.py: no shadowsync-ps (set SHADOWSYNC_PS_BIN or give --ps)")
+
+
+def start_ps():
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="shadowsync-ps-")
+    proc = subprocess.Popen([ps_binary(), "--listen", "127.0.0.1:0", "--http", ""],
+                            stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        log.seek(0)
+        for word in log.read().split():
+            if word.startswith("127.0.0.1:") and word[10:].rstrip(",").isdigit():
+                return proc, log, word.rstrip(",")
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("train.py: shadowsync-ps did not start")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--mode", choices=["shadowsync", "ddp", "localsgd", "none"],
+                    default="shadowsync")
+    ap.add_argument("--procs", type=int, default=4, help="trainer processes")
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--test", help="held-out rows (or --test-rows-from-end)")
+    ap.add_argument("--test-rows-from-end", type=int, default=0,
+                    help="use the last N rows of --train as the test set instead")
+    ap.add_argument("--max-rows", type=int, default=0)
+    ap.add_argument("--max-test-rows", type=int, default=0)
+    ap.add_argument("--algo", choices=["easgd", "ma", "bmuf"], default="easgd")
+    ap.add_argument("--emb", choices=["cached", "remote", "local"], default="cached",
+                    help="shadowsync mode: the embeddings' home")
+    ap.add_argument("--ps", help="shadowsync-ps shards host:port,... (default: start one)")
+    ap.add_argument("--agent", help="shadowsync mode: the host agent's unix socket")
+    ap.add_argument("--period", type=int, default=10, help="localsgd: average every K steps")
+    ap.add_argument("--min-round-gap", type=int, default=10,
+                    help="shadowsync: steps of a process between two of its rounds (at most as "
+                         "often as localsgd's --period; 0: back to back)")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.002, help="Adam, the dense part")
+    ap.add_argument("--emb-lr", type=float, default=0.03,
+                    help="row-wise Adagrad of a ShadowSync table")
+    ap.add_argument("--table-rows", type=int, default=4096, help="rows per field's table")
+    ap.add_argument("--dim", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    if not args.test and not args.test_rows_from_end:
+        ap.error("give --test or --test-rows-from-end")
+    ps_proc = ps_log = None
+    if args.mode == "shadowsync" and not args.ps and not args.agent:
+        ps_proc, ps_log, args.ps = start_ps()
+    try:
+        ctx = torch.multiprocessing.get_context("spawn")
+        results = ctx.SimpleQueue()
+        torch.multiprocessing.spawn(worker, args=(args.procs, args, free_port(), results),
+                                    nprocs=args.procs)
+        rs = [results.get() for _ in range(args.procs)]
+    finally:
+        if ps_proc:
+            ps_proc.terminate()
+            ps_proc.wait(timeout=30)
+            ps_log.close()
+    r0 = next(r for r in rs if r["rank"] == 0)
+    examples = sum(r["examples"] for r in rs)
+    seconds = max(r["seconds"] for r in rs)
+    mode = args.mode + (f" {args.algo} emb={args.emb}" if args.mode == "shadowsync" else "") + (
+        f" K={args.period}" if args.mode == "localsgd" else "")
+    print(json.dumps({"mode": mode, "procs": args.procs, "examples": examples,
+                      "seconds": round(seconds, 3), "examples_per_s": round(examples / seconds),
+                      "ne": round(r0["ne"], 5), "auc": round(r0["auc"], 5),
+                      "mean_prediction": round(r0["mean_prediction"], 4)}))
+
+
+if __name__ == "__main__":
+    main()
