@@ -284,19 +284,30 @@ void ss_trainer_config_init(ss_trainer_config *cfg) {
     cfg->final_rounds = 10;
 }
 
-ss_status ss__trainer_config_read(const ss_trainer_config *cfg, ss_trainer_config *out) {
+/* A struct's struct_size against what this library knows: at least the
+ * fields of the first versioned layout (min), at most this one's. */
+static ss_status check_size(const char *what, const void *cfg, size_t given, size_t min,
+                            size_t have) {
     if (!cfg)
-        return ss__err_set(SS_ERR_INVALID_ARGUMENT, "config: NULL");
-    if (cfg->struct_size < offsetof(ss_trainer_config, agent) + sizeof cfg->agent)
+        return ss__err_set(SS_ERR_INVALID_ARGUMENT, "%s config: NULL", what);
+    if (given < min)
         return ss__err_set(SS_ERR_INVALID_ARGUMENT,
-                           "config: struct_size is %zu: call ss_trainer_config_init() (or "
-                           "ss_trainer_config_create()) before setting fields",
-                           cfg->struct_size);
-    if (cfg->struct_size > sizeof *cfg)
+                           "%s config: struct_size is %zu: call ss_%s_config_init() (or "
+                           "ss_%s_config_create()) before setting fields",
+                           what, given, what, what);
+    if (given > have)
         return ss__err_set(SS_ERR_INVALID_ARGUMENT,
-                           "config: struct_size %zu is larger than this library's %zu: the "
+                           "%s config: struct_size %zu is larger than this library's %zu: the "
                            "program was built against a newer ShadowSync than %s",
-                           cfg->struct_size, sizeof *cfg, ss_version());
+                           what, given, have, ss_version());
+    return SS_OK;
+}
+
+ss_status ss__trainer_config_read(const ss_trainer_config *cfg, ss_trainer_config *out) {
+    ss_status st = check_size("trainer", cfg, cfg ? cfg->struct_size : 0,
+                              offsetof(ss_trainer_config, agent) + sizeof cfg->agent, sizeof *cfg);
+    if (st != SS_OK)
+        return st;
     ss_trainer_config_init(out);
     memcpy(out, cfg, cfg->struct_size); /* older callers: the rest stays default */
     return SS_OK;
@@ -385,18 +396,10 @@ void ss_table_config_init(ss_table_config *cfg, const char *name, uint32_t dim) 
 }
 
 ss_status ss__table_config_read(const ss_table_config *cfg, ss_table_config *out) {
-    if (!cfg)
-        return ss__err_set(SS_ERR_INVALID_ARGUMENT, "table config: NULL");
-    if (cfg->struct_size < offsetof(ss_table_config, ps) + sizeof cfg->ps)
-        return ss__err_set(SS_ERR_INVALID_ARGUMENT,
-                           "table config: struct_size is %zu: call ss_table_config_init() (or "
-                           "ss_table_config_create()) before setting fields",
-                           cfg->struct_size);
-    if (cfg->struct_size > sizeof *cfg)
-        return ss__err_set(SS_ERR_INVALID_ARGUMENT,
-                           "table config: struct_size %zu is larger than this library's %zu: the "
-                           "program was built against a newer ShadowSync than %s",
-                           cfg->struct_size, sizeof *cfg, ss_version());
+    ss_status st = check_size("table", cfg, cfg ? cfg->struct_size : 0,
+                              offsetof(ss_table_config, ps) + sizeof cfg->ps, sizeof *cfg);
+    if (st != SS_OK)
+        return st;
     ss_table_config_init(out, cfg->name, cfg->dim);
     memcpy(out, cfg, cfg->struct_size);
     return SS_OK;
