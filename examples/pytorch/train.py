@@ -60,7 +60,7 @@ def load(args, rank, world):
     return (xd[rank::world], xc[rank::world], y[rank::world]), test, train_ctr
 
 
-def worker(rank, world, args, port, results):
+def worker(rank, world, args, master, results):
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)  # the same initial model in every process
     (xd, xc, y), (td, tc, ty), train_ctr = load(args, rank, world)
@@ -69,7 +69,7 @@ def worker(rank, world, args, port, results):
     trainer = table = averager = None
     if args.mode in ("ddp", "localsgd"):
         import torch.distributed as dist
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank,
                                 world_size=world)
         if args.mode == "ddp":
             model = torch.nn.parallel.DistributedDataParallel(model)
@@ -85,9 +85,9 @@ def worker(rank, world, args, port, results):
         if args.agent:
             settings["agent"] = args.agent
         trainer = shadowsync.Trainer(ps=args.ps, **settings)
-        shadowsync.pytorch.share_module(trainer, model, "dlrm")  # before the optimizer
+        shadowsync.pytorch.share_module(trainer, model, args.name)  # before the optimizer
         if tables:
-            table = trainer.table("dlrm_emb", args.dim, mode=args.emb, ps=args.ps,
+            table = trainer.table(args.name + ".emb", args.dim, mode=args.emb, ps=args.ps,
                                   optimizer="adagrad", lr=args.emb_lr, init_scale=0.05)
     inner = model.module if args.mode == "ddp" else model
     emb_params = [inner.emb.weight] if inner.emb is not None else []
@@ -202,17 +202,35 @@ def main():
     ap.add_argument("--table-rows", type=int, default=4096, help="rows per field's table")
     ap.add_argument("--dim", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rank", type=int, help="run only this rank in this process (the other "
+                    "ranks run elsewhere, e.g. other hosts); prints its own JSON line")
+    ap.add_argument("--master", help="with --rank: rank 0's host:port for torch.distributed")
+    ap.add_argument("--name", default="dlrm",
+                    help="shadowsync: the dense group's name (the table's: NAME.emb); runs that "
+                         "share a PS need names of their own")
     args = ap.parse_args()
     if not args.test and not args.test_rows_from_end:
         ap.error("give --test or --test-rows-from-end")
+    if args.rank is not None:  # one rank of a run spread over hosts
+        if args.mode in ("ddp", "localsgd") and not args.master:
+            ap.error("--rank with --mode ddp|localsgd needs --master host:port")
+        if args.mode == "shadowsync" and not args.ps and not args.agent:
+            ap.error("--rank with --mode shadowsync needs --ps or --agent")
+
+        class Out:
+            def put(self, r):
+                print(json.dumps(r), flush=True)
+        worker(args.rank, args.procs, args, args.master, Out())
+        return
     ps_proc = ps_log = None
     if args.mode == "shadowsync" and not args.ps and not args.agent:
         ps_proc, ps_log, args.ps = start_ps()
     try:
         ctx = torch.multiprocessing.get_context("spawn")
         results = ctx.SimpleQueue()
-        torch.multiprocessing.spawn(worker, args=(args.procs, args, free_port(), results),
-                                    nprocs=args.procs)
+        torch.multiprocessing.spawn(
+            worker, args=(args.procs, args, f"127.0.0.1:{free_port()}", results),
+            nprocs=args.procs)
         rs = [results.get() for _ in range(args.procs)]
     finally:
         if ps_proc:
