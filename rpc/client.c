@@ -75,6 +75,17 @@ void ss__rpc_channel_destroy(ss__rpc_channel *ch) {
     grpc_shutdown();
 }
 
+/* The server's text of the last call of this thread that it refused. */
+static _Thread_local char last_failure[160];
+
+const char *ss__rpc_last_failure(void) {
+    return last_failure;
+}
+
+void ss__rpc_clear_failure(void) {
+    last_failure[0] = '\0';
+}
+
 static ss_status from_grpc(grpc_status_code code, const char *details) {
     /* Our servers name the exact ss_status: "ss=<name>: text". */
     if (details && strncmp(details, "ss=", 3) == 0) {
@@ -198,8 +209,10 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
     if (rq->status == SS_OK) {
         char *text = grpc_slice_to_c_string(cs->details);
         rq->status = from_grpc(cs->code, text);
-        if (rq->status != SS_OK)
+        if (rq->status != SS_OK) {
             snprintf(rq->msg, sizeof rq->msg, "%s", text);
+            snprintf(last_failure, sizeof last_failure, "%s", text);
+        }
         gpr_free(text);
     }
     if (rq->status == SS_OK) {

@@ -101,6 +101,12 @@ void ss__rpc_channel_destroy(ss__rpc_channel *ch);
  * holds the reply. Otherwise the server's or the transport's error, with
  * its text in msg when given. wait_for_ready: wait for the server to come
  * up until the deadline instead of failing fast. */
+/* What the server said when it last refused a call made from this thread
+ * ("" when none since ss__rpc_clear_failure): for a caller's error
+ * message. Calls completed on another thread set that thread's. */
+const char *ss__rpc_last_failure(void);
+void ss__rpc_clear_failure(void);
+
 ss_status ss__rpc_call(ss__rpc_channel *ch, const char *method, const uint8_t *req, size_t len,
                        uint32_t timeout_ms, bool wait_for_ready, uint8_t **resp, size_t *resp_len,
                        char *msg, size_t msglen);

@@ -254,15 +254,45 @@ START_TEST(test_trainer_metrics_text) {
 }
 END_TEST
 
+/* A PS that refuses: the trainer is told what the PS said. */
+START_TEST(test_ps_refusal_is_said) {
+    char ps[64], log[300], tok[300];
+    snprintf(log, sizeof log, "%s/ps-tok.log", tmpdir);
+    snprintf(tok, sizeof tok, "%s/token", tmpdir);
+    FILE *f = fopen(tok, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("0123456789abcdef0123456789abcdef\n", f);
+    fclose(f);
+    char *extra[] = {"--http", "", "--auth-token-file", tok, NULL};
+    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.ps = ps;
+    c.mode = SS_SYNC_FOREGROUND;
+    c.timeout_ms = 3000;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK); /* connects lazily */
+    ss_dense *g;
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_ERR_PERMISSION);
+    said("group w: joining the PS", "the PS said:");
+    said("SHADOWSYNC_AUTH_TOKEN_FILE", NULL);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    int rc = ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
-                             test_environment_names_the_variable,
-                             test_open_says_which_setting_is_wrong, test_trainer_metrics_text);
+    int rc =
+        ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
+                        test_environment_names_the_variable, test_open_says_which_setting_is_wrong,
+                        test_trainer_metrics_text, test_ps_refusal_is_said);
     proc_remove_tree(tmpdir);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include "rpc/agent_client.h"
 #include "rpc/agent_wire.h"
 #include "rpc/grpc_transport.h"
+#include "rpc/rpc.h"
 #include "shadow/engine.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/hooks_internal.h"
@@ -261,6 +262,16 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
     return ss__err_end(trainer_open(cfg, out));
 }
 
+/* A failure of a call to the PS (a join, a foreground round, the final
+ * rounds), with what the PS said when it refused one. */
+static ss_status rounds_failed(ss_status st, const char *what) {
+    const char *said = ss__rpc_last_failure();
+    if (st != SS_OK)
+        ss__err_set(st, "%s: %s%s%s", what, ss_strerror(st), said[0] ? "; the PS said: " : "",
+                    said);
+    return st;
+}
+
 static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
                            ss_dense **out) {
     if (!t || !out)
@@ -302,8 +313,15 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const floa
     if (st == SS_OK && k == MAX_GROUPS)
         st = ss__err_set(SS_ERR_TOO_LARGE, "group %s: a trainer holds at most %d groups", name,
                          MAX_GROUPS);
-    if (st == SS_OK && t->engine)
-        st = ss__engine_add_group(t->engine, name, g->replica, &t->params, &g->group);
+    if (st == SS_OK && t->engine) {
+        ss__rpc_clear_failure();
+        if ((st = ss__engine_add_group(t->engine, name, g->replica, &t->params, &g->group)) !=
+            SS_OK) {
+            char what[96];
+            snprintf(what, sizeof what, "group %s: joining the PS", name);
+            rounds_failed(st, what);
+        }
+    }
     if (st == SS_OK && t->agent_client) {
         ss__agent_group_spec spec = {.name = name,
                                      .fd = g->shm.fd,
@@ -405,8 +423,10 @@ ss_status ss_trainer_step(ss_trainer *t) {
     for (size_t i = 0; i < k; i++)
         ss__replica_tick(t->groups[i]->replica, 1);
     uint64_t step = atomic_fetch_add_explicit(&t->steps, 1, memory_order_relaxed) + 1;
-    if (t->cfg.mode == SS_SYNC_FOREGROUND && t->engine && step % t->cfg.sync_every == 0)
-        return ss__err_end(round_all(t));
+    if (t->cfg.mode == SS_SYNC_FOREGROUND && t->engine && step % t->cfg.sync_every == 0) {
+        ss__rpc_clear_failure();
+        return ss__err_end(rounds_failed(round_all(t), "foreground round"));
+    }
     return SS_OK;
 }
 
@@ -494,14 +514,16 @@ static ss_status trainer_finish(ss_trainer *t) {
 
 ss_status ss_trainer_finish(ss_trainer *t) {
     ss__err_begin();
-    return ss__err_end(trainer_finish(t));
+    ss__rpc_clear_failure();
+    return ss__err_end(rounds_failed(trainer_finish(t), "final rounds"));
 }
 
 ss_status ss_trainer_close(ss_trainer *t) {
     ss__err_begin();
     if (!t)
         return ss__err_end(SS_ERR_INVALID_ARGUMENT);
-    ss_status st = trainer_finish(t);
+    ss__rpc_clear_failure();
+    ss_status st = rounds_failed(trainer_finish(t), "final rounds");
     trainer_free(t);
     return ss__err_end(st);
 }
