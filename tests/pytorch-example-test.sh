@@ -10,6 +10,9 @@ build=$1
 src=$2
 export PYTHONPATH="$src/python" SHADOWSYNC_LIBRARY="$build/trainer-hooks/libshadowsync.so"
 export SHADOWSYNC_PS_BIN="$build/bin/shadowsync-ps"
+tmp=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 for mode in "--mode shadowsync --algo easgd" "--mode localsgd"; do
   # shellcheck disable=SC2086
   out=$(timeout 240 /usr/bin/python3 "$src/examples/pytorch/train.py" $mode --procs 4 \
@@ -23,4 +26,21 @@ assert r["examples"] == 3000, r  # 4000 rows, the last 1000 held out, each train
 assert 0 < r["ne"] < 1.0 and r["auc"] > 0.6, r
 PY
 done
-echo "pytorch example: 4 processes trained and learned with ShadowSync and with the PyTorch peer"
+# One rank per process as on separate hosts (--rank/--master, what
+# bench/pytorch-peers-emu.sh runs in namespaces): DDP with 2 ranks here.
+port=$((29500 + RANDOM % 1000))
+for r in 0 1; do
+  timeout 240 /usr/bin/python3 "$src/examples/pytorch/train.py" --mode ddp --procs 2 --rank "$r" \
+    --master "127.0.0.1:$port" --train "$src/data/criteo-kaggle-head-8000.tsv" --max-rows 2000 \
+    --test-rows-from-end 500 >"$tmp/rank$r.json" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+/usr/bin/python3 - "$tmp/rank0.json" "$tmp/rank1.json" <<'PY'
+import json, sys
+r0, r1 = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
+assert r0["rank"] == 0 and r1["rank"] == 1, (r0, r1)
+assert r0["examples"] + r1["examples"] == 1500, (r0, r1)  # each its half, once
+assert 0 < r0["ne"] < 1.1, r0
+PY
+echo "pytorch example: 4 processes trained and learned with ShadowSync and with the PyTorch peer; 2 ranks started one by one ran DDP"
