@@ -11,8 +11,8 @@ src=$2
 export PYTHONPATH="$src/python" SHADOWSYNC_LIBRARY="$build/trainer-hooks/libshadowsync.so"
 export SHADOWSYNC_PS_BIN="$build/bin/shadowsync-ps"
 tmp=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+pids=() daemons=()
+trap 'kill "${pids[@]}" "${daemons[@]}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 for mode in "--mode shadowsync --algo easgd" "--mode localsgd"; do
   # shellcheck disable=SC2086
   out=$(timeout 240 /usr/bin/python3 "$src/examples/pytorch/train.py" $mode --procs 4 \
@@ -26,6 +26,27 @@ assert r["examples"] == 3000, r  # 4000 rows, the last 1000 held out, each train
 assert 0 < r["ne"] < 1.0 and r["auc"] > 0.6, r
 PY
 done
+# Through the host's agent: the trainers hand their dense groups over the
+# unix socket (shared memory) and the agent syncs them with the PS; the
+# table rows go to the PS directly.
+"$build/bin/shadowsync-ps" --listen 127.0.0.1:0 --http "" >"$tmp/ps.log" 2>&1 &
+daemons+=($!)
+for _ in $(seq 100); do grep -q "listening on" "$tmp/ps.log" && break; sleep 0.1; done
+ps_addr=$(grep -o 'listening on [0-9.:]*' "$tmp/ps.log" | awk '{print $3}')
+SHADOWSYNC_LOG_LEVEL=info "$build/bin/shadowsync-agent" --ps "$ps_addr" --socket "$tmp/agent.sock" --http "" >"$tmp/agent.log" 2>&1 &
+daemons+=($!)
+for _ in $(seq 100); do grep -q "listening on" "$tmp/agent.log" && break; sleep 0.1; done
+out=$(timeout 240 /usr/bin/python3 "$src/examples/pytorch/train.py" --mode shadowsync --procs 4 \
+  --agent "$tmp/agent.sock" --ps "$ps_addr" --train "$src/data/criteo-kaggle-head-8000.tsv" \
+  --max-rows 4000 --test-rows-from-end 1000)
+echo "$out"
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1].strip().splitlines()[-1])
+assert r["procs"] == 4 and r["examples"] == 3000 and 0 < r["ne"] < 1.0, r
+PY
+grep -q "trainer=py3" "$tmp/agent.log" || { echo "the agent never saw trainer py3" >&2; cat "$tmp/agent.log" >&2; exit 1; }
+
 # One rank per process as on separate hosts (--rank/--master, what
 # bench/pytorch-peers-emu.sh runs in namespaces): DDP with 2 ranks here.
 port=$((29500 + RANDOM % 1000))
@@ -43,4 +64,4 @@ assert r0["rank"] == 0 and r1["rank"] == 1, (r0, r1)
 assert r0["examples"] + r1["examples"] == 1500, (r0, r1)  # each its half, once
 assert 0 < r0["ne"] < 1.1, r0
 PY
-echo "pytorch example: 4 processes trained and learned with ShadowSync and with the PyTorch peer; 2 ranks started one by one ran DDP"
+echo "pytorch example: 4 processes trained and learned with ShadowSync (in-process pools, then through the agent) and with the PyTorch peer; 2 ranks started one by one ran DDP"
