@@ -29,6 +29,9 @@ import zlib
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The PyTorch example's model, reader hashing and AUC: one copy of each.
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+from dlrm import DLRM, auc  # noqa: E402
 NUM_DENSE, NUM_CAT = 13, 26
 
 
@@ -71,22 +74,6 @@ def logloss(p, y):
 
 def entropy(ctr):
     return -(ctr * math.log(ctr) + (1 - ctr) * math.log(1 - ctr))
-
-
-def auc(p, y):
-    order = np.argsort(p, kind="mergesort")
-    ps, ys = p[order], y[order]
-    ranks = np.empty(len(p))
-    i = 0
-    while i < len(p):  # ties share their mean rank
-        j = i
-        while j + 1 < len(p) and ps[j + 1] == ps[i]:
-            j += 1
-        ranks[i:j + 1] = (i + j) / 2 + 1
-        i = j + 1
-    npos = ys.sum()
-    nneg = len(ys) - npos
-    return (ranks[ys == 1].sum() - npos * (npos + 1) / 2) / (npos * nneg)
 
 
 def scores(p, y, train_ctr):
@@ -161,29 +148,12 @@ def dlrm_pytorch(train_rows, test_rows, val_fraction, seed, table_rows=32768, di
                 idx[i, j] = 0 if v == "" else 1 + zlib.crc32(f"{j}:{v}".encode()) % (table_rows - 1)
         return torch.from_numpy(idx + np.arange(NUM_CAT) * table_rows)
 
-    class DLRM(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(NUM_CAT * table_rows, dim)
-            torch.nn.init.uniform_(self.emb.weight, -0.05, 0.05)
-            self.bot = torch.nn.Sequential(torch.nn.Linear(NUM_DENSE, bottom), torch.nn.ReLU(),
-                                           torch.nn.Linear(bottom, dim), torch.nn.ReLU())
-            n = NUM_CAT + 1
-            self.iu = torch.triu_indices(n, n, 1)
-            self.top = torch.nn.Sequential(torch.nn.Linear(dim + n * (n - 1) // 2, top),
-                                           torch.nn.ReLU(), torch.nn.Linear(top, 1))
-
-        def forward(self, xd, xc):
-            b = self.bot(xd)
-            v = torch.cat([b.unsqueeze(1), self.emb(xc)], 1)
-            z = torch.bmm(v, v.transpose(1, 2))[:, self.iu[0], self.iu[1]]
-            return self.top(torch.cat([b, z], 1)).squeeze(1)
-
     nval = int(len(train_rows) * val_fraction)
     fit, val = train_rows[:-nval], train_rows[-nval:]
     xd, xc, y = torch.from_numpy(dense_of(fit)), cats(fit), torch.from_numpy(labels_of(fit))
     vd, vc, vy = torch.from_numpy(dense_of(val)), cats(val), labels_of(val)
-    model = DLRM()
+    # dense embeddings and one Adam over everything, as a plain PyTorch DLRM
+    model = DLRM(table_rows, dim, bottom, top, sparse=False)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     lossf = torch.nn.BCEWithLogitsLoss()
     best, best_state, bad = None, None, 0

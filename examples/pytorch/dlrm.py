@@ -37,14 +37,14 @@ def read_criteo(path, table_rows, max_rows=0):
 
 
 class DLRM(torch.nn.Module):
-    def __init__(self, table_rows=4096, dim=8, bottom=32, top=64, embeddings=True):
+    def __init__(self, table_rows=4096, dim=8, bottom=32, top=64, embeddings=True, sparse=True):
         super().__init__()
         self.dim = dim
         self.emb = None
         if embeddings:
             # sparse: a step touches only the batch's rows (SparseAdam), as a
             # PyTorch CTR trainer would, not all 26 x table_rows of them
-            self.emb = torch.nn.Embedding(NUM_CAT * table_rows, dim, sparse=True)
+            self.emb = torch.nn.Embedding(NUM_CAT * table_rows, dim, sparse=sparse)
             torch.nn.init.uniform_(self.emb.weight, -0.05, 0.05)
         self.bottom = torch.nn.Sequential(torch.nn.Linear(NUM_DENSE, bottom), torch.nn.ReLU(),
                                           torch.nn.Linear(bottom, dim), torch.nn.ReLU())
@@ -62,12 +62,10 @@ class DLRM(torch.nn.Module):
         return self.top(torch.cat([b, z], 1)).squeeze(1)
 
 
-def scores(p, y, train_ctr):
-    """NE (by the training set's CTR, He et al. 2014) and AUC."""
-    p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
+def auc(p, y):
+    """Area under the ROC curve, tied scores counted half (mean ranks)."""
+    p = np.asarray(p, np.float64)
     y = np.asarray(y, np.float64)
-    ll = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
-    h = -(train_ctr * math.log(train_ctr) + (1 - train_ctr) * math.log(1 - train_ctr))
     order = np.argsort(p, kind="mergesort")
     ranks = np.empty(len(p))
     ranks[order] = np.arange(1, len(p) + 1)
@@ -76,5 +74,13 @@ def scores(p, y, train_ctr):
     sums = np.bincount(inv, weights=ranks)
     ranks = sums[inv] / counts[inv]
     npos = y.sum()
-    auc = (ranks[y == 1].sum() - npos * (npos + 1) / 2) / (npos * (len(y) - npos))
-    return {"ne": ll / h, "auc": auc, "logloss": ll}
+    return (ranks[y == 1].sum() - npos * (npos + 1) / 2) / (npos * (len(y) - npos))
+
+
+def scores(p, y, train_ctr):
+    """NE (by the training set's CTR, He et al. 2014) and AUC."""
+    p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
+    y = np.asarray(y, np.float64)
+    ll = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+    h = -(train_ctr * math.log(train_ctr) + (1 - train_ctr) * math.log(1 - train_ctr))
+    return {"ne": ll / h, "auc": auc(p, y), "logloss": ll}
