@@ -88,10 +88,7 @@ static int load_data(const char *train_path, size_t max_rows, const char *test_p
         ss__ctr_dataset_free(train);
         return 1;
     }
-    double pos = 0.0;
-    for (size_t i = 0; i < train->nrows; i++)
-        pos += train->rows[i].label > 0.5f;
-    *base_ctr = train->nrows ? pos / (double)train->nrows : 0.0;
+    *base_ctr = ss__ctr_dataset_ctr(train);
     if (train->nrows > 0 && (*base_ctr <= 0.0 || *base_ctr >= 1.0)) {
         fprintf(stderr,
                 "ctr-train: every training row of %s has label %d: a click model needs both "

@@ -264,7 +264,7 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
 
 /* A failure of a call to the PS (a join, a foreground round, the final
  * rounds), with what the PS said when it refused one. */
-static ss_status rounds_failed(ss_status st, const char *what) {
+static ss_status ps_call_failed(ss_status st, const char *what) {
     const char *said = ss__rpc_last_failure();
     if (st != SS_OK)
         ss__err_set(st, "%s: %s%s%s", what, ss_strerror(st), said[0] ? "; the PS said: " : "",
@@ -319,7 +319,7 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const floa
             SS_OK) {
             char what[96];
             snprintf(what, sizeof what, "group %s: joining the PS", name);
-            rounds_failed(st, what);
+            ps_call_failed(st, what);
         }
     }
     if (st == SS_OK && t->agent_client) {
@@ -425,7 +425,7 @@ ss_status ss_trainer_step(ss_trainer *t) {
     uint64_t step = atomic_fetch_add_explicit(&t->steps, 1, memory_order_relaxed) + 1;
     if (t->cfg.mode == SS_SYNC_FOREGROUND && t->engine && step % t->cfg.sync_every == 0) {
         ss__rpc_clear_failure();
-        return ss__err_end(rounds_failed(round_all(t), "foreground round"));
+        return ss__err_end(ps_call_failed(round_all(t), "foreground round"));
     }
     return SS_OK;
 }
@@ -515,7 +515,7 @@ static ss_status trainer_finish(ss_trainer *t) {
 ss_status ss_trainer_finish(ss_trainer *t) {
     ss__err_begin();
     ss__rpc_clear_failure();
-    return ss__err_end(rounds_failed(trainer_finish(t), "final rounds"));
+    return ss__err_end(ps_call_failed(trainer_finish(t), "final rounds"));
 }
 
 ss_status ss_trainer_close(ss_trainer *t) {
@@ -523,7 +523,7 @@ ss_status ss_trainer_close(ss_trainer *t) {
     if (!t)
         return ss__err_end(SS_ERR_INVALID_ARGUMENT);
     ss__rpc_clear_failure();
-    ss_status st = rounds_failed(trainer_finish(t), "final rounds");
+    ss_status st = ps_call_failed(trainer_finish(t), "final rounds");
     trainer_free(t);
     return ss__err_end(st);
 }

@@ -163,6 +163,13 @@ ss_status ss__ctr_dataset_load(const char *path, size_t max_rows, ss__ctr_datase
     return SS_OK;
 }
 
+double ss__ctr_dataset_ctr(const ss__ctr_dataset *ds) {
+    double pos = 0.0;
+    for (size_t i = 0; i < ds->nrows; i++)
+        pos += ds->rows[i].label > 0.5f;
+    return ds->nrows ? pos / (double)ds->nrows : 0.0;
+}
+
 void ss__ctr_dataset_free(ss__ctr_dataset *ds) {
     if (!ds)
         return;

@@ -37,4 +37,7 @@ typedef struct ss__ctr_dataset {
 ss_status ss__ctr_dataset_load(const char *path, size_t max_rows, ss__ctr_dataset *out);
 void ss__ctr_dataset_free(ss__ctr_dataset *ds);
 
+/* The click rate: the share of rows labelled 1 (0 for no rows). */
+double ss__ctr_dataset_ctr(const ss__ctr_dataset *ds);
+
 #endif

@@ -19,6 +19,10 @@ ss_status ss__ctr_logloss(const float *pred, const float *label, size_t n, doubl
     return SS_OK;
 }
 
+static double entropy(double ctr) {
+    return -(ctr * log(ctr) + (1.0 - ctr) * log(1.0 - ctr));
+}
+
 ss_status ss__ctr_ne(const float *pred, const float *label, size_t n, double *out) {
     if (!pred || !label || n == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
@@ -28,12 +32,11 @@ ss_status ss__ctr_ne(const float *pred, const float *label, size_t n, double *ou
     double ctr = pos / (double)n;
     if (ctr <= 0.0 || ctr >= 1.0)
         return SS_ERR_INVALID_ARGUMENT;
-    double entropy = -(ctr * log(ctr) + (1.0 - ctr) * log(1.0 - ctr));
     double ll;
     ss_status st = ss__ctr_logloss(pred, label, n, &ll);
     if (st != SS_OK)
         return st;
-    *out = ll / entropy;
+    *out = ll / entropy(ctr);
     return SS_OK;
 }
 
@@ -80,10 +83,6 @@ ss_status ss__ctr_auc(const float *pred, const float *label, size_t n, double *o
         return SS_ERR_INVALID_ARGUMENT;
     *out = (rank_sum - npos * (npos + 1.0) / 2.0) / (npos * nneg);
     return SS_OK;
-}
-
-static double entropy(double ctr) {
-    return -(ctr * log(ctr) + (1.0 - ctr) * log(1.0 - ctr));
 }
 
 ss_status ss__ctr_score(const float *pred, const float *label, size_t n, double train_ctr,

@@ -769,15 +769,6 @@ static void run_destroy(run *r) {
     free(r);
 }
 
-/* The training rows' click rate (NE's normalizer, and the output bias's
- * start unless cfg->base_ctr says otherwise). */
-static double click_rate(const ss__ctr_dataset *d) {
-    double pos = 0.0;
-    for (size_t i = 0; i < d->nrows; i++)
-        pos += d->rows[i].label > 0.5f;
-    return d->nrows ? pos / (double)d->nrows : 0.0;
-}
-
 ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_dataset *train,
                             const ss__ctr_dataset *val, const ss__ctr_dataset *test,
                             ss__ctr_train_result *res) {
@@ -794,7 +785,8 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
     r->train = train;
     r->val = val;
     r->test = test;
-    r->train_ctr = click_rate(train);
+    /* NE's normalizer, and the output bias's start unless cfg says */
+    r->train_ctr = ss__ctr_dataset_ctr(train);
     r->base_ctr = cfg->base_ctr > 0.0 ? cfg->base_ctr : r->train_ctr;
     /* In-process sync through the engines here; process mode syncs inside
      * the hooks. */
