@@ -188,7 +188,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     int64_t bottom = cfg.model.bottom_hidden, top = cfg.model.top_hidden;
     double emb_init_scale = 0.05;
     int64_t deadline_ms = cfg.round_deadline_ms, interval_us = (int64_t)cfg.round_interval_us;
-    int64_t min_gap = (int64_t)cfg.min_round_gap;
+    const char *min_gap_flag = "auto";
     int64_t final_rounds = cfg.final_rounds, max_rows = 0, max_test_rows = 0;
     double alpha = cfg.params.alpha, eta = cfg.params.bmuf.eta, zeta = cfg.params.bmuf.zeta;
     int64_t link_latency_us = 0;
@@ -257,9 +257,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "emulate a network: one-way latency added to every sync exchange", NULL, 0, 1e7},
         {"link-gbps", SS_FLAG_DOUBLE, &link_gbps,
          "emulate a network: bandwidth of every sync exchange (0 = memory speed)", NULL, 0, 1e4},
-        {"min-round-gap", SS_FLAG_INT, &min_gap,
-         "a background round waits until the replica ran this many steps (0 = back to back)", NULL,
-         0, 1e9},
+        {"min-round-gap", SS_FLAG_STRING, &min_gap_flag,
+         "a background round waits until the replica ran this many steps (0 = back to back; "
+         "auto: 1 for in-process trainers, whose rounds cost microseconds, so that a few "
+         "thousand rows still see fresh averages; the library's 4 through a PS or an agent)",
+         NULL, 0, 0},
         {"final-rounds", SS_FLAG_INT, &final_rounds, "rounds per trainer after training", NULL, 0,
          1e6},
         {"final-model", SS_FLAG_STRING, &final_model,
@@ -333,6 +335,19 @@ static int parse_options(int argc, char **argv, run_options *o) {
     if (!train_path || !test_path) {
         fprintf(stderr, "ctr-train: --train and --test are required (see --help)\n");
         return 2;
+    }
+    int64_t min_gap = *ps || *agent ? (int64_t)cfg.min_round_gap : 1;
+    if (strcmp(min_gap_flag, "auto") != 0) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(min_gap_flag, &end, 10);
+        if (errno || end == min_gap_flag || *end || v < 0 || v > 1000000000) {
+            fprintf(stderr,
+                    "ctr-train: --min-round-gap \"%s\": not auto or a step count in [0, 1e9]\n",
+                    min_gap_flag);
+            return 2;
+        }
+        min_gap = v;
     }
     if (!strcmp(sync, "auto")) /* one in-process trainer has nothing to sync with */
         sync = trainers == 1 && !*ps && !*agent ? "none" : "shadow";
