@@ -37,7 +37,7 @@ for rep in $(seq "$REPS"); do
     fi
     case $m in
       none) args+=(--sync none) ;;
-      shadow) args+=(--sync shadow) ;; # default --min-round-gap 4
+      shadow) args+=(--sync shadow --min-round-gap 4) ;; # the library default
       shadow-gap1) args+=(--sync shadow --min-round-gap 1) ;;
       foreground-*) args+=(--sync foreground --sync-every "${m#foreground-}") ;;
     esac
