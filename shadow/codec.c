@@ -1,0 +1,330 @@
+/* Encodings of bulk floats and the mirrors of compressed sync (codec.h).
+ * Both sides of a mirror must compute bit-identical floats from the same
+ * bytes, so this file is built with -ffp-contract=off (no fused
+ * multiply-adds that one build would use and another not). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadow/codec.h"
+
+static const char *const enc_names[SS_ENC_COUNT] = {"f32", "fp16", "bf16", "int8"};
+
+const char *ss__encoding_name(ss__encoding e) {
+    return (unsigned)e < SS_ENC_COUNT ? enc_names[e] : NULL;
+}
+
+bool ss__encoding_parse(const char *s, ss__encoding *out) {
+    if (!s)
+        return false;
+    for (int i = 0; i < SS_ENC_COUNT; i++)
+        if (!strcmp(s, enc_names[i])) {
+            *out = (ss__encoding)i;
+            return true;
+        }
+    if (!strcmp(s, "float32") || !strcmp(s, "none")) {
+        *out = SS_ENC_F32;
+        return true;
+    }
+    return false;
+}
+
+size_t ss__codec_size(ss__encoding e, size_t n) {
+    switch (e) {
+    case SS_ENC_F32:
+        return n * 4;
+    case SS_ENC_FP16:
+    case SS_ENC_BF16:
+        return n * 2;
+    case SS_ENC_INT8:
+        return n + 8 * ((n + SS_CODEC_INT8_BLOCK - 1) / SS_CODEC_INT8_BLOCK);
+    }
+    return 0;
+}
+
+/* ---- scalar conversions ---- */
+
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float float_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define HALF_MAX 65504.0f
+
+/* IEEE binary16, round to nearest even; beyond the range it saturates
+ * (the mirror keeps the rest for the next upload). */
+static uint16_t to_half(float f) {
+    if (f > HALF_MAX)
+        f = HALF_MAX;
+    else if (f < -HALF_MAX)
+        f = -HALF_MAX;
+    uint32_t u = bits_of(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a < 0x38800000u) { /* below the smallest normal half: subnormal or 0 */
+        /* A subnormal half is a multiple of 2^-24: round a * 2^24. */
+        float v = float_of(a) * 16777216.0f;
+        uint32_t q = (uint32_t)lrintf(v); /* the default mode: nearest even */
+        return (uint16_t)(sign | q);
+    }
+    /* Rebias the exponent (127 -> 15) and round 23 mantissa bits to 10. */
+    uint32_t r = a - 0x38000000u;
+    r += 0x0fffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+static float from_half(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) /* zero or subnormal: m * 2^-24 */
+        return float_of(sign | bits_of((float)m * (1.0f / 16777216.0f)));
+    return float_of(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+static uint16_t to_bf16(float f) {
+    const float bf_max = float_of(0x7f7f0000u);
+    if (f > bf_max)
+        f = bf_max;
+    else if (f < -bf_max)
+        f = -bf_max;
+    uint32_t u = bits_of(f);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t b) {
+    return float_of((uint32_t)b << 16);
+}
+
+static void put_u16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static uint16_t get_u16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static void put_f32(uint8_t *p, float f) {
+    uint32_t u = bits_of(f);
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(u >> (8 * i));
+}
+
+static float get_f32(const uint8_t *p) {
+    return float_of((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                    (uint32_t)p[3] << 24);
+}
+
+/* The step of an int8 block, computed the same way by both sides. */
+static float int8_step(float lo, float hi) {
+    return (hi - lo) / 255.0f;
+}
+
+/* ---- whole arrays ---- */
+
+void ss__codec_encode(ss__encoding e, const float *in, size_t n, uint8_t *out) {
+    switch (e) {
+    case SS_ENC_F32:
+        for (size_t i = 0; i < n; i++)
+            put_f32(out + 4 * i, in[i]);
+        return;
+    case SS_ENC_FP16:
+        for (size_t i = 0; i < n; i++)
+            put_u16(out + 2 * i, to_half(in[i]));
+        return;
+    case SS_ENC_BF16:
+        for (size_t i = 0; i < n; i++)
+            put_u16(out + 2 * i, to_bf16(in[i]));
+        return;
+    case SS_ENC_INT8:
+        for (size_t b = 0; b < n; b += SS_CODEC_INT8_BLOCK) {
+            size_t k = n - b < SS_CODEC_INT8_BLOCK ? n - b : SS_CODEC_INT8_BLOCK;
+            float lo = in[b], hi = in[b];
+            for (size_t i = 1; i < k; i++) {
+                lo = in[b + i] < lo ? in[b + i] : lo;
+                hi = in[b + i] > hi ? in[b + i] : hi;
+            }
+            put_f32(out, lo);
+            put_f32(out + 4, hi);
+            out += 8;
+            float step = int8_step(lo, hi);
+            for (size_t i = 0; i < k; i++) {
+                long q = step > 0 ? lrintf((in[b + i] - lo) / step) : 0;
+                out[i] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+            }
+            out += k;
+        }
+        return;
+    }
+}
+
+ss_status ss__codec_decode(ss__encoding e, const uint8_t *in, size_t len, size_t n, float *out) {
+    if ((unsigned)e >= SS_ENC_COUNT || len != ss__codec_size(e, n))
+        return SS_ERR_INVALID_ARGUMENT;
+    switch (e) {
+    case SS_ENC_F32:
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(out[i] = get_f32(in + 4 * i)))
+                return SS_ERR_INVALID_ARGUMENT;
+        return SS_OK;
+    case SS_ENC_FP16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = get_u16(in + 2 * i);
+            if ((h & 0x7c00u) == 0x7c00u) /* Inf or NaN */
+                return SS_ERR_INVALID_ARGUMENT;
+            out[i] = from_half(h);
+        }
+        return SS_OK;
+    case SS_ENC_BF16:
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(out[i] = from_bf16(get_u16(in + 2 * i))))
+                return SS_ERR_INVALID_ARGUMENT;
+        return SS_OK;
+    case SS_ENC_INT8:
+        for (size_t b = 0; b < n; b += SS_CODEC_INT8_BLOCK) {
+            size_t k = n - b < SS_CODEC_INT8_BLOCK ? n - b : SS_CODEC_INT8_BLOCK;
+            float lo = get_f32(in), hi = get_f32(in + 4);
+            if (!isfinite(lo) || !isfinite(hi) || lo > hi || !isfinite(hi - lo))
+                return SS_ERR_INVALID_ARGUMENT;
+            in += 8;
+            float step = int8_step(lo, hi);
+            for (size_t i = 0; i < k; i++)
+                out[b + i] = lo + (float)in[i] * step;
+            in += k;
+        }
+        return SS_OK;
+    }
+    return SS_ERR_INVALID_ARGUMENT;
+}
+
+/* ---- mirrors ---- */
+
+ss_status ss__codec_mirror_init(ss__codec_mirror *cm, ss__encoding e, size_t n) {
+    memset(cm, 0, sizeof *cm);
+    if ((unsigned)e >= SS_ENC_COUNT || n == 0 || n > SIZE_MAX / 8)
+        return SS_ERR_INVALID_ARGUMENT;
+    cm->m = calloc(2 * n, sizeof(float));
+    if (!cm->m)
+        return SS_ERR_NO_MEMORY;
+    cm->tmp = cm->m + n;
+    cm->enc = e;
+    cm->n = n;
+    return SS_OK;
+}
+
+void ss__codec_mirror_free(ss__codec_mirror *cm) {
+    if (cm) {
+        free(cm->m);
+        memset(cm, 0, sizeof *cm);
+    }
+}
+
+size_t ss__codec_upload_max(const ss__codec_mirror *cm) {
+    return ss__codec_size(SS_ENC_F32, cm->n);
+}
+
+/* The mirror += decode(bytes); the bytes were just encoded or checked. */
+static void mirror_add_decoded(ss__codec_mirror *cm, const uint8_t *bytes) {
+    (void)ss__codec_decode(cm->enc, bytes, ss__codec_size(cm->enc, cm->n), cm->n, cm->tmp);
+    for (size_t i = 0; i < cm->n; i++)
+        cm->m[i] += cm->tmp[i];
+}
+
+void ss__codec_member_upload(ss__codec_mirror *cm, const float *s, uint8_t *buf,
+                             ss__codec_upload *up) {
+    *up = (ss__codec_upload){.enc = cm->enc, .seq = cm->seq, .payload = buf};
+    if (!cm->valid) {
+        up->reset = true;
+        up->len = ss__codec_size(SS_ENC_F32, cm->n);
+        ss__codec_encode(SS_ENC_F32, s, cm->n, buf);
+        memcpy(cm->m, s, cm->n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < cm->n; i++)
+        cm->tmp[i] = s[i] - cm->m[i];
+    up->len = ss__codec_size(cm->enc, cm->n);
+    ss__codec_encode(cm->enc, cm->tmp, cm->n, buf);
+    mirror_add_decoded(cm, buf);
+}
+
+ss_status ss__codec_member_easgd_reply(ss__codec_mirror *cm, const uint8_t *reply, size_t len,
+                                       float *d) {
+    ss_status st = ss__codec_decode(cm->enc, reply, len, cm->n, d);
+    if (st != SS_OK) {
+        cm->valid = false;
+        return st;
+    }
+    for (size_t i = 0; i < cm->n; i++)
+        cm->m[i] -= d[i];
+    cm->seq++;
+    cm->valid = true;
+    return SS_OK;
+}
+
+ss_status ss__codec_member_round_reply(ss__codec_mirror *cm, const uint8_t *reply, size_t len,
+                                       float *out) {
+    ss_status st = ss__codec_decode(cm->enc, reply, len, cm->n, cm->tmp);
+    if (st != SS_OK) {
+        cm->valid = false;
+        return st;
+    }
+    for (size_t i = 0; i < cm->n; i++)
+        out[i] = cm->m[i] += cm->tmp[i];
+    cm->seq++;
+    cm->valid = true;
+    return SS_OK;
+}
+
+void ss__codec_member_invalidate(ss__codec_mirror *cm) {
+    cm->valid = false;
+}
+
+ss_status ss__codec_server_accept(ss__codec_mirror *cm, const ss__codec_upload *up) {
+    if (up->enc != cm->enc)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (up->reset) {
+        ss_status st = ss__codec_decode(SS_ENC_F32, up->payload, up->len, cm->n, cm->tmp);
+        if (st != SS_OK)
+            return st;
+        memcpy(cm->m, cm->tmp, cm->n * sizeof(float));
+        cm->seq = up->seq;
+        cm->valid = true;
+        return SS_OK;
+    }
+    if (!cm->valid || up->seq != cm->seq)
+        return SS_ERR_STATE;
+    ss_status st = ss__codec_decode(cm->enc, up->payload, up->len, cm->n, cm->tmp);
+    if (st != SS_OK)
+        return st;
+    for (size_t i = 0; i < cm->n; i++)
+        cm->m[i] += cm->tmp[i];
+    return SS_OK;
+}
+
+void ss__codec_server_easgd(ss__codec_mirror *cm, float *c, float alpha, uint8_t *reply) {
+    for (size_t i = 0; i < cm->n; i++)
+        cm->tmp[i] = alpha * (cm->m[i] - c[i]);
+    ss__codec_encode(cm->enc, cm->tmp, cm->n, reply);
+    (void)ss__codec_decode(cm->enc, reply, ss__codec_size(cm->enc, cm->n), cm->n, cm->tmp);
+    for (size_t i = 0; i < cm->n; i++) {
+        c[i] += cm->tmp[i];
+        cm->m[i] -= cm->tmp[i];
+    }
+    cm->seq++;
+}
+
+void ss__codec_server_round_reply(ss__codec_mirror *cm, const float *r, uint8_t *reply) {
+    for (size_t i = 0; i < cm->n; i++)
+        cm->tmp[i] = r[i] - cm->m[i];
+    ss__codec_encode(cm->enc, cm->tmp, cm->n, reply);
+    mirror_add_decoded(cm, reply);
+    cm->seq++;
+}
