@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "shadow/algorithms.h"
+#include "shadow/codec.h"
 #include "shadow/dense_checkpoint.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/kernels.h"
@@ -26,6 +27,12 @@ typedef struct member_slot {
     uint64_t id;
     uint64_t last_seen; /* ss__now_ns of its last call */
     bool contributed;   /* to the open round */
+    /* Compressed sync (shadow/codec.h): this side's mirror of the member's
+     * replica, from its first encoded call; for an in-process member of a
+     * transport with an encoding, also the member's own side and its
+     * message buffer (the calls go through the same bytes as on a wire). */
+    ss__codec_mirror *mirror, *member_side;
+    uint8_t *wire;
 } member_slot;
 
 typedef struct group {
@@ -69,6 +76,7 @@ typedef struct inproc {
     uint64_t link_latency_ns;
     double link_ns_per_byte; /* 0 = no bandwidth limit */
     ss__inproc_config limits;
+    ss__encoding encoding; /* of this process's own members' calls */
     size_t ngroups;        /* under lock */
     uint64_t total_floats; /* of all groups, under lock */
     _Atomic uint64_t refusals[SS_INPROC_LIMITS];
@@ -134,9 +142,21 @@ static group *find_group(inproc *ip, const char *name) {
     return g;
 }
 
+static void slot_free(member_slot *m) {
+    if (m->mirror)
+        ss__codec_mirror_free(m->mirror);
+    if (m->member_side)
+        ss__codec_mirror_free(m->member_side);
+    free(m->mirror);
+    free(m->member_side);
+    free(m->wire);
+}
+
 static void group_free(group *g) {
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);
+    for (size_t i = 0; i < g->nmembers; i++)
+        slot_free(&g->members[i]);
     free(g->name);
     free(g->members);
     free(g->central); /* and sum, result: one allocation */
@@ -265,6 +285,7 @@ static void close_round(group *g) {
 
 /* Caller holds g->lock. */
 static void remove_member(group *g, size_t i) {
+    slot_free(&g->members[i]);
     g->members[i] = g->members[--g->nmembers];
     /* The one removed may have been the last one the open round waited for. */
     if (g->contributors > 0 && g->readers_pending == 0 && g->contributors >= g->nmembers)
@@ -344,7 +365,7 @@ static ss_status check_call(group *g, uint64_t member, const float *s, size_t n)
  * (*st NOT_FOUND); otherwise the caller unlocks, whatever *st says. */
 static group *enter_bulk_call(inproc *ip, const char *name, uint64_t member, const float *s,
                               size_t n, ss_status *st) {
-    link_delay(ip, n * sizeof(float));
+    link_delay(ip, ss__codec_size(ip->encoding, n));
     group *g = find_group(ip, name);
     if (!g) {
         *st = SS_ERR_NOT_FOUND;
@@ -355,12 +376,135 @@ static group *enter_bulk_call(inproc *ip, const char *name, uint64_t member, con
     return g;
 }
 
+/* ---- compressed sync (shadow/codec.h) ---- */
+
+static inproc *inproc_of(ss__transport *t);
+
+/* The server side of an encoded upload: the member's mirror (made on its
+ * first encoded call, and again if its encoding changes) takes it. Caller
+ * holds g->lock; idx is the member's slot. */
+static ss_status accept_upload(group *g, size_t idx, const ss__codec_upload *up) {
+    member_slot *m = &g->members[idx];
+    if (up->enc == SS_ENC_F32 || !ss__encoding_name(up->enc))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (m->mirror && m->mirror->enc != up->enc) {
+        ss__codec_mirror_free(m->mirror);
+        free(m->mirror);
+        m->mirror = NULL;
+    }
+    if (!m->mirror) {
+        m->mirror = malloc(sizeof *m->mirror);
+        if (!m->mirror)
+            return SS_ERR_NO_MEMORY;
+        ss_status st = ss__codec_mirror_init(m->mirror, up->enc, g->n);
+        if (st != SS_OK) {
+            free(m->mirror);
+            m->mirror = NULL;
+            return st;
+        }
+    }
+    ss_status st = ss__codec_server_accept(m->mirror, up);
+    if (st == SS_OK && !ss__kernel_all_finite(m->mirror->m, g->n)) {
+        m->mirror->valid = false; /* only a reset can start it over */
+        st = SS_ERR_NON_FINITE;
+    }
+    return st;
+}
+
+/* An in-process member's own side of compressed sync and its buffer: an
+ * upload (ss__codec_upload_max) then a reply. Caller holds g->lock. */
+static ss__codec_mirror *member_side(inproc *ip, group *g, uint64_t member, uint8_t **wire) {
+    ssize_t idx = member_index(g, member);
+    if (idx < 0)
+        return NULL;
+    member_slot *m = &g->members[idx];
+    if (!m->member_side) {
+        m->member_side = malloc(sizeof *m->member_side);
+        if (!m->member_side ||
+            ss__codec_mirror_init(m->member_side, ip->encoding, g->n) != SS_OK) {
+            free(m->member_side);
+            m->member_side = NULL;
+            return NULL;
+        }
+        m->wire = malloc(ss__codec_upload_max(m->member_side) + ss__codec_size(ip->encoding, g->n));
+        if (!m->wire) {
+            ss__codec_mirror_free(m->member_side);
+            free(m->member_side);
+            m->member_side = NULL;
+            return NULL;
+        }
+    }
+    *wire = m->wire;
+    return m->member_side;
+}
+
+/* S-EASGD from an encoded upload; reply: the encoded d. Caller holds
+ * g->lock. */
+static ss_status easgd_encoded_locked(group *g, uint64_t member, const ss__codec_upload *up,
+                                      float alpha, uint8_t *reply) {
+    if (!(alpha > 0.0f && alpha <= 1.0f))
+        return SS_ERR_INVALID_ARGUMENT;
+    ssize_t idx = member_index(g, member);
+    if (idx < 0)
+        return SS_ERR_NOT_FOUND;
+    g->members[idx].last_seen = ss__now_ns();
+    ss_status st = accept_upload(g, (size_t)idx, up);
+    if (st != SS_OK)
+        return st;
+    ss__codec_mirror *cm = g->members[idx].mirror;
+    if (!g->central_init) {
+        memcpy(g->central, cm->m, g->n * sizeof(float));
+        g->central_init = true;
+    }
+    ss__codec_server_easgd(cm, g->central, alpha, reply);
+    g->exchanges++;
+    g->last_done_ns = ss__now_ns();
+    return SS_OK;
+}
+
+ss_status ss__inproc_easgd_encoded(ss__transport *t, const char *name, uint64_t member, size_t n,
+                                   float alpha, const ss__codec_upload *up, uint8_t *reply) {
+    inproc *ip = inproc_of(t);
+    if (!ip || !name || !up || !reply || n == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    group *g = find_group(ip, name);
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&g->lock);
+    ss_status st = g->n != n ? SS_ERR_SIZE_MISMATCH
+                             : easgd_encoded_locked(g, member, up, alpha, reply);
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
 static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const float *s,
                           float alpha, float *d, size_t n) {
+    inproc *ip = impl;
     ss_status st;
-    group *g = enter_bulk_call(impl, name, member, s, n, &st);
+    group *g = enter_bulk_call(ip, name, member, s, n, &st);
     if (!g) {
         memset(d, 0, n * sizeof *d); /* nothing applied */
+        return st;
+    }
+    if (st == SS_OK && ip->encoding != SS_ENC_F32) {
+        /* The member's side and the server's, through the encoded bytes. */
+        uint8_t *wire;
+        ss__codec_mirror *ms = member_side(ip, g, member, &wire);
+        if (!ms) {
+            st = SS_ERR_NO_MEMORY;
+        } else {
+            ss__codec_upload up;
+            ss__codec_member_upload(ms, s, wire, &up);
+            uint8_t *reply = wire + ss__codec_upload_max(ms);
+            st = easgd_encoded_locked(g, member, &up, alpha, reply);
+            if (st == SS_OK)
+                st = ss__codec_member_easgd_reply(ms, reply, ss__codec_size(ms->enc, n), d);
+            else
+                ss__codec_member_invalidate(ms);
+        }
+        if (st != SS_OK)
+            memset(d, 0, n * sizeof *d);
+        pthread_mutex_unlock(&g->lock);
         return st;
     }
     if (st == SS_OK) {
@@ -408,30 +552,31 @@ static ss_status check_round_kind(group *g, const ss__bmuf_params *bmuf) {
     return SS_OK;
 }
 
-static ss_status ip_round(void *impl, const char *name, uint64_t member, const float *s,
-                          const ss__bmuf_params *bmuf, float *avg, size_t n,
-                          ss__round_result *result) {
-    inproc *ip = impl;
-    ss_status st;
-    group *g = enter_bulk_call(ip, name, member, s, n, &st);
-    if (!g)
-        return st;
-    if (st == SS_OK)
-        st = check_round_kind(g, bmuf);
+/* One member's part in an MA/BMUF round: its snapshot (s, or for an
+ * encoded call the upload into its mirror) into the open round, then the
+ * round's result when it closes: copied to avg, or encoded into reply.
+ * Caller holds g->lock and has checked the call. */
+static ss_status round_locked(inproc *ip, group *g, uint64_t member, const float *s,
+                              const ss__codec_upload *up, const ss__bmuf_params *bmuf, float *avg,
+                              uint8_t *reply, ss__round_result *result) {
+    const size_t n = g->n;
+    ss_status st = check_round_kind(g, bmuf);
     if (st != SS_OK)
-        goto out;
+        return st;
     /* The previous round's mean must be copied out before a new one can
      * close over it; those readers are awake already, so this is short. */
     while (g->readers_pending > 0)
         pthread_cond_wait(&g->cond, &g->lock);
     ssize_t idx = member_index(g, member);
-    if (idx < 0) {
-        st = SS_ERR_NOT_FOUND;
-        goto out;
-    }
-    if (g->members[idx].contributed) {
-        st = SS_ERR_STATE; /* one snapshot per member per round */
-        goto out;
+    if (idx < 0)
+        return SS_ERR_NOT_FOUND;
+    if (g->members[idx].contributed)
+        return SS_ERR_STATE; /* one snapshot per member per round */
+    if (up) {
+        g->members[idx].last_seen = ss__now_ns();
+        if ((st = accept_upload(g, (size_t)idx, up)) != SS_OK)
+            return st;
+        s = g->members[idx].mirror->m;
     }
     if (g->contributors == 0)
         g->deadline_ns = ss__now_ns() + ip->deadline_ns;
@@ -450,12 +595,68 @@ static ss_status ip_round(void *impl, const char *name, uint64_t member, const f
             expire_members(ip, g, ss__now_ns());
         }
     }
-    memcpy(avg, g->result, n * sizeof(float));
+    if (up) {
+        /* The member may have expired while it waited (its slot moved). */
+        idx = member_index(g, member);
+        if (idx < 0 || !g->members[idx].mirror)
+            st = SS_ERR_NOT_FOUND;
+        else
+            ss__codec_server_round_reply(g->members[idx].mirror, g->result, reply);
+    } else {
+        memcpy(avg, g->result, n * sizeof(float));
+    }
     result->round = g->result_round;
     result->participants = g->result_participants;
     if (--g->readers_pending == 0)
         pthread_cond_broadcast(&g->cond);
-out:
+    return st;
+}
+
+ss_status ss__inproc_round_encoded(ss__transport *t, const char *name, uint64_t member, size_t n,
+                                   const ss__codec_upload *up, const ss__bmuf_params *bmuf,
+                                   uint8_t *reply, ss__round_result *result) {
+    inproc *ip = inproc_of(t);
+    if (!ip || !name || !up || !reply || !result || n == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    group *g = find_group(ip, name);
+    if (!g)
+        return SS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&g->lock);
+    ss_status st = g->n != n ? SS_ERR_SIZE_MISMATCH
+                             : round_locked(ip, g, member, NULL, up, bmuf, NULL, reply, result);
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static ss_status ip_round(void *impl, const char *name, uint64_t member, const float *s,
+                          const ss__bmuf_params *bmuf, float *avg, size_t n,
+                          ss__round_result *result) {
+    inproc *ip = impl;
+    ss_status st;
+    group *g = enter_bulk_call(ip, name, member, s, n, &st);
+    if (!g)
+        return st;
+    if (st == SS_OK && ip->encoding != SS_ENC_F32) {
+        uint8_t *wire;
+        ss__codec_mirror *ms = member_side(ip, g, member, &wire);
+        if (!ms) {
+            st = SS_ERR_NO_MEMORY;
+        } else {
+            ss__codec_upload up;
+            ss__codec_member_upload(ms, s, wire, &up);
+            uint8_t *reply = wire + ss__codec_upload_max(ms);
+            st = round_locked(ip, g, member, NULL, &up, bmuf, NULL, reply, result);
+            /* The slot may have moved while the round waited. */
+            ms = member_side(ip, g, member, &wire);
+            reply = ms ? wire + ss__codec_upload_max(ms) : NULL;
+            if (st == SS_OK && ms)
+                st = ss__codec_member_round_reply(ms, reply, ss__codec_size(ms->enc, n), avg);
+            else if (ms)
+                ss__codec_member_invalidate(ms);
+        }
+    } else if (st == SS_OK) {
+        st = round_locked(ip, g, member, s, NULL, bmuf, avg, NULL, result);
+    }
     pthread_mutex_unlock(&g->lock);
     return st;
 }
@@ -504,7 +705,7 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
     if (!out ||
         (cfg && (cfg->round_deadline_ms == 0 || !(cfg->link_gbps >= 0.0) ||
                  (cfg->member_timeout_ms && cfg->member_timeout_ms < cfg->round_deadline_ms) ||
-                 cfg->link_latency_us > 10000000)))
+                 cfg->link_latency_us > 10000000 || !ss__encoding_name(cfg->encoding))))
         return SS_ERR_INVALID_ARGUMENT;
     inproc *ip = calloc(1, sizeof *ip);
     if (!ip)
@@ -517,6 +718,7 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
         /* gbps Gbit/s = gbps/8 bytes per ns. */
         ip->link_ns_per_byte = cfg->link_gbps > 0.0 ? 8.0 / cfg->link_gbps : 0.0;
         ip->limits = *cfg;
+        ip->encoding = cfg->encoding;
     }
     ss_status st = ss__transport_create(&inproc_ops, ip, out);
     if (st != SS_OK)

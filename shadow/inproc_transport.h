@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shadow/codec.h"
 #include "shadow/transport.h"
 
 /* In-process transport: one instance shared by every engine of a process.
@@ -31,6 +32,10 @@ typedef struct ss__inproc_config {
     uint32_t max_groups;       /* groups (chunks of groups, for a client transport) */
     uint32_t max_members;      /* members of one group */
     uint64_t max_total_floats; /* floats of all groups together */
+    /* Compressed sync for this process's own members (in-process trainers):
+     * their calls go through the encoded bytes and the mirrors exactly as
+     * over a wire (shadow/codec.h). SS_ENC_F32 (0): plain floats. */
+    ss__encoding encoding;
 } ss__inproc_config;
 
 /* The limits a Join can hit, in the order of ss__inproc_transport_refusals. */
@@ -48,6 +53,19 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
  * atomically (path.tmp, fsync, rename, fsync of the directory). Members and
  * open rounds are not saved: after a restart trainers join again.
  * *groups = groups written. */
+/* The server side of compressed sync, for a PS that holds its groups in
+ * an in-process transport: an encoded upload from a remote member (up,
+ * checked and decoded here into the member's mirror) and the reply in the
+ * same encoding (ss__codec_size(up->enc, n) bytes). Status as the plain
+ * calls', plus SS_ERR_STATE when the member's mirror is out of step (the
+ * member must send a reset) and SS_ERR_INVALID_ARGUMENT for an encoding
+ * or payload that does not decode. */
+ss_status ss__inproc_easgd_encoded(ss__transport *t, const char *name, uint64_t member, size_t n,
+                                   float alpha, const ss__codec_upload *up, uint8_t *reply);
+ss_status ss__inproc_round_encoded(ss__transport *t, const char *name, uint64_t member, size_t n,
+                                   const ss__codec_upload *up, const ss__bmuf_params *bmuf,
+                                   uint8_t *reply, ss__round_result *result);
+
 ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *groups);
 /* Loads a checkpoint written by ss__inproc_transport_save into t (before
  * members join). SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE: torn or

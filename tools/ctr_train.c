@@ -12,6 +12,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/malloc_tune.h"
+#include "shadow/codec.h"
 #include "tools/ctr/train.h"
 
 /* What --help and --version say. */
@@ -181,7 +182,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss__ctr_train_config cfg;
     ss__ctr_train_config_default(&cfg);
     const char *train_path = NULL, *test_path = NULL, *sync = "auto", *algo = "easgd";
-    const char *final_model = "auto", *lr_scaling = "linear";
+    const char *final_model = "auto", *lr_scaling = "linear", *encoding = "f32";
     int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
     int64_t sync_every = cfg.sync_every, batch = cfg.batch, seed = (int64_t)cfg.seed;
     int64_t emb_dim = cfg.model.emb_dim, table_rows = cfg.model.table_rows;
@@ -243,6 +244,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "has nothing to sync with)",
          "auto|none|shadow|foreground", 0, 0},
         {"algo", SS_FLAG_STRING, &algo, "sync algorithm", "easgd|ma|bmuf", 0, 0},
+        {"encoding", SS_FLAG_STRING, &encoding,
+         "compressed sync: how rounds' floats travel (error feedback through mirrors of the "
+         "replicas)",
+         "f32|fp16|bf16|int8", 0, 0},
         {"sync-every", SS_FLAG_INT, &sync_every, "K: foreground round every K trainer steps", NULL,
          1, 1e9},
         {"alpha", SS_FLAG_DOUBLE, &alpha, "S-EASGD elastic rate", NULL, 1e-6, 1},
@@ -353,6 +358,9 @@ static int parse_options(int argc, char **argv, run_options *o) {
         sync = trainers == 1 && !*ps && !*agent ? "none" : "shadow";
     ss__ctr_sync_mode_parse(sync, &cfg.sync);
     ss__algo_parse(algo, &cfg.params.algo);
+    ss__encoding enc = SS_ENC_F32;
+    ss__encoding_parse(encoding, &enc); /* the flag's choices are the names */
+    cfg.encoding = (uint32_t)enc;
     cfg.trainers = (uint32_t)trainers;
     cfg.workers = (uint32_t)workers;
     cfg.shadow_threads = (uint32_t)shadow_threads;

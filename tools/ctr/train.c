@@ -362,7 +362,8 @@ static ss_status open_trainers(run *r) {
     if (r->syncing) {
         ss__inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms,
                                   .link_latency_us = cfg->link_latency_us,
-                                  .link_gbps = cfg->link_gbps};
+                                  .link_gbps = cfg->link_gbps,
+                                  .encoding = (ss__encoding)cfg->encoding};
         if ((st = ss__inproc_transport_create(&icfg, &r->transport)) != SS_OK)
             return st;
     }
