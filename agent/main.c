@@ -37,7 +37,7 @@ static const ss__program program = {
 typedef struct agent_options {
     char default_socket[128];
     const char *socket_path, *socket_group, *allow, *ps, *http, *ckpt_dir;
-    const char *tls_ca, *tls_cert, *tls_key, *auth_file;
+    const char *tls_ca, *tls_cert, *tls_key, *auth_file, *encoding;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>"; "" = none */
     int64_t threads, min_round_gap, round_interval_us, heartbeat_ms;
     int64_t timeout_ms, round_wait_ms, max_sessions, host_deadline_ms, max_trainer_groups,
@@ -101,6 +101,7 @@ static int parse_options(int argc, char **argv, agent_options *o) {
     o->http = default_http;
     o->threads = 1;
     o->min_round_gap = 4;
+    o->encoding = "f32";
     o->heartbeat_ms = 1000;
     o->timeout_ms = 10000;
     o->round_wait_ms = 5000;
@@ -124,6 +125,9 @@ static int parse_options(int argc, char **argv, agent_options *o) {
          "the default port, when taken, only warns)",
          NULL, 0, 0},
         {"shadow-threads", SS_FLAG_INT, &o->threads, "shadow threads per trainer", NULL, 1, 64},
+        {"encoding", SS_FLAG_STRING, &o->encoding,
+         "compressed sync with the PS (error feedback through mirrors of the replicas)",
+         "f32|fp16|bf16|int8", 0, 0},
         {"min-round-gap", SS_FLAG_INT, &o->min_round_gap,
          "a group's next round waits until its trainer ran this many steps", NULL, 0, 1e9},
         {"round-interval-us", SS_FLAG_INT, &o->round_interval_us,
@@ -200,6 +204,7 @@ static ss_status connect_ps(agent_main *m, const agent_options *o) {
                                       .round_wait_ms = (uint32_t)o->round_wait_ms,
                                       .retries = 3,
                                       .tls = *o->tls_ca || *o->tls_cert ? &tls : NULL};
+    ss__encoding_parse(o->encoding, &tcfg.encoding); /* the flag's choices are the names */
     ss_status st = ss__grpc_transport_create(&tcfg, &m->to_ps);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", o->ps, ss_strerror(st));

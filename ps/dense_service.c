@@ -146,6 +146,54 @@ static float *bulk_in_out(ss__dense_service *svc, const char *group,
     return bulk_reply_alloc(svc, snap->len, block, r);
 }
 
+/* ---- compressed sync (shadow/codec.h) ---- */
+
+/* An encoded upload checked (encoding, chunk size, payload length) and its
+ * reply block allocated; NULL: refused, reply set. */
+static uint8_t *encoded_in_out(ss__dense_service *svc, const char *group, uint32_t enc, bool reset,
+                               uint64_t seq, uint64_t size, const ProtobufCBinaryData *snap,
+                               ss__codec_upload *up, uint8_t **block, ss__rpc_reply *r) {
+    if (!check_group(svc, group, r))
+        return NULL;
+    if (!ss__encoding_name((ss__encoding)enc) || enc == SS_ENC_F32) {
+        char why[128];
+        snprintf(why, sizeof why, "unknown encoding %u (fp16 = 1, bf16 = 2, int8 = 3)", enc);
+        reject(svc, r, SS_ERR_INVALID_ARGUMENT, why);
+        return NULL;
+    }
+    if (!check_size(svc, size, r))
+        return NULL;
+    size_t want = reset ? ss__codec_size(SS_ENC_F32, size) : ss__codec_size(enc, size);
+    if (snap->len != want) {
+        char why[200];
+        snprintf(why, sizeof why, "a %s payload of %llu floats is %zu bytes, not %zu",
+                 reset ? "reset (f32)" : ss__encoding_name((ss__encoding)enc),
+                 (unsigned long long)size, want, snap->len);
+        reject(svc, r, SS_ERR_SIZE_MISMATCH, why);
+        return NULL;
+    }
+    *up = (ss__codec_upload){.enc = (ss__encoding)enc,
+                             .reset = reset,
+                             .seq = seq,
+                             .payload = snap->data,
+                             .len = snap->len};
+    return (uint8_t *)bulk_reply_alloc(svc, ss__codec_size(enc, size), block, r);
+}
+
+/* The refusals only compressed sync has, said so that an operator knows. */
+static void fail_encoded(ss__dense_service *svc, ss__rpc_reply *r, ss_status st) {
+    if (st == SS_ERR_STATE)
+        reject(svc, r, st,
+               "compressed sync: this member's mirror is out of step (a lost reply, a retried "
+               "call or a restarted PS); send a reset");
+    else if (st == SS_ERR_INVALID_ARGUMENT)
+        reject(svc, r, st,
+               "compressed sync: the payload does not decode (NaN/Inf, or an int8 "
+               "block whose min is above its max), or bad alpha");
+    else
+        fail(svc, r, st);
+}
+
 static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     Shadowsync__V1__JoinRequest *m =
@@ -198,8 +246,22 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     }
     float *owned = NULL, *d;
     const float *s;
-    uint8_t *block = NULL;
-    if ((d = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
+    uint8_t *block = NULL, *out;
+    ss__codec_upload up;
+    if (m->encoding != SHADOWSYNC__V1__ENCODING__F32) {
+        if ((out = encoded_in_out(svc, m->group, m->encoding, m->mirror_reset, m->mirror_seq,
+                                  m->size, &snap, &up, &block, reply))) {
+            ss_status st = ss__inproc_easgd_encoded(svc->backend, m->group, m->member, m->size,
+                                                    m->alpha, &up, out);
+            if (st == SS_OK) {
+                Shadowsync__V1__EasgdReply head = SHADOWSYNC__V1__EASGD_REPLY__INIT;
+                bulk_reply_seal(svc, &head.base, 1, block, ss__codec_size(up.enc, m->size), reply);
+                block = NULL;
+            } else {
+                fail_encoded(svc, reply, st);
+            }
+        }
+    } else if ((d = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
         size_t n = snap.len / sizeof(float);
         ss_status st =
             ss__transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
@@ -228,8 +290,29 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     }
     float *owned = NULL, *avg;
     const float *s;
-    uint8_t *block = NULL;
-    if ((avg = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
+    uint8_t *block = NULL, *out;
+    ss__codec_upload up;
+    ss__bmuf_params bp = {.eta = m->bmuf_eta, .zeta = m->bmuf_zeta, .nesterov = m->bmuf_nesterov};
+    if (m->encoding != SHADOWSYNC__V1__ENCODING__F32) {
+        if ((out = encoded_in_out(svc, m->group, m->encoding, m->mirror_reset, m->mirror_seq,
+                                  m->size, &snap, &up, &block, reply))) {
+            ss__round_result rr;
+            ss_status st =
+                m->bmuf && !ss__bmuf_params_valid(&bp)
+                    ? SS_ERR_INVALID_ARGUMENT
+                    : ss__inproc_round_encoded(svc->backend, m->group, m->member, m->size, &up,
+                                               m->bmuf ? &bp : NULL, out, &rr);
+            if (st == SS_OK) {
+                Shadowsync__V1__RoundReply head = SHADOWSYNC__V1__ROUND_REPLY__INIT;
+                head.round = rr.round;
+                head.participants = rr.participants;
+                bulk_reply_seal(svc, &head.base, 3, block, ss__codec_size(up.enc, m->size), reply);
+                block = NULL;
+            } else {
+                fail_encoded(svc, reply, st);
+            }
+        }
+    } else if ((avg = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
         size_t n = snap.len / sizeof(float);
         ss__round_result rr;
         ss__bmuf_params bmuf = {

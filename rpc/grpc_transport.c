@@ -24,7 +24,10 @@ typedef struct part {
     uint32_t shard;
 } part;
 
-/* One joined member: its group's cut and a server member id per chunk. */
+/* One joined member: its group's cut and a server member id per chunk;
+ * with compressed sync, a mirror per chunk and the buffers of its uploads
+ * and replies (chunk i's at byte 4 lo of each: an encoded chunk is never
+ * larger than its floats). */
 typedef struct membership {
     struct membership *next;
     uint64_t id;
@@ -33,6 +36,8 @@ typedef struct membership {
     part *parts;
     uint64_t *ids;
     size_t nparts;
+    ss__codec_mirror *codecs; /* NULL: float32 */
+    uint8_t *upload, *replies;
 } membership;
 
 typedef struct grpc_tp {
@@ -40,6 +45,7 @@ typedef struct grpc_tp {
     uint32_t nshards;
     size_t chunk;
     uint32_t window;
+    ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
     pthread_mutex_t lock; /* guards members and next_id */
     membership *members;
@@ -102,6 +108,11 @@ static ss_status bulk_member(grpc_tp *t, const char *group, uint64_t id, size_t 
 static void membership_free(membership *m) {
     if (!m)
         return;
+    for (size_t i = 0; m->codecs && i < m->nparts; i++)
+        ss__codec_mirror_free(&m->codecs[i]);
+    free(m->codecs);
+    free(m->upload);
+    free(m->replies);
     free(m->group);
     free(m->parts);
     free(m->ids);
@@ -222,6 +233,15 @@ static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *memb
     m->ids = calloc(m->nparts ? m->nparts : 1, sizeof *m->ids);
     if (st == SS_OK && (!m->group || !m->ids))
         st = SS_ERR_NO_MEMORY;
+    if (st == SS_OK && t->encoding != SS_ENC_F32) {
+        m->codecs = calloc(m->nparts ? m->nparts : 1, sizeof *m->codecs);
+        m->upload = malloc(n * sizeof(float));
+        m->replies = malloc(n * sizeof(float));
+        if (!m->codecs || !m->upload || !m->replies)
+            st = SS_ERR_NO_MEMORY;
+        for (size_t i = 0; st == SS_OK && i < m->nparts; i++)
+            st = ss__codec_mirror_init(&m->codecs[i], t->encoding, m->parts[i].n);
+    }
     /* One by one: a join that fails half way leaves the chunks it joined. */
     size_t joined = 0;
     for (; st == SS_OK && joined < m->nparts; joined++) {
@@ -274,6 +294,9 @@ typedef struct bulk_reader {
     const part *parts;
     const ss__rpc_request *first; /* the fan-out's calls: chunk i = rq - first */
     float *out;
+    /* Compressed sync: chunk i's encoded reply goes to raw + 4 lo. */
+    uint8_t *raw;
+    ss__encoding enc;
     const ProtobufCMessageDescriptor *desc; /* the reply type */
     uint32_t field;                         /* its float field, by number */
     size_t field_offset;                    /* and in the unpacked struct */
@@ -315,7 +338,8 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
 static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
     const bulk_reader *br = arg;
     const part *p = &br->parts[rq - br->first];
-    const size_t want = p->n * sizeof(float);
+    const size_t want = ss__codec_size(br->raw ? br->enc : SS_ENC_F32, p->n);
+    uint8_t *dest = br->raw ? br->raw + p->lo * sizeof(float) : (uint8_t *)(br->out + p->lo);
     const size_t len = ss__rpc_message_length(msg);
     const size_t have = len < REPLY_HEAD_PEEK ? len : REPLY_HEAD_PEEK;
     uint8_t head[REPLY_HEAD_PEEK];
@@ -330,7 +354,7 @@ static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg
         if (br->small)
             br->small(m, br->small_arg);
         protobuf_c_message_free_unpacked(m, NULL);
-        return ss__rpc_message_copy(msg, off, br->out + p->lo, want) ? SS_OK : SS_ERR_PARSE;
+        return ss__rpc_message_copy(msg, off, dest, want) ? SS_OK : SS_ERR_PARSE;
     }
     /* Another field order (another server): the ordinary path. */
     uint8_t *buf = malloc(len ? len : 1);
@@ -344,13 +368,45 @@ static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg
             (const ProtobufCBinaryData *)(const void *)((const char *)m + br->field_offset);
         st = b->len == want ? SS_OK : SS_ERR_SIZE_MISMATCH;
         if (st == SS_OK) {
-            memcpy(br->out + p->lo, b->data, want);
+            memcpy(dest, b->data, want);
             if (br->small)
                 br->small(m, br->small_arg);
         }
         protobuf_c_message_free_unpacked(m, NULL);
     }
     free(buf);
+    return st;
+}
+
+/* Compressed sync: chunk i of snapshot s, encoded against its mirror,
+ * becomes the request's payload. */
+static void encode_chunk(const membership *m, size_t i, const float *s, ss__codec_upload *up,
+                         ss__rpc_request *rq) {
+    const part *p = &m->parts[i];
+    ss__codec_member_upload(&m->codecs[i], s + p->lo, m->upload + p->lo * sizeof(float), up);
+    rq->payload = up->payload;
+    rq->payload_len = up->len;
+}
+
+/* Compressed sync, after a fan-out: each chunk's reply decoded into out
+ * (S-EASGD: d; MA/BMUF: the result) and its mirror moved; a chunk whose
+ * call failed (or whose reply does not decode) starts over with a reset.
+ * Returns the first decoding failure, else st. */
+static ss_status decode_replies(const membership *m, const fanout *f, bool easgd, float *out,
+                                ss_status st) {
+    for (size_t i = 0; i < m->nparts; i++) {
+        const part *p = &m->parts[i];
+        if (i >= f->n || f->rq[i].status != SS_OK) {
+            ss__codec_member_invalidate(&m->codecs[i]);
+            continue;
+        }
+        const uint8_t *raw = m->replies + p->lo * sizeof(float);
+        size_t len = ss__codec_size(m->codecs[i].enc, p->n);
+        ss_status ds = easgd ? ss__codec_member_easgd_reply(&m->codecs[i], raw, len, out + p->lo)
+                             : ss__codec_member_round_reply(&m->codecs[i], raw, len, out + p->lo);
+        if (ds != SS_OK && st == SS_OK)
+            st = ds;
+    }
     return st;
 }
 
@@ -367,8 +423,17 @@ static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size
     req.group = (char *)m->parts[i].name;
     req.member = m->ids[i];
     req.alpha = a->alpha;
-    rq->payload = (const uint8_t *)(a->s + m->parts[i].lo);
-    rq->payload_len = m->parts[i].n * sizeof(float);
+    if (m->codecs) {
+        ss__codec_upload up;
+        encode_chunk(m, i, a->s, &up, rq);
+        req.encoding = (Shadowsync__V1__Encoding)up.enc;
+        req.mirror_reset = up.reset;
+        req.mirror_seq = up.seq;
+        req.size = m->parts[i].n;
+    } else {
+        rq->payload = (const uint8_t *)(a->s + m->parts[i].lo);
+        rq->payload_len = m->parts[i].n * sizeof(float);
+    }
     return pack_bulk_head(&req.base, 4, rq->payload_len, len);
 }
 
@@ -387,8 +452,12 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
                       .out = d,
                       .desc = &shadowsync__v1__easgd_reply__descriptor,
                       .field = 1,
-                      .field_offset = offsetof(Shadowsync__V1__EasgdReply, delta)};
+                      .field_offset = offsetof(Shadowsync__V1__EasgdReply, delta),
+                      .raw = m->replies,
+                      .enc = t->encoding};
     st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, &br, t->timeout_ms, false, &f);
+    if (m->codecs)
+        st = decode_replies(m, &f, true, d, st);
     /* Every chunk that came back was applied on its server and its delta
      * is in d; the others applied nothing: zero there (the contract). */
     for (size_t i = 0; i < m->nparts; i++)
@@ -415,8 +484,17 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
         req.bmuf_zeta = a->bmuf->zeta;
         req.bmuf_nesterov = a->bmuf->nesterov;
     }
-    rq->payload = (const uint8_t *)(a->s + m->parts[i].lo); /* last, in place */
-    rq->payload_len = m->parts[i].n * sizeof(float);
+    if (m->codecs) {
+        ss__codec_upload up;
+        encode_chunk(m, i, a->s, &up, rq);
+        req.encoding = (Shadowsync__V1__Encoding)up.enc;
+        req.mirror_reset = up.reset;
+        req.mirror_seq = up.seq;
+        req.size = m->parts[i].n;
+    } else {
+        rq->payload = (const uint8_t *)(a->s + m->parts[i].lo); /* last, in place */
+        rq->payload_len = m->parts[i].n * sizeof(float);
+    }
     return pack_bulk_head(&req.base, 3, rq->payload_len, len);
 }
 
@@ -449,9 +527,13 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
                       .field = 3,
                       .field_offset = offsetof(Shadowsync__V1__RoundReply, mean),
                       .small = round_numbers,
-                      .small_arg = result};
+                      .small_arg = result,
+                      .raw = m->replies,
+                      .enc = t->encoding};
     st = fan(t, m, SS_DENSE_M_ROUND, build_round, &a, &br, t->timeout_ms + t->round_wait_ms, false,
              &f);
+    if (m->codecs)
+        st = decode_replies(m, &f, false, avg, st);
     fanout_free(&f);
     return st;
 }
@@ -507,6 +589,10 @@ static ss_status tp_heartbeat(void *impl, const char *group, uint64_t member) {
     return st;
 }
 
+static size_t tp_wire_bytes(void *impl, size_t n) {
+    return ss__codec_size(((grpc_tp *)impl)->encoding, n);
+}
+
 static void tp_destroy(void *impl) {
     grpc_tp *t = impl;
     while (t->members) {
@@ -527,6 +613,7 @@ static const ss__transport_ops grpc_ops = {
     .round = tp_round,
     .read_central = tp_central,
     .heartbeat = tp_heartbeat,
+    .wire_bytes = tp_wire_bytes,
     .destroy = tp_destroy,
 };
 
@@ -548,6 +635,11 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->retries = cfg->retries;
     t->chunk = cfg->chunk_floats ? cfg->chunk_floats : SS_GRPC_CHUNK_FLOATS;
     t->window = cfg->window ? cfg->window : SS_GRPC_WINDOW;
+    t->encoding = cfg->encoding;
+    if (!ss__encoding_name(t->encoding)) {
+        tp_destroy(t);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
     t->next_id = 1;
     ss_status st = SS_OK;
     char *list = strdup(cfg->targets), *save = NULL;

@@ -5,6 +5,7 @@
 #define SS_RPC_GRPC_TRANSPORT_H
 
 #include "rpc/rpc.h"
+#include "shadow/codec.h"
 #include "shadow/transport.h"
 
 /* Floats per chunk when the config gives none: 1 MiB of payload (gRPC
@@ -31,6 +32,10 @@ typedef struct ss__grpc_transport_config {
     uint32_t retries;       /* idempotent calls (ReadCentral, Heartbeat, Leave)
                                retried this often on UNAVAILABLE, with backoff */
     const ss__rpc_tls *tls; /* optional */
+    /* Compressed sync (shadow/codec.h): S-EASGD exchanges and MA/BMUF
+     * rounds send and receive this encoding, each chunk with its mirror.
+     * SS_ENC_F32 (0): plain floats. */
+    ss__encoding encoding;
 } ss__grpc_transport_config;
 
 ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out);

@@ -327,7 +327,7 @@ static ss_status run_round_locked(ss__engine_group *g) {
             ss__kernel_live_add_scaled(x, g->delta, 1.0f, n);
     }
     const uint64_t t1 = ss__now_ns();
-    const size_t bytes = n * sizeof(float);
+    const size_t bytes = ss__transport_wire_bytes(e->transport, n); /* compressed: less */
     /* Divergence is for dashboards: measured at most every
      * DIVERGENCE_PERIOD_NS, it costs the shadow thread three extra passes
      * over the group, which at thousands of rounds/s is memory bandwidth

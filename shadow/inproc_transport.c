@@ -420,8 +420,7 @@ static ss__codec_mirror *member_side(inproc *ip, group *g, uint64_t member, uint
     member_slot *m = &g->members[idx];
     if (!m->member_side) {
         m->member_side = malloc(sizeof *m->member_side);
-        if (!m->member_side ||
-            ss__codec_mirror_init(m->member_side, ip->encoding, g->n) != SS_OK) {
+        if (!m->member_side || ss__codec_mirror_init(m->member_side, ip->encoding, g->n) != SS_OK) {
             free(m->member_side);
             m->member_side = NULL;
             return NULL;
@@ -471,8 +470,8 @@ ss_status ss__inproc_easgd_encoded(ss__transport *t, const char *name, uint64_t 
     if (!g)
         return SS_ERR_NOT_FOUND;
     pthread_mutex_lock(&g->lock);
-    ss_status st = g->n != n ? SS_ERR_SIZE_MISMATCH
-                             : easgd_encoded_locked(g, member, up, alpha, reply);
+    ss_status st =
+        g->n != n ? SS_ERR_SIZE_MISMATCH : easgd_encoded_locked(g, member, up, alpha, reply);
     pthread_mutex_unlock(&g->lock);
     return st;
 }
@@ -679,6 +678,10 @@ static ss_status ip_read_central(void *impl, const char *name, float *c, size_t 
     return st;
 }
 
+static size_t ip_wire_bytes(void *impl, size_t n) {
+    return ss__codec_size(((inproc *)impl)->encoding, n);
+}
+
 static void ip_destroy(void *impl) {
     inproc *ip = impl;
     group *g = ip->groups;
@@ -698,6 +701,7 @@ static const ss__transport_ops inproc_ops = {
     .round = ip_round,
     .read_central = ip_read_central,
     .heartbeat = ip_heartbeat,
+    .wire_bytes = ip_wire_bytes,
     .destroy = ip_destroy,
 };
 

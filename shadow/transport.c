@@ -81,6 +81,10 @@ ss_status ss__transport_heartbeat(ss__transport *t, const char *group, uint64_t 
     return t->ops->heartbeat ? t->ops->heartbeat(t->impl, group, member) : SS_OK;
 }
 
+size_t ss__transport_wire_bytes(ss__transport *t, size_t n) {
+    return t && t->ops->wire_bytes ? t->ops->wire_bytes(t->impl, n) : n * sizeof(float);
+}
+
 void *ss__transport_impl(ss__transport *t, const ss__transport_ops *ops) {
     return t && t->ops == ops ? t->impl : NULL;
 }

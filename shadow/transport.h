@@ -50,6 +50,9 @@ typedef struct ss__transport_ops {
      * while it has nothing to sync; SS_ERR_NOT_FOUND when the member was
      * dropped (expired, or the server restarted): join again. */
     ss_status (*heartbeat)(void *impl, const char *group, uint64_t member);
+    /* Optional (NULL: 4 n). Payload bytes n floats take each way on this
+     * transport's wire: less with compressed sync (shadow/codec.h). */
+    size_t (*wire_bytes)(void *impl, size_t n);
     void (*destroy)(void *impl);
 } ss__transport_ops;
 
@@ -70,6 +73,7 @@ ss_status ss__transport_allreduce_mean(ss__transport *t, const char *group, uint
                                        ss__round_result *result);
 ss_status ss__transport_read_central(ss__transport *t, const char *group, float *c, size_t n);
 ss_status ss__transport_heartbeat(ss__transport *t, const char *group, uint64_t member);
+size_t ss__transport_wire_bytes(ss__transport *t, size_t n);
 
 /* The implementation behind t when its ops are `ops`, else NULL: lets an
  * implementation offer calls beyond the vtable (checkpoints). */

@@ -68,8 +68,12 @@ static ss_status fake_read(void *impl, const char *g, float *c, size_t n) {
 static void fake_destroy(void *impl) {
     (void)impl;
 }
-static const ss__transport_ops fake_ops = {fake_join, fake_leave, fake_easgd,  fake_round,
-                                           fake_read, NULL,       fake_destroy};
+static const ss__transport_ops fake_ops = {.join = fake_join,
+                                           .leave = fake_leave,
+                                           .easgd_exchange = fake_easgd,
+                                           .round = fake_round,
+                                           .read_central = fake_read,
+                                           .destroy = fake_destroy};
 
 static void run_fake_round(ss__algo algo, ss_status transport_status, float *out_x) {
     ss__transport *t;

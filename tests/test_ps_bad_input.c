@@ -17,6 +17,7 @@
 #include "rpc/auth.h"
 #include "rpc/pb_wire.h"
 #include "rpc/proto/dense_sync.pb-c.h"
+#include "shadow/codec.h"
 #include "shadow/inproc_transport.h"
 
 #define SVC "/shadowsync.v1.DenseSync/"
@@ -629,6 +630,74 @@ START_TEST(test_checkpoint_without_a_directory) {
 }
 END_TEST
 
+/* Compressed sync's requests: an encoding the PS does not know, a payload
+ * whose length is not the chunk's size in its encoding, one that does not
+ * decode, and a delta upload for a mirror the PS never started are each
+ * refused and counted, and change nothing; a reset then starts the mirror
+ * and the exchange works. */
+static ss_status easgd_encoded(uint32_t enc, bool reset, uint64_t seq, uint64_t size,
+                               const uint8_t *payload, size_t len) {
+    Shadowsync__V1__EasgdRequest r = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
+    r.group = "g";
+    r.member = member;
+    r.alpha = 0.5f;
+    r.encoding = (Shadowsync__V1__Encoding)enc;
+    r.mirror_reset = reset;
+    r.mirror_seq = seq;
+    r.size = size;
+    r.snapshot.data = (uint8_t *)payload;
+    r.snapshot.len = len;
+    return send_msg(SVC "EasgdExchange", &r.base, 5000);
+}
+
+START_TEST(test_compressed_requests) {
+    uint64_t before = rejected();
+    const uint16_t halves[2] = {0x3C00, 0x3C00}; /* fp16 1, 1 */
+    ck_assert_int_eq(easgd_encoded(9, false, 0, 2, (const uint8_t *)halves, 4),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(easgd_encoded(SS_ENC_FP16, false, 0, 2, (const uint8_t *)halves, 3),
+                     SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(easgd_encoded(SS_ENC_FP16, false, 0, 0, (const uint8_t *)halves, 4),
+                     SS_ERR_INVALID_ARGUMENT);
+    /* No reset yet: the PS has no mirror of this member. */
+    ck_assert_int_eq(easgd_encoded(SS_ENC_FP16, false, 0, 2, (const uint8_t *)halves, 4),
+                     SS_ERR_STATE);
+    /* A reset carries float32: a NaN in it, and one of the wrong length. */
+    const float bad[2] = {NAN, 1};
+    ck_assert_int_eq(easgd_encoded(SS_ENC_FP16, true, 0, 2, (const uint8_t *)bad, 8),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(easgd_encoded(SS_ENC_FP16, true, 0, 2, (const uint8_t *)halves, 4),
+                     SS_ERR_SIZE_MISMATCH);
+    /* An int8 block whose min is above its max. */
+    uint8_t q[10];
+    const float lo = 2.0f, hi = 1.0f;
+    memcpy(q, &lo, 4);
+    memcpy(q + 4, &hi, 4);
+    q[8] = q[9] = 0;
+    ck_assert_int_eq(
+        easgd_encoded(SS_ENC_INT8, true, 0, 2, (const uint8_t *)(const float[]){1, 1}, 8),
+        SS_OK); /* starts an int8 mirror at [1, 1]: c does not move (s = c) */
+    ck_assert_int_eq(easgd_encoded(SS_ENC_INT8, false, 1, 2, q, 10), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected(), before + 7);
+    assert_central_unchanged();
+    /* The member's mirror is [1, 1] at count 1: a zero delta keeps c. */
+    memset(q, 0, sizeof q);
+    ck_assert_int_eq(easgd_encoded(SS_ENC_INT8, false, 1, 2, q, 10), SS_OK);
+    assert_central_unchanged();
+    /* The same count again (a retried call) is out of step. */
+    ck_assert_int_eq(easgd_encoded(SS_ENC_INT8, false, 1, 2, q, 10), SS_ERR_STATE);
+    /* A delta of +2 for both floats (min = max = 2): d = 0.5 (3 - 1) = 1. */
+    const float two = 2.0f;
+    memcpy(q, &two, 4);
+    memcpy(q + 4, &two, 4);
+    ck_assert_int_eq(easgd_encoded(SS_ENC_INT8, false, 2, 2, q, 10), SS_OK);
+    float c[2];
+    ck_assert_int_eq(ss__transport_read_central(backend, "g", c, 2), SS_OK);
+    ck_assert_float_eq(c[0], 2.0f);
+    ck_assert_float_eq(c[1], 2.0f);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests("ps_bad_input", 60, setup, teardown, test_wrong_group_size,
@@ -638,5 +707,5 @@ int main(void) {
                            test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
                            test_token_guards_calls_that_change_state, test_writer_identity_lists,
                            test_pb_wire_by_hand, test_bulk_payload_in_place_and_in_any_order,
-                           test_checkpoint_without_a_directory);
+                           test_checkpoint_without_a_directory, test_compressed_requests);
 }

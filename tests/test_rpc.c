@@ -275,10 +275,90 @@ START_TEST(test_window_bounds_calls_in_flight_per_channel) {
 }
 END_TEST
 
+/* Compressed sync through the real PS: 3 engines in int8 MA rounds over a
+ * group cut into 3 chunks. The first round resets the mirrors (float32);
+ * a reply's quantization error goes out with the next round, so after a
+ * few rounds the replicas agree to far less than one int8 step, and the
+ * mean is the true one to within a step. Then S-EASGD (a new group):
+ * x + c is conserved, as with float32. */
+START_TEST(test_compressed_sync_over_grpc) {
+    start_ps();
+    enum { N = 300 };
+    ss__transport *t[3];
+    ss__engine *e[3];
+    ss__replica *r[3];
+    round_arg args[3];
+    pthread_t th[3];
+    ss__sync_params p = {.algo = SS_ALGO_MA};
+    for (int k = 0; k < 3; k++) {
+        ss__grpc_transport_config cfg = {.targets = ps_target,
+                                         .timeout_ms = 5000,
+                                         .round_wait_ms = 2000,
+                                         .chunk_floats = 100,
+                                         .encoding = SS_ENC_INT8};
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
+        ck_assert_uint_eq(ss__transport_wire_bytes(t[k], N), ss__codec_size(SS_ENC_INT8, N));
+        ss__engine_config ecfg = {.transport = t[k], .threads = 1};
+        ck_assert_int_eq(ss__engine_create(&ecfg, &e[k]), SS_OK);
+        ck_assert_int_eq(ss__replica_create(N, &r[k]), SS_OK);
+        for (int i = 0; i < N; i++)
+            ss__replica_data(r[k])[i] = (float)(k * (i % 7 + 1)); /* mean: i % 7 + 1 */
+        args[k].e = e[k];
+        ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
+    }
+    for (int round = 0; round < 4; round++) {
+        for (int k = 0; k < 3; k++)
+            pthread_create(&th[k], NULL, run_one_round, &args[k]);
+        for (int k = 0; k < 3; k++) {
+            pthread_join(th[k], NULL);
+            ck_assert_int_eq(args[k].st, SS_OK);
+        }
+    }
+    double spread = 0, off = 0;
+    for (int i = 0; i < N; i++) {
+        float x0 = ss__replica_data(r[0])[i];
+        for (int k = 1; k < 3; k++)
+            spread = fmax(spread, fabs((double)ss__replica_data(r[k])[i] - x0));
+        off = fmax(off, fabs((double)x0 - (i % 7 + 1)));
+    }
+    /* One int8 step of a reply is 12/255 = 0.047 here. */
+    ck_assert_msg(spread < 1e-4, "replicas still %g apart", spread);
+    ck_assert_msg(off < 0.047, "the mean is off by %g", off);
+    for (int k = 0; k < 3; k++) {
+        ss__engine_destroy(e[k]);
+        ss__replica_destroy(r[k]);
+    }
+    /* S-EASGD with fp16: the member moves by -d, the PS's c by +d. */
+    uint64_t m;
+    float x[N], d[N], c[N], x0[N];
+    ck_assert_int_eq(ss__transport_join(t[0], "easgd", N, &m), SS_OK);
+    for (int i = 0; i < N; i++)
+        x[i] = x0[i] = 0.001f * (float)i;
+    ck_assert_int_eq(ss__transport_easgd_exchange(t[0], "easgd", m, x, 0.5f, d, N), SS_OK);
+    for (int i = 0; i < N; i++)
+        x[i] += 1.0f; /* the trainer moves on */
+    for (int round = 0; round < 6; round++) {
+        ck_assert_int_eq(ss__transport_easgd_exchange(t[0], "easgd", m, x, 0.5f, d, N), SS_OK);
+        for (int i = 0; i < N; i++)
+            x[i] -= d[i];
+    }
+    ck_assert_int_eq(ss__transport_read_central(t[0], "easgd", c, N), SS_OK);
+    for (int i = 0; i < N; i++) {
+        /* c started as x0 (the first snapshot), x at x0 + 1 after it. */
+        ck_assert_msg(fabsf(x[i] + c[i] - (2 * x0[i] + 1.0f)) < 1e-5f, "x + c drifted at %d", i);
+        ck_assert_msg(fabsf(x[i] - c[i]) < 0.05f, "x and c %g apart at %d", x[i] - c[i], i);
+    }
+    for (int k = 0; k < 3; k++)
+        ss__transport_destroy(t[k]);
+    stop_ps();
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests(
         "rpc", 60, NULL, NULL, test_easgd_over_grpc, test_ma_round_of_three_engines_over_grpc,
         test_bad_input_never_hurts_the_ps, test_server_on_a_taken_port_fails_cleanly,
-        test_ps_down_times_out, test_window_bounds_calls_in_flight_per_channel);
+        test_ps_down_times_out, test_window_bounds_calls_in_flight_per_channel,
+        test_compressed_sync_over_grpc);
 }

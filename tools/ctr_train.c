@@ -443,6 +443,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     pcfg.shadow_threads = (uint32_t)shadow_threads;
     pcfg.sync_every = (uint32_t)sync_every;
     pcfg.min_round_gap = (uint64_t)min_gap;
+    pcfg.encoding = encoding;
     pcfg.round_interval_us = (uint64_t)interval_us;
     pcfg.final_rounds = (uint32_t)final_rounds;
     pcfg.final_sync_ms = (uint32_t)final_sync_ms;

@@ -77,6 +77,13 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
                    "sync=none to train alone)");
     if (!c->algo || ss__algo_parse(c->algo, &p->algo) != SS_OK)
         return BAD("algo=\"%s\": unknown algorithm (easgd|ma|bmuf)", c->algo ? c->algo : "");
+    ss__encoding enc = SS_ENC_F32;
+    if (c->encoding && !ss__encoding_parse(c->encoding, &enc))
+        return BAD("encoding=\"%s\": unknown encoding (f32|fp16|bf16|int8)", c->encoding);
+    if (agent && c->encoding && enc != SS_ENC_F32)
+        return BAD("encoding=%s: with an agent, the agent talks to the PS and its --encoding "
+                   "decides (unset encoding here, or start the agent with --encoding %s)",
+                   c->encoding, c->encoding);
     if (c->timeout_ms == 0)
         return BAD("rpc_timeout_ms=0: every RPC needs a deadline (> 0)");
     if (c->mode == SS_SYNC_BACKGROUND && c->shadow_threads == 0)
@@ -231,6 +238,8 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                           .round_wait_ms = cfg->round_wait_ms,
                                           .retries = 3,
                                           .tls = &tls};
+        if (cfg->encoding)
+            ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
         if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
             ss__err_set(st, "ps=\"%s\": %s (host:port[,host:port...]; TLS files readable)", t->ps,
                         ss_strerror(st));

@@ -97,6 +97,8 @@ static const key trainer_keys[] = {
     TK("tls_cert", K_STR, tls_cert, 0, 0, "client certificate (PEM), with tls_key"),
     TK("tls_key", K_STR, tls_key, 0, 0, "its key (PEM)"),
     TK("agent", K_STR, agent, 0, 0, "unix socket of the host's shadowsync-agent (background only)"),
+    TK("encoding", K_STR, encoding, 0, 0,
+       "compressed sync with the PS: f32 | fp16 | bf16 | int8 (error feedback through mirrors)"),
 };
 #undef TK
 
@@ -282,6 +284,7 @@ void ss_trainer_config_init(ss_trainer_config *cfg) {
     cfg->round_wait_ms = 5000;
     cfg->heartbeat_ms = 1000;
     cfg->final_rounds = 10;
+    cfg->encoding = "f32";
 }
 
 /* A struct's struct_size against what this library knows: at least the

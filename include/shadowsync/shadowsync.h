@@ -79,6 +79,13 @@ typedef struct ss_trainer_config {
      * the hooks register again once it is back. NULL = in-process pool.
      * Key: agent. */
     const char *agent;
+    /* encoding: compressed sync with the PS: "f32" (plain floats), "fp16",
+     * "bf16" or "int8" (min-max by 256-float blocks). The PS and this
+     * trainer each keep a mirror of the replica, so what an encoding
+     * loses goes out with the next round (error feedback). With an agent,
+     * the agent's --encoding decides. (Added in 0.2: callers built against
+     * an older header get "f32".) */
+    const char *encoding;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {
