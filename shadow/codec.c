@@ -248,6 +248,8 @@ void ss__codec_member_upload(ss__codec_mirror *cm, const float *s, uint8_t *buf,
         memcpy(cm->m, s, cm->n * sizeof(float));
         return;
     }
+    if (cm->no_feedback)
+        memset(cm->m, 0, cm->n * sizeof(float));
     for (size_t i = 0; i < cm->n; i++)
         cm->tmp[i] = s[i] - cm->m[i];
     up->len = ss__codec_size(cm->enc, cm->n);
@@ -304,6 +306,8 @@ ss_status ss__codec_server_accept(ss__codec_mirror *cm, const ss__codec_upload *
     ss_status st = ss__codec_decode(cm->enc, up->payload, up->len, cm->n, cm->tmp);
     if (st != SS_OK)
         return st;
+    if (cm->no_feedback)
+        memset(cm->m, 0, cm->n * sizeof(float));
     for (size_t i = 0; i < cm->n; i++)
         cm->m[i] += cm->tmp[i];
     return SS_OK;

@@ -66,6 +66,10 @@ typedef struct ss__codec_mirror {
     float *tmp;   /* n floats of scratch */
     uint64_t seq; /* exchanges completed on it */
     bool valid;   /* false: the next upload is a reset */
+    /* An ablation, for benchmarks only (both sides must agree): forget the
+     * mirror before each upload, so an upload is q(s) itself and what the
+     * quantization lost is never sent again (no error feedback). */
+    bool no_feedback;
 } ss__codec_mirror;
 
 /* What an upload carries besides its payload. */

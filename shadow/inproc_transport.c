@@ -21,66 +21,7 @@
 #include "shadow/kernels.h"
 #include "shadow/transport.h"
 
-#define NO_ROUND UINT64_MAX
-
-typedef struct member_slot {
-    uint64_t id;
-    uint64_t last_seen; /* ss__now_ns of its last call */
-    bool contributed;   /* to the open round */
-    /* Compressed sync (shadow/codec.h): this side's mirror of the member's
-     * replica, from its first encoded call; for an in-process member of a
-     * transport with an encoding, also the member's own side and its
-     * message buffer (the calls go through the same bytes as on a wire). */
-    ss__codec_mirror *mirror, *member_side;
-    uint8_t *wire;
-} member_slot;
-
-typedef struct group {
-    struct group *next;
-    char *name;
-    size_t n;
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC */
-
-    member_slot *members; /* the active ones */
-    size_t nmembers, capmembers;
-
-    float *central; /* S-EASGD central variable */
-    bool central_init;
-
-    uint64_t open_round;   /* round now accepting snapshots */
-    float *sum;            /* sum of the open round's snapshots */
-    uint32_t contributors; /* snapshots in sum */
-    uint64_t deadline_ns;  /* set by the round's first snapshot */
-
-    float *result; /* of round result_round: the mean (S-MA) or the block start b (S-BMUF) */
-    /* What the group's rounds are, fixed by its first contribution. */
-    enum { ROUNDS_UNSET, ROUNDS_MEAN, ROUNDS_BMUF } rounds_kind;
-    ss__bmuf_params bmuf;   /* S-BMUF: the group's parameters */
-    float *bmuf_w, *bmuf_m; /* S-BMUF: the global model and momentum (one allocation) */
-    bool bmuf_started;      /* the first round set w = b = mean */
-    uint64_t result_round;
-    uint32_t result_participants;
-    uint32_t readers_pending; /* contributors yet to copy result */
-
-    uint64_t exchanges;    /* S-EASGD exchanges served */
-    uint64_t rounds_done;  /* MA/BMUF rounds closed */
-    uint64_t last_done_ns; /* ss__now_ns of the last exchange or closed round */
-} group;
-
-typedef struct inproc {
-    pthread_mutex_t lock; /* guards the group list only */
-    group *groups;
-    uint64_t deadline_ns;
-    uint64_t member_timeout_ns; /* 0 = members never expire */
-    uint64_t link_latency_ns;
-    double link_ns_per_byte; /* 0 = no bandwidth limit */
-    ss__inproc_config limits;
-    ss__encoding encoding; /* of this process's own members' calls */
-    size_t ngroups;        /* under lock */
-    uint64_t total_floats; /* of all groups, under lock */
-    _Atomic uint64_t refusals[SS_INPROC_LIMITS];
-} inproc;
+#include "shadow/inproc_internal.h"
 
 const char *const ss__inproc_limit_names[SS_INPROC_LIMITS] = {"groups", "members", "total_floats"};
 
@@ -113,7 +54,7 @@ static ss_status room_for_group(inproc *ip, size_t n) {
 }
 
 /* Caller holds ip->lock: links a new group in and counts it. */
-static void add_group(inproc *ip, group *g) {
+void ss__inproc_add_group(inproc *ip, group *g) {
     g->next = ip->groups;
     ip->groups = g;
     ip->ngroups++;
@@ -128,7 +69,7 @@ static void link_delay(const inproc *ip, size_t bytes) {
 }
 
 /* Caller holds ip->lock. */
-static group *lookup_group(const inproc *ip, const char *name) {
+group *ss__inproc_lookup_group(const inproc *ip, const char *name) {
     group *g = ip->groups;
     while (g && strcmp(g->name, name))
         g = g->next;
@@ -137,7 +78,7 @@ static group *lookup_group(const inproc *ip, const char *name) {
 
 static group *find_group(inproc *ip, const char *name) {
     pthread_mutex_lock(&ip->lock);
-    group *g = lookup_group(ip, name);
+    group *g = ss__inproc_lookup_group(ip, name);
     pthread_mutex_unlock(&ip->lock);
     return g;
 }
@@ -184,7 +125,7 @@ static ss_status new_member_id(const group *g, uint64_t *out) {
     }
 }
 
-static group *group_new(const char *name, size_t n) {
+group *ss__inproc_group_new(const char *name, size_t n) {
     group *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
@@ -211,15 +152,15 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
     inproc *ip = impl;
     t_refusal[0] = '\0';
     pthread_mutex_lock(&ip->lock);
-    group *g = lookup_group(ip, name);
+    group *g = ss__inproc_lookup_group(ip, name);
     if (!g) {
         ss_status room = room_for_group(ip, n);
-        g = room == SS_OK ? group_new(name, n) : NULL;
+        g = room == SS_OK ? ss__inproc_group_new(name, n) : NULL;
         if (!g) {
             pthread_mutex_unlock(&ip->lock);
             return room != SS_OK ? room : SS_ERR_NO_MEMORY;
         }
-        add_group(ip, g);
+        ss__inproc_add_group(ip, g);
     }
     pthread_mutex_unlock(&ip->lock);
 
@@ -378,12 +319,10 @@ static group *enter_bulk_call(inproc *ip, const char *name, uint64_t member, con
 
 /* ---- compressed sync (shadow/codec.h) ---- */
 
-static inproc *inproc_of(ss__transport *t);
-
 /* The server side of an encoded upload: the member's mirror (made on its
  * first encoded call, and again if its encoding changes) takes it. Caller
  * holds g->lock; idx is the member's slot. */
-static ss_status accept_upload(group *g, size_t idx, const ss__codec_upload *up) {
+static ss_status accept_upload(const inproc *ip, group *g, size_t idx, const ss__codec_upload *up) {
     member_slot *m = &g->members[idx];
     if (up->enc == SS_ENC_F32 || !ss__encoding_name(up->enc))
         return SS_ERR_INVALID_ARGUMENT;
@@ -402,6 +341,7 @@ static ss_status accept_upload(group *g, size_t idx, const ss__codec_upload *up)
             m->mirror = NULL;
             return st;
         }
+        m->mirror->no_feedback = ip->no_feedback;
     }
     ss_status st = ss__codec_server_accept(m->mirror, up);
     if (st == SS_OK && !ss__kernel_all_finite(m->mirror->m, g->n)) {
@@ -425,6 +365,7 @@ static ss__codec_mirror *member_side(inproc *ip, group *g, uint64_t member, uint
             m->member_side = NULL;
             return NULL;
         }
+        m->member_side->no_feedback = ip->no_feedback;
         m->wire = malloc(ss__codec_upload_max(m->member_side) + ss__codec_size(ip->encoding, g->n));
         if (!m->wire) {
             ss__codec_mirror_free(m->member_side);
@@ -439,15 +380,15 @@ static ss__codec_mirror *member_side(inproc *ip, group *g, uint64_t member, uint
 
 /* S-EASGD from an encoded upload; reply: the encoded d. Caller holds
  * g->lock. */
-static ss_status easgd_encoded_locked(group *g, uint64_t member, const ss__codec_upload *up,
-                                      float alpha, uint8_t *reply) {
+static ss_status easgd_encoded_locked(const inproc *ip, group *g, uint64_t member,
+                                      const ss__codec_upload *up, float alpha, uint8_t *reply) {
     if (!(alpha > 0.0f && alpha <= 1.0f))
         return SS_ERR_INVALID_ARGUMENT;
     ssize_t idx = member_index(g, member);
     if (idx < 0)
         return SS_ERR_NOT_FOUND;
     g->members[idx].last_seen = ss__now_ns();
-    ss_status st = accept_upload(g, (size_t)idx, up);
+    ss_status st = accept_upload(ip, g, (size_t)idx, up);
     if (st != SS_OK)
         return st;
     ss__codec_mirror *cm = g->members[idx].mirror;
@@ -463,7 +404,7 @@ static ss_status easgd_encoded_locked(group *g, uint64_t member, const ss__codec
 
 ss_status ss__inproc_easgd_encoded(ss__transport *t, const char *name, uint64_t member, size_t n,
                                    float alpha, const ss__codec_upload *up, uint8_t *reply) {
-    inproc *ip = inproc_of(t);
+    inproc *ip = ss__inproc_of(t);
     if (!ip || !name || !up || !reply || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     group *g = find_group(ip, name);
@@ -471,7 +412,7 @@ ss_status ss__inproc_easgd_encoded(ss__transport *t, const char *name, uint64_t 
         return SS_ERR_NOT_FOUND;
     pthread_mutex_lock(&g->lock);
     ss_status st =
-        g->n != n ? SS_ERR_SIZE_MISMATCH : easgd_encoded_locked(g, member, up, alpha, reply);
+        g->n != n ? SS_ERR_SIZE_MISMATCH : easgd_encoded_locked(ip, g, member, up, alpha, reply);
     pthread_mutex_unlock(&g->lock);
     return st;
 }
@@ -495,7 +436,7 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
             ss__codec_upload up;
             ss__codec_member_upload(ms, s, wire, &up);
             uint8_t *reply = wire + ss__codec_upload_max(ms);
-            st = easgd_encoded_locked(g, member, &up, alpha, reply);
+            st = easgd_encoded_locked(ip, g, member, &up, alpha, reply);
             if (st == SS_OK)
                 st = ss__codec_member_easgd_reply(ms, reply, ss__codec_size(ms->enc, n), d);
             else
@@ -573,7 +514,7 @@ static ss_status round_locked(inproc *ip, group *g, uint64_t member, const float
         return SS_ERR_STATE; /* one snapshot per member per round */
     if (up) {
         g->members[idx].last_seen = ss__now_ns();
-        if ((st = accept_upload(g, (size_t)idx, up)) != SS_OK)
+        if ((st = accept_upload(ip, g, (size_t)idx, up)) != SS_OK)
             return st;
         s = g->members[idx].mirror->m;
     }
@@ -614,7 +555,7 @@ static ss_status round_locked(inproc *ip, group *g, uint64_t member, const float
 ss_status ss__inproc_round_encoded(ss__transport *t, const char *name, uint64_t member, size_t n,
                                    const ss__codec_upload *up, const ss__bmuf_params *bmuf,
                                    uint8_t *reply, ss__round_result *result) {
-    inproc *ip = inproc_of(t);
+    inproc *ip = ss__inproc_of(t);
     if (!ip || !name || !up || !reply || !result || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     group *g = find_group(ip, name);
@@ -723,6 +664,7 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
         ip->link_ns_per_byte = cfg->link_gbps > 0.0 ? 8.0 / cfg->link_gbps : 0.0;
         ip->limits = *cfg;
         ip->encoding = cfg->encoding;
+        ip->no_feedback = cfg->no_error_feedback;
     }
     ss_status st = ss__transport_create(&inproc_ops, ip, out);
     if (st != SS_OK)
@@ -730,153 +672,6 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
     return st;
 }
 
-/* ---- checkpoints (the file format: shadow/dense_checkpoint.c) ---- */
-
-static inproc *inproc_of(ss__transport *t) {
+inproc *ss__inproc_of(ss__transport *t) {
     return ss__transport_impl(t, &inproc_ops);
-}
-
-void ss__inproc_transport_refusals(ss__transport *t, uint64_t out[SS_INPROC_LIMITS]) {
-    inproc *ip = t ? inproc_of(t) : NULL;
-    for (int i = 0; i < SS_INPROC_LIMITS; i++)
-        out[i] = ip ? atomic_load(&ip->refusals[i]) : 0;
-}
-
-ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *groups) {
-    inproc *ip = t ? inproc_of(t) : NULL;
-    if (!ip || !path || !*path || !groups)
-        return SS_ERR_INVALID_ARGUMENT;
-    pthread_mutex_lock(&ip->lock);
-    uint32_t count = 0;
-    for (group *g = ip->groups; g; g = g->next)
-        count++;
-    ss__dense_ckpt_writer *w;
-    ss_status st = ss__dense_ckpt_begin(path, count, &w);
-    if (st != SS_OK) {
-        pthread_mutex_unlock(&ip->lock);
-        return st;
-    }
-    for (group *g = ip->groups; g; g = g->next) {
-        pthread_mutex_lock(&g->lock);
-        bool has_mean = g->result_round != NO_ROUND, has_bmuf = g->bmuf_started;
-        ss__dense_ckpt_put(w, &(ss__dense_ckpt_group){
-                                  .name = g->name,
-                                  .n = g->n,
-                                  .central = g->central_init ? g->central : NULL,
-                                  .mean = has_mean ? g->result : NULL,
-                                  .mean_round = g->result_round,
-                                  .bmuf_w = has_bmuf ? g->bmuf_w : NULL,
-                                  .bmuf_m = has_bmuf ? g->bmuf_m : NULL,
-                                  .bmuf_eta = g->bmuf.eta,
-                                  .bmuf_zeta = g->bmuf.zeta,
-                                  .bmuf_nesterov = g->bmuf.nesterov,
-                              });
-        pthread_mutex_unlock(&g->lock);
-    }
-    pthread_mutex_unlock(&ip->lock);
-    st = ss__dense_ckpt_commit(w);
-    *groups = st == SS_OK ? count : 0;
-    return st;
-}
-
-/* Every group of a checked file first gets its place (an existing group
- * must have the same size), then its values: a file that does not fit
- * changes nothing. */
-static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
-    size_t count = ss__dense_ckpt_count(f);
-    for (size_t i = 0; i < count; i++) {
-        const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
-        group *g = lookup_group(ip, c->name);
-        if (g && g->n != c->n)
-            return SS_ERR_SIZE_MISMATCH;
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(ss__dense_ckpt_group_at(f, j)->name, c->name))
-                return SS_ERR_PARSE; /* a group twice: not a file this code wrote */
-        if (c->bmuf_w &&
-            !ss__bmuf_params_valid(&(ss__bmuf_params){
-                .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov}))
-            return SS_ERR_PARSE;
-        if (c->bmuf_w && g && g->rounds_kind == ROUNDS_MEAN)
-            return SS_ERR_INVALID_ARGUMENT; /* rounds of a live group are already S-MA */
-    }
-    for (size_t i = 0; i < count; i++) {
-        const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
-        group *g = lookup_group(ip, c->name);
-        if (!g) {
-            if (!(g = group_new(c->name, c->n)))
-                return SS_ERR_NO_MEMORY;
-            add_group(ip, g); /* a restore is not refused by the limits */
-        }
-        pthread_mutex_lock(&g->lock);
-        if (c->central) {
-            memcpy(g->central, c->central, c->n * sizeof(float));
-            g->central_init = true;
-        }
-        if (c->mean) {
-            memcpy(g->result, c->mean, c->n * sizeof(float));
-            g->result_round = c->mean_round;
-            g->open_round = c->mean_round + 1;
-        }
-        if (c->bmuf_w) {
-            /* The block momentum goes on where it was: the same w and m,
-             * the parameters the group's members must keep sending. */
-            if (!g->bmuf_w && !(g->bmuf_w = calloc(2 * g->n, sizeof(float)))) {
-                pthread_mutex_unlock(&g->lock);
-                return SS_ERR_NO_MEMORY;
-            }
-            g->bmuf_m = g->bmuf_w + g->n;
-            memcpy(g->bmuf_w, c->bmuf_w, c->n * sizeof(float));
-            memcpy(g->bmuf_m, c->bmuf_m, c->n * sizeof(float));
-            g->bmuf = (ss__bmuf_params){
-                .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov};
-            g->rounds_kind = ROUNDS_BMUF;
-            g->bmuf_started = true;
-        }
-        pthread_mutex_unlock(&g->lock);
-    }
-    return SS_OK;
-}
-
-ss_status ss__inproc_transport_load(ss__transport *t, const char *path, size_t *groups) {
-    inproc *ip = t ? inproc_of(t) : NULL;
-    if (!ip || !path || !groups)
-        return SS_ERR_INVALID_ARGUMENT;
-    *groups = 0;
-    ss__dense_ckpt_file *f;
-    ss_status st = ss__dense_ckpt_read(path, &f);
-    if (st != SS_OK)
-        return st;
-    pthread_mutex_lock(&ip->lock);
-    st = restore_groups(ip, f);
-    pthread_mutex_unlock(&ip->lock);
-    if (st == SS_OK)
-        *groups = ss__dense_ckpt_count(f);
-    ss__dense_ckpt_close(f);
-    return st;
-}
-
-ss_status ss__inproc_transport_describe(ss__transport *t, ss__inproc_group_info *out, size_t max,
-                                        size_t *count) {
-    inproc *ip = t ? inproc_of(t) : NULL;
-    if (!ip || !count || (max && !out))
-        return SS_ERR_INVALID_ARGUMENT;
-    size_t k = 0, total = 0;
-    pthread_mutex_lock(&ip->lock);
-    for (group *g = ip->groups; g; g = g->next, total++) {
-        if (k == max)
-            continue;
-        pthread_mutex_lock(&g->lock);
-        ss__inproc_group_info *o = &out[k++];
-        snprintf(o->name, sizeof o->name, "%s", g->name);
-        o->n = g->n;
-        o->members = (uint32_t)g->nmembers;
-        o->contributors = g->contributors;
-        o->exchanges = g->exchanges;
-        o->rounds = g->rounds_done;
-        o->last_done_ns = g->last_done_ns;
-        pthread_mutex_unlock(&g->lock);
-    }
-    pthread_mutex_unlock(&ip->lock);
-    *count = k;
-    return total > max ? SS_ERR_TOO_LARGE : SS_OK;
 }

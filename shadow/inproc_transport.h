@@ -36,6 +36,9 @@ typedef struct ss__inproc_config {
      * their calls go through the encoded bytes and the mirrors exactly as
      * over a wire (shadow/codec.h). SS_ENC_F32 (0): plain floats. */
     ss__encoding encoding;
+    /* Benchmarks only: with an encoding, no error feedback (each upload is
+     * the quantized snapshot itself; see ss__codec_mirror.no_feedback). */
+    bool no_error_feedback;
 } ss__inproc_config;
 
 /* The limits a Join can hit, in the order of ss__inproc_transport_refusals. */

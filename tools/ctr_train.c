@@ -195,7 +195,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     int64_t link_latency_us = 0;
     double link_gbps = 0.0;
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
-    bool nesterov = cfg.params.bmuf.nesterov, eval_each = false;
+    bool nesterov = cfg.params.bmuf.nesterov, eval_each = false, error_feedback = true;
     const char *metrics_out = NULL, *ps = "", *agent = "", *dense_out = NULL, *name = NULL;
     const char *emb = "array", *emb_ps = "", *emb_opt = "adagrad", *optimizer = "adam";
     const char *predictions_out = NULL;
@@ -248,6 +248,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "compressed sync: how rounds' floats travel (error feedback through mirrors of the "
          "replicas)",
          "f32|fp16|bf16|int8", 0, 0},
+        {"error-feedback", SS_FLAG_BOOL, &error_feedback,
+         "with --encoding, in-process trainers: false sends each quantized snapshot as it is, "
+         "dropping what the quantization lost (an ablation, to measure what error feedback "
+         "buys)",
+         NULL, 0, 0},
         {"sync-every", SS_FLAG_INT, &sync_every, "K: foreground round every K trainer steps", NULL,
          1, 1e9},
         {"alpha", SS_FLAG_DOUBLE, &alpha, "S-EASGD elastic rate", NULL, 1e-6, 1},
@@ -361,6 +366,12 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss__encoding enc = SS_ENC_F32;
     ss__encoding_parse(encoding, &enc); /* the flag's choices are the names */
     cfg.encoding = (uint32_t)enc;
+    cfg.error_feedback = error_feedback;
+    if (!error_feedback && (*ps || *agent)) {
+        fprintf(stderr, "ctr-train: --error-feedback false is an in-process ablation; a PS keeps "
+                        "the mirrors with feedback (drop --ps/--agent or the flag)\n");
+        return 2;
+    }
     cfg.trainers = (uint32_t)trainers;
     cfg.workers = (uint32_t)workers;
     cfg.shadow_threads = (uint32_t)shadow_threads;

@@ -363,7 +363,8 @@ static ss_status open_trainers(run *r) {
         ss__inproc_config icfg = {.round_deadline_ms = cfg->round_deadline_ms,
                                   .link_latency_us = cfg->link_latency_us,
                                   .link_gbps = cfg->link_gbps,
-                                  .encoding = (ss__encoding)cfg->encoding};
+                                  .encoding = (ss__encoding)cfg->encoding,
+                                  .no_error_feedback = !cfg->error_feedback};
         if ((st = ss__inproc_transport_create(&icfg, &r->transport)) != SS_OK)
             return st;
     }

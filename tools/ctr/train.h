@@ -58,7 +58,8 @@ typedef struct ss__ctr_train_config {
     uint32_t round_deadline_ms;
     uint32_t link_latency_us; /* in-process link emulation (benchmarks) */
     double link_gbps;
-    uint32_t encoding; /* ss__encoding of in-process sync (compressed sync) */
+    uint32_t encoding;   /* ss__encoding of in-process sync (compressed sync) */
+    bool error_feedback; /* false: an ablation (in-process only) */
     uint64_t round_interval_us;
     uint64_t min_round_gap;
     uint32_t final_rounds; /* rounds per trainer after training, before eval */

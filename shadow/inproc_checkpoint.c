@@ -1,0 +1,155 @@
+/* The in-process transport's checkpoints (the file format:
+ * shadow/dense_checkpoint.c), its refusal counters and its description for
+ * /status. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadow/dense_checkpoint.h"
+#include "shadow/inproc_internal.h"
+
+void ss__inproc_transport_refusals(ss__transport *t, uint64_t out[SS_INPROC_LIMITS]) {
+    inproc *ip = t ? ss__inproc_of(t) : NULL;
+    for (int i = 0; i < SS_INPROC_LIMITS; i++)
+        out[i] = ip ? atomic_load(&ip->refusals[i]) : 0;
+}
+
+ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *groups) {
+    inproc *ip = t ? ss__inproc_of(t) : NULL;
+    if (!ip || !path || !*path || !groups)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ip->lock);
+    uint32_t count = 0;
+    for (group *g = ip->groups; g; g = g->next)
+        count++;
+    ss__dense_ckpt_writer *w;
+    ss_status st = ss__dense_ckpt_begin(path, count, &w);
+    if (st != SS_OK) {
+        pthread_mutex_unlock(&ip->lock);
+        return st;
+    }
+    for (group *g = ip->groups; g; g = g->next) {
+        pthread_mutex_lock(&g->lock);
+        bool has_mean = g->result_round != NO_ROUND, has_bmuf = g->bmuf_started;
+        ss__dense_ckpt_put(w, &(ss__dense_ckpt_group){
+                                  .name = g->name,
+                                  .n = g->n,
+                                  .central = g->central_init ? g->central : NULL,
+                                  .mean = has_mean ? g->result : NULL,
+                                  .mean_round = g->result_round,
+                                  .bmuf_w = has_bmuf ? g->bmuf_w : NULL,
+                                  .bmuf_m = has_bmuf ? g->bmuf_m : NULL,
+                                  .bmuf_eta = g->bmuf.eta,
+                                  .bmuf_zeta = g->bmuf.zeta,
+                                  .bmuf_nesterov = g->bmuf.nesterov,
+                              });
+        pthread_mutex_unlock(&g->lock);
+    }
+    pthread_mutex_unlock(&ip->lock);
+    st = ss__dense_ckpt_commit(w);
+    *groups = st == SS_OK ? count : 0;
+    return st;
+}
+
+/* Every group of a checked file first gets its place (an existing group
+ * must have the same size), then its values: a file that does not fit
+ * changes nothing. */
+static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
+    size_t count = ss__dense_ckpt_count(f);
+    for (size_t i = 0; i < count; i++) {
+        const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
+        group *g = ss__inproc_lookup_group(ip, c->name);
+        if (g && g->n != c->n)
+            return SS_ERR_SIZE_MISMATCH;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(ss__dense_ckpt_group_at(f, j)->name, c->name))
+                return SS_ERR_PARSE; /* a group twice: not a file this code wrote */
+        if (c->bmuf_w &&
+            !ss__bmuf_params_valid(&(ss__bmuf_params){
+                .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov}))
+            return SS_ERR_PARSE;
+        if (c->bmuf_w && g && g->rounds_kind == ROUNDS_MEAN)
+            return SS_ERR_INVALID_ARGUMENT; /* rounds of a live group are already S-MA */
+    }
+    for (size_t i = 0; i < count; i++) {
+        const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
+        group *g = ss__inproc_lookup_group(ip, c->name);
+        if (!g) {
+            if (!(g = ss__inproc_group_new(c->name, c->n)))
+                return SS_ERR_NO_MEMORY;
+            ss__inproc_add_group(ip, g); /* a restore is not refused by the limits */
+        }
+        pthread_mutex_lock(&g->lock);
+        if (c->central) {
+            memcpy(g->central, c->central, c->n * sizeof(float));
+            g->central_init = true;
+        }
+        if (c->mean) {
+            memcpy(g->result, c->mean, c->n * sizeof(float));
+            g->result_round = c->mean_round;
+            g->open_round = c->mean_round + 1;
+        }
+        if (c->bmuf_w) {
+            /* The block momentum goes on where it was: the same w and m,
+             * the parameters the group's members must keep sending. */
+            if (!g->bmuf_w && !(g->bmuf_w = calloc(2 * g->n, sizeof(float)))) {
+                pthread_mutex_unlock(&g->lock);
+                return SS_ERR_NO_MEMORY;
+            }
+            g->bmuf_m = g->bmuf_w + g->n;
+            memcpy(g->bmuf_w, c->bmuf_w, c->n * sizeof(float));
+            memcpy(g->bmuf_m, c->bmuf_m, c->n * sizeof(float));
+            g->bmuf = (ss__bmuf_params){
+                .eta = c->bmuf_eta, .zeta = c->bmuf_zeta, .nesterov = c->bmuf_nesterov};
+            g->rounds_kind = ROUNDS_BMUF;
+            g->bmuf_started = true;
+        }
+        pthread_mutex_unlock(&g->lock);
+    }
+    return SS_OK;
+}
+
+ss_status ss__inproc_transport_load(ss__transport *t, const char *path, size_t *groups) {
+    inproc *ip = t ? ss__inproc_of(t) : NULL;
+    if (!ip || !path || !groups)
+        return SS_ERR_INVALID_ARGUMENT;
+    *groups = 0;
+    ss__dense_ckpt_file *f;
+    ss_status st = ss__dense_ckpt_read(path, &f);
+    if (st != SS_OK)
+        return st;
+    pthread_mutex_lock(&ip->lock);
+    st = restore_groups(ip, f);
+    pthread_mutex_unlock(&ip->lock);
+    if (st == SS_OK)
+        *groups = ss__dense_ckpt_count(f);
+    ss__dense_ckpt_close(f);
+    return st;
+}
+
+ss_status ss__inproc_transport_describe(ss__transport *t, ss__inproc_group_info *out, size_t max,
+                                        size_t *count) {
+    inproc *ip = t ? ss__inproc_of(t) : NULL;
+    if (!ip || !count || (max && !out))
+        return SS_ERR_INVALID_ARGUMENT;
+    size_t k = 0, total = 0;
+    pthread_mutex_lock(&ip->lock);
+    for (group *g = ip->groups; g; g = g->next, total++) {
+        if (k == max)
+            continue;
+        pthread_mutex_lock(&g->lock);
+        ss__inproc_group_info *o = &out[k++];
+        snprintf(o->name, sizeof o->name, "%s", g->name);
+        o->n = g->n;
+        o->members = (uint32_t)g->nmembers;
+        o->contributors = g->contributors;
+        o->exchanges = g->exchanges;
+        o->rounds = g->rounds_done;
+        o->last_done_ns = g->last_done_ns;
+        pthread_mutex_unlock(&g->lock);
+    }
+    pthread_mutex_unlock(&ip->lock);
+    *count = k;
+    return total > max ? SS_ERR_TOO_LARGE : SS_OK;
+}
