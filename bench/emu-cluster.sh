@@ -13,7 +13,7 @@
 # everything (processes, namespaces, files) is removed at exit.
 #
 # Prints one line per trainer and a summary line:
-#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A k=K dense=D rate=R
+#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E k=K dense=D rate=R
 #     examples/s=TOTAL per_trainer=MEAN min_trainer=MIN gap_p50=.. gap_p99=..
 #     gap_max=.. rounds=.. failed=.. steps=.. trainer_cpu_s=.. ps_cpu_s=..
 #     agent_cpu_s=..
@@ -28,6 +28,7 @@ set -euo pipefail
 
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=50us LOSS=0
 MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
+ENCODING=f32
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
 
@@ -47,6 +48,9 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
   --mode M          background | foreground | none                  [$MODE]
   --algo A          easgd | ma | bmuf                               [$ALGO]
   --sync-every K    foreground: a round every K steps               [$K]
+  --encoding E      compressed sync with the PS: f32 | fp16 | bf16  [$ENCODING]
+                    | int8 (the agents' --encoding, or the trainers'
+                    SHADOWSYNC_ENCODING without agents)
   --agent 0|1       background: sync through one agent per host     [$AGENT]
   --rate R          every link, each direction (tc units)           [$RATE]
   --delay D         one-way latency per link (needs sch_netem)      [$DELAY]
@@ -74,6 +78,7 @@ while [ $# -gt 0 ]; do
   --batch) BATCH=$2; shift ;;
   --mode) MODE=$2; shift ;;
   --algo) ALGO=$2; shift ;;
+  --encoding) ENCODING=$2; shift ;;
   --sync-every) K=$2; shift ;;
   --agent) AGENT=$2; shift ;;
   --rate) RATE=$2; shift ;;
@@ -126,20 +131,24 @@ for j in $(seq 0 $((HOSTS - 1))); do
   sock=
   if [ "$AGENT" = 1 ]; then
     sock=$TMP/h$j/agent.sock
-    ip netns exec "$ns" nice -n "$NICE" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$sock" --http "" \
+    ip netns exec "$ns" nice -n "$NICE" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$sock" --http "" --encoding "$ENCODING" \
       >"$TMP/agent$j.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/agent$j.log" "listening on" $!
     SYNC_PIDS+=(agent:$!)
   fi
 done
-say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ $NETEM = 1 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO, dense $DENSE floats, ${SECS} s"
+say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ $NETEM = 1 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO encoding $ENCODING, dense $DENSE floats, ${SECS} s"
 
 for j in $(seq 0 $((HOSTS - 1))); do
   for i in $(seq 0 $((PER_HOST - 1))); do
     name=h${j}t$i
     via_agent=()
-    [ "$AGENT" != 1 ] || via_agent=("SHADOWSYNC_AGENT=$TMP/h$j/agent.sock")
+    if [ "$AGENT" = 1 ]; then
+      via_agent=("SHADOWSYNC_AGENT=$TMP/h$j/agent.sock")
+    else
+      via_agent=("SHADOWSYNC_ENCODING=$ENCODING")
+    fi
     env SHADOWSYNC_PS="$PS_LIST" SHADOWSYNC_SYNC="$MODE" SHADOWSYNC_ALGO="$ALGO" \
       SHADOWSYNC_SYNC_EVERY="$K" SHADOWSYNC_TRAINER_NAME="$name" "${via_agent[@]}" \
       timeout --kill-after=10 $((${SECS%.*} + 120)) \
@@ -177,7 +186,7 @@ if [ "$failed" -gt 0 ] || [ "$n" != "${#TRAINERS[@]}" ]; then
 fi
 p50=$(sed -n 's/.* gap_p50=\([0-9]*\).*/\1/p' <<<"$lines" | sort -n |
   awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
-awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v k="$K" -v dense="$DENSE" \
+awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$ENCODING" -v k="$K" -v dense="$DENSE" \
   -v rate="$RATE" -v med="$p50" -v ps_cpu="$ps_cpu" -v agent_cpu="$agent_cpu" '
   { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n++; total += v["examples/s"]; rounds += v["rounds"]; failed += v["failed"]
@@ -186,8 +195,8 @@ awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v k="$K" -v d
     if (v["gap_p99"] + 0 > p99) p99 = v["gap_p99"] + 0
     if (v["gap_max"] + 0 > gmax) gmax = v["gap_max"] + 0 }
   END {
-    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s k=%s dense=%s rate=%s " \
+    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s encoding=%s k=%s dense=%s rate=%s " \
            "examples/s=%.0f per_trainer=%.0f min_trainer=%.0f gap_p50=%s gap_p99=%d gap_max=%d " \
            "rounds=%d failed=%d steps=%d trainer_cpu_s=%.2f ps_cpu_s=%s agent_cpu_s=%s\n", ps, hosts, \
-           n, mode, algo, k, dense, rate, total, total / n, min, med, p99, gmax, rounds, failed, \
+           n, mode, algo, encoding, k, dense, rate, total, total / n, min, med, p99, gmax, rounds, failed, \
            steps, cpu, ps_cpu, agent_cpu }' <<<"$lines"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "shadow/codec.h"
+#include "shadow/codec_kernels.h"
 
 static const char *const enc_names[SS_ENC_COUNT] = {"f32", "fp16", "bf16", "int8"};
 
@@ -83,9 +84,12 @@ static uint16_t to_half(float f) {
 static float from_half(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) /* zero or subnormal: m * 2^-24 */
-        return float_of(sign | bits_of((float)m * (1.0f / 16777216.0f)));
-    return float_of(sign | ((e + 112u) << 23) | (m << 13));
+    /* Zero or subnormal: m * 2^-24; normal: rebias the exponent. Both,
+     * then a mask picks one (no branch: the decode loop vectorizes). */
+    uint32_t sub = bits_of((float)m * (1.0f / 16777216.0f));
+    uint32_t nrm = ((e + 112u) << 23) | (m << 13);
+    uint32_t is_sub = 0u - (uint32_t)(e == 0);
+    return float_of(sign | (sub & is_sub) | (nrm & ~is_sub));
 }
 
 static uint16_t to_bf16(float f) {
@@ -106,10 +110,6 @@ static float from_bf16(uint16_t b) {
 static void put_u16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
-}
-
-static uint16_t get_u16(const uint8_t *p) {
-    return (uint16_t)(p[0] | (p[1] << 8));
 }
 
 static void put_f32(uint8_t *p, float f) {
@@ -137,29 +137,31 @@ void ss__codec_encode(ss__encoding e, const float *in, size_t n, uint8_t *out) {
             put_f32(out + 4 * i, in[i]);
         return;
     case SS_ENC_FP16:
-        for (size_t i = 0; i < n; i++)
-            put_u16(out + 2 * i, to_half(in[i]));
+        if ((uintptr_t)out % _Alignof(uint16_t) == 0) {
+            ss__codec_to_f16(in, n, (uint16_t *)(void *)out); /* the vectorized loop */
+        } else {
+            for (size_t i = 0; i < n; i++)
+                put_u16(out + 2 * i, to_half(in[i]));
+        }
         return;
     case SS_ENC_BF16:
-        for (size_t i = 0; i < n; i++)
-            put_u16(out + 2 * i, to_bf16(in[i]));
+        if ((uintptr_t)out % _Alignof(uint16_t) == 0) {
+            ss__codec_to_bf16(in, n, (uint16_t *)(void *)out);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                put_u16(out + 2 * i, to_bf16(in[i]));
+        }
         return;
     case SS_ENC_INT8:
         for (size_t b = 0; b < n; b += SS_CODEC_INT8_BLOCK) {
             size_t k = n - b < SS_CODEC_INT8_BLOCK ? n - b : SS_CODEC_INT8_BLOCK;
-            float lo = in[b], hi = in[b];
-            for (size_t i = 1; i < k; i++) {
-                lo = in[b + i] < lo ? in[b + i] : lo;
-                hi = in[b + i] > hi ? in[b + i] : hi;
-            }
+            float lo, hi;
+            ss__codec_minmax(in + b, k, &lo, &hi);
             put_f32(out, lo);
             put_f32(out + 4, hi);
             out += 8;
             float step = int8_step(lo, hi);
-            for (size_t i = 0; i < k; i++) {
-                long q = step > 0 ? lrintf((in[b + i] - lo) / step) : 0;
-                out[i] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
-            }
+            ss__codec_quantize_u8(in + b, k, lo, step > 0 ? 1.0f / step : 0.0f, out);
             out += k;
         }
         return;
@@ -169,25 +171,32 @@ void ss__codec_encode(ss__encoding e, const float *in, size_t n, uint8_t *out) {
 ss_status ss__codec_decode(ss__encoding e, const uint8_t *in, size_t len, size_t n, float *out) {
     if ((unsigned)e >= SS_ENC_COUNT || len != ss__codec_size(e, n))
         return SS_ERR_INVALID_ARGUMENT;
+    /* The loops below look at every value's bits and say at the end
+     * whether one was NaN or Inf: no branch per value, so GCC vectorizes
+     * them (the host is little-endian, codec_kernels.c checks). */
+    uint32_t bad = 0;
     switch (e) {
     case SS_ENC_F32:
+        memcpy(out, in, len);
         for (size_t i = 0; i < n; i++)
-            if (!isfinite(out[i] = get_f32(in + 4 * i)))
-                return SS_ERR_INVALID_ARGUMENT;
-        return SS_OK;
+            bad |= (bits_of(out[i]) & 0x7f800000u) == 0x7f800000u;
+        return bad ? SS_ERR_INVALID_ARGUMENT : SS_OK;
     case SS_ENC_FP16:
         for (size_t i = 0; i < n; i++) {
-            uint16_t h = get_u16(in + 2 * i);
-            if ((h & 0x7c00u) == 0x7c00u) /* Inf or NaN */
-                return SS_ERR_INVALID_ARGUMENT;
+            uint16_t h;
+            memcpy(&h, in + 2 * i, 2);
+            bad |= (h & 0x7c00u) == 0x7c00u; /* Inf or NaN */
             out[i] = from_half(h);
         }
-        return SS_OK;
+        return bad ? SS_ERR_INVALID_ARGUMENT : SS_OK;
     case SS_ENC_BF16:
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(out[i] = from_bf16(get_u16(in + 2 * i))))
-                return SS_ERR_INVALID_ARGUMENT;
-        return SS_OK;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t b;
+            memcpy(&b, in + 2 * i, 2);
+            bad |= (b & 0x7f80u) == 0x7f80u;
+            out[i] = from_bf16(b);
+        }
+        return bad ? SS_ERR_INVALID_ARGUMENT : SS_OK;
     case SS_ENC_INT8:
         for (size_t b = 0; b < n; b += SS_CODEC_INT8_BLOCK) {
             size_t k = n - b < SS_CODEC_INT8_BLOCK ? n - b : SS_CODEC_INT8_BLOCK;
@@ -250,8 +259,16 @@ void ss__codec_member_upload(ss__codec_mirror *cm, const float *s, uint8_t *buf,
     }
     if (cm->no_feedback)
         memset(cm->m, 0, cm->n * sizeof(float));
-    for (size_t i = 0; i < cm->n; i++)
+    uint32_t bad = 0;
+    for (size_t i = 0; i < cm->n; i++) {
         cm->tmp[i] = s[i] - cm->m[i];
+        bad |= (bits_of(cm->tmp[i]) & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad) { /* s - mirror overflowed: start the mirror over */
+        cm->valid = false;
+        ss__codec_member_upload(cm, s, buf, up);
+        return;
+    }
     up->len = ss__codec_size(cm->enc, cm->n);
     ss__codec_encode(cm->enc, cm->tmp, cm->n, buf);
     mirror_add_decoded(cm, buf);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The emulated cluster's smoke run (bench/emu-cluster.sh): 1 PS host and
 # 2 trainer hosts x 2 trainers in network namespaces, a few seconds, in
-# background mode through the agents and in foreground mode; every trainer
+# background mode through the agents (float32 and int8 compressed sync)
+# and in foreground mode; every trainer
 # trains and syncs. Then a run stopped by SIGTERM midway: nothing it made
 # (namespaces, links, processes) is left. Needs root: fails otherwise.
 #   emu-cluster-test.sh BIN_DIR SOURCE_DIR
@@ -12,9 +13,10 @@ script=$2/bench/emu-cluster.sh
 
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 
-for mode in background foreground; do
+for run in background:f32 foreground:f32 background:int8; do
+  mode=${run%:*}
   out=$(bash "$script" --ps 1 --hosts 2 --per-host 2 --dense-floats 65536 --seconds 3 \
-    --step-us 5000 --mode "$mode" --sync-every 5 --rate 1gbit)
+    --step-us 5000 --mode "$mode" --sync-every 5 --rate 1gbit --encoding "${run#*:}")
   echo "$out"
   sum=$(grep '^emu-cluster: ps=' <<<"$out")
   [ "$(field "$sum" trainers)" = 4 ]

@@ -36,11 +36,18 @@ START_TEST(test_fp16_bits) {
      * 2^-25 * 1.5 (rounds to 2^-24). */
     const float in[] = {1.0f, -2.0f, 65504.0f, 1e6f, 0.1f, 5.9604644775390625e-8f, 8.940697e-8f};
     const uint16_t want[] = {0x3C00, 0xC000, 0x7BFF, 0x7BFF, 0x2E66, 0x0001, 0x0002};
-    uint8_t buf[14];
+    /* Both paths: the vectorized loop (aligned output) and the scalar one
+     * (an odd address). */
+    uint16_t aligned[7];
+    uint8_t unaligned[15], *buf = (uint8_t *)aligned;
     ss__codec_encode(SS_ENC_FP16, in, 7, buf);
-    for (size_t i = 0; i < 7; i++)
+    ss__codec_encode(SS_ENC_FP16, in, 7, unaligned + 1);
+    for (size_t i = 0; i < 7; i++) {
         ck_assert_msg(u16_at(buf, i) == want[i], "element %zu: 0x%04x, want 0x%04x", i,
                       u16_at(buf, i), want[i]);
+        ck_assert_msg(u16_at(unaligned + 1, i) == want[i], "scalar, element %zu: 0x%04x", i,
+                      u16_at(unaligned + 1, i));
+    }
     float out[7];
     ck_assert_int_eq(ss__codec_decode(SS_ENC_FP16, buf, 14, 7, out), SS_OK);
     ck_assert_float_eq(out[0], 1.0f);
@@ -60,11 +67,16 @@ START_TEST(test_bf16_bits) {
      * 0x3F82); -0.5; 3.0e38 (beyond bf16's largest finite: saturates). */
     const float in[] = {1.0f, 1.00390625f, 1.01171875f, -0.5f, 3.4e38f};
     const uint16_t want[] = {0x3F80, 0x3F80, 0x3F82, 0xBF00, 0x7F7F};
-    uint8_t buf[10];
+    uint16_t aligned[5];
+    uint8_t unaligned[11], *buf = (uint8_t *)aligned;
     ss__codec_encode(SS_ENC_BF16, in, 5, buf);
-    for (size_t i = 0; i < 5; i++)
+    ss__codec_encode(SS_ENC_BF16, in, 5, unaligned + 1);
+    for (size_t i = 0; i < 5; i++) {
         ck_assert_msg(u16_at(buf, i) == want[i], "element %zu: 0x%04x, want 0x%04x", i,
                       u16_at(buf, i), want[i]);
+        ck_assert_msg(u16_at(unaligned + 1, i) == want[i], "scalar, element %zu: 0x%04x", i,
+                      u16_at(unaligned + 1, i));
+    }
     float out[5];
     ck_assert_int_eq(ss__codec_decode(SS_ENC_BF16, buf, 10, 5, out), SS_OK);
     ck_assert_float_eq(out[2], 1.015625f); /* 1 + 2/128 */
