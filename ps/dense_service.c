@@ -190,6 +190,8 @@ static void fail_encoded(ss__dense_service *svc, ss__rpc_reply *r, ss_status st)
         reject(svc, r, st,
                "compressed sync: the payload does not decode (NaN/Inf, or an int8 "
                "block whose min is above its max), or bad alpha");
+    else if (st == SS_ERR_TOO_LARGE && *ss__inproc_transport_refusal())
+        reject(svc, r, st, ss__inproc_transport_refusal()); /* which limit */
     else
         fail(svc, r, st);
 }

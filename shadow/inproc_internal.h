@@ -26,6 +26,7 @@ typedef struct member_slot {
      * message buffer (the calls go through the same bytes as on a wire). */
     ss__codec_mirror *mirror, *member_side;
     uint8_t *wire;
+    _Atomic uint64_t *mirror_budget; /* the PS's count the mirror is in */
 } member_slot;
 
 typedef struct group {
@@ -74,6 +75,10 @@ typedef struct inproc {
     size_t ngroups;        /* under lock */
     uint64_t total_floats; /* of all groups, under lock */
     _Atomic uint64_t refusals[SS_INPROC_LIMITS];
+    /* Floats of the members' mirrors (compressed sync): a budget of their
+     * own, as large as limits.max_total_floats (counting them with the
+     * groups would need ip->lock under a group's lock). */
+    _Atomic uint64_t mirror_floats;
 } inproc;
 
 /* The transport's state, NULL when t is not an in-process transport. */

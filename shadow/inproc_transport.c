@@ -84,6 +84,8 @@ static group *find_group(inproc *ip, const char *name) {
 }
 
 static void slot_free(member_slot *m) {
+    if (m->mirror && m->mirror_budget)
+        atomic_fetch_sub(m->mirror_budget, 2 * (uint64_t)m->mirror->n);
     if (m->mirror)
         ss__codec_mirror_free(m->mirror);
     if (m->member_side)
@@ -322,21 +324,37 @@ static group *enter_bulk_call(inproc *ip, const char *name, uint64_t member, con
 /* The server side of an encoded upload: the member's mirror (made on its
  * first encoded call, and again if its encoding changes) takes it. Caller
  * holds g->lock; idx is the member's slot. */
-static ss_status accept_upload(const inproc *ip, group *g, size_t idx, const ss__codec_upload *up) {
+static ss_status accept_upload(inproc *ip, group *g, size_t idx, const ss__codec_upload *up) {
     member_slot *m = &g->members[idx];
     if (up->enc == SS_ENC_F32 || !ss__encoding_name(up->enc))
         return SS_ERR_INVALID_ARGUMENT;
     if (m->mirror && m->mirror->enc != up->enc) {
+        atomic_fetch_sub(&ip->mirror_floats, 2 * (uint64_t)m->mirror->n);
         ss__codec_mirror_free(m->mirror);
         free(m->mirror);
         m->mirror = NULL;
     }
     if (!m->mirror) {
+        /* A mirror and its scratch: 2 n floats for as long as the member
+         * stays, within the PS's budget for them. */
+        const uint64_t want = 2 * (uint64_t)g->n;
+        uint64_t had = atomic_fetch_add(&ip->mirror_floats, want);
+        if (ip->limits.max_total_floats && had + want > ip->limits.max_total_floats) {
+            atomic_fetch_sub(&ip->mirror_floats, want);
+            return refuse_limit(ip, SS_INPROC_LIMIT_FLOATS,
+                                "compressed sync: the PS holds %llu floats of members' mirrors; "
+                                "one more would pass their budget (--max-total-floats %llu)",
+                                (unsigned long long)had, ip->limits.max_total_floats);
+        }
         m->mirror = malloc(sizeof *m->mirror);
-        if (!m->mirror)
+        if (!m->mirror) {
+            atomic_fetch_sub(&ip->mirror_floats, want);
             return SS_ERR_NO_MEMORY;
+        }
+        m->mirror_budget = &ip->mirror_floats;
         ss_status st = ss__codec_mirror_init(m->mirror, up->enc, g->n);
         if (st != SS_OK) {
+            atomic_fetch_sub(&ip->mirror_floats, want);
             free(m->mirror);
             m->mirror = NULL;
             return st;
@@ -380,7 +398,7 @@ static ss__codec_mirror *member_side(inproc *ip, group *g, uint64_t member, uint
 
 /* S-EASGD from an encoded upload; reply: the encoded d. Caller holds
  * g->lock. */
-static ss_status easgd_encoded_locked(const inproc *ip, group *g, uint64_t member,
+static ss_status easgd_encoded_locked(inproc *ip, group *g, uint64_t member,
                                       const ss__codec_upload *up, float alpha, uint8_t *reply) {
     if (!(alpha > 0.0f && alpha <= 1.0f))
         return SS_ERR_INVALID_ARGUMENT;
@@ -407,6 +425,7 @@ ss_status ss__inproc_easgd_encoded(ss__transport *t, const char *name, uint64_t 
     inproc *ip = ss__inproc_of(t);
     if (!ip || !name || !up || !reply || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
+    t_refusal[0] = '\0';
     group *g = find_group(ip, name);
     if (!g)
         return SS_ERR_NOT_FOUND;
@@ -558,6 +577,7 @@ ss_status ss__inproc_round_encoded(ss__transport *t, const char *name, uint64_t 
     inproc *ip = ss__inproc_of(t);
     if (!ip || !name || !up || !reply || !result || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
+    t_refusal[0] = '\0';
     group *g = find_group(ip, name);
     if (!g)
         return SS_ERR_NOT_FOUND;

@@ -695,6 +695,22 @@ START_TEST(test_compressed_requests) {
     ck_assert_int_eq(ss__transport_read_central(backend, "g", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 2.0f);
     ck_assert_float_eq(c[1], 2.0f);
+    /* A mirror costs the PS 2 n floats for as long as the member stays:
+     * within a budget as large as --max-total-floats (1500 here). */
+    uint64_t big;
+    ck_assert_int_eq(ss__transport_join(backend, "big", 800, &big), SS_OK);
+    float *snap = calloc(800, sizeof *snap);
+    Shadowsync__V1__EasgdRequest r = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
+    r.group = "big";
+    r.member = big;
+    r.alpha = 0.5f;
+    r.encoding = SHADOWSYNC__V1__ENCODING__INT8;
+    r.mirror_reset = true;
+    r.size = 800;
+    r.snapshot.data = (uint8_t *)snap;
+    r.snapshot.len = 800 * sizeof(float);
+    ck_assert_int_eq(send_msg(SVC "EasgdExchange", &r.base, 5000), SS_ERR_TOO_LARGE);
+    free(snap);
 }
 END_TEST
 
