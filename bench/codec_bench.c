@@ -9,37 +9,30 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/flags.h"
 #include "shadow/codec.h"
 
 static double gbps(size_t bytes, uint64_t ns) {
     return (double)bytes / (double)ns;
 }
 
+/* What --help and --version say. */
+static const ss__program program = {
+    "shadowsync-bench-codec",
+    "Compressed sync's CPU cost: encode and decode speed of each encoding and of one\n"
+    "member upload (difference from the mirror, encode, decode into the mirror), in GB/s\n"
+    "of float32 input, each as a ratio to memcpy of the same floats in the same run."};
+
 int main(int argc, char **argv) {
-    size_t n = 1u << 22;
-    int reps = 20;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--floats") && i + 1 < argc)
-            n = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--help")) {
-            printf("Usage: shadowsync-bench-codec [--floats N (4194304)] [--reps R (20)]\n"
-                   "Encode/decode GB/s of float32 input per encoding, and a member upload, "
-                   "each / memcpy.\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--version")) {
-            printf("shadowsync-bench-codec 0.2.0\n");
-            return 0;
-        } else {
-            fprintf(stderr, "shadowsync-bench-codec: unknown argument %s (see --help)\n", argv[i]);
-            return 2;
-        }
-    }
-    if (n == 0 || reps <= 0) {
-        fprintf(stderr, "shadowsync-bench-codec: --floats and --reps must be > 0\n");
-        return 2;
-    }
+    int64_t floats = 1 << 22, reps = 20;
+    ss__flag flags[] = {
+        {"floats", SS_FLAG_INT, &floats, "floats per array", NULL, 1, 1 << 28},
+        {"reps", SS_FLAG_INT, &reps, "timed repetitions (the best is kept)", NULL, 1, 1e6},
+    };
+    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
+    const size_t n = (size_t)floats;
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     uint8_t *buf = malloc(n * sizeof(float));
     if (!x || !y || !buf)
@@ -48,14 +41,14 @@ int main(int argc, char **argv) {
         x[i] = 0.01f * sinf((float)i);
     const size_t bytes = n * sizeof(float);
     uint64_t best = UINT64_MAX;
-    for (int r = 0; r < reps; r++) {
+    for (int64_t r = 0; r < reps; r++) {
         uint64_t t0 = ss__now_ns();
         memcpy(y, x, bytes);
         uint64_t t = ss__now_ns() - t0;
         best = t < best ? t : best;
     }
     double base = gbps(bytes, best);
-    printf("codec: %zu floats, best of %d; memcpy %.2f GB/s\n", n, reps, base);
+    printf("codec: %zu floats, best of %lld; memcpy %.2f GB/s\n", n, (long long)reps, base);
     printf("%-6s %12s %10s %12s %10s %12s %10s\n", "enc", "encode_GB/s", "÷memcpy", "decode_GB/s",
            "÷memcpy", "upload_GB/s", "÷memcpy");
     for (ss__encoding e = SS_ENC_F32; e < SS_ENC_COUNT; e++) {
@@ -66,7 +59,7 @@ int main(int argc, char **argv) {
         ss__codec_upload up;
         ss__codec_member_upload(&cm, x, buf, &up); /* the reset */
         cm.valid = true;
-        for (int r = 0; r < reps; r++) {
+        for (int64_t r = 0; r < reps; r++) {
             uint64_t t0 = ss__now_ns();
             ss__codec_encode(e, x, n, buf);
             uint64_t t1 = ss__now_ns();

@@ -155,6 +155,34 @@ START_TEST(test_open_says_which_setting_is_wrong) {
     c.tls_cert = "cert.pem";
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
     said("tls_cert and tls_key", NULL);
+    c.tls_cert = NULL;
+    c.encoding = "int4";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("encoding=\"int4\"", "f32|fp16|bf16|int8");
+    c.encoding = "int8";
+    c.mode = SS_SYNC_BACKGROUND;
+    c.agent = "/tmp/agent.sock";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("encoding=int8", "--encoding int8");
+    c.agent = NULL;
+    c.encoding = NULL;
+    /* Decentralized averaging: instead of a PS, S-MA only, a rank in the
+     * list. */
+    c.peers = "127.0.0.1:1,127.0.0.1:2";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("peers and ps: pick one", NULL);
+    c.ps = NULL;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("peers: decentralized averaging runs S-MA", "algo=ma");
+    c.algo = "ma";
+    c.peer_rank = 5;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("peer_rank=5", "peer_rank one of them");
+    c.peers = NULL;
+    c.peer_rank = 0;
+    c.ps = "127.0.0.1:1";
+    c.algo = "easgd";
+    c.mode = SS_SYNC_FOREGROUND;
 
     /* A struct nobody initialized, and one from a newer header. */
     ss_trainer_config raw;

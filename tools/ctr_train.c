@@ -196,7 +196,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
     double link_gbps = 0.0;
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false, error_feedback = true;
-    const char *metrics_out = NULL, *ps = "", *agent = "", *dense_out = NULL, *name = NULL;
+    const char *metrics_out = NULL, *ps = "", *agent = "", *peers = "", *dense_out = NULL,
+               *name = NULL;
     const char *emb = "array", *emb_ps = "", *emb_opt = "adagrad", *optimizer = "adam";
     const char *predictions_out = NULL;
     int64_t epochs = cfg.epochs, patience = cfg.patience;
@@ -207,6 +208,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
     bool emb_prefetch = true;
     int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000;
     ss__flag flags[] = {
+        {"peers", SS_FLAG_STRING, &peers,
+         "process mode, decentralized: this process is trainer --rank of these (every trainer's "
+         "host:port, same order); each round pulls one peer's replica and moves to the mean, no "
+         "PS (--algo ma)",
+         NULL, 0, 0},
         {"ps", SS_FLAG_STRING, &ps,
          "process mode: this process is one trainer, syncing through these shadowsync-ps shards "
          "(host:port,...)",
@@ -346,7 +352,9 @@ static int parse_options(int argc, char **argv, run_options *o) {
         fprintf(stderr, "ctr-train: --train and --test are required (see --help)\n");
         return 2;
     }
-    int64_t min_gap = *ps || *agent ? (int64_t)cfg.min_round_gap : 1;
+    /* One trainer per process, syncing with other processes. */
+    const bool process = *ps != '\0' || *agent != '\0' || *peers != '\0';
+    int64_t min_gap = process ? (int64_t)cfg.min_round_gap : 1;
     if (strcmp(min_gap_flag, "auto") != 0) {
         char *end = NULL;
         errno = 0;
@@ -360,14 +368,14 @@ static int parse_options(int argc, char **argv, run_options *o) {
         min_gap = v;
     }
     if (!strcmp(sync, "auto")) /* one in-process trainer has nothing to sync with */
-        sync = trainers == 1 && !*ps && !*agent ? "none" : "shadow";
+        sync = trainers == 1 && !process ? "none" : "shadow";
     ss__ctr_sync_mode_parse(sync, &cfg.sync);
     ss__algo_parse(algo, &cfg.params.algo);
     ss__encoding enc = SS_ENC_F32;
     ss__encoding_parse(encoding, &enc); /* the flag's choices are the names */
     cfg.encoding = (uint32_t)enc;
     cfg.error_feedback = error_feedback;
-    if (!error_feedback && (*ps || *agent)) {
+    if (!error_feedback && process) {
         fprintf(stderr, "ctr-train: --error-feedback false is an in-process ablation; a PS keeps "
                         "the mirrors with feedback (drop --ps/--agent or the flag)\n");
         return 2;
@@ -385,11 +393,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
     cfg.min_round_gap = (uint64_t)min_gap;
     cfg.link_latency_us = (uint32_t)link_latency_us;
     cfg.link_gbps = link_gbps;
-    const bool in_process_sync = !*ps && !*agent && trainers > 1 && strcmp(sync, "none") != 0;
+    const bool in_process_sync = !process && trainers > 1 && strcmp(sync, "none") != 0;
     if (!strcmp(final_model, "auto"))
         final_model = in_process_sync ? "central" : "replica";
     cfg.eval_central = !strcmp(final_model, "central");
-    const int64_t synced = strcmp(sync, "none") == 0 ? 1 : (*ps || *agent) ? world : trainers;
+    const int64_t synced = strcmp(sync, "none") == 0 ? 1 : process ? world : trainers;
     if (strcmp(lr_scaling, "none") != 0 && synced > 1) {
         const bool sq = !strcmp(lr_scaling, "sqrt");
         snprintf(o->lr_note, sizeof o->lr_note, " (--lr %g x %s%lld%s synced trainers)", lr,
@@ -427,13 +435,13 @@ static int parse_options(int argc, char **argv, run_options *o) {
         fprintf(stderr, "ctr-train: --emb %s needs --emb-ps or --ps\n", emb);
         return 2;
     }
-    const bool process = *ps != '\0' || *agent != '\0';
     if (*agent && cfg.sync != SS_CTR_SYNC_SHADOW) {
         fprintf(stderr, "ctr-train: --agent syncs in the background: needs --sync shadow\n");
         return 2;
     }
     if (process && (trainers != 1 || rank >= world || cfg.eval_central)) {
-        fprintf(stderr, "ctr-train: --ps/--agent run one trainer per process: needs --trainers 1, "
+        fprintf(stderr, "ctr-train: --ps/--agent/--peers run one trainer per process: needs "
+                        "--trainers 1, "
                         "--rank < --world and --final-model replica\n");
         return 2;
     }
@@ -442,6 +450,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss_trainer_config_init(&pcfg);
     pcfg.ps = ps;
     pcfg.agent = *agent ? agent : NULL;
+    pcfg.peers = *peers ? peers : NULL;
+    pcfg.peer_rank = (uint32_t)rank;
     pcfg.name = name ? name : o->default_name;
     pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
                 : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND

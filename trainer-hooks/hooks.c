@@ -12,6 +12,7 @@
 #include "common/names.h"
 #include "rpc/agent_client.h"
 #include "rpc/agent_wire.h"
+#include "rpc/gossip_transport.h"
 #include "rpc/grpc_transport.h"
 #include "rpc/rpc.h"
 #include "shadow/engine.h"
@@ -72,7 +73,16 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
         return BAD("agent=%s: an agent syncs in the background only, and sync is foreground "
                    "(foreground rounds run in the trainer: unset agent or set sync=shadow)",
                    c->agent);
-    if (!agent && (!c->ps || !*c->ps))
+    bool peers = c->peers && *c->peers;
+    if (peers && ((c->ps && *c->ps) || agent))
+        return BAD("peers and %s: pick one (decentralized averaging between peers, or sync "
+                   "through %s)",
+                   agent ? "agent" : "ps", agent ? "the host's agent" : "parameter servers");
+    if (peers && (!c->algo || strcmp(c->algo, "ma") != 0))
+        return BAD("peers: decentralized averaging runs S-MA rounds with one peer at a time, "
+                   "and algo is \"%s\" (set algo=ma: S-EASGD and S-BMUF need a PS)",
+                   c->algo ? c->algo : "");
+    if (!agent && !peers && (!c->ps || !*c->ps))
         return BAD("ps: no parameter servers given (set SHADOWSYNC_PS=host:port,... or "
                    "sync=none to train alone)");
     if (!c->algo || ss__algo_parse(c->algo, &p->algo) != SS_OK)
@@ -240,7 +250,20 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                           .tls = &tls};
         if (cfg->encoding)
             ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
-        if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
+        if (cfg->peers && *cfg->peers) {
+            ss__gossip_config gcfg = {.peers = cfg->peers,
+                                      .rank = cfg->peer_rank,
+                                      .timeout_ms = cfg->timeout_ms,
+                                      .tls = &tls};
+            if ((st = ss__gossip_transport_create(&gcfg, &t->transport)) != SS_OK) {
+                ss__err_set(st,
+                            "peers=\"%s\", peer_rank=%u: %s (at least 2 host:port, peer_rank one "
+                            "of them, this one's address free; off loopback, "
+                            "SHADOWSYNC_AUTH_TOKEN_FILE)",
+                            cfg->peers, cfg->peer_rank, ss_strerror(st));
+                goto fail;
+            }
+        } else if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
             ss__err_set(st, "ps=\"%s\": %s (host:port[,host:port...]; TLS files readable)", t->ps,
                         ss_strerror(st));
             goto fail;

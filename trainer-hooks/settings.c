@@ -97,6 +97,9 @@ static const key trainer_keys[] = {
     TK("tls_cert", K_STR, tls_cert, 0, 0, "client certificate (PEM), with tls_key"),
     TK("tls_key", K_STR, tls_key, 0, 0, "its key (PEM)"),
     TK("agent", K_STR, agent, 0, 0, "unix socket of the host's shadowsync-agent (background only)"),
+    TK("peers", K_STR, peers, 0, 0,
+       "decentralized averaging instead of a PS: every trainer's host:port, same order (algo=ma)"),
+    TK("peer_rank", K_U32, peer_rank, 0, 1023, "this trainer's index in peers"),
     TK("encoding", K_STR, encoding, 0, 0,
        "compressed sync with the PS: f32 | fp16 | bf16 | int8 (error feedback through mirrors)"),
 };

@@ -86,6 +86,14 @@ typedef struct ss_trainer_config {
      * the agent's --encoding decides. (Added in 0.2: callers built against
      * an older header get "f32".) */
     const char *encoding;
+    /* peers: decentralized averaging, no PS on the dense path:
+     * "host:port,..." every trainer's address in the same order; this one
+     * serves its latest snapshots on peers[peer_rank] and each round pulls
+     * one peer's (a ring schedule) and moves to the mean. algo must be ma;
+     * not with ps or agent. peer_rank: this trainer's index in peers.
+     * (Added in 0.2.) */
+    const char *peers;
+    uint32_t peer_rank;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {

@@ -1,0 +1,397 @@
+/* Decentralized averaging: pull gossip between members (gossip_transport.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/names.h"
+#include "rpc/auth.h"
+#include "rpc/gossip_transport.h"
+#include "rpc/proto/peer_sync.pb-c.h"
+#include "rpc/rpc_pb.h"
+
+#define PULL_METHOD "/shadowsync.v1.PeerSync/Pull"
+
+/* One of this member's groups: the latest snapshot its engine sent, which
+ * is what peers pull. */
+typedef struct local_group {
+    struct local_group *next;
+    char *name;
+    size_t n;
+    float *latest;
+    bool have; /* latest holds a snapshot */
+    uint64_t rounds;
+} local_group;
+
+typedef struct gossip {
+    pthread_mutex_t lock; /* guards groups, the peer list and the channels */
+    local_group *groups;
+    char **peers;
+    ss__rpc_channel **ch; /* per peer, made on first use; NULL for self */
+    uint32_t npeers, rank;
+    uint32_t timeout_ms;
+    bool random;
+    uint64_t rng, turn;
+    ss__rpc_tls tls; /* a copy: channels are made later (the files' names must outlive it) */
+    bool has_tls;
+    ss__rpc_server *srv;
+    char auth[SS_AUTH_HEADER_MAX];
+} gossip;
+
+/* ---- the peer list ---- */
+
+static void free_peers(gossip *g) {
+    for (uint32_t i = 0; i < g->npeers; i++) {
+        free(g->peers[i]);
+        if (g->ch && g->ch[i])
+            ss__rpc_channel_destroy(g->ch[i]);
+    }
+    free(g->peers);
+    free(g->ch);
+    g->peers = NULL;
+    g->ch = NULL;
+    g->npeers = 0;
+}
+
+/* Splits "a,b,c" into g->peers; rank must be one of them. */
+static ss_status parse_peers(gossip *g, const char *list, uint32_t rank) {
+    if (!list || !*list)
+        return SS_ERR_INVALID_ARGUMENT;
+    char *copy = strdup(list), *save = NULL;
+    if (!copy)
+        return SS_ERR_NO_MEMORY;
+    size_t cap = 1;
+    for (const char *p = list; *p; p++)
+        cap += *p == ',';
+    ss_status st = cap > SS_GOSSIP_MAX_PEERS ? SS_ERR_INVALID_ARGUMENT : SS_OK;
+    char **peers = st == SS_OK ? calloc(cap, sizeof *peers) : NULL;
+    ss__rpc_channel **ch = peers ? calloc(cap, sizeof *ch) : NULL;
+    if (st == SS_OK && (!peers || !ch))
+        st = SS_ERR_NO_MEMORY;
+    uint32_t n = 0;
+    for (char *tok = st == SS_OK ? strtok_r(copy, ",", &save) : NULL; tok && st == SS_OK;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (!(peers[n++] = strdup(tok)))
+            st = SS_ERR_NO_MEMORY;
+    }
+    free(copy);
+    if (st == SS_OK && (n < 2 || rank >= n))
+        st = SS_ERR_INVALID_ARGUMENT; /* gossip needs someone to talk to */
+    if (st != SS_OK) {
+        for (uint32_t i = 0; i < n; i++)
+            free(peers[i]);
+        free(peers);
+        free(ch);
+        return st;
+    }
+    free_peers(g);
+    g->peers = peers;
+    g->ch = ch;
+    g->npeers = n;
+    g->rank = rank;
+    return SS_OK;
+}
+
+/* The channel to peer i (made on first use); NULL when it cannot be made.
+ * Caller holds g->lock. */
+static ss__rpc_channel *channel_to(gossip *g, uint32_t i) {
+    /* Replies carry a whole group: the channel takes messages up to 1 GiB. */
+    if (!g->ch[i] && ss__rpc_channel_create(g->peers[i], 1u << 30, g->has_tls ? &g->tls : NULL,
+                                            &g->ch[i]) != SS_OK)
+        g->ch[i] = NULL;
+    return g->ch[i];
+}
+
+/* The round's start in the schedule: the ring goes round the others, one
+ * step further each round; the random schedule draws (xorshift). Caller
+ * holds g->lock. */
+static uint64_t round_start(gossip *g) {
+    if (!g->random)
+        return g->turn++;
+    g->rng ^= g->rng << 13;
+    g->rng ^= g->rng >> 7;
+    g->rng ^= g->rng << 17;
+    return g->rng;
+}
+
+/* The k-th peer to try in a round that starts at `start`: every other
+ * member once, never this one. */
+static uint32_t pick_peer(const gossip *g, uint64_t start, uint32_t k) {
+    uint32_t others = g->npeers - 1;
+    return (g->rank + 1 + (uint32_t)((start + k) % others)) % g->npeers;
+}
+
+static local_group *find_local(gossip *g, const char *name) {
+    local_group *lg = g->groups;
+    while (lg && strcmp(lg->name, name))
+        lg = lg->next;
+    return lg;
+}
+
+/* ---- serving pulls ---- */
+
+static void h_pull(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    gossip *g = ctx;
+    Shadowsync__V1__PullRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__pull_request__descriptor, req, len, reply);
+    if (!m)
+        return;
+    if (!ss__ps_group_name_valid(m->group)) {
+        reply->status = SS_ERR_INVALID_ARGUMENT;
+        snprintf(reply->message, sizeof reply->message, "group name must be " SS_PS_GROUP_RULE);
+        shadowsync__v1__pull_request__free_unpacked(m, NULL);
+        return;
+    }
+    pthread_mutex_lock(&g->lock);
+    local_group *lg = find_local(g, m->group);
+    if (!lg || !lg->have) {
+        reply->status = SS_ERR_NOT_FOUND;
+        snprintf(reply->message, sizeof reply->message,
+                 "no snapshot of this group here yet (the member has not synced it)");
+    } else if (lg->n != m->size) {
+        reply->status = SS_ERR_SIZE_MISMATCH;
+        snprintf(reply->message, sizeof reply->message,
+                 "this member's group has %zu floats, the caller's %llu", lg->n,
+                 (unsigned long long)m->size);
+    } else {
+        Shadowsync__V1__PullReply r = SHADOWSYNC__V1__PULL_REPLY__INIT;
+        r.round = lg->rounds;
+        r.snapshot.data = (uint8_t *)lg->latest;
+        r.snapshot.len = lg->n * sizeof(float);
+        ss__rpc_reply_pack(&r.base, reply); /* copies the floats, under the lock */
+    }
+    pthread_mutex_unlock(&g->lock);
+    shadowsync__v1__pull_request__free_unpacked(m, NULL);
+}
+
+static const ss__rpc_method gossip_methods[] = {
+    {PULL_METHOD, h_pull, false, NULL, false}, /* the model: needs the token when one is set */
+};
+
+/* ---- the ops ---- */
+
+static ss_status gp_join(void *impl, const char *group, size_t n, uint64_t *member) {
+    gossip *g = impl;
+    pthread_mutex_lock(&g->lock);
+    local_group *lg = find_local(g, group);
+    ss_status st = SS_OK;
+    if (lg) {
+        st = lg->n == n ? SS_OK : SS_ERR_SIZE_MISMATCH;
+    } else if (!(lg = calloc(1, sizeof *lg)) || !(lg->name = strdup(group)) ||
+               !(lg->latest = calloc(n, sizeof(float)))) {
+        if (lg)
+            free(lg->name);
+        free(lg);
+        st = SS_ERR_NO_MEMORY;
+    } else {
+        lg->n = n;
+        lg->next = g->groups;
+        g->groups = lg;
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (st == SS_OK)
+        *member = 1; /* one member per group here: this trainer */
+    return st;
+}
+
+static ss_status gp_leave(void *impl, const char *group, uint64_t member) {
+    gossip *g = impl;
+    (void)member;
+    pthread_mutex_lock(&g->lock);
+    local_group **pp = &g->groups;
+    while (*pp && strcmp((*pp)->name, group))
+        pp = &(*pp)->next;
+    local_group *lg = *pp;
+    if (lg)
+        *pp = lg->next;
+    pthread_mutex_unlock(&g->lock);
+    if (!lg)
+        return SS_ERR_NOT_FOUND;
+    free(lg->name);
+    free(lg->latest);
+    free(lg);
+    return SS_OK;
+}
+
+static ss_status gp_easgd(void *impl, const char *group, uint64_t member, const float *s,
+                          float alpha, float *d, size_t n) {
+    (void)impl, (void)group, (void)member, (void)s, (void)alpha;
+    memset(d, 0, n * sizeof *d);    /* nothing applied */
+    return SS_ERR_INVALID_ARGUMENT; /* no central variable: S-MA only */
+}
+
+/* One pull from peer i: its snapshot into peer (n floats). */
+static ss_status pull(gossip *g, uint32_t i, const char *group, size_t n, float *peer) {
+    pthread_mutex_lock(&g->lock);
+    ss__rpc_channel *ch = channel_to(g, i);
+    pthread_mutex_unlock(&g->lock);
+    if (!ch)
+        return SS_ERR_IO;
+    Shadowsync__V1__PullRequest req = SHADOWSYNC__V1__PULL_REQUEST__INIT;
+    req.group = (char *)group;
+    req.size = n;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t buf[512], *resp = NULL;
+    if (len > sizeof buf)
+        return SS_ERR_INVALID_ARGUMENT; /* group names are shorter */
+    protobuf_c_message_pack(&req.base, buf);
+    size_t rlen;
+    ss_status st =
+        ss__rpc_call(ch, PULL_METHOD, buf, len, g->timeout_ms, false, &resp, &rlen, NULL, 0);
+    if (st != SS_OK)
+        return st;
+    Shadowsync__V1__PullReply *r = shadowsync__v1__pull_reply__unpack(NULL, rlen, resp);
+    free(resp);
+    if (!r)
+        return SS_ERR_PARSE;
+    st = r->snapshot.len == n * sizeof(float) ? SS_OK : SS_ERR_SIZE_MISMATCH;
+    if (st == SS_OK) {
+        memcpy(peer, r->snapshot.data, r->snapshot.len);
+        for (size_t k = 0; k < n && st == SS_OK; k++)
+            if (!(peer[k] - peer[k] == 0.0f)) /* NaN or Inf from a peer */
+                st = SS_ERR_NON_FINITE;
+    }
+    shadowsync__v1__pull_reply__free_unpacked(r, NULL);
+    return st;
+}
+
+static ss_status gp_round(void *impl, const char *group, uint64_t member, const float *s,
+                          const ss__bmuf_params *bmuf, float *out, size_t n,
+                          ss__round_result *result) {
+    gossip *g = impl;
+    (void)member;
+    if (bmuf)
+        return SS_ERR_INVALID_ARGUMENT; /* no member holds a global block state */
+    pthread_mutex_lock(&g->lock);
+    local_group *lg = find_local(g, group);
+    if (!lg || lg->n != n) {
+        pthread_mutex_unlock(&g->lock);
+        return lg ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
+    }
+    memcpy(lg->latest, s, n * sizeof(float)); /* what peers pull from now on */
+    lg->have = true;
+    uint64_t start = round_start(g);
+    uint32_t others = g->npeers - 1;
+    pthread_mutex_unlock(&g->lock);
+    /* Try the others in schedule order until one answers. */
+    ss_status st = SS_ERR_IO;
+    for (uint32_t k = 0; k < others; k++) {
+        pthread_mutex_lock(&g->lock);
+        uint32_t i = pick_peer(g, start, k);
+        pthread_mutex_unlock(&g->lock);
+        if ((st = pull(g, i, group, n, out)) == SS_OK)
+            break;
+        /* A peer without the group is not this member being unknown (which
+         * NOT_FOUND tells an engine: join again): say "not yet". */
+        if (st == SS_ERR_NOT_FOUND)
+            st = SS_ERR_STATE;
+        SS_LOG_DEBUGF("gossip", "event=pull_failed peer=%u status=%s", i, ss_strerror(st));
+    }
+    if (st != SS_OK)
+        return st;
+    for (size_t k = 0; k < n; k++)
+        out[k] = 0.5f * (s[k] + out[k]);
+    pthread_mutex_lock(&g->lock);
+    lg = find_local(g, group);
+    uint64_t rounds = lg ? ++lg->rounds : 0;
+    pthread_mutex_unlock(&g->lock);
+    result->round = rounds;
+    result->participants = 2;
+    return SS_OK;
+}
+
+static ss_status gp_central(void *impl, const char *group, float *c, size_t n) {
+    gossip *g = impl;
+    pthread_mutex_lock(&g->lock);
+    local_group *lg = find_local(g, group);
+    ss_status st = !lg          ? SS_ERR_NOT_FOUND
+                   : lg->n != n ? SS_ERR_SIZE_MISMATCH
+                   : !lg->have  ? SS_ERR_STATE
+                                : SS_OK;
+    if (st == SS_OK) /* no central variable: this member's own latest snapshot */
+        memcpy(c, lg->latest, n * sizeof(float));
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static void gp_destroy(void *impl) {
+    gossip *g = impl;
+    if (g->srv)
+        ss__rpc_server_stop(g->srv);
+    while (g->groups) {
+        local_group *lg = g->groups;
+        g->groups = lg->next;
+        free(lg->name);
+        free(lg->latest);
+        free(lg);
+    }
+    free_peers(g);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+}
+
+static const ss__transport_ops gossip_ops = {
+    .join = gp_join,
+    .leave = gp_leave,
+    .easgd_exchange = gp_easgd,
+    .round = gp_round,
+    .read_central = gp_central,
+    .destroy = gp_destroy,
+};
+
+ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transport **out) {
+    if (!cfg || !out || cfg->timeout_ms == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    gossip *g = calloc(1, sizeof *g);
+    if (!g)
+        return SS_ERR_NO_MEMORY;
+    pthread_mutex_init(&g->lock, NULL);
+    g->timeout_ms = cfg->timeout_ms;
+    g->random = cfg->random;
+    g->rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull + cfg->rank;
+    if (cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file)) {
+        g->tls = *cfg->tls;
+        g->has_tls = true;
+    }
+    ss_status st = parse_peers(g, cfg->peers, cfg->rank);
+    char why[256] = "";
+    if (st == SS_OK)
+        st = ss__auth_header_from_env(g->auth, sizeof g->auth, why, sizeof why);
+    const char *listen = cfg->listen && *cfg->listen ? cfg->listen : NULL;
+    if (st == SS_OK && !listen)
+        listen = g->peers[g->rank];
+    if (st == SS_OK && !g->auth[0] && !ss__listen_is_loopback(listen)) {
+        SS_LOG_ERRORF("gossip",
+                      "event=refused listen=%s why=\"peers pull the model from here: set "
+                      "SHADOWSYNC_AUTH_TOKEN_FILE (the same token on every member) or listen on "
+                      "loopback\"",
+                      listen);
+        st = SS_ERR_PERMISSION;
+    }
+    if (st == SS_OK) {
+        ss__rpc_server_config scfg = {
+            .listen = listen, .threads = 1, .max_message_bytes = 4096, .auth_header = g->auth};
+        st = ss__rpc_server_start(&scfg, gossip_methods, 1, g, &g->srv);
+    }
+    if (st == SS_OK)
+        st = ss__transport_create(&gossip_ops, g, out);
+    if (st != SS_OK)
+        gp_destroy(g);
+    return st;
+}
+
+int ss__gossip_transport_port(ss__transport *t) {
+    gossip *g = ss__transport_impl(t, &gossip_ops);
+    return g && g->srv ? ss__rpc_server_port(g->srv) : 0;
+}
+
+ss_status ss__gossip_transport_set_peers(ss__transport *t, const char *peers) {
+    gossip *g = ss__transport_impl(t, &gossip_ops);
+    if (!g)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g->lock);
+    ss_status st = parse_peers(g, peers, g->rank);
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
