@@ -32,6 +32,6 @@ for algo in $ALGOS; do
     [ -n "$base" ] || base=$p50
     printf '%-6s %-5s %12s %8s %8s %14.2f %10.3f\n' "$algo" "$enc" "$(field "$sum" examples/s)" "$p50" \
       "$(field "$sum" gap_p99)" "$(awk -v r="$(field "$sum" rounds)" -v n="$n" -v s="$SECS" 'BEGIN {print r / n / s}')" \
-      "$(awk -v a="$p50" -v b="$base" 'BEGIN {print b > 0 ? a / b : 0}')"
+      "$(awk -v a="$p50" -v b="$base" 'BEGIN {print (b > 0 ? a / b : 0)}')"
   done
 done
