@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Decentralized averaging (rpc/gossip_transport.c) against the PS path.
+#
+# (a) Model quality on 127.0.0.1: TRAINERS ctr-train processes, each its
+#     share of USE_ROWS rows once: no sync, S-EASGD and S-MA through one
+#     shadowsync-ps, and S-MA between peers (--peers, no PS). Held-out NE
+#     of each process's replica, averaged; examples/s summed.
+# (b) On the emulated cluster (root; bench/emu-cluster.sh): HOSTS x
+#     PER_HOST trainers with dense groups of DENSE floats, for each link
+#     rate in RATES: S-EASGD and S-MA through PS hosts (an agent per host)
+#     against S-MA between peers. Total examples/s, the sync gap (median p50,
+#     largest p99) and rounds per trainer-second.
+#   bash bench/decentralized.sh      # TRAINERS=4 USE_ROWS=400000 HOSTS=4 PER_HOST=2 DENSE=4194304
+source "$(dirname "$0")/common.sh"
+ROWS=${ROWS:-1000000}
+USE_ROWS=${USE_ROWS:-400000}
+TRAINERS=${TRAINERS:-4}
+HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304} SECS=${SECS:-15}
+RATES=${RATES:-10gbit 1gbit}
+make_data "$ROWS"
+B=./build/bin
+BASE_PORT=${BASE_PORT:-27300}
+
+ps_pid=""
+cleanup() {
+  [ -z "$ps_pid" ] || kill "$ps_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+run_procs() { # setup flags... -> prints "ne examples_per_s failed_rounds"
+  local r pids=() peers="" extra=()
+  for r in $(seq 0 $((TRAINERS - 1))); do peers+="${peers:+,}127.0.0.1:$((BASE_PORT + r))"; done
+  for r in $(seq 0 $((TRAINERS - 1))); do
+    case $1 in
+      none) extra=(--ps 127.0.0.1:1 --sync none) ;;
+      ps-easgd) extra=(--ps "$addr" --algo easgd) ;;
+      ps-ma) extra=(--ps "$addr" --algo ma) ;;
+      peers-ma) extra=(--peers "$peers" --algo ma) ;;
+    esac
+    timeout 600 $B/ctr-train "${extra[@]}" --rank "$r" --world "$TRAINERS" \
+      --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" --test out/test.tsv \
+      --max-test-rows 20000 --progress 0 --trainer-name "t$r" >"out/bench-dec-t$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  for r in $(seq 0 $((TRAINERS - 1))); do
+    o=$(cat "out/bench-dec-t$r.log")
+    echo "$(summary_field "$o" test_ne_train_ctr) $(summary_field "$o" examples/s) $(summary_field "$o" failed_rounds_sum)"
+  done | awk '{ne += $1; rate += $2; failed += $3} END {printf "%.5f %.0f %d\n", ne / NR, rate, failed}'
+}
+
+echo "(a) quality: $TRAINERS ctr-train processes on 127.0.0.1, $USE_ROWS rows once"
+printf '%-10s %10s %12s %14s\n' setup NE examples/s failed_rounds
+$B/shadowsync-ps --listen 127.0.0.1:0 --http "" >out/bench-dec-ps.log 2>&1 &
+ps_pid=$!
+for _ in $(seq 100); do grep -q "listening on" out/bench-dec-ps.log && break; sleep 0.05; done
+addr=$(grep -o 'listening on [0-9.:]*' out/bench-dec-ps.log | awk '{print $3}')
+for setup in none ps-easgd ps-ma peers-ma; do
+  read -r ne rate failed < <(run_procs "$setup")
+  printf '%-10s %10s %12s %14s\n' "$setup" "$ne" "$rate" "$failed"
+done
+kill "$ps_pid"
+wait "$ps_pid" 2>/dev/null || true
+ps_pid=""
+
+[ "$(id -u)" = 0 ] || { echo "(b) skipped: the emulated cluster needs root"; exit 0; }
+field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
+echo
+echo "(b) emulated: $HOSTS hosts x $PER_HOST trainers, dense $DENSE floats, $SECS s per run"
+printf '%-8s %-16s %12s %8s %8s %16s\n' rate setup examples/s gap_p50 gap_p99 rounds/trainer/s
+for rate in $RATES; do
+  for setup in "ps-easgd --algo easgd" "ps-ma --algo ma" "peers-ma --algo ma --peers 1"; do
+    set -- $setup
+    label=$1
+    shift
+    sum=$(bash bench/emu-cluster.sh --ps 1 --hosts "$HOSTS" --per-host "$PER_HOST" \
+      --dense-floats "$DENSE" --rate "$rate" --seconds "$SECS" --quiet "$@" | grep '^emu-cluster: ps=')
+    echo "$sum" >&2
+    printf '%-8s %-16s %12s %8s %8s %16.2f\n' "$rate" "$label" "$(field "$sum" examples/s)" \
+      "$(field "$sum" gap_p50)" "$(field "$sum" gap_p99)" \
+      "$(awk -v r="$(field "$sum" rounds)" -v n="$(field "$sum" trainers)" -v s="$SECS" 'BEGIN {print r / n / s}')"
+  done
+done
