@@ -175,6 +175,10 @@ START_TEST(test_open_says_which_setting_is_wrong) {
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
     said("peers: decentralized averaging runs S-MA", "algo=ma");
     c.algo = "ma";
+    c.peer_schedule = "star";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("peer_schedule=\"star\"", "ring|random");
+    c.peer_schedule = "random";
     c.peer_rank = 5;
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
     said("peer_rank=5", "peer_rank one of them");

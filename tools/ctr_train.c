@@ -182,7 +182,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss__ctr_train_config cfg;
     ss__ctr_train_config_default(&cfg);
     const char *train_path = NULL, *test_path = NULL, *sync = "auto", *algo = "easgd";
-    const char *final_model = "auto", *lr_scaling = "linear", *encoding = "f32";
+    const char *final_model = "auto", *lr_scaling = "linear", *encoding = "f32",
+               *peer_schedule = "ring";
     int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
     int64_t sync_every = cfg.sync_every, batch = cfg.batch, seed = (int64_t)cfg.seed;
     int64_t emb_dim = cfg.model.emb_dim, table_rows = cfg.model.table_rows;
@@ -213,6 +214,9 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "host:port, same order); each round pulls one peer's replica and moves to the mean, no "
          "PS (--algo ma)",
          NULL, 0, 0},
+        {"peer-schedule", SS_FLAG_STRING, &peer_schedule,
+         "--peers: which peer a round pulls (ring: rank+1, rank+2, ...; random)", "ring|random", 0,
+         0},
         {"ps", SS_FLAG_STRING, &ps,
          "process mode: this process is one trainer, syncing through these shadowsync-ps shards "
          "(host:port,...)",
@@ -452,6 +456,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     pcfg.agent = *agent ? agent : NULL;
     pcfg.peers = *peers ? peers : NULL;
     pcfg.peer_rank = (uint32_t)rank;
+    pcfg.peer_schedule = peer_schedule;
     pcfg.name = name ? name : o->default_name;
     pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
                 : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND

@@ -78,6 +78,9 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
         return BAD("peers and %s: pick one (decentralized averaging between peers, or sync "
                    "through %s)",
                    agent ? "agent" : "ps", agent ? "the host's agent" : "parameter servers");
+    if (peers && c->peer_schedule && strcmp(c->peer_schedule, "ring") != 0 &&
+        strcmp(c->peer_schedule, "random") != 0)
+        return BAD("peer_schedule=\"%s\": unknown schedule (ring|random)", c->peer_schedule);
     if (peers && (!c->algo || strcmp(c->algo, "ma") != 0))
         return BAD("peers: decentralized averaging runs S-MA rounds with one peer at a time, "
                    "and algo is \"%s\" (set algo=ma: S-EASGD and S-BMUF need a PS)",
@@ -254,6 +257,8 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
             ss__gossip_config gcfg = {.peers = cfg->peers,
                                       .rank = cfg->peer_rank,
                                       .timeout_ms = cfg->timeout_ms,
+                                      .random = cfg->peer_schedule &&
+                                                !strcmp(cfg->peer_schedule, "random"),
                                       .tls = &tls};
             if ((st = ss__gossip_transport_create(&gcfg, &t->transport)) != SS_OK) {
                 ss__err_set(st,

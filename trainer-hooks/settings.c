@@ -100,6 +100,7 @@ static const key trainer_keys[] = {
     TK("peers", K_STR, peers, 0, 0,
        "decentralized averaging instead of a PS: every trainer's host:port, same order (algo=ma)"),
     TK("peer_rank", K_U32, peer_rank, 0, 1023, "this trainer's index in peers"),
+    TK("peer_schedule", K_STR, peer_schedule, 0, 0, "which peer a round pulls: ring | random"),
     TK("encoding", K_STR, encoding, 0, 0,
        "compressed sync with the PS: f32 | fp16 | bf16 | int8 (error feedback through mirrors)"),
 };
@@ -288,6 +289,7 @@ void ss_trainer_config_init(ss_trainer_config *cfg) {
     cfg->heartbeat_ms = 1000;
     cfg->final_rounds = 10;
     cfg->encoding = "f32";
+    cfg->peer_schedule = "ring";
 }
 
 /* A struct's struct_size against what this library knows: at least the

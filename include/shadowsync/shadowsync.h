@@ -94,6 +94,9 @@ typedef struct ss_trainer_config {
      * (Added in 0.2.) */
     const char *peers;
     uint32_t peer_rank;
+    /* peer_schedule: which peer a round pulls: "ring" (rank+1, rank+2, ...
+     * one step further each round) or "random". (Added in 0.2.) */
+    const char *peer_schedule;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {
