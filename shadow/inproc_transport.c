@@ -396,6 +396,19 @@ static ss__codec_mirror *member_side(inproc *ip, group *g, uint64_t member, uint
     return m->member_side;
 }
 
+/* An in-process member's upload of snapshot s (into its buffer: up), and
+ * where the reply goes. NULL: out of memory. Caller holds g->lock. */
+static ss__codec_mirror *member_upload(inproc *ip, group *g, uint64_t member, const float *s,
+                                       ss__codec_upload *up, uint8_t **reply) {
+    uint8_t *wire;
+    ss__codec_mirror *ms = member_side(ip, g, member, &wire);
+    if (ms) {
+        ss__codec_member_upload(ms, s, wire, up);
+        *reply = wire + ss__codec_upload_max(ms);
+    }
+    return ms;
+}
+
 /* S-EASGD from an encoded upload; reply: the encoded d. Caller holds
  * g->lock. */
 static ss_status easgd_encoded_locked(inproc *ip, group *g, uint64_t member,
@@ -447,14 +460,12 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
     }
     if (st == SS_OK && ip->encoding != SS_ENC_F32) {
         /* The member's side and the server's, through the encoded bytes. */
-        uint8_t *wire;
-        ss__codec_mirror *ms = member_side(ip, g, member, &wire);
+        ss__codec_upload up;
+        uint8_t *reply;
+        ss__codec_mirror *ms = member_upload(ip, g, member, s, &up, &reply);
         if (!ms) {
             st = SS_ERR_NO_MEMORY;
         } else {
-            ss__codec_upload up;
-            ss__codec_member_upload(ms, s, wire, &up);
-            uint8_t *reply = wire + ss__codec_upload_max(ms);
             st = easgd_encoded_locked(ip, g, member, &up, alpha, reply);
             if (st == SS_OK)
                 st = ss__codec_member_easgd_reply(ms, reply, ss__codec_size(ms->enc, n), d);
@@ -597,16 +608,14 @@ static ss_status ip_round(void *impl, const char *name, uint64_t member, const f
     if (!g)
         return st;
     if (st == SS_OK && ip->encoding != SS_ENC_F32) {
-        uint8_t *wire;
-        ss__codec_mirror *ms = member_side(ip, g, member, &wire);
+        ss__codec_upload up;
+        uint8_t *reply, *wire;
+        ss__codec_mirror *ms = member_upload(ip, g, member, s, &up, &reply);
         if (!ms) {
             st = SS_ERR_NO_MEMORY;
         } else {
-            ss__codec_upload up;
-            ss__codec_member_upload(ms, s, wire, &up);
-            uint8_t *reply = wire + ss__codec_upload_max(ms);
             st = round_locked(ip, g, member, NULL, &up, bmuf, NULL, reply, result);
-            /* The slot may have moved while the round waited. */
+            /* The member may have expired while the round waited. */
             ms = member_side(ip, g, member, &wire);
             reply = ms ? wire + ss__codec_upload_max(ms) : NULL;
             if (st == SS_OK && ms)

@@ -682,6 +682,83 @@ START_TEST(test_host_average_one_exchange_per_local_round) {
 }
 END_TEST
 
+/* Compressed sync in process (an inproc transport with an encoding): the
+ * members' calls go through the encoded bytes and both mirrors. MA rounds
+ * of 3 engines agree after a few rounds; S-EASGD keeps x + c. */
+START_TEST(test_inproc_compressed_rounds) {
+    enum { N = 300 };
+    for (ss__encoding enc = SS_ENC_FP16; enc <= SS_ENC_INT8; enc++) {
+        ss__inproc_config icfg = {.round_deadline_ms = 5000, .encoding = enc};
+        ss__transport *t;
+        ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+        ck_assert_uint_eq(ss__transport_wire_bytes(t, N), ss__codec_size(enc, N));
+        ss__engine *e[3];
+        ss__replica *r[3];
+        round_arg args[3];
+        pthread_t th[3];
+        ss__sync_params p = {.algo = SS_ALGO_MA};
+        for (int k = 0; k < 3; k++) {
+            ss__engine_config cfg = {.transport = t, .threads = 1};
+            ck_assert_int_eq(ss__engine_create(&cfg, &e[k]), SS_OK);
+            ck_assert_int_eq(ss__replica_create(N, &r[k]), SS_OK);
+            for (int i = 0; i < N; i++)
+                ss__replica_data(r[k])[i] = (float)k * 0.1f * (float)(i % 5 + 1);
+            args[k].e = e[k];
+            ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
+        }
+        for (int round = 0; round < 4; round++) {
+            for (int k = 0; k < 3; k++)
+                pthread_create(&th[k], NULL, run_one_round, &args[k]);
+            for (int k = 0; k < 3; k++) {
+                pthread_join(th[k], NULL);
+                ck_assert_int_eq(args[k].st, SS_OK);
+            }
+        }
+        double spread = 0, off = 0;
+        for (int i = 0; i < N; i++) {
+            float x0 = ss__replica_data(r[0])[i];
+            for (int k = 1; k < 3; k++)
+                spread = fmax(spread, fabs((double)ss__replica_data(r[k])[i] - x0));
+            off = fmax(off, fabs((double)x0 - 0.1 * (i % 5 + 1))); /* the mean */
+        }
+        ck_assert_msg(spread < 1e-5, "%s: replicas %g apart", ss__encoding_name(enc), spread);
+        ck_assert_msg(off < 0.01, "%s: the mean is off by %g", ss__encoding_name(enc), off);
+        for (int k = 0; k < 3; k++) {
+            ss__engine_destroy(e[k]);
+            ss__replica_destroy(r[k]);
+        }
+        /* S-EASGD, one member: x moves by -d, c by +d. */
+        uint64_t m;
+        float x[N], d[N], c[N];
+        ck_assert_int_eq(ss__transport_join(t, "easgd", N, &m), SS_OK);
+        for (int i = 0; i < N; i++)
+            x[i] = 0.01f * (float)i;
+        ck_assert_int_eq(ss__transport_easgd_exchange(t, "easgd", m, x, 0.5f, d, N), SS_OK);
+        double sum0 = 0, sum = 0;
+        for (int i = 0; i < N; i++) {
+            float move = 0.3f * sinf((float)i); /* the trainer moves on, unevenly */
+            x[i] += move;
+            sum0 += 2.0 * (double)(0.01f * (float)i) + move;
+        }
+        for (int round = 0; round < 5; round++) {
+            ck_assert_int_eq(ss__transport_easgd_exchange(t, "easgd", m, x, 0.5f, d, N), SS_OK);
+            for (int i = 0; i < N; i++) {
+                x[i] -= d[i];
+                float step = 0.01f * cosf((float)(i + 7 * round)); /* and trains on */
+                x[i] += step;
+                sum0 += step;
+            }
+        }
+        ck_assert_int_eq(ss__transport_read_central(t, "easgd", c, N), SS_OK);
+        for (int i = 0; i < N; i++)
+            sum += (double)x[i] + c[i];
+        ck_assert_msg(fabs(sum - sum0) < 1e-4, "%s: x + c drifted by %g", ss__encoding_name(enc),
+                      sum - sum0);
+        ss__transport_destroy(t);
+    }
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
         "engine", 60, NULL, NULL, test_easgd_delta_keeps_concurrent_update,
@@ -691,6 +768,6 @@ int main(void) {
         test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
         test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,
         test_sync_gap_accounting, test_min_round_gap_waits_for_progress,
-        test_host_average_one_exchange_per_local_round,
-        test_host_average_one_remote_call_at_a_time);
+        test_host_average_one_exchange_per_local_round, test_host_average_one_remote_call_at_a_time,
+        test_inproc_compressed_rounds);
 }
