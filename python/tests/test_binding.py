@@ -140,6 +140,32 @@ class BindingTest(unittest.TestCase):
             for t in ts:
                 t.close()
 
+    def test_compressed_sync_by_hand(self):
+        # int8 through the PS, K = 1: A's round is a reset (float32), which
+        # makes the centre A's replica, 1. B's first round is a reset too:
+        # d = 0.5 (3 - 1) = 1 arrives int8-encoded, and a block whose every
+        # value is 1 (min = max) decodes exactly: B is 2.
+        with PS() as ps:
+            a = shadowsync.Trainer(ps=ps.address, sync="foreground", sync_every=1,
+                                   final_rounds=0, trainer_name="a", encoding="int8")
+            b = shadowsync.Trainer(ps=ps.address, sync="foreground", sync_every=1,
+                                   final_rounds=0, trainer_name="b", encoding="int8")
+            ga = a.add_dense("w", init=np.full(300, 1.0, np.float32))
+            gb = b.add_dense("w", init=np.full(300, 3.0, np.float32))
+            a.step()
+            b.step()
+            np.testing.assert_array_equal(gb.numpy(), np.full(300, 2.0))
+            # Encoded rounds move a quarter of float32's bytes (two 256-blocks).
+            m = b.metrics()
+            sent = [l for l in m.splitlines()
+                    if l.startswith('shadowsync_sync_sent_bytes_total{trainer="b"')]
+            self.assertEqual(sent[0].split()[-1], str(300 + 2 * 8))
+            a.close()
+            b.close()
+        with self.assertRaises(shadowsync.ShadowSyncError) as e:
+            shadowsync.Trainer(ps="127.0.0.1:1", encoding="int4", env=False)
+        self.assertIn("f32|fp16|bf16|int8", str(e.exception))
+
     def test_tables_in_every_mode(self):
         ids = np.array([7, 8, 7], np.uint64)
         with PS() as ps:
