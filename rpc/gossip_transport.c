@@ -8,6 +8,7 @@
 #include "common/names.h"
 #include "rpc/auth.h"
 #include "rpc/gossip_transport.h"
+#include "rpc/pb_wire.h"
 #include "rpc/proto/peer_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 
@@ -221,6 +222,42 @@ static ss_status gp_easgd(void *impl, const char *group, uint64_t member, const 
     return SS_ERR_INVALID_ARGUMENT; /* no central variable: S-MA only */
 }
 
+/* A pull's reply read where gRPC keeps it: the snapshot is the reply's
+ * last field (rpc/pb_wire.h), copied once, straight into place. */
+typedef struct pull_reader {
+    float *out;
+    size_t n;
+} pull_reader;
+
+#define REPLY_HEAD_PEEK 64
+
+static ss_status read_pull(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
+    (void)rq;
+    const pull_reader *pr = arg;
+    const size_t len = ss__rpc_message_length(msg), want = pr->n * sizeof(float);
+    const size_t have = len < REPLY_HEAD_PEEK ? len : REPLY_HEAD_PEEK;
+    uint8_t head[REPLY_HEAD_PEEK];
+    size_t prefix, off;
+    if (ss__rpc_message_copy(msg, 0, head, have) &&
+        ss__pb_find_trailing_bytes_in(head, have, len, 2, &prefix, &off))
+        return len - off != want                               ? SS_ERR_SIZE_MISMATCH
+               : ss__rpc_message_copy(msg, off, pr->out, want) ? SS_OK
+                                                               : SS_ERR_PARSE;
+    /* Another field order (another implementation): the ordinary path. */
+    uint8_t *buf = malloc(len ? len : 1);
+    Shadowsync__V1__PullReply *r = NULL;
+    ss_status st = SS_ERR_PARSE;
+    if (buf && ss__rpc_message_copy(msg, 0, buf, len) &&
+        (r = shadowsync__v1__pull_reply__unpack(NULL, len, buf))) {
+        st = r->snapshot.len == want ? SS_OK : SS_ERR_SIZE_MISMATCH;
+        if (st == SS_OK)
+            memcpy(pr->out, r->snapshot.data, want);
+        shadowsync__v1__pull_reply__free_unpacked(r, NULL);
+    }
+    free(buf);
+    return buf ? st : SS_ERR_NO_MEMORY;
+}
+
 /* One pull from peer i: its snapshot into peer (n floats). */
 static ss_status pull(gossip *g, uint32_t i, const char *group, size_t n, float *peer) {
     pthread_mutex_lock(&g->lock);
@@ -231,29 +268,27 @@ static ss_status pull(gossip *g, uint32_t i, const char *group, size_t n, float 
     Shadowsync__V1__PullRequest req = SHADOWSYNC__V1__PULL_REQUEST__INIT;
     req.group = (char *)group;
     req.size = n;
-    size_t len = protobuf_c_message_get_packed_size(&req.base);
-    uint8_t buf[512], *resp = NULL;
-    if (len > sizeof buf)
+    uint8_t buf[512];
+    if (protobuf_c_message_get_packed_size(&req.base) > sizeof buf)
         return SS_ERR_INVALID_ARGUMENT; /* group names are shorter */
-    protobuf_c_message_pack(&req.base, buf);
-    size_t rlen;
-    ss_status st =
-        ss__rpc_call(ch, PULL_METHOD, buf, len, g->timeout_ms, false, &resp, &rlen, NULL, 0);
+    pull_reader pr = {peer, n};
+    ss__rpc_request rq = {.ch = ch,
+                          .method = PULL_METHOD,
+                          .req = buf,
+                          .len = protobuf_c_message_pack(&req.base, buf),
+                          .on_reply = read_pull,
+                          .on_reply_arg = &pr};
+    ss_status st = ss__rpc_call_windowed(&rq, 1, g->timeout_ms, false, 1);
+    free(rq.resp);
     if (st != SS_OK)
         return st;
-    Shadowsync__V1__PullReply *r = shadowsync__v1__pull_reply__unpack(NULL, rlen, resp);
-    free(resp);
-    if (!r)
-        return SS_ERR_PARSE;
-    st = r->snapshot.len == n * sizeof(float) ? SS_OK : SS_ERR_SIZE_MISMATCH;
-    if (st == SS_OK) {
-        memcpy(peer, r->snapshot.data, r->snapshot.len);
-        for (size_t k = 0; k < n && st == SS_OK; k++)
-            if (!(peer[k] - peer[k] == 0.0f)) /* NaN or Inf from a peer */
-                st = SS_ERR_NON_FINITE;
+    uint32_t bad = 0; /* NaN or Inf from a peer: by the bits, a loop that vectorizes */
+    for (size_t k = 0; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &peer[k], 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
     }
-    shadowsync__v1__pull_reply__free_unpacked(r, NULL);
-    return st;
+    return bad ? SS_ERR_NON_FINITE : SS_OK;
 }
 
 static ss_status gp_round(void *impl, const char *group, uint64_t member, const float *s,
