@@ -6,17 +6,19 @@
 #     shadowsync-ps, and S-MA between peers (--peers, no PS). Held-out NE
 #     of each process's replica, averaged; examples/s summed.
 # (b) On the emulated cluster (root; bench/emu-cluster.sh): HOSTS x
-#     PER_HOST trainers with dense groups of DENSE floats, for each link
-#     rate in RATES: S-EASGD and S-MA through PS hosts (an agent per host)
-#     against S-MA between peers. Total examples/s, the sync gap (median p50,
-#     largest p99) and rounds per trainer-second.
+#     PER_HOST trainers with dense groups of DENSE floats, for each shape in
+#     SHAPES (TRAINER_LINKS:PS_LINK: uniform fast, uniform slow, and
+#     heterogeneous: fast trainer links, a slow PS uplink): S-EASGD and S-MA
+#     through PS hosts (an agent per host) against S-MA between peers.
+#     Total examples/s, the sync gap (median p50, largest p99) and rounds
+#     per trainer-second.
 #   bash bench/decentralized.sh      # TRAINERS=4 USE_ROWS=400000 HOSTS=4 PER_HOST=2 DENSE=4194304
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-1000000}
 USE_ROWS=${USE_ROWS:-400000}
 TRAINERS=${TRAINERS:-4}
 HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304} SECS=${SECS:-15}
-RATES=${RATES:-10gbit 1gbit}
+SHAPES=${SHAPES:-10gbit:10gbit 1gbit:1gbit 10gbit:1gbit}
 make_data "$ROWS"
 B=./build/bin
 BASE_PORT=${BASE_PORT:-27300}
@@ -67,16 +69,17 @@ ps_pid=""
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 echo
 echo "(b) emulated: $HOSTS hosts x $PER_HOST trainers, dense $DENSE floats, $SECS s per run"
-printf '%-8s %-16s %12s %8s %8s %16s\n' rate setup examples/s gap_p50 gap_p99 rounds/trainer/s
-for rate in $RATES; do
+printf '%-14s %-10s %12s %8s %8s %16s\n' links:ps_link setup examples/s gap_p50 gap_p99 rounds/trainer/s
+for shape in $SHAPES; do
   for setup in "ps-easgd --algo easgd" "ps-ma --algo ma" "peers-ma --algo ma --peers 1"; do
     set -- $setup
     label=$1
     shift
     sum=$(bash bench/emu-cluster.sh --ps 1 --hosts "$HOSTS" --per-host "$PER_HOST" \
-      --dense-floats "$DENSE" --rate "$rate" --seconds "$SECS" --quiet "$@" | grep '^emu-cluster: ps=')
+      --dense-floats "$DENSE" --rate "${shape%:*}" --ps-rate "${shape#*:}" --seconds "$SECS" \
+      --quiet "$@" | grep '^emu-cluster: ps=')
     echo "$sum" >&2
-    printf '%-8s %-16s %12s %8s %8s %16.2f\n' "$rate" "$label" "$(field "$sum" examples/s)" \
+    printf '%-14s %-10s %12s %8s %8s %16.2f\n' "$shape" "$label" "$(field "$sum" examples/s)" \
       "$(field "$sum" gap_p50)" "$(field "$sum" gap_p99)" \
       "$(awk -v r="$(field "$sum" rounds)" -v n="$(field "$sum" trainers)" -v s="$SECS" 'BEGIN {print r / n / s}')"
   done

@@ -13,7 +13,7 @@
 # everything (processes, namespaces, files) is removed at exit.
 #
 # Prints one line per trainer and a summary line:
-#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E peers=0|1 k=K dense=D rate=R
+#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E peers=0|1 k=K dense=D rate=R ps_rate=R
 #     examples/s=TOTAL per_trainer=MEAN min_trainer=MIN gap_p50=.. gap_p99=..
 #     gap_max=.. rounds=.. failed=.. steps=.. trainer_cpu_s=.. ps_cpu_s=..
 #     agent_cpu_s=..
@@ -28,7 +28,7 @@ set -euo pipefail
 
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=50us LOSS=0
 MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
-ENCODING=f32 PEERS=0
+ENCODING=f32 PEERS=0 PS_RATE=
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
 
@@ -55,6 +55,8 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
   --peers 0|1       decentralized averaging between the trainers,   [$PEERS]
                     no PS on the dense path (--algo ma; no agents)
   --rate R          every link, each direction (tc units)           [$RATE]
+  --ps-rate R       the PS hosts' links instead (heterogeneous       [same]
+                    bandwidth: a slower PS uplink)
   --delay D         one-way latency per link (needs sch_netem)      [$DELAY]
   --loss P          packet loss per link, percent (netem or nft)   [$LOSS]
   --sync-nice N     run PS and agents at this nice level            [$NICE]
@@ -85,6 +87,7 @@ while [ $# -gt 0 ]; do
   --agent) AGENT=$2; shift ;;
   --peers) PEERS=$2; shift ;;
   --rate) RATE=$2; shift ;;
+  --ps-rate) PS_RATE=$2; shift ;;
   --delay) DELAY=$2; shift ;;
   --loss) LOSS=$2; shift ;;
   --sync-nice) NICE=$2; shift ;;
@@ -113,6 +116,7 @@ if [ "$PEERS" = 1 ]; then
   AGENT=0 # each trainer serves its own snapshots
 fi
 tc_rate_bits "$RATE" >/dev/null     # a bad --rate stops here
+[ -z "$PS_RATE" ] || tc_rate_bits "$PS_RATE" >/dev/null
 
 emu_init
 
@@ -121,7 +125,7 @@ SYNC_PIDS=() # role:pid of the PS and agents, for their CPU time
 PS_LIST=
 for i in $(seq 0 $((PS - 1))); do
   addr=198.18.1.$((i + 1))
-  add_host "$ID-p$i" "$addr"
+  HOST_RATE=$PS_RATE add_host "$ID-p$i" "$addr"
   if [ "$MODE" != none ] && [ "$PEERS" != 1 ]; then
     ip netns exec "$ID-p$i" nice -n "$NICE" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
       --auth-token-file "$TMP/token" >"$TMP/ps$i.log" 2>&1 &
@@ -146,7 +150,7 @@ for j in $(seq 0 $((HOSTS - 1))); do
     SYNC_PIDS+=(agent:$!)
   fi
 done
-say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ $NETEM = 1 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO encoding $ENCODING$([ "$PEERS" = 1 ] && echo ", decentralized (no PS)"), dense $DENSE floats, ${SECS} s"
+say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ -n "$PS_RATE" ] && echo " (PS hosts $PS_RATE)")$([ $NETEM = 1 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO encoding $ENCODING$([ "$PEERS" = 1 ] && echo ", decentralized (no PS)"), dense $DENSE floats, ${SECS} s"
 
 # Decentralized: every trainer's address, in rank order (host-major).
 PEER_LIST=
@@ -205,7 +209,7 @@ if [ "$failed" -gt 0 ] || [ "$n" != "${#TRAINERS[@]}" ]; then
 fi
 p50=$(sed -n 's/.* gap_p50=\([0-9]*\).*/\1/p' <<<"$lines" | sort -n |
   awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
-awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$ENCODING" -v peers="$PEERS" -v k="$K" -v dense="$DENSE" \
+awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$ENCODING" -v peers="$PEERS" -v ps_rate="${PS_RATE:-$RATE}" -v k="$K" -v dense="$DENSE" \
   -v rate="$RATE" -v med="$p50" -v ps_cpu="$ps_cpu" -v agent_cpu="$agent_cpu" '
   { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n++; total += v["examples/s"]; rounds += v["rounds"]; failed += v["failed"]
@@ -214,8 +218,8 @@ awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$
     if (v["gap_p99"] + 0 > p99) p99 = v["gap_p99"] + 0
     if (v["gap_max"] + 0 > gmax) gmax = v["gap_max"] + 0 }
   END {
-    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s encoding=%s peers=%s k=%s dense=%s rate=%s " \
+    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s encoding=%s peers=%s k=%s dense=%s rate=%s ps_rate=%s " \
            "examples/s=%.0f per_trainer=%.0f min_trainer=%.0f gap_p50=%s gap_p99=%d gap_max=%d " \
            "rounds=%d failed=%d steps=%d trainer_cpu_s=%.2f ps_cpu_s=%s agent_cpu_s=%s\n", ps, hosts, \
-           n, mode, algo, encoding, peers, k, dense, rate, total, total / n, min, med, p99, gmax, rounds, failed, \
+           n, mode, algo, encoding, peers, k, dense, rate, ps_rate, total, total / n, min, med, p99, gmax, rounds, failed, \
            steps, cpu, ps_cpu, agent_cpu }' <<<"$lines"

@@ -73,16 +73,17 @@ emu_init() {
   export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
 }
 
-shape() { # NS DEV
+shape() { # NS DEV   (HOST_RATE, when set, instead of RATE: one host's own link)
+  local rate=${HOST_RATE:-$RATE}
   if [ $NETEM = 1 ]; then
-    ip netns exec "$1" tc qdisc add dev "$2" root netem delay "$DELAY" rate "$RATE" loss "$LOSS%" limit 100000
+    ip netns exec "$1" tc qdisc add dev "$2" root netem delay "$DELAY" rate "$rate" loss "$LOSS%" limit 100000
   else
     # burst: 1 ms at the rate (at least 64 KiB), so one packet never waits a whole period
     local bps
-    bps=$(tc_rate_bits "$RATE")
+    bps=$(tc_rate_bits "$rate")
     local burst=$((bps / 8 / 1000))
     [ $burst -ge 65536 ] || burst=65536
-    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst "$burst" latency 20ms
+    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
   fi
 }
 
