@@ -11,6 +11,7 @@
 #include "rpc/pb_wire.h"
 #include "rpc/proto/peer_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
+#include "shadow/kernels.h"
 
 #define PULL_METHOD "/shadowsync.v1.PeerSync/Pull"
 
@@ -282,13 +283,7 @@ static ss_status pull(gossip *g, uint32_t i, const char *group, size_t n, float 
     free(rq.resp);
     if (st != SS_OK)
         return st;
-    uint32_t bad = 0; /* NaN or Inf from a peer: by the bits, a loop that vectorizes */
-    for (size_t k = 0; k < n; k++) {
-        uint32_t u;
-        memcpy(&u, &peer[k], 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return bad ? SS_ERR_NON_FINITE : SS_OK;
+    return ss__kernel_all_finite(peer, n) ? SS_OK : SS_ERR_NON_FINITE; /* NaN or Inf from a peer */
 }
 
 static ss_status gp_round(void *impl, const char *group, uint64_t member, const float *s,

@@ -43,7 +43,7 @@ void ss__codec_quantize_u8(const float *restrict x, size_t n, float lo, float in
     }
 }
 
-void ss__codec_to_f16(const float *restrict x, size_t n, uint16_t *restrict out) {
+void ss__codec_to_f16(const float *restrict x, size_t n, uint8_t *restrict out) {
     /* After F. Giesen's float_to_half_fast3_rtne: subnormal halves through
      * a float add that rounds at the right bit, normal ones by rebiasing
      * the exponent and rounding the mantissa to nearest even. */
@@ -58,17 +58,19 @@ void ss__codec_to_f16(const float *restrict x, size_t n, uint16_t *restrict out)
         uint32_t sub = bits_of(float_of(u) + magic) - bits_of(magic);
         uint32_t nrm = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
         uint32_t is_sub = 0u - (uint32_t)(u < (113u << 23)); /* a mask: no branch */
-        out[i] = (uint16_t)(sign | (sub & is_sub) | (nrm & ~is_sub));
+        uint16_t h = (uint16_t)(sign | (sub & is_sub) | (nrm & ~is_sub));
+        memcpy(out + 2 * i, &h, 2); /* any alignment */
     }
 }
 
-void ss__codec_to_bf16(const float *restrict x, size_t n, uint16_t *restrict out) {
+void ss__codec_to_bf16(const float *restrict x, size_t n, uint8_t *restrict out) {
     const float bf_max = float_of(0x7f7f0000u);
     for (size_t i = 0; i < n; i++) {
         float f = x[i];
         f = f > bf_max ? bf_max : f;
         f = f < -bf_max ? -bf_max : f;
         uint32_t u = bits_of(f);
-        out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        uint16_t b = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        memcpy(out + 2 * i, &b, 2);
     }
 }

@@ -16,10 +16,11 @@ void ss__codec_minmax(const float *x, size_t n, float *lo, float *hi);
  * or 0 for a constant block). */
 void ss__codec_quantize_u8(const float *x, size_t n, float lo, float inv, uint8_t *q);
 /* IEEE binary16 bits of x[i], round to nearest even, saturating at
- * +-65504 (the host is little-endian: out is the wire's bytes). */
-void ss__codec_to_f16(const float *x, size_t n, uint16_t *out);
+ * +-65504, into out[2i..2i+1] (any alignment; the host is little-endian,
+ * so these are the wire's bytes). */
+void ss__codec_to_f16(const float *x, size_t n, uint8_t *out);
 /* bfloat16 bits of x[i] (the top half, round to nearest even),
- * saturating at bf16's largest finite value. */
-void ss__codec_to_bf16(const float *x, size_t n, uint16_t *out);
+ * saturating at bf16's largest finite value; out as ss__codec_to_f16. */
+void ss__codec_to_bf16(const float *x, size_t n, uint8_t *out);
 
 #endif
