@@ -1,5 +1,6 @@
 /* Decentralized averaging: pull gossip between members (gossip_transport.h). */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,6 @@
 #include "common/names.h"
 #include "rpc/auth.h"
 #include "rpc/gossip_transport.h"
-#include "rpc/pb_wire.h"
 #include "rpc/proto/peer_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "shadow/kernels.h"
@@ -224,39 +224,18 @@ static ss_status gp_easgd(void *impl, const char *group, uint64_t member, const 
 }
 
 /* A pull's reply read where gRPC keeps it: the snapshot is the reply's
- * last field (rpc/pb_wire.h), copied once, straight into place. */
+ * last field, copied once, straight into place. */
 typedef struct pull_reader {
     float *out;
     size_t n;
 } pull_reader;
 
-#define REPLY_HEAD_PEEK 64
-
 static ss_status read_pull(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
     (void)rq;
     const pull_reader *pr = arg;
-    const size_t len = ss__rpc_message_length(msg), want = pr->n * sizeof(float);
-    const size_t have = len < REPLY_HEAD_PEEK ? len : REPLY_HEAD_PEEK;
-    uint8_t head[REPLY_HEAD_PEEK];
-    size_t prefix, off;
-    if (ss__rpc_message_copy(msg, 0, head, have) &&
-        ss__pb_find_trailing_bytes_in(head, have, len, 2, &prefix, &off))
-        return len - off != want                               ? SS_ERR_SIZE_MISMATCH
-               : ss__rpc_message_copy(msg, off, pr->out, want) ? SS_OK
-                                                               : SS_ERR_PARSE;
-    /* Another field order (another implementation): the ordinary path. */
-    uint8_t *buf = malloc(len ? len : 1);
-    Shadowsync__V1__PullReply *r = NULL;
-    ss_status st = SS_ERR_PARSE;
-    if (buf && ss__rpc_message_copy(msg, 0, buf, len) &&
-        (r = shadowsync__v1__pull_reply__unpack(NULL, len, buf))) {
-        st = r->snapshot.len == want ? SS_OK : SS_ERR_SIZE_MISMATCH;
-        if (st == SS_OK)
-            memcpy(pr->out, r->snapshot.data, want);
-        shadowsync__v1__pull_reply__free_unpacked(r, NULL);
-    }
-    free(buf);
-    return buf ? st : SS_ERR_NO_MEMORY;
+    return ss__rpc_read_bulk_reply(msg, &shadowsync__v1__pull_reply__descriptor, 2,
+                                   offsetof(Shadowsync__V1__PullReply, snapshot), pr->out,
+                                   pr->n * sizeof(float), NULL, NULL);
 }
 
 /* One pull from peer i: its snapshot into peer (n floats). */

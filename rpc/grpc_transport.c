@@ -17,6 +17,7 @@
 #include "rpc/grpc_transport.h"
 #include "rpc/pb_wire.h"
 #include "rpc/proto/dense_sync.pb-c.h"
+#include "rpc/rpc_pb.h"
 
 typedef struct part {
     char name[300];
@@ -331,51 +332,13 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     return st;
 }
 
-/* A reply's small fields and the float field's tag and length fit in its
- * first bytes (pb_wire.h): read them, then the floats where they lie. */
-#define REPLY_HEAD_PEEK 128
-
 static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
     const bulk_reader *br = arg;
     const part *p = &br->parts[rq - br->first];
     const size_t want = ss__codec_size(br->raw ? br->enc : SS_ENC_F32, p->n);
     uint8_t *dest = br->raw ? br->raw + p->lo * sizeof(float) : (uint8_t *)(br->out + p->lo);
-    const size_t len = ss__rpc_message_length(msg);
-    const size_t have = len < REPLY_HEAD_PEEK ? len : REPLY_HEAD_PEEK;
-    uint8_t head[REPLY_HEAD_PEEK];
-    size_t prefix, off;
-    if (ss__rpc_message_copy(msg, 0, head, have) &&
-        ss__pb_find_trailing_bytes_in(head, have, len, br->field, &prefix, &off)) {
-        if (len - off != want)
-            return SS_ERR_SIZE_MISMATCH;
-        ProtobufCMessage *m = protobuf_c_message_unpack(br->desc, NULL, prefix, head);
-        if (!m)
-            return SS_ERR_PARSE;
-        if (br->small)
-            br->small(m, br->small_arg);
-        protobuf_c_message_free_unpacked(m, NULL);
-        return ss__rpc_message_copy(msg, off, dest, want) ? SS_OK : SS_ERR_PARSE;
-    }
-    /* Another field order (another server): the ordinary path. */
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf)
-        return SS_ERR_NO_MEMORY;
-    ss_status st = SS_ERR_PARSE;
-    ProtobufCMessage *m = NULL;
-    if (ss__rpc_message_copy(msg, 0, buf, len) &&
-        (m = protobuf_c_message_unpack(br->desc, NULL, len, buf))) {
-        const ProtobufCBinaryData *b =
-            (const ProtobufCBinaryData *)(const void *)((const char *)m + br->field_offset);
-        st = b->len == want ? SS_OK : SS_ERR_SIZE_MISMATCH;
-        if (st == SS_OK) {
-            memcpy(dest, b->data, want);
-            if (br->small)
-                br->small(m, br->small_arg);
-        }
-        protobuf_c_message_free_unpacked(m, NULL);
-    }
-    free(buf);
-    return st;
+    return ss__rpc_read_bulk_reply(msg, br->desc, br->field, br->field_offset, dest, want,
+                                   br->small, br->small_arg);
 }
 
 /* Compressed sync: chunk i of snapshot s, encoded against its mirror,

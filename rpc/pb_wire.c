@@ -1,5 +1,9 @@
-/* See pb_wire.h. */
+/* See pb_wire.h (and ss__rpc_read_bulk_reply in rpc_pb.h). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "rpc/pb_wire.h"
+#include "rpc/rpc_pb.h"
 
 static size_t put_varint(uint64_t v, uint8_t *out) {
     size_t n = 0;
@@ -85,4 +89,52 @@ bool ss__pb_find_trailing_bytes_in(const uint8_t *buf, size_t have, size_t len, 
 bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, size_t *prefix_len,
                                 size_t *payload_off) {
     return ss__pb_find_trailing_bytes_in(buf, len, len, field, prefix_len, payload_off);
+}
+
+/* A reply's small fields and its bulk field's tag and length fit in its
+ * first bytes (pb_wire.h): read them, then the bulk bytes where they lie. */
+#define REPLY_HEAD_PEEK 128
+
+ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,
+                                  const ProtobufCMessageDescriptor *desc, uint32_t field,
+                                  size_t field_offset, void *dest, size_t want,
+                                  void (*small)(const ProtobufCMessage *m, void *arg),
+                                  void *small_arg) {
+    const size_t len = ss__rpc_message_length(msg);
+    const size_t have = len < REPLY_HEAD_PEEK ? len : REPLY_HEAD_PEEK;
+    uint8_t head[REPLY_HEAD_PEEK];
+    size_t prefix, off;
+    if (ss__rpc_message_copy(msg, 0, head, have) &&
+        ss__pb_find_trailing_bytes_in(head, have, len, field, &prefix, &off)) {
+        if (len - off != want)
+            return SS_ERR_SIZE_MISMATCH;
+        if (small) {
+            ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, prefix, head);
+            if (!m)
+                return SS_ERR_PARSE;
+            small(m, small_arg);
+            protobuf_c_message_free_unpacked(m, NULL);
+        }
+        return ss__rpc_message_copy(msg, off, dest, want) ? SS_OK : SS_ERR_PARSE;
+    }
+    /* Another field order (another server): the ordinary path. */
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    ss_status st = SS_ERR_PARSE;
+    ProtobufCMessage *m = NULL;
+    if (ss__rpc_message_copy(msg, 0, buf, len) &&
+        (m = protobuf_c_message_unpack(desc, NULL, len, buf))) {
+        const ProtobufCBinaryData *b =
+            (const ProtobufCBinaryData *)(const void *)((const char *)m + field_offset);
+        st = b->len == want ? SS_OK : SS_ERR_SIZE_MISMATCH;
+        if (st == SS_OK) {
+            memcpy(dest, b->data, want);
+            if (small)
+                small(m, small_arg);
+        }
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+    free(buf);
+    return st;
 }

@@ -16,4 +16,17 @@ void *ss__rpc_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *req,
 /* Packs a message into reply->data (SS_ERR_NO_MEMORY in reply on failure). */
 void ss__rpc_reply_pack(const ProtobufCMessage *m, ss__rpc_reply *reply);
 
+/* The client side of a reply of type desc whose bulk bytes field `field`
+ * (at field_offset in the unpacked struct) must hold exactly `want` bytes:
+ * copied into dest straight from gRPC's slices when the field ends the
+ * message (rpc/pb_wire.h), else from the whole message unpacked the
+ * ordinary way (another implementation's field order). small, optional,
+ * sees the reply's other fields. SS_ERR_SIZE_MISMATCH for another length,
+ * SS_ERR_PARSE for a message that is not one. (pb_wire.c) */
+ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,
+                                  const ProtobufCMessageDescriptor *desc, uint32_t field,
+                                  size_t field_offset, void *dest, size_t want,
+                                  void (*small)(const ProtobufCMessage *m, void *arg),
+                                  void *small_arg);
+
 #endif

@@ -433,18 +433,34 @@ static ss_status easgd_encoded_locked(inproc *ip, group *g, uint64_t member,
     return SS_OK;
 }
 
+/* The start of a PS's encoded call: its group of n floats, locked. NULL:
+ * *st says why (the caller unlocks otherwise). */
+static group *enter_encoded_call(inproc *ip, const char *name, size_t n, ss_status *st) {
+    t_refusal[0] = '\0';
+    group *g = find_group(ip, name);
+    if (!g) {
+        *st = SS_ERR_NOT_FOUND;
+        return NULL;
+    }
+    pthread_mutex_lock(&g->lock);
+    if (g->n != n) {
+        pthread_mutex_unlock(&g->lock);
+        *st = SS_ERR_SIZE_MISMATCH;
+        return NULL;
+    }
+    return g;
+}
+
 ss_status ss__inproc_easgd_encoded(ss__transport *t, const char *name, uint64_t member, size_t n,
                                    float alpha, const ss__codec_upload *up, uint8_t *reply) {
     inproc *ip = ss__inproc_of(t);
     if (!ip || !name || !up || !reply || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    t_refusal[0] = '\0';
-    group *g = find_group(ip, name);
+    ss_status st;
+    group *g = enter_encoded_call(ip, name, n, &st);
     if (!g)
-        return SS_ERR_NOT_FOUND;
-    pthread_mutex_lock(&g->lock);
-    ss_status st =
-        g->n != n ? SS_ERR_SIZE_MISMATCH : easgd_encoded_locked(ip, g, member, up, alpha, reply);
+        return st;
+    st = easgd_encoded_locked(ip, g, member, up, alpha, reply);
     pthread_mutex_unlock(&g->lock);
     return st;
 }
@@ -588,13 +604,11 @@ ss_status ss__inproc_round_encoded(ss__transport *t, const char *name, uint64_t 
     inproc *ip = ss__inproc_of(t);
     if (!ip || !name || !up || !reply || !result || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
-    t_refusal[0] = '\0';
-    group *g = find_group(ip, name);
+    ss_status st;
+    group *g = enter_encoded_call(ip, name, n, &st);
     if (!g)
-        return SS_ERR_NOT_FOUND;
-    pthread_mutex_lock(&g->lock);
-    ss_status st = g->n != n ? SS_ERR_SIZE_MISMATCH
-                             : round_locked(ip, g, member, NULL, up, bmuf, NULL, reply, result);
+        return st;
+    st = round_locked(ip, g, member, NULL, up, bmuf, NULL, reply, result);
     pthread_mutex_unlock(&g->lock);
     return st;
 }

@@ -288,7 +288,6 @@ START_TEST(test_compressed_sync_over_grpc) {
     ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
-    pthread_t th[3];
     ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
         ss__grpc_transport_config cfg = {.targets = ps_target,
@@ -306,14 +305,7 @@ START_TEST(test_compressed_sync_over_grpc) {
         args[k].e = e[k];
         ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
     }
-    for (int round = 0; round < 4; round++) {
-        for (int k = 0; k < 3; k++)
-            pthread_create(&th[k], NULL, run_one_round, &args[k]);
-        for (int k = 0; k < 3; k++) {
-            pthread_join(th[k], NULL);
-            ck_assert_int_eq(args[k].st, SS_OK);
-        }
-    }
+    run_rounds_together(args, 3, 4);
     double spread = 0, off = 0;
     for (int i = 0; i < N; i++) {
         float x0 = ss__replica_data(r[0])[i];

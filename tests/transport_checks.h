@@ -107,4 +107,19 @@ static inline void *run_one_round(void *p) {
     return NULL;
 }
 
+/* `rounds` MA/BMUF rounds of `members` engines together (members <= 16),
+ * each of which must succeed. */
+static inline void run_rounds_together(round_arg *args, int members, int rounds) {
+    pthread_t th[16];
+    ck_assert_int_le(members, 16);
+    for (int round = 0; round < rounds; round++) {
+        for (int k = 0; k < members; k++)
+            pthread_create(&th[k], NULL, run_one_round, &args[k]);
+        for (int k = 0; k < members; k++) {
+            pthread_join(th[k], NULL);
+            ck_assert_int_eq(args[k].st, SS_OK);
+        }
+    }
+}
+
 #endif
