@@ -92,6 +92,10 @@ ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, 
  * copied; nothing is loaded. */
 ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
                              bool *found);
+/* Loads the ids that are not resident (one loader call for all of them),
+ * marking every one recently used; copies nothing out. *loaded: rows the
+ * table loaded meanwhile (these, and any a concurrent lookup loaded). */
+ss_status ss__emb_table_load(ss__emb_table *t, const uint64_t *ids, size_t n, size_t *loaded);
 /* How many of the ids are not resident (a lookup or update would load or
  * create them). */
 size_t ss__emb_table_count_missing(ss__emb_table *t, const uint64_t *ids, size_t n);

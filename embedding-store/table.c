@@ -354,6 +354,19 @@ size_t ss__emb_table_count_missing(ss__emb_table *t, const uint64_t *ids, size_t
     return missing;
 }
 
+static void op_none(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
+    (void)t, (void)s, (void)sl, (void)i, (void)ctx;
+}
+
+ss_status ss__emb_table_load(ss__emb_table *t, const uint64_t *ids, size_t n, size_t *loaded) {
+    if (!t || (n && !ids) || !loaded)
+        return SS_ERR_INVALID_ARGUMENT;
+    uint64_t before = atomic_load(&t->loads);
+    ss_status st = for_rows(t, ids, n, true, op_none, NULL);
+    *loaded = (size_t)(atomic_load(&t->loads) - before); /* others' loads meanwhile too: a count */
+    return st;
+}
+
 ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
                                   bool *found) {
     if (!t || (n && (!ids || !rows || !found)))

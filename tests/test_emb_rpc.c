@@ -417,8 +417,54 @@ START_TEST(test_cached_table_syncs_and_evicts) {
 }
 END_TEST
 
+/* ss_table_warm loads a cached table's missing rows in one call, ahead of
+ * the lookups; those then find them (hits, no second fetch), with the
+ * shard's values. Local and remote tables have nothing to warm. */
+START_TEST(test_cached_table_warm_loads_ahead) {
+    ss_trainer *t = open_trainer();
+    ss_table_config c = table_config("warm", SS_TABLE_CACHED);
+    c.init_scale = 0.5f; /* rows the shard made: not zeros */
+    c.sync_interval_ms = 3600 * 1000;
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(t, &c, &tb), SS_OK);
+    ck_assert_int_eq(ss_table_warm(tb, NULL, 3), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_table_warm(NULL, NULL, 0), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_table_warm(tb, NULL, 0), SS_OK);
+    uint64_t ids[3] = {7, 8, 7};
+    ck_assert_int_eq(ss_table_warm(tb, ids, 3), SS_OK);
+    /* The fetcher takes warm-ups and fetches in order: once this fetch is
+     * back, the warm-up before it is done. */
+    ss_table_fetch *f;
+    float rows[4], server[4];
+    ck_assert_int_eq(ss_table_prefetch(tb, ids, 1, &f), SS_OK);
+    ck_assert_int_eq(ss_table_fetch_wait(f, rows), SS_OK);
+    ss_table_stats s;
+    ck_assert_int_eq(ss_table_get_stats(tb, &s), SS_OK);
+    ck_assert_uint_eq(s.remote_rows, 2); /* 7 and 8, once each */
+    ck_assert_int_eq(ss_table_lookup(tb, ids + 1, 1, rows + 2), SS_OK);
+    ck_assert_int_eq(ss_table_get_stats(tb, &s), SS_OK);
+    ck_assert_uint_eq(s.remote_rows, 2);
+    ck_assert_uint_eq(s.cache_hits, 2); /* both lookups */
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "warm", ids, 2, server, NULL, 0), SS_OK);
+    ck_assert_mem_eq(rows, server, sizeof rows);
+    ck_assert_int_eq(ss_table_warm(tb, ids, 3), SS_OK); /* resident: no call */
+    ck_assert_int_eq(ss_table_prefetch(tb, ids, 1, &f), SS_OK);
+    ck_assert_int_eq(ss_table_fetch_wait(f, rows), SS_OK);
+    ck_assert_int_eq(ss_table_get_stats(tb, &s), SS_OK);
+    ck_assert_uint_eq(s.remote_rows, 2);
+    ss_table_config rc = table_config("warm_remote", SS_TABLE_REMOTE);
+    ss_table *remote;
+    ck_assert_int_eq(ss_table_open(t, &rc, &remote), SS_OK);
+    ck_assert_int_eq(ss_table_warm(remote, ids, 3), SS_OK);
+    ck_assert_int_eq(ss_table_get_stats(remote, &s), SS_OK);
+    ck_assert_uint_eq(s.remote_rows, 0);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc,
                            test_request_limits, test_push_lookup_pushes_then_reads,
-                           test_remote_table_through_hooks, test_cached_table_syncs_and_evicts);
+                           test_remote_table_through_hooks, test_cached_table_syncs_and_evicts,
+                           test_cached_table_warm_loads_ahead);
 }

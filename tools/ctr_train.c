@@ -207,6 +207,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     int64_t emb_cache_rows = 1 << 20, emb_sync_ms = 10;
     double emb_alpha = 0.5;
     bool emb_prefetch = true;
+    int64_t emb_warm_batches = cfg.emb_warm_batches;
     int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000;
     ss__flag flags[] = {
         {"peers", SS_FLAG_STRING, &peers,
@@ -348,6 +349,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
          60000},
         {"emb-prefetch", SS_FLAG_BOOL, &emb_prefetch,
          "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
+        {"emb-warm-batches", SS_FLAG_INT, &emb_warm_batches,
+         "cached: load the rows of this many upcoming batches into the cache in one call, ahead "
+         "of their lookups (ss_table_warm; 0: each batch's misses in its own call)",
+         NULL, 0, 1024},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
@@ -435,6 +440,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     cfg.emb_alpha = (float)emb_alpha;
     cfg.emb_sync_ms = (uint32_t)emb_sync_ms;
     cfg.emb_prefetch = emb_prefetch;
+    cfg.emb_warm_batches = (uint32_t)emb_warm_batches;
     if ((cfg.emb == SS_CTR_EMB_REMOTE || cfg.emb == SS_CTR_EMB_CACHED) && !*cfg.emb_ps) {
         fprintf(stderr, "ctr-train: --emb %s needs --emb-ps or --ps\n", emb);
         return 2;

@@ -34,6 +34,7 @@ struct ss_table_fetch {
     push_item push; /* remote: sent in the same call, before the lookup (n 0: none) */
     ss_status st;
     bool done;
+    bool warm; /* ss_table_warm: load into the cache, nobody waits; the fetcher frees it */
     ss_table_fetch *next;
 };
 
@@ -44,11 +45,19 @@ struct ss_table {
     ss__emb_table *rows;    /* local mode: the table; cached mode: the cache */
     ss__emb_client *client; /* remote and cached modes */
     pthread_mutex_t lock;   /* push queue, fetch list, stop */
-    pthread_cond_t changed; /* any of them changed */
-    push_item *queue;       /* ring of cfg.push_queue items */
+    /* One condition per kind of waiter: a broadcast on a shared one woke
+     * the pusher, the fetcher and the syncer on every push and fetch (a
+     * futex wake and two context switches each, several times a step),
+     * which was most of what a cached table's threads cost beyond local. */
+    pthread_cond_t push_ready;  /* the pusher: an item queued, or stop */
+    pthread_cond_t fetch_ready; /* the fetcher: a fetch queued, or stop */
+    pthread_cond_t progress;    /* callers: queue space, a fetch done, a push sent */
+    pthread_cond_t stopping;    /* the syncer's pause: only stop ends it early */
+    push_item *queue;           /* ring of cfg.push_queue items */
     size_t qhead, qlen;
     bool pusher_busy, stop;
     size_t fetch_pushes;     /* remote: fetches carrying a push, not yet done */
+    size_t warms_queued;     /* cached: ss_table_warm calls not yet done */
     uint64_t dropped;        /* remote: pushes lost since the last flush (under lock) */
     ss_status first_dropped; /* remote: the status of the first of them */
     ss_table_fetch *fetch_head, *fetch_tail;
@@ -57,7 +66,7 @@ struct ss_table {
     pthread_mutex_t sync_lock; /* one row-sync pass at a time */
     ss__emb_dirty dirty;       /* under sync_lock */
     atomic_uint_fast64_t lookups, unique_lookups, pushes, remote_rows, synced_rows, sync_passes,
-        failed_calls, push_waits;
+        failed_calls, push_waits, warms_skipped, warmed_rows;
 };
 
 /* ---- ids: deduplication ---- */
@@ -165,14 +174,14 @@ static void *pusher_main(void *arg) {
     pthread_mutex_lock(&tb->lock);
     for (;;) {
         while (!tb->stop && tb->qlen == 0)
-            pthread_cond_wait(&tb->changed, &tb->lock);
+            pthread_cond_wait(&tb->push_ready, &tb->lock);
         if (tb->qlen == 0)
             break; /* stopping with nothing left */
         push_item it = tb->queue[tb->qhead];
         tb->qhead = (tb->qhead + 1) % tb->cfg.push_queue;
         tb->qlen--;
         tb->pusher_busy = true;
-        pthread_cond_broadcast(&tb->changed);
+        pthread_cond_broadcast(&tb->progress); /* queue space */
         pthread_mutex_unlock(&tb->lock);
         ss_status st = ss__emb_client_push(tb->client, &tb->spec, it.ids, it.n, it.grads);
         if (st != SS_OK)
@@ -182,10 +191,27 @@ static void *pusher_main(void *arg) {
         if (st != SS_OK && tb->dropped++ == 0)
             tb->first_dropped = st; /* the next flush reports it */
         tb->pusher_busy = false;
-        pthread_cond_broadcast(&tb->changed);
+        pthread_cond_broadcast(&tb->progress);
     }
     pthread_mutex_unlock(&tb->lock);
     return NULL;
+}
+
+/* A warm-up: the ids' rows not in the cache come from the shards in one
+ * call, ahead of the lookups that will want them. A failure costs nothing
+ * but the call: those lookups load the rows themselves. Frees f. */
+static void warm_rows(ss_table *tb, ss_table_fetch *f, bool stopping) {
+    unique_ids u;
+    if (!stopping && f->n && dedup(f->ids, f->n, &u) == SS_OK) {
+        size_t loaded = 0;
+        if (ss__emb_table_load(tb->rows, u.ids, u.m, &loaded) == SS_OK)
+            atomic_fetch_add(&tb->warmed_rows, loaded);
+        else
+            atomic_fetch_add(&tb->failed_calls, 1);
+        unique_free(&u);
+    }
+    free(f->ids);
+    free(f);
 }
 
 static void *fetcher_main(void *arg) {
@@ -193,16 +219,23 @@ static void *fetcher_main(void *arg) {
     pthread_mutex_lock(&tb->lock);
     for (;;) {
         while (!tb->stop && !tb->fetch_head)
-            pthread_cond_wait(&tb->changed, &tb->lock);
+            pthread_cond_wait(&tb->fetch_ready, &tb->lock);
         ss_table_fetch *f = tb->fetch_head;
         if (!f)
             break;
         tb->fetch_head = f->next;
         if (!tb->fetch_head)
             tb->fetch_tail = NULL;
+        const bool stopping = tb->stop; /* read under the lock */
         pthread_mutex_unlock(&tb->lock);
+        if (f->warm) {
+            warm_rows(tb, f, stopping);
+            pthread_mutex_lock(&tb->lock);
+            tb->warms_queued--;
+            continue;
+        }
         ss_status pushed = SS_OK, st;
-        if (tb->stop) { /* the push still goes out, as queued pushes do */
+        if (stopping) { /* the push still goes out, as queued pushes do */
             st = SS_ERR_STOPPED;
             if (f->push.n)
                 pushed = ss__emb_client_push(tb->client, &tb->spec, f->push.ids, f->push.n,
@@ -220,7 +253,7 @@ static void *fetcher_main(void *arg) {
         }
         f->st = st;
         f->done = true;
-        pthread_cond_broadcast(&tb->changed);
+        pthread_cond_broadcast(&tb->progress);
     }
     pthread_mutex_unlock(&tb->lock);
     return NULL;
@@ -275,11 +308,11 @@ static void *syncer_main(void *arg) {
     ss_table *tb = arg;
     pthread_mutex_lock(&tb->lock);
     while (!tb->stop) {
-        /* The pause is the whole interval: `changed` is also broadcast by
-         * every push and fetch, and a pass on each of those (several per
-         * training step) cost a cached table more CPU than the remote one. */
+        /* The pause is the whole interval (a pass per push or fetch, several
+         * per training step, cost a cached table more CPU than the remote
+         * one); spurious wake-ups go back to sleep. */
         struct timespec ts = ss__deadline_in((uint64_t)tb->cfg.sync_interval_ms * 1000000ull);
-        while (!tb->stop && pthread_cond_timedwait(&tb->changed, &tb->lock, &ts) != ETIMEDOUT) {
+        while (!tb->stop && pthread_cond_timedwait(&tb->stopping, &tb->lock, &ts) != ETIMEDOUT) {
         }
         if (tb->stop)
             break;
@@ -353,7 +386,10 @@ static void table_destroy(void *obj) {
         return;
     pthread_mutex_lock(&tb->lock);
     tb->stop = true;
-    pthread_cond_broadcast(&tb->changed);
+    pthread_cond_broadcast(&tb->push_ready);
+    pthread_cond_broadcast(&tb->fetch_ready);
+    pthread_cond_broadcast(&tb->progress);
+    pthread_cond_broadcast(&tb->stopping);
     pthread_mutex_unlock(&tb->lock);
     if (tb->has_pusher)
         pthread_join(tb->pusher, NULL); /* sends what is queued first */
@@ -367,7 +403,10 @@ static void table_destroy(void *obj) {
     ss__emb_dirty_free(&tb->dirty);
     ss__emb_table_destroy(tb->rows);
     ss__emb_client_destroy(tb->client);
-    pthread_cond_destroy(&tb->changed);
+    pthread_cond_destroy(&tb->push_ready);
+    pthread_cond_destroy(&tb->fetch_ready);
+    pthread_cond_destroy(&tb->progress);
+    pthread_cond_destroy(&tb->stopping);
     pthread_mutex_destroy(&tb->lock);
     pthread_mutex_destroy(&tb->sync_lock);
     free(tb);
@@ -390,6 +429,11 @@ static void table_export_metrics(void *obj, ss__metrics *reg, const char *traine
          s.synced_rows},
         {"shadowsync_table_failed_calls_total", "remote calls that failed", s.failed_calls},
         {"shadowsync_table_evictions_total", "cached: rows evicted", s.evictions},
+        {"shadowsync_table_warmed_rows_total", "cached: rows loaded ahead by ss_table_warm",
+         atomic_load(&tb->warmed_rows)},
+        {"shadowsync_table_warms_skipped_total",
+         "cached: ss_table_warm calls skipped (too many already waiting)",
+         atomic_load(&tb->warms_skipped)},
     };
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
         ss__counter *c;
@@ -422,7 +466,10 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     tb->spec = spec;
     tb->cfg.name = tb->spec.name;
     pthread_mutex_init(&tb->lock, NULL);
-    ss__cond_init_monotonic(&tb->changed);
+    ss__cond_init_monotonic(&tb->push_ready);
+    ss__cond_init_monotonic(&tb->fetch_ready);
+    ss__cond_init_monotonic(&tb->progress);
+    ss__cond_init_monotonic(&tb->stopping);
     pthread_mutex_init(&tb->sync_lock, NULL);
     char why[200] = "";
     if (cfg->mode != SS_TABLE_LOCAL) {
@@ -568,13 +615,13 @@ static ss_status table_push(ss_table *tb, const uint64_t *ids, size_t n, const f
     if (tb->qlen == tb->cfg.push_queue)
         atomic_fetch_add(&tb->push_waits, 1);
     while (!tb->stop && tb->qlen == tb->cfg.push_queue) /* back-pressure */
-        pthread_cond_wait(&tb->changed, &tb->lock);
+        pthread_cond_wait(&tb->progress, &tb->lock);
     if (tb->stop) {
         st = SS_ERR_STOPPED;
     } else {
         tb->queue[(tb->qhead + tb->qlen) % tb->cfg.push_queue] = it;
         tb->qlen++;
-        pthread_cond_broadcast(&tb->changed);
+        pthread_cond_signal(&tb->push_ready);
     }
     pthread_mutex_unlock(&tb->lock);
     if (st != SS_OK)
@@ -614,7 +661,7 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
     else
         tb->fetch_head = f;
     tb->fetch_tail = f;
-    pthread_cond_broadcast(&tb->changed);
+    pthread_cond_signal(&tb->fetch_ready);
     pthread_mutex_unlock(&tb->lock);
     *out = f;
     return SS_OK;
@@ -640,13 +687,55 @@ static ss_status table_push_prefetch(ss_table *tb, const uint64_t *push_ids, siz
     return queue_fetch(tb, ids, n, &it, out);
 }
 
+/* Warm-ups waiting for the fetcher, at most: a warm-up is a hint, and one
+ * that would queue behind this many is skipped rather than held. */
+#define MAX_WARMS_QUEUED 4
+
+static ss_status table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
+    if (!tb || (n && !ids))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (tb->cfg.mode != SS_TABLE_CACHED || n == 0)
+        return SS_OK; /* local rows are made on the spot; remote tables keep no rows */
+    ss_table_fetch *f = calloc(1, sizeof *f);
+    uint64_t *copy = malloc(n * sizeof *copy);
+    if (!f || !copy) {
+        free(f);
+        free(copy);
+        return SS_ERR_NO_MEMORY;
+    }
+    memcpy(copy, ids, n * sizeof *ids);
+    *f = (ss_table_fetch){.tb = tb, .ids = copy, .n = n, .warm = true};
+    ss_status st = SS_OK;
+    pthread_mutex_lock(&tb->lock);
+    if (tb->stop) {
+        st = SS_ERR_STOPPED;
+    } else if (tb->warms_queued >= MAX_WARMS_QUEUED) {
+        atomic_fetch_add(&tb->warms_skipped, 1);
+    } else {
+        tb->warms_queued++;
+        if (tb->fetch_tail)
+            tb->fetch_tail->next = f;
+        else
+            tb->fetch_head = f;
+        tb->fetch_tail = f;
+        f = NULL;
+        pthread_cond_signal(&tb->fetch_ready);
+    }
+    pthread_mutex_unlock(&tb->lock);
+    if (f) {
+        free(f->ids);
+        free(f);
+    }
+    return st;
+}
+
 static ss_status table_fetch_wait(ss_table_fetch *f, float *rows) {
     if (!f)
         return SS_ERR_INVALID_ARGUMENT;
     ss_table *tb = f->tb;
     pthread_mutex_lock(&tb->lock);
     while (!f->done)
-        pthread_cond_wait(&tb->changed, &tb->lock);
+        pthread_cond_wait(&tb->progress, &tb->lock);
     pthread_mutex_unlock(&tb->lock);
     ss_status st = f->st;
     if (st == SS_OK && rows)
@@ -664,7 +753,7 @@ static ss_status table_flush(ss_table *tb) {
     if (tb->cfg.mode == SS_TABLE_REMOTE) {
         pthread_mutex_lock(&tb->lock);
         while (tb->qlen || tb->pusher_busy || tb->fetch_pushes)
-            pthread_cond_wait(&tb->changed, &tb->lock);
+            pthread_cond_wait(&tb->progress, &tb->lock);
         uint64_t dropped = tb->dropped;
         ss_status st = dropped ? tb->first_dropped : SS_OK;
         tb->dropped = 0;
@@ -704,8 +793,11 @@ static ss_status table_get_stats(ss_table *tb, ss_table_stats *out) {
         out->resident_rows = ts.resident_rows;
         out->evictions = ts.evictions;
         uint64_t uniq = atomic_load(&tb->unique_lookups);
+        /* Rows loaded by warm-ups are hits of the lookups that follow. */
+        uint64_t warmed = atomic_load(&tb->warmed_rows);
+        uint64_t missed = out->remote_rows > warmed ? out->remote_rows - warmed : 0;
         if (tb->cfg.mode == SS_TABLE_CACHED)
-            out->cache_hits = uniq > out->remote_rows ? uniq - out->remote_rows : 0;
+            out->cache_hits = uniq > missed ? uniq - missed : 0;
     }
     return SS_OK;
 }
@@ -744,6 +836,11 @@ ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t 
                                  ss_table_fetch **out) {
     ss__err_begin();
     return ss__err_end(table_push_prefetch(tb, push_ids, pn, grads, ids, n, out));
+}
+
+ss_status ss_table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
+    ss__err_begin();
+    return ss__err_end(table_warm(tb, ids, n));
 }
 
 ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {

@@ -291,6 +291,14 @@ ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows);
 ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
                                  const float *grads, const uint64_t *ids, size_t n,
                                  ss_table_fetch **out);
+/* A hint that ids will be looked up soon (the batches after the next):
+ * a cached table loads those of them it does not hold from the shards in
+ * the background, in one call per shard, so the lookups that follow find
+ * them; several batches warmed at once cost one round trip instead of one
+ * each. Returns at once; a warm-up that fails or is skipped (more than a
+ * few already waiting) only leaves the rows to the lookup. Local and
+ * remote tables have nothing to warm (SS_OK). */
+ss_status ss_table_warm(ss_table *tb, const uint64_t *ids, size_t n);
 /* grads: n * dim finite floats. */
 ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads);
 /* Remote: waits until every queued push has been sent; SS_OK only when

@@ -251,6 +251,12 @@ class Table:
                                      ctypes.byref(f)))
         return Fetch(f, ids.size, self.dim)
 
+    def warm(self, ids):
+        """Cached: loads the rows of ids it does not hold (batches coming up)
+        in the background, in one call; a hint, other modes ignore it."""
+        ids = _ids(ids)
+        _check(lib.ss_table_warm(self._handle, ids.ctypes.data_as(c_uint64_p), ids.size))
+
     def flush(self):
         """Remote: every queued push sent and applied; cached: rows synced."""
         _check(lib.ss_table_flush(self._handle))

@@ -89,6 +89,7 @@ _DECLS = {
     "ss_table_push": (_S, [_P, c_uint64_p, ctypes.c_size_t, c_float_p]),
     "ss_table_prefetch": (_S, [_P, c_uint64_p, ctypes.c_size_t, ctypes.POINTER(_P)]),
     "ss_table_fetch_wait": (_S, [_P, c_float_p]),
+    "ss_table_warm": (_S, [_P, c_uint64_p, ctypes.c_size_t]),
     "ss_table_flush": (_S, [_P]),
     "ss_table_get_stats": (_S, [_P, ctypes.POINTER(TableStats)]),
 }

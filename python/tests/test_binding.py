@@ -172,7 +172,11 @@ class BindingTest(unittest.TestCase):
             with shadowsync.Trainer(ps=ps.address, sync="none") as t:
                 for mode in ("local", "remote", "cached"):
                     tb = t.table(f"ads_{mode}", 4, mode=mode, lr=0.5)
-                    before = tb.lookup(ids)
+                    tb.warm(ids)  # cached: rows 7 and 8 loaded ahead, in one call
+                    before = tb.prefetch(ids).wait()  # fetched after the warm-up, in order
+                    if mode == "cached":  # the warm-up's rows: hits
+                        self.assertEqual(tb.stats()["cache_hits"], 2)
+                    self.assertEqual(tb.stats()["remote_rows"], 0 if mode == "local" else 2)
                     self.assertEqual(before.shape, (3, 4))
                     np.testing.assert_array_equal(before[0], before[2])  # one row, id 7
                     # Repeated ids add up: id 7 gets 2 x 1, SGD lr 0.5 moves it by -1,

@@ -66,6 +66,7 @@ void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     cfg->emb_alpha = 0.5f;
     cfg->emb_sync_ms = 10;
     cfg->emb_prefetch = true;
+    cfg->emb_warm_batches = 4;
 }
 
 typedef struct trainer {
@@ -82,6 +83,7 @@ typedef struct trainer {
     size_t *order;             /* this epoch's order of them */
     uint32_t stride;           /* rows index, index + stride, ...: the trainers of this pass */
     _Atomic size_t cursor;     /* next example (in the trainer's own index) */
+    _Atomic size_t warmed;     /* examples before this one are warmed (cached tables) */
     _Atomic uint64_t steps;    /* minibatches done by all workers */
     _Atomic uint64_t examples; /* examples trained */
     _Atomic uint32_t workers_left;
@@ -149,6 +151,42 @@ static size_t claim_batch(trainer *tr, const ss__ctr_example **batch) {
     return n;
 }
 
+/* Cached tables: once the warmed span stops two batches past the next
+ * unclaimed one, the rows of the next emb_warm_batches batches go to
+ * ss_table_warm in one call. Their lookups then find them in the cache:
+ * one round trip for several batches' misses instead of one per batch.
+ * Workers race for the span; the one whose compare-exchange wins warms. */
+static void warm_ahead(trainer *tr) {
+    const ss__ctr_train_config *cfg = tr->run->cfg;
+    if (cfg->emb != SS_CTR_EMB_CACHED || cfg->emb_warm_batches == 0)
+        return;
+    const size_t next = atomic_load(&tr->cursor);
+    size_t warmed = atomic_load(&tr->warmed);
+    if (warmed >= tr->count || warmed >= next + 2 * (size_t)cfg->batch)
+        return;
+    const size_t from = warmed > next ? warmed : next;
+    if (from >= tr->count)
+        return;
+    size_t to = from + (size_t)cfg->emb_warm_batches * cfg->batch;
+    if (to > tr->count)
+        to = tr->count;
+    if (!atomic_compare_exchange_strong(&tr->warmed, &warmed, to))
+        return;
+    uint64_t *ids = malloc((to - from) * SS_CTR_NUM_CAT * sizeof *ids);
+    if (!ids)
+        return; /* a hint: the lookups load the rows themselves */
+    size_t n = 0;
+    for (size_t j = from; j < to; j++) {
+        const ss__ctr_example *ex = &tr->run->pass->rows[tr->index + tr->order[j] * tr->stride];
+        for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+            ids[n++] = ss__ctr_row_id(&cfg->model, f, ex);
+    }
+    ss_status st = ss_table_warm(tr->run->table, ids, n);
+    if (st != SS_OK)
+        SS_LOG_DEBUGF("ctr-train", "event=warm_failed status=%s", ss_status_name(st));
+    free(ids);
+}
+
 /* The table path: batch k+1's rows are fetched while batch k trains, and
  * batch k-1's gradients go to the table with that fetch. */
 static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_example **batch,
@@ -161,11 +199,13 @@ static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_exampl
     for (int i = 0; i < 3 && st == SS_OK; i++)
         st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[i]);
     size_t n = st == SS_OK ? claim_batch(tr, batch) : 0;
+    warm_ahead(tr);
     if (n)
         st = ss__ctr_gather_begin(g[0], r->table, batch, n, prefetch, NULL);
     ss__ctr_gather *trained = NULL; /* the batch before, its gradients not pushed yet */
     for (int cur = 0; n && st == SS_OK; cur = (cur + 1) % 3) {
         size_t next = claim_batch(tr, batch);
+        warm_ahead(tr);
         if (next) {
             st = ss__ctr_gather_begin(g[(cur + 1) % 3], r->table, batch, next, prefetch, trained);
         } else if (trained) {
@@ -467,6 +507,7 @@ static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch,
         for (size_t i = 0; i < tr->count; i++)
             tr->order[i] = i;
         atomic_store(&tr->cursor, 0);
+        atomic_store(&tr->warmed, 0);
         atomic_store(&tr->workers_left, cfg->workers);
         if (shuffle)
             shuffle_rows(tr, epoch);

@@ -83,6 +83,7 @@ typedef struct ss__ctr_train_config {
     float emb_alpha;                  /* cached mode: elastic rate of the row sync */
     uint32_t emb_sync_ms;             /* cached mode: pause between row-sync passes */
     bool emb_prefetch;                /* fetch the next batch's rows while training */
+    uint32_t emb_warm_batches;        /* cached: batches warmed per ss_table_warm (0: none) */
 } ss__ctr_train_config;
 
 typedef struct ss__ctr_trainer_result {
