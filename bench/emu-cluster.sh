@@ -13,7 +13,7 @@
 # everything (processes, namespaces, files) is removed at exit.
 #
 # Prints one line per trainer and a summary line:
-#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E peers=0|1 k=K dense=D rate=R ps_rate=R
+#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E peers=0|1 schedule=S slow_hosts=K:R k=K dense=D rate=R ps_rate=R
 #     examples/s=TOTAL per_trainer=MEAN min_trainer=MIN gap_p50=.. gap_p99=..
 #     gap_max=.. rounds=.. failed=.. steps=.. trainer_cpu_s=.. ps_cpu_s=..
 #     agent_cpu_s=..
@@ -28,7 +28,7 @@ set -euo pipefail
 
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=50us LOSS=0
 MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
-ENCODING=f32 PEERS=0 PS_RATE=
+ENCODING=f32 PEERS=0 PS_RATE= SCHEDULE=ring SLOW_HOSTS=0 SLOW_RATE=
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
 
@@ -54,9 +54,14 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
   --agent 0|1       background: sync through one agent per host     [$AGENT]
   --peers 0|1       decentralized averaging between the trainers,   [$PEERS]
                     no PS on the dense path (--algo ma; no agents)
+  --peer-schedule S --peers 1: ring | random (pull one peer a round) [$SCHEDULE]
+                    | tree (aggregation trees over the links, from a
+                    topology file this script writes)
   --rate R          every link, each direction (tc units)           [$RATE]
   --ps-rate R       the PS hosts' links instead (heterogeneous       [same]
                     bandwidth: a slower PS uplink)
+  --slow-hosts K    the last K trainer hosts' links at --slow-rate   [$SLOW_HOSTS]
+  --slow-rate R     (heterogeneous bandwidth between trainers)
   --delay D         one-way latency per link (needs sch_netem)      [$DELAY]
   --loss P          packet loss per link, percent (netem or nft)   [$LOSS]
   --sync-nice N     run PS and agents at this nice level            [$NICE]
@@ -86,6 +91,9 @@ while [ $# -gt 0 ]; do
   --sync-every) K=$2; shift ;;
   --agent) AGENT=$2; shift ;;
   --peers) PEERS=$2; shift ;;
+  --peer-schedule) SCHEDULE=$2; shift ;;
+  --slow-hosts) SLOW_HOSTS=$2; shift ;;
+  --slow-rate) SLOW_RATE=$2; shift ;;
   --rate) RATE=$2; shift ;;
   --ps-rate) PS_RATE=$2; shift ;;
   --delay) DELAY=$2; shift ;;
@@ -117,6 +125,10 @@ if [ "$PEERS" = 1 ]; then
 fi
 tc_rate_bits "$RATE" >/dev/null     # a bad --rate stops here
 [ -z "$PS_RATE" ] || tc_rate_bits "$PS_RATE" >/dev/null
+case $SCHEDULE in ring | random | tree) ;; *) die "--peer-schedule must be ring, random or tree" ;; esac
+[ "$SLOW_HOSTS" -ge 0 ] && [ "$SLOW_HOSTS" -le "$HOSTS" ] || die "--slow-hosts must be 0..--hosts"
+[ "$SLOW_HOSTS" = 0 ] || [ -n "$SLOW_RATE" ] || die "--slow-hosts needs --slow-rate"
+[ -z "$SLOW_RATE" ] || tc_rate_bits "$SLOW_RATE" >/dev/null
 
 emu_init
 
@@ -139,7 +151,9 @@ done
 TRAINERS=()
 for j in $(seq 0 $((HOSTS - 1))); do
   ns=$ID-t$j
-  add_host "$ns" "198.18.2.$((j + 1))"
+  host_rate=$RATE
+  [ "$j" -lt $((HOSTS - SLOW_HOSTS)) ] || host_rate=$SLOW_RATE
+  HOST_RATE=$host_rate add_host "$ns" "198.18.2.$((j + 1))"
   sock=
   if [ "$AGENT" = 1 ]; then
     sock=$TMP/h$j/agent.sock
@@ -159,6 +173,20 @@ for j in $(seq 0 $((HOSTS - 1))); do
     PEER_LIST+="${PEER_LIST:+,}198.18.2.$((j + 1)):$((7100 + i))"
   done
 done
+# The links as the trees' packer sees them (rpc/tree_transport.h): every
+# host's own link at its rate; two hosts meet through the bridge, so at
+# the slower of the two.
+gbit() { awk -v b="$(tc_rate_bits "$1")" 'BEGIN { printf "%g", b / 1e9 }'; }
+{
+  echo "# written by bench/emu-cluster.sh"
+  echo "default $(gbit "$RATE")"
+  for j in $(seq $((HOSTS - SLOW_HOSTS)) $((HOSTS - 1))); do
+    echo "nic 198.18.2.$((j + 1)) $(gbit "$SLOW_RATE")"
+    for k in $(seq 0 $((HOSTS - 1))); do
+      [ "$k" = "$j" ] || echo "link 198.18.2.$((j + 1)) 198.18.2.$((k + 1)) $(gbit "$SLOW_RATE")"
+    done
+  done
+} >"$TMP/topology"
 
 for j in $(seq 0 $((HOSTS - 1))); do
   for i in $(seq 0 $((PER_HOST - 1))); do
@@ -168,7 +196,8 @@ for j in $(seq 0 $((HOSTS - 1))); do
       via_agent=("SHADOWSYNC_AGENT=$TMP/h$j/agent.sock")
     elif [ "$PEERS" = 1 ]; then
       via_agent=("SHADOWSYNC_PS=" "SHADOWSYNC_PEERS=$PEER_LIST"
-        "SHADOWSYNC_PEER_RANK=$((j * PER_HOST + i))")
+        "SHADOWSYNC_PEER_RANK=$((j * PER_HOST + i))" "SHADOWSYNC_PEER_SCHEDULE=$SCHEDULE"
+        "SHADOWSYNC_TOPOLOGY=$TMP/topology")
     else
       via_agent=("SHADOWSYNC_ENCODING=$ENCODING")
     fi
@@ -209,7 +238,7 @@ if [ "$failed" -gt 0 ] || [ "$n" != "${#TRAINERS[@]}" ]; then
 fi
 p50=$(sed -n 's/.* gap_p50=\([0-9]*\).*/\1/p' <<<"$lines" | sort -n |
   awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
-awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$ENCODING" -v peers="$PEERS" -v ps_rate="${PS_RATE:-$RATE}" -v k="$K" -v dense="$DENSE" \
+awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$ENCODING" -v peers="$PEERS" -v schedule="$SCHEDULE" -v slow="$SLOW_HOSTS:${SLOW_RATE:--}" -v ps_rate="${PS_RATE:-$RATE}" -v k="$K" -v dense="$DENSE" \
   -v rate="$RATE" -v med="$p50" -v ps_cpu="$ps_cpu" -v agent_cpu="$agent_cpu" '
   { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n++; total += v["examples/s"]; rounds += v["rounds"]; failed += v["failed"]
@@ -218,8 +247,8 @@ awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$
     if (v["gap_p99"] + 0 > p99) p99 = v["gap_p99"] + 0
     if (v["gap_max"] + 0 > gmax) gmax = v["gap_max"] + 0 }
   END {
-    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s encoding=%s peers=%s k=%s dense=%s rate=%s ps_rate=%s " \
+    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s encoding=%s peers=%s schedule=%s slow_hosts=%s k=%s dense=%s rate=%s ps_rate=%s " \
            "examples/s=%.0f per_trainer=%.0f min_trainer=%.0f gap_p50=%s gap_p99=%d gap_max=%d " \
            "rounds=%d failed=%d steps=%d trainer_cpu_s=%.2f ps_cpu_s=%s agent_cpu_s=%s\n", ps, hosts, \
-           n, mode, algo, encoding, peers, k, dense, rate, ps_rate, total, total / n, min, med, p99, gmax, rounds, failed, \
+           n, mode, algo, encoding, peers, schedule, slow, k, dense, rate, ps_rate, total, total / n, min, med, p99, gmax, rounds, failed, \
            steps, cpu, ps_cpu, agent_cpu }' <<<"$lines"

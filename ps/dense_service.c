@@ -64,25 +64,6 @@ static int check_size(ss__dense_service *svc, uint64_t size, ss__rpc_reply *r) {
     return 1;
 }
 
-/* The snapshot of a request, read in place when it is the message's last
- * field (rpc/pb_wire.h: only the small fields are unpacked, into *m), else
- * from the whole message unpacked the ordinary way. NULL: not a message
- * of this type (reply set). */
-static void *unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field, size_t snap_offset,
-                         const uint8_t *req, size_t len, ProtobufCBinaryData *snap,
-                         ss__rpc_reply *reply) {
-    size_t prefix, off;
-    if (ss__pb_find_trailing_bytes(req, len, field, &prefix, &off)) {
-        void *m = ss__rpc_unpack(desc, req, prefix, reply);
-        *snap = (ProtobufCBinaryData){.len = len - off, .data = (uint8_t *)req + off};
-        return m;
-    }
-    void *m = ss__rpc_unpack(desc, req, len, reply);
-    if (m)
-        *snap = *(const ProtobufCBinaryData *)((const char *)m + snap_offset);
-    return m;
-}
-
 /* The floats of a checked payload: in place when they are aligned for
  * floats (*owned = NULL), else copied into *owned. */
 static const float *floats_of(ss__dense_service *svc, const ProtobufCBinaryData *b, float **owned,
@@ -239,9 +220,9 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     ProtobufCBinaryData snap = {0};
-    Shadowsync__V1__EasgdRequest *m =
-        unpack_bulk(&shadowsync__v1__easgd_request__descriptor, 4,
-                    offsetof(Shadowsync__V1__EasgdRequest, snapshot), req, len, &snap, reply);
+    Shadowsync__V1__EasgdRequest *m = ss__rpc_unpack_bulk(
+        &shadowsync__v1__easgd_request__descriptor, 4,
+        offsetof(Shadowsync__V1__EasgdRequest, snapshot), req, len, &snap, reply);
     if (!m) {
         count_rejected(svc);
         return;
@@ -283,9 +264,9 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     ProtobufCBinaryData snap = {0};
-    Shadowsync__V1__RoundRequest *m =
-        unpack_bulk(&shadowsync__v1__round_request__descriptor, 3,
-                    offsetof(Shadowsync__V1__RoundRequest, snapshot), req, len, &snap, reply);
+    Shadowsync__V1__RoundRequest *m = ss__rpc_unpack_bulk(
+        &shadowsync__v1__round_request__descriptor, 3,
+        offsetof(Shadowsync__V1__RoundRequest, snapshot), req, len, &snap, reply);
     if (!m) {
         count_rejected(svc);
         return;

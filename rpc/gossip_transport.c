@@ -9,6 +9,7 @@
 #include "common/names.h"
 #include "rpc/auth.h"
 #include "rpc/gossip_transport.h"
+#include "rpc/peer_list.h"
 #include "rpc/proto/peer_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "shadow/kernels.h"
@@ -58,34 +59,16 @@ static void free_peers(gossip *g) {
 
 /* Splits "a,b,c" into g->peers; rank must be one of them. */
 static ss_status parse_peers(gossip *g, const char *list, uint32_t rank) {
-    if (!list || !*list)
-        return SS_ERR_INVALID_ARGUMENT;
-    char *copy = strdup(list), *save = NULL;
-    if (!copy)
-        return SS_ERR_NO_MEMORY;
-    size_t cap = 1;
-    for (const char *p = list; *p; p++)
-        cap += *p == ',';
-    ss_status st = cap > SS_GOSSIP_MAX_PEERS ? SS_ERR_INVALID_ARGUMENT : SS_OK;
-    char **peers = st == SS_OK ? calloc(cap, sizeof *peers) : NULL;
-    ss__rpc_channel **ch = peers ? calloc(cap, sizeof *ch) : NULL;
-    if (st == SS_OK && (!peers || !ch))
-        st = SS_ERR_NO_MEMORY;
-    uint32_t n = 0;
-    for (char *tok = st == SS_OK ? strtok_r(copy, ",", &save) : NULL; tok && st == SS_OK;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (!(peers[n++] = strdup(tok)))
-            st = SS_ERR_NO_MEMORY;
-    }
-    free(copy);
-    if (st == SS_OK && (n < 2 || rank >= n))
-        st = SS_ERR_INVALID_ARGUMENT; /* gossip needs someone to talk to */
-    if (st != SS_OK) {
-        for (uint32_t i = 0; i < n; i++)
-            free(peers[i]);
-        free(peers);
-        free(ch);
+    char **peers;
+    uint32_t n;
+    ss_status st = ss__peer_list_parse(list, SS_GOSSIP_MAX_PEERS, &peers, &n);
+    if (st != SS_OK)
         return st;
+    ss__rpc_channel **ch = calloc(n, sizeof *ch);
+    if (!ch || rank >= n) {
+        free(ch);
+        ss__peer_list_free(peers, n);
+        return ch ? SS_ERR_INVALID_ARGUMENT : SS_ERR_NO_MEMORY;
     }
     free_peers(g);
     g->peers = peers;

@@ -93,6 +93,21 @@ bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, 
 
 /* A reply's small fields and its bulk field's tag and length fit in its
  * first bytes (pb_wire.h): read them, then the bulk bytes where they lie. */
+void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field,
+                          size_t field_offset, const uint8_t *req, size_t len,
+                          ProtobufCBinaryData *bulk, ss__rpc_reply *reply) {
+    size_t prefix, off;
+    if (ss__pb_find_trailing_bytes(req, len, field, &prefix, &off)) {
+        void *m = ss__rpc_unpack(desc, req, prefix, reply);
+        *bulk = (ProtobufCBinaryData){.len = len - off, .data = (uint8_t *)req + off};
+        return m;
+    }
+    void *m = ss__rpc_unpack(desc, req, len, reply);
+    if (m)
+        *bulk = *(const ProtobufCBinaryData *)((const char *)m + field_offset);
+    return m;
+}
+
 #define REPLY_HEAD_PEEK 128
 
 ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,

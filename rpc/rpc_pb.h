@@ -13,6 +13,15 @@
 void *ss__rpc_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *req, size_t len,
                      ss__rpc_reply *reply);
 
+/* A request whose bulk bytes field `field` (at field_offset in the
+ * unpacked struct) is read in place when it ends the message (rpc/pb_wire.h:
+ * only the small fields are unpacked), else from the whole message
+ * unpacked the ordinary way; *bulk points into req or into the message.
+ * NULL: not a message of this type (reply set, as ss__rpc_unpack). */
+void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field,
+                          size_t field_offset, const uint8_t *req, size_t len,
+                          ProtobufCBinaryData *bulk, ss__rpc_reply *reply);
+
 /* Packs a message into reply->data (SS_ERR_NO_MEMORY in reply on failure). */
 void ss__rpc_reply_pack(const ProtobufCMessage *m, ss__rpc_reply *reply);
 

@@ -183,7 +183,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss__ctr_train_config_default(&cfg);
     const char *train_path = NULL, *test_path = NULL, *sync = "auto", *algo = "easgd";
     const char *final_model = "auto", *lr_scaling = "linear", *encoding = "f32",
-               *peer_schedule = "ring";
+               *peer_schedule = "ring", *topology = "";
     int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
     int64_t sync_every = cfg.sync_every, batch = cfg.batch, seed = (int64_t)cfg.seed;
     int64_t emb_dim = cfg.model.emb_dim, table_rows = cfg.model.table_rows;
@@ -216,8 +216,13 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "PS (--algo ma)",
          NULL, 0, 0},
         {"peer-schedule", SS_FLAG_STRING, &peer_schedule,
-         "--peers: which peer a round pulls (ring: rank+1, rank+2, ...; random)", "ring|random", 0,
-         0},
+         "--peers: which peer a round pulls (ring: rank+1, rank+2, ...; random), or tree: every "
+         "round sums all peers up a forest of aggregation trees packed over --topology",
+         "ring|random|tree", 0, 0},
+        {"topology", SS_FLAG_STRING, &topology,
+         "--peer-schedule tree: file of link bandwidths (link HOST HOST GBIT lines; "
+         "docs/configuration.md); default every link alike",
+         NULL, 0, 0},
         {"ps", SS_FLAG_STRING, &ps,
          "process mode: this process is one trainer, syncing through these shadowsync-ps shards "
          "(host:port,...)",
@@ -463,6 +468,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     pcfg.peers = *peers ? peers : NULL;
     pcfg.peer_rank = (uint32_t)rank;
     pcfg.peer_schedule = peer_schedule;
+    pcfg.topology = *topology ? topology : NULL;
     pcfg.name = name ? name : o->default_name;
     pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
                 : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND

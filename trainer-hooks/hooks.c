@@ -15,6 +15,7 @@
 #include "rpc/gossip_transport.h"
 #include "rpc/grpc_transport.h"
 #include "rpc/rpc.h"
+#include "rpc/tree_transport.h"
 #include "shadow/engine.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/hooks_internal.h"
@@ -79,8 +80,8 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
                    "through %s)",
                    agent ? "agent" : "ps", agent ? "the host's agent" : "parameter servers");
     if (peers && c->peer_schedule && strcmp(c->peer_schedule, "ring") != 0 &&
-        strcmp(c->peer_schedule, "random") != 0)
-        return BAD("peer_schedule=\"%s\": unknown schedule (ring|random)", c->peer_schedule);
+        strcmp(c->peer_schedule, "random") != 0 && strcmp(c->peer_schedule, "tree") != 0)
+        return BAD("peer_schedule=\"%s\": unknown schedule (ring|random|tree)", c->peer_schedule);
     if (peers && (!c->algo || strcmp(c->algo, "ma") != 0))
         return BAD("peers: decentralized averaging runs S-MA rounds with one peer at a time, "
                    "and algo is \"%s\" (set algo=ma: S-EASGD and S-BMUF need a PS)",
@@ -253,7 +254,20 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                           .tls = &tls};
         if (cfg->encoding)
             ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
-        if (cfg->peers && *cfg->peers) {
+        if (cfg->peers && *cfg->peers && cfg->peer_schedule &&
+            !strcmp(cfg->peer_schedule, "tree")) {
+            ss__tree_config tc = {.peers = cfg->peers,
+                                  .rank = cfg->peer_rank,
+                                  .topology = cfg->topology,
+                                  .timeout_ms = cfg->timeout_ms,
+                                  .tls = &tls};
+            char why[256] = "";
+            if ((st = ss__tree_transport_create(&tc, &t->transport, why, sizeof why)) != SS_OK) {
+                ss__err_set(st, "peers=\"%s\", peer_rank=%u, peer_schedule=tree: %s", cfg->peers,
+                            cfg->peer_rank, why[0] ? why : ss_strerror(st));
+                goto fail;
+            }
+        } else if (cfg->peers && *cfg->peers) {
             ss__gossip_config gcfg = {.peers = cfg->peers,
                                       .rank = cfg->peer_rank,
                                       .timeout_ms = cfg->timeout_ms,

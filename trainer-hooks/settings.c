@@ -100,7 +100,10 @@ static const key trainer_keys[] = {
     TK("peers", K_STR, peers, 0, 0,
        "decentralized averaging instead of a PS: every trainer's host:port, same order (algo=ma)"),
     TK("peer_rank", K_U32, peer_rank, 0, 1023, "this trainer's index in peers"),
-    TK("peer_schedule", K_STR, peer_schedule, 0, 0, "which peer a round pulls: ring | random"),
+    TK("peer_schedule", K_STR, peer_schedule, 0, 0,
+       "decentralized rounds: pull one peer, ring | random; or sum all up aggregation trees, tree"),
+    TK("topology", K_STR, topology, 0, 0,
+       "peer_schedule=tree: file of the links' Gbit/s the trees are packed over (unset: alike)"),
     TK("encoding", K_STR, encoding, 0, 0,
        "compressed sync with the PS: f32 | fp16 | bf16 | int8 (error feedback through mirrors)"),
 };

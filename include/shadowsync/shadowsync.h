@@ -95,8 +95,16 @@ typedef struct ss_trainer_config {
     const char *peers;
     uint32_t peer_rank;
     /* peer_schedule: which peer a round pulls: "ring" (rank+1, rank+2, ...
-     * one step further each round) or "random". (Added in 0.2.) */
+     * one step further each round) or "random"; or "tree": every round
+     * sums all peers' snapshots up a forest of aggregation trees, one per
+     * partition of the group, and brings the mean back down (a dead peer
+     * fails the round at its deadline). (Added in 0.2.) */
     const char *peer_schedule;
+    /* topology: peer_schedule=tree packs its trees over these links, a
+     * file of "link HOST HOST GBIT", "nic HOST GBIT", "default GBIT" and
+     * "local GBIT" lines (docs/configuration.md); unset: every link alike.
+     * (Added in 0.2.) */
+    const char *topology;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {

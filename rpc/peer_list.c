@@ -1,0 +1,39 @@
+/* See peer_list.h. */
+#include "rpc/peer_list.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ss__peer_list_free(char **peers, uint32_t n) {
+    for (uint32_t i = 0; peers && i < n; i++)
+        free(peers[i]);
+    free(peers);
+}
+
+ss_status ss__peer_list_parse(const char *list, uint32_t max, char ***out, uint32_t *n) {
+    if (!list || !*list || !out || !n)
+        return SS_ERR_INVALID_ARGUMENT;
+    size_t cap = 1;
+    for (const char *p = list; *p; p++)
+        cap += *p == ',';
+    if (cap > max)
+        return SS_ERR_INVALID_ARGUMENT;
+    char *copy = strdup(list), *save = NULL;
+    char **peers = calloc(cap, sizeof *peers);
+    ss_status st = copy && peers ? SS_OK : SS_ERR_NO_MEMORY;
+    uint32_t k = 0;
+    for (char *tok = st == SS_OK ? strtok_r(copy, ",", &save) : NULL; tok && st == SS_OK;
+         tok = strtok_r(NULL, ",", &save))
+        if (!(peers[k++] = strdup(tok)))
+            st = SS_ERR_NO_MEMORY;
+    free(copy);
+    if (st == SS_OK && k < 2)
+        st = SS_ERR_INVALID_ARGUMENT; /* a decentralized round needs someone to talk to */
+    if (st != SS_OK) {
+        ss__peer_list_free(peers, k);
+        return st;
+    }
+    *out = peers;
+    *n = k;
+    return SS_OK;
+}

@@ -1,0 +1,77 @@
+/* The tree transport's state, shared by its service (tree_service.c:
+ * the pushes and leaves it receives) and its rounds (tree_transport.c). */
+#ifndef SS_RPC_TREE_INTERNAL_H
+#define SS_RPC_TREE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rpc/auth.h"
+#include "rpc/rpc.h"
+#include "shadow/forest.h"
+
+#define SS_TREE_PUSH_METHOD  "/shadowsync.v1.TreeSync/Push"
+#define SS_TREE_LEAVE_METHOD "/shadowsync.v1.TreeSync/Leave"
+#define SS_TREE_KIND_SUM     1
+#define SS_TREE_KIND_MEAN    2
+
+/* What has arrived for one round. A member is in round done + 1; a child
+ * that finished it may already push round done + 2 (it cannot go further:
+ * that round's mean needs this member's sum), so two slots, by parity. */
+typedef struct ss__tree_slot {
+    uint64_t round;       /* 0: free */
+    float *sum;           /* n: the children's sums, partition by partition */
+    uint32_t *count;      /* parts: members summed into sum */
+    uint8_t *got;         /* parts * members: child m's sum of partition p is in */
+    uint32_t *got_n;      /* parts */
+    float *mean;          /* n */
+    uint32_t *mean_count; /* parts: members in the mean; 0 = not here yet */
+} ss__tree_slot;
+
+typedef struct ss__tree_group {
+    struct ss__tree_group *next;
+    char *name;
+    size_t n;
+    ss__forest forest;
+    uint32_t *nkids; /* parts: this member's children in each tree */
+    uint32_t *kids;  /* parts * members */
+    uint64_t done;   /* the last round finished here */
+    uint64_t seen;   /* the highest round a push named */
+    ss__tree_slot slots[2];
+    float *latest; /* the last round's mean */
+    bool have;
+    uint8_t *gone;  /* members: left the group for good (TreeLeave) */
+    uint64_t epoch; /* a hash of gone: pushes must agree on it */
+} ss__tree_group;
+
+typedef struct ss__tree {
+    pthread_mutex_t lock;
+    pthread_cond_t arrived; /* a push was buffered */
+    ss__tree_group *groups;
+    char **peers;
+    ss__rpc_channel **ch; /* per member, made on first use */
+    uint32_t npeers, rank, parts, timeout_ms;
+    ss__topology topo;
+    ss__rpc_tls tls;
+    bool has_tls;
+    ss__rpc_server *srv;
+    char auth[SS_AUTH_HEADER_MAX];
+    char topology_path[512];
+} ss__tree;
+
+/* ---- groups ---- */
+
+/* tree_service.c */
+extern const ss__rpc_method ss__tree_methods[2];
+ss_status ss__tree_slot_alloc(ss__tree_slot *s, size_t n, uint32_t parts, uint32_t members);
+/* Makes s the buffer of `round`, empty. */
+void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t round);
+void ss__tree_group_free(ss__tree_group *tg);
+ss__tree_group *ss__tree_find_group(ss__tree *t, const char *name);
+/* The trees over the members still in the group; see tree_service.c. */
+ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg);
+void ss__tree_serve_push(ss__tree *t, const uint8_t *req, size_t len, ss__rpc_reply *reply);
+
+#endif

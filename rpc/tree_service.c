@@ -1,0 +1,315 @@
+/* The tree transport's service: pushes and leaves from the other members,
+ * buffered for the rounds (tree_internal.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/names.h"
+#include "rpc/pb_wire.h"
+#include "rpc/proto/tree_sync.pb-c.h"
+#include "rpc/rpc_pb.h"
+#include "rpc/tree_internal.h"
+#include "shadow/kernels.h"
+
+static void slot_free(ss__tree_slot *s) {
+    free(s->sum);
+    free(s->count);
+    free(s->got);
+    free(s->got_n);
+    free(s->mean);
+    free(s->mean_count);
+    memset(s, 0, sizeof *s);
+}
+
+ss_status ss__tree_slot_alloc(ss__tree_slot *s, size_t n, uint32_t parts, uint32_t members) {
+    s->sum = malloc(n * sizeof *s->sum);
+    s->mean = malloc(n * sizeof *s->mean);
+    s->count = calloc(parts, sizeof *s->count);
+    s->got = calloc((size_t)parts * members, 1);
+    s->got_n = calloc(parts, sizeof *s->got_n);
+    s->mean_count = calloc(parts, sizeof *s->mean_count);
+    return s->sum && s->mean && s->count && s->got && s->got_n && s->mean_count ? SS_OK
+                                                                                : SS_ERR_NO_MEMORY;
+}
+
+/* Makes s the buffer of `round`, empty. */
+void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t round) {
+    const uint32_t parts = tg->forest.parts, N = tg->forest.members;
+    s->round = round;
+    memset(s->sum, 0, tg->n * sizeof *s->sum);
+    memset(s->count, 0, parts * sizeof *s->count);
+    memset(s->got, 0, (size_t)parts * N);
+    memset(s->got_n, 0, parts * sizeof *s->got_n);
+    memset(s->mean_count, 0, parts * sizeof *s->mean_count);
+}
+
+void ss__tree_group_free(ss__tree_group *tg) {
+    if (!tg)
+        return;
+    free(tg->name);
+    ss__forest_free(&tg->forest);
+    free(tg->nkids);
+    free(tg->kids);
+    slot_free(&tg->slots[0]);
+    slot_free(&tg->slots[1]);
+    free(tg->latest);
+    free(tg->gone);
+    free(tg);
+}
+
+ss__tree_group *ss__tree_find_group(ss__tree *t, const char *name) {
+    ss__tree_group *tg = t->groups;
+    while (tg && strcmp(tg->name, name))
+        tg = tg->next;
+    return tg;
+}
+
+/* 0 while every member is in; else a hash of who left (FNV-1a over the
+ * flags). */
+static uint64_t epoch_of(const uint8_t *gone, uint32_t n) {
+    uint64_t h = 1469598103934665603ull, left = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        h = (h ^ gone[i]) * 1099511628211ull;
+        left += gone[i];
+    }
+    return left ? h | 1 : 0;
+}
+
+/* The trees over the members still in the group (all at first), packed
+ * over their part of the topology, with every index a rank: a member
+ * that left has parent -2 in every tree. The partitions stay those of the
+ * whole membership. Caller holds the lock (or owns tg). */
+ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg) {
+    const uint32_t N = t->npeers;
+    uint32_t *rank_of = malloc(N * sizeof *rank_of), *host = malloc(N * sizeof *host), k = 0;
+    ss_status st = rank_of && host ? SS_OK : SS_ERR_NO_MEMORY;
+    for (uint32_t m = 0; st == SS_OK && m < N; m++)
+        if (!tg->gone[m]) {
+            rank_of[k] = m;
+            host[k++] = t->topo.host[m];
+        }
+    ss__topology sub = t->topo; /* the same hosts and links, fewer members */
+    sub.members = k;
+    sub.host = host;
+    ss__forest sf = {0}, g = {0};
+    if (st == SS_OK)
+        st = ss__forest_pack(&sub, tg->n, t->parts ? t->parts : N, &sf);
+    if (st == SS_OK) {
+        g = (ss__forest){.members = N,
+                         .parts = sf.parts,
+                         .part_off = sf.part_off,
+                         .depth = sf.depth,
+                         .bottleneck_s = sf.bottleneck_s,
+                         .root = malloc(sf.parts * sizeof *g.root),
+                         .parent = malloc((size_t)sf.parts * N * sizeof *g.parent)};
+        sf.part_off = NULL;
+        sf.depth = NULL;
+        if (!g.root || !g.parent)
+            st = SS_ERR_NO_MEMORY;
+    }
+    for (uint32_t p = 0; st == SS_OK && p < g.parts; p++) {
+        g.root[p] = rank_of[sf.root[p]];
+        for (uint32_t m = 0; m < N; m++)
+            g.parent[(size_t)p * N + m] = -2;
+        for (uint32_t j = 0; j < k; j++) {
+            int32_t up = sf.parent[(size_t)p * k + j];
+            g.parent[(size_t)p * N + rank_of[j]] = up < 0 ? -1 : (int32_t)rank_of[up];
+        }
+    }
+    if (st == SS_OK && !tg->nkids) {
+        tg->nkids = calloc(g.parts, sizeof *tg->nkids);
+        tg->kids = calloc((size_t)g.parts * N, sizeof *tg->kids);
+        if (!tg->nkids || !tg->kids)
+            st = SS_ERR_NO_MEMORY;
+    }
+    if (st == SS_OK) {
+        ss__forest_free(&tg->forest);
+        tg->forest = g;
+        for (uint32_t p = 0; p < g.parts; p++)
+            tg->nkids[p] = ss__forest_children(&g, p, t->rank, tg->kids + (size_t)p * N);
+        tg->epoch = epoch_of(tg->gone, N);
+    } else {
+        ss__forest_free(&g);
+    }
+    ss__forest_free(&sf);
+    free(rank_of);
+    free(host);
+    return st;
+}
+
+/* ---- serving pushes ---- */
+
+static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    r->status = st;
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    va_end(ap);
+}
+
+/* Checks a push against the group; SS_OK or the refusal in r. Caller
+ * holds the lock. */
+static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
+                      const Shadowsync__V1__TreePush *m, size_t bytes, ss__rpc_reply *r) {
+    const ss__forest *f = &tg->forest;
+    if (m->size != tg->n) {
+        refuse(r, SS_ERR_SIZE_MISMATCH, "group %s has %zu floats here, the sender's %llu", tg->name,
+               tg->n, (unsigned long long)m->size);
+    } else if (m->partition >= f->parts) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "partition %u: the group has %u", m->partition,
+               f->parts);
+    } else if (m->from >= t->npeers || m->from == t->rank) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member of %u", m->from, t->npeers);
+    } else if (m->round == 0) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "round 0: rounds count from 1");
+    } else if (m->count == 0 || m->count > t->npeers) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "count=%u: must be 1 .. %u members", m->count,
+               t->npeers);
+    } else if (m->kind == SS_TREE_KIND_SUM &&
+               f->parent[(size_t)m->partition * f->members + m->from] != (int32_t)t->rank) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "member %u is not a child of member %u in tree %u",
+               m->from, t->rank, m->partition);
+    } else if (m->kind == SS_TREE_KIND_MEAN &&
+               f->parent[(size_t)m->partition * f->members + t->rank] != (int32_t)m->from) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "member %u is not the parent of member %u in tree %u",
+               m->from, t->rank, m->partition);
+    } else if (m->kind != SS_TREE_KIND_SUM && m->kind != SS_TREE_KIND_MEAN) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "kind=%u: 1 (a subtree's sum) or 2 (the mean)", m->kind);
+    } else if (bytes != 4 * (f->part_off[m->partition + 1] - f->part_off[m->partition])) {
+        refuse(r, SS_ERR_SIZE_MISMATCH, "%zu bytes for partition %u of %zu floats", bytes,
+               m->partition, f->part_off[m->partition + 1] - f->part_off[m->partition]);
+    } else {
+        return true;
+    }
+    return false;
+}
+
+static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__tree *t = ctx;
+    ProtobufCBinaryData bulk;
+    Shadowsync__V1__TreePush *m =
+        ss__rpc_unpack_bulk(&shadowsync__v1__tree_push__descriptor, 8,
+                            offsetof(Shadowsync__V1__TreePush, data), req, len, &bulk, reply);
+    if (!m)
+        return;
+    /* The floats, aligned: in place when they are (the server aligns a
+     * message's end), else copied. */
+    float *owned = NULL;
+    const float *x = (const float *)(const void *)bulk.data;
+    if ((uintptr_t)bulk.data % _Alignof(float) != 0 || bulk.len % 4) {
+        owned = malloc(bulk.len ? bulk.len : 1);
+        if (owned)
+            memcpy(owned, bulk.data, bulk.len);
+        x = owned;
+    }
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg =
+        ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
+    if (!x) {
+        refuse(reply, SS_ERR_NO_MEMORY, "no memory for a push of %zu bytes", bulk.len);
+    } else if (!ss__ps_group_name_valid(m->group)) {
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
+    } else if (!tg) {
+        /* Not joined yet (starting): the sender tries again. */
+        refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
+    } else if (m->epoch != tg->epoch) {
+        /* Someone left and one of the two has not heard yet: try again. */
+        refuse(reply, SS_ERR_STATE, "member %u's membership of group %s differs from the sender's",
+               t->rank, m->group);
+    } else if (!push_fits(t, tg, m, bulk.len, reply)) {
+        /* refused, reply says why */
+    } else if (!ss__kernel_all_finite(x, bulk.len / 4)) {
+        refuse(reply, SS_ERR_NON_FINITE, "NaN or Inf in partition %u from member %u", m->partition,
+               m->from);
+    } else if (m->round > tg->done + 2) {
+        if (m->round > tg->seen)
+            tg->seen = m->round; /* this member is behind: its next round catches up */
+        refuse(reply, SS_ERR_STATE, "round %llu is ahead of member %u (done %llu)",
+               (unsigned long long)m->round, t->rank, (unsigned long long)tg->done);
+    } else if (m->round > tg->done) { /* else: a round over here; late, dropped */
+        ss__tree_slot *s = &tg->slots[m->round % 2];
+        if (s->round != m->round)
+            ss__tree_slot_open(s, tg, m->round);
+        if (m->round > tg->seen)
+            tg->seen = m->round;
+        const ss__forest *f = &tg->forest;
+        const size_t off = f->part_off[m->partition], pn = bulk.len / 4;
+        if (m->kind == SS_TREE_KIND_SUM) {
+            uint8_t *got = &s->got[(size_t)m->partition * f->members + m->from];
+            if (!*got) { /* a retried push is added once */
+                *got = 1;
+                s->got_n[m->partition]++;
+                s->count[m->partition] += m->count;
+                for (size_t i = 0; i < pn; i++)
+                    s->sum[off + i] += x[i];
+            }
+        } else if (s->mean_count[m->partition] == 0) {
+            memcpy(s->mean + off, x, pn * sizeof *x);
+            s->mean_count[m->partition] = m->count;
+        }
+        pthread_cond_broadcast(&t->arrived);
+    }
+    uint64_t done = tg ? tg->done : 0;
+    pthread_mutex_unlock(&t->lock);
+    free(owned);
+    if (reply->status == SS_OK) {
+        Shadowsync__V1__TreePushReply r = SHADOWSYNC__V1__TREE_PUSH_REPLY__INIT;
+        r.done = done;
+        ss__rpc_reply_pack(&r.base, reply);
+    }
+    shadowsync__v1__tree_push__free_unpacked(m, NULL);
+}
+
+static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__tree *t = ctx;
+    Shadowsync__V1__TreeLeave *m =
+        ss__rpc_unpack(&shadowsync__v1__tree_leave__descriptor, req, len, reply);
+    if (!m)
+        return;
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg =
+        ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
+    if (!ss__ps_group_name_valid(m->group)) {
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
+    } else if (m->from >= t->npeers || m->from == t->rank) {
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member of %u", m->from,
+               t->npeers);
+    } else if (tg && !tg->gone[m->from]) {
+        tg->gone[m->from] = 1;
+        ss_status st = ss__tree_build_forest(t, tg);
+        if (st != SS_OK) {
+            tg->gone[m->from] = 0;
+            refuse(reply, st, "cannot build the trees without member %u", m->from);
+        } else {
+            /* What arrived for the rounds ahead was routed by the old trees. */
+            tg->slots[0].round = tg->slots[1].round = 0;
+            SS_LOG_INFOF("tree", "event=member_left group=%s member=%u round=%llu", tg->name,
+                         m->from, (unsigned long long)(tg->done + 1));
+            pthread_cond_broadcast(&t->arrived);
+        }
+    }
+    uint64_t done = tg ? tg->done : 0;
+    pthread_mutex_unlock(&t->lock);
+    if (reply->status == SS_OK) {
+        Shadowsync__V1__TreePushReply r = SHADOWSYNC__V1__TREE_PUSH_REPLY__INIT;
+        r.done = done;
+        ss__rpc_reply_pack(&r.base, reply);
+    }
+    shadowsync__v1__tree_leave__free_unpacked(m, NULL);
+}
+
+const ss__rpc_method ss__tree_methods[2] = {
+    /* the model, and the membership: both need the token when one is set */
+    {SS_TREE_PUSH_METHOD, h_push, false, NULL, false},
+    {SS_TREE_LEAVE_METHOD, h_leave, false, NULL, false},
+};
+
+/* ---- sending ---- */
+
+void ss__tree_serve_push(ss__tree *t, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    h_push(t, req, len, reply);
+}

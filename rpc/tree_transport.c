@@ -1,0 +1,521 @@
+/* S-MA rounds up and down a forest of aggregation trees (tree_transport.h). */
+#include "rpc/tree_transport.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "rpc/auth.h"
+#include "rpc/pb_wire.h"
+#include "rpc/peer_list.h"
+#include "rpc/proto/tree_sync.pb-c.h"
+#include "rpc/rpc_pb.h"
+#include "rpc/tree_internal.h"
+
+#define MAX_MEMBERS SS_FOREST_MAX_MEMBERS
+
+typedef struct push_job {
+    uint32_t to, partition, kind, count;
+    const float *data;
+    size_t floats;
+    uint8_t head[128];
+    size_t head_len;
+    bool done;
+} push_job;
+
+static ss__rpc_channel *channel_to(ss__tree *t, uint32_t i) {
+    pthread_mutex_lock(&t->lock);
+    if (!t->ch[i] && ss__rpc_channel_create(t->peers[i], 1u << 30, t->has_tls ? &t->tls : NULL,
+                                            &t->ch[i]) != SS_OK)
+        t->ch[i] = NULL;
+    ss__rpc_channel *ch = t->ch[i];
+    pthread_mutex_unlock(&t->lock);
+    return ch;
+}
+
+/* Sends every job not done, all at once; retries the refused ones (the
+ * receiver not joined or behind, a peer away) until the deadline.
+ * SS_ERR_TIMEOUT when some never got through; SS_ERR_STATE when the
+ * membership changed meanwhile (the jobs are for trees that are gone). */
+static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint64_t round,
+                           push_job *jobs, size_t njobs, uint64_t deadline_ns) {
+    const char *group = tg->name;
+    const size_t n = tg->n;
+    ss__rpc_request *rq = calloc(njobs ? njobs : 1, sizeof *rq);
+    size_t *which = calloc(njobs ? njobs : 1, sizeof *which);
+    if (!rq || !which) {
+        free(rq);
+        free(which);
+        return SS_ERR_NO_MEMORY;
+    }
+    for (size_t j = 0; j < njobs; j++) {
+        push_job *pj = &jobs[j];
+        Shadowsync__V1__TreePush m = SHADOWSYNC__V1__TREE_PUSH__INIT;
+        m.group = (char *)group;
+        m.round = round;
+        m.partition = pj->partition;
+        m.kind = pj->kind;
+        m.from = t->rank;
+        m.count = pj->count;
+        m.size = n;
+        m.epoch = epoch;
+        size_t h1 = protobuf_c_message_get_packed_size(&m.base);
+        if (h1 + SS_PB_BYTES_HEADER_MAX > sizeof pj->head) {
+            free(rq);
+            free(which);
+            return SS_ERR_INVALID_ARGUMENT; /* group names are shorter */
+        }
+        protobuf_c_message_pack(&m.base, pj->head);
+        pj->head_len = h1 + ss__pb_bytes_header(8, pj->floats * 4, pj->head + h1);
+    }
+    ss_status st = SS_OK;
+    for (;;) {
+        size_t k = 0;
+        for (size_t j = 0; j < njobs; j++) {
+            if (jobs[j].done)
+                continue;
+            ss__rpc_channel *ch = channel_to(t, jobs[j].to);
+            if (!ch)
+                continue;
+            rq[k] = (ss__rpc_request){.ch = ch,
+                                      .method = SS_TREE_PUSH_METHOD,
+                                      .req = jobs[j].head,
+                                      .len = jobs[j].head_len,
+                                      .payload = (const uint8_t *)jobs[j].data,
+                                      .payload_len = jobs[j].floats * 4};
+            which[k++] = j;
+        }
+        uint64_t now = ss__now_ns();
+        if (now >= deadline_ns) {
+            st = SS_ERR_TIMEOUT;
+            break;
+        }
+        uint32_t left_ms = (uint32_t)((deadline_ns - now) / 1000000u);
+        ss__rpc_call_many(rq, k, left_ms ? left_ms : 1, false);
+        bool all = true;
+        for (size_t i = 0; i < k; i++) {
+            free(rq[i].resp);
+            if (rq[i].status == SS_OK)
+                jobs[which[i]].done = true;
+            else
+                SS_LOG_DEBUGF("tree", "event=push_refused to=%u status=%s msg=\"%s\"",
+                              jobs[which[i]].to, ss_status_name(rq[i].status), rq[i].msg);
+        }
+        for (size_t j = 0; j < njobs; j++)
+            all = all && jobs[j].done;
+        if (all)
+            break;
+        pthread_mutex_lock(&t->lock);
+        bool moved = tg->epoch != epoch;
+        pthread_mutex_unlock(&t->lock);
+        if (moved) { /* a member left: the round starts over on new trees */
+            st = SS_ERR_STATE;
+            break;
+        }
+        ss__sleep_ns(2000000); /* 2 ms, then the refused ones again */
+    }
+    free(rq);
+    free(which);
+    return st;
+}
+
+/* ---- the ops ---- */
+
+static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t *member) {
+    ss__tree *t = impl;
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg = ss__tree_find_group(t, group);
+    ss_status st = SS_OK;
+    if (tg) {
+        st = tg->n == n ? SS_OK : SS_ERR_SIZE_MISMATCH;
+    } else if (!(tg = calloc(1, sizeof *tg)) || !(tg->name = strdup(group)) ||
+               !(tg->latest = malloc(n * sizeof *tg->latest)) ||
+               !(tg->gone = calloc(t->npeers, 1))) {
+        st = SS_ERR_NO_MEMORY;
+    } else if ((tg->n = n, st = ss__tree_build_forest(t, tg)) == SS_OK) {
+        const ss__forest *f = &tg->forest;
+        for (int k = 0; st == SS_OK && k < 2; k++)
+            st = ss__tree_slot_alloc(&tg->slots[k], n, f->parts, f->members);
+        if (st == SS_OK) {
+            tg->next = t->groups;
+            t->groups = tg;
+            SS_LOG_INFOF("tree",
+                         "event=forest group=%s floats=%zu members=%u parts=%u "
+                         "predicted_round_ms=%.3f topology=%s",
+                         group, n, f->members, f->parts, f->bottleneck_s * 1e3,
+                         t->topology_path[0] ? t->topology_path : "uniform");
+        }
+    }
+    if (st != SS_OK && tg && tg != ss__tree_find_group(t, group)) {
+        ss__tree_group_free(tg);
+        tg = NULL;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (st == SS_OK)
+        *member = 1; /* one member per group here: this trainer */
+    return st;
+}
+
+/* Tells the members still in the group that this one leaves it for good,
+ * so that they go on without it; best effort, within a second or the
+ * round deadline. */
+static void announce_leave(ss__tree *t, const char *group) {
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg = ss__tree_find_group(t, group);
+    uint8_t *gone = tg ? malloc(t->npeers) : NULL;
+    if (gone)
+        memcpy(gone, tg->gone, t->npeers);
+    pthread_mutex_unlock(&t->lock);
+    if (!gone)
+        return;
+    Shadowsync__V1__TreeLeave m = SHADOWSYNC__V1__TREE_LEAVE__INIT;
+    m.group = (char *)group;
+    m.from = t->rank;
+    uint8_t buf[256];
+    ss__rpc_request *rq = calloc(t->npeers, sizeof *rq);
+    size_t k = 0;
+    if (rq && protobuf_c_message_get_packed_size(&m.base) <= sizeof buf) {
+        size_t len = protobuf_c_message_pack(&m.base, buf);
+        for (uint32_t i = 0; i < t->npeers; i++) {
+            ss__rpc_channel *ch = i != t->rank && !gone[i] ? channel_to(t, i) : NULL;
+            if (ch)
+                rq[k++] = (ss__rpc_request){
+                    .ch = ch, .method = SS_TREE_LEAVE_METHOD, .req = buf, .len = len};
+        }
+        ss__rpc_call_many(rq, k, t->timeout_ms < 1000 ? t->timeout_ms : 1000, false);
+        for (size_t i = 0; i < k; i++)
+            free(rq[i].resp);
+    }
+    free(rq);
+    free(gone);
+}
+
+static ss_status tr_leave(void *impl, const char *group, uint64_t member) {
+    ss__tree *t = impl;
+    (void)member;
+    announce_leave(t, group);
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group **pp = &t->groups;
+    while (*pp && strcmp((*pp)->name, group))
+        pp = &(*pp)->next;
+    ss__tree_group *tg = *pp;
+    if (tg)
+        *pp = tg->next;
+    pthread_mutex_unlock(&t->lock);
+    if (!tg)
+        return SS_ERR_NOT_FOUND;
+    ss__tree_group_free(tg);
+    return SS_OK;
+}
+
+static ss_status tr_easgd(void *impl, const char *group, uint64_t member, const float *s,
+                          float alpha, float *d, size_t n) {
+    (void)impl, (void)group, (void)member, (void)s, (void)alpha;
+    memset(d, 0, n * sizeof *d);    /* nothing applied */
+    return SS_ERR_INVALID_ARGUMENT; /* no central variable: S-MA only */
+}
+
+/* What a round does next, found under the lock: sums whose children are
+ * all in go up (or, at a root, become the mean), means that came down go
+ * on to the children. Returns the jobs queued; *finished when every
+ * partition's mean is in out. */
+static size_t next_jobs(ss__tree *t, ss__tree_group *tg, ss__tree_slot *sl, const float *s,
+                        float *out, float *up, bool *sent_sum, bool *sent_mean, push_job *jobs,
+                        bool *finished) {
+    const ss__forest *f = &tg->forest;
+    const uint32_t N = f->members;
+    size_t nj = 0;
+    *finished = true;
+    for (uint32_t p = 0; p < f->parts; p++) {
+        const size_t off = f->part_off[p], pn = f->part_off[p + 1] - off;
+        if (!sent_sum[p] && sl->got_n[p] == tg->nkids[p]) {
+            const uint32_t count = sl->count[p] + 1;
+            for (size_t i = 0; i < pn; i++)
+                up[off + i] = sl->sum[off + i] + s[off + i];
+            if (f->root[p] == t->rank) {
+                if (sl->mean_count[p] == 0) { /* a retried round keeps the mean it sent */
+                    const float inv = 1.0f / (float)count;
+                    for (size_t i = 0; i < pn; i++)
+                        sl->mean[off + i] = up[off + i] * inv;
+                    sl->mean_count[p] = count;
+                }
+            } else {
+                jobs[nj++] = (push_job){.to = (uint32_t)f->parent[(size_t)p * N + t->rank],
+                                        .partition = p,
+                                        .kind = SS_TREE_KIND_SUM,
+                                        .count = count,
+                                        .data = up + off,
+                                        .floats = pn};
+            }
+            sent_sum[p] = true;
+        }
+        if (!sent_mean[p] && sl->mean_count[p]) {
+            for (uint32_t k = 0; k < tg->nkids[p]; k++)
+                jobs[nj++] = (push_job){.to = tg->kids[(size_t)p * N + k],
+                                        .partition = p,
+                                        .kind = SS_TREE_KIND_MEAN,
+                                        .count = sl->mean_count[p],
+                                        .data = sl->mean + off,
+                                        .floats = pn};
+            memcpy(out + off, sl->mean + off, pn * sizeof *out);
+            sent_mean[p] = true;
+        }
+        *finished = *finished && sent_mean[p];
+    }
+    return nj;
+}
+
+static ss_status tr_round(void *impl, const char *group, uint64_t member, const float *s,
+                          const ss__bmuf_params *bmuf, float *out, size_t n,
+                          ss__round_result *result) {
+    ss__tree *t = impl;
+    (void)member;
+    if (bmuf)
+        return SS_ERR_INVALID_ARGUMENT; /* no member holds a global block state */
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg = ss__tree_find_group(t, group);
+    if (!tg || tg->n != n) {
+        pthread_mutex_unlock(&t->lock);
+        return tg ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
+    }
+    const ss__forest *f = &tg->forest;
+    /* Round numbers advance only when a round succeeds, so members that
+     * fail a round together retry the same one. A member that finds
+     * others a round or more ahead (restarted, or it gave up on a round
+     * the others finished) joins theirs. */
+    if (tg->seen >= tg->done + 2) {
+        SS_LOG_INFOF("tree", "event=catch_up group=%s from_round=%llu to_round=%llu", group,
+                     (unsigned long long)(tg->done + 1), (unsigned long long)tg->seen);
+        tg->done = tg->seen - 1;
+    }
+    const uint64_t round = tg->done + 1;
+    ss__tree_slot *sl = &tg->slots[round % 2];
+    if (sl->round != round)
+        ss__tree_slot_open(sl, tg, round);
+    pthread_mutex_unlock(&t->lock);
+    float *up = malloc(n * sizeof *up);
+    bool *flags = calloc(2 * (size_t)f->parts, sizeof *flags);
+    push_job *jobs = calloc((size_t)f->parts * (f->members + 1), sizeof *jobs);
+    ss_status st = up && flags && jobs ? SS_OK : SS_ERR_NO_MEMORY;
+    const uint64_t deadline = ss__now_ns() + (uint64_t)t->timeout_ms * 1000000ull;
+    struct timespec ts = ss__deadline_in((uint64_t)t->timeout_ms * 1000000ull);
+    bool finished = false;
+    pthread_mutex_lock(&t->lock);
+    uint64_t epoch = tg->epoch;
+    while (st == SS_OK) {
+        if (tg->epoch != epoch) { /* a member left: this round again, on the new trees */
+            epoch = tg->epoch;
+            memset(flags, 0, 2 * (size_t)f->parts * sizeof *flags);
+            if (sl->round != round)
+                ss__tree_slot_open(sl, tg, round);
+        }
+        size_t nj = next_jobs(t, tg, sl, s, out, up, flags, flags + f->parts, jobs, &finished);
+        if (nj) {
+            pthread_mutex_unlock(&t->lock);
+            st = send_jobs(t, tg, epoch, round, jobs, nj, deadline);
+            if (st == SS_ERR_STATE)
+                st = SS_OK; /* the membership moved: the loop starts the round over */
+            pthread_mutex_lock(&t->lock);
+            continue; /* more may have arrived meanwhile */
+        }
+        if (finished)
+            break;
+        if (pthread_cond_timedwait(&t->arrived, &t->lock, &ts) != 0 && ss__now_ns() >= deadline)
+            st = SS_ERR_TIMEOUT;
+    }
+    if (st == SS_OK) {
+        uint32_t fewest = UINT32_MAX;
+        for (uint32_t p = 0; p < f->parts; p++)
+            if (sl->mean_count[p] < fewest)
+                fewest = sl->mean_count[p];
+        memcpy(tg->latest, out, n * sizeof *out);
+        tg->have = true;
+        result->round = round;
+        result->participants = fewest;
+        tg->done = round;
+        sl->round = 0;
+    } else {
+        /* What arrived stays: the next try of this round uses it (a retried
+         * push is added once), and late arrivals still count. */
+        SS_LOG_WARNF("tree", "event=round_failed group=%s round=%llu status=%s", group,
+                     (unsigned long long)round, ss_status_name(st));
+    }
+    pthread_mutex_unlock(&t->lock);
+    free(up);
+    free(flags);
+    free(jobs);
+    return st;
+}
+
+static ss_status tr_central(void *impl, const char *group, float *c, size_t n) {
+    ss__tree *t = impl;
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg = ss__tree_find_group(t, group);
+    ss_status st = !tg          ? SS_ERR_NOT_FOUND
+                   : tg->n != n ? SS_ERR_SIZE_MISMATCH
+                   : !tg->have  ? SS_ERR_STATE
+                                : SS_OK;
+    if (st == SS_OK) /* no central variable: the last round's mean */
+        memcpy(c, tg->latest, n * sizeof(float));
+    pthread_mutex_unlock(&t->lock);
+    return st;
+}
+
+static void free_members(ss__tree *t) {
+    for (uint32_t i = 0; t->ch && i < t->npeers; i++)
+        if (t->ch[i])
+            ss__rpc_channel_destroy(t->ch[i]);
+    free(t->ch);
+    ss__peer_list_free(t->peers, t->npeers);
+    t->ch = NULL;
+    t->peers = NULL;
+    t->npeers = 0;
+}
+
+static void tr_destroy(void *impl) {
+    ss__tree *t = impl;
+    if (t->srv)
+        ss__rpc_server_stop(t->srv);
+    while (t->groups) {
+        ss__tree_group *tg = t->groups;
+        t->groups = tg->next;
+        ss__tree_group_free(tg);
+    }
+    free_members(t);
+    ss__topology_free(&t->topo);
+    pthread_cond_destroy(&t->arrived);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+static const ss__transport_ops tree_ops = {
+    .join = tr_join,
+    .leave = tr_leave,
+    .easgd_exchange = tr_easgd,
+    .round = tr_round,
+    .read_central = tr_central,
+    .destroy = tr_destroy,
+};
+
+/* The member list and the topology over it. Caller holds no lock. */
+static ss_status set_members(ss__tree *t, const char *list, uint32_t rank, char *why,
+                             size_t whylen) {
+    char **peers;
+    uint32_t n;
+    ss_status st = ss__peer_list_parse(list, MAX_MEMBERS, &peers, &n);
+    if (st != SS_OK || rank >= n) {
+        if (st == SS_OK)
+            ss__peer_list_free(peers, n);
+        snprintf(why, whylen, "peers: 2 .. %d host:port, and this member's rank among them",
+                 MAX_MEMBERS);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    ss__topology topo;
+    st = t->topology_path[0] ? ss__topology_load(t->topology_path, (const char *const *)peers, n,
+                                                 &topo, why, whylen)
+                             : ss__topology_uniform(n, 10.0, &topo);
+    ss__rpc_channel **ch = st == SS_OK ? calloc(n, sizeof *ch) : NULL;
+    if (st == SS_OK && !ch) {
+        ss__topology_free(&topo);
+        st = SS_ERR_NO_MEMORY;
+    }
+    if (st != SS_OK) {
+        ss__peer_list_free(peers, n);
+        return st;
+    }
+    pthread_mutex_lock(&t->lock);
+    free_members(t);
+    ss__topology_free(&t->topo);
+    t->peers = peers;
+    t->ch = ch;
+    t->npeers = n;
+    t->rank = rank;
+    t->topo = topo;
+    pthread_mutex_unlock(&t->lock);
+    return SS_OK;
+}
+
+ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **out, char *why,
+                                    size_t whylen) {
+    char scratch[8];
+    if (!why) {
+        why = scratch;
+        whylen = sizeof scratch;
+    }
+    why[0] = '\0';
+    if (!cfg || !out || cfg->timeout_ms == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss__tree *t = calloc(1, sizeof *t);
+    if (!t)
+        return SS_ERR_NO_MEMORY;
+    pthread_mutex_init(&t->lock, NULL);
+    ss__cond_init_monotonic(&t->arrived);
+    t->timeout_ms = cfg->timeout_ms;
+    t->parts = cfg->parts;
+    if (cfg->topology)
+        snprintf(t->topology_path, sizeof t->topology_path, "%s", cfg->topology);
+    if (cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file)) {
+        t->tls = *cfg->tls;
+        t->has_tls = true;
+    }
+    ss_status st = set_members(t, cfg->peers, cfg->rank, why, whylen);
+    if (st == SS_OK)
+        st = ss__auth_header_from_env(t->auth, sizeof t->auth, why, whylen);
+    const char *listen = cfg->listen && *cfg->listen ? cfg->listen : NULL;
+    if (st == SS_OK && !listen)
+        listen = t->peers[t->rank];
+    const bool serve = !(listen && !strcmp(listen, "-"));
+    if (st == SS_OK && serve && !t->auth[0] && !ss__listen_is_loopback(listen)) {
+        snprintf(why, whylen,
+                 "listen %s: members push the model here: set SHADOWSYNC_AUTH_TOKEN_FILE (the "
+                 "same token on every member) or listen on loopback",
+                 listen);
+        st = SS_ERR_PERMISSION;
+    }
+    if (st == SS_OK && serve) {
+        ss__rpc_server_config scfg = {
+            .listen = listen, .threads = 2, .max_message_bytes = 1u << 30, .auth_header = t->auth};
+        st = ss__rpc_server_start(&scfg, ss__tree_methods, 2, t, &t->srv);
+        if (st != SS_OK)
+            snprintf(why, whylen, "cannot serve on %s", listen);
+    }
+    if (st == SS_OK)
+        st = ss__transport_create(&tree_ops, t, out);
+    if (st != SS_OK)
+        tr_destroy(t);
+    return st;
+}
+
+int ss__tree_transport_port(ss__transport *tp) {
+    ss__tree *t = ss__transport_impl(tp, &tree_ops);
+    return t && t->srv ? ss__rpc_server_port(t->srv) : 0;
+}
+
+ss_status ss__tree_transport_set_peers(ss__transport *tp, const char *peers) {
+    ss__tree *t = ss__transport_impl(tp, &tree_ops);
+    if (!t)
+        return SS_ERR_INVALID_ARGUMENT;
+    char why[256];
+    return set_members(t, peers, t->rank, why, sizeof why);
+}
+
+void ss__tree_transport_serve_push(ss__transport *tp, const uint8_t *req, size_t len,
+                                   ss__rpc_reply *reply) {
+    ss__tree *t = ss__transport_impl(tp, &tree_ops);
+    if (t)
+        ss__tree_serve_push(t, req, len, reply);
+}
+
+const ss__forest *ss__tree_transport_forest(ss__transport *tp, const char *group) {
+    ss__tree *t = ss__transport_impl(tp, &tree_ops);
+    if (!t || !group)
+        return NULL;
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg = ss__tree_find_group(t, group);
+    pthread_mutex_unlock(&t->lock);
+    return tg ? &tg->forest : NULL;
+}

@@ -1,0 +1,59 @@
+/* Topology-adaptive aggregation: an ss__transport whose S-MA rounds are
+ * summed up a forest of trees between the members, no PS on the path.
+ *
+ * Each group is cut into partitions (one per member by default); partition
+ * p has its own tree (shadow/forest.h), packed over the links of a
+ * topology file so that no link is over-used, each rooted at a different
+ * member. In a round every member sends each partition's subtree sum to
+ * its parent as soon as its children's have arrived; the root divides by
+ * the count and the mean goes back down the same edges. Partitions move
+ * independently, so a slow tree does not hold up the others' pipelines.
+ * Everything is pushed (rpc/proto/tree_sync.proto) and a receiver only
+ * buffers, so no server thread ever waits.
+ *
+ * A round needs every member, like the PS's S-MA rounds: one that is down
+ * fails the round at its deadline (timeout_ms) for everyone, and training
+ * goes on. Round numbers advance only on success, so the members retry
+ * the same round; a member that restarts (or gave up on a round the
+ * others finished) joins the others' round from the first push it
+ * refuses. S-MA only (no member holds
+ * S-EASGD's central variable or S-BMUF's block state). */
+#ifndef SS_RPC_TREE_TRANSPORT_H
+#define SS_RPC_TREE_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rpc/rpc.h"
+#include "shadow/forest.h"
+#include "shadow/transport.h"
+
+typedef struct ss__tree_config {
+    const char *peers;      /* "host:port,..." every member, the same order everywhere */
+    uint32_t rank;          /* this member: peers[rank] */
+    const char *listen;     /* default peers[rank]; "127.0.0.1:0" picks a port (tests);
+                               "-": serve nothing (a fuzzer calls the handler itself) */
+    const char *topology;   /* file for ss__topology_load; NULL or "": every link alike */
+    uint32_t parts;         /* partitions per group; 0: one per member */
+    uint32_t timeout_ms;    /* a round's deadline */
+    const ss__rpc_tls *tls; /* optional, client side; the file names must outlive it */
+} ss__tree_config;
+
+/* Starts serving. why: which setting is wrong (the topology file's line).
+ * A non-loopback address without SHADOWSYNC_AUTH_TOKEN_FILE is refused
+ * (SS_ERR_PERMISSION): the pushes carry the model. */
+ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **out, char *why,
+                                    size_t whylen);
+int ss__tree_transport_port(ss__transport *t);
+/* Replaces the member list (same rank, same count) before the first join:
+ * for members that learn the others' ports after starting. */
+ss_status ss__tree_transport_set_peers(ss__transport *t, const char *peers);
+/* The Push handler against this member's state, without gRPC: for the
+ * fuzz target (tests/fuzz/fuzz_tree_push.c). */
+void ss__tree_transport_serve_push(ss__transport *t, const uint8_t *req, size_t len,
+                                   ss__rpc_reply *reply);
+/* The forest of a joined group (NULL: none): read-only, for tools and
+ * tests; valid until the group is left. */
+const ss__forest *ss__tree_transport_forest(ss__transport *t, const char *group);
+
+#endif

@@ -1,0 +1,451 @@
+/* shadow/forest + rpc/tree_transport: the forest packed over a topology
+ * (hand-computed loads), S-MA rounds up and down the trees between members
+ * on 127.0.0.1 (exact means), a member away failing the round in time and
+ * the round retried once it is back, bad pushes refused. */
+#include <check.h>
+
+#include "check_run.h"
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "rpc/pb_wire.h"
+#include "rpc/proto/tree_sync.pb-c.h"
+#include "rpc/rpc.h"
+#include "rpc/tree_transport.h"
+#include "shadow/forest.h"
+
+/* Follows parents from every member: each reaches the root, no cycles. */
+static void assert_spanning_tree(const ss__forest *f, uint32_t p) {
+    const int32_t *par = f->parent + (size_t)p * f->members;
+    ck_assert_int_eq(par[f->root[p]], -1);
+    for (uint32_t m = 0; m < f->members; m++) {
+        uint32_t v = m, hops = 0;
+        while (par[v] >= 0 && hops <= f->members) {
+            v = (uint32_t)par[v];
+            hops++;
+        }
+        ck_assert_uint_eq(v, f->root[p]);
+        ck_assert_uint_le(hops, f->depth[p]);
+    }
+}
+
+static uint32_t degree(const ss__forest *f, uint32_t p, uint32_t m) {
+    uint32_t kids[SS_FOREST_MAX_MEMBERS];
+    return ss__forest_children(f, p, m, kids) + (f->parent[(size_t)p * f->members + m] >= 0);
+}
+
+START_TEST(test_forest_by_hand) {
+    ss__topology t;
+    ss__forest f;
+    /* Two members, 10 floats: two partitions of 5, one rooted at each;
+     * each host carries both partitions once each way: 40 bytes at 10
+     * Gbit/s = 3.2e-8 s. */
+    ck_assert_int_eq(ss__topology_uniform(2, 10.0, &t), SS_OK);
+    ck_assert_int_eq(ss__forest_pack(&t, 10, 0, &f), SS_OK);
+    ck_assert_uint_eq(f.parts, 2);
+    ck_assert_uint_eq(f.part_off[1], 5);
+    ck_assert_uint_eq(f.part_off[2], 10);
+    ck_assert_uint_ne(f.root[0], f.root[1]);
+    ck_assert_double_eq_tol(f.bottleneck_s, 3.2e-8, 1e-15);
+    ss__forest_free(&f);
+    ss__topology_free(&t);
+    /* Four members, 4000 floats: four trees of 1000 floats (4000 bytes).
+     * Each tree has 3 edges, so 24 host-ends of 4000 bytes in all; packed
+     * evenly that is 6 x 4000 bytes per host, 1.92e-5 s at 10 Gbit/s (the
+     * same bytes as a ring all-reduce: 2 (N - 1) / N of the group each
+     * way), every member the root of one tree. */
+    ck_assert_int_eq(ss__topology_uniform(4, 10.0, &t), SS_OK);
+    ck_assert_int_eq(ss__forest_pack(&t, 4000, 0, &f), SS_OK);
+    ck_assert_uint_eq(f.parts, 4);
+    bool rooted[4] = {false};
+    for (uint32_t p = 0; p < 4; p++) {
+        assert_spanning_tree(&f, p);
+        rooted[f.root[p]] = true;
+    }
+    for (int m = 0; m < 4; m++)
+        ck_assert(rooted[m]);
+    ck_assert_double_eq_tol(f.bottleneck_s, 1.92e-5, 1e-12);
+    ss__forest_free(&f);
+    ss__topology_free(&t);
+}
+END_TEST
+
+static void write_file(const char *path, const char *text) {
+    FILE *fp = fopen(path, "w");
+    ck_assert_ptr_nonnull(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+START_TEST(test_forest_avoids_the_slow_host) {
+    char path[] = "/tmp/ss_topo_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    /* Hosts a, b, d at 10 Gbit/s; c at 1 Gbit/s (its link to each, and its
+     * NIC). Two members on a share it (local). */
+    write_file(path, "# racks\ndefault 10\nlocal 100\nlink a c 1\nlink b c 1\nlink d c 1\n"
+                     "nic c 1\n");
+    const char *members[] = {"a:1", "a:2", "b:1", "c:1", "d:1"};
+    ss__topology t;
+    char why[200] = "";
+    ck_assert_int_eq(ss__topology_load(path, members, 5, &t, why, sizeof why), SS_OK);
+    ck_assert_uint_eq(t.hosts, 4);
+    ck_assert_uint_eq(t.host[0], t.host[1]);
+    ck_assert_double_eq(t.nic[t.host[2]], 10.0);
+    ck_assert_double_eq(t.nic[t.host[3]], 1.0);
+    ss__forest f;
+    ck_assert_int_eq(ss__forest_pack(&t, 5000, 0, &f), SS_OK);
+    /* c sends and receives each partition once (a leaf everywhere): 5000
+     * floats each way over 1 Gbit/s is the least any packing can give it,
+     * 1.6e-4 s; anything more through c would be the bottleneck. */
+    for (uint32_t p = 0; p < f.parts; p++) {
+        assert_spanning_tree(&f, p);
+        ck_assert_uint_eq(degree(&f, p, 3), 1);
+    }
+    ck_assert_double_eq_tol(f.bottleneck_s, 1.6e-4, 1e-12);
+    ss__forest_free(&f);
+    ss__topology_free(&t);
+    /* Two racks of two hosts: 10 Gbit/s inside a rack, 1 Gbit/s across.
+     * Each tree must cross once (a star would cross twice), each through
+     * a different pair of hosts: 4000 bytes per tree over 1 Gbit/s,
+     * 3.2e-5 s. */
+    write_file(path, "default 1\nlink a1 a2 10\nlink b1 b2 10\nnic a1 10\nnic a2 10\n"
+                     "nic b1 10\nnic b2 10\n");
+    const char *racks[] = {"a1:1", "a2:1", "b1:1", "b2:1"};
+    ck_assert_int_eq(ss__topology_load(path, racks, 4, &t, why, sizeof why), SS_OK);
+    ck_assert_int_eq(ss__forest_pack(&t, 4000, 0, &f), SS_OK);
+    for (uint32_t p = 0; p < f.parts; p++) {
+        assert_spanning_tree(&f, p);
+        int cross = 0;
+        for (uint32_t m = 0; m < 4; m++) {
+            int32_t up = f.parent[(size_t)p * 4 + m];
+            cross += up >= 0 && (m < 2) != (up < 2);
+        }
+        ck_assert_int_eq(cross, 1);
+    }
+    ck_assert_double_eq_tol(f.bottleneck_s, 3.2e-5, 1e-12);
+    ss__forest_free(&f);
+    ss__topology_free(&t);
+    /* Bad files say which line. */
+    write_file(path, "default 10\nlink a c\n");
+    ck_assert_int_eq(ss__topology_load(path, members, 5, &t, why, sizeof why),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(why, "line 2"));
+    write_file(path, "nic c -1\n");
+    ck_assert_int_eq(ss__topology_load(path, members, 5, &t, why, sizeof why),
+                     SS_ERR_INVALID_ARGUMENT);
+    unlink(path);
+    ck_assert_int_eq(ss__topology_load(path, members, 5, &t, why, sizeof why), SS_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(why, path));
+}
+END_TEST
+
+#define M 4
+#define N 10
+
+/* m members on 127.0.0.1 that know each other's ports. */
+static void start_members(ss__transport **t, uint32_t m, uint32_t timeout_ms) {
+    char peers[512] = "";
+    for (uint32_t r = 0; r < m; r++) {
+        ss__tree_config cfg = {.peers = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+                               .rank = r,
+                               .listen = "127.0.0.1:0",
+                               .timeout_ms = timeout_ms};
+        char why[200];
+        ck_assert_int_eq(ss__tree_transport_create(&cfg, &t[r], why, sizeof why), SS_OK);
+        char one[40];
+        snprintf(one, sizeof one, "%s127.0.0.1:%d", r ? "," : "", ss__tree_transport_port(t[r]));
+        strcat(peers, one);
+    }
+    for (uint32_t r = 0; r < m; r++)
+        ck_assert_int_eq(ss__tree_transport_set_peers(t[r], peers), SS_OK);
+}
+
+typedef struct member_round {
+    ss__transport *t;
+    float s[N], out[N];
+    ss__round_result rr;
+    ss_status st;
+} member_round;
+
+static void *round_main(void *p) {
+    member_round *a = p;
+    a->st = ss__transport_round(a->t, "w", 1, a->s, NULL, a->out, N, &a->rr);
+    return NULL;
+}
+
+/* One round of the first `m` members at once, member r's snapshot
+ * r * base + i. */
+static void rounds_together(member_round *a, uint32_t m, float base) {
+    pthread_t th[M];
+    for (uint32_t r = 0; r < m; r++) {
+        for (int i = 0; i < N; i++)
+            a[r].s[i] = (float)r * base + (float)i;
+        pthread_create(&th[r], NULL, round_main, &a[r]);
+    }
+    for (uint32_t r = 0; r < m; r++)
+        pthread_join(th[r], NULL);
+}
+
+START_TEST(test_tree_rounds_by_hand) {
+    ss__transport *t[M];
+    start_members(t, M, 5000);
+    uint64_t id;
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(ss__transport_join(t[r], "w", N, &id), SS_OK);
+    const ss__forest *f = ss__tree_transport_forest(t[0], "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(f->parts, M);
+    member_round a[M];
+    memset(a, 0, sizeof a);
+    for (int r = 0; r < M; r++)
+        a[r].t = t[r];
+    /* Member r holds r * base + i: the mean is 1.5 base + i, exact in
+     * float, the same at every member. */
+    for (int round = 1; round <= 3; round++) {
+        float base = 10.0f * (float)round;
+        rounds_together(a, M, base);
+        for (int r = 0; r < M; r++) {
+            ck_assert_int_eq(a[r].st, SS_OK);
+            ck_assert_uint_eq(a[r].rr.round, (uint64_t)round);
+            ck_assert_uint_eq(a[r].rr.participants, M);
+            for (int i = 0; i < N; i++)
+                ck_assert_float_eq(a[r].out[i], 1.5f * base + (float)i);
+        }
+    }
+    float c[N];
+    ck_assert_int_eq(ss__transport_read_central(t[2], "w", c, N), SS_OK);
+    ck_assert_float_eq(c[0], 45.0f);
+    /* S-MA only: no central variable, no block state. */
+    float d[N];
+    ck_assert_int_eq(ss__transport_easgd_exchange(t[0], "w", 1, a[0].s, 0.5f, d, N),
+                     SS_ERR_INVALID_ARGUMENT);
+    ss__bmuf_params bp = {.eta = 0.5f, .zeta = 0.5f};
+    ck_assert_int_eq(ss__transport_round(t[0], "w", 1, a[0].s, &bp, d, N, &a[0].rr),
+                     SS_ERR_INVALID_ARGUMENT);
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
+START_TEST(test_member_away_fails_the_round_in_time_then_it_is_retried) {
+    ss__transport *t[M];
+    start_members(t, M, 300);
+    uint64_t id;
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(ss__transport_join(t[r], "w", N, &id), SS_OK);
+    member_round a[M];
+    memset(a, 0, sizeof a);
+    for (int r = 0; r < M; r++)
+        a[r].t = t[r];
+    /* Member 3 does not take part: the others' round fails at its
+     * deadline (0.3 s), not later, twice. */
+    for (int k = 0; k < 2; k++) {
+        uint64_t t0 = ss__now_ns();
+        rounds_together(a, M - 1, 1.0f);
+        double s = (double)(ss__now_ns() - t0) / 1e9;
+        ck_assert_double_lt(s, 2.0);
+        for (int r = 0; r < M - 1; r++)
+            ck_assert_int_eq(a[r].st, SS_ERR_TIMEOUT);
+    }
+    /* Round numbers advance only on success: with member 3 back, round 1
+     * is tried again and goes through. */
+    rounds_together(a, M, 4.0f);
+    for (int r = 0; r < M; r++) {
+        ck_assert_int_eq(a[r].st, SS_OK);
+        ck_assert_uint_eq(a[r].rr.round, 1);
+        ck_assert_uint_eq(a[r].rr.participants, M);
+    }
+    /* Every member got one and the same mean. */
+    for (int r = 1; r < M; r++)
+        ck_assert_mem_eq(a[r].out, a[0].out, sizeof a[0].out);
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
+/* A trainer that finishes leaves its groups: the others build their trees
+ * again without it, also in the middle of a round, and go on. */
+START_TEST(test_a_member_that_leaves_is_left_out) {
+    ss__transport *t[M];
+    start_members(t, M, 5000);
+    uint64_t id;
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(ss__transport_join(t[r], "w", N, &id), SS_OK);
+    member_round a[M];
+    memset(a, 0, sizeof a);
+    for (int r = 0; r < M; r++)
+        a[r].t = t[r];
+    rounds_together(a, M, 1.0f);
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(a[r].st, SS_OK);
+    /* Members 0-2 start round 2 and wait for member 3, which leaves. */
+    pthread_t th[M - 1];
+    for (int r = 0; r < M - 1; r++) {
+        for (int i = 0; i < N; i++)
+            a[r].s[i] = (float)r * 2.0f + (float)i;
+        pthread_create(&th[r], NULL, round_main, &a[r]);
+    }
+    usleep(100000);
+    uint64_t t0 = ss__now_ns();
+    ck_assert_int_eq(ss__transport_leave(t[3], "w", 1), SS_OK);
+    for (int r = 0; r < M - 1; r++)
+        pthread_join(th[r], NULL);
+    ck_assert_double_lt((double)(ss__now_ns() - t0) / 1e9, 2.0); /* not the 5 s deadline */
+    /* The mean of the three: r * 2 + i over r = 0, 1, 2 is 2 + i. */
+    for (int r = 0; r < M - 1; r++) {
+        ck_assert_int_eq(a[r].st, SS_OK);
+        ck_assert_uint_eq(a[r].rr.round, 2);
+        ck_assert_uint_eq(a[r].rr.participants, M - 1);
+        for (int i = 0; i < N; i++)
+            ck_assert_float_eq(a[r].out[i], 2.0f + (float)i);
+    }
+    /* And the next rounds without it. */
+    rounds_together(a, M - 1, 3.0f);
+    for (int r = 0; r < M - 1; r++) {
+        ck_assert_int_eq(a[r].st, SS_OK);
+        ck_assert_float_eq(a[r].out[0], 3.0f);
+    }
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
+/* A push made by hand: partition p's floats (n of them). */
+static ss_status send_push(ss__rpc_channel *ch, const char *group, uint64_t round, uint32_t part,
+                           uint32_t kind, uint32_t from, uint32_t count, uint64_t size,
+                           const float *x, size_t n) {
+    Shadowsync__V1__TreePush m = SHADOWSYNC__V1__TREE_PUSH__INIT;
+    m.group = (char *)group;
+    m.round = round;
+    m.partition = part;
+    m.kind = kind;
+    m.from = from;
+    m.count = count;
+    m.size = size;
+    m.data.data = (uint8_t *)x;
+    m.data.len = n * sizeof *x;
+    uint8_t buf[512];
+    ck_assert_uint_le(protobuf_c_message_get_packed_size(&m.base), sizeof buf);
+    size_t len = protobuf_c_message_pack(&m.base, buf);
+    uint8_t *resp = NULL;
+    size_t rlen;
+    ss_status st = ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Push", buf, len, 2000, false, &resp,
+                                &rlen, NULL, 0);
+    free(resp);
+    return st;
+}
+
+START_TEST(test_bad_pushes_and_open_doors) {
+    ss__transport *t[M];
+    start_members(t, M, 2000);
+    uint64_t id;
+    ck_assert_int_eq(ss__transport_join(t[0], "w", N, &id), SS_OK);
+    const ss__forest *f = ss__tree_transport_forest(t[0], "w");
+    /* Member 0's child in some tree, and its parent in another. */
+    uint32_t p_kid = UINT32_MAX, kid = 0, p_par = UINT32_MAX, par = 0;
+    for (uint32_t p = 0; p < f->parts; p++) {
+        uint32_t kids[M];
+        if (ss__forest_children(f, p, 0, kids) && p_kid == UINT32_MAX) {
+            p_kid = p;
+            kid = kids[0];
+        }
+        if (f->parent[(size_t)p * M] >= 0 && p_par == UINT32_MAX) {
+            p_par = p;
+            par = (uint32_t)f->parent[(size_t)p * M];
+        }
+    }
+    ck_assert_uint_ne(p_kid, UINT32_MAX);
+    ck_assert_uint_ne(p_par, UINT32_MAX);
+    size_t pn = f->part_off[p_kid + 1] - f->part_off[p_kid];
+    float x[N] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    char target[40];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__tree_transport_port(t[0]));
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N, x, pn), SS_OK);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N, x, pn), SS_OK); /* once */
+    ck_assert_int_eq(send_push(ch, "nope", 1, p_kid, 1, kid, 1, N, x, pn), SS_ERR_STATE);
+    ck_assert_int_eq(send_push(ch, "../etc", 1, p_kid, 1, kid, 1, N, x, pn),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N + 1, x, pn), SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N, x, pn - 1), SS_ERR_SIZE_MISMATCH);
+    ck_assert_int_eq(send_push(ch, "w", 1, 99, 1, kid, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 3, kid, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(send_push(ch, "w", 0, p_kid, 1, kid, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 0, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, 0, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, 7, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    /* A sum from a member that is not a child there; a mean from one that
+     * is not the parent. */
+    ck_assert_int_eq(send_push(ch, "w", 1, p_par, 1, par, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 2, kid, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
+    /* Rounds far ahead are refused (the sender tries again), NaN too. */
+    ck_assert_int_eq(send_push(ch, "w", 5, p_kid, 1, kid, 1, N, x, pn), SS_ERR_STATE);
+    x[0] = NAN;
+    ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N, x, pn), SS_ERR_NON_FINITE);
+    /* A leave from nobody, or from this member itself. */
+    Shadowsync__V1__TreeLeave lv = SHADOWSYNC__V1__TREE_LEAVE__INIT;
+    lv.group = "w";
+    uint8_t lb[64];
+    uint8_t *lresp = NULL;
+    size_t lrl;
+    lv.from = 9;
+    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Leave", lb,
+                                  protobuf_c_message_pack(&lv.base, lb), 2000, false, &lresp, &lrl,
+                                  NULL, 0),
+                     SS_ERR_INVALID_ARGUMENT);
+    free(lresp);
+    lv.from = 0;
+    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Leave", lb,
+                                  protobuf_c_message_pack(&lv.base, lb), 2000, false, &lresp, &lrl,
+                                  NULL, 0),
+                     SS_ERR_INVALID_ARGUMENT);
+    free(lresp);
+    uint8_t junk[] = {0xff, 0xff, 0xff};
+    uint8_t *resp = NULL;
+    size_t rlen;
+    ck_assert_int_ne(ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Push", junk, sizeof junk, 2000,
+                                  false, &resp, &rlen, NULL, 0),
+                     SS_OK);
+    free(resp);
+    ss__rpc_channel_destroy(ch);
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+    /* One member, a rank outside the list, an open address with no token,
+     * a topology file that is not there: refused, saying why. */
+    ss__transport *x2;
+    char why[200];
+    ss__tree_config cfg = {.peers = "127.0.0.1:0", .rank = 0, .timeout_ms = 100};
+    ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why),
+                     SS_ERR_INVALID_ARGUMENT);
+    cfg.peers = "127.0.0.1:0,127.0.0.1:1";
+    cfg.rank = 2;
+    ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why),
+                     SS_ERR_INVALID_ARGUMENT);
+    cfg.rank = 0;
+    cfg.topology = "/nonexistent/topology";
+    ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why), SS_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(why, "/nonexistent/topology"));
+    cfg.topology = NULL;
+    cfg.listen = "0.0.0.0:0";
+    unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
+    ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_ptr_nonnull(strstr(why, "SHADOWSYNC_AUTH_TOKEN_FILE"));
+}
+END_TEST
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    return ss__check_tests("tree", 60, NULL, NULL, test_forest_by_hand,
+                           test_forest_avoids_the_slow_host, test_tree_rounds_by_hand,
+                           test_member_away_fails_the_round_in_time_then_it_is_retried,
+                           test_a_member_that_leaves_is_left_out, test_bad_pushes_and_open_doors);
+}
