@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
-# Decentralized averaging (rpc/gossip_transport.c) against the PS path.
+# Decentralized averaging (rpc/gossip_transport.c: pull one peer a round,
+# ring schedule) and aggregation trees (rpc/tree_transport.c: every peer,
+# summed up a forest packed over the links) against the PS path.
 #
 # (a) Model quality on 127.0.0.1: TRAINERS ctr-train processes, each its
 #     share of USE_ROWS rows once: no sync, S-EASGD and S-MA through one
-#     shadowsync-ps, and S-MA between peers (--peers, no PS). Held-out NE
-#     of each process's replica, averaged; examples/s summed.
+#     shadowsync-ps, S-MA between peers by ring gossip and by trees (no
+#     PS). Held-out NE of each process's replica, averaged; examples/s
+#     summed.
 # (b) On the emulated cluster (root; bench/emu-cluster.sh): HOSTS x
 #     PER_HOST trainers with dense groups of DENSE floats, for each shape in
-#     SHAPES (TRAINER_LINKS:PS_LINK: uniform fast, uniform slow, and
-#     heterogeneous: fast trainer links, a slow PS uplink): S-EASGD and S-MA
-#     through PS hosts (an agent per host) against S-MA between peers.
-#     Total examples/s, the sync gap (median p50, largest p99) and rounds
-#     per trainer-second.
+#     SHAPES (TRAINER_LINKS:PS_LINK:SLOW_HOSTS: uniform fast, uniform slow,
+#     a slow PS uplink, and SLOW_HOSTS trainer hosts on SLOW_RATE links):
+#     S-EASGD and S-MA through a PS host (an agent per host), S-MA by ring
+#     gossip and by trees. Total examples/s, the sync gap (median p50,
+#     largest p99) and rounds per trainer-second.
 #   bash bench/decentralized.sh      # TRAINERS=4 USE_ROWS=400000 HOSTS=4 PER_HOST=2 DENSE=4194304
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-1000000}
 USE_ROWS=${USE_ROWS:-400000}
 TRAINERS=${TRAINERS:-4}
 HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304} SECS=${SECS:-15}
-SHAPES=${SHAPES:-10gbit:10gbit 1gbit:1gbit 10gbit:1gbit}
+SHAPES=${SHAPES:-10gbit:10gbit:0 1gbit:1gbit:0 10gbit:1gbit:0 10gbit:10gbit:2}
+SLOW_RATE=${SLOW_RATE:-1gbit}
+SETUPS_A=${SETUPS_A:-none ps-easgd ps-ma peers-ma peers-tree}
 make_data "$ROWS"
 B=./build/bin
 BASE_PORT=${BASE_PORT:-27300}
@@ -38,6 +43,7 @@ run_procs() { # setup flags... -> prints "ne examples_per_s failed_rounds"
       ps-easgd) extra=(--ps "$addr" --algo easgd) ;;
       ps-ma) extra=(--ps "$addr" --algo ma) ;;
       peers-ma) extra=(--peers "$peers" --algo ma) ;;
+      peers-tree) extra=(--peers "$peers" --algo ma --peer-schedule tree) ;;
     esac
     timeout 600 $B/ctr-train "${extra[@]}" --rank "$r" --world "$TRAINERS" \
       --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" --test out/test.tsv \
@@ -57,7 +63,7 @@ $B/shadowsync-ps --listen 127.0.0.1:0 --http "" >out/bench-dec-ps.log 2>&1 &
 ps_pid=$!
 for _ in $(seq 100); do grep -q "listening on" out/bench-dec-ps.log && break; sleep 0.05; done
 addr=$(grep -o 'listening on [0-9.:]*' out/bench-dec-ps.log | awk '{print $3}')
-for setup in none ps-easgd ps-ma peers-ma; do
+for setup in $SETUPS_A; do
   read -r ne rate failed < <(run_procs "$setup")
   printf '%-10s %10s %12s %14s\n' "$setup" "$ne" "$rate" "$failed"
 done
@@ -69,17 +75,19 @@ ps_pid=""
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 echo
 echo "(b) emulated: $HOSTS hosts x $PER_HOST trainers, dense $DENSE floats, $SECS s per run"
-printf '%-14s %-10s %12s %8s %8s %16s\n' links:ps_link setup examples/s gap_p50 gap_p99 rounds/trainer/s
+printf '%-16s %-10s %12s %8s %8s %16s\n' links:ps:slow setup examples/s gap_p50 gap_p99 rounds/trainer/s
 for shape in $SHAPES; do
-  for setup in "ps-easgd --algo easgd" "ps-ma --algo ma" "peers-ma --algo ma --peers 1"; do
+  IFS=: read -r trainer_rate ps_rate slow <<<"$shape"
+  for setup in "ps-easgd --algo easgd" "ps-ma --algo ma" "peers-ma --algo ma --peers 1" \
+    "peers-tree --algo ma --peers 1 --peer-schedule tree"; do
     set -- $setup
     label=$1
     shift
     sum=$(bash bench/emu-cluster.sh --ps 1 --hosts "$HOSTS" --per-host "$PER_HOST" \
-      --dense-floats "$DENSE" --rate "${shape%:*}" --ps-rate "${shape#*:}" --seconds "$SECS" \
-      --quiet "$@" | grep '^emu-cluster: ps=')
+      --dense-floats "$DENSE" --rate "$trainer_rate" --ps-rate "$ps_rate" --seconds "$SECS" \
+      --slow-hosts "${slow:-0}" --slow-rate "$SLOW_RATE" --quiet "$@" | grep '^emu-cluster: ps=')
     echo "$sum" >&2
-    printf '%-14s %-10s %12s %8s %8s %16.2f\n' "$shape" "$label" "$(field "$sum" examples/s)" \
+    printf '%-16s %-10s %12s %8s %8s %16.2f\n' "$shape" "$label" "$(field "$sum" examples/s)" \
       "$(field "$sum" gap_p50)" "$(field "$sum" gap_p99)" \
       "$(awk -v r="$(field "$sum" rounds)" -v n="$(field "$sum" trainers)" -v s="$SECS" 'BEGIN {print r / n / s}')"
   done

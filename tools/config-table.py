@@ -79,7 +79,19 @@ def main():
         readers = "; ".join(f"{p} `--{f}`: {cell(d)}" for p, f, _, d in seen[env])
         print(f"| `{env}` | {readers} | {cell(seen[env][0][2])} |")
     print("\nAlso read by every program and the library: `SHADOWSYNC_LOG_LEVEL`")
-    print("(`debug|info|warn|error|off`, default `info`).")
+    print("(`debug|info|warn|error|off`, default `info`).\n")
+    print("## The topology file (`topology`, `--topology`)\n")
+    print("For `peer_schedule=tree`: the bandwidths the aggregation trees are packed")
+    print("over (docs/ARCHITECTURE.md, \"Aggregation trees\"). A member's host is its")
+    print("address in `peers` before the last `:`. One statement a line, `#` starts a")
+    print("comment, bandwidths in Gbit/s (> 0):\n")
+    print("```")
+    print("default 10          # between two hosts no link line names (default 10)")
+    print("local 100           # between members on one host (default 100)")
+    print("link 10.0.1.7 10.0.2.9 1   # between two hosts, both directions")
+    print("nic 10.0.2.9 1      # all of a host's traffic each way (default: its fastest link)")
+    print("```\n")
+    print("A bad line is refused with its number; hosts no member is on are ignored.")
 
 
 if __name__ == "__main__":

@@ -84,9 +84,10 @@ int main(int argc, char **argv) {
     int64_t per_host = base.per_host, ps = base.ps, batch = base.batch, sync_every = 10,
             min_gap = base.min_round_gap, ps_threads = base.ps_threads, window = base.window;
     double dense = base.dense_floats, step_us = 1e4, link_gbit = 10, latency_us = 50,
-           shared_cores = 0, host_cores = base.host_cores, ps_cores = base.ps_cores,
-           seconds = base.seconds, step_cpu_us = -1, client_ns = -1, ps_ns = -1, fixed_us = -1,
-           deadline_ms = 1000, chunk = base.chunk_floats, spread_ms = base.start_spread_s * 1e3;
+           ps_link_gbit = 0, wire_ratio = 1, shared_cores = 0, host_cores = base.host_cores,
+           ps_cores = base.ps_cores, seconds = base.seconds, step_cpu_us = -1, client_ns = -1,
+           ps_ns = -1, fixed_us = -1, deadline_ms = 1000, chunk = base.chunk_floats,
+           spread_ms = base.start_spread_s * 1e3;
     ss__flag flags[] = {
         {"trainers", SS_FLAG_STRING, &trainers, "trainers N, or a list: 1,2,4,64", NULL, 0, 0},
         {"modes", SS_FLAG_STRING, &modes, "a list of none, easgd, ma, bmuf, fg", NULL, 0, 0},
@@ -102,6 +103,11 @@ int main(int argc, char **argv) {
         {"round-deadline-ms", SS_FLAG_DOUBLE, &deadline_ms,
          "ma/bmuf: a round closes this long after its first snapshot", NULL, 0.001, 1e7},
         {"link-gbit", SS_FLAG_DOUBLE, &link_gbit, "every link, each direction", NULL, 1e-6, 1e6},
+        {"ps-link-gbit", SS_FLAG_DOUBLE, &ps_link_gbit,
+         "the PS hosts' links instead (0: --link-gbit)", NULL, 0, 1e6},
+        {"wire-ratio", SS_FLAG_DOUBLE, &wire_ratio,
+         "bytes on the wire per round / float32's (compressed sync: int8 0.26, fp16 0.5)", NULL,
+         1e-3, 1},
         {"latency-us", SS_FLAG_DOUBLE, &latency_us, "one-way link latency", NULL, 0, 1e7},
         {"shared-cores", SS_FLAG_DOUBLE, &shared_cores,
          "every process on one machine of this many cores (the emulated cluster); 0 = a machine "
@@ -188,6 +194,8 @@ int main(int argc, char **argv) {
         cfg.min_round_gap = (uint32_t)min_gap;
         cfg.ma_deadline_s = deadline_ms * 1e-3;
         cfg.link_bytes_per_s = link_gbit * 1e9 / 8;
+        cfg.ps_link_bytes_per_s = ps_link_gbit * 1e9 / 8;
+        cfg.wire_ratio = wire_ratio;
         cfg.latency_s = latency_us * 1e-6;
         cfg.shared_cores = shared_cores;
         cfg.host_cores = host_cores;

@@ -106,8 +106,8 @@ static void fork_done(ss_sim *sim, void *arg) {
 }
 
 static void transfer(model *m, chunk_op *op, ss_sim_pool *a, ss_sim_pool *b) {
-    const double work =
-        op->t->m->groups[op->group].floats * sizeof(float) / m->cfg->link_bytes_per_s;
+    const double work = op->t->m->groups[op->group].floats * sizeof(float) * m->cfg->wire_ratio /
+                        m->cfg->link_bytes_per_s;
     op->forks = 2;
     check(m, ss_sim_pool_submit(a, work, fork_done, op));
     check(m, ss_sim_pool_submit(b, work, fork_done, op));
@@ -341,6 +341,7 @@ void ss_sim_config_init(ss_sim_config *cfg) {
     cfg->costs.ps_cpu_s_per_float = 6e-9;
     cfg->costs.rpc_fixed_s = 200e-6;
     cfg->link_bytes_per_s = 10e9 / 8;
+    cfg->wire_ratio = 1.0;
     cfg->latency_s = 50e-6;
     cfg->host_cores = 16;
     cfg->ps_cores = 16;
@@ -378,8 +379,10 @@ static const char *validate(const ss_sim_config *c) {
         return "foreground sync_every must be >= 1";
     if (!(c->seconds > 0) || c->seconds > 1e6)
         return "seconds must be in (0, 1e6]";
-    if (!(c->link_bytes_per_s > 0))
-        return "the link rate must be > 0";
+    if (!(c->link_bytes_per_s > 0) || !(c->ps_link_bytes_per_s >= 0))
+        return "the link rates must be > 0";
+    if (!(c->wire_ratio > 0) || c->wire_ratio > 1)
+        return "the wire ratio must be in (0, 1]";
     if (!(c->start_spread_s >= 0))
         return "start spread must be >= 0";
     if (c->ps_threads < 1)
@@ -517,8 +520,13 @@ ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const cha
                 .ps = ps,
                 .floats = k + 1 < chunks ? cfg->chunk_floats : per_shard - k * cfg->chunk_floats};
         ps->cpu = shared ? shared : ss_sim_pool_create(m.sim, cfg->ps_cores);
-        ps->in = ss_sim_pool_create(m.sim, 1);
-        ps->out = ss_sim_pool_create(m.sim, 1);
+        /* A PS link at another rate: a pool of that many link-rates (each
+         * transfer also crosses its host's link, so above 1 only sharing
+         * gains). */
+        const double ps_rate =
+            cfg->ps_link_bytes_per_s > 0 ? cfg->ps_link_bytes_per_s / cfg->link_bytes_per_s : 1;
+        ps->in = ss_sim_pool_create(m.sim, ps_rate);
+        ps->out = ss_sim_pool_create(m.sim, ps_rate);
         ps->threads = ss_sim_gate_create(m.sim, cfg->ps_threads);
         ok = ps->cpu && ps->in && ps->out && ps->threads;
     }

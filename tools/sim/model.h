@@ -62,9 +62,11 @@ typedef struct ss_sim_config {
     uint32_t min_round_gap; /* background: steps before a trainer's next round */
     double ma_deadline_s;   /* MA/BMUF: a round closes this long after its first snapshot */
     ss_sim_costs costs;
-    double link_bytes_per_s; /* every link, each direction */
-    double latency_s;        /* one way */
-    double shared_cores;     /* > 0: one machine for everything */
+    double link_bytes_per_s;    /* every link, each direction */
+    double ps_link_bytes_per_s; /* the PS hosts' links (0: link_bytes_per_s) */
+    double wire_ratio;          /* bytes on the wire / float32's (compressed sync; 1) */
+    double latency_s;           /* one way */
+    double shared_cores;        /* > 0: one machine for everything */
     double host_cores, ps_cores;
     uint32_t ps_threads;   /* a PS's request threads (shadowsync-ps --threads) */
     double chunk_floats;   /* the transport's chunk: one RPC (and one PS group) each */
