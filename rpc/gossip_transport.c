@@ -14,7 +14,8 @@
 #include "rpc/rpc_pb.h"
 #include "shadow/kernels.h"
 
-#define PULL_METHOD "/shadowsync.v1.PeerSync/Pull"
+#define PULL_METHOD  "/shadowsync.v1.PeerSync/Pull"
+#define LEAVE_METHOD "/shadowsync.v1.PeerSync/Leave"
 
 /* One of this member's groups: the latest snapshot its engine sent, which
  * is what peers pull. */
@@ -25,6 +26,7 @@ typedef struct local_group {
     float *latest;
     bool have; /* latest holds a snapshot */
     uint64_t rounds;
+    uint8_t left[SS_GOSSIP_MAX_PEERS]; /* members that left the group for good */
 } local_group;
 
 typedef struct gossip {
@@ -150,8 +152,35 @@ static void h_pull(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     shadowsync__v1__pull_request__free_unpacked(m, NULL);
 }
 
+static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    gossip *g = ctx;
+    Shadowsync__V1__PeerLeaveRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__peer_leave_request__descriptor, req, len, reply);
+    if (!m)
+        return;
+    pthread_mutex_lock(&g->lock);
+    if (!ss__ps_group_name_valid(m->group)) {
+        reply->status = SS_ERR_INVALID_ARGUMENT;
+        snprintf(reply->message, sizeof reply->message, "group name must be " SS_PS_GROUP_RULE);
+    } else if (m->from >= g->npeers || m->from == g->rank) {
+        reply->status = SS_ERR_INVALID_ARGUMENT;
+        snprintf(reply->message, sizeof reply->message, "from=%u: not another member of %u",
+                 m->from, g->npeers);
+    } else {
+        local_group *lg = find_local(g, m->group);
+        if (lg)
+            lg->left[m->from] = 1;
+        Shadowsync__V1__PeerLeaveReply r = SHADOWSYNC__V1__PEER_LEAVE_REPLY__INIT;
+        ss__rpc_reply_pack(&r.base, reply);
+    }
+    pthread_mutex_unlock(&g->lock);
+    shadowsync__v1__peer_leave_request__free_unpacked(m, NULL);
+}
+
 static const ss__rpc_method gossip_methods[] = {
-    {PULL_METHOD, h_pull, false, NULL, false}, /* the model: needs the token when one is set */
+    /* the model, and the membership: both need the token when one is set */
+    {PULL_METHOD, h_pull, false, NULL, false},
+    {LEAVE_METHOD, h_leave, false, NULL, false},
 };
 
 /* ---- the ops ---- */
@@ -180,9 +209,40 @@ static ss_status gp_join(void *impl, const char *group, size_t n, uint64_t *memb
     return st;
 }
 
+/* Tells the members still in the group that this one leaves it for good;
+ * best effort, within a second. */
+static void announce_leave(gossip *g, const char *group) {
+    Shadowsync__V1__PeerLeaveRequest m = SHADOWSYNC__V1__PEER_LEAVE_REQUEST__INIT;
+    m.group = (char *)group;
+    uint8_t buf[256];
+    pthread_mutex_lock(&g->lock);
+    m.from = g->rank;
+    local_group *lg = find_local(g, group);
+    ss__rpc_request *rq = lg ? calloc(g->npeers, sizeof *rq) : NULL;
+    size_t k = 0, len = 0;
+    if (rq && protobuf_c_message_get_packed_size(&m.base) <= sizeof buf) {
+        len = protobuf_c_message_pack(&m.base, buf);
+        for (uint32_t i = 0; i < g->npeers; i++) {
+            ss__rpc_channel *ch = i != g->rank && !lg->left[i] ? channel_to(g, i) : NULL;
+            if (ch)
+                rq[k++] =
+                    (ss__rpc_request){.ch = ch, .method = LEAVE_METHOD, .req = buf, .len = len};
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (k) {
+        uint32_t ms = g->timeout_ms < 1000 ? g->timeout_ms : 1000;
+        ss__rpc_call_many(rq, k, ms, false);
+        for (size_t i = 0; i < k; i++)
+            free(rq[i].resp);
+    }
+    free(rq);
+}
+
 static ss_status gp_leave(void *impl, const char *group, uint64_t member) {
     gossip *g = impl;
     (void)member;
+    announce_leave(g, group);
     pthread_mutex_lock(&g->lock);
     local_group **pp = &g->groups;
     while (*pp && strcmp((*pp)->name, group))
@@ -266,12 +326,20 @@ static ss_status gp_round(void *impl, const char *group, uint64_t member, const 
     uint64_t start = round_start(g);
     uint32_t others = g->npeers - 1;
     pthread_mutex_unlock(&g->lock);
-    /* Try the others in schedule order until one answers. */
+    /* Try the others in schedule order until one answers; those that left
+     * are passed over, and with all of them gone the member is alone: its
+     * round is its own snapshot (as a PS's round with one member). */
     ss_status st = SS_ERR_IO;
+    uint32_t tried = 0;
     for (uint32_t k = 0; k < others; k++) {
         pthread_mutex_lock(&g->lock);
         uint32_t i = pick_peer(g, start, k);
+        lg = find_local(g, group);
+        bool left = lg && lg->left[i];
         pthread_mutex_unlock(&g->lock);
+        if (left)
+            continue;
+        tried++;
         if ((st = pull(g, i, group, n, out)) == SS_OK)
             break;
         /* A peer without the group is not this member being unknown (which
@@ -280,16 +348,20 @@ static ss_status gp_round(void *impl, const char *group, uint64_t member, const 
             st = SS_ERR_STATE;
         SS_LOG_DEBUGF("gossip", "event=pull_failed peer=%u status=%s", i, ss_strerror(st));
     }
-    if (st != SS_OK)
+    if (tried == 0) {
+        memcpy(out, s, n * sizeof *out);
+    } else if (st != SS_OK) {
         return st;
-    for (size_t k = 0; k < n; k++)
-        out[k] = 0.5f * (s[k] + out[k]);
+    } else {
+        for (size_t k = 0; k < n; k++)
+            out[k] = 0.5f * (s[k] + out[k]);
+    }
     pthread_mutex_lock(&g->lock);
     lg = find_local(g, group);
     uint64_t rounds = lg ? ++lg->rounds : 0;
     pthread_mutex_unlock(&g->lock);
     result->round = rounds;
-    result->participants = 2;
+    result->participants = tried ? 2 : 1;
     return SS_OK;
 }
 
@@ -364,7 +436,7 @@ ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transpor
     if (st == SS_OK) {
         ss__rpc_server_config scfg = {
             .listen = listen, .threads = 1, .max_message_bytes = 4096, .auth_header = g->auth};
-        st = ss__rpc_server_start(&scfg, gossip_methods, 1, g, &g->srv);
+        st = ss__rpc_server_start(&scfg, gossip_methods, 2, g, &g->srv);
     }
     if (st == SS_OK)
         st = ss__transport_create(&gossip_ops, g, out);

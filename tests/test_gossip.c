@@ -186,9 +186,43 @@ START_TEST(test_bad_pulls_and_open_doors) {
 }
 END_TEST
 
+/* A trainer that finishes leaves: the others stop pulling from it, and a
+ * member whose peers have all left averages alone (its final rounds
+ * succeed) instead of failing for want of a peer. */
+START_TEST(test_peers_that_leave_are_passed_over) {
+    ss__transport *t[M];
+    start_members(t, M, false);
+    uint64_t id[M];
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(ss__transport_join(t[r], "w", 2, &id[r]), SS_OK);
+    float out[2];
+    ss__round_result rr;
+    /* Members 1 and 2 publish snapshots, then 1 leaves for good. */
+    (void)ss__transport_round(t[1], "w", id[1], (const float[]){2, 2}, NULL, out, 2, &rr);
+    ck_assert_int_eq(
+        ss__transport_round(t[2], "w", id[2], (const float[]){4, 4}, NULL, out, 2, &rr), SS_OK);
+    ck_assert_int_eq(ss__transport_leave(t[1], "w", id[1]), SS_OK);
+    /* Member 0's ring starts at rank 1, which left: it pulls 2. */
+    ck_assert_int_eq(
+        ss__transport_round(t[0], "w", id[0], (const float[]){0, 0}, NULL, out, 2, &rr), SS_OK);
+    ck_assert_float_eq(out[0], 2.0f);
+    ck_assert_uint_eq(rr.participants, 2);
+    /* 2 leaves too: 0 is alone, its round is its own snapshot. */
+    ck_assert_int_eq(ss__transport_leave(t[2], "w", id[2]), SS_OK);
+    ss__transport_destroy(t[2]); /* and is gone: nothing is pulled from it */
+    ck_assert_int_eq(
+        ss__transport_round(t[0], "w", id[0], (const float[]){6, 8}, NULL, out, 2, &rr), SS_OK);
+    ck_assert_float_eq(out[0], 6.0f);
+    ck_assert_float_eq(out[1], 8.0f);
+    ck_assert_uint_eq(rr.participants, 1);
+    ss__transport_destroy(t[0]);
+    ss__transport_destroy(t[1]);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests("gossip", 60, NULL, NULL, test_pull_rounds_by_hand,
                            test_engines_reach_consensus_and_survive_a_dead_peer,
-                           test_bad_pulls_and_open_doors);
+                           test_bad_pulls_and_open_doors, test_peers_that_leave_are_passed_over);
 }
