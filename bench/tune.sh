@@ -5,6 +5,7 @@
 # and the defaults), then every candidate (--sweep). The figure compared is
 # the sync gap at full examples/s (lower is better).
 #   bash bench/tune.sh    # TRIALS=3 SECS=6; SHAPES="link:ps_link:slow_hosts ..."
+#   REUSE_SWEEP=1 bash bench/tune.sh   # the tuner again against the last run's sweeps
 source "$(dirname "$0")/common.sh"
 [ "$(id -u)" = 0 ] || { echo "tune: the emulated cluster needs root"; exit 0; }
 TRIALS=${TRIALS:-3}
@@ -18,7 +19,11 @@ for shape in $SHAPES; do
   args=(--link-gbit "$link" --ps-link-gbit "$ps" --slow-hosts "$slow" --slow-gbit 1
     --trial-seconds "$SECS")
   tuned=$($T "${args[@]}" --trials "$TRIALS")
-  swept=$($T "${args[@]}" --sweep)
+  if [ "${REUSE_SWEEP:-0}" = 1 ] && [ -s "out/bench-tune-$shape-sweep.txt" ]; then
+    swept=$(cat "out/bench-tune-$shape-sweep.txt") # an earlier run's sweep (REUSE_SWEEP=1)
+  else
+    swept=$($T "${args[@]}" --sweep)
+  fi
   echo "$tuned" >"out/bench-tune-$shape-pick.txt"
   echo "$swept" >"out/bench-tune-$shape-sweep.txt"
   # pick: "pick: DESC  predicted ... ; measured R examples/s gap G; defaults ... gap D"

@@ -41,10 +41,17 @@ grep -q 'defaults (easgd ps=1 f32 gap=4) measured 800000 examples/s gap 30.0' <<
   fail "no defaults' measured figures"
 grep -qx 'SHADOWSYNC_PEER_SCHEDULE=tree' "$tmp/pick.env" || fail "env file: no peer schedule"
 grep -qx 'SHADOWSYNC_ALGO=ma' "$tmp/pick.env" || fail "env file: no algo"
-# Without --sweep: the best 3 predicted and the defaults.
+# Without --sweep: the best 3 predicted and the defaults ...
+rm "$tmp/asked"
+"$tune" --trials 3 --max-trials 3 --emu "$tmp/emu.sh" >/dev/null
+[ "$(wc -l <"$tmp/asked")" -le 4 ] || fail "--trials 3 ran more than 3 + the defaults"
+# ... and every candidate the model cannot tell apart, up to --max-trials:
+# on this shape (8 trainers' rounds bound by 2 shared cores) most of them
+# are predicted within 10% of the best.
 rm "$tmp/asked"
 "$tune" --trials 3 --emu "$tmp/emu.sh" >/dev/null
-[ "$(wc -l <"$tmp/asked")" -le 4 ] || fail "--trials 3 ran more than 3 + the defaults"
+trials=$(wc -l <"$tmp/asked")
+[ "$trials" -gt 4 ] && [ "$trials" -le 13 ] || fail "close predictions: $trials trials, want 5..13"
 
 refused() {
   local want=$1 rc=0
