@@ -119,7 +119,8 @@ case $ALGO in easgd | ma | bmuf) ;; *) die "--algo must be easgd, ma or bmuf" ;;
 [ "$PER_HOST" -ge 1 ] || die "--per-host must be >= 1"
 [ "$MODE" = background ] || AGENT=0 # the agent syncs in the background only
 if [ "$PEERS" = 1 ]; then
-  [ "$ALGO" = ma ] || die "--peers 1 averages with one peer at a time: needs --algo ma"
+  [ "$ALGO" = ma ] || { [ "$ALGO" = bmuf ] && [ "$SCHEDULE" = tree ]; } ||
+    die "--peers 1 needs --algo ma (or bmuf with --peer-schedule tree)"
   [ $((HOSTS * PER_HOST)) -ge 2 ] || die "--peers 1 needs at least 2 trainers"
   AGENT=0 # each trainer serves its own snapshots
 fi

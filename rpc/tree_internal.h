@@ -42,8 +42,15 @@ typedef struct ss__tree_group {
     ss__tree_slot slots[2];
     float *latest; /* the last round's mean */
     bool have;
-    uint8_t *gone;  /* members: left the group for good (TreeLeave) */
-    uint64_t epoch; /* a hash of gone: pushes must agree on it */
+    uint8_t *gone; /* members: left the group for good (TreeLeave) */
+    /* S-BMUF: the block state (w, m, b; 3n floats, made on the first BMUF
+     * round) of the partitions this member roots, each started once its
+     * first round here closed; a partition whose root moves (a member
+     * left) starts again at its next mean. */
+    float *bmuf_w, *bmuf_m, *bmuf_b;
+    bool *bmuf_started;  /* parts */
+    uint32_t *bmuf_root; /* parts: the root bmuf_started was for */
+    uint64_t epoch;      /* a hash of gone: pushes must agree on it */
 } ss__tree_group;
 
 typedef struct ss__tree {

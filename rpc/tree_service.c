@@ -56,6 +56,9 @@ void ss__tree_group_free(ss__tree_group *tg) {
     slot_free(&tg->slots[1]);
     free(tg->latest);
     free(tg->gone);
+    free(tg->bmuf_w);
+    free(tg->bmuf_started);
+    free(tg->bmuf_root);
     free(tg);
 }
 
@@ -125,6 +128,11 @@ ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg) {
             st = SS_ERR_NO_MEMORY;
     }
     if (st == SS_OK) {
+        /* S-BMUF block state stays with a partition's root: where the root
+         * moves, the partition's block starts again. */
+        for (uint32_t p = 0; tg->bmuf_started && tg->forest.root && p < g.parts; p++)
+            if (g.root[p] != tg->forest.root[p])
+                tg->bmuf_started[p] = false;
         ss__forest_free(&tg->forest);
         tg->forest = g;
         for (uint32_t p = 0; p < g.parts; p++)

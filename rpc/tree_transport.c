@@ -15,6 +15,7 @@
 #include "rpc/proto/tree_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "rpc/tree_internal.h"
+#include "shadow/algorithms.h"
 
 #define MAX_MEMBERS SS_FOREST_MAX_MEMBERS
 
@@ -224,8 +225,8 @@ static ss_status tr_easgd(void *impl, const char *group, uint64_t member, const 
  * on to the children. Returns the jobs queued; *finished when every
  * partition's mean is in out. */
 static size_t next_jobs(ss__tree *t, ss__tree_group *tg, ss__tree_slot *sl, const float *s,
-                        float *out, float *up, bool *sent_sum, bool *sent_mean, push_job *jobs,
-                        bool *finished) {
+                        const ss__bmuf_params *bmuf, float *out, float *up, bool *sent_sum,
+                        bool *sent_mean, push_job *jobs, bool *finished) {
     const ss__forest *f = &tg->forest;
     const uint32_t N = f->members;
     size_t nj = 0;
@@ -239,8 +240,19 @@ static size_t next_jobs(ss__tree *t, ss__tree_group *tg, ss__tree_slot *sl, cons
             if (f->root[p] == t->rank) {
                 if (sl->mean_count[p] == 0) { /* a retried round keeps the mean it sent */
                     const float inv = 1.0f / (float)count;
-                    for (size_t i = 0; i < pn; i++)
-                        sl->mean[off + i] = up[off + i] * inv;
+                    if (!bmuf) {
+                        for (size_t i = 0; i < pn; i++)
+                            sl->mean[off + i] = up[off + i] * inv;
+                    } else { /* the block step from the mean: what goes down is b */
+                        for (size_t i = 0; i < pn; i++)
+                            up[off + i] *= inv;
+                        const bool first = !tg->bmuf_started[p] || tg->bmuf_root[p] != t->rank;
+                        ss__bmuf_step(bmuf, tg->bmuf_w + off, tg->bmuf_m + off, tg->bmuf_b + off,
+                                      up + off, pn, first);
+                        memcpy(sl->mean + off, tg->bmuf_b + off, pn * sizeof *sl->mean);
+                        tg->bmuf_started[p] = true;
+                        tg->bmuf_root[p] = t->rank;
+                    }
                     sl->mean_count[p] = count;
                 }
             } else {
@@ -274,8 +286,8 @@ static ss_status tr_round(void *impl, const char *group, uint64_t member, const 
                           ss__round_result *result) {
     ss__tree *t = impl;
     (void)member;
-    if (bmuf)
-        return SS_ERR_INVALID_ARGUMENT; /* no member holds a global block state */
+    if (bmuf && !ss__bmuf_params_valid(bmuf))
+        return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&t->lock);
     ss__tree_group *tg = ss__tree_find_group(t, group);
     if (!tg || tg->n != n) {
@@ -283,6 +295,23 @@ static ss_status tr_round(void *impl, const char *group, uint64_t member, const 
         return tg ? SS_ERR_SIZE_MISMATCH : SS_ERR_NOT_FOUND;
     }
     const ss__forest *f = &tg->forest;
+    if (bmuf && !tg->bmuf_w) {
+        tg->bmuf_w = malloc(3 * n * sizeof *tg->bmuf_w);
+        tg->bmuf_started = calloc(f->parts, sizeof *tg->bmuf_started);
+        tg->bmuf_root = calloc(f->parts, sizeof *tg->bmuf_root);
+        if (!tg->bmuf_w || !tg->bmuf_started || !tg->bmuf_root) {
+            free(tg->bmuf_w);
+            free(tg->bmuf_started);
+            free(tg->bmuf_root);
+            tg->bmuf_w = NULL;
+            tg->bmuf_started = NULL;
+            tg->bmuf_root = NULL;
+            pthread_mutex_unlock(&t->lock);
+            return SS_ERR_NO_MEMORY;
+        }
+        tg->bmuf_m = tg->bmuf_w + n;
+        tg->bmuf_b = tg->bmuf_w + 2 * n;
+    }
     /* Round numbers advance only when a round succeeds, so members that
      * fail a round together retry the same one. A member that finds
      * others a round or more ahead (restarted, or it gave up on a round
@@ -313,7 +342,8 @@ static ss_status tr_round(void *impl, const char *group, uint64_t member, const 
             if (sl->round != round)
                 ss__tree_slot_open(sl, tg, round);
         }
-        size_t nj = next_jobs(t, tg, sl, s, out, up, flags, flags + f->parts, jobs, &finished);
+        size_t nj =
+            next_jobs(t, tg, sl, s, bmuf, out, up, flags, flags + f->parts, jobs, &finished);
         if (nj) {
             pthread_mutex_unlock(&t->lock);
             st = send_jobs(t, tg, epoch, round, jobs, nj, deadline);

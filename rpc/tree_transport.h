@@ -16,8 +16,10 @@
  * goes on. Round numbers advance only on success, so the members retry
  * the same round; a member that restarts (or gave up on a round the
  * others finished) joins the others' round from the first push it
- * refuses. S-MA only (no member holds
- * S-EASGD's central variable or S-BMUF's block state). */
+ * refuses. S-MA and S-BMUF: each partition's root keeps that partition's
+ * block state and sends b down instead of the mean (a partition whose root
+ * moves starts its block again). No S-EASGD: no member holds a central
+ * variable. */
 #ifndef SS_RPC_TREE_TRANSPORT_H
 #define SS_RPC_TREE_TRANSPORT_H
 

@@ -178,6 +178,18 @@ START_TEST(test_open_says_which_setting_is_wrong) {
     c.peer_schedule = "star";
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
     said("peer_schedule=\"star\"", "ring|random");
+    /* Trees: S-MA or S-BMUF (a partition's root keeps its block state),
+     * not S-EASGD; a topology file that is not there is named. */
+    c.peer_schedule = "tree";
+    c.algo = "easgd";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("peer_schedule=tree", "ma or bmuf");
+    c.algo = "bmuf";
+    c.topology = "/nonexistent/topology.txt";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_IO);
+    said("/nonexistent/topology.txt", "peer_schedule=tree");
+    c.topology = NULL;
+    c.algo = "ma";
     c.peer_schedule = "random";
     c.peer_rank = 5;
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);

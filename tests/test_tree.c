@@ -223,12 +223,12 @@ START_TEST(test_tree_rounds_by_hand) {
     float c[N];
     ck_assert_int_eq(ss__transport_read_central(t[2], "w", c, N), SS_OK);
     ck_assert_float_eq(c[0], 45.0f);
-    /* S-MA only: no central variable, no block state. */
+    /* No central variable: S-EASGD is refused; so are bad block momenta. */
     float d[N];
     ck_assert_int_eq(ss__transport_easgd_exchange(t[0], "w", 1, a[0].s, 0.5f, d, N),
                      SS_ERR_INVALID_ARGUMENT);
-    ss__bmuf_params bp = {.eta = 0.5f, .zeta = 0.5f};
-    ck_assert_int_eq(ss__transport_round(t[0], "w", 1, a[0].s, &bp, d, N, &a[0].rr),
+    ss__bmuf_params bad = {.eta = 1.5f, .zeta = 0.5f};
+    ck_assert_int_eq(ss__transport_round(t[0], "w", 1, a[0].s, &bad, d, N, &a[0].rr),
                      SS_ERR_INVALID_ARGUMENT);
     for (int r = 0; r < M; r++)
         ss__transport_destroy(t[r]);
@@ -266,6 +266,46 @@ START_TEST(test_member_away_fails_the_round_in_time_then_it_is_retried) {
     /* Every member got one and the same mean. */
     for (int r = 1; r < M; r++)
         ck_assert_mem_eq(a[r].out, a[0].out, sizeof a[0].out);
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
+static void *bmuf_round_main(void *p) {
+    member_round *a = p;
+    static const ss__bmuf_params bp = {.eta = 0.5f, .zeta = 0.5f};
+    a->st = ss__transport_round(a->t, "b", 1, a->s, &bp, a->out, N, &a->rr);
+    return NULL;
+}
+
+/* S-BMUF on trees: each partition's root keeps the block state of its
+ * partition (Chen & Huo, classic): round 1 starts it at the mean (w = b =
+ * avg), round 2 with eta = zeta = 0.5 moves by m = 0.5 (avg2 - b). */
+START_TEST(test_bmuf_rounds_by_hand) {
+    ss__transport *t[M];
+    start_members(t, M, 5000);
+    uint64_t id;
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(ss__transport_join(t[r], "b", N, &id), SS_OK);
+    member_round a[M];
+    memset(a, 0, sizeof a);
+    for (int round = 1; round <= 2; round++) {
+        pthread_t th[M];
+        for (int r = 0; r < M; r++) {
+            a[r].t = t[r];
+            for (int i = 0; i < N; i++) /* avg: 15 + i, then 30 + i */
+                a[r].s[i] = (float)r * 10.0f * (float)round + (float)i;
+            pthread_create(&th[r], NULL, bmuf_round_main, &a[r]);
+        }
+        for (int r = 0; r < M; r++)
+            pthread_join(th[r], NULL);
+        /* Round 1: b = avg = 15 + i. Round 2: G = 15, m = 7.5, w = b = 22.5 + i. */
+        for (int r = 0; r < M; r++) {
+            ck_assert_int_eq(a[r].st, SS_OK);
+            for (int i = 0; i < N; i++)
+                ck_assert_float_eq(a[r].out[i], (round == 1 ? 15.0f : 22.5f) + (float)i);
+        }
+    }
     for (int r = 0; r < M; r++)
         ss__transport_destroy(t[r]);
 }
@@ -447,5 +487,6 @@ int main(void) {
     return ss__check_tests("tree", 60, NULL, NULL, test_forest_by_hand,
                            test_forest_avoids_the_slow_host, test_tree_rounds_by_hand,
                            test_member_away_fails_the_round_in_time_then_it_is_retried,
-                           test_a_member_that_leaves_is_left_out, test_bad_pushes_and_open_doors);
+                           test_a_member_that_leaves_is_left_out, test_bmuf_rounds_by_hand,
+                           test_bad_pushes_and_open_doors);
 }

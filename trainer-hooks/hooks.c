@@ -82,9 +82,15 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
     if (peers && c->peer_schedule && strcmp(c->peer_schedule, "ring") != 0 &&
         strcmp(c->peer_schedule, "random") != 0 && strcmp(c->peer_schedule, "tree") != 0)
         return BAD("peer_schedule=\"%s\": unknown schedule (ring|random|tree)", c->peer_schedule);
-    if (peers && (!c->algo || strcmp(c->algo, "ma") != 0))
+    const bool trees = c->peer_schedule && !strcmp(c->peer_schedule, "tree");
+    if (peers && !trees && (!c->algo || strcmp(c->algo, "ma") != 0))
         return BAD("peers: decentralized averaging runs S-MA rounds with one peer at a time, "
-                   "and algo is \"%s\" (set algo=ma: S-EASGD and S-BMUF need a PS)",
+                   "and algo is \"%s\" (set algo=ma, or peer_schedule=tree for bmuf: S-EASGD "
+                   "needs a PS)",
+                   c->algo ? c->algo : "");
+    if (peers && trees && (!c->algo || !strcmp(c->algo, "easgd")))
+        return BAD("peers with peer_schedule=tree: algo is \"%s\" (ma or bmuf: S-EASGD needs a "
+                   "PS's central variable)",
                    c->algo ? c->algo : "");
     if (!agent && !peers && (!c->ps || !*c->ps))
         return BAD("ps: no parameter servers given (set SHADOWSYNC_PS=host:port,... or "

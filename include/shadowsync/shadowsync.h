@@ -98,7 +98,8 @@ typedef struct ss_trainer_config {
      * one step further each round) or "random"; or "tree": every round
      * sums all peers' snapshots up a forest of aggregation trees, one per
      * partition of the group, and brings the mean back down (a dead peer
-     * fails the round at its deadline). (Added in 0.2.) */
+     * fails the round at its deadline); with trees algo may be ma or bmuf.
+     * (Added in 0.2.) */
     const char *peer_schedule;
     /* topology: peer_schedule=tree packs its trees over these links, a
      * file of "link HOST HOST GBIT", "nic HOST GBIT", "default GBIT" and
