@@ -23,7 +23,7 @@ TRAINERS=${TRAINERS:-4}
 HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304} SECS=${SECS:-15}
 SHAPES=${SHAPES:-10gbit:10gbit:0 1gbit:1gbit:0 10gbit:1gbit:0 10gbit:10gbit:2}
 SLOW_RATE=${SLOW_RATE:-1gbit}
-SETUPS_A=${SETUPS_A:-none ps-easgd ps-ma peers-ma peers-tree}
+SETUPS_A=${SETUPS_A:-none ps-easgd ps-ma peers-ma peers-tree}  # also: ps-bmuf peers-tree-bmuf
 make_data "$ROWS"
 B=./build/bin
 BASE_PORT=${BASE_PORT:-27300}
@@ -44,6 +44,8 @@ run_procs() { # setup flags... -> prints "ne examples_per_s failed_rounds"
       ps-ma) extra=(--ps "$addr" --algo ma) ;;
       peers-ma) extra=(--peers "$peers" --algo ma) ;;
       peers-tree) extra=(--peers "$peers" --algo ma --peer-schedule tree) ;;
+      ps-bmuf) extra=(--ps "$addr" --algo bmuf) ;;
+      peers-tree-bmuf) extra=(--peers "$peers" --algo bmuf --peer-schedule tree) ;;
     esac
     timeout 600 $B/ctr-train "${extra[@]}" --rank "$r" --world "$TRAINERS" \
       --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" --test out/test.tsv \
