@@ -194,19 +194,26 @@ static void rounds_together(member_round *a, uint32_t m, float base) {
         pthread_join(th[r], NULL);
 }
 
+/* M members that know each other, joined to `group`, a[r] ready to run
+ * member r's rounds. */
+static void start_joined(ss__transport **t, member_round *a, const char *group,
+                         uint32_t timeout_ms) {
+    start_members(t, M, timeout_ms);
+    memset(a, 0, M * sizeof *a);
+    for (int r = 0; r < M; r++) {
+        uint64_t id;
+        ck_assert_int_eq(ss__transport_join(t[r], group, N, &id), SS_OK);
+        a[r].t = t[r];
+    }
+}
+
 START_TEST(test_tree_rounds_by_hand) {
     ss__transport *t[M];
-    start_members(t, M, 5000);
-    uint64_t id;
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(ss__transport_join(t[r], "w", N, &id), SS_OK);
+    member_round a[M];
+    start_joined(t, a, "w", 5000);
     const ss__forest *f = ss__tree_transport_forest(t[0], "w");
     ck_assert_ptr_nonnull(f);
     ck_assert_uint_eq(f->parts, M);
-    member_round a[M];
-    memset(a, 0, sizeof a);
-    for (int r = 0; r < M; r++)
-        a[r].t = t[r];
     /* Member r holds r * base + i: the mean is 1.5 base + i, exact in
      * float, the same at every member. */
     for (int round = 1; round <= 3; round++) {
@@ -237,14 +244,8 @@ END_TEST
 
 START_TEST(test_member_away_fails_the_round_in_time_then_it_is_retried) {
     ss__transport *t[M];
-    start_members(t, M, 300);
-    uint64_t id;
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(ss__transport_join(t[r], "w", N, &id), SS_OK);
     member_round a[M];
-    memset(a, 0, sizeof a);
-    for (int r = 0; r < M; r++)
-        a[r].t = t[r];
+    start_joined(t, a, "w", 300);
     /* Member 3 does not take part: the others' round fails at its
      * deadline (0.3 s), not later, twice. */
     for (int k = 0; k < 2; k++) {
@@ -283,16 +284,11 @@ static void *bmuf_round_main(void *p) {
  * avg), round 2 with eta = zeta = 0.5 moves by m = 0.5 (avg2 - b). */
 START_TEST(test_bmuf_rounds_by_hand) {
     ss__transport *t[M];
-    start_members(t, M, 5000);
-    uint64_t id;
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(ss__transport_join(t[r], "b", N, &id), SS_OK);
     member_round a[M];
-    memset(a, 0, sizeof a);
+    start_joined(t, a, "b", 5000);
     for (int round = 1; round <= 2; round++) {
         pthread_t th[M];
         for (int r = 0; r < M; r++) {
-            a[r].t = t[r];
             for (int i = 0; i < N; i++) /* avg: 15 + i, then 30 + i */
                 a[r].s[i] = (float)r * 10.0f * (float)round + (float)i;
             pthread_create(&th[r], NULL, bmuf_round_main, &a[r]);
@@ -315,14 +311,8 @@ END_TEST
  * again without it, also in the middle of a round, and go on. */
 START_TEST(test_a_member_that_leaves_is_left_out) {
     ss__transport *t[M];
-    start_members(t, M, 5000);
-    uint64_t id;
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(ss__transport_join(t[r], "w", N, &id), SS_OK);
     member_round a[M];
-    memset(a, 0, sizeof a);
-    for (int r = 0; r < M; r++)
-        a[r].t = t[r];
+    start_joined(t, a, "w", 5000);
     rounds_together(a, M, 1.0f);
     for (int r = 0; r < M; r++)
         ck_assert_int_eq(a[r].st, SS_OK);
