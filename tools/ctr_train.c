@@ -411,7 +411,13 @@ static int parse_options(int argc, char **argv, run_options *o) {
     if (!strcmp(final_model, "auto"))
         final_model = in_process_sync ? "central" : "replica";
     cfg.eval_central = !strcmp(final_model, "central");
-    const int64_t synced = strcmp(sync, "none") == 0 ? 1 : process ? world : trainers;
+    int64_t synced = strcmp(sync, "none") == 0 ? 1 : process ? world : trainers;
+    /* Ring or random gossip averages two replicas a round, not all of them,
+     * so the linear rule's N is 2: with 4 processes the 4x lr left some
+     * replicas far from the others (held-out NE up to 0.936 against 0.905;
+     * BENCHMARKS.md, "Decentralized averaging"). Trees average every one. */
+    if (process && *peers && strcmp(peer_schedule, "tree") != 0 && synced > 2)
+        synced = 2;
     if (strcmp(lr_scaling, "none") != 0 && synced > 1) {
         const bool sq = !strcmp(lr_scaling, "sqrt");
         snprintf(o->lr_note, sizeof o->lr_note, " (--lr %g x %s%lld%s synced trainers)", lr,
