@@ -297,7 +297,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
         {"lr-scaling", SS_FLAG_STRING, &lr_scaling,
          "N synced trainers each take 1/N of the steps and their replicas are averaged: linear "
          "multiplies the dense lr by N (the progress per epoch of one trainer), sqrt by sqrt(N), "
-         "none keeps it",
+         "none keeps it; with ring or random --peers, N is 2 (the replicas a round averages)",
          "linear|sqrt|none", 0, 0},
         {"eval-each", SS_FLAG_BOOL, &eval_each, "also evaluate every trainer's replica", NULL, 0,
          0},
