@@ -214,29 +214,17 @@ static ss_status gp_join(void *impl, const char *group, size_t n, uint64_t *memb
 static void announce_leave(gossip *g, const char *group) {
     Shadowsync__V1__PeerLeaveRequest m = SHADOWSYNC__V1__PEER_LEAVE_REQUEST__INIT;
     m.group = (char *)group;
-    uint8_t buf[256];
     pthread_mutex_lock(&g->lock);
     m.from = g->rank;
     local_group *lg = find_local(g, group);
-    ss__rpc_request *rq = lg ? calloc(g->npeers, sizeof *rq) : NULL;
-    size_t k = 0, len = 0;
-    if (rq && protobuf_c_message_get_packed_size(&m.base) <= sizeof buf) {
-        len = protobuf_c_message_pack(&m.base, buf);
-        for (uint32_t i = 0; i < g->npeers; i++) {
-            ss__rpc_channel *ch = i != g->rank && !lg->left[i] ? channel_to(g, i) : NULL;
-            if (ch)
-                rq[k++] =
-                    (ss__rpc_request){.ch = ch, .method = LEAVE_METHOD, .req = buf, .len = len};
-        }
-    }
+    ss__rpc_channel **ch = lg ? calloc(g->npeers, sizeof *ch) : NULL;
+    size_t k = 0;
+    for (uint32_t i = 0; ch && i < g->npeers; i++)
+        if (i != g->rank && !lg->left[i] && (ch[k] = channel_to(g, i)))
+            k++;
     pthread_mutex_unlock(&g->lock);
-    if (k) {
-        uint32_t ms = g->timeout_ms < 1000 ? g->timeout_ms : 1000;
-        ss__rpc_call_many(rq, k, ms, false);
-        for (size_t i = 0; i < k; i++)
-            free(rq[i].resp);
-    }
-    free(rq);
+    ss__peer_tell_all(ch, k, LEAVE_METHOD, &m.base, g->timeout_ms);
+    free(ch);
 }
 
 static ss_status gp_leave(void *impl, const char *group, uint64_t member) {

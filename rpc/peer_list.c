@@ -4,6 +4,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+void ss__peer_tell_all(ss__rpc_channel *const *ch, size_t n, const char *method,
+                       const ProtobufCMessage *msg, uint32_t timeout_ms) {
+    uint8_t buf[256];
+    ss__rpc_request *rq = n ? calloc(n, sizeof *rq) : NULL;
+    if (!rq || protobuf_c_message_get_packed_size(msg) > sizeof buf) {
+        free(rq);
+        return;
+    }
+    size_t len = protobuf_c_message_pack(msg, buf);
+    for (size_t i = 0; i < n; i++)
+        rq[i] = (ss__rpc_request){.ch = ch[i], .method = method, .req = buf, .len = len};
+    ss__rpc_call_many(rq, n, timeout_ms < 1000 ? timeout_ms : 1000, false);
+    for (size_t i = 0; i < n; i++)
+        free(rq[i].resp);
+    free(rq);
+}
+
 void ss__peer_list_free(char **peers, uint32_t n) {
     for (uint32_t i = 0; peers && i < n; i++)
         free(peers[i]);

@@ -3,8 +3,11 @@
 #ifndef SS_RPC_PEER_LIST_H
 #define SS_RPC_PEER_LIST_H
 
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "rpc/rpc.h"
 #include "shadowsync/status.h"
 
 /* Splits list into *n strdup'd addresses (*out, free with
@@ -12,5 +15,10 @@
  * more than max entries. */
 ss_status ss__peer_list_parse(const char *list, uint32_t max, char ***out, uint32_t *n);
 void ss__peer_list_free(char **peers, uint32_t n);
+/* Sends one small message to each of n channels at once, best effort (a
+ * member telling the others that it leaves): replies and failures are
+ * dropped, and it waits at most timeout_ms or a second, the shorter. */
+void ss__peer_tell_all(ss__rpc_channel *const *ch, size_t n, const char *method,
+                       const ProtobufCMessage *msg, uint32_t timeout_ms);
 
 #endif

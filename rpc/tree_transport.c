@@ -176,22 +176,13 @@ static void announce_leave(ss__tree *t, const char *group) {
     Shadowsync__V1__TreeLeave m = SHADOWSYNC__V1__TREE_LEAVE__INIT;
     m.group = (char *)group;
     m.from = t->rank;
-    uint8_t buf[256];
-    ss__rpc_request *rq = calloc(t->npeers, sizeof *rq);
+    ss__rpc_channel **ch = calloc(t->npeers, sizeof *ch);
     size_t k = 0;
-    if (rq && protobuf_c_message_get_packed_size(&m.base) <= sizeof buf) {
-        size_t len = protobuf_c_message_pack(&m.base, buf);
-        for (uint32_t i = 0; i < t->npeers; i++) {
-            ss__rpc_channel *ch = i != t->rank && !gone[i] ? channel_to(t, i) : NULL;
-            if (ch)
-                rq[k++] = (ss__rpc_request){
-                    .ch = ch, .method = SS_TREE_LEAVE_METHOD, .req = buf, .len = len};
-        }
-        ss__rpc_call_many(rq, k, t->timeout_ms < 1000 ? t->timeout_ms : 1000, false);
-        for (size_t i = 0; i < k; i++)
-            free(rq[i].resp);
-    }
-    free(rq);
+    for (uint32_t i = 0; ch && i < t->npeers; i++)
+        if (i != t->rank && !gone[i] && (ch[k] = channel_to(t, i)))
+            k++;
+    ss__peer_tell_all(ch, k, SS_TREE_LEAVE_METHOD, &m.base, t->timeout_ms);
+    free(ch);
     free(gone);
 }
 

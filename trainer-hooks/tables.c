@@ -629,6 +629,17 @@ static ss_status table_push(ss_table *tb, const uint64_t *ids, size_t n, const f
     return st;
 }
 
+/* Puts f at the end of the fetcher's list (fetches and warm-ups, taken in
+ * order) and wakes it. Caller holds tb->lock. */
+static void append_fetch(ss_table *tb, ss_table_fetch *f) {
+    if (tb->fetch_tail)
+        tb->fetch_tail->next = f;
+    else
+        tb->fetch_head = f;
+    tb->fetch_tail = f;
+    pthread_cond_signal(&tb->fetch_ready);
+}
+
 /* Queues a fetch of ids for the fetcher, with a push to send in the same
  * calls (remote; push->n 0: none). Takes the push item, also on error. */
 static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_item *push,
@@ -656,12 +667,7 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
     pthread_mutex_lock(&tb->lock);
     if (f->push.n)
         tb->fetch_pushes++; /* ss_table_flush waits for it */
-    if (tb->fetch_tail)
-        tb->fetch_tail->next = f;
-    else
-        tb->fetch_head = f;
-    tb->fetch_tail = f;
-    pthread_cond_signal(&tb->fetch_ready);
+    append_fetch(tb, f);
     pthread_mutex_unlock(&tb->lock);
     *out = f;
     return SS_OK;
@@ -713,13 +719,8 @@ static ss_status table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
         atomic_fetch_add(&tb->warms_skipped, 1);
     } else {
         tb->warms_queued++;
-        if (tb->fetch_tail)
-            tb->fetch_tail->next = f;
-        else
-            tb->fetch_head = f;
-        tb->fetch_tail = f;
+        append_fetch(tb, f);
         f = NULL;
-        pthread_cond_signal(&tb->fetch_ready);
     }
     pthread_mutex_unlock(&tb->lock);
     if (f) {
