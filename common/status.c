@@ -20,6 +20,7 @@ static const struct {
     [SS_ERR_INTERNAL] = {"internal", "internal error"},
     [SS_ERR_PERMISSION] = {"permission", "permission denied"},
     [SS_ERR_TOO_LARGE] = {"too_large", "over a size limit"},
+    [SS_ERR_UNSUPPORTED] = {"unsupported", "not supported by this build or machine"},
 };
 
 const char *ss_strerror(ss_status status) {

@@ -37,6 +37,7 @@ struct ss__engine_group {
     ss__counter *m_rounds, *m_failed, *m_sent, *m_received, *m_iterations;
     ss__histogram *m_round_seconds, *m_gap;
     ss__gauge *m_divergence, *m_diverged;
+    ss__histogram *m_copy_seconds; /* device groups: a round's copies and delta kernel */
     /* The replica holds NaN/Inf (seen in its snapshot, or refused by the
      * other side): no more rounds, said once in the log and in
      * shadowsync_sync_diverged; rounds return SS_ERR_NON_FINITE. */
@@ -148,6 +149,13 @@ static ss_status register_metrics(ss__engine *e, ss__engine_group *g) {
                                 "|x - c| / |c| of the replica against the consensus at the last "
                                 "round.",
                                 labels, &g->m_divergence)))
+        return st;
+    if (ss__replica_device(g->replica) &&
+        (st = ss__metrics_histogram(
+             e->metrics, "shadowsync_device_copy_seconds",
+             "Device groups: time a round spent in copies between host and GPU and in the delta "
+             "kernel, on the shadow pool's stream.",
+             labels, round_bounds, sizeof round_bounds / sizeof *round_bounds, &g->m_copy_seconds)))
         return st;
     return SS_OK;
 }
@@ -294,26 +302,38 @@ static void rejoin(ss__engine_group *g) {
                  ss_status_name(st));
 }
 
+/* A device replica's copy or kernel failed (host replicas cannot): the
+ * round fails, and the log says which call on which device. */
+static void device_failed(ss__engine_group *g, const char *what) {
+    SS_LOG_ERRORF("engine", "event=device_error trainer=%s group=%s during=\"%s\" why=\"%s\"",
+                  g->engine->trainer, g->name, what, ss__device_last_error());
+}
+
 /* One round; the caller holds g->round_lock. A transport error abandons the
  * round whole: nothing is applied to the replica. */
 static ss_status run_round_locked(ss__engine_group *g) {
     ss__engine *e = g->engine;
     const size_t n = ss__replica_size(g->replica);
-    float *x = ss__replica_data(g->replica);
     if (atomic_load(&g->diverged))
         return SS_ERR_NON_FINITE; /* said once already; nothing to retry */
     const uint64_t t0 = ss__now_ns();
-    ss__kernel_live_snapshot(g->snap, x, n);
-
-    ss_status st;
-    if (!ss__kernel_all_finite(g->snap, n)) {
+    ss__device_group *dev = ss__replica_device(g->replica);
+    const uint64_t copy0 = dev ? ss__device_group_copy_ns(dev) : 0;
+    ss_status st = ss__replica_snapshot(g->replica, g->snap);
+    if (st != SS_OK) {
+        device_failed(g, "snapshot"); /* nothing sent, nothing to apply */
+    } else if (!ss__kernel_all_finite(g->snap, n)) {
         st = SS_ERR_NON_FINITE; /* the other side would refuse it */
     } else if (g->params.algo == SS_ALGO_EASGD) {
         /* Applied even when the exchange failed: reply then holds what the
          * other side did apply (zeros elsewhere), and x + c stays conserved. */
         st = ss__transport_easgd_exchange(e->transport, g->name, g->member, g->snap,
                                           g->params.alpha, g->reply, n);
-        ss__kernel_live_add_scaled(x, g->reply, -1.0f, n);
+        ss_status applied = ss__replica_add_scaled(g->replica, g->reply, -1.0f);
+        if (applied != SS_OK) {
+            device_failed(g, "applying the elastic reply"); /* the PS moved c alone */
+            st = applied;
+        }
     } else {
         /* S-MA: reply = the round's mean. S-BMUF: the aggregator holds the
          * block state and replies with the block start b. Either way the
@@ -323,8 +343,8 @@ static ss_status run_round_locked(ss__engine_group *g) {
         st = ss__transport_round(e->transport, g->name, g->member, g->snap, bmuf, g->reply, n, &rr);
         if (st == SS_OK)
             st = ss__ma_delta(g->reply, g->snap, g->delta, n);
-        if (st == SS_OK)
-            ss__kernel_live_add_scaled(x, g->delta, 1.0f, n);
+        if (st == SS_OK && (st = ss__replica_add_scaled(g->replica, g->delta, 1.0f)) != SS_OK)
+            device_failed(g, "applying the round's delta");
     }
     const uint64_t t1 = ss__now_ns();
     const size_t bytes = ss__transport_wire_bytes(e->transport, n); /* compressed: less */
@@ -377,6 +397,9 @@ static ss_status run_round_locked(ss__engine_group *g) {
     ss__counter_add(g->m_iterations, gap);
     ss__histogram_observe(g->m_round_seconds, (double)(t1 - t0) * 1e-9);
     ss__histogram_observe(g->m_gap, (double)gap);
+    if (dev)
+        ss__histogram_observe(g->m_copy_seconds,
+                              (double)(ss__device_group_copy_ns(dev) - copy0) * 1e-9);
     if (measure)
         ss__gauge_set(g->m_divergence, divergence);
     return SS_OK;

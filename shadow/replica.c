@@ -5,8 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shadow/kernels.h"
+
 struct ss__replica {
-    float *data;
+    float *data;              /* host memory, or NULL */
+    ss__device_group *device; /* GPU memory, or NULL */
     size_t n;
     bool owned;
     /* &own_iterations, or a counter in memory shared with another process
@@ -31,6 +34,7 @@ ss_status ss__replica_create(size_t n, ss__replica **out) {
     }
     memset(data, 0, bytes);
     r->data = data;
+    r->device = NULL;
     r->n = n;
     r->owned = true;
     atomic_init(&r->own_iterations, 0);
@@ -51,10 +55,31 @@ ss_status ss__replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *itera
     if (!r)
         return SS_ERR_NO_MEMORY;
     r->data = data;
+    r->device = NULL;
     r->n = n;
     r->owned = false;
     atomic_init(&r->own_iterations, 0);
     r->iterations = iterations ? iterations : &r->own_iterations;
+    *out = r;
+    return SS_OK;
+}
+
+ss_status ss__replica_create_device(int ordinal, size_t n, ss__replica **out, const char **why) {
+    if (!out || n == 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss__replica *r = aligned_alloc(64, sizeof *r);
+    if (!r)
+        return SS_ERR_NO_MEMORY;
+    ss_status st = ss__device_group_create(ordinal, n, &r->device, why);
+    if (st != SS_OK) {
+        free(r);
+        return st;
+    }
+    r->data = NULL;
+    r->n = n;
+    r->owned = true;
+    atomic_init(&r->own_iterations, 0);
+    r->iterations = &r->own_iterations;
     *out = r;
     return SS_OK;
 }
@@ -64,11 +89,37 @@ void ss__replica_destroy(ss__replica *r) {
         return;
     if (r->owned)
         free(r->data);
+    ss__device_group_destroy(r->device);
     free(r);
 }
 
 float *ss__replica_data(ss__replica *r) {
     return r->data;
+}
+
+ss__device_group *ss__replica_device(ss__replica *r) {
+    return r->device;
+}
+
+ss_status ss__replica_snapshot(ss__replica *r, float *dst) {
+    if (r->device)
+        return ss__device_group_snapshot(r->device, dst);
+    ss__kernel_live_snapshot(dst, r->data, r->n);
+    return SS_OK;
+}
+
+ss_status ss__replica_add_scaled(ss__replica *r, const float *d, float scale) {
+    if (r->device)
+        return ss__device_group_add_scaled(r->device, d, scale);
+    ss__kernel_live_add_scaled(r->data, d, scale, r->n);
+    return SS_OK;
+}
+
+ss_status ss__replica_load(ss__replica *r, const float *src) {
+    if (r->device)
+        return ss__device_group_upload(r->device, src);
+    memcpy(r->data, src, r->n * sizeof(float));
+    return SS_OK;
 }
 
 size_t ss__replica_size(const ss__replica *r) {

@@ -1,7 +1,9 @@
 /* A replica: one trainer's copy of a dense parameter group (a float32
  * region) plus an atomic iteration counter that workers tick per step.
  * Workers write the region lock-free; the shadow pool reads and updates
- * it only through the ss__kernel_live_* kernels. */
+ * it only through ss__replica_snapshot/add_scaled: the ss__kernel_live_*
+ * kernels for host memory, the device group's stream and kernels for a
+ * replica in GPU memory (shadow/device.h). */
 #ifndef SHADOWSYNC_REPLICA_H
 #define SHADOWSYNC_REPLICA_H
 
@@ -9,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shadow/device.h"
 #include "shadowsync/status.h"
 
 typedef struct ss__replica ss__replica;
@@ -22,9 +25,21 @@ ss_status ss__replica_wrap(float *data, size_t n, ss__replica **out);
  * process, which ticks the counter. */
 ss_status ss__replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *iterations,
                                   ss__replica **out);
+/* n zeroed floats on CUDA device `ordinal` (shadow/device.h); *why says
+ * what failed (no device, which call). */
+ss_status ss__replica_create_device(int ordinal, size_t n, ss__replica **out, const char **why);
 void ss__replica_destroy(ss__replica *r);
 
+/* Host memory; NULL for a device replica. */
 float *ss__replica_data(ss__replica *r);
+/* The device group of a device replica; NULL for host memory. */
+ss__device_group *ss__replica_device(ss__replica *r);
+/* dst (n floats) = the live replica, as the shadow pool reads it. */
+ss_status ss__replica_snapshot(ss__replica *r, float *dst);
+/* live += scale * d (n host floats), keeping concurrent worker updates. */
+ss_status ss__replica_add_scaled(ss__replica *r, const float *d, float scale);
+/* The whole replica <- src (n host floats), before training. */
+ss_status ss__replica_load(ss__replica *r, const float *src);
 size_t ss__replica_size(const ss__replica *r);
 
 /* Adds n trainer iterations (called by workers after each step). */

@@ -24,9 +24,12 @@ run() { # binary: must train 10 steps in mode none
 cc -std=c11 -Wall -Wextra -Werror "$example" $(pkg-config --cflags --libs shadowsync) \
   -Wl,-rpath,"$libdir" -o "$tmp/pc-shared"
 run "$tmp/pc-shared"
+# The archive, then what pkg-config --static says it needs (gRPC core,
+# protobuf-c, and the CUDA runtime where CUDA was built), less the shared
+# library itself.
+static_libs=$(pkg-config --static --libs shadowsync | sed 's/ -lshadowsync\b//')
 cc -std=c11 -Wall -Wextra -Werror "$example" $(pkg-config --cflags shadowsync) \
-  "$libdir/libshadowsync.a" $(pkg-config --libs grpc gpr libprotobuf-c) -lpthread -lm \
-  -o "$tmp/pc-static"
+  "$libdir/libshadowsync.a" $static_libs -o "$tmp/pc-static"
 run "$tmp/pc-static"
 # The daemons and tools are installed too (the paths deploy/systemd runs),
 # and the license files; a library-only install has no programs.

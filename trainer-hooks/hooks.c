@@ -16,7 +16,9 @@
 #include "rpc/grpc_transport.h"
 #include "rpc/rpc.h"
 #include "rpc/tree_transport.h"
+#include "shadow/device.h"
 #include "shadow/engine.h"
+#include "shadow/replica.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/hooks_internal.h"
 #include "trainer-hooks/settings_internal.h"
@@ -329,7 +331,8 @@ static ss_status ps_call_failed(ss_status st, const char *what) {
     return st;
 }
 
-static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
+/* device: a CUDA device's ordinal for a device group, -1 for host memory. */
+static ss_status add_dense(ss_trainer *t, const char *name, size_t n, int device, const float *init,
                            ss_dense **out) {
     if (!t || !out)
         return ss__err_set(SS_ERR_INVALID_ARGUMENT, "trainer or out: NULL");
@@ -340,6 +343,11 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const floa
                            name ? name : "(null)");
     if (n == 0)
         return ss__err_set(SS_ERR_INVALID_ARGUMENT, "group %s: n = 0 floats", name);
+    if (device >= 0 && t->agent_client)
+        return ss__err_set(SS_ERR_UNSUPPORTED,
+                           "group %s: device groups are synced by the in-process shadow pool; "
+                           "agent mode (agent=%s) hands groups over as shared host memory",
+                           name, t->agent);
     ss_dense *g = calloc(1, sizeof *g);
     if (!g)
         return SS_ERR_NO_MEMORY;
@@ -351,17 +359,22 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const floa
         st = ss__shm_group_create(name, n, &g->shm);
         if (st == SS_OK)
             st = ss__replica_wrap_shared(g->shm.data, n, &g->shm.hdr->iterations, &g->replica);
+    } else if (st == SS_OK && device >= 0) {
+        const char *why = "";
+        if ((st = ss__replica_create_device(device, n, &g->replica, &why)) != SS_OK)
+            ss__err_set(st, "group %s on device %d: %s", name, device, why);
     } else if (st == SS_OK) {
         st = ss__replica_create(n, &g->replica);
     }
+    if (st == SS_OK && init && (st = ss__replica_load(g->replica, init)) != SS_OK)
+        ss__err_set(st, "group %s: %s", name, ss__device_last_error());
     if (st != SS_OK) {
+        ss__replica_destroy(g->replica);
         ss__shm_group_release(&g->shm);
         free(g->name);
         free(g);
         return st;
     }
-    if (init)
-        memcpy(ss__replica_data(g->replica), init, n * sizeof(float));
     pthread_mutex_lock(&t->lock);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
@@ -406,11 +419,51 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, const floa
 ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
                                ss_dense **out) {
     ss__err_begin();
-    return ss__err_end(add_dense(t, name, n, init, out));
+    return ss__err_end(add_dense(t, name, n, -1, init, out));
+}
+
+ss_status ss_trainer_add_dense_device(ss_trainer *t, const char *name, size_t n, int device,
+                                      const float *init, ss_dense **out) {
+    ss__err_begin();
+    if (device < 0)
+        return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT,
+                                       "group %s: device %d: a CUDA device ordinal is >= 0",
+                                       name ? name : "(null)", device));
+    return ss__err_end(add_dense(t, name, n, device, init, out));
+}
+
+int ss_device_count(void) {
+    ss__err_begin();
+    const char *why = "";
+    int n = ss__device_count(&why);
+    if (n == 0)
+        ss__err_set(SS_ERR_UNSUPPORTED, "no CUDA device: %s", why);
+    ss__err_end(n == 0 ? SS_ERR_UNSUPPORTED : SS_OK);
+    return n;
 }
 
 float *ss_dense_data(ss_dense *g) {
     return g ? ss__replica_data(g->replica) : NULL;
+}
+
+void *ss_dense_device_data(ss_dense *g) {
+    ss__device_group *d = g ? ss__replica_device(g->replica) : NULL;
+    return d ? ss__device_group_data(d) : NULL;
+}
+
+int ss_dense_device(const ss_dense *g) {
+    ss__device_group *d = g ? ss__replica_device(g->replica) : NULL;
+    return d ? ss__device_group_ordinal(d) : -1;
+}
+
+ss_status ss_dense_read(ss_dense *g, float *dst) {
+    ss__err_begin();
+    if (!g || !dst)
+        return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT, "group or dst: NULL"));
+    ss_status st = ss__replica_snapshot(g->replica, dst);
+    if (st != SS_OK)
+        ss__err_set(st, "group %s: %s", g->name, ss__device_last_error());
+    return ss__err_end(st);
 }
 
 size_t ss_dense_size(const ss_dense *g) {

@@ -163,9 +163,44 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out);
  * name, n and algorithm for a group. Joins the PS shards. */
 ss_status ss_trainer_add_dense(ss_trainer *t, const char *name, size_t n, const float *init,
                                ss_dense **out);
+/* The group's floats in host memory; NULL for a device group. */
 float *ss_dense_data(ss_dense *g);
 size_t ss_dense_size(const ss_dense *g);
 ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out);
+/* Copies the group's n floats to dst (host memory), from either kind of
+ * group: to evaluate or save the model. (Added in 0.2.) */
+ss_status ss_dense_read(ss_dense *g, float *dst);
+
+/* ---- Device groups (CUDA; added in 0.2) ----
+ *
+ * A device group lives in the memory of a CUDA GPU. The trainer's kernels
+ * update ss_dense_device_data(g) (a device pointer) on their own streams,
+ * Hogwild as on the host; the shadow pool syncs it without touching those
+ * streams: each round copies a snapshot to pinned host memory and applies
+ * its delta with a kernel, both on a stream of its own created
+ * non-blocking at the device's lowest priority. A training step never
+ * waits for a round. In-process pool only (not with agent). docs/gpu.md.
+ *
+ *     if (ss_device_count() > 0 &&
+ *         ss_trainer_add_dense_device(t, "mlp", n, 0, init, &w) == SS_OK) {
+ *         float *dw = (float *)ss_dense_device_data(w);  // cudaMalloc'd
+ *         ...  // kernels update dw; ss_trainer_step(t) per minibatch
+ *     }
+ */
+
+/* CUDA devices the library can use: 0 when it was built without CUDA,
+ * there is no driver or no GPU (ss_last_error() says which). */
+int ss_device_count(void);
+/* Like ss_trainer_add_dense, the n floats on device `device` (an ordinal
+ * below ss_device_count()); init: n floats in host memory, or NULL for
+ * zeros. No device or no CUDA: SS_ERR_UNSUPPORTED, and ss_last_error()
+ * says why. */
+ss_status ss_trainer_add_dense_device(ss_trainer *t, const char *name, size_t n, int device,
+                                      const float *init, ss_dense **out);
+/* The device pointer of a device group; NULL for a host group. */
+void *ss_dense_device_data(ss_dense *g);
+/* The device ordinal of a device group; -1 for a host group. */
+int ss_dense_device(const ss_dense *g);
 
 /* The trainer's metrics in the Prometheus text format, for the program to
  * serve or log (the library serves no HTTP itself): the shadow pool's

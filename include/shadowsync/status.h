@@ -24,6 +24,7 @@ typedef enum ss_status {
     SS_ERR_INTERNAL,         /* bug: invariant broken */
     SS_ERR_PERMISSION,       /* caller not allowed (e.g. another uid at the agent socket) */
     SS_ERR_TOO_LARGE,        /* request or message over a size limit */
+    SS_ERR_UNSUPPORTED,      /* not in this build or on this machine (e.g. no CUDA device) */
     SS_STATUS_COUNT_
 } ss_status;
 

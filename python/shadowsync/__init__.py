@@ -22,7 +22,8 @@ import numpy as np
 
 from ._lib import DenseStats, TableStats, c_float_p, c_uint64_p, lib
 
-__all__ = ["ShadowSyncError", "Trainer", "DenseGroup", "Table", "Fetch", "version"]
+__all__ = ["ShadowSyncError", "Trainer", "DenseGroup", "Table", "Fetch", "version",
+           "device_count"]
 
 _OK = 0
 _TOO_LARGE = 15
@@ -34,6 +35,17 @@ def version():
 
 
 __version__ = version()
+
+
+def device_count():
+    """CUDA devices the library can use (0 when it was built without CUDA,
+    or there is no driver or GPU: device_count_why() says which)."""
+    return lib.ss_device_count()
+
+
+def device_count_why():
+    """Why device_count() is 0 ("" when it is not)."""
+    return lib.ss_last_error().decode() if lib.ss_device_count() == 0 else ""
 
 
 class ShadowSyncError(Exception):
@@ -108,9 +120,12 @@ class Trainer:
             raise ShadowSyncError(7, "the trainer is closed")  # SS_ERR_STATE
         return self._handle
 
-    def add_dense(self, name, size=None, init=None):
+    def add_dense(self, name, size=None, init=None, device=None):
         """A dense group of `size` floats (or of init's, copied in), owned by
-        the library and synced by the shadow pool."""
+        the library and synced by the shadow pool. device=N puts it in the
+        memory of CUDA device N (docs/gpu.md): then group.torch() is a CUDA
+        tensor (with a CUDA build of PyTorch) and the group has
+        __cuda_array_interface__."""
         if init is not None:
             init = np.ascontiguousarray(init, dtype=np.float32).reshape(-1)
             if size is not None and size != init.size:
@@ -120,7 +135,12 @@ class Trainer:
             raise ShadowSyncError(1, f"group {name}: give size or init")
         g = ctypes.c_void_p()
         ptr = init.ctypes.data_as(c_float_p) if init is not None else None
-        _check(lib.ss_trainer_add_dense(self._live(), name.encode(), size, ptr, ctypes.byref(g)))
+        if device is None:
+            _check(lib.ss_trainer_add_dense(self._live(), name.encode(), size, ptr,
+                                            ctypes.byref(g)))
+        else:
+            _check(lib.ss_trainer_add_dense_device(self._live(), name.encode(), size, device, ptr,
+                                                   ctypes.byref(g)))
         group = DenseGroup(self, name, g)
         self._groups[name] = group
         return group
@@ -175,17 +195,43 @@ class DenseGroup:
     def __init__(self, trainer, name, handle):
         self.trainer, self.name, self._handle = trainer, name, handle
         self.size = lib.ss_dense_size(handle)
+        dev = lib.ss_dense_device(handle)
+        self.device = dev if dev >= 0 else None  # a CUDA device ordinal, or None
 
     def numpy(self):
         """The replica as a float32 numpy array, zero-copy (valid until the
-        trainer's close())."""
+        trainer's close()). A device group has none: read() copies it."""
+        if self.device is not None:
+            raise ShadowSyncError(16, f"group {self.name} lives on CUDA device {self.device}: "
+                                      "use read() for a host copy, or torch()")
         ptr = lib.ss_dense_data(self._handle)
         return np.ctypeslib.as_array(ptr, shape=(self.size,))
 
+    def read(self):
+        """A host copy of the replica (either kind of group)."""
+        out = np.empty(self.size, np.float32)
+        _check(lib.ss_dense_read(self._handle, out.ctypes.data_as(c_float_p)))
+        return out
+
+    @property
+    def __cuda_array_interface__(self):
+        """A device group's memory for CUDA consumers (PyTorch, CuPy, Numba),
+        zero-copy: version 3 of the interface, no stream to wait for (the
+        shadow pool's rounds run on their own stream, Hogwild as on the
+        host)."""
+        if self.device is None:
+            raise AttributeError(f"group {self.name} is in host memory: use numpy()")
+        return {"shape": (self.size,), "typestr": "<f4", "descr": [("", "<f4")],
+                "data": (lib.ss_dense_device_data(self._handle), False), "strides": None,
+                "version": 3}
+
     def torch(self):
-        """The replica as a float32 torch tensor, zero-copy."""
+        """The replica as a float32 torch tensor, zero-copy: a CPU tensor,
+        or for a device group a CUDA tensor on its device."""
         import torch
 
+        if self.device is not None:
+            return torch.as_tensor(self, device=f"cuda:{self.device}")
         return torch.from_numpy(self.numpy())
 
     def stats(self):

@@ -75,6 +75,12 @@ _DECLS = {
     "ss_dense_data": (c_float_p, [_P]),
     "ss_dense_size": (ctypes.c_size_t, [_P]),
     "ss_dense_get_stats": (_S, [_P, ctypes.POINTER(DenseStats)]),
+    "ss_dense_read": (_S, [_P, c_float_p]),
+    "ss_device_count": (ctypes.c_int, []),
+    "ss_trainer_add_dense_device": (
+        _S, [_P, _STR, ctypes.c_size_t, ctypes.c_int, c_float_p, ctypes.POINTER(_P)]),
+    "ss_dense_device_data": (_P, [_P]),
+    "ss_dense_device": (ctypes.c_int, [_P]),
     "ss_trainer_metrics": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t, c_size_p]),
     "ss_trainer_step": (_S, [_P]),
     "ss_trainer_finish": (_S, [_P]),

@@ -100,6 +100,20 @@ class BindingTest(unittest.TestCase):
                 t.step()
             self.assertEqual(g.stats()["iterations"], 5)
 
+    def test_device_groups_say_why_without_a_gpu(self):
+        with shadowsync.Trainer(sync="none") as t:
+            g = t.add_dense("w", init=np.arange(3, dtype=np.float32))
+            self.assertIsNone(g.device)
+            np.testing.assert_array_equal(g.read(), [0, 1, 2])  # a copy
+            self.assertFalse(hasattr(g, "__cuda_array_interface__"))
+            if shadowsync.device_count() > 0:
+                self.skipTest("this machine has a CUDA device")
+            self.assertIn("no CUDA device", shadowsync.device_count_why())
+            with self.assertRaises(shadowsync.ShadowSyncError) as e:
+                t.add_dense("d", 4, device=0)
+            self.assertEqual(e.exception.name, "unsupported")
+            self.assertIn("group d on device 0: no CUDA device", e.exception.message)
+
     def test_foreground_easgd_by_hand(self):
         # Two trainers, K = 1, alpha 0.5. A's round sets the centre to its
         # replica (1); B's round: d = 0.5 (3 - 1) = 1, so B is 2, centre 2.

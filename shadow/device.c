@@ -1,0 +1,175 @@
+#include "shadow/device.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+
+struct ss__device_group {
+    const ss__device_backend *be;
+    int ordinal;
+    size_t n;
+    float *live;    /* device: the replica the trainer's kernels write */
+    float *scratch; /* device: an uploaded delta */
+    float *staging; /* pinned host: snapshots down, deltas up */
+    void *stream;   /* the shadow pool's: lowest priority, non-blocking */
+    _Atomic uint64_t copy_ns;
+};
+
+static _Atomic(const ss__device_backend *) current = NULL;
+static _Thread_local char last_error[256];
+
+const ss__device_backend *ss__device_backend_get(void) {
+    const ss__device_backend *b = atomic_load(&current);
+    return b ? b : &ss__device_backend_cuda;
+}
+
+void ss__device_backend_set(const ss__device_backend *b) {
+    atomic_store(&current, b);
+}
+
+int ss__device_count(const char **why) {
+    const char *unused;
+    return ss__device_backend_get()->count(why ? why : &unused);
+}
+
+const char *ss__device_last_error(void) {
+    return last_error;
+}
+
+/* Records a backend failure of `call` on the group's device. */
+static ss_status failed(const ss__device_backend *be, int ordinal, const char *call, int err) {
+    snprintf(last_error, sizeof last_error, "device %d: %s failed: %s (%s backend)", ordinal, call,
+             be->error_string(err), be->name);
+    return SS_ERR_IO;
+}
+
+ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, const char **why) {
+    const char *unused;
+    if (!why)
+        why = &unused;
+    *why = "";
+    last_error[0] = '\0';
+    if (!out || n == 0 || ordinal < 0) {
+        *why = "device group: n = 0 or a negative device";
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    if (n > SIZE_MAX / sizeof(float)) {
+        *why = "device group: n floats overflow a size";
+        return SS_ERR_TOO_LARGE;
+    }
+    const ss__device_backend *be = ss__device_backend_get();
+    const char *none = "";
+    int count = be->count(&none);
+    if (count == 0) {
+        snprintf(last_error, sizeof last_error, "no CUDA device: %s", none);
+        *why = last_error;
+        return SS_ERR_UNSUPPORTED;
+    }
+    if (ordinal >= count) {
+        snprintf(last_error, sizeof last_error, "device %d: this process sees %d CUDA device%s",
+                 ordinal, count, count == 1 ? "" : "s");
+        *why = last_error;
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    ss__device_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return SS_ERR_NO_MEMORY;
+    g->be = be;
+    g->ordinal = ordinal;
+    g->n = n;
+    atomic_init(&g->copy_ns, 0);
+    const size_t bytes = n * sizeof(float);
+    int err;
+    ss_status st = SS_OK;
+    if ((err = be->device_alloc(ordinal, bytes, (void **)&g->live)) != 0)
+        st = failed(be, ordinal, "allocating the group", err);
+    else if ((err = be->device_alloc(ordinal, bytes, (void **)&g->scratch)) != 0)
+        st = failed(be, ordinal, "allocating the delta buffer", err);
+    else if ((err = be->host_alloc(bytes, (void **)&g->staging)) != 0)
+        st = failed(be, ordinal, "allocating pinned staging", err);
+    else if ((err = be->stream_create(ordinal, &g->stream)) != 0)
+        st = failed(be, ordinal, "creating the sync stream", err);
+    if (st != SS_OK) {
+        *why = last_error;
+        ss__device_group_destroy(g);
+        return st;
+    }
+    *out = g;
+    return SS_OK;
+}
+
+void ss__device_group_destroy(ss__device_group *g) {
+    if (!g)
+        return;
+    if (g->stream)
+        g->be->stream_destroy(g->ordinal, g->stream);
+    if (g->staging)
+        g->be->host_free(g->staging);
+    if (g->scratch)
+        g->be->device_free(g->ordinal, g->scratch);
+    if (g->live)
+        g->be->device_free(g->ordinal, g->live);
+    free(g);
+}
+
+float *ss__device_group_data(ss__device_group *g) {
+    return g->live;
+}
+
+int ss__device_group_ordinal(const ss__device_group *g) {
+    return g->ordinal;
+}
+
+size_t ss__device_group_size(const ss__device_group *g) {
+    return g->n;
+}
+
+uint64_t ss__device_group_copy_ns(const ss__device_group *g) {
+    return atomic_load_explicit(&g->copy_ns, memory_order_relaxed);
+}
+
+static void count_time(ss__device_group *g, uint64_t t0) {
+    atomic_fetch_add_explicit(&g->copy_ns, ss__now_ns() - t0, memory_order_relaxed);
+}
+
+ss_status ss__device_group_snapshot(ss__device_group *g, float *dst) {
+    const ss__device_backend *be = g->be;
+    const size_t bytes = g->n * sizeof(float);
+    const uint64_t t0 = ss__now_ns();
+    int err = be->copy_to_host(g->ordinal, g->stream, g->staging, g->live, bytes);
+    if (err == 0)
+        err = be->stream_sync(g->ordinal, g->stream);
+    count_time(g, t0);
+    if (err != 0)
+        return failed(be, g->ordinal, "copying a snapshot to the host", err);
+    memcpy(dst, g->staging, bytes);
+    return SS_OK;
+}
+
+ss_status ss__device_group_add_scaled(ss__device_group *g, const float *d, float scale) {
+    const ss__device_backend *be = g->be;
+    const size_t bytes = g->n * sizeof(float);
+    memcpy(g->staging, d, bytes);
+    const uint64_t t0 = ss__now_ns();
+    int err = be->copy_to_device(g->ordinal, g->stream, g->scratch, g->staging, bytes);
+    if (err == 0)
+        err = be->add_scaled(g->ordinal, g->stream, g->live, g->scratch, scale, g->n);
+    /* The staging buffer is reused by the next call: wait here. */
+    if (err == 0)
+        err = be->stream_sync(g->ordinal, g->stream);
+    count_time(g, t0);
+    return err == 0 ? SS_OK : failed(be, g->ordinal, "applying a delta", err);
+}
+
+ss_status ss__device_group_upload(ss__device_group *g, const float *src) {
+    const ss__device_backend *be = g->be;
+    const size_t bytes = g->n * sizeof(float);
+    memcpy(g->staging, src, bytes);
+    int err = be->copy_to_device(g->ordinal, g->stream, g->live, g->staging, bytes);
+    if (err == 0)
+        err = be->stream_sync(g->ordinal, g->stream);
+    return err == 0 ? SS_OK : failed(be, g->ordinal, "uploading initial values", err);
+}

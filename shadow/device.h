@@ -1,0 +1,94 @@
+/* Device groups: a replica in GPU memory (docs/gpu.md).
+ *
+ * The trainer's kernels update the group on their own streams (Hogwild on
+ * the device). The shadow pool touches it only here, on a stream of its
+ * own created at the lowest priority and non-blocking (it never
+ * synchronizes with the legacy default stream), so a training step never
+ * waits for a round:
+ *   - a snapshot is copied device -> pinned host staging on that stream,
+ *     then into the engine's buffer;
+ *   - a delta is copied into the staging buffer, uploaded to a device
+ *     scratch buffer and applied by the add-scaled kernel
+ *     (shadow/kernels_cuda.cu), all on that stream.
+ *
+ * The CUDA calls go through a backend table, so that the group logic is
+ * one piece of C: the CUDA runtime's (shadow/device_cuda.cu, built where
+ * CMake finds nvcc; shadow/device_cuda_none.c otherwise, which says why
+ * there is no device), or a stand-in that the tests install to exercise
+ * this logic on machines without a GPU. */
+#ifndef SHADOWSYNC_DEVICE_H
+#define SHADOWSYNC_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+#ifdef __cplusplus
+extern "C" { /* shadow/device_cuda.cu defines the CUDA backend */
+#endif
+
+/* What a device backend provides. Every call returns 0 on success or a
+ * backend error code that error_string() explains. Streams and device
+ * pointers are opaque to the group logic. */
+typedef struct ss__device_backend {
+    const char *name;
+    /* Devices usable by this process; 0 with *why set when none. */
+    int (*count)(const char **why);
+    const char *(*error_string)(int err);
+    int (*device_alloc)(int ordinal, size_t bytes, void **out); /* zeroed */
+    void (*device_free)(int ordinal, void *p);
+    int (*host_alloc)(size_t bytes, void **out); /* pinned */
+    void (*host_free)(void *p);
+    int (*stream_create)(int ordinal, void **out); /* lowest priority, non-blocking */
+    void (*stream_destroy)(int ordinal, void *stream);
+    int (*copy_to_host)(int ordinal, void *stream, void *dst, const void *src, size_t bytes);
+    int (*copy_to_device)(int ordinal, void *stream, void *dst, const void *src, size_t bytes);
+    /* live[i] += scale * d[i] on the device (the delta kernel). */
+    int (*add_scaled)(int ordinal, void *stream, float *live, const float *d, float scale,
+                      size_t n);
+    int (*stream_sync)(int ordinal, void *stream);
+} ss__device_backend;
+
+/* The CUDA runtime's backend (or, without CUDA, one whose count() is 0
+ * and says the library was built without it). */
+extern const ss__device_backend ss__device_backend_cuda;
+
+/* The backend new groups use: ss__device_backend_cuda unless a test
+ * installed another (before creating any group). */
+const ss__device_backend *ss__device_backend_get(void);
+void ss__device_backend_set(const ss__device_backend *b);
+
+/* Usable devices of the current backend; 0 with *why (static text). */
+int ss__device_count(const char **why);
+
+typedef struct ss__device_group ss__device_group;
+
+/* n floats on device `ordinal`, zeroed, with the shadow pool's stream,
+ * staging and scratch buffers. A failure sets *why (thread-local text
+ * naming the device and the call). */
+ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, const char **why);
+void ss__device_group_destroy(ss__device_group *g);
+
+float *ss__device_group_data(ss__device_group *g); /* a device pointer */
+int ss__device_group_ordinal(const ss__device_group *g);
+size_t ss__device_group_size(const ss__device_group *g);
+
+/* The live group -> dst (n host floats), on the group's stream. */
+ss_status ss__device_group_snapshot(ss__device_group *g, float *dst);
+/* live += scale * d (d: n host floats), on the group's stream. */
+ss_status ss__device_group_add_scaled(ss__device_group *g, const float *d, float scale);
+/* The whole group <- src (n host floats): initial values. */
+ss_status ss__device_group_upload(ss__device_group *g, const float *src);
+
+/* Nanoseconds spent in copies between host and device, and in the delta
+ * kernel, since creation (the shadow pool's share of a round). */
+uint64_t ss__device_group_copy_ns(const ss__device_group *g);
+/* Why the last failed call of this thread failed ("" if none). */
+const char *ss__device_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

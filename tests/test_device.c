@@ -1,0 +1,318 @@
+/* Device groups (shadow/device.h, ss_trainer_add_dense_device): the group
+ * logic, the engine's and the hooks' device paths, checked by hand with
+ * the stand-in backend (tests/device_standin.h) on every machine, and
+ * with the CUDA runtime where a GPU is (skipped, saying so, elsewhere). */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "device_standin.h"
+#include "procs.h"
+#include "shadow/engine.h"
+#include "shadow/inproc_transport.h"
+#include "shadow/replica.h"
+#include "shadowsync/shadowsync.h"
+
+static char tmpdir[] = "/tmp/ss-device-XXXXXX";
+
+static void expect_said(const char *text, const char *needle) {
+    ck_assert_msg(strstr(text, needle), "\"%s\" does not say \"%s\"", text, needle);
+}
+
+/* The real backend with no GPU (every CI machine): no device, and why. */
+START_TEST(test_without_a_device_says_why) {
+    ss__device_backend_set(NULL);
+    const char *why = "";
+    if (ss__device_count(&why) > 0) {
+        printf("test_without_a_device_says_why: skipped, this machine has a CUDA device\n");
+        return;
+    }
+    ck_assert_int_eq(ss_device_count(), 0);
+    expect_said(ss_last_error(), "no CUDA device: ");
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_NONE;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_dense *g = NULL;
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 16, 0, NULL, &g), SS_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(g);
+    expect_said(ss_last_error(), "group w on device 0: no CUDA device: ");
+    /* The trainer goes on with host groups. */
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 16, NULL, &g), SS_OK);
+    ck_assert_int_eq(ss_dense_device(g), -1);
+    ck_assert_ptr_null(ss_dense_device_data(g));
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
+static ss__replica *standin_replica(size_t n, const float *init) {
+    ss__replica *r;
+    const char *why = "";
+    ck_assert_int_eq(ss__replica_create_device(1, n, &r, &why), SS_OK);
+    ck_assert_ptr_null(ss__replica_data(r));
+    ck_assert_ptr_nonnull(ss__replica_device(r));
+    ck_assert_int_eq(ss__replica_load(r, init), SS_OK);
+    return r;
+}
+
+static float device_at(ss__replica *r, size_t i) {
+    return ss__device_group_data(ss__replica_device(r))[i]; /* stand-in: host memory */
+}
+
+/* S-EASGD, alpha 0.5, by hand: host member A = [2, 4] sets the centre and
+ * moves nothing; device member B = [4, 0] gets d = 0.5 (s - c) = [1, -2]
+ * and becomes [3, 2], through one copy down, one up and one kernel. */
+START_TEST(test_standin_easgd_by_hand) {
+    ss__device_backend_set(&standin_backend);
+    ss__inproc_config icfg = {.round_deadline_ms = 1000};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__engine *ea, *eb;
+    ss__engine_config cfg = {.transport = t, .threads = 1};
+    ck_assert_int_eq(ss__engine_create(&cfg, &ea), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &eb), SS_OK);
+    ss__replica *a, *b = standin_replica(2, (const float[]){4, 0});
+    ck_assert_int_eq(ss__replica_create(2, &a), SS_OK);
+    ss__replica_data(a)[0] = 2;
+    ss__replica_data(a)[1] = 4;
+    ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
+    ss__engine_group *ga, *gb;
+    ck_assert_int_eq(ss__engine_add_group(ea, "w", a, &p, &ga), SS_OK);
+    ck_assert_int_eq(ss__engine_add_group(eb, "w", b, &p, &gb), SS_OK);
+    ck_assert_int_eq(ss__engine_run_round(ea, ga), SS_OK);
+    int down = standin.to_host, up = standin.to_device, kernels = standin.kernels;
+    ck_assert_int_eq(ss__engine_run_round(eb, gb), SS_OK);
+    ck_assert_int_eq(standin.to_host - down, 1);
+    ck_assert_int_eq(standin.to_device - up, 1);
+    ck_assert_int_eq(standin.kernels - kernels, 1);
+    ck_assert_float_eq(device_at(b, 0), 3.0f);
+    ck_assert_float_eq(device_at(b, 1), 2.0f);
+    float c[2];
+    ck_assert_int_eq(ss__transport_read_central(t, "w", c, 2), SS_OK);
+    ck_assert_float_eq(c[0], 3.0f);
+    ck_assert_float_eq(c[1], 2.0f);
+    ss__engine_destroy(ea);
+    ss__engine_destroy(eb);
+    ss__replica_destroy(a);
+    ss__replica_destroy(b);
+    ck_assert_int_eq(standin.streams, 0); /* the group's stream went with it */
+    ss__transport_destroy(t);
+}
+END_TEST
+
+typedef struct {
+    ss__engine *e;
+    ss__engine_group *g;
+    ss_status st;
+} round_arg;
+
+static void *run_one_round(void *p) {
+    round_arg *a = p;
+    a->st = ss__engine_run_round(a->e, a->g);
+    return NULL;
+}
+
+/* S-MA across a host and a device member: both move to the mean. */
+START_TEST(test_standin_ma_host_and_device) {
+    ss__device_backend_set(&standin_backend);
+    ss__inproc_config icfg = {.round_deadline_ms = 5000};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__replica *r[2];
+    ck_assert_int_eq(ss__replica_create(2, &r[0]), SS_OK); /* [0, 0] */
+    r[1] = standin_replica(2, (const float[]){2, 6});
+    ss__sync_params p = {.algo = SS_ALGO_MA};
+    round_arg args[2];
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        ss__engine_config cfg = {.transport = t, .threads = 1};
+        ck_assert_int_eq(ss__engine_create(&cfg, &args[k].e), SS_OK);
+        ck_assert_int_eq(ss__engine_add_group(args[k].e, "w", r[k], &p, &args[k].g), SS_OK);
+    }
+    for (int k = 0; k < 2; k++)
+        pthread_create(&th[k], NULL, run_one_round, &args[k]);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(th[k], NULL);
+        ck_assert_int_eq(args[k].st, SS_OK);
+    }
+    float x[2];
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(ss__replica_snapshot(r[k], x), SS_OK);
+        ck_assert_float_eq(x[0], 1.0f);
+        ck_assert_float_eq(x[1], 3.0f);
+        ss__engine_destroy(args[k].e);
+        ss__replica_destroy(r[k]);
+    }
+    ss__transport_destroy(t);
+}
+END_TEST
+
+/* A copy that fails abandons the round whole (nothing sent, nothing
+ * applied) and says which call on which device; a delta kernel that fails
+ * fails the round too. The next round works. */
+START_TEST(test_standin_failures_fail_the_round) {
+    ss__device_backend_set(&standin_backend);
+    ss__inproc_config icfg = {.round_deadline_ms = 1000};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__engine *e;
+    ss__engine_config cfg = {.transport = t, .threads = 1};
+    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ss__replica *r = standin_replica(2, (const float[]){5, 7});
+    ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
+    ss__engine_group *g;
+    ck_assert_int_eq(ss__engine_add_group(e, "w", r, &p, &g), SS_OK);
+    standin.fail_to_host = 1;
+    ck_assert_int_eq(ss__engine_run_round(e, g), SS_ERR_IO);
+    expect_said(ss__device_last_error(), "device 1: copying a snapshot to the host failed: "
+                                         "stand-in failure injected by the test");
+    float c[2];
+    ck_assert_int_eq(ss__transport_read_central(t, "w", c, 2), SS_ERR_STATE); /* nothing sent */
+    ck_assert_float_eq(device_at(r, 0), 5.0f);
+    standin.fail_kernel = 1;
+    ck_assert_int_eq(ss__engine_run_round(e, g), SS_ERR_IO);
+    expect_said(ss__device_last_error(), "applying a delta failed");
+    ss__group_stats st;
+    ck_assert_int_eq(ss__engine_group_stats(g, &st), SS_OK);
+    ck_assert_uint_eq(st.failed_rounds, 2);
+    ck_assert_int_eq(ss__engine_run_round(e, g), SS_OK);
+    ck_assert_int_eq(ss__engine_group_stats(g, &st), SS_OK);
+    ck_assert_uint_eq(st.rounds, 1);
+    ss__engine_destroy(e);
+    ss__replica_destroy(r);
+    ss__transport_destroy(t);
+}
+END_TEST
+
+/* The public calls' bad input, and a group's life on a (stand-in) device. */
+START_TEST(test_api_device_group) {
+    ss__device_backend_set(&standin_backend);
+    ck_assert_int_eq(ss_device_count(), STANDIN_DEVICES);
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_NONE;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_dense *g = NULL;
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, -1, NULL, &g), SS_ERR_INVALID_ARGUMENT);
+    expect_said(ss_last_error(), "device -1: a CUDA device ordinal is >= 0");
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, 2, NULL, &g), SS_ERR_INVALID_ARGUMENT);
+    expect_said(ss_last_error(), "device 2: this process sees 2 CUDA devices");
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 0, 0, NULL, &g), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "bad name", 4, 0, NULL, &g),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(g);
+    const float init[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, 1, init, &g), SS_OK);
+    ck_assert_int_eq(ss_dense_device(g), 1);
+    ck_assert_ptr_null(ss_dense_data(g));
+    ck_assert_ptr_nonnull(ss_dense_device_data(g));
+    ck_assert_uint_eq(ss_dense_size(g), 4);
+    float x[4];
+    ck_assert_int_eq(ss_dense_read(g, x), SS_OK);
+    ck_assert_mem_eq(x, init, sizeof x);
+    ck_assert_int_eq(ss_dense_read(g, NULL), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, 0, NULL, &g), SS_ERR_EXISTS);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    ck_assert_int_eq(standin.streams, 0);
+
+    /* Agent mode hands groups over as shared host memory: refused. */
+    c.mode = SS_SYNC_BACKGROUND;
+    c.agent = "/nonexistent/agent.sock";
+    c.final_sync_ms = 0;
+    c.timeout_ms = 100;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK); /* the agent is retried lazily */
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, 0, NULL, &g), SS_ERR_UNSUPPORTED);
+    expect_said(ss_last_error(), "agent mode (agent=/nonexistent/agent.sock)");
+    ss_trainer_close(t);
+}
+END_TEST
+
+static void fill(float *x, size_t n, float v) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
+static ss_trainer *open_foreground(const char *ps, const char *name) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.ps = ps;
+    c.name = name;
+    c.mode = SS_SYNC_FOREGROUND;
+    c.algo = "easgd";
+    c.sync_every = 1;
+    c.final_rounds = 0;
+    c.timeout_ms = 5000;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    return t;
+}
+
+/* Through a real PS, foreground S-EASGD, alpha 0.5, by hand: host trainer
+ * A = 1 sets the centre; device trainer B = 3 becomes 2; the trainer's
+ * metrics count B's round in shadowsync_device_copy_seconds. */
+static void foreground_easgd_on_device(void) {
+    char log[300], ps[64];
+    snprintf(log, sizeof log, "%s/ps-%d.log", tmpdir, (int)getpid());
+    char *extra[] = {"--http", "", NULL};
+    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    ss_trainer *a = open_foreground(ps, "a"), *b = open_foreground(ps, "b");
+    enum { N = 1000 };
+    static float init[N], x[N];
+    ss_dense *ga, *gb;
+    fill(init, N, 1.0f);
+    ck_assert_int_eq(ss_trainer_add_dense(a, "w", N, init, &ga), SS_OK);
+    fill(init, N, 3.0f);
+    ck_assert_int_eq(ss_trainer_add_dense_device(b, "w", N, 0, init, &gb), SS_OK);
+    ck_assert_int_eq(ss_trainer_step(a), SS_OK);
+    ck_assert_int_eq(ss_trainer_step(b), SS_OK);
+    ck_assert_int_eq(ss_dense_read(gb, x), SS_OK);
+    for (size_t i = 0; i < N; i++)
+        ck_assert_msg(x[i] == 2.0f, "x[%zu] = %g, want 2", i, (double)x[i]);
+    char text[16384];
+    ck_assert_int_eq(ss_trainer_metrics(b, text, sizeof text, NULL), SS_OK);
+    expect_said(text, "shadowsync_device_copy_seconds_count{trainer=\"b\",group=\"w\","
+                      "algo=\"easgd\"} 1");
+    ck_assert_int_eq(ss_trainer_close(a), SS_OK);
+    ck_assert_int_eq(ss_trainer_close(b), SS_OK);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+}
+
+START_TEST(test_standin_foreground_through_a_ps) {
+    ss__device_backend_set(&standin_backend);
+    foreground_easgd_on_device();
+}
+END_TEST
+
+/* The same on a real GPU, through the CUDA runtime's copies and kernel. */
+START_TEST(test_cuda_foreground_through_a_ps) {
+    ss__device_backend_set(NULL);
+    if (ss_device_count() == 0) {
+        printf("test_cuda_foreground_through_a_ps: skipped: %s\n", ss_last_error());
+        return;
+    }
+    foreground_easgd_on_device();
+}
+END_TEST
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    int rc =
+        ss__check_tests("device", 120, NULL, NULL, test_without_a_device_says_why,
+                        test_standin_easgd_by_hand, test_standin_ma_host_and_device,
+                        test_standin_failures_fail_the_round, test_api_device_group,
+                        test_standin_foreground_through_a_ps, test_cuda_foreground_through_a_ps);
+    proc_remove_tree(tmpdir);
+    return rc;
+}
