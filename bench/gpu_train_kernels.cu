@@ -95,8 +95,8 @@ extern "C" int gt_relu_backward(void *stream, const float *a, const float *w2, c
 }
 
 extern "C" int gt_sum(void *stream, const float *x, float *out, int n) {
-    int b = blocks((size_t)n);
-    sum < < <b> 64 ? 64 : b, kThreads, 0, (cudaStream_t)stream >>> (x, out, n);
+    const int b = blocks((size_t)n) < 64 ? blocks((size_t)n) : 64;
+    sum<<<b, kThreads, 0, (cudaStream_t)stream>>>(x, out, n);
     return launched();
 }
 
