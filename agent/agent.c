@@ -222,7 +222,23 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
     g.base_failed = atomic_load(&h->failed_rounds);
     g.base_rejoins = atomic_load(&h->rejoins);
     g.registered_ns = ss__now_ns();
-    st = ss__replica_wrap_shared(g.shm.data, g.shm.n, &h->iterations, &g.replica);
+    if (r->cuda_ipc_handle.len == 0) {
+        st = ss__replica_wrap_shared(g.shm.data, g.shm.n, &h->iterations, &g.replica);
+    } else {
+        /* A device group: the floats are in the trainer's GPU memory. */
+        const char *dwhy = "a CUDA IPC handle is 64 bytes";
+        st = r->cuda_ipc_handle.len == SS_DEVICE_IPC_HANDLE_BYTES && r->device <= INT32_MAX
+                 ? ss__replica_open_device_ipc((int)r->device, r->cuda_ipc_handle.data, g.shm.n,
+                                               &h->iterations, &g.replica, &dwhy)
+                 : SS_ERR_INVALID_ARGUMENT;
+        if (st != SS_OK) {
+            ss__agent_count_reject(a, "device");
+            ss__shm_group_release(&g.shm);
+            snprintf(why, sizeof why, "device group %s on device %u: %s", g.name, r->device, dwhy);
+            ss__agent_send_reply(s->sock, st, why);
+            return true;
+        }
+    }
     /* Not under the session lock: joining is an RPC that may wait for a
      * slow PS, and /status, the accept thread and other trainers must not
      * wait behind it. Only this session's thread adds its groups. */
@@ -584,9 +600,9 @@ ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out) {
                                  "Trainer connections accepted.", NULL, &a->m_accepted);
     /* Every reason's series exists from the start, at 0, so that rate()
      * sees the first refusal. */
-    static const char *const reasons[] = {"wrong_message",    "invalid",   "bad_fd", "garbage",
-                                          "too_large",        "truncated", "io",     "uid",
-                                          "too_many_sessions"};
+    static const char *const reasons[] = {"wrong_message",     "invalid",   "bad_fd", "garbage",
+                                          "too_large",         "truncated", "io",     "uid",
+                                          "too_many_sessions", "device"};
     for (size_t i = 0; st == SS_OK && i < sizeof reasons / sizeof *reasons; i++)
         count_reject_n(cfg->metrics, reasons[i], 0);
     if (st == SS_OK)

@@ -159,7 +159,11 @@ ss_status ss__agent_checkpoint(ss__agent *a, const char *dir, size_t *groups) {
                 st = SS_ERR_NO_MEMORY;
                 break;
             }
-            memcpy(c->x, g->shm.data, g->shm.n * sizeof *c->x);
+            /* A device group's floats are in the trainer's GPU memory. */
+            if ((st = ss__replica_snapshot(g->replica, c->x)) != SS_OK) {
+                free(c->x);
+                break;
+            }
             c->n = g->shm.n;
             snprintf(c->name, sizeof c->name, "%s", g->name);
             ncopies++;

@@ -56,6 +56,11 @@ static ss_status send_group(ss__agent_client *c, const ss__agent_group_spec *g, 
     r.bmuf_eta = g->bmuf_eta;
     r.bmuf_zeta = g->bmuf_zeta;
     r.bmuf_nesterov = g->bmuf_nesterov != 0;
+    if (g->on_device) {
+        r.cuda_ipc_handle.data = (uint8_t *)g->cuda_ipc_handle;
+        r.cuda_ipc_handle.len = sizeof g->cuda_ipc_handle;
+        r.device = (uint32_t)g->device;
+    }
     ss__pb_agent_request rq = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__INIT;
     rq.body_case = SHADOWSYNC__AGENT__V1__AGENT_REQUEST__BODY_REGISTER_GROUP;
     rq.register_group = &r;

@@ -6,9 +6,11 @@
 #ifndef SS_AGENT_CLIENT_H
 #define SS_AGENT_CLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shadow/device.h"
 #include "shadowsync/status.h"
 
 typedef struct ss__agent_client ss__agent_client;
@@ -20,6 +22,11 @@ typedef struct ss__agent_group_spec {
     const char *algo;
     float alpha, bmuf_eta, bmuf_zeta;
     int bmuf_nesterov;
+    /* A device group: on CUDA device `device`, its memory exported as
+     * cuda_ipc_handle (the memfd carries the header). false: a host group. */
+    bool on_device;
+    int device;
+    unsigned char cuda_ipc_handle[SS_DEVICE_IPC_HANDLE_BYTES];
 } ss__agent_group_spec;
 
 ss_status ss__agent_client_create(const char *socket_path, const char *trainer, uint32_t timeout_ms,

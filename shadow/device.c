@@ -1,6 +1,8 @@
 #include "shadow/device.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +14,13 @@ struct ss__device_group {
     int ordinal;
     size_t n;
     float *live;    /* device: the replica the trainer's kernels write */
+    bool imported;  /* live is another process's (CUDA IPC): closed, not freed */
     float *scratch; /* device: an uploaded delta */
     float *staging; /* pinned host: snapshots down, deltas up */
     void *stream;   /* the shadow pool's: lowest priority, non-blocking */
+    /* One user of the stream and staging at a time: the pool's round, a
+     * read of the group (ss_dense_read, an agent's checkpoint). */
+    pthread_mutex_t lock;
     _Atomic uint64_t copy_ns;
 };
 
@@ -46,13 +52,10 @@ static ss_status failed(const ss__device_backend *be, int ordinal, const char *c
     return SS_ERR_IO;
 }
 
-ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, const char **why) {
-    const char *unused;
-    if (!why)
-        why = &unused;
-    *why = "";
-    last_error[0] = '\0';
-    if (!out || n == 0 || ordinal < 0) {
+/* The checks every group starts with. */
+static ss_status check_device(const ss__device_backend *be, int ordinal, size_t n,
+                              const char **why) {
+    if (n == 0 || ordinal < 0) {
         *why = "device group: n = 0 or a negative device";
         return SS_ERR_INVALID_ARGUMENT;
     }
@@ -60,7 +63,6 @@ ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out,
         *why = "device group: n floats overflow a size";
         return SS_ERR_TOO_LARGE;
     }
-    const ss__device_backend *be = ss__device_backend_get();
     const char *none = "";
     int count = be->count(&none);
     if (count == 0) {
@@ -74,23 +76,47 @@ ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out,
         *why = last_error;
         return SS_ERR_INVALID_ARGUMENT;
     }
+    return SS_OK;
+}
+
+/* A group with its live memory from `handle` (CUDA IPC) or, handle NULL,
+ * allocated here. */
+static ss_status group_create(int ordinal, const unsigned char *handle, size_t n,
+                              ss__device_group **out, const char **why) {
+    const char *unused;
+    if (!why)
+        why = &unused;
+    *why = "";
+    last_error[0] = '\0';
+    if (!out)
+        return SS_ERR_INVALID_ARGUMENT;
+    const ss__device_backend *be = ss__device_backend_get();
+    ss_status st = check_device(be, ordinal, n, why);
+    if (st != SS_OK)
+        return st;
     ss__device_group *g = calloc(1, sizeof *g);
     if (!g)
         return SS_ERR_NO_MEMORY;
     g->be = be;
     g->ordinal = ordinal;
     g->n = n;
+    pthread_mutex_init(&g->lock, NULL);
     atomic_init(&g->copy_ns, 0);
     const size_t bytes = n * sizeof(float);
     int err;
-    ss_status st = SS_OK;
-    if ((err = be->device_alloc(ordinal, bytes, (void **)&g->live)) != 0)
+    if (handle) {
+        if ((err = be->ipc_open(ordinal, handle, (void **)&g->live)) != 0)
+            st = failed(be, ordinal, "opening the trainer's group (CUDA IPC)", err);
+        else
+            g->imported = true;
+    } else if ((err = be->device_alloc(ordinal, bytes, (void **)&g->live)) != 0) {
         st = failed(be, ordinal, "allocating the group", err);
-    else if ((err = be->device_alloc(ordinal, bytes, (void **)&g->scratch)) != 0)
+    }
+    if (st == SS_OK && (err = be->device_alloc(ordinal, bytes, (void **)&g->scratch)) != 0)
         st = failed(be, ordinal, "allocating the delta buffer", err);
-    else if ((err = be->host_alloc(bytes, (void **)&g->staging)) != 0)
+    if (st == SS_OK && (err = be->host_alloc(bytes, (void **)&g->staging)) != 0)
         st = failed(be, ordinal, "allocating pinned staging", err);
-    else if ((err = be->stream_create(ordinal, &g->stream)) != 0)
+    if (st == SS_OK && (err = be->stream_create(ordinal, &g->stream)) != 0)
         st = failed(be, ordinal, "creating the sync stream", err);
     if (st != SS_OK) {
         *why = last_error;
@@ -99,6 +125,27 @@ ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out,
     }
     *out = g;
     return SS_OK;
+}
+
+ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, const char **why) {
+    return group_create(ordinal, NULL, n, out, why);
+}
+
+ss_status ss__device_group_open_ipc(int ordinal,
+                                    const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
+                                    size_t n, ss__device_group **out, const char **why) {
+    if (!handle) {
+        if (why)
+            *why = "device group: no CUDA IPC handle";
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    return group_create(ordinal, handle, n, out, why);
+}
+
+ss_status ss__device_group_ipc_handle(ss__device_group *g,
+                                      unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]) {
+    int err = g->be->ipc_get(g->ordinal, g->live, handle);
+    return err == 0 ? SS_OK : failed(g->be, g->ordinal, "exporting the group (CUDA IPC)", err);
 }
 
 void ss__device_group_destroy(ss__device_group *g) {
@@ -110,8 +157,11 @@ void ss__device_group_destroy(ss__device_group *g) {
         g->be->host_free(g->staging);
     if (g->scratch)
         g->be->device_free(g->ordinal, g->scratch);
-    if (g->live)
+    if (g->live && g->imported)
+        g->be->ipc_close(g->ordinal, g->live);
+    else if (g->live)
         g->be->device_free(g->ordinal, g->live);
+    pthread_mutex_destroy(&g->lock);
     free(g);
 }
 
@@ -138,20 +188,22 @@ static void count_time(ss__device_group *g, uint64_t t0) {
 ss_status ss__device_group_snapshot(ss__device_group *g, float *dst) {
     const ss__device_backend *be = g->be;
     const size_t bytes = g->n * sizeof(float);
+    pthread_mutex_lock(&g->lock);
     const uint64_t t0 = ss__now_ns();
     int err = be->copy_to_host(g->ordinal, g->stream, g->staging, g->live, bytes);
     if (err == 0)
         err = be->stream_sync(g->ordinal, g->stream);
     count_time(g, t0);
-    if (err != 0)
-        return failed(be, g->ordinal, "copying a snapshot to the host", err);
-    memcpy(dst, g->staging, bytes);
-    return SS_OK;
+    if (err == 0)
+        memcpy(dst, g->staging, bytes);
+    pthread_mutex_unlock(&g->lock);
+    return err == 0 ? SS_OK : failed(be, g->ordinal, "copying a snapshot to the host", err);
 }
 
 ss_status ss__device_group_add_scaled(ss__device_group *g, const float *d, float scale) {
     const ss__device_backend *be = g->be;
     const size_t bytes = g->n * sizeof(float);
+    pthread_mutex_lock(&g->lock);
     memcpy(g->staging, d, bytes);
     const uint64_t t0 = ss__now_ns();
     int err = be->copy_to_device(g->ordinal, g->stream, g->scratch, g->staging, bytes);
@@ -161,15 +213,18 @@ ss_status ss__device_group_add_scaled(ss__device_group *g, const float *d, float
     if (err == 0)
         err = be->stream_sync(g->ordinal, g->stream);
     count_time(g, t0);
+    pthread_mutex_unlock(&g->lock);
     return err == 0 ? SS_OK : failed(be, g->ordinal, "applying a delta", err);
 }
 
 ss_status ss__device_group_upload(ss__device_group *g, const float *src) {
     const ss__device_backend *be = g->be;
     const size_t bytes = g->n * sizeof(float);
+    pthread_mutex_lock(&g->lock);
     memcpy(g->staging, src, bytes);
     int err = be->copy_to_device(g->ordinal, g->stream, g->live, g->staging, bytes);
     if (err == 0)
         err = be->stream_sync(g->ordinal, g->stream);
+    pthread_mutex_unlock(&g->lock);
     return err == 0 ? SS_OK : failed(be, g->ordinal, "uploading initial values", err);
 }

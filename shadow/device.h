@@ -28,6 +28,9 @@
 extern "C" { /* shadow/device_cuda.cu defines the CUDA backend */
 #endif
 
+/* cudaIpcMemHandle_t's size. */
+#define SS_DEVICE_IPC_HANDLE_BYTES 64
+
 /* What a device backend provides. Every call returns 0 on success or a
  * backend error code that error_string() explains. Streams and device
  * pointers are opaque to the group logic. */
@@ -48,6 +51,12 @@ typedef struct ss__device_backend {
     int (*add_scaled)(int ordinal, void *stream, float *live, const float *d, float scale,
                       size_t n);
     int (*stream_sync)(int ordinal, void *stream);
+    /* CUDA IPC: a handle to device memory another process can open (the
+     * agent, for a trainer's group), open it there, close it. */
+    int (*ipc_get)(int ordinal, void *p, unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]);
+    int (*ipc_open)(int ordinal, const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
+                    void **out);
+    void (*ipc_close)(int ordinal, void *p);
 } ss__device_backend;
 
 /* The CUDA runtime's backend (or, without CUDA, one whose count() is 0
@@ -68,6 +77,15 @@ typedef struct ss__device_group ss__device_group;
  * staging and scratch buffers. A failure sets *why (thread-local text
  * naming the device and the call). */
 ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, const char **why);
+/* A group over device memory another process exported (CUDA IPC: the
+ * agent opening a trainer's group), with a stream, staging and scratch of
+ * its own; destroy closes the mapping, the memory stays the exporter's. */
+ss_status ss__device_group_open_ipc(int ordinal,
+                                    const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
+                                    size_t n, ss__device_group **out, const char **why);
+/* The handle another process opens the group's memory with. */
+ss_status ss__device_group_ipc_handle(ss__device_group *g,
+                                      unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]);
 void ss__device_group_destroy(ss__device_group *g);
 
 float *ss__device_group_data(ss__device_group *g); /* a device pointer */

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <stdio.h>
+#include <string.h>
 
 namespace {
 
@@ -120,10 +121,37 @@ int stream_sync(int ordinal, void *stream) {
     return (int)err;
 }
 
+static_assert(sizeof(cudaIpcMemHandle_t) == SS_DEVICE_IPC_HANDLE_BYTES,
+              "SS_DEVICE_IPC_HANDLE_BYTES is cudaIpcMemHandle_t's size");
+
+int ipc_get(int ordinal, void *p, unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]) {
+    cudaIpcMemHandle_t h;
+    cudaError_t err = cudaSetDevice(ordinal);
+    if (err == cudaSuccess)
+        err = cudaIpcGetMemHandle(&h, p);
+    if (err == cudaSuccess)
+        memcpy(handle, &h, sizeof h);
+    return (int)err;
+}
+
+int ipc_open(int ordinal, const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES], void **out) {
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    cudaError_t err = cudaSetDevice(ordinal);
+    if (err == cudaSuccess)
+        err = cudaIpcOpenMemHandle(out, h, cudaIpcMemLazyEnablePeerAccess);
+    return (int)err;
+}
+
+void ipc_close(int ordinal, void *p) {
+    cudaSetDevice(ordinal);
+    cudaIpcCloseMemHandle(p);
+}
+
 } // namespace
 
 extern "C" const ss__device_backend ss__device_backend_cuda = {
-    "cuda",         count,      error_string,  device_alloc,   device_free,
-    host_alloc,     host_free,  stream_create, stream_destroy, copy_to_host,
-    copy_to_device, add_scaled, stream_sync,
+    "cuda",      count,         error_string,   device_alloc, device_free,    host_alloc,
+    host_free,   stream_create, stream_destroy, copy_to_host, copy_to_device, add_scaled,
+    stream_sync, ipc_get,       ipc_open,       ipc_close,
 };

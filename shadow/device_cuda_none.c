@@ -50,6 +50,18 @@ static int unsupported_sync(int ordinal, void *stream) {
     return 1;
 }
 
+static int unsupported_ipc_get(int ordinal, void *p,
+                               unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]) {
+    (void)ordinal, (void)p, (void)handle;
+    return 1;
+}
+
+static int unsupported_ipc_open(int ordinal, const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
+                                void **out) {
+    (void)ordinal, (void)handle, (void)out;
+    return 1;
+}
+
 const ss__device_backend ss__device_backend_cuda = {
     .name = "none",
     .count = count,
@@ -64,4 +76,7 @@ const ss__device_backend ss__device_backend_cuda = {
     .copy_to_device = unsupported_copy,
     .add_scaled = unsupported_add,
     .stream_sync = unsupported_sync,
+    .ipc_get = unsupported_ipc_get,
+    .ipc_open = unsupported_ipc_open,
+    .ipc_close = unsupported_free,
 };

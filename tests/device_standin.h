@@ -18,6 +18,7 @@ enum { STANDIN_DEVICES = 2, STANDIN_ERR = 7 };
 static struct {
     int to_host, to_device, kernels, syncs, streams;
     int fail_to_host, fail_kernel;
+    int exported, opened, closed; /* CUDA IPC */
 } standin;
 
 static int standin_count(const char **why) {
@@ -86,6 +87,26 @@ static int standin_sync(int ordinal, void *s) {
     return 0;
 }
 
+/* CUDA IPC in one process: the handle carries the pointer. */
+static int standin_ipc_get(int ordinal, void *p, unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]) {
+    (void)ordinal;
+    memset(handle, 0, SS_DEVICE_IPC_HANDLE_BYTES);
+    memcpy(handle, &p, sizeof p);
+    standin.exported++;
+    return 0;
+}
+static int standin_ipc_open(int ordinal, const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
+                            void **out) {
+    (void)ordinal;
+    memcpy(out, handle, sizeof *out);
+    standin.opened++;
+    return 0;
+}
+static void standin_ipc_close(int ordinal, void *p) {
+    (void)ordinal, (void)p;
+    standin.closed++;
+}
+
 static const ss__device_backend standin_backend = {
     .name = "stand-in",
     .count = standin_count,
@@ -100,6 +121,9 @@ static const ss__device_backend standin_backend = {
     .copy_to_device = standin_to_device,
     .add_scaled = standin_add_scaled,
     .stream_sync = standin_sync,
+    .ipc_get = standin_ipc_get,
+    .ipc_open = standin_ipc_open,
+    .ipc_close = standin_ipc_close,
 };
 
 #endif

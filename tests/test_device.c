@@ -3,6 +3,7 @@
  * the stand-in backend (tests/device_standin.h) on every machine, and
  * with the CUDA runtime where a GPU is (skipped, saying so, elsewhere). */
 #include <check.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/agent.h"
 #include "check_run.h"
 #include "device_standin.h"
 #include "procs.h"
@@ -19,6 +21,11 @@
 #include "shadowsync/shadowsync.h"
 
 static char tmpdir[] = "/tmp/ss-device-XXXXXX";
+
+static void fill(float *x, size_t n, float v) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
 
 static void expect_said(const char *text, const char *needle) {
     ck_assert_msg(strstr(text, needle), "\"%s\" does not say \"%s\"", text, needle);
@@ -54,7 +61,7 @@ END_TEST
 static ss__replica *standin_replica(size_t n, const float *init) {
     ss__replica *r;
     const char *why = "";
-    ck_assert_int_eq(ss__replica_create_device(1, n, &r, &why), SS_OK);
+    ck_assert_int_eq(ss__replica_create_device(1, n, NULL, &r, &why), SS_OK);
     ck_assert_ptr_null(ss__replica_data(r));
     ck_assert_ptr_nonnull(ss__replica_device(r));
     ck_assert_int_eq(ss__replica_load(r, init), SS_OK);
@@ -221,23 +228,82 @@ START_TEST(test_api_device_group) {
     ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, 0, NULL, &g), SS_ERR_EXISTS);
     ck_assert_int_eq(ss_trainer_close(t), SS_OK);
     ck_assert_int_eq(standin.streams, 0);
-
-    /* Agent mode hands groups over as shared host memory: refused. */
-    c.mode = SS_SYNC_BACKGROUND;
-    c.agent = "/nonexistent/agent.sock";
-    c.final_sync_ms = 0;
-    c.timeout_ms = 100;
-    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK); /* the agent is retried lazily */
-    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, 0, NULL, &g), SS_ERR_UNSUPPORTED);
-    expect_said(ss_last_error(), "agent mode (agent=/nonexistent/agent.sock)");
-    ss_trainer_close(t);
 }
 END_TEST
 
-static void fill(float *x, size_t n, float v) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = v;
+/* Agent mode: the trainer exports its device group by CUDA IPC and the
+ * agent's shadow pool syncs it on its own stream. S-EASGD, alpha 0.5,
+ * against a centre of 1 that another member set: x + c is conserved (3 +
+ * 1), so the device replica settles at 2. */
+START_TEST(test_standin_through_an_agent) {
+    ss__device_backend_set(&standin_backend);
+    ss__inproc_config icfg = {.round_deadline_ms = 1000};
+    ss__transport *to_ps;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &to_ps), SS_OK);
+    enum { N = 256 };
+    static float x[N];
+    uint64_t other;
+    ck_assert_int_eq(ss__transport_join(to_ps, "w", N, &other), SS_OK);
+    fill(x, N, 1.0f);
+    ck_assert_int_eq(ss__transport_easgd_exchange(to_ps, "w", other, x, 0.5f, x, N), SS_OK);
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    char sock[300];
+    snprintf(sock, sizeof sock, "%s/run/agent.sock", tmpdir);
+    ss__agent_config acfg = {.socket_path = sock,
+                             .transport = to_ps,
+                             .metrics = m,
+                             .shadow_threads = 1,
+                             .min_round_gap = 1};
+    ss__agent *agent;
+    ck_assert_int_eq(ss__agent_create(&acfg, &agent), SS_OK);
+
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.name = "b";
+    c.agent = sock;
+    c.algo = "easgd";
+    c.final_rounds = 0;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    static float init[N];
+    fill(init, N, 3.0f);
+    ss_dense *g;
+    ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", N, 1, init, &g), SS_OK);
+    ck_assert_int_eq(standin.exported, 1);
+    /* Until the replica settles and the agent has published its rounds
+     * into the shared header. */
+    int settled = 0;
+    ss_dense_stats st = {0};
+    for (int i = 0; i < 5000 && !(settled && st.rounds > 0); i++) {
+        ck_assert_int_eq(ss_trainer_step(t), SS_OK);
+        usleep(1000);
+        ck_assert_int_eq(ss_dense_read(g, x), SS_OK);
+        settled = fabsf(x[0] - 2.0f) < 1e-3f && fabsf(x[N - 1] - 2.0f) < 1e-3f;
+        ck_assert_int_eq(ss_dense_get_stats(g, &st), SS_OK);
+    }
+    ck_assert_msg(settled, "the device replica is at %g, not 2", (double)x[0]);
+    ck_assert_uint_gt(st.rounds, 0);
+    ck_assert_int_eq(standin.opened, 1); /* the agent's side */
+    /* The agent's checkpoint reads the device memory, not the memfd. */
+    size_t saved = 0;
+    ck_assert_int_eq(ss__agent_checkpoint(agent, tmpdir, &saved), SS_OK);
+    ck_assert_uint_eq(saved, 1);
+    char path[400];
+    snprintf(path, sizeof path, "%s/w.f32", tmpdir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static float on_disk[N];
+    ck_assert_uint_eq(fread(on_disk, sizeof(float), N, f), N);
+    fclose(f);
+    ck_assert_float_eq_tol(on_disk[N - 1], 2.0f, 1e-3f);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    ss__agent_destroy(agent);
+    ck_assert_int_eq(standin.closed, 1); /* the agent closed its mapping */
+    ss__metrics_destroy(m);
+    ss__transport_destroy(to_ps);
 }
+END_TEST
 
 static ss_trainer *open_foreground(const char *ps, const char *name) {
     ss_trainer_config c;
@@ -308,11 +374,11 @@ int main(void) {
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    int rc =
-        ss__check_tests("device", 120, NULL, NULL, test_without_a_device_says_why,
-                        test_standin_easgd_by_hand, test_standin_ma_host_and_device,
-                        test_standin_failures_fail_the_round, test_api_device_group,
-                        test_standin_foreground_through_a_ps, test_cuda_foreground_through_a_ps);
+    int rc = ss__check_tests("device", 120, NULL, NULL, test_without_a_device_says_why,
+                             test_standin_easgd_by_hand, test_standin_ma_host_and_device,
+                             test_standin_failures_fail_the_round, test_api_device_group,
+                             test_standin_through_an_agent, test_standin_foreground_through_a_ps,
+                             test_cuda_foreground_through_a_ps);
     proc_remove_tree(tmpdir);
     return rc;
 }

@@ -343,11 +343,6 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, int device
                            name ? name : "(null)");
     if (n == 0)
         return ss__err_set(SS_ERR_INVALID_ARGUMENT, "group %s: n = 0 floats", name);
-    if (device >= 0 && t->agent_client)
-        return ss__err_set(SS_ERR_UNSUPPORTED,
-                           "group %s: device groups are synced by the in-process shadow pool; "
-                           "agent mode (agent=%s) hands groups over as shared host memory",
-                           name, t->agent);
     ss_dense *g = calloc(1, sizeof *g);
     if (!g)
         return SS_ERR_NO_MEMORY;
@@ -355,14 +350,21 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, int device
     g->shm.fd = -1;
     g->name = strdup(name);
     ss_status st = g->name ? SS_OK : SS_ERR_NO_MEMORY;
-    if (st == SS_OK && t->agent_client) {
+    /* Agent mode: the header (and a host group's floats) in a memfd the
+     * agent maps; a device group's floats stay in this process's GPU
+     * memory, exported to the agent by CUDA IPC (its memfd pages for the
+     * floats are never touched, so they take no memory). */
+    if (st == SS_OK && t->agent_client)
         st = ss__shm_group_create(name, n, &g->shm);
-        if (st == SS_OK)
-            st = ss__replica_wrap_shared(g->shm.data, n, &g->shm.hdr->iterations, &g->replica);
-    } else if (st == SS_OK && device >= 0) {
+    _Atomic uint64_t *shared_iterations =
+        t->agent_client && g->shm.hdr ? &g->shm.hdr->iterations : NULL;
+    if (st == SS_OK && device >= 0) {
         const char *why = "";
-        if ((st = ss__replica_create_device(device, n, &g->replica, &why)) != SS_OK)
+        if ((st = ss__replica_create_device(device, n, shared_iterations, &g->replica, &why)) !=
+            SS_OK)
             ss__err_set(st, "group %s on device %d: %s", name, device, why);
+    } else if (st == SS_OK && t->agent_client) {
+        st = ss__replica_wrap_shared(g->shm.data, n, shared_iterations, &g->replica);
     } else if (st == SS_OK) {
         st = ss__replica_create(n, &g->replica);
     }
@@ -400,8 +402,14 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, int device
                                      .alpha = t->params.alpha,
                                      .bmuf_eta = t->params.bmuf.eta,
                                      .bmuf_zeta = t->params.bmuf.zeta,
-                                     .bmuf_nesterov = t->params.bmuf.nesterov};
-        st = ss__agent_client_add_group(t->agent_client, &spec);
+                                     .bmuf_nesterov = t->params.bmuf.nesterov,
+                                     .on_device = device >= 0,
+                                     .device = device};
+        ss__device_group *dev = ss__replica_device(g->replica);
+        if (dev && (st = ss__device_group_ipc_handle(dev, spec.cuda_ipc_handle)) != SS_OK)
+            ss__err_set(st, "group %s: %s", name, ss__device_last_error());
+        if (st == SS_OK)
+            st = ss__agent_client_add_group(t->agent_client, &spec);
     }
     if (st == SS_OK) {
         t->groups[k] = g;

@@ -179,7 +179,8 @@ ss_status ss_dense_read(ss_dense *g, float *dst);
  * streams: each round copies a snapshot to pinned host memory and applies
  * its delta with a kernel, both on a stream of its own created
  * non-blocking at the device's lowest priority. A training step never
- * waits for a round. In-process pool only (not with agent). docs/gpu.md.
+ * waits for a round. With an agent, the group is handed over by CUDA IPC
+ * and the agent's pool does the same. docs/gpu.md.
  *
  *     if (ss_device_count() > 0 &&
  *         ss_trainer_add_dense_device(t, "mlp", n, 0, init, &w) == SS_OK) {
