@@ -92,6 +92,13 @@ ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_
 ss_status ss__emb_store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                 const float *x, float alpha, float *deltas, char *why,
                                 size_t whylen);
+/* The same with the deltas encoded row by row (ss__emb_delta_encoder):
+ * deltas: n * enc->row_bytes out; each centre row moves by its decoded
+ * delta. */
+ss_status ss__emb_store_elastic_encoded(ss__emb_store *st, const char *table, const uint64_t *ids,
+                                        size_t n, const float *x, float alpha,
+                                        const ss__emb_delta_encoder *enc, uint8_t *deltas,
+                                        char *why, size_t whylen);
 /* Rows as stored (data + state), without loading or counting; found[i]
  * false when the row is neither resident nor in the database. */
 ss_status ss__emb_store_read_full(ss__emb_store *st, const char *table, const uint64_t *ids,

@@ -65,6 +65,22 @@ void ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *g
 /* Elastic step of S-EASGD for one row: d = alpha (x - c); c += d;
  * delta = d. */
 void ss__emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim);
+/* How an elastic reply's delta rows travel when they are compressed (the
+ * PS passes shadow/codec.h's ss__codec_round_trip): fn writes row_bytes
+ * of reply for delta d into out and rewrites d to what the receiver will
+ * decode from them; false when it could not (d zeroed). */
+typedef struct ss__emb_delta_encoder {
+    bool (*fn)(void *ctx, float *d, size_t dim, uint8_t *out);
+    void *ctx;
+    size_t row_bytes;
+} ss__emb_delta_encoder;
+
+/* The elastic step with the delta encoded into out: the centre moves by
+ * the decoded delta, the one the trainer will apply, so x + c stays
+ * conserved. A delta the encoder could not hold is sent as zeros and the
+ * centre left alone: false. */
+bool ss__emb_elastic_encoded(float *center, const float *x, float alpha,
+                             const ss__emb_delta_encoder *enc, uint8_t *out, size_t dim);
 
 /* Jump consistent hash (Lamping & Veach) of (table id, row id) over
  * `shards` shards: clients and servers route every row the same way, and
@@ -106,6 +122,13 @@ ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, s
  * alpha (x[i] - c[i]); c[i] += deltas[i]. */
 ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
                                 float alpha, float *deltas);
+/* The same with each row's delta encoded (ss__emb_elastic_encoded) into
+ * deltas (n rows of enc->row_bytes); *not_held: rows
+ * whose delta the encoding could not hold (sent as zeros, left alone). */
+ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, size_t n,
+                                        const float *x, float alpha,
+                                        const ss__emb_delta_encoder *enc, uint8_t *deltas,
+                                        size_t *not_held);
 /* Full rows (data + state) as they are, for checks and checkpoints. */
 ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
                                   bool *found);

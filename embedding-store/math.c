@@ -105,6 +105,18 @@ void ss__emb_elastic(float *center, const float *x, float alpha, float *delta, s
     }
 }
 
+bool ss__emb_elastic_encoded(float *center, const float *x, float alpha,
+                             const ss__emb_delta_encoder *enc, uint8_t *out, size_t dim) {
+    float d[SS_EMB_MAX_DIM];
+    for (size_t j = 0; j < dim; j++)
+        d[j] = alpha * (x[j] - center[j]);
+    if (!enc->fn(enc->ctx, d, dim, out))
+        return false; /* d and out are zeros */
+    for (size_t j = 0; j < dim; j++)
+        center[j] += d[j];
+    return true;
+}
+
 uint32_t ss__emb_shard_of(uint32_t table_id, uint64_t id, uint32_t shards) {
     if (shards <= 1)
         return 0;

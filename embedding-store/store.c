@@ -638,24 +638,43 @@ ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const 
     return s;
 }
 
-ss_status ss__emb_store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
-                                const float *x, float alpha, float *deltas, char *why,
-                                size_t whylen) {
+/* Elastic rows: plain deltas (enc NULL, into deltas) or encoded (into
+ * encoded). */
+static ss_status store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                               const float *x, float alpha, const ss__emb_delta_encoder *enc,
+                               float *deltas, uint8_t *encoded, char *why, size_t whylen) {
     store_table *tb;
-    if (!st || !x || !deltas)
+    if (!st || !x || (enc ? !encoded || !enc->fn : !deltas))
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, x, &tb, why, whylen);
     if (s == SS_OK && !(alpha > 0.0f && alpha <= 1.0f)) {
         say(why, whylen, "alpha must be in (0, 1]");
         s = refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_alpha");
     }
+    size_t not_held = 0;
     if (s == SS_OK)
-        s = ss__emb_table_elastic(tb->t, ids, n, x, alpha, deltas);
+        s = enc ? ss__emb_table_elastic_encoded(tb->t, ids, n, x, alpha, enc, encoded, &not_held)
+                : ss__emb_table_elastic(tb->t, ids, n, x, alpha, deltas);
     if (s == SS_OK) {
-        ss__counter_add(tb->elastic, n);
+        ss__counter_add(tb->elastic, n - not_held);
         s = after_update(st, tb);
     }
     return s;
+}
+
+ss_status ss__emb_store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                                const float *x, float alpha, float *deltas, char *why,
+                                size_t whylen) {
+    return store_elastic(st, table, ids, n, x, alpha, NULL, deltas, NULL, why, whylen);
+}
+
+ss_status ss__emb_store_elastic_encoded(ss__emb_store *st, const char *table, const uint64_t *ids,
+                                        size_t n, const float *x, float alpha,
+                                        const ss__emb_delta_encoder *enc, uint8_t *deltas,
+                                        char *why, size_t whylen) {
+    if (!enc)
+        return SS_ERR_INVALID_ARGUMENT;
+    return store_elastic(st, table, ids, n, x, alpha, enc, NULL, deltas, why, whylen);
 }
 
 ss_status ss__emb_store_read_full(ss__emb_store *st, const char *table, const uint64_t *ids,

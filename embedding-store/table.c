@@ -297,6 +297,9 @@ typedef struct io_ctx {
     float *out;
     bool *found;
     float alpha;
+    const ss__emb_delta_encoder *enc; /* elastic: NULL (plain floats in out) or encoded */
+    uint8_t *enc_out;                 /* elastic, encoded: enc->row_bytes a row */
+    size_t not_held; /* elastic, encoded: rows whose delta the encoder could not hold */
 } io_ctx;
 
 static void op_copy_data(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
@@ -323,7 +326,11 @@ static void op_gradient(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *c
 static void op_elastic(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
     const size_t dim = t->spec.dim;
-    ss__emb_elastic(sl->r->v, c->in + i * dim, c->alpha, c->out + i * dim, dim);
+    if (!c->enc)
+        ss__emb_elastic(sl->r->v, c->in + i * dim, c->alpha, c->out + i * dim, dim);
+    else if (!ss__emb_elastic_encoded(sl->r->v, c->in + i * dim, c->alpha, c->enc,
+                                      c->enc_out + i * c->enc->row_bytes, dim))
+        c->not_held++;
     mark_dirty(s, sl);
 }
 
@@ -390,6 +397,19 @@ ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n,
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = x, .out = deltas, .alpha = alpha};
     return for_rows(t, ids, n, true, op_elastic, &c);
+}
+
+ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, size_t n,
+                                        const float *x, float alpha,
+                                        const ss__emb_delta_encoder *enc, uint8_t *deltas,
+                                        size_t *not_held) {
+    if (!t || (n && (!ids || !x || !deltas)) || !enc || !enc->fn)
+        return SS_ERR_INVALID_ARGUMENT;
+    io_ctx c = {.in = x, .alpha = alpha, .enc = enc, .enc_out = deltas};
+    ss_status st = for_rows(t, ids, n, true, op_elastic, &c);
+    if (not_held)
+        *not_held = c.not_held;
+    return st;
 }
 
 static ss_status dirty_reserve(ss__emb_dirty *d, size_t need, size_t row_floats) {

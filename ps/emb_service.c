@@ -6,6 +6,7 @@
 #include "ps/emb_service.h"
 #include "rpc/proto/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
+#include "shadow/codec.h"
 
 /* A refusal: status + message in the reply, counted by the store. */
 static void refuse(ss__emb_service *svc, ss__rpc_reply *r, ss_status st, const char *reason,
@@ -21,7 +22,8 @@ static void relay(ss__rpc_reply *r, ss_status st, const char *why) {
 }
 
 /* A row request: its table's spec, its ids copied to an aligned array, and
- * (when want_rows) its float payload of exactly n * dim values, aligned. */
+ * (when want_rows) its float payload of exactly n * dim values, aligned:
+ * decoded row by row when it came encoded (enc, shadow/codec.h). */
 typedef struct row_request {
     ss__emb_spec spec;
     uint64_t *ids;
@@ -30,7 +32,8 @@ typedef struct row_request {
 } row_request;
 
 static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBinaryData *ids,
-                      const ProtobufCBinaryData *payload, row_request *rq, ss__rpc_reply *r) {
+                      const ProtobufCBinaryData *payload, ss__encoding enc, row_request *rq,
+                      ss__rpc_reply *r) {
     memset(rq, 0, sizeof *rq);
     char msg[200];
     if (!table || ss__emb_store_table_spec(svc->store, table, &rq->spec) != SS_OK) {
@@ -50,14 +53,15 @@ static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBi
         refuse(svc, r, SS_ERR_NO_MEMORY, "batch_too_large", msg);
         return 0;
     }
-    if (payload && payload->len != rq->n * rq->spec.dim * sizeof(float)) {
-        snprintf(msg, sizeof msg, "%zu payload bytes for %zu ids of dim %u (want %zu)",
-                 payload->len, rq->n, rq->spec.dim, rq->n * rq->spec.dim * sizeof(float));
+    const size_t row_bytes = ss__codec_size(enc, rq->spec.dim);
+    if (payload && payload->len != rq->n * row_bytes) {
+        snprintf(msg, sizeof msg, "%zu payload bytes for %zu ids of dim %u in %s (want %zu)",
+                 payload->len, rq->n, rq->spec.dim, ss__encoding_name(enc), rq->n * row_bytes);
         refuse(svc, r, SS_ERR_SIZE_MISMATCH, "dim_mismatch", msg);
         return 0;
     }
     rq->ids = malloc(rq->n ? rq->n * sizeof(uint64_t) : 1);
-    rq->payload = payload ? malloc(payload->len ? payload->len : 1) : NULL;
+    rq->payload = payload ? malloc(rq->n ? rq->n * rq->spec.dim * sizeof(float) : 1) : NULL;
     if (!rq->ids || (payload && !rq->payload)) {
         free(rq->ids);
         free(rq->payload);
@@ -67,8 +71,20 @@ static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBi
     }
     if (ids->len) /* an empty bytes field has no data pointer */
         memcpy(rq->ids, ids->data, ids->len);
-    if (payload && payload->len)
+    if (payload && payload->len && enc == SS_ENC_F32)
         memcpy(rq->payload, payload->data, payload->len);
+    for (size_t i = 0; payload && enc != SS_ENC_F32 && i < rq->n; i++)
+        if (ss__codec_decode(enc, payload->data + i * row_bytes, row_bytes, rq->spec.dim,
+                             rq->payload + i * rq->spec.dim) != SS_OK) {
+            snprintf(msg, sizeof msg,
+                     "row %zu does not decode as %s (a value is not finite, or "
+                     "a block's min is over its max)",
+                     i, ss__encoding_name(enc));
+            refuse(svc, r, SS_ERR_INVALID_ARGUMENT, "bad_payload", msg);
+            free(rq->ids);
+            free(rq->payload);
+            return 0;
+        }
     return 1;
 }
 
@@ -143,7 +159,7 @@ static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *r
         return;
     }
     row_request rq;
-    if (parse_rows(svc, m->table, &m->ids, NULL, &rq, reply)) {
+    if (parse_rows(svc, m->table, &m->ids, NULL, SS_ENC_F32, &rq, reply)) {
         float *rows = rows_out(rq.n, rq.spec.dim, reply);
         char why[200] = "";
         ss_status st =
@@ -165,7 +181,7 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         return;
     }
     row_request rq;
-    if (parse_rows(svc, m->table, &m->ids, &m->grads, &rq, reply)) {
+    if (parse_rows(svc, m->table, &m->ids, &m->grads, SS_ENC_F32, &rq, reply)) {
         char why[200] = "";
         ss_status st =
             ss__emb_store_push(svc->store, m->table, rq.ids, rq.n, rq.payload, why, sizeof why);
@@ -191,8 +207,8 @@ static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_rep
         return;
     }
     row_request push, look;
-    if (parse_rows(svc, m->table, &m->push_ids, &m->grads, &push, reply)) {
-        if (parse_rows(svc, m->table, &m->ids, NULL, &look, reply)) {
+    if (parse_rows(svc, m->table, &m->push_ids, &m->grads, SS_ENC_F32, &push, reply)) {
+        if (parse_rows(svc, m->table, &m->ids, NULL, SS_ENC_F32, &look, reply)) {
             float *rows = rows_out(look.n, look.spec.dim, reply);
             char why[200] = "";
             ss_status st = rows ? ss__emb_store_push_lookup(svc->store, m->table, push.ids, push.n,
@@ -217,19 +233,37 @@ static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
         ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
         return;
     }
+    if (m->encoding >= SS_ENC_COUNT) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "encoding %u is not 0 (f32), 1 (fp16), 2 (bf16) or 3 (int8)",
+                 m->encoding);
+        refuse(svc, reply, SS_ERR_INVALID_ARGUMENT, "bad_encoding", msg);
+        shadowsync__v1__elastic_request__free_unpacked(m, NULL);
+        return;
+    }
+    const ss__encoding enc = (ss__encoding)m->encoding;
     row_request rq;
-    if (parse_rows(svc, m->table, &m->ids, &m->rows, &rq, reply)) {
-        float *deltas = rows_out(rq.n, rq.spec.dim, reply);
+    if (parse_rows(svc, m->table, &m->ids, &m->rows, enc, &rq, reply)) {
+        const size_t out_bytes = rq.n * ss__codec_size(enc, rq.spec.dim);
+        /* The centre rows move by what the reply decodes to. */
+        ss__encoding codec = enc;
+        const ss__emb_delta_encoder encoder = {ss__codec_round_trip, &codec,
+                                               ss__codec_size(enc, rq.spec.dim)};
+        void *deltas = malloc(out_bytes + 1);
         char why[200] = "";
-        ss_status st = deltas ? ss__emb_store_elastic(svc->store, m->table, rq.ids, rq.n,
-                                                      rq.payload, m->alpha, deltas, why, sizeof why)
-                              : SS_ERR_NO_MEMORY;
+        ss_status st =
+            !deltas ? SS_ERR_NO_MEMORY
+            : enc == SS_ENC_F32
+                ? ss__emb_store_elastic(svc->store, m->table, rq.ids, rq.n, rq.payload, m->alpha,
+                                        deltas, why, sizeof why)
+                : ss__emb_store_elastic_encoded(svc->store, m->table, rq.ids, rq.n, rq.payload,
+                                                m->alpha, &encoder, deltas, why, sizeof why);
         if (st != SS_OK) {
             relay(reply, st, why);
         } else {
             Shadowsync__V1__ElasticReply out = SHADOWSYNC__V1__ELASTIC_REPLY__INIT;
-            out.deltas.data = (uint8_t *)deltas;
-            out.deltas.len = rq.n * rq.spec.dim * sizeof(float);
+            out.deltas.data = deltas;
+            out.deltas.len = out_bytes;
             ss__rpc_reply_pack(&out.base, reply);
         }
         free(deltas);

@@ -122,14 +122,15 @@ typedef struct id_set {
     const uint64_t *ids;
     size_t n;
     const float *in;
+    ss__encoding enc; /* elastic: rows out and deltas back, row by row (shadow/codec.h) */
 } id_set;
 
 /* ids and their payload gathered into one chunk's arrays. */
 static bool gather_chunk(const ss__emb_spec *spec, const id_set *set, const chunk *ck,
                          ProtobufCBinaryData *bid, ProtobufCBinaryData *bin) {
-    const size_t dim = spec->dim;
+    const size_t dim = spec->dim, row_bytes = ss__codec_size(set->enc, dim);
     uint64_t *cid = malloc(ck->n * sizeof *cid + 1);
-    float *cin = set->in ? malloc(ck->n * dim * sizeof *cin + 1) : NULL;
+    uint8_t *cin = set->in ? malloc(ck->n * row_bytes + 1) : NULL;
     if (!cid || (set->in && !cin)) {
         free(cid);
         free(cin);
@@ -137,11 +138,13 @@ static bool gather_chunk(const ss__emb_spec *spec, const id_set *set, const chun
     }
     for (size_t k = 0; k < ck->n; k++) {
         cid[k] = set->ids[ck->pos[k]];
-        if (set->in)
-            memcpy(cin + k * dim, set->in + ck->pos[k] * dim, dim * sizeof(float));
+        if (set->in && set->enc == SS_ENC_F32)
+            memcpy(cin + k * row_bytes, set->in + ck->pos[k] * dim, row_bytes);
+        else if (set->in)
+            ss__codec_encode(set->enc, set->in + ck->pos[k] * dim, dim, cin + k * row_bytes);
     }
     *bid = (ProtobufCBinaryData){ck->n * sizeof *cid, (uint8_t *)cid};
-    *bin = (ProtobufCBinaryData){set->in ? ck->n * dim * sizeof(float) : 0, (uint8_t *)cin};
+    *bin = (ProtobufCBinaryData){set->in ? ck->n * row_bytes : 0, cin};
     return true;
 }
 
@@ -182,6 +185,7 @@ static uint8_t *pack_chunk(row_op op, const ss__emb_spec *spec, const id_set *ma
         m.ids = bid;
         m.rows = bin;
         m.alpha = alpha;
+        m.encoding = (uint32_t)main->enc;
         *len = shadowsync__v1__elastic_request__get_packed_size(&m);
         if ((buf = malloc(*len + 1)))
             shadowsync__v1__elastic_request__pack(&m, buf);
@@ -195,9 +199,10 @@ out:
 }
 
 /* Copies a reply's rows (lookup) or deltas (elastic) to their positions. */
-static ss_status scatter(row_op op, const ss__emb_spec *spec, const ss__rpc_request *call,
-                         const chunk *ck, float *out) {
-    const size_t want = ck->n * spec->dim * sizeof(float);
+static ss_status scatter(row_op op, const ss__emb_spec *spec, ss__encoding enc,
+                         const ss__rpc_request *call, const chunk *ck, float *out) {
+    const size_t row_bytes = ss__codec_size(op == OP_ELASTIC ? enc : SS_ENC_F32, spec->dim);
+    const size_t want = ck->n * row_bytes;
     ProtobufCBinaryData b = {0, NULL};
     Shadowsync__V1__LookupReply *lr = NULL;
     Shadowsync__V1__ElasticReply *er = NULL;
@@ -209,8 +214,13 @@ static ss_status scatter(row_op op, const ss__emb_spec *spec, const ss__rpc_requ
         b = er->deltas;
     ss_status st = b.len == want ? SS_OK : SS_ERR_PARSE;
     for (size_t k = 0; st == SS_OK && k < ck->n; k++)
-        memcpy(out + ck->pos[k] * spec->dim, b.data + k * spec->dim * sizeof(float),
-               spec->dim * sizeof(float));
+        if (row_bytes == spec->dim * sizeof(float))
+            memcpy(out + ck->pos[k] * spec->dim, b.data + k * row_bytes, row_bytes);
+        else /* checks what came from the network: finite, a sane block */
+            st = ss__codec_decode(enc, b.data + k * row_bytes, row_bytes, spec->dim,
+                                  out + ck->pos[k] * spec->dim) == SS_OK
+                     ? SS_OK
+                     : SS_ERR_PARSE;
     if (lr)
         shadowsync__v1__lookup_reply__free_unpacked(lr, NULL);
     if (er)
@@ -321,7 +331,7 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
             }
     }
     for (size_t i = 0; st == SS_OK && i < ncalls && op != OP_PUSH; i++)
-        st = scatter(op, spec, &calls[i], &cp[i].main, out);
+        st = scatter(op, spec, main->enc, &calls[i], &cp[i].main, out);
     for (size_t i = 0; calls && i < ncalls; i++) {
         free((void *)calls[i].req);
         free(calls[i].resp);
@@ -337,14 +347,14 @@ ss_status ss__emb_client_lookup(ss__emb_client *c, const ss__emb_spec *spec, con
                                 size_t n, float *rows) {
     if (n == 0)
         return SS_OK;
-    return sharded(c, OP_LOOKUP, spec, &(id_set){ids, n, NULL}, NULL, 0.0f, rows);
+    return sharded(c, OP_LOOKUP, spec, &(id_set){ids, n, NULL, SS_ENC_F32}, NULL, 0.0f, rows);
 }
 
 ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                               size_t n, const float *grads) {
     if (n == 0)
         return SS_OK;
-    return sharded(c, OP_PUSH, spec, &(id_set){ids, n, grads}, NULL, 0.0f, NULL);
+    return sharded(c, OP_PUSH, spec, &(id_set){ids, n, grads, SS_ENC_F32}, NULL, 0.0f, NULL);
 }
 
 ss_status ss__emb_client_push_lookup(ss__emb_client *c, const ss__emb_spec *spec,
@@ -354,13 +364,14 @@ ss_status ss__emb_client_push_lookup(ss__emb_client *c, const ss__emb_spec *spec
         return ss__emb_client_lookup(c, spec, ids, n, rows);
     if (n == 0)
         return ss__emb_client_push(c, spec, push_ids, pn, grads);
-    return sharded(c, OP_PUSH_LOOKUP, spec, &(id_set){ids, n, NULL}, &(id_set){push_ids, pn, grads},
-                   0.0f, rows);
+    return sharded(c, OP_PUSH_LOOKUP, spec, &(id_set){ids, n, NULL, SS_ENC_F32},
+                   &(id_set){push_ids, pn, grads, SS_ENC_F32}, 0.0f, rows);
 }
 
 ss_status ss__emb_client_elastic(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
-                                 size_t n, const float *x, float alpha, float *deltas) {
+                                 size_t n, const float *x, float alpha, ss__encoding enc,
+                                 float *deltas) {
     if (n == 0)
         return SS_OK;
-    return sharded(c, OP_ELASTIC, spec, &(id_set){ids, n, x}, NULL, alpha, deltas);
+    return sharded(c, OP_ELASTIC, spec, &(id_set){ids, n, x, enc}, NULL, alpha, deltas);
 }

@@ -8,6 +8,7 @@
 
 #include "embedding-store/emb_table.h"
 #include "rpc/rpc.h"
+#include "shadow/codec.h"
 
 #define SS_EMB_CLIENT_CHUNK 4096
 
@@ -32,8 +33,11 @@ ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const
 ss_status ss__emb_client_push_lookup(ss__emb_client *c, const ss__emb_spec *spec,
                                      const uint64_t *push_ids, size_t pn, const float *grads,
                                      const uint64_t *ids, size_t n, float *rows);
-/* x: n * dim in; deltas: n * dim out. */
+/* x: n * dim in; deltas: n * dim out. enc: how rows go out and deltas
+ * come back (shadow/codec.h; SS_ENC_F32 plain): each shard moves its
+ * centre row by the decoded delta it sends, so x + c stays conserved. */
 ss_status ss__emb_client_elastic(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
-                                 size_t n, const float *x, float alpha, float *deltas);
+                                 size_t n, const float *x, float alpha, ss__encoding enc,
+                                 float *deltas);
 
 #endif

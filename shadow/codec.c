@@ -297,3 +297,13 @@ void ss__codec_server_round_reply(ss__codec_mirror *cm, const float *r, uint8_t 
     mirror_add_decoded(cm, reply);
     cm->seq++;
 }
+
+bool ss__codec_round_trip(void *ctx, float *x, size_t n, uint8_t *out) {
+    const ss__encoding e = *(const ss__encoding *)ctx;
+    ss__codec_encode(e, x, n, out);
+    if (ss__codec_decode(e, out, ss__codec_size(e, n), n, x) == SS_OK)
+        return true;
+    memset(x, 0, n * sizeof *x);
+    ss__codec_encode(e, x, n, out);
+    return false;
+}

@@ -58,6 +58,12 @@ void ss__codec_encode(ss__encoding e, const float *in, size_t n, uint8_t *out);
  * a decoder fed by the network checks everything. */
 ss_status ss__codec_decode(ss__encoding e, const uint8_t *in, size_t len, size_t n, float *out);
 
+/* Encodes x (n finite floats) into out and rewrites x to the decoding of
+ * out: what a receiver of out gets. ctx: a const ss__encoding *. false
+ * (x zeroed, out the zeros' encoding) when out would not decode. (The
+ * shape of an embedding store's ss__emb_delta_encoder.) */
+bool ss__codec_round_trip(void *ctx, float *x, size_t n, uint8_t *out);
+
 /* One side's mirror of one member's replica (of one chunk). */
 typedef struct ss__codec_mirror {
     ss__encoding enc;

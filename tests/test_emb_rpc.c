@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "ps/emb_service.h"
 #include "rpc/proto/embedding.pb-c.h"
+#include "shadow/codec.h"
 #include "shadowsync/shadowsync.h"
 
 typedef struct fixture {
@@ -420,6 +421,118 @@ END_TEST
 /* ss_table_warm loads a cached table's missing rows in one call, ahead of
  * the lookups; those then find them (hits, no second fetch), with the
  * shard's values. Local and remote tables have nothing to warm. */
+/* Elastic's encoded form over gRPC: bad encodings, sizes and payloads
+ * are refused and counted, with nothing changed. */
+static ss_status elastic_encoded(const char *table, const uint64_t *ids, size_t n,
+                                 const uint8_t *rows, size_t len, uint32_t enc, uint8_t *out,
+                                 size_t *out_len) {
+    Shadowsync__V1__ElasticRequest m = SHADOWSYNC__V1__ELASTIC_REQUEST__INIT;
+    m.table = (char *)table;
+    m.ids = (ProtobufCBinaryData){n * 8, (uint8_t *)ids};
+    m.rows = (ProtobufCBinaryData){len, (uint8_t *)rows};
+    m.alpha = 0.5f;
+    m.encoding = enc;
+    uint8_t *resp;
+    size_t rlen;
+    ss_status st = call(SS_EMB_M_ELASTIC, &m.base, &resp, &rlen);
+    if (st == SS_OK) {
+        Shadowsync__V1__ElasticReply *r = shadowsync__v1__elastic_reply__unpack(NULL, rlen, resp);
+        ck_assert_ptr_nonnull(r);
+        memcpy(out, r->deltas.data, r->deltas.len);
+        *out_len = r->deltas.len;
+        shadowsync__v1__elastic_reply__free_unpacked(r, NULL);
+        free(resp);
+    }
+    return st;
+}
+
+START_TEST(test_elastic_encodings_over_grpc) {
+    ck_assert_int_eq(open_table("enc", 4), SS_OK);
+    uint64_t ids[2] = {5, 6};
+    const float x[8] = {1, 2, 3, 4, -1, -2, -3, -4};
+    uint8_t rows[64], out[64];
+    size_t out_len = 0;
+    const size_t row8 = ss__codec_size(SS_ENC_INT8, 4);
+    for (int i = 0; i < 2; i++)
+        ss__codec_encode(SS_ENC_INT8, x + 4 * i, 4, rows + row8 * i);
+    ck_assert_int_eq(elastic_encoded("enc", ids, 2, rows, 2 * row8, 9, out, &out_len),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected("bad_encoding"), 1);
+    ck_assert_int_eq(elastic_encoded("enc", ids, 2, rows, 2 * row8 - 1, SS_ENC_INT8, out, &out_len),
+                     SS_ERR_SIZE_MISMATCH);
+    uint8_t bad[64];
+    memcpy(bad, rows, 2 * row8);
+    const float inverted[2] = {5.0f, -5.0f}; /* min over max */
+    memcpy(bad + row8, inverted, sizeof inverted);
+    ck_assert_int_eq(elastic_encoded("enc", ids, 2, bad, 2 * row8, SS_ENC_INT8, out, &out_len),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(rejected("bad_payload"), 1);
+    float c[8];
+    ck_assert_int_eq(lookup("enc", ids, 2, c), SS_OK);
+    for (int i = 0; i < 8; i++)
+        ck_assert_float_eq(c[i], 0.0f); /* nothing applied */
+    /* A good one: the reply is int8 rows, and the centre moved by their
+     * decoding: d = 0.5 (x^ - 0), x^ the decoded upload. */
+    ck_assert_int_eq(elastic_encoded("enc", ids, 2, rows, 2 * row8, SS_ENC_INT8, out, &out_len),
+                     SS_OK);
+    ck_assert_uint_eq(out_len, 2 * row8);
+    ck_assert_int_eq(lookup("enc", ids, 2, c), SS_OK);
+    float d[4];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(ss__codec_decode(SS_ENC_INT8, out + row8 * i, row8, 4, d), SS_OK);
+        for (int j = 0; j < 4; j++) {
+            ck_assert_float_eq(c[4 * i + j], d[j]);
+            ck_assert_float_eq_tol(d[j], 0.5f * x[4 * i + j], 0.02f);
+        }
+    }
+}
+END_TEST
+
+/* A cached table whose row sync is encoded: each sync conserves x + c
+ * exactly (the shard moves c by the decoded delta the trainer applies),
+ * and repeated syncs bring x and c together. */
+START_TEST(test_cached_table_encoded_sync_conserves) {
+    const char *encs[] = {"fp16", "bf16", "int8"};
+    for (int e = 0; e < 3; e++) {
+        ss_trainer *t = open_trainer();
+        char name[32];
+        snprintf(name, sizeof name, "cached_%s", encs[e]);
+        ss_table_config c = table_config(name, SS_TABLE_CACHED);
+        c.dim = 8;
+        c.alpha = 0.5f;
+        c.sync_interval_ms = 3600 * 1000; /* only flush() syncs */
+        c.encoding = encs[e];
+        ss_table *tb;
+        ck_assert_int_eq(ss_table_open(t, &c, &tb), SS_OK);
+        uint64_t id = 7;
+        float g[8], row[8], server[8];
+        for (int j = 0; j < 8; j++)
+            g[j] = 0.37f * (float)(j + 1) - 1.1f; /* x = -g: not exact in 8 bits */
+        ck_assert_int_eq(ss_table_push(tb, &id, 1, g), SS_OK);
+        for (int k = 0; k < 12; k++) {
+            ck_assert_int_eq(ss_table_push(tb, &id, 1, (float[8]){0}), SS_OK); /* dirty again */
+            ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+            ck_assert_int_eq(ss_table_lookup(tb, &id, 1, row), SS_OK);
+            ck_assert_int_eq(ss__emb_store_lookup(F.store, name, &id, 1, server, NULL, 0), SS_OK);
+            for (int j = 0; j < 8; j++)
+                ck_assert_msg(fabsf(row[j] + server[j] + g[j]) < 1e-5f,
+                              "%s sync %d: x + c = %g, not %g", encs[e], k,
+                              (double)(row[j] + server[j]), (double)-g[j]);
+        }
+        for (int j = 0; j < 8; j++) /* together at (x + c) / 2 */
+            ck_assert_float_eq_tol(row[j], -g[j] / 2, 0.01f);
+        ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    }
+    ss_table_config bad = table_config("cached_bad", SS_TABLE_CACHED);
+    bad.encoding = "int4";
+    ss_trainer *t = open_trainer();
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(t, &bad, &tb), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(ss_last_error(), "emb_encoding=\"int4\": unknown encoding"));
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
 START_TEST(test_cached_table_warm_loads_ahead) {
     ss_trainer *t = open_trainer();
     ss_table_config c = table_config("warm", SS_TABLE_CACHED);
@@ -466,5 +579,6 @@ int main(void) {
     return ss__check_tests("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc,
                            test_request_limits, test_push_lookup_pushes_then_reads,
                            test_remote_table_through_hooks, test_cached_table_syncs_and_evicts,
-                           test_cached_table_warm_loads_ahead);
+                           test_cached_table_warm_loads_ahead, test_elastic_encodings_over_grpc,
+                           test_cached_table_encoded_sync_conserves);
 }

@@ -11,6 +11,7 @@
 
 #include "check_run.h"
 #include "embedding-store/emb_store.h"
+#include "shadow/codec.h"
 
 static char g_dir[64];
 
@@ -66,6 +67,51 @@ START_TEST(test_sgd_adagrad_elastic_by_hand) {
     ck_assert_float_eq(c[1], 0.5f);
     ck_assert_uint_eq(ss__emb_row_floats(&ada), 3);
     ck_assert_uint_eq(ss__emb_row_floats(&sgd), 2);
+}
+END_TEST
+
+/* The encoded elastic step by hand. fp16: c = (1, 1), x = (3, -1), alpha
+ * 0.25: d = (0.5, -0.5), exact in fp16; the reply decodes to it and c
+ * moved by it. int8 over 4 floats: d = (0, 0.1, 0.2, 0.3), min 0, max
+ * 0.3, codes 0, 85, 170, 255; c moves by exactly what the reply decodes
+ * to, each within half a step (0.3 / 255 / 2) of d. A delta over fp16's
+ * range (1e6) saturates at 65504, and c moves by that, as the trainer
+ * will. */
+static ss__emb_delta_encoder encoder_of(ss__encoding *e, size_t dim) {
+    return (ss__emb_delta_encoder){ss__codec_round_trip, e, ss__codec_size(*e, dim)};
+}
+
+START_TEST(test_elastic_encoded_by_hand) {
+    ss__encoding fp16 = SS_ENC_FP16, int8 = SS_ENC_INT8;
+    const ss__emb_delta_encoder e16 = encoder_of(&fp16, 2), e8 = encoder_of(&int8, 4);
+    float c[2] = {1.0f, 1.0f}, x[2] = {3.0f, -1.0f}, back[4];
+    uint8_t out[64];
+    ck_assert(ss__emb_elastic_encoded(c, x, 0.25f, &e16, out, 2));
+    ck_assert_int_eq(ss__codec_decode(SS_ENC_FP16, out, 4, 2, back), SS_OK);
+    ck_assert_float_eq(back[0], 0.5f);
+    ck_assert_float_eq(back[1], -0.5f);
+    ck_assert_float_eq(c[0], 1.5f);
+    ck_assert_float_eq(c[1], 0.5f);
+
+    float c4[4] = {0, 0, 0, 0}, x4[4] = {0.0f, 0.1f, 0.2f, 0.3f};
+    ck_assert(ss__emb_elastic_encoded(c4, x4, 1.0f, &e8, out, 4));
+    const size_t bytes = ss__codec_size(SS_ENC_INT8, 4);
+    ck_assert_uint_eq(bytes, 8 + 4); /* min, max, one byte each */
+    ck_assert_uint_eq(out[8], 0);
+    ck_assert_uint_eq(out[9], 85);
+    ck_assert_uint_eq(out[10], 170);
+    ck_assert_uint_eq(out[11], 255);
+    ck_assert_int_eq(ss__codec_decode(SS_ENC_INT8, out, bytes, 4, back), SS_OK);
+    for (int j = 0; j < 4; j++) {
+        ck_assert_float_eq(c4[j], back[j]); /* what the trainer applies */
+        ck_assert_float_eq_tol(back[j], x4[j], 0.3f / 255 / 2 + 1e-7f);
+    }
+
+    float big_c[2] = {0, 0}, big_x[2] = {1e6f, 0};
+    ck_assert(ss__emb_elastic_encoded(big_c, big_x, 1.0f, &e16, out, 2));
+    ck_assert_int_eq(ss__codec_decode(SS_ENC_FP16, out, 4, 2, back), SS_OK);
+    ck_assert_float_eq(back[0], 65504.0f);
+    ck_assert_float_eq(big_c[0], 65504.0f);
 }
 END_TEST
 
@@ -503,9 +549,9 @@ START_TEST(test_row_limit) {
 END_TEST
 
 int main(void) {
-    return ss__check_tests("embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand,
-                           test_init_deterministic, test_shard_routing,
-                           test_table_load_update_dirty_evict, test_rocksdb_round_trip,
-                           test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
-                           test_bad_input_refused_counted_unchanged, test_row_limit);
+    return ss__check_tests(
+        "embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand, test_elastic_encoded_by_hand,
+        test_init_deterministic, test_shard_routing, test_table_load_update_dirty_evict,
+        test_rocksdb_round_trip, test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
+        test_bad_input_refused_counted_unchanged, test_row_limit);
 }

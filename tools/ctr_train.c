@@ -199,7 +199,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
     bool nesterov = cfg.params.bmuf.nesterov, eval_each = false, error_feedback = true;
     const char *metrics_out = NULL, *ps = "", *agent = "", *peers = "", *dense_out = NULL,
                *name = NULL;
-    const char *emb = "array", *emb_ps = "", *emb_opt = "adagrad", *optimizer = "adam";
+    const char *emb = "array", *emb_ps = "", *emb_opt = "adagrad", *optimizer = "adam",
+               *emb_encoding = "f32";
     const char *predictions_out = NULL;
     int64_t epochs = cfg.epochs, patience = cfg.patience;
     double val_fraction = 0.1;
@@ -352,6 +353,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
          1e-6, 1},
         {"emb-sync-ms", SS_FLAG_INT, &emb_sync_ms, "cached: pause between row-sync passes", NULL, 1,
          60000},
+        {"emb-encoding", SS_FLAG_STRING, &emb_encoding,
+         "cached: how the row sync sends rows and gets deltas back (each shard applies the "
+         "decoded delta it sends)",
+         "f32|fp16|bf16|int8", 0, 0},
         {"emb-prefetch", SS_FLAG_BOOL, &emb_prefetch,
          "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
         {"emb-warm-batches", SS_FLAG_INT, &emb_warm_batches,
@@ -449,6 +454,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     cfg.emb_optimizer = !strcmp(emb_opt, "adagrad") ? SS_TABLE_ADAGRAD : SS_TABLE_SGD;
     cfg.emb_cache_rows = (size_t)emb_cache_rows;
     cfg.emb_alpha = (float)emb_alpha;
+    cfg.emb_encoding = emb_encoding;
     cfg.emb_sync_ms = (uint32_t)emb_sync_ms;
     cfg.emb_prefetch = emb_prefetch;
     cfg.emb_warm_batches = (uint32_t)emb_warm_batches;

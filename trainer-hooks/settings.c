@@ -123,6 +123,8 @@ static const key table_keys[] = {
     BK("emb_alpha", K_FLOAT, alpha, 0, 0, "cached: elastic rate of the row sync, (0, 1]"),
     BK("emb_sync_ms", K_U32, sync_interval_ms, 1, 3600000, "cached: pause between row-sync passes"),
     BK("emb_ps", K_STR, ps, 0, 0, "remote/cached: the table's shards (default: ps)"),
+    BK("emb_encoding", K_STR, encoding, 0, 0,
+       "cached: row sync encoding: f32 | fp16 | bf16 | int8 (deltas applied as decoded)"),
 };
 #undef BK
 
@@ -404,6 +406,7 @@ void ss_table_config_init(ss_table_config *cfg, const char *name, uint32_t dim) 
     cfg->cache_rows = (size_t)1 << 20;
     cfg->alpha = 0.5f;
     cfg->sync_interval_ms = 10;
+    cfg->encoding = "f32";
 }
 
 ss_status ss__table_config_read(const ss_table_config *cfg, ss_table_config *out) {

@@ -42,6 +42,7 @@ struct ss_table {
     ss_table_config cfg;
     ss_trainer *owner; /* NULL: a standalone table (ss_table_close) */
     ss__emb_spec spec;
+    ss__encoding encoding;  /* cached: the row sync's (emb_encoding) */
     ss__emb_table *rows;    /* local mode: the table; cached mode: the cache */
     ss__emb_client *client; /* remote and cached modes */
     pthread_mutex_t lock;   /* push queue, fetch list, stop */
@@ -282,7 +283,8 @@ static ss_status sync_pass(ss_table *tb, size_t *synced) {
         }
         for (size_t i = 0; i < d->n; i++)
             memcpy(x + i * dim, d->rows + i * rf, dim * sizeof(float));
-        st = ss__emb_client_elastic(tb->client, &tb->spec, d->ids, d->n, x, tb->cfg.alpha, delta);
+        st = ss__emb_client_elastic(tb->client, &tb->spec, d->ids, d->n, x, tb->cfg.alpha,
+                                    tb->encoding, delta);
         if (st == SS_OK) {
             ss__emb_table_settle(tb->rows, d, delta);
             *synced += d->n;
@@ -365,6 +367,10 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
                    c->name, (double)c->alpha);
     if (c->mode == SS_TABLE_CACHED && c->sync_interval_ms == 0)
         return BAD("table %s: emb_sync_ms=0: the row sync pauses at least 1 ms", c->name);
+    ss__encoding enc;
+    if (c->encoding && !ss__encoding_parse(c->encoding, &enc))
+        return BAD("table %s: emb_encoding=\"%s\": unknown encoding (f32|fp16|bf16|int8)", c->name,
+                   c->encoding);
     return SS_OK;
 #undef BAD
 }
@@ -465,6 +471,10 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     tb->cfg = *cfg;
     tb->spec = spec;
     tb->cfg.name = tb->spec.name;
+    tb->cfg.encoding = NULL; /* the caller's string; parsed once here */
+    tb->encoding = SS_ENC_F32;
+    if (cfg->encoding)
+        ss__encoding_parse(cfg->encoding, &tb->encoding); /* checked by check_config */
     pthread_mutex_init(&tb->lock, NULL);
     ss__cond_init_monotonic(&tb->push_ready);
     ss__cond_init_monotonic(&tb->fetch_ready);

@@ -287,6 +287,11 @@ typedef struct ss_table_config {
     float alpha;                  /* emb_alpha: cached: elastic rate of the row sync, (0, 1] */
     uint32_t sync_interval_ms;    /* emb_sync_ms: cached: pause between row-sync passes */
     const char *ps;               /* emb_ps: remote/cached: "host:port,..."; NULL = the trainer's */
+    /* emb_encoding: cached: how the row sync sends rows and gets deltas
+     * back: "f32", "fp16", "bf16" or "int8" (min-max per row); the shard
+     * moves each centre row by the decoded delta it sends, so nothing is
+     * lost, only deferred to the next sync. (Added in 0.2.) */
+    const char *encoding;
 } ss_table_config;
 
 typedef struct ss_table_stats {

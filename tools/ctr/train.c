@@ -375,6 +375,8 @@ static ss_status open_table(run *r) {
     t.cache_rows = cfg->emb_cache_rows;
     t.alpha = cfg->emb_alpha;
     t.sync_interval_ms = cfg->emb_sync_ms;
+    if (cfg->emb_encoding)
+        t.encoding = cfg->emb_encoding;
     t.ps = cfg->emb_ps;
     st = ss_table_open(r->tr[0].hooks, &t, &r->table);
     if (st != SS_OK)

@@ -81,6 +81,7 @@ typedef struct ss__ctr_train_config {
     ss_table_optimizer emb_optimizer; /* both paths: the array and the table */
     size_t emb_cache_rows;            /* cached mode */
     float emb_alpha;                  /* cached mode: elastic rate of the row sync */
+    const char *emb_encoding;         /* cached mode: the row sync's encoding; NULL = f32 */
     uint32_t emb_sync_ms;             /* cached mode: pause between row-sync passes */
     bool emb_prefetch;                /* fetch the next batch's rows while training */
     uint32_t emb_warm_batches;        /* cached: batches warmed per ss_table_warm (0: none) */

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Compressed row sync of cached embedding tables (emb_encoding): bytes on
+# the wire per synced row, and model quality, of each encoding against
+# float32, at equal examples.
+#
+# For each encoding, REPS times: a fresh shadowsync-ps on 127.0.0.1 and
+# TRAINERS ctr-train processes (--emb cached, dense S-EASGD in float32
+# through the same PS; one pass over USE_ROWS rows, each process its
+# share). Bytes per row: the PS's Embedding/Elastic request + reply bytes
+# (its /metrics, gRPC's and protobuf's framing in it) over the rows those
+# calls synced (shadowsync_emb_updates_total{kind="elastic"}). NE: held-out
+# NE of every process, averaged; the ratio is to float32's in the same rep.
+#   bash bench/emb-compression.sh        # REPS=3 USE_ROWS=200000 TRAINERS=4
+source "$(dirname "$0")/common.sh"
+ROWS=${ROWS:-1000000}
+USE_ROWS=${USE_ROWS:-200000}
+TRAINERS=${TRAINERS:-4}
+REPS=${REPS:-3}
+ENCODINGS=(f32 fp16 bf16 int8)
+make_data "$ROWS"
+B=./build/bin
+
+ps_pid=""
+cleanup() {
+  [ -z "$ps_pid" ] || kill "$ps_pid" 2>/dev/null || true
+  pkill -f "ctr-train --ps 127.0.0.1" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+start_ps() {
+  $B/shadowsync-ps --listen 127.0.0.1:0 --http 127.0.0.1:0 >out/bench-embc-ps.log 2>&1 &
+  ps_pid=$!
+  for _ in $(seq 100); do grep -q "http on" out/bench-embc-ps.log && break; sleep 0.05; done
+  addr=$(grep -o 'listening on [0-9.:]*' out/bench-embc-ps.log | awk '{print $3}')
+  ps_http=$(grep -o 'http on [0-9.:]*' out/bench-embc-ps.log | awk '{print $3}')
+}
+
+stop_ps() {
+  kill "$ps_pid"
+  wait "$ps_pid" 2>/dev/null || true
+  ps_pid=""
+}
+
+# bytes per synced row (request + reply), and the rows
+ps_bytes_per_row() {
+  curl -s "http://$ps_http/metrics" | awk '
+    /^shadowsync_rpc_(received|sent)_bytes_total\{method="\/shadowsync.v1.Embedding\/Elastic"/ {b += $NF}
+    /^shadowsync_emb_updates_total\{.*kind="elastic"/ {n += $NF}
+    END {printf "%.1f %d\n", n ? b / n : 0, n}'
+}
+
+run_cluster() { # encoding -> prints "ne examples_per_s"
+  local enc=$1 r pids=()
+  for r in $(seq 0 $((TRAINERS - 1))); do
+    timeout 600 $B/ctr-train --ps "$addr" --rank "$r" --world "$TRAINERS" --algo easgd \
+      --emb cached --emb-encoding "$enc" --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
+      --test out/test.tsv --max-test-rows 20000 --progress 0 --trainer-name "t$r" \
+      >"out/bench-embc-t$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  local ne rate
+  ne=$(for r in $(seq 0 $((TRAINERS - 1))); do
+    summary_field "$(cat "out/bench-embc-t$r.log")" test_ne_train_ctr
+  done | awk '{s += $1} END {printf "%.5f", s / NR}')
+  rate=$(for r in $(seq 0 $((TRAINERS - 1))); do
+    summary_field "$(cat "out/bench-embc-t$r.log")" examples/s
+  done | awk '{s += $1} END {printf "%.0f", s}')
+  echo "$ne $rate"
+}
+
+echo "compressed row sync: $TRAINERS ctr-train processes (--emb cached), one shadowsync-ps on" \
+  "127.0.0.1, $USE_ROWS rows once, $REPS reps (medians)"
+printf '%-5s %12s %8s %10s %10s %12s\n' enc bytes/row ratio NE "NE ratio" examples/s
+declare -A BYTES=() NE=() NER=() RATE=()
+for rep in $(seq "$REPS"); do
+  for enc in "${ENCODINGS[@]}"; do
+    start_ps
+    read -r ne rate < <(run_cluster "$enc")
+    read -r bpr rows < <(ps_bytes_per_row)
+    stop_ps
+    [ "$enc" != f32 ] || base_ne=$ne
+    BYTES[$enc]+="$bpr "
+    NE[$enc]+="$ne "
+    NER[$enc]+="$(awk -v a="$ne" -v b="$base_ne" 'BEGIN {print a / b}') "
+    RATE[$enc]+="$rate "
+    echo "rep $rep $enc: NE=$ne bytes/row=$bpr rows=$rows examples/s=$rate" >&2
+  done
+done
+base_bytes=$(med "${BYTES[f32]}")
+for enc in "${ENCODINGS[@]}"; do
+  printf '%-5s %12.1f %8.3f %10.5f %10.4f %12.0f\n' "$enc" "$(med "${BYTES[$enc]}")" \
+    "$(awk -v a="$(med "${BYTES[$enc]}")" -v b="$base_bytes" 'BEGIN {print a / b}')" \
+    "$(med "${NE[$enc]}")" "$(med "${NER[$enc]}")" "$(med "${RATE[$enc]}")"
+done
