@@ -10,12 +10,13 @@
 # (its /metrics, gRPC's and protobuf's framing in it) over the rows those
 # calls synced (shadowsync_emb_updates_total{kind="elastic"}). NE: held-out
 # NE of every process, averaged; the ratio is to float32's in the same rep.
-#   bash bench/emb-compression.sh        # REPS=3 USE_ROWS=200000 TRAINERS=4
+#   bash bench/emb-compression.sh        # REPS=3 USE_ROWS=200000 TRAINERS=4 EMB_DIM=8
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-1000000}
 USE_ROWS=${USE_ROWS:-200000}
 TRAINERS=${TRAINERS:-4}
 REPS=${REPS:-3}
+EMB_DIM=${EMB_DIM:-8} # ctr-train's default; the row's bytes grow with it, the ids' do not
 ENCODINGS=(f32 fp16 bf16 int8)
 make_data "$ROWS"
 B=./build/bin
@@ -53,7 +54,7 @@ run_cluster() { # encoding -> prints "ne examples_per_s"
   local enc=$1 r pids=()
   for r in $(seq 0 $((TRAINERS - 1))); do
     timeout 600 $B/ctr-train --ps "$addr" --rank "$r" --world "$TRAINERS" --algo easgd \
-      --emb cached --emb-encoding "$enc" --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
+      --emb cached --emb-dim "$EMB_DIM" --emb-encoding "$enc" --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
       --test out/test.tsv --max-test-rows 20000 --progress 0 --trainer-name "t$r" \
       >"out/bench-embc-t$r.log" 2>&1 &
     pids+=($!)
@@ -69,8 +70,8 @@ run_cluster() { # encoding -> prints "ne examples_per_s"
   echo "$ne $rate"
 }
 
-echo "compressed row sync: $TRAINERS ctr-train processes (--emb cached), one shadowsync-ps on" \
-  "127.0.0.1, $USE_ROWS rows once, $REPS reps (medians)"
+echo "compressed row sync: $TRAINERS ctr-train processes (--emb cached, dim $EMB_DIM), one" \
+  "shadowsync-ps on 127.0.0.1, $USE_ROWS rows once, $REPS reps (medians)"
 printf '%-5s %12s %8s %10s %10s %12s\n' enc bytes/row ratio NE "NE ratio" examples/s
 declare -A BYTES=() NE=() NER=() RATE=()
 for rep in $(seq "$REPS"); do
