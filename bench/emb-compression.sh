@@ -28,19 +28,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_ps() {
-  $B/shadowsync-ps --listen 127.0.0.1:0 --http 127.0.0.1:0 >out/bench-embc-ps.log 2>&1 &
-  ps_pid=$!
-  for _ in $(seq 100); do grep -q "http on" out/bench-embc-ps.log && break; sleep 0.05; done
-  addr=$(grep -o 'listening on [0-9.:]*' out/bench-embc-ps.log | awk '{print $3}')
-  ps_http=$(grep -o 'http on [0-9.:]*' out/bench-embc-ps.log | awk '{print $3}')
-}
-
-stop_ps() {
-  kill "$ps_pid"
-  wait "$ps_pid" 2>/dev/null || true
-  ps_pid=""
-}
+start_ps() { bench_ps_start out/bench-embc-ps.log; }
+stop_ps() { bench_ps_stop; }
 
 # bytes per synced row (request + reply), and the rows
 ps_bytes_per_row() {

@@ -58,6 +58,23 @@ START_TEST(test_without_a_device_says_why) {
 }
 END_TEST
 
+/* The stand-in backend installed, and an in-process transport to sync
+ * through. */
+static ss__transport *standin_and_inproc(void) {
+    ss__device_backend_set(&standin_backend);
+    ss__inproc_config icfg = {.round_deadline_ms = 5000};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    return t;
+}
+
+static ss__engine *engine_on(ss__transport *t) {
+    ss__engine_config cfg = {.transport = t, .threads = 1};
+    ss__engine *e;
+    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    return e;
+}
+
 static ss__replica *standin_replica(size_t n, const float *init) {
     ss__replica *r;
     const char *why = "";
@@ -76,14 +93,8 @@ static float device_at(ss__replica *r, size_t i) {
  * moves nothing; device member B = [4, 0] gets d = 0.5 (s - c) = [1, -2]
  * and becomes [3, 2], through one copy down, one up and one kernel. */
 START_TEST(test_standin_easgd_by_hand) {
-    ss__device_backend_set(&standin_backend);
-    ss__inproc_config icfg = {.round_deadline_ms = 1000};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
-    ss__engine *ea, *eb;
-    ss__engine_config cfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss__engine_create(&cfg, &ea), SS_OK);
-    ck_assert_int_eq(ss__engine_create(&cfg, &eb), SS_OK);
+    ss__transport *t = standin_and_inproc();
+    ss__engine *ea = engine_on(t), *eb = engine_on(t);
     ss__replica *a, *b = standin_replica(2, (const float[]){4, 0});
     ck_assert_int_eq(ss__replica_create(2, &a), SS_OK);
     ss__replica_data(a)[0] = 2;
@@ -127,10 +138,7 @@ static void *run_one_round(void *p) {
 
 /* S-MA across a host and a device member: both move to the mean. */
 START_TEST(test_standin_ma_host_and_device) {
-    ss__device_backend_set(&standin_backend);
-    ss__inproc_config icfg = {.round_deadline_ms = 5000};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__transport *t = standin_and_inproc();
     ss__replica *r[2];
     ck_assert_int_eq(ss__replica_create(2, &r[0]), SS_OK); /* [0, 0] */
     r[1] = standin_replica(2, (const float[]){2, 6});
@@ -138,8 +146,7 @@ START_TEST(test_standin_ma_host_and_device) {
     round_arg args[2];
     pthread_t th[2];
     for (int k = 0; k < 2; k++) {
-        ss__engine_config cfg = {.transport = t, .threads = 1};
-        ck_assert_int_eq(ss__engine_create(&cfg, &args[k].e), SS_OK);
+        args[k].e = engine_on(t);
         ck_assert_int_eq(ss__engine_add_group(args[k].e, "w", r[k], &p, &args[k].g), SS_OK);
     }
     for (int k = 0; k < 2; k++)
@@ -164,13 +171,8 @@ END_TEST
  * applied) and says which call on which device; a delta kernel that fails
  * fails the round too. The next round works. */
 START_TEST(test_standin_failures_fail_the_round) {
-    ss__device_backend_set(&standin_backend);
-    ss__inproc_config icfg = {.round_deadline_ms = 1000};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
-    ss__engine *e;
-    ss__engine_config cfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ss__transport *t = standin_and_inproc();
+    ss__engine *e = engine_on(t);
     ss__replica *r = standin_replica(2, (const float[]){5, 7});
     ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
     ss__engine_group *g;
@@ -236,10 +238,7 @@ END_TEST
  * against a centre of 1 that another member set: x + c is conserved (3 +
  * 1), so the device replica settles at 2. */
 START_TEST(test_standin_through_an_agent) {
-    ss__device_backend_set(&standin_backend);
-    ss__inproc_config icfg = {.round_deadline_ms = 1000};
-    ss__transport *to_ps;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &to_ps), SS_OK);
+    ss__transport *to_ps = standin_and_inproc();
     enum { N = 256 };
     static float x[N];
     uint64_t other;
