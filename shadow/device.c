@@ -13,11 +13,13 @@ struct ss__device_group {
     const ss__device_backend *be;
     int ordinal;
     size_t n;
-    float *live;    /* device: the replica the trainer's kernels write */
-    bool imported;  /* live is another process's (CUDA IPC): closed, not freed */
-    float *scratch; /* device: an uploaded delta */
-    float *staging; /* pinned host: snapshots down, deltas up */
-    void *stream;   /* the shadow pool's: lowest priority, non-blocking */
+    float *live;       /* device: the replica the trainer's kernels write */
+    bool imported;     /* live is another process's (CUDA IPC): closed, not freed */
+    size_t chunk;      /* floats per staging buffer */
+    float *scratch[2]; /* device: uploaded delta chunks */
+    float *staging[2]; /* pinned host: snapshot chunks down, delta chunks up */
+    void *ev[2];       /* recorded after each buffer's last use on the stream */
+    void *stream;      /* the shadow pool's: lowest priority, non-blocking */
     /* One user of the stream and staging at a time: the pool's round, a
      * read of the group (ss_dense_read, an agent's checkpoint). */
     pthread_mutex_t lock;
@@ -25,6 +27,11 @@ struct ss__device_group {
 };
 
 static _Atomic(const ss__device_backend *) current = NULL;
+static _Atomic size_t staging_floats = 0;
+
+void ss__device_set_staging_floats(size_t floats) {
+    atomic_store(&staging_floats, floats);
+}
 static _Thread_local char last_error[256];
 
 const ss__device_backend *ss__device_backend_get(void) {
@@ -102,20 +109,28 @@ static ss_status group_create(int ordinal, const unsigned char *handle, size_t n
     g->n = n;
     pthread_mutex_init(&g->lock, NULL);
     atomic_init(&g->copy_ns, 0);
-    const size_t bytes = n * sizeof(float);
+    const size_t want = atomic_load(&staging_floats);
+    g->chunk = want ? want : SS_DEVICE_STAGING_FLOATS;
+    if (g->chunk > n)
+        g->chunk = n;
+    const size_t chunk_bytes = g->chunk * sizeof(float);
     int err;
     if (handle) {
         if ((err = be->ipc_open(ordinal, handle, (void **)&g->live)) != 0)
             st = failed(be, ordinal, "opening the trainer's group (CUDA IPC)", err);
         else
             g->imported = true;
-    } else if ((err = be->device_alloc(ordinal, bytes, (void **)&g->live)) != 0) {
+    } else if ((err = be->device_alloc(ordinal, n * sizeof(float), (void **)&g->live)) != 0) {
         st = failed(be, ordinal, "allocating the group", err);
     }
-    if (st == SS_OK && (err = be->device_alloc(ordinal, bytes, (void **)&g->scratch)) != 0)
-        st = failed(be, ordinal, "allocating the delta buffer", err);
-    if (st == SS_OK && (err = be->host_alloc(bytes, (void **)&g->staging)) != 0)
-        st = failed(be, ordinal, "allocating pinned staging", err);
+    for (int b = 0; b < 2 && st == SS_OK; b++) {
+        if ((err = be->device_alloc(ordinal, chunk_bytes, (void **)&g->scratch[b])) != 0)
+            st = failed(be, ordinal, "allocating the delta buffers", err);
+        else if ((err = be->host_alloc(chunk_bytes, (void **)&g->staging[b])) != 0)
+            st = failed(be, ordinal, "allocating pinned staging", err);
+        else if ((err = be->event_create(ordinal, &g->ev[b])) != 0)
+            st = failed(be, ordinal, "creating the staging events", err);
+    }
     if (st == SS_OK && (err = be->stream_create(ordinal, &g->stream)) != 0)
         st = failed(be, ordinal, "creating the sync stream", err);
     if (st != SS_OK) {
@@ -153,10 +168,14 @@ void ss__device_group_destroy(ss__device_group *g) {
         return;
     if (g->stream)
         g->be->stream_destroy(g->ordinal, g->stream);
-    if (g->staging)
-        g->be->host_free(g->staging);
-    if (g->scratch)
-        g->be->device_free(g->ordinal, g->scratch);
+    for (int b = 0; b < 2; b++) {
+        if (g->ev[b])
+            g->be->event_destroy(g->ordinal, g->ev[b]);
+        if (g->staging[b])
+            g->be->host_free(g->staging[b]);
+        if (g->scratch[b])
+            g->be->device_free(g->ordinal, g->scratch[b]);
+    }
     if (g->live && g->imported)
         g->be->ipc_close(g->ordinal, g->live);
     else if (g->live)
@@ -185,46 +204,94 @@ static void count_time(ss__device_group *g, uint64_t t0) {
     atomic_fetch_add_explicit(&g->copy_ns, ss__now_ns() - t0, memory_order_relaxed);
 }
 
+/* The floats of chunk k: from k * chunk, *len of them. */
+static size_t chunk_at(const ss__device_group *g, size_t k, size_t *len) {
+    const size_t off = k * g->chunk;
+    *len = g->n - off < g->chunk ? g->n - off : g->chunk;
+    return off;
+}
+
+static size_t chunks(const ss__device_group *g) {
+    return (g->n + g->chunk - 1) / g->chunk;
+}
+
+/* After a failure: let what is in flight finish, so that no buffer is
+ * still in use when the next call (or destroy) reuses it. */
+static int drained(ss__device_group *g, int err) {
+    g->be->stream_sync(g->ordinal, g->stream);
+    return err;
+}
+
 ss_status ss__device_group_snapshot(ss__device_group *g, float *dst) {
     const ss__device_backend *be = g->be;
-    const size_t bytes = g->n * sizeof(float);
+    const int o = g->ordinal;
     pthread_mutex_lock(&g->lock);
     const uint64_t t0 = ss__now_ns();
-    int err = be->copy_to_host(g->ordinal, g->stream, g->staging, g->live, bytes);
-    if (err == 0)
-        err = be->stream_sync(g->ordinal, g->stream);
+    int err = 0;
+    const size_t nk = chunks(g);
+    /* Chunk k goes down into staging[k % 2] while the host copies chunk
+     * k - 1 out of the other buffer. */
+    for (size_t k = 0; k <= nk && err == 0; k++) {
+        size_t len;
+        if (k < nk) {
+            const size_t off = chunk_at(g, k, &len);
+            err = be->copy_to_host(o, g->stream, g->staging[k % 2], g->live + off,
+                                   len * sizeof(float));
+            if (err == 0)
+                err = be->event_record(o, g->ev[k % 2], g->stream);
+        }
+        if (err == 0 && k > 0) {
+            const size_t off = chunk_at(g, k - 1, &len);
+            err = be->event_sync(o, g->ev[(k - 1) % 2]);
+            if (err == 0)
+                memcpy(dst + off, g->staging[(k - 1) % 2], len * sizeof(float));
+        }
+    }
+    if (err != 0)
+        drained(g, err);
     count_time(g, t0);
-    if (err == 0)
-        memcpy(dst, g->staging, bytes);
     pthread_mutex_unlock(&g->lock);
-    return err == 0 ? SS_OK : failed(be, g->ordinal, "copying a snapshot to the host", err);
+    return err == 0 ? SS_OK : failed(be, o, "copying a snapshot to the host", err);
+}
+
+/* Uploads src chunk by chunk through the staging buffers: into the live
+ * group (apply false) or into scratch, applied by the add-scaled kernel. */
+static int upload(ss__device_group *g, const float *src, bool apply, float scale) {
+    const ss__device_backend *be = g->be;
+    const int o = g->ordinal;
+    int err = 0;
+    for (size_t k = 0; k < chunks(g) && err == 0; k++) {
+        const int b = (int)(k % 2);
+        size_t len;
+        const size_t off = chunk_at(g, k, &len);
+        if (k >= 2) /* chunk k - 2's copy (and kernel) is done with these buffers */
+            err = be->event_sync(o, g->ev[b]);
+        if (err != 0)
+            break;
+        memcpy(g->staging[b], src + off, len * sizeof(float));
+        float *to = apply ? g->scratch[b] : g->live + off;
+        err = be->copy_to_device(o, g->stream, to, g->staging[b], len * sizeof(float));
+        if (err == 0 && apply)
+            err = be->add_scaled(o, g->stream, g->live + off, g->scratch[b], scale, len);
+        if (err == 0)
+            err = be->event_record(o, g->ev[b], g->stream);
+    }
+    /* The staging buffers are reused by the next call: wait here. */
+    return err == 0 ? be->stream_sync(o, g->stream) : drained(g, err);
 }
 
 ss_status ss__device_group_add_scaled(ss__device_group *g, const float *d, float scale) {
-    const ss__device_backend *be = g->be;
-    const size_t bytes = g->n * sizeof(float);
     pthread_mutex_lock(&g->lock);
-    memcpy(g->staging, d, bytes);
     const uint64_t t0 = ss__now_ns();
-    int err = be->copy_to_device(g->ordinal, g->stream, g->scratch, g->staging, bytes);
-    if (err == 0)
-        err = be->add_scaled(g->ordinal, g->stream, g->live, g->scratch, scale, g->n);
-    /* The staging buffer is reused by the next call: wait here. */
-    if (err == 0)
-        err = be->stream_sync(g->ordinal, g->stream);
+    int err = upload(g, d, true, scale);
     count_time(g, t0);
     pthread_mutex_unlock(&g->lock);
-    return err == 0 ? SS_OK : failed(be, g->ordinal, "applying a delta", err);
+    return err == 0 ? SS_OK : failed(g->be, g->ordinal, "applying a delta", err);
 }
 
 ss_status ss__device_group_upload(ss__device_group *g, const float *src) {
-    const ss__device_backend *be = g->be;
-    const size_t bytes = g->n * sizeof(float);
     pthread_mutex_lock(&g->lock);
-    memcpy(g->staging, src, bytes);
-    int err = be->copy_to_device(g->ordinal, g->stream, g->live, g->staging, bytes);
-    if (err == 0)
-        err = be->stream_sync(g->ordinal, g->stream);
+    int err = upload(g, src, false, 0.0f);
     pthread_mutex_unlock(&g->lock);
-    return err == 0 ? SS_OK : failed(be, g->ordinal, "uploading initial values", err);
+    return err == 0 ? SS_OK : failed(g->be, g->ordinal, "uploading initial values", err);
 }

@@ -10,6 +10,10 @@
  *   - a delta is copied into the staging buffer, uploaded to a device
  *     scratch buffer and applied by the add-scaled kernel
  *     (shadow/kernels_cuda.cu), all on that stream.
+ * Both go by chunks through two staging buffers (and two scratch buffers)
+ * of SS_DEVICE_STAGING_FLOATS each, so a group of any size costs 2 chunks
+ * of pinned host and device memory, and the host's copy of one chunk
+ * overlaps the DMA of the next.
  *
  * The CUDA calls go through a backend table, so that the group logic is
  * one piece of C: the CUDA runtime's (shadow/device_cuda.cu, built where
@@ -51,6 +55,12 @@ typedef struct ss__device_backend {
     int (*add_scaled)(int ordinal, void *stream, float *live, const float *d, float scale,
                       size_t n);
     int (*stream_sync)(int ordinal, void *stream);
+    /* Events on the stream: the staging buffers' pipeline waits for one
+     * chunk's copy while the next is in flight. */
+    int (*event_create)(int ordinal, void **out);
+    void (*event_destroy)(int ordinal, void *ev);
+    int (*event_record)(int ordinal, void *ev, void *stream);
+    int (*event_sync)(int ordinal, void *ev);
     /* CUDA IPC: a handle to device memory another process can open (the
      * agent, for a trainer's group), open it there, close it. */
     int (*ipc_get)(int ordinal, void *p, unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]);
@@ -67,6 +77,11 @@ extern const ss__device_backend ss__device_backend_cuda;
  * installed another (before creating any group). */
 const ss__device_backend *ss__device_backend_get(void);
 void ss__device_backend_set(const ss__device_backend *b);
+
+/* Floats per staging buffer (two per group): 1M (4 MB). Tests set a
+ * smaller one, before creating groups, to make several chunks. */
+#define SS_DEVICE_STAGING_FLOATS ((size_t)1 << 20)
+void ss__device_set_staging_floats(size_t floats); /* 0: the default */
 
 /* Usable devices of the current backend; 0 with *why (static text). */
 int ss__device_count(const char **why);

@@ -121,6 +121,35 @@ int stream_sync(int ordinal, void *stream) {
     return (int)err;
 }
 
+int event_create(int ordinal, void **out) {
+    cudaEvent_t ev = nullptr;
+    cudaError_t err = cudaSetDevice(ordinal);
+    if (err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (err == cudaSuccess)
+        *out = (void *)ev;
+    return (int)err;
+}
+
+void event_destroy(int ordinal, void *ev) {
+    cudaSetDevice(ordinal);
+    cudaEventDestroy((cudaEvent_t)ev);
+}
+
+int event_record(int ordinal, void *ev, void *stream) {
+    cudaError_t err = cudaSetDevice(ordinal);
+    if (err == cudaSuccess)
+        err = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream);
+    return (int)err;
+}
+
+int event_sync(int ordinal, void *ev) {
+    cudaError_t err = cudaSetDevice(ordinal);
+    if (err == cudaSuccess)
+        err = cudaEventSynchronize((cudaEvent_t)ev);
+    return (int)err;
+}
+
 static_assert(sizeof(cudaIpcMemHandle_t) == SS_DEVICE_IPC_HANDLE_BYTES,
               "SS_DEVICE_IPC_HANDLE_BYTES is cudaIpcMemHandle_t's size");
 
@@ -151,7 +180,8 @@ void ipc_close(int ordinal, void *p) {
 } // namespace
 
 extern "C" const ss__device_backend ss__device_backend_cuda = {
-    "cuda",      count,         error_string,   device_alloc, device_free,    host_alloc,
-    host_free,   stream_create, stream_destroy, copy_to_host, copy_to_device, add_scaled,
-    stream_sync, ipc_get,       ipc_open,       ipc_close,
+    "cuda",         count,      error_string,  device_alloc,   device_free,
+    host_alloc,     host_free,  stream_create, stream_destroy, copy_to_host,
+    copy_to_device, add_scaled, stream_sync,   event_create,   event_destroy,
+    event_record,   event_sync, ipc_get,       ipc_open,       ipc_close,
 };

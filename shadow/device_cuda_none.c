@@ -62,6 +62,11 @@ static int unsupported_ipc_open(int ordinal, const unsigned char handle[SS_DEVIC
     return 1;
 }
 
+static int unsupported_event_record(int ordinal, void *ev, void *stream) {
+    (void)ordinal, (void)ev, (void)stream;
+    return 1;
+}
+
 const ss__device_backend ss__device_backend_cuda = {
     .name = "none",
     .count = count,
@@ -76,6 +81,10 @@ const ss__device_backend ss__device_backend_cuda = {
     .copy_to_device = unsupported_copy,
     .add_scaled = unsupported_add,
     .stream_sync = unsupported_sync,
+    .event_create = unsupported_stream,
+    .event_destroy = unsupported_free,
+    .event_record = unsupported_event_record,
+    .event_sync = unsupported_sync,
     .ipc_get = unsupported_ipc_get,
     .ipc_open = unsupported_ipc_open,
     .ipc_close = unsupported_free,

@@ -19,6 +19,7 @@ static struct {
     int to_host, to_device, kernels, syncs, streams;
     int fail_to_host, fail_kernel;
     int exported, opened, closed; /* CUDA IPC */
+    int events;                   /* alive */
 } standin;
 
 static int standin_count(const char **why) {
@@ -87,6 +88,26 @@ static int standin_sync(int ordinal, void *s) {
     return 0;
 }
 
+/* Copies are done when they return: events have nothing to wait for. */
+static int standin_event_create(int ordinal, void **out) {
+    (void)ordinal;
+    *out = &standin;
+    standin.events++;
+    return 0;
+}
+static void standin_event_destroy(int ordinal, void *ev) {
+    (void)ordinal, (void)ev;
+    standin.events--;
+}
+static int standin_event_record(int ordinal, void *ev, void *s) {
+    (void)ordinal, (void)ev, (void)s;
+    return 0;
+}
+static int standin_event_sync(int ordinal, void *ev) {
+    (void)ordinal, (void)ev;
+    return 0;
+}
+
 /* CUDA IPC in one process: the handle carries the pointer. */
 static int standin_ipc_get(int ordinal, void *p, unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]) {
     (void)ordinal;
@@ -121,6 +142,10 @@ static const ss__device_backend standin_backend = {
     .copy_to_device = standin_to_device,
     .add_scaled = standin_add_scaled,
     .stream_sync = standin_sync,
+    .event_create = standin_event_create,
+    .event_destroy = standin_event_destroy,
+    .event_record = standin_event_record,
+    .event_sync = standin_event_sync,
     .ipc_get = standin_ipc_get,
     .ipc_open = standin_ipc_open,
     .ipc_close = standin_ipc_close,

@@ -124,6 +124,36 @@ START_TEST(test_standin_easgd_by_hand) {
 }
 END_TEST
 
+/* A group larger than a staging buffer goes by chunks, two buffers in
+ * turn: 10 floats through buffers of 4 are 3 copies each way. */
+START_TEST(test_standin_chunks_through_two_buffers) {
+    ss__device_backend_set(&standin_backend);
+    ss__device_set_staging_floats(4);
+    float init[10], x[10], ones[10];
+    for (int i = 0; i < 10; i++) {
+        init[i] = (float)i;
+        ones[i] = 1.0f;
+    }
+    ss__replica *r = standin_replica(10, init);
+    ck_assert_int_eq(standin.to_device, 3); /* the initial values */
+    ck_assert_int_eq(standin.events, 2);
+    ck_assert_int_eq(ss__replica_snapshot(r, x), SS_OK);
+    ck_assert_int_eq(standin.to_host, 3);
+    ck_assert_mem_eq(x, init, sizeof x);
+    ck_assert_int_eq(ss__replica_add_scaled(r, ones, 2.0f), SS_OK);
+    ck_assert_int_eq(standin.to_device, 6);
+    ck_assert_int_eq(standin.kernels, 3);
+    ck_assert_int_eq(ss__replica_snapshot(r, x), SS_OK);
+    for (int i = 0; i < 10; i++)
+        ck_assert_float_eq(x[i], (float)i + 2.0f);
+    standin.fail_to_host = 1; /* a failed chunk fails the copy */
+    ck_assert_int_eq(ss__replica_snapshot(r, x), SS_ERR_IO);
+    ss__replica_destroy(r);
+    ck_assert_int_eq(standin.events, 0);
+    ss__device_set_staging_floats(0);
+}
+END_TEST
+
 typedef struct {
     ss__engine *e;
     ss__engine_group *g;
@@ -373,11 +403,11 @@ int main(void) {
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    int rc = ss__check_tests("device", 120, NULL, NULL, test_without_a_device_says_why,
-                             test_standin_easgd_by_hand, test_standin_ma_host_and_device,
-                             test_standin_failures_fail_the_round, test_api_device_group,
-                             test_standin_through_an_agent, test_standin_foreground_through_a_ps,
-                             test_cuda_foreground_through_a_ps);
+    int rc = ss__check_tests(
+        "device", 120, NULL, NULL, test_without_a_device_says_why, test_standin_easgd_by_hand,
+        test_standin_chunks_through_two_buffers, test_standin_ma_host_and_device,
+        test_standin_failures_fail_the_round, test_api_device_group, test_standin_through_an_agent,
+        test_standin_foreground_through_a_ps, test_cuda_foreground_through_a_ps);
     proc_remove_tree(tmpdir);
     return rc;
 }
