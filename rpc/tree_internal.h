@@ -14,6 +14,7 @@
 
 #define SS_TREE_PUSH_METHOD  "/shadowsync.v1.TreeSync/Push"
 #define SS_TREE_LEAVE_METHOD "/shadowsync.v1.TreeSync/Leave"
+#define SS_TREE_PROBE_METHOD "/shadowsync.v1.TreeSync/Probe"
 #define SS_TREE_KIND_SUM     1
 #define SS_TREE_KIND_MEAN    2
 
@@ -42,7 +43,11 @@ typedef struct ss__tree_group {
     ss__tree_slot slots[2];
     float *latest; /* the last round's mean */
     bool have;
-    uint8_t *gone; /* members: left the group for good (TreeLeave) */
+    uint8_t *gone; /* members: left the group (TreeLeave), or found unreachable */
+    /* members: the version of each one's membership, raised by each leave,
+     * each finding that it is unreachable and each return; of two views of
+     * a member, the higher version wins (tree_membership.c). */
+    uint32_t *ver;
     /* S-BMUF: the block state (w, m, b; 3n floats, made on the first BMUF
      * round) of the partitions this member roots, each started once its
      * first round here closed; a partition whose root moves (a member
@@ -71,7 +76,7 @@ typedef struct ss__tree {
 /* ---- groups ---- */
 
 /* tree_service.c */
-extern const ss__rpc_method ss__tree_methods[2];
+extern const ss__rpc_method ss__tree_methods[3];
 ss_status ss__tree_slot_alloc(ss__tree_slot *s, size_t n, uint32_t parts, uint32_t members);
 /* Makes s the buffer of `round`, empty. */
 void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t round);
@@ -79,6 +84,29 @@ void ss__tree_group_free(ss__tree_group *tg);
 ss__tree_group *ss__tree_find_group(ss__tree *t, const char *name);
 /* The trees over the members still in the group; see tree_service.c. */
 ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg);
-void ss__tree_serve_push(ss__tree *t, const uint8_t *req, size_t len, ss__rpc_reply *reply);
+
+/* tree_membership.c: who is in a group, and how the members agree. */
+
+/* The channel to member i, made on first use (NULL when it cannot be). */
+ss__rpc_channel *ss__tree_channel(ss__tree *t, uint32_t i);
+/* Bytes of a view: 4 per member. */
+size_t ss__tree_view_bytes(const ss__tree *t);
+/* Writes this member's view of tg's membership (version << 1 | gone per
+ * member, little-endian). Caller holds the lock. */
+void ss__tree_view_pack(const ss__tree *t, const ss__tree_group *tg, uint8_t *out);
+/* Merges another member's view: of each member, the higher version wins;
+ * this member, seen gone (found unreachable while it was slow, or from
+ * before a restart), comes back at a higher version. The trees are built
+ * again when someone came or went. false: a view of the wrong size.
+ * Caller holds the lock. */
+bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, size_t len);
+/* Member m is gone (or back) at version v (0: one more than known); the
+ * trees are built again. Caller holds the lock. */
+ss_status ss__tree_mark(ss__tree *t, ss__tree_group *tg, uint32_t m, bool gone, uint32_t v,
+                        const char *why);
+/* Asks member m whether it is there, exchanging views. SS_OK when it
+ * answered at all (a refusal is an answer); SS_ERR_IO or SS_ERR_TIMEOUT
+ * when it is unreachable. Caller holds no lock. */
+ss_status ss__tree_probe(ss__tree *t, const char *group, uint32_t m, uint32_t timeout_ms);
 
 #endif

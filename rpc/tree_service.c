@@ -56,6 +56,7 @@ void ss__tree_group_free(ss__tree_group *tg) {
     slot_free(&tg->slots[1]);
     free(tg->latest);
     free(tg->gone);
+    free(tg->ver);
     free(tg->bmuf_w);
     free(tg->bmuf_started);
     free(tg->bmuf_root);
@@ -224,6 +225,9 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     } else if (!tg) {
         /* Not joined yet (starting): the sender tries again. */
         refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
+    } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "membership of %zu bytes: %u members take %zu",
+               m->membership.len, t->npeers, ss__tree_view_bytes(t));
     } else if (m->epoch != tg->epoch) {
         /* Someone left and one of the two has not heard yet: try again. */
         refuse(reply, SS_ERR_STATE, "member %u's membership of group %s differs from the sender's",
@@ -286,19 +290,10 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     } else if (m->from >= t->npeers || m->from == t->rank) {
         refuse(reply, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member of %u", m->from,
                t->npeers);
-    } else if (tg && !tg->gone[m->from]) {
-        tg->gone[m->from] = 1;
-        ss_status st = ss__tree_build_forest(t, tg);
-        if (st != SS_OK) {
-            tg->gone[m->from] = 0;
+    } else if (tg) {
+        ss_status st = ss__tree_mark(t, tg, m->from, true, m->version, "left");
+        if (st != SS_OK)
             refuse(reply, st, "cannot build the trees without member %u", m->from);
-        } else {
-            /* What arrived for the rounds ahead was routed by the old trees. */
-            tg->slots[0].round = tg->slots[1].round = 0;
-            SS_LOG_INFOF("tree", "event=member_left group=%s member=%u round=%llu", tg->name,
-                         m->from, (unsigned long long)(tg->done + 1));
-            pthread_cond_broadcast(&t->arrived);
-        }
     }
     uint64_t done = tg ? tg->done : 0;
     pthread_mutex_unlock(&t->lock);
@@ -310,14 +305,51 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     shadowsync__v1__tree_leave__free_unpacked(m, NULL);
 }
 
-const ss__rpc_method ss__tree_methods[2] = {
-    /* the model, and the membership: both need the token when one is set */
+/* Another member asks whether this one is there: merge its view, answer
+ * with this one's. */
+static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__tree *t = ctx;
+    Shadowsync__V1__TreeProbe *m =
+        ss__rpc_unpack(&shadowsync__v1__tree_probe__descriptor, req, len, reply);
+    if (!m)
+        return;
+    const size_t vb = ss__tree_view_bytes(t);
+    uint8_t *view = malloc(vb);
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg =
+        ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
+    if (!view) {
+        refuse(reply, SS_ERR_NO_MEMORY, "no memory for a view of %zu bytes", vb);
+    } else if (!ss__ps_group_name_valid(m->group)) {
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
+    } else if (m->from >= t->npeers || m->from == t->rank) {
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member of %u", m->from,
+               t->npeers);
+    } else if (!tg) {
+        refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
+    } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "membership of %zu bytes: %u members take %zu",
+               m->membership.len, t->npeers, vb);
+    } else {
+        ss__tree_view_pack(t, tg, view);
+    }
+    uint64_t done = tg ? tg->done : 0;
+    pthread_mutex_unlock(&t->lock);
+    if (reply->status == SS_OK) {
+        Shadowsync__V1__TreePushReply r = SHADOWSYNC__V1__TREE_PUSH_REPLY__INIT;
+        r.done = done;
+        r.membership = (ProtobufCBinaryData){vb, view};
+        ss__rpc_reply_pack(&r.base, reply);
+    }
+    free(view);
+    shadowsync__v1__tree_probe__free_unpacked(m, NULL);
+}
+
+const ss__rpc_method ss__tree_methods[3] = {
+    /* the model, and the membership: all need the token when one is set */
     {SS_TREE_PUSH_METHOD, h_push, false, NULL, false},
     {SS_TREE_LEAVE_METHOD, h_leave, false, NULL, false},
+    {SS_TREE_PROBE_METHOD, h_probe, false, NULL, false},
 };
 
 /* ---- sending ---- */
-
-void ss__tree_serve_push(ss__tree *t, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
-    h_push(t, req, len, reply);
-}

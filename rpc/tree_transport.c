@@ -23,20 +23,10 @@ typedef struct push_job {
     uint32_t to, partition, kind, count;
     const float *data;
     size_t floats;
-    uint8_t head[128];
+    uint8_t *head; /* the message but its floats, with their field's header */
     size_t head_len;
     bool done;
 } push_job;
-
-static ss__rpc_channel *channel_to(ss__tree *t, uint32_t i) {
-    pthread_mutex_lock(&t->lock);
-    if (!t->ch[i] && ss__rpc_channel_create(t->peers[i], 1u << 30, t->has_tls ? &t->tls : NULL,
-                                            &t->ch[i]) != SS_OK)
-        t->ch[i] = NULL;
-    ss__rpc_channel *ch = t->ch[i];
-    pthread_mutex_unlock(&t->lock);
-    return ch;
-}
 
 /* Sends every job not done, all at once; retries the refused ones (the
  * receiver not joined or behind, a peer away) until the deadline.
@@ -45,15 +35,25 @@ static ss__rpc_channel *channel_to(ss__tree *t, uint32_t i) {
 static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint64_t round,
                            push_job *jobs, size_t njobs, uint64_t deadline_ns) {
     const char *group = tg->name;
-    const size_t n = tg->n;
+    const size_t n = tg->n, vb = ss__tree_view_bytes(t);
     ss__rpc_request *rq = calloc(njobs ? njobs : 1, sizeof *rq);
     size_t *which = calloc(njobs ? njobs : 1, sizeof *which);
-    if (!rq || !which) {
+    uint8_t *view = malloc(vb);
+    bool *probed = calloc(t->npeers, sizeof *probed); /* once per member and call */
+    if (!rq || !which || !view || !probed) {
         free(rq);
         free(which);
+        free(view);
+        free(probed);
         return SS_ERR_NO_MEMORY;
     }
-    for (size_t j = 0; j < njobs; j++) {
+    pthread_mutex_lock(&t->lock);
+    ss__tree_view_pack(t, tg, view);
+    pthread_mutex_unlock(&t->lock);
+    ss_status st = SS_OK;
+    for (size_t j = 0; j < njobs; j++)
+        jobs[j].head = NULL;
+    for (size_t j = 0; j < njobs && st == SS_OK; j++) {
         push_job *pj = &jobs[j];
         Shadowsync__V1__TreePush m = SHADOWSYNC__V1__TREE_PUSH__INIT;
         m.group = (char *)group;
@@ -64,22 +64,21 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
         m.count = pj->count;
         m.size = n;
         m.epoch = epoch;
+        m.membership = (ProtobufCBinaryData){vb, view};
         size_t h1 = protobuf_c_message_get_packed_size(&m.base);
-        if (h1 + SS_PB_BYTES_HEADER_MAX > sizeof pj->head) {
-            free(rq);
-            free(which);
-            return SS_ERR_INVALID_ARGUMENT; /* group names are shorter */
+        if (!(pj->head = malloc(h1 + SS_PB_BYTES_HEADER_MAX))) {
+            st = SS_ERR_NO_MEMORY;
+            break;
         }
         protobuf_c_message_pack(&m.base, pj->head);
         pj->head_len = h1 + ss__pb_bytes_header(8, pj->floats * 4, pj->head + h1);
     }
-    ss_status st = SS_OK;
-    for (;;) {
+    for (; st == SS_OK;) {
         size_t k = 0;
         for (size_t j = 0; j < njobs; j++) {
             if (jobs[j].done)
                 continue;
-            ss__rpc_channel *ch = channel_to(t, jobs[j].to);
+            ss__rpc_channel *ch = ss__tree_channel(t, jobs[j].to);
             if (!ch)
                 continue;
             rq[k] = (ss__rpc_request){.ch = ch,
@@ -100,11 +99,21 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
         bool all = true;
         for (size_t i = 0; i < k; i++) {
             free(rq[i].resp);
-            if (rq[i].status == SS_OK)
+            const uint32_t to = jobs[which[i]].to;
+            if (rq[i].status == SS_OK) {
                 jobs[which[i]].done = true;
-            else
-                SS_LOG_DEBUGF("tree", "event=push_refused to=%u status=%s msg=\"%s\"",
-                              jobs[which[i]].to, ss_status_name(rq[i].status), rq[i].msg);
+                continue;
+            }
+            SS_LOG_DEBUGF("tree", "event=push_refused to=%u status=%s msg=\"%s\"", to,
+                          ss_status_name(rq[i].status), rq[i].msg);
+            /* Refused for its state (a membership that differs, not joined
+             * yet, a round ahead): the two exchange views once. */
+            if (rq[i].status == SS_ERR_STATE && !probed[to]) {
+                probed[to] = true;
+                uint64_t now2 = ss__now_ns();
+                uint32_t ms = now2 < deadline_ns ? (uint32_t)((deadline_ns - now2) / 1000000u) : 0;
+                ss__tree_probe(t, group, to, ms ? ms : 1);
+            }
         }
         for (size_t j = 0; j < njobs; j++)
             all = all && jobs[j].done;
@@ -119,8 +128,12 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
         }
         ss__sleep_ns(2000000); /* 2 ms, then the refused ones again */
     }
+    for (size_t j = 0; j < njobs; j++)
+        free(jobs[j].head);
     free(rq);
     free(which);
+    free(view);
+    free(probed);
     return st;
 }
 
@@ -135,7 +148,8 @@ static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t *memb
         st = tg->n == n ? SS_OK : SS_ERR_SIZE_MISMATCH;
     } else if (!(tg = calloc(1, sizeof *tg)) || !(tg->name = strdup(group)) ||
                !(tg->latest = malloc(n * sizeof *tg->latest)) ||
-               !(tg->gone = calloc(t->npeers, 1))) {
+               !(tg->gone = calloc(t->npeers, 1)) ||
+               !(tg->ver = calloc(t->npeers, sizeof *tg->ver))) {
         st = SS_ERR_NO_MEMORY;
     } else if ((tg->n = n, st = ss__tree_build_forest(t, tg)) == SS_OK) {
         const ss__forest *f = &tg->forest;
@@ -170,16 +184,18 @@ static void announce_leave(ss__tree *t, const char *group) {
     uint8_t *gone = tg ? malloc(t->npeers) : NULL;
     if (gone)
         memcpy(gone, tg->gone, t->npeers);
+    const uint32_t version = tg ? tg->ver[t->rank] + 1 : 0;
     pthread_mutex_unlock(&t->lock);
     if (!gone)
         return;
     Shadowsync__V1__TreeLeave m = SHADOWSYNC__V1__TREE_LEAVE__INIT;
     m.group = (char *)group;
     m.from = t->rank;
+    m.version = version;
     ss__rpc_channel **ch = calloc(t->npeers, sizeof *ch);
     size_t k = 0;
     for (uint32_t i = 0; ch && i < t->npeers; i++)
-        if (i != t->rank && !gone[i] && (ch[k] = channel_to(t, i)))
+        if (i != t->rank && !gone[i] && (ch[k] = ss__tree_channel(t, i)))
             k++;
     ss__peer_tell_all(ch, k, SS_TREE_LEAVE_METHOD, &m.base, t->timeout_ms);
     free(ch);
@@ -270,6 +286,51 @@ static size_t next_jobs(ss__tree *t, ss__tree_group *tg, ss__tree_slot *sl, cons
         *finished = *finished && sent_mean[p];
     }
     return nj;
+}
+
+/* The members a round that ran out of time was waiting for: children
+ * whose sums did not come up, parents whose means did not come down.
+ * Caller holds the lock. */
+static uint32_t waited_for(const ss__tree *t, const ss__tree_group *tg, const ss__tree_slot *sl,
+                           const bool *flags, uint32_t *out) {
+    const ss__forest *f = &tg->forest;
+    const uint32_t N = f->members;
+    uint32_t k = 0;
+    uint8_t *seen = calloc(N, 1);
+    if (!seen)
+        return 0;
+    for (uint32_t p = 0; p < f->parts; p++) {
+        const bool sent_sum = flags[p], sent_mean = flags[f->parts + p];
+        for (uint32_t c = 0; !sent_sum && sl->round && c < tg->nkids[p]; c++) {
+            const uint32_t kid = tg->kids[(size_t)p * N + c];
+            if (!sl->got[(size_t)p * N + kid] && !seen[kid])
+                seen[kid] = 1, out[k++] = kid;
+        }
+        const int32_t up = f->parent[(size_t)p * N + t->rank];
+        if (sent_sum && !sent_mean && up >= 0 && !seen[up])
+            seen[up] = 1, out[k++] = (uint32_t)up;
+    }
+    free(seen);
+    return k;
+}
+
+/* Probes the members a failed round waited for; one that does not answer
+ * (its process gone, its host away) is left out of the trees, here and,
+ * as the views travel with the pushes, everywhere. One that answers (it
+ * is only slow, or waiting itself) stays. */
+static void leave_out_the_unreachable(ss__tree *t, const char *group, const uint32_t *suspects,
+                                      uint32_t n) {
+    const uint32_t ms = t->timeout_ms < 1000 ? t->timeout_ms : 1000;
+    for (uint32_t i = 0; i < n; i++) {
+        ss_status st = ss__tree_probe(t, group, suspects[i], ms);
+        if (st != SS_ERR_IO && st != SS_ERR_TIMEOUT)
+            continue;
+        pthread_mutex_lock(&t->lock);
+        ss__tree_group *tg = ss__tree_find_group(t, group);
+        if (tg)
+            ss__tree_mark(t, tg, suspects[i], true, 0, "unreachable");
+        pthread_mutex_unlock(&t->lock);
+    }
 }
 
 static ss_status tr_round(void *impl, const char *group, uint64_t member, const float *s,
@@ -365,10 +426,15 @@ static ss_status tr_round(void *impl, const char *group, uint64_t member, const 
         SS_LOG_WARNF("tree", "event=round_failed group=%s round=%llu status=%s", group,
                      (unsigned long long)round, ss_status_name(st));
     }
+    uint32_t *suspects =
+        st == SS_ERR_TIMEOUT && flags ? malloc(t->npeers * sizeof *suspects) : NULL;
+    const uint32_t nsuspects = suspects ? waited_for(t, tg, sl, flags, suspects) : 0;
     pthread_mutex_unlock(&t->lock);
     free(up);
     free(flags);
     free(jobs);
+    leave_out_the_unreachable(t, group, suspects, nsuspects);
+    free(suspects);
     return st;
 }
 
@@ -500,7 +566,7 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
     if (st == SS_OK && serve) {
         ss__rpc_server_config scfg = {
             .listen = listen, .threads = 2, .max_message_bytes = 1u << 30, .auth_header = t->auth};
-        st = ss__rpc_server_start(&scfg, ss__tree_methods, 2, t, &t->srv);
+        st = ss__rpc_server_start(&scfg, ss__tree_methods, 3, t, &t->srv);
         if (st != SS_OK)
             snprintf(why, whylen, "cannot serve on %s", listen);
     }
@@ -524,11 +590,11 @@ ss_status ss__tree_transport_set_peers(ss__transport *tp, const char *peers) {
     return set_members(t, peers, t->rank, why, sizeof why);
 }
 
-void ss__tree_transport_serve_push(ss__transport *tp, const uint8_t *req, size_t len,
-                                   ss__rpc_reply *reply) {
+void ss__tree_transport_serve(ss__transport *tp, int method, const uint8_t *req, size_t len,
+                              ss__rpc_reply *reply) {
     ss__tree *t = ss__transport_impl(tp, &tree_ops);
-    if (t)
-        ss__tree_serve_push(t, req, len, reply);
+    if (t && method >= 0 && method < 3)
+        ss__tree_methods[method].handler(t, req, len, reply);
 }
 
 const ss__forest *ss__tree_transport_forest(ss__transport *tp, const char *group) {

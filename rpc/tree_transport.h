@@ -50,10 +50,10 @@ int ss__tree_transport_port(ss__transport *t);
 /* Replaces the member list (same rank, same count) before the first join:
  * for members that learn the others' ports after starting. */
 ss_status ss__tree_transport_set_peers(ss__transport *t, const char *peers);
-/* The Push handler against this member's state, without gRPC: for the
- * fuzz target (tests/fuzz/fuzz_tree_push.c). */
-void ss__tree_transport_serve_push(ss__transport *t, const uint8_t *req, size_t len,
-                                   ss__rpc_reply *reply);
+/* Serves one request as the member's gRPC server would, for the fuzz
+ * target: `method` 0 is TreeSync.Push, 1 Leave, 2 Probe. */
+void ss__tree_transport_serve(ss__transport *t, int method, const uint8_t *req, size_t len,
+                              ss__rpc_reply *reply);
 /* The forest of a joined group (NULL: none): read-only, for tools and
  * tests; valid until the group is left. */
 const ss__forest *ss__tree_transport_forest(ss__transport *t, const char *group);

@@ -1,7 +1,9 @@
-/* The TreeSync Push handler (rpc/tree_transport.c) from raw bytes: the
- * request message exactly as gRPC would hand it over, against a member of
- * 4 that has joined groups "w" (10 floats) and "v" (3). State (the rounds'
- * buffers, the round numbers seen) lives across inputs, as on a member. */
+/* The TreeSync handlers (rpc/tree_service.c) from raw bytes: the request
+ * message exactly as gRPC would hand it over, against a member of 4 that
+ * has joined groups "w" (10 floats) and "v" (3). An input that starts
+ * with 0xfd is a Leave, 0xfe a Probe (the rest of it the message); any
+ * other a Push. State (the rounds' buffers, the round numbers seen, the
+ * membership) lives across inputs, as on a member. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -21,7 +23,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
     }
     ss__rpc_reply reply = {.status = SS_OK};
-    ss__tree_transport_serve_push(t, data, size, &reply);
+    int method = 0;
+    if (size > 0 && (data[0] == 0xfd || data[0] == 0xfe)) {
+        method = data[0] == 0xfd ? 1 : 2;
+        data++, size--;
+    }
+    ss__tree_transport_serve(t, method, data, size, &reply);
     free(reply.data_block ? reply.data_block : reply.data);
     return 0;
 }
