@@ -1,5 +1,7 @@
 /* Embedding tables of the trainer hooks: local, remote (EmbPS) and cached
- * (background row sync). See shadowsync.h for the contract. */
+ * (background row sync). See shadowsync.h for the contract. The public
+ * calls, open and close are here; the background threads are in
+ * table_threads.c (tables_internal.h has what the two share). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -14,69 +16,12 @@
 #include "rpc/emb_client.h"
 #include "trainer-hooks/hooks_internal.h"
 #include "trainer-hooks/settings_internal.h"
+#include "trainer-hooks/tables_internal.h"
 
 static ss_status table_flush(ss_table *tb);
 static ss_status table_get_stats(ss_table *tb, ss_table_stats *out);
 
-#define SYNC_BATCH 65536
-
-typedef struct push_item {
-    uint64_t *ids;
-    float *grads;
-    size_t n;
-} push_item;
-
-struct ss_table_fetch {
-    ss_table *tb;
-    uint64_t *ids;
-    size_t n;
-    float *rows;
-    push_item push; /* remote: sent in the same call, before the lookup (n 0: none) */
-    ss_status st;
-    bool done;
-    bool warm; /* ss_table_warm: load into the cache, nobody waits; the fetcher frees it */
-    ss_table_fetch *next;
-};
-
-struct ss_table {
-    ss_table_config cfg;
-    ss_trainer *owner; /* NULL: a standalone table (ss_table_close) */
-    ss__emb_spec spec;
-    ss__encoding encoding;  /* cached: the row sync's (emb_encoding) */
-    ss__emb_table *rows;    /* local mode: the table; cached mode: the cache */
-    ss__emb_client *client; /* remote and cached modes */
-    pthread_mutex_t lock;   /* push queue, fetch list, stop */
-    /* One condition per kind of waiter: a broadcast on a shared one woke
-     * the pusher, the fetcher and the syncer on every push and fetch (a
-     * futex wake and two context switches each, several times a step),
-     * which was most of what a cached table's threads cost beyond local. */
-    pthread_cond_t push_ready;  /* the pusher: an item queued, or stop */
-    pthread_cond_t fetch_ready; /* the fetcher: a fetch queued, or stop */
-    pthread_cond_t progress;    /* callers: queue space, a fetch done, a push sent */
-    pthread_cond_t stopping;    /* the syncer's pause: only stop ends it early */
-    push_item *queue;           /* ring of cfg.push_queue items */
-    size_t qhead, qlen;
-    bool pusher_busy, stop;
-    size_t fetch_pushes;     /* remote: fetches carrying a push, not yet done */
-    size_t warms_queued;     /* cached: ss_table_warm calls not yet done */
-    uint64_t dropped;        /* remote: pushes lost since the last flush (under lock) */
-    ss_status first_dropped; /* remote: the status of the first of them */
-    ss_table_fetch *fetch_head, *fetch_tail;
-    pthread_t pusher, fetcher, syncer;
-    bool has_pusher, has_fetcher, has_syncer;
-    pthread_mutex_t sync_lock; /* one row-sync pass at a time */
-    ss__emb_dirty dirty;       /* under sync_lock */
-    atomic_uint_fast64_t lookups, unique_lookups, pushes, remote_rows, synced_rows, sync_passes,
-        failed_calls, push_waits, warms_skipped, warmed_rows;
-};
-
 /* ---- ids: deduplication ---- */
-
-typedef struct unique_ids {
-    uint64_t *ids; /* m distinct ids, in order of first appearance */
-    size_t *map;   /* position i of the input -> index into ids */
-    size_t m;
-} unique_ids;
 
 static uint64_t mix(uint64_t x) {
     x ^= x >> 33;
@@ -84,7 +29,7 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 33);
 }
 
-static ss_status dedup(const uint64_t *ids, size_t n, unique_ids *u) {
+ss_status ss__table_dedup(const uint64_t *ids, size_t n, unique_ids *u) {
     size_t cap = 16;
     while (cap < 2 * n)
         cap *= 2;
@@ -113,7 +58,7 @@ static ss_status dedup(const uint64_t *ids, size_t n, unique_ids *u) {
     return SS_OK;
 }
 
-static void unique_free(unique_ids *u) {
+void ss__table_unique_free(unique_ids *u) {
     free(u->ids);
     free(u->map);
 }
@@ -152,184 +97,11 @@ static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *
     return st;
 }
 
-static void push_item_free(push_item *it) {
+void ss__table_push_item_free(push_item *it) {
     free(it->ids);
     free(it->grads);
     *it = (push_item){0};
 }
-
-/* ---- background threads ---- */
-
-/* A remote push that failed: counted, and logged once per 100. */
-static void log_dropped(ss_table *tb, size_t n, ss_status st) {
-    if (atomic_fetch_add(&tb->failed_calls, 1) % 100 == 0)
-        ss__log(SS_LOG_WARN, "emb", "event=push_dropped table=%s rows=%zu status=%s", tb->spec.name,
-                n, ss_status_name(st));
-}
-
-static ss_status lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *rows,
-                            const push_item *push);
-
-static void *pusher_main(void *arg) {
-    ss_table *tb = arg;
-    pthread_mutex_lock(&tb->lock);
-    for (;;) {
-        while (!tb->stop && tb->qlen == 0)
-            pthread_cond_wait(&tb->push_ready, &tb->lock);
-        if (tb->qlen == 0)
-            break; /* stopping with nothing left */
-        push_item it = tb->queue[tb->qhead];
-        tb->qhead = (tb->qhead + 1) % tb->cfg.push_queue;
-        tb->qlen--;
-        tb->pusher_busy = true;
-        pthread_cond_broadcast(&tb->progress); /* queue space */
-        pthread_mutex_unlock(&tb->lock);
-        ss_status st = ss__emb_client_push(tb->client, &tb->spec, it.ids, it.n, it.grads);
-        if (st != SS_OK)
-            log_dropped(tb, it.n, st);
-        push_item_free(&it);
-        pthread_mutex_lock(&tb->lock);
-        if (st != SS_OK && tb->dropped++ == 0)
-            tb->first_dropped = st; /* the next flush reports it */
-        tb->pusher_busy = false;
-        pthread_cond_broadcast(&tb->progress);
-    }
-    pthread_mutex_unlock(&tb->lock);
-    return NULL;
-}
-
-/* A warm-up: the ids' rows not in the cache come from the shards in one
- * call, ahead of the lookups that will want them. A failure costs nothing
- * but the call: those lookups load the rows themselves. Frees f. */
-static void warm_rows(ss_table *tb, ss_table_fetch *f, bool stopping) {
-    unique_ids u;
-    if (!stopping && f->n && dedup(f->ids, f->n, &u) == SS_OK) {
-        size_t loaded = 0;
-        if (ss__emb_table_load(tb->rows, u.ids, u.m, &loaded) == SS_OK)
-            atomic_fetch_add(&tb->warmed_rows, loaded);
-        else
-            atomic_fetch_add(&tb->failed_calls, 1);
-        unique_free(&u);
-    }
-    free(f->ids);
-    free(f);
-}
-
-static void *fetcher_main(void *arg) {
-    ss_table *tb = arg;
-    pthread_mutex_lock(&tb->lock);
-    for (;;) {
-        while (!tb->stop && !tb->fetch_head)
-            pthread_cond_wait(&tb->fetch_ready, &tb->lock);
-        ss_table_fetch *f = tb->fetch_head;
-        if (!f)
-            break;
-        tb->fetch_head = f->next;
-        if (!tb->fetch_head)
-            tb->fetch_tail = NULL;
-        const bool stopping = tb->stop; /* read under the lock */
-        pthread_mutex_unlock(&tb->lock);
-        if (f->warm) {
-            warm_rows(tb, f, stopping);
-            pthread_mutex_lock(&tb->lock);
-            tb->warms_queued--;
-            continue;
-        }
-        ss_status pushed = SS_OK, st;
-        if (stopping) { /* the push still goes out, as queued pushes do */
-            st = SS_ERR_STOPPED;
-            if (f->push.n)
-                pushed = ss__emb_client_push(tb->client, &tb->spec, f->push.ids, f->push.n,
-                                             f->push.grads);
-        } else {
-            st = pushed = lookup_ids(tb, f->ids, f->n, f->rows, f->push.n ? &f->push : NULL);
-        }
-        if (f->push.n && pushed != SS_OK)
-            log_dropped(tb, f->push.n, pushed);
-        pthread_mutex_lock(&tb->lock);
-        if (f->push.n) {
-            if (pushed != SS_OK && tb->dropped++ == 0)
-                tb->first_dropped = pushed;
-            tb->fetch_pushes--;
-        }
-        f->st = st;
-        f->done = true;
-        pthread_cond_broadcast(&tb->progress);
-    }
-    pthread_mutex_unlock(&tb->lock);
-    return NULL;
-}
-
-/* One pass of the cached mode's row sync: every row touched since its
- * last sync goes through S-EASGD with its shard (x -= alpha (x - c),
- * applied as a delta so updates made meanwhile are kept), then clean rows
- * beyond the capacity are evicted. Returns rows synced. */
-static ss_status sync_pass(ss_table *tb, size_t *synced) {
-    const size_t dim = tb->spec.dim, rf = ss__emb_row_floats(&tb->spec);
-    ss_status st = SS_OK;
-    *synced = 0;
-    pthread_mutex_lock(&tb->sync_lock);
-    ss__emb_dirty *d = &tb->dirty;
-    for (;;) {
-        if ((st = ss__emb_table_collect_dirty(tb->rows, d, SYNC_BATCH)) != SS_OK || d->n == 0)
-            break;
-        float *x = malloc(d->n * dim * sizeof *x), *delta = malloc(d->n * dim * sizeof *delta);
-        if (!x || !delta) {
-            free(x);
-            free(delta);
-            ss__emb_table_requeue(tb->rows, d);
-            st = SS_ERR_NO_MEMORY;
-            break;
-        }
-        for (size_t i = 0; i < d->n; i++)
-            memcpy(x + i * dim, d->rows + i * rf, dim * sizeof(float));
-        st = ss__emb_client_elastic(tb->client, &tb->spec, d->ids, d->n, x, tb->cfg.alpha,
-                                    tb->encoding, delta);
-        if (st == SS_OK) {
-            ss__emb_table_settle(tb->rows, d, delta);
-            *synced += d->n;
-        } else {
-            ss__emb_table_requeue(tb->rows, d);
-            atomic_fetch_add(&tb->failed_calls, 1);
-        }
-        free(x);
-        free(delta);
-        if (st != SS_OK || d->n < SYNC_BATCH)
-            break;
-    }
-    ss__emb_table_evict(tb->rows, tb->cfg.cache_rows);
-    pthread_mutex_unlock(&tb->sync_lock);
-    if (*synced) {
-        atomic_fetch_add(&tb->synced_rows, *synced);
-        atomic_fetch_add(&tb->sync_passes, 1);
-    }
-    return st;
-}
-
-static void *syncer_main(void *arg) {
-    ss_table *tb = arg;
-    pthread_mutex_lock(&tb->lock);
-    while (!tb->stop) {
-        /* The pause is the whole interval (a pass per push or fetch, several
-         * per training step, cost a cached table more CPU than the remote
-         * one); spurious wake-ups go back to sleep. */
-        struct timespec ts = ss__deadline_in((uint64_t)tb->cfg.sync_interval_ms * 1000000ull);
-        while (!tb->stop && pthread_cond_timedwait(&tb->stopping, &tb->lock, &ts) != ETIMEDOUT) {
-        }
-        if (tb->stop)
-            break;
-        pthread_mutex_unlock(&tb->lock);
-        size_t synced;
-        ss_status st = sync_pass(tb, &synced);
-        if (st != SS_OK)
-            ss__sleep_ns(100000000ull); /* shards away: retry, rows stay dirty */
-        pthread_mutex_lock(&tb->lock);
-    }
-    pthread_mutex_unlock(&tb->lock);
-    return NULL;
-}
-
-/* ---- the API ---- */
 
 /* Says which setting is wrong and why. */
 static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_spec *spec,
@@ -404,7 +176,7 @@ static void table_destroy(void *obj) {
     if (tb->has_syncer)
         pthread_join(tb->syncer, NULL);
     for (size_t k = 0; k < tb->qlen; k++)
-        push_item_free(&tb->queue[(tb->qhead + k) % tb->cfg.push_queue]);
+        ss__table_push_item_free(&tb->queue[(tb->qhead + k) % tb->cfg.push_queue]);
     free(tb->queue);
     ss__emb_dirty_free(&tb->dirty);
     ss__emb_table_destroy(tb->rows);
@@ -498,13 +270,13 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
                                   tb, &tb->rows);
     if (st == SS_OK && cfg->mode == SS_TABLE_REMOTE) {
         tb->queue = calloc(cfg->push_queue, sizeof *tb->queue);
-        st = tb->queue ? start_thread(&tb->pusher, &tb->has_pusher, pusher_main, tb)
+        st = tb->queue ? start_thread(&tb->pusher, &tb->has_pusher, ss__table_pusher_main, tb)
                        : SS_ERR_NO_MEMORY;
     }
     if (st == SS_OK)
-        st = start_thread(&tb->fetcher, &tb->has_fetcher, fetcher_main, tb);
+        st = start_thread(&tb->fetcher, &tb->has_fetcher, ss__table_fetcher_main, tb);
     if (st == SS_OK && cfg->mode == SS_TABLE_CACHED)
-        st = start_thread(&tb->syncer, &tb->has_syncer, syncer_main, tb);
+        st = start_thread(&tb->syncer, &tb->has_syncer, ss__table_syncer_main, tb);
     tb->owner = t;
     if (st == SS_OK && t)
         st = ss__hooks_attach(t, &(ss__hooks_attachment){.obj = tb,
@@ -545,18 +317,18 @@ static ss_status lookup_unique(ss_table *tb, const unique_ids *u, float *rows,
 static ss_status table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
     if (!tb || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
-    return lookup_ids(tb, ids, n, rows, NULL);
+    return ss__table_lookup_ids(tb, ids, n, rows, NULL);
 }
 
-static ss_status lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *rows,
-                            const push_item *push) {
+ss_status ss__table_lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *rows,
+                               const push_item *push) {
     if (n == 0)
         return push ? ss__emb_client_push(tb->client, &tb->spec, push->ids, push->n, push->grads)
                     : SS_OK;
     atomic_fetch_add(&tb->lookups, n);
     const size_t dim = tb->spec.dim;
     unique_ids u;
-    ss_status st = dedup(ids, n, &u);
+    ss_status st = ss__table_dedup(ids, n, &u);
     if (st != SS_OK)
         return st;
     if (u.m == n) { /* no repeats: u.ids is ids in order, straight into the caller's rows */
@@ -568,7 +340,7 @@ static ss_status lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *
             memcpy(rows + i * dim, ur + u.map[i] * dim, dim * sizeof(float));
         free(ur);
     }
-    unique_free(&u);
+    ss__table_unique_free(&u);
     return st;
 }
 
@@ -588,12 +360,12 @@ static ss_status prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const
                                tb->spec.name, (unsigned long long)ids[i / dim], i / dim);
     atomic_fetch_add(&tb->pushes, n);
     unique_ids u;
-    ss_status st = dedup(ids, n, &u);
+    ss_status st = ss__table_dedup(ids, n, &u);
     if (st != SS_OK)
         return st;
     float *g = calloc(u.m * dim + 1, sizeof *g);
     if (!g) {
-        unique_free(&u);
+        ss__table_unique_free(&u);
         return SS_ERR_NO_MEMORY;
     }
     for (size_t i = 0; i < n; i++)
@@ -608,7 +380,7 @@ static ss_status prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const
 static ss_status apply_local(ss_table *tb, push_item *it) {
     ss_status st =
         it->n ? ss__emb_table_apply_gradients(tb->rows, it->ids, it->n, it->grads) : SS_OK;
-    push_item_free(it);
+    ss__table_push_item_free(it);
     return st;
 }
 
@@ -635,7 +407,7 @@ static ss_status table_push(ss_table *tb, const uint64_t *ids, size_t n, const f
     }
     pthread_mutex_unlock(&tb->lock);
     if (st != SS_OK)
-        push_item_free(&it);
+        ss__table_push_item_free(&it);
     return st;
 }
 
@@ -668,7 +440,7 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
         }
     }
     if (!f) {
-        push_item_free(push);
+        ss__table_push_item_free(push);
         return SS_ERR_NO_MEMORY;
     }
     if (n)
@@ -753,7 +525,7 @@ static ss_status table_fetch_wait(ss_table_fetch *f, float *rows) {
         memcpy(rows, f->rows, f->n * tb->spec.dim * sizeof(float));
     free(f->ids);
     free(f->rows);
-    push_item_free(&f->push);
+    ss__table_push_item_free(&f->push);
     free(f);
     return st;
 }
@@ -780,7 +552,7 @@ static ss_status table_flush(ss_table *tb) {
     ss_status st = SS_OK;
     for (int pass = 0; pass < 64; pass++) {
         size_t synced;
-        st = sync_pass(tb, &synced);
+        st = ss__table_sync_pass(tb, &synced);
         if (st != SS_OK || synced == 0)
             break;
     }
