@@ -13,6 +13,7 @@
 #include "shadow/kernels.h"
 #include "tools/ctr/eval.h"
 #include "tools/ctr/rng.h"
+#include "tools/ctr/train_internal.h"
 
 static const char *const mode_names[] = {"none", "shadow", "foreground"};
 
@@ -67,213 +68,6 @@ void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     cfg->emb_sync_ms = 10;
     cfg->emb_prefetch = true;
     cfg->emb_warm_batches = 4;
-}
-
-typedef struct trainer {
-    struct run *run;
-    uint32_t index;
-    ss__replica *replica; /* in-process mode */
-    ss__engine *engine;
-    ss__engine_group *group;
-    ss_trainer *hooks; /* process mode */
-    ss_dense *hooks_dense;
-    float *dense;
-    ss__ctr_dense_opt opt;     /* this trainer's optimizer state, shared by its workers */
-    size_t count;              /* examples in this trainer's 1/N of the data */
-    size_t *order;             /* this epoch's order of them */
-    uint32_t stride;           /* rows index, index + stride, ...: the trainers of this pass */
-    _Atomic size_t cursor;     /* next example (in the trainer's own index) */
-    _Atomic size_t warmed;     /* examples before this one are warmed (cached tables) */
-    _Atomic uint64_t steps;    /* minibatches done by all workers */
-    _Atomic uint64_t examples; /* examples trained */
-    _Atomic uint32_t workers_left;
-    uint64_t t_start, t_end;
-} trainer;
-
-typedef struct run {
-    const ss__ctr_train_config *cfg;
-    const ss__ctr_dataset *train, *test;
-    const ss__ctr_dataset *val;  /* early stopping; NULL = none */
-    const ss__ctr_dataset *pass; /* the rows of the pass running now: train or val */
-    double train_ctr;            /* NE's normalizer */
-    double base_ctr;             /* the output bias starts at its logit */
-    ss__ctr_layout L;            /* of the dense replica */
-    bool syncing;                /* the engines here sync the replicas (in-process runs) */
-    ss__transport *transport;    /* in-process runs that sync */
-    ss__ctr_embeddings emb;
-    ss_table *table; /* the table path; NULL = the shared array */
-    trainer tr[SS_CTR_MAX_TRAINERS];
-    _Atomic uint32_t trainers_left;
-    _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
-    _Atomic int failed;              /* a foreground round failed hard */
-    float *best_dense, *best_emb;    /* the best epoch's model (early stopping) */
-    uint64_t t_begin;                /* the first epoch's start (progress lines) */
-    bool restored;                   /* the best epoch's model is back in replica 0; sync is over */
-    pthread_mutex_t done_lock;
-    pthread_cond_t done_cond;
-} run;
-
-typedef struct worker_arg {
-    trainer *tr;
-} worker_arg;
-
-/* After each minibatch: count the step; a foreground round when due. */
-static void after_step(trainer *tr, uint64_t step) {
-    const ss__ctr_train_config *cfg = tr->run->cfg;
-    if (tr->hooks) {
-        /* The public API: counts the step, runs a foreground round every K
-         * steps itself. */
-        ss_status st = ss_trainer_step(tr->hooks);
-        if (st != SS_OK && st != SS_ERR_TIMEOUT)
-            SS_LOG_WARNF("ctr-train", "event=foreground_round_failed status=%s",
-                         ss_status_name(st));
-        return;
-    }
-    ss__replica_tick(tr->replica, 1);
-    if (cfg->sync == SS_CTR_SYNC_FOREGROUND && !tr->run->restored && step % cfg->sync_every == 0) {
-        /* FR-X: the same round, blocking this worker. */
-        ss_status st = ss__engine_run_round(tr->engine, tr->group);
-        if (st != SS_OK && st != SS_ERR_TIMEOUT)
-            SS_LOG_WARNF("ctr-train", "event=foreground_round_failed trainer=%u status=%s",
-                         tr->index, ss_status_name(st));
-    }
-}
-
-/* Claims the trainer's next minibatch into batch; 0 when none is left. */
-static size_t claim_batch(trainer *tr, const ss__ctr_example **batch) {
-    const ss__ctr_train_config *cfg = tr->run->cfg;
-    size_t start = atomic_fetch_add(&tr->cursor, cfg->batch);
-    if (start >= tr->count)
-        return 0;
-    size_t n = tr->count - start < cfg->batch ? tr->count - start : cfg->batch;
-    for (size_t j = 0; j < n; j++)
-        batch[j] = &tr->run->pass->rows[tr->index + tr->order[start + j] * tr->stride];
-    return n;
-}
-
-/* Cached tables: once the warmed span stops two batches past the next
- * unclaimed one, the rows of the next emb_warm_batches batches go to
- * ss_table_warm in one call. Their lookups then find them in the cache:
- * one round trip for several batches' misses instead of one per batch.
- * Workers race for the span; the one whose compare-exchange wins warms. */
-static void warm_ahead(trainer *tr) {
-    const ss__ctr_train_config *cfg = tr->run->cfg;
-    if (cfg->emb != SS_CTR_EMB_CACHED || cfg->emb_warm_batches == 0)
-        return;
-    const size_t next = atomic_load(&tr->cursor);
-    size_t warmed = atomic_load(&tr->warmed);
-    if (warmed >= tr->count || warmed >= next + 2 * (size_t)cfg->batch)
-        return;
-    const size_t from = warmed > next ? warmed : next;
-    if (from >= tr->count)
-        return;
-    size_t to = from + (size_t)cfg->emb_warm_batches * cfg->batch;
-    if (to > tr->count)
-        to = tr->count;
-    if (!atomic_compare_exchange_strong(&tr->warmed, &warmed, to))
-        return;
-    uint64_t *ids = malloc((to - from) * SS_CTR_NUM_CAT * sizeof *ids);
-    if (!ids)
-        return; /* a hint: the lookups load the rows themselves */
-    size_t n = 0;
-    for (size_t j = from; j < to; j++) {
-        const ss__ctr_example *ex = &tr->run->pass->rows[tr->index + tr->order[j] * tr->stride];
-        for (int f = 0; f < SS_CTR_NUM_CAT; f++)
-            ids[n++] = ss__ctr_row_id(&cfg->model, f, ex);
-    }
-    ss_status st = ss_table_warm(tr->run->table, ids, n);
-    if (st != SS_OK)
-        SS_LOG_DEBUGF("ctr-train", "event=warm_failed status=%s", ss_status_name(st));
-    free(ids);
-}
-
-/* The table path: batch k+1's rows are fetched while batch k trains, and
- * batch k-1's gradients go to the table with that fetch. */
-static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_example **batch,
-                            double *loss) {
-    run *r = tr->run;
-    const ss__ctr_train_config *cfg = r->cfg;
-    const bool prefetch = cfg->emb_prefetch && cfg->emb != SS_CTR_EMB_LOCAL;
-    ss__ctr_gather *g[3] = {NULL, NULL, NULL};
-    ss_status st = SS_OK;
-    for (int i = 0; i < 3 && st == SS_OK; i++)
-        st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[i]);
-    size_t n = st == SS_OK ? claim_batch(tr, batch) : 0;
-    warm_ahead(tr);
-    if (n)
-        st = ss__ctr_gather_begin(g[0], r->table, batch, n, prefetch, NULL);
-    ss__ctr_gather *trained = NULL; /* the batch before, its gradients not pushed yet */
-    for (int cur = 0; n && st == SS_OK; cur = (cur + 1) % 3) {
-        size_t next = claim_batch(tr, batch);
-        warm_ahead(tr);
-        if (next) {
-            st = ss__ctr_gather_begin(g[(cur + 1) % 3], r->table, batch, next, prefetch, trained);
-        } else if (trained) {
-            st = ss__ctr_gather_push(trained, r->table);
-        }
-        ss_status s = ss__ctr_gather_train(g[cur], w, tr->dense, &tr->opt, loss);
-        if (st == SS_OK)
-            st = s;
-        trained = g[cur];
-        atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
-        after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
-        n = next;
-    }
-    if (st == SS_OK && trained) /* the last batch */
-        st = ss__ctr_gather_push(trained, r->table);
-    for (int i = 0; i < 3; i++)
-        ss__ctr_gather_destroy(g[i]);
-    if (st != SS_OK)
-        SS_LOG_ERRORF("ctr-train", "event=table_path_failed status=%s", ss_status_name(st));
-    return st;
-}
-
-static void *worker_main(void *arg) {
-    trainer *tr = ((worker_arg *)arg)->tr;
-    run *r = tr->run;
-    const ss__ctr_train_config *cfg = r->cfg;
-    ss__ctr_worker *w = NULL;
-    const ss__ctr_example **batch = malloc(cfg->batch * sizeof *batch);
-    if (!batch || ss__ctr_worker_create(&cfg->model, &w) != SS_OK) {
-        atomic_store(&r->failed, 1);
-        goto done;
-    }
-    double loss = 0.0;
-    if (r->table) {
-        if (table_loop(tr, w, batch, &loss) != SS_OK)
-            atomic_store(&r->failed, 1);
-    } else {
-        size_t n;
-        while ((n = claim_batch(tr, batch)) > 0) {
-            ss__ctr_train_batch(w, tr->dense, &tr->opt, &r->emb, batch, n, &loss);
-            atomic_fetch_add_explicit(&tr->examples, n, memory_order_relaxed);
-            after_step(tr, atomic_fetch_add(&tr->steps, 1) + 1);
-        }
-    }
-    atomic_fetch_add(&r->loss_sum_micro, (uint64_t)(loss * 1e6));
-done:
-    ss__ctr_worker_destroy(w);
-    free(batch);
-    if (atomic_fetch_sub(&tr->workers_left, 1) == 1) {
-        tr->t_end = ss__now_ns();
-        pthread_mutex_lock(&r->done_lock);
-        atomic_fetch_sub(&r->trainers_left, 1);
-        pthread_cond_broadcast(&r->done_cond);
-        pthread_mutex_unlock(&r->done_lock);
-    }
-    return NULL;
-}
-
-typedef struct final_arg {
-    trainer *tr;
-    uint32_t rounds;
-} final_arg;
-
-static void *final_rounds_main(void *arg) {
-    final_arg *fa = arg;
-    for (uint32_t i = 0; i < fa->rounds; i++)
-        ss__engine_run_round(fa->tr->engine, fa->tr->group);
-    return NULL;
 }
 
 ss_status ss__ctr_evaluate(const ss__ctr_model_config *mcfg, const float *dense,
@@ -522,7 +316,7 @@ static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch,
         if (epoch == 1)
             r->tr[t].t_start = t0;
         for (uint32_t k = 0; k < cfg->workers; k++) {
-            if (pthread_create(&threads[nthreads], NULL, worker_main, &wargs[t]) != 0) {
+            if (pthread_create(&threads[nthreads], NULL, ss__ctr_worker_main, &wargs[t]) != 0) {
                 st = SS_ERR_NO_MEMORY;
                 atomic_store(&r->failed, 1);
                 break;
@@ -676,6 +470,18 @@ static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
     }
     free(buf);
     return st;
+}
+
+typedef struct final_arg {
+    trainer *tr;
+    uint32_t rounds;
+} final_arg;
+
+static void *final_rounds_main(void *arg) {
+    final_arg *fa = arg;
+    for (uint32_t i = 0; i < fa->rounds; i++)
+        ss__engine_run_round(fa->tr->engine, fa->tr->group);
+    return NULL;
 }
 
 /* Step 4: the final rounds, then the table's rows as this trainer sees

@@ -1,0 +1,68 @@
+/* What tools/ctr/train.c (a run: epochs, validation, the sync engines)
+ * and tools/ctr/workers.c (the Hogwild workers' loop) share. */
+#ifndef SS_CTR_TRAIN_INTERNAL_H
+#define SS_CTR_TRAIN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shadow/engine.h"
+#include "shadow/replica.h"
+#include "shadowsync/shadowsync.h"
+#include "tools/ctr/train.h"
+
+typedef struct trainer {
+    struct run *run;
+    uint32_t index;
+    ss__replica *replica; /* in-process mode */
+    ss__engine *engine;
+    ss__engine_group *group;
+    ss_trainer *hooks; /* process mode */
+    ss_dense *hooks_dense;
+    float *dense;
+    ss__ctr_dense_opt opt;     /* this trainer's optimizer state, shared by its workers */
+    size_t count;              /* examples in this trainer's 1/N of the data */
+    size_t *order;             /* this epoch's order of them */
+    uint32_t stride;           /* rows index, index + stride, ...: the trainers of this pass */
+    _Atomic size_t cursor;     /* next example (in the trainer's own index) */
+    _Atomic size_t warmed;     /* examples before this one are warmed (cached tables) */
+    _Atomic uint64_t steps;    /* minibatches done by all workers */
+    _Atomic uint64_t examples; /* examples trained */
+    _Atomic uint32_t workers_left;
+    uint64_t t_start, t_end;
+} trainer;
+
+typedef struct run {
+    const ss__ctr_train_config *cfg;
+    const ss__ctr_dataset *train, *test;
+    const ss__ctr_dataset *val;  /* early stopping; NULL = none */
+    const ss__ctr_dataset *pass; /* the rows of the pass running now: train or val */
+    double train_ctr;            /* NE's normalizer */
+    double base_ctr;             /* the output bias starts at its logit */
+    ss__ctr_layout L;            /* of the dense replica */
+    bool syncing;                /* the engines here sync the replicas (in-process runs) */
+    ss__transport *transport;    /* in-process runs that sync */
+    ss__ctr_embeddings emb;
+    ss_table *table; /* the table path; NULL = the shared array */
+    trainer tr[SS_CTR_MAX_TRAINERS];
+    _Atomic uint32_t trainers_left;
+    _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
+    _Atomic int failed;              /* a foreground round failed hard */
+    float *best_dense, *best_emb;    /* the best epoch's model (early stopping) */
+    uint64_t t_begin;                /* the first epoch's start (progress lines) */
+    bool restored;                   /* the best epoch's model is back in replica 0; sync is over */
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
+} run;
+
+typedef struct worker_arg {
+    trainer *tr;
+} worker_arg;
+
+/* A worker of a trainer (pthread main; arg: a worker_arg) until the
+ * pass's examples run out. */
+void *ss__ctr_worker_main(void *arg);
+
+#endif
