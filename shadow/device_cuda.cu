@@ -66,7 +66,8 @@ void device_free(int ordinal, void *p) {
 }
 
 int host_alloc(size_t bytes, void **out) {
-    return (int)cudaHostAlloc(out, bytes, cudaHostAllocDefault);
+    // Portable: pinned for every device's context, not only the current one.
+    return (int)cudaHostAlloc(out, bytes, cudaHostAllocPortable);
 }
 
 void host_free(void *p) {
