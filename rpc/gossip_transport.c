@@ -159,14 +159,7 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     if (!m)
         return;
     pthread_mutex_lock(&g->lock);
-    if (!ss__ps_group_name_valid(m->group)) {
-        reply->status = SS_ERR_INVALID_ARGUMENT;
-        snprintf(reply->message, sizeof reply->message, "group name must be " SS_PS_GROUP_RULE);
-    } else if (m->from >= g->npeers || m->from == g->rank) {
-        reply->status = SS_ERR_INVALID_ARGUMENT;
-        snprintf(reply->message, sizeof reply->message, "from=%u: not another member of %u",
-                 m->from, g->npeers);
-    } else {
+    if (ss__peer_sender_ok(m->group, m->from, g->npeers, g->rank, reply)) {
         local_group *lg = find_local(g, m->group);
         if (lg)
             lg->left[m->from] = 1;

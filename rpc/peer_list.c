@@ -1,8 +1,11 @@
 /* See peer_list.h. */
 #include "rpc/peer_list.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/names.h"
 
 void ss__peer_tell_all(ss__rpc_channel *const *ch, size_t n, const char *method,
                        const ProtobufCMessage *msg, uint32_t timeout_ms) {
@@ -53,4 +56,20 @@ ss_status ss__peer_list_parse(const char *list, uint32_t max, char ***out, uint3
     *out = peers;
     *n = k;
     return SS_OK;
+}
+
+bool ss__peer_sender_ok(const char *group, uint32_t from, uint32_t npeers, uint32_t rank,
+                        ss__rpc_reply *reply) {
+    reply->status = SS_ERR_INVALID_ARGUMENT;
+    if (!ss__ps_group_name_valid(group)) {
+        snprintf(reply->message, sizeof reply->message, "group name must be " SS_PS_GROUP_RULE);
+        return false;
+    }
+    if (from >= npeers || from == rank) {
+        snprintf(reply->message, sizeof reply->message, "from=%u: not another member of %u", from,
+                 npeers);
+        return false;
+    }
+    reply->status = SS_OK;
+    return true;
 }

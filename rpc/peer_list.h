@@ -4,6 +4,7 @@
 #define SS_RPC_PEER_LIST_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,5 +21,11 @@ void ss__peer_list_free(char **peers, uint32_t n);
  * dropped, and it waits at most timeout_ms or a second, the shorter. */
 void ss__peer_tell_all(ss__rpc_channel *const *ch, size_t n, const char *method,
                        const ProtobufCMessage *msg, uint32_t timeout_ms);
+
+/* A request from another member of a group: true when the group's name
+ * is valid and `from` is a member other than `rank` (of npeers); else the
+ * refusal, saying which, is in reply. */
+bool ss__peer_sender_ok(const char *group, uint32_t from, uint32_t npeers, uint32_t rank,
+                        ss__rpc_reply *reply);
 
 #endif

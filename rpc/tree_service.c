@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "rpc/pb_wire.h"
+#include "rpc/peer_list.h"
 #include "rpc/proto/tree_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "rpc/tree_internal.h"
@@ -285,11 +286,8 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     pthread_mutex_lock(&t->lock);
     ss__tree_group *tg =
         ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
-    if (!ss__ps_group_name_valid(m->group)) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
-    } else if (m->from >= t->npeers || m->from == t->rank) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member of %u", m->from,
-               t->npeers);
+    if (!ss__peer_sender_ok(m->group, m->from, t->npeers, t->rank, reply)) {
+        /* refused, reply says why */
     } else if (tg) {
         ss_status st = ss__tree_mark(t, tg, m->from, true, m->version, "left");
         if (st != SS_OK)
@@ -320,11 +318,8 @@ static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
     if (!view) {
         refuse(reply, SS_ERR_NO_MEMORY, "no memory for a view of %zu bytes", vb);
-    } else if (!ss__ps_group_name_valid(m->group)) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
-    } else if (m->from >= t->npeers || m->from == t->rank) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member of %u", m->from,
-               t->npeers);
+    } else if (!ss__peer_sender_ok(m->group, m->from, t->npeers, t->rank, reply)) {
+        /* refused, reply says why */
     } else if (!tg) {
         refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
     } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {

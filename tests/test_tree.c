@@ -494,6 +494,40 @@ START_TEST(test_bad_pushes_and_open_doors) {
                                   NULL, 0),
                      SS_ERR_INVALID_ARGUMENT);
     free(lresp);
+    /* Probes: from nobody, for a group not joined, with a view of the
+     * wrong size; a good one answers with this member's view (4 members,
+     * 4 bytes each, nobody gone: all zero). */
+    Shadowsync__V1__TreeProbe pr = SHADOWSYNC__V1__TREE_PROBE__INIT;
+    uint8_t view[16] = {0};
+    struct {
+        const char *group;
+        uint32_t from;
+        size_t view_len;
+        ss_status want;
+    } probes[] = {{"w", 9, 16, SS_ERR_INVALID_ARGUMENT},
+                  {"../etc", 1, 16, SS_ERR_INVALID_ARGUMENT},
+                  {"nope", 1, 16, SS_ERR_STATE},
+                  {"w", 1, 15, SS_ERR_INVALID_ARGUMENT},
+                  {"w", 1, 16, SS_OK}};
+    for (size_t k = 0; k < sizeof probes / sizeof *probes; k++) {
+        pr.group = (char *)probes[k].group;
+        pr.from = probes[k].from;
+        pr.membership = (ProtobufCBinaryData){probes[k].view_len, view};
+        ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Probe", lb,
+                                      protobuf_c_message_pack(&pr.base, lb), 2000, false, &lresp,
+                                      &lrl, NULL, 0),
+                         probes[k].want);
+        if (probes[k].want == SS_OK) {
+            Shadowsync__V1__TreePushReply *r =
+                shadowsync__v1__tree_push_reply__unpack(NULL, lrl, lresp);
+            ck_assert_ptr_nonnull(r);
+            ck_assert_uint_eq(r->membership.len, 16);
+            ck_assert_mem_eq(r->membership.data, view, 16);
+            shadowsync__v1__tree_push_reply__free_unpacked(r, NULL);
+        }
+        free(lresp);
+        lresp = NULL;
+    }
     uint8_t junk[] = {0xff, 0xff, 0xff};
     uint8_t *resp = NULL;
     size_t rlen;
