@@ -33,20 +33,28 @@ void ss__topology_free(ss__topology *t) {
     memset(t, 0, sizeof *t);
 }
 
-ss_status ss__topology_uniform(uint32_t members, double gbit, ss__topology *out) {
-    if (!out || members == 0 || members > SS_FOREST_MAX_MEMBERS || !(gbit > 0) || !isfinite(gbit))
+ss_status ss__topology_grouped(uint32_t members, uint32_t per_host, double gbit,
+                               ss__topology *out) {
+    if (!out || members == 0 || members > SS_FOREST_MAX_MEMBERS || per_host == 0 || !(gbit > 0) ||
+        !isfinite(gbit))
         return SS_ERR_INVALID_ARGUMENT;
-    ss_status st = topology_alloc(members, members, out);
+    const uint32_t hosts = (members + per_host - 1) / per_host;
+    ss_status st = topology_alloc(members, hosts, out);
     if (st != SS_OK)
         return st;
-    for (uint32_t i = 0; i < members; i++) {
-        out->host[i] = i;
-        out->nic[i] = gbit;
-        for (uint32_t j = 0; j < members; j++)
-            out->link[(size_t)i * members + j] = gbit;
+    for (uint32_t m = 0; m < members; m++)
+        out->host[m] = m / per_host;
+    for (uint32_t a = 0; a < hosts; a++) {
+        out->nic[a] = gbit;
+        for (uint32_t b = 0; b < hosts; b++)
+            out->link[(size_t)a * hosts + b] = gbit;
     }
     out->local = 100.0;
     return SS_OK;
+}
+
+ss_status ss__topology_uniform(uint32_t members, double gbit, ss__topology *out) {
+    return ss__topology_grouped(members, 1, gbit, out);
 }
 
 /* The host part of "host:port" (all of it without a ':'), into buf. */

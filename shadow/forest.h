@@ -36,6 +36,9 @@ typedef struct ss__topology {
 
 /* Every member on its own host, every link `gbit`. */
 ss_status ss__topology_uniform(uint32_t members, double gbit, ss__topology *out);
+/* per_host members to a host (members 0 .. per_host - 1 on host 0, and
+ * so on; the last host may have fewer), every link and NIC `gbit`. */
+ss_status ss__topology_grouped(uint32_t members, uint32_t per_host, double gbit, ss__topology *out);
 /* Members are "host:port" addresses; a member's host is the part before
  * the last ':'. The file, one statement a line, '#' comments:
  *     default <gbit>            between hosts no `link` names (10)

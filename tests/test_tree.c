@@ -73,6 +73,18 @@ START_TEST(test_forest_by_hand) {
     ck_assert_double_eq_tol(f.bottleneck_s, 1.92e-5, 1e-12);
     ss__forest_free(&f);
     ss__topology_free(&t);
+    /* Hosts of several members: 5 members 2 to a host are 3 hosts, the
+     * last with one; no members per host is refused. */
+    ss__topology g;
+    ck_assert_int_eq(ss__topology_grouped(5, 2, 10.0, &g), SS_OK);
+    ck_assert_uint_eq(g.hosts, 3);
+    ck_assert_uint_eq(g.host[1], 0);
+    ck_assert_uint_eq(g.host[2], 1);
+    ck_assert_uint_eq(g.host[4], 2);
+    ck_assert_double_eq(g.link[2 * 3 + 1], 10.0);
+    ck_assert_double_eq(g.nic[2], 10.0);
+    ss__topology_free(&g);
+    ck_assert_int_eq(ss__topology_grouped(5, 0, 10.0, &g), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 

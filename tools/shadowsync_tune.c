@@ -100,18 +100,14 @@ static void predict_ps(const cluster *cl, candidate *c) {
 /* The trainers' hosts and links as the trees see them: each host's own
  * link at its rate, two hosts meeting at the slower of the two. */
 static ss_status cluster_topology(const cluster *cl, ss__topology *t) {
-    ss_status st = ss__topology_uniform(cl->trainers, cl->link_gbit, t);
+    ss_status st = ss__topology_grouped(cl->trainers, cl->per_host, cl->link_gbit, t);
     if (st != SS_OK)
         return st;
-    /* ss__topology_uniform made a host per member: regroup by per_host. */
-    t->hosts = cl->hosts;
-    for (uint32_t m = 0; m < cl->trainers; m++)
-        t->host[m] = m / cl->per_host;
-    for (uint32_t a = 0; a < t->hosts; a++) {
-        const bool slow_a = a >= cl->hosts - cl->slow_hosts;
+    for (uint32_t a = 0; a < t->hosts; a++) { /* the slow hosts are the last ones */
+        const bool slow_a = a >= t->hosts - cl->slow_hosts;
         t->nic[a] = slow_a ? cl->slow_gbit : cl->link_gbit;
         for (uint32_t b = 0; b < t->hosts; b++) {
-            const bool slow_b = b >= cl->hosts - cl->slow_hosts;
+            const bool slow_b = b >= t->hosts - cl->slow_hosts;
             t->link[(size_t)a * t->hosts + b] = slow_a || slow_b ? cl->slow_gbit : cl->link_gbit;
         }
     }
