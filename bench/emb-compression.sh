@@ -19,14 +19,8 @@ REPS=${REPS:-3}
 EMB_DIM=${EMB_DIM:-8} # ctr-train's default; the row's bytes grow with it, the ids' do not
 ENCODINGS=(f32 fp16 bf16 int8)
 make_data "$ROWS"
-B=./build/bin
 
-ps_pid=""
-cleanup() {
-  [ -z "$ps_pid" ] || kill "$ps_pid" 2>/dev/null || true
-  pkill -f "ctr-train --ps 127.0.0.1" 2>/dev/null || true
-}
-trap cleanup EXIT
+bench_ps_trap
 
 start_ps() { bench_ps_start out/bench-embc-ps.log; }
 stop_ps() { bench_ps_stop; }
@@ -40,23 +34,7 @@ ps_bytes_per_row() {
 }
 
 run_cluster() { # encoding -> prints "ne examples_per_s"
-  local enc=$1 r pids=()
-  for r in $(seq 0 $((TRAINERS - 1))); do
-    timeout 600 $B/ctr-train --ps "$addr" --rank "$r" --world "$TRAINERS" --algo easgd \
-      --emb cached --emb-dim "$EMB_DIM" --emb-encoding "$enc" --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" \
-      --test out/test.tsv --max-test-rows 20000 --progress 0 --trainer-name "t$r" \
-      >"out/bench-embc-t$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  local ne rate
-  ne=$(for r in $(seq 0 $((TRAINERS - 1))); do
-    summary_field "$(cat "out/bench-embc-t$r.log")" test_ne_train_ctr
-  done | awk '{s += $1} END {printf "%.5f", s / NR}')
-  rate=$(for r in $(seq 0 $((TRAINERS - 1))); do
-    summary_field "$(cat "out/bench-embc-t$r.log")" examples/s
-  done | awk '{s += $1} END {printf "%.0f", s}')
-  echo "$ne $rate"
+  bench_trainers out/bench-embc --algo easgd --emb cached --emb-dim "$EMB_DIM" --emb-encoding "$1"
 }
 
 echo "compressed row sync: $TRAINERS ctr-train processes (--emb cached, dim $EMB_DIM), one" \
