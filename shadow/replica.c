@@ -64,17 +64,17 @@ ss_status ss__replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *itera
     return SS_OK;
 }
 
-/* A replica around a device group made by make(). */
-static ss_status device_replica(ss_status (*make)(int, const unsigned char *, size_t,
-                                                  ss__device_group **, const char **),
-                                int ordinal, const unsigned char *handle, size_t n,
+/* A replica around a device group: one allocated here, or with handle
+ * another process's opened (CUDA IPC). */
+static ss_status device_replica(int ordinal, const unsigned char *handle, size_t n,
                                 _Atomic uint64_t *iterations, ss__replica **out, const char **why) {
     if (!out || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     ss__replica *r = aligned_alloc(64, sizeof *r);
     if (!r)
         return SS_ERR_NO_MEMORY;
-    ss_status st = make(ordinal, handle, n, &r->device, why);
+    ss_status st = handle ? ss__device_group_open_ipc(ordinal, handle, n, &r->device, why)
+                          : ss__device_group_create(ordinal, n, &r->device, why);
     if (st != SS_OK) {
         free(r);
         return st;
@@ -88,27 +88,18 @@ static ss_status device_replica(ss_status (*make)(int, const unsigned char *, si
     return SS_OK;
 }
 
-static ss_status make_device(int ordinal, const unsigned char *handle, size_t n,
-                             ss__device_group **out, const char **why) {
-    (void)handle;
-    return ss__device_group_create(ordinal, n, out, why);
-}
-
-static ss_status open_device(int ordinal, const unsigned char *handle, size_t n,
-                             ss__device_group **out, const char **why) {
-    return ss__device_group_open_ipc(ordinal, handle, n, out, why);
-}
-
 ss_status ss__replica_create_device(int ordinal, size_t n, _Atomic uint64_t *iterations,
                                     ss__replica **out, const char **why) {
-    return device_replica(make_device, ordinal, NULL, n, iterations, out, why);
+    return device_replica(ordinal, NULL, n, iterations, out, why);
 }
 
 ss_status ss__replica_open_device_ipc(int ordinal,
                                       const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
                                       size_t n, _Atomic uint64_t *iterations, ss__replica **out,
                                       const char **why) {
-    return device_replica(open_device, ordinal, handle, n, iterations, out, why);
+    if (!handle)
+        return SS_ERR_INVALID_ARGUMENT;
+    return device_replica(ordinal, handle, n, iterations, out, why);
 }
 
 void ss__replica_destroy(ss__replica *r) {
