@@ -3,8 +3,8 @@
 #
 # Every host is a network namespace with one veth link to a bridge in a
 # "switch" namespace; both directions of every link are shaped with tc
-# (--rate; --delay too where the kernel has sch_netem; --loss with netem
-# or nftables). S PS
+# (--rate; --delay with netem, or with shadowsync-emu-delay where the
+# kernel has no netem; --loss with netem or nftables). S PS
 # hosts run shadowsync-ps; H trainer hosts run a shadowsync-agent and k
 # shadowsync-emu-trainer processes each (compute emulated per step, a dense
 # group of --dense-floats), so that 64 trainers fit on 2 cores and what is
@@ -13,7 +13,7 @@
 # everything (processes, namespaces, files) is removed at exit.
 #
 # Prints one line per trainer and a summary line:
-#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E peers=0|1 schedule=S slow_hosts=K:R k=K dense=D rate=R ps_rate=R
+#   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E peers=0|1 schedule=S slow_hosts=K:R k=K dense=D rate=R ps_rate=R delay=D
 #     examples/s=TOTAL per_trainer=MEAN min_trainer=MIN gap_p50=.. gap_p99=..
 #     gap_max=.. rounds=.. failed=.. steps=.. trainer_cpu_s=.. ps_cpu_s=..
 #     agent_cpu_s=..
@@ -26,7 +26,7 @@
 #   bench/emu-cluster.sh --help
 set -euo pipefail
 
-PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=50us LOSS=0
+PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=0 LOSS=0
 MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
 ENCODING=f32 PEERS=0 PS_RATE= SCHEDULE=ring SLOW_HOSTS=0 SLOW_RATE=
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
@@ -62,7 +62,9 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
                     bandwidth: a slower PS uplink)
   --slow-hosts K    the last K trainer hosts' links at --slow-rate   [$SLOW_HOSTS]
   --slow-rate R     (heterogeneous bandwidth between trainers)
-  --delay D         one-way latency per link (needs sch_netem)      [$DELAY]
+  --delay D         one-way latency per link: 50us, 2ms (netem, or  [$DELAY]
+                    shadowsync-emu-delay without it; host to host
+                    crosses two links: 2 x D one way)
   --loss P          packet loss per link, percent (netem or nft)   [$LOSS]
   --sync-nice N     run PS and agents at this nice level            [$NICE]
                     (all hosts share this machine's cores: at 10 the
@@ -165,7 +167,7 @@ for j in $(seq 0 $((HOSTS - 1))); do
     SYNC_PIDS+=(agent:$!)
   fi
 done
-say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ -n "$PS_RATE" ] && echo " (PS hosts $PS_RATE)")$([ $NETEM = 1 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO encoding $ENCODING$([ "$PEERS" = 1 ] && echo ", decentralized (no PS)"), dense $DENSE floats, ${SECS} s"
+say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ -n "$PS_RATE" ] && echo " (PS hosts $PS_RATE)")$([ "$DELAY_US" != 0 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO encoding $ENCODING$([ "$PEERS" = 1 ] && echo ", decentralized (no PS)"), dense $DENSE floats, ${SECS} s"
 
 # Decentralized: every trainer's address, in rank order (host-major).
 PEER_LIST=
@@ -240,7 +242,7 @@ fi
 p50=$(sed -n 's/.* gap_p50=\([0-9]*\).*/\1/p' <<<"$lines" | sort -n |
   awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
 awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$ENCODING" -v peers="$PEERS" -v schedule="$SCHEDULE" -v slow="$SLOW_HOSTS:${SLOW_RATE:--}" -v ps_rate="${PS_RATE:-$RATE}" -v k="$K" -v dense="$DENSE" \
-  -v rate="$RATE" -v med="$p50" -v ps_cpu="$ps_cpu" -v agent_cpu="$agent_cpu" '
+  -v rate="$RATE" -v delay="$DELAY" -v med="$p50" -v ps_cpu="$ps_cpu" -v agent_cpu="$agent_cpu" '
   { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n++; total += v["examples/s"]; rounds += v["rounds"]; failed += v["failed"]
     steps += v["steps"]; cpu += v["cpu_s"]
@@ -248,8 +250,8 @@ awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$
     if (v["gap_p99"] + 0 > p99) p99 = v["gap_p99"] + 0
     if (v["gap_max"] + 0 > gmax) gmax = v["gap_max"] + 0 }
   END {
-    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s encoding=%s peers=%s schedule=%s slow_hosts=%s k=%s dense=%s rate=%s ps_rate=%s " \
+    printf "emu-cluster: ps=%d hosts=%d trainers=%d mode=%s algo=%s encoding=%s peers=%s schedule=%s slow_hosts=%s k=%s dense=%s rate=%s ps_rate=%s delay=%s " \
            "examples/s=%.0f per_trainer=%.0f min_trainer=%.0f gap_p50=%s gap_p99=%d gap_max=%d " \
            "rounds=%d failed=%d steps=%d trainer_cpu_s=%.2f ps_cpu_s=%s agent_cpu_s=%s\n", ps, hosts, \
-           n, mode, algo, encoding, peers, schedule, slow, k, dense, rate, ps_rate, total, total / n, min, med, p99, gmax, rounds, failed, \
+           n, mode, algo, encoding, peers, schedule, slow, k, dense, rate, ps_rate, delay, total, total / n, min, med, p99, gmax, rounds, failed, \
            steps, cpu, ps_cpu, agent_cpu }' <<<"$lines"

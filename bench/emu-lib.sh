@@ -1,10 +1,12 @@
 # The emulated cluster's building blocks, sourced by emu-cluster.sh and
 # fault-soak.sh (root): a "switch" namespace with a bridge, hosts as
-# namespaces with one shaped veth link to it, packet loss and partitions
-# with nftables, and a cleanup that removes every process, namespace and
-# file they made, also on SIGINT/SIGTERM. The sourcing script sets EMU
-# (its name, for messages), QUIET, RATE, DELAY and LOSS, then calls
-# emu_init; it appends the processes it starts to PIDS.
+# namespaces with one shaped veth link to it, link latency (netem, or
+# shadowsync-emu-delay where the kernel has no netem), packet loss and
+# partitions with nftables, and a cleanup that removes every process,
+# namespace and file they made, also on SIGINT/SIGTERM. The sourcing
+# script sets EMU (its name, for messages), QUIET, RATE, DELAY and LOSS
+# (and BIN, the build's bin folder), then calls emu_init; it appends the
+# processes it starts to PIDS.
 
 die() { echo "$EMU: $*" >&2; exit 1; }
 say() { [ "${QUIET:-0}" = 1 ] || echo "$EMU: $*" >&2; }
@@ -30,6 +32,14 @@ cleanup() {
     sleep 0.1
   done
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  # How close the latency lines kept to the delay asked for.
+  for f in "$TMP"/delay-*.log; do
+    [ -f "$f" ] || continue
+    local line
+    line=$(grep -o 'packets=.*' "$f" | tail -1)
+    local ns=${f##*/delay-}
+    [ -z "$line" ] || say "latency line ${ns%.log}: $line"
+  done
   for ns in "${NSES[@]}"; do
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
     ip netns del "$ns" 2>/dev/null # its veth ends (and their peers) go with it
@@ -37,10 +47,22 @@ cleanup() {
   rm -rf "$TMP"
 }
 
+delay_us() { # 50us, 2ms, 0 -> microseconds
+  local d=${1,,}
+  case $d in
+  0) echo 0 ;;
+  *us) echo "${d%us}" ;;
+  *ms) awk -v v="${d%ms}" 'BEGIN { printf "%d", v * 1000 }' ;;
+  *s) awk -v v="${d%s}" 'BEGIN { printf "%d", v * 1000000 }' ;;
+  *) die "--delay: use NNus, NNms or 0, not $1" ;;
+  esac
+}
+
 # Creates the switch and the run's token ($TMP/token). Shaping: netem
-# (rate + delay + loss) where the kernel has it, else tbf (rate) and
-# nftables (loss); latency then is not emulated (said once: these kernels
-# have neither netem nor fq, whose departure times could delay packets).
+# (rate + delay + loss) where the kernel has it, else tbf (rate),
+# shadowsync-emu-delay (latency: each host's incoming packets held in an
+# NFQUEUE queue for the two links they crossed, 2 x DELAY) and nftables
+# (loss).
 emu_init() {
   # Unique names, short enough for interfaces (15 characters).
   ID=se$$
@@ -59,8 +81,13 @@ emu_init() {
     NETEM=1
     ip netns exec "$SW" tc qdisc del dev lo root
   fi
+  DELAY_US=$(delay_us "$DELAY")
   if [ $NETEM = 0 ]; then
-    { [ "$DELAY" = 0 ] || [ "$DELAY" = 0us ]; } || say "no sch_netem in this kernel: --delay $DELAY not emulated (links shaped by rate only)"
+    if [ "$DELAY_US" != 0 ]; then
+      [ -x "${BIN:-}/shadowsync-emu-delay" ] ||
+        die "--delay $DELAY: no sch_netem in this kernel, and no ${BIN:-build/bin}/shadowsync-emu-delay to emulate it (apt-get install libnetfilter-queue-dev, then build)"
+      command -v iptables >/dev/null || die "--delay $DELAY needs iptables (NFQUEUE) where there is no sch_netem"
+    fi
     if [ "$LOSS" != 0 ]; then
       command -v nft >/dev/null || die "--loss needs sch_netem or nftables (apt-get install nftables)"
     fi
@@ -128,6 +155,19 @@ add_host() { # NS ADDRESS
   shape "$ns" eth0    # host -> switch
   shape "$SW" "$port" # switch -> host
   [ $NETEM = 1 ] || [ "$LOSS" = 0 ] || emu_loss "$ns" "$LOSS"
+  [ $NETEM = 1 ] || [ "$DELAY_US" = 0 ] || emu_delay "$ns"
+}
+
+# Link latency without netem: the host's incoming packets wait 2 x DELAY
+# in shadowsync-emu-delay (a packet between two hosts crosses two links,
+# as two netem qdiscs would delay it), bound before the rule that queues
+# them so that none is dropped for want of a reader.
+emu_delay() { # NS
+  local log=$TMP/delay-$1.log
+  ip netns exec "$1" "$BIN/shadowsync-emu-delay" --delay-us $((2 * DELAY_US)) 2>"$log" &
+  PIDS+=($!)
+  wait_line "$log" ready $!
+  ip netns exec "$1" iptables -t raw -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0
 }
 
 wait_line() { # FILE PATTERN PID

@@ -32,6 +32,7 @@ BUILD=(
   libcurl4-openssl-dev
   libjson-c-dev
   libhiredis-dev # the embedding benchmark's Redis client (bench/emb_bench.c)
+  libnetfilter-queue-dev # link latency on the emulated cluster without netem (bench/emu_delay.c)
   check          # the unit test framework (the tests are built by default)
   libsubunit-dev # check's pkg-config file links it
 )
@@ -55,6 +56,7 @@ TEST=(
   strace              # the systemd test traces the daemons' system calls against the filters
   iproute2            # ip and tc: the emulated cluster (bench/emu-cluster.sh) and its test
   nftables            # nft: packet loss and partitions on the emulated cluster (bench/fault-soak.sh)
+  iptables            # NFQUEUE rules feeding the emulated cluster's latency line (bench/emu-lib.sh)
 )
 
 set_name=all list=false

@@ -3,8 +3,12 @@
 # 2 trainer hosts x 2 trainers in network namespaces, a few seconds, in
 # background mode through the agents (float32 and int8 compressed sync)
 # and in foreground mode; every trainer
-# trains and syncs. Then a run stopped by SIGTERM midway: nothing it made
-# (namespaces, links, processes) is left. Needs root: fails otherwise.
+# trains and syncs. Link latency (--delay: netem, or shadowsync-emu-delay
+# where the kernel has none): a foreground round every step cannot be
+# shorter than the round trip (4 x the delay: two links each way), so
+# the steps done bound it from below. Then a run stopped by SIGTERM
+# midway: nothing it made (namespaces, links, processes) is left. Needs
+# root: fails otherwise.
 #   emu-cluster-test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 export SS_BIN=$1
@@ -27,6 +31,20 @@ for run in background:f32 foreground:f32 background:int8; do
     [ "$(field "$line" rounds)" -gt 0 ]
   done < <(grep '^emu-trainer:' <<<"$out")
 done
+
+# Latency: 5 ms per link is a 20 ms round trip between two hosts, so a
+# trainer syncing every step (1 ms of compute) does at most
+# seconds / 21 ms steps. A lower bound on time: a busy machine only makes
+# it slower, never faster. Without the delay the same run does hundreds.
+out=$(bash "$script" --ps 1 --hosts 1 --per-host 1 --dense-floats 4096 --seconds 3 \
+  --step-us 1000 --mode foreground --sync-every 1 --delay 5ms 2>&1)
+echo "$out"
+line=$(grep '^emu-trainer:' <<<"$out")
+steps=$(field "$line" steps) secs=$(field "$line" seconds)
+[ "$(field "$line" rounds)" -gt 10 ] || { echo "no rounds across the delayed link" >&2; exit 1; }
+awk -v s="$steps" -v t="$secs" 'BEGIN { exit !(s * 0.021 <= t) }' ||
+  { echo "$steps steps in $secs s: faster than a 20 ms round trip allows; the delay was not applied" >&2; exit 1; }
+echo "delay 5ms per link: $steps steps in $secs s (at most $(awk -v t="$secs" 'BEGIN { printf "%d", t / 0.021 }') with a 20 ms round trip)"
 
 # SIGTERM midway: the trap removes everything.
 bash "$script" --ps 1 --hosts 2 --per-host 1 --dense-floats 65536 --seconds 30 --quiet \
