@@ -10,8 +10,10 @@
 #     summed.
 # (b) On the emulated cluster (root; bench/emu-cluster.sh): HOSTS x
 #     PER_HOST trainers with dense groups of DENSE floats, for each shape in
-#     SHAPES (TRAINER_LINKS:PS_LINK:SLOW_HOSTS: uniform fast, uniform slow,
-#     a slow PS uplink, and SLOW_HOSTS trainer hosts on SLOW_RATE links):
+#     SHAPES (TRAINER_LINKS:PS_LINK:SLOW_HOSTS[:DELAY]: uniform fast,
+#     uniform slow, a slow PS uplink, SLOW_HOSTS trainer hosts on
+#     SLOW_RATE links, and high latency: DELAY one way per link, so
+#     2 x DELAY host to host; bench/emu-lib.sh):
 #     S-EASGD and S-MA through a PS host (an agent per host), S-MA by ring
 #     gossip and by trees. Total examples/s, the sync gap (median p50,
 #     largest p99) and rounds per trainer-second.
@@ -21,7 +23,7 @@ ROWS=${ROWS:-1000000}
 USE_ROWS=${USE_ROWS:-400000}
 TRAINERS=${TRAINERS:-4}
 HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304} SECS=${SECS:-15}
-SHAPES=${SHAPES:-10gbit:10gbit:0 1gbit:1gbit:0 10gbit:1gbit:0 10gbit:10gbit:2}
+SHAPES=${SHAPES:-10gbit:10gbit:0 1gbit:1gbit:0 10gbit:1gbit:0 10gbit:10gbit:2 10gbit:10gbit:0:2ms}
 SLOW_RATE=${SLOW_RATE:-1gbit}
 SETUPS_A=${SETUPS_A:-none ps-easgd ps-ma peers-ma peers-tree}  # also: ps-bmuf peers-tree-bmuf
 make_data "$ROWS"
@@ -77,9 +79,9 @@ ps_pid=""
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 echo
 echo "(b) emulated: $HOSTS hosts x $PER_HOST trainers, dense $DENSE floats, $SECS s per run"
-printf '%-16s %-10s %12s %8s %8s %16s\n' links:ps:slow setup examples/s gap_p50 gap_p99 rounds/trainer/s
+printf '%-20s %-10s %12s %8s %8s %16s\n' links:ps:slow:delay setup examples/s gap_p50 gap_p99 rounds/trainer/s
 for shape in $SHAPES; do
-  IFS=: read -r trainer_rate ps_rate slow <<<"$shape"
+  IFS=: read -r trainer_rate ps_rate slow delay <<<"$shape"
   for setup in "ps-easgd --algo easgd" "ps-ma --algo ma" "peers-ma --algo ma --peers 1" \
     "peers-tree --algo ma --peers 1 --peer-schedule tree"; do
     set -- $setup
@@ -87,9 +89,9 @@ for shape in $SHAPES; do
     shift
     sum=$(bash bench/emu-cluster.sh --ps 1 --hosts "$HOSTS" --per-host "$PER_HOST" \
       --dense-floats "$DENSE" --rate "$trainer_rate" --ps-rate "$ps_rate" --seconds "$SECS" \
-      --slow-hosts "${slow:-0}" --slow-rate "$SLOW_RATE" --quiet "$@" | grep '^emu-cluster: ps=')
+      --slow-hosts "${slow:-0}" --slow-rate "$SLOW_RATE" --delay "${delay:-0}" --quiet "$@" | grep '^emu-cluster: ps=')
     echo "$sum" >&2
-    printf '%-16s %-10s %12s %8s %8s %16.2f\n' "$shape" "$label" "$(field "$sum" examples/s)" \
+    printf '%-20s %-10s %12s %8s %8s %16.2f\n' "$shape" "$label" "$(field "$sum" examples/s)" \
       "$(field "$sum" gap_p50)" "$(field "$sum" gap_p99)" \
       "$(awk -v r="$(field "$sum" rounds)" -v n="$(field "$sum" trainers)" -v s="$SECS" 'BEGIN {print r / n / s}')"
   done

@@ -147,6 +147,11 @@ add_host() { # NS ADDRESS
   ip netns add "$ns"
   NSES+=("$ns")
   ip -n "$ns" link set lo up
+  # TCP buffers of a host tuned for long links: a new namespace's 6 MiB
+  # at most would cap one connection at 6 MiB per round trip (1.2 Gbit/s
+  # at 40 ms), which is the buffer's limit, not the link's.
+  ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 131072 67108864" \
+    net.ipv4.tcp_wmem="4096 16384 67108864"
   ip -n "$ns" link add eth0 type veth peer name "$port" netns "$SW"
   ip -n "$ns" addr add "$addr/16" dev eth0
   ip -n "$ns" link set eth0 up

@@ -9,9 +9,12 @@
 #   bash bench/rpc-goodput-shaped.sh
 #   RATE=1gbit REPS=10 bash bench/rpc-goodput-shaped.sh
 #   BENCH_ARGS="--window 2 --chunk-floats 131072" bash bench/rpc-goodput-shaped.sh
+#   DELAY=2ms bash bench/rpc-goodput-shaped.sh    # latency per link (emu-lib.sh)
+# (window: chunk calls in flight per shard at the end; adapted unless
+# --window is given.)
 source "$(dirname "$0")/common.sh"
 REPS=${REPS:-10}
-RATE=${RATE:-10gbit} DELAY=0 LOSS=0 QUIET=1
+RATE=${RATE:-10gbit} DELAY=${DELAY:-0} LOSS=0 QUIET=1
 EMU=rpc-goodput-shaped
 source bench/emu-lib.sh
 [ "$(id -u)" = 0 ] || die "needs root: it creates network namespaces"
@@ -40,14 +43,14 @@ PIDS+=($!)
 wait_line "$TMP/ps.log" "listening on" $!
 nominal=$(awk -v b="$(tc_rate_bits "$RATE")" 'BEGIN { print 2 * b / 1e9 }')
 echo "link $RATE each way (nominal both ways: $nominal Gbit/s); iperf3 --bidir across it before and after each size"
-printf '%-10s %10s %16s %14s %12s %14s\n' floats round_ms goodput_gbit_s iperf3_gbit_s ratio_iperf3 ratio_nominal
+printf '%-10s %10s %16s %14s %12s %14s %7s\n' floats round_ms goodput_gbit_s iperf3_gbit_s ratio_iperf3 ratio_nominal window
 for n in 1048576 10485760; do
   line=$(ip netns exec "$ID-c0" "$BIN/shadowsync-bench-rpc" --ps 198.18.1.1:7070 --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
   after=$(iperf_once)
   ms=$(grep -o 'round_ms=[0-9.]*' <<<"$line" | cut -d= -f2)
   gb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$line" | cut -d= -f2)
   mean=$(awk -v a="$tcp" -v b="$after" 'BEGIN {printf "%.2f", (a + b) / 2}')
-  printf '%-10s %10s %16s %14s %12.3f %14.3f\n' "$n" "$ms" "$gb" "$mean" "$(awk -v a="$gb" -v b="$mean" 'BEGIN {print a / b}')" \
-    "$(awk -v a="$gb" -v b="$nominal" 'BEGIN {print a / b}')"
+  printf '%-10s %10s %16s %14s %12.3f %14.3f %7s\n' "$n" "$ms" "$gb" "$mean" "$(awk -v a="$gb" -v b="$mean" 'BEGIN {print a / b}')" \
+    "$(awk -v a="$gb" -v b="$nominal" 'BEGIN {print a / b}')" "$(grep -o 'window=[0-9]*' <<<"$line" | cut -d= -f2)"
   tcp=$after
 done

@@ -18,15 +18,16 @@ static const ss__program program = {
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     const char *ps = "127.0.0.1:7070";
-    int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS,
-            window = SS_GRPC_WINDOW;
+    int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS, window = 0;
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "shadowsync-ps shards, host:port,...", NULL, 0, 0},
         {"floats", SS_FLAG_INT, &floats, "group size in floats", NULL, 1, 1 << 28},
         {"reps", SS_FLAG_INT, &reps, "timed rounds", NULL, 1, 1e6},
         {"warmup", SS_FLAG_INT, &warmup, "untimed rounds first", NULL, 0, 1e6},
         {"chunk-floats", SS_FLAG_INT, &chunk, "floats per chunk call", NULL, 1, 64 << 20},
-        {"window", SS_FLAG_INT, &window, "chunk calls in flight per shard", NULL, 1, 1 << 20},
+        {"window", SS_FLAG_INT, &window,
+         "chunk calls in flight per shard (0: adapted to the round trip, as in the library)", NULL,
+         0, 1 << 20},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
@@ -57,8 +58,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     double bytes = 8.0 * (double)n * (double)reps;
-    printf("rpc-bench: floats=%zu reps=%lld round_ms=%.3f goodput_gbit_s=%.3f\n", n,
-           (long long)reps, 1e3 * sec / (double)reps, bytes * 8e-9 / sec);
+    printf("rpc-bench: floats=%zu reps=%lld round_ms=%.3f goodput_gbit_s=%.3f window=%u\n", n,
+           (long long)reps, 1e3 * sec / (double)reps, bytes * 8e-9 / sec,
+           ss__grpc_transport_window(t));
     ss__transport_leave(t, "bench", m);
     ss__transport_destroy(t);
     free(s);

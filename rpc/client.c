@@ -4,10 +4,12 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "rpc/auth.h"
 #include "rpc/message.h"
@@ -17,7 +19,26 @@
 struct ss__rpc_channel {
     grpc_channel *channel;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" sent with every call; "" = none */
+    /* The shortest call seen whose request and reply were both small: the
+     * network's round trip plus a small call's software cost (0: none yet). */
+    _Atomic uint64_t rtt_min_ns;
 };
+
+/* Calls no larger than this each way measure the round trip. */
+#define SMALL_CALL_BYTES 4096
+
+uint64_t ss__rpc_channel_rtt_ns(const ss__rpc_channel *ch) {
+    return ch ? atomic_load_explicit(&((ss__rpc_channel *)ch)->rtt_min_ns, memory_order_relaxed)
+              : 0;
+}
+
+static void note_rtt(ss__rpc_channel *ch, uint64_t ns) {
+    uint64_t cur = atomic_load_explicit(&ch->rtt_min_ns, memory_order_relaxed);
+    while ((cur == 0 || ns < cur) &&
+           !atomic_compare_exchange_weak_explicit(&ch->rtt_min_ns, &cur, ns, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+}
 
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
                                  const ss__rpc_tls *tls, ss__rpc_channel **out) {
@@ -136,6 +157,7 @@ typedef struct call_state {
     grpc_slice details;
     const char *error_string;
     bool started;
+    uint64_t start_ns;
 } call_state;
 
 /* Copies a received message into one malloc'd buffer. */
@@ -156,6 +178,7 @@ static ss_status take_message(const ss__rpc_message *msg, uint8_t **out, size_t 
 static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queue *cq,
                        gpr_timespec deadline, bool wait_for_ready) {
     memset(cs, 0, sizeof *cs);
+    cs->start_ns = ss__now_ns();
     cs->code = GRPC_STATUS_UNKNOWN;
     cs->details = grpc_empty_slice();
     grpc_metadata_array_init(&cs->initial_md);
@@ -215,6 +238,9 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
         }
         gpr_free(text);
     }
+    if (rq->status == SS_OK && rq->len + rq->payload_len <= SMALL_CALL_BYTES && cs->recv &&
+        grpc_byte_buffer_length(cs->recv) <= SMALL_CALL_BYTES)
+        note_rtt(rq->ch, ss__now_ns() - cs->start_ns);
     if (rq->status == SS_OK) {
         ss__rpc_message msg;
         rq->status = ss__rpc_message_open(cs->recv, &msg);
@@ -252,6 +278,7 @@ typedef struct batch {
     gpr_timespec deadline;
     bool wait_for_ready;
     size_t ended; /* calls whose status is final */
+    ss__rpc_batch_stats *stats;
 } batch;
 
 /* Starts calls of queue q until it has `window` in flight or none left. A
@@ -272,8 +299,29 @@ static void fill_queue(batch *b, size_t q, uint32_t window) {
     }
 }
 
+/* A bulk call (over 64 KiB each way at least one way) that succeeded. */
+static void note_bulk_end(batch *b, size_t i) {
+    ss__rpc_batch_stats *st = b->stats;
+    const ss__rpc_request *rq = &b->calls[i];
+    if (!st || rq->status != SS_OK || rq->len + rq->payload_len < (64u << 10))
+        return;
+    const uint64_t now = ss__now_ns();
+    if (st->bulk_ok == 0)
+        st->first_end_ns = now;
+    st->last_end_ns = now;
+    st->bulk_ok++;
+}
+
 ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
                                 bool wait_for_ready, uint32_t window) {
+    return ss__rpc_call_windowed_stats(calls, n, timeout_ms, wait_for_ready, window, NULL);
+}
+
+ss_status ss__rpc_call_windowed_stats(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
+                                      bool wait_for_ready, uint32_t window,
+                                      ss__rpc_batch_stats *stats) {
+    if (stats)
+        *stats = (ss__rpc_batch_stats){0};
     if ((!calls && n) || timeout_ms == 0)
         return SS_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < n; i++) {
@@ -286,7 +334,7 @@ ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeo
     }
     if (n == 0)
         return SS_OK;
-    batch b = {.calls = calls, .n = n, .wait_for_ready = wait_for_ready};
+    batch b = {.calls = calls, .n = n, .wait_for_ready = wait_for_ready, .stats = stats};
     b.cs = calloc(n, sizeof *b.cs);
     b.queues = calloc(n, sizeof *b.queues);
     b.queue_of = calloc(n, sizeof *b.queue_of);
@@ -305,6 +353,8 @@ ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeo
             b.queues[nqueues++] = (channel_queue){.ch = calls[i].ch, .next = i};
         b.queue_of[i] = q;
     }
+    if (stats)
+        stats->channels = nqueues;
     b.cq = grpc_completion_queue_create_for_next(NULL);
     b.deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                               gpr_time_from_millis((int64_t)timeout_ms, GPR_TIMESPAN));
@@ -318,6 +368,7 @@ ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeo
             continue;
         size_t i = (size_t)((call_state *)ev.tag - b.cs);
         finish_call(&calls[i], &b.cs[i], ev.success);
+        note_bulk_end(&b, i);
         b.ended++;
         b.queues[b.queue_of[i]].in_flight--;
         fill_queue(&b, b.queue_of[i], window);

@@ -7,12 +7,15 @@
  * parallel unary calls (ss__rpc_call_many), so shards work at once and a
  * 100 MB group never needs a 100 MB message. Each chunk has its own member
  * id on its server; this file maps the engine's one member id to them. */
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "rpc/dense_wire.h"
 #include "rpc/grpc_transport.h"
 #include "rpc/pb_wire.h"
@@ -45,7 +48,10 @@ typedef struct grpc_tp {
     ss__rpc_channel *ch[SS_GRPC_MAX_SHARDS];
     uint32_t nshards;
     size_t chunk;
-    uint32_t window;
+    /* Chunk calls in flight per shard; adapted to the path when the config
+     * gives none (see adapt_window). */
+    _Atomic uint32_t window;
+    bool window_fixed;
     ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
     pthread_mutex_t lock; /* guards members and next_id */
@@ -171,14 +177,49 @@ static void fanout_free(fanout *f) {
  * seconds later. Waiting keeps the call's queue polling the connect. */
 #define WAIT_FOR_READY true
 
+uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns, size_t channels) {
+    if (!rtt_ns || !(interval_ns > 0) || channels == 0)
+        return cur;
+    double want = SS_GRPC_WINDOW + floor((double)rtt_ns / (interval_ns * (double)channels) + 0.5);
+    if (want > SS_GRPC_WINDOW_MAX)
+        want = SS_GRPC_WINDOW_MAX;
+    return (uint32_t)ceil(((double)cur + want) / 2);
+}
+
+/* After a batch of chunk calls: the window for the next (see
+ * ss__grpc_window_next), from the shortest round trip of its channels. */
+static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats *bs) {
+    if (t->window_fixed || bs->bulk_ok < 3)
+        return;
+    uint64_t rtt = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        uint64_t r = ss__rpc_channel_rtt_ns(f->rq[i].ch);
+        if (r && (!rtt || r < rtt))
+            rtt = r;
+    }
+    const double interval =
+        (double)(bs->last_end_ns - bs->first_end_ns) / (double)(bs->bulk_ok - 1);
+    const uint32_t cur = atomic_load_explicit(&t->window, memory_order_relaxed);
+    const uint32_t next = ss__grpc_window_next(cur, rtt, interval, bs->channels);
+    atomic_store_explicit(&t->window, next, memory_order_relaxed);
+    if (next != cur)
+        SS_LOG_DEBUGF("rpc", "event=window window=%u was=%u rtt_us=%.0f interval_us=%.0f", next,
+                      cur, (double)rtt / 1e3, interval / 1e3);
+}
+
 /* Runs the fan-out; idempotent ones are retried on UNAVAILABLE with
  * backoff (50 ms, doubling), a fresh deadline each time. */
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
-    ss_status st = ss__rpc_call_windowed(f->rq, f->n, timeout_ms, WAIT_FOR_READY, t->window);
+    ss__rpc_batch_stats bs;
+    uint32_t window = atomic_load_explicit(&t->window, memory_order_relaxed);
+    ss_status st =
+        ss__rpc_call_windowed_stats(f->rq, f->n, timeout_ms, WAIT_FOR_READY, window, &bs);
     for (uint32_t attempt = 0; idempotent && st == SS_ERR_IO && attempt < t->retries; attempt++) {
         ss__sleep_ns(50000000ull << (attempt < 5 ? attempt : 5));
-        st = ss__rpc_call_windowed(f->rq, f->n, timeout_ms, WAIT_FOR_READY, t->window);
+        st = ss__rpc_call_windowed_stats(f->rq, f->n, timeout_ms, WAIT_FOR_READY, window, &bs);
     }
+    if (st == SS_OK)
+        adapt_window(t, f, &bs);
     return st;
 }
 
@@ -598,6 +639,7 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->retries = cfg->retries;
     t->chunk = cfg->chunk_floats ? cfg->chunk_floats : SS_GRPC_CHUNK_FLOATS;
     t->window = cfg->window ? cfg->window : SS_GRPC_WINDOW;
+    t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
@@ -648,4 +690,9 @@ ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32
     }
     ss__rpc_channel_destroy(ch);
     return st;
+}
+
+uint32_t ss__grpc_transport_window(ss__transport *tp) {
+    grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
+    return t ? atomic_load_explicit(&t->window, memory_order_relaxed) : 0;
 }

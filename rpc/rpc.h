@@ -162,6 +162,25 @@ ss_status ss__rpc_call_many(ss__rpc_request *calls, size_t n, uint32_t timeout_m
 ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
                                 bool wait_for_ready, uint32_t window);
 
+/* What a batch's timing says about the path (for an adaptive window):
+ * when its bulk calls (64 KiB or more sent) that succeeded ended, and over
+ * how many channels the batch ran. */
+typedef struct ss__rpc_batch_stats {
+    size_t channels;
+    size_t bulk_ok;
+    uint64_t first_end_ns, last_end_ns; /* ss__now_ns() clock */
+} ss__rpc_batch_stats;
+
+/* ss__rpc_call_windowed that also fills *stats (optional). */
+ss_status ss__rpc_call_windowed_stats(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,
+                                      bool wait_for_ready, uint32_t window,
+                                      ss__rpc_batch_stats *stats);
+
+/* The shortest round trip seen on ch: the quickest call whose request and
+ * reply were both at most 4 KiB (a Join, a heartbeat), in nanoseconds,
+ * from start to reply; 0 before any. */
+uint64_t ss__rpc_channel_rtt_ns(const ss__rpc_channel *ch);
+
 /* Brings gRPC up/down (reference counted by gRPC itself). */
 void ss__rpc_init(void);
 void ss__rpc_shutdown(void);

@@ -275,6 +275,117 @@ START_TEST(test_window_bounds_calls_in_flight_per_channel) {
 }
 END_TEST
 
+/* Replies with one byte, whatever came. */
+static void h_tiny(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)ctx, (void)req, (void)len;
+    reply->data = calloc(1, 1);
+    reply->len = 1;
+}
+
+/* Replies with ECHO_PAYLOAD bytes, whatever came. */
+static void h_big(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)ctx, (void)req, (void)len;
+    reply->data = calloc(1, ECHO_PAYLOAD);
+    reply->len = ECHO_PAYLOAD;
+}
+
+/* One call of len request bytes to method on ch. */
+static void call_once(ss__rpc_channel *ch, const char *method, size_t len) {
+    uint8_t *req = calloc(1, len), *resp = NULL;
+    size_t rlen = 0;
+    ck_assert_int_eq(ss__rpc_call(ch, method, req, len, 20000, true, &resp, &rlen, NULL, 0), SS_OK);
+    free(req);
+    free(resp);
+}
+
+/* What the adaptive window reads: a batch's bulk calls' end times and its
+ * channels, and each channel's round trip from its small calls only (a
+ * big request with a small reply, or the other way round, measures the
+ * transfer, not the path). The echo handler holds each call 150 ms, so
+ * with a window of 1 a channel's 6 calls end at least 5 x 150 ms apart (a
+ * lower bound: a busy machine only stretches it), and a small echo's round
+ * trip is at least 150 ms. */
+START_TEST(test_batch_stats_and_round_trip) {
+    static const ss__rpc_method m[] = {{"/t.T/Echo", h_echo, true, NULL, false},
+                                       {"/t.T/Tiny", h_tiny, true, NULL, false},
+                                       {"/t.T/Big", h_big, true, NULL, false}};
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 2};
+    ss__rpc_server *srv;
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, 3, NULL, &srv), SS_OK);
+    char target[32];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
+    ss__rpc_channel *ch[ECHO_CHANNELS];
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        ck_assert_int_eq(ss__rpc_channel_create(target, 2 * ECHO_PAYLOAD, NULL, &ch[c]), SS_OK);
+    uint8_t *payload = calloc(1, ECHO_PAYLOAD);
+    uint8_t heads[ECHO_CHANNELS * ECHO_CALLS][2];
+    ss__rpc_request rq[ECHO_CHANNELS * ECHO_CALLS];
+    memset(rq, 0, sizeof rq);
+    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
+        heads[i][0] = (uint8_t)(i % ECHO_CHANNELS);
+        heads[i][1] = (uint8_t)i;
+        rq[i] = (ss__rpc_request){.ch = ch[i % ECHO_CHANNELS],
+                                  .method = m[0].path,
+                                  .req = heads[i],
+                                  .len = 2,
+                                  .payload = payload,
+                                  .payload_len = ECHO_PAYLOAD};
+    }
+    ss__rpc_batch_stats bs;
+    ck_assert_int_eq(
+        ss__rpc_call_windowed_stats(rq, ECHO_CHANNELS * ECHO_CALLS, 20000, true, 1, &bs), SS_OK);
+    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++)
+        free(rq[i].resp);
+    ck_assert_uint_eq(bs.channels, ECHO_CHANNELS);
+    ck_assert_uint_eq(bs.bulk_ok, ECHO_CHANNELS * ECHO_CALLS);
+    ck_assert_uint_ge(bs.last_end_ns - bs.first_end_ns, (ECHO_CALLS - 1) * 150000000ull);
+    /* Bulk calls say nothing of the round trip, either way. */
+    call_once(ch[0], m[1].path, ECHO_PAYLOAD); /* big request, 1-byte reply */
+    call_once(ch[0], m[2].path, 2);            /* 2-byte request, big reply */
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        ck_assert_uint_eq(ss__rpc_channel_rtt_ns(ch[c]), 0);
+    call_once(ch[0], m[0].path, 2); /* small both ways */
+    ck_assert_uint_ge(ss__rpc_channel_rtt_ns(ch[0]), 150000000ull);
+    ck_assert_uint_lt(ss__rpc_channel_rtt_ns(ch[0]), 20000000000ull);
+    ck_assert_uint_eq(ss__rpc_channel_rtt_ns(ch[1]), 0);
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        ss__rpc_channel_destroy(ch[c]);
+    ss__rpc_server_stop(srv);
+    free(payload);
+}
+END_TEST
+
+/* The adapted window by hand (ss__grpc_window_next), then on a model of a
+ * long path: 20 ms round trip, a chunk every 0.84 ms once full (1 MiB at
+ * 10 Gbit/s), so a window W ends calls max(0.84, 20.84 / W) ms apart. */
+START_TEST(test_window_adapts_to_the_round_trip) {
+    const uint64_t ms = 1000000;
+    /* short path: rtt / interval = 0.1 rounds to 0, the floor stays */
+    ck_assert_uint_eq(ss__grpc_window_next(4, ms / 10, 1e6, 1), 4);
+    /* 20 / 5 = 4 more: want 8, halfway from 4 is 6 */
+    ck_assert_uint_eq(ss__grpc_window_next(4, 20 * ms, 5e6, 1), 6);
+    /* two channels share the interval: 20 / (2.5 x 2) = 4 more, again 6 */
+    ck_assert_uint_eq(ss__grpc_window_next(4, 20 * ms, 2.5e6, 2), 6);
+    /* full: 20 / 0.84 = 23.8 -> 24 more, want 28; from 6: 17 */
+    ck_assert_uint_eq(ss__grpc_window_next(6, 20 * ms, 0.84e6, 1), 17);
+    /* a very long path stops at the cap */
+    ck_assert_uint_eq(ss__grpc_window_next(SS_GRPC_WINDOW_MAX, 1000 * ms, 1e6, 1),
+                      SS_GRPC_WINDOW_MAX);
+    /* back on a short path it comes down by halves: 28 -> 16 -> 10 */
+    ck_assert_uint_eq(ss__grpc_window_next(28, ms / 10, 1e6, 1), 16);
+    ck_assert_uint_eq(ss__grpc_window_next(16, ms / 10, 1e6, 1), 10);
+    /* nothing measured: unchanged */
+    ck_assert_uint_eq(ss__grpc_window_next(9, 0, 1e6, 1), 9);
+    ck_assert_uint_eq(ss__grpc_window_next(9, ms, 0, 1), 9);
+    uint32_t w = SS_GRPC_WINDOW;
+    for (int batch = 0; batch < 12; batch++) {
+        double interval = fmax(0.84e6, 20.84e6 / w);
+        w = ss__grpc_window_next(w, 20 * ms, interval, 1);
+    }
+    ck_assert_msg(w >= 26 && w <= 29, "after 12 batches the window is %u, not about 28", w);
+}
+END_TEST
+
 /* Compressed sync through the real PS: 3 engines in int8 MA rounds over a
  * group cut into 3 chunks. The first round resets the mirrors (float32);
  * a reply's quantization error goes out with the next round, so after a
@@ -352,5 +463,6 @@ int main(void) {
         "rpc", 60, NULL, NULL, test_easgd_over_grpc, test_ma_round_of_three_engines_over_grpc,
         test_bad_input_never_hurts_the_ps, test_server_on_a_taken_port_fails_cleanly,
         test_ps_down_times_out, test_window_bounds_calls_in_flight_per_channel,
+        test_batch_stats_and_round_trip, test_window_adapts_to_the_round_trip,
         test_compressed_sync_over_grpc);
 }

@@ -168,10 +168,11 @@ static bool trial(const char *emu, const cluster *cl, double seconds, candidate 
     snprintf(cmd, sizeof cmd,
              "SHADOWSYNC_MIN_ROUND_GAP=%u bash '%s' --ps %u --hosts %u --per-host %u "
              "--dense-floats %.0f --step-us %.0f --batch %u --rate %gmbit --ps-rate %gmbit "
-             "--seconds %g --algo %s --encoding %s %s %s --quiet 2>&1",
+             "--delay %.0fus --seconds %g --algo %s --encoding %s %s %s --quiet 2>&1",
              c->gap, emu, c->ps ? c->ps : 1, cl->hosts, cl->per_host, cl->dense, cl->step_s * 1e6,
-             cl->batch, cl->link_gbit * 1000, cl->ps_link_gbit * 1000, seconds, c->algo,
-             c->encoding, peers, slow);
+             cl->batch, cl->link_gbit * 1000, cl->ps_link_gbit * 1000,
+             /* the script's delay is per link; host to host crosses two */
+             cl->latency_s * 1e6 / 2, seconds, c->algo, c->encoding, peers, slow);
     FILE *p = popen(cmd, "r");
     if (!p)
         return false;
@@ -267,7 +268,9 @@ int main(int argc, char **argv) {
         {"slow-hosts", SS_FLAG_INT, &slow_hosts, "trainer hosts on slower links (the last ones)",
          NULL, 0, 4096},
         {"slow-gbit", SS_FLAG_DOUBLE, &slow_gbit, "their links", NULL, 1e-3, 1e4},
-        {"latency-us", SS_FLAG_DOUBLE, &latency_us, "one-way link latency", NULL, 0, 1e7},
+        {"latency-us", SS_FLAG_DOUBLE, &latency_us,
+         "one-way latency between two hosts (the trials emulate it: half on each host's link)",
+         NULL, 0, 1e7},
         {"shared-cores", SS_FLAG_DOUBLE, &shared_cores,
          "every process on one machine of this many cores (the emulated cluster); 0: 16 per host",
          NULL, 0, 4096},
