@@ -240,7 +240,9 @@ static size_t next_jobs(ss__tree *t, ss__tree_group *tg, ss__tree_slot *sl, cons
     *finished = true;
     for (uint32_t p = 0; p < f->parts; p++) {
         const size_t off = f->part_off[p], pn = f->part_off[p + 1] - off;
-        if (!sent_sum[p] && sl->got_n[p] == tg->nkids[p]) {
+        /* A partition whose mean is already here needs no sum sent up (a
+         * round kept across new trees, tree_membership.c). */
+        if (!sent_sum[p] && sl->mean_count[p] == 0 && sl->got_n[p] == tg->nkids[p]) {
             const uint32_t count = sl->count[p] + 1;
             for (size_t i = 0; i < pn; i++)
                 up[off + i] = sl->sum[off + i] + s[off + i];
@@ -605,4 +607,8 @@ const ss__forest *ss__tree_transport_forest(ss__transport *tp, const char *group
     ss__tree_group *tg = ss__tree_find_group(t, group);
     pthread_mutex_unlock(&t->lock);
     return tg ? &tg->forest : NULL;
+}
+
+ss__tree *ss__tree_transport_state(ss__transport *tp) {
+    return ss__transport_impl(tp, &tree_ops);
 }

@@ -17,6 +17,7 @@
 #include "rpc/pb_wire.h"
 #include "rpc/proto/tree_sync.pb-c.h"
 #include "rpc/rpc.h"
+#include "rpc/tree_internal.h"
 #include "rpc/tree_transport.h"
 #include "shadow/forest.h"
 
@@ -363,6 +364,66 @@ START_TEST(test_a_member_that_leaves_is_left_out) {
 }
 END_TEST
 
+/* A member whose every mean of a round is in, when a member that finished
+ * that round leaves, keeps the round: it hands the means to its children
+ * in the new trees and finishes, instead of redoing the round on the new
+ * trees and waiting for sums from members that are past it. A round with
+ * only some means in starts again. Member 0's buffers are set by hand:
+ * round 2's means all in (each partition's mean 7 + i, 4 members), round
+ * 3's first partition only. */
+START_TEST(test_a_round_whose_means_are_in_survives_a_leave) {
+    ss__transport *t[M];
+    member_round a[M];
+    start_joined(t, a, "w", 300);
+    rounds_together(a, M, 1.0f);
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(a[r].st, SS_OK);
+    ss__tree *st = ss__tree_transport_state(t[0]);
+    ck_assert_ptr_nonnull(st);
+    pthread_mutex_lock(&st->lock);
+    ss__tree_group *tg = ss__tree_find_group(st, "w");
+    ck_assert_ptr_nonnull(tg);
+    const uint32_t parts = tg->forest.parts;
+    ss__tree_slot *s2 = &tg->slots[0], *s3 = &tg->slots[1];
+    ss__tree_slot_open(s2, tg, 2);
+    ss__tree_slot_open(s3, tg, 3);
+    for (int i = 0; i < N; i++)
+        s2->mean[i] = 7.0f + (float)i;
+    for (uint32_t p = 0; p < parts; p++)
+        s2->mean_count[p] = M;
+    s3->mean_count[0] = M;
+    pthread_mutex_unlock(&st->lock);
+    ck_assert_int_eq(ss__transport_leave(t[3], "w", 1), SS_OK);
+    pthread_mutex_lock(&st->lock);
+    ck_assert_uint_eq(tg->gone[3], 1); /* the leave was taken in */
+    ck_assert_uint_eq(s2->round, 2);
+    for (uint32_t p = 0; p < parts; p++)
+        ck_assert_uint_eq(s2->mean_count[p], M);
+    ck_assert_uint_eq(s3->round, 0); /* some means only: dropped */
+    pthread_mutex_unlock(&st->lock);
+    /* Member 0 alone finishes round 2 at once, with the means it had (the
+     * 300 ms deadline would end it if it waited for sums). */
+    round_main(&a[0]);
+    ck_assert_int_eq(a[0].st, SS_OK);
+    ck_assert_uint_eq(a[0].rr.round, 2);
+    ck_assert_uint_eq(a[0].rr.participants, M);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(a[0].out[i], 7.0f + (float)i);
+    /* It sent no sums up for a round whose means it had: the others hold
+     * none from it (means only, where it is their parent). */
+    for (int r = 1; r < M - 1; r++) {
+        ss__tree *o = ss__tree_transport_state(t[r]);
+        pthread_mutex_lock(&o->lock);
+        const ss__tree_slot *os = &ss__tree_find_group(o, "w")->slots[0];
+        for (uint32_t p = 0; os->round == 2 && p < parts; p++)
+            ck_assert_uint_eq(os->got[(size_t)p * M + 0], 0);
+        pthread_mutex_unlock(&o->lock);
+    }
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
 /* Rounds of the first m members until one succeeds at every one of them
  * with `participants` members in it; the tries it took (fails past max). */
 static int tries_until_ok(member_round *a, uint32_t m, float base, uint32_t participants, int max) {
@@ -578,6 +639,7 @@ int main(void) {
     return ss__check_tests(
         "tree", 60, NULL, NULL, test_forest_by_hand, test_forest_avoids_the_slow_host,
         test_tree_rounds_by_hand, test_member_away_fails_the_round_in_time_then_it_is_retried,
-        test_a_member_that_leaves_is_left_out, test_a_dead_member_is_left_out_and_comes_back,
-        test_bmuf_rounds_by_hand, test_bad_pushes_and_open_doors);
+        test_a_member_that_leaves_is_left_out, test_a_round_whose_means_are_in_survives_a_leave,
+        test_a_dead_member_is_left_out_and_comes_back, test_bmuf_rounds_by_hand,
+        test_bad_pushes_and_open_doors);
 }
