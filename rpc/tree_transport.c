@@ -175,19 +175,10 @@ static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t *memb
     return st;
 }
 
-/* Tells the members still in the group that this one leaves it for good,
- * so that they go on without it; best effort, within a second or the
- * round deadline. */
-static void announce_leave(ss__tree *t, const char *group) {
-    pthread_mutex_lock(&t->lock);
-    ss__tree_group *tg = ss__tree_find_group(t, group);
-    uint8_t *gone = tg ? malloc(t->npeers) : NULL;
-    if (gone)
-        memcpy(gone, tg->gone, t->npeers);
-    const uint32_t version = tg ? tg->ver[t->rank] + 1 : 0;
-    pthread_mutex_unlock(&t->lock);
-    if (!gone)
-        return;
+/* Tells the members still in the group (those not in gone) that this one
+ * leaves it for good at `version`, so that they go on without it; best
+ * effort, within a second or the round deadline. */
+static void announce_leave(ss__tree *t, const char *group, const uint8_t *gone, uint32_t version) {
     Shadowsync__V1__TreeLeave m = SHADOWSYNC__V1__TREE_LEAVE__INIT;
     m.group = (char *)group;
     m.from = t->rank;
@@ -199,13 +190,17 @@ static void announce_leave(ss__tree *t, const char *group) {
             k++;
     ss__peer_tell_all(ch, k, SS_TREE_LEAVE_METHOD, &m.base, t->timeout_ms);
     free(ch);
-    free(gone);
 }
 
+/* The group goes first, then the others hear of it: while they hear, some
+ * already count this member gone and say so in their pushes and probes;
+ * with the group still here, it read that as having been left out by
+ * mistake and came back at a higher version, which the others then waited
+ * for in their last rounds until the deadline. Pushes for the group now
+ * find it not joined, and their senders try again until the leave is in. */
 static ss_status tr_leave(void *impl, const char *group, uint64_t member) {
     ss__tree *t = impl;
     (void)member;
-    announce_leave(t, group);
     pthread_mutex_lock(&t->lock);
     ss__tree_group **pp = &t->groups;
     while (*pp && strcmp((*pp)->name, group))
@@ -216,6 +211,7 @@ static ss_status tr_leave(void *impl, const char *group, uint64_t member) {
     pthread_mutex_unlock(&t->lock);
     if (!tg)
         return SS_ERR_NOT_FOUND;
+    announce_leave(t, group, tg->gone, tg->ver[t->rank] + 1);
     ss__tree_group_free(tg);
     return SS_OK;
 }
