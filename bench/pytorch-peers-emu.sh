@@ -5,7 +5,8 @@
 # shadowsync-ps on another, so DDP's allreduce, PeriodicModelAverager's
 # averages and ShadowSync's rounds all cross shaped links. Prints the same
 # markdown table as compare.py.
-#   bench/pytorch-peers-emu.sh [--rate 1gbit] [--procs 4] [-- train.py flags]
+#   bench/pytorch-peers-emu.sh [--rate 1gbit] [--delay 1ms] [--procs 4] [-- train.py flags]
+# (--delay: one-way latency per link, so 2 x that host to host; emu-lib.sh)
 #   bench/pytorch-peers-emu.sh -- --train out/train-200000.tsv --test out/test.tsv --max-rows 100000
 set -euo pipefail
 EMU=pytorch-peers-emu QUIET=0 RATE=1gbit DELAY=0 LOSS=0 PROCS=4
@@ -16,7 +17,7 @@ while [ $# -gt 0 ]; do
   --rate) RATE=$2; shift 2 ;;
   --delay) DELAY=$2; shift 2 ;;
   --procs) PROCS=$2; shift 2 ;;
-  --help | -h) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --help | -h) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   --) shift; break ;;
   *) echo "$EMU: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
@@ -37,7 +38,7 @@ wait_line "$TMP/ps.log" "listening on" $!
 for j in $(seq 0 $((PROCS - 1))); do
   add_host "$ID-t$j" "198.18.2.$((j + 1))"
 done
-say "$PROCS trainer hosts and a PS host, every link $RATE each way"
+say "$PROCS trainer hosts and a PS host, every link $RATE each way, delay $DELAY per link"
 
 export PYTHONPATH="$SRC/python" SHADOWSYNC_LIBRARY=${SHADOWSYNC_LIBRARY:-$BIN/../trainer-hooks/libshadowsync.so}
 export GLOO_SOCKET_IFNAME=eth0
@@ -70,7 +71,7 @@ PY
   [ -n "$base" ] || base=$(cat "$TMP/r0.json.eps")
 }
 
-echo "| peer ($PROCS processes, one per host, links $RATE) | examples/s | ÷ no sync | NE | AUC | mean prediction |"
+echo "| peer ($PROCS processes, one per host, links $RATE$([ "$DELAY" != 0 ] && echo ", $DELAY per link")) | examples/s | ÷ no sync | NE | AUC | mean prediction |"
 echo "|---|---|---|---|---|---|"
 run_peer "none (no sync)" --mode none
 run_peer "PyTorch DDP (gloo, allreduce every step)" --mode ddp
