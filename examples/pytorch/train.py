@@ -101,10 +101,18 @@ def worker(rank, world, args, master, results):
     t0 = time.time()
     for epoch in range(args.epochs):
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch + rank))
-        for s in range(0, n, args.batch):
-            i = perm[s:s + args.batch]
+        batches = [perm[s:s + args.batch] for s in range(0, n, args.batch)]
+        for j, i in enumerate(batches):
             for o in opts:
                 o.zero_grad()
+            if table is not None and args.warm_batches and j % args.warm_batches == 0:
+                # The rows of the next batches load in the background while
+                # these train (a cached table's hint; others ignore it), so
+                # a lookup waits for a round trip to the PS only for rows
+                # the warm-up has not brought in yet.
+                ahead = batches[j + 1:j + 1 + args.warm_batches]
+                if ahead:
+                    table.warm(xc[torch.cat(ahead)].numpy().reshape(-1))
             if table is not None:
                 ids = xc[i].numpy()
                 rows = torch.from_numpy(table.lookup(ids.reshape(-1))).view(len(i), NUM_CAT,
@@ -188,6 +196,9 @@ def main():
     ap.add_argument("--algo", choices=["easgd", "ma", "bmuf"], default="easgd")
     ap.add_argument("--emb", choices=["cached", "remote", "local"], default="cached",
                     help="shadowsync mode: the embeddings' home")
+    ap.add_argument("--warm-batches", type=int, default=4,
+                    help="cached tables: load the rows of this many batches ahead in the "
+                    "background (0: off)")
     ap.add_argument("--ps", help="shadowsync-ps shards host:port,... (default: start one)")
     ap.add_argument("--agent", help="shadowsync mode: the host agent's unix socket")
     ap.add_argument("--period", type=int, default=10, help="localsgd: average every K steps")
