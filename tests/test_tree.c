@@ -231,6 +231,14 @@ static void start_joined(ss__transport **t, member_round *a, const char *group,
     }
 }
 
+/* start_joined, then one round of all M members, which succeeds. */
+static void start_after_a_round(ss__transport **t, member_round *a, uint32_t timeout_ms) {
+    start_joined(t, a, "w", timeout_ms);
+    rounds_together(a, M, 1.0f);
+    for (int r = 0; r < M; r++)
+        ck_assert_int_eq(a[r].st, SS_OK);
+}
+
 START_TEST(test_tree_rounds_by_hand) {
     ss__transport *t[M];
     member_round a[M];
@@ -336,10 +344,7 @@ END_TEST
 START_TEST(test_a_member_that_leaves_is_left_out) {
     ss__transport *t[M];
     member_round a[M];
-    start_joined(t, a, "w", 5000);
-    rounds_together(a, M, 1.0f);
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(a[r].st, SS_OK);
+    start_after_a_round(t, a, 5000);
     /* Members 0-2 start round 2 and wait for member 3, which leaves. */
     pthread_t th[M - 1];
     for (int r = 0; r < M - 1; r++) {
@@ -382,10 +387,7 @@ END_TEST
 START_TEST(test_a_round_whose_means_are_in_survives_a_leave) {
     ss__transport *t[M];
     member_round a[M];
-    start_joined(t, a, "w", 300);
-    rounds_together(a, M, 1.0f);
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(a[r].st, SS_OK);
+    start_after_a_round(t, a, 300);
     ss__tree *st = ss__tree_transport_state(t[0]);
     ck_assert_ptr_nonnull(st);
     pthread_mutex_lock(&st->lock);
@@ -518,10 +520,7 @@ static int tries_until_ok(member_round *a, uint32_t m, float base, uint32_t part
 START_TEST(test_a_dead_member_is_left_out_and_comes_back) {
     ss__transport *t[M];
     member_round a[M];
-    start_joined(t, a, "w", 300);
-    rounds_together(a, M, 1.0f);
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(a[r].st, SS_OK);
+    start_after_a_round(t, a, 300);
     const int port3 = ss__tree_transport_port(t[3]);
     ss__transport_destroy(t[3]); /* as if killed: it says nothing */
     ck_assert_int_le(tries_until_ok(a, M - 1, 2.0f, M - 1, 5), 3);
