@@ -154,6 +154,10 @@ static uint8_t *pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_t
 typedef struct fanout {
     ss__rpc_request *rq;
     size_t n;
+    /* Its timing sizes the window (S-EASGD exchanges only: an MA round's
+     * replies wait at the PS for the round to close, so when they end says
+     * when the slowest member came, not what the path holds). */
+    bool adapts_window;
 } fanout;
 
 static ss_status fanout_init(fanout *f, size_t n) {
@@ -218,7 +222,7 @@ static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool ide
         ss__sleep_ns(50000000ull << (attempt < 5 ? attempt : 5));
         st = ss__rpc_call_windowed_stats(f->rq, f->n, timeout_ms, WAIT_FOR_READY, window, &bs);
     }
-    if (st == SS_OK)
+    if (st == SS_OK && f->adapts_window)
         adapt_window(t, f, &bs);
     return st;
 }
@@ -368,6 +372,7 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
         if (!f->rq[i].req)
             st = SS_ERR_NO_MEMORY;
     }
+    f->adapts_window = strcmp(method, SS_DENSE_M_EASGD) == 0;
     if (st == SS_OK)
         st = fanout_run(t, f, timeout_ms, idempotent);
     return st;

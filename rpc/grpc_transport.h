@@ -31,7 +31,7 @@ typedef struct ss__grpc_transport_config {
     uint32_t timeout_ms; /* per call; RoundMean adds round_wait_ms */
     uint32_t round_wait_ms;
     size_t chunk_floats;    /* 0 = SS_GRPC_CHUNK_FLOATS */
-    uint32_t window;        /* chunk calls in flight per shard; 0 = adapted to the
+    uint32_t window;        /* chunk calls in flight per shard; 0 = S-EASGD adapts it to the
                                path's round trip, from SS_GRPC_WINDOW up */
     uint32_t retries;       /* idempotent calls (ReadCentral, Heartbeat, Leave)
                                retried this often on UNAVAILABLE, with backoff */
