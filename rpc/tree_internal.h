@@ -82,10 +82,6 @@ ss_status ss__tree_slot_alloc(ss__tree_slot *s, size_t n, uint32_t parts, uint32
 void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t round);
 void ss__tree_group_free(ss__tree_group *tg);
 ss__tree_group *ss__tree_find_group(ss__tree *t, const char *name);
-/* The state behind a tree transport (NULL for another kind), for tests
- * that set up a round's buffers by hand. */
-struct ss__transport;
-ss__tree *ss__tree_transport_state(struct ss__transport *t);
 /* The trees over the members still in the group; see tree_service.c. */
 ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg);
 

@@ -605,6 +605,69 @@ const ss__forest *ss__tree_transport_forest(ss__transport *tp, const char *group
     return tg ? &tg->forest : NULL;
 }
 
-ss__tree *ss__tree_transport_state(ss__transport *tp) {
-    return ss__transport_impl(tp, &tree_ops);
+/* The group of a tree transport, with its lock held (NULL, unlocked: none). */
+static ss__tree_group *locked_group(ss__transport *tp, const char *group, ss__tree **out) {
+    ss__tree *t = ss__transport_impl(tp, &tree_ops);
+    if (!t || !group)
+        return NULL;
+    pthread_mutex_lock(&t->lock);
+    ss__tree_group *tg = ss__tree_find_group(t, group);
+    if (!tg)
+        pthread_mutex_unlock(&t->lock);
+    *out = t;
+    return tg;
+}
+
+int ss__tree_transport_counts_gone(ss__transport *tp, const char *group, uint32_t m) {
+    ss__tree *t;
+    ss__tree_group *tg = locked_group(tp, group, &t);
+    if (!tg)
+        return -1;
+    int gone = m < t->npeers ? tg->gone[m] != 0 : -1;
+    pthread_mutex_unlock(&t->lock);
+    return gone;
+}
+
+ss_status ss__tree_transport_probe(ss__transport *tp, const char *group, uint32_t m,
+                                   uint32_t timeout_ms) {
+    ss__tree *t = ss__transport_impl(tp, &tree_ops);
+    return t ? ss__tree_probe(t, group, m, timeout_ms) : SS_ERR_INVALID_ARGUMENT;
+}
+
+ss_status ss__tree_transport_buffer_means(ss__transport *tp, const char *group, uint64_t round,
+                                          const float *mean, uint32_t parts_in, uint32_t count) {
+    ss__tree *t;
+    ss__tree_group *tg = locked_group(tp, group, &t);
+    if (!tg)
+        return SS_ERR_NOT_FOUND;
+    ss__tree_slot *s = &tg->slots[round % 2];
+    ss__tree_slot_open(s, tg, round);
+    memcpy(s->mean, mean, tg->n * sizeof *mean);
+    for (uint32_t p = 0; p < parts_in && p < tg->forest.parts; p++)
+        s->mean_count[p] = count;
+    pthread_mutex_unlock(&t->lock);
+    return SS_OK;
+}
+
+bool ss__tree_transport_buffered(ss__transport *tp, const char *group, uint64_t round,
+                                 uint32_t from, uint32_t *means_in, uint32_t *fewest,
+                                 bool *sum_from) {
+    ss__tree *t;
+    ss__tree_group *tg = locked_group(tp, group, &t);
+    if (!tg)
+        return false;
+    const ss__tree_slot *s = &tg->slots[round % 2];
+    const bool here = s->round == round;
+    *means_in = 0;
+    *fewest = UINT32_MAX;
+    *sum_from = false;
+    for (uint32_t p = 0; here && p < tg->forest.parts; p++) {
+        *means_in += s->mean_count[p] != 0;
+        if (s->mean_count[p] < *fewest)
+            *fewest = s->mean_count[p];
+        if (from < tg->forest.members && s->got[(size_t)p * tg->forest.members + from])
+            *sum_from = true;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return here;
 }

@@ -58,4 +58,23 @@ void ss__tree_transport_serve(ss__transport *t, int method, const uint8_t *req, 
  * tests; valid until the group is left. */
 const ss__forest *ss__tree_transport_forest(ss__transport *t, const char *group);
 
+/* ---- for tests: a member's state, read and set under its lock ---- */
+/* 1 when this member counts member m gone from group, 0 when not, -1 when
+ * it has no such group. */
+int ss__tree_transport_counts_gone(ss__transport *t, const char *group, uint32_t m);
+/* Probes member m as a round that ran out of time would. */
+ss_status ss__tree_transport_probe(ss__transport *t, const char *group, uint32_t m,
+                                   uint32_t timeout_ms);
+/* Buffers `round` by hand, as if the means of its first parts_in
+ * partitions (of mean, all n floats) had come down, each of count
+ * members; the rest of the round is empty. */
+ss_status ss__tree_transport_buffer_means(ss__transport *t, const char *group, uint64_t round,
+                                          const float *mean, uint32_t parts_in, uint32_t count);
+/* What is buffered for `round`: false when it is not. *means_in: the
+ * partitions whose mean is in; *fewest: the fewest members a mean counts
+ * (0 when one is missing); *sum_from: whether member `from` sent a sum of
+ * any partition. */
+bool ss__tree_transport_buffered(ss__transport *t, const char *group, uint64_t round, uint32_t from,
+                                 uint32_t *means_in, uint32_t *fewest, bool *sum_from);
+
 #endif

@@ -20,7 +20,6 @@
 #include "rpc/pb_wire.h"
 #include "rpc/proto/tree_sync.pb-c.h"
 #include "rpc/rpc.h"
-#include "rpc/tree_internal.h"
 #include "rpc/tree_transport.h"
 #include "shadow/forest.h"
 
@@ -388,29 +387,20 @@ START_TEST(test_a_round_whose_means_are_in_survives_a_leave) {
     ss__transport *t[M];
     member_round a[M];
     start_after_a_round(t, a, 300);
-    ss__tree *st = ss__tree_transport_state(t[0]);
-    ck_assert_ptr_nonnull(st);
-    pthread_mutex_lock(&st->lock);
-    ss__tree_group *tg = ss__tree_find_group(st, "w");
-    ck_assert_ptr_nonnull(tg);
-    const uint32_t parts = tg->forest.parts;
-    ss__tree_slot *s2 = &tg->slots[0], *s3 = &tg->slots[1];
-    ss__tree_slot_open(s2, tg, 2);
-    ss__tree_slot_open(s3, tg, 3);
+    const uint32_t parts = ss__tree_transport_forest(t[0], "w")->parts;
+    float mean[N];
     for (int i = 0; i < N; i++)
-        s2->mean[i] = 7.0f + (float)i;
-    for (uint32_t p = 0; p < parts; p++)
-        s2->mean_count[p] = M;
-    s3->mean_count[0] = M;
-    pthread_mutex_unlock(&st->lock);
+        mean[i] = 7.0f + (float)i;
+    ck_assert_int_eq(ss__tree_transport_buffer_means(t[0], "w", 2, mean, parts, M), SS_OK);
+    ck_assert_int_eq(ss__tree_transport_buffer_means(t[0], "w", 3, mean, 1, M), SS_OK);
     ck_assert_int_eq(ss__transport_leave(t[3], "w", 1), SS_OK);
-    pthread_mutex_lock(&st->lock);
-    ck_assert_uint_eq(tg->gone[3], 1); /* the leave was taken in */
-    ck_assert_uint_eq(s2->round, 2);
-    for (uint32_t p = 0; p < parts; p++)
-        ck_assert_uint_eq(s2->mean_count[p], M);
-    ck_assert_uint_eq(s3->round, 0); /* some means only: dropped */
-    pthread_mutex_unlock(&st->lock);
+    ck_assert_int_eq(ss__tree_transport_counts_gone(t[0], "w", 3), 1); /* the leave is in */
+    uint32_t means_in, fewest;
+    bool sum_from;
+    ck_assert(ss__tree_transport_buffered(t[0], "w", 2, 0, &means_in, &fewest, &sum_from));
+    ck_assert_uint_eq(means_in, parts);
+    ck_assert_uint_eq(fewest, M);
+    ck_assert(!ss__tree_transport_buffered(t[0], "w", 3, 0, &means_in, &fewest, &sum_from));
     /* Member 0 alone finishes round 2 at once, with the means it had (the
      * 300 ms deadline would end it if it waited for sums). */
     round_main(&a[0]);
@@ -422,12 +412,8 @@ START_TEST(test_a_round_whose_means_are_in_survives_a_leave) {
     /* It sent no sums up for a round whose means it had: the others hold
      * none from it (means only, where it is their parent). */
     for (int r = 1; r < M - 1; r++) {
-        ss__tree *o = ss__tree_transport_state(t[r]);
-        pthread_mutex_lock(&o->lock);
-        const ss__tree_slot *os = &ss__tree_find_group(o, "w")->slots[0];
-        for (uint32_t p = 0; os->round == 2 && p < parts; p++)
-            ck_assert_uint_eq(os->got[(size_t)p * M + 0], 0);
-        pthread_mutex_unlock(&o->lock);
+        if (ss__tree_transport_buffered(t[r], "w", 2, 0, &means_in, &fewest, &sum_from))
+            ck_assert_msg(!sum_from, "member 0 sent member %d a sum of round 2", r);
     }
     for (int r = 0; r < M; r++)
         ss__transport_destroy(t[r]);
@@ -476,19 +462,15 @@ START_TEST(test_a_member_that_leaves_does_not_come_back) {
     }
     pthread_t leaver;
     pthread_create(&leaver, NULL, leave_main, t[3]);
-    ss__tree *s0 = ss__tree_transport_state(t[0]);
     bool heard = false;
     for (int k = 0; k < 100 && !heard; k++) { /* member 0 hears at once; 2 never answers */
         usleep(10000);
-        pthread_mutex_lock(&s0->lock);
-        heard = ss__tree_find_group(s0, "w")->gone[3];
-        pthread_mutex_unlock(&s0->lock);
+        heard = ss__tree_transport_counts_gone(t[0], "w", 3) == 1;
     }
     ck_assert_msg(heard, "member 0 did not hear member 3 leave");
-    ss__tree_probe(s0, "w", 3, 1000);
-    pthread_mutex_lock(&s0->lock);
-    ck_assert_msg(ss__tree_find_group(s0, "w")->gone[3], "member 3 came back after it left");
-    pthread_mutex_unlock(&s0->lock);
+    ss__tree_transport_probe(t[0], "w", 3, 1000);
+    ck_assert_msg(ss__tree_transport_counts_gone(t[0], "w", 3) == 1,
+                  "member 3 came back after it left");
     pthread_join(leaver, NULL);
     for (uint32_t r = 0; r < M; r++)
         if (t[r])
