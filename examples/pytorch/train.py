@@ -102,17 +102,20 @@ def worker(rank, world, args, master, results):
     for epoch in range(args.epochs):
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch + rank))
         batches = [perm[s:s + args.batch] for s in range(0, n, args.batch)]
+        warmed_to = 1  # batches before this one have been warmed
         for j, i in enumerate(batches):
             for o in opts:
                 o.zero_grad()
-            if table is not None and args.warm_batches and j % args.warm_batches == 0:
-                # The rows of the next batches load in the background while
-                # these train (a cached table's hint; others ignore it), so
-                # a lookup waits for a round trip to the PS only for rows
-                # the warm-up has not brought in yet.
-                ahead = batches[j + 1:j + 1 + args.warm_batches]
-                if ahead:
-                    table.warm(xc[torch.cat(ahead)].numpy().reshape(-1))
+            # The rows of batches ahead load in the background while these
+            # train (a cached table's hint; others ignore it): kept between
+            # warm_batches and 2 x warm_batches ahead, so that a warm-up has
+            # that many steps to come back before its rows are looked up,
+            # and a lookup waits for the PS only for rows it has not brought.
+            while table is not None and args.warm_batches and warmed_to < min(
+                    j + 1 + 2 * args.warm_batches, len(batches)):
+                ahead = batches[warmed_to:warmed_to + args.warm_batches]
+                table.warm(xc[torch.cat(ahead)].numpy().reshape(-1))
+                warmed_to += len(ahead)
             if table is not None:
                 ids = xc[i].numpy()
                 rows = torch.from_numpy(table.lookup(ids.reshape(-1))).view(len(i), NUM_CAT,
