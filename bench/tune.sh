@@ -5,7 +5,7 @@
 # and the defaults), then every candidate (--sweep). The figure compared is
 # the sync gap at full examples/s (lower is better).
 #   bash bench/tune.sh    # TRIALS=3 SECS=6; SHAPES="link:ps_link:slow_hosts[:latency_us] ..."
-# (Gbit/s; latency_us: one way between two hosts, 50 unless given; the
+# (Gbit/s; latency_us: one way between two hosts, 0 unless given; the
 # trials emulate it, half on each host's link.)
 #   REUSE_SWEEP=1 bash bench/tune.sh   # the tuner again against the last run's sweeps
 source "$(dirname "$0")/common.sh"
@@ -19,7 +19,7 @@ printf '%-12s %-26s %8s %-26s %8s %12s %10s\n' shape pick pick_gap best_of_sweep
 for shape in $SHAPES; do
   IFS=: read -r link ps slow latency <<<"$shape"
   args=(--link-gbit "$link" --ps-link-gbit "$ps" --slow-hosts "$slow" --slow-gbit 1
-    --latency-us "${latency:-50}"
+    --latency-us "${latency:-0}"
     --trial-seconds "$SECS")
   tuned=$($T "${args[@]}" --trials "$TRIALS")
   if [ "${REUSE_SWEEP:-0}" = 1 ] && [ -s "out/bench-tune-$shape-sweep.txt" ]; then
