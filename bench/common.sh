@@ -73,15 +73,16 @@ bench_ps_trap() {
         pkill -f "ctr-train --ps 127.0.0.1" 2>/dev/null || true' EXIT
 }
 
-# bench_trainers LOG FLAGS...: TRAINERS ctr-train processes through the
-# bench PS ($addr), each its share of USE_ROWS rows of out/train-$ROWS.tsv,
-# with FLAGS; logs in LOG-t<rank>.log. Prints "NE examples/s": the held-out
-# NE averaged over the processes, and their examples/s summed.
+# bench_trainers LOG FLAGS...: TRAINERS ctr-train processes, each its share
+# of USE_ROWS rows of out/train-$ROWS.tsv, with FLAGS (where they sync:
+# --ps ADDR, --peers LIST, or --sync none); logs in LOG-t<rank>.log. Prints
+# "NE examples/s failed_rounds": the held-out NE averaged over the
+# processes, their examples/s and their failed rounds summed.
 bench_trainers() {
   local log=$1 r pids=()
   shift
   for r in $(seq 0 $((TRAINERS - 1))); do
-    timeout 600 ./build/bin/ctr-train --ps "$addr" --rank "$r" --world "$TRAINERS" "$@" \
+    timeout 600 ./build/bin/ctr-train --rank "$r" --world "$TRAINERS" "$@" \
       --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" --test out/test.tsv \
       --max-test-rows 20000 --progress 0 --trainer-name "t$r" >"$log-t$r.log" 2>&1 &
     pids+=($!)
@@ -89,6 +90,7 @@ bench_trainers() {
   for p in "${pids[@]}"; do wait "$p"; done
   for r in $(seq 0 $((TRAINERS - 1))); do
     o=$(cat "$log-t$r.log")
-    echo "$(summary_field "$o" test_ne_train_ctr) $(summary_field "$o" examples/s)"
-  done | awk '{ne += $1; rate += $2} END {printf "%.5f %.0f\n", ne / NR, rate}'
+    echo "$(summary_field "$o" test_ne_train_ctr) $(summary_field "$o" examples/s)" \
+      "$(summary_field "$o" failed_rounds_sum)"
+  done | awk '{ne += $1; rate += $2; failed += $3} END {printf "%.5f %.0f %d\n", ne / NR, rate, failed}'
 }

@@ -32,8 +32,8 @@ ps_bytes_per_round() {
     END {printf "%.0f %d\n", n ? b / n : 0, n}'
 }
 
-run_cluster() { # algo encoding -> prints "ne examples_per_s"
-  bench_trainers out/bench-comp --algo "$1" --encoding "$2"
+run_cluster() { # algo encoding -> prints "ne examples_per_s failed_rounds"
+  bench_trainers out/bench-comp --ps "$addr" --algo "$1" --encoding "$2"
 }
 
 echo "compressed sync: $TRAINERS ctr-train processes, one shadowsync-ps on 127.0.0.1," \
@@ -44,7 +44,7 @@ for algo in $ALGOS; do
   for rep in $(seq "$REPS"); do
     for enc in "${ENCODINGS[@]}"; do
       start_ps
-      read -r ne rate < <(run_cluster "$algo" "$enc")
+      read -r ne rate _ < <(run_cluster "$algo" "$enc")
       read -r bpr rounds < <(ps_bytes_per_round)
       stop_ps
       [ "$enc" != f32 ] || base_ne=$ne

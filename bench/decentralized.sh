@@ -36,29 +36,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-run_procs() { # setup flags... -> prints "ne examples_per_s failed_rounds"
-  local r pids=() peers="" extra=()
+run_procs() { # setup -> prints "ne examples_per_s failed_rounds"
+  local r peers="" extra=()
   for r in $(seq 0 $((TRAINERS - 1))); do peers+="${peers:+,}127.0.0.1:$((BASE_PORT + r))"; done
-  for r in $(seq 0 $((TRAINERS - 1))); do
-    case $1 in
-      none) extra=(--ps 127.0.0.1:1 --sync none) ;;
-      ps-easgd) extra=(--ps "$addr" --algo easgd) ;;
-      ps-ma) extra=(--ps "$addr" --algo ma) ;;
-      peers-ma) extra=(--peers "$peers" --algo ma) ;;
-      peers-tree) extra=(--peers "$peers" --algo ma --peer-schedule tree) ;;
-      ps-bmuf) extra=(--ps "$addr" --algo bmuf) ;;
-      peers-tree-bmuf) extra=(--peers "$peers" --algo bmuf --peer-schedule tree) ;;
-    esac
-    timeout 600 $B/ctr-train "${extra[@]}" --rank "$r" --world "$TRAINERS" \
-      --train "out/train-$ROWS.tsv" --max-rows "$USE_ROWS" --test out/test.tsv \
-      --max-test-rows 20000 --progress 0 --trainer-name "t$r" >"out/bench-dec-t$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  for r in $(seq 0 $((TRAINERS - 1))); do
-    o=$(cat "out/bench-dec-t$r.log")
-    echo "$(summary_field "$o" test_ne_train_ctr) $(summary_field "$o" examples/s) $(summary_field "$o" failed_rounds_sum)"
-  done | awk '{ne += $1; rate += $2; failed += $3} END {printf "%.5f %.0f %d\n", ne / NR, rate, failed}'
+  case $1 in
+    none) extra=(--ps 127.0.0.1:1 --sync none) ;;
+    ps-easgd) extra=(--ps "$addr" --algo easgd) ;;
+    ps-ma) extra=(--ps "$addr" --algo ma) ;;
+    peers-ma) extra=(--peers "$peers" --algo ma) ;;
+    peers-tree) extra=(--peers "$peers" --algo ma --peer-schedule tree) ;;
+    ps-bmuf) extra=(--ps "$addr" --algo bmuf) ;;
+    peers-tree-bmuf) extra=(--peers "$peers" --algo bmuf --peer-schedule tree) ;;
+  esac
+  bench_trainers out/bench-dec "${extra[@]}"
 }
 
 echo "(a) quality: $TRAINERS ctr-train processes on 127.0.0.1, $USE_ROWS rows once"

@@ -33,8 +33,8 @@ ps_bytes_per_row() {
     END {printf "%.1f %d\n", n ? b / n : 0, n}'
 }
 
-run_cluster() { # encoding -> prints "ne examples_per_s"
-  bench_trainers out/bench-embc --algo easgd --emb cached --emb-dim "$EMB_DIM" --emb-encoding "$1"
+run_cluster() { # encoding -> prints "ne examples_per_s failed_rounds"
+  bench_trainers out/bench-embc --ps "$addr" --algo easgd --emb cached --emb-dim "$EMB_DIM" --emb-encoding "$1"
 }
 
 echo "compressed row sync: $TRAINERS ctr-train processes (--emb cached, dim $EMB_DIM), one" \
@@ -44,7 +44,7 @@ declare -A BYTES=() NE=() NER=() RATE=()
 for rep in $(seq "$REPS"); do
   for enc in "${ENCODINGS[@]}"; do
     start_ps
-    read -r ne rate < <(run_cluster "$enc")
+    read -r ne rate _ < <(run_cluster "$enc")
     read -r bpr rows < <(ps_bytes_per_row)
     stop_ps
     [ "$enc" != f32 ] || base_ne=$ne
