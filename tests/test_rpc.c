@@ -218,51 +218,71 @@ static ss_status read_echo(ss__rpc_request *rq, const ss__rpc_message *msg, void
     return SS_OK;
 }
 
+/* A server for the batch tests and ECHO_CHANNELS channels to it, with
+ * ECHO_CALLS calls of each channel ready in rq: a 2-byte head (the
+ * channel, then the call; the channels' calls interleave) and the
+ * ECHO_PAYLOAD-byte payload, to method 0, replies read by on_reply. */
+typedef struct echo_rig {
+    ss__rpc_server *srv;
+    ss__rpc_channel *ch[ECHO_CHANNELS];
+    uint8_t *payload;
+    uint8_t heads[ECHO_CHANNELS * ECHO_CALLS][2];
+    ss__rpc_request rq[ECHO_CHANNELS * ECHO_CALLS];
+} echo_rig;
+
+static void echo_rig_start(echo_rig *g, const ss__rpc_method *m, size_t nm,
+                           ss__rpc_on_reply on_reply) {
+    memset(g, 0, sizeof *g);
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 2};
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, nm, NULL, &g->srv), SS_OK);
+    char target[32];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(g->srv));
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        ck_assert_int_eq(ss__rpc_channel_create(target, 2 * ECHO_PAYLOAD, NULL, &g->ch[c]), SS_OK);
+    g->payload = malloc(ECHO_PAYLOAD);
+    for (size_t i = 0; i < ECHO_PAYLOAD; i++)
+        g->payload[i] = echo_byte(i);
+    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
+        g->heads[i][0] = (uint8_t)(i % ECHO_CHANNELS);
+        g->heads[i][1] = (uint8_t)i;
+        g->rq[i] = (ss__rpc_request){.ch = g->ch[i % ECHO_CHANNELS],
+                                     .method = m[0].path,
+                                     .req = g->heads[i],
+                                     .len = 2,
+                                     .payload = g->payload,
+                                     .payload_len = ECHO_PAYLOAD,
+                                     .on_reply = on_reply};
+    }
+}
+
+static void echo_rig_stop(echo_rig *g) {
+    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++)
+        free(g->rq[i].resp);
+    for (int c = 0; c < ECHO_CHANNELS; c++)
+        ss__rpc_channel_destroy(g->ch[c]);
+    ss__rpc_server_stop(g->srv);
+    free(g->payload);
+}
+
 /* Runs ECHO_CALLS calls on each of two channels with a window; returns the
  * most calls of one channel the server saw at once. */
 static int echo_batch(uint32_t window) {
     static const ss__rpc_method m = {"/t.T/Echo", h_echo, true, NULL, false};
-    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 2};
-    ss__rpc_server *srv;
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, &m, 1, NULL, &srv), SS_OK);
-    char target[32];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
-    ss__rpc_channel *ch[ECHO_CHANNELS];
-    for (int c = 0; c < ECHO_CHANNELS; c++)
-        ck_assert_int_eq(ss__rpc_channel_create(target, 2 * ECHO_PAYLOAD, NULL, &ch[c]), SS_OK);
-    uint8_t *payload = malloc(ECHO_PAYLOAD);
-    for (size_t i = 0; i < ECHO_PAYLOAD; i++)
-        payload[i] = echo_byte(i);
-    uint8_t heads[ECHO_CHANNELS * ECHO_CALLS][2];
-    ss__rpc_request rq[ECHO_CHANNELS * ECHO_CALLS];
-    memset(rq, 0, sizeof rq);
-    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
-        heads[i][0] = (uint8_t)(i % ECHO_CHANNELS); /* the channels' calls interleave */
-        heads[i][1] = (uint8_t)i;
-        rq[i] = (ss__rpc_request){.ch = ch[i % ECHO_CHANNELS],
-                                  .method = m.path,
-                                  .req = heads[i],
-                                  .len = 2,
-                                  .payload = payload,
-                                  .payload_len = ECHO_PAYLOAD,
-                                  .on_reply = read_echo};
-    }
+    echo_rig g;
+    echo_rig_start(&g, &m, 1, read_echo);
     for (int c = 0; c < ECHO_CHANNELS; c++)
         atomic_store(&echo_most[c], 0);
-    ck_assert_int_eq(ss__rpc_call_windowed(rq, ECHO_CHANNELS * ECHO_CALLS, 20000, true, window),
+    ck_assert_int_eq(ss__rpc_call_windowed(g.rq, ECHO_CHANNELS * ECHO_CALLS, 20000, true, window),
                      SS_OK);
     for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
-        ck_assert_int_eq(rq[i].status, SS_OK);
-        ck_assert_ptr_null(rq[i].resp); /* read in place, never gathered */
-        ck_assert_uint_eq(rq[i].resp_len, 1);
+        ck_assert_int_eq(g.rq[i].status, SS_OK);
+        ck_assert_ptr_null(g.rq[i].resp); /* read in place, never gathered */
+        ck_assert_uint_eq(g.rq[i].resp_len, 1);
     }
     int most = 0;
     for (int c = 0; c < ECHO_CHANNELS; c++)
         most = echo_most[c] > most ? echo_most[c] : most;
-    for (int c = 0; c < ECHO_CHANNELS; c++)
-        ss__rpc_channel_destroy(ch[c]);
-    ss__rpc_server_stop(srv);
-    free(payload);
+    echo_rig_stop(&g);
     return most;
 }
 
@@ -309,49 +329,24 @@ START_TEST(test_batch_stats_and_round_trip) {
     static const ss__rpc_method m[] = {{"/t.T/Echo", h_echo, true, NULL, false},
                                        {"/t.T/Tiny", h_tiny, true, NULL, false},
                                        {"/t.T/Big", h_big, true, NULL, false}};
-    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 2};
-    ss__rpc_server *srv;
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, 3, NULL, &srv), SS_OK);
-    char target[32];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
-    ss__rpc_channel *ch[ECHO_CHANNELS];
-    for (int c = 0; c < ECHO_CHANNELS; c++)
-        ck_assert_int_eq(ss__rpc_channel_create(target, 2 * ECHO_PAYLOAD, NULL, &ch[c]), SS_OK);
-    uint8_t *payload = calloc(1, ECHO_PAYLOAD);
-    uint8_t heads[ECHO_CHANNELS * ECHO_CALLS][2];
-    ss__rpc_request rq[ECHO_CHANNELS * ECHO_CALLS];
-    memset(rq, 0, sizeof rq);
-    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
-        heads[i][0] = (uint8_t)(i % ECHO_CHANNELS);
-        heads[i][1] = (uint8_t)i;
-        rq[i] = (ss__rpc_request){.ch = ch[i % ECHO_CHANNELS],
-                                  .method = m[0].path,
-                                  .req = heads[i],
-                                  .len = 2,
-                                  .payload = payload,
-                                  .payload_len = ECHO_PAYLOAD};
-    }
+    echo_rig g;
+    echo_rig_start(&g, m, 3, NULL);
     ss__rpc_batch_stats bs;
     ck_assert_int_eq(
-        ss__rpc_call_windowed_stats(rq, ECHO_CHANNELS * ECHO_CALLS, 20000, true, 1, &bs), SS_OK);
-    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++)
-        free(rq[i].resp);
+        ss__rpc_call_windowed_stats(g.rq, ECHO_CHANNELS * ECHO_CALLS, 20000, true, 1, &bs), SS_OK);
     ck_assert_uint_eq(bs.channels, ECHO_CHANNELS);
     ck_assert_uint_eq(bs.bulk_ok, ECHO_CHANNELS * ECHO_CALLS);
     ck_assert_uint_ge(bs.last_end_ns - bs.first_end_ns, (ECHO_CALLS - 1) * 150000000ull);
     /* Bulk calls say nothing of the round trip, either way. */
-    call_once(ch[0], m[1].path, ECHO_PAYLOAD); /* big request, 1-byte reply */
-    call_once(ch[0], m[2].path, 2);            /* 2-byte request, big reply */
+    call_once(g.ch[0], m[1].path, ECHO_PAYLOAD); /* big request, 1-byte reply */
+    call_once(g.ch[0], m[2].path, 2);            /* 2-byte request, big reply */
     for (int c = 0; c < ECHO_CHANNELS; c++)
-        ck_assert_uint_eq(ss__rpc_channel_rtt_ns(ch[c]), 0);
-    call_once(ch[0], m[0].path, 2); /* small both ways */
-    ck_assert_uint_ge(ss__rpc_channel_rtt_ns(ch[0]), 150000000ull);
-    ck_assert_uint_lt(ss__rpc_channel_rtt_ns(ch[0]), 20000000000ull);
-    ck_assert_uint_eq(ss__rpc_channel_rtt_ns(ch[1]), 0);
-    for (int c = 0; c < ECHO_CHANNELS; c++)
-        ss__rpc_channel_destroy(ch[c]);
-    ss__rpc_server_stop(srv);
-    free(payload);
+        ck_assert_uint_eq(ss__rpc_channel_rtt_ns(g.ch[c]), 0);
+    call_once(g.ch[0], m[0].path, 2); /* small both ways */
+    ck_assert_uint_ge(ss__rpc_channel_rtt_ns(g.ch[0]), 150000000ull);
+    ck_assert_uint_lt(ss__rpc_channel_rtt_ns(g.ch[0]), 20000000000ull);
+    ck_assert_uint_eq(ss__rpc_channel_rtt_ns(g.ch[1]), 0);
+    echo_rig_stop(&g);
 }
 END_TEST
 
