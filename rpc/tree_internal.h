@@ -80,6 +80,10 @@ extern const ss__rpc_method ss__tree_methods[3];
 ss_status ss__tree_slot_alloc(ss__tree_slot *s, size_t n, uint32_t parts, uint32_t members);
 /* Makes s the buffer of `round`, empty. */
 void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t round);
+/* The fewest members any of the first `parts` partitions' means in s
+ * counts: the round's participants once every mean is in, 0 while one is
+ * missing. */
+uint32_t ss__tree_slot_fewest(const ss__tree_slot *s, uint32_t parts);
 void ss__tree_group_free(ss__tree_group *tg);
 ss__tree_group *ss__tree_find_group(ss__tree *t, const char *name);
 /* The trees over the members still in the group; see tree_service.c. */

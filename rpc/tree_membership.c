@@ -42,16 +42,6 @@ void ss__tree_view_pack(const ss__tree *t, const ss__tree_group *tg, uint8_t *ou
     }
 }
 
-/* The fewest members any partition's mean of slot s counts, or 0 when a
- * partition's mean has not come down yet. */
-static uint32_t slot_mean_complete(const ss__tree_slot *s, uint32_t parts) {
-    uint32_t fewest = UINT32_MAX;
-    for (uint32_t p = 0; s->round && p < parts; p++)
-        if (s->mean_count[p] < fewest)
-            fewest = s->mean_count[p];
-    return s->round && parts ? fewest : 0;
-}
-
 /* The trees again after tg->gone changed; what arrived for the rounds
  * ahead was routed by the old trees and is dropped, except a round whose
  * every mean has come down: its result is known, and the member only has
@@ -59,12 +49,12 @@ static uint32_t slot_mean_complete(const ss__tree_slot *s, uint32_t parts) {
  * that has the means but whose thread has not taken them yet (or has not
  * pushed them down yet) when a finished member leaves would redo the
  * round on the new trees while the others are past it, and wait for it to
- * its deadline: the last round before a close failed that way. On failure
- * the caller's change is undone by the caller. */
+ * its deadline. On failure the caller's change is undone by the caller. */
 static ss_status rebuild(ss__tree *t, ss__tree_group *tg) {
     const uint32_t parts = tg->forest.parts;
-    const uint32_t keep[2] = {slot_mean_complete(&tg->slots[0], parts),
-                              slot_mean_complete(&tg->slots[1], parts)};
+    uint32_t keep[2]; /* a buffered round's participants once every mean is in, else 0 */
+    for (int k = 0; k < 2; k++)
+        keep[k] = tg->slots[k].round ? ss__tree_slot_fewest(&tg->slots[k], parts) : 0;
     ss_status st = ss__tree_build_forest(t, tg);
     if (st == SS_OK) {
         for (int k = 0; k < 2; k++) {

@@ -46,6 +46,14 @@ void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t rou
     memset(s->mean_count, 0, parts * sizeof *s->mean_count);
 }
 
+uint32_t ss__tree_slot_fewest(const ss__tree_slot *s, uint32_t parts) {
+    uint32_t fewest = UINT32_MAX;
+    for (uint32_t p = 0; p < parts; p++)
+        if (s->mean_count[p] < fewest)
+            fewest = s->mean_count[p];
+    return parts ? fewest : 0;
+}
+
 void ss__tree_group_free(ss__tree_group *tg) {
     if (!tg)
         return;

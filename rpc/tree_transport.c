@@ -408,14 +408,10 @@ static ss_status tr_round(void *impl, const char *group, uint64_t member, const 
             st = SS_ERR_TIMEOUT;
     }
     if (st == SS_OK) {
-        uint32_t fewest = UINT32_MAX;
-        for (uint32_t p = 0; p < f->parts; p++)
-            if (sl->mean_count[p] < fewest)
-                fewest = sl->mean_count[p];
         memcpy(tg->latest, out, n * sizeof *out);
         tg->have = true;
         result->round = round;
-        result->participants = fewest;
+        result->participants = ss__tree_slot_fewest(sl, f->parts);
         tg->done = round;
         sl->round = 0;
     } else {
@@ -659,12 +655,10 @@ bool ss__tree_transport_buffered(ss__transport *tp, const char *group, uint64_t 
     const ss__tree_slot *s = &tg->slots[round % 2];
     const bool here = s->round == round;
     *means_in = 0;
-    *fewest = UINT32_MAX;
+    *fewest = here ? ss__tree_slot_fewest(s, tg->forest.parts) : 0;
     *sum_from = false;
     for (uint32_t p = 0; here && p < tg->forest.parts; p++) {
         *means_in += s->mean_count[p] != 0;
-        if (s->mean_count[p] < *fewest)
-            *fewest = s->mean_count[p];
         if (from < tg->forest.members && s->got[(size_t)p * tg->forest.members + from])
             *sum_from = true;
     }
