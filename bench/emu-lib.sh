@@ -81,7 +81,7 @@ emu_init() {
     NETEM=1
     ip netns exec "$SW" tc qdisc del dev lo root
   fi
-  DELAY_US=$(delay_us "$DELAY")
+  DELAY_US=$(delay_us "$DELAY") || exit 1
   if [ $NETEM = 0 ]; then
     if [ "$DELAY_US" != 0 ]; then
       [ -x "${BIN:-}/shadowsync-emu-delay" ] ||

@@ -46,6 +46,13 @@ awk -v s="$steps" -v t="$secs" 'BEGIN { exit !(s * 0.021 <= t) }' ||
   { echo "$steps steps in $secs s: faster than a 20 ms round trip allows; the delay was not applied" >&2; exit 1; }
 echo "delay 5ms per link: $steps steps in $secs s (at most $(awk -v t="$secs" 'BEGIN { printf "%d", t / 0.021 }') with a 20 ms round trip)"
 
+# A delay without a unit is refused, saying how to write one.
+if err=$(bash "$script" --hosts 1 --per-host 1 --seconds 1 --delay 5 --quiet 2>&1); then
+  echo "--delay 5 was accepted" >&2
+  exit 1
+fi
+grep -q "use NNus, NNms or 0, not 5" <<<"$err" || { echo "--delay 5: $err" >&2; exit 1; }
+
 # SIGTERM midway: the trap removes everything.
 bash "$script" --ps 1 --hosts 2 --per-host 1 --dense-floats 65536 --seconds 30 --quiet \
   >/dev/null 2>&1 &
