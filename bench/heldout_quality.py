@@ -211,7 +211,7 @@ def main():
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--skip-sync", action="store_true", help="only the one-trainer comparison")
-    ap.add_argument("--seeds", type=int, default=3,
+    ap.add_argument("--seeds", type=int, default=10,
                     help="ctr-train runs per configuration (seeds 1..N; Hogwild threads make "
                          "even one seed vary): the table's row is seed 1's, the spread column "
                          "all of them")
@@ -244,7 +244,8 @@ def main():
                                f"best={fields.get('best_epoch', '?')}")
         ne = [r["ne"] for r in runs]
         auc_ = [r["auc"] for r in runs]
-        spread[name] = (f"NE {np.mean(ne):.4f} [{min(ne):.4f}, {max(ne):.4f}] "
+        sd = np.std(ne, ddof=1) if len(ne) > 1 else 0.0
+        spread[name] = (f"NE {np.mean(ne):.4f} [{min(ne):.4f}, {max(ne):.4f}] sd {sd:.4f}  "
                         f"AUC {np.mean(auc_):.4f} [{min(auc_):.4f}, {max(auc_):.4f}]")
 
     ctr_train_config("ctr-train (defaults)")
@@ -274,7 +275,7 @@ def main():
               f"{s['auc']:7.4f} {ci(boot[name]['auc']):>18} "
               f"{s['auc'] - scores(preds[base], y, train_ctr)['auc']:+8.4f} {ci(d_auc):>18} "
               f"{s['ne_test_ctr']:8.4f} {s['mean_p']:7.4f}  {notes[name]}")
-    print(f"\nctr-train over seeds 1-{a.seeds} (mean [min, max]):")
+    print(f"\nctr-train over seeds 1-{a.seeds} (mean [min, max], sample sd):")
     for name, text in spread.items():
         print(f"  {name:34} {text}")
     print("\nNE: log loss / entropy of the training set's CTR (He et al. 2014); NE_test: / the "

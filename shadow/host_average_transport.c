@@ -132,6 +132,13 @@ static ss_status ha_heartbeat(void *impl, const char *name, uint64_t member) {
     return SS_OK;
 }
 
+/* The host's local round waits for this member (whatever the algorithm,
+ * the local half is an S-MA round). */
+static bool ha_round_waiting(void *impl, const char *name, uint64_t member) {
+    host_avg *h = impl;
+    return ss__transport_round_waiting(h->local, name, member);
+}
+
 static ss_status remote_easgd(host_avg *h, ha_group *g, const float *m, float alpha) {
     ss_status st = ss__transport_easgd_exchange(h->remote, g->name, g->remote_member, m, alpha,
                                                 g->result, g->n);
@@ -279,6 +286,7 @@ static const ss__transport_ops host_avg_ops = {.join = ha_join,
                                                .round = ha_round,
                                                .read_central = ha_read_central,
                                                .heartbeat = ha_heartbeat,
+                                               .round_waiting = ha_round_waiting,
                                                .destroy = ha_destroy};
 
 ss_status ss__host_average_transport_create(ss__transport *remote, uint32_t local_deadline_ms,

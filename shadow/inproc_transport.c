@@ -289,6 +289,20 @@ static ss_status ip_heartbeat(void *impl, const char *name, uint64_t member) {
     return st;
 }
 
+/* An open round (a snapshot in it, its result not being read) that this
+ * member has not contributed to. */
+static bool ip_round_waiting(void *impl, const char *name, uint64_t member) {
+    group *g = find_group(impl, name);
+    if (!g)
+        return false;
+    pthread_mutex_lock(&g->lock);
+    ssize_t i = member_index(g, member);
+    bool waiting =
+        i >= 0 && g->contributors > 0 && g->readers_pending == 0 && !g->members[i].contributed;
+    pthread_mutex_unlock(&g->lock);
+    return waiting;
+}
+
 /* Validates a call and, when it is valid, counts it as a sign of life. */
 static ss_status check_call(group *g, uint64_t member, const float *s, size_t n) {
     if (!g)
@@ -686,6 +700,7 @@ static const ss__transport_ops inproc_ops = {
     .read_central = ip_read_central,
     .heartbeat = ip_heartbeat,
     .wire_bytes = ip_wire_bytes,
+    .round_waiting = ip_round_waiting,
     .destroy = ip_destroy,
 };
 

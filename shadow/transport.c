@@ -85,6 +85,10 @@ size_t ss__transport_wire_bytes(ss__transport *t, size_t n) {
     return t && t->ops->wire_bytes ? t->ops->wire_bytes(t->impl, n) : n * sizeof(float);
 }
 
+bool ss__transport_round_waiting(ss__transport *t, const char *group, uint64_t member) {
+    return t && group && t->ops->round_waiting && t->ops->round_waiting(t->impl, group, member);
+}
+
 void *ss__transport_impl(ss__transport *t, const ss__transport_ops *ops) {
     return t && t->ops == ops ? t->impl : NULL;
 }

@@ -8,6 +8,7 @@
 #ifndef SS_SHADOW_TRANSPORT_H
 #define SS_SHADOW_TRANSPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,12 @@ typedef struct ss__transport_ops {
     /* Optional (NULL: 4 n). Payload bytes n floats take each way on this
      * transport's wire: less with compressed sync (shadow/codec.h). */
     size_t (*wire_bytes)(void *impl, size_t n);
+    /* Optional (NULL: false). True when the group has an MA/BMUF round open
+     * that still waits for this member's snapshot. The engine then takes
+     * part even if its replica has not moved since its last round: a member
+     * that is idle (a trainer done with its share of an epoch, or out of
+     * data) must not hold the others' rounds open until their deadline. */
+    bool (*round_waiting)(void *impl, const char *group, uint64_t member);
     void (*destroy)(void *impl);
 } ss__transport_ops;
 
@@ -74,6 +81,7 @@ ss_status ss__transport_allreduce_mean(ss__transport *t, const char *group, uint
 ss_status ss__transport_read_central(ss__transport *t, const char *group, float *c, size_t n);
 ss_status ss__transport_heartbeat(ss__transport *t, const char *group, uint64_t member);
 size_t ss__transport_wire_bytes(ss__transport *t, size_t n);
+bool ss__transport_round_waiting(ss__transport *t, const char *group, uint64_t member);
 
 /* The implementation behind t when its ops are `ops`, else NULL: lets an
  * implementation offer calls beyond the vtable (checkpoints). */

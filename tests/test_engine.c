@@ -489,6 +489,90 @@ START_TEST(test_min_round_gap_waits_for_progress) {
 }
 END_TEST
 
+/* A member whose replica stands still (a trainer done with its share of
+ * an epoch) still takes part in a round the others opened, though its
+ * replica is far from its gap: the round is the mean of both, not the
+ * opener's snapshot alone at the deadline. */
+START_TEST(test_still_member_joins_an_open_round) {
+    ss__inproc_config icfg = {.round_deadline_ms = 3000};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__sync_params p = {.algo = SS_ALGO_MA};
+    ss__engine *opener, *still;
+    ss__replica *ro, *rs;
+    ss__engine_group *go, *gs;
+    ck_assert_int_eq(ss__engine_create(&(ss__engine_config){.transport = t, .threads = 1}, &opener),
+                     SS_OK);
+    ck_assert_int_eq(
+        ss__engine_create(
+            &(ss__engine_config){.transport = t, .threads = 1, .min_round_gap = 1000000}, &still),
+        SS_OK);
+    ck_assert_int_eq(ss__replica_create(2, &ro), SS_OK);
+    ck_assert_int_eq(ss__replica_create(2, &rs), SS_OK);
+    ss__replica_data(rs)[0] = 4.0f;
+    ss__replica_data(rs)[1] = 8.0f;
+    ck_assert_int_eq(ss__engine_add_group(opener, "dense", ro, &p, &go), SS_OK);
+    ck_assert_int_eq(ss__engine_add_group(still, "dense", rs, &p, &gs), SS_OK);
+    ck_assert_int_eq(ss__transport_round_waiting(t, "dense", 1), false); /* no round open */
+    ck_assert_int_eq(ss__engine_start(still), SS_OK);
+    ck_assert_int_eq(ss__engine_run_round(opener, go), SS_OK);
+    ck_assert_float_eq(ss__replica_data(ro)[0], 2.0f); /* (0 + 4) / 2 */
+    ck_assert_float_eq(ss__replica_data(ro)[1], 4.0f);
+    ss__engine_stop(still); /* its round's delta is applied by then */
+    ck_assert_float_eq(ss__replica_data(rs)[0], 2.0f);
+    ck_assert_float_eq(ss__replica_data(rs)[1], 4.0f);
+    ss__engine_destroy(opener);
+    ss__engine_destroy(still);
+    ss__replica_destroy(ro);
+    ss__replica_destroy(rs);
+    ss__transport_destroy(t);
+}
+END_TEST
+
+/* The host-averaging wrapper says its local round waits for a member. */
+typedef struct mean_call {
+    ss__transport *t;
+    uint64_t member;
+    ss_status st;
+} mean_call;
+
+static void *contribute_ones(void *arg) {
+    mean_call *c = arg;
+    float avg[2];
+    ss__round_result rr;
+    c->st = ss__transport_allreduce_mean(c->t, "g", c->member, (const float[]){1, 1}, avg, 2, &rr);
+    return NULL;
+}
+
+START_TEST(test_host_average_says_its_round_waits) {
+    ss__transport *remote, *host;
+    ck_assert_int_eq(
+        ss__inproc_transport_create(&(ss__inproc_config){.round_deadline_ms = 5000}, &remote),
+        SS_OK);
+    ck_assert_int_eq(ss__host_average_transport_create(remote, 5000, &host), SS_OK);
+    uint64_t a, b;
+    ck_assert_int_eq(ss__transport_join(host, "g", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(host, "g", 2, &b), SS_OK);
+    ck_assert(!ss__transport_round_waiting(host, "g", b));
+    mean_call call = {.t = host, .member = a};
+    pthread_t th;
+    pthread_create(&th, NULL, contribute_ones, &call);
+    uint64_t deadline = ss__now_ns() + 4000000000ull;
+    while (!ss__transport_round_waiting(host, "g", b) && ss__now_ns() < deadline)
+        ss__sleep_ns(1000000);
+    ck_assert_msg(ss__transport_round_waiting(host, "g", b), "a's open round not seen as waiting");
+    ck_assert(!ss__transport_round_waiting(host, "g", a)); /* a is in it already */
+    mean_call mine = {.t = host, .member = b};
+    contribute_ones(&mine);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(call.st, SS_OK);
+    ck_assert_int_eq(mine.st, SS_OK);
+    ck_assert(!ss__transport_round_waiting(host, "g", b)); /* closed */
+    ss__transport_destroy(host);
+    ss__transport_destroy(remote);
+}
+END_TEST
+
 /* Host-level averaging: two members of one host send snapshots; one
  * exchange per local round reaches the remote (the PS), and each member's
  * delta is (s_i - m) + alpha (m - c). Hand-computed values. */
@@ -760,6 +844,7 @@ int main(void) {
         test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
         test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,
         test_sync_gap_accounting, test_min_round_gap_waits_for_progress,
+        test_still_member_joins_an_open_round, test_host_average_says_its_round_waits,
         test_host_average_one_exchange_per_local_round, test_host_average_one_remote_call_at_a_time,
         test_inproc_compressed_rounds);
 }
