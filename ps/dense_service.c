@@ -359,6 +359,8 @@ static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply
     if (check_group(svc, m->group, reply)) {
         ss_status st = ss__transport_heartbeat(svc->backend, m->group, m->member);
         Shadowsync__V1__HeartbeatReply out = SHADOWSYNC__V1__HEARTBEAT_REPLY__INIT;
+        out.round_waiting =
+            st == SS_OK && ss__transport_round_waiting(svc->backend, m->group, m->member);
         if (st == SS_OK)
             ss__rpc_reply_pack(&out.base, reply);
         else

@@ -42,6 +42,7 @@ typedef struct membership {
     size_t nparts;
     ss__codec_mirror *codecs; /* NULL: float32 */
     uint8_t *upload, *replies;
+    _Atomic uint64_t waiting_asked_ns; /* last ss__now_ns round_waiting asked the PS */
 } membership;
 
 typedef struct grpc_tp {
@@ -179,7 +180,8 @@ static void fanout_free(fanout *f) {
  * once and takes the reconnect attempt with it (nothing polls it any
  * more), so a restarted PS would be found only by gRPC's backup poller,
  * seconds later. Waiting keeps the call's queue polling the connect. */
-#define WAIT_FOR_READY true
+#define WAIT_FOR_READY  true
+#define WAITING_POLL_NS 10000000ull /* tp_round_waiting asks the PS at most this often */
 
 uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns, size_t channels) {
     if (!rtt_ns || !(interval_ns > 0) || channels == 0)
@@ -598,6 +600,33 @@ static ss_status tp_heartbeat(void *impl, const char *group, uint64_t member) {
     return st;
 }
 
+/* Whether chunk 0's open MA/BMUF round waits for this member: a heartbeat
+ * to its shard, whose reply says so (every chunk's round opens with the
+ * same member's call, so chunk 0 speaks for them). Asked at most every
+ * WAITING_POLL_NS per member: an idle trainer calls each group's first
+ * shard 100 times a second at most, and only while it stands still. */
+static bool tp_round_waiting(void *impl, const char *group, uint64_t member) {
+    grpc_tp *t = impl;
+    membership *m = find_member(t, group, member);
+    if (!m || m->nparts == 0)
+        return false;
+    const uint64_t now = ss__now_ns();
+    uint64_t asked = atomic_load_explicit(&m->waiting_asked_ns, memory_order_relaxed);
+    if (now - asked < WAITING_POLL_NS ||
+        !atomic_compare_exchange_strong(&m->waiting_asked_ns, &asked, now))
+        return false;
+    Shadowsync__V1__HeartbeatRequest req = SHADOWSYNC__V1__HEARTBEAT_REQUEST__INIT;
+    req.group = (char *)m->parts[0].name;
+    req.member = m->ids[0];
+    ProtobufCMessage *reply;
+    if (call_on(t->ch[m->parts[0].shard], SS_DENSE_M_HEARTBEAT, &req.base, t->timeout_ms, false,
+                &shadowsync__v1__heartbeat_reply__descriptor, &reply) != SS_OK)
+        return false; /* the next heartbeat finds out what is wrong */
+    const bool waiting = ((Shadowsync__V1__HeartbeatReply *)reply)->round_waiting;
+    protobuf_c_message_free_unpacked(reply, NULL);
+    return waiting;
+}
+
 static size_t tp_wire_bytes(void *impl, size_t n) {
     return ss__codec_size(((grpc_tp *)impl)->encoding, n);
 }
@@ -623,6 +652,7 @@ static const ss__transport_ops grpc_ops = {
     .read_central = tp_central,
     .heartbeat = tp_heartbeat,
     .wire_bytes = tp_wire_bytes,
+    .round_waiting = tp_round_waiting,
     .destroy = tp_destroy,
 };
 

@@ -418,7 +418,8 @@ ss_status ss__engine_run_round(ss__engine *e, ss__engine_group *g) {
     return st;
 }
 
-/* True when the group's replica has not advanced enough for a new round. */
+/* True when the group's replica has not advanced enough for a new round.
+ * Also notes when the replica last moved (see idle_contact). */
 static bool group_idle(const ss__engine *e, ss__engine_group *g) {
     if (atomic_load(&g->diverged))
         return true; /* no more rounds: a shadow thread must not spin on it */
@@ -432,37 +433,47 @@ static bool group_idle(const ss__engine *e, ss__engine_group *g) {
         g->seen_iter = it;
         g->seen_ns = now;
     }
-    const uint64_t still_ns = now - g->seen_ns;
     pthread_mutex_unlock(&g->stats_lock);
-    if (since >= e->min_round_gap)
-        return false;
-    /* A round the others opened (MA/BMUF, or a host's local half) waits
-     * for this member. A replica that stands still (a trainer done with its
-     * share of an epoch, or out of data) takes part without moving: one
-     * done early held 3 others' rounds open for ~20 of their steps
-     * (ctr-train, 4 in-process trainers). A moving one waits for its gap:
-     * joining at once made rounds 5x as frequent and cost 12% of
-     * examples/s; 2 ms still cost ~3% (rounds 2.5x as frequent) and was
-     * the best held-out NE of 2, 5 and 10 ms. */
-    return still_ns < SS__ENGINE_STILL_NS ||
-           !ss__transport_round_waiting(e->transport, g->name, g->member);
+    return since < e->min_round_gap;
 }
 
-/* An idle group still tells the others it is alive, so they do not expire
- * it. Called without e->lock; takes the group's round lock if free. */
-static void maybe_heartbeat(ss__engine *e, ss__engine_group *g) {
-    if (e->heartbeat_ns == 0 || atomic_load(&g->diverged))
-        return; /* a diverged member has left */
+/* Whether the replica has stood still for SS__ENGINE_STILL_NS. */
+static bool standing_still(ss__engine_group *g) {
+    pthread_mutex_lock(&g->stats_lock);
+    const uint64_t seen_ns = g->seen_ns;
+    pthread_mutex_unlock(&g->stats_lock);
+    return ss__now_ns() - seen_ns >= SS__ENGINE_STILL_NS;
+}
+
+/* An idle group (called without e->lock; takes the group's round lock if
+ * free): tells the others it is alive, so they do not expire it, and
+ * returns whether a round they opened (MA/BMUF, or a host's local half)
+ * waits for it.
+ *
+ * A replica that stands still (a trainer done with its share of an epoch,
+ * or out of data) takes part in such a round without moving: one done
+ * early held 3 others' rounds open for ~20 of their steps (ctr-train, 4
+ * in-process trainers). A moving one waits for its gap: joining at once
+ * made rounds 5x as frequent and cost 12% of examples/s; 2 ms still cost
+ * ~3% (rounds 2.5x as frequent) and was the best held-out NE of 2, 5 and
+ * 10 ms. The transport is asked outside e->lock: through a PS it is a
+ * call on the wire. */
+static bool idle_contact(ss__engine *e, ss__engine_group *g) {
+    if (atomic_load(&g->diverged) || pthread_mutex_trylock(&g->round_lock) != 0)
+        return false; /* a diverged member has left; a busy group is not idle */
+    const bool waits = e->min_round_gap > 0 && standing_still(g) &&
+                       ss__transport_round_waiting(e->transport, g->name, g->member);
     uint64_t now = ss__now_ns();
-    if (now - atomic_load_explicit(&g->last_contact_ns, memory_order_relaxed) < e->heartbeat_ns ||
-        pthread_mutex_trylock(&g->round_lock) != 0)
-        return;
-    ss_status st = ss__transport_heartbeat(e->transport, g->name, g->member);
-    if (st == SS_OK)
-        atomic_store_explicit(&g->last_contact_ns, now, memory_order_relaxed);
-    else if (st == SS_ERR_NOT_FOUND)
-        rejoin(g);
+    if (!waits && e->heartbeat_ns &&
+        now - atomic_load_explicit(&g->last_contact_ns, memory_order_relaxed) >= e->heartbeat_ns) {
+        ss_status st = ss__transport_heartbeat(e->transport, g->name, g->member);
+        if (st == SS_OK)
+            atomic_store_explicit(&g->last_contact_ns, now, memory_order_relaxed);
+        else if (st == SS_ERR_NOT_FOUND)
+            rejoin(g);
+    }
     pthread_mutex_unlock(&g->round_lock);
+    return waits;
 }
 
 /* Sleep after the n-th failed round in a row: 1 ms doubling to 256 ms, so
@@ -482,12 +493,13 @@ static void *shadow_thread(void *arg) {
             continue;
         }
         ss__engine_group *g = e->groups[e->next_group++ % e->ngroups];
+        bool waited_for = false; /* an open round waits for this still replica */
         if (group_idle(e, g)) {
             pthread_mutex_unlock(&e->lock);
-            maybe_heartbeat(e, g);
+            waited_for = idle_contact(e, g);
             pthread_mutex_lock(&e->lock);
         }
-        if (group_idle(e, g) || pthread_mutex_trylock(&g->round_lock) != 0) {
+        if ((!waited_for && group_idle(e, g)) || pthread_mutex_trylock(&g->round_lock) != 0) {
             /* Nothing new to sync, or another thread (or a foreground
              * round) has this group. */
             bool all_busy = ++busy_in_a_row >= e->ngroups;
