@@ -17,6 +17,12 @@
 #     S-EASGD and S-MA through a PS host (an agent per host), S-MA by ring
 #     gossip and by trees. Total examples/s, the sync gap (median p50,
 #     largest p99) and rounds per trainer-second.
+# (c) NE on the same emulated shapes (root): TRAINERS real ctr-train
+#     processes, one per host, each its share of USE_ROWS rows once (as in
+#     (a), but every process on its own shaped link; emu-cluster.sh
+#     --trainer ctr): no sync, S-EASGD and S-MA through a PS host, S-MA by
+#     ring gossip and by trees. Held-out NE averaged over the processes,
+#     total examples/s, the sync gap. Skip with QUALITY_SHAPES="".
 #   bash bench/decentralized.sh      # TRAINERS=4 USE_ROWS=400000 HOSTS=4 PER_HOST=2 DENSE=4194304
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-1000000}
@@ -26,6 +32,7 @@ HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304} SECS=${SECS:-1
 SHAPES=${SHAPES:-10gbit:10gbit:0 1gbit:1gbit:0 10gbit:1gbit:0 10gbit:10gbit:2 10gbit:10gbit:0:2ms}
 SLOW_RATE=${SLOW_RATE:-1gbit}
 SETUPS_A=${SETUPS_A:-none ps-easgd ps-ma peers-ma peers-tree}  # also: ps-bmuf peers-tree-bmuf
+QUALITY_SHAPES=${QUALITY_SHAPES-$SHAPES}
 make_data "$ROWS"
 B=./build/bin
 BASE_PORT=${BASE_PORT:-27300}
@@ -84,5 +91,26 @@ for shape in $SHAPES; do
     printf '%-20s %-10s %12s %8s %8s %16.2f\n' "$shape" "$label" "$(field "$sum" examples/s)" \
       "$(field "$sum" gap_p50)" "$(field "$sum" gap_p99)" \
       "$(awk -v r="$(field "$sum" rounds)" -v n="$(field "$sum" trainers)" -v s="$SECS" 'BEGIN {print r / n / s}')"
+  done
+done
+
+[ -n "$QUALITY_SHAPES" ] || exit 0
+echo
+echo "(c) NE on the emulated shapes: $TRAINERS ctr-train processes, one per host, $USE_ROWS rows once"
+printf '%-20s %-10s %10s %12s %8s %8s %8s\n' links:ps:slow:delay setup NE examples/s gap_p50 gap_p99 failed
+for shape in $QUALITY_SHAPES; do
+  IFS=: read -r trainer_rate ps_rate slow delay <<<"$shape"
+  for setup in "none --mode none" "ps-easgd --algo easgd" "ps-ma --algo ma" "peers-ma --algo ma --peers 1" \
+    "peers-tree --algo ma --peers 1 --peer-schedule tree"; do
+    set -- $setup
+    label=$1
+    shift
+    sum=$(bash bench/emu-cluster.sh --trainer ctr --train "out/train-$ROWS.tsv" --test out/test.tsv \
+      --rows "$USE_ROWS" --ps 1 --hosts "$TRAINERS" --per-host 1 --agent 0 --rate "$trainer_rate" \
+      --ps-rate "$ps_rate" --slow-hosts "${slow:-0}" --slow-rate "$SLOW_RATE" --delay "${delay:-0}" \
+      --quiet "$@" | grep '^emu-cluster: ps=')
+    echo "$sum" >&2
+    printf '%-20s %-10s %10s %12s %8s %8s %8s\n' "$shape" "$label" "$(field "$sum" ne)" \
+      "$(field "$sum" examples/s)" "$(field "$sum" gap_p50)" "$(field "$sum" gap_p99)" "$(field "$sum" failed)"
   done
 done

@@ -12,6 +12,10 @@
 # benchmark range) on their veth only; no namespace has a route out, and
 # everything (processes, namespaces, files) is removed at exit.
 #
+# --trainer ctr runs real ctr-train processes instead (one model each, its
+# share of --rows rows of --train once, scored on --test): a quality line
+# with the held-out NE, for sync setups compared on shaped links.
+#
 # Prints one line per trainer and a summary line:
 #   emu-cluster: ps=S hosts=H trainers=N mode=M algo=A encoding=E peers=0|1 schedule=S slow_hosts=K:R k=K dense=D rate=R ps_rate=R delay=D
 #     examples/s=TOTAL per_trainer=MEAN min_trainer=MIN gap_p50=.. gap_p99=..
@@ -29,6 +33,7 @@ set -euo pipefail
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=0 LOSS=0
 MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
 ENCODING=f32 PEERS=0 PS_RATE= SCHEDULE=ring SLOW_HOSTS=0 SLOW_RATE=
+TRAINER=emu TRAIN= TEST= ROWS=100000
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
 
@@ -71,6 +76,13 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
                     sync system yields to the trainers' steps, as PS
                     hosts on their own machines and a background pool
                     would; 0 = same priority)
+  --trainer T       emu (shadowsync-emu-trainer) | ctr (ctr-train:  [$TRAINER]
+                    a real model; --seconds, --step-us, --batch,
+                    --dense-floats and --compute do not apply)
+  --train F         --trainer ctr: training rows (TSV)
+  --test F          --trainer ctr: held-out rows (first 20,000 used)
+  --rows N          --trainer ctr: rows of --train shared by all    [$ROWS]
+                    trainers, each its 1/N once
   --quiet           only the summary line
   --help            this text
 Binaries from \$SS_BIN (default: build/bin next to this script).
@@ -101,6 +113,10 @@ while [ $# -gt 0 ]; do
   --delay) DELAY=$2; shift ;;
   --loss) LOSS=$2; shift ;;
   --sync-nice) NICE=$2; shift ;;
+  --trainer) TRAINER=$2; shift ;;
+  --train) TRAIN=$2; shift ;;
+  --test) TEST=$2; shift ;;
+  --rows) ROWS=$2; shift ;;
   --quiet) QUIET=1 ;;
   --help | -h) usage; exit 0 ;;
   *) echo "emu-cluster: unknown flag $1 (try --help)" >&2; exit 2 ;;
@@ -111,7 +127,17 @@ done
 EMU=emu-cluster
 source "$(dirname "$0")/emu-lib.sh"
 [ "$(id -u)" = 0 ] || die "needs root: it creates network namespaces and veth links"
-for b in shadowsync-ps shadowsync-agent shadowsync-emu-trainer; do
+case $TRAINER in
+emu) trainer_bin=shadowsync-emu-trainer ;;
+ctr)
+  trainer_bin=ctr-train
+  [ -r "$TRAIN" ] || die "--trainer ctr needs --train FILE (readable), not \"$TRAIN\""
+  [ -r "$TEST" ] || die "--trainer ctr needs --test FILE (readable), not \"$TEST\""
+  [[ $ROWS =~ ^[1-9][0-9]*$ ]] || die "--rows must be a positive count, not $ROWS"
+  ;;
+*) die "--trainer must be emu or ctr, not $TRAINER" ;;
+esac
+for b in shadowsync-ps shadowsync-agent $trainer_bin; do
   [ -x "$BIN/$b" ] || die "no $BIN/$b (build first, or set SS_BIN)"
 done
 case $MODE in background | foreground | none) ;; *) die "--mode must be background, foreground or none" ;; esac
@@ -167,7 +193,9 @@ for j in $(seq 0 $((HOSTS - 1))); do
     SYNC_PIDS+=(agent:$!)
   fi
 done
-say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ -n "$PS_RATE" ] && echo " (PS hosts $PS_RATE)")$([ "$DELAY_US" != 0 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO encoding $ENCODING$([ "$PEERS" = 1 ] && echo ", decentralized (no PS)"), dense $DENSE floats, ${SECS} s"
+what="dense $DENSE floats, ${SECS} s"
+[ "$TRAINER" = emu ] || what="ctr-train, $ROWS rows of $TRAIN once"
+say "$PS PS host(s), $HOSTS trainer host(s) x $PER_HOST trainer(s), links $RATE$([ -n "$PS_RATE" ] && echo " (PS hosts $PS_RATE)")$([ "$DELAY_US" != 0 ] && echo " delay $DELAY") loss $LOSS%, mode $MODE algo $ALGO encoding $ENCODING$([ "$PEERS" = 1 ] && echo ", decentralized (no PS)"), $what"
 
 # Decentralized: every trainer's address, in rank order (host-major).
 PEER_LIST=
@@ -190,6 +218,52 @@ gbit() { awk -v b="$(tc_rate_bits "$1")" 'BEGIN { printf "%g", b / 1e9 }'; }
     done
   done
 } >"$TMP/topology"
+
+# --trainer ctr: real ctr-train processes, each its share of the rows once;
+# the NE of each one's replica on the held-out rows, averaged.
+if [ "$TRAINER" = ctr ]; then
+  case $MODE in background) sync=shadow ;; *) sync=$MODE ;; esac
+  world=$((HOSTS * PER_HOST))
+  for j in $(seq 0 $((HOSTS - 1))); do
+    for i in $(seq 0 $((PER_HOST - 1))); do
+      rank=$((j * PER_HOST + i))
+      where=(--ps "$PS_LIST")
+      if [ "$AGENT" = 1 ]; then
+        where=(--agent "$TMP/h$j/agent.sock")
+      elif [ "$PEERS" = 1 ]; then
+        where=(--peers "$PEER_LIST" --peer-schedule "$SCHEDULE" --topology "$TMP/topology")
+      fi
+      [ "$MODE" != none ] || where=(--ps "$PS_LIST")
+      timeout --kill-after=10 600 ip netns exec "$ID-t$j" "$BIN/ctr-train" --rank "$rank" \
+        --world "$world" "${where[@]}" --sync "$sync" --algo "$ALGO" --sync-every "$K" \
+        --epochs 1 --train "$TRAIN" --max-rows "$ROWS" --test "$TEST" --max-test-rows 20000 \
+        --progress 0 --trainer-name "h${j}t$i" >"$TMP/h${j}t$i.log" 2>&1 &
+      TRAINERS+=($!)
+      PIDS+=($!)
+    done
+  done
+  failed=0
+  for p in "${TRAINERS[@]}"; do wait "$p" || failed=$((failed + 1)); done
+  lines=$(grep -h '^summary:' "$TMP"/h*t*.log || true)
+  [ "$QUIET" = 1 ] || echo "$lines"
+  if [ "$failed" -gt 0 ] || [ "$(grep -c . <<<"$lines")" != "$world" ]; then
+    for f in "$TMP"/h*t*.log; do grep -q '^summary:' "$f" || { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
+    die "$failed of $world trainers failed"
+  fi
+  med=$(sed -n 's/.* sync_gap_p50_worst=\([0-9.]*\).*/\1/p' <<<"$lines" | sort -g |
+    awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+  awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v peers="$PEERS" -v schedule="$SCHEDULE" -v med="$med" \
+    -v slow="$SLOW_HOSTS:${SLOW_RATE:--}" -v rate="$RATE" -v ps_rate="${PS_RATE:-$RATE}" -v delay="$DELAY" -v rows="$ROWS" '
+    { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      n++; ne += v["test_ne_train_ctr"]; auc += v["test_auc"]; total += v["examples/s"]
+      rounds += v["sync_rounds_sum"]; failed += v["failed_rounds_sum"]
+      if (v["sync_gap_p99_worst"] + 0 > p99) p99 = v["sync_gap_p99_worst"] + 0 }
+    END {
+      printf "emu-cluster: ps=%d hosts=%d trainers=%d trainer=ctr mode=%s algo=%s peers=%s schedule=%s slow_hosts=%s rate=%s ps_rate=%s delay=%s rows=%s " \
+             "ne=%.5f auc=%.5f examples/s=%.0f gap_p50=%s gap_p99=%d rounds=%d failed=%d\n", ps, hosts, n, mode, algo, \
+             peers, schedule, slow, rate, ps_rate, delay, rows, ne / n, auc / n, total, med, p99, rounds, failed }' <<<"$lines"
+  exit 0
+fi
 
 for j in $(seq 0 $((HOSTS - 1))); do
   for i in $(seq 0 $((PER_HOST - 1))); do

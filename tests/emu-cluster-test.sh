@@ -6,7 +6,9 @@
 # trains and syncs. Link latency (--delay: netem, or shadowsync-emu-delay
 # where the kernel has none): a foreground round every step cannot be
 # shorter than the round trip (4 x the delay: two links each way), so
-# the steps done bound it from below. Then a run stopped by SIGTERM
+# the steps done bound it from below. Real ctr-train trainers
+# (--trainer ctr): two hosts average through the PS host and score a
+# model. Then a run stopped by SIGTERM
 # midway: nothing it made (namespaces, links, processes) is left. Needs
 # root: fails otherwise.
 #   emu-cluster-test.sh BIN_DIR SOURCE_DIR
@@ -45,6 +47,23 @@ steps=$(field "$line" steps) secs=$(field "$line" seconds)
 awk -v s="$steps" -v t="$secs" 'BEGIN { exit !(s * 0.021 <= t) }' ||
   { echo "$steps steps in $secs s: faster than a 20 ms round trip allows; the delay was not applied" >&2; exit 1; }
 echo "delay 5ms per link: $steps steps in $secs s (at most $(awk -v t="$secs" 'BEGIN { printf "%d", t / 0.021 }') with a 20 ms round trip)"
+
+# Real ctr-train processes, S-MA through the PS host: both train, rounds
+# close, and the model beats predicting the click rate (NE < 1).
+criteo=$2/data/criteo-kaggle-head-8000.tsv
+out=$(bash "$script" --trainer ctr --train "$criteo" --test "$criteo" --rows 6400 --ps 1 \
+  --hosts 2 --per-host 1 --agent 0 --algo ma --rate 1gbit --quiet)
+echo "$out"
+sum=$(grep '^emu-cluster: ps=' <<<"$out")
+[ "$(field "$sum" trainers)" = 2 ] && [ "$(field "$sum" failed)" = 0 ]
+[ "$(field "$sum" rounds)" -gt 0 ] || { echo "ctr-train trainers completed no round" >&2; exit 1; }
+awk -v ne="$(field "$sum" ne)" 'BEGIN { exit !(ne > 0 && ne < 1) }' ||
+  { echo "ctr-train trainers: NE $(field "$sum" ne), not in (0, 1)" >&2; exit 1; }
+if err=$(bash "$script" --trainer ctr --hosts 1 --per-host 1 --quiet 2>&1); then
+  echo "--trainer ctr without --train was accepted" >&2
+  exit 1
+fi
+grep -q "needs --train FILE" <<<"$err" || { echo "--trainer ctr without --train: $err" >&2; exit 1; }
 
 # A delay without a unit is refused, saying how to write one.
 if err=$(bash "$script" --hosts 1 --per-host 1 --seconds 1 --delay 5 --quiet 2>&1); then
