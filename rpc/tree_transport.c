@@ -473,12 +473,28 @@ static void tr_destroy(void *impl) {
     free(t);
 }
 
+/* A push named a round this member has not finished: the others are in
+ * it and wait for this member's sums. Only a member that is some tree's
+ * parent or root hears of a round before it joins one: one that is a
+ * leaf in every tree is not told, and the others' round waits for it to
+ * their deadline as before. */
+static bool tr_round_waiting(void *impl, const char *group, uint64_t member) {
+    ss__tree *t = impl;
+    (void)member;
+    pthread_mutex_lock(&t->lock);
+    const ss__tree_group *tg = ss__tree_find_group(t, group);
+    const bool waiting = tg && tg->seen > tg->done;
+    pthread_mutex_unlock(&t->lock);
+    return waiting;
+}
+
 static const ss__transport_ops tree_ops = {
     .join = tr_join,
     .leave = tr_leave,
     .easgd_exchange = tr_easgd,
     .round = tr_round,
     .read_central = tr_central,
+    .round_waiting = tr_round_waiting,
     .destroy = tr_destroy,
 };
 

@@ -273,6 +273,42 @@ START_TEST(test_tree_rounds_by_hand) {
 }
 END_TEST
 
+/* A member that roots a tree hears of the others' round (their sums come
+ * up to it) before it takes part: its transport says the round waits for
+ * it, so an idle trainer's engine joins (shadow/engine.c, idle_contact). */
+START_TEST(test_a_root_hears_the_round_that_waits_for_it) {
+    ss__transport *t[M];
+    member_round a[M];
+    start_joined(t, a, "w", 5000);
+    const ss__forest *f = ss__tree_transport_forest(t[0], "w");
+    ck_assert_ptr_nonnull(f);
+    const uint32_t still = f->root[0];
+    ck_assert(!ss__transport_round_waiting(t[still], "w", 1)); /* no round yet */
+    pthread_t th[M];
+    for (uint32_t r = 0; r < M; r++) {
+        for (int i = 0; i < N; i++)
+            a[r].s[i] = (float)r + (float)i;
+        if (r != still)
+            pthread_create(&th[r], NULL, round_main, &a[r]);
+    }
+    uint64_t deadline = ss__now_ns() + 4000000000ull;
+    while (!ss__transport_round_waiting(t[still], "w", 1) && ss__now_ns() < deadline)
+        ss__sleep_ns(1000000);
+    ck_assert_msg(ss__transport_round_waiting(t[still], "w", 1),
+                  "the others' round not seen as waiting at a root");
+    round_main(&a[still]);
+    for (uint32_t r = 0; r < M; r++) {
+        if (r != still)
+            pthread_join(th[r], NULL);
+        ck_assert_int_eq(a[r].st, SS_OK);
+        ck_assert_uint_eq(a[r].rr.participants, M);
+    }
+    ck_assert(!ss__transport_round_waiting(t[still], "w", 1)); /* done */
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
 START_TEST(test_member_away_fails_the_round_in_time_then_it_is_retried) {
     ss__transport *t[M];
     member_round a[M];
@@ -690,7 +726,8 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests(
         "tree", 60, NULL, NULL, test_forest_by_hand, test_forest_avoids_the_slow_host,
-        test_tree_rounds_by_hand, test_member_away_fails_the_round_in_time_then_it_is_retried,
+        test_tree_rounds_by_hand, test_a_root_hears_the_round_that_waits_for_it,
+        test_member_away_fails_the_round_in_time_then_it_is_retried,
         test_a_member_that_leaves_is_left_out, test_a_round_whose_means_are_in_survives_a_leave,
         test_a_member_that_leaves_does_not_come_back, test_a_dead_member_is_left_out_and_comes_back,
         test_bmuf_rounds_by_hand, test_bad_pushes_and_open_doors);
