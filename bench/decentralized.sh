@@ -22,7 +22,8 @@
 #     (a), but every process on its own shaped link; emu-cluster.sh
 #     --trainer ctr): no sync, S-EASGD and S-MA through a PS host, S-MA by
 #     ring gossip and by trees. Held-out NE averaged over the processes,
-#     total examples/s, the sync gap. Skip with QUALITY_SHAPES="".
+#     total examples/s, the sync gap. GAP_SHAPES and QUALITY_SHAPES (default
+#     SHAPES) choose the shapes of (b) and (c); "" skips one.
 #   bash bench/decentralized.sh      # TRAINERS=4 USE_ROWS=400000 HOSTS=4 PER_HOST=2 DENSE=4194304
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-1000000}
@@ -32,7 +33,7 @@ HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304} SECS=${SECS:-1
 SHAPES=${SHAPES:-10gbit:10gbit:0 1gbit:1gbit:0 10gbit:1gbit:0 10gbit:10gbit:2 10gbit:10gbit:0:2ms}
 SLOW_RATE=${SLOW_RATE:-1gbit}
 SETUPS_A=${SETUPS_A:-none ps-easgd ps-ma peers-ma peers-tree}  # also: ps-bmuf peers-tree-bmuf
-QUALITY_SHAPES=${QUALITY_SHAPES-$SHAPES}
+GAP_SHAPES=${GAP_SHAPES-$SHAPES} QUALITY_SHAPES=${QUALITY_SHAPES-$SHAPES} # (b)'s and (c)'s; "" skips
 make_data "$ROWS"
 B=./build/bin
 BASE_PORT=${BASE_PORT:-27300}
@@ -77,7 +78,7 @@ field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 echo
 echo "(b) emulated: $HOSTS hosts x $PER_HOST trainers, dense $DENSE floats, $SECS s per run"
 printf '%-20s %-10s %12s %8s %8s %16s\n' links:ps:slow:delay setup examples/s gap_p50 gap_p99 rounds/trainer/s
-for shape in $SHAPES; do
+for shape in $GAP_SHAPES; do
   IFS=: read -r trainer_rate ps_rate slow delay <<<"$shape"
   for setup in "ps-easgd --algo easgd" "ps-ma --algo ma" "peers-ma --algo ma --peers 1" \
     "peers-tree --algo ma --peers 1 --peer-schedule tree"; do
