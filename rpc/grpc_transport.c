@@ -43,6 +43,7 @@ typedef struct membership {
     ss__codec_mirror *codecs; /* NULL: float32 */
     uint8_t *upload, *replies;
     _Atomic uint64_t waiting_asked_ns; /* last ss__now_ns round_waiting asked the PS */
+    _Atomic bool easgd_only;           /* its calls so far: S-EASGD exchanges only */
 } membership;
 
 typedef struct grpc_tp {
@@ -457,6 +458,8 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
         memset(d, 0, n * sizeof *d);
         return st;
     }
+    /* A group runs one algorithm for good (the PS refuses a mix). */
+    atomic_store_explicit(&((membership *)m)->easgd_only, true, memory_order_relaxed);
     easgd_arg a = {s, alpha};
     fanout f;
     bulk_reader br = {.parts = m->parts,
@@ -528,6 +531,7 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
     ss_status st = bulk_member(t, group, member, n, &m);
     if (st != SS_OK)
         return st;
+    atomic_store_explicit(&((membership *)m)->easgd_only, false, memory_order_relaxed);
     result->round = UINT64_MAX;
     result->participants = UINT32_MAX;
     fanout f;
@@ -604,11 +608,13 @@ static ss_status tp_heartbeat(void *impl, const char *group, uint64_t member) {
  * to its shard, whose reply says so (every chunk's round opens with the
  * same member's call, so chunk 0 speaks for them). Asked at most every
  * WAITING_POLL_NS per member: an idle trainer calls each group's first
- * shard 100 times a second at most, and only while it stands still. */
+ * shard 100 times a second at most, and only while it stands still. A
+ * member whose calls so far were S-EASGD exchanges (no barrier to hold)
+ * is not asked about: it would cost the PS calls for nothing. */
 static bool tp_round_waiting(void *impl, const char *group, uint64_t member) {
     grpc_tp *t = impl;
     membership *m = find_member(t, group, member);
-    if (!m || m->nparts == 0)
+    if (!m || m->nparts == 0 || atomic_load_explicit(&m->easgd_only, memory_order_relaxed))
         return false;
     const uint64_t now = ss__now_ns();
     uint64_t asked = atomic_load_explicit(&m->waiting_asked_ns, memory_order_relaxed);
