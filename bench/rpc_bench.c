@@ -1,13 +1,141 @@
 /* shadowsync-bench-rpc: S-EASGD rounds of one dense group against running
  * shadowsync-ps shards, timed: goodput = payload bytes moved per second
- * (the snapshot up and the delta down, 8 bytes per float per round). */
+ * (the snapshot up and the delta down, 8 bytes per float per round).
+ *
+ * --echo measures the wire without the PS's work: a child process serves
+ * an echo method on 127.0.0.1 through the same gRPC server code (the
+ * request gathered, the reply copied out), and a "round" is the same
+ * chunk calls with the same window, each chunk's reply copied into d. The
+ * gap between the two is the PS's share (the elastic update, the finite
+ * check, protobuf); the gap from iperf3 to the echo is gRPC's and the
+ * copies'. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/malloc_tune.h"
 #include "rpc/grpc_transport.h"
+#include "rpc/rpc.h"
+
+#define ECHO_PATH "/shadowsync.bench.Echo/Echo"
+
+static void h_echo(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)ctx;
+    reply->data = malloc(len ? len : 1);
+    if (!reply->data) {
+        reply->status = SS_ERR_NO_MEMORY;
+        return;
+    }
+    memcpy(reply->data, req, len);
+    reply->len = len;
+}
+
+/* The echo server, in a child forked before this process starts gRPC: it
+ * writes its port to fd and serves until fd's other end closes. */
+static pid_t start_echo_server(int *port) {
+    int up[2];
+    if (pipe(up) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(up[0]);
+        static const ss__rpc_method m = {ECHO_PATH, h_echo, false, NULL, true};
+        ss__rpc_server_config cfg = {
+            .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 256u << 20};
+        ss__rpc_server *srv;
+        int p = -1;
+        if (ss__rpc_server_start(&cfg, &m, 1, NULL, &srv) == SS_OK)
+            p = ss__rpc_server_port(srv);
+        if (write(up[1], &p, sizeof p) != (ssize_t)sizeof p || p < 0)
+            _exit(1);
+        pause(); /* until the parent's SIGTERM */
+        _exit(0);
+    }
+    close(up[1]);
+    if (pid < 0 || read(up[0], port, sizeof *port) != (ssize_t)sizeof *port || *port < 0) {
+        close(up[0]);
+        if (pid > 0)
+            kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+        return -1;
+    }
+    close(up[0]);
+    return pid;
+}
+
+static ss_status copy_echo(ss__rpc_request *rq, const ss__rpc_message *reply, void *arg) {
+    float *dst = arg;
+    size_t len = ss__rpc_message_length(reply);
+    return len == rq->len && ss__rpc_message_copy(reply, 0, dst, len) ? SS_OK : SS_ERR_PARSE;
+}
+
+/* One "round" of echo calls: n floats from s in chunk calls, window per
+ * channel, the replies into d. */
+static ss_status echo_round(ss__rpc_request *rq, size_t calls, const float *s, float *d, size_t n,
+                            size_t chunk, uint32_t window) {
+    for (size_t i = 0; i < calls; i++) {
+        size_t lo = i * chunk, len = n - lo < chunk ? n - lo : chunk;
+        rq[i].req = (const uint8_t *)(s + lo);
+        rq[i].len = len * sizeof(float);
+        rq[i].payload = NULL;
+        rq[i].payload_len = 0;
+        rq[i].on_reply = copy_echo;
+        rq[i].on_reply_arg = d + lo;
+        free(rq[i].resp);
+        rq[i].resp = NULL;
+    }
+    return ss__rpc_call_windowed(rq, calls, 60000, true, window);
+}
+
+static int run_echo(int64_t floats, int64_t reps, int64_t warmup, int64_t chunk, int64_t window) {
+    int port;
+    pid_t pid = start_echo_server(&port);
+    if (pid < 0) {
+        fprintf(stderr, "shadowsync-bench-rpc: the echo server did not start\n");
+        return 1;
+    }
+    char target[32];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    const size_t n = (size_t)floats, ck = (size_t)chunk, calls = (n + ck - 1) / ck;
+    const uint32_t w = window > 0 ? (uint32_t)window : 4; /* the library's window on loopback */
+    ss__rpc_channel *ch = NULL;
+    ss_status st = ss__rpc_channel_create(target, 256u << 20, NULL, &ch);
+    float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
+    ss__rpc_request *rq = calloc(calls, sizeof *rq);
+    if (st == SS_OK && (!s || !d || !rq))
+        st = SS_ERR_NO_MEMORY;
+    for (size_t i = 0; st == SS_OK && i < calls; i++)
+        rq[i] = (ss__rpc_request){.ch = ch, .method = ECHO_PATH};
+    for (size_t i = 0; s && i < n; i++)
+        s[i] = (float)(i % 977) * 1e-3f;
+    for (int64_t r = 0; st == SS_OK && r < warmup; r++)
+        st = echo_round(rq, calls, s, d, n, ck, w);
+    const uint64_t t0 = ss__now_ns();
+    for (int64_t r = 0; st == SS_OK && r < reps; r++)
+        st = echo_round(rq, calls, s, d, n, ck, w);
+    const double sec = (double)(ss__now_ns() - t0) * 1e-9;
+    if (st == SS_OK && memcmp(s, d, n * sizeof *s) != 0)
+        st = SS_ERR_PARSE; /* the echo must come back whole */
+    if (st == SS_OK)
+        printf("rpc-bench: echo floats=%zu reps=%lld round_ms=%.3f goodput_gbit_s=%.3f window=%u\n",
+               n, (long long)reps, 1e3 * sec / (double)reps,
+               8.0 * (double)n * (double)reps * 8e-9 / sec, w);
+    else
+        fprintf(stderr, "shadowsync-bench-rpc: echo round failed: %s\n", ss_strerror(st));
+    for (size_t i = 0; rq && i < calls; i++)
+        free(rq[i].resp);
+    free(rq);
+    free(s);
+    free(d);
+    ss__rpc_channel_destroy(ch);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    return st == SS_OK ? 0 : 1;
+}
 
 /* What --help and --version say. */
 static const ss__program program = {
@@ -19,6 +147,7 @@ int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     const char *ps = "127.0.0.1:7070";
     int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS, window = 0;
+    bool echo = false;
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "shadowsync-ps shards, host:port,...", NULL, 0, 0},
         {"floats", SS_FLAG_INT, &floats, "group size in floats", NULL, 1, 1 << 28},
@@ -28,10 +157,16 @@ int main(int argc, char **argv) {
         {"window", SS_FLAG_INT, &window,
          "chunk calls in flight per shard (0: adapted to the round trip, as in the library)", NULL,
          0, 1 << 20},
+        {"echo", SS_FLAG_BOOL, &echo,
+         "no PS: the same chunk calls to an echo server this tool starts on 127.0.0.1 (the "
+         "wire's own cost; --ps is not used, --window 0 means 4)",
+         NULL, 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
+    if (echo)
+        return run_echo(floats, reps, warmup, chunk, window);
     ss__grpc_transport_config cfg = {.targets = ps,
                                      .timeout_ms = 60000,
                                      .chunk_floats = (size_t)chunk,
