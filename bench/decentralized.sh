@@ -61,17 +61,21 @@ run_procs() { # setup -> prints "ne examples_per_s failed_rounds"
 
 echo "(a) quality: $TRAINERS ctr-train processes on 127.0.0.1, $USE_ROWS rows once"
 printf '%-10s %10s %12s %14s\n' setup NE examples/s failed_rounds
-$B/shadowsync-ps --listen 127.0.0.1:0 --http "" >out/bench-dec-ps.log 2>&1 &
-ps_pid=$!
-for _ in $(seq 100); do grep -q "listening on" out/bench-dec-ps.log && break; sleep 0.05; done
-addr=$(grep -o 'listening on [0-9.:]*' out/bench-dec-ps.log | awk '{print $3}')
+# A fresh PS for every setup: a PS group keeps its state (the S-EASGD
+# centre, S-BMUF's block state) and the kind of its rounds for good, so a
+# setup after another on the same PS would start from the last one's model,
+# or have every round refused (S-BMUF after S-MA).
 for setup in $SETUPS_A; do
+  $B/shadowsync-ps --listen 127.0.0.1:0 --http "" >out/bench-dec-ps.log 2>&1 &
+  ps_pid=$!
+  for _ in $(seq 100); do grep -q "listening on" out/bench-dec-ps.log && break; sleep 0.05; done
+  addr=$(grep -o 'listening on [0-9.:]*' out/bench-dec-ps.log | awk '{print $3}')
   read -r ne rate failed < <(run_procs "$setup")
   printf '%-10s %10s %12s %14s\n' "$setup" "$ne" "$rate" "$failed"
+  kill "$ps_pid"
+  wait "$ps_pid" 2>/dev/null || true
+  ps_pid=""
 done
-kill "$ps_pid"
-wait "$ps_pid" 2>/dev/null || true
-ps_pid=""
 
 [ "$(id -u)" = 0 ] || { echo "(b) skipped: the emulated cluster needs root"; exit 0; }
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
