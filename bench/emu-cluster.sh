@@ -219,6 +219,12 @@ gbit() { awk -v b="$(tc_rate_bits "$1")" 'BEGIN { printf "%g", b / 1e9 }'; }
   done
 } >"$TMP/topology"
 
+# median_of KEY LINES: the median over the lines of their KEY=number.
+median_of() {
+  sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2" | sort -g |
+    awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+
 # --trainer ctr: real ctr-train processes, each its share of the rows once;
 # the NE of each one's replica on the held-out rows, averaged.
 if [ "$TRAINER" = ctr ]; then
@@ -250,8 +256,7 @@ if [ "$TRAINER" = ctr ]; then
     for f in "$TMP"/h*t*.log; do grep -q '^summary:' "$f" || { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
     die "$failed of $world trainers failed"
   fi
-  med=$(sed -n 's/.* sync_gap_p50_worst=\([0-9.]*\).*/\1/p' <<<"$lines" | sort -g |
-    awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+  med=$(median_of sync_gap_p50_worst "$lines")
   awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v peers="$PEERS" -v schedule="$SCHEDULE" -v med="$med" \
     -v slow="$SLOW_HOSTS:${SLOW_RATE:--}" -v rate="$RATE" -v ps_rate="${PS_RATE:-$RATE}" -v delay="$DELAY" -v rows="$ROWS" '
     { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
@@ -313,8 +318,7 @@ if [ "$failed" -gt 0 ] || [ "$n" != "${#TRAINERS[@]}" ]; then
   for f in "$TMP"/h*t*.log; do grep -q '^emu-trainer:' "$f" && grep -q 'close=OK' "$f" || { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
   die "$failed of ${#TRAINERS[@]} trainers failed"
 fi
-p50=$(sed -n 's/.* gap_p50=\([0-9]*\).*/\1/p' <<<"$lines" | sort -n |
-  awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+p50=$(median_of gap_p50 "$lines")
 awk -v ps="$PS" -v hosts="$HOSTS" -v mode="$MODE" -v algo="$ALGO" -v encoding="$ENCODING" -v peers="$PEERS" -v schedule="$SCHEDULE" -v slow="$SLOW_HOSTS:${SLOW_RATE:--}" -v ps_rate="${PS_RATE:-$RATE}" -v k="$K" -v dense="$DENSE" \
   -v rate="$RATE" -v delay="$DELAY" -v med="$p50" -v ps_cpu="$ps_cpu" -v agent_cpu="$agent_cpu" '
   { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }

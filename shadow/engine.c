@@ -425,13 +425,12 @@ static bool group_idle(const ss__engine *e, ss__engine_group *g) {
         return true; /* no more rounds: a shadow thread must not spin on it */
     if (e->min_round_gap == 0)
         return false;
-    const uint64_t now = ss__now_ns();
     pthread_mutex_lock(&g->stats_lock);
     const uint64_t it = ss__replica_iterations(g->replica);
     const uint64_t since = it - g->last_iter;
-    if (it != g->seen_iter) {
+    if (it != g->seen_iter) { /* the clock is read only when it moved */
         g->seen_iter = it;
-        g->seen_ns = now;
+        g->seen_ns = ss__now_ns();
     }
     pthread_mutex_unlock(&g->stats_lock);
     return since < e->min_round_gap;
@@ -461,8 +460,9 @@ static bool standing_still(ss__engine_group *g) {
 static bool idle_contact(ss__engine *e, ss__engine_group *g) {
     if (atomic_load(&g->diverged) || pthread_mutex_trylock(&g->round_lock) != 0)
         return false; /* a diverged member has left; a busy group is not idle */
-    const bool waits = e->min_round_gap > 0 && standing_still(g) &&
-                       ss__transport_round_waiting(e->transport, g->name, g->member);
+    /* (Only reached with min_round_gap > 0: with 0 no group is idle.) */
+    const bool waits =
+        standing_still(g) && ss__transport_round_waiting(e->transport, g->name, g->member);
     uint64_t now = ss__now_ns();
     if (!waits && e->heartbeat_ns &&
         now - atomic_load_explicit(&g->last_contact_ns, memory_order_relaxed) >= e->heartbeat_ns) {

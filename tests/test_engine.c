@@ -491,40 +491,12 @@ END_TEST
 
 /* A member whose replica stands still (a trainer done with its share of
  * an epoch) still takes part in a round the others opened, though its
- * replica is far from its gap: the round is the mean of both, not the
- * opener's snapshot alone at the deadline. */
+ * replica is far from its gap (transport_checks.h). */
 START_TEST(test_still_member_joins_an_open_round) {
-    ss__inproc_config icfg = {.round_deadline_ms = 3000};
     ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
-    ss__sync_params p = {.algo = SS_ALGO_MA};
-    ss__engine *opener, *still;
-    ss__replica *ro, *rs;
-    ss__engine_group *go, *gs;
-    ck_assert_int_eq(ss__engine_create(&(ss__engine_config){.transport = t, .threads = 1}, &opener),
-                     SS_OK);
     ck_assert_int_eq(
-        ss__engine_create(
-            &(ss__engine_config){.transport = t, .threads = 1, .min_round_gap = 1000000}, &still),
-        SS_OK);
-    ck_assert_int_eq(ss__replica_create(2, &ro), SS_OK);
-    ck_assert_int_eq(ss__replica_create(2, &rs), SS_OK);
-    ss__replica_data(rs)[0] = 4.0f;
-    ss__replica_data(rs)[1] = 8.0f;
-    ck_assert_int_eq(ss__engine_add_group(opener, "dense", ro, &p, &go), SS_OK);
-    ck_assert_int_eq(ss__engine_add_group(still, "dense", rs, &p, &gs), SS_OK);
-    ck_assert_int_eq(ss__transport_round_waiting(t, "dense", 1), false); /* no round open */
-    ck_assert_int_eq(ss__engine_start(still), SS_OK);
-    ck_assert_int_eq(ss__engine_run_round(opener, go), SS_OK);
-    ck_assert_float_eq(ss__replica_data(ro)[0], 2.0f); /* (0 + 4) / 2 */
-    ck_assert_float_eq(ss__replica_data(ro)[1], 4.0f);
-    ss__engine_stop(still); /* its round's delta is applied by then */
-    ck_assert_float_eq(ss__replica_data(rs)[0], 2.0f);
-    ck_assert_float_eq(ss__replica_data(rs)[1], 4.0f);
-    ss__engine_destroy(opener);
-    ss__engine_destroy(still);
-    ss__replica_destroy(ro);
-    ss__replica_destroy(rs);
+        ss__inproc_transport_create(&(ss__inproc_config){.round_deadline_ms = 3000}, &t), SS_OK);
+    check_still_member_joins(t, t);
     ss__transport_destroy(t);
 }
 END_TEST

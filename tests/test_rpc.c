@@ -94,40 +94,13 @@ END_TEST
 
 /* Through a PS, a member whose replica stands still joins an MA round
  * another member opened (the PS's heartbeat reply says the round waits for
- * it), long before the PS's 5 s round deadline: the round is the mean of
- * both, not the opener's snapshot alone. */
+ * it), long before the PS's 5 s round deadline (transport_checks.h). */
 START_TEST(test_still_member_joins_a_round_through_the_ps) {
     snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-rpc-%d.log", (int)getpid());
     char *args[] = {"--round-deadline-ms", "5000", NULL};
     ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
     ss__transport *to = connect_ps(), *ts = connect_ps();
-    ss__sync_params p = {.algo = SS_ALGO_MA};
-    ss__engine *opener, *still;
-    ss__replica *ro, *rs;
-    ss__engine_group *go, *gs;
-    ck_assert_int_eq(
-        ss__engine_create(&(ss__engine_config){.transport = to, .threads = 1}, &opener), SS_OK);
-    ck_assert_int_eq(
-        ss__engine_create(
-            &(ss__engine_config){.transport = ts, .threads = 1, .min_round_gap = 1000000}, &still),
-        SS_OK);
-    ck_assert_int_eq(ss__replica_create(3, &ro), SS_OK);
-    ck_assert_int_eq(ss__replica_create(3, &rs), SS_OK);
-    for (int i = 0; i < 3; i++)
-        ss__replica_data(rs)[i] = (float)(2 * (i + 1)); /* 2, 4, 6: means 1, 2, 3 */
-    ck_assert_int_eq(ss__engine_add_group(opener, "dense", ro, &p, &go), SS_OK);
-    ck_assert_int_eq(ss__engine_add_group(still, "dense", rs, &p, &gs), SS_OK);
-    ck_assert_int_eq(ss__engine_start(still), SS_OK);
-    ck_assert_int_eq(ss__engine_run_round(opener, go), SS_OK);
-    for (int i = 0; i < 3; i++)
-        ck_assert_float_eq(ss__replica_data(ro)[i], (float)(i + 1)); /* not its own: both */
-    ss__engine_stop(still);
-    for (int i = 0; i < 3; i++)
-        ck_assert_float_eq(ss__replica_data(rs)[i], (float)(i + 1));
-    ss__engine_destroy(opener);
-    ss__engine_destroy(still);
-    ss__replica_destroy(ro);
-    ss__replica_destroy(rs);
+    check_still_member_joins(to, ts);
     ss__transport_destroy(to);
     ss__transport_destroy(ts);
     stop_ps();

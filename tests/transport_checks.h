@@ -122,4 +122,43 @@ static inline void run_rounds_together(round_arg *args, int members, int rounds)
     }
 }
 
+/* A member whose replica stands still (an engine whose gap it never
+ * reaches, its replica [2, 4, 6] never stepped) takes part in a round
+ * another member opens (a foreground round of `opener`'s engine on to):
+ * the round is the mean of both, [1, 2, 3] in both replicas, not the
+ * opener's snapshot alone at the deadline, which must be long. to and ts
+ * may be one transport. */
+static inline void check_still_member_joins(ss__transport *to, ss__transport *ts) {
+    ss__sync_params p = {.algo = SS_ALGO_MA};
+    ss__engine *opener, *still;
+    ss__replica *ro, *rs;
+    ss__engine_group *go, *gs;
+    ck_assert_int_eq(
+        ss__engine_create(&(ss__engine_config){.transport = to, .threads = 1}, &opener), SS_OK);
+    ck_assert_int_eq(
+        ss__engine_create(
+            &(ss__engine_config){.transport = ts, .threads = 1, .min_round_gap = 1000000}, &still),
+        SS_OK);
+    ck_assert_int_eq(ss__replica_create(3, &ro), SS_OK);
+    ck_assert_int_eq(ss__replica_create(3, &rs), SS_OK);
+    for (int i = 0; i < 3; i++)
+        ss__replica_data(rs)[i] = (float)(2 * (i + 1));
+    ck_assert_int_eq(ss__engine_add_group(opener, "dense", ro, &p, &go), SS_OK);
+    ck_assert_int_eq(ss__engine_add_group(still, "dense", rs, &p, &gs), SS_OK);
+    /* No round open yet (1: a member id of the in-process transport; an
+     * unknown one elsewhere, where the answer is no as well). */
+    ck_assert(!ss__transport_round_waiting(ts, "dense", 1));
+    ck_assert_int_eq(ss__engine_start(still), SS_OK);
+    ck_assert_int_eq(ss__engine_run_round(opener, go), SS_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_float_eq(ss__replica_data(ro)[i], (float)(i + 1)); /* not its own: both */
+    ss__engine_stop(still); /* its round's delta is applied by then */
+    for (int i = 0; i < 3; i++)
+        ck_assert_float_eq(ss__replica_data(rs)[i], (float)(i + 1));
+    ss__engine_destroy(opener);
+    ss__engine_destroy(still);
+    ss__replica_destroy(ro);
+    ss__replica_destroy(rs);
+}
+
 #endif
