@@ -5,6 +5,9 @@
  *   redis  - a running Redis server (--redis), rows as binary strings,
  *            lookup = MGET, push = MSET of the updated rows (a Redis user
  *            applies the optimizer client-side; it has no atomic update).
+ *   gather - the floor under inproc: the same ids read from (lookups) and
+ *            SGD-updated in (pushes) one flat array of rows indexed by id,
+ *            no hash, no lock, no checks;
  * Also the resident memory per million rows of the in-process store
  * against the raw row bytes. */
 #include <hiredis/hiredis.h>
@@ -115,6 +118,52 @@ static int run_inproc(bench *b, result *r) {
     r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
     r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
     ss__emb_store_destroy(st);
+    return 0;
+}
+
+/* Rows ahead that the flat-array loops prefetch (as the store does). */
+#define GATHER_AHEAD 16
+
+static void prefetch_lines(const void *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch((const char *)p + off);
+}
+
+/* The flat array: what a random gather of the same rows costs at most
+ * (software prefetch ahead, like the store's own loop). */
+static int run_gather(bench *b, result *r) {
+    const size_t dim = (size_t)b->dim;
+    float *rows = malloc((size_t)b->rows * dim * sizeof *rows);
+    if (!rows)
+        return -1;
+    for (size_t i = 0; i < (size_t)b->rows * dim; i++)
+        rows[i] = (float)(i % 13) * 0.01f;
+    uint64_t t0 = ss__now_ns();
+    for (int64_t k = 0; k < b->reps; k++) {
+        const uint64_t *ids = b->ids + k * b->batch;
+        for (int64_t i = 0; i < b->batch; i++) {
+            if (i + GATHER_AHEAD < b->batch)
+                prefetch_lines(rows + ids[i + GATHER_AHEAD] * dim, dim * sizeof *rows);
+            memcpy(b->buf + i * b->dim, rows + ids[i] * dim, dim * sizeof *rows);
+        }
+    }
+    uint64_t t1 = ss__now_ns();
+    const float lr = b->spec.lr;
+    for (int64_t k = 0; k < b->reps; k++) {
+        const uint64_t *ids = b->ids + k * b->batch;
+        for (int64_t i = 0; i < b->batch; i++) {
+            if (i + GATHER_AHEAD < b->batch)
+                prefetch_lines(rows + ids[i + GATHER_AHEAD] * dim, dim * sizeof *rows);
+            float *restrict row = rows + ids[i] * dim;
+            const float *restrict g = b->grads + i * b->dim;
+            for (size_t j = 0; j < dim; j++)
+                row[j] -= lr * g[j];
+        }
+    }
+    uint64_t t2 = ss__now_ns();
+    r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
+    r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+    free(rows);
     return 0;
 }
 
@@ -260,13 +309,21 @@ int main(int argc, char **argv) {
     make_batches(&b);
     printf("batch %lld ids, dim %lld, %lld rows, %lld timed batches per operation\n",
            (long long)b.batch, (long long)b.dim, (long long)b.rows, (long long)b.reps);
-    result in, gr = {0}, rd = {0};
+    result in, ga, gr = {0}, rd = {0};
     ss__rpc_init();
+    if (run_gather(&b, &ga) != 0) {
+        fprintf(stderr, "shadowsync-bench-emb: no memory for %lld rows of %lld floats\n",
+                (long long)b.rows, (long long)b.dim);
+        return 1;
+    }
+    report("gather", &ga, &b);
     if (run_inproc(&b, &in) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: in-process run failed\n");
         return 1;
     }
     report("inproc", &in, &b);
+    printf("ratio inproc/gather: lookups %.3f pushes %.3f\n", ga.lookup_s / in.lookup_s,
+           ga.push_s / in.push_s);
     if (*ps) {
         if (run_grpc(&b, ps, &gr) != 0)
             return 1;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "common/clock.h"
+#include "common/finite.h"
 #include "common/log.h"
 #include "embedding-store/checkpoints_internal.h"
 #include "embedding-store/emb_db_internal.h"
@@ -532,14 +533,12 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
             st->cfg.max_reply_bytes);
         return refuse(st, SS_ERR_TOO_LARGE, "reply_too_large");
     }
-    if (payload) {
-        const size_t m = n * tb->spec.dim;
-        for (size_t i = 0; i < m; i++)
-            if (!isfinite(payload[i])) {
-                say(why, whylen, "value %zu of row %zu is not finite", i % tb->spec.dim,
-                    i / tb->spec.dim);
-                return refuse(st, SS_ERR_NON_FINITE, "non_finite");
-            }
+    if (payload && !ss__all_finite(payload, n * tb->spec.dim)) {
+        size_t i = 0; /* where, for the message: the scan above does not stop early */
+        while (isfinite(payload[i]))
+            i++;
+        say(why, whylen, "value %zu of row %zu is not finite", i % tb->spec.dim, i / tb->spec.dim);
+        return refuse(st, SS_ERR_NON_FINITE, "non_finite");
     }
     uint64_t dup = 0;
     const int twice = find_duplicate(ids, n, &dup);

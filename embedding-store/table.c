@@ -218,22 +218,33 @@ static ss_status insert_loaded(ss__emb_table *t, stripe *s, uint64_t id, const f
     return SS_OK;
 }
 
+/* How many ids ahead for_rows prefetches a stripe's hash slot. */
+#define SLOT_PREFETCH 8
+
+static void prefetch_row(const ss__emb_table *t, const row *r) {
+    const char *p = (const char *)r;
+    for (size_t off = 0; off < t->row_size; off += 64)
+        __builtin_prefetch(p + off);
+    __builtin_prefetch(p + t->row_size - 1);
+}
+
 /* Runs op on every id's row; rows not resident are loaded (when load) and
  * inserted, then op runs on them under the same lock. The ids are visited
  * grouped by stripe (a counting sort), so each stripe's lock is taken once
- * per call rather than once per id. */
+ * per call rather than once per id. Within a stripe, every id's slot is
+ * found first, with the slots a few ids ahead and every found row
+ * prefetched, and op runs after: the cache misses of a stripe's rows
+ * overlap instead of being paid one after the other. */
 static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
                           void *ctx) {
     if (n == 0)
         return SS_OK; /* nothing to do (and malloc(0) may be NULL) */
-    uint64_t *hs = malloc(n * sizeof *hs);
-    size_t *order = malloc(n * sizeof *order), *missing = malloc(n * sizeof *missing), nm = 0;
-    if (!hs || !order || !missing) {
-        free(hs);
-        free(order);
-        free(missing);
+    /* One block: hashes, the stripe order, the missing, the found slots. */
+    uint64_t *hs = malloc(n * (sizeof(uint64_t) + 2 * sizeof(size_t) + sizeof(slot *)));
+    if (!hs)
         return SS_ERR_NO_MEMORY;
-    }
+    size_t *order = (size_t *)(hs + n), *missing = order + n, nm = 0;
+    slot **found = (slot **)(missing + n);
     size_t start[STRIPES + 1] = {0}, fill[STRIPES];
     for (size_t i = 0; i < n; i++) {
         hs[i] = hash_id(ids[i]);
@@ -245,26 +256,34 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool 
     for (size_t i = 0; i < n; i++)
         order[fill[hs[i] & (STRIPES - 1)]++] = i;
     for (int b = 0; b < STRIPES; b++) {
-        if (start[b] == start[b + 1])
+        const size_t lo = start[b], hi = start[b + 1];
+        if (lo == hi)
             continue;
         stripe *s = &t->s[b];
         pthread_mutex_lock(&s->lock);
-        for (size_t k = start[b]; k < start[b + 1]; k++) {
+        const size_t mask = s->cap ? s->cap - 1 : 0;
+        for (size_t k = lo; k < hi && s->cap && k < lo + SLOT_PREFETCH; k++)
+            __builtin_prefetch(&s->slots[(hs[order[k]] >> STRIPE_BITS) & mask]);
+        for (size_t k = lo; k < hi; k++) {
             const size_t i = order[k];
-            slot *sl = find_hashed(s, ids[i], hs[i]);
-            if (sl) {
-                sl->r->ref = 1;
-                op(t, s, sl, i, ctx);
+            if (s->cap && k + SLOT_PREFETCH < hi)
+                __builtin_prefetch(&s->slots[(hs[order[k + SLOT_PREFETCH]] >> STRIPE_BITS) & mask]);
+            found[k] = find_hashed(s, ids[i], hs[i]);
+            if (found[k])
+                prefetch_row(t, found[k]->r);
+        }
+        for (size_t k = lo; k < hi; k++) {
+            if (found[k]) {
+                found[k]->r->ref = 1;
+                op(t, s, found[k], order[k], ctx);
             } else if (load) {
-                missing[nm++] = i;
+                missing[nm++] = order[k];
             }
         }
         pthread_mutex_unlock(&s->lock);
     }
-    free(hs);
-    free(order);
     if (nm == 0) {
-        free(missing);
+        free(hs);
         return SS_OK;
     }
     uint64_t *mids = malloc(nm * sizeof *mids);
@@ -286,7 +305,7 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool 
             op(t, s, sl, missing[k], ctx);
         pthread_mutex_unlock(&s->lock);
     }
-    free(missing);
+    free(hs);
     free(mids);
     free(rows);
     return st;

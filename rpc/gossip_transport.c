@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/finite.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "rpc/auth.h"
@@ -286,7 +287,7 @@ static ss_status pull(gossip *g, uint32_t i, const char *group, size_t n, float 
     free(rq.resp);
     if (st != SS_OK)
         return st;
-    return ss__kernel_all_finite(peer, n) ? SS_OK : SS_ERR_NON_FINITE; /* NaN or Inf from a peer */
+    return ss__all_finite(peer, n) ? SS_OK : SS_ERR_NON_FINITE; /* NaN or Inf from a peer */
 }
 
 static ss_status gp_round(void *impl, const char *group, uint64_t member, const float *s,

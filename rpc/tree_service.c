@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/finite.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "rpc/pb_wire.h"
@@ -243,7 +244,7 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
                t->rank, m->group);
     } else if (!push_fits(t, tg, m, bulk.len, reply)) {
         /* refused, reply says why */
-    } else if (!ss__kernel_all_finite(x, bulk.len / 4)) {
+    } else if (!ss__all_finite(x, bulk.len / 4)) {
         refuse(reply, SS_ERR_NON_FINITE, "NaN or Inf in partition %u from member %u", m->partition,
                m->from);
     } else if (m->round > tg->done + 2) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/finite.h"
 #include "shadow/codec.h"
 #include "shadow/codec_kernels.h"
 #include "shadow/kernels.h"
@@ -128,7 +129,7 @@ ss_status ss__codec_decode(ss__encoding e, const uint8_t *in, size_t len, size_t
     switch (e) {
     case SS_ENC_F32:
         memcpy(out, in, len);
-        return ss__kernel_all_finite(out, n) ? SS_OK : SS_ERR_INVALID_ARGUMENT;
+        return ss__all_finite(out, n) ? SS_OK : SS_ERR_INVALID_ARGUMENT;
     case SS_ENC_FP16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h;

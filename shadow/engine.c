@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/finite.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "shadow/kernels.h"
@@ -326,7 +327,7 @@ static ss_status run_round_locked(ss__engine_group *g) {
     ss_status st = ss__replica_snapshot(g->replica, g->snap);
     if (st != SS_OK) {
         device_failed(g, "snapshot"); /* nothing sent, nothing to apply */
-    } else if (!ss__kernel_all_finite(g->snap, n)) {
+    } else if (!ss__all_finite(g->snap, n)) {
         st = SS_ERR_NON_FINITE; /* the other side would refuse it */
     } else if (g->params.algo == SS_ALGO_EASGD) {
         /* Applied even when the exchange failed: reply then holds what the

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/finite.h"
 #include "shadow/algorithms.h"
 #include "shadow/codec.h"
 #include "shadow/dense_checkpoint.h"
@@ -311,7 +312,7 @@ static ss_status check_call(group *g, uint64_t member, const float *s, size_t n)
         return SS_ERR_SIZE_MISMATCH;
     if (member_index(g, member) < 0)
         return SS_ERR_NOT_FOUND;
-    if (!ss__kernel_all_finite(s, n))
+    if (!ss__all_finite(s, n))
         return SS_ERR_NON_FINITE;
     touch_member(g, member, ss__now_ns());
     return SS_OK;
@@ -376,7 +377,7 @@ static ss_status accept_upload(inproc *ip, group *g, size_t idx, const ss__codec
         m->mirror->no_feedback = ip->no_feedback;
     }
     ss_status st = ss__codec_server_accept(m->mirror, up);
-    if (st == SS_OK && !ss__kernel_all_finite(m->mirror->m, g->n)) {
+    if (st == SS_OK && !ss__all_finite(m->mirror->m, g->n)) {
         m->mirror->valid = false; /* only a reset can start it over */
         st = SS_ERR_NON_FINITE;
     }

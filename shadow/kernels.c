@@ -127,15 +127,3 @@ double ss__kernel_dist2_sq(const float *restrict a, const float *restrict b, siz
     }
     return acc;
 }
-
-int ss__kernel_all_finite(const float *restrict x, size_t n) {
-    /* Bit test instead of isfinite() so the loop vectorizes: an exponent of
-     * all ones means Inf or NaN. */
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &x[i], sizeof bits);
-        bad |= ((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    return bad == 0;
-}

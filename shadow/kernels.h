@@ -61,7 +61,5 @@ void ss__kernel_sub(float *restrict out, const float *restrict a, const float *r
 double ss__kernel_norm2_sq(const float *restrict x, size_t n);
 /* sum of (a[i]-b[i])^2 in double precision. */
 double ss__kernel_dist2_sq(const float *restrict a, const float *restrict b, size_t n);
-/* 1 if every element is finite, else 0. */
-int ss__kernel_all_finite(const float *restrict x, size_t n);
 
 #endif

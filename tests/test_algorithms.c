@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "common/finite.h"
 #include "shadow/algorithms.h"
 #include "shadow/kernels.h"
 
@@ -108,10 +109,10 @@ START_TEST(test_mean_and_kernels) {
     ck_assert_int_eq(ss__mean_close(sum, 0, avg, 3), SS_ERR_INVALID_ARGUMENT);
     ck_assert_double_eq_tol(ss__kernel_norm2_sq(a, 3), 14.0, 1e-12);
     ck_assert_double_eq_tol(ss__kernel_dist2_sq(a, b, 3), 4 + 16 + 36, 1e-12);
-    ck_assert(ss__kernel_all_finite(a, 3));
+    ck_assert(ss__all_finite(a, 3));
     const float bad[] = {1, INFINITY, 2}, bad2[] = {NAN};
-    ck_assert(!ss__kernel_all_finite(bad, 3));
-    ck_assert(!ss__kernel_all_finite(bad2, 1));
+    ck_assert(!ss__all_finite(bad, 3));
+    ck_assert(!ss__all_finite(bad2, 1));
     /* W = [[1,2],[3,4]], b = [1,-1], x = [1,1] -> y = [4, 6]; W^T [1,1] = [4,6]. */
     const float W[] = {1, 2, 3, 4}, bias[] = {1, -1}, x[] = {1, 1};
     float y[2], dx[2];

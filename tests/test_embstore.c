@@ -482,6 +482,7 @@ START_TEST(test_bad_input_refused_counted_unchanged) {
 
     g[13] = NAN;
     ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 4, g, why, sizeof why), SS_ERR_NON_FINITE);
+    ck_assert_ptr_nonnull(strstr(why, "value 1 of row 3 is not finite")); /* g[13], dim 4 */
     g[13] = INFINITY;
     ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 4, g, why, sizeof why), SS_ERR_NON_FINITE);
     g[13] = 1.0f;
