@@ -1,4 +1,4 @@
-/* Rows in a jemalloc arena of their own (see row_arena.h). */
+/* Slabs of rows in a jemalloc arena of their own (see row_arena_internal.h). */
 #include <jemalloc/jemalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,29 +8,27 @@
 struct ss__row_arena {
     unsigned index;
     int flags;
-    size_t row_size;
 };
 
-ss__row_arena *ss__row_arena_create(size_t row_size) {
+ss__row_arena *ss__row_arena_create(void) {
     ss__row_arena *a = calloc(1, sizeof *a);
     size_t sz = sizeof a->index;
     if (!a || mallctl("arenas.create", &a->index, &sz, NULL, 0) != 0) {
         free(a);
         return NULL;
     }
-    /* No thread cache: every row goes to and from this arena only, so the
-     * arena can be destroyed with all its rows at once. */
+    /* No thread cache: every slab goes to and from this arena only, so the
+     * arena can be destroyed with all its slabs at once. */
     a->flags = (int)(MALLOCX_ARENA(a->index) | MALLOCX_TCACHE_NONE);
-    a->row_size = row_size;
     return a;
 }
 
-void *ss__row_arena_alloc(ss__row_arena *a) {
-    return mallocx(a->row_size, a->flags);
+void *ss__row_arena_alloc(ss__row_arena *a, size_t bytes) {
+    return mallocx(bytes, a->flags);
 }
 
-void ss__row_arena_free(ss__row_arena *a, void *row) {
-    dallocx(row, a->flags);
+void ss__row_arena_free(ss__row_arena *a, void *slab) {
+    dallocx(slab, a->flags);
 }
 
 bool ss__row_arena_frees_all(void) {
@@ -42,14 +40,10 @@ void ss__row_arena_destroy(ss__row_arena *a) {
         return;
     char name[64];
     snprintf(name, sizeof name, "arena.%u.destroy", a->index);
-    /* Should it fail, the rows leak inside the arena rather than being
+    /* Should it fail, the slabs leak inside the arena rather than being
      * freed one by one behind its back. */
     (void)mallctl(name, NULL, NULL, NULL, 0);
     free(a);
-}
-
-size_t ss__row_arena_row_bytes(const ss__row_arena *a) {
-    return nallocx(a->row_size, a->flags);
 }
 
 uint64_t ss__row_arena_allocated(const ss__row_arena *a) {

@@ -1,26 +1,24 @@
-/* Rows from the process's malloc (see row_arena.h for why). */
+/* Slabs of rows from the process's malloc (see row_arena_internal.h for why). */
 #include <stdlib.h>
 
 #include "embedding-store/row_arena_internal.h"
 
 struct ss__row_arena {
-    size_t row_size;
+    char unused; /* malloc keeps no state of ours */
 };
 
-ss__row_arena *ss__row_arena_create(size_t row_size) {
-    ss__row_arena *a = calloc(1, sizeof *a);
-    if (a)
-        a->row_size = row_size;
-    return a;
+ss__row_arena *ss__row_arena_create(void) {
+    return calloc(1, sizeof(ss__row_arena));
 }
 
-void *ss__row_arena_alloc(ss__row_arena *a) {
-    return malloc(a->row_size);
-}
-
-void ss__row_arena_free(ss__row_arena *a, void *row) {
+void *ss__row_arena_alloc(ss__row_arena *a, size_t bytes) {
     (void)a;
-    free(row);
+    return malloc(bytes);
+}
+
+void ss__row_arena_free(ss__row_arena *a, void *slab) {
+    (void)a;
+    free(slab);
 }
 
 bool ss__row_arena_frees_all(void) {
@@ -29,12 +27,6 @@ bool ss__row_arena_frees_all(void) {
 
 void ss__row_arena_destroy(ss__row_arena *a) {
     free(a);
-}
-
-size_t ss__row_arena_row_bytes(const ss__row_arena *a) {
-    /* glibc: 8 bytes of header, 16-byte granules, 32 at least */
-    size_t n = (a->row_size + 8 + 15) & ~(size_t)15;
-    return n < 32 ? 32 : n;
 }
 
 uint64_t ss__row_arena_allocated(const ss__row_arena *a) {

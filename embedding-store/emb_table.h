@@ -161,7 +161,7 @@ uint64_t ss__emb_table_resident(const ss__emb_table *t, uint64_t *bytes);
 
 typedef struct ss__emb_table_stats {
     uint64_t resident_rows, dirty_rows;
-    uint64_t row_bytes;   /* bytes of rows as allocated (size classes included) */
+    uint64_t row_bytes;   /* bytes of resident rows in their slabs (row stride included) */
     uint64_t arena_bytes; /* jemalloc's count for the table's arena (0 if unknown) */
     uint64_t index_bytes; /* hash slots */
     uint64_t loads, evictions;

@@ -1,4 +1,4 @@
-/* Where a table's rows are allocated (private to embedding-store/).
+/* Where a table's slabs of rows are allocated (private to embedding-store/).
  * Two implementations, chosen at link time:
  *  - arena_jemalloc.c: a jemalloc arena per table (the parameter server
  *    and the tools): accounted by jemalloc, destroyed with every row;
@@ -15,14 +15,13 @@
 
 typedef struct ss__row_arena ss__row_arena;
 
-ss__row_arena *ss__row_arena_create(size_t row_size);
-void *ss__row_arena_alloc(ss__row_arena *a);
-void ss__row_arena_free(ss__row_arena *a, void *row);
-/* true: destroy frees every row still allocated; false: free them first. */
+/* A table's rows come in slabs (table.c): one allocation holds many rows. */
+ss__row_arena *ss__row_arena_create(void);
+void *ss__row_arena_alloc(ss__row_arena *a, size_t bytes);
+void ss__row_arena_free(ss__row_arena *a, void *slab);
+/* true: destroy frees every slab still allocated; false: free them first. */
 bool ss__row_arena_frees_all(void);
 void ss__row_arena_destroy(ss__row_arena *a);
-/* Bytes one row takes as allocated (the allocator's size class). */
-size_t ss__row_arena_row_bytes(const ss__row_arena *a);
 /* The allocator's own count of the arena's bytes; 0 when unknown. */
 uint64_t ss__row_arena_allocated(const ss__row_arena *a);
 

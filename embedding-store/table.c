@@ -1,6 +1,10 @@
 /* The in-memory table: 64 stripes, each a linear-probing hash of
- * (id -> row pointer) under its own mutex, rows allocated from the
- * table's row arena (row_arena.h). See emb_table.h for the contract. */
+ * (id -> row) under its own mutex. A stripe's rows are packed in slabs of
+ * about 1 MiB from the table's row arena (row_arena_internal.h), a row
+ * being its floats only: its version and flags live in its hash slot.
+ * So a row of dim 64 takes 256 bytes and 4 cache lines, where one
+ * allocation per row took 320 (its 8-byte header, then jemalloc's size
+ * class) and 5 or 6 lines. See emb_table.h for the contract. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,17 +18,18 @@
 #define STRIPE_BITS 6
 #define MIN_SLOTS   16
 
-typedef struct row {
-    uint32_t version; /* bumped by every update */
-    uint8_t dirty;    /* updated since last written/synced */
-    uint8_t ref;      /* CLOCK reference bit */
-    uint16_t pad;
-    float v[]; /* dim floats, then the optimizer state */
-} row;
+#define SLAB_BYTES (1u << 20)
+
+/* slot.meta: the row's version in the high 30 bits (bumped by every
+ * update, compared for equality only, so it may wrap), then two flags. */
+#define META_REF     1u /* CLOCK reference bit */
+#define META_DIRTY   2u /* updated since last written/synced */
+#define META_VERSION 4u /* one version step */
 
 typedef struct slot {
     uint64_t id;
-    row *r; /* NULL = empty */
+    uint32_t row;  /* 1 + the row's index in its stripe's slabs; 0 = empty */
+    uint32_t meta; /* version and flags, above */
 } slot;
 
 typedef struct stripe {
@@ -33,13 +38,19 @@ typedef struct stripe {
     size_t cap, count, dirty;
     uint64_t *queue; /* ids of dirty rows not being written right now */
     size_t nqueue, queue_cap;
-    size_t hand; /* CLOCK position */
+    size_t hand;   /* CLOCK position */
+    float **slabs; /* each slab_rows rows of stride floats */
+    uint32_t nslabs, slabs_cap;
+    uint32_t used;      /* rows ever handed out of the slabs */
+    uint32_t free_head; /* a freed row (1-based; 0 = none); its first 4 bytes name the next */
 } __attribute__((aligned(64))) stripe;
 
 struct ss__emb_table {
     ss__emb_spec spec;
     uint32_t tid;
-    size_t row_floats, row_size, row_class;
+    size_t row_floats;   /* dim floats, then the optimizer state */
+    size_t stride;       /* floats from one row to the next in a slab (16-byte multiples) */
+    uint32_t slab_shift; /* a slab holds 1 << slab_shift rows */
     ss__row_arena *arena;
     ss__emb_loader loader;
     void *loader_ctx;
@@ -68,7 +79,7 @@ static slot *find_hashed(stripe *s, uint64_t id, uint64_t h) {
     if (s->count == 0)
         return NULL;
     for (size_t i = (size_t)(h >> STRIPE_BITS) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->slots[i].r)
+        if (!s->slots[i].row)
             return NULL;
         if (s->slots[i].id == id)
             return &s->slots[i];
@@ -85,13 +96,14 @@ static ss_status grow(stripe *s) {
     if (!ns)
         return SS_ERR_NO_MEMORY;
     size_t ocap = s->cap;
-    s->slots = ns;
-    s->cap = ncap;
+    /* Atomic stores: for_rows reads both without the lock to prefetch. */
+    __atomic_store_n(&s->slots, ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->cap, ncap, __ATOMIC_RELAXED);
     for (size_t i = 0; i < ocap; i++) {
-        if (!old[i].r)
+        if (!old[i].row)
             continue;
         size_t j = home_of(s, old[i].id);
-        while (ns[j].r)
+        while (ns[j].row)
             j = (j + 1) & (ncap - 1);
         ns[j] = old[i];
     }
@@ -103,11 +115,11 @@ static ss_status grow(stripe *s) {
 static void remove_at(stripe *s, size_t i) {
     const size_t mask = s->cap - 1;
     for (;;) {
-        s->slots[i].r = NULL;
+        s->slots[i].row = 0;
         size_t j = i;
         for (;;) {
             j = (j + 1) & mask;
-            if (!s->slots[j].r)
+            if (!s->slots[j].row)
                 goto done;
             size_t k = home_of(s, s->slots[j].id);
             bool stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
@@ -135,10 +147,49 @@ static ss_status queue_push(stripe *s, uint64_t id) {
     return SS_OK;
 }
 
+/* The floats of a used slot's row. */
+static float *row_of(const ss__emb_table *t, const stripe *s, const slot *sl) {
+    const uint32_t i = sl->row - 1;
+    return s->slabs[i >> t->slab_shift] + (size_t)(i & ((1u << t->slab_shift) - 1)) * t->stride;
+}
+
+/* A row for a new slot: a freed one, else the next of the last slab, else
+ * a new slab. Returns 1 + its index, 0 when out of memory. */
+static uint32_t row_alloc(ss__emb_table *t, stripe *s) {
+    if (s->free_head) {
+        const uint32_t r = s->free_head;
+        slot tmp = {.row = r};
+        memcpy(&s->free_head, row_of(t, s, &tmp), sizeof s->free_head);
+        return r;
+    }
+    if (s->used == UINT32_MAX)
+        return 0;
+    if ((s->used >> t->slab_shift) == s->nslabs) {
+        if (s->nslabs == s->slabs_cap) {
+            uint32_t ncap = s->slabs_cap ? 2 * s->slabs_cap : 4;
+            float **ns = realloc(s->slabs, ncap * sizeof *ns);
+            if (!ns)
+                return 0;
+            s->slabs = ns;
+            s->slabs_cap = ncap;
+        }
+        float *slab = ss__row_arena_alloc(t->arena, (t->stride * sizeof(float)) << t->slab_shift);
+        if (!slab)
+            return 0;
+        s->slabs[s->nslabs++] = slab;
+    }
+    return ++s->used;
+}
+
+static void row_free(ss__emb_table *t, stripe *s, const slot *sl) {
+    memcpy(row_of(t, s, sl), &s->free_head, sizeof s->free_head);
+    s->free_head = sl->row;
+}
+
 static void mark_dirty(stripe *s, slot *sl) {
-    sl->r->version++;
-    if (!sl->r->dirty) {
-        sl->r->dirty = 1;
+    sl->meta += META_VERSION;
+    if (!(sl->meta & META_DIRTY)) {
+        sl->meta |= META_DIRTY;
         s->dirty++;
         /* Out of memory for the queue: the row stays dirty (never evicted)
          * but is written only by ss__emb_table_settle's requeue; rare. */
@@ -157,14 +208,15 @@ ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, 
     t->spec = *spec;
     t->tid = ss__emb_table_id(spec->name);
     t->row_floats = ss__emb_row_floats(spec);
-    t->row_size = sizeof(row) + t->row_floats * sizeof(float);
+    t->stride = (t->row_floats + 3) & ~(size_t)3;
+    while (t->slab_shift < 16 && ((t->stride * sizeof(float)) << (t->slab_shift + 1)) <= SLAB_BYTES)
+        t->slab_shift++;
     t->loader = loader;
     t->loader_ctx = loader_ctx;
-    if (!(t->arena = ss__row_arena_create(t->row_size))) {
+    if (!(t->arena = ss__row_arena_create())) {
         free(t);
         return SS_ERR_NO_MEMORY;
     }
-    t->row_class = ss__row_arena_row_bytes(t->arena);
     for (int i = 0; i < STRIPES; i++)
         pthread_mutex_init(&t->s[i].lock, NULL);
     *out = t;
@@ -176,14 +228,14 @@ void ss__emb_table_destroy(ss__emb_table *t) {
         return;
     for (int i = 0; i < STRIPES; i++) {
         if (!ss__row_arena_frees_all())
-            for (size_t j = 0; j < t->s[i].cap; j++)
-                if (t->s[i].slots[j].r)
-                    ss__row_arena_free(t->arena, t->s[i].slots[j].r);
+            for (uint32_t j = 0; j < t->s[i].nslabs; j++)
+                ss__row_arena_free(t->arena, t->s[i].slabs[j]);
+        free(t->s[i].slabs);
         free(t->s[i].slots);
         free(t->s[i].queue);
         pthread_mutex_destroy(&t->s[i].lock);
     }
-    ss__row_arena_destroy(t->arena); /* with a jemalloc arena: every row at once */
+    ss__row_arena_destroy(t->arena); /* with a jemalloc arena: every slab at once */
     free(t);
 }
 
@@ -201,31 +253,28 @@ static ss_status insert_loaded(ss__emb_table *t, stripe *s, uint64_t id, const f
         if (st != SS_OK)
             return st;
     }
-    row *r = ss__row_arena_alloc(t->arena);
+    const uint32_t r = row_alloc(t, s);
     if (!r)
         return SS_ERR_NO_MEMORY;
-    memset(r, 0, sizeof *r);
-    r->ref = 1;
-    memcpy(r->v, full, t->row_floats * sizeof(float));
     size_t j = home_of(s, id);
-    while (s->slots[j].r)
+    while (s->slots[j].row)
         j = (j + 1) & (s->cap - 1);
-    s->slots[j].id = id;
-    s->slots[j].r = r;
+    s->slots[j] = (slot){.id = id, .row = r, .meta = META_REF};
+    memcpy(row_of(t, s, &s->slots[j]), full, t->row_floats * sizeof(float));
     s->count++;
     atomic_fetch_add(&t->resident, 1);
     *out = &s->slots[j];
     return SS_OK;
 }
 
-/* How many ids ahead for_rows prefetches a stripe's hash slot. */
-#define SLOT_PREFETCH 8
-
-static void prefetch_row(const ss__emb_table *t, const row *r) {
-    const char *p = (const char *)r;
-    for (size_t off = 0; off < t->row_size; off += 64)
-        __builtin_prefetch(p + off);
-    __builtin_prefetch(p + t->row_size - 1);
+/* Asks for the cache lines of bytes at p. Always inline and fed an
+ * address its caller computed: with a helper that computed the row's
+ * address itself, gcc 12 -O3 emitted no row prefetch at all (the call
+ * was gone from for_rows in objdump), and lookups ran at half speed. */
+static inline __attribute__((always_inline)) void prefetch_lines(const void *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch((const char *)p + off);
+    __builtin_prefetch((const char *)p + bytes - 1);
 }
 
 /* Runs op on every id's row; rows not resident are loaded (when load) and
@@ -235,6 +284,13 @@ static void prefetch_row(const ss__emb_table *t, const row *r) {
  * found first, with the slots a few ids ahead and every found row
  * prefetched, and op runs after: the cache misses of a stripe's rows
  * overlap instead of being paid one after the other. */
+/* Below this many ids, for_rows takes two passes (see there). Measured
+ * with shadowsync-bench-emb, 1M rows of dim 64: two passes win at 32-256
+ * ids (14 against 8.5M rows/s at 32), tie at 1,024 and lose at 2,048
+ * (20 against 28M), where one pass's prefetched rows no longer stay in
+ * cache until the op runs. */
+#define SMALL_BATCH (16 * STRIPES)
+
 static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
                           void *ctx) {
     if (n == 0)
@@ -255,26 +311,52 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool 
     memcpy(fill, start, sizeof fill);
     for (size_t i = 0; i < n; i++)
         order[fill[hs[i] & (STRIPES - 1)]++] = i;
+    /* Every id's home slot is asked for before any lock is taken, so the
+     * slot misses of all stripes overlap, small batches included. Without
+     * the lock the array may be one that grow() is replacing: a prefetch
+     * of it is harmless, and the pointer and size are read atomically. */
+    for (size_t i = 0; i < n; i++) {
+        stripe *s = &t->s[hs[i] & (STRIPES - 1)];
+        const slot *slots = __atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+        const size_t cap = __atomic_load_n(&s->cap, __ATOMIC_RELAXED);
+        if (cap)
+            __builtin_prefetch(&slots[(hs[i] >> STRIPE_BITS) & (cap - 1)]);
+    }
+    /* A small batch has a few ids per stripe, too few for the rows'
+     * misses of one stripe to overlap: a first pass over the stripes
+     * prefetches every row, and the pass below finds them in cache (it
+     * finds each slot again: the lock was let go in between). */
+    if (n < SMALL_BATCH)
+        for (int b = 0; b < STRIPES; b++) {
+            const size_t lo = start[b], hi = start[b + 1];
+            if (lo == hi)
+                continue;
+            stripe *s = &t->s[b];
+            pthread_mutex_lock(&s->lock);
+            for (size_t k = lo; k < hi; k++) {
+                const slot *sl = find_hashed(s, ids[order[k]], hs[order[k]]);
+                if (sl)
+                    prefetch_lines(row_of(t, s, sl), t->row_floats * sizeof(float));
+            }
+            pthread_mutex_unlock(&s->lock);
+        }
     for (int b = 0; b < STRIPES; b++) {
         const size_t lo = start[b], hi = start[b + 1];
         if (lo == hi)
             continue;
         stripe *s = &t->s[b];
         pthread_mutex_lock(&s->lock);
-        const size_t mask = s->cap ? s->cap - 1 : 0;
-        for (size_t k = lo; k < hi && s->cap && k < lo + SLOT_PREFETCH; k++)
-            __builtin_prefetch(&s->slots[(hs[order[k]] >> STRIPE_BITS) & mask]);
+        for (size_t k = lo; k < hi && s->cap; k++) /* again: from L2 by now, for big batches */
+            __builtin_prefetch(&s->slots[(hs[order[k]] >> STRIPE_BITS) & (s->cap - 1)]);
         for (size_t k = lo; k < hi; k++) {
             const size_t i = order[k];
-            if (s->cap && k + SLOT_PREFETCH < hi)
-                __builtin_prefetch(&s->slots[(hs[order[k + SLOT_PREFETCH]] >> STRIPE_BITS) & mask]);
             found[k] = find_hashed(s, ids[i], hs[i]);
             if (found[k])
-                prefetch_row(t, found[k]->r);
+                prefetch_lines(row_of(t, s, found[k]), t->row_floats * sizeof(float));
         }
         for (size_t k = lo; k < hi; k++) {
             if (found[k]) {
-                found[k]->r->ref = 1;
+                found[k]->meta |= META_REF;
                 op(t, s, found[k], order[k], ctx);
             } else if (load) {
                 missing[nm++] = order[k];
@@ -322,23 +404,21 @@ typedef struct io_ctx {
 } io_ctx;
 
 static void op_copy_data(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
-    (void)s;
     io_ctx *c = ctx;
-    memcpy(c->out + i * t->spec.dim, sl->r->v, t->spec.dim * sizeof(float));
+    memcpy(c->out + i * t->spec.dim, row_of(t, s, sl), t->spec.dim * sizeof(float));
     if (c->found)
         c->found[i] = true;
 }
 
 static void op_copy_full(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
-    (void)s;
     io_ctx *c = ctx;
-    memcpy(c->out + i * t->row_floats, sl->r->v, t->row_floats * sizeof(float));
+    memcpy(c->out + i * t->row_floats, row_of(t, s, sl), t->row_floats * sizeof(float));
     c->found[i] = true;
 }
 
 static void op_gradient(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
-    ss__emb_apply_gradient(&t->spec, sl->r->v, c->in + i * t->spec.dim);
+    ss__emb_apply_gradient(&t->spec, row_of(t, s, sl), c->in + i * t->spec.dim);
     mark_dirty(s, sl);
 }
 
@@ -346,8 +426,8 @@ static void op_elastic(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ct
     io_ctx *c = ctx;
     const size_t dim = t->spec.dim;
     if (!c->enc)
-        ss__emb_elastic(sl->r->v, c->in + i * dim, c->alpha, c->out + i * dim, dim);
-    else if (!ss__emb_elastic_encoded(sl->r->v, c->in + i * dim, c->alpha, c->enc,
+        ss__emb_elastic(row_of(t, s, sl), c->in + i * dim, c->alpha, c->out + i * dim, dim);
+    else if (!ss__emb_elastic_encoded(row_of(t, s, sl), c->in + i * dim, c->alpha, c->enc,
                                       c->enc_out + i * c->enc->row_bytes, dim))
         c->not_held++;
     mark_dirty(s, sl);
@@ -468,11 +548,11 @@ ss_status ss__emb_table_collect_dirty(ss__emb_table *t, ss__emb_dirty *d, size_t
         for (size_t q = 0; q < take; q++) {
             uint64_t id = s->queue[--s->nqueue];
             slot *sl = find(s, id);
-            if (!sl || !sl->r->dirty)
+            if (!sl || !(sl->meta & META_DIRTY))
                 continue;
             d->ids[d->n] = id;
-            d->versions[d->n] = sl->r->version;
-            memcpy(d->rows + d->n * t->row_floats, sl->r->v, t->row_floats * sizeof(float));
+            d->versions[d->n] = sl->meta / META_VERSION;
+            memcpy(d->rows + d->n * t->row_floats, row_of(t, s, sl), t->row_floats * sizeof(float));
             d->n++;
         }
         pthread_mutex_unlock(&s->lock);
@@ -487,13 +567,15 @@ void ss__emb_table_settle(ss__emb_table *t, const ss__emb_dirty *d, const float 
         pthread_mutex_lock(&s->lock);
         slot *sl = find(s, d->ids[i]);
         if (sl) {
-            if (deltas)
+            if (deltas) {
+                float *v = row_of(t, s, sl);
                 for (size_t j = 0; j < dim; j++)
-                    sl->r->v[j] -= deltas[i * dim + j];
-            if (sl->r->version == d->versions[i]) {
-                if (sl->r->dirty)
+                    v[j] -= deltas[i * dim + j];
+            }
+            if (sl->meta / META_VERSION == d->versions[i]) {
+                if (sl->meta & META_DIRTY)
                     s->dirty--;
-                sl->r->dirty = 0;
+                sl->meta &= ~META_DIRTY;
             } else {
                 (void)queue_push(s, d->ids[i]); /* updated meanwhile: next time */
             }
@@ -530,11 +612,11 @@ size_t ss__emb_table_evict(ss__emb_table *t, size_t max_rows) {
         for (size_t steps = 0; s->count > per_stripe && steps < 2 * s->cap;) {
             size_t i = s->hand & (s->cap - 1);
             slot *sl = &s->slots[i];
-            if (sl->r && !sl->r->dirty) {
-                if (sl->r->ref) {
-                    sl->r->ref = 0;
+            if (sl->row && !(sl->meta & META_DIRTY)) {
+                if (sl->meta & META_REF) {
+                    sl->meta &= ~META_REF;
                 } else {
-                    ss__row_arena_free(t->arena, sl->r);
+                    row_free(t, s, sl);
                     remove_at(s, i);
                     evicted++;
                     continue; /* slot i now holds the next entry of the chain */
@@ -552,8 +634,8 @@ size_t ss__emb_table_evict(ss__emb_table *t, size_t max_rows) {
 
 uint64_t ss__emb_table_resident(const ss__emb_table *t, uint64_t *bytes) {
     uint64_t rows = atomic_load(&t->resident);
-    if (bytes) /* rows as allocated + their hash slots at the 0.7 load bound */
-        *bytes = rows * (t->row_class + sizeof(slot) * 10 / 7);
+    if (bytes) /* rows in their slabs + their hash slots at the 0.7 load bound */
+        *bytes = rows * (t->stride * sizeof(float) + sizeof(slot) * 10 / 7);
     return rows;
 }
 
@@ -567,7 +649,7 @@ void ss__emb_table_get_stats(ss__emb_table *t, ss__emb_table_stats *out) {
         out->index_bytes += s->cap * sizeof(slot);
         pthread_mutex_unlock(&s->lock);
     }
-    out->row_bytes = out->resident_rows * t->row_class;
+    out->row_bytes = out->resident_rows * t->stride * sizeof(float);
     out->arena_bytes = ss__row_arena_allocated(t->arena);
     out->loads = atomic_load(&t->loads);
     out->evictions = atomic_load(&t->evictions);

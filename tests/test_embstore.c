@@ -232,6 +232,59 @@ START_TEST(test_table_load_update_dirty_evict) {
     g_loads = 0;
     ck_assert_int_eq(ss__emb_table_lookup(t, ids, N, rows), SS_OK);
     ck_assert_int_eq(g_loads, N); /* read back through the loader */
+    for (int i = 0; i < N; i++)   /* into the rows eviction freed: nothing of theirs left */
+        ck_assert_float_eq(rows[i * 4 + 0], (float)ids[i]);
+    ss__emb_table_stats again;
+
+    /* A batch of 3,000 (for_rows' one-pass path, above 1,024 ids), loaded
+     * into the freed rows and new slab space, then read back as hits. */
+    enum { M = 3000 };
+    static uint64_t big[M];
+    static float out[M * 4];
+    ck_assert_uint_eq(ss__emb_table_evict(t, 0), N);
+    for (int i = 0; i < M; i++)
+        big[i] = (uint64_t)i * 104729u + 5;
+    ck_assert_int_eq(ss__emb_table_lookup(t, big, M, out), SS_OK);
+    memset(out, 0, sizeof out);
+    g_loads = 0;
+    ck_assert_int_eq(ss__emb_table_lookup(t, big, M, out), SS_OK);
+    ck_assert_int_eq(g_loads, 0);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < 4; j++)
+            ck_assert_float_eq(out[i * 4 + j], (float)big[i]);
+    ss__emb_table_get_stats(t, &again);
+    ck_assert_uint_eq(again.resident_rows, M);
+    ck_assert_uint_eq(again.row_bytes, M * 4 * sizeof(float)); /* a row is its floats */
+    ss__emb_table_destroy(t);
+}
+END_TEST
+
+/* Rows live in slabs (1 MiB: 1,024 rows of dim 256 per stripe); an
+ * evicted row's space goes to the next row its stripe loads. 100 rounds of
+ * 1,000 new ids, each evicted after, load 100,000 rows (~1,600 a stripe):
+ * without reuse, every stripe would need a second slab. */
+START_TEST(test_table_reuses_evicted_rows) {
+    ss__emb_spec spec = spec_of("reuse", 256, SS_EMB_SGD, 0.5f, 0.0f);
+    ss__emb_table *t;
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, &spec, &t), SS_OK);
+    enum { N = 1000, ROUNDS = 100 };
+    static uint64_t ids[N];
+    static float rows[N * 256];
+    uint64_t first = 0;
+    for (int k = 0; k < ROUNDS; k++) {
+        for (int i = 0; i < N; i++)
+            ids[i] = (uint64_t)(k * N + i) * 7919u + 3;
+        ck_assert_int_eq(ss__emb_table_lookup(t, ids, N, rows), SS_OK);
+        for (int i = 0; i < N; i++)
+            ck_assert_float_eq(rows[i * 256 + 255], (float)ids[i]);
+        ss__emb_table_stats stats;
+        ss__emb_table_get_stats(t, &stats);
+        if (k == 0)
+            first = stats.arena_bytes;
+        ck_assert_uint_eq(stats.arena_bytes, first);
+        ck_assert_uint_eq(ss__emb_table_evict(t, 0), N);
+    }
+    ck_assert_uint_gt(first, 0);
     ss__emb_table_destroy(t);
 }
 END_TEST
@@ -550,9 +603,10 @@ START_TEST(test_row_limit) {
 END_TEST
 
 int main(void) {
-    return ss__check_tests(
-        "embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand, test_elastic_encoded_by_hand,
-        test_init_deterministic, test_shard_routing, test_table_load_update_dirty_evict,
-        test_rocksdb_round_trip, test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
-        test_bad_input_refused_counted_unchanged, test_row_limit);
+    return ss__check_tests("embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand,
+                           test_elastic_encoded_by_hand, test_init_deterministic,
+                           test_shard_routing, test_table_load_update_dirty_evict,
+                           test_table_reuses_evicted_rows, test_rocksdb_round_trip,
+                           test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
+                           test_bad_input_refused_counted_unchanged, test_row_limit);
 }
