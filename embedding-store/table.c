@@ -277,13 +277,6 @@ static inline __attribute__((always_inline)) void prefetch_lines(const void *p, 
     __builtin_prefetch((const char *)p + bytes - 1);
 }
 
-/* Runs op on every id's row; rows not resident are loaded (when load) and
- * inserted, then op runs on them under the same lock. The ids are visited
- * grouped by stripe (a counting sort), so each stripe's lock is taken once
- * per call rather than once per id. Within a stripe, every id's slot is
- * found first, with the slots a few ids ahead and every found row
- * prefetched, and op runs after: the cache misses of a stripe's rows
- * overlap instead of being paid one after the other. */
 /* Below this many ids, for_rows takes two passes (see there). Measured
  * with shadowsync-bench-emb, 1M rows of dim 64: two passes win at 32-256
  * ids (14 against 8.5M rows/s at 32), tie at 1,024 and lose at 2,048
@@ -291,6 +284,13 @@ static inline __attribute__((always_inline)) void prefetch_lines(const void *p, 
  * cache until the op runs. */
 #define SMALL_BATCH (16 * STRIPES)
 
+/* Runs op on every id's row; rows not resident are loaded (when load) and
+ * inserted, then op runs on them under the same lock. The ids are visited
+ * grouped by stripe (a counting sort), so each stripe's lock is taken once
+ * per call rather than once per id. Every id's slot is prefetched first;
+ * within a stripe, every slot is found and its row prefetched, and op
+ * runs after: the cache misses overlap instead of being paid one after
+ * the other. */
 static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
                           void *ctx) {
     if (n == 0)
