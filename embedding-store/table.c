@@ -277,6 +277,18 @@ static inline __attribute__((always_inline)) void prefetch_lines(const void *p, 
     __builtin_prefetch((const char *)p + bytes - 1);
 }
 
+/* Finds the slots of the ids order[lo..hi) of stripe s (locked) into
+ * found[lo..hi) and prefetches each found row. */
+static inline __attribute__((always_inline)) void
+find_prefetching(const ss__emb_table *t, stripe *s, const uint64_t *ids, const uint64_t *hs,
+                 const size_t *order, size_t lo, size_t hi, slot **found) {
+    for (size_t k = lo; k < hi; k++) {
+        found[k] = find_hashed(s, ids[order[k]], hs[order[k]]);
+        if (found[k])
+            prefetch_lines(row_of(t, s, found[k]), t->row_floats * sizeof(float));
+    }
+}
+
 /* Below this many ids, for_rows takes two passes (see there). Measured
  * with shadowsync-bench-emb, 1M rows of dim 64: two passes win at 32-256
  * ids (14 against 8.5M rows/s at 32), tie at 1,024 and lose at 2,048
@@ -333,11 +345,7 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool 
                 continue;
             stripe *s = &t->s[b];
             pthread_mutex_lock(&s->lock);
-            for (size_t k = lo; k < hi; k++) {
-                const slot *sl = find_hashed(s, ids[order[k]], hs[order[k]]);
-                if (sl)
-                    prefetch_lines(row_of(t, s, sl), t->row_floats * sizeof(float));
-            }
+            find_prefetching(t, s, ids, hs, order, lo, hi, found);
             pthread_mutex_unlock(&s->lock);
         }
     for (int b = 0; b < STRIPES; b++) {
@@ -348,12 +356,7 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool 
         pthread_mutex_lock(&s->lock);
         for (size_t k = lo; k < hi && s->cap; k++) /* again: from L2 by now, for big batches */
             __builtin_prefetch(&s->slots[(hs[order[k]] >> STRIPE_BITS) & (s->cap - 1)]);
-        for (size_t k = lo; k < hi; k++) {
-            const size_t i = order[k];
-            found[k] = find_hashed(s, ids[i], hs[i]);
-            if (found[k])
-                prefetch_lines(row_of(t, s, found[k]), t->row_floats * sizeof(float));
-        }
+        find_prefetching(t, s, ids, hs, order, lo, hi, found);
         for (size_t k = lo; k < hi; k++) {
             if (found[k]) {
                 found[k]->meta |= META_REF;
