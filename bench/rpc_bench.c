@@ -176,17 +176,22 @@ int main(int argc, char **argv) {
     size_t n = (size_t)floats;
     float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
     uint64_t m;
-    if (st != SS_OK || !s || !d || (st = ss__transport_join(t, "bench", n, &m)) != SS_OK) {
-        fprintf(stderr, "shadowsync-bench-rpc: %s\n", ss_strerror(st ? st : SS_ERR_NO_MEMORY));
+    /* A group per size and chunking: one PS serves every run of a script,
+     * and it refuses a chunk that overlaps another cut of the same group. */
+    char group[64];
+    snprintf(group, sizeof group, "bench-%zu-%lld", n, (long long)chunk);
+    if (st != SS_OK || !s || !d || (st = ss__transport_join(t, group, n, &m)) != SS_OK) {
+        fprintf(stderr, "shadowsync-bench-rpc: %s%s%s\n", ss_strerror(st ? st : SS_ERR_NO_MEMORY),
+                *ss__rpc_last_failure() ? ": " : "", ss__rpc_last_failure());
         return 1;
     }
     for (size_t i = 0; i < n; i++)
         s[i] = (float)(i % 977) * 1e-3f;
     for (int64_t r = 0; st == SS_OK && r < warmup; r++)
-        st = ss__transport_easgd_exchange(t, "bench", m, s, 0.5f, d, n);
+        st = ss__transport_easgd_exchange(t, group, m, s, 0.5f, d, n);
     uint64_t t0 = ss__now_ns();
     for (int64_t r = 0; st == SS_OK && r < reps; r++)
-        st = ss__transport_easgd_exchange(t, "bench", m, s, 0.5f, d, n);
+        st = ss__transport_easgd_exchange(t, group, m, s, 0.5f, d, n);
     double sec = (double)(ss__now_ns() - t0) * 1e-9;
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-bench-rpc: round failed: %s\n", ss_strerror(st));
@@ -196,7 +201,7 @@ int main(int argc, char **argv) {
     printf("rpc-bench: floats=%zu reps=%lld round_ms=%.3f goodput_gbit_s=%.3f window=%u\n", n,
            (long long)reps, 1e3 * sec / (double)reps, bytes * 8e-9 / sec,
            ss__grpc_transport_window(t));
-    ss__transport_leave(t, "bench", m);
+    ss__transport_leave(t, group, m);
     ss__transport_destroy(t);
     free(s);
     free(d);

@@ -190,8 +190,8 @@ static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         ss_status st = ss__transport_join(svc->backend, m->group, m->size, &out.member);
         if (st == SS_OK)
             ss__rpc_reply_pack(&out.base, reply);
-        else if (st == SS_ERR_TOO_LARGE && *ss__inproc_transport_refusal())
-            reject(svc, reply, st, ss__inproc_transport_refusal()); /* which limit */
+        else if (*ss__inproc_transport_refusal())
+            reject(svc, reply, st, ss__inproc_transport_refusal()); /* which limit, which clash */
         else
             fail(svc, reply, st);
     }

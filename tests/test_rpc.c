@@ -396,6 +396,31 @@ START_TEST(test_window_adapts_to_the_round_trip) {
 }
 END_TEST
 
+/* Clients that cut one group into chunks of another size (another
+ * version, another setting, another shard list) would sync to other
+ * groups on the same PS and never be averaged together: the PS refuses
+ * the overlapping chunk and says why. The same cut joins again fine. */
+START_TEST(test_other_chunking_is_refused_with_why) {
+    start_ps();
+    ss__transport *t[3];
+    const size_t chunks[3] = {100, 150, 100};
+    uint64_t m;
+    for (int k = 0; k < 3; k++) {
+        ss__grpc_transport_config cfg = {
+            .targets = ps_target, .timeout_ms = 5000, .chunk_floats = chunks[k]};
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
+    }
+    ck_assert_int_eq(ss__transport_join(t[0], "g", 300, &m), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t[1], "g", 300, &m), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(ss__rpc_last_failure(), "chunk g[0:150) overlaps chunk g["));
+    ck_assert_int_eq(ss__transport_join(t[2], "g", 300, &m), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t[1], "other", 300, &m), SS_OK); /* other groups: free */
+    for (int k = 0; k < 3; k++)
+        ss__transport_destroy(t[k]);
+    stop_ps();
+}
+END_TEST
+
 /* Compressed sync through the real PS: 3 engines in int8 MA rounds over a
  * group cut into 3 chunks. The first round resets the mirrors (float32);
  * a reply's quantization error goes out with the next round, so after a
@@ -474,5 +499,6 @@ int main(void) {
         test_still_member_joins_a_round_through_the_ps, test_bad_input_never_hurts_the_ps,
         test_server_on_a_taken_port_fails_cleanly, test_ps_down_times_out,
         test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
-        test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc);
+        test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
+        test_other_chunking_is_refused_with_why);
 }
