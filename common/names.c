@@ -1,5 +1,6 @@
 #include "common/names.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 bool ss__name_valid(const char *name) {
@@ -39,4 +40,15 @@ bool ss__ps_group_name_valid(const char *name) {
     const char *p = digits_then(name + base + 1, ':');
     p = p ? digits_then(p, ')') : NULL;
     return p && *p == '\0';
+}
+
+bool ss__ps_chunk_range(const char *name, size_t *base_len, uint64_t *lo, uint64_t *hi) {
+    const char *open = ss__ps_group_name_valid(name) ? strchr(name, '[') : NULL;
+    if (!open)
+        return false;
+    /* The rule checked the shape: digits, ':', digits, ')'. */
+    *base_len = (size_t)(open - name);
+    *lo = strtoull(open + 1, NULL, 10);
+    *hi = strtoull(strchr(open, ':') + 1, NULL, 10);
+    return true;
 }

@@ -6,6 +6,8 @@
 #define SS_COMMON_NAMES_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Buffer size that holds any valid name. */
 #define SS_NAME_MAX  64
@@ -18,5 +20,10 @@ bool ss__name_valid(const char *name);
  * the chunk range the client transport gives each chunk, "[lo:hi)". */
 #define SS_PS_GROUP_RULE SS_NAME_RULE ", optionally followed by a chunk range [lo:hi)"
 bool ss__ps_group_name_valid(const char *name);
+
+/* A valid PS group name with a chunk range: true, with the length of the
+ * name before '[' and the range's two numbers (not checked for lo < hi).
+ * false for any other name. */
+bool ss__ps_chunk_range(const char *name, size_t *base_len, uint64_t *lo, uint64_t *hi);
 
 #endif

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/finite.h"
+#include "common/names.h"
 #include "shadow/algorithms.h"
 #include "shadow/codec.h"
 #include "shadow/dense_checkpoint.h"
@@ -151,32 +152,18 @@ group *ss__inproc_group_new(const char *name, size_t n) {
     return g;
 }
 
-/* The range of a chunk's name, "<base>[lo:hi)" as the gRPC transport cuts
- * a group (rpc/grpc_transport.c); *base_len: the length of <base>. false:
- * not a chunk's name (a name of the one rule has no '['). */
-static bool chunk_range(const char *name, size_t *base_len, size_t *lo, size_t *hi) {
-    const char *open = strrchr(name, '[');
-    unsigned long long a, b;
-    int end = 0;
-    if (!open || sscanf(open, "[%llu:%llu)%n", &a, &b, &end) != 2 || open[end] != '\0' || a >= b)
-        return false;
-    *base_len = (size_t)(open - name);
-    *lo = (size_t)a;
-    *hi = (size_t)b;
-    return true;
-}
-
 /* A chunk that overlaps another chunk of the same group with a different
  * range: its clients cut the group into chunks of another size than the
  * clients (or the checkpoint) that made the other. Both would sync, to
  * different groups, and the replicas would no longer be averaged
  * together; refused instead. Caller holds ip->lock. */
 static const group *chunking_clash(const inproc *ip, const char *name) {
-    size_t len, lo, hi, glen, glo, ghi;
-    if (!chunk_range(name, &len, &lo, &hi))
+    size_t len, glen;
+    uint64_t lo, hi, glo, ghi;
+    if (!ss__ps_chunk_range(name, &len, &lo, &hi) || lo >= hi)
         return NULL;
     for (const group *g = ip->groups; g; g = g->next)
-        if (chunk_range(g->name, &glen, &glo, &ghi) && glen == len &&
+        if (ss__ps_chunk_range(g->name, &glen, &glo, &ghi) && glo < ghi && glen == len &&
             !strncmp(g->name, name, len) && glo < hi && lo < ghi)
             return g;
     return NULL;

@@ -36,6 +36,14 @@ START_TEST(test_ps_group_names) {
     ck_assert(!ss__ps_group_name_valid("m[0:1))"));
     ck_assert(!ss__ps_group_name_valid("m\"[0:1)"));
     ck_assert(!ss__ps_group_name_valid("a/b"));
+    size_t base;
+    uint64_t lo, hi;
+    ck_assert(ss__ps_chunk_range("mlp.w[262144:524288)", &base, &lo, &hi));
+    ck_assert_uint_eq(base, 5);
+    ck_assert_uint_eq(lo, 262144);
+    ck_assert_uint_eq(hi, 524288);
+    ck_assert(!ss__ps_chunk_range("mlp.w", &base, &lo, &hi));   /* no range */
+    ck_assert(!ss__ps_chunk_range("m[0:1))", &base, &lo, &hi)); /* not a group name */
     char long_name[80];
     memset(long_name, 'a', 70);
     long_name[70] = '\0';
