@@ -147,10 +147,15 @@ static ss_status queue_push(stripe *s, uint64_t id) {
     return SS_OK;
 }
 
+/* The floats of row r (1-based, as in slot.row) of stripe s. */
+static float *row_at(const ss__emb_table *t, const stripe *s, uint32_t r) {
+    const uint32_t i = r - 1;
+    return s->slabs[i >> t->slab_shift] + (size_t)(i & ((1u << t->slab_shift) - 1)) * t->stride;
+}
+
 /* The floats of a used slot's row. */
 static float *row_of(const ss__emb_table *t, const stripe *s, const slot *sl) {
-    const uint32_t i = sl->row - 1;
-    return s->slabs[i >> t->slab_shift] + (size_t)(i & ((1u << t->slab_shift) - 1)) * t->stride;
+    return row_at(t, s, sl->row);
 }
 
 /* A row for a new slot: a freed one, else the next of the last slab, else
@@ -158,8 +163,7 @@ static float *row_of(const ss__emb_table *t, const stripe *s, const slot *sl) {
 static uint32_t row_alloc(ss__emb_table *t, stripe *s) {
     if (s->free_head) {
         const uint32_t r = s->free_head;
-        slot tmp = {.row = r};
-        memcpy(&s->free_head, row_of(t, s, &tmp), sizeof s->free_head);
+        memcpy(&s->free_head, row_at(t, s, r), sizeof s->free_head);
         return r;
     }
     if (s->used == UINT32_MAX)
