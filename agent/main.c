@@ -40,8 +40,8 @@ typedef struct agent_options {
     const char *tls_ca, *tls_cert, *tls_key, *auth_file, *encoding;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>"; "" = none */
     int64_t threads, min_round_gap, round_interval_us, heartbeat_ms;
-    int64_t timeout_ms, round_wait_ms, max_sessions, host_deadline_ms, max_trainer_groups,
-        max_trainer_mb;
+    int64_t chunk_floats, timeout_ms, round_wait_ms, max_sessions, host_deadline_ms,
+        max_trainer_groups, max_trainer_mb;
     bool host_average;
     uid_t uids[MAX_ALLOW];
     size_t nuids;
@@ -128,6 +128,10 @@ static int parse_options(int argc, char **argv, agent_options *o) {
         {"encoding", SS_FLAG_STRING, &o->encoding,
          "compressed sync with the PS (error feedback through mirrors of the replicas)",
          "f32|fp16|bf16|int8", 0, 0},
+        {"chunk-floats", SS_FLAG_INT, &o->chunk_floats,
+         "floats per call (and PS group) of a dense shard; every member of a group, trainer or "
+         "agent, must use the same (0: the default, 131072 = 512 KiB; 262144 before 0.2)",
+         NULL, 0, 67108864},
         {"min-round-gap", SS_FLAG_INT, &o->min_round_gap,
          "a group's next round waits until its trainer ran this many steps", NULL, 0, 1e9},
         {"round-interval-us", SS_FLAG_INT, &o->round_interval_us,
@@ -202,6 +206,7 @@ static ss_status connect_ps(agent_main *m, const agent_options *o) {
     ss__grpc_transport_config tcfg = {.targets = o->ps,
                                       .timeout_ms = (uint32_t)o->timeout_ms,
                                       .round_wait_ms = (uint32_t)o->round_wait_ms,
+                                      .chunk_floats = (size_t)o->chunk_floats,
                                       .retries = 3,
                                       .tls = *o->tls_ca || *o->tls_cert ? &tls : NULL};
     ss__encoding_parse(o->encoding, &tcfg.encoding); /* the flag's choices are the names */

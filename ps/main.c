@@ -105,6 +105,8 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
         json_object_object_add(o, "members", json_object_new_uint64(g->members));
         json_object_object_add(o, "exchanges", json_object_new_uint64(g->exchanges));
         json_object_object_add(o, "closed_rounds", json_object_new_uint64(g->rounds));
+        /* members whose snapshot is in the open MA/BMUF round (0: none open) */
+        json_object_object_add(o, "round_contributors", json_object_new_uint64(g->contributors));
         json_object_object_add(o, "rounds", json_object_new_uint64(g->exchanges + g->rounds));
         json_object_object_add(
             o, "last_round_age_seconds",

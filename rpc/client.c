@@ -97,7 +97,7 @@ void ss__rpc_channel_destroy(ss__rpc_channel *ch) {
 }
 
 /* The server's text of the last call of this thread that it refused. */
-static _Thread_local char last_failure[160];
+static _Thread_local char last_failure[512];
 
 const char *ss__rpc_last_failure(void) {
     return last_failure;

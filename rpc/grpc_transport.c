@@ -160,11 +160,15 @@ typedef struct fanout {
      * replies wait at the PS for the round to close, so when they end says
      * when the slowest member came, not what the path holds). */
     bool adapts_window;
+    /* At least this many calls in flight per shard (an MA round's). */
+    uint32_t min_window;
 } fanout;
 
 static ss_status fanout_init(fanout *f, size_t n) {
     f->rq = calloc(n ? n : 1, sizeof *f->rq);
     f->n = f->rq ? n : 0;
+    f->adapts_window = false;
+    f->min_window = 0;
     return f->rq ? SS_OK : SS_ERR_NO_MEMORY;
 }
 
@@ -187,7 +191,12 @@ static void fanout_free(fanout *f) {
 uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns, size_t channels) {
     if (!rtt_ns || !(interval_ns > 0) || channels == 0)
         return cur;
-    double want = SS_GRPC_WINDOW + floor((double)rtt_ns / (interval_ns * (double)channels) + 0.5);
+    const double held = (double)rtt_ns / (interval_ns * (double)channels);
+    double want = SS_GRPC_WINDOW + floor(held + 0.5);
+    /* Every call in flight spent a whole round trip on the path: not yet
+     * full (a full path holds rtt / interval < cur - 1 of them) */
+    if (held >= (double)cur - 1.0 && want < 2.0 * cur)
+        want = 2.0 * cur;
     if (want > SS_GRPC_WINDOW_MAX)
         want = SS_GRPC_WINDOW_MAX;
     return (uint32_t)ceil(((double)cur + want) / 2);
@@ -219,6 +228,8 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
     ss__rpc_batch_stats bs;
     uint32_t window = atomic_load_explicit(&t->window, memory_order_relaxed);
+    if (!t->window_fixed && window < f->min_window)
+        window = f->min_window;
     ss_status st =
         ss__rpc_call_windowed_stats(f->rq, f->n, timeout_ms, WAIT_FOR_READY, window, &bs);
     for (uint32_t attempt = 0; idempotent && st == SS_ERR_IO && attempt < t->retries; attempt++) {
@@ -376,6 +387,7 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
             st = SS_ERR_NO_MEMORY;
     }
     f->adapts_window = strcmp(method, SS_DENSE_M_EASGD) == 0;
+    f->min_window = strcmp(method, SS_DENSE_M_ROUND) == 0 ? SS_GRPC_ROUND_WINDOW : 0;
     if (st == SS_OK)
         st = fanout_run(t, f, timeout_ms, idempotent);
     return st;

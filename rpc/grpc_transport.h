@@ -8,19 +8,26 @@
 #include "shadow/codec.h"
 #include "shadow/transport.h"
 
-/* Floats per chunk when the config gives none: 1 MiB of payload (gRPC
- * moves several 1 MiB messages in parallel ~2x faster than one 4 MiB
- * message on loopback; see BENCHMARKS.md). Every
- * member of a group must use the same value (it names the chunks). */
-#define SS_GRPC_CHUNK_FLOATS (1u << 18)
+/* Floats per chunk when the config gives none: 512 KiB of payload. gRPC
+ * moves several messages of 512 KiB-1 MiB in parallel ~2x faster than one
+ * of 4 MiB on loopback, and 512 KiB chunks two at a time beat 1 MiB chunks
+ * four at a time on loopback and on a 10 Gbit/s link (BENCHMARKS.md).
+ * Every member of a group must use the same value (it names the chunks;
+ * a PS refuses another cut). Before 0.2 it was 1u << 18. */
+#define SS_GRPC_CHUNK_FLOATS (1u << 17)
 #define SS_GRPC_MAX_SHARDS   64
-/* Chunk calls in flight per shard when the config gives none: enough that
- * the server answers one chunk while the next ones are on their way up
- * (both directions of the link busy at once), few enough that a chunk's
- * upload is not interleaved with every other chunk's (BENCHMARKS.md). */
-#define SS_GRPC_WINDOW 4
+/* S-EASGD chunk calls in flight per shard on a short path (the adapted
+ * window's floor): one chunk is answered while the next is on its way up,
+ * so both directions of the link are busy at once, and a chunk's upload is
+ * not interleaved with many others' (BENCHMARKS.md). */
+#define SS_GRPC_WINDOW 2
+/* MA/BMUF round calls in flight per shard, at least: a round's replies wait
+ * at the PS until every member's chunk is in, so a member should have its
+ * whole shard (up to this many chunks: 4 MiB) on the way before it waits,
+ * or it pays one wait for the slowest member per window. */
+#define SS_GRPC_ROUND_WINDOW 8
 /* The most an adapted window grows to (a 20 ms round trip at 10 Gbit/s
- * holds 24 chunks of 1 MiB). */
+ * holds 48 chunks of 512 KiB). */
 #define SS_GRPC_WINDOW_MAX 64
 
 typedef struct ss__grpc_transport_config {
@@ -32,7 +39,8 @@ typedef struct ss__grpc_transport_config {
     uint32_t round_wait_ms;
     size_t chunk_floats;    /* 0 = SS_GRPC_CHUNK_FLOATS */
     uint32_t window;        /* chunk calls in flight per shard; 0 = S-EASGD adapts it to the
-                               path's round trip, from SS_GRPC_WINDOW up */
+                               path's round trip, from SS_GRPC_WINDOW up, and MA/BMUF rounds
+                               take that or SS_GRPC_ROUND_WINDOW, the larger */
     uint32_t retries;       /* idempotent calls (ReadCentral, Heartbeat, Leave)
                                retried this often on UNAVAILABLE, with backoff */
     const ss__rpc_tls *tls; /* optional */
@@ -51,10 +59,12 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
  * last batch's chunk calls ended, over all its channels. SS_GRPC_WINDOW
  * stays the floor, since on a short path rtt / interval is about 0 and the
  * floor is what overlaps the two directions. A path not yet full ends
- * calls rtt / window apart, so the estimate grows batch by batch until
- * the interval is the link's own. The result moves halfway from cur
- * toward the estimate, so one odd batch does not swing it, and never
- * passes SS_GRPC_WINDOW_MAX. Returns cur when rtt or interval is 0. */
+ * calls rtt / window apart (rtt / interval is cur - 1 or more), which hides how
+ * much more it holds: then the estimate is at least twice cur (as TCP's
+ * slow start), so it grows geometrically until the interval is the link's
+ * own. The result moves halfway from cur toward the estimate, so one odd
+ * batch does not swing it, and never passes SS_GRPC_WINDOW_MAX. Returns
+ * cur when rtt or interval is 0. */
 uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns, size_t channels);
 
 /* t's window now (0 when t is not a gRPC transport). */

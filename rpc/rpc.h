@@ -28,7 +28,7 @@ typedef struct ss__rpc_server ss__rpc_server;
  * on success, reply bytes malloc'd by the handler (freed by the server). */
 typedef struct ss__rpc_reply {
     ss_status status;
-    char message[200];
+    char message[512];
     uint8_t *data;
     size_t len;
     /* Optional: the malloc'd block data points into (a reply built with

@@ -296,7 +296,7 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked, bool holds_block
         ops[n++].data.send_message.send_message = c->reply_bb;
     } else {
         free(owned);
-        char text[256];
+        char text[sizeof reply.message + 64];
         snprintf(text, sizeof text, "ss=%s: %s", ss_status_name(reply.status), reply.message);
         c->status_details = grpc_slice_from_copied_string(text);
     }

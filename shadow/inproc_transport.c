@@ -27,7 +27,7 @@
 
 const char *const ss__inproc_limit_names[SS_INPROC_LIMITS] = {"groups", "members", "total_floats"};
 
-static _Thread_local char t_refusal[256];
+static _Thread_local char t_refusal[640];
 
 const char *ss__inproc_transport_refusal(void) {
     return t_refusal;
@@ -178,7 +178,9 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
     if (clash) {
         snprintf(t_refusal, sizeof t_refusal,
                  "chunk %s overlaps chunk %s that this PS holds: the group is cut into chunks of "
-                 "another size by other clients or by the checkpoint it was restored from",
+                 "another size by other clients or by the checkpoint it was restored from (give "
+                 "every member the same chunk_floats / --chunk-floats; before 0.2 the default "
+                 "was 262144, now 131072)",
                  name, clash->name);
         pthread_mutex_unlock(&ip->lock);
         return SS_ERR_INVALID_ARGUMENT;

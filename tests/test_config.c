@@ -55,7 +55,12 @@ START_TEST(test_set_by_key_uses_the_command_line_names) {
     said("shadow_threads=0", "[1, 256]");
     ck_assert_int_eq(ss_trainer_config_set(c, "sync_every", "-3"), SS_ERR_INVALID_ARGUMENT);
     said("sync_every=\"-3\"", "not a whole number");
+    ck_assert_int_eq(ss_trainer_config_set(c, "chunk_floats", "67108865"), SS_ERR_INVALID_ARGUMENT);
+    said("chunk_floats=67108865", "[0, 67108864]");
     ck_assert_mem_eq(c, &before, sizeof before);
+    ck_assert_uint_eq(c->chunk_floats, 0); /* the library's default */
+    ck_assert_int_eq(ss_trainer_config_set(c, "chunk-floats", "262144"), SS_OK);
+    ck_assert_uint_eq(c->chunk_floats, 262144);
     ss_trainer_config_destroy(c);
 
     ss_table_config *tc;
@@ -82,7 +87,9 @@ START_TEST(test_environment_names_the_variable) {
     setenv("SHADOWSYNC_TRAINER_NAME", "envy", 1);
     setenv("SHADOWSYNC_RPC_TIMEOUT_MS", "1234", 1);
     setenv("SHADOWSYNC_ROUND_INTERVAL_US", "50", 1);
+    setenv("SHADOWSYNC_CHUNK_FLOATS", "65536", 1);
     ck_assert_int_eq(ss_trainer_config_from_env(&c), SS_OK);
+    ck_assert_uint_eq(c.chunk_floats, 65536);
     ck_assert_int_eq(c.mode, SS_SYNC_FOREGROUND);
     ck_assert_str_eq(c.name, "envy");
     ck_assert_uint_eq(c.timeout_ms, 1234);
@@ -119,10 +126,16 @@ START_TEST(test_environment_names_the_variable) {
     setenv("SHADOWSYNC_EMB_CACHE_ROWS", "many", 1);
     ck_assert_int_eq(ss_table_config_from_env(&tc), SS_ERR_INVALID_ARGUMENT);
     said("SHADOWSYNC_EMB_CACHE_ROWS=\"many\"", NULL);
-    const char *vars[] = {
-        "SHADOWSYNC_PS",   "SHADOWSYNC_RPC_TIMEOUT_MS", "SHADOWSYNC_ROUND_INTERVAL_US",
-        "SHADOWSYNC_MODE", "SHADOWSYNC_TRAINER",        "SHADOWSYNC_TIMEOUT_MS",
-        "SHADOWSYNC_EMB",  "SHADOWSYNC_EMB_LR",         "SHADOWSYNC_EMB_CACHE_ROWS"};
+    const char *vars[] = {"SHADOWSYNC_PS",
+                          "SHADOWSYNC_RPC_TIMEOUT_MS",
+                          "SHADOWSYNC_ROUND_INTERVAL_US",
+                          "SHADOWSYNC_CHUNK_FLOATS",
+                          "SHADOWSYNC_MODE",
+                          "SHADOWSYNC_TRAINER",
+                          "SHADOWSYNC_TIMEOUT_MS",
+                          "SHADOWSYNC_EMB",
+                          "SHADOWSYNC_EMB_LR",
+                          "SHADOWSYNC_EMB_CACHE_ROWS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
 }
@@ -164,8 +177,15 @@ START_TEST(test_open_says_which_setting_is_wrong) {
     c.agent = "/tmp/agent.sock";
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
     said("encoding=int8", "--encoding int8");
-    c.agent = NULL;
     c.encoding = NULL;
+    c.chunk_floats = 65536; /* the agent cuts the chunks */
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("chunk_floats=65536", "--chunk-floats");
+    c.agent = NULL;
+    c.chunk_floats = 1u << 27;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("chunk_floats=134217728", "at most 67108864");
+    c.chunk_floats = 0;
     /* Decentralized averaging: instead of a PS, S-MA only, a rank in the
      * list. */
     c.peers = "127.0.0.1:1,127.0.0.1:2";
@@ -327,16 +347,50 @@ START_TEST(test_ps_refusal_is_said) {
 }
 END_TEST
 
+/* chunk_floats reaches the PS: trainer A cuts group w (300 floats) into
+ * chunks of 100, trainer B, with the default, into one chunk; the PS
+ * refuses B's and B is told which setting to line up. With A's setting,
+ * B joins. */
+START_TEST(test_chunk_floats_must_match) {
+    char ps[64], log[300];
+    snprintf(log, sizeof log, "%s/ps-chunks.log", tmpdir);
+    char *extra[] = {"--http", "", NULL};
+    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.ps = ps;
+    c.mode = SS_SYNC_FOREGROUND;
+    c.timeout_ms = 3000;
+    c.chunk_floats = 100;
+    ss_trainer *a, *b;
+    ss_dense *ga, *gb;
+    ck_assert_int_eq(ss_trainer_open(&c, &a), SS_OK);
+    ck_assert_int_eq(ss_trainer_add_dense(a, "w", 300, NULL, &ga), SS_OK);
+    c.chunk_floats = 0;
+    ck_assert_int_eq(ss_trainer_open(&c, &b), SS_OK);
+    ck_assert_int_eq(ss_trainer_add_dense(b, "w", 300, NULL, &gb), SS_ERR_INVALID_ARGUMENT);
+    said("chunk w[0:300) overlaps chunk w[", "chunk_floats");
+    ck_assert_int_eq(ss_trainer_close(b), SS_OK);
+    c.chunk_floats = 100;
+    ck_assert_int_eq(ss_trainer_open(&c, &b), SS_OK);
+    ck_assert_int_eq(ss_trainer_add_dense(b, "w", 300, NULL, &gb), SS_OK);
+    ck_assert_int_eq(ss_trainer_close(b), SS_OK);
+    ck_assert_int_eq(ss_trainer_close(a), SS_OK);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    int rc =
-        ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
-                        test_environment_names_the_variable, test_open_says_which_setting_is_wrong,
-                        test_trainer_metrics_text, test_ps_refusal_is_said);
+    int rc = ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
+                             test_environment_names_the_variable,
+                             test_open_says_which_setting_is_wrong, test_trainer_metrics_text,
+                             test_ps_refusal_is_said, test_chunk_floats_must_match);
     proc_remove_tree(tmpdir);
     return rc;
 }

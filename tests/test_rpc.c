@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "http_client.h"
 #include "procs.h"
 #include "ps/dense_service.h"
 #include "rpc/grpc_transport.h"
@@ -366,33 +367,39 @@ START_TEST(test_batch_stats_and_round_trip) {
 END_TEST
 
 /* The adapted window by hand (ss__grpc_window_next), then on a model of a
- * long path: 20 ms round trip, a chunk every 0.84 ms once full (1 MiB at
- * 10 Gbit/s), so a window W ends calls max(0.84, 20.84 / W) ms apart. */
+ * long path: 20 ms round trip, a chunk every 0.42 ms once full (512 KiB at
+ * 10 Gbit/s), so a window W ends calls max(0.42, 20.42 / W) ms apart. */
 START_TEST(test_window_adapts_to_the_round_trip) {
     const uint64_t ms = 1000000;
+    ck_assert_uint_eq(SS_GRPC_WINDOW, 2); /* the figures below are for this floor */
     /* short path: rtt / interval = 0.1 rounds to 0, the floor stays */
-    ck_assert_uint_eq(ss__grpc_window_next(4, ms / 10, 1e6, 1), 4);
-    /* 20 / 5 = 4 more: want 8, halfway from 4 is 6 */
-    ck_assert_uint_eq(ss__grpc_window_next(4, 20 * ms, 5e6, 1), 6);
-    /* two channels share the interval: 20 / (2.5 x 2) = 4 more, again 6 */
-    ck_assert_uint_eq(ss__grpc_window_next(4, 20 * ms, 2.5e6, 2), 6);
-    /* full: 20 / 0.84 = 23.8 -> 24 more, want 28; from 6: 17 */
-    ck_assert_uint_eq(ss__grpc_window_next(6, 20 * ms, 0.84e6, 1), 17);
+    ck_assert_uint_eq(ss__grpc_window_next(2, ms / 10, 1e6, 1), 2);
+    /* 20 / 5 = 4 more: want 6; halfway from 2 is 4 */
+    ck_assert_uint_eq(ss__grpc_window_next(2, 20 * ms, 5e6, 1), 4);
+    /* two channels share the interval: 20 / (2.5 x 2) = 4 more, again 4 */
+    ck_assert_uint_eq(ss__grpc_window_next(2, 20 * ms, 2.5e6, 2), 4);
+    /* full: 20 / 0.42 = 47.6 -> 48 more, want 50; from 6: 28 */
+    ck_assert_uint_eq(ss__grpc_window_next(6, 20 * ms, 0.42e6, 1), 28);
+    /* not yet full (8 in flight, calls 20 / 8 ms apart: rtt / interval =
+     * 8): the path may hold far more, want twice 8; halfway is 12 */
+    ck_assert_uint_eq(ss__grpc_window_next(8, 20 * ms, 2.5e6, 1), 12);
     /* a very long path stops at the cap */
     ck_assert_uint_eq(ss__grpc_window_next(SS_GRPC_WINDOW_MAX, 1000 * ms, 1e6, 1),
                       SS_GRPC_WINDOW_MAX);
-    /* back on a short path it comes down by halves: 28 -> 16 -> 10 */
-    ck_assert_uint_eq(ss__grpc_window_next(28, ms / 10, 1e6, 1), 16);
-    ck_assert_uint_eq(ss__grpc_window_next(16, ms / 10, 1e6, 1), 10);
+    /* back on a short path it comes down by halves: 52 -> 27 -> 15 */
+    ck_assert_uint_eq(ss__grpc_window_next(52, ms / 10, 0.42e6, 1), 27);
+    ck_assert_uint_eq(ss__grpc_window_next(27, ms / 10, 0.42e6, 1), 15);
     /* nothing measured: unchanged */
     ck_assert_uint_eq(ss__grpc_window_next(9, 0, 1e6, 1), 9);
     ck_assert_uint_eq(ss__grpc_window_next(9, ms, 0, 1), 9);
+    /* On the model: 3, 5, 8, 12, 18, 27, 41, 53, then it settles at 51
+     * (the floor over the 48.6 chunks the path holds). */
     uint32_t w = SS_GRPC_WINDOW;
     for (int batch = 0; batch < 12; batch++) {
-        double interval = fmax(0.84e6, 20.84e6 / w);
+        double interval = fmax(0.42e6, 20.42e6 / w);
         w = ss__grpc_window_next(w, 20 * ms, interval, 1);
     }
-    ck_assert_msg(w >= 26 && w <= 29, "after 12 batches the window is %u, not about 28", w);
+    ck_assert_msg(w >= 49 && w <= 53, "after 12 batches the window is %u, not about 51", w);
 }
 END_TEST
 
@@ -418,6 +425,82 @@ START_TEST(test_other_chunking_is_refused_with_why) {
     for (int k = 0; k < 3; k++)
         ss__transport_destroy(t[k]);
     stop_ps();
+}
+END_TEST
+
+typedef struct mean_arg {
+    ss__transport *t;
+    uint64_t member;
+    float s[800], avg[800];
+    ss_status st;
+} mean_arg;
+
+static void *mean_thread(void *p) {
+    mean_arg *a = p;
+    ss__round_result res;
+    a->st = ss__transport_allreduce_mean(a->t, "w", a->member, a->s, a->avg, 800, &res);
+    return NULL;
+}
+
+/* Chunks of group "w" in the PS's /status whose open round holds one
+ * snapshot. */
+static int chunks_with_one_snapshot(const char *http) {
+    char *text = NULL;
+    int n = 0;
+    if (http_request(http, "/status", NULL, NULL, 0, &text) == 200)
+        for (const char *p = text; (p = strstr(p, "\"round_contributors\": 1,")); p++)
+            n++;
+    free(text);
+    return n;
+}
+
+/* An MA round's chunk replies wait at the PS for every member, so a
+ * member sends its whole shard (up to SS_GRPC_ROUND_WINDOW chunks) before
+ * it waits, whatever the S-EASGD window is: with member B absent, all 8
+ * of A's chunks reach the PS (not only the first S-EASGD window's 2).
+ * The round then closes with B's snapshot, the mean of both. */
+START_TEST(test_round_sends_its_whole_shard_before_waiting) {
+    char log[64], target[64], http[100], addr[64];
+    snprintf(log, sizeof log, "/tmp/ss-test-rpc-w-%d.log", (int)getpid());
+    char *args[] = {"--max-group-floats",
+                    "1000",
+                    "--round-deadline-ms",
+                    "30000",
+                    "--member-timeout-ms",
+                    "60000",
+                    "--http",
+                    "127.0.0.1:0",
+                    NULL};
+    pid_t pid = proc_start_ps(log, target, sizeof target, "127.0.0.1:0", args);
+    proc_address_after(log, "http on", addr, sizeof addr);
+    snprintf(http, sizeof http, "http://%s", addr);
+    static mean_arg a[2];
+    for (int k = 0; k < 2; k++) {
+        ss__grpc_transport_config cfg = {
+            .targets = target, .timeout_ms = 5000, .round_wait_ms = 30000, .chunk_floats = 100};
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &a[k].t), SS_OK);
+        ck_assert_uint_le(ss__grpc_transport_window(a[k].t), 2); /* S-EASGD's floor */
+        ck_assert_int_eq(ss__transport_join(a[k].t, "w", 800, &a[k].member), SS_OK);
+        for (int i = 0; i < 800; i++)
+            a[k].s[i] = (float)(k * 2 + i % 5); /* mean: 1 + i % 5 */
+    }
+    pthread_t th[2];
+    ck_assert_int_eq(pthread_create(&th[0], NULL, mean_thread, &a[0]), 0);
+    int seen = 0;
+    for (int i = 0; i < 1000 && (seen = chunks_with_one_snapshot(http)) < 8; i++)
+        usleep(10000);
+    ck_assert_msg(seen == 8, "%d of 8 chunks reached the PS before the round closed", seen);
+    ck_assert_int_eq(pthread_create(&th[1], NULL, mean_thread, &a[1]), 0);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(th[k], NULL);
+        ck_assert_int_eq(a[k].st, SS_OK);
+        for (int i = 0; i < 800; i++)
+            ck_assert_float_eq(a[k].avg[i], (float)(1 + i % 5));
+        ss__transport_destroy(a[k].t);
+    }
+    kill(pid, SIGTERM);
+    proc_wait(pid, 10);
+    unlink(log);
 }
 END_TEST
 
@@ -500,5 +583,5 @@ int main(void) {
         test_server_on_a_taken_port_fails_cleanly, test_ps_down_times_out,
         test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
         test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
-        test_other_chunking_is_refused_with_why);
+        test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting);
 }

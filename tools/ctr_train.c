@@ -209,7 +209,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     double emb_alpha = 0.5;
     bool emb_prefetch = true;
     int64_t emb_warm_batches = cfg.emb_warm_batches;
-    int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000;
+    int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000, chunk_floats = 0;
     ss__flag flags[] = {
         {"peers", SS_FLAG_STRING, &peers,
          "process mode, decentralized: this process is trainer --rank of these (every trainer's "
@@ -265,6 +265,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "compressed sync: how rounds' floats travel (error feedback through mirrors of the "
          "replicas)",
          "f32|fp16|bf16|int8", 0, 0},
+        {"chunk-floats", SS_FLAG_INT, &chunk_floats,
+         "with --ps: floats per call (and PS group) of a dense shard, the same on every member "
+         "(0: the library's default)",
+         NULL, 0, 67108864},
         {"error-feedback", SS_FLAG_BOOL, &error_feedback,
          "with --encoding, in-process trainers: false sends each quantized snapshot as it is, "
          "dropping what the quantization lost (an ablation, to measure what error feedback "
@@ -494,6 +498,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     pcfg.sync_every = (uint32_t)sync_every;
     pcfg.min_round_gap = (uint64_t)min_gap;
     pcfg.encoding = encoding;
+    pcfg.chunk_floats = (uint32_t)chunk_floats;
     pcfg.round_interval_us = (uint64_t)interval_us;
     pcfg.final_rounds = (uint32_t)final_rounds;
     pcfg.final_sync_ms = (uint32_t)final_sync_ms;

@@ -82,7 +82,8 @@ int main(int argc, char **argv) {
     ss_sim_config_init(&base);
     const char *trainers = "1", *modes = "easgd", *calibration = "", *tsv = "";
     int64_t per_host = base.per_host, ps = base.ps, batch = base.batch, sync_every = 10,
-            min_gap = base.min_round_gap, ps_threads = base.ps_threads, window = base.window;
+            min_gap = base.min_round_gap, ps_threads = base.ps_threads, window = base.window,
+            round_window = base.round_window;
     double dense = base.dense_floats, step_us = 1e4, link_gbit = 10, latency_us = 50,
            ps_link_gbit = 0, wire_ratio = 1, shared_cores = 0, host_cores = base.host_cores,
            ps_cores = base.ps_cores, seconds = base.seconds, step_cpu_us = -1, client_ns = -1,
@@ -121,6 +122,8 @@ int main(int argc, char **argv) {
         {"chunk-floats", SS_FLAG_DOUBLE, &chunk, "floats per chunk (one RPC each)", NULL, 1, 1e10},
         {"window", SS_FLAG_INT, &window, "chunk RPCs in flight per shard (0: all at once)", NULL, 0,
          1e9},
+        {"round-window", SS_FLAG_INT, &round_window,
+         "MA/BMUF rounds: at least this many chunk RPCs in flight per shard", NULL, 0, 1e9},
         {"ps-threads", SS_FLAG_INT, &ps_threads, "request threads of a PS (its --threads)", NULL, 1,
          1024},
         {"seconds", SS_FLAG_DOUBLE, &seconds, "simulated training time", NULL, 0.001, 1e6},
@@ -203,6 +206,7 @@ int main(int argc, char **argv) {
         cfg.ps_threads = (uint32_t)ps_threads;
         cfg.chunk_floats = chunk;
         cfg.window = (uint32_t)window;
+        cfg.round_window = (uint32_t)round_window;
         cfg.start_spread_s = spread_ms * 1e-3;
         cfg.seconds = seconds;
         snprintf(trainers_copy, sizeof trainers_copy, "%s", trainers);

@@ -106,6 +106,16 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
         return BAD("encoding=%s: with an agent, the agent talks to the PS and its --encoding "
                    "decides (unset encoding here, or start the agent with --encoding %s)",
                    c->encoding, c->encoding);
+    if (c->chunk_floats > (64u << 20))
+        return BAD("chunk_floats=%u: at most 67108864 (256 MiB per call); 0 for the default",
+                   c->chunk_floats);
+    if (c->chunk_floats && (agent || peers))
+        return BAD("chunk_floats=%u: only a trainer that calls the PS itself cuts chunks, and "
+                   "%s (unset chunk_floats%s)",
+                   c->chunk_floats,
+                   agent ? "this one syncs through an agent, whose --chunk-floats decides"
+                         : "this one averages with peers",
+                   agent ? "; start the agent with --chunk-floats" : "");
     if (c->timeout_ms == 0)
         return BAD("rpc_timeout_ms=0: every RPC needs a deadline (> 0)");
     if (c->mode == SS_SYNC_BACKGROUND && c->shadow_threads == 0)
@@ -258,6 +268,7 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
         ss__grpc_transport_config tcfg = {.targets = t->ps,
                                           .timeout_ms = cfg->timeout_ms,
                                           .round_wait_ms = cfg->round_wait_ms,
+                                          .chunk_floats = cfg->chunk_floats,
                                           .retries = 3,
                                           .tls = &tls};
         if (cfg->encoding)

@@ -106,6 +106,13 @@ typedef struct ss_trainer_config {
      * "local GBIT" lines (docs/configuration.md); unset: every link alike.
      * (Added in 0.2.) */
     const char *topology;
+    /* chunk_floats: the PS path cuts each group's shard into chunks of at
+     * most this many floats, one call (and one PS group, named by its
+     * range) each. Every member of a group must use the same value: a PS
+     * refuses a chunk cut otherwise, naming both cuts. 0: the library's
+     * default, 131072 (512 KiB; 262144 before 0.2). With an agent, the
+     * agent's --chunk-floats decides. (Added in 0.2.) */
+    uint32_t chunk_floats;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {

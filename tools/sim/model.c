@@ -244,7 +244,11 @@ static void start_round(trainer *t) {
     t->in_round = 1;
     t->round_start = ss_sim_now(m->sim);
     t->pending = m->ngroups;
-    const uint32_t w = m->cfg->window && m->cfg->window < m->chunks ? m->cfg->window : m->chunks;
+    uint32_t w = m->cfg->window;
+    if (w && is_ma(m->cfg) && w < m->cfg->round_window)
+        w = m->cfg->round_window;
+    if (!w || w > m->chunks)
+        w = m->chunks;
     for (uint32_t s = 0; s < m->cfg->ps; s++) {
         t->next_k[s] = w;
         for (uint32_t k = 0; k < w; k++)
@@ -346,8 +350,9 @@ void ss_sim_config_init(ss_sim_config *cfg) {
     cfg->host_cores = 16;
     cfg->ps_cores = 16;
     cfg->ps_threads = 2;
-    cfg->chunk_floats = 262144;
-    cfg->window = 4; /* SS_GRPC_WINDOW */
+    cfg->chunk_floats = 131072; /* SS_GRPC_CHUNK_FLOATS */
+    cfg->window = 2;            /* SS_GRPC_WINDOW */
+    cfg->round_window = 8;      /* SS_GRPC_ROUND_WINDOW */
     cfg->start_spread_s = 0.1;
     cfg->seconds = 10;
 }

@@ -71,6 +71,7 @@ typedef struct ss_sim_config {
     uint32_t ps_threads;   /* a PS's request threads (shadowsync-ps --threads) */
     double chunk_floats;   /* the transport's chunk: one RPC (and one PS group) each */
     uint32_t window;       /* chunk RPCs in flight per shard (0: all at once) */
+    uint32_t round_window; /* MA/BMUF rounds: at least this many (SS_GRPC_ROUND_WINDOW) */
     double start_spread_s; /* trainers start spread over this long */
     double seconds;        /* simulated training time */
 } ss_sim_config;
