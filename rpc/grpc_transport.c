@@ -192,14 +192,13 @@ uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns,
     if (!rtt_ns || !(interval_ns > 0) || channels == 0)
         return cur;
     const double held = (double)rtt_ns / (interval_ns * (double)channels);
-    double want = SS_GRPC_WINDOW + floor(held + 0.5);
-    /* Every call in flight spent a whole round trip on the path: not yet
-     * full (a full path holds rtt / interval < cur - 1 of them) */
-    if (held >= (double)cur - 1.0 && want < 2.0 * cur)
-        want = 2.0 * cur;
+    /* A short path holds under half a chunk: the floor. A longer one gets
+     * what it holds and a margin for the chunks being sent and answered. */
+    double want = held < 0.5 ? SS_GRPC_WINDOW : SS_GRPC_WINDOW_MARGIN + floor(held + 0.5);
     if (want > SS_GRPC_WINDOW_MAX)
         want = SS_GRPC_WINDOW_MAX;
-    return (uint32_t)ceil(((double)cur + want) / 2);
+    const double half = ((double)cur + want) / 2; /* rounded toward want, so it gets there */
+    return (uint32_t)(want >= cur ? ceil(half) : floor(half));
 }
 
 /* After a batch of chunk calls: the window for the next (see
@@ -228,7 +227,7 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
     ss__rpc_batch_stats bs;
     uint32_t window = atomic_load_explicit(&t->window, memory_order_relaxed);
-    if (!t->window_fixed && window < f->min_window)
+    if (window < f->min_window)
         window = f->min_window;
     ss_status st =
         ss__rpc_call_windowed_stats(f->rq, f->n, timeout_ms, WAIT_FOR_READY, window, &bs);
@@ -691,7 +690,10 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->round_wait_ms = cfg->round_wait_ms;
     t->retries = cfg->retries;
     t->chunk = cfg->chunk_floats ? cfg->chunk_floats : SS_GRPC_CHUNK_FLOATS;
-    t->window = cfg->window ? cfg->window : SS_GRPC_WINDOW;
+    /* Adapted: starts where a round's window is (4 MiB in flight), since a
+     * long path fills geometrically from there and a short one comes down
+     * to the floor by halves in a few batches. */
+    t->window = cfg->window ? cfg->window : SS_GRPC_ROUND_WINDOW;
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
     if (!ss__encoding_name(t->encoding)) {

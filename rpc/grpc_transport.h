@@ -26,9 +26,13 @@
  * whole shard (up to this many chunks: 4 MiB) on the way before it waits,
  * or it pays one wait for the slowest member per window. */
 #define SS_GRPC_ROUND_WINDOW 8
-/* The most an adapted window grows to (a 20 ms round trip at 10 Gbit/s
- * holds 48 chunks of 512 KiB). */
-#define SS_GRPC_WINDOW_MAX 64
+/* On a path that holds half a chunk or more, the adapted window is what
+ * the path holds plus this many: 4 MiB of chunks, what 4 chunks of 1 MiB
+ * were before 0.2, for the chunks being sent and answered at the ends. */
+#define SS_GRPC_WINDOW_MARGIN 8
+/* The most an adapted window grows to: 64 MiB of chunks (a 40 ms round
+ * trip at 10 Gbit/s holds 95 chunks of 512 KiB). */
+#define SS_GRPC_WINDOW_MAX 128
 
 typedef struct ss__grpc_transport_config {
     /* "host:port[,host:port...]": the S shadowsync-ps shards, in the same
@@ -38,9 +42,10 @@ typedef struct ss__grpc_transport_config {
     uint32_t timeout_ms; /* per call; RoundMean adds round_wait_ms */
     uint32_t round_wait_ms;
     size_t chunk_floats;    /* 0 = SS_GRPC_CHUNK_FLOATS */
-    uint32_t window;        /* chunk calls in flight per shard; 0 = S-EASGD adapts it to the
-                               path's round trip, from SS_GRPC_WINDOW up, and MA/BMUF rounds
-                               take that or SS_GRPC_ROUND_WINDOW, the larger */
+    uint32_t window;        /* S-EASGD chunk calls in flight per shard; 0 = adapted to the
+                               path's round trip (from SS_GRPC_ROUND_WINDOW, SS_GRPC_WINDOW at
+                               least). MA/BMUF rounds take it or SS_GRPC_ROUND_WINDOW, the
+                               larger. */
     uint32_t retries;       /* idempotent calls (ReadCentral, Heartbeat, Leave)
                                retried this often on UNAVAILABLE, with backoff */
     const ss__rpc_tls *tls; /* optional */
@@ -54,17 +59,16 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
 
 /* The adapted window (config window 0): enough chunk calls in flight per
  * shard to keep a long path full (Little's law): while one call makes its
- * round trip (rtt_ns, the channels' shortest small call), the link can
- * carry rtt / interval more chunks (rounded), where interval_ns is how often the
- * last batch's chunk calls ended, over all its channels. SS_GRPC_WINDOW
- * stays the floor, since on a short path rtt / interval is about 0 and the
- * floor is what overlaps the two directions. A path not yet full ends
- * calls rtt / window apart (rtt / interval is cur - 1 or more), which hides how
- * much more it holds: then the estimate is at least twice cur (as TCP's
- * slow start), so it grows geometrically until the interval is the link's
- * own. The result moves halfway from cur toward the estimate, so one odd
- * batch does not swing it, and never passes SS_GRPC_WINDOW_MAX. Returns
- * cur when rtt or interval is 0. */
+ * round trip (rtt_ns, the channels' shortest small call), the link carries
+ * held = rtt / interval chunks, where interval_ns is how often the last
+ * batch's chunk calls ended, over all its channels. Under half a chunk (a
+ * short path) the estimate is SS_GRPC_WINDOW, which overlaps the two
+ * directions; else held (rounded) + SS_GRPC_WINDOW_MARGIN. A path not yet
+ * full ends calls about rtt / cur apart (held near cur), so the estimate
+ * grows batch by batch until the interval is the link's own. The result
+ * moves halfway from cur toward the estimate, so one odd batch does not
+ * swing it, and never passes SS_GRPC_WINDOW_MAX. Returns cur when rtt or
+ * interval is 0. */
 uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns, size_t channels);
 
 /* t's window now (0 when t is not a gRPC transport). */

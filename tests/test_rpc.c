@@ -371,35 +371,39 @@ END_TEST
  * 10 Gbit/s), so a window W ends calls max(0.42, 20.42 / W) ms apart. */
 START_TEST(test_window_adapts_to_the_round_trip) {
     const uint64_t ms = 1000000;
-    ck_assert_uint_eq(SS_GRPC_WINDOW, 2); /* the figures below are for this floor */
-    /* short path: rtt / interval = 0.1 rounds to 0, the floor stays */
+    /* the figures below are for this floor and margin */
+    ck_assert_uint_eq(SS_GRPC_WINDOW, 2);
+    ck_assert_uint_eq(SS_GRPC_WINDOW_MARGIN, 8);
+    /* short path: rtt / interval = 0.1, under half a chunk: the floor */
     ck_assert_uint_eq(ss__grpc_window_next(2, ms / 10, 1e6, 1), 2);
-    /* 20 / 5 = 4 more: want 6; halfway from 2 is 4 */
-    ck_assert_uint_eq(ss__grpc_window_next(2, 20 * ms, 5e6, 1), 4);
-    /* two channels share the interval: 20 / (2.5 x 2) = 4 more, again 4 */
-    ck_assert_uint_eq(ss__grpc_window_next(2, 20 * ms, 2.5e6, 2), 4);
-    /* full: 20 / 0.42 = 47.6 -> 48 more, want 50; from 6: 28 */
-    ck_assert_uint_eq(ss__grpc_window_next(6, 20 * ms, 0.42e6, 1), 28);
-    /* not yet full (8 in flight, calls 20 / 8 ms apart: rtt / interval =
-     * 8): the path may hold far more, want twice 8; halfway is 12 */
-    ck_assert_uint_eq(ss__grpc_window_next(8, 20 * ms, 2.5e6, 1), 12);
+    /* half a chunk: 2 -> want 8 + 1 (0.5 rounds up) = 9, halfway 6 */
+    ck_assert_uint_eq(ss__grpc_window_next(2, ms / 2, 1e6, 1), 6);
+    /* 20 / 5 = 4 held: want 12; halfway from 2 is 7 */
+    ck_assert_uint_eq(ss__grpc_window_next(2, 20 * ms, 5e6, 1), 7);
+    /* two channels share the interval: 20 / (2.5 x 2) = 4 held, again 7 */
+    ck_assert_uint_eq(ss__grpc_window_next(2, 20 * ms, 2.5e6, 2), 7);
+    /* full: 20 / 0.42 = 47.6 held, want 56; from 8: 32 */
+    ck_assert_uint_eq(ss__grpc_window_next(8, 20 * ms, 0.42e6, 1), 32);
     /* a very long path stops at the cap */
     ck_assert_uint_eq(ss__grpc_window_next(SS_GRPC_WINDOW_MAX, 1000 * ms, 1e6, 1),
                       SS_GRPC_WINDOW_MAX);
-    /* back on a short path it comes down by halves: 52 -> 27 -> 15 */
-    ck_assert_uint_eq(ss__grpc_window_next(52, ms / 10, 0.42e6, 1), 27);
-    ck_assert_uint_eq(ss__grpc_window_next(27, ms / 10, 0.42e6, 1), 15);
+    /* back on a short path it comes down by halves, rounded down, to the
+     * floor: 56 -> 29 -> 15 -> 8 -> 5 -> 3 -> 2 */
+    const uint32_t down[] = {56, 29, 15, 8, 5, 3, 2};
+    for (int i = 0; i + 1 < 7; i++)
+        ck_assert_uint_eq(ss__grpc_window_next(down[i], ms / 10, 0.42e6, 1), down[i + 1]);
     /* nothing measured: unchanged */
     ck_assert_uint_eq(ss__grpc_window_next(9, 0, 1e6, 1), 9);
     ck_assert_uint_eq(ss__grpc_window_next(9, ms, 0, 1), 9);
-    /* On the model: 3, 5, 8, 12, 18, 27, 41, 53, then it settles at 51
-     * (the floor over the 48.6 chunks the path holds). */
-    uint32_t w = SS_GRPC_WINDOW;
-    for (int batch = 0; batch < 12; batch++) {
+    /* On the model, from the start (SS_GRPC_ROUND_WINDOW): 12, 16, 20 ...
+     * 4 more a batch (2 MiB), then it settles at 56 (the margin over the
+     * 47.6 chunks the path holds). */
+    uint32_t w = SS_GRPC_ROUND_WINDOW;
+    for (int batch = 0; batch < 16; batch++) {
         double interval = fmax(0.42e6, 20.42e6 / w);
         w = ss__grpc_window_next(w, 20 * ms, interval, 1);
     }
-    ck_assert_msg(w >= 49 && w <= 53, "after 12 batches the window is %u, not about 51", w);
+    ck_assert_msg(w >= 54 && w <= 57, "after 16 batches the window is %u, not about 56", w);
 }
 END_TEST
 
@@ -428,17 +432,21 @@ START_TEST(test_other_chunking_is_refused_with_why) {
 }
 END_TEST
 
+/* Group "w": 8 chunks. */
+#define W_CHUNK  100
+#define W_FLOATS (8 * W_CHUNK)
+
 typedef struct mean_arg {
     ss__transport *t;
     uint64_t member;
-    float s[800], avg[800];
+    float *s, *avg;
     ss_status st;
 } mean_arg;
 
 static void *mean_thread(void *p) {
     mean_arg *a = p;
     ss__round_result res;
-    a->st = ss__transport_allreduce_mean(a->t, "w", a->member, a->s, a->avg, 800, &res);
+    a->st = ss__transport_allreduce_mean(a->t, "w", a->member, a->s, a->avg, W_FLOATS, &res);
     return NULL;
 }
 
@@ -456,14 +464,14 @@ static int chunks_with_one_snapshot(const char *http) {
 
 /* An MA round's chunk replies wait at the PS for every member, so a
  * member sends its whole shard (up to SS_GRPC_ROUND_WINDOW chunks) before
- * it waits, whatever the S-EASGD window is: with member B absent, all 8
- * of A's chunks reach the PS (not only the first S-EASGD window's 2).
- * The round then closes with B's snapshot, the mean of both. */
+ * it waits, whatever the S-EASGD window is (set to 2 here): with member B
+ * absent, all 8 of A's chunks reach the PS, not only 2. The round then
+ * closes with B's snapshot, the mean of both. */
 START_TEST(test_round_sends_its_whole_shard_before_waiting) {
     char log[64], target[64], http[100], addr[64];
     snprintf(log, sizeof log, "/tmp/ss-test-rpc-w-%d.log", (int)getpid());
     char *args[] = {"--max-group-floats",
-                    "1000",
+                    "200000",
                     "--round-deadline-ms",
                     "30000",
                     "--member-timeout-ms",
@@ -474,14 +482,19 @@ START_TEST(test_round_sends_its_whole_shard_before_waiting) {
     pid_t pid = proc_start_ps(log, target, sizeof target, "127.0.0.1:0", args);
     proc_address_after(log, "http on", addr, sizeof addr);
     snprintf(http, sizeof http, "http://%s", addr);
-    static mean_arg a[2];
+    mean_arg a[2];
     for (int k = 0; k < 2; k++) {
-        ss__grpc_transport_config cfg = {
-            .targets = target, .timeout_ms = 5000, .round_wait_ms = 30000, .chunk_floats = 100};
+        ss__grpc_transport_config cfg = {.targets = target,
+                                         .timeout_ms = 5000,
+                                         .round_wait_ms = 30000,
+                                         .chunk_floats = W_CHUNK,
+                                         .window = 2};
         ck_assert_int_eq(ss__grpc_transport_create(&cfg, &a[k].t), SS_OK);
-        ck_assert_uint_le(ss__grpc_transport_window(a[k].t), 2); /* S-EASGD's floor */
-        ck_assert_int_eq(ss__transport_join(a[k].t, "w", 800, &a[k].member), SS_OK);
-        for (int i = 0; i < 800; i++)
+        ck_assert_int_eq(ss__transport_join(a[k].t, "w", W_FLOATS, &a[k].member), SS_OK);
+        a[k].s = malloc(W_FLOATS * sizeof(float));
+        a[k].avg = malloc(W_FLOATS * sizeof(float));
+        ck_assert(a[k].s && a[k].avg);
+        for (int i = 0; i < W_FLOATS; i++)
             a[k].s[i] = (float)(k * 2 + i % 5); /* mean: 1 + i % 5 */
     }
     pthread_t th[2];
@@ -494,9 +507,12 @@ START_TEST(test_round_sends_its_whole_shard_before_waiting) {
     for (int k = 0; k < 2; k++) {
         pthread_join(th[k], NULL);
         ck_assert_int_eq(a[k].st, SS_OK);
-        for (int i = 0; i < 800; i++)
-            ck_assert_float_eq(a[k].avg[i], (float)(1 + i % 5));
+        for (int i = 0; i < W_FLOATS; i++)
+            if (a[k].avg[i] != (float)(1 + i % 5))
+                ck_abort_msg("member %d float %d: %g, not %d", k, i, a[k].avg[i], 1 + i % 5);
         ss__transport_destroy(a[k].t);
+        free(a[k].s);
+        free(a[k].avg);
     }
     kill(pid, SIGTERM);
     proc_wait(pid, 10);
