@@ -80,7 +80,11 @@ typedef struct ss__rpc_server_config {
     const char *tls_writers;
 } ss__rpc_server_config;
 
-#define SS_RPC_DEFAULT_MAX_BLOCKED 256
+/* A member's MA round keeps up to SS_GRPC_ROUND_WINDOW (8) chunk calls
+ * waiting at a PS, so 64 members of a 1M-float group on one PS park 512;
+ * 1024 leaves room for twice that (a parked thread costs its stack, mostly
+ * untouched). */
+#define SS_RPC_DEFAULT_MAX_BLOCKED 1024
 
 /* Binds and starts serving. methods must outlive the server. */
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,

@@ -398,6 +398,60 @@ END_TEST
  * registration past either limit is refused with a reason naming the
  * flag, counted under "too_large", and the trainer's earlier groups and
  * other trainers go on. */
+/* --chunk-floats: the agent cuts a trainer's group into chunks of that
+ * size at the PS (its /status lists them), and refuses a bad value. */
+START_TEST(agent_cuts_chunks_as_told) {
+    char log[160], http2[128], sock2[160], ps2[64], ps_http[100], addr[64];
+    snprintf(log, sizeof log, "%s/ps-chunks.log", dir);
+    char *ps_extra[] = {"--http", "127.0.0.1:0", NULL};
+    pid_t p2 = proc_start_ps(log, ps2, sizeof ps2, "127.0.0.1:0", ps_extra);
+    proc_address_after(log, "http on", addr, sizeof addr);
+    snprintf(ps_http, sizeof ps_http, "http://%s", addr);
+    snprintf(sock2, sizeof sock2, "%s/chunks/agent.sock", dir);
+    snprintf(log, sizeof log, "%s/agent-chunks.log", dir);
+    char *extra[] = {"--chunk-floats", "100", NULL};
+    pid_t a2 = agent_start(log, sock2, ps2, http2, sizeof http2, extra);
+    int fd = unix_connect(sock2);
+    ck_assert_int_ge(fd, 0);
+    ss_status v;
+    ck_assert_int_eq(hello(fd, "chunky", &v), 0);
+    ck_assert_int_eq(v, SS_OK);
+    ss__shm_group g;
+    ck_assert_int_eq(register_group(fd, "cut", 300, &g), SS_OK);
+    char *text = NULL;
+    bool cut = false;
+    for (int i = 0; i < 1000 && !cut; i++) {
+        free(text);
+        text = NULL;
+        http_request(ps_http, "/status", NULL, NULL, 0, &text);
+        cut = text && strstr(text, "\"cut[0:100)\"") && strstr(text, "\"cut[200:300)\"");
+        if (!cut)
+            usleep(10000);
+    }
+    ck_assert_msg(cut, "the PS holds no chunks of 100 floats of group cut: %s", text ? text : "");
+    ck_assert_ptr_null(strstr(text, "\"cut[0:300)\""));
+    free(text);
+    close(fd);
+    ss__shm_group_release(&g);
+    kill(a2, SIGTERM);
+    int st = proc_wait(a2, 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    kill(p2, SIGTERM);
+    proc_wait(p2, 20);
+    /* a bad value is refused at the start, naming the flag */
+    char out[4096];
+    snprintf(log, sizeof log, "%s/agent-bad-chunks.log", dir);
+    char *argv[] = {SHADOWSYNC_AGENT, "--ps", ps2, "--chunk-floats", "-1", NULL};
+    pid_t bad = proc_spawn(argv, log);
+    st = proc_wait(bad, 20);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    char *said = proc_read(log);
+    snprintf(out, sizeof out, "%s", said ? said : "");
+    free(said);
+    ck_assert_msg(strstr(out, "--chunk-floats"), "agent said: %s", out);
+}
+END_TEST
+
 START_TEST(trainer_groups_and_bytes_are_bounded) {
     char log[160], http2[128], sock2[160];
     snprintf(sock2, sizeof sock2, "%s/limited/agent.sock", dir);
@@ -749,11 +803,12 @@ END_TEST
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    return ss__check_tests(
-        "agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
-        socket_truncated_fd_message, socket_huge_and_cut_frames, other_uid_refused,
-        dead_trainer_dropped_at_once, socket_group_member_allowed, http_bad_requests,
-        metrics_pass_promtool, ctl_commands, foreign_socket_dir_refused,
-        trainer_checks_the_agent_uid, slow_registration_does_not_stall_the_agent,
-        ps_token_off_loopback_and_for_posts, trainer_groups_and_bytes_are_bounded);
+    return ss__check_tests("agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
+                           socket_truncated_fd_message, socket_huge_and_cut_frames,
+                           other_uid_refused, dead_trainer_dropped_at_once,
+                           socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
+                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid,
+                           slow_registration_does_not_stall_the_agent,
+                           ps_token_off_loopback_and_for_posts,
+                           trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told);
 }
