@@ -94,13 +94,19 @@ static ss_status register_group(int fd, const char *name, size_t n, ss__shm_grou
     return v;
 }
 
-/* The agent still serves: a new trainer says Hello and registers a group. */
-static void assert_still_serving(void) {
-    int fd = unix_connect(sock_path);
+/* A trainer's connection to the agent at sock, welcomed. */
+static int trainer_connect(const char *sock, const char *trainer) {
+    int fd = unix_connect(sock);
     ck_assert_int_ge(fd, 0);
     ss_status v;
-    ck_assert_int_eq(hello(fd, "healthy", &v), 0);
+    ck_assert_int_eq(hello(fd, trainer, &v), 0);
     ck_assert_int_eq(v, SS_OK);
+    return fd;
+}
+
+/* The agent still serves: a new trainer says Hello and registers a group. */
+static void assert_still_serving(void) {
+    int fd = trainer_connect(sock_path, "healthy");
     ss__shm_group g;
     ck_assert_int_eq(register_group(fd, "ok", 16, &g), SS_OK);
     close(fd);
@@ -411,11 +417,7 @@ START_TEST(agent_cuts_chunks_as_told) {
     snprintf(log, sizeof log, "%s/agent-chunks.log", dir);
     char *extra[] = {"--chunk-floats", "100", NULL};
     pid_t a2 = agent_start(log, sock2, ps2, http2, sizeof http2, extra);
-    int fd = unix_connect(sock2);
-    ck_assert_int_ge(fd, 0);
-    ss_status v;
-    ck_assert_int_eq(hello(fd, "chunky", &v), 0);
-    ck_assert_int_eq(v, SS_OK);
+    int fd = trainer_connect(sock2, "chunky");
     ss__shm_group g;
     ck_assert_int_eq(register_group(fd, "cut", 300, &g), SS_OK);
     char *text = NULL;
