@@ -690,9 +690,9 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->round_wait_ms = cfg->round_wait_ms;
     t->retries = cfg->retries;
     t->chunk = cfg->chunk_floats ? cfg->chunk_floats : SS_GRPC_CHUNK_FLOATS;
-    /* Adapted: starts where a round's window is (4 MiB in flight), since a
-     * long path fills geometrically from there and a short one comes down
-     * to the floor by halves in a few batches. */
+    /* Adapted: starts where a round's window is (4 MiB in flight, as 4
+     * chunks of 1 MiB were before 0.2): a long path grows from there, a
+     * short one comes down to the floor by halves in a few batches. */
     t->window = cfg->window ? cfg->window : SS_GRPC_ROUND_WINDOW;
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;

@@ -114,6 +114,9 @@ START_TEST(test_cli_bad_input) {
     snprintf(cmd, sizeof cmd, "%s --train a --test b --min-round-gap -1", CTR_TRAIN);
     ck_assert_int_eq(run(cmd, out, sizeof out), 2);
     ck_assert_ptr_nonnull(strstr(out, "--min-round-gap \"-1\": not auto or a step count"));
+    snprintf(cmd, sizeof cmd, "%s --train a --test b --chunk-floats 65536", CTR_TRAIN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 2); /* in process: nothing to cut */
+    ck_assert_ptr_nonnull(strstr(out, "--chunk-floats cuts the dense groups sent to --ps"));
     snprintf(cmd, sizeof cmd, "%s --train a --test b --trainers 0", CTR_TRAIN);
     ck_assert_int_eq(run(cmd, out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s --test b", CTR_TRAIN);

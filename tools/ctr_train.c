@@ -398,6 +398,11 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss__encoding_parse(encoding, &enc); /* the flag's choices are the names */
     cfg.encoding = (uint32_t)enc;
     cfg.error_feedback = error_feedback;
+    if (chunk_floats && !*ps) {
+        fprintf(stderr, "ctr-train: --chunk-floats cuts the dense groups sent to --ps; without "
+                        "--ps it has nothing to cut (with --agent, give it to the agent)\n");
+        return 2;
+    }
     if (!error_feedback && process) {
         fprintf(stderr, "ctr-train: --error-feedback false is an in-process ablation; a PS keeps "
                         "the mirrors with feedback (drop --ps/--agent or the flag)\n");
