@@ -131,7 +131,7 @@ static int parse_options(int argc, char **argv, agent_options *o) {
         {"chunk-floats", SS_FLAG_INT, &o->chunk_floats,
          "floats per call (and PS group) of a dense shard; every member of a group, trainer or "
          "agent, must use the same (0: the default, 131072 = 512 KiB; 262144 before 0.2)",
-         NULL, 0, 67108864},
+         NULL, 0, SS_GRPC_MAX_CHUNK_FLOATS},
         {"min-round-gap", SS_FLAG_INT, &o->min_round_gap,
          "a group's next round waits until its trainer ran this many steps", NULL, 0, 1e9},
         {"round-interval-us", SS_FLAG_INT, &o->round_interval_us,

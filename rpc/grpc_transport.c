@@ -167,8 +167,6 @@ typedef struct fanout {
 static ss_status fanout_init(fanout *f, size_t n) {
     f->rq = calloc(n ? n : 1, sizeof *f->rq);
     f->n = f->rq ? n : 0;
-    f->adapts_window = false;
-    f->min_window = 0;
     return f->rq ? SS_OK : SS_ERR_NO_MEMORY;
 }
 
@@ -680,7 +678,7 @@ static size_t chunk_message_bytes(size_t chunk) {
 
 ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out) {
     if (!cfg || !cfg->targets || !*cfg->targets || cfg->timeout_ms == 0 || !out ||
-        cfg->chunk_floats > (64u << 20))
+        cfg->chunk_floats > SS_GRPC_MAX_CHUNK_FLOATS)
         return SS_ERR_INVALID_ARGUMENT;
     grpc_tp *t = calloc(1, sizeof *t);
     if (!t)

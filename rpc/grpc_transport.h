@@ -15,7 +15,9 @@
  * Every member of a group must use the same value (it names the chunks;
  * a PS refuses another cut). Before 0.2 it was 1u << 18. */
 #define SS_GRPC_CHUNK_FLOATS (1u << 17)
-#define SS_GRPC_MAX_SHARDS   64
+/* The largest chunk a config may ask for (256 MiB per call). */
+#define SS_GRPC_MAX_CHUNK_FLOATS (64u << 20)
+#define SS_GRPC_MAX_SHARDS       64
 /* S-EASGD chunk calls in flight per shard on a short path (the adapted
  * window's floor): one chunk is answered while the next is on its way up,
  * so both directions of the link are busy at once, and a chunk's upload is

@@ -12,6 +12,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/malloc_tune.h"
+#include "rpc/grpc_transport.h"
 #include "shadow/codec.h"
 #include "tools/ctr/train.h"
 
@@ -268,7 +269,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
         {"chunk-floats", SS_FLAG_INT, &chunk_floats,
          "with --ps: floats per call (and PS group) of a dense shard, the same on every member "
          "(0: the library's default)",
-         NULL, 0, 67108864},
+         NULL, 0, SS_GRPC_MAX_CHUNK_FLOATS},
         {"error-feedback", SS_FLAG_BOOL, &error_feedback,
          "with --encoding, in-process trainers: false sends each quantized snapshot as it is, "
          "dropping what the quantization lost (an ablation, to measure what error feedback "

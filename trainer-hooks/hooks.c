@@ -106,9 +106,9 @@ static ss_status check_config(const ss_trainer_config *c, ss__sync_params *p) {
         return BAD("encoding=%s: with an agent, the agent talks to the PS and its --encoding "
                    "decides (unset encoding here, or start the agent with --encoding %s)",
                    c->encoding, c->encoding);
-    if (c->chunk_floats > (64u << 20))
-        return BAD("chunk_floats=%u: at most 67108864 (256 MiB per call); 0 for the default",
-                   c->chunk_floats);
+    if (c->chunk_floats > SS_GRPC_MAX_CHUNK_FLOATS)
+        return BAD("chunk_floats=%u: at most %u (256 MiB per call); 0 for the default",
+                   c->chunk_floats, SS_GRPC_MAX_CHUNK_FLOATS);
     if (c->chunk_floats && (agent || peers))
         return BAD("chunk_floats=%u: only a trainer that calls the PS itself cuts chunks, and "
                    "%s (unset chunk_floats%s)",

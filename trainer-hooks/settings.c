@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "common/log.h"
+#include "rpc/grpc_transport.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/settings_internal.h"
 
@@ -106,7 +107,7 @@ static const key trainer_keys[] = {
        "peer_schedule=tree: file of the links' Gbit/s the trees are packed over (unset: alike)"),
     TK("encoding", K_STR, encoding, 0, 0,
        "compressed sync with the PS: f32 | fp16 | bf16 | int8 (error feedback through mirrors)"),
-    TK("chunk_floats", K_U32, chunk_floats, 0, 64u << 20,
+    TK("chunk_floats", K_U32, chunk_floats, 0, SS_GRPC_MAX_CHUNK_FLOATS,
        "floats per call (and PS group) of a dense shard, same on every member; 0: 131072"),
 };
 #undef TK

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "rpc/grpc_transport.h"
 
 typedef struct model model;
 typedef struct trainer trainer;
@@ -350,9 +351,10 @@ void ss_sim_config_init(ss_sim_config *cfg) {
     cfg->host_cores = 16;
     cfg->ps_cores = 16;
     cfg->ps_threads = 2;
-    cfg->chunk_floats = 131072; /* SS_GRPC_CHUNK_FLOATS */
-    cfg->window = 2;            /* SS_GRPC_WINDOW */
-    cfg->round_window = 8;      /* SS_GRPC_ROUND_WINDOW */
+    /* the transport's own defaults on a short path */
+    cfg->chunk_floats = SS_GRPC_CHUNK_FLOATS;
+    cfg->window = SS_GRPC_WINDOW;
+    cfg->round_window = SS_GRPC_ROUND_WINDOW;
     cfg->start_spread_s = 0.1;
     cfg->seconds = 10;
 }
