@@ -19,11 +19,17 @@ if ! why=$("$train" --seconds 0.01 2>&1 >/dev/null </dev/null) && grep -q "no CU
   exit 0
 fi
 
-./build/bin/shadowsync-ps --listen 127.0.0.1:0 --http "" >out/gpu-ps.log 2>&1 &
-ps=$!
+# One PS per group size: a group's chunks are named by their ranges, so
+# the 16M-float group must not meet the 1M-float one's on the same PS.
+ps=
 trap 'kill $ps 2>/dev/null || true' EXIT
-for _ in $(seq 50); do grep -q listening out/gpu-ps.log && break; sleep 0.1; done
-addr=$(grep -o 'listening on [0-9.:]*' out/gpu-ps.log | awk '{print $3}')
+start_ps() {
+  [ -z "$ps" ] || { kill "$ps"; wait "$ps" 2>/dev/null || true; }
+  ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --http "" >out/gpu-ps.log 2>&1 &
+  ps=$!
+  for _ in $(seq 50); do grep -q listening out/gpu-ps.log && break; sleep 0.1; done
+  addr=$(grep -o 'listening on [0-9.:]*' out/gpu-ps.log | awk '{print $3}')
+}
 
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 
@@ -31,6 +37,7 @@ echo "gpu-train: ${SECONDS_PER_RUN}s runs, $REPS reps, S-EASGD through one PS on
 printf '%-10s %-11s %12s %9s %8s %10s %8s\n' floats mode examples/s ratio rounds copy_ms loss
 for shape in "1024 1024" "4096 4096"; do
   set -- $shape
+  start_ps
   declare -A RATE=() ROUNDS=() COPY=() LOSS=()
   for rep in $(seq "$REPS"); do
     for mode in none shadow fg1 fg10; do

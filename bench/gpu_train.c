@@ -241,6 +241,12 @@ int main(int argc, char **argv) {
         }
     }
     const double elapsed = (double)(now_ns() - start) / 1e9;
+    if (window_steps == 0 && steps > 0) { /* under 100 steps: the mean of them all */
+        if (cuda_failed(cudaMemcpy(&loss_window, m.loss, sizeof(float), cudaMemcpyDeviceToHost),
+                        "reading the loss"))
+            return 1;
+        window_steps = steps;
+    }
     ss_dense_stats ds;
     ss_dense_get_stats(w, &ds);
     static char text[1 << 16];

@@ -20,6 +20,10 @@ struct ss__device_group {
     float *staging[2]; /* pinned host: snapshot chunks down, delta chunks up */
     void *ev[2];       /* recorded after each buffer's last use on the stream */
     void *stream;      /* the shadow pool's: lowest priority, non-blocking */
+    /* Page-locked host memory (the engine's round buffers): copies to and
+     * from it skip the staging buffers. */
+    const float *pinned;
+    size_t pinned_floats;
     /* One user of the stream and staging at a time: the pool's round, a
      * read of the group (ss_dense_read, an agent's checkpoint). */
     pthread_mutex_t lock;
@@ -215,6 +219,38 @@ static size_t chunks(const ss__device_group *g) {
     return (g->n + g->chunk - 1) / g->chunk;
 }
 
+ss_status ss__device_group_pin(ss__device_group *g, float *p, size_t floats, ss__device_pin *pin) {
+    pin->be = NULL;
+    pin->p = NULL;
+    if (!p || floats == 0 || floats > SIZE_MAX / sizeof(float))
+        return SS_ERR_INVALID_ARGUMENT;
+    int err = g->be->host_register(p, floats * sizeof(float));
+    if (err != 0)
+        return failed(g->be, g->ordinal, "page-locking the round buffers", err);
+    pthread_mutex_lock(&g->lock);
+    g->pinned = p;
+    g->pinned_floats = floats;
+    pthread_mutex_unlock(&g->lock);
+    pin->be = g->be;
+    pin->p = p;
+    return SS_OK;
+}
+
+void ss__device_unpin(ss__device_pin *pin) {
+    if (pin && pin->be && pin->p)
+        pin->be->host_unregister(pin->p);
+    if (pin)
+        pin->p = NULL;
+}
+
+/* Whether n floats from p lie in the pinned range (the caller holds the
+ * lock). A range unpinned since is still safe to copy: the runtime then
+ * stages pageable memory itself. */
+static bool in_pinned(const ss__device_group *g, const float *p) {
+    return g->pinned && p >= g->pinned && (size_t)(p - g->pinned) <= g->pinned_floats &&
+           g->pinned_floats - (size_t)(p - g->pinned) >= g->n;
+}
+
 /* After a failure: let what is in flight finish, so that no buffer is
  * still in use when the next call (or destroy) reuses it. */
 static int drained(ss__device_group *g, int err) {
@@ -229,9 +265,15 @@ ss_status ss__device_group_snapshot(ss__device_group *g, float *dst) {
     const uint64_t t0 = ss__now_ns();
     int err = 0;
     const size_t nk = chunks(g);
-    /* Chunk k goes down into staging[k % 2] while the host copies chunk
-     * k - 1 out of the other buffer. */
-    for (size_t k = 0; k <= nk && err == 0; k++) {
+    const bool direct = in_pinned(g, dst);
+    if (direct) { /* straight into the page-locked buffer: one copy */
+        err = be->copy_to_host(o, g->stream, dst, g->live, g->n * sizeof(float));
+        if (err == 0)
+            err = be->stream_sync(o, g->stream);
+    }
+    /* Else chunk k goes down into staging[k % 2] while the host copies
+     * chunk k - 1 out of the other buffer. */
+    for (size_t k = 0; !direct && k <= nk && err == 0; k++) {
         size_t len;
         if (k < nk) {
             const size_t off = chunk_at(g, k, &len);
@@ -254,23 +296,31 @@ ss_status ss__device_group_snapshot(ss__device_group *g, float *dst) {
     return err == 0 ? SS_OK : failed(be, o, "copying a snapshot to the host", err);
 }
 
-/* Uploads src chunk by chunk through the staging buffers: into the live
- * group (apply false) or into scratch, applied by the add-scaled kernel. */
+/* Uploads src chunk by chunk: into the live group (apply false) or into
+ * scratch, applied by the add-scaled kernel. From pinned memory the
+ * chunks go straight up, one after the other on the stream (which orders
+ * a scratch buffer's reuse after its kernel); else through the staging
+ * buffers, each refilled once its last copy is done. */
 static int upload(ss__device_group *g, const float *src, bool apply, float scale) {
     const ss__device_backend *be = g->be;
     const int o = g->ordinal;
+    const bool direct = in_pinned(g, src);
     int err = 0;
     for (size_t k = 0; k < chunks(g) && err == 0; k++) {
         const int b = (int)(k % 2);
         size_t len;
         const size_t off = chunk_at(g, k, &len);
-        if (k >= 2) /* chunk k - 2's copy (and kernel) is done with these buffers */
-            err = be->event_sync(o, g->ev[b]);
-        if (err != 0)
-            break;
-        memcpy(g->staging[b], src + off, len * sizeof(float));
+        const float *from = src + off;
+        if (!direct) {
+            if (k >= 2) /* chunk k - 2's copy (and kernel) is done with these buffers */
+                err = be->event_sync(o, g->ev[b]);
+            if (err != 0)
+                break;
+            memcpy(g->staging[b], src + off, len * sizeof(float));
+            from = g->staging[b];
+        }
         float *to = apply ? g->scratch[b] : g->live + off;
-        err = be->copy_to_device(o, g->stream, to, g->staging[b], len * sizeof(float));
+        err = be->copy_to_device(o, g->stream, to, from, len * sizeof(float));
         if (err == 0 && apply)
             err = be->add_scaled(o, g->stream, g->live + off, g->scratch[b], scale, len);
         if (err == 0)

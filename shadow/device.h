@@ -5,15 +5,15 @@
  * own created at the lowest priority and non-blocking (it never
  * synchronizes with the legacy default stream), so a training step never
  * waits for a round:
- *   - a snapshot is copied device -> pinned host staging on that stream,
- *     then into the engine's buffer;
- *   - a delta is copied into the staging buffer, uploaded to a device
- *     scratch buffer and applied by the add-scaled kernel
- *     (shadow/kernels_cuda.cu), all on that stream.
- * Both go by chunks through two staging buffers (and two scratch buffers)
- * of SS_DEVICE_STAGING_FLOATS each, so a group of any size costs 2 chunks
- * of pinned host and device memory, and the host's copy of one chunk
- * overlaps the DMA of the next.
+ *   - a snapshot is copied device -> host on that stream;
+ *   - a delta is uploaded to a device scratch buffer and applied by the
+ *     add-scaled kernel (shadow/kernels_cuda.cu), all on that stream.
+ * The engine's round buffers are page-locked (ss__device_group_pin), so
+ * its copies go straight to and from them. Other host memory (a user's
+ * ss_dense_read) goes by chunks through two pinned staging buffers of
+ * SS_DEVICE_STAGING_FLOATS each, the host's copy of one chunk
+ * overlapping the DMA of the next. Either way a group of any size costs
+ * 2 chunks of device scratch (and 2 of pinned staging) beside it.
  *
  * The CUDA calls go through a backend table, so that the group logic is
  * one piece of C: the CUDA runtime's (shadow/device_cuda.cu, built where
@@ -47,6 +47,9 @@ typedef struct ss__device_backend {
     void (*device_free)(int ordinal, void *p);
     int (*host_alloc)(size_t bytes, void **out); /* pinned */
     void (*host_free)(void *p);
+    /* Page-lock (and release) memory the host allocated, for DMA. */
+    int (*host_register)(void *p, size_t bytes);
+    void (*host_unregister)(void *p);
     int (*stream_create)(int ordinal, void **out); /* lowest priority, non-blocking */
     void (*stream_destroy)(int ordinal, void *stream);
     int (*copy_to_host)(int ordinal, void *stream, void *dst, const void *src, size_t bytes);
@@ -106,6 +109,20 @@ void ss__device_group_destroy(ss__device_group *g);
 float *ss__device_group_data(ss__device_group *g); /* a device pointer */
 int ss__device_group_ordinal(const ss__device_group *g);
 size_t ss__device_group_size(const ss__device_group *g);
+
+/* Page-locks [p, p + floats): the engine's round buffers. A snapshot into
+ * or a delta from that range then goes straight between the device and
+ * that memory on the group's stream, without the staging buffers and
+ * their host copies (a round's copies run at the link's pinned rate). One
+ * range per group. A failure (a memlock limit) leaves the staged path,
+ * which is as correct. The pin outlives neither the memory nor the
+ * backend: ss__device_unpin it before freeing p; it needs no group. */
+typedef struct ss__device_pin {
+    const ss__device_backend *be;
+    void *p;
+} ss__device_pin;
+ss_status ss__device_group_pin(ss__device_group *g, float *p, size_t floats, ss__device_pin *pin);
+void ss__device_unpin(ss__device_pin *pin); /* an empty pin: nothing */
 
 /* The live group -> dst (n host floats), on the group's stream. */
 ss_status ss__device_group_snapshot(ss__device_group *g, float *dst);

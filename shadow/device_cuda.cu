@@ -74,6 +74,14 @@ void host_free(void *p) {
     cudaFreeHost(p);
 }
 
+int host_register(void *p, size_t bytes) {
+    return (int)cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+}
+
+void host_unregister(void *p) {
+    cudaHostUnregister(p);
+}
+
 int stream_create(int ordinal, void **out) {
     int least = 0, greatest = 0;
     cudaError_t err = cudaSetDevice(ordinal);
@@ -181,8 +189,8 @@ void ipc_close(int ordinal, void *p) {
 } // namespace
 
 extern "C" const ss__device_backend ss__device_backend_cuda = {
-    "cuda",         count,      error_string,  device_alloc,   device_free,
-    host_alloc,     host_free,  stream_create, stream_destroy, copy_to_host,
-    copy_to_device, add_scaled, stream_sync,   event_create,   event_destroy,
-    event_record,   event_sync, ipc_get,       ipc_open,       ipc_close,
+    "cuda",         count,         error_string,    device_alloc,  device_free,    host_alloc,
+    host_free,      host_register, host_unregister, stream_create, stream_destroy, copy_to_host,
+    copy_to_device, add_scaled,    stream_sync,     event_create,  event_destroy,  event_record,
+    event_sync,     ipc_get,       ipc_open,        ipc_close,
 };

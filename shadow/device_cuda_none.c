@@ -62,6 +62,11 @@ static int unsupported_ipc_open(int ordinal, const unsigned char handle[SS_DEVIC
     return 1;
 }
 
+static int unsupported_host_register(void *p, size_t bytes) {
+    (void)p, (void)bytes;
+    return 1;
+}
+
 static int unsupported_event_record(int ordinal, void *ev, void *stream) {
     (void)ordinal, (void)ev, (void)stream;
     return 1;
@@ -75,6 +80,8 @@ const ss__device_backend ss__device_backend_cuda = {
     .device_free = unsupported_free,
     .host_alloc = unsupported_host_alloc,
     .host_free = unsupported_host_free,
+    .host_register = unsupported_host_register,
+    .host_unregister = unsupported_host_free,
     .stream_create = unsupported_stream,
     .stream_destroy = unsupported_free,
     .copy_to_host = unsupported_copy,

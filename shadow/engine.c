@@ -27,6 +27,7 @@ struct ss__engine_group {
     pthread_mutex_t round_lock; /* one round of a group at a time */
     float *buffers;             /* one allocation: snap, reply, delta */
     float *snap, *reply, *delta;
+    ss__device_pin pin; /* buffers page-locked for a device replica */
 
     pthread_mutex_t stats_lock;
     uint64_t rounds, failed_rounds, last_iter, gap_count, last_round_ns, divergence_ns;
@@ -111,6 +112,7 @@ static void group_free(ss__engine_group *g) {
     pthread_mutex_destroy(&g->round_lock);
     pthread_mutex_destroy(&g->stats_lock);
     free(g->name);
+    ss__device_unpin(&g->pin);
     free(g->buffers);
     free(g->gaps);
     free(g);
@@ -219,6 +221,13 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
     g->snap = g->buffers;
     g->reply = g->buffers + n;
     g->delta = g->buffers + 2 * n;
+    /* A device replica's copies go straight to and from these buffers
+     * once they are page-locked; where that fails (a memlock limit) they
+     * go through the group's staging buffers, as correct and slower. */
+    ss__device_group *dev = ss__replica_device(replica);
+    if (dev && ss__device_group_pin(dev, g->buffers, nbuffers * n, &g->pin) != SS_OK)
+        SS_LOG_WARNF("engine", "event=device_pin_failed group=%s why=\"%s\"", name,
+                     ss__device_last_error());
     st = register_metrics(e, g);
     if (st != SS_OK) {
         group_free(g);

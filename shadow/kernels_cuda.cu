@@ -83,10 +83,35 @@ __global__ void accumulate_kernel(float *__restrict__ acc, const float *__restri
         acc[i] += x[i];
 }
 
+__global__ void accumulate_kernel4(float4 *__restrict__ acc, const float4 *__restrict__ x,
+                                   size_t n4) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 a = acc[i], y = x[i];
+        a.x += y.x;
+        a.y += y.y;
+        a.z += y.z;
+        a.w += y.w;
+        acc[i] = a;
+    }
+}
+
 __global__ void scale_kernel(float *__restrict__ x, float scale, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         x[i] *= scale;
+}
+
+__global__ void scale_kernel4(float4 *__restrict__ x, float scale, size_t n4) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 v = x[i];
+        v.x *= scale;
+        v.y *= scale;
+        v.z *= scale;
+        v.w *= scale;
+        x[i] = v;
+    }
 }
 
 __global__ void sub_kernel(float *__restrict__ out, const float *__restrict__ a,
@@ -94,6 +119,19 @@ __global__ void sub_kernel(float *__restrict__ out, const float *__restrict__ a,
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = a[i] - b[i];
+}
+
+__global__ void sub_kernel4(float4 *__restrict__ out, const float4 *__restrict__ a,
+                            const float4 *__restrict__ b, size_t n4) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 x = a[i], y = b[i], d;
+        d.x = x.x - y.x;
+        d.y = x.y - y.y;
+        d.z = x.z - y.z;
+        d.w = x.w - y.w;
+        out[i] = d;
+    }
 }
 
 int launched() {
@@ -133,19 +171,35 @@ extern "C" int ss__cuda_elastic_exchange(void *stream, const float *s, float *c,
 }
 
 extern "C" int ss__cuda_accumulate(void *stream, float *acc, const float *x, size_t n) {
-    if (n > 0)
-        accumulate_kernel<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(acc, x, n);
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t n4 = aligned16(acc) && aligned16(x) ? n / 4 : 0;
+    if (n4 > 0)
+        accumulate_kernel4<<<blocks_for(n4), kThreads, 0, s>>>((float4 *)acc, (const float4 *)x,
+                                                               n4);
+    if (n > n4 * 4)
+        accumulate_kernel<<<blocks_for(n - n4 * 4), kThreads, 0, s>>>(acc + n4 * 4, x + n4 * 4,
+                                                                      n - n4 * 4);
     return launched();
 }
 
 extern "C" int ss__cuda_scale(void *stream, float *x, float scale, size_t n) {
-    if (n > 0)
-        scale_kernel<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(x, scale, n);
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t n4 = aligned16(x) ? n / 4 : 0;
+    if (n4 > 0)
+        scale_kernel4<<<blocks_for(n4), kThreads, 0, s>>>((float4 *)x, scale, n4);
+    if (n > n4 * 4)
+        scale_kernel<<<blocks_for(n - n4 * 4), kThreads, 0, s>>>(x + n4 * 4, scale, n - n4 * 4);
     return launched();
 }
 
 extern "C" int ss__cuda_sub(void *stream, float *out, const float *a, const float *b, size_t n) {
-    if (n > 0)
-        sub_kernel<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(out, a, b, n);
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t n4 = aligned16(out) && aligned16(a) && aligned16(b) ? n / 4 : 0;
+    if (n4 > 0)
+        sub_kernel4<<<blocks_for(n4), kThreads, 0, s>>>((float4 *)out, (const float4 *)a,
+                                                        (const float4 *)b, n4);
+    if (n > n4 * 4)
+        sub_kernel<<<blocks_for(n - n4 * 4), kThreads, 0, s>>>(out + n4 * 4, a + n4 * 4, b + n4 * 4,
+                                                               n - n4 * 4);
     return launched();
 }

@@ -20,6 +20,8 @@ static struct {
     int fail_to_host, fail_kernel;
     int exported, opened, closed; /* CUDA IPC */
     int events;                   /* alive */
+    int pinned;                   /* host ranges registered */
+    const void *last_upload_from; /* host memory the last upload read */
 } standin;
 
 static int standin_count(const char **why) {
@@ -44,6 +46,16 @@ static int standin_host_alloc(size_t bytes, void **out) {
 static void standin_host_free(void *p) {
     free(p);
 }
+/* Host memory is what it is: registering only counts. */
+static int standin_host_register(void *p, size_t bytes) {
+    (void)p, (void)bytes;
+    standin.pinned++;
+    return 0;
+}
+static void standin_host_unregister(void *p) {
+    (void)p;
+    standin.pinned--;
+}
 static int standin_stream(int ordinal, void **out) {
     (void)ordinal;
     standin.streams++;
@@ -67,6 +79,7 @@ static int standin_to_host(int ordinal, void *s, void *dst, const void *src, siz
 static int standin_to_device(int ordinal, void *s, void *dst, const void *src, size_t bytes) {
     (void)ordinal, (void)s;
     standin.to_device++;
+    standin.last_upload_from = src;
     memcpy(dst, src, bytes);
     return 0;
 }
@@ -136,6 +149,8 @@ static const ss__device_backend standin_backend = {
     .device_free = standin_free,
     .host_alloc = standin_host_alloc,
     .host_free = standin_host_free,
+    .host_register = standin_host_register,
+    .host_unregister = standin_host_unregister,
     .stream_create = standin_stream,
     .stream_destroy = standin_stream_destroy,
     .copy_to_host = standin_to_host,

@@ -12,11 +12,16 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent_procs.h"
 #include "check_run.h"
 #include "device_standin.h"
 #include "procs.h"
 #include "shadow/engine.h"
 #include "shadow/inproc_transport.h"
+#include "shadow/kernels.h"
+#ifdef SS_HAVE_CUDA
+#include "shadow/kernels_cuda.h"
+#endif
 #include "shadow/replica.h"
 #include "shadowsync/shadowsync.h"
 
@@ -150,6 +155,72 @@ START_TEST(test_standin_chunks_through_two_buffers) {
     ck_assert_int_eq(ss__replica_snapshot(r, x), SS_ERR_IO);
     ss__replica_destroy(r);
     ck_assert_int_eq(standin.events, 0);
+    ss__device_set_staging_floats(0);
+}
+END_TEST
+
+/* Page-locked round buffers (the engine's): a snapshot into them is one
+ * copy straight down, not 3 chunks through staging; a delta from them goes
+ * up chunk by chunk straight from them. Other memory still goes through
+ * the staging buffers. The engine pins its buffers for a device replica
+ * and unpins them when the group goes. */
+START_TEST(test_standin_pinned_buffers_skip_staging) {
+    ss__device_backend_set(&standin_backend);
+    ss__device_set_staging_floats(4);
+    float init[10], round[30], plain[10], ones[10];
+    for (int i = 0; i < 10; i++) {
+        init[i] = (float)i;
+        ones[i] = 1.0f;
+    }
+    ss__replica *r = standin_replica(10, init);
+    ss__device_pin pin;
+    ck_assert_int_eq(ss__device_group_pin(ss__replica_device(r), round, 25, &pin), SS_OK);
+    ck_assert_int_eq(standin.pinned, 1);
+    int down = standin.to_host;
+    ck_assert_int_eq(ss__replica_snapshot(r, round + 10), SS_OK);
+    ck_assert_int_eq(standin.to_host - down, 1);
+    ck_assert_mem_eq(round + 10, init, sizeof init);
+    for (int i = 0; i < 10; i++)
+        round[15 + i] = 1.0f;
+    int up = standin.to_device, kernels = standin.kernels;
+    ck_assert_int_eq(ss__replica_add_scaled(r, round + 15, 2.0f), SS_OK);
+    ck_assert_int_eq(standin.to_device - up, 3);
+    ck_assert_int_eq(standin.kernels - kernels, 3);
+    ck_assert_ptr_eq(standin.last_upload_from, round + 23); /* the last chunk, in place */
+    /* Plain memory: through the staging buffers. */
+    down = standin.to_host;
+    ck_assert_int_eq(ss__replica_snapshot(r, plain), SS_OK);
+    ck_assert_int_eq(standin.to_host - down, 3);
+    for (int i = 0; i < 10; i++)
+        ck_assert_float_eq(plain[i], (float)i + 2.0f);
+    ck_assert_int_eq(ss__replica_add_scaled(r, ones, -2.0f), SS_OK);
+    ck_assert_ptr_ne(standin.last_upload_from, ones + 8);
+    /* 10 floats from round + 20 would run past the 25 pinned: staged. */
+    down = standin.to_host;
+    ck_assert_int_eq(ss__replica_snapshot(r, round + 20), SS_OK);
+    ck_assert_int_eq(standin.to_host - down, 3);
+    ck_assert_mem_eq(round + 20, init, sizeof init);
+    ss__device_unpin(&pin);
+    ck_assert_int_eq(standin.pinned, 0);
+    ss__device_unpin(&pin); /* twice: nothing */
+    ck_assert_int_eq(standin.pinned, 0);
+    ss__replica_destroy(r);
+
+    /* The engine's own buffers, for the group's life. */
+    ss__transport *t = standin_and_inproc();
+    ss__engine *e = engine_on(t);
+    r = standin_replica(10, init);
+    ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
+    ss__engine_group *g;
+    ck_assert_int_eq(ss__engine_add_group(e, "w", r, &p, &g), SS_OK);
+    ck_assert_int_eq(standin.pinned, 1);
+    down = standin.to_host;
+    ck_assert_int_eq(ss__engine_run_round(e, g), SS_OK);
+    ck_assert_int_eq(standin.to_host - down, 1);
+    ss__engine_destroy(e);
+    ck_assert_int_eq(standin.pinned, 0);
+    ss__replica_destroy(r);
+    ss__transport_destroy(t);
     ss__device_set_staging_floats(0);
 }
 END_TEST
@@ -397,6 +468,166 @@ START_TEST(test_cuda_foreground_through_a_ps) {
 }
 END_TEST
 
+#ifdef SS_HAVE_CUDA
+/* Random floats in [-1, 1), never zeros (they hide unwritten outputs). */
+static void random_fill(float *x, size_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 23) - 1.0);
+    }
+}
+
+enum { K_ADD, K_ELASTIC, K_ACC, K_SCALE, K_SUB, K_KERNELS };
+static const char *const kernel_names[K_KERNELS] = {"add_scaled", "elastic", "accumulate", "scale",
+                                                    "sub"};
+
+/* Runs kernel k on the device over (a, b, c) + off and on the host over
+ * (ha, hb, hc) + off: the arrays each kernel writes end up in both. */
+static void run_both(int k, float *a, float *b, float *c, float *ha, float *hb, float *hc,
+                     size_t off, size_t n) {
+    int err = 0;
+    switch (k) {
+    case K_ADD:
+        err = ss__cuda_live_add_scaled(NULL, a + off, b + off, 0.37f, n);
+        ss__kernel_live_add_scaled(ha + off, hb + off, 0.37f, n);
+        break;
+    case K_ELASTIC:
+        err = ss__cuda_elastic_exchange(NULL, a + off, b + off, c + off, 0.3f, n);
+        ss__kernel_elastic_exchange(ha + off, hb + off, hc + off, 0.3f, n);
+        break;
+    case K_ACC:
+        err = ss__cuda_accumulate(NULL, a + off, b + off, n);
+        ss__kernel_accumulate(ha + off, hb + off, n);
+        break;
+    case K_SCALE:
+        err = ss__cuda_scale(NULL, a + off, 0.77f, n);
+        ss__kernel_scale(ha + off, 0.77f, n);
+        break;
+    case K_SUB:
+        err = ss__cuda_sub(NULL, c + off, a + off, b + off, n);
+        ss__kernel_sub(hc + off, ha + off, hb + off, n);
+        break;
+    }
+    ck_assert_msg(err == 0, "%s: launch error %d", kernel_names[k], err);
+}
+#endif
+
+/* Each CUDA kernel against its CPU twin (shadow/kernels.h) on fresh random
+ * data: the float4 paths and, one float off alignment, the scalar ones;
+ * tails; a size that fills the device many times over. Every array is
+ * compared whole, so an element a kernel skipped keeps its random value
+ * and fails. The device contracts a * b + c into one rounding (FMA), the
+ * host does not: 1e-6 relative. */
+START_TEST(test_cuda_kernels_match_the_cpu) {
+    ss__device_backend_set(NULL);
+    if (ss_device_count() == 0) {
+        printf("test_cuda_kernels_match_the_cpu: skipped: %s\n", ss_last_error());
+        return;
+    }
+#ifdef SS_HAVE_CUDA
+    const ss__device_backend *be = &ss__device_backend_cuda;
+    static const size_t sizes[] = {1, 5, 4099, (size_t)1 << 22};
+    const size_t max = ((size_t)1 << 22) + 1, bytes = max * sizeof(float);
+    float *a, *b, *c;
+    ck_assert_int_eq(be->device_alloc(0, bytes, (void **)&a), 0);
+    ck_assert_int_eq(be->device_alloc(0, bytes, (void **)&b), 0);
+    ck_assert_int_eq(be->device_alloc(0, bytes, (void **)&c), 0);
+    float *h[3], *got = malloc(bytes);
+    for (int j = 0; j < 3; j++)
+        ck_assert_ptr_nonnull(h[j] = malloc(bytes));
+    float *dev[3] = {a, b, c};
+    uint64_t seed = 1;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+        for (size_t off = 0; off < 2; off++)
+            for (int k = 0; k < K_KERNELS; k++) {
+                const size_t n = sizes[si], len = n + off;
+                for (int j = 0; j < 3; j++) {
+                    random_fill(h[j], len, seed++);
+                    ck_assert_int_eq(be->copy_to_device(0, NULL, dev[j], h[j], len * 4), 0);
+                }
+                run_both(k, a, b, c, h[0], h[1], h[2], off, n);
+                ck_assert_int_eq(be->stream_sync(0, NULL), 0);
+                for (int j = 0; j < 3; j++) {
+                    ck_assert_int_eq(be->copy_to_host(0, NULL, got, dev[j], len * 4), 0);
+                    ck_assert_int_eq(be->stream_sync(0, NULL), 0);
+                    /* The first element off (one check: Check's assertions
+                     * cost a pipe write each). */
+                    size_t i = 0;
+                    while (i < len && fabsf(got[i] - h[j][i]) <= 1e-6f * (1.0f + fabsf(h[j][i])))
+                        i++;
+                    ck_assert_msg(
+                        i == len, "%s, n %zu, offset %zu: array %d [%zu] is %.9g, want %.9g",
+                        kernel_names[k], n, off, j, i, (double)got[i % len], (double)h[j][i % len]);
+                }
+            }
+    for (int j = 0; j < 3; j++) {
+        be->device_free(0, dev[j]);
+        free(h[j]);
+    }
+    free(got);
+#endif
+}
+END_TEST
+
+/* Agent mode on a real GPU: the device group crosses into a separate
+ * shadowsync-agent process by CUDA IPC, and the agent's pool syncs it on
+ * its own stream through a real PS. As test_standin_through_an_agent:
+ * host trainer A (1) set the centre; x + c is conserved (3 + 1), so the
+ * device replica settles at 2; the agent counts its device copies. */
+START_TEST(test_cuda_through_an_agent_process) {
+    ss__device_backend_set(NULL);
+    if (ss_device_count() == 0) {
+        printf("test_cuda_through_an_agent_process: skipped: %s\n", ss_last_error());
+        return;
+    }
+    char log[300], ps[64], sock[300], http[128];
+    snprintf(log, sizeof log, "%s/ps-agent.log", tmpdir);
+    char *no_http[] = {"--http", "", NULL};
+    pid_t ps_pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", no_http);
+    enum { N = 300000 };
+    static float init[N], x[N];
+    ss_trainer *a = open_foreground(ps, "a");
+    ss_dense *ga, *gb;
+    fill(init, N, 1.0f);
+    ck_assert_int_eq(ss_trainer_add_dense(a, "w", N, init, &ga), SS_OK);
+    ck_assert_int_eq(ss_trainer_step(a), SS_OK);
+    snprintf(log, sizeof log, "%s/agent.log", tmpdir);
+    snprintf(sock, sizeof sock, "%s/agent-cuda.sock", tmpdir);
+    char *extra[] = {"--min-round-gap", "1", NULL};
+    pid_t agent = agent_start(log, sock, ps, http, sizeof http, extra);
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.name = "b";
+    c.agent = sock;
+    c.algo = "easgd";
+    c.final_rounds = 0;
+    ss_trainer *b;
+    ck_assert_int_eq(ss_trainer_open(&c, &b), SS_OK);
+    fill(init, N, 3.0f);
+    ck_assert_int_eq(ss_trainer_add_dense_device(b, "w", N, 0, init, &gb), SS_OK);
+    int settled = 0;
+    ss_dense_stats st = {0};
+    for (int i = 0; i < 3000 && !(settled && st.rounds > 0); i++) {
+        ck_assert_int_eq(ss_trainer_step(b), SS_OK);
+        usleep(2000);
+        ck_assert_int_eq(ss_dense_read(gb, x), SS_OK);
+        settled = fabsf(x[0] - 2.0f) < 1e-3f && fabsf(x[N - 1] - 2.0f) < 1e-3f;
+        ck_assert_int_eq(ss_dense_get_stats(gb, &st), SS_OK);
+    }
+    ck_assert_msg(settled, "the device replica is at %g, not 2 (agent log %s)", (double)x[0], log);
+    ck_assert_uint_gt(st.rounds, 0);
+    ck_assert_double_gt(agent_metric(http, "shadowsync_device_copy_seconds_count", "group=\"w\""),
+                        0);
+    ck_assert_int_eq(ss_trainer_close(b), SS_OK);
+    ck_assert_int_eq(ss_trainer_close(a), SS_OK);
+    kill(agent, SIGTERM);
+    proc_wait(agent, 30);
+    kill(ps_pid, SIGTERM);
+    proc_wait(ps_pid, 30);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     if (!mkdtemp(tmpdir)) {
@@ -405,9 +636,11 @@ int main(void) {
     }
     int rc = ss__check_tests(
         "device", 120, NULL, NULL, test_without_a_device_says_why, test_standin_easgd_by_hand,
-        test_standin_chunks_through_two_buffers, test_standin_ma_host_and_device,
-        test_standin_failures_fail_the_round, test_api_device_group, test_standin_through_an_agent,
-        test_standin_foreground_through_a_ps, test_cuda_foreground_through_a_ps);
+        test_standin_chunks_through_two_buffers, test_standin_pinned_buffers_skip_staging,
+        test_standin_ma_host_and_device, test_standin_failures_fail_the_round,
+        test_api_device_group, test_standin_through_an_agent, test_standin_foreground_through_a_ps,
+        test_cuda_foreground_through_a_ps, test_cuda_kernels_match_the_cpu,
+        test_cuda_through_an_agent_process);
     proc_remove_tree(tmpdir);
     return rc;
 }

@@ -114,6 +114,43 @@ class BindingTest(unittest.TestCase):
             self.assertEqual(e.exception.name, "unsupported")
             self.assertIn("group d on device 0: no CUDA device", e.exception.message)
 
+    def test_device_group_is_a_cuda_tensor(self):
+        # A device group through PyTorch, zero-copy, synced by hand-worked
+        # foreground S-EASGD rounds (alpha 0.5) with a host trainer:
+        # a's replica 1 + 1 (a torch add on the GPU) = 2 sets the centre;
+        # b (3): d = 0.5 (3 - 2) = 0.5, b 2.5, centre 2.5; a: d = 0.5 (2 -
+        # 2.5) = -0.25, a 2.25 (applied by the shadow pool's kernel).
+        if shadowsync.device_count() == 0:
+            self.skipTest(f"no CUDA device: {shadowsync.device_count_why()}")
+        import torch
+
+        if not torch.cuda.is_available():
+            self.skipTest("this PyTorch has no CUDA")
+        with PS() as ps:
+            a = shadowsync.Trainer(ps=ps.address, sync="foreground", sync_every=1,
+                                   final_rounds=0, trainer_name="a")
+            b = shadowsync.Trainer(ps=ps.address, sync="foreground", sync_every=1,
+                                   final_rounds=0, trainer_name="b")
+            ga = a.add_dense("w", init=np.full(1000, 1.0, np.float32), device=0)
+            gb = b.add_dense("w", init=np.full(1000, 3.0, np.float32))
+            self.assertEqual(ga.device, 0)
+            x = ga.torch()
+            self.assertTrue(x.is_cuda)
+            self.assertEqual(x.data_ptr(), ga.__cuda_array_interface__["data"][0])
+            x += 1.0
+            torch.cuda.synchronize()
+            np.testing.assert_array_equal(ga.read(), np.full(1000, 2.0))
+            a.step()
+            b.step()
+            np.testing.assert_array_equal(gb.numpy(), np.full(1000, 2.5))
+            a.step()
+            np.testing.assert_array_equal(ga.read(), np.full(1000, 2.25))
+            self.assertTrue(torch.equal(x.cpu(), torch.full((1000,), 2.25)))
+            with self.assertRaises(shadowsync.ShadowSyncError):
+                ga.numpy()
+            a.close()
+            b.close()
+
     def test_foreground_easgd_by_hand(self):
         # Two trainers, K = 1, alpha 0.5. A's round sets the centre to its
         # replica (1); B's round: d = 0.5 (3 - 1) = 1, so B is 2, centre 2.
