@@ -2,6 +2,7 @@
  * Both sides of a mirror must compute bit-identical floats from the same
  * bytes, so this file is built with -ffp-contract=off (no fused
  * multiply-adds that one build would use and another not). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,9 +86,12 @@ static float get_f32(const uint8_t *p) {
                     (uint32_t)p[3] << 24);
 }
 
-/* The step of an int8 block, computed the same way by both sides. */
+/* The step of an int8 block, computed the same way by both sides. A
+ * range past FLT_MAX (hi - lo overflows: -3e38 .. 3e38) takes each end
+ * apart, so the step is finite for any finite lo <= hi. */
 static float int8_step(float lo, float hi) {
-    return (hi - lo) / 255.0f;
+    float step = (hi - lo) / 255.0f;
+    return isfinite(step) ? step : hi / 255.0f - lo / 255.0f;
 }
 
 /* ---- whole arrays ---- */
@@ -112,7 +116,10 @@ void ss__codec_encode(ss__encoding e, const float *in, size_t n, uint8_t *out) {
             put_f32(out + 4, hi);
             out += 8;
             float step = int8_step(lo, hi);
-            ss__codec_quantize_u8(in + b, k, lo, step > 0 ? 1.0f / step : 0.0f, out);
+            /* A subnormal step has no finite inverse: the values, all
+             * within 255 such steps of lo, then round to lo. */
+            float inv = step > 0 ? 1.0f / step : 0.0f;
+            ss__codec_quantize_u8(in + b, k, lo, inv <= FLT_MAX ? inv : FLT_MAX, out);
             out += k;
         }
         return;
@@ -150,12 +157,15 @@ ss_status ss__codec_decode(ss__encoding e, const uint8_t *in, size_t len, size_t
         for (size_t b = 0; b < n; b += SS_CODEC_INT8_BLOCK) {
             size_t k = n - b < SS_CODEC_INT8_BLOCK ? n - b : SS_CODEC_INT8_BLOCK;
             float lo = get_f32(in), hi = get_f32(in + 4);
-            if (!isfinite(lo) || !isfinite(hi) || lo > hi || !isfinite(hi - lo))
+            if (!isfinite(lo) || !isfinite(hi) || lo > hi)
                 return SS_ERR_INVALID_ARGUMENT;
             in += 8;
-            float step = int8_step(lo, hi);
+            /* lo + q step, by halves: q step alone can pass FLT_MAX when
+             * the range does. Halving is exact (barring subnormals), so
+             * the result is lo + q step's, rounded the same. */
+            float half = int8_step(lo, hi) * 0.5f;
             for (size_t i = 0; i < k; i++)
-                out[b + i] = lo + (float)in[i] * step;
+                out[b + i] = 2.0f * (lo * 0.5f + (float)in[i] * half);
             in += k;
         }
         return SS_OK;

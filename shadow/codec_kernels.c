@@ -36,8 +36,12 @@ void ss__codec_quantize_u8(const float *restrict x, size_t n, float lo, float in
                            uint8_t *restrict q) {
     for (size_t i = 0; i < n; i++) {
         /* (x - lo) inv >= 0: adding 0.5 and truncating rounds to nearest
-         * (ties up; any q the decoder reads back is as good). */
-        float v = (x[i] - lo) * inv + 0.5f;
+         * (ties up; any q the decoder reads back is as good). By halves,
+         * as (x - lo) inv exactly (barring subnormals): x - lo itself
+         * overflows when the block's range passes FLT_MAX, and inf times
+         * a small inv would be inf, or NaN (whose conversion to int is
+         * undefined) times 0. */
+        float v = (x[i] * 0.5f - lo * 0.5f) * inv * 2.0f + 0.5f;
         v = v < 255.0f ? v : 255.0f;
         q[i] = (uint8_t)(int32_t)v;
     }

@@ -123,6 +123,34 @@ START_TEST(test_int8_blocks) {
 }
 END_TEST
 
+/* Blocks at the ends of the float range (a fuzzer found the first: its
+ * q was a NaN converted to int). A range past FLT_MAX: the ends stay
+ * exact and the middle is within half a step; a subnormal step: every
+ * value rounds to lo. Both decode. */
+START_TEST(test_int8_extreme_ranges) {
+    const float wide[] = {-3e38f, 3e38f, 0.0f, 1.5e38f};
+    uint8_t buf[12];
+    float out[4];
+    ss__codec_encode(SS_ENC_INT8, wide, 4, buf);
+    ck_assert_uint_eq(buf[8], 0);
+    ck_assert_uint_eq(buf[9], 255);
+    ck_assert_uint_eq(buf[11], 191); /* 4.5e38 / (6e38 / 255) = 191.25 */
+    ck_assert_int_eq(ss__codec_decode(SS_ENC_INT8, buf, 12, 4, out), SS_OK);
+    const float step = 3e38f / 255.0f * 2.0f;
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(isfinite(out[i]) && fabsf(out[i] - wide[i]) <= step * 0.501f,
+                      "element %d: %g for %g", i, (double)out[i], (double)wide[i]);
+    ck_assert_float_eq(out[0], -3e38f);
+    const float tiny[] = {0.0f, 1e-40f, 5e-41f};
+    uint8_t tb[11];
+    ss__codec_encode(SS_ENC_INT8, tiny, 3, tb);
+    ck_assert_uint_eq(tb[8] | tb[9] | tb[10], 0);
+    ck_assert_int_eq(ss__codec_decode(SS_ENC_INT8, tb, 11, 3, out), SS_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_float_eq(out[i], 0.0f);
+}
+END_TEST
+
 START_TEST(test_decode_refuses_bad_payloads) {
     float out[4];
     uint8_t h[4] = {0x00, 0x7C, 0x00, 0x3C}; /* +Inf, 1 */
@@ -343,7 +371,8 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("codec", 0, NULL, NULL, test_sizes_and_names, test_fp16_bits,
-                           test_bf16_bits, test_int8_blocks, test_decode_refuses_bad_payloads,
-                           test_error_feedback_converges, test_easgd_conserves_and_converges,
+                           test_bf16_bits, test_int8_blocks, test_int8_extreme_ranges,
+                           test_decode_refuses_bad_payloads, test_error_feedback_converges,
+                           test_easgd_conserves_and_converges,
                            test_out_of_step_mirror_is_refused_then_reset);
 }
