@@ -62,7 +62,7 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
         return st;
     }
     int max = (int)(max_message_bytes ? max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE);
-    grpc_arg args[5] = {
+    grpc_arg args[8] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = max},
@@ -74,9 +74,22 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
          .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
          .value.integer = 100},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 100},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 250},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+         .value.integer = SS_RPC_RECONNECT_MAX_MS},
+        /* Keepalive pings while calls are in flight (rpc_internal.h),
+         * as many as it takes: a round waiting on its reply sends no data. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_KEEPALIVE_TIME_MS,
+         .value.integer = SS_RPC_KEEPALIVE_MS},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+         .value.integer = SS_RPC_KEEPALIVE_TIMEOUT_MS},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
+         .value.integer = 0},
     };
-    grpc_channel_args cargs = {.num_args = 5, .args = args};
+    grpc_channel_args cargs = {.num_args = 8, .args = args};
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!ch->channel) {

@@ -456,15 +456,19 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
      * dropped by gRPC before any buffering of ours (uncounted). */
     size_t hard =
         srv->max_message > (size_t)INT32_MAX / 2 ? (size_t)INT32_MAX : 2 * srv->max_message;
-    grpc_arg arg[2] = {
+    grpc_arg arg[3] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = (int)hard},
         /* gRPC sets SO_REUSEPORT by default: a second server on a taken
          * port would bind silently and steal half the connections. */
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+        /* Our clients' keepalive pings (rpc_internal.h) are no strikes. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+         .value.integer = SS_RPC_MIN_PING_INTERVAL_MS},
     };
-    grpc_channel_args args = {.num_args = 2, .args = arg};
+    grpc_channel_args args = {.num_args = 3, .args = arg};
     srv->server = grpc_server_create(&args, NULL);
     srv->max_blocked = cfg->max_blocked_calls ? cfg->max_blocked_calls : SS_RPC_DEFAULT_MAX_BLOCKED;
     if (cfg->auth_header)
