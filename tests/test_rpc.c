@@ -187,6 +187,34 @@ START_TEST(test_ps_down_times_out) {
 }
 END_TEST
 
+/* A PS that stops answering on a live connection (SIGSTOP: its kernel
+ * still acks TCP, as a network partition keeps a connection "open"): the
+ * client's keepalive ping goes unanswered and the connection is given up,
+ * so the call fails as unreachable (SS_ERR_IO) long before its 20 s
+ * deadline (SS_ERR_TIMEOUT), and the next call, once the PS runs again,
+ * goes through on a new connection. */
+START_TEST(test_a_silent_connection_is_given_up) {
+    start_ps();
+    ss__transport *t;
+    ss__grpc_transport_config cfg = {.targets = ps_target, .timeout_ms = 20000};
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    uint64_t a;
+    float d[2];
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
+    proc_freeze(ps_pid);
+    ss_status silent = ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2);
+    char why[600];
+    snprintf(why, sizeof why, "%s", ss__rpc_last_failure());
+    kill(ps_pid, SIGCONT);
+    ss_status again = ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2);
+    ss__transport_destroy(t);
+    stop_ps();
+    ck_assert_msg(silent == SS_ERR_IO, "the call to a silent PS said %s (%s)",
+                  ss_status_name(silent), why);
+    ck_assert_int_eq(again, SS_OK);
+}
+END_TEST
+
 /* ---- the client's batches: a window per channel, replies read in place ---- */
 
 #define ECHO_CHANNELS 2
@@ -599,5 +627,6 @@ int main(void) {
         test_server_on_a_taken_port_fails_cleanly, test_ps_down_times_out,
         test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
         test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
-        test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting);
+        test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting,
+        test_a_silent_connection_is_given_up);
 }
