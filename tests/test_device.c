@@ -17,6 +17,7 @@
 #include "device_standin.h"
 #include "procs.h"
 #include "shadow/engine.h"
+#include "shadow/host_average_transport.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/kernels.h"
 #ifdef SS_HAVE_CUDA
@@ -405,6 +406,64 @@ START_TEST(test_standin_through_an_agent) {
 }
 END_TEST
 
+/* Host averaging of device groups (shadowsync-agent --host-average): two
+ * trainers' device groups on one agent, S-MA. The agent averages their
+ * host snapshots in memory and takes part in the PS's round as one
+ * member; both replicas move to the mean, (2 + 6) / 2 = 4. */
+START_TEST(test_standin_host_average_through_an_agent) {
+    ss__transport *to_ps = standin_and_inproc(), *host;
+    ck_assert_int_eq(ss__host_average_transport_create(to_ps, 2000, &host), SS_OK);
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    char sock[300];
+    snprintf(sock, sizeof sock, "%s/run/agent-ha.sock", tmpdir);
+    ss__agent_config acfg = {.socket_path = sock,
+                             .transport = host,
+                             .metrics = m,
+                             .shadow_threads = 2,
+                             .min_round_gap = 1};
+    ss__agent *agent;
+    ck_assert_int_eq(ss__agent_create(&acfg, &agent), SS_OK);
+    enum { N = 64 };
+    static float init[N], x[N];
+    ss_trainer *t[2];
+    ss_dense *g[2];
+    for (int k = 0; k < 2; k++) {
+        ss_trainer_config c;
+        ss_trainer_config_init(&c);
+        c.name = k ? "b" : "a";
+        c.agent = sock;
+        c.algo = "ma";
+        c.final_rounds = 0;
+        ck_assert_int_eq(ss_trainer_open(&c, &t[k]), SS_OK);
+        fill(init, N, k ? 6.0f : 2.0f);
+        ck_assert_int_eq(ss_trainer_add_dense_device(t[k], "w", N, k, init, &g[k]), SS_OK);
+    }
+    int settled = 0;
+    for (int i = 0; i < 5000 && settled < 2; i++) {
+        settled = 0;
+        for (int k = 0; k < 2; k++) {
+            ck_assert_int_eq(ss_trainer_step(t[k]), SS_OK);
+            ck_assert_int_eq(ss_dense_read(g[k], x), SS_OK);
+            settled += x[0] == 4.0f && x[N - 1] == 4.0f;
+        }
+        usleep(1000);
+    }
+    ck_assert_msg(settled == 2, "the device replicas did not both reach 4 (one is at %g)",
+                  (double)x[0]);
+    ss__inproc_group_info info;
+    size_t k;
+    ck_assert_int_eq(ss__inproc_transport_describe(to_ps, &info, 1, &k), SS_OK);
+    ck_assert_uint_eq(info.members, 1); /* one member for the whole host */
+    for (int j = 0; j < 2; j++)
+        ck_assert_int_eq(ss_trainer_close(t[j]), SS_OK);
+    ss__agent_destroy(agent);
+    ss__metrics_destroy(m);
+    ss__transport_destroy(host);
+    ss__transport_destroy(to_ps);
+}
+END_TEST
+
 static ss_trainer *open_foreground(const char *ps, const char *name) {
     ss_trainer_config c;
     ss_trainer_config_init(&c);
@@ -634,13 +693,14 @@ int main(void) {
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    int rc = ss__check_tests(
-        "device", 120, NULL, NULL, test_without_a_device_says_why, test_standin_easgd_by_hand,
-        test_standin_chunks_through_two_buffers, test_standin_pinned_buffers_skip_staging,
-        test_standin_ma_host_and_device, test_standin_failures_fail_the_round,
-        test_api_device_group, test_standin_through_an_agent, test_standin_foreground_through_a_ps,
-        test_cuda_foreground_through_a_ps, test_cuda_kernels_match_the_cpu,
-        test_cuda_through_an_agent_process);
+    int rc =
+        ss__check_tests("device", 120, NULL, NULL, test_without_a_device_says_why,
+                        test_standin_easgd_by_hand, test_standin_chunks_through_two_buffers,
+                        test_standin_pinned_buffers_skip_staging, test_standin_ma_host_and_device,
+                        test_standin_failures_fail_the_round, test_api_device_group,
+                        test_standin_through_an_agent, test_standin_host_average_through_an_agent,
+                        test_standin_foreground_through_a_ps, test_cuda_foreground_through_a_ps,
+                        test_cuda_kernels_match_the_cpu, test_cuda_through_an_agent_process);
     proc_remove_tree(tmpdir);
     return rc;
 }
