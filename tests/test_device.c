@@ -510,6 +510,16 @@ static void foreground_easgd_on_device(void) {
     proc_wait(pid, 30);
 }
 
+/* The CUDA runtime's backend, and whether it sees a device; without one
+ * the test says it is skipped, and why. */
+static bool real_device_or_skip(const char *test) {
+    ss__device_backend_set(NULL);
+    if (ss_device_count() > 0)
+        return true;
+    printf("%s: skipped: %s\n", test, ss_last_error());
+    return false;
+}
+
 START_TEST(test_standin_foreground_through_a_ps) {
     ss__device_backend_set(&standin_backend);
     foreground_easgd_on_device();
@@ -518,11 +528,8 @@ END_TEST
 
 /* The same on a real GPU, through the CUDA runtime's copies and kernel. */
 START_TEST(test_cuda_foreground_through_a_ps) {
-    ss__device_backend_set(NULL);
-    if (ss_device_count() == 0) {
-        printf("test_cuda_foreground_through_a_ps: skipped: %s\n", ss_last_error());
+    if (!real_device_or_skip("test_cuda_foreground_through_a_ps"))
         return;
-    }
     foreground_easgd_on_device();
 }
 END_TEST
@@ -579,11 +586,8 @@ static void run_both(int k, float *a, float *b, float *c, float *ha, float *hb, 
  * and fails. The device contracts a * b + c into one rounding (FMA), the
  * host does not: 1e-6 relative. */
 START_TEST(test_cuda_kernels_match_the_cpu) {
-    ss__device_backend_set(NULL);
-    if (ss_device_count() == 0) {
-        printf("test_cuda_kernels_match_the_cpu: skipped: %s\n", ss_last_error());
+    if (!real_device_or_skip("test_cuda_kernels_match_the_cpu"))
         return;
-    }
 #ifdef SS_HAVE_CUDA
     const ss__device_backend *be = &ss__device_backend_cuda;
     static const size_t sizes[] = {1, 5, 4099, (size_t)1 << 22};
@@ -635,11 +639,8 @@ END_TEST
  * host trainer A (1) set the centre; x + c is conserved (3 + 1), so the
  * device replica settles at 2; the agent counts its device copies. */
 START_TEST(test_cuda_through_an_agent_process) {
-    ss__device_backend_set(NULL);
-    if (ss_device_count() == 0) {
-        printf("test_cuda_through_an_agent_process: skipped: %s\n", ss_last_error());
+    if (!real_device_or_skip("test_cuda_through_an_agent_process"))
         return;
-    }
     char log[300], ps[64], sock[300], http[128];
     snprintf(log, sizeof log, "%s/ps-agent.log", tmpdir);
     char *no_http[] = {"--http", "", NULL};
