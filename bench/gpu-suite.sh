@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Everything issue 16 measures, in one go, on a machine with a CUDA GPU:
-# the device, the GPU tests (test_device's real-backend cases, the Python
-# binding with a CUDA PyTorch), the kernels' bandwidth and the GPU
-# trainer's examples/s (bench/gpu-kernels.sh, bench/gpu-train.sh). Logs go
-# to $LOGS (default out/gpu-suite). On a machine without our Debian
+# The GPU checks and figures (BENCHMARKS.md) in one go, on a CUDA GPU:
+# the device, the GPU tests (test_device's real-backend cases, also under
+# compute-sanitizer; the Python binding with a CUDA PyTorch), the kernels'
+# bandwidth and the GPU trainer's examples/s (bench/gpu-kernels.sh,
+# bench/gpu-train.sh). Logs go to $LOGS (default out/gpu-suite). On a machine without our Debian
 # packages, pack the build first (tools/device-bundle.sh) and source
 # .devbundle/env.sh there.
 #   SECONDS_PER_RUN=10 REPS=3 bash bench/gpu-suite.sh
 set -uo pipefail
+case ${1:-} in
+-h | --help)
+  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+  ;;
+esac
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-out/gpu-suite}
 mkdir -p "$LOGS"

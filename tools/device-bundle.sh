@@ -9,6 +9,12 @@
 # then run the bench scripts with SS_BENCH_REBUILD=0 as usual.
 #   bash tools/device-bundle.sh [BUILD_DIR]
 set -euo pipefail
+case ${1:-} in
+-h | --help)
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+  ;;
+esac
 cd "$(dirname "$0")/.."
 build=${1:-build}
 [ -x "$build/bin/shadowsync-gpu-train" ] || {
