@@ -335,6 +335,37 @@ START_TEST(test_api_device_group) {
 }
 END_TEST
 
+/* An in-process agent on tmpdir/run/<sock_name> (written to sock) syncing
+ * through `transport`, with `threads` shadow threads and rounds 1 ms
+ * apart; its metrics in *m. */
+static ss__agent *inproc_agent(ss__transport *transport, const char *sock_name, uint32_t threads,
+                               char *sock, size_t socklen, ss__metrics **m) {
+    ck_assert_int_eq(ss__metrics_create(m), SS_OK);
+    snprintf(sock, socklen, "%s/run/%s", tmpdir, sock_name);
+    ss__agent_config acfg = {.socket_path = sock,
+                             .transport = transport,
+                             .metrics = *m,
+                             .shadow_threads = threads,
+                             .min_round_gap = 1};
+    ss__agent *agent;
+    ck_assert_int_eq(ss__agent_create(&acfg, &agent), SS_OK);
+    return agent;
+}
+
+/* A trainer named `name` whose groups the agent on `sock` syncs by `algo`,
+ * with no final rounds. */
+static ss_trainer *agent_trainer(const char *sock, const char *name, const char *algo) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.name = name;
+    c.agent = sock;
+    c.algo = algo;
+    c.final_rounds = 0;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    return t;
+}
+
 /* Agent mode: the trainer exports its device group by CUDA IPC and the
  * agent's shadow pool syncs it on its own stream. S-EASGD, alpha 0.5,
  * against a centre of 1 that another member set: x + c is conserved (3 +
@@ -348,25 +379,9 @@ START_TEST(test_standin_through_an_agent) {
     fill(x, N, 1.0f);
     ck_assert_int_eq(ss__transport_easgd_exchange(to_ps, "w", other, x, 0.5f, x, N), SS_OK);
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     char sock[300];
-    snprintf(sock, sizeof sock, "%s/run/agent.sock", tmpdir);
-    ss__agent_config acfg = {.socket_path = sock,
-                             .transport = to_ps,
-                             .metrics = m,
-                             .shadow_threads = 1,
-                             .min_round_gap = 1};
-    ss__agent *agent;
-    ck_assert_int_eq(ss__agent_create(&acfg, &agent), SS_OK);
-
-    ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.name = "b";
-    c.agent = sock;
-    c.algo = "easgd";
-    c.final_rounds = 0;
-    ss_trainer *t;
-    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss__agent *agent = inproc_agent(to_ps, "agent.sock", 1, sock, sizeof sock, &m);
+    ss_trainer *t = agent_trainer(sock, "b", "easgd");
     static float init[N];
     fill(init, N, 3.0f);
     ss_dense *g;
@@ -414,28 +429,14 @@ START_TEST(test_standin_host_average_through_an_agent) {
     ss__transport *to_ps = standin_and_inproc(), *host;
     ck_assert_int_eq(ss__host_average_transport_create(to_ps, 2000, &host), SS_OK);
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     char sock[300];
-    snprintf(sock, sizeof sock, "%s/run/agent-ha.sock", tmpdir);
-    ss__agent_config acfg = {.socket_path = sock,
-                             .transport = host,
-                             .metrics = m,
-                             .shadow_threads = 2,
-                             .min_round_gap = 1};
-    ss__agent *agent;
-    ck_assert_int_eq(ss__agent_create(&acfg, &agent), SS_OK);
+    ss__agent *agent = inproc_agent(host, "agent-ha.sock", 2, sock, sizeof sock, &m);
     enum { N = 64 };
     static float init[N], x[N];
     ss_trainer *t[2];
     ss_dense *g[2];
     for (int k = 0; k < 2; k++) {
-        ss_trainer_config c;
-        ss_trainer_config_init(&c);
-        c.name = k ? "b" : "a";
-        c.agent = sock;
-        c.algo = "ma";
-        c.final_rounds = 0;
-        ck_assert_int_eq(ss_trainer_open(&c, &t[k]), SS_OK);
+        t[k] = agent_trainer(sock, k ? "b" : "a", "ma");
         fill(init, N, k ? 6.0f : 2.0f);
         ck_assert_int_eq(ss_trainer_add_dense_device(t[k], "w", N, k, init, &g[k]), SS_OK);
     }
@@ -656,14 +657,7 @@ START_TEST(test_cuda_through_an_agent_process) {
     snprintf(sock, sizeof sock, "%s/agent-cuda.sock", tmpdir);
     char *extra[] = {"--min-round-gap", "1", NULL};
     pid_t agent = agent_start(log, sock, ps, http, sizeof http, extra);
-    ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.name = "b";
-    c.agent = sock;
-    c.algo = "easgd";
-    c.final_rounds = 0;
-    ss_trainer *b;
-    ck_assert_int_eq(ss_trainer_open(&c, &b), SS_OK);
+    ss_trainer *b = agent_trainer(sock, "b", "easgd");
     fill(init, N, 3.0f);
     ck_assert_int_eq(ss_trainer_add_dense_device(b, "w", N, 0, init, &gb), SS_OK);
     int settled = 0;
