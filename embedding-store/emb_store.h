@@ -39,8 +39,11 @@ typedef struct ss__emb_store ss__emb_store;
 
 #define SS_EMB_DEFAULT_MAX_BATCH       65536
 #define SS_EMB_DEFAULT_MAX_REPLY_BYTES (64u << 20)
-#define SS_EMB_DEFAULT_MAX_TABLES      1024
-#define SS_EMB_MAX_TABLES              256
+/* One limit on tables: the default and the largest --max-tables are the
+ * same as the store's own array, so a table the limit admits is always
+ * one a restart can load (the spec is persisted only after the check). */
+#define SS_EMB_MAX_TABLES         1024
+#define SS_EMB_DEFAULT_MAX_TABLES SS_EMB_MAX_TABLES
 
 typedef struct ss__emb_store_config {
     const char *db_path;         /* RocksDB directory; NULL or "" = memory only */
@@ -50,7 +53,7 @@ typedef struct ss__emb_store_config {
     size_t max_batch;            /* ids per request; 0 = SS_EMB_DEFAULT_MAX_BATCH */
     ss__metrics *metrics;        /* optional: shadowsync_emb_* series */
     size_t max_reply_bytes;      /* rows of one request (n * dim * 4); 0 = 64 MiB */
-    size_t max_tables;           /* tables in the store; 0 = SS_EMB_DEFAULT_MAX_TABLES */
+    size_t max_tables;           /* 1..SS_EMB_MAX_TABLES; 0 = SS_EMB_DEFAULT_MAX_TABLES */
     const char *checkpoint_root; /* checkpoints go here, by name; NULL or "" = none */
     uint32_t checkpoint_keep;    /* newest checkpoints kept under the root; 0 = all */
     /* Rows in memory, all tables: past it clean rows are evicted, and a

@@ -312,7 +312,8 @@ static void *flusher_main(void *arg) {
 }
 
 ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out) {
-    if (!cfg || !out || (cfg->flush_lag_ms && cfg->flush_lag_ms < 2))
+    if (!cfg || !out || (cfg->flush_lag_ms && cfg->flush_lag_ms < 2) ||
+        cfg->max_tables > SS_EMB_MAX_TABLES)
         return SS_ERR_INVALID_ARGUMENT;
     bool has_db = cfg->db_path && *cfg->db_path;
     if (cfg->sync_writes && !has_db)

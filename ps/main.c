@@ -284,7 +284,8 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          NULL, 1, 1 << 24},
         {"max-reply-mb", SS_FLAG_INT, &o->max_reply_mb,
          "most row bytes in one embedding request or reply (ids x dim x 4)", NULL, 1, 1 << 14},
-        {"max-tables", SS_FLAG_INT, &o->max_tables, "most embedding tables", NULL, 1, 1 << 20},
+        {"max-tables", SS_FLAG_INT, &o->max_tables, "most embedding tables", NULL, 1,
+         SS_EMB_MAX_TABLES},
         {"max-rows", SS_FLAG_INT, &o->max_rows,
          "most embedding rows in memory, all tables (clean rows are evicted past it; requests "
          "are refused when none can be; 0 = no limit)",

@@ -10,6 +10,7 @@
 
 #include "rpc/auth.h"
 #include "rpc/rpc.h"
+#include "rpc/tree_transport.h"
 #include "shadow/forest.h"
 
 #define SS_TREE_PUSH_METHOD  "/shadowsync.v1.TreeSync/Push"
@@ -47,7 +48,7 @@ typedef struct ss__tree_group {
     /* members: the version of each one's membership, raised by each leave,
      * each finding that it is unreachable and each return; of two views of
      * a member, the higher version wins (tree_membership.c). */
-    uint32_t *ver;
+    uint64_t *ver;
     /* S-BMUF: the block state (w, m, b; 3n floats, made on the first BMUF
      * round) of the partitions this member roots, each started once its
      * first round here closed; a partition whose root moves (a member
@@ -93,7 +94,11 @@ ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg);
 
 /* The channel to member i, made on first use (NULL when it cannot be). */
 ss__rpc_channel *ss__tree_channel(ss__tree *t, uint32_t i);
-/* Bytes of a view: 4 per member. */
+/* Is v a plausible next version of one known at `known`? */
+static inline bool ss__tree_version_plausible(uint64_t known, uint64_t v) {
+    return v > known && v - known <= SS_TREE_MAX_VERSION_STEP;
+}
+/* Bytes of a view: 8 per member. */
 size_t ss__tree_view_bytes(const ss__tree *t);
 /* Writes this member's view of tg's membership (version << 1 | gone per
  * member, little-endian). Caller holds the lock. */
@@ -106,7 +111,7 @@ void ss__tree_view_pack(const ss__tree *t, const ss__tree_group *tg, uint8_t *ou
 bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, size_t len);
 /* Member m is gone (or back) at version v (0: one more than known); the
  * trees are built again. Caller holds the lock. */
-ss_status ss__tree_mark(ss__tree *t, ss__tree_group *tg, uint32_t m, bool gone, uint32_t v,
+ss_status ss__tree_mark(ss__tree *t, ss__tree_group *tg, uint32_t m, bool gone, uint64_t v,
                         const char *why);
 /* Asks member m whether it is there, exchanging views. SS_OK when it
  * answered at all (a refusal is an answer); SS_ERR_IO or SS_ERR_TIMEOUT

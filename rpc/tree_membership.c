@@ -31,14 +31,14 @@ ss__rpc_channel *ss__tree_channel(ss__tree *t, uint32_t i) {
 }
 
 size_t ss__tree_view_bytes(const ss__tree *t) {
-    return (size_t)t->npeers * 4;
+    return (size_t)t->npeers * 8;
 }
 
 void ss__tree_view_pack(const ss__tree *t, const ss__tree_group *tg, uint8_t *out) {
     for (uint32_t i = 0; i < t->npeers; i++) {
-        const uint32_t v = tg->ver[i] << 1 | (tg->gone[i] ? 1u : 0u);
-        for (int b = 0; b < 4; b++)
-            out[4 * i + (size_t)b] = (uint8_t)(v >> (8 * b));
+        const uint64_t v = tg->ver[i] << 1 | (tg->gone[i] ? 1u : 0u);
+        for (int b = 0; b < 8; b++)
+            out[8 * i + (size_t)b] = (uint8_t)(v >> (8 * b));
     }
 }
 
@@ -73,16 +73,18 @@ static ss_status rebuild(ss__tree *t, ss__tree_group *tg) {
     return st;
 }
 
-ss_status ss__tree_mark(ss__tree *t, ss__tree_group *tg, uint32_t m, bool gone, uint32_t v,
+ss_status ss__tree_mark(ss__tree *t, ss__tree_group *tg, uint32_t m, bool gone, uint64_t v,
                         const char *why) {
     if (m >= t->npeers || m == t->rank)
         return SS_ERR_INVALID_ARGUMENT;
     const uint8_t was = tg->gone[m];
-    const uint32_t was_ver = tg->ver[m];
+    const uint64_t was_ver = tg->ver[m];
     if (v == 0)
         v = was_ver + 1;
     if (v <= was_ver)
         return SS_OK; /* old news */
+    if (!ss__tree_version_plausible(was_ver, v))
+        return SS_ERR_INVALID_ARGUMENT; /* forged: see SS_TREE_MAX_VERSION_STEP */
     tg->ver[m] = v;
     if (was == (gone ? 1 : 0))
         return SS_OK;
@@ -93,8 +95,8 @@ ss_status ss__tree_mark(ss__tree *t, ss__tree_group *tg, uint32_t m, bool gone, 
         tg->ver[m] = was_ver;
         return st;
     }
-    SS_LOG_INFOF("tree", "event=%s group=%s member=%u version=%u why=\"%s\"",
-                 gone ? "member_gone" : "member_back", tg->name, m, v, why);
+    SS_LOG_INFOF("tree", "event=%s group=%s member=%u version=%llu why=\"%s\"",
+                 gone ? "member_gone" : "member_back", tg->name, m, (unsigned long long)v, why);
     return SS_OK;
 }
 
@@ -105,7 +107,7 @@ bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, s
         return false;
     bool moved = false;
     uint8_t *was = malloc(t->npeers);
-    uint32_t *was_ver = malloc(t->npeers * sizeof *was_ver);
+    uint64_t *was_ver = malloc(t->npeers * sizeof *was_ver);
     if (!was || !was_ver) {
         free(was);
         free(was_ver);
@@ -114,16 +116,21 @@ bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, s
     memcpy(was, tg->gone, t->npeers);
     memcpy(was_ver, tg->ver, t->npeers * sizeof *was_ver);
     for (uint32_t i = 0; i < t->npeers; i++) {
-        uint32_t x = 0;
-        for (int b = 0; b < 4; b++)
-            x |= (uint32_t)view[4 * i + (size_t)b] << (8 * b);
-        const uint32_t v = x >> 1;
+        uint64_t x = 0;
+        for (int b = 0; b < 8; b++)
+            x |= (uint64_t)view[8 * i + (size_t)b] << (8 * b);
+        const uint64_t v = x >> 1;
         const bool gone = x & 1u;
+        /* A version past the step is forged: ignored, so that it can
+         * neither push this member's own version towards its limit nor
+         * keep another out. */
+        if (v != tg->ver[i] && !ss__tree_version_plausible(tg->ver[i], v))
+            continue;
         if (i == t->rank) {
-            if (gone && v >= tg->ver[i]) { /* here after all: back, at a version that wins */
+            if (gone) { /* here after all: back, at a version that wins */
                 tg->ver[i] = v + 1;
-                SS_LOG_INFOF("tree", "event=back group=%s member=%u version=%u", tg->name, i,
-                             tg->ver[i]);
+                SS_LOG_INFOF("tree", "event=back group=%s member=%u version=%llu", tg->name, i,
+                             (unsigned long long)tg->ver[i]);
             }
             continue;
         }
@@ -141,8 +148,9 @@ bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, s
     } else if (moved) {
         for (uint32_t i = 0; i < t->npeers; i++)
             if (was[i] != tg->gone[i])
-                SS_LOG_INFOF("tree", "event=%s group=%s member=%u version=%u why=\"heard\"",
-                             tg->gone[i] ? "member_gone" : "member_back", tg->name, i, tg->ver[i]);
+                SS_LOG_INFOF("tree", "event=%s group=%s member=%u version=%llu why=\"heard\"",
+                             tg->gone[i] ? "member_gone" : "member_back", tg->name, i,
+                             (unsigned long long)tg->ver[i]);
     }
     free(was);
     free(was_ver);

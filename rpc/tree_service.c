@@ -299,7 +299,12 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         /* refused, reply says why */
     } else if (tg) {
         ss_status st = ss__tree_mark(t, tg, m->from, true, m->version, "left");
-        if (st != SS_OK)
+        if (st == SS_ERR_INVALID_ARGUMENT)
+            refuse(reply, st,
+                   "leave of member %u at version %llu: more than %u past the known %llu", m->from,
+                   (unsigned long long)m->version, SS_TREE_MAX_VERSION_STEP,
+                   (unsigned long long)tg->ver[m->from]);
+        else if (st != SS_OK)
             refuse(reply, st, "cannot build the trees without member %u", m->from);
     }
     uint64_t done = tg ? tg->done : 0;

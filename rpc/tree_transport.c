@@ -178,7 +178,7 @@ static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t *memb
 /* Tells the members still in the group (those not in gone) that this one
  * leaves it for good at `version`, so that they go on without it; best
  * effort, within a second or the round deadline. */
-static void announce_leave(ss__tree *t, const char *group, const uint8_t *gone, uint32_t version) {
+static void announce_leave(ss__tree *t, const char *group, const uint8_t *gone, uint64_t version) {
     Shadowsync__V1__TreeLeave m = SHADOWSYNC__V1__TREE_LEAVE__INIT;
     m.group = (char *)group;
     m.from = t->rank;

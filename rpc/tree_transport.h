@@ -27,6 +27,13 @@
 #include <stdint.h>
 
 #include "rpc/rpc.h"
+
+/* A member's membership version rises by one per event (a leave, a
+ * finding that it is unreachable, a return), so a version more than this
+ * past the one known is forged (or from a very different history) and is
+ * refused: versions can never be pushed near their limit (2^62, so that
+ * version << 1 | gone fits 64 bits) and wrap. */
+#define SS_TREE_MAX_VERSION_STEP 1024u
 #include "shadow/forest.h"
 #include "shadow/transport.h"
 

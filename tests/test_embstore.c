@@ -602,11 +602,46 @@ START_TEST(test_row_limit) {
 }
 END_TEST
 
+/* One table limit, checked before the spec is persisted: a writer that
+ * opens one table past the default limit is refused, naming the flag, and
+ * the store reopens with every table it admitted (before, the default
+ * 1024 was above a compile-time 256: table 257's spec was persisted, its
+ * creation failed, and the store never opened again). A limit above the
+ * store's own is refused at create. */
+START_TEST(test_table_limit_keeps_the_store_reopenable) {
+    make_dir();
+    ss__emb_store_config cfg = {.db_path = g_dir, .max_batch = 64};
+    ss__emb_store *st;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    char name[32], why[256] = "";
+    for (int i = 0; i < SS_EMB_DEFAULT_MAX_TABLES; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        ss__emb_spec spec = spec_of(name, 2, SS_EMB_SGD, 0.1f, 0.0f);
+        ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, why, sizeof why), SS_OK);
+    }
+    ss__emb_spec over = spec_of("one-too-many", 2, SS_EMB_SGD, 0.1f, 0.0f);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &over, NULL, why, sizeof why), SS_ERR_TOO_LARGE);
+    ck_assert_ptr_nonnull(strstr(why, "--max-tables"));
+    ss__emb_store_destroy(st);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ss__emb_spec got;
+    ck_assert_int_eq(ss__emb_store_table_spec(st, "t0", &got), SS_OK);
+    snprintf(name, sizeof name, "t%d", SS_EMB_DEFAULT_MAX_TABLES - 1);
+    ck_assert_int_eq(ss__emb_store_table_spec(st, name, &got), SS_OK);
+    ck_assert_int_eq(ss__emb_store_table_spec(st, "one-too-many", &got), SS_ERR_NOT_FOUND);
+    ss__emb_store_destroy(st);
+    cfg.max_tables = SS_EMB_MAX_TABLES + 1;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_ERR_INVALID_ARGUMENT);
+    remove_dir();
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand,
                            test_elastic_encoded_by_hand, test_init_deterministic,
                            test_shard_routing, test_table_load_update_dirty_evict,
                            test_table_reuses_evicted_rows, test_rocksdb_round_trip,
                            test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
-                           test_bad_input_refused_counted_unchanged, test_row_limit);
+                           test_bad_input_refused_counted_unchanged, test_row_limit,
+                           test_table_limit_keeps_the_store_reopenable);
 }

@@ -564,6 +564,51 @@ START_TEST(test_a_dead_member_is_left_out_and_comes_back) {
 }
 END_TEST
 
+/* A forged leave: member 1 "leaves" at version 2^31 - 1 (before, member 1
+ * then came back at 2^31, which packed to 0, and was never readmitted).
+ * A version more than SS_TREE_MAX_VERSION_STEP past the known one is
+ * refused, and so is one at the 64-bit edge; a forged leave within the
+ * step (it cannot be told from a real one) only costs member 1 a round:
+ * it learns it was left out and comes back, every time. */
+static ss_status forged_leave(ss__transport *to, uint32_t from, uint64_t version) {
+    char target[40];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__tree_transport_port(to));
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    Shadowsync__V1__TreeLeave lv = SHADOWSYNC__V1__TREE_LEAVE__INIT;
+    lv.group = "w";
+    lv.from = from;
+    lv.version = version;
+    uint8_t lb[64], *resp = NULL;
+    size_t rl;
+    char msg[200] = "";
+    ss_status st =
+        ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Leave", lb, protobuf_c_message_pack(&lv.base, lb),
+                     2000, false, &resp, &rl, msg, sizeof msg);
+    if (st == SS_ERR_INVALID_ARGUMENT)
+        ck_assert_ptr_nonnull(strstr(msg, "past the known"));
+    free(resp);
+    ss__rpc_channel_destroy(ch);
+    return st;
+}
+
+START_TEST(test_a_forged_leave_version_cannot_lock_a_member_out) {
+    ss__transport *t[M];
+    member_round a[M];
+    start_after_a_round(t, a, 300);
+    ck_assert_int_eq(forged_leave(t[0], 1, (1ull << 31) - 1), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(forged_leave(t[0], 1, UINT64_MAX), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(forged_leave(t[0], 1, SS_TREE_MAX_VERSION_STEP + 1), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(tries_until_ok(a, M, 2.0f, M, 1), 1); /* nobody was left out */
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(forged_leave(t[0], 1, 0), SS_OK); /* plausible: one past the known */
+        tries_until_ok(a, M, 3.0f + (float)k, M, 6);       /* member 1 is back */
+    }
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
 /* A push made by hand: partition p's floats (n of them). */
 static ss_status send_push(ss__rpc_channel *ch, const char *group, uint64_t round, uint32_t part,
                            uint32_t kind, uint32_t from, uint32_t count, uint64_t size,
@@ -657,19 +702,19 @@ START_TEST(test_bad_pushes_and_open_doors) {
     free(lresp);
     /* Probes: from nobody, for a group not joined, with a view of the
      * wrong size; a good one answers with this member's view (4 members,
-     * 4 bytes each, nobody gone: all zero). */
+     * 8 bytes each, nobody gone: all zero). */
     Shadowsync__V1__TreeProbe pr = SHADOWSYNC__V1__TREE_PROBE__INIT;
-    uint8_t view[16] = {0};
+    uint8_t view[32] = {0};
     struct {
         const char *group;
         uint32_t from;
         size_t view_len;
         ss_status want;
-    } probes[] = {{"w", 9, 16, SS_ERR_INVALID_ARGUMENT},
-                  {"../etc", 1, 16, SS_ERR_INVALID_ARGUMENT},
-                  {"nope", 1, 16, SS_ERR_STATE},
-                  {"w", 1, 15, SS_ERR_INVALID_ARGUMENT},
-                  {"w", 1, 16, SS_OK}};
+    } probes[] = {{"w", 9, 32, SS_ERR_INVALID_ARGUMENT},
+                  {"../etc", 1, 32, SS_ERR_INVALID_ARGUMENT},
+                  {"nope", 1, 32, SS_ERR_STATE},
+                  {"w", 1, 31, SS_ERR_INVALID_ARGUMENT},
+                  {"w", 1, 32, SS_OK}};
     for (size_t k = 0; k < sizeof probes / sizeof *probes; k++) {
         pr.group = (char *)probes[k].group;
         pr.from = probes[k].from;
@@ -682,8 +727,8 @@ START_TEST(test_bad_pushes_and_open_doors) {
             Shadowsync__V1__TreePushReply *r =
                 shadowsync__v1__tree_push_reply__unpack(NULL, lrl, lresp);
             ck_assert_ptr_nonnull(r);
-            ck_assert_uint_eq(r->membership.len, 16);
-            ck_assert_mem_eq(r->membership.data, view, 16);
+            ck_assert_uint_eq(r->membership.len, 32);
+            ck_assert_mem_eq(r->membership.data, view, 32);
             shadowsync__v1__tree_push_reply__free_unpacked(r, NULL);
         }
         free(lresp);
@@ -730,5 +775,6 @@ int main(void) {
         test_member_away_fails_the_round_in_time_then_it_is_retried,
         test_a_member_that_leaves_is_left_out, test_a_round_whose_means_are_in_survives_a_leave,
         test_a_member_that_leaves_does_not_come_back, test_a_dead_member_is_left_out_and_comes_back,
-        test_bmuf_rounds_by_hand, test_bad_pushes_and_open_doors);
+        test_bmuf_rounds_by_hand, test_bad_pushes_and_open_doors,
+        test_a_forged_leave_version_cannot_lock_a_member_out);
 }
