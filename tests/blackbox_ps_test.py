@@ -48,25 +48,30 @@ def method(channel, service, name, reply_cls):
     )
 
 
+def start_ps(name, extra):
+    """A shadowsync-ps on 127.0.0.1 with free ports: (process, log, grpc, http)."""
+    log = open(os.path.join(WORK, name + ".log"), "w+")
+    ps = subprocess.Popen(
+        [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"] + extra,
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    m = None
+    while time.time() < deadline and not m:
+        time.sleep(0.05)
+        log.seek(0)
+        m = re.search(r"listening on (\S+), http on (\S+)", log.read())
+        if ps.poll() is not None:
+            break
+    assert m, "shadowsync-ps did not start"
+    return ps, log, m.group(1), m.group(2)
+
+
 class BlackBox(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.ckpt = os.path.join(WORK, "ckpt")
-        cls.log = open(os.path.join(WORK, "ps.log"), "w+")
-        cls.ps = subprocess.Popen(
-            [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-             "--checkpoint-dir", cls.ckpt, "--emb-db", os.path.join(WORK, "db")],
-            stdout=cls.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.time() + 30
-        m = None
-        while time.time() < deadline and not m:
-            time.sleep(0.05)
-            cls.log.seek(0)
-            m = re.search(r"listening on (\S+), http on (\S+)", cls.log.read())
-            if cls.ps.poll() is not None:
-                break
-        assert m, "shadowsync-ps did not start"
-        cls.target, cls.http = m.group(1), m.group(2)
+        cls.ps, cls.log, cls.target, cls.http = start_ps(
+            "ps", ["--checkpoint-dir", cls.ckpt, "--emb-db", os.path.join(WORK, "db")])
         cls.channel = grpc.insecure_channel(
             cls.target, options=[("grpc.max_receive_message_length", 1 << 30)])
         grpc.channel_ready_future(cls.channel).result(timeout=30)
@@ -77,7 +82,6 @@ class BlackBox(unittest.TestCase):
         cls.ps.send_signal(signal.SIGTERM)
         cls.ps.wait(timeout=30)
         cls.log.close()
-        shutil.rmtree(WORK, ignore_errors=True)
 
     def call(self, service, name, reply_cls, request):
         return method(self.channel, service, name, reply_cls)(request, timeout=20)
@@ -146,5 +150,48 @@ class BlackBox(unittest.TestCase):
         self.assertIn("ok.name", [g["group"] for g in doc["groups"]])
 
 
+class TokenBlackBox(unittest.TestCase):
+    """A PS with a token: only the exact header passes. Each near miss a
+    broken comparison could let through is tried on the wire (mutation
+    testing found a prefix-accepting comparison survived the suite)."""
+    TOKEN = "0123456789abcdef-right-token"
+
+    @classmethod
+    def setUpClass(cls):
+        path = os.path.join(WORK, "token")
+        with open(path, "w") as f:
+            f.write(cls.TOKEN + "\n")
+        os.chmod(path, 0o600)
+        cls.ps, cls.log, cls.target, _ = start_ps("token-ps", ["--auth-token-file", path])
+        cls.channel = grpc.insecure_channel(cls.target)
+        grpc.channel_ready_future(cls.channel).result(timeout=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.ps.send_signal(signal.SIGTERM)
+        cls.ps.wait(timeout=30)
+        cls.log.close()
+
+    def join(self, header):
+        md = None if header is None else [("authorization", header)]
+        return method(self.channel, "DenseSync", "Join", dense.JoinReply)(
+            dense.JoinRequest(group="guarded", size=2), timeout=20, metadata=md)
+
+    def test_only_the_exact_token_passes(self):
+        right = "Bearer " + self.TOKEN
+        misses = [None, "", "Bearer", "Bearer ", right[:-1], right[:8], right + "x",
+                  right + " ", "Basic " + self.TOKEN, "bearer " + self.TOKEN, self.TOKEN,
+                  "Bearer " + self.TOKEN[:-1] + "X", "Bearer  " + self.TOKEN]
+        for header in misses:
+            with self.assertRaises(grpc.RpcError, msg=repr(header)) as e:
+                self.join(header)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.PERMISSION_DENIED, repr(header))
+        self.assertGreater(self.join(right).member, 0)
+
+
 if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0], "-v"])
+    try:
+        unittest.main(argv=[sys.argv[0], "-v"])
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)

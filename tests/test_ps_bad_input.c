@@ -714,6 +714,31 @@ START_TEST(test_compressed_requests) {
 }
 END_TEST
 
+/* The comparison behind every token check, with the near misses a broken
+ * one would let through (mutation testing found the suite tried only no
+ * token, a same-length wrong one and the right one): every strict prefix
+ * (the empty header among them), the token with a byte more, with a NUL
+ * more, another scheme, the scheme in other case, the bare token, the
+ * right token with its last byte changed. */
+START_TEST(test_token_comparison_refuses_near_misses) {
+    const char *want = "Bearer 0123456789abcdef-right";
+    const size_t n = strlen(want);
+    ck_assert(ss__auth_header_matches(want, want, n));
+    for (size_t k = 0; k < n; k++)
+        ck_assert_msg(!ss__auth_header_matches(want, want, k), "a prefix of %zu bytes passed", k);
+    const char longer[] = "Bearer 0123456789abcdef-rightX";
+    ck_assert(!ss__auth_header_matches(want, longer, n + 1));
+    const char with_nul[] = "Bearer 0123456789abcdef-right\0";
+    ck_assert(!ss__auth_header_matches(want, with_nul, n + 1));
+    const char *const others[] = {"Basic  0123456789abcdef-right", "bearer 0123456789abcdef-right",
+                                  "Bearer 0123456789abcdef-rightt", "Bearer 0123456789abcdef-righT",
+                                  "0123456789abcdef-right"};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++)
+        ck_assert_msg(!ss__auth_header_matches(want, others[i], strlen(others[i])), "%s passed",
+                      others[i]);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests("ps_bad_input", 60, setup, teardown, test_wrong_group_size,
@@ -723,5 +748,6 @@ int main(void) {
                            test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
                            test_token_guards_calls_that_change_state, test_writer_identity_lists,
                            test_pb_wire_by_hand, test_bulk_payload_in_place_and_in_any_order,
-                           test_checkpoint_without_a_directory, test_compressed_requests);
+                           test_checkpoint_without_a_directory, test_compressed_requests,
+                           test_token_comparison_refuses_near_misses);
 }
