@@ -60,11 +60,14 @@ uint32_t ss__emb_table_id(const char *name);
  * [-scale, scale], state zero. Identical on every shard and restart. */
 void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, size_t dim,
                       size_t state_floats);
-/* Applies one gradient to a row (data + state) with the spec's optimizer. */
-void ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad);
+/* Applies one gradient to a row (data + state) with the spec's optimizer.
+ * false, with the row as it was, when the result would not be finite
+ * (finite gradients can still overflow a row or Adagrad's sum). */
+bool ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad);
 /* Elastic step of S-EASGD for one row: d = alpha (x - c); c += d;
- * delta = d. */
-void ss__emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim);
+ * delta = d. false, with c as it was and delta zeros, when d or c would
+ * not be finite. */
+bool ss__emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim);
 /* How an elastic reply's delta rows travel when they are compressed (the
  * PS passes shadow/codec.h's ss__codec_round_trip): fn writes row_bytes
  * of reply for delta d into out and rewrites d to what the receiver will
@@ -77,8 +80,9 @@ typedef struct ss__emb_delta_encoder {
 
 /* The elastic step with the delta encoded into out: the centre moves by
  * the decoded delta, the one the trainer will apply, so x + c stays
- * conserved. A delta the encoder could not hold is sent as zeros and the
- * centre left alone: false. */
+ * conserved. A delta the encoder could not hold, or one that would take
+ * the centre past the float range, is sent as zeros and the centre left
+ * alone: false. */
 bool ss__emb_elastic_encoded(float *center, const float *x, float alpha,
                              const ss__emb_delta_encoder *enc, uint8_t *out, size_t dim);
 
@@ -115,13 +119,16 @@ ss_status ss__emb_table_load(ss__emb_table *t, const uint64_t *ids, size_t n, si
 /* How many of the ids are not resident (a lookup or update would load or
  * create them). */
 size_t ss__emb_table_count_missing(ss__emb_table *t, const uint64_t *ids, size_t n);
-/* Applies n gradients (n * dim floats) with the table's optimizer. */
+/* Applies n gradients (n * dim floats) with the table's optimizer.
+ * SS_ERR_NON_FINITE when some row's result would not be finite: those
+ * rows are left as they were (*refused of them), the others applied. */
 ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, size_t n,
-                                        const float *grads);
+                                        const float *grads, size_t *refused);
 /* S-EASGD per row against rows held here as the center: deltas[i] =
- * alpha (x[i] - c[i]); c[i] += deltas[i]. */
+ * alpha (x[i] - c[i]); c[i] += deltas[i]. SS_ERR_NON_FINITE as for
+ * gradients (a refused row's delta is zeros). */
 ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
-                                float alpha, float *deltas);
+                                float alpha, float *deltas, size_t *refused);
 /* The same with each row's delta encoded (ss__emb_elastic_encoded) into
  * deltas (n rows of enc->row_bytes); *not_held: rows
  * whose delta the encoding could not hold (sent as zeros, left alone). */

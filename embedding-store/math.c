@@ -81,28 +81,50 @@ void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, s
         row[dim + j] = 0.0f;
 }
 
-void ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad) {
+/* row[j] - step * grad[j] finite for every j? (One pass in L1 before the
+ * row is written, so that a refused row keeps its value.) */
+static bool steps_finite(const float *row, float step, const float *grad, size_t dim) {
+    int bad = 0;
+    for (size_t j = 0; j < dim; j++)
+        bad |= !isfinite(row[j] - step * grad[j]);
+    return !bad;
+}
+
+bool ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad) {
     const size_t dim = spec->dim;
     if (spec->optimizer == SS_EMB_ADAGRAD) {
         float sq = 0.0f;
         for (size_t j = 0; j < dim; j++)
             sq += grad[j] * grad[j];
-        row[dim] += sq / (float)dim;
-        float step = spec->lr / (sqrtf(row[dim]) + spec->eps);
+        const float acc = row[dim] + sq / (float)dim;
+        const float step = spec->lr / (sqrtf(acc) + spec->eps);
+        if (!isfinite(acc) || !steps_finite(row, step, grad, dim))
+            return false;
+        row[dim] = acc;
         for (size_t j = 0; j < dim; j++)
             row[j] -= step * grad[j];
     } else {
+        if (!steps_finite(row, spec->lr, grad, dim))
+            return false;
         for (size_t j = 0; j < dim; j++)
             row[j] -= spec->lr * grad[j];
     }
+    return true;
 }
 
-void ss__emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim) {
+bool ss__emb_elastic(float *center, const float *x, float alpha, float *delta, size_t dim) {
+    int bad = 0;
     for (size_t j = 0; j < dim; j++) {
-        float d = alpha * (x[j] - center[j]);
-        center[j] += d;
-        delta[j] = d;
+        delta[j] = alpha * (x[j] - center[j]);
+        bad |= !isfinite(delta[j]) | !isfinite(center[j] + delta[j]);
     }
+    if (bad) {
+        memset(delta, 0, dim * sizeof *delta);
+        return false;
+    }
+    for (size_t j = 0; j < dim; j++)
+        center[j] += delta[j];
+    return true;
 }
 
 bool ss__emb_elastic_encoded(float *center, const float *x, float alpha,
@@ -112,6 +134,14 @@ bool ss__emb_elastic_encoded(float *center, const float *x, float alpha,
         d[j] = alpha * (x[j] - center[j]);
     if (!enc->fn(enc->ctx, d, dim, out))
         return false; /* d and out are zeros */
+    int bad = 0;
+    for (size_t j = 0; j < dim; j++)
+        bad |= !isfinite(center[j] + d[j]);
+    if (bad) {
+        memset(d, 0, dim * sizeof *d);
+        (void)enc->fn(enc->ctx, d, dim, out); /* zeros, as for a delta not held */
+        return false;
+    }
     for (size_t j = 0; j < dim; j++)
         center[j] += d[j];
     return true;

@@ -587,14 +587,30 @@ static ss_status read_rows(ss__emb_store *st, store_table *tb, const uint64_t *i
 }
 
 /* The update of a checked push (check_request passed). */
-static ss_status apply_push(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n,
-                            const float *grads) {
-    ss_status s = ss__emb_table_apply_gradients(tb->t, ids, n, grads);
-    if (s == SS_OK) {
-        ss__counter_add(tb->pushes, n);
-        s = after_update(st, tb);
+/* The status of an update whose table call said st, `refused` of its n
+ * rows left alone because their result would not be finite: the rows
+ * that did change are counted and written as usual. */
+static ss_status after_rows(ss__emb_store *st, store_table *tb, ss__counter *counter, size_t n,
+                            ss_status s, size_t refused, char *why, size_t whylen) {
+    if (s != SS_OK && s != SS_ERR_NON_FINITE)
+        return s;
+    ss__counter_add(counter, n - refused);
+    ss_status w = after_update(st, tb);
+    if (s == SS_ERR_NON_FINITE) {
+        say(why, whylen,
+            "%zu of %zu rows: the update overflowed (not finite); those rows keep their last "
+            "value",
+            refused, n);
+        count_refusal(st, "non_finite", 1);
     }
-    return s;
+    return w != SS_OK ? w : s;
+}
+
+static ss_status apply_push(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n,
+                            const float *grads, char *why, size_t whylen) {
+    size_t refused = 0;
+    ss_status s = ss__emb_table_apply_gradients(tb->t, ids, n, grads, &refused);
+    return after_rows(st, tb, tb->pushes, n, s, refused, why, whylen);
 }
 
 ss_status ss__emb_store_lookup(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
@@ -612,7 +628,7 @@ ss_status ss__emb_store_push(ss__emb_store *st, const char *table, const uint64_
     if (!st || !grads)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, grads, &tb, why, whylen);
-    return s == SS_OK ? apply_push(st, tb, ids, n, grads) : s;
+    return s == SS_OK ? apply_push(st, tb, ids, n, grads, why, whylen) : s;
 }
 
 ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const uint64_t *push_ids,
@@ -632,7 +648,7 @@ ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const 
     if (s == SS_OK && n)
         s = check_request(st, table, ids, n, NULL, &tb, why, whylen);
     if (s == SS_OK && pn)
-        s = apply_push(st, tb, push_ids, pn, grads);
+        s = apply_push(st, tb, push_ids, pn, grads, why, whylen);
     if (s == SS_OK && n)
         s = read_rows(st, tb, ids, n, rows);
     return s;
@@ -651,15 +667,12 @@ static ss_status store_elastic(ss__emb_store *st, const char *table, const uint6
         say(why, whylen, "alpha must be in (0, 1]");
         s = refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_alpha");
     }
-    size_t not_held = 0;
-    if (s == SS_OK)
-        s = enc ? ss__emb_table_elastic_encoded(tb->t, ids, n, x, alpha, enc, encoded, &not_held)
-                : ss__emb_table_elastic(tb->t, ids, n, x, alpha, deltas);
-    if (s == SS_OK) {
-        ss__counter_add(tb->elastic, n - not_held);
-        s = after_update(st, tb);
-    }
-    return s;
+    if (s != SS_OK)
+        return s;
+    size_t not_held = 0, refused = 0;
+    s = enc ? ss__emb_table_elastic_encoded(tb->t, ids, n, x, alpha, enc, encoded, &not_held)
+            : ss__emb_table_elastic(tb->t, ids, n, x, alpha, deltas, &refused);
+    return after_rows(st, tb, tb->elastic, n - not_held, s, refused, why, whylen);
 }
 
 ss_status ss__emb_store_elastic(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,

@@ -408,6 +408,7 @@ typedef struct io_ctx {
     const ss__emb_delta_encoder *enc; /* elastic: NULL (plain floats in out) or encoded */
     uint8_t *enc_out;                 /* elastic, encoded: enc->row_bytes a row */
     size_t not_held; /* elastic, encoded: rows whose delta the encoder could not hold */
+    size_t refused;  /* updates: rows whose result would not have been finite (left alone) */
 } io_ctx;
 
 static void op_copy_data(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
@@ -425,17 +426,20 @@ static void op_copy_full(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *
 
 static void op_gradient(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
-    ss__emb_apply_gradient(&t->spec, row_of(t, s, sl), c->in + i * t->spec.dim);
-    mark_dirty(s, sl);
+    if (ss__emb_apply_gradient(&t->spec, row_of(t, s, sl), c->in + i * t->spec.dim))
+        mark_dirty(s, sl);
+    else
+        c->refused++;
 }
 
 static void op_elastic(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
     const size_t dim = t->spec.dim;
-    if (!c->enc)
-        ss__emb_elastic(row_of(t, s, sl), c->in + i * dim, c->alpha, c->out + i * dim, dim);
-    else if (!ss__emb_elastic_encoded(row_of(t, s, sl), c->in + i * dim, c->alpha, c->enc,
-                                      c->enc_out + i * c->enc->row_bytes, dim))
+    if (!c->enc) {
+        if (!ss__emb_elastic(row_of(t, s, sl), c->in + i * dim, c->alpha, c->out + i * dim, dim))
+            c->refused++;
+    } else if (!ss__emb_elastic_encoded(row_of(t, s, sl), c->in + i * dim, c->alpha, c->enc,
+                                        c->enc_out + i * c->enc->row_bytes, dim))
         c->not_held++;
     mark_dirty(s, sl);
 }
@@ -489,20 +493,28 @@ ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t 
     return for_rows(t, ids, n, false, op_copy_full, &c);
 }
 
+/* An update's status: for_rows', else SS_ERR_NON_FINITE when some row
+ * was refused (*refused says how many). */
+static ss_status update_status(ss_status st, const io_ctx *c, size_t *refused) {
+    if (refused)
+        *refused = c->refused;
+    return st == SS_OK && c->refused ? SS_ERR_NON_FINITE : st;
+}
+
 ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, size_t n,
-                                        const float *grads) {
+                                        const float *grads, size_t *refused) {
     if (!t || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = grads};
-    return for_rows(t, ids, n, true, op_gradient, &c);
+    return update_status(for_rows(t, ids, n, true, op_gradient, &c), &c, refused);
 }
 
 ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
-                                float alpha, float *deltas) {
+                                float alpha, float *deltas, size_t *refused) {
     if (!t || (n && (!ids || !x || !deltas)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = x, .out = deltas, .alpha = alpha};
-    return for_rows(t, ids, n, true, op_elastic, &c);
+    return update_status(for_rows(t, ids, n, true, op_elastic, &c), &c, refused);
 }
 
 ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, size_t n,

@@ -27,8 +27,11 @@ static void reject(ss__dense_service *svc, ss__rpc_reply *r, ss_status st, const
     count_rejected(svc);
 }
 
+/* A refusal of the backend's, with its reason when it said one (a limit,
+ * a result that overflowed). */
 static void fail(ss__dense_service *svc, ss__rpc_reply *r, ss_status st) {
-    reject(svc, r, st, ss_strerror(st));
+    const char *why = ss__inproc_transport_refusal();
+    reject(svc, r, st, st == SS_ERR_NON_FINITE && *why ? why : ss_strerror(st));
 }
 
 /* A float payload must be whole floats and within the group size limit. */
@@ -312,7 +315,8 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
             block = NULL;
         } else if (st == SS_ERR_INVALID_ARGUMENT && m->bmuf) {
             reject(svc, reply, st,
-                   "bmuf needs eta in [0, 1) and zeta > 0, the same on every member of the group, "
+                   "bmuf needs eta in [0, 1) and zeta in (0, 1 / (1 - eta)], the same on every "
+                   "member, "
                    "and a group that no member runs with S-MA");
         } else {
             fail(svc, reply, st);

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/finite.h"
 #include "shadow/kernels.h"
 
 static const char *const algo_names[] = {"easgd", "ma", "bmuf"};
@@ -23,11 +24,26 @@ ss_status ss__algo_parse(const char *text, ss__algo *out) {
     return SS_ERR_INVALID_ARGUMENT;
 }
 
+/* Two passes instead of the fused kernel's one: the first writes d and
+ * checks, the second applies, so that a refusal leaves c as it was. */
+bool ss__elastic_exchange_finite(const float *restrict s, float *restrict c, float *restrict d,
+                                 float alpha, size_t n) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float di = alpha * (s[i] - c[i]);
+        d[i] = di;
+        bad |= !isfinite(di) | !isfinite(c[i] + di);
+    }
+    if (bad)
+        return false;
+    ss__kernel_accumulate(c, d, n);
+    return true;
+}
+
 ss_status ss__easgd_server(const float *s, float *c, float *d, float alpha, size_t n) {
     if (!s || !c || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f))
         return SS_ERR_INVALID_ARGUMENT;
-    ss__kernel_elastic_exchange(s, c, d, alpha, n);
-    return SS_OK;
+    return ss__elastic_exchange_finite(s, c, d, alpha, n) ? SS_OK : SS_ERR_NON_FINITE;
 }
 
 ss_status ss__ma_delta(const float *avg, const float *s, float *delta, size_t n) {
@@ -38,7 +54,8 @@ ss_status ss__ma_delta(const float *avg, const float *s, float *delta, size_t n)
 }
 
 bool ss__bmuf_params_valid(const ss__bmuf_params *p) {
-    return p && p->eta >= 0.0f && p->eta < 1.0f && p->zeta > 0.0f && isfinite(p->zeta);
+    return p && p->eta >= 0.0f && p->eta < 1.0f && p->zeta > 0.0f &&
+           (double)p->zeta <= 1.0 / (1.0 - (double)p->eta);
 }
 
 ss_status ss__bmuf_step(const ss__bmuf_params *p, float *w, float *m, float *b, const float *avg,
@@ -52,6 +69,16 @@ ss_status ss__bmuf_step(const ss__bmuf_params *p, float *w, float *m, float *b, 
         return SS_OK;
     }
     const float eta = p->eta, zeta = p->zeta;
+    /* The step once without storing it: any w, m or b that overflows
+     * refuses the whole step, the state unchanged. */
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float mi = eta * m[i] + zeta * (avg[i] - b[i]);
+        float wi = w[i] + mi;
+        bad |= !isfinite(mi) | !isfinite(wi) | !isfinite(wi + eta * mi);
+    }
+    if (bad)
+        return SS_ERR_NON_FINITE;
     for (size_t i = 0; i < n; i++) {
         float mi = eta * m[i] + zeta * (avg[i] - b[i]);
         float wi = w[i] + mi;
@@ -72,5 +99,5 @@ ss_status ss__mean_close(const float *sum, size_t k, float *avg, size_t n) {
     if (avg != sum)
         memcpy(avg, sum, n * sizeof *avg);
     ss__kernel_scale(avg, 1.0f / (float)k, n);
-    return SS_OK;
+    return ss__all_finite(avg, n) ? SS_OK : SS_ERR_NON_FINITE;
 }

@@ -21,7 +21,14 @@ ss_status ss__algo_parse(const char *text, ss__algo *out);
 
 /* S-EASGD, server side (the PS's exchange, shadow/inproc_transport.c):
  * d = alpha (s - c); c += d. The agent then applies
- * x -= d (ss__kernel_live_add_scaled with scale -1). */
+ * x -= d (ss__kernel_live_add_scaled with scale -1).
+ *
+ * Every function that changes state here refuses a result that is not
+ * finite (SS_ERR_NON_FINITE), before anything is stored: finite inputs
+ * can still overflow (s = 3e38 against c = -3e38), and a centre that went
+ * Inf once would poison every member after it, through restarts too. On
+ * a refusal the state keeps its last (finite) value; d, avg and b are
+ * then unspecified. */
 ss_status ss__easgd_server(const float *s, float *c, float *d, float alpha, size_t n);
 
 /* S-MA: delta = avg - s; the agent applies x += delta. */
@@ -34,7 +41,10 @@ typedef struct ss__bmuf_params {
     bool nesterov; /* target = w + eta m instead of w */
 } ss__bmuf_params;
 
-/* Block momentum parameters are valid: eta in [0, 1), zeta > 0. */
+/* Block momentum parameters are valid: eta in [0, 1) and zeta in
+ * (0, 1 / (1 - eta)]: past that bound the block step amplifies every
+ * block's update instead of smoothing it (Chen & Huo suggest zeta = 1,
+ * or up to 1 / (1 - eta) with momentum). */
 bool ss__bmuf_params_valid(const ss__bmuf_params *p);
 
 /* S-BMUF (Chen & Huo 2016), the aggregator's step once a round's mean avg
@@ -54,8 +64,13 @@ ss_status ss__bmuf_step(const ss__bmuf_params *p, float *w, float *m, float *b, 
 
 /* An MA/BMUF round's mean, as the PS (shadow/inproc_transport.c) builds
  * it while snapshots arrive: sum += s for each of the k contributions,
- * then avg = sum / k. */
+ * then avg = sum / k; SS_ERR_NON_FINITE when the sum overflowed. */
 void ss__mean_add(float *sum, const float *s, size_t n);
 ss_status ss__mean_close(const float *sum, size_t k, float *avg, size_t n);
+
+/* ss__kernel_elastic_exchange, refusing a d or a c that overflows: d is
+ * written first, c changes only when every d[i] and c[i] + d[i] is
+ * finite. Returns false, with c untouched, otherwise. */
+bool ss__elastic_exchange_finite(const float *s, float *c, float *d, float alpha, size_t n);
 
 #endif

@@ -289,16 +289,29 @@ ss_status ss__codec_server_accept(ss__codec_mirror *cm, const ss__codec_upload *
     return SS_OK;
 }
 
-void ss__codec_server_easgd(ss__codec_mirror *cm, float *c, float alpha, uint8_t *reply) {
-    for (size_t i = 0; i < cm->n; i++)
+bool ss__codec_server_easgd(ss__codec_mirror *cm, float *c, float alpha, uint8_t *reply) {
+    int bad = 0;
+    for (size_t i = 0; i < cm->n; i++) {
         cm->tmp[i] = alpha * (cm->m[i] - c[i]);
+        bad |= !isfinite(cm->tmp[i]);
+    }
+    if (bad)
+        return false;
     ss__codec_encode(cm->enc, cm->tmp, cm->n, reply);
-    (void)ss__codec_decode(cm->enc, reply, ss__codec_size(cm->enc, cm->n), cm->n, cm->tmp);
+    if (ss__codec_decode(cm->enc, reply, ss__codec_size(cm->enc, cm->n), cm->n, cm->tmp) != SS_OK)
+        return false;
+    /* Checked before anything is stored: c and the mirror move together
+     * or not at all. */
+    for (size_t i = 0; i < cm->n; i++)
+        bad |= !isfinite(c[i] + cm->tmp[i]) | !isfinite(cm->m[i] - cm->tmp[i]);
+    if (bad)
+        return false;
     for (size_t i = 0; i < cm->n; i++) {
         c[i] += cm->tmp[i];
         cm->m[i] -= cm->tmp[i];
     }
     cm->seq++;
+    return true;
 }
 
 void ss__codec_server_round_reply(ss__codec_mirror *cm, const float *r, uint8_t *reply) {

@@ -115,8 +115,9 @@ void ss__codec_member_invalidate(ss__codec_mirror *cm);
  * nothing changed; SS_ERR_INVALID_ARGUMENT for a bad payload. */
 ss_status ss__codec_server_accept(ss__codec_mirror *cm, const ss__codec_upload *up);
 /* S-EASGD on an accepted upload: d = alpha (mirror - c) encoded into
- * reply; c and the mirror move by the decoded d (+ and -). */
-void ss__codec_server_easgd(ss__codec_mirror *cm, float *c, float alpha, uint8_t *reply);
+ * reply; c and the mirror move by the decoded d (+ and -). false when d,
+ * c or the mirror would not be finite: nothing moved (reply unspecified). */
+bool ss__codec_server_easgd(ss__codec_mirror *cm, float *c, float alpha, uint8_t *reply);
 /* MA/BMUF: encodes r - mirror into reply; the mirror becomes its decoding
  * plus the mirror. */
 void ss__codec_server_round_reply(ss__codec_mirror *cm, const float *r, uint8_t *reply);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/finite.h"
+
 static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '2'};
 static const char ckpt_magic_v1[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
 #define FNV_OFFSET     14695981039346656037ull
@@ -24,6 +26,18 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+/* n floats at p, which may be unaligned (a file's bytes), all finite? */
+static bool floats_finite(const void *p, size_t n) {
+    float block[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        const size_t k = n - i < 1024 ? n - i : 1024;
+        memcpy(block, (const unsigned char *)p + i * sizeof(float), k * sizeof(float));
+        if (!ss__all_finite(block, k))
+            return false;
+    }
+    return true;
+}
+
 /* ---- writing ---- */
 
 struct ss__dense_ckpt_writer {
@@ -33,7 +47,7 @@ struct ss__dense_ckpt_writer {
     char path[4096], tmp[4100];
     uint64_t hash;
     uint32_t expected, written;
-    bool ok;
+    bool ok, non_finite;
 };
 
 static void put(ss__dense_ckpt_writer *w, const void *p, size_t n) {
@@ -77,6 +91,15 @@ void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g)
     put(w, &has_mean, 1);
     put(w, &g->mean_round, sizeof g->mean_round);
     uint8_t has_bmuf = g->bmuf_w && g->bmuf_m, nesterov = g->bmuf_nesterov;
+    /* A value that is not finite never reaches the file: the whole
+     * checkpoint fails (the last good one stays), since a restore of it
+     * would poison every member. */
+    if ((has_central && !floats_finite(g->central, g->n)) ||
+        (has_mean && !floats_finite(g->mean, g->n)) ||
+        (has_bmuf && (!floats_finite(g->bmuf_w, g->n) || !floats_finite(g->bmuf_m, g->n)))) {
+        w->ok = false;
+        w->non_finite = true;
+    }
     put(w, &has_bmuf, 1);
     if (has_bmuf) {
         put(w, &g->bmuf_eta, sizeof g->bmuf_eta);
@@ -125,7 +148,7 @@ ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
     ss_status st = SS_OK;
     if (!w->ok || rename(w->tmp, w->path) != 0) {
         unlink(w->tmp);
-        st = SS_ERR_IO;
+        st = w->non_finite ? SS_ERR_NON_FINITE : SS_ERR_IO;
     } else {
         fsync_parent_dir(w->path);
     }
@@ -225,12 +248,16 @@ static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
                 nesterov > 1 || (size_t)(r->end - r->p) < 2 * n * sizeof(float))
                 return SS_ERR_PARSE;
             g->bmuf_nesterov = nesterov;
+            if (!floats_finite(r->p, 2 * n))
+                return SS_ERR_NON_FINITE;
             g->bmuf_w = r->p;
             g->bmuf_m = r->p + n * sizeof(float);
             r->p += 2 * n * sizeof(float);
         }
         if ((size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
             return SS_ERR_PARSE;
+        if (!floats_finite(r->p, (has_central + has_mean) * n))
+            return SS_ERR_NON_FINITE; /* written by a build that did not check */
         g->name = f->names[i];
         g->n = (size_t)n;
         g->mean_round = round;

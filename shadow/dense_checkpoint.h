@@ -47,14 +47,16 @@ typedef struct ss__dense_ckpt_writer ss__dense_ckpt_writer;
 ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt_writer **out);
 void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g);
 /* Seals the file and moves it over path (SS_ERR_IO: a write failed, or the
- * group count was not kept; path is then unchanged). Frees w either way. */
+ * group count was not kept; SS_ERR_NON_FINITE: a group held NaN or Inf;
+ * path is then unchanged). Frees w either way. */
 ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w);
 
 typedef struct ss__dense_ckpt_file ss__dense_ckpt_file;
 
 /* Reads and checks the whole file (hash, layout, every group) before
  * anything is handed out. SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE:
- * torn or corrupted. */
+ * torn or corrupted; SS_ERR_NON_FINITE: a value is NaN or Inf (a file of
+ * a build that did not check, or forged with a matching hash). */
 ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out);
 /* The same from len bytes in buf (malloc'd; the file takes it, freed
  * either way). verify_hash false skips only the trailing hash check, so

@@ -176,7 +176,8 @@ ss_status ss__sync_params_check(const ss__sync_params *p, char *why, size_t whyl
         return SS_ERR_INVALID_ARGUMENT;
     }
     if (p->algo == SS_ALGO_BMUF && !ss__bmuf_params_valid(&p->bmuf)) {
-        ss__why(why, whylen, "bmuf needs eta in [0, 1) and zeta > 0, not eta %g zeta %g",
+        ss__why(why, whylen,
+                "bmuf needs eta in [0, 1) and zeta in (0, 1 / (1 - eta)], not eta %g zeta %g",
                 (double)p->bmuf.eta, (double)p->bmuf.zeta);
         return SS_ERR_INVALID_ARGUMENT;
     }

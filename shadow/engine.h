@@ -52,7 +52,8 @@ typedef struct ss__sync_params {
 
 /* The one check of a group's sync parameters, for every mode (in-process,
  * agent, foreground): a known algorithm; S-EASGD alpha in (0, 1]; S-BMUF
- * eta in [0, 1) and zeta > 0. SS_ERR_INVALID_ARGUMENT says which in why. */
+ * eta in [0, 1) and zeta in (0, 1 / (1 - eta)]. SS_ERR_INVALID_ARGUMENT says which
+ * in why. */
 ss_status ss__sync_params_check(const ss__sync_params *p, char *why, size_t whylen);
 
 typedef struct ss__group_stats {

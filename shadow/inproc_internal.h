@@ -54,6 +54,9 @@ typedef struct group {
     float *bmuf_w, *bmuf_m; /* S-BMUF: the global model and momentum (one allocation) */
     bool bmuf_started;      /* the first round set w = b = mean */
     uint64_t result_round;
+    /* SS_OK, or why round result_round has no result: its mean or block
+     * step was not finite (result and the BMUF state kept their values). */
+    ss_status result_status;
     uint32_t result_participants;
     uint32_t readers_pending; /* contributors yet to copy result */
 

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/finite.h"
+#include "common/log.h"
 #include "common/names.h"
 #include "shadow/algorithms.h"
 #include "shadow/codec.h"
@@ -234,14 +235,25 @@ static ssize_t member_index(const group *g, uint64_t member) {
 
 /* Caller holds g->lock and has made sure readers_pending == 0. */
 static void close_round(group *g) {
-    if (g->rounds_kind == ROUNDS_BMUF) {
-        /* The mean in place, then the block step from it: result = b. */
-        ss__mean_close(g->sum, g->contributors, g->sum, g->n); /* contributors >= 1 */
-        ss__bmuf_step(&g->bmuf, g->bmuf_w, g->bmuf_m, g->result, g->sum, g->n, !g->bmuf_started);
-        g->bmuf_started = true;
-    } else {
-        ss__mean_close(g->sum, g->contributors, g->result, g->n);
+    /* The mean in place (contributors >= 1); for S-MA it becomes the
+     * result by a swap of the buffers (one allocation: central frees
+     * both), for S-BMUF the block step from it writes result = b. A mean
+     * or a step that is not finite is no result: the members are told,
+     * the result and the BMUF state keep their last values. */
+    ss_status st = ss__mean_close(g->sum, g->contributors, g->sum, g->n);
+    if (st == SS_OK && g->rounds_kind == ROUNDS_BMUF) {
+        st = ss__bmuf_step(&g->bmuf, g->bmuf_w, g->bmuf_m, g->result, g->sum, g->n,
+                           !g->bmuf_started);
+        g->bmuf_started = g->bmuf_started || st == SS_OK;
+    } else if (st == SS_OK) {
+        float *mean = g->sum;
+        g->sum = g->result;
+        g->result = mean;
     }
+    if (st != SS_OK)
+        SS_LOG_WARNF("ps", "event=round_refused group=%s round=%llu status=%s", g->name,
+                     (unsigned long long)g->open_round, ss_status_name(st));
+    g->result_status = st;
     g->result_round = g->open_round;
     g->result_participants = g->contributors;
     g->readers_pending = g->contributors;
@@ -353,6 +365,7 @@ static ss_status check_call(group *g, uint64_t member, const float *s, size_t n)
 static group *enter_bulk_call(inproc *ip, const char *name, uint64_t member, const float *s,
                               size_t n, ss_status *st) {
     link_delay(ip, ss__codec_size(ip->encoding, n));
+    t_refusal[0] = '\0';
     group *g = find_group(ip, name);
     if (!g) {
         *st = SS_ERR_NOT_FOUND;
@@ -453,6 +466,12 @@ static ss__codec_mirror *member_upload(inproc *ip, group *g, uint64_t member, co
     return ms;
 }
 
+static void say_easgd_overflow(const group *g) {
+    snprintf(t_refusal, sizeof t_refusal,
+             "S-EASGD on %s: the exchange overflowed (not finite); the centre keeps its last value",
+             g->name);
+}
+
 /* S-EASGD from an encoded upload; reply: the encoded d. Caller holds
  * g->lock. */
 static ss_status easgd_encoded_locked(inproc *ip, group *g, uint64_t member,
@@ -471,7 +490,10 @@ static ss_status easgd_encoded_locked(inproc *ip, group *g, uint64_t member,
         memcpy(g->central, cm->m, g->n * sizeof(float));
         g->central_init = true;
     }
-    ss__codec_server_easgd(cm, g->central, alpha, reply);
+    if (!ss__codec_server_easgd(cm, g->central, alpha, reply)) {
+        say_easgd_overflow(g);
+        return SS_ERR_NON_FINITE;
+    }
     g->exchanges++;
     g->last_done_ns = ss__now_ns();
     return SS_OK;
@@ -543,6 +565,8 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
             g->central_init = true;
         }
         st = ss__easgd_server(s, g->central, d, alpha, n);
+        if (st == SS_ERR_NON_FINITE)
+            say_easgd_overflow(g);
     }
     if (st == SS_OK) {
         g->exchanges++;
@@ -625,7 +649,13 @@ static ss_status round_locked(inproc *ip, group *g, uint64_t member, const float
             expire_members(ip, g, ss__now_ns());
         }
     }
-    if (up) {
+    if (g->result_status != SS_OK) {
+        st = g->result_status;
+        snprintf(t_refusal, sizeof t_refusal,
+                 "round %llu of %s: its %s overflowed (not finite); the state keeps its last value",
+                 (unsigned long long)my_round, g->name,
+                 g->rounds_kind == ROUNDS_BMUF ? "mean or block step" : "mean");
+    } else if (up) {
         /* The member may have expired while it waited (its slot moved). */
         idx = member_index(g, member);
         if (idx < 0 || !g->members[idx].mirror)

@@ -121,6 +121,57 @@ class BlackBox(unittest.TestCase):
                       emb.LookupRequest(table="wide", ids=struct.pack("<16Q", *range(1, 17))))
         self.assertEqual(len(r.rows), 16 * 4096 * 4)
 
+    def test_finite_numbers_cannot_make_inf(self):
+        join = lambda g, n: self.call("DenseSync", "Join", dense.JoinReply,
+                                      dense.JoinRequest(group=g, size=n)).member
+        floats = lambda *x: struct.pack("<%df" % len(x), *x)
+        me = join("poison", 2)
+        easgd = lambda snap: dense.EasgdRequest(group="poison", member=me, alpha=0.5,
+                                                snapshot=snap, size=2)
+        self.call("DenseSync", "EasgdExchange", dense.EasgdReply, easgd(floats(-3e38, 1.0)))
+        why = self.expect_error(grpc.StatusCode.INVALID_ARGUMENT, "DenseSync", "EasgdExchange",
+                                dense.EasgdReply, easgd(floats(3e38, 1.0)))
+        self.assertIn("overflowed", why)
+        centre = self.call("DenseSync", "ReadCentral", dense.ReadCentralReply,
+                           dense.ReadCentralRequest(group="poison", size=2)).central
+        self.assertEqual(struct.unpack("<2f", centre), struct.unpack("<2f", floats(-3e38, 1.0)))
+        # An honest member after the attack gets a finite delta.
+        d = self.call("DenseSync", "EasgdExchange", dense.EasgdReply, easgd(floats(0.0, 1.0))).delta
+        self.assertTrue(all(abs(x) < 3.5e38 for x in struct.unpack("<2f", d)))
+        # An S-MA round of two members at 3e38: the sum overflows, both are told.
+        a, b = join("poison-ma", 1), join("poison-ma", 1)
+        rnd = method(self.channel, "DenseSync", "RoundMean", dense.RoundReply)
+        futures = [rnd.future(dense.RoundRequest(group="poison-ma", member=m,
+                                                 snapshot=floats(3e38), size=1), timeout=20)
+                   for m in (a, b)]
+        for f in futures:
+            with self.assertRaises(grpc.RpcError) as e:
+                f.result()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("overflowed", e.exception.details())
+        # S-BMUF with zeta past 1 / (1 - eta) is refused.
+        self.expect_error(grpc.StatusCode.INVALID_ARGUMENT, "DenseSync", "RoundMean", dense.RoundReply,
+                          dense.RoundRequest(group="poison-ma", member=a, snapshot=floats(1.0),
+                                             size=1, bmuf=True, bmuf_eta=0.0, bmuf_zeta=1e38))
+
+    def test_embedding_updates_cannot_make_inf(self):
+        spec = emb.TableSpec(name="poison", dim=2, optimizer=0, lr=1.0, eps=1e-8, init_scale=0.0)
+        self.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
+        ids = struct.pack("<Q", 7)
+        push = lambda g: emb.PushRequest(table="poison", ids=ids, grads=struct.pack("<2f", *g))
+        self.call("Embedding", "Push", emb.PushReply, push((-3e38, 1.0)))
+        why = self.expect_error(grpc.StatusCode.INVALID_ARGUMENT, "Embedding", "Push",
+                                emb.PushReply, push((-3e38, 1.0)))
+        self.assertIn("overflowed", why)
+        el = emb.ElasticRequest(table="poison", ids=ids, rows=struct.pack("<2f", -3e38, 0.0),
+                                alpha=0.5)
+        why = self.expect_error(grpc.StatusCode.INVALID_ARGUMENT, "Embedding", "Elastic",
+                                emb.ElasticReply, el)
+        self.assertIn("overflowed", why)
+        row = self.call("Embedding", "Lookup", emb.LookupReply,
+                        emb.LookupRequest(table="poison", ids=ids)).rows
+        self.assertEqual(struct.unpack("<2f", row), struct.unpack("<2f", struct.pack("<2f", 3e38, -1.0)))
+
     def test_member_ids_cannot_be_guessed(self):
         ids = [self.call("DenseSync", "Join", dense.JoinReply,
                          dense.JoinRequest(group="shared", size=4)).member for _ in range(4)]

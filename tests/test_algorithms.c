@@ -140,8 +140,50 @@ START_TEST(test_algo_names) {
 }
 END_TEST
 
+/* Finite inputs whose result overflows are refused with the state as it
+ * was: the EASGD attack of issue 32 (a centre at -3e38, a snapshot at
+ * 3e38: d = 0.5 (6e38) is Inf), an MA sum of two 3e38 snapshots, a BMUF
+ * step whose momentum overflows; and zeta is bounded by 1 / (1 - eta). */
+START_TEST(test_results_that_overflow_are_refused) {
+    const float big = 3e38f;
+    float c[] = {-big, 1.0f}, d[2];
+    const float s[] = {big, 2.0f};
+    ck_assert_int_eq(ss__easgd_server(s, c, d, 0.5f, 2), SS_ERR_NON_FINITE);
+    ck_assert_float_eq(c[0], -big); /* untouched, the finite element too */
+    ck_assert_float_eq(c[1], 1.0f);
+    const float ok[] = {-big, 2.0f};
+    ck_assert_int_eq(ss__easgd_server(ok, c, d, 0.5f, 2), SS_OK);
+    assert_vec(c, (const float[]){-big, 1.5f}, 2);
+
+    float sum[] = {0, 0}, avg[2];
+    ss__mean_add(sum, (const float[]){big, 1.0f}, 2);
+    ss__mean_add(sum, (const float[]){big, 3.0f}, 2);
+    ck_assert_int_eq(ss__mean_close(sum, 2, avg, 2), SS_ERR_NON_FINITE);
+
+    ss__bmuf_params p = {.eta = 0.5f, .zeta = 2.0f, .nesterov = true};
+    ck_assert(ss__bmuf_params_valid(&p)); /* zeta = 1 / (1 - eta): the bound */
+    float w[] = {0, 0}, m[] = {0, 0}, b[] = {0, 0};
+    const float start[] = {-big, 1.0f}, far[] = {big, 1.0f};
+    ck_assert_int_eq(ss__bmuf_step(&p, w, m, b, start, 2, true), SS_OK);
+    ck_assert_int_eq(ss__bmuf_step(&p, w, m, b, far, 2, false), SS_ERR_NON_FINITE);
+    assert_vec(w, start, 2);
+    assert_vec(b, start, 2);
+    assert_vec(m, (const float[]){0, 0}, 2);
+
+    const ss__bmuf_params bad[] = {{.eta = 0.5f, .zeta = 2.01f},
+                                   {.eta = 0.0f, .zeta = 1e38f},
+                                   {.eta = 0.0f, .zeta = 0.0f},
+                                   {.eta = 1.0f, .zeta = 1.0f},
+                                   {.eta = 0.5f, .zeta = NAN}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(!ss__bmuf_params_valid(&bad[i]), "eta %g zeta %g passed", (double)bad[i].eta,
+                      (double)bad[i].zeta);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("algorithms", 0, NULL, NULL, test_easgd_server, test_easgd_bad_input,
                            test_ma_delta, test_bmuf_nesterov_rounds, test_bmuf_classic_rounds,
-                           test_mean_and_kernels, test_algo_names);
+                           test_mean_and_kernels, test_algo_names,
+                           test_results_that_overflow_are_refused);
 }

@@ -44,7 +44,7 @@ static void *pusher(void *arg) {
         const size_t n = k % 2 ? 32 : 1500, first = (size_t)k * 37 % HOT;
         for (size_t i = 0; i < n; i++)
             ids[i] = (first + i) % HOT;
-        ck_assert_int_eq(ss__emb_table_apply_gradients(sh->t, ids, n, g), SS_OK);
+        ck_assert_int_eq(ss__emb_table_apply_gradients(sh->t, ids, n, g, NULL), SS_OK);
         for (size_t i = 0; i < n; i++)
             sh->pushes[ids[i]]++;
     }

@@ -193,7 +193,7 @@ START_TEST(test_table_load_update_dirty_evict) {
     /* Update the first 100 rows: w -= 0.5 * 2 -> id - 1. */
     for (int i = 0; i < 100 * 4; i++)
         grads[i] = 2.0f;
-    ck_assert_int_eq(ss__emb_table_apply_gradients(t, ids, 100, grads), SS_OK);
+    ck_assert_int_eq(ss__emb_table_apply_gradients(t, ids, 100, grads, NULL), SS_OK);
     ck_assert_int_eq(ss__emb_table_lookup(t, ids, 2, rows), SS_OK);
     ck_assert_float_eq(rows[0], (float)ids[0] - 1.0f);
     ss__emb_table_stats stats;
@@ -210,7 +210,7 @@ START_TEST(test_table_load_update_dirty_evict) {
     ss__emb_dirty d = {0};
     ck_assert_int_eq(ss__emb_table_collect_dirty(t, &d, 1000), SS_OK);
     ck_assert_uint_eq(d.n, 100);
-    ck_assert_int_eq(ss__emb_table_apply_gradients(t, &d.ids[0], 1, grads), SS_OK);
+    ck_assert_int_eq(ss__emb_table_apply_gradients(t, &d.ids[0], 1, grads, NULL), SS_OK);
     ss__emb_table_settle(t, &d, NULL);
     ss__emb_table_get_stats(t, &stats);
     ck_assert_uint_eq(stats.dirty_rows, 1);

@@ -10,6 +10,7 @@
 
 #include "check_run.h"
 #include "common/clock.h"
+#include "shadow/dense_checkpoint.h"
 #include "shadow/engine.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/transport.h"
@@ -196,7 +197,9 @@ static uint64_t fnv1a(const unsigned char *b, size_t n) {
 
 /* A checkpoint of the first layout ("SSDENSE1", no BMUF byte), written
  * byte by byte here, still loads: group "g" of 1 float, central 2.5. */
-START_TEST(test_checkpoint_reads_the_first_layout) {
+/* A file of the first layout ("SSDENSE1") with one group "g" of one float,
+ * its hash right. */
+static void write_first_layout(const char *path, float central) {
     unsigned char buf[64];
     size_t len = 0;
 #define PUT(v)                                                                                     \
@@ -209,7 +212,6 @@ START_TEST(test_checkpoint_reads_the_first_layout) {
     uint32_t count = 1, namelen = 1;
     uint64_t n = 1, round = UINT64_MAX;
     uint8_t has_central = 1, has_mean = 0;
-    float central = 2.5f;
     PUT(count);
     PUT(namelen);
     buf[len++] = 'g';
@@ -221,11 +223,15 @@ START_TEST(test_checkpoint_reads_the_first_layout) {
     uint64_t h = fnv1a(buf, len);
     PUT(h);
 #undef PUT
-    char path[128];
-    tmp_path(path, sizeof path);
     FILE *f = fopen(path, "wb");
     ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
     fclose(f);
+}
+
+START_TEST(test_checkpoint_reads_the_first_layout) {
+    char path[128];
+    tmp_path(path, sizeof path);
+    write_first_layout(path, 2.5f);
     ss__transport *t = make(100, 0);
     size_t groups = 0;
     ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
@@ -233,6 +239,51 @@ START_TEST(test_checkpoint_reads_the_first_layout) {
     float c;
     ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_OK);
     ck_assert_float_eq(c, 2.5f);
+    ss__transport_destroy(t);
+    unlink(path);
+}
+END_TEST
+
+/* No NaN or Inf goes into a checkpoint or comes out of one: the EASGD
+ * attack of issue 32 (-3e38, then 3e38) is refused and the centre stays
+ * finite through a save and a load; a writer given an Inf fails without
+ * touching the file; a file with an Inf and a right hash (an older build,
+ * or forged) is refused at restore. */
+START_TEST(test_checkpoint_never_holds_inf) {
+    ss__transport *t = make(100, 0);
+    uint64_t m;
+    float d[1], c;
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, &m), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m, (const float[]){-3e38f}, 0.5f, d, 1),
+                     SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m, (const float[]){3e38f}, 0.5f, d, 1),
+                     SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_OK);
+    ck_assert_float_eq(c, -3e38f);
+    char path[128];
+    tmp_path(path, sizeof path);
+    size_t groups;
+    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ss__transport_destroy(t);
+    t = make(100, 0);
+    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_OK);
+    ck_assert_float_eq(c, -3e38f);
+    ss__transport_destroy(t);
+
+    ss__dense_ckpt_writer *w;
+    const float inf = INFINITY;
+    ck_assert_int_eq(ss__dense_ckpt_begin(path, 1, &w), SS_OK);
+    ss__dense_ckpt_put(w, &(ss__dense_ckpt_group){.name = "g", .n = 1, .central = &inf});
+    ck_assert_int_eq(ss__dense_ckpt_commit(w), SS_ERR_NON_FINITE);
+    t = make(100, 0);
+    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK); /* the last good one */
+    ss__transport_destroy(t);
+
+    write_first_layout(path, INFINITY);
+    t = make(100, 0);
+    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_ERR_NOT_FOUND);
     ss__transport_destroy(t);
     unlink(path);
 }
@@ -288,5 +339,6 @@ int main(void) {
         "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
         test_silent_member_expires, test_heartbeat_keeps_member, test_engine_rejoins_after_expiry,
         test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
-        test_checkpoint_round_trip_is_exact, test_checkpoint_refuses_torn_and_corrupt_files);
+        test_checkpoint_round_trip_is_exact, test_checkpoint_refuses_torn_and_corrupt_files,
+        test_checkpoint_never_holds_inf);
 }

@@ -379,7 +379,7 @@ static ss_status prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const
 /* Local and cached tables apply a push at once; takes the item. */
 static ss_status apply_local(ss_table *tb, push_item *it) {
     ss_status st =
-        it->n ? ss__emb_table_apply_gradients(tb->rows, it->ids, it->n, it->grads) : SS_OK;
+        it->n ? ss__emb_table_apply_gradients(tb->rows, it->ids, it->n, it->grads, NULL) : SS_OK;
     ss__table_push_item_free(it);
     return st;
 }
