@@ -94,7 +94,10 @@ static int run_inproc(bench *b, result *r) {
         int64_t n = b->rows - off < b->batch ? b->rows - off : b->batch;
         for (int64_t i = 0; i < n; i++)
             ids[i] = (uint64_t)(off + i);
-        ss__emb_store_lookup(st, b->spec.name, ids, (size_t)n, b->buf, NULL, 0);
+        /* A zero gradient makes each row resident at its initial value
+         * (a lookup keeps nothing: readers cannot grow the store). */
+        memset(b->buf, 0, (size_t)n * (size_t)b->dim * sizeof(float));
+        ss__emb_store_push(st, b->spec.name, ids, (size_t)n, b->buf, NULL, 0);
     }
     long rss1 = rss_kb();
     free(ids);
@@ -179,7 +182,8 @@ static int run_grpc(bench *b, const char *ps, result *r) {
         int64_t n = b->rows - off < b->batch ? b->rows - off : b->batch;
         for (int64_t i = 0; i < n; i++)
             ids[i] = (uint64_t)(off + i);
-        ss__emb_client_lookup(c, &b->spec, ids, (size_t)n, b->buf);
+        memset(b->buf, 0, (size_t)n * (size_t)b->dim * sizeof(float)); /* zero gradients */
+        ss__emb_client_push(c, &b->spec, ids, (size_t)n, b->buf);
     }
     free(ids);
     uint64_t t0 = ss__now_ns();

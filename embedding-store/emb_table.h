@@ -96,8 +96,13 @@ uint32_t ss__emb_shard_of(uint32_t table_id, uint64_t id, uint32_t shards);
 typedef struct ss__emb_table ss__emb_table;
 
 /* Fills full rows (data + state) for n ids that are not resident: from
- * storage, from the shards, or their initial values. */
-typedef ss_status (*ss__emb_loader)(void *ctx, const uint64_t *ids, size_t n, float *rows);
+ * storage, from the shards, or their initial values. stored[] comes in
+ * all true; a loader sets stored[i] = false for a row that exists nowhere
+ * (its initial value, made up from the id): a lookup then returns that
+ * row without keeping it, so that readers cannot grow the table; only an
+ * update makes it resident. */
+typedef ss_status (*ss__emb_loader)(void *ctx, const uint64_t *ids, size_t n, float *rows,
+                                    bool *stored);
 
 ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, void *loader_ctx,
                                ss__emb_table **out);
@@ -106,7 +111,8 @@ void ss__emb_table_destroy(ss__emb_table *t);
 const ss__emb_spec *ss__emb_table_spec(const ss__emb_table *t);
 
 /* Copies the data part of each row (n * dim floats). Missing rows are
- * loaded and inserted clean. */
+ * loaded; those the loader found stored are inserted clean, the others
+ * (initial rows) are only copied out. */
 ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows);
 /* Like lookup, but only for resident rows: found[i] says which were
  * copied; nothing is loaded. */

@@ -79,19 +79,18 @@ static ss_status refuse(ss__emb_store *st, ss_status status, const char *reason)
     return status;
 }
 
-static ss_status load_rows(void *ctx, const uint64_t *ids, size_t n, float *rows) {
+/* Rows from RocksDB, or their initial values: those are stored nowhere
+ * (a lookup of them keeps nothing). */
+static ss_status load_rows(void *ctx, const uint64_t *ids, size_t n, float *rows, bool *stored) {
     store_table *tb = ctx;
     const size_t rf = ss__emb_row_floats(&tb->spec);
-    bool *found = calloc(n, sizeof *found);
-    if (!found)
-        return SS_ERR_NO_MEMORY;
+    memset(stored, 0, n * sizeof *stored);
     ss_status s =
-        tb->st->db ? ss__emb_db_get_rows(tb->st->db, tb->tid, ids, n, rf, rows, found) : SS_OK;
+        tb->st->db ? ss__emb_db_get_rows(tb->st->db, tb->tid, ids, n, rf, rows, stored) : SS_OK;
     for (size_t i = 0; s == SS_OK && i < n; i++)
-        if (!found[i])
+        if (!stored[i])
             ss__emb_row_init(tb->tid, ids[i], tb->spec.init_scale, rows + i * rf, tb->spec.dim,
                              rf - tb->spec.dim);
-    free(found);
     return s;
 }
 

@@ -249,6 +249,13 @@ const ss__emb_spec *ss__emb_table_spec(const ss__emb_table *t) {
 
 /* An operation on one resident row, under its stripe's lock. */
 typedef void (*row_op)(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx);
+/* What for_rows does with a row that is not resident: leave it (PEEK),
+ * load it and insert it (WRITE), or load it and insert it only when the
+ * loader found it stored, else hand the loaded row to the read op
+ * without keeping it (READ). */
+typedef enum { ROWS_PEEK, ROWS_READ, ROWS_WRITE } rows_mode;
+/* READ's op for a row not kept: its full loaded values. */
+typedef void (*loose_op)(ss__emb_table *t, const float *full, size_t i, void *ctx);
 
 static ss_status insert_loaded(ss__emb_table *t, stripe *s, uint64_t id, const float *full,
                                slot **out) {
@@ -307,8 +314,11 @@ find_prefetching(const ss__emb_table *t, stripe *s, const uint64_t *ids, const u
  * within a stripe, every slot is found and its row prefetched, and op
  * runs after: the cache misses overlap instead of being paid one after
  * the other. */
-static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool load, row_op op,
-                          void *ctx) {
+static ss_status load_missing(ss__emb_table *t, const uint64_t *ids, const size_t *missing,
+                              size_t nm, rows_mode mode, row_op op, loose_op lop, void *ctx);
+
+static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_mode mode,
+                          row_op op, loose_op lop, void *ctx) {
     if (n == 0)
         return SS_OK; /* nothing to do (and malloc(0) may be NULL) */
     /* One block: hashes, the stripe order, the missing, the found slots. */
@@ -365,38 +375,50 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, bool 
             if (found[k]) {
                 found[k]->meta |= META_REF;
                 op(t, s, found[k], order[k], ctx);
-            } else if (load) {
+            } else if (mode != ROWS_PEEK) {
                 missing[nm++] = order[k];
             }
         }
         pthread_mutex_unlock(&s->lock);
     }
-    if (nm == 0) {
-        free(hs);
-        return SS_OK;
-    }
+    ss_status st = nm ? load_missing(t, ids, missing, nm, mode, op, lop, ctx) : SS_OK;
+    free(hs);
+    return st;
+}
+
+/* The second half of for_rows: the nm rows missing[] index, loaded in one
+ * loader call, then inserted (or, READ, handed out loose) each under its
+ * stripe's lock. */
+static ss_status load_missing(ss__emb_table *t, const uint64_t *ids, const size_t *missing,
+                              size_t nm, rows_mode mode, row_op op, loose_op lop, void *ctx) {
     uint64_t *mids = malloc(nm * sizeof *mids);
     float *rows = malloc(nm * t->row_floats * sizeof(float));
-    ss_status st = (mids && rows) ? SS_OK : SS_ERR_NO_MEMORY;
-    for (size_t k = 0; st == SS_OK && k < nm; k++)
+    bool *stored = malloc(nm * sizeof *stored);
+    ss_status st = (mids && rows && stored) ? SS_OK : SS_ERR_NO_MEMORY;
+    for (size_t k = 0; st == SS_OK && k < nm; k++) {
         mids[k] = ids[missing[k]];
+        stored[k] = true;
+    }
     if (st == SS_OK)
-        st = t->loader(t->loader_ctx, mids, nm, rows);
+        st = t->loader(t->loader_ctx, mids, nm, rows, stored);
     if (st == SS_OK)
         atomic_fetch_add(&t->loads, nm);
     for (size_t k = 0; st == SS_OK && k < nm; k++) {
+        const float *full = rows + k * t->row_floats;
         stripe *s = stripe_of(t, mids[k]);
         pthread_mutex_lock(&s->lock);
         slot *sl = find(s, mids[k]); /* another caller may have loaded it meanwhile */
-        if (!sl)
-            st = insert_loaded(t, s, mids[k], rows + k * t->row_floats, &sl);
+        if (!sl && mode == ROWS_READ && !stored[k])
+            lop(t, full, missing[k], ctx);
+        else if (!sl)
+            st = insert_loaded(t, s, mids[k], full, &sl);
         if (sl)
             op(t, s, sl, missing[k], ctx);
         pthread_mutex_unlock(&s->lock);
     }
-    free(hs);
     free(mids);
     free(rows);
+    free(stored);
     return st;
 }
 
@@ -416,6 +438,11 @@ static void op_copy_data(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *
     memcpy(c->out + i * t->spec.dim, row_of(t, s, sl), t->spec.dim * sizeof(float));
     if (c->found)
         c->found[i] = true;
+}
+
+static void loose_copy_data(ss__emb_table *t, const float *full, size_t i, void *ctx) {
+    io_ctx *c = ctx;
+    memcpy(c->out + i * t->spec.dim, full, t->spec.dim * sizeof(float));
 }
 
 static void op_copy_full(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
@@ -448,7 +475,7 @@ ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, 
     if (!t || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.out = rows};
-    return for_rows(t, ids, n, true, op_copy_data, &c);
+    return for_rows(t, ids, n, ROWS_READ, op_copy_data, loose_copy_data, &c);
 }
 
 ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
@@ -457,7 +484,7 @@ ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, fl
         return SS_ERR_INVALID_ARGUMENT;
     memset(found, 0, n * sizeof *found);
     io_ctx c = {.out = rows, .found = found};
-    return for_rows(t, ids, n, false, op_copy_data, &c);
+    return for_rows(t, ids, n, ROWS_PEEK, op_copy_data, NULL, &c);
 }
 
 size_t ss__emb_table_count_missing(ss__emb_table *t, const uint64_t *ids, size_t n) {
@@ -479,7 +506,7 @@ ss_status ss__emb_table_load(ss__emb_table *t, const uint64_t *ids, size_t n, si
     if (!t || (n && !ids) || !loaded)
         return SS_ERR_INVALID_ARGUMENT;
     uint64_t before = atomic_load(&t->loads);
-    ss_status st = for_rows(t, ids, n, true, op_none, NULL);
+    ss_status st = for_rows(t, ids, n, ROWS_WRITE, op_none, NULL, NULL);
     *loaded = (size_t)(atomic_load(&t->loads) - before); /* others' loads meanwhile too: a count */
     return st;
 }
@@ -490,7 +517,7 @@ ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t 
         return SS_ERR_INVALID_ARGUMENT;
     memset(found, 0, n * sizeof *found);
     io_ctx c = {.out = rows, .found = found};
-    return for_rows(t, ids, n, false, op_copy_full, &c);
+    return for_rows(t, ids, n, ROWS_PEEK, op_copy_full, NULL, &c);
 }
 
 /* An update's status: for_rows', else SS_ERR_NON_FINITE when some row
@@ -506,7 +533,7 @@ ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, s
     if (!t || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = grads};
-    return update_status(for_rows(t, ids, n, true, op_gradient, &c), &c, refused);
+    return update_status(for_rows(t, ids, n, ROWS_WRITE, op_gradient, NULL, &c), &c, refused);
 }
 
 ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
@@ -514,7 +541,7 @@ ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n,
     if (!t || (n && (!ids || !x || !deltas)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = x, .out = deltas, .alpha = alpha};
-    return update_status(for_rows(t, ids, n, true, op_elastic, &c), &c, refused);
+    return update_status(for_rows(t, ids, n, ROWS_WRITE, op_elastic, NULL, &c), &c, refused);
 }
 
 ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, size_t n,
@@ -524,7 +551,7 @@ ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, s
     if (!t || (n && (!ids || !x || !deltas)) || !enc || !enc->fn)
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = x, .alpha = alpha, .enc = enc, .enc_out = deltas};
-    ss_status st = for_rows(t, ids, n, true, op_elastic, &c);
+    ss_status st = for_rows(t, ids, n, ROWS_WRITE, op_elastic, NULL, &c);
     if (not_held)
         *not_held = c.not_held;
     return st;

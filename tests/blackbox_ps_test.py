@@ -172,6 +172,33 @@ class BlackBox(unittest.TestCase):
                         emb.LookupRequest(table="poison", ids=ids)).rows
         self.assertEqual(struct.unpack("<2f", row), struct.unpack("<2f", struct.pack("<2f", 3e38, -1.0)))
 
+    def test_lookups_cannot_grow_the_store(self):
+        spec = emb.TableSpec(name="readonly", dim=4, optimizer=1, lr=0.1, eps=1e-8,
+                             init_scale=0.05)
+        self.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
+        stats = lambda: self.call("Embedding", "Stats", emb.TableStatsReply,
+                                  emb.TableStatsRequest(table="readonly"))
+        lookup = lambda ids: self.call("Embedding", "Lookup", emb.LookupReply,
+                                       emb.LookupRequest(table="readonly", ids=ids)).rows
+        first = None
+        for k in range(4):  # the attack of issue 32, smaller: new ids every time
+            ids = struct.pack("<65536Q", *range(1 + k * 65536, 1 + (k + 1) * 65536))
+            rows = lookup(ids)
+            self.assertEqual(len(rows), 65536 * 4 * 4)
+            first = first or rows
+        self.assertEqual(stats().resident_rows, 0)
+        # The initial rows are deterministic: the same again, and not zero.
+        again = lookup(struct.pack("<65536Q", *range(1, 65537)))
+        self.assertEqual(again, first)
+        self.assertTrue(any(struct.unpack("<4f", first[:16])))
+        # A push makes the row; the lookup then reads it.
+        grads = struct.pack("<4f", 1.0, 1.0, 1.0, 1.0)
+        self.call("Embedding", "Push", emb.PushReply,
+                  emb.PushRequest(table="readonly", ids=struct.pack("<Q", 1), grads=grads))
+        self.assertEqual(stats().resident_rows, 1)
+        after = lookup(struct.pack("<Q", 1))
+        self.assertNotEqual(after, first[:16])
+
     def test_member_ids_cannot_be_guessed(self):
         ids = [self.call("DenseSync", "Join", dense.JoinReply,
                          dense.JoinRequest(group="shared", size=4)).member for _ in range(4)]

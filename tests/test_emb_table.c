@@ -13,8 +13,8 @@
 
 enum { DIM = 8, HOT = 2000, PUSHES = 200, CHURN = 20000 };
 
-static ss_status id_loader(void *ctx, const uint64_t *ids, size_t n, float *rows) {
-    (void)ctx;
+static ss_status id_loader(void *ctx, const uint64_t *ids, size_t n, float *rows, bool *stored) {
+    (void)ctx, (void)stored;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < DIM; j++)
             rows[i * DIM + j] = (float)ids[i];

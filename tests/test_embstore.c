@@ -164,8 +164,9 @@ END_TEST
 
 /* A loader that counts its calls and gives row value = id (all floats). */
 static int g_loads;
-static ss_status id_loader(void *ctx, const uint64_t *ids, size_t n, float *rows) {
+static ss_status id_loader(void *ctx, const uint64_t *ids, size_t n, float *rows, bool *stored) {
     const ss__emb_spec *spec = ctx;
+    (void)stored; /* kept on read, as a cache's loader */
     g_loads += (int)n;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < ss__emb_row_floats(spec); j++)

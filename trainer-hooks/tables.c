@@ -65,8 +65,11 @@ void ss__table_unique_free(unique_ids *u) {
 
 /* ---- loaders of the in-process table ---- */
 
-static ss_status init_loader(void *ctx, const uint64_t *ids, size_t n, float *rows) {
+/* A local table keeps what its own trainer reads (stored[] stays true):
+ * only the trainer reads it. */
+static ss_status init_loader(void *ctx, const uint64_t *ids, size_t n, float *rows, bool *stored) {
     ss_table *tb = ctx;
+    (void)stored;
     const size_t rf = ss__emb_row_floats(&tb->spec);
     const uint32_t tid = ss__emb_table_id(tb->spec.name);
     for (size_t i = 0; i < n; i++)
@@ -75,9 +78,12 @@ static ss_status init_loader(void *ctx, const uint64_t *ids, size_t n, float *ro
     return SS_OK;
 }
 
-/* Cache misses come from the shards; optimizer state starts at zero. */
-static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *rows) {
+/* Cache misses come from the shards; optimizer state starts at zero. The
+ * cache keeps what it fetched (stored[] stays true). */
+static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *rows,
+                               bool *stored) {
     ss_table *tb = ctx;
+    (void)stored;
     const size_t dim = tb->spec.dim, rf = ss__emb_row_floats(&tb->spec);
     float *data = malloc(n * dim * sizeof *data + 4);
     if (!data)
