@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "common/private_files.h"
 
 /* One group replica, as a JSON object (json-c escapes every string). */
 static json_object *group_json(const agent_session *s, const agent_group *g, uint64_t now) {
@@ -92,8 +93,7 @@ static ss_status write_atomic(const char *dir, const char *name, const float *x,
     char path[4096], tmp[4200];
     if (snprintf(path, sizeof path, "%s/%s.f32", dir, name) >= (int)sizeof path)
         return SS_ERR_INVALID_ARGUMENT;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = ss__private_tmp_open(path, tmp, sizeof tmp); /* new, 0600, never a planted link */
     if (fd < 0)
         return SS_ERR_IO;
     ss_status st = SS_OK;
@@ -117,11 +117,7 @@ static ss_status write_atomic(const char *dir, const char *name, const float *x,
         unlink(tmp);
         return st;
     }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0)
-        st = SS_ERR_IO;
-    if (dfd >= 0)
-        close(dfd);
+    ss__fsync_parent_dir(path);
     return st;
 }
 

@@ -15,6 +15,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/malloc_tune.h"
+#include "common/private_files.h"
 #include "common/signals.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_transport.h"
@@ -190,9 +191,9 @@ static int parse_options(int argc, char **argv, agent_options *o) {
     }
     if (o->auth[0])
         setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 1); /* what the PS clients read */
-    if (*o->ckpt_dir && mkdir(o->ckpt_dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "shadowsync-agent: cannot create --checkpoint-dir %s: %s\n", o->ckpt_dir,
-                strerror(errno));
+    if (*o->ckpt_dir &&
+        ss__private_dir(o->ckpt_dir, "--checkpoint-dir", why, sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-agent: %s\n", why);
         return 2;
     }
     return -1;
@@ -278,6 +279,7 @@ static void shut_down(agent_main *m) {
 
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
+    ss__private_umask();             /* files it writes: 0640 at most */
     agent_options o;
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)

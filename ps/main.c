@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/malloc_tune.h"
+#include "common/private_files.h"
 #include "common/signals.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
@@ -179,17 +180,26 @@ static ss_status http_checkpoint(void *ctx, char *msg, size_t msglen) {
     return st;
 }
 
-/* dir and dir/emb, created when missing (owner only). */
-static int make_checkpoint_dirs(ps_state *ps, const char *dir) {
-    if (snprintf(ps->emb_root, sizeof ps->emb_root, "%s/emb", dir) >= (int)sizeof ps->emb_root) {
+/* The directories the PS writes: --emb-db, --checkpoint-dir and its emb/,
+ * created when missing (owner only); existing ones must be private to
+ * this uid (common/private_files.h says why). */
+static int make_private_dirs(ps_state *ps, const ps_options *o) {
+    char why[600];
+    if (*o->emb_db && ss__private_dir(o->emb_db, "--emb-db", why, sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: %s\n", why);
+        return -1;
+    }
+    if (!*o->ckpt_dir)
+        return 0;
+    if (snprintf(ps->emb_root, sizeof ps->emb_root, "%s/emb", o->ckpt_dir) >=
+        (int)sizeof ps->emb_root) {
         fprintf(stderr, "shadowsync-ps: --checkpoint-dir is too long\n");
         return -1;
     }
-    const char *make[] = {dir, ps->emb_root};
+    const char *make[] = {o->ckpt_dir, ps->emb_root};
     for (int i = 0; i < 2; i++)
-        if (mkdir(make[i], 0700) != 0 && errno != EEXIST) {
-            fprintf(stderr, "shadowsync-ps: cannot create %s (--checkpoint-dir): %s\n", make[i],
-                    strerror(errno));
+        if (ss__private_dir(make[i], "--checkpoint-dir", why, sizeof why) != SS_OK) {
+            fprintf(stderr, "shadowsync-ps: %s\n", why);
             return -1;
         }
     return 0;
@@ -379,7 +389,7 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                  .metrics = ps->metrics,
                                  .checkpoint_root = ps->emb_root,
                                  .checkpoint_keep = (uint32_t)o->ckpt_keep};
-    if (*o->ckpt_dir && make_checkpoint_dirs(ps, o->ckpt_dir) != 0)
+    if (make_private_dirs(ps, o) != 0)
         return 1;
     ss_status st = ss__emb_store_create(&ecfg, &ps->store);
     if (st != SS_OK) {
@@ -495,6 +505,7 @@ static int shut_down(ps_state *ps, const ps_options *o, bool served) {
 
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
+    ss__private_umask();             /* RocksDB's files and checkpoint links: 0640 at most */
     ps_options o;
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/finite.h"
+#include "common/private_files.h"
 
 static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '2'};
 static const char ckpt_magic_v1[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
@@ -44,7 +45,7 @@ struct ss__dense_ckpt_writer {
     FILE *f;   /* a memory stream: put() only copies, commit() writes the file */
     char *mem; /* open_memstream's buffer */
     size_t memlen;
-    char path[4096], tmp[4100];
+    char path[4096], tmp[4104];
     uint64_t hash;
     uint32_t expected, written;
     bool ok, non_finite;
@@ -63,7 +64,6 @@ ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt
     if (!w)
         return SS_ERR_NO_MEMORY;
     snprintf(w->path, sizeof w->path, "%s", path);
-    snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
     /* Callers put groups while holding their locks: only memory copies
      * happen then; the disk (write, fsync, rename) waits for commit. */
     w->f = open_memstream(&w->mem, &w->memlen);
@@ -115,19 +115,6 @@ void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g)
     w->written++;
 }
 
-static void fsync_parent_dir(const char *path) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-}
-
 ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
     if (!w)
         return SS_ERR_INVALID_ARGUMENT;
@@ -137,7 +124,11 @@ ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
     put(w, &hash, sizeof hash);
     if (fclose(w->f) != 0) /* the memory stream: mem and memlen are final */
         w->ok = false;
-    FILE *f = w->ok ? fopen(w->tmp, "wb") : NULL;
+    /* A new file of a random name (never a planted link), 0600. */
+    int fd = w->ok ? ss__private_tmp_open(w->path, w->tmp, sizeof w->tmp) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
     if (!f || fwrite(w->mem, 1, w->memlen, f) != w->memlen)
         w->ok = false;
     /* Data on disk before the rename makes it visible. */
@@ -147,10 +138,11 @@ ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
         w->ok = false;
     ss_status st = SS_OK;
     if (!w->ok || rename(w->tmp, w->path) != 0) {
-        unlink(w->tmp);
+        if (fd >= 0)
+            unlink(w->tmp);
         st = w->non_finite ? SS_ERR_NON_FINITE : SS_ERR_IO;
     } else {
-        fsync_parent_dir(w->path);
+        ss__fsync_parent_dir(w->path);
     }
     free(w->mem);
     free(w);

@@ -268,6 +268,35 @@ class TokenBlackBox(unittest.TestCase):
         self.assertGreater(self.join(right).member, 0)
 
 
+class DirectoryBlackBox(unittest.TestCase):
+    """A PS refuses directories another user could change: one made first
+    by another uid in a shared /tmp, one writable by group or others, a
+    link. Each refusal names the flag and how to fix it; nothing starts."""
+
+    def refused(self, flag, path, want):
+        p = subprocess.run([PS_BIN, "--listen", "127.0.0.1:0", flag, path],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertIn(flag, p.stderr)
+        self.assertIn(want, p.stderr)
+
+    def test_directories_must_be_private(self):
+        for flag in ("--checkpoint-dir", "--emb-db"):
+            d = os.path.join(WORK, "open" + flag)
+            os.mkdir(d)
+            os.chmod(d, 0o777)
+            self.refused(flag, d, "chmod go-w")
+            link = d + "-link"
+            os.chmod(d, 0o700)
+            os.symlink(d, link)
+            self.refused(flag, link, "symbolic link")
+            if os.geteuid() == 0:  # another user's directory, as in a shared /tmp
+                theirs = os.path.join(WORK, "theirs" + flag)
+                os.mkdir(theirs, 0o755)
+                os.chown(theirs, 65534, 65534)
+                self.refused(flag, theirs, "belongs to uid 65534")
+
+
 if __name__ == "__main__":
     try:
         unittest.main(argv=[sys.argv[0], "-v"])

@@ -773,10 +773,23 @@ START_TEST(ctl_commands) {
     ck_assert_ptr_nonnull(strstr(out, "rounds/s"));
     ck_assert_ptr_nonnull(strstr(out, "watched"));
     free(out);
+    /* A link planted at the old temporary name is not written through. */
+    char planted[220], target[200];
+    snprintf(planted, sizeof planted, "%s.tmp", file);
+    snprintf(target, sizeof target, "%s/precious", dir);
+    FILE *f = fopen(target, "w");
+    fputs("precious", f);
+    fclose(f);
+    ck_assert_int_eq(symlink(target, planted), 0);
     ck_assert_int_eq(ctl(log, &out, (char *[]){"checkpoint", "--url", http2, NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out, "1 group replicas written"));
     free(out);
-    FILE *f = fopen(file, "rb");
+    char kept[16] = "";
+    f = fopen(target, "r");
+    ck_assert_ptr_nonnull(fgets(kept, sizeof kept, f));
+    fclose(f);
+    ck_assert_str_eq(kept, "precious");
+    f = fopen(file, "rb");
     ck_assert_ptr_nonnull(f);
     float back[16];
     ck_assert_uint_eq(fread(back, sizeof(float), 16, f), 16);

@@ -2,13 +2,18 @@
 #include <check.h>
 
 #include "check_run.h"
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/names.h"
+#include "common/private_files.h"
 #include "shadowsync/status.h"
 
 START_TEST(test_strerror_covers_every_code) {
@@ -239,9 +244,69 @@ START_TEST(test_metrics_bad_input) {
 }
 END_TEST
 
+/* The directories the daemons write: made 0700 when missing; an existing
+ * one refused when it is a link, a file, writable by group or others, or
+ * (as root) owned by another uid, each saying which flag, what and how to
+ * fix it. A temporary file is new (a link planted at any name is never
+ * written through), random and 0600. */
+START_TEST(test_private_dirs_and_files) {
+    char base[] = "/tmp/ss-private-XXXXXX", d[128], link_[128], file[128], why[600];
+    ck_assert_ptr_nonnull(mkdtemp(base));
+    snprintf(d, sizeof d, "%s/made", base);
+    ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_OK);
+    struct stat sb;
+    ck_assert_int_eq(lstat(d, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 0777, 0700);
+    ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_OK); /* again: ours */
+
+    ck_assert_int_eq(chmod(d, 0770), 0);
+    ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_ptr_nonnull(strstr(why, "--x"));
+    ck_assert_ptr_nonnull(strstr(why, "chmod go-w"));
+    ck_assert_int_eq(chmod(d, 0702), 0);
+    ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_int_eq(chmod(d, 0755), 0);
+    ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_OK); /* readable is fine */
+
+    snprintf(link_, sizeof link_, "%s/link", base);
+    ck_assert_int_eq(symlink(d, link_), 0);
+    ck_assert_int_eq(ss__private_dir(link_, "--x", why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_ptr_nonnull(strstr(why, "symbolic link"));
+    snprintf(file, sizeof file, "%s/file", base);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    ck_assert_int_eq(ss__private_dir(file, "--x", why, sizeof why), SS_ERR_PERMISSION);
+    if (geteuid() == 0) { /* another user's directory: only root can make one here */
+        ck_assert_int_eq(chown(d, 65534, 65534), 0);
+        ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_ERR_PERMISSION);
+        ck_assert_ptr_nonnull(strstr(why, "uid 65534"));
+    }
+
+    /* A link planted at the old predictable name, and the new file. */
+    char final[160], planted[200], tmp[200];
+    snprintf(final, sizeof final, "%s/made/out", base);
+    snprintf(planted, sizeof planted, "%s.tmp", final);
+    ck_assert_int_eq(symlink(file, planted), 0);
+    int fd = ss__private_tmp_open(final, tmp, sizeof tmp);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_str_ne(tmp, planted);
+    ck_assert_int_eq(strncmp(tmp, final, strlen(final)), 0);
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 0777, 0600);
+    ck_assert_int_eq(write(fd, "x", 1), 1);
+    close(fd);
+    ck_assert_int_eq(stat(file, &sb), 0);
+    ck_assert_int_eq(sb.st_size, 0); /* the planted link's target is untouched */
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("common", 0, NULL, NULL, test_strerror_covers_every_code,
                            test_ps_group_names, test_metrics_drop_departed, test_log_level_parse,
                            test_flags_precedence_and_forms, test_flags_bad_input,
-                           test_metrics_render_exact, test_metrics_bad_input);
+                           test_metrics_render_exact, test_metrics_bad_input,
+                           test_private_dirs_and_files);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -334,11 +335,46 @@ START_TEST(test_checkpoint_refuses_torn_and_corrupt_files) {
 }
 END_TEST
 
+/* A link planted where the writer used to put its temporary file
+ * (dense.ckpt.tmp) is never written through: a root PS overwrote the
+ * link's target before. The checkpoint is written, the target is not. */
+START_TEST(test_checkpoint_does_not_follow_a_planted_link) {
+    char path[128], planted[160], target[160];
+    tmp_path(path, sizeof path);
+    snprintf(planted, sizeof planted, "%s.tmp", path);
+    snprintf(target, sizeof target, "%s.target", path);
+    FILE *f = fopen(target, "w");
+    fputs("precious", f);
+    fclose(f);
+    ck_assert_int_eq(symlink(target, planted), 0);
+    ss__transport *t = make(100, 0);
+    uint64_t m;
+    float d[2];
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &m), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m, (const float[]){1, 2}, 0.5f, d, 2),
+                     SS_OK);
+    size_t groups;
+    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ss__transport_destroy(t);
+    char got[32] = "";
+    f = fopen(target, "r");
+    ck_assert_ptr_nonnull(fgets(got, sizeof got, f));
+    fclose(f);
+    ck_assert_str_eq(got, "precious");
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 0777, 0600);
+    unlink(path);
+    unlink(planted);
+    unlink(target);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
         "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
         test_silent_member_expires, test_heartbeat_keeps_member, test_engine_rejoins_after_expiry,
         test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
         test_checkpoint_round_trip_is_exact, test_checkpoint_refuses_torn_and_corrupt_files,
-        test_checkpoint_never_holds_inf);
+        test_checkpoint_never_holds_inf, test_checkpoint_does_not_follow_a_planted_link);
 }

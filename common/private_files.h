@@ -1,0 +1,38 @@
+/* Where the daemons keep files: directories only this process's user can
+ * change, and files created new (never opened through a planted link).
+ *
+ * A PS or agent run as root with --checkpoint-dir /tmp/x must not write
+ * into a /tmp/x another user made first (that user could read the
+ * checkpoints, or plant a link that makes root overwrite any file), so an
+ * existing directory is refused unless it is a real directory owned by
+ * this uid and not writable by group or others. Files are written to a
+ * fresh temporary name created with O_EXCL (a link at that name makes the
+ * create fail instead of being followed), then renamed over the final
+ * name (rename replaces a link, it never writes through one). */
+#ifndef SS_COMMON_PRIVATE_FILES_H
+#define SS_COMMON_PRIVATE_FILES_H
+
+#include <stddef.h>
+
+#include "shadowsync/status.h"
+
+/* Creates dir (mode 0700) when it is missing; an existing one must be a
+ * directory (not a link to one), owned by this process's effective uid
+ * and not writable by group or others. SS_ERR_PERMISSION (or SS_ERR_IO)
+ * otherwise, why naming flag, what is wrong and how to fix it. */
+ss_status ss__private_dir(const char *dir, const char *flag, char *why, size_t whylen);
+
+/* Creates a new file beside final_path for writing: "<final_path>.XXXXXX"
+ * (random), O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode 0600. Its name goes to
+ * tmp. Returns the descriptor, or -1 with errno set. */
+int ss__private_tmp_open(const char *final_path, char *tmp, size_t tmplen);
+
+/* fsyncs the directory that holds path, so that a rename into it survives
+ * a power cut. */
+void ss__fsync_parent_dir(const char *path);
+
+/* The file mode creation mask of the daemons (027): files that libraries
+ * create (RocksDB's, a checkpoint's hard links) are at most 0640. */
+void ss__private_umask(void);
+
+#endif
