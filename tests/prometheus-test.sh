@@ -9,6 +9,8 @@
 set -euo pipefail
 build=$1
 src=$2
+# shellcheck source=tests/ports.sh
+. "$src/tests/ports.sh"
 for tool in prometheus promtool curl; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool not installed (deploy/install-deps.sh)"; exit 1; }
 done
@@ -52,21 +54,21 @@ echo "[{\"targets\": [\"$agent_http\"], \"labels\": {\"cluster\": \"test\"}}]" >
 echo "[{\"targets\": [\"$ps_http\"], \"labels\": {\"cluster\": \"test\"}}]" >"$tmp/prom/targets/ps.json"
 promtool check config "$tmp/prom/prometheus.yml"
 
-# Prometheus cannot report a port it picked: try a few free-looking ones.
+# Prometheus cannot report a port it picked: a reserved one (tests/ports.sh).
+reserve_port
 prom_port=""
-for _ in $(seq 10); do
-  port=$((20000 + RANDOM % 30000))
-  prometheus --config.file="$tmp/prom/prometheus.yml" --web.listen-address="127.0.0.1:$port" \
-    --storage.tsdb.path="$tmp/data" --log.level=warn >"$tmp/prometheus.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do
-    if curl -sf "http://127.0.0.1:$port/-/ready" >/dev/null 2>&1; then prom_port=$port; break; fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -n "$prom_port" ]; then pids+=("$pid"); break; fi
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
+prometheus --config.file="$tmp/prom/prometheus.yml" \
+  --web.listen-address="127.0.0.1:$RESERVED_PORT" \
+  --storage.tsdb.path="$tmp/data" --log.level=warn >"$tmp/prometheus.log" 2>&1 &
+pid=$!
+pids+=("$pid")
+for _ in $(seq 300); do
+  if curl -sf "http://127.0.0.1:$RESERVED_PORT/-/ready" >/dev/null 2>&1; then
+    prom_port=$RESERVED_PORT
+    break
+  fi
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
 done
 [ -n "$prom_port" ] || { echo "FAIL: prometheus did not start"; cat "$tmp/prometheus.log"; exit 1; }
 echo "prometheus on 127.0.0.1:$prom_port scraping agent $agent_http and ps $ps_http"

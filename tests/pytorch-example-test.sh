@@ -8,6 +8,8 @@
 set -euo pipefail
 build=$1
 src=$2
+# shellcheck source=tests/ports.sh
+. "$src/tests/ports.sh"
 export PYTHONPATH="$src/python" SHADOWSYNC_LIBRARY="$build/trainer-hooks/libshadowsync.so"
 export SHADOWSYNC_PS_BIN="$build/bin/shadowsync-ps"
 tmp=$(mktemp -d)
@@ -49,7 +51,8 @@ grep -q "trainer=py3" "$tmp/agent.log" || { echo "the agent never saw trainer py
 
 # One rank per process as on separate hosts (--rank/--master, what
 # bench/pytorch-peers-emu.sh runs in namespaces): DDP with 2 ranks here.
-port=$((29500 + RANDOM % 1000))
+reserve_port # torch.distributed's master needs a port it cannot pick itself
+port=$RESERVED_PORT
 for r in 0 1; do
   timeout 240 /usr/bin/python3 "$src/examples/pytorch/train.py" --mode ddp --procs 2 --rank "$r" \
     --master "127.0.0.1:$port" --train "$src/data/criteo-kaggle-head-8000.tsv" --max-rows 2000 \

@@ -14,6 +14,7 @@
 #include "agent_procs.h"
 #include "check_run.h"
 #include "common/clock.h"
+#include "ports.h"
 #include "rpc/grpc_transport.h"
 
 static char dir[256];
@@ -383,7 +384,9 @@ START_TEST(test_ps_restart_from_checkpoint) {
     char ckdir[300];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     char *psargs[] = {"--checkpoint-dir", ckdir, NULL};
-    pid_t ps = proc_start_ps(path_in("ps0.log"), target, sizeof target, "127.0.0.1:0", psargs);
+    char listen[32]; /* the restart needs the same address: see ports.h */
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", test_reserve_port());
+    pid_t ps = proc_start_ps(path_in("ps0.log"), target, sizeof target, listen, psargs);
     pid_t tr[2];
     for (int r = 0; r < 2; r++)
         tr[r] = start_trainer(target, r, 2, "easgd", "0", (char *[]){"--progress", "0.1", NULL});

@@ -1,0 +1,68 @@
+/* A port for a server that a test stops and starts again on the same
+ * address (a PS restarted from its checkpoint, a tree member restarted).
+ *
+ * A port the kernel gives out (a bind to port 0, or the local end of any
+ * client's connect) can be taken by another process in the gap between
+ * the stop and the restart: under ctest -j the restart then failed with
+ * "Address already in use". The kernel never gives out a port below
+ * ip_local_port_range, and a lock file held for the test process's life
+ * keeps the other tests, which pick the same way, off the one chosen. */
+#ifndef SS_TESTS_PORTS_H
+#define SS_TESTS_PORTS_H
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Can nobody else bind 127.0.0.1:port now? */
+static inline int port_is_free(int port) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (s >= 0)
+        close(s);
+    return ok;
+}
+
+/* A free port below the kernel's ephemeral range, locked for this process
+ * (the lock's descriptor stays open until the process exits). */
+static inline int test_reserve_port(void) {
+    int low = 32768, high;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &low, &high) != 2)
+            low = 32768;
+        fclose(f);
+    }
+    const int lo = low > 12000 ? low - 10000 : 1024, span = low - lo;
+    ck_assert_int_gt(span, 100);
+    mkdir("/tmp/ss-test-ports", 0700);
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 1000; tries++) {
+        const int port = lo + (int)(rand_r(&seed) % (unsigned)span);
+        char lock[64];
+        snprintf(lock, sizeof lock, "/tmp/ss-test-ports/%d.lock", port);
+        int fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !port_is_free(port)) {
+            close(fd);
+            continue;
+        }
+        return port; /* fd stays open: the lock lives as long as we do */
+    }
+    ck_abort_msg("no free port below %d in 1000 tries", low);
+    return 0;
+}
+
+#endif
