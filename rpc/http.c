@@ -13,6 +13,17 @@
 
 /* Request lines and headers beyond this: MHD answers 414/431 itself. */
 #define CONNECTION_MEMORY 32768
+/* One address may hold this many connections: 64 idle connections (or a
+ * 70-connection slowloris) from one client took every slot of the old
+ * 64-connection cap, and /healthz went unanswered for the whole attack,
+ * so a liveness probe restarted the PS. Prometheus, a probe and a
+ * shadowsync-ctl watch need a few. */
+#define CONNECTIONS_PER_IP 8
+/* All addresses together (a thread each). */
+#define CONNECTIONS_MAX 256
+/* A connection silent this long is closed: a request's headers arrive
+ * in one go from any real client. */
+#define IDLE_TIMEOUT_S 3
 
 struct ss__http_server {
     ss__http_config cfg;
@@ -215,15 +226,17 @@ ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **ou
             return st;
         }
     }
-    /* A thread per connection (at most 64): a slow request (POST
-     * /checkpoint writes files) never holds up /healthz or a scrape. */
+    /* A thread per connection: a slow request (POST /checkpoint writes
+     * files) never holds up /healthz or a scrape. Bounded per address
+     * and in all, with a short idle timeout (see the limits above). */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | (v6 ? MHD_USE_IPv6 : 0);
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                                 (size_t)CONNECTION_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)10, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)CONNECTIONS_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)CONNECTIONS_PER_IP,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (!s->daemon) {
         free(s);
         if (cfg->optional) {

@@ -1,5 +1,6 @@
 /* rpc/: a real shadowsync-ps process on 127.0.0.1, engines talking to it
  * through the gRPC transport, and bad input that must not hurt it. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include "procs.h"
 #include "ps/dense_service.h"
 #include "rpc/grpc_transport.h"
+#include "rpc/http.h"
 #include "rpc/rpc.h"
 #include "shadow/engine.h"
 #include "transport_checks.h"
@@ -619,6 +622,85 @@ START_TEST(test_compressed_sync_over_grpc) {
 }
 END_TEST
 
+/* ---- the HTTP endpoint under a connection flood ---- */
+
+#define FLOOD 70 /* more than the old 64-connection cap */
+
+typedef struct flood {
+    int fds[FLOOD];
+    _Atomic bool stop;
+} flood;
+
+/* Slowloris from 127.0.0.2 (another client address than the probe's):
+ * every connection sends a request line, then one header byte every
+ * 300 ms, never finishing its headers. */
+static void *trickle(void *p) {
+    flood *f = p;
+    while (!atomic_load(&f->stop)) {
+        for (int i = 0; i < FLOOD; i++)
+            if (f->fds[i] >= 0 && send(f->fds[i], "X", 1, MSG_NOSIGNAL) != 1) {
+                close(f->fds[i]);
+                f->fds[i] = -1;
+            }
+        usleep(300000);
+    }
+    return NULL;
+}
+
+static int connect_from(const char *from, int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in src = {.sin_family = AF_INET},
+                       dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, from, &src.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
+        connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 70 connections of one client that never finish their headers took
+ * every slot of the endpoint (64, a thread each) and /healthz went
+ * unanswered for the whole attack: a liveness probe would restart the
+ * PS. One address may now hold only a few; the probe from another is
+ * answered while the flood goes on. */
+START_TEST(test_http_answers_healthz_during_a_slowloris) {
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__http_config cfg = {.bind = "127.0.0.1:0", .metrics = m};
+    ss__http_server *h;
+    ck_assert_int_eq(ss__http_server_start(&cfg, &h), SS_OK);
+    const int port = ss__http_server_port(h);
+    flood f = {.stop = false};
+    int open = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        f.fds[i] = connect_from("127.0.0.2", port);
+        if (f.fds[i] >= 0 &&
+            send(f.fds[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n", 32, MSG_NOSIGNAL) == 32)
+            open++;
+    }
+    ck_assert_int_eq(open, FLOOD); /* the kernel accepts them all: the endpoint decides */
+    pthread_t th;
+    pthread_create(&th, NULL, trickle, &f);
+    usleep(500000); /* the endpoint has taken what it takes */
+    char base[64], *body = NULL;
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    long code = http_request(base, "/healthz", NULL, NULL, 0, &body);
+    atomic_store(&f.stop, true);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(code, 200);
+    ck_assert_str_eq(body, "ok\n");
+    free(body);
+    for (int i = 0; i < FLOOD; i++)
+        if (f.fds[i] >= 0)
+            close(f.fds[i]);
+    ss__http_server_stop(h);
+    ss__metrics_destroy(m);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests(
@@ -628,5 +710,5 @@ int main(void) {
         test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
         test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
         test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting,
-        test_a_silent_connection_is_given_up);
+        test_a_silent_connection_is_given_up, test_http_answers_healthz_during_a_slowloris);
 }

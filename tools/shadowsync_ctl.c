@@ -3,7 +3,8 @@
  *   metrics     GET /metrics (Prometheus text)
  *   checkpoint  POST /checkpoint
  *   watch       a live view of rounds/s, sync gap and divergence per
- *               group, refreshed every --interval-ms */
+ *               group, refreshed every --interval-ms
+ *   health      GET /healthz (exit 0 when it answers ok: an exec probe) */
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ static const ss__program program = {
                       "  metrics     print /metrics (Prometheus text)\n"
                       "  checkpoint  ask it to checkpoint (POST /checkpoint)\n"
                       "  watch       live view of rounds/s, sync gap and divergence per group\n"
+                      "  health      GET /healthz; exit 0 when it answers (a container's probe)\n"
                       "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]"};
 
 static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
@@ -194,9 +196,9 @@ int main(int argc, char **argv) {
     if (exit_code >= 0)
         return exit_code;
     if (!cmd || (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") &&
-                 strcmp(cmd, "watch"))) {
+                 strcmp(cmd, "watch") && strcmp(cmd, "health"))) {
         fprintf(stderr,
-                "shadowsync-ctl: %s%s\n(commands: status, metrics, checkpoint, watch; "
+                "shadowsync-ctl: %s%s\n(commands: status, metrics, checkpoint, watch, health; "
                 "--help for more)\n",
                 cmd ? "unknown command " : "a command is needed", cmd ? cmd : "");
         return 2;
@@ -211,7 +213,10 @@ int main(int argc, char **argv) {
     } else {
         char *body = NULL, err[512];
         bool post = !strcmp(cmd, "checkpoint");
-        const char *path = post ? "/checkpoint" : !strcmp(cmd, "status") ? "/status" : "/metrics";
+        const char *path = post                     ? "/checkpoint"
+                           : !strcmp(cmd, "status") ? "/status"
+                           : !strcmp(cmd, "health") ? "/healthz"
+                                                    : "/metrics";
         long code = fetch(url, path, post, (long)timeout_ms, &body, err, sizeof err);
         if (code < 0) {
             fprintf(stderr, "shadowsync-ctl: %s\n", err);
