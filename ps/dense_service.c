@@ -402,13 +402,14 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
 }
 
 static const ss__rpc_method dense_methods[] = {
-    {SS_DENSE_M_JOIN, h_join, false, NULL, false},
-    {SS_DENSE_M_LEAVE, h_leave, false, NULL, false},
-    {SS_DENSE_M_EASGD, h_easgd, false, NULL, false},
-    {SS_DENSE_M_ROUND, h_round, true, NULL, false},     /* waits for the round to close */
-    {SS_DENSE_M_CENTRAL, h_central, false, NULL, true}, /* read-only: no token needed */
-    {SS_DENSE_M_HEARTBEAT, h_heartbeat, false, NULL, false},
-    {SS_DENSE_M_CHECKPOINT, h_checkpoint, true, NULL, false}, /* writes a file */
+    /* chunks: the server's limit (--max-group-floats); the rest: bytes */
+    {SS_DENSE_M_JOIN, h_join, false, NULL, false, SS_RPC_SMALL_REQUEST},
+    {SS_DENSE_M_LEAVE, h_leave, false, NULL, false, SS_RPC_SMALL_REQUEST},
+    {SS_DENSE_M_EASGD, h_easgd, false, NULL, false, 0},
+    {SS_DENSE_M_ROUND, h_round, true, NULL, false, 0}, /* waits for the round to close */
+    {SS_DENSE_M_CENTRAL, h_central, false, NULL, true, SS_RPC_SMALL_REQUEST}, /* only reads */
+    {SS_DENSE_M_HEARTBEAT, h_heartbeat, false, NULL, false, SS_RPC_SMALL_REQUEST},
+    {SS_DENSE_M_CHECKPOINT, h_checkpoint, true, NULL, false, SS_RPC_SMALL_REQUEST}, /* a file */
 };
 
 const ss__rpc_method *ss__dense_service_methods(size_t *count) {

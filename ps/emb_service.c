@@ -329,15 +329,17 @@ static void h_stats(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 
 void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     svc->store = store;
+    const size_t lookup_max = ss__emb_store_max_batch(store) * sizeof(uint64_t) + 4096;
     const ss__rpc_method m[SS_EMB_METHODS] = {
-        {SS_EMB_M_OPEN, h_open, false, svc, false},
-        {SS_EMB_M_LOOKUP, h_lookup, false, svc, true}, /* read-only */
-        {SS_EMB_M_PUSH, h_push, false, svc, false},
-        {SS_EMB_M_ELASTIC, h_elastic, false, svc, false},
+        {SS_EMB_M_OPEN, h_open, false, svc, false, SS_RPC_SMALL_REQUEST},
+        /* ids only: the store's batch limit of them */
+        {SS_EMB_M_LOOKUP, h_lookup, false, svc, true, lookup_max},
+        {SS_EMB_M_PUSH, h_push, false, svc, false, 0}, /* rows: the server's limit */
+        {SS_EMB_M_ELASTIC, h_elastic, false, svc, false, 0},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
-        {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false},
-        {SS_EMB_M_STATS, h_stats, false, svc, true},
-        {SS_EMB_M_PUSH_LOOKUP, h_push_lookup, false, svc, false},
+        {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false, SS_RPC_SMALL_REQUEST},
+        {SS_EMB_M_STATS, h_stats, false, svc, true, SS_RPC_SMALL_REQUEST},
+        {SS_EMB_M_PUSH_LOOKUP, h_push_lookup, false, svc, false, 0},
     };
     memcpy(svc->methods, m, sizeof m);
 }

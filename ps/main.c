@@ -41,7 +41,7 @@ typedef struct ps_options {
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
     int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked,
-        max_rows;
+        max_rows, max_inflight_mb;
     bool sync_writes;
 } ps_options;
 
@@ -252,7 +252,8 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .max_groups = 65536,
                       .max_members = 4096,
                       .max_total_floats = 1ll << 31,
-                      .max_blocked = SS_RPC_DEFAULT_MAX_BLOCKED};
+                      .max_blocked = SS_RPC_DEFAULT_MAX_BLOCKED,
+                      .max_inflight_mb = (int64_t)(SS_RPC_DEFAULT_MAX_INFLIGHT >> 20)};
     ss__flag flags[] = {
         {"listen", SS_FLAG_STRING, &o->listen, "address to serve gRPC on (port 0: pick one)", NULL,
          0, 0},
@@ -308,6 +309,9 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "most floats in all dense groups together", NULL, 1, 1e12},
         {"max-blocked-calls", SS_FLAG_INT, &o->max_blocked,
          "most MA/BMUF round calls waiting at once (each holds a thread)", NULL, 1, 1 << 16},
+        {"max-inflight-mb", SS_FLAG_INT, &o->max_inflight_mb,
+         "request bytes held at once (received, not yet served); past it calls are refused", NULL,
+         1, 1 << 20},
         {"auth-token-file", SS_FLAG_STRING, &o->auth_file,
          "file with the shared token every call that changes state must carry (clients read "
          "SHADOWSYNC_AUTH_TOKEN_FILE); needed unless the PS binds loopback or uses mutual TLS",
@@ -432,6 +436,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .metrics = ps->metrics,
                                   .tls = &tls,
                                   .max_blocked_calls = (uint32_t)o->max_blocked,
+                                  .max_inflight_bytes = (size_t)o->max_inflight_mb << 20,
                                   .auth_header = o->auth,
                                   .tls_writers = o->tls_writers};
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);

@@ -173,8 +173,8 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 
 static const ss__rpc_method gossip_methods[] = {
     /* the model, and the membership: both need the token when one is set */
-    {PULL_METHOD, h_pull, false, NULL, false},
-    {LEAVE_METHOD, h_leave, false, NULL, false},
+    {PULL_METHOD, h_pull, false, NULL, false, 0}, /* the server's limit: 4 KiB */
+    {LEAVE_METHOD, h_leave, false, NULL, false, 0},
 };
 
 /* ---- the ops ---- */

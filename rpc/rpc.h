@@ -42,8 +42,13 @@ typedef struct ss__rpc_method {
     const char *path; /* "/package.Service/Method" */
     ss__rpc_handler handler;
     bool blocking;
-    void *ctx;      /* handler's ctx; NULL = the server's (one server, several services) */
-    bool read_only; /* served without authorization (the default: it must authorize) */
+    void *ctx; /* handler's ctx; NULL = the server's (one server, several services) */
+    /* May a client certificate outside --tls-writers call it? (Every
+     * method needs the token when the server has one.) */
+    bool read_only;
+    /* Largest request message; larger ones are refused, counted. 0 = the
+     * server's max_message_bytes. (A Join is bytes, a chunk its floats.) */
+    size_t max_request;
 } ss__rpc_method;
 
 /* TLS from PEM files, on either side. Server: cert_file + key_file are
@@ -68,10 +73,16 @@ typedef struct ss__rpc_server_config {
      * SS_ERR_TOO_LARGE (RESOURCE_EXHAUSTED) and counted in
      * shadowsync_rpc_blocked_refused_total. 0 = SS_RPC_DEFAULT_MAX_BLOCKED. */
     uint32_t max_blocked_calls;
-    /* "Bearer <token>" (rpc/auth.h): every method not read_only must carry
-     * it as its authorization metadata, else PERMISSION_DENIED, counted in
-     * shadowsync_rpc_unauthorized_total. NULL or "" = no check. */
+    /* "Bearer <token>" (rpc/auth.h): every call must carry it as its
+     * authorization metadata, else PERMISSION_DENIED, counted in
+     * shadowsync_rpc_unauthorized_total. It is checked on the call's
+     * metadata, before the request's body is read: a refused client never
+     * makes the server buffer its message. NULL or "" = no check. */
     const char *auth_header;
+    /* Request bytes the server holds at once (received, their handlers
+     * not yet done); a call that would pass it is refused
+     * (RESOURCE_EXHAUSTED), counted. 0 = SS_RPC_DEFAULT_MAX_INFLIGHT. */
+    size_t max_inflight_bytes;
     /* Mutual TLS (tls->ca_file): the client certificate identities that may
      * call methods not read_only, comma-separated (rpc/auth.h); other
      * verified clients are read-only: PERMISSION_DENIED, counted in
@@ -85,6 +96,11 @@ typedef struct ss__rpc_server_config {
  * 1024 leaves room for twice that (a parked thread costs its stack, mostly
  * untouched). */
 #define SS_RPC_DEFAULT_MAX_BLOCKED 1024
+/* The limit of a request that carries names and numbers, no floats or
+ * ids (a Join, a Leave, a Heartbeat, a Checkpoint): bytes, not megabytes. */
+#define SS_RPC_SMALL_REQUEST 4096
+/* 1 GiB: 512 parked 512 KiB round chunks take a quarter of it. */
+#define SS_RPC_DEFAULT_MAX_INFLIGHT ((size_t)1 << 30)
 
 /* Binds and starts serving. methods must outlive the server. */
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,

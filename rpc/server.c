@@ -4,6 +4,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,10 @@
 #define PREPOSTED_PER_METHOD 4
 #define GENERIC              ((size_t)-1) /* an unregistered method: UNIMPLEMENTED */
 
-typedef enum { CALL_REQUESTED, CALL_REPLYING } call_state;
+/* A call's life: its metadata arrives (REQUESTED: authorized or refused
+ * there, its body not read), then its message (RECEIVING), then the
+ * reply is sent (REPLYING). */
+typedef enum { CALL_REQUESTED, CALL_RECEIVING, CALL_REPLYING } call_state;
 
 typedef struct call_ctx {
     ss__rpc_server *srv;
@@ -35,6 +39,7 @@ typedef struct call_ctx {
     grpc_byte_buffer *reply_bb;
     grpc_slice status_details;
     int cancelled;
+    size_t held; /* request bytes counted in srv->inflight */
 } call_ctx;
 
 typedef struct method_slot {
@@ -51,6 +56,10 @@ struct ss__rpc_server {
     void *ctx;
     int port;
     size_t max_message; /* larger requests: RESOURCE_EXHAUSTED, counted */
+    size_t max_inflight;
+    _Atomic size_t inflight; /* request bytes received, their handlers not done */
+    ss__counter *too_large, *inflight_refused;
+    ss__gauge *inflight_bytes;
     uint32_t nthreads;
     grpc_completion_queue **cqs;
     grpc_completion_queue *shutdown_cq;
@@ -86,12 +95,12 @@ static void request_call(ss__rpc_server *srv, size_t method, grpc_completion_que
     grpc_metadata_array_init(&c->request_md);
     grpc_call_details_init(&c->details);
     atomic_fetch_add(&srv->live_calls, 1);
-    grpc_call_error err = method == GENERIC
-                              ? grpc_server_request_call(srv->server, &c->call, &c->details,
-                                                         &c->request_md, cq, cq, c)
-                              : grpc_server_request_registered_call(
-                                    srv->server, srv->slots[method].handle, &c->call, &c->deadline,
-                                    &c->request_md, &c->payload, cq, cq, c);
+    grpc_call_error err =
+        method == GENERIC
+            ? grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_md, cq, cq,
+                                       c)
+            : grpc_server_request_registered_call(srv->server, srv->slots[method].handle, &c->call,
+                                                  &c->deadline, &c->request_md, NULL, cq, cq, c);
     if (err != GRPC_CALL_OK) {
         grpc_call_details_destroy(&c->details);
         grpc_metadata_array_destroy(&c->request_md);
@@ -100,8 +109,19 @@ static void request_call(ss__rpc_server *srv, size_t method, grpc_completion_que
     }
 }
 
+/* The request's bytes leave srv->inflight (once). */
+static void release_held(call_ctx *c) {
+    if (c->held) {
+        size_t now = atomic_fetch_sub(&c->srv->inflight, c->held) - c->held;
+        if (c->srv->inflight_bytes)
+            ss__gauge_set(c->srv->inflight_bytes, (double)now);
+        c->held = 0;
+    }
+}
+
 static void free_call(call_ctx *c) {
     ss__rpc_server *srv = c->srv;
+    release_held(c);
     if (c->payload)
         grpc_byte_buffer_destroy(c->payload);
     if (c->reply_bb)
@@ -209,34 +229,81 @@ static const uint8_t *gather_request(grpc_byte_buffer *payload, size_t *len, voi
     return buf;
 }
 
-/* Runs the handler (unless refused: too many blocked calls) and starts the
- * reply batch; the batch's completion (CALL_REPLYING) frees the context.
- * holds_blocked_slot: a blocking call's thread, whose slot in
- * srv->blocked is given back before the reply starts: once the reply
- * completes the server may stop and free srv (found by ASan: the slot was
- * given back after, into a freed server). */
+/* Counts the call's result and starts the reply batch (the reply, or the
+ * refusal in reply->status and message); its completion (CALL_REPLYING)
+ * frees the context. */
+static void finish(call_ctx *c, ss__rpc_reply *reply) {
+    ss__rpc_server *srv = c->srv;
+    release_held(c);
+    ss__counter *counter =
+        reply->status == SS_OK ? srv->slots[c->method].ok : srv->slots[c->method].error;
+    if (counter)
+        ss__counter_add(counter, 1);
+    if (srv->slots[c->method].received_bytes && c->payload)
+        ss__counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
+    if (srv->slots[c->method].sent_bytes && reply->status == SS_OK)
+        ss__counter_add(srv->slots[c->method].sent_bytes, reply->len);
+
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    void *owned = reply->data_block ? reply->data_block : reply->data;
+    if (reply->status == SS_OK) {
+        grpc_slice s;
+        if (reply->len) { /* no copy: gRPC frees the block with the slice */
+            s = grpc_slice_new_with_user_data(reply->data, reply->len, free, owned);
+        } else {
+            free(owned);
+            s = grpc_empty_slice();
+        }
+        c->reply_bb = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->reply_bb;
+    } else {
+        free(owned);
+        char text[sizeof reply->message + 64];
+        snprintf(text, sizeof text, "ss=%s: %s", ss_status_name(reply->status), reply->message);
+        c->status_details = grpc_slice_from_copied_string(text);
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = to_grpc_code(reply->status);
+    ops[n++].data.send_status_from_server.status_details =
+        reply->status == SS_OK ? NULL : &c->status_details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    c->state = CALL_REPLYING;
+    if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK) {
+        SS_LOG_ERRORF("rpc", "event=reply_batch_failed method=%s", srv->methods[c->method].path);
+        free_call(c);
+    }
+}
+
+/* A refusal with its reason, counted under `counter` (may be NULL). */
+static void refuse(call_ctx *c, ss_status st, ss__counter *counter, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void refuse(call_ctx *c, ss_status st, ss__counter *counter, const char *fmt, ...) {
+    ss__rpc_reply reply = {.status = st};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reply.message, sizeof reply.message, fmt, ap);
+    va_end(ap);
+    if (counter)
+        ss__counter_add(counter, 1);
+    finish(c, &reply);
+}
+
+/* Runs the handler of a received call (unless refused: too many blocked
+ * calls, or its deadline passed) and replies. holds_blocked_slot: a
+ * blocking call's thread, whose slot in srv->blocked is given back before
+ * the reply starts: once the reply completes the server may stop and free
+ * srv (found by ASan: the slot was given back after, into a freed
+ * server). */
 static void serve_or_refuse(call_ctx *c, bool too_many_blocked, bool holds_blocked_slot) {
     ss__rpc_server *srv = c->srv;
     ss__rpc_reply reply = {.status = SS_OK};
-    char who[48];
-    if (srv->writers[0] && !srv->methods[c->method].read_only &&
-        !peer_may_write(c, who, sizeof who)) {
-        reply.status = SS_ERR_PERMISSION;
-        snprintf(reply.message, sizeof reply.message,
-                 "%s changes state: client certificate %s may only read (not in the server's "
-                 "--tls-writers)",
-                 srv->methods[c->method].path, who);
-        if (srv->unauthorized)
-            ss__counter_add(srv->unauthorized, 1);
-    } else if (srv->auth[0] && !srv->methods[c->method].read_only && !authorized(c)) {
-        reply.status = SS_ERR_PERMISSION;
-        snprintf(reply.message, sizeof reply.message,
-                 "%s changes state: it needs the server's token (authorization: Bearer; the "
-                 "client reads SHADOWSYNC_AUTH_TOKEN_FILE)",
-                 srv->methods[c->method].path);
-        if (srv->unauthorized)
-            ss__counter_add(srv->unauthorized, 1);
-    } else if (too_many_blocked) {
+    if (too_many_blocked) {
         reply.status = SS_ERR_TOO_LARGE;
         snprintf(reply.message, sizeof reply.message,
                  "%u calls already wait in the server, its limit (--max-blocked-calls)",
@@ -244,13 +311,6 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked, bool holds_block
     } else if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) <= 0) {
         reply.status = SS_ERR_TIMEOUT;
         snprintf(reply.message, sizeof reply.message, "deadline expired before the call ran");
-    } else if (!c->payload) {
-        reply.status = SS_ERR_PARSE;
-        snprintf(reply.message, sizeof reply.message, "request without a message");
-    } else if (grpc_byte_buffer_length(c->payload) > srv->max_message) {
-        reply.status = SS_ERR_NO_MEMORY;
-        snprintf(reply.message, sizeof reply.message, "request of %zu bytes over the limit of %zu",
-                 grpc_byte_buffer_length(c->payload), srv->max_message);
     } else {
         size_t len;
         void *block;
@@ -266,51 +326,10 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked, bool holds_block
         }
         free(block);
     }
-    ss__counter *counter =
-        reply.status == SS_OK ? srv->slots[c->method].ok : srv->slots[c->method].error;
-    if (counter)
-        ss__counter_add(counter, 1);
-    if (srv->slots[c->method].received_bytes && c->payload)
-        ss__counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
-    if (srv->slots[c->method].sent_bytes && reply.status == SS_OK)
-        ss__counter_add(srv->slots[c->method].sent_bytes, reply.len);
+    release_held(c);
     if (holds_blocked_slot)
         atomic_fetch_sub(&srv->blocked, 1);
-
-    grpc_op ops[4];
-    memset(ops, 0, sizeof ops);
-    size_t n = 0;
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    void *owned = reply.data_block ? reply.data_block : reply.data;
-    if (reply.status == SS_OK) {
-        grpc_slice s;
-        if (reply.len) { /* no copy: gRPC frees the block with the slice */
-            s = grpc_slice_new_with_user_data(reply.data, reply.len, free, owned);
-        } else {
-            free(owned);
-            s = grpc_empty_slice();
-        }
-        c->reply_bb = grpc_raw_byte_buffer_create(&s, 1);
-        grpc_slice_unref(s);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = c->reply_bb;
-    } else {
-        free(owned);
-        char text[sizeof reply.message + 64];
-        snprintf(text, sizeof text, "ss=%s: %s", ss_status_name(reply.status), reply.message);
-        c->status_details = grpc_slice_from_copied_string(text);
-    }
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = to_grpc_code(reply.status);
-    ops[n++].data.send_status_from_server.status_details =
-        reply.status == SS_OK ? NULL : &c->status_details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
-    c->state = CALL_REPLYING;
-    if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK) {
-        SS_LOG_ERRORF("rpc", "event=reply_batch_failed method=%s", srv->methods[c->method].path);
-        free_call(c);
-    }
+    finish(c, &reply);
 }
 
 /* Any method we did not register: UNIMPLEMENTED at once, instead of a call
@@ -359,6 +378,71 @@ static void serve_blocking(call_ctx *c) {
     pthread_attr_destroy(&attr);
 }
 
+/* The door: a call's metadata is in, its body not yet read. Every call
+ * needs the token when the server has one (a refused client never makes
+ * the server buffer its message: 8 token-less 250 MiB requests took a PS
+ * from 23 MB to 1 GB before); with --tls-writers, a call that changes
+ * state needs a writer's certificate. Refused: the reply goes out at once
+ * and the message is never read. Else the message is read (RECEIVING). */
+static void admit(call_ctx *c) {
+    ss__rpc_server *srv = c->srv;
+    const ss__rpc_method *m = &srv->methods[c->method];
+    char who[48];
+    if (srv->writers[0] && !m->read_only && !peer_may_write(c, who, sizeof who)) {
+        refuse(c, SS_ERR_PERMISSION, srv->unauthorized,
+               "%s changes state: client certificate %s may only read (not in the server's "
+               "--tls-writers)",
+               m->path, who);
+        return;
+    }
+    if (srv->auth[0] && !authorized(c)) {
+        refuse(c, SS_ERR_PERMISSION, srv->unauthorized,
+               "%s needs the server's token (authorization: Bearer; the client reads "
+               "SHADOWSYNC_AUTH_TOKEN_FILE)",
+               m->path);
+        return;
+    }
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->payload;
+    c->state = CALL_RECEIVING;
+    if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK)
+        free_call(c);
+}
+
+/* The message of an admitted call is in: bounded by its method's limit
+ * and by the bytes the server holds at once, then served. */
+static void received(call_ctx *c) {
+    ss__rpc_server *srv = c->srv;
+    const ss__rpc_method *m = &srv->methods[c->method];
+    if (!c->payload) {
+        refuse(c, SS_ERR_PARSE, NULL, "request without a message");
+        return;
+    }
+    const size_t len = grpc_byte_buffer_length(c->payload);
+    const size_t max = m->max_request ? m->max_request : srv->max_message;
+    if (len > max) {
+        refuse(c, SS_ERR_NO_MEMORY, srv->too_large,
+               "request of %zu bytes over the limit of %zu for %s", len, max, m->path);
+        return;
+    }
+    const size_t now = atomic_fetch_add(&srv->inflight, len) + len;
+    c->held = len;
+    if (now > srv->max_inflight && now != len) { /* one call alone always goes */
+        refuse(c, SS_ERR_TOO_LARGE, srv->inflight_refused,
+               "the server holds %zu request bytes, over its limit of %zu (--max-inflight-mb)",
+               now - len, srv->max_inflight);
+        return;
+    }
+    if (srv->inflight_bytes)
+        ss__gauge_set(srv->inflight_bytes, (double)now);
+    if (m->blocking)
+        serve_blocking(c);
+    else
+        serve(c);
+}
+
 typedef struct cq_arg {
     ss__rpc_server *srv;
     grpc_completion_queue *cq;
@@ -377,19 +461,22 @@ static void *cq_thread(void *arg) {
             continue;
         call_ctx *c = ev.tag;
         if (c->state == CALL_REPLYING || !ev.success) {
-            free_call(c); /* reply sent, or a pre-posted request ended by shutdown */
+            /* reply sent, a pre-posted request ended by shutdown, or a
+             * message that never came (the client went away) */
+            free_call(c);
+            continue;
+        }
+        if (c->state == CALL_RECEIVING) {
+            received(c);
             continue;
         }
         /* Re-arm first so the method never runs out of posted requests. */
         if (!atomic_load(&srv->shutting_down))
             request_call(srv, c->method, cq);
-        if (c->method == GENERIC) {
+        if (c->method == GENERIC)
             serve_unimplemented(c);
-        } else if (srv->methods[c->method].blocking) {
-            serve_blocking(c);
-        } else {
-            serve(c);
-        }
+        else
+            admit(c);
     }
     return NULL;
 }
@@ -451,11 +538,18 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     }
     grpc_init();
     srv->max_message = cfg->max_message_bytes ? cfg->max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE;
-    /* gRPC's own limit is twice ours: requests between the two reach
-     * serve(), which refuses and counts them; only the absurd ones are
-     * dropped by gRPC before any buffering of ours (uncounted). */
-    size_t hard =
-        srv->max_message > (size_t)INT32_MAX / 2 ? (size_t)INT32_MAX : 2 * srv->max_message;
+    srv->max_inflight =
+        cfg->max_inflight_bytes ? cfg->max_inflight_bytes : SS_RPC_DEFAULT_MAX_INFLIGHT;
+    /* gRPC's own limit is twice the largest method's: requests between
+     * the two reach received(), which refuses and counts them; only the
+     * absurd ones are dropped by gRPC (uncounted). Only authorized calls
+     * get that far. */
+    size_t largest = 0;
+    for (size_t i = 0; i < nmethods; i++) {
+        size_t m = methods[i].max_request ? methods[i].max_request : srv->max_message;
+        largest = m > largest ? m : largest;
+    }
+    size_t hard = largest > (size_t)INT32_MAX / 2 ? (size_t)INT32_MAX : 2 * largest;
     grpc_arg arg[3] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
@@ -477,17 +571,29 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
         snprintf(srv->writers, sizeof srv->writers, "%s", cfg->tls_writers);
     if (cfg->metrics)
         ss__metrics_counter(cfg->metrics, "shadowsync_rpc_unauthorized_total",
-                            "Calls that change state refused: a missing or wrong token, or a "
-                            "client certificate that may only read.",
+                            "Calls refused at the door: a missing or wrong token, or a client "
+                            "certificate that may only read calling one that changes state.",
                             NULL, &srv->unauthorized);
+    if (cfg->metrics) {
+        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_too_large_total",
+                            "Requests refused for a message over their method's limit.", NULL,
+                            &srv->too_large);
+        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_inflight_refused_total",
+                            "Requests refused because the server already held "
+                            "--max-inflight-mb of request bytes.",
+                            NULL, &srv->inflight_refused);
+        ss__metrics_gauge(cfg->metrics, "shadowsync_rpc_inflight_bytes",
+                          "Request bytes received whose handlers have not finished.", NULL,
+                          &srv->inflight_bytes);
+    }
     if (cfg->metrics)
         ss__metrics_counter(cfg->metrics, "shadowsync_rpc_blocked_refused_total",
                             "Calls refused because --max-blocked-calls handlers were already "
                             "waiting (MA/BMUF rounds).",
                             NULL, &srv->blocked_refused);
     for (size_t i = 0; i < nmethods; i++) {
-        srv->slots[i].handle = grpc_server_register_method(
-            srv->server, methods[i].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        srv->slots[i].handle = grpc_server_register_method(srv->server, methods[i].path, NULL,
+                                                           GRPC_SRM_PAYLOAD_NONE, 0);
         ss__metrics *m = cfg->metrics;
         if (m) {
             const char *ok[] = {"method", methods[i].path, "result", "ok", NULL};

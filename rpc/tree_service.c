@@ -356,9 +356,9 @@ static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 
 const ss__rpc_method ss__tree_methods[3] = {
     /* the model, and the membership: all need the token when one is set */
-    {SS_TREE_PUSH_METHOD, h_push, false, NULL, false},
-    {SS_TREE_LEAVE_METHOD, h_leave, false, NULL, false},
-    {SS_TREE_PROBE_METHOD, h_probe, false, NULL, false},
+    {SS_TREE_PUSH_METHOD, h_push, false, NULL, false, 0}, /* a partition: the server's limit */
+    {SS_TREE_LEAVE_METHOD, h_leave, false, NULL, false, SS_RPC_SMALL_REQUEST},
+    {SS_TREE_PROBE_METHOD, h_probe, false, NULL, false, 0}, /* a view: 8 bytes a member */
 };
 
 /* ---- sending ---- */

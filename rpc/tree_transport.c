@@ -574,8 +574,12 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
         st = SS_ERR_PERMISSION;
     }
     if (st == SS_OK && serve) {
-        ss__rpc_server_config scfg = {
-            .listen = listen, .threads = 2, .max_message_bytes = 1u << 30, .auth_header = t->auth};
+        /* A push is one partition: up to 64M floats (a 1 GiB push was
+         * buffered whole before: two took a member to 1.4 GB). */
+        ss__rpc_server_config scfg = {.listen = listen,
+                                      .threads = 2,
+                                      .max_message_bytes = ((size_t)64 << 20) * 4 + 4096,
+                                      .auth_header = t->auth};
         st = ss__rpc_server_start(&scfg, ss__tree_methods, 3, t, &t->srv);
         if (st != SS_OK)
             snprintf(why, whylen, "cannot serve on %s", listen);

@@ -192,6 +192,17 @@ START_TEST(test_oversized_message_and_group) {
     assert_central_unchanged();
     float ok[2] = {3, 1};
     ck_assert_int_eq(easgd("g", member, ok, 2), SS_OK);
+    /* A method's own limit: a Join is bytes (SS_RPC_SMALL_REQUEST), so a
+     * 6,000-byte one is refused, though the server takes 8,096 for a chunk. */
+    static uint8_t fat_join[6000];
+    uint8_t *resp = NULL;
+    size_t rl;
+    char msg[256] = "";
+    ck_assert_int_eq(ss__rpc_call(ch, SVC "Join", fat_join, sizeof fat_join, 5000, true, &resp, &rl,
+                                  msg, sizeof msg),
+                     SS_ERR_NO_MEMORY);
+    free(resp);
+    ck_assert_ptr_nonnull(strstr(msg, "over the limit of 4096"));
 }
 END_TEST
 
@@ -398,10 +409,12 @@ START_TEST(test_blocked_calls_are_bounded) {
 }
 END_TEST
 
-/* With a token, every call that changes state must carry it (the client
- * sends the one in SHADOWSYNC_AUTH_TOKEN_FILE); read-only calls need
- * none. Refusals are PERMISSION_DENIED and counted. */
-START_TEST(test_token_guards_calls_that_change_state) {
+/* With a token, every call must carry it (the client sends the one in
+ * SHADOWSYNC_AUTH_TOKEN_FILE), reads too: a reader could copy the whole
+ * centre. Refusals are PERMISSION_DENIED and counted; a refused call's
+ * message is never read (a 3 MiB token-less request leaves the method's
+ * received bytes at 0: before, the server buffered it, then refused). */
+START_TEST(test_token_guards_every_call_before_its_body) {
     ss__metrics *m;
     ss__transport *b;
     ss__rpc_server *s;
@@ -452,21 +465,42 @@ START_TEST(test_token_guards_calls_that_change_state) {
             ck_assert_ptr_nonnull(strstr(msg, "token"));
         free(resp);
         resp = NULL;
-        /* Read-only: served without a token. */
+        /* A read needs the token as well. */
         Shadowsync__V1__ReadCentralRequest rc = SHADOWSYNC__V1__READ_CENTRAL_REQUEST__INIT;
         rc.group = "guarded";
         rc.size = 2;
         len = shadowsync__v1__read_central_request__pack(&rc, buf);
         ss_status read =
             ss__rpc_call(c, SVC "ReadCentral", buf, len, 5000, true, &resp, &rl, NULL, 0);
-        ck_assert_int_ne(read, SS_ERR_PERMISSION); /* (NOT_FOUND or STATE: nothing there yet) */
+        if (want[i] == SS_ERR_PERMISSION)
+            ck_assert_int_eq(read, SS_ERR_PERMISSION);
+        else /* (NOT_FOUND or STATE: nothing there yet) */
+            ck_assert_int_ne(read, SS_ERR_PERMISSION);
         free(resp);
+        resp = NULL;
+        if (i == 0) { /* no token, a big body: refused at the door, never read */
+            const size_t big = 3u << 20;
+            uint8_t *body = calloc(1, big);
+            ck_assert_int_eq(
+                ss__rpc_call(c, SVC "EasgdExchange", body, big, 5000, true, &resp, &rl, NULL, 0),
+                SS_ERR_PERMISSION);
+            free(body);
+            free(resp);
+            resp = NULL;
+            ss__counter *rx;
+            const char *by[] = {"method", SVC "EasgdExchange", NULL};
+            ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_rpc_received_bytes_total",
+                                                 "Request message bytes received, by method.", by,
+                                                 &rx),
+                             SS_OK);
+            ck_assert_uint_eq(ss__counter_value(rx), 0);
+        }
         ss__rpc_channel_destroy(c);
     }
     ck_assert_uint_eq(counter_of(m, "shadowsync_rpc_unauthorized_total",
-                                 "Calls that change state refused: a missing or wrong token, or a "
-                                 "client certificate that may only read."),
-                      2);
+                                 "Calls refused at the door: a missing or wrong token, or a client "
+                                 "certificate that may only read calling one that changes state."),
+                      5);
     /* A token file that is not a token: the client refuses to start. */
     setenv("SHADOWSYNC_AUTH_TOKEN_FILE", shorty, 1);
     ss__rpc_channel *c;
@@ -746,7 +780,7 @@ int main(void) {
                            test_oversized_message_and_group, test_garbage_bytes_and_unknown_method,
                            test_expired_deadline, test_member_ids_are_not_guessable,
                            test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
-                           test_token_guards_calls_that_change_state, test_writer_identity_lists,
+                           test_token_guards_every_call_before_its_body, test_writer_identity_lists,
                            test_pb_wire_by_hand, test_bulk_payload_in_place_and_in_any_order,
                            test_checkpoint_without_a_directory, test_compressed_requests,
                            test_token_comparison_refuses_near_misses);

@@ -277,10 +277,16 @@ typedef struct echo_rig {
     ss__rpc_request rq[ECHO_CHANNELS * ECHO_CALLS];
 } echo_rig;
 
+static size_t echo_max_inflight;  /* the rig's server's bound (0: the default) */
+static ss__metrics *echo_metrics; /* the rig's server's metrics (NULL: none) */
+
 static void echo_rig_start(echo_rig *g, const ss__rpc_method *m, size_t nm,
                            ss__rpc_on_reply on_reply) {
     memset(g, 0, sizeof *g);
-    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 2};
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0",
+                                 .threads = 2,
+                                 .max_inflight_bytes = echo_max_inflight,
+                                 .metrics = echo_metrics};
     ck_assert_int_eq(ss__rpc_server_start(&cfg, m, nm, NULL, &g->srv), SS_OK);
     char target[32];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(g->srv));
@@ -314,7 +320,7 @@ static void echo_rig_stop(echo_rig *g) {
 /* Runs ECHO_CALLS calls on each of two channels with a window; returns the
  * most calls of one channel the server saw at once. */
 static int echo_batch(uint32_t window) {
-    static const ss__rpc_method m = {"/t.T/Echo", h_echo, true, NULL, false};
+    static const ss__rpc_method m = {"/t.T/Echo", h_echo, true, NULL, false, 0};
     echo_rig g;
     echo_rig_start(&g, &m, 1, read_echo);
     for (int c = 0; c < ECHO_CHANNELS; c++)
@@ -373,9 +379,9 @@ static void call_once(ss__rpc_channel *ch, const char *method, size_t len) {
  * lower bound: a busy machine only stretches it), and a small echo's round
  * trip is at least 150 ms. */
 START_TEST(test_batch_stats_and_round_trip) {
-    static const ss__rpc_method m[] = {{"/t.T/Echo", h_echo, true, NULL, false},
-                                       {"/t.T/Tiny", h_tiny, true, NULL, false},
-                                       {"/t.T/Big", h_big, true, NULL, false}};
+    static const ss__rpc_method m[] = {{"/t.T/Echo", h_echo, true, NULL, false, 0},
+                                       {"/t.T/Tiny", h_tiny, true, NULL, false, 0},
+                                       {"/t.T/Big", h_big, true, NULL, false, 0}};
     echo_rig g;
     echo_rig_start(&g, m, 3, NULL);
     ss__rpc_batch_stats bs;
@@ -622,6 +628,46 @@ START_TEST(test_compressed_sync_over_grpc) {
 }
 END_TEST
 
+/* The first request's handler holds its bytes until every other call
+ * has been refused (or 10 s). */
+static void h_hold(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)ctx, (void)req, (void)len;
+    ss__counter *refused;
+    ss__metrics_counter(echo_metrics, "shadowsync_rpc_inflight_refused_total",
+                        "Requests refused because the server already held --max-inflight-mb of "
+                        "request bytes.",
+                        NULL, &refused);
+    for (int i = 0; i < 10000 && ss__counter_value(refused) < ECHO_CHANNELS * ECHO_CALLS - 1; i++)
+        usleep(1000);
+    reply->data = malloc(1);
+    reply->data[0] = 1;
+    reply->len = 1;
+}
+
+/* The bytes a server holds at once are bounded: with room for one 1 MiB
+ * request, every call that arrives while the first one is held is
+ * refused, saying which limit, and the first is served. */
+START_TEST(test_bytes_in_flight_are_bounded) {
+    static const ss__rpc_method m = {"/t.T/Hold", h_hold, true, NULL, false, 0};
+    ck_assert_int_eq(ss__metrics_create(&echo_metrics), SS_OK);
+    echo_max_inflight = ECHO_PAYLOAD + ECHO_PAYLOAD / 2;
+    echo_rig g;
+    echo_rig_start(&g, &m, 1, NULL);
+    ss__rpc_call_windowed(g.rq, ECHO_CHANNELS * ECHO_CALLS, 20000, true, ECHO_CALLS);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < ECHO_CHANNELS * ECHO_CALLS; i++) {
+        ok += g.rq[i].status == SS_OK;
+        refused += g.rq[i].status == SS_ERR_TOO_LARGE;
+    }
+    ck_assert_int_eq(ok, 1);
+    ck_assert_int_eq(refused, ECHO_CHANNELS * ECHO_CALLS - 1);
+    echo_rig_stop(&g);
+    ss__metrics_destroy(echo_metrics);
+    echo_metrics = NULL;
+    echo_max_inflight = 0;
+}
+END_TEST
+
 /* ---- the HTTP endpoint under a connection flood ---- */
 
 #define FLOOD 70 /* more than the old 64-connection cap */
@@ -710,5 +756,6 @@ int main(void) {
         test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
         test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
         test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting,
-        test_a_silent_connection_is_given_up, test_http_answers_healthz_during_a_slowloris);
+        test_a_silent_connection_is_given_up, test_http_answers_healthz_during_a_slowloris,
+        test_bytes_in_flight_are_bounded);
 }
