@@ -10,6 +10,13 @@ mkdir -p out
 # The benchmarks time one pass over the rows (ctr-train's default trains
 # epochs with early stopping); set SHADOWSYNC_EPOCHS to measure more.
 export SHADOWSYNC_EPOCHS=${SHADOWSYNC_EPOCHS:-1}
+# Every call carries a token (no listener is open by default): one for
+# the benchmarks (0600), read by every PS, agent, trainer and peer.
+if [ -z "${SHADOWSYNC_AUTH_TOKEN_FILE:-}" ]; then
+  export SHADOWSYNC_AUTH_TOKEN_FILE=$PWD/out/bench-token
+  [ -s "$SHADOWSYNC_AUTH_TOKEN_FILE" ] ||
+    (umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$SHADOWSYNC_AUTH_TOKEN_FILE")
+fi
 
 # make_data ROWS: writes out/train-ROWS.tsv and out/test.tsv if absent.
 make_data() {

@@ -42,7 +42,7 @@ typedef struct ps_options {
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
     int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked,
         max_rows, max_inflight_mb;
-    bool sync_writes;
+    bool sync_writes, insecure_loopback;
 } ps_options;
 
 static const char default_http[] = "127.0.0.1:9471";
@@ -313,8 +313,13 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "request bytes held at once (received, not yet served); past it calls are refused", NULL,
          1, 1 << 20},
         {"auth-token-file", SS_FLAG_STRING, &o->auth_file,
-         "file with the shared token every call that changes state must carry (clients read "
-         "SHADOWSYNC_AUTH_TOKEN_FILE); needed unless the PS binds loopback or uses mutual TLS",
+         "file with the shared token every call must carry (clients read "
+         "SHADOWSYNC_AUTH_TOKEN_FILE); needed unless mutual TLS (--tls-ca) or "
+         "--insecure-loopback",
+         NULL, 0, 0},
+        {"insecure-loopback", SS_FLAG_BOOL, &o->insecure_loopback,
+         "serve on a loopback --listen without a token: every local user may call (demos, "
+         "tests)",
          NULL, 0, 0},
         {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM server certificate (enables TLS)", NULL, 0,
          0},
@@ -358,14 +363,17 @@ static int parse_options(int argc, char **argv, ps_options *o) {
         fprintf(stderr, "shadowsync-ps: %s\n", why);
         return 2;
     }
-    /* Who may change state: anyone who can connect, only on loopback. */
-    if (!o->auth[0] && !*o->tls_ca && !ss__listen_is_loopback(o->listen)) {
-        fprintf(stderr,
-                "shadowsync-ps: --listen %s is not loopback: calls that change state need "
-                "--auth-token-file or mutual TLS (--tls-ca)\n",
-                o->listen);
+    /* Who may call: the token's holders (or mutual TLS); nobody's calls
+     * are open by default, loopback included (a shared host's users). */
+    if (ss__auth_listener_check("--listen", o->listen, o->auth[0], *o->tls_ca, o->insecure_loopback,
+                                why, sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: %s%s\n", why,
+                ss__listen_is_loopback(o->listen) ? "" : " or mutual TLS (--tls-ca)");
         return 2;
     }
+    if (!o->auth[0] && !*o->tls_ca)
+        SS_LOG_WARNF("ps", "event=insecure_loopback listen=%s note=\"any local user may call\"",
+                     o->listen);
     return -1;
 }
 

@@ -103,6 +103,29 @@ ss_status ss__auth_daemon_setup(const char *file, const char *http, char *header
     return SS_OK;
 }
 
+ss_status ss__auth_listener_check(const char *who, const char *listen, bool has_token,
+                                  bool has_mtls, bool insecure_loopback, char *why, size_t whylen) {
+    if (has_token || has_mtls)
+        return SS_OK;
+    if (!ss__listen_is_loopback(listen)) {
+        snprintf(why, whylen,
+                 "%s %s is not loopback: its calls need a token (--auth-token-file, or "
+                 "SHADOWSYNC_AUTH_TOKEN_FILE: the same 16-256 printable characters on every side)",
+                 who, listen);
+        return SS_ERR_PERMISSION;
+    }
+    if (!insecure_loopback) {
+        snprintf(why, whylen,
+                 "%s %s: without a token every local user could call it (read the model, change "
+                 "it); give one (--auth-token-file, or SHADOWSYNC_AUTH_TOKEN_FILE: the same "
+                 "16-256 printable characters on every side), or, for a demo or a test, "
+                 "--insecure-loopback (SHADOWSYNC_INSECURE_LOOPBACK=1)",
+                 who, listen);
+        return SS_ERR_PERMISSION;
+    }
+    return SS_OK;
+}
+
 bool ss__listen_is_loopback(const char *listen) {
     const char *colon = strrchr(listen, ':');
     size_t n = colon ? (size_t)(colon - listen) : strlen(listen);

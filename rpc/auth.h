@@ -48,4 +48,13 @@ ss_status ss__auth_writers_valid(const char *list, char *why, size_t whylen);
 /* true when a listen address ("host:port") is loopback only. */
 bool ss__listen_is_loopback(const char *listen);
 
+/* The one rule of every gRPC listener (the PS, tree and gossip members):
+ * its calls need the token, or mutual TLS where the listener has it
+ * (has_mtls). Without either, it serves only on a loopback address and
+ * only when told so (insecure_loopback: any local user may then call: a
+ * demo, a test). SS_ERR_PERMISSION otherwise, why saying what to set
+ * (who: "shadowsync-ps --listen", "peer_rank 2's address", ...). */
+ss_status ss__auth_listener_check(const char *who, const char *listen, bool has_token,
+                                  bool has_mtls, bool insecure_loopback, char *why, size_t whylen);
+
 #endif

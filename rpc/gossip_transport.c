@@ -140,7 +140,7 @@ static void h_pull(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     } else if (lg->n != m->size) {
         reply->status = SS_ERR_SIZE_MISMATCH;
         snprintf(reply->message, sizeof reply->message,
-                 "this member's group has %zu floats, the caller's %llu", lg->n,
+                 "a size of %llu floats is not this member's (refusals never say the group's)",
                  (unsigned long long)m->size);
     } else {
         Shadowsync__V1__PullReply r = SHADOWSYNC__V1__PULL_REPLY__INIT;
@@ -407,14 +407,10 @@ ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transpor
     const char *listen = cfg->listen && *cfg->listen ? cfg->listen : NULL;
     if (st == SS_OK && !listen)
         listen = g->peers[g->rank];
-    if (st == SS_OK && !g->auth[0] && !ss__listen_is_loopback(listen)) {
-        SS_LOG_ERRORF("gossip",
-                      "event=refused listen=%s why=\"peers pull the model from here: set "
-                      "SHADOWSYNC_AUTH_TOKEN_FILE (the same token on every member) or listen on "
-                      "loopback\"",
-                      listen);
-        st = SS_ERR_PERMISSION;
-    }
+    if (st == SS_OK &&
+        (st = ss__auth_listener_check("gossip member listening on", listen, g->auth[0], false,
+                                      cfg->insecure_loopback, why, sizeof why)) != SS_OK)
+        SS_LOG_ERRORF("gossip", "event=refused listen=%s why=\"%s\"", listen, why);
     if (st == SS_OK) {
         ss__rpc_server_config scfg = {
             .listen = listen, .threads = 1, .max_message_bytes = 4096, .auth_header = g->auth};

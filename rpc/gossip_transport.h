@@ -36,6 +36,9 @@ typedef struct ss__gossip_config {
     const ss__rpc_tls *tls; /* optional, for the pulls (client side); the struct is
                                copied, the file names it points to must outlive the
                                transport */
+    /* Serve on a loopback address without SHADOWSYNC_AUTH_TOKEN_FILE:
+     * every local user may pull the model (demos, tests). */
+    bool insecure_loopback;
 } ss__gossip_config;
 
 /* Starts serving. SS_ERR_INVALID_ARGUMENT for a bad list or rank; a

@@ -66,8 +66,7 @@ bool ss__peer_sender_ok(const char *group, uint32_t from, uint32_t npeers, uint3
         return false;
     }
     if (from >= npeers || from == rank) {
-        snprintf(reply->message, sizeof reply->message, "from=%u: not another member of %u", from,
-                 npeers);
+        snprintf(reply->message, sizeof reply->message, "from=%u: not another member", from);
         return false;
     }
     reply->status = SS_OK;

@@ -171,23 +171,22 @@ static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...) {
 }
 
 /* Checks a push against the group; SS_OK or the refusal in r. Caller
- * holds the lock. */
+ * holds the lock. A refusal says what of the push is wrong, never the
+ * group's size or shape (its floats, partitions, members). */
 static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
                       const Shadowsync__V1__TreePush *m, size_t bytes, ss__rpc_reply *r) {
     const ss__forest *f = &tg->forest;
     if (m->size != tg->n) {
-        refuse(r, SS_ERR_SIZE_MISMATCH, "group %s has %zu floats here, the sender's %llu", tg->name,
-               tg->n, (unsigned long long)m->size);
+        refuse(r, SS_ERR_SIZE_MISMATCH, "group %s: a size of %llu floats is not this member's",
+               tg->name, (unsigned long long)m->size);
     } else if (m->partition >= f->parts) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "partition %u: the group has %u", m->partition,
-               f->parts);
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "partition %u: no such partition", m->partition);
     } else if (m->from >= t->npeers || m->from == t->rank) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member of %u", m->from, t->npeers);
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member", m->from);
     } else if (m->round == 0) {
         refuse(r, SS_ERR_INVALID_ARGUMENT, "round 0: rounds count from 1");
     } else if (m->count == 0 || m->count > t->npeers) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "count=%u: must be 1 .. %u members", m->count,
-               t->npeers);
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "count=%u: not a count of members", m->count);
     } else if (m->kind == SS_TREE_KIND_SUM &&
                f->parent[(size_t)m->partition * f->members + m->from] != (int32_t)t->rank) {
         refuse(r, SS_ERR_INVALID_ARGUMENT, "member %u is not a child of member %u in tree %u",
@@ -199,8 +198,8 @@ static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
     } else if (m->kind != SS_TREE_KIND_SUM && m->kind != SS_TREE_KIND_MEAN) {
         refuse(r, SS_ERR_INVALID_ARGUMENT, "kind=%u: 1 (a subtree's sum) or 2 (the mean)", m->kind);
     } else if (bytes != 4 * (f->part_off[m->partition + 1] - f->part_off[m->partition])) {
-        refuse(r, SS_ERR_SIZE_MISMATCH, "%zu bytes for partition %u of %zu floats", bytes,
-               m->partition, f->part_off[m->partition + 1] - f->part_off[m->partition]);
+        refuse(r, SS_ERR_SIZE_MISMATCH, "%zu bytes: not the size of partition %u", bytes,
+               m->partition);
     } else {
         return true;
     }
@@ -236,8 +235,8 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         /* Not joined yet (starting): the sender tries again. */
         refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
     } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "membership of %zu bytes: %u members take %zu",
-               m->membership.len, t->npeers, ss__tree_view_bytes(t));
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
+               m->membership.len);
     } else if (m->epoch != tg->epoch) {
         /* Someone left and one of the two has not heard yet: try again. */
         refuse(reply, SS_ERR_STATE, "member %u's membership of group %s differs from the sender's",
@@ -337,8 +336,8 @@ static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     } else if (!tg) {
         refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
     } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "membership of %zu bytes: %u members take %zu",
-               m->membership.len, t->npeers, vb);
+        refuse(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
+               m->membership.len);
     } else {
         ss__tree_view_pack(t, tg, view);
     }

@@ -566,13 +566,9 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
     if (st == SS_OK && !listen)
         listen = t->peers[t->rank];
     const bool serve = !(listen && !strcmp(listen, "-"));
-    if (st == SS_OK && serve && !t->auth[0] && !ss__listen_is_loopback(listen)) {
-        snprintf(why, whylen,
-                 "listen %s: members push the model here: set SHADOWSYNC_AUTH_TOKEN_FILE (the "
-                 "same token on every member) or listen on loopback",
-                 listen);
-        st = SS_ERR_PERMISSION;
-    }
+    if (st == SS_OK && serve)
+        st = ss__auth_listener_check("tree member listening on", listen, t->auth[0], false,
+                                     cfg->insecure_loopback, why, whylen);
     if (st == SS_OK && serve) {
         /* A push is one partition: up to 64M floats (a 1 GiB push was
          * buffered whole before: two took a member to 1.4 GB). */

@@ -46,11 +46,15 @@ typedef struct ss__tree_config {
     uint32_t parts;         /* partitions per group; 0: one per member */
     uint32_t timeout_ms;    /* a round's deadline */
     const ss__rpc_tls *tls; /* optional, client side; the file names must outlive it */
+    /* Serve on a loopback address without SHADOWSYNC_AUTH_TOKEN_FILE:
+     * every local user may push (demos, tests). */
+    bool insecure_loopback;
 } ss__tree_config;
 
 /* Starts serving. why: which setting is wrong (the topology file's line).
- * A non-loopback address without SHADOWSYNC_AUTH_TOKEN_FILE is refused
- * (SS_ERR_PERMISSION): the pushes carry the model. */
+ * Without SHADOWSYNC_AUTH_TOKEN_FILE it is refused (SS_ERR_PERMISSION:
+ * the pushes carry the model) unless it listens on loopback and
+ * cfg->insecure_loopback says so. */
 ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **out, char *why,
                                     size_t whylen);
 int ss__tree_transport_port(ss__transport *t);

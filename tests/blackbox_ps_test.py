@@ -297,6 +297,27 @@ class DirectoryBlackBox(unittest.TestCase):
                 self.refused(flag, theirs, "belongs to uid 65534")
 
 
+class DefaultsBlackBox(unittest.TestCase):
+    """No listener is open by default: a PS without a token (or mutual TLS)
+    refuses to start, loopback included, unless told --insecure-loopback."""
+
+    def test_a_token_is_needed_by_default(self):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("SHADOWSYNC_INSECURE_LOOPBACK", "SHADOWSYNC_AUTH_TOKEN_FILE")}
+        run = lambda *args: subprocess.run([PS_BIN, "--http", ""] + list(args), env=env,
+                                           stdin=subprocess.DEVNULL, capture_output=True,
+                                           text=True, timeout=30)
+        for listen, hint in (("127.0.0.1:0", "--insecure-loopback"),
+                             ("0.0.0.0:0", "not loopback")):
+            p = run("--listen", listen)
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertIn("--auth-token-file", p.stderr)
+            self.assertIn(hint, p.stderr)
+        # Off loopback the flag does not open it.
+        p = run("--listen", "0.0.0.0:0", "--insecure-loopback")
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+
+
 if __name__ == "__main__":
     try:
         unittest.main(argv=[sys.argv[0], "-v"])

@@ -27,7 +27,8 @@ static void start_members(ss__transport **t, uint32_t m, bool random) {
                                  .rank = r,
                                  .listen = "127.0.0.1:0",
                                  .timeout_ms = 2000,
-                                 .random = random};
+                                 .random = random,
+                                 .insecure_loopback = true};
         ck_assert_int_eq(ss__gossip_transport_create(&cfg, &t[r]), SS_OK);
         char one[40];
         snprintf(one, sizeof one, "%s127.0.0.1:%d", r ? "," : "", ss__gossip_transport_port(t[r]));
@@ -183,6 +184,12 @@ START_TEST(test_bad_pulls_and_open_doors) {
     cfg.listen = "0.0.0.0:0";
     unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
     ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_ERR_PERMISSION);
+    /* Loopback without a token: refused too, unless said so. */
+    cfg.listen = "127.0.0.1:0";
+    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_ERR_PERMISSION);
+    cfg.insecure_loopback = true;
+    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_OK);
+    ss__transport_destroy(x);
 }
 END_TEST
 

@@ -178,7 +178,8 @@ static void start_members(ss__transport **t, uint32_t m, uint32_t timeout_ms) {
         ss__tree_config cfg = {.peers = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
                                .rank = r,
                                .listen = member_listen[r] ? member_listen[r] : "127.0.0.1:0",
-                               .timeout_ms = timeout_ms};
+                               .timeout_ms = timeout_ms,
+                               .insecure_loopback = true};
         char why[200];
         ck_assert_int_eq(ss__tree_transport_create(&cfg, &t[r], why, sizeof why), SS_OK);
         char one[40];
@@ -485,7 +486,8 @@ START_TEST(test_a_member_that_leaves_does_not_come_back) {
             ss__tree_config cfg = {.peers = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
                                    .rank = r,
                                    .listen = "127.0.0.1:0",
-                                   .timeout_ms = 2000};
+                                   .timeout_ms = 2000,
+                                   .insecure_loopback = true};
             char why[200];
             ck_assert_int_eq(ss__tree_transport_create(&cfg, &t[r], why, sizeof why), SS_OK);
             snprintf(one, sizeof one, "%s127.0.0.1:%d", r ? "," : "",
@@ -557,7 +559,11 @@ START_TEST(test_a_dead_member_is_left_out_and_comes_back) {
 
     char listen[40];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port3);
-    ss__tree_config cfg = {.peers = member_list, .rank = 3, .listen = listen, .timeout_ms = 300};
+    ss__tree_config cfg = {.peers = member_list,
+                           .rank = 3,
+                           .listen = listen,
+                           .timeout_ms = 300,
+                           .insecure_loopback = true};
     char why[200];
     ck_assert_int_eq(ss__tree_transport_create(&cfg, &t[3], why, sizeof why), SS_OK);
     uint64_t id;
@@ -617,6 +623,8 @@ START_TEST(test_a_forged_leave_version_cannot_lock_a_member_out) {
 }
 END_TEST
 
+static char g_push_msg[512]; /* the last send_push's refusal */
+
 /* A push made by hand: partition p's floats (n of them). */
 static ss_status send_push(ss__rpc_channel *ch, const char *group, uint64_t round, uint32_t part,
                            uint32_t kind, uint32_t from, uint32_t count, uint64_t size,
@@ -637,7 +645,7 @@ static ss_status send_push(ss__rpc_channel *ch, const char *group, uint64_t roun
     uint8_t *resp = NULL;
     size_t rlen;
     ss_status st = ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Push", buf, len, 2000, false, &resp,
-                                &rlen, NULL, 0);
+                                &rlen, g_push_msg, sizeof g_push_msg);
     free(resp);
     return st;
 }
@@ -675,6 +683,10 @@ START_TEST(test_bad_pushes_and_open_doors) {
     ck_assert_int_eq(send_push(ch, "../etc", 1, p_kid, 1, kid, 1, N, x, pn),
                      SS_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N + 1, x, pn), SS_ERR_SIZE_MISMATCH);
+    /* A refusal never says the group's size or shape (N = 10 floats, 4
+     * members): a caller learns only that its own guess was wrong. */
+    ck_assert_ptr_null(strstr(g_push_msg, "10"));
+    ck_assert_ptr_null(strstr(g_push_msg, " 4 "));
     ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N, x, pn - 1), SS_ERR_SIZE_MISMATCH);
     ck_assert_int_eq(send_push(ch, "w", 1, 99, 1, kid, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 3, kid, 1, N, x, pn), SS_ERR_INVALID_ARGUMENT);
@@ -755,7 +767,7 @@ START_TEST(test_bad_pushes_and_open_doors) {
     /* One member, a rank outside the list, an open address with no token,
      * a topology file that is not there: refused, saying why. */
     ss__transport *x2;
-    char why[200];
+    char why[600];
     ss__tree_config cfg = {.peers = "127.0.0.1:0", .rank = 0, .timeout_ms = 100};
     ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why),
                      SS_ERR_INVALID_ARGUMENT);
@@ -772,6 +784,13 @@ START_TEST(test_bad_pushes_and_open_doors) {
     unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
     ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why), SS_ERR_PERMISSION);
     ck_assert_ptr_nonnull(strstr(why, "SHADOWSYNC_AUTH_TOKEN_FILE"));
+    /* Loopback without a token: refused too, unless said so. */
+    cfg.listen = "127.0.0.1:0";
+    ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_ptr_nonnull(strstr(why, "--insecure-loopback"));
+    cfg.insecure_loopback = true;
+    ck_assert_int_eq(ss__tree_transport_create(&cfg, &x2, why, sizeof why), SS_OK);
+    ss__transport_destroy(x2);
 }
 END_TEST
 

@@ -32,6 +32,12 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
+# Every call carries a token (no listener is open to the host's other
+# users): one made for this run, 0600, read by the PS, the agent and the
+# trainers through SHADOWSYNC_AUTH_TOKEN_FILE.
+export SHADOWSYNC_AUTH_TOKEN_FILE="$OUT/token"
+(umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$SHADOWSYNC_AUTH_TOKEN_FILE")
+
 targets=
 for s in $(seq 0 $((PS_COUNT - 1))); do
   "$B/shadowsync-ps" --listen 127.0.0.1:0 >"$OUT/ps$s.log" 2>&1 &

@@ -197,7 +197,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
     int64_t link_latency_us = 0;
     double link_gbps = 0.0;
     double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
-    bool nesterov = cfg.params.bmuf.nesterov, eval_each = false, error_feedback = true;
+    bool nesterov = cfg.params.bmuf.nesterov, eval_each = false, error_feedback = true,
+         insecure_loopback = false;
     const char *metrics_out = NULL, *ps = "", *agent = "", *peers = "", *dense_out = NULL,
                *name = NULL;
     const char *emb = "array", *emb_ps = "", *emb_opt = "adagrad", *optimizer = "adam",
@@ -221,6 +222,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
          "--peers: which peer a round pulls (ring: rank+1, rank+2, ...; random), or tree: every "
          "round sums all peers up a forest of aggregation trees packed over --topology",
          "ring|random|tree", 0, 0},
+        {"insecure-loopback", SS_FLAG_BOOL, &insecure_loopback,
+         "--peers on loopback without a token (SHADOWSYNC_AUTH_TOKEN_FILE): any local user may "
+         "pull or push the model (demos, tests)",
+         NULL, 0, 0},
         {"topology", SS_FLAG_STRING, &topology,
          "--peer-schedule tree: file of link bandwidths (link HOST HOST GBIT lines; "
          "docs/configuration.md); default every link alike",
@@ -491,6 +496,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     pcfg.peer_rank = (uint32_t)rank;
     pcfg.peer_schedule = peer_schedule;
     pcfg.topology = *topology ? topology : NULL;
+    pcfg.insecure_loopback = insecure_loopback;
     pcfg.name = name ? name : o->default_name;
     pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
                 : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND

@@ -279,8 +279,9 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                   .rank = cfg->peer_rank,
                                   .topology = cfg->topology,
                                   .timeout_ms = cfg->timeout_ms,
-                                  .tls = &tls};
-            char why[256] = "";
+                                  .tls = &tls,
+                                  .insecure_loopback = cfg->insecure_loopback != 0};
+            char why[400] = "";
             if ((st = ss__tree_transport_create(&tc, &t->transport, why, sizeof why)) != SS_OK) {
                 ss__err_set(st, "peers=\"%s\", peer_rank=%u, peer_schedule=tree: %s", cfg->peers,
                             cfg->peer_rank, why[0] ? why : ss_strerror(st));
@@ -292,12 +293,13 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                       .timeout_ms = cfg->timeout_ms,
                                       .random = cfg->peer_schedule &&
                                                 !strcmp(cfg->peer_schedule, "random"),
-                                      .tls = &tls};
+                                      .tls = &tls,
+                                      .insecure_loopback = cfg->insecure_loopback != 0};
             if ((st = ss__gossip_transport_create(&gcfg, &t->transport)) != SS_OK) {
                 ss__err_set(st,
                             "peers=\"%s\", peer_rank=%u: %s (at least 2 host:port, peer_rank one "
-                            "of them, this one's address free; off loopback, "
-                            "SHADOWSYNC_AUTH_TOKEN_FILE)",
+                            "of them, this one's address free; SHADOWSYNC_AUTH_TOKEN_FILE, or on "
+                            "loopback insecure_loopback)",
                             cfg->peers, cfg->peer_rank, ss_strerror(st));
                 goto fail;
             }

@@ -24,8 +24,10 @@ processes), and rank 0's model's NE (by the training set's CTR) and AUC on
 itself ($SHADOWSYNC_PS_BIN, else shadowsync-ps on PATH, else build/bin).
 """
 import argparse
+import atexit
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -169,7 +171,21 @@ def ps_binary():
     sys.exit("train.py: no shadowsync-ps (set SHADOWSYNC_PS_BIN or give --ps)")
 
 
+def make_token():
+    """Every call to a PS carries a token (no listener is open to the host's
+    other users): one for this run, 0600, that the PS and every trainer read
+    through SHADOWSYNC_AUTH_TOKEN_FILE."""
+    if os.environ.get("SHADOWSYNC_AUTH_TOKEN_FILE"):
+        return
+    fd, path = tempfile.mkstemp(prefix="shadowsync-token-")
+    os.write(fd, secrets.token_hex(16).encode())
+    os.close(fd)
+    os.environ["SHADOWSYNC_AUTH_TOKEN_FILE"] = path
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+
+
 def start_ps():
+    make_token()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="shadowsync-ps-")
     proc = subprocess.Popen([ps_binary(), "--listen", "127.0.0.1:0", "--http", ""],
                             stdout=log, stderr=subprocess.STDOUT)

@@ -113,6 +113,11 @@ typedef struct ss_trainer_config {
      * default, 131072 (512 KiB; 262144 before 0.2). With an agent, the
      * agent's --chunk-floats decides. (Added in 0.2.) */
     uint32_t chunk_floats;
+    /* insecure_loopback: peers (gossip or trees) listen on a loopback
+     * address without a token (SHADOWSYNC_AUTH_TOKEN_FILE): any local user
+     * may pull or push the model. For demos and tests; without it (the
+     * default) a peer needs the token. (Added in 0.2.) */
+    int insecure_loopback;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {

@@ -24,7 +24,8 @@ class PS:
 
     def __enter__(self):
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
-        self.proc = subprocess.Popen([PS_BIN, "--listen", "127.0.0.1:0", "--http", ""],
+        self.proc = subprocess.Popen([PS_BIN, "--listen", "127.0.0.1:0", "--http", "",
+                                      "--insecure-loopback"],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
