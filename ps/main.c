@@ -306,7 +306,10 @@ static int parse_options(int argc, char **argv, ps_options *o) {
         {"max-members", SS_FLAG_INT, &o->max_members, "most members of one dense group", NULL, 1,
          1 << 30},
         {"max-total-floats", SS_FLAG_INT, &o->max_total_floats,
-         "most floats in all dense groups together", NULL, 1, 1e12},
+         "most floats the PS allocates for dense groups: 3 per float of a group (centre, round "
+         "sum, result), 2 more with S-BMUF, 2 per compressed member (x4 bytes: the dense state's "
+         "memory)",
+         NULL, 1, 1e12},
         {"max-blocked-calls", SS_FLAG_INT, &o->max_blocked,
          "most MA/BMUF round calls waiting at once (each holds a thread)", NULL, 1, 1 << 16},
         {"max-inflight-mb", SS_FLAG_INT, &o->max_inflight_mb,

@@ -164,7 +164,7 @@ typedef struct ss__rpc_request {
     uint8_t *resp;    /* out: malloc'd reply of this call when it succeeded (kept even
                          when others failed: a partial fan-out can use what arrived) */
     size_t resp_len;  /* out */
-    char msg[160];    /* out: the error text of a failed call */
+    char msg[400];    /* out: the error text of a failed call */
 } ss__rpc_request;
 
 /* Runs n unary calls at once (one deadline for all) and waits for every

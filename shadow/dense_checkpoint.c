@@ -42,9 +42,10 @@ static bool floats_finite(const void *p, size_t n) {
 /* ---- writing ---- */
 
 struct ss__dense_ckpt_writer {
-    FILE *f;   /* a memory stream: put() only copies, commit() writes the file */
-    char *mem; /* open_memstream's buffer */
-    size_t memlen;
+    /* The new file itself (a random name beside path, 0600), written as
+     * groups are put: no copy of the state in memory (a memory stream of
+     * every group doubled the PS's memory during a checkpoint). */
+    FILE *f;
     char path[4096], tmp[4104];
     uint64_t hash;
     uint32_t expected, written;
@@ -64,13 +65,20 @@ ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt
     if (!w)
         return SS_ERR_NO_MEMORY;
     snprintf(w->path, sizeof w->path, "%s", path);
-    /* Callers put groups while holding their locks: only memory copies
-     * happen then; the disk (write, fsync, rename) waits for commit. */
-    w->f = open_memstream(&w->mem, &w->memlen);
+    /* Callers put a group while holding its lock: the writes go to the
+     * page cache through a 1 MiB buffer; the fsync and the rename wait
+     * for commit, under no lock. */
+    int fd = ss__private_tmp_open(w->path, w->tmp, sizeof w->tmp);
+    w->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!w->f) {
+        if (fd >= 0) {
+            close(fd);
+            unlink(w->tmp);
+        }
         free(w);
-        return SS_ERR_NO_MEMORY;
+        return SS_ERR_IO;
     }
+    setvbuf(w->f, NULL, _IOFBF, 1 << 20);
     w->hash = FNV_OFFSET;
     w->expected = groups;
     w->ok = true;
@@ -122,29 +130,18 @@ ss_status ss__dense_ckpt_commit(ss__dense_ckpt_writer *w) {
         w->ok = false;
     uint64_t hash = w->hash;
     put(w, &hash, sizeof hash);
-    if (fclose(w->f) != 0) /* the memory stream: mem and memlen are final */
-        w->ok = false;
-    /* A new file of a random name (never a planted link), 0600. */
-    int fd = w->ok ? ss__private_tmp_open(w->path, w->tmp, sizeof w->tmp) : -1;
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (fd >= 0 && !f)
-        close(fd);
-    if (!f || fwrite(w->mem, 1, w->memlen, f) != w->memlen)
-        w->ok = false;
     /* Data on disk before the rename makes it visible. */
-    if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
         w->ok = false;
-    if (f && fclose(f) != 0)
+    if (fclose(w->f) != 0)
         w->ok = false;
     ss_status st = SS_OK;
     if (!w->ok || rename(w->tmp, w->path) != 0) {
-        if (fd >= 0)
-            unlink(w->tmp);
+        unlink(w->tmp);
         st = w->non_finite ? SS_ERR_NON_FINITE : SS_ERR_IO;
     } else {
         ss__fsync_parent_dir(w->path);
     }
-    free(w->mem);
     free(w);
     return st;
 }

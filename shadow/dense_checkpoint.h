@@ -41,9 +41,11 @@ typedef struct ss__dense_ckpt_group {
 
 typedef struct ss__dense_ckpt_writer ss__dense_ckpt_writer;
 
-/* Starts a checkpoint of exactly `groups` groups (held in memory: put()
- * only copies, so callers may put under their locks; commit() writes
- * path.tmp, fsyncs it, renames it over path and fsyncs the directory). */
+/* Starts a checkpoint of exactly `groups` groups into a new file beside
+ * path (a random name, 0600, never a planted link; SS_ERR_IO when it
+ * cannot be made). put() writes a group through a 1 MiB buffer (no copy
+ * of the state is kept: callers put a group under its lock); commit()
+ * fsyncs the file, renames it over path and fsyncs the directory. */
 ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt_writer **out);
 void ss__dense_ckpt_put(ss__dense_ckpt_writer *w, const ss__dense_ckpt_group *g);
 /* Seals the file and moves it over path (SS_ERR_IO: a write failed, or the

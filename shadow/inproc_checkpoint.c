@@ -19,17 +19,28 @@ ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *
     inproc *ip = t ? ss__inproc_of(t) : NULL;
     if (!ip || !path || !*path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
+    /* The groups as they are now (a group, once made, lives as long as the
+     * transport), then each written under its own lock only: a join of a
+     * new group does not wait for the file. */
     pthread_mutex_lock(&ip->lock);
     uint32_t count = 0;
     for (group *g = ip->groups; g; g = g->next)
         count++;
+    group **all = malloc((count ? count : 1) * sizeof *all);
+    uint32_t k = 0;
+    for (group *g = ip->groups; all && g; g = g->next)
+        all[k++] = g;
+    pthread_mutex_unlock(&ip->lock);
+    if (!all)
+        return SS_ERR_NO_MEMORY;
     ss__dense_ckpt_writer *w;
     ss_status st = ss__dense_ckpt_begin(path, count, &w);
     if (st != SS_OK) {
-        pthread_mutex_unlock(&ip->lock);
+        free(all);
         return st;
     }
-    for (group *g = ip->groups; g; g = g->next) {
+    for (uint32_t i = 0; i < count; i++) {
+        group *g = all[i];
         pthread_mutex_lock(&g->lock);
         bool has_mean = g->result_round != NO_ROUND, has_bmuf = g->bmuf_started;
         ss__dense_ckpt_put(w, &(ss__dense_ckpt_group){
@@ -46,7 +57,7 @@ ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *
                               });
         pthread_mutex_unlock(&g->lock);
     }
-    pthread_mutex_unlock(&ip->lock);
+    free(all);
     st = ss__dense_ckpt_commit(w);
     *groups = st == SS_OK ? count : 0;
     return st;
@@ -78,7 +89,9 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
         if (!g) {
             if (!(g = ss__inproc_group_new(c->name, c->n)))
                 return SS_ERR_NO_MEMORY;
-            ss__inproc_add_group(ip, g); /* a restore is not refused by the limits */
+            /* A restore is not refused by the limits, but counted in them. */
+            atomic_fetch_add(&ip->used_floats, SS_INPROC_GROUP_FLOATS(c->n));
+            ss__inproc_add_group(ip, g);
         }
         pthread_mutex_lock(&g->lock);
         if (c->central) {
@@ -93,9 +106,12 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
         if (c->bmuf_w) {
             /* The block momentum goes on where it was: the same w and m,
              * the parameters the group's members must keep sending. */
-            if (!g->bmuf_w && !(g->bmuf_w = calloc(2 * g->n, sizeof(float)))) {
-                pthread_mutex_unlock(&g->lock);
-                return SS_ERR_NO_MEMORY;
+            if (!g->bmuf_w) {
+                if (!(g->bmuf_w = calloc(2 * g->n, sizeof(float)))) {
+                    pthread_mutex_unlock(&g->lock);
+                    return SS_ERR_NO_MEMORY;
+                }
+                atomic_fetch_add(&ip->used_floats, 2 * (uint64_t)g->n);
             }
             g->bmuf_m = g->bmuf_w + g->n;
             memcpy(g->bmuf_w, c->bmuf_w, c->n * sizeof(float));

@@ -76,13 +76,21 @@ typedef struct inproc {
     ss__encoding encoding; /* of this process's own members' calls */
     bool no_feedback;      /* their mirrors' (an ablation) */
     size_t ngroups;        /* under lock */
-    uint64_t total_floats; /* of all groups, under lock */
     _Atomic uint64_t refusals[SS_INPROC_LIMITS];
-    /* Floats of the members' mirrors (compressed sync): a budget of their
-     * own, as large as limits.max_total_floats (counting them with the
-     * groups would need ip->lock under a group's lock). */
-    _Atomic uint64_t mirror_floats;
+    /* Every float allocated for the dense groups, within
+     * limits.max_total_floats: 3 n per group (centre, sum, result), 2 n
+     * more for S-BMUF's state, 2 n per compressed member's mirror. (Before,
+     * n per group was counted: a 128 MiB budget reached 804 MB.) */
+    _Atomic uint64_t used_floats;
 } inproc;
+
+/* Takes `floats` from the budget, or refuses (SS_ERR_TOO_LARGE, counted,
+ * the refusal saying what would not fit: `what`). */
+ss_status ss__inproc_charge(inproc *ip, uint64_t floats, const char *what);
+/* Gives floats back. */
+void ss__inproc_uncharge(inproc *ip, uint64_t floats);
+/* Floats a group of n takes when made: centre, round sum, round result. */
+#define SS_INPROC_GROUP_FLOATS(n) (3 * (uint64_t)(n))
 
 /* The transport's state, NULL when t is not an in-process transport. */
 inproc *ss__inproc_of(ss__transport *t);

@@ -42,26 +42,41 @@ static ss_status refuse_limit(inproc *ip, int limit, const char *fmt, unsigned l
     return SS_ERR_TOO_LARGE;
 }
 
-/* Caller holds ip->lock: room for one more group of n floats? */
+ss_status ss__inproc_charge(inproc *ip, uint64_t floats, const char *what) {
+    const uint64_t had = atomic_fetch_add(&ip->used_floats, floats);
+    if (ip->limits.max_total_floats && had + floats > ip->limits.max_total_floats) {
+        atomic_fetch_sub(&ip->used_floats, floats);
+        atomic_fetch_add(&ip->refusals[SS_INPROC_LIMIT_FLOATS], 1);
+        snprintf(t_refusal, sizeof t_refusal,
+                 "the PS holds %llu floats for dense groups (3 per float of a group, 2 more for "
+                 "S-BMUF, 2 per compressed member); %s of %llu would pass its limit "
+                 "(--max-total-floats %llu)",
+                 (unsigned long long)had, what, (unsigned long long)floats,
+                 (unsigned long long)ip->limits.max_total_floats);
+        return SS_ERR_TOO_LARGE;
+    }
+    return SS_OK;
+}
+
+void ss__inproc_uncharge(inproc *ip, uint64_t floats) {
+    atomic_fetch_sub(&ip->used_floats, floats);
+}
+
+/* Caller holds ip->lock: room for one more group of n floats? Charged
+ * when there is (the caller gives it back if the group is not made). */
 static ss_status room_for_group(inproc *ip, size_t n) {
     if (ip->limits.max_groups && ip->ngroups >= ip->limits.max_groups)
         return refuse_limit(ip, SS_INPROC_LIMIT_GROUPS,
                             "the PS holds %llu groups, its limit (--max-groups %llu)",
                             (unsigned long long)ip->ngroups, ip->limits.max_groups);
-    if (ip->limits.max_total_floats && ip->total_floats + n > ip->limits.max_total_floats)
-        return refuse_limit(ip, SS_INPROC_LIMIT_FLOATS,
-                            "the PS holds %llu floats in all groups; this group would pass its "
-                            "limit (--max-total-floats %llu)",
-                            (unsigned long long)ip->total_floats, ip->limits.max_total_floats);
-    return SS_OK;
+    return ss__inproc_charge(ip, SS_INPROC_GROUP_FLOATS(n), "a new group");
 }
 
-/* Caller holds ip->lock: links a new group in and counts it. */
+/* Caller holds ip->lock: links a new (charged) group in. */
 void ss__inproc_add_group(inproc *ip, group *g) {
     g->next = ip->groups;
     ip->groups = g;
     ip->ngroups++;
-    ip->total_floats += g->n;
 }
 
 /* Emulated wire time of one exchange: request and reply of `bytes` each. */
@@ -190,6 +205,8 @@ static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *membe
         ss_status room = room_for_group(ip, n);
         g = room == SS_OK ? ss__inproc_group_new(name, n) : NULL;
         if (!g) {
+            if (room == SS_OK)
+                ss__inproc_uncharge(ip, SS_INPROC_GROUP_FLOATS(n));
             pthread_mutex_unlock(&ip->lock);
             return room != SS_OK ? room : SS_ERR_NO_MEMORY;
         }
@@ -386,7 +403,7 @@ static ss_status accept_upload(inproc *ip, group *g, size_t idx, const ss__codec
     if (up->enc == SS_ENC_F32 || !ss__encoding_name(up->enc))
         return SS_ERR_INVALID_ARGUMENT;
     if (m->mirror && m->mirror->enc != up->enc) {
-        atomic_fetch_sub(&ip->mirror_floats, 2 * (uint64_t)m->mirror->n);
+        ss__inproc_uncharge(ip, 2 * (uint64_t)m->mirror->n);
         ss__codec_mirror_free(m->mirror);
         free(m->mirror);
         m->mirror = NULL;
@@ -395,23 +412,18 @@ static ss_status accept_upload(inproc *ip, group *g, size_t idx, const ss__codec
         /* A mirror and its scratch: 2 n floats for as long as the member
          * stays, within the PS's budget for them. */
         const uint64_t want = 2 * (uint64_t)g->n;
-        uint64_t had = atomic_fetch_add(&ip->mirror_floats, want);
-        if (ip->limits.max_total_floats && had + want > ip->limits.max_total_floats) {
-            atomic_fetch_sub(&ip->mirror_floats, want);
-            return refuse_limit(ip, SS_INPROC_LIMIT_FLOATS,
-                                "compressed sync: the PS holds %llu floats of members' mirrors; "
-                                "one more would pass their budget (--max-total-floats %llu)",
-                                (unsigned long long)had, ip->limits.max_total_floats);
-        }
+        ss_status room = ss__inproc_charge(ip, want, "a compressed member's mirror");
+        if (room != SS_OK)
+            return room;
         m->mirror = malloc(sizeof *m->mirror);
         if (!m->mirror) {
-            atomic_fetch_sub(&ip->mirror_floats, want);
+            ss__inproc_uncharge(ip, want);
             return SS_ERR_NO_MEMORY;
         }
-        m->mirror_budget = &ip->mirror_floats;
+        m->mirror_budget = &ip->used_floats;
         ss_status st = ss__codec_mirror_init(m->mirror, up->enc, g->n);
         if (st != SS_OK) {
-            atomic_fetch_sub(&ip->mirror_floats, want);
+            ss__inproc_uncharge(ip, want);
             free(m->mirror);
             m->mirror = NULL;
             return st;
@@ -586,12 +598,17 @@ static struct timespec abs_monotonic(uint64_t ns) {
 
 /* The group's first round fixes what its rounds are; later ones must agree.
  * Caller holds g->lock. */
-static ss_status check_round_kind(group *g, const ss__bmuf_params *bmuf) {
+static ss_status check_round_kind(inproc *ip, group *g, const ss__bmuf_params *bmuf) {
     if (g->rounds_kind == ROUNDS_UNSET) {
         if (bmuf) {
+            ss_status room = ss__inproc_charge(ip, 2 * (uint64_t)g->n, "S-BMUF's state");
+            if (room != SS_OK)
+                return room;
             g->bmuf_w = calloc(2 * g->n, sizeof(float));
-            if (!g->bmuf_w)
+            if (!g->bmuf_w) {
+                ss__inproc_uncharge(ip, 2 * (uint64_t)g->n);
                 return SS_ERR_NO_MEMORY;
+            }
             g->bmuf_m = g->bmuf_w + g->n;
             g->bmuf = *bmuf;
         }
@@ -614,7 +631,7 @@ static ss_status round_locked(inproc *ip, group *g, uint64_t member, const float
                               const ss__codec_upload *up, const ss__bmuf_params *bmuf, float *avg,
                               uint8_t *reply, ss__round_result *result) {
     const size_t n = g->n;
-    ss_status st = check_round_kind(g, bmuf);
+    ss_status st = check_round_kind(ip, g, bmuf);
     if (st != SS_OK)
         return st;
     /* The previous round's mean must be copied out before a new one can

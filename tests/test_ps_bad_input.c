@@ -32,7 +32,7 @@ static uint64_t member;
 static void setup(void) {
     ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
     ss__inproc_config icfg = {
-        .round_deadline_ms = 200, .max_groups = 6, .max_members = 5, .max_total_floats = 1500};
+        .round_deadline_ms = 200, .max_groups = 6, .max_members = 5, .max_total_floats = 4500};
     ck_assert_int_eq(ss__inproc_transport_create(&icfg, &backend), SS_OK);
     svc = (ss__dense_service){.backend = backend, .max_floats = 1000};
     ck_assert_int_eq(ss__metrics_counter(metrics, "rejected", "r", NULL, &svc.rejected), SS_OK);
@@ -293,12 +293,12 @@ static ss_status join_msg(const char *group, uint64_t size, char *msg, size_t ms
     return st;
 }
 
-/* This PS holds at most 6 groups, 5 members a group, 1500 floats in all:
- * each refusal says which limit, is counted under it, and lets nothing
- * in. */
+/* This PS holds at most 6 groups, 5 members a group, 4500 floats in all
+ * (a group of n takes 3 n: centre, round sum, round result): each refusal
+ * says which limit, is counted under it, and lets nothing in. */
 START_TEST(test_limits_on_groups_members_floats) {
-    char msg[256];
-    ck_assert_int_eq(join_msg("big", 1000, msg, sizeof msg), SS_OK); /* 1002 floats */
+    char msg[512];
+    ck_assert_int_eq(join_msg("big", 1000, msg, sizeof msg), SS_OK); /* 3 x 1002 floats */
     ck_assert_int_eq(join_msg("big2", 600, msg, sizeof msg), SS_ERR_TOO_LARGE);
     ck_assert_ptr_nonnull(strstr(msg, "--max-total-floats"));
     const char *more[] = {"a1", "a2", "a3", "a4"};
@@ -729,20 +729,21 @@ START_TEST(test_compressed_requests) {
     ck_assert_int_eq(ss__transport_read_central(backend, "g", c, 2), SS_OK);
     ck_assert_float_eq(c[0], 2.0f);
     ck_assert_float_eq(c[1], 2.0f);
-    /* A mirror costs the PS 2 n floats for as long as the member stays:
-     * within a budget as large as --max-total-floats (1500 here). */
+    /* A mirror costs the PS 2 n floats for as long as the member stays,
+     * in the same budget as the groups (--max-total-floats, 4500 here:
+     * "g" and "big" take 3 x 1002, a mirror of "big" 2000 more). */
     uint64_t big;
-    ck_assert_int_eq(ss__transport_join(backend, "big", 800, &big), SS_OK);
-    float *snap = calloc(800, sizeof *snap);
+    ck_assert_int_eq(ss__transport_join(backend, "big", 1000, &big), SS_OK);
+    float *snap = calloc(1000, sizeof *snap);
     Shadowsync__V1__EasgdRequest r = SHADOWSYNC__V1__EASGD_REQUEST__INIT;
     r.group = "big";
     r.member = big;
     r.alpha = 0.5f;
     r.encoding = SHADOWSYNC__V1__ENCODING__INT8;
     r.mirror_reset = true;
-    r.size = 800;
+    r.size = 1000;
     r.snapshot.data = (uint8_t *)snap;
-    r.snapshot.len = 800 * sizeof(float);
+    r.snapshot.len = 1000 * sizeof(float);
     ck_assert_int_eq(send_msg(SVC "EasgdExchange", &r.base, 5000), SS_ERR_TOO_LARGE);
     free(snap);
 }
