@@ -83,6 +83,13 @@ typedef struct ss__rpc_server_config {
      * not yet done); a call that would pass it is refused
      * (RESOURCE_EXHAUSTED), counted. 0 = SS_RPC_DEFAULT_MAX_INFLIGHT. */
     size_t max_inflight_bytes;
+    /* Calls of read_only methods (bulk reads: Lookup, ReadCentral) run on
+     * completion queues and threads of their own, as many as `threads`,
+     * so that writers (trainers' exchanges and rounds) never queue behind
+     * them; and one client connection may have this many of them in
+     * flight at once (its fair share), past which a read is refused at the
+     * door (RESOURCE_EXHAUSTED, counted). 0 = SS_RPC_DEFAULT_READS_PER_PEER. */
+    uint32_t reads_per_peer;
     /* Mutual TLS (tls->ca_file): the client certificate identities that may
      * call methods not read_only, comma-separated (rpc/auth.h); other
      * verified clients are read-only: PERMISSION_DENIED, counted in
@@ -99,6 +106,8 @@ typedef struct ss__rpc_server_config {
 /* The limit of a request that carries names and numbers, no floats or
  * ids (a Join, a Leave, a Heartbeat, a Checkpoint): bytes, not megabytes. */
 #define SS_RPC_SMALL_REQUEST 4096
+/* A trainer's remote table has a lookup and a prefetch in flight. */
+#define SS_RPC_DEFAULT_READS_PER_PEER 4
 /* 1 GiB: 512 parked 512 KiB round chunks take a quarter of it. */
 #define SS_RPC_DEFAULT_MAX_INFLIGHT ((size_t)1 << 30)
 

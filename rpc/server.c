@@ -2,6 +2,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -9,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -39,8 +43,16 @@ typedef struct call_ctx {
     grpc_byte_buffer *reply_bb;
     grpc_slice status_details;
     int cancelled;
-    size_t held; /* request bytes counted in srv->inflight */
+    size_t held;   /* request bytes counted in srv->inflight */
+    int peer_slot; /* its read counted in srv->peers[peer_slot]; -1: none */
 } call_ctx;
+
+/* In-flight reads of one client connection (gRPC's peer string). */
+#define PEER_SLOTS 256
+typedef struct peer_reads {
+    char peer[80];
+    uint32_t reads;
+} peer_reads;
 
 typedef struct method_slot {
     void *handle;
@@ -58,7 +70,11 @@ struct ss__rpc_server {
     size_t max_message; /* larger requests: RESOURCE_EXHAUSTED, counted */
     size_t max_inflight;
     _Atomic size_t inflight; /* request bytes received, their handlers not done */
-    ss__counter *too_large, *inflight_refused;
+    ss__counter *too_large, *inflight_refused, *unfair_refused;
+    uint32_t writer_queues;  /* cqs[0 .. writer_queues) serve writers; the rest readers */
+    uint32_t reads_per_peer; /* in flight per connection */
+    pthread_mutex_t peer_lock;
+    peer_reads peers[PEER_SLOTS];
     ss__gauge *inflight_bytes;
     uint32_t nthreads;
     grpc_completion_queue **cqs;
@@ -92,6 +108,7 @@ static void request_call(ss__rpc_server *srv, size_t method, grpc_completion_que
     c->method = method;
     c->cq = cq;
     c->state = CALL_REQUESTED;
+    c->peer_slot = -1;
     grpc_metadata_array_init(&c->request_md);
     grpc_call_details_init(&c->details);
     atomic_fetch_add(&srv->live_calls, 1);
@@ -119,9 +136,53 @@ static void release_held(call_ctx *c) {
     }
 }
 
+/* The call's read leaves its connection's count (once). */
+static void release_peer(call_ctx *c) {
+    if (c->peer_slot >= 0) {
+        pthread_mutex_lock(&c->srv->peer_lock);
+        peer_reads *p = &c->srv->peers[c->peer_slot];
+        if (--p->reads == 0)
+            p->peer[0] = '\0';
+        pthread_mutex_unlock(&c->srv->peer_lock);
+        c->peer_slot = -1;
+    }
+}
+
+/* Counts a read of the call's connection: false when the connection has
+ * its fair share in flight already. A full table counts nobody. */
+static bool take_peer_share(call_ctx *c) {
+    ss__rpc_server *srv = c->srv;
+    char *peer = grpc_call_get_peer(c->call);
+    if (!peer)
+        return true;
+    bool ok = true;
+    pthread_mutex_lock(&srv->peer_lock);
+    int slot = -1, free_slot = -1;
+    for (int i = 0; i < PEER_SLOTS && slot < 0; i++) {
+        if (srv->peers[i].reads && !strncmp(srv->peers[i].peer, peer, sizeof srv->peers[i].peer))
+            slot = i;
+        else if (!srv->peers[i].reads && free_slot < 0)
+            free_slot = i;
+    }
+    if (slot < 0 && free_slot >= 0) {
+        slot = free_slot;
+        snprintf(srv->peers[slot].peer, sizeof srv->peers[slot].peer, "%s", peer);
+    }
+    if (slot >= 0 && srv->peers[slot].reads >= srv->reads_per_peer)
+        ok = false;
+    else if (slot >= 0) {
+        srv->peers[slot].reads++;
+        c->peer_slot = slot;
+    }
+    pthread_mutex_unlock(&srv->peer_lock);
+    gpr_free(peer);
+    return ok;
+}
+
 static void free_call(call_ctx *c) {
     ss__rpc_server *srv = c->srv;
     release_held(c);
+    release_peer(c);
     if (c->payload)
         grpc_byte_buffer_destroy(c->payload);
     if (c->reply_bb)
@@ -402,6 +463,13 @@ static void admit(call_ctx *c) {
                m->path);
         return;
     }
+    if (m->read_only && srv->writer_queues < srv->nthreads && !take_peer_share(c)) {
+        refuse(c, SS_ERR_TOO_LARGE, srv->unfair_refused,
+               "%s: this connection has %u reads in flight, its share of the server "
+               "(reads never hold up writers; try again when one is done)",
+               m->path, srv->reads_per_peer);
+        return;
+    }
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
@@ -446,12 +514,38 @@ static void received(call_ctx *c) {
 typedef struct cq_arg {
     ss__rpc_server *srv;
     grpc_completion_queue *cq;
+    bool reader;
 } cq_arg;
+
+/* Reader queues: as many as the writers' when the server has both kinds
+ * of method, else none (every queue serves every method). */
+static uint32_t reader_queues(const ss__rpc_method *methods, size_t n, uint32_t threads) {
+    bool reads = false, writes = false;
+    for (size_t i = 0; i < n; i++) {
+        reads = reads || methods[i].read_only;
+        writes = writes || !methods[i].read_only;
+    }
+    return reads && writes ? threads : 0;
+}
+
+/* Does queue q take calls of method m? Writers' queues the methods that
+ * change state, readers' queues the read-only ones (bulk reads never hold
+ * a writer's thread), all of them when there are no readers' queues. */
+static bool queue_serves(const ss__rpc_server *srv, uint32_t q, size_t m) {
+    if (srv->writer_queues == srv->nthreads)
+        return true;
+    return srv->methods[m].read_only == (q >= srv->writer_queues);
+}
 
 static void *cq_thread(void *arg) {
     cq_arg *a = arg;
     ss__rpc_server *srv = a->srv;
     grpc_completion_queue *cq = a->cq;
+    /* A reader's thread yields the CPU to the writers' (a nice of its
+     * own: on Linux a thread is a task): bulk reads use what the writers
+     * leave. */
+    if (a->reader)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     free(a);
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
@@ -505,6 +599,7 @@ static void release_queues(ss__rpc_server *srv, bool threads_running) {
     free(srv->slots);
     free(srv->cqs);
     free(srv->threads);
+    pthread_mutex_destroy(&srv->peer_lock);
     free(srv);
     grpc_shutdown();
 }
@@ -525,10 +620,13 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->methods = methods;
     srv->nmethods = nmethods;
     srv->ctx = ctx;
-    srv->nthreads = cfg->threads;
+    srv->writer_queues = cfg->threads;
+    srv->nthreads = cfg->threads + reader_queues(methods, nmethods, cfg->threads);
+    srv->reads_per_peer = cfg->reads_per_peer ? cfg->reads_per_peer : SS_RPC_DEFAULT_READS_PER_PEER;
+    pthread_mutex_init(&srv->peer_lock, NULL);
     srv->slots = calloc(nmethods, sizeof *srv->slots);
-    srv->cqs = calloc(cfg->threads, sizeof *srv->cqs);
-    srv->threads = calloc(cfg->threads, sizeof *srv->threads);
+    srv->cqs = calloc(srv->nthreads, sizeof *srv->cqs);
+    srv->threads = calloc(srv->nthreads, sizeof *srv->threads);
     if (!srv->slots || !srv->cqs || !srv->threads) {
         free(srv->slots);
         free(srv->cqs);
@@ -578,6 +676,10 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
         ss__metrics_counter(cfg->metrics, "shadowsync_rpc_too_large_total",
                             "Requests refused for a message over their method's limit.", NULL,
                             &srv->too_large);
+        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_unfair_refused_total",
+                            "Reads refused because their connection already had its share "
+                            "(reads_per_peer) in flight.",
+                            NULL, &srv->unfair_refused);
         ss__metrics_counter(cfg->metrics, "shadowsync_rpc_inflight_refused_total",
                             "Requests refused because the server already held "
                             "--max-inflight-mb of request bytes.",
@@ -611,7 +713,7 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
                                 &srv->slots[i].sent_bytes);
         }
     }
-    for (uint32_t i = 0; i < cfg->threads; i++) {
+    for (uint32_t i = 0; i < srv->nthreads; i++) {
         srv->cqs[i] = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(srv->server, srv->cqs[i], NULL);
     }
@@ -635,14 +737,16 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
         return SS_ERR_IO;
     }
     grpc_server_start(srv->server);
-    for (uint32_t i = 0; i < cfg->threads; i++) {
+    for (uint32_t i = 0; i < srv->nthreads; i++) {
         for (size_t m = 0; m < nmethods; m++)
-            for (int k = 0; k < PREPOSTED_PER_METHOD; k++)
+            for (int k = 0; k < PREPOSTED_PER_METHOD && queue_serves(srv, i, m); k++)
                 request_call(srv, m, srv->cqs[i]);
-        request_call(srv, GENERIC, srv->cqs[i]);
+        if (i < srv->writer_queues)
+            request_call(srv, GENERIC, srv->cqs[i]);
         cq_arg *a = malloc(sizeof *a);
         a->srv = srv;
         a->cq = srv->cqs[i];
+        a->reader = i >= srv->writer_queues;
         pthread_create(&srv->threads[i], NULL, cq_thread, a);
     }
     *out = srv;

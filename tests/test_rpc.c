@@ -668,6 +668,122 @@ START_TEST(test_bytes_in_flight_are_bounded) {
 }
 END_TEST
 
+/* ---- readers and writers ---- */
+
+static _Atomic int reads_in;
+static _Atomic bool reads_go;
+
+/* A bulk read that takes its time: held until reads_go (or 10 s). */
+static void h_read_held(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)ctx, (void)req, (void)len;
+    atomic_fetch_add(&reads_in, 1);
+    for (int i = 0; i < 10000 && !atomic_load(&reads_go); i++)
+        usleep(1000);
+    reply->data = malloc(1);
+    reply->data[0] = 1;
+    reply->len = 1;
+}
+
+static void h_write(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)ctx, (void)req, (void)len;
+    reply->data = malloc(1);
+    reply->data[0] = 2;
+    reply->len = 1;
+}
+
+typedef struct reads_arg {
+    ss__rpc_request rq[6];
+    size_t n;
+    uint8_t byte;
+} reads_arg;
+
+static void *run_reads(void *p) {
+    reads_arg *a = p;
+    ss__rpc_call_windowed(a->rq, a->n, 20000, false, 6);
+    return NULL;
+}
+
+static void start_reads(reads_arg *a, ss__rpc_channel *ch, const char *method, size_t n,
+                        pthread_t *th) {
+    memset(a, 0, sizeof *a);
+    a->n = n;
+    a->byte = 1;
+    for (size_t i = 0; i < n; i++)
+        a->rq[i] = (ss__rpc_request){.ch = ch, .method = method, .req = &a->byte, .len = 1};
+    atomic_store(&reads_in, 0);
+    atomic_store(&reads_go, false);
+    pthread_create(th, NULL, run_reads, a);
+}
+
+static void wait_for(_Atomic int *v, int want) {
+    for (int i = 0; i < 10000 && atomic_load(v) < want; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(v), want);
+}
+
+/* Reads never hold up writers: with the one reader thread held in a slow
+ * read, a write is served at once (before, reads and writes shared the
+ * threads: the write waited for the read). And one connection may have
+ * SS_RPC_DEFAULT_READS_PER_PEER reads in flight; past its share a read is
+ * refused at the door, saying so. */
+START_TEST(test_reads_never_hold_up_writers) {
+    static const ss__rpc_method m[] = {{"/t.T/Read", h_read_held, false, NULL, true, 0},
+                                       {"/t.T/Slow", h_read_held, true, NULL, true, 0},
+                                       {"/t.T/Write", h_write, false, NULL, false, 0}};
+    ss__metrics *metrics;
+    ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 1, .metrics = metrics};
+    ss__rpc_server *srv;
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, 3, NULL, &srv), SS_OK);
+    char target[32];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
+    ss__rpc_channel *reader, *writer;
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &reader), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &writer), SS_OK);
+    reads_arg a;
+    pthread_t th;
+    start_reads(&a, reader, "/t.T/Read", 1, &th);
+    wait_for(&reads_in, 1); /* the reader thread is held */
+    uint8_t one = 1, *resp = NULL;
+    size_t rl;
+    ck_assert_int_eq(ss__rpc_call(writer, "/t.T/Write", &one, 1, 5000, false, &resp, &rl, NULL, 0),
+                     SS_OK);
+    ck_assert_uint_eq(resp[0], 2);
+    free(resp);
+    atomic_store(&reads_go, true);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a.rq[0].status, SS_OK);
+    free(a.rq[0].resp);
+
+    /* The share: 6 slow reads (each on a thread of its own) of one
+     * connection, held until the 2 past its share are refused. */
+    ss__counter *unfair;
+    ck_assert_int_eq(ss__metrics_counter(metrics, "shadowsync_rpc_unfair_refused_total",
+                                         "Reads refused because their connection already had its "
+                                         "share (reads_per_peer) in flight.",
+                                         NULL, &unfair),
+                     SS_OK);
+    start_reads(&a, reader, "/t.T/Slow", 6, &th);
+    wait_for(&reads_in, SS_RPC_DEFAULT_READS_PER_PEER);
+    for (int i = 0; i < 10000 && ss__counter_value(unfair) < 6 - SS_RPC_DEFAULT_READS_PER_PEER; i++)
+        usleep(1000);
+    atomic_store(&reads_go, true);
+    pthread_join(th, NULL);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 6; i++) {
+        ok += a.rq[i].status == SS_OK;
+        refused += a.rq[i].status == SS_ERR_TOO_LARGE && strstr(a.rq[i].msg, "share") != NULL;
+        free(a.rq[i].resp);
+    }
+    ck_assert_int_eq(ok, SS_RPC_DEFAULT_READS_PER_PEER);
+    ck_assert_int_eq(refused, 6 - SS_RPC_DEFAULT_READS_PER_PEER);
+    ss__rpc_channel_destroy(reader);
+    ss__rpc_channel_destroy(writer);
+    ss__rpc_server_stop(srv);
+    ss__metrics_destroy(metrics);
+}
+END_TEST
+
 /* ---- the HTTP endpoint under a connection flood ---- */
 
 #define FLOOD 70 /* more than the old 64-connection cap */
@@ -757,5 +873,5 @@ int main(void) {
         test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
         test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting,
         test_a_silent_connection_is_given_up, test_http_answers_healthz_during_a_slowloris,
-        test_bytes_in_flight_are_bounded);
+        test_bytes_in_flight_are_bounded, test_reads_never_hold_up_writers);
 }

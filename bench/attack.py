@@ -1,0 +1,320 @@
+#!/usr/bin/python3
+"""The resource attacks of issue 32 against a real shadowsync-ps, measured.
+
+A hostile local client written against rpc/proto/*.proto only (Debian's
+python3-grpcio, as tests/blackbox_ps_test.py), each attack one line:
+
+  door      8 token-less 250 MiB requests: the PS's peak RSS over idle
+            (bound: 64 MiB)
+  lookups   16 Lookups of 65,536 new ids each, with the token: resident
+            rows and RSS (bound: 0 rows)
+  readers   an authorized S-EASGD member's exchange latency, p50/p99, alone
+            and while 6 authorized Lookup loops (another process) pull
+            64 MiB replies (bound: p99 within 2x); readers_niced: the same
+            with the attacking process at nice 19 (the PS's own isolation,
+            apart from the attacker's CPU on a 2-core machine)
+  budget    --max-total-floats 32M (128 MiB of floats): groups joined until
+            refused, each synced by S-EASGD and S-MA, then a checkpoint:
+            peak RSS (bound: the budget plus the idle PS plus 64 MiB)
+  http      64 idle connections, then a 70-connection slowloris, from
+            127.0.0.2: /healthz latency from 127.0.0.1 (bound: 1 s)
+
+usage: attack.py SHADOWSYNC_PS PROTO_DIR [ATTACK...]
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import grpc
+
+PS_BIN, PROTO_DIR = sys.argv[1], sys.argv[2]
+CHOSEN = sys.argv[3:] or ["door", "lookups", "readers", "readers_niced", "budget", "http"]
+WORK = tempfile.mkdtemp(prefix="ss-attack-")
+GEN = os.path.join(WORK, "gen")
+os.makedirs(GEN)
+subprocess.run(["protoc", "-I", PROTO_DIR, "--python_out", GEN, "dense_sync.proto",
+                "embedding.proto"], check=True)
+sys.path.insert(0, GEN)
+import dense_sync_pb2 as dense  # noqa: E402
+import embedding_pb2 as emb  # noqa: E402
+
+TOKEN = "attack-bench-token-0123456789"
+MiB = 1 << 20
+
+
+def rss(pid, field="VmRSS"):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class PS:
+    def __init__(self, *extra):
+        tok = os.path.join(WORK, "token")
+        with open(tok, "w") as f:
+            f.write(TOKEN)
+        os.chmod(tok, 0o600)
+        self.log = open(os.path.join(WORK, "ps.log"), "w+")
+        self.proc = subprocess.Popen(
+            [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--auth-token-file", tok]
+            + list(extra), stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        m = None
+        for _ in range(600):
+            self.log.seek(0)
+            m = re.search(r"listening on (\S+), http on (\S+)", self.log.read())
+            if m or self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert m, "shadowsync-ps did not start"
+        self.target, self.http = m.group(1), m.group(2)
+        opts = [("grpc.max_receive_message_length", 1 << 30),
+                ("grpc.max_send_message_length", 1 << 30)]
+        self.channel = grpc.insecure_channel(self.target, options=opts)
+        grpc.channel_ready_future(self.channel).result(timeout=30)
+        time.sleep(0.3)
+        self.idle = rss(self.proc.pid)
+
+    def channel_new(self):
+        return grpc.insecure_channel(self.target, options=[
+            ("grpc.max_receive_message_length", 1 << 30),
+            ("grpc.max_send_message_length", 1 << 30)])
+
+    def call(self, service, name, reply_cls, request, channel=None, token=True, timeout=60):
+        m = (channel or self.channel).unary_unary(
+            "/shadowsync.v1.%s/%s" % (service, name),
+            request_serializer=lambda x: x.SerializeToString(),
+            response_deserializer=reply_cls.FromString)
+        md = [("authorization", "Bearer " + TOKEN)] if token else None
+        return m(request, timeout=timeout, metadata=md)
+
+    def stop(self):
+        self.channel.close()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=60)
+        self.log.close()
+
+
+def mb(x):
+    return x / MiB
+
+
+def line(name, before, after, bound, ok):
+    print("%-8s %-44s %-44s bound %-26s %s" % (name, before, after, bound,
+                                                 "ok" if ok else "OVER"), flush=True)
+
+
+def attack_door():
+    ps = PS()
+    body = dense.EasgdRequest(group="g", member=1, alpha=0.5, size=64 << 20,
+                              snapshot=b"\0" * (250 * MiB))
+    codes = []
+
+    def one():
+        try:
+            ps.call("DenseSync", "EasgdExchange", dense.EasgdReply, body, token=False,
+                    channel=ps.channel_new())
+        except grpc.RpcError as e:
+            codes.append(e.code().name)
+    th = [threading.Thread(target=one) for _ in range(8)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    peak = rss(ps.proc.pid, "VmHWM")
+    time.sleep(1)
+    after = rss(ps.proc.pid)
+    ps.stop()
+    refused = sum(c == "PERMISSION_DENIED" for c in codes)
+    line("door", "idle RSS %.0f MiB" % mb(ps.idle),
+         "after %.0f MiB (+%.0f; peak +%.0f), %d/8 refused" % (
+             mb(after), mb(after - ps.idle), mb(peak - ps.idle), refused),
+         "after +64 MiB", after - ps.idle <= 64 * MiB and refused == 8)
+
+
+def attack_lookups():
+    ps = PS()
+    spec = emb.TableSpec(name="t", dim=64, optimizer=0, lr=0.1, eps=1e-8, init_scale=0.01)
+    ps.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
+    for k in range(16):
+        ids = struct.pack("<65536Q", *range(1 + k * 65536, 1 + (k + 1) * 65536))
+        ps.call("Embedding", "Lookup", emb.LookupReply, emb.LookupRequest(table="t", ids=ids))
+    rows = ps.call("Embedding", "Stats", emb.TableStatsReply,
+                   emb.TableStatsRequest(table="t")).resident_rows
+    after = rss(ps.proc.pid)
+    ps.stop()
+    line("lookups", "rows 0, RSS %.0f MiB" % mb(ps.idle),
+         "rows %d, RSS %.0f MiB after 1,048,576 new ids" % (rows, mb(after)), "0 rows", rows == 0)
+
+
+def exchange_latencies(ps, member, n):
+    snap = struct.pack("<131072f", *([0.5] * 131072))
+    req = dense.EasgdRequest(group="w", member=member, alpha=0.5, size=131072, snapshot=snap)
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        ps.call("DenseSync", "EasgdExchange", dense.EasgdReply, req)
+        out.append(time.perf_counter() - t0)
+    out.sort()
+    return out[len(out) // 2] * 1e3, out[int(len(out) * 0.99)] * 1e3
+
+
+def read_loops(target, n, seconds):
+    """n threads of Lookups of 64 MiB replies, with the token, for seconds
+    (run in a process of their own: the measured writer is not held by
+    this process's interpreter lock)."""
+    stop = time.time() + seconds
+    ids = struct.pack("<65536Q", *range(1, 65537))
+    done = [0]
+
+    def loop():
+        ch = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 1 << 30)])
+        m = ch.unary_unary("/shadowsync.v1.Embedding/Lookup",
+                           request_serializer=lambda x: x.SerializeToString(),
+                           response_deserializer=emb.LookupReply.FromString)
+        while time.time() < stop:
+            try:
+                m(emb.LookupRequest(table="wide", ids=ids), timeout=60,
+                  metadata=[("authorization", "Bearer " + TOKEN)])
+                done[0] += 1
+            except grpc.RpcError:
+                time.sleep(0.01)
+        ch.close()
+    th = [threading.Thread(target=loop) for _ in range(n)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    print(done[0])
+
+
+def attack_readers(niced=False):
+    ps = PS("--max-reply-mb", "64")
+    member = ps.call("DenseSync", "Join", dense.JoinReply,
+                     dense.JoinRequest(group="w", size=131072)).member
+    spec = emb.TableSpec(name="wide", dim=256, optimizer=0, lr=0.1, eps=1e-8, init_scale=0.01)
+    ps.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
+    p50a, p99a = exchange_latencies(ps, member, 300)
+    readers = subprocess.Popen([sys.executable, __file__, PS_BIN, PROTO_DIR, "--read-loops",
+                                ps.target], stdout=subprocess.PIPE, text=True,
+                               preexec_fn=(lambda: os.nice(19)) if niced else None)
+    time.sleep(2)
+    p50b, p99b = exchange_latencies(ps, member, 300)
+    reads = int(readers.communicate()[0].split()[-1])
+    ps.stop()
+    line("readers" if not niced else "readers-n", "writer p50 %.1f ms, p99 %.1f ms" % (p50a, p99a),
+         "p50 %.1f, p99 %.1f ms (x%.2f); %d reads" % (p50b, p99b, p99b / p99a, reads),
+         "p99 x2", p99b <= 2 * p99a)
+
+
+def attack_readers_niced():
+    """The same with the attacking process at nice 19: what the PS itself
+    lets through, apart from the attacker's own CPU on this machine."""
+    attack_readers(niced=True)
+
+
+def attack_budget():
+    budget = 32 << 20
+    ps = PS("--max-total-floats", str(budget), "--checkpoint-dir", os.path.join(WORK, "ckpt"))
+    n, groups = 1 << 20, 0
+    snap = struct.pack("<%df" % n, *([0.25] * n))
+    while True:
+        try:
+            g = "g%d" % groups
+            m = ps.call("DenseSync", "Join", dense.JoinReply, dense.JoinRequest(group=g, size=n))
+        except grpc.RpcError:
+            break
+        ps.call("DenseSync", "EasgdExchange", dense.EasgdReply,
+                dense.EasgdRequest(group=g, member=m.member, alpha=0.5, size=n, snapshot=snap))
+        ps.call("DenseSync", "RoundMean", dense.RoundReply,
+                dense.RoundRequest(group=g, member=m.member, size=n, snapshot=snap))
+        groups += 1
+    ps.call("DenseSync", "Checkpoint", dense.CheckpointReply, dense.CheckpointRequest())
+    peak = rss(ps.proc.pid, "VmHWM")
+    ps.stop()
+    bound = budget * 4 + ps.idle + 64 * MiB
+    line("budget", "budget %d MiB, idle %.0f MiB" % (budget * 4 // MiB, mb(ps.idle)),
+         "%d groups of 1M floats, peak %.0f MiB" % (groups, mb(peak)),
+         "%.0f MiB" % mb(bound), peak <= bound)
+
+
+def healthz_ms(http):
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen("http://%s/healthz" % http, timeout=10) as r:
+            r.read()
+    except Exception:
+        return 10000.0
+    return (time.perf_counter() - t0) * 1e3
+
+
+def flood(port, n, trickle):
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        s.connect(("127.0.0.1", port))
+        if trickle:
+            s.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    return socks
+
+
+def attack_http():
+    ps = PS()
+    port = int(ps.http.rsplit(":", 1)[1])
+    base = max(healthz_ms(ps.http) for _ in range(5))
+    idle = flood(port, 64, False)
+    time.sleep(0.5)
+    worst_idle = max(healthz_ms(ps.http) for _ in range(5))
+    for s in idle:
+        s.close()
+    slow = flood(port, 70, True)
+    stop = threading.Event()
+
+    def drip():
+        while not stop.is_set():
+            for s in slow:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass
+            time.sleep(0.3)
+    t = threading.Thread(target=drip)
+    t.start()
+    time.sleep(0.5)
+    worst_slow = max(healthz_ms(ps.http) for _ in range(5))
+    stop.set()
+    t.join()
+    for s in slow:
+        s.close()
+    ps.stop()
+    line("http", "/healthz %.1f ms" % base,
+         "%.1f ms (64 idle), %.1f ms (70 slowloris)" % (worst_idle, worst_slow), "1000 ms",
+         max(worst_idle, worst_slow) < 1000)
+
+
+def main():
+    if CHOSEN[0] == "--read-loops":
+        read_loops(CHOSEN[1], 6, 12)
+        shutil.rmtree(WORK, ignore_errors=True)
+        return
+    print("attack   before                                       after (during the attack)"
+          "                    bound")
+    for name in CHOSEN:
+        globals()["attack_" + name]()
+    shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The resource attacks of issue 32 against a release build of shadowsync-ps
+# (bench/attack.py says what each does): one line per attack with its
+# figure before and during it, and the bound it must stay within.
+#   bash bench/attack.sh                  # door lookups readers readers_niced budget http
+#   bash bench/attack.sh readers http     # some of them
+# Run it on a quiet machine: the readers attack times latencies.
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+source "$(dirname "$0")/common.sh"
+exec /usr/bin/python3 bench/attack.py build/bin/shadowsync-ps rpc/proto "$@"
