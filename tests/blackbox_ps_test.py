@@ -66,7 +66,18 @@ def start_ps(name, extra):
     return ps, log, m.group(1), m.group(2)
 
 
-class BlackBox(unittest.TestCase):
+class WithPS(unittest.TestCase):
+    """A test class with one PS (cls.ps, cls.log) and a channel to it."""
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.ps.send_signal(signal.SIGTERM)
+        cls.ps.wait(timeout=30)
+        cls.log.close()
+
+
+class BlackBox(WithPS):
     @classmethod
     def setUpClass(cls):
         cls.ckpt = os.path.join(WORK, "ckpt")
@@ -75,13 +86,6 @@ class BlackBox(unittest.TestCase):
         cls.channel = grpc.insecure_channel(
             cls.target, options=[("grpc.max_receive_message_length", 1 << 30)])
         grpc.channel_ready_future(cls.channel).result(timeout=30)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.ps.send_signal(signal.SIGTERM)
-        cls.ps.wait(timeout=30)
-        cls.log.close()
 
     def call(self, service, name, reply_cls, request):
         return method(self.channel, service, name, reply_cls)(request, timeout=20)
@@ -228,7 +232,7 @@ class BlackBox(unittest.TestCase):
         self.assertIn("ok.name", [g["group"] for g in doc["groups"]])
 
 
-class TokenBlackBox(unittest.TestCase):
+class TokenBlackBox(WithPS):
     """A PS with a token: only the exact header passes. Each near miss a
     broken comparison could let through is tried on the wire (mutation
     testing found a prefix-accepting comparison survived the suite)."""
@@ -243,13 +247,6 @@ class TokenBlackBox(unittest.TestCase):
         cls.ps, cls.log, cls.target, _ = start_ps("token-ps", ["--auth-token-file", path])
         cls.channel = grpc.insecure_channel(cls.target)
         grpc.channel_ready_future(cls.channel).result(timeout=30)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.ps.send_signal(signal.SIGTERM)
-        cls.ps.wait(timeout=30)
-        cls.log.close()
 
     def join(self, header):
         md = None if header is None else [("authorization", header)]
