@@ -106,6 +106,19 @@ typedef struct ss__rpc_server_config {
 /* The limit of a request that carries names and numbers, no floats or
  * ids (a Join, a Leave, a Heartbeat, a Checkpoint): bytes, not megabytes. */
 #define SS_RPC_SMALL_REQUEST 4096
+/* HTTP/2 keepalive while calls are in flight: a ping after this long
+ * without one, and the connection given up when its ack has not come
+ * this long after. Without it a connection that lived through a network
+ * partition stays "ready" to gRPC, and its calls wait on TCP's
+ * retransmission backoff (0.2 s doubling: 2-6 s after a 10 s partition
+ * heals). Given up, it is redialled every SS_RPC_RECONNECT_MAX_MS while the
+ * partition lasts, so the first call after it heals gets through. The
+ * timeout is long next to a ping's round trip on a loaded host (the
+ * servers' completion-queue threads ack pings even while every handler
+ * thread is parked in an MA round). */
+#define SS_RPC_KEEPALIVE_MS         1000
+#define SS_RPC_KEEPALIVE_TIMEOUT_MS 4000
+
 /* A trainer's remote table has a lookup and a prefetch in flight. */
 #define SS_RPC_DEFAULT_READS_PER_PEER 4
 /* 1 GiB: 512 parked 512 KiB round chunks take a quarter of it. */

@@ -21,7 +21,6 @@
 #include "rpc/grpc_transport.h"
 #include "rpc/http.h"
 #include "rpc/rpc.h"
-#include "rpc/rpc_internal.h"
 #include "shadow/engine.h"
 #include "transport_checks.h"
 
