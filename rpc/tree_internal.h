@@ -81,6 +81,10 @@ extern const ss__rpc_method ss__tree_methods[3];
 ss_status ss__tree_slot_alloc(ss__tree_slot *s, size_t n, uint32_t parts, uint32_t members);
 /* Makes s the buffer of `round`, empty. */
 void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t round);
+/* Partition p of the slot as if nothing had arrived: its sum overflowed
+ * (finite sums can), so the retried round takes the children's new sums
+ * instead of adding the same ones again. Caller holds the lock. */
+void ss__tree_slot_forget(ss__tree_slot *s, const ss__tree_group *tg, uint32_t p);
 /* The fewest members any of the first `parts` partitions' means in s
  * counts: the round's participants once every mean is in, 0 while one is
  * missing. */

@@ -47,6 +47,16 @@ void ss__tree_slot_open(ss__tree_slot *s, const ss__tree_group *tg, uint64_t rou
     memset(s->mean_count, 0, parts * sizeof *s->mean_count);
 }
 
+void ss__tree_slot_forget(ss__tree_slot *s, const ss__tree_group *tg, uint32_t p) {
+    const ss__forest *f = &tg->forest;
+    const size_t off = f->part_off[p], pn = f->part_off[p + 1] - off;
+    memset(s->sum + off, 0, pn * sizeof *s->sum);
+    memset(s->got + (size_t)p * f->members, 0, f->members);
+    s->count[p] = 0;
+    s->got_n[p] = 0;
+    s->mean_count[p] = 0;
+}
+
 uint32_t ss__tree_slot_fewest(const ss__tree_slot *s, uint32_t parts) {
     uint32_t fewest = UINT32_MAX;
     for (uint32_t p = 0; p < parts; p++)

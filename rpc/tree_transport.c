@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/finite.h"
 #include "common/log.h"
 #include "rpc/auth.h"
 #include "rpc/pb_wire.h"
@@ -26,6 +27,7 @@ typedef struct push_job {
     uint8_t *head; /* the message but its floats, with their field's header */
     size_t head_len;
     bool done;
+    bool overflowed; /* refused: its floats were not finite (a sum overflowed) */
 } push_job;
 
 /* Sends every job not done, all at once; retries the refused ones (the
@@ -51,8 +53,10 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
     ss__tree_view_pack(t, tg, view);
     pthread_mutex_unlock(&t->lock);
     ss_status st = SS_OK;
-    for (size_t j = 0; j < njobs; j++)
+    for (size_t j = 0; j < njobs; j++) {
         jobs[j].head = NULL;
+        jobs[j].overflowed = false;
+    }
     for (size_t j = 0; j < njobs && st == SS_OK; j++) {
         push_job *pj = &jobs[j];
         Shadowsync__V1__TreePush m = SHADOWSYNC__V1__TREE_PUSH__INIT;
@@ -102,6 +106,10 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
             const uint32_t to = jobs[which[i]].to;
             if (rq[i].status == SS_OK) {
                 jobs[which[i]].done = true;
+                continue;
+            }
+            if (rq[i].status == SS_ERR_NON_FINITE) { /* again would be refused again */
+                jobs[which[i]].done = jobs[which[i]].overflowed = true;
                 continue;
             }
             SS_LOG_DEBUGF("tree", "event=push_refused to=%u status=%s msg=\"%s\"", to,
@@ -223,6 +231,41 @@ static ss_status tr_easgd(void *impl, const char *group, uint64_t member, const 
     return SS_ERR_INVALID_ARGUMENT; /* no central variable: S-MA only */
 }
 
+/* A partition's root: its mean (S-MA) or the block step from it (S-BMUF,
+ * what goes down is b) into sl->mean. A mean or step that overflowed
+ * (finite sums can) is refused before anything is stored: no mean goes
+ * down, the block state keeps its value, and the round fails at its
+ * deadline for every member. */
+static ss_status root_mean(ss__tree_group *tg, ss__tree_slot *sl, const ss__bmuf_params *bmuf,
+                           uint32_t p, size_t off, size_t pn, uint32_t count, float *up,
+                           uint32_t rank) {
+    const float inv = 1.0f / (float)count;
+    ss_status st;
+    if (!bmuf) {
+        for (size_t i = 0; i < pn; i++)
+            sl->mean[off + i] = up[off + i] * inv;
+        st = ss__all_finite(sl->mean + off, pn) ? SS_OK : SS_ERR_NON_FINITE;
+    } else {
+        for (size_t i = 0; i < pn; i++)
+            up[off + i] *= inv;
+        const bool first = !tg->bmuf_started[p] || tg->bmuf_root[p] != rank;
+        st = ss__all_finite(up + off, pn) ? ss__bmuf_step(bmuf, tg->bmuf_w + off, tg->bmuf_m + off,
+                                                          tg->bmuf_b + off, up + off, pn, first)
+                                          : SS_ERR_NON_FINITE;
+        if (st == SS_OK) {
+            memcpy(sl->mean + off, tg->bmuf_b + off, pn * sizeof *sl->mean);
+            tg->bmuf_started[p] = true;
+            tg->bmuf_root[p] = rank;
+        }
+    }
+    if (st != SS_OK)
+        SS_LOG_WARNF("tree",
+                     "event=round_refused group=%s partition=%u status=%s why=\"the mean "
+                     "overflowed: nothing goes down, the round fails at its deadline\"",
+                     tg->name, p, ss_status_name(st));
+    return st;
+}
+
 /* What a round does next, found under the lock: sums whose children are
  * all in go up (or, at a root, become the mean), means that came down go
  * on to the children. Returns the jobs queued; *finished when every
@@ -244,21 +287,10 @@ static size_t next_jobs(ss__tree *t, ss__tree_group *tg, ss__tree_slot *sl, cons
                 up[off + i] = sl->sum[off + i] + s[off + i];
             if (f->root[p] == t->rank) {
                 if (sl->mean_count[p] == 0) { /* a retried round keeps the mean it sent */
-                    const float inv = 1.0f / (float)count;
-                    if (!bmuf) {
-                        for (size_t i = 0; i < pn; i++)
-                            sl->mean[off + i] = up[off + i] * inv;
-                    } else { /* the block step from the mean: what goes down is b */
-                        for (size_t i = 0; i < pn; i++)
-                            up[off + i] *= inv;
-                        const bool first = !tg->bmuf_started[p] || tg->bmuf_root[p] != t->rank;
-                        ss__bmuf_step(bmuf, tg->bmuf_w + off, tg->bmuf_m + off, tg->bmuf_b + off,
-                                      up + off, pn, first);
-                        memcpy(sl->mean + off, tg->bmuf_b + off, pn * sizeof *sl->mean);
-                        tg->bmuf_started[p] = true;
-                        tg->bmuf_root[p] = t->rank;
-                    }
-                    sl->mean_count[p] = count;
+                    if (root_mean(tg, sl, bmuf, p, off, pn, count, up, t->rank) == SS_OK)
+                        sl->mean_count[p] = count;
+                    else /* the next try takes the children's new sums */
+                        ss__tree_slot_forget(sl, tg, p);
                 }
             } else {
                 jobs[nj++] = (push_job){.to = (uint32_t)f->parent[(size_t)p * N + t->rank],
@@ -400,6 +432,9 @@ static ss_status tr_round(void *impl, const char *group, uint64_t member, const 
             if (st == SS_ERR_STATE)
                 st = SS_OK; /* the membership moved: the loop starts the round over */
             pthread_mutex_lock(&t->lock);
+            for (size_t j = 0; j < nj; j++) /* a sum that overflowed: taken again next try */
+                if (jobs[j].overflowed && jobs[j].kind == SS_TREE_KIND_SUM && sl->round == round)
+                    ss__tree_slot_forget(sl, tg, jobs[j].partition);
             continue; /* more may have arrived meanwhile */
         }
         if (finished)

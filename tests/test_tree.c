@@ -623,6 +623,34 @@ START_TEST(test_a_forged_leave_version_cannot_lock_a_member_out) {
 }
 END_TEST
 
+/* Finite snapshots whose sum overflows (4 x 3e38): no mean goes down, so
+ * no member's replica or state takes an Inf; the round fails for all, and
+ * the next one, of finite sums, goes through. */
+START_TEST(test_a_mean_that_overflows_goes_nowhere) {
+    ss__transport *t[M];
+    member_round a[M];
+    start_after_a_round(t, a, 300);
+    pthread_t th[M];
+    for (int r = 0; r < M; r++) {
+        for (int i = 0; i < N; i++) {
+            a[r].s[i] = 3e38f;
+            a[r].out[i] = 7.0f;
+        }
+        pthread_create(&th[r], NULL, round_main, &a[r]);
+    }
+    for (int r = 0; r < M; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < M; r++) {
+        ck_assert_int_ne(a[r].st, SS_OK);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(isfinite(a[r].out[i]), "member %d got %g", r, (double)a[r].out[i]);
+    }
+    tries_until_ok(a, M, 1.0f, M, 6);
+    for (int r = 0; r < M; r++)
+        ss__transport_destroy(t[r]);
+}
+END_TEST
+
 static char g_push_msg[512]; /* the last send_push's refusal */
 
 /* A push made by hand: partition p's floats (n of them). */
@@ -803,5 +831,6 @@ int main(void) {
         test_a_member_that_leaves_is_left_out, test_a_round_whose_means_are_in_survives_a_leave,
         test_a_member_that_leaves_does_not_come_back, test_a_dead_member_is_left_out_and_comes_back,
         test_bmuf_rounds_by_hand, test_bad_pushes_and_open_doors,
-        test_a_forged_leave_version_cannot_lock_a_member_out);
+        test_a_forged_leave_version_cannot_lock_a_member_out,
+        test_a_mean_that_overflows_goes_nowhere);
 }
