@@ -20,6 +20,8 @@ python3-grpcio, as tests/blackbox_ps_test.py), each attack one line:
             127.0.0.2: /healthz latency from 127.0.0.1 (bound: 1 s)
 
 usage: attack.py SHADOWSYNC_PS PROTO_DIR [ATTACK...]
+(SS_ATTACK_PS_FLAGS: more shadowsync-ps flags for the readers' attack,
+e.g. "--threads 4".)
 """
 import os
 import re
@@ -48,6 +50,7 @@ import dense_sync_pb2 as dense  # noqa: E402
 import embedding_pb2 as emb  # noqa: E402
 
 TOKEN = "attack-bench-token-0123456789"
+READERS_EXTRA = os.environ.get("SS_ATTACK_PS_FLAGS", "").split()
 MiB = 1 << 20
 
 
@@ -199,7 +202,7 @@ def read_loops(target, n, seconds):
 
 
 def attack_readers(niced=False):
-    ps = PS("--max-reply-mb", "64")
+    ps = PS("--max-reply-mb", "64", *READERS_EXTRA)
     member = ps.call("DenseSync", "Join", dense.JoinReply,
                      dense.JoinRequest(group="w", size=131072)).member
     spec = emb.TableSpec(name="wide", dim=256, optimizer=0, lr=0.1, eps=1e-8, init_scale=0.01)
