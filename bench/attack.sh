@@ -5,9 +5,5 @@
 #   bash bench/attack.sh                  # door lookups readers readers_niced budget http
 #   bash bench/attack.sh readers http     # some of them
 # Run it on a quiet machine: the readers attack times latencies.
-if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-fi
 source "$(dirname "$0")/common.sh"
 exec /usr/bin/python3 bench/attack.py build/bin/shadowsync-ps rpc/proto "$@"

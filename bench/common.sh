@@ -1,4 +1,6 @@
 # Shared by the bench scripts: build once, make the synthetic data once.
+# shellcheck source=bench/help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/help.sh"
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)

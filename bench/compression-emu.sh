@@ -8,6 +8,7 @@
 # rounds per trainer-second, and the gap as a ratio to float32's.
 #   bash bench/compression-emu.sh    # PS=1 HOSTS=4 PER_HOST=2 DENSE=4194304 RATE=1gbit SECS=15
 set -euo pipefail
+source "$(dirname "$0")/help.sh"
 cd "$(dirname "$0")/.."
 PS=${PS:-1} HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304}
 RATE=${RATE:-1gbit} SECS=${SECS:-15} ALGOS=${ALGOS:-easgd ma}

@@ -6,6 +6,7 @@
 #   bash bench/plot-decentralized.sh [docs/data/decentralized-shapes.tsv]
 # The TSV: shape, setup, gap_p50, gap_p99, then one NE column per run.
 set -euo pipefail
+source "$(dirname "$0")/help.sh"
 cd "$(dirname "$0")/.."
 command -v gnuplot >/dev/null || { echo "plot-decentralized: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
 TSV=${1:-docs/data/decentralized-shapes.tsv}

@@ -3,6 +3,7 @@
 # docs/<NAME>-ps<S>.png (NAME: second argument, default scaling), total examples/s and median sync gap against N
 # trainers for each mode, one file per PS count.
 set -euo pipefail
+source "$(dirname "$0")/help.sh"
 cd "$(dirname "$0")/.."
 command -v gnuplot >/dev/null || { echo "plot-scaling: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
 TSV=${1:-out/scaling.tsv}
