@@ -2,7 +2,7 @@
 """The resource attacks of issue 32 against a real shadowsync-ps, measured.
 
 A hostile local client written against rpc/proto/*.proto only (Debian's
-python3-grpcio, as tests/blackbox_ps_test.py), each attack one line:
+python3-grpcio, as tests/test_blackbox_ps.py), each attack one line:
 
   door      8 token-less 250 MiB requests: the PS's peak RSS over idle
             (bound: 64 MiB)

@@ -538,7 +538,7 @@ END_TEST
 
 /* --tls-writers: whole entries match, nothing else does; a bad list is
  * refused with the reason; a server without mutual TLS refuses writers
- * (nobody could write). The calls over TLS: tests/tls-test.sh. */
+ * (nobody could write). The calls over TLS: tests/test_tls.sh. */
 START_TEST(test_writer_identity_lists) {
     const char *list = "trainer.a,agent-7,x";
     ck_assert(ss__auth_identity_listed(list, "trainer.a", 9));

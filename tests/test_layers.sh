@@ -31,7 +31,7 @@ files=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null ||
 bad=0
 checked=0
 complain() {
-  echo "check-layers: $1" >&2
+  echo "test_layers: $1" >&2
   bad=$((bad + 1))
 }
 for f in $files; do
@@ -43,7 +43,7 @@ for f in $files; do
   esac
   own_rank=$(rank "$own")
   if [ -z "$own_rank" ] && [ "$public_only" = false ]; then
-    complain "$f: folder '$own' has no layer (add it to tests/check-layers.sh and docs/ARCHITECTURE.md)"
+    complain "$f: folder '$own' has no layer (add it to tests/test_layers.sh and docs/ARCHITECTURE.md)"
     continue
   fi
   while IFS= read -r inc; do
@@ -72,7 +72,7 @@ for f in $files; do
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
 if [ "$bad" -gt 0 ]; then
-  echo "check-layers: $bad include(s) against the layering" >&2
+  echo "test_layers: $bad include(s) against the layering" >&2
   exit 1
 fi
-echo "check-layers: $checked project includes in $(wc -w <<<"$files") files run downward"
+echo "test_layers: $checked project includes in $(wc -w <<<"$files") files run downward"

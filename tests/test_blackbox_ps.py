@@ -10,7 +10,7 @@ client can no longer
   - guess a neighbour's member id (Leave as it),
   - make /status invalid JSON.
 
-usage: blackbox_ps_test.py SHADOWSYNC_PS PROTO_DIR
+usage: test_blackbox_ps.py SHADOWSYNC_PS PROTO_DIR
 """
 import json
 import os

@@ -6,7 +6,7 @@
 # trainer. A PS with --tls-writers lets the trainer's identity change
 # state and keeps the dashboard's read-only (a Python gRPC client makes
 # the raw calls), counting each refusal.
-#   tls-test.sh PS_BINARY TRAINER_BINARY
+#   test_tls.sh PS_BINARY TRAINER_BINARY
 set -euo pipefail
 ps_bin=$1
 trainer=$2

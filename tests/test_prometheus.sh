@@ -5,7 +5,7 @@
 # trainer syncs through the agent; a query through Prometheus' HTTP API
 # must return a growing shadowsync_sync_rounds_total, and both jobs must
 # be up.
-# Usage: prometheus-test.sh BUILD_DIR SOURCE_DIR
+# Usage: test_prometheus.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
 src=$2

@@ -4,7 +4,7 @@
 # through a stand-in for the emulated cluster (measured figures parsed, the
 # measured best picked and written as SHADOWSYNC_* lines), bad input
 # refused with exit 2 and a reason.
-#   tune-cli-test.sh BIN_DIR
+#   test_tune_cli.sh BIN_DIR
 set -euo pipefail
 tune=$1/shadowsync-tune
 tmp=$(mktemp -d)

@@ -4,7 +4,7 @@
 # by the example, the embeddings in a cached ShadowSync table), then the same
 # with PyTorch's PeriodicModelAverager, on the Criteo sample. Each must
 # train every row once and learn (NE below 1, AUC above 0.6).
-#   pytorch-example-test.sh BUILD_DIR SOURCE_DIR
+#   test_pytorch_example.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
 src=$2

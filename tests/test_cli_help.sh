@@ -3,7 +3,7 @@
 # stdout with exit 0 and a Usage line naming itself, and --version with
 # exactly "NAME (ShadowSync) X.Y.Z"; an unknown flag exits 2 with a reason
 # on stderr.
-#   cli-help-test.sh BIN_DIR
+#   test_cli_help.sh BIN_DIR
 set -euo pipefail
 bin=$1
 n=0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every script in bench/ (the sourced libraries aside) answers --help with
 # exit 0 and a text, at once: before it builds or runs anything.
-#   bench-help-test.sh SOURCE_DIR
+#   test_bench_help.sh SOURCE_DIR
 set -euo pipefail
 src=$1
 n=0

@@ -12,7 +12,7 @@
   and flush), and every system call they made must be one the filter
   allows. A call outside it would be refused with EPERM under systemd.
 
-Usage: systemd_units_test.py BUILD_BIN_DIR DEPLOY_SYSTEMD_DIR
+Usage: test_systemd_units.py BUILD_BIN_DIR DEPLOY_SYSTEMD_DIR
 Fails (never skips) when a tool it needs is missing.
 """
 import grp

@@ -11,7 +11,7 @@
 # model. Then a run stopped by SIGTERM
 # midway: nothing it made (namespaces, links, processes) is left. Needs
 # root: fails otherwise.
-#   emu-cluster-test.sh BIN_DIR SOURCE_DIR
+#   test_emu_cluster.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 export SS_BIN=$1
 script=$2/bench/emu-cluster.sh

@@ -2,7 +2,7 @@
 # shadowsync-sim from the command line: a small run prints one line per
 # (trainers, mode) and the TSV; bad input is refused with exit 2 and a
 # reason naming the flag, the file and line, or the key.
-#   sim-cli-test.sh BIN_DIR
+#   test_sim_cli.sh BIN_DIR
 set -euo pipefail
 sim=$1/shadowsync-sim
 tmp=$(mktemp -d)

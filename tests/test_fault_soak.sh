@@ -6,7 +6,7 @@
 # well, no acknowledged embedding row may be lost, the replicas must agree
 # after the final rounds, and nothing may be left behind. Needs root and
 # nft (nftables): fails otherwise.
-#   fault-soak-test.sh BIN_DIR SOURCE_DIR
+#   test_fault_soak.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 export SS_BIN=$1
 script=$2/bench/fault-soak.sh
