@@ -11,8 +11,8 @@
 
 #include "shadow/kernels.h"
 #include "tools/ctr/criteo.h"
+#include "tools/ctr/dlrm.h"
 #include "tools/ctr/eval.h"
-#include "tools/ctr/model.h"
 #include "tools/ctr/truth.h"
 
 START_TEST(test_ne_hand_computed) {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/sim/engine.h"
-#include "tools/sim/model.h"
+#include "tools/sim/cluster_model.h"
+#include "tools/sim/events.h"
 
 /* ---- the engine ---- */
 

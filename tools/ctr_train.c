@@ -14,7 +14,7 @@
 #include "common/malloc_tune.h"
 #include "rpc/grpc_transport.h"
 #include "shadow/codec.h"
-#include "tools/ctr/train.h"
+#include "tools/ctr/run.h"
 
 /* What --help and --version say. */
 static const ss__program program = {

@@ -1,5 +1,5 @@
 /* shadowsync-sim: projects a ShadowSync cluster's throughput, sync gap and
- * PS load with a discrete-event simulation (tools/sim/model.h), calibrated
+ * PS load with a discrete-event simulation (tools/sim/cluster_model.h), calibrated
  * from measured costs (bench/sim-calibrate.sh writes the file that
  * --calibration reads). One line per (trainers, mode):
  *   sim: ps=S n=N mode=M examples/s=.. efficiency=.. gap_p50=.. gap_p99=..
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/flags.h"
-#include "tools/sim/model.h"
+#include "tools/sim/cluster_model.h"
 
 static const ss__program program = {
     "shadowsync-sim",

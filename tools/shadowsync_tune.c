@@ -22,7 +22,7 @@
 
 #include "common/flags.h"
 #include "shadow/forest.h"
-#include "tools/sim/model.h"
+#include "tools/sim/cluster_model.h"
 
 static const ss__program program = {
     "shadowsync-tune",

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 
 #include "shadowsync/shadowsync.h"
-#include "tools/ctr/model.h"
+#include "tools/ctr/dlrm.h"
 
 typedef enum ss__ctr_emb_mode {
     SS_CTR_EMB_ARRAY = 0, /* shared in-process array (no table) */

@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "tools/ctr/train_internal.h"
+#include "tools/ctr/run_internal.h"
 
 /* After each minibatch: count the step; a foreground round when due. */
 static void after_step(trainer *tr, uint64_t step) {

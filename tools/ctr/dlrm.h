@@ -5,8 +5,8 @@
  * The dense parameters are one flat float array (the replica the shadow
  * pool syncs); embeddings are one flat array of rows. Workers read and
  * write both only through shadow/'s ss__kernel_live_* kernels (Hogwild). */
-#ifndef SS_CTR_MODEL_H
-#define SS_CTR_MODEL_H
+#ifndef SS_CTR_DLRM_H
+#define SS_CTR_DLRM_H
 
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 /* The simulator's event queue and processor-sharing pools (engine.h). */
-#include "engine.h"
+#include "events.h"
 
 #include <math.h>
 #include <stdlib.h>

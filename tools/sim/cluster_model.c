@@ -1,11 +1,11 @@
 /* The ShadowSync cluster model (model.h) on the event engine (engine.h). */
-#include "model.h"
+#include "cluster_model.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "events.h"
 #include "rpc/grpc_transport.h"
 
 typedef struct model model;

@@ -7,8 +7,8 @@
  * CPU-seconds) and for a network link under fair TCP flows (c = 1, work in
  * seconds at the link's rate). Jobs finish in the order of their finish
  * tags in virtual time, so every arrival and departure is O(log n). */
-#ifndef SS_SIM_ENGINE_H
-#define SS_SIM_ENGINE_H
+#ifndef SS_SIM_EVENTS_H
+#define SS_SIM_EVENTS_H
 
 #include <stddef.h>
 #include <stdint.h>

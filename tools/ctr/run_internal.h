@@ -1,7 +1,7 @@
-/* What tools/ctr/train.c (a run: epochs, validation, the sync engines)
+/* What tools/ctr/run.c (a run: epochs, validation, the sync engines)
  * and tools/ctr/workers.c (the Hogwild workers' loop) share. */
-#ifndef SS_CTR_TRAIN_INTERNAL_H
-#define SS_CTR_TRAIN_INTERNAL_H
+#ifndef SS_CTR_RUN_INTERNAL_H
+#define SS_CTR_RUN_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,7 +11,7 @@
 #include "shadow/engine.h"
 #include "shadow/replica.h"
 #include "shadowsync/shadowsync.h"
-#include "tools/ctr/train.h"
+#include "tools/ctr/run.h"
 
 typedef struct trainer {
     struct run *run;

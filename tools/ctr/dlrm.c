@@ -1,4 +1,4 @@
-#include "tools/ctr/model.h"
+#include "tools/ctr/dlrm.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-#include "tools/ctr/train.h"
+#include "tools/ctr/run.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -13,7 +13,7 @@
 #include "shadow/kernels.h"
 #include "tools/ctr/eval.h"
 #include "tools/ctr/rng.h"
-#include "tools/ctr/train_internal.h"
+#include "tools/ctr/run_internal.h"
 
 static const char *const mode_names[] = {"none", "shadow", "foreground"};
 

@@ -26,8 +26,8 @@
  * a transfer its bytes / link_bytes_per_s.
  *
  * The costs come from measurements (bench/sim-calibrate.sh). */
-#ifndef SS_SIM_MODEL_H
-#define SS_SIM_MODEL_H
+#ifndef SS_SIM_CLUSTER_MODEL_H
+#define SS_SIM_CLUSTER_MODEL_H
 
 #include <stdint.h>
 

@@ -6,8 +6,8 @@
  * the foreground every K steps, or not at all. In process mode the one
  * trainer of this process syncs with other processes through the public
  * trainer hooks (libshadowsync) and parameter servers. */
-#ifndef SS_CTR_TRAIN_H
-#define SS_CTR_TRAIN_H
+#ifndef SS_CTR_RUN_H
+#define SS_CTR_RUN_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,9 +16,9 @@
 #include "shadow/engine.h"
 #include "shadowsync/shadowsync.h"
 #include "tools/ctr/criteo.h"
+#include "tools/ctr/dlrm.h"
 #include "tools/ctr/emb_path.h"
 #include "tools/ctr/eval.h"
-#include "tools/ctr/model.h"
 
 typedef enum ss__ctr_sync_mode {
     SS_CTR_SYNC_NONE,
