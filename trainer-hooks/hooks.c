@@ -20,6 +20,7 @@
 #include "shadow/engine.h"
 #include "shadow/replica.h"
 #include "shadowsync/shadowsync.h"
+#include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/hooks_internal.h"
 #include "trainer-hooks/settings_internal.h"
 

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "embedding-store/emb_table.h"
 #include "rpc/emb_client.h"
+#include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/hooks_internal.h"
 #include "trainer-hooks/settings_internal.h"
 #include "trainer-hooks/tables_internal.h"
