@@ -1,7 +1,8 @@
 /* Embedding tables of the trainer hooks: local, remote (EmbPS) and cached
  * (background row sync). See shadowsync.h for the contract. The public
  * calls, open and close are here; the background threads are in
- * table_threads.c (tables_internal.h has what the two share). */
+ * table_threads.c, what both do with rows in table_rows.c
+ * (tables_internal.h has what they share). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -21,48 +22,6 @@
 
 static ss_status table_flush(ss_table *tb);
 static ss_status table_get_stats(ss_table *tb, ss_table_stats *out);
-
-/* ---- ids: deduplication ---- */
-
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    return x ^ (x >> 33);
-}
-
-ss_status ss__table_dedup(const uint64_t *ids, size_t n, unique_ids *u) {
-    size_t cap = 16;
-    while (cap < 2 * n)
-        cap *= 2;
-    size_t *slot = malloc(cap * sizeof *slot); /* index into u->ids, or SIZE_MAX */
-    u->ids = malloc(n * sizeof *u->ids + 8);
-    u->map = malloc(n * sizeof *u->map + 8);
-    u->m = 0;
-    if (!slot || !u->ids || !u->map) {
-        free(slot);
-        free(u->ids);
-        free(u->map);
-        return SS_ERR_NO_MEMORY;
-    }
-    memset(slot, 0xff, cap * sizeof *slot);
-    for (size_t i = 0; i < n; i++) {
-        size_t h = (size_t)mix(ids[i]) & (cap - 1);
-        while (slot[h] != SIZE_MAX && u->ids[slot[h]] != ids[i])
-            h = (h + 1) & (cap - 1);
-        if (slot[h] == SIZE_MAX) {
-            slot[h] = u->m;
-            u->ids[u->m++] = ids[i];
-        }
-        u->map[i] = slot[h];
-    }
-    free(slot);
-    return SS_OK;
-}
-
-void ss__table_unique_free(unique_ids *u) {
-    free(u->ids);
-    free(u->map);
-}
 
 /* ---- loaders of the in-process table ---- */
 
@@ -102,12 +61,6 @@ static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *
     }
     free(data);
     return st;
-}
-
-void ss__table_push_item_free(push_item *it) {
-    free(it->ids);
-    free(it->grads);
-    *it = (push_item){0};
 }
 
 /* Says which setting is wrong and why. */
@@ -303,52 +256,10 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
     return ss__err_end(table_open(t, cfg, out));
 }
 
-/* push (remote only; NULL: none) goes to the shards in the same calls,
- * applied before the lookup. A failed call fails both. */
-static ss_status lookup_unique(ss_table *tb, const unique_ids *u, float *rows,
-                               const push_item *push) {
-    atomic_fetch_add(&tb->unique_lookups, u->m);
-    if (tb->cfg.mode == SS_TABLE_REMOTE) {
-        ss_status st = push ? ss__emb_client_push_lookup(tb->client, &tb->spec, push->ids, push->n,
-                                                         push->grads, u->ids, u->m, rows)
-                            : ss__emb_client_lookup(tb->client, &tb->spec, u->ids, u->m, rows);
-        if (st == SS_OK)
-            atomic_fetch_add(&tb->remote_rows, u->m);
-        else if (!push) /* a failed push_lookup is counted as a dropped push */
-            atomic_fetch_add(&tb->failed_calls, 1);
-        return st;
-    }
-    return ss__emb_table_lookup(tb->rows, u->ids, u->m, rows);
-}
-
 static ss_status table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
     if (!tb || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
     return ss__table_lookup_ids(tb, ids, n, rows, NULL);
-}
-
-ss_status ss__table_lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *rows,
-                               const push_item *push) {
-    if (n == 0)
-        return push ? ss__emb_client_push(tb->client, &tb->spec, push->ids, push->n, push->grads)
-                    : SS_OK;
-    atomic_fetch_add(&tb->lookups, n);
-    const size_t dim = tb->spec.dim;
-    unique_ids u;
-    ss_status st = ss__table_dedup(ids, n, &u);
-    if (st != SS_OK)
-        return st;
-    if (u.m == n) { /* no repeats: u.ids is ids in order, straight into the caller's rows */
-        st = lookup_unique(tb, &u, rows, push);
-    } else {
-        float *ur = malloc(u.m * dim * sizeof *ur);
-        st = ur ? lookup_unique(tb, &u, ur, push) : SS_ERR_NO_MEMORY;
-        for (size_t i = 0; st == SS_OK && i < n; i++)
-            memcpy(rows + i * dim, ur + u.map[i] * dim, dim * sizeof(float));
-        free(ur);
-    }
-    ss__table_unique_free(&u);
-    return st;
 }
 
 /* A push made ready to apply or send: checked (finite), its repeated ids'
