@@ -1,6 +1,7 @@
-/* What the embedding tables' two files share: the table and its fetch
+/* What the embedding tables' files share: the table and its fetch
  * (tables.c: the public calls, open and close; table_threads.c: the
- * pusher, fetcher and row-sync threads). Private to trainer-hooks/. */
+ * pusher, fetcher and row-sync threads; table_rows.c: what both do with
+ * rows). Private to trainer-hooks/. */
 #ifndef SS_TABLES_INTERNAL_H
 #define SS_TABLES_INTERNAL_H
 
