@@ -3,7 +3,7 @@
  * trainer, run by the same engine code as in-process mode, over replicas
  * that live in the trainers' memfds.
  *
- * Protocol: rpc/proto/agent.proto, framed by rpc/agent_wire.h. A trainer
+ * Protocol: rpc/agent/agent.proto, framed by rpc/agent/agent_wire.h. A trainer
  * says Hello, registers each dense group (its memfd rides along with
  * SCM_RIGHTS), and says Finish when training is over; closing the socket
  * (or dying) drops it at once: its rounds stop and it leaves the PS. */

@@ -10,7 +10,7 @@
 
 #include "agent/agent.h"
 #include "common/names.h"
-#include "rpc/agent_wire.h"
+#include "rpc/agent/agent_wire.h"
 #include "shadow/engine.h"
 
 #define AGENT_MAX_GROUPS SS_AGENT_MAX_TRAINER_GROUPS

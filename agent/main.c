@@ -18,8 +18,8 @@
 #include "common/private_files.h"
 #include "common/signals.h"
 #include "rpc/auth.h"
-#include "rpc/grpc_transport.h"
-#include "rpc/http.h"
+#include "rpc/dense/grpc_transport.h"
+#include "rpc/http/http.h"
 #include "shadow/host_average_transport.h"
 
 /* What --help and --version say. */

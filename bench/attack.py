@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The resource attacks of issue 32 against a real shadowsync-ps, measured.
 
-A hostile local client written against rpc/proto/*.proto only (Debian's
+A hostile local client written against rpc/dense/dense_sync.proto and rpc/emb/embedding.proto only (Debian's
 python3-grpcio, as tests/test_blackbox_ps.py), each attack one line:
 
   door      8 token-less 250 MiB requests: the PS's peak RSS over idle
@@ -19,7 +19,7 @@ python3-grpcio, as tests/test_blackbox_ps.py), each attack one line:
   http      64 idle connections, then a 70-connection slowloris, from
             127.0.0.2: /healthz latency from 127.0.0.1 (bound: 1 s)
 
-usage: attack.py SHADOWSYNC_PS PROTO_DIR [ATTACK...]
+usage: attack.py SHADOWSYNC_PS RPC_DIR [ATTACK...]
 (SS_ATTACK_PS_FLAGS: more shadowsync-ps flags for the readers' attack,
 e.g. "--threads 4".)
 """
@@ -38,12 +38,13 @@ import urllib.request
 
 import grpc
 
-PS_BIN, PROTO_DIR = sys.argv[1], sys.argv[2]
+PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
 CHOSEN = sys.argv[3:] or ["door", "lookups", "readers", "readers_niced", "budget", "http"]
 WORK = tempfile.mkdtemp(prefix="ss-attack-")
 GEN = os.path.join(WORK, "gen")
 os.makedirs(GEN)
-subprocess.run(["protoc", "-I", PROTO_DIR, "--python_out", GEN, "dense_sync.proto",
+subprocess.run(["protoc", "-I", os.path.join(RPC_DIR, "dense"), "-I",
+                os.path.join(RPC_DIR, "emb"), "--python_out", GEN, "dense_sync.proto",
                 "embedding.proto"], check=True)
 sys.path.insert(0, GEN)
 import dense_sync_pb2 as dense  # noqa: E402
@@ -208,7 +209,7 @@ def attack_readers(niced=False):
     spec = emb.TableSpec(name="wide", dim=256, optimizer=0, lr=0.1, eps=1e-8, init_scale=0.01)
     ps.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
     p50a, p99a = exchange_latencies(ps, member, 300)
-    readers = subprocess.Popen([sys.executable, __file__, PS_BIN, PROTO_DIR, "--read-loops",
+    readers = subprocess.Popen([sys.executable, __file__, PS_BIN, RPC_DIR, "--read-loops",
                                 ps.target], stdout=subprocess.PIPE, text=True,
                                preexec_fn=(lambda: os.nice(19)) if niced else None)
     time.sleep(2)

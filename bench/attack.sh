@@ -6,4 +6,4 @@
 #   bash bench/attack.sh readers http     # some of them
 # Run it on a quiet machine: the readers attack times latencies.
 source "$(dirname "$0")/common.sh"
-exec /usr/bin/python3 bench/attack.py build/bin/shadowsync-ps rpc/proto "$@"
+exec /usr/bin/python3 bench/attack.py build/bin/shadowsync-ps rpc "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Decentralized averaging (rpc/gossip_transport.c: pull one peer a round,
-# ring schedule) and aggregation trees (rpc/tree_transport.c: every peer,
+# Decentralized averaging (rpc/peer/gossip_transport.c: pull one peer a round,
+# ring schedule) and aggregation trees (rpc/tree/tree_transport.c: every peer,
 # summed up a forest packed over the links) against the PS path.
 #
 # (a) Model quality on 127.0.0.1: TRAINERS ctr-train processes, each its

@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "embedding-store/emb_store.h"
-#include "rpc/emb_client.h"
+#include "rpc/emb/emb_client.h"
 
 /* What --help and --version say. */
 static const ss__program program = {

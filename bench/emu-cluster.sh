@@ -204,7 +204,7 @@ for j in $(seq 0 $((HOSTS - 1))); do
     PEER_LIST+="${PEER_LIST:+,}198.18.2.$((j + 1)):$((7100 + i))"
   done
 done
-# The links as the trees' packer sees them (rpc/tree_transport.h): every
+# The links as the trees' packer sees them (rpc/tree/tree_transport.h): every
 # host's own link at its rate; two hosts meet through the bridge, so at
 # the slower of the two.
 gbit() { awk -v b="$(tc_rate_bits "$1")" 'BEGIN { printf "%g", b / 1e9 }'; }

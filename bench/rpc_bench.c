@@ -19,7 +19,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/malloc_tune.h"
-#include "rpc/grpc_transport.h"
+#include "rpc/dense/grpc_transport.h"
 #include "rpc/rpc.h"
 
 #define ECHO_PATH "/shadowsync.bench.Echo/Echo"

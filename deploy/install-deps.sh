@@ -25,7 +25,7 @@ BUILD=(
   pkg-config
   libgrpc-dev         # gRPC core C API (rpc/)
   libprotobuf-c-dev   # protobuf-c runtime
-  protobuf-c-compiler # protoc-c, generates rpc/proto/*.pb-c.[ch]
+  protobuf-c-compiler # protoc-c, generates rpc/<protocol>/*.pb-c.[ch]
   librocksdb-dev
   libjemalloc-dev
   libmicrohttpd-dev
@@ -49,7 +49,7 @@ TEST=(
   curl                # the Prometheus test queries its HTTP API
   clang               # the fuzz targets (tests/fuzz/) are built with -fsanitize=fuzzer
   libfuzzer-14-dev    # libFuzzer's driver for clang 14
-  protobuf-compiler   # protoc: the black-box test generates its client from rpc/proto
+  protobuf-compiler   # protoc: the black-box test generates its client from rpc/dense, rpc/emb
   python3-grpcio      # the black-box test's gRPC client (not the project's)
   python3-protobuf
   systemd             # systemd-analyze and systemd-sysusers check deploy/systemd (not started)

@@ -8,9 +8,9 @@
 #include "ps/dense_service.h"
 
 #include "common/names.h"
-#include "rpc/dense_wire.h"
+#include "rpc/dense/dense_sync.pb-c.h"
+#include "rpc/dense/dense_wire.h"
 #include "rpc/pb_wire.h"
-#include "rpc/proto/dense_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "shadow/inproc_transport.h"
 

@@ -1,5 +1,5 @@
-/* The DenseSync service (rpc/proto/dense_sync.proto), the parameter
- * server's side; the client is rpc/grpc_transport.h.
+/* The DenseSync service (rpc/dense/dense_sync.proto), the parameter
+ * server's side; the client is rpc/dense/grpc_transport.h.
  *
  * ss__dense_service_methods() gives the method table for
  * ss__rpc_server_start; every request is validated (sizes, float payloads,

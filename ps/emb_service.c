@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "ps/emb_service.h"
-#include "rpc/proto/embedding.pb-c.h"
+#include "rpc/emb/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "shadow/codec.h"
 

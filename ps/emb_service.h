@@ -1,4 +1,4 @@
-/* The Embedding service (rpc/proto/embedding.proto) over an ss__emb_store:
+/* The Embedding service (rpc/emb/embedding.proto) over an ss__emb_store:
  * OpenTable, Lookup, Push, Elastic, Checkpoint, Stats. Payload lengths are
  * checked here (ids whole uint64s, rows n * dim floats, batch within the
  * store's limit before anything is allocated); the store checks the rest.

@@ -20,7 +20,7 @@
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
 #include "rpc/auth.h"
-#include "rpc/http.h"
+#include "rpc/http/http.h"
 #include "shadow/inproc_transport.h"
 
 /* What --help and --version say. */

@@ -4,7 +4,7 @@
  * one (shadow/inproc_transport.h) keeps central variables and round
  * aggregation in memory, and is also the parameter server's state; the
  * host-averaging wrapper (shadow/host_average_transport.h); the gRPC
- * client in rpc/grpc_transport.h. Every call is thread-safe and bounded in time. */
+ * client in rpc/dense/grpc_transport.h. Every call is thread-safe and bounded in time. */
 #ifndef SS_SHADOW_TRANSPORT_H
 #define SS_SHADOW_TRANSPORT_H
 

@@ -19,8 +19,8 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "planted_link.h"
-#include "rpc/agent_client.h"
-#include "rpc/agent_wire.h"
+#include "rpc/agent/agent_client.h"
+#include "rpc/agent/agent_wire.h"
 
 static char dir[64], sock_path[128], ps_target[64], http[128];
 static pid_t ps_pid, agent_pid;

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A hostile client of shadowsync-ps written against the .proto files only.
 
-It generates its message classes with protoc from rpc/proto/*.proto and
+It generates its message classes with protoc from rpc/dense/dense_sync.proto
+and rpc/emb/embedding.proto and
 talks gRPC with Debian's python3-grpcio: none of the project's C client code
 is involved. It starts a real shadowsync-ps on 127.0.0.1 and checks that a
 client can no longer
@@ -10,7 +11,7 @@ client can no longer
   - guess a neighbour's member id (Leave as it),
   - make /status invalid JSON.
 
-usage: test_blackbox_ps.py SHADOWSYNC_PS PROTO_DIR
+usage: test_blackbox_ps.py SHADOWSYNC_PS RPC_DIR
 """
 import json
 import os
@@ -27,12 +28,13 @@ import urllib.request
 
 import grpc
 
-PS_BIN, PROTO_DIR = sys.argv[1], sys.argv[2]
+PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
 WORK = tempfile.mkdtemp(prefix="ss-blackbox-")
 GEN = os.path.join(WORK, "gen")
 os.makedirs(GEN)
 subprocess.run(
-    ["protoc", "-I", PROTO_DIR, "--python_out", GEN, "dense_sync.proto", "embedding.proto"],
+    ["protoc", "-I", os.path.join(RPC_DIR, "dense"), "-I", os.path.join(RPC_DIR, "emb"),
+     "--python_out", GEN, "dense_sync.proto", "embedding.proto"],
     check=True,
 )
 sys.path.insert(0, GEN)

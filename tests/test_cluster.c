@@ -15,7 +15,7 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "ports.h"
-#include "rpc/grpc_transport.h"
+#include "rpc/dense/grpc_transport.h"
 
 static char dir[256];
 static char train_path[300], test_path[300];

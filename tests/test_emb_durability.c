@@ -22,9 +22,9 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "procs.h"
-#include "rpc/emb_client.h"
-#include "rpc/grpc_transport.h"
-#include "rpc/proto/embedding.pb-c.h"
+#include "rpc/dense/grpc_transport.h"
+#include "rpc/emb/emb_client.h"
+#include "rpc/emb/embedding.pb-c.h"
 
 enum { K = 256, DIM = 4 };
 

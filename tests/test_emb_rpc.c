@@ -12,7 +12,7 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "ps/emb_service.h"
-#include "rpc/proto/embedding.pb-c.h"
+#include "rpc/emb/embedding.pb-c.h"
 #include "shadow/codec.h"
 #include "shadowsync/shadowsync.h"
 

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "rpc/gossip_transport.h"
-#include "rpc/proto/peer_sync.pb-c.h"
+#include "rpc/peer/gossip_transport.h"
+#include "rpc/peer/peer_sync.pb-c.h"
 #include "rpc/rpc.h"
 #include "shadow/engine.h"
 #include "transport_checks.h"

@@ -15,8 +15,8 @@
 #include "common/clock.h"
 #include "ps/dense_service.h"
 #include "rpc/auth.h"
+#include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/pb_wire.h"
-#include "rpc/proto/dense_sync.pb-c.h"
 #include "shadow/codec.h"
 #include "shadow/inproc_transport.h"
 

@@ -11,7 +11,7 @@
 
 #include "check_run.h"
 #include "ps/dense_service.h"
-#include "rpc/grpc_transport.h"
+#include "rpc/dense/grpc_transport.h"
 #include "shadow/inproc_transport.h"
 #include "transport_checks.h"
 

@@ -19,9 +19,9 @@
 
 #include "common/clock.h"
 #include "rpc/pb_wire.h"
-#include "rpc/proto/tree_sync.pb-c.h"
 #include "rpc/rpc.h"
-#include "rpc/tree_transport.h"
+#include "rpc/tree/tree_sync.pb-c.h"
+#include "rpc/tree/tree_transport.h"
 #include "shadow/forest.h"
 
 /* Follows parents from every member: each reaches the root, no cycles. */

@@ -12,7 +12,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/malloc_tune.h"
-#include "rpc/grpc_transport.h"
+#include "rpc/dense/grpc_transport.h"
 #include "shadow/codec.h"
 #include "tools/ctr/run.h"
 

@@ -15,7 +15,7 @@
 #include <strings.h>
 
 #include "common/log.h"
-#include "rpc/grpc_transport.h"
+#include "rpc/dense/grpc_transport.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/settings_internal.h"

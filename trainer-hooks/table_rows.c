@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "embedding-store/emb_table.h"
-#include "rpc/emb_client.h"
+#include "rpc/emb/emb_client.h"
 #include "trainer-hooks/tables_internal.h"
 
 /* ---- ids: deduplication ---- */

@@ -14,7 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "embedding-store/emb_table.h"
-#include "rpc/emb_client.h"
+#include "rpc/emb/emb_client.h"
 #include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/hooks_internal.h"
 #include "trainer-hooks/settings_internal.h"

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "embedding-store/emb_table.h"
-#include "rpc/emb_client.h"
+#include "rpc/emb/emb_client.h"
 #include "shadowsync/shadowsync.h"
 
 #define SYNC_BATCH 65536

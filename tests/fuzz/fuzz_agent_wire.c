@@ -6,8 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rpc/agent_wire.h"
-#include "rpc/proto/agent.pb-c.h"
+#include "rpc/agent/agent.pb-c.h"
+#include "rpc/agent/agent_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 60000) /* one socket buffer: the write below never blocks */

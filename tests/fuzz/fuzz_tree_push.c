@@ -1,4 +1,4 @@
-/* The TreeSync handlers (rpc/tree_service.c) from raw bytes: the request
+/* The TreeSync handlers (rpc/tree/tree_service.c) from raw bytes: the request
  * message exactly as gRPC would hand it over, against a member of 4 that
  * has joined groups "w" (10 floats) and "v" (3). An input that starts
  * with 0xfd is a Leave, 0xfe a Probe (the rest of it the message); any
@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "rpc/tree_transport.h"
+#include "rpc/tree/tree_transport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static ss__transport *t; /* a static: reachable until exit, not a leak */

@@ -6,14 +6,14 @@
 #include <string.h>
 
 #include "events.h"
-#include "rpc/grpc_transport.h"
+#include "rpc/dense/grpc_transport.h"
 
 typedef struct model model;
 typedef struct trainer trainer;
 
 /* One trainer's part of a round for one chunk group: the transport cuts
  * each shard's range into chunks, each a group of its own on its server,
- * all sent at once (rpc/grpc_transport.c). */
+ * all sent at once (rpc/dense/grpc_transport.c). */
 typedef struct chunk_op {
     trainer *t;
     uint32_t group; /* index into model.groups */

@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "rpc/proto/tree_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
-#include "rpc/tree_internal.h"
+#include "rpc/tree/tree_internal.h"
+#include "rpc/tree/tree_sync.pb-c.h"
 
 ss__rpc_channel *ss__tree_channel(ss__tree *t, uint32_t i) {
     pthread_mutex_lock(&t->lock);

@@ -1,5 +1,5 @@
 /* /metrics, /healthz, /status and /checkpoint over libmicrohttpd. */
-#include "rpc/http.h"
+#include "rpc/http/http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>

@@ -1,9 +1,9 @@
 /* The wire between a trainer's hooks and the host's shadowsync-agent:
  *  - a dense group lives in a sealed memfd (header page + floats) that the
  *    trainer creates and passes to the agent with SCM_RIGHTS; both map it;
- *  - messages (rpc/proto/agent.proto) travel on a unix stream socket as
+ *  - messages (rpc/agent/agent.proto) travel on a unix stream socket as
  *    frames: a 4-byte little-endian length, then the protobuf bytes.
- * Used by the client (rpc/agent_client.c, for trainer-hooks) and the server
+ * Used by the client (rpc/agent/agent_client.c, for trainer-hooks) and the server
  * (agent/). */
 #ifndef SHADOWSYNC_AGENT_WIRE_H
 #define SHADOWSYNC_AGENT_WIRE_H
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc/proto/agent.pb-c.h"
+#include "rpc/agent/agent.pb-c.h"
 #include "shadowsync/status.h"
 
 typedef Shadowsync__Agent__V1__AgentRequest ss__pb_agent_request;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "rpc/tree_internal.h"
+#include "rpc/tree/tree_internal.h"
 #include "shadow/kernels.h"
 
 static void slot_free(ss__tree_slot *s) {

@@ -8,7 +8,7 @@
  * its parent as soon as its children's have arrived; the root divides by
  * the count and the mean goes back down the same edges. Partitions move
  * independently, so a slow tree does not hold up the others' pipelines.
- * Everything is pushed (rpc/proto/tree_sync.proto) and a receiver only
+ * Everything is pushed (rpc/tree/tree_sync.proto) and a receiver only
  * buffers, so no server thread ever waits.
  *
  * A round needs every member, like the PS's S-MA rounds: one that is down

@@ -1,5 +1,5 @@
 /* The hooks' side of the agent socket. */
-#include "rpc/agent_client.h"
+#include "rpc/agent/agent_client.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -16,7 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "rpc/agent_wire.h"
+#include "rpc/agent/agent_wire.h"
 
 #define MAX_GROUPS     256
 #define BACKOFF_MIN_MS 50

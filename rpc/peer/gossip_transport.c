@@ -9,9 +9,9 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "rpc/auth.h"
-#include "rpc/gossip_transport.h"
-#include "rpc/peer_list.h"
-#include "rpc/proto/peer_sync.pb-c.h"
+#include "rpc/peer/gossip_transport.h"
+#include "rpc/peer/peer_list.h"
+#include "rpc/peer/peer_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "shadow/kernels.h"
 

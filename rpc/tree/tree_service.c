@@ -9,10 +9,10 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "rpc/pb_wire.h"
-#include "rpc/peer_list.h"
-#include "rpc/proto/tree_sync.pb-c.h"
+#include "rpc/peer/peer_list.h"
 #include "rpc/rpc_pb.h"
-#include "rpc/tree_internal.h"
+#include "rpc/tree/tree_internal.h"
+#include "rpc/tree/tree_sync.pb-c.h"
 #include "shadow/kernels.h"
 
 /* ---- serving pushes ---- */

@@ -1,5 +1,5 @@
 /* S-MA rounds up and down a forest of aggregation trees (tree_transport.h). */
-#include "rpc/tree_transport.h"
+#include "rpc/tree/tree_transport.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -12,10 +12,10 @@
 #include "common/log.h"
 #include "rpc/auth.h"
 #include "rpc/pb_wire.h"
-#include "rpc/peer_list.h"
-#include "rpc/proto/tree_sync.pb-c.h"
+#include "rpc/peer/peer_list.h"
 #include "rpc/rpc_pb.h"
-#include "rpc/tree_internal.h"
+#include "rpc/tree/tree_internal.h"
+#include "rpc/tree/tree_sync.pb-c.h"
 #include "shadow/algorithms.h"
 
 #define MAX_MEMBERS SS_FOREST_MAX_MEMBERS

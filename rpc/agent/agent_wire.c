@@ -1,5 +1,5 @@
 /* Shared group memory and socket frames between hooks and agent. */
-#include "rpc/agent_wire.h"
+#include "rpc/agent/agent_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* Decentralized averaging: an ss__transport with no PS on the dense path.
  *
  * Every member (a trainer's shadow pool) serves the latest snapshot of each
- * of its groups over gRPC (rpc/proto/peer_sync.proto) and, in a round,
+ * of its groups over gRPC (rpc/peer/peer_sync.proto) and, in a round,
  * pulls one peer's: the round's result is the mean of its own snapshot and
  * the peer's, so the engine moves the replica by half the difference (S-MA
  * with one peer at a time, the pull form of gossip averaging). Peers are

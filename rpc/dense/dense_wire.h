@@ -1,5 +1,5 @@
-/* The DenseSync protocol (rpc/proto/dense_sync.proto): what its client
- * (rpc/grpc_transport.c) and its server (ps/dense_service.c) must agree
+/* The DenseSync protocol (rpc/dense/dense_sync.proto): what its client
+ * (rpc/dense/grpc_transport.c) and its server (ps/dense_service.c) must agree
  * on beyond the messages themselves. */
 #ifndef SS_RPC_DENSE_WIRE_H
 #define SS_RPC_DENSE_WIRE_H

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "rpc/emb_client.h"
-#include "rpc/proto/embedding.pb-c.h"
+#include "rpc/emb/emb_client.h"
+#include "rpc/emb/embedding.pb-c.h"
 
 #define MAX_SHARDS 64
 

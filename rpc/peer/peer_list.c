@@ -1,5 +1,5 @@
 /* See peer_list.h. */
-#include "rpc/peer_list.h"
+#include "rpc/peer/peer_list.h"
 
 #include <stdio.h>
 #include <stdlib.h>

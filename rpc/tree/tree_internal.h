@@ -10,7 +10,7 @@
 
 #include "rpc/auth.h"
 #include "rpc/rpc.h"
-#include "rpc/tree_transport.h"
+#include "rpc/tree/tree_transport.h"
 #include "shadow/forest.h"
 
 #define SS_TREE_PUSH_METHOD  "/shadowsync.v1.TreeSync/Push"

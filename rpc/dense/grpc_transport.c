@@ -16,10 +16,10 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "rpc/dense_wire.h"
-#include "rpc/grpc_transport.h"
+#include "rpc/dense/dense_sync.pb-c.h"
+#include "rpc/dense/dense_wire.h"
+#include "rpc/dense/grpc_transport.h"
 #include "rpc/pb_wire.h"
-#include "rpc/proto/dense_sync.pb-c.h"
 #include "rpc/rpc_pb.h"
 
 typedef struct part {
