@@ -227,6 +227,8 @@ static int restore(ps_state *ps, const char *dir) {
     return 0;
 }
 
+static int check_options(ps_options *o);
+
 /* Step 1: flags, --help, --version, and the checks across flags. -1: go
  * on; otherwise the exit code. */
 static int parse_options(int argc, char **argv, ps_options *o) {
@@ -336,8 +338,12 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          NULL, 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
-    if (exit_code >= 0)
-        return exit_code;
+    return exit_code >= 0 ? exit_code : check_options(o);
+}
+
+/* The checks across flags, and the token read. -1: go on; otherwise the
+ * exit code. */
+static int check_options(ps_options *o) {
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
         fprintf(stderr, "shadowsync-ps: --member-timeout-ms must be 0 or >= --round-deadline-ms\n");
         return 2;
