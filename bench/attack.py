@@ -125,11 +125,13 @@ def attack_door():
     codes = []
 
     def one():
+        ch = ps.channel_new()
         try:
-            ps.call("DenseSync", "EasgdExchange", dense.EasgdReply, body, token=False,
-                    channel=ps.channel_new())
+            ps.call("DenseSync", "EasgdExchange", dense.EasgdReply, body, token=False, channel=ch)
         except grpc.RpcError as e:
             codes.append(e.code().name)
+        finally:
+            ch.close()  # the attack is over: its connections go
     th = [threading.Thread(target=one) for _ in range(8)]
     for t in th:
         t.start()
