@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+
 void ss__flags_env_name(const char *flag_name, char *out, size_t outlen) {
     static const char prefix[] = "SHADOWSYNC_";
     size_t o = 0;
@@ -221,6 +223,15 @@ int ss__flags_cli(const ss__program *prog, const ss__flag *flags, size_t nflags,
     if (help) {
         ss__flags_print_help(stdout, prog->name, prog->summary, flags, nflags);
         return 0;
+    }
+    /* A level the logger does not know would be ignored silently. */
+    const char *level = getenv("SHADOWSYNC_LOG_LEVEL");
+    ss__log_level parsed;
+    if (level && *level && ss__log_level_parse(level, &parsed) != SS_OK) {
+        fprintf(stderr,
+                "%s: SHADOWSYNC_LOG_LEVEL=%s is not a level (debug, info, warn, error, off)\n",
+                prog->name, level);
+        return 2;
     }
     return -1;
 }

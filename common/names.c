@@ -1,5 +1,6 @@
 #include "common/names.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,4 +52,34 @@ bool ss__ps_chunk_range(const char *name, size_t *base_len, uint64_t *lo, uint64
     *lo = strtoull(open + 1, NULL, 10);
     *hi = strtoull(strchr(open, ':') + 1, NULL, 10);
     return true;
+}
+
+bool ss__address_valid(const char *address, const char *flag, char *why, size_t whylen) {
+    const char *bad = NULL;
+    const char *colon = address ? strrchr(address, ':') : NULL;
+    size_t hostlen = colon ? (size_t)(colon - address) : 0;
+    if (!address || !*address)
+        bad = "an empty address";
+    else if (!colon)
+        bad = "no port";
+    else if (hostlen == 0)
+        bad = "no host";
+    else if (address[0] == '[' ? address[hostlen - 1] != ']' || hostlen < 3
+                               : memchr(address, ':', hostlen) != NULL)
+        bad = "an IPv6 host goes in brackets";
+    else if (strcspn(address, " \t\n") != strlen(address))
+        bad = "a space in it";
+    else {
+        const char *p = colon + 1;
+        unsigned long port = 0;
+        size_t digits = 0;
+        for (; *p >= '0' && *p <= '9' && digits < 6; p++, digits++)
+            port = port * 10 + (unsigned long)(*p - '0');
+        if (digits == 0 || *p || port > 65535)
+            bad = "the port is not a number in 0-65535";
+    }
+    if (bad && why && whylen)
+        snprintf(why, whylen, "%s \"%s\": %s (%s)", flag, address ? address : "", bad,
+                 SS_ADDRESS_RULE);
+    return bad == NULL;
 }

@@ -26,4 +26,13 @@ bool ss__ps_group_name_valid(const char *name);
  * false for any other name. */
 bool ss__ps_chunk_range(const char *name, size_t *base_len, uint64_t *lo, uint64_t *hi);
 
+/* A listen or target address the way every flag takes one: "host:port"
+ * or "[ipv6]:port", the host without spaces or colons (an IPv6 one in
+ * brackets), the port 0-65535 in digits (0: the system picks one, where a
+ * server listens). false, why naming flag and what is wrong, otherwise
+ * ("127.0.0.1:99999" listened on a random port and "127.0.0.1" on 443
+ * before). */
+#define SS_ADDRESS_RULE "host:port or [ipv6]:port, port 0-65535; 0 picks one"
+bool ss__address_valid(const char *address, const char *flag, char *why, size_t whylen);
+
 #endif

@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/malloc_tune.h"
+#include "common/names.h"
 #include "common/private_files.h"
 #include "common/signals.h"
 #include "ps/dense_service.h"
@@ -344,6 +345,11 @@ static int parse_options(int argc, char **argv, ps_options *o) {
 /* The checks across flags, and the token read. -1: go on; otherwise the
  * exit code. */
 static int check_options(ps_options *o) {
+    char bad[300];
+    if (!ss__address_valid(o->listen, "--listen", bad, sizeof bad)) {
+        fprintf(stderr, "shadowsync-ps: %s\n", bad);
+        return 2;
+    }
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
         fprintf(stderr, "shadowsync-ps: --member-timeout-ms must be 0 or >= --round-deadline-ms\n");
         return 2;

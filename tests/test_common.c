@@ -303,10 +303,46 @@ START_TEST(test_private_dirs_and_files) {
 }
 END_TEST
 
+/* Addresses as every flag takes them, and a log level nobody knows: each
+ * refused, naming what is wrong (127.0.0.1:99999 listened on a random
+ * port, 127.0.0.1 on 443, and "verbose" was ignored, before). */
+START_TEST(test_addresses_and_log_levels_refused_with_why) {
+    const char *good[] = {"127.0.0.1:0", "127.0.0.1:7070", "localhost:65535", "[::1]:80",
+                          "ps-0.ps.svc:7070"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        ck_assert_msg(ss__address_valid(good[i], "--listen", NULL, 0), "%s refused", good[i]);
+    const char *bad[][2] = {{"127.0.0.1:99999", "0-65535"},
+                            {"127.0.0.1", "no port"},
+                            {":7070", "no host"},
+                            {"::1:80", "brackets"},
+                            {"127.0.0.1:", "0-65535"},
+                            {"127.0.0.1:80x", "0-65535"},
+                            {"", "empty"},
+                            {"a b:1", "space"},
+                            {"127.0.0.1:-1", "0-65535"},
+                            {"[::1:80", "brackets"}};
+    char why[300];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_msg(!ss__address_valid(bad[i][0], "--listen", why, sizeof why), "%s passed",
+                      bad[i][0]);
+        ck_assert_msg(strstr(why, bad[i][1]) && strstr(why, "--listen"), "%s: %s", bad[i][0], why);
+    }
+    static const ss__program prog = {"test-prog", "a test"};
+    char *argv[] = {"test-prog", NULL};
+    int64_t n = 1;
+    const ss__flag flags[] = {{"n", SS_FLAG_INT, &n, "a number", NULL, 0, 0}};
+    setenv("SHADOWSYNC_LOG_LEVEL", "debug", 1);
+    ck_assert_int_eq(ss__flags_cli(&prog, flags, 1, 1, argv), -1);
+    setenv("SHADOWSYNC_LOG_LEVEL", "verbose", 1);
+    ck_assert_int_eq(ss__flags_cli(&prog, flags, 1, 1, argv), 2);
+    unsetenv("SHADOWSYNC_LOG_LEVEL");
+}
+END_TEST
+
 int main(void) {
-    return ss__check_tests("common", 0, NULL, NULL, test_strerror_covers_every_code,
-                           test_ps_group_names, test_metrics_drop_departed, test_log_level_parse,
-                           test_flags_precedence_and_forms, test_flags_bad_input,
-                           test_metrics_render_exact, test_metrics_bad_input,
-                           test_private_dirs_and_files);
+    return ss__check_tests(
+        "common", 0, NULL, NULL, test_strerror_covers_every_code, test_ps_group_names,
+        test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
+        test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input,
+        test_private_dirs_and_files, test_addresses_and_log_levels_refused_with_why);
 }
