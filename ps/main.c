@@ -464,7 +464,9 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .tls_writers = o->tls_writers};
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
     if (st != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: cannot serve on %s: %s\n", o->listen, ss_strerror(st));
+        const char *why = ss__rpc_server_start_failure();
+        fprintf(stderr, "shadowsync-ps: %s\n",
+                *why ? why : ss_strerror(st)); /* the address, or the PEM file, and why */
         return 1;
     }
     char host[256];

@@ -128,6 +128,10 @@ typedef struct ss__rpc_server_config {
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,
                                size_t nmethods, void *ctx, ss__rpc_server **out);
 int ss__rpc_server_port(const ss__rpc_server *srv);
+/* Why this thread's last ss__rpc_server_start failed, in words: the
+ * address and the system's reason ("address already in use"), or the PEM
+ * file that could not be read. "" when it said nothing more. */
+const char *ss__rpc_server_start_failure(void);
 /* Graceful shutdown; waits for calls in flight. */
 void ss__rpc_server_stop(ss__rpc_server *srv);
 

@@ -22,5 +22,7 @@
  * file cannot be read, SS_ERR_INVALID_ARGUMENT for an incomplete pair. */
 ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out);
 ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credentials **out);
+/* Why this thread's last credentials failed: the PEM file and the error. */
+const char *ss__rpc_tls_failure(void);
 
 #endif

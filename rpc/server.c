@@ -1,9 +1,11 @@
+#include <errno.h>
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -89,6 +92,44 @@ struct ss__rpc_server {
     char writers[SS_AUTH_WRITERS_MAX]; /* "" = every verified client may write */
     ss__counter *unauthorized;
 };
+
+static _Thread_local char start_failure[400];
+
+const char *ss__rpc_server_start_failure(void) {
+    return start_failure;
+}
+
+/* Why gRPC could not listen on `where`: the address bound by hand, to
+ * learn the system's reason (gRPC only says it failed). */
+static void say_bind_failure(const char *where) {
+    char host[256];
+    const char *colon = strrchr(where, ':');
+    size_t hl = colon ? (size_t)(colon - where) : 0;
+    snprintf(host, sizeof host, "%.*s", (int)hl, where);
+    if (hl >= 2 && host[0] == '[') { /* [v6] */
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    int err = 0;
+    if (!colon || getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
+        snprintf(start_failure, sizeof start_failure, "cannot listen on %s: not an address here",
+                 where);
+        return;
+    }
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0)
+        err = errno;
+    else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+             bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1) != 0)
+        err = errno;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    snprintf(start_failure, sizeof start_failure, "cannot listen on %s: %s", where,
+             err ? strerror(err) : "gRPC refused it");
+}
 
 void ss__rpc_init(void) {
     grpc_init();
@@ -606,6 +647,7 @@ static void release_queues(ss__rpc_server *srv, bool threads_running) {
 
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,
                                size_t nmethods, void *ctx, ss__rpc_server **out) {
+    start_failure[0] = '\0';
     if (!cfg || !cfg->listen || cfg->threads == 0 || cfg->threads > 64 || !methods ||
         nmethods == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
@@ -723,6 +765,7 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     grpc_server_credentials *creds;
     ss_status cst = ss__rpc_server_credentials(cfg->tls, &creds);
     if (cst != SS_OK) {
+        snprintf(start_failure, sizeof start_failure, "%s", ss__rpc_tls_failure());
         SS_LOG_ERRORF("rpc", "event=tls_failed status=%s", ss_status_name(cst));
         grpc_server_destroy(srv->server);
         release_queues(srv, false);
@@ -731,7 +774,8 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
     grpc_server_credentials_release(creds);
     if (srv->port == 0) {
-        SS_LOG_ERRORF("rpc", "event=bind_failed listen=%s", cfg->listen);
+        say_bind_failure(cfg->listen);
+        SS_LOG_ERRORF("rpc", "event=bind_failed listen=%s why=\"%s\"", cfg->listen, start_failure);
         grpc_server_destroy(srv->server);
         release_queues(srv, false);
         return SS_ERR_IO;

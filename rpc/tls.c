@@ -1,8 +1,16 @@
 /* TLS / mutual TLS credentials from PEM files for both sides. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rpc/rpc_internal.h"
+
+static _Thread_local char tls_failure[400];
+
+const char *ss__rpc_tls_failure(void) {
+    return tls_failure;
+}
 
 static bool tls_wanted(const ss__rpc_tls *tls) {
     return tls && (tls->ca_file || tls->cert_file || tls->key_file);
@@ -14,8 +22,11 @@ static ss_status read_pem(const char *path, char **out) {
     if (!path)
         return SS_OK;
     FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!f) {
+        snprintf(tls_failure, sizeof tls_failure, "cannot read the PEM file %s: %s", path,
+                 strerror(errno));
         return SS_ERR_IO;
+    }
     ss_status st = SS_OK;
     char *buf = NULL;
     long len = -1;
@@ -23,6 +34,7 @@ static ss_status read_pem(const char *path, char **out) {
         len = ftell(f);
     if (len <= 0 || len > (1 << 20) || fseek(f, 0, SEEK_SET) != 0) {
         st = SS_ERR_IO; /* empty, unreadable or not a PEM-sized file */
+        snprintf(tls_failure, sizeof tls_failure, "the PEM file %s is empty or over 1 MiB", path);
     } else if (!(buf = malloc((size_t)len + 1))) {
         st = SS_ERR_NO_MEMORY;
     } else if (fread(buf, 1, (size_t)len, f) != (size_t)len) {

@@ -174,6 +174,14 @@ START_TEST(test_server_on_a_taken_port_fails_cleanly) {
     ss__rpc_server *srv = NULL;
     ck_assert_int_eq(ss__rpc_server_start(&cfg, methods, n, &svc, &srv), SS_ERR_IO);
     ck_assert_ptr_null(srv);
+    /* Said in words: the address and the system's reason. */
+    ck_assert_ptr_nonnull(strstr(ss__rpc_server_start_failure(), ps_target));
+    ck_assert_ptr_nonnull(strstr(ss__rpc_server_start_failure(), "already in use"));
+    /* A PEM file that is not there: its path. */
+    ss__rpc_tls tls = {.cert_file = "/nonexistent/server.pem", .key_file = "/nonexistent/k.pem"};
+    ss__rpc_server_config tcfg = {.listen = "127.0.0.1:0", .threads = 1, .tls = &tls};
+    ck_assert_int_eq(ss__rpc_server_start(&tcfg, methods, n, &svc, &srv), SS_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(ss__rpc_server_start_failure(), "/nonexistent/server.pem"));
     ss__rpc_server_config bad = {.listen = "127.0.0.1:0", .threads = 0};
     ck_assert_int_eq(ss__rpc_server_start(&bad, methods, n, &svc, &srv), SS_ERR_INVALID_ARGUMENT);
     stop_ps();

@@ -55,7 +55,7 @@ if "$ps_bin" --listen 127.0.0.1:0 --tls-cert nope.pem --tls-key server.key >bad.
   echo "a PS with a missing certificate started" >&2
   exit 1
 fi
-grep -q "cannot serve" bad.log
+grep -q "cannot read the PEM file nope.pem" bad.log
 # --tls-writers without mutual TLS, or a bad list: refused at start.
 if "$ps_bin" --listen 127.0.0.1:0 --tls-writers a >bad.log 2>&1; then
   echo "a PS took --tls-writers without --tls-ca" >&2

@@ -613,7 +613,9 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
                                       .auth_header = t->auth};
         st = ss__rpc_server_start(&scfg, ss__tree_methods, 3, t, &t->srv);
         if (st != SS_OK)
-            snprintf(why, whylen, "cannot serve on %s", listen);
+            snprintf(why, whylen, "%s",
+                     *ss__rpc_server_start_failure() ? ss__rpc_server_start_failure()
+                                                     : "cannot serve there");
     }
     if (st == SS_OK)
         st = ss__transport_create(&tree_ops, t, out);
