@@ -94,6 +94,12 @@ START_TEST(test_bad_input_is_refused) {
     c.algo = "bmuf";
     c.bmuf_eta = 1.0f;
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    /* Addresses parsed strictly: a port past 65535 was a random port. */
+    ss_trainer_config_init(&c);
+    c.ps = "127.0.0.1:7070,127.0.0.1:99999";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(ss_last_error(), "127.0.0.1:99999"));
+    ck_assert_ptr_nonnull(strstr(ss_last_error(), "0-65535"));
     ss_trainer_config_init(&c);
     c.mode = SS_SYNC_NONE;
     c.name = "has space";

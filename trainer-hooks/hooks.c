@@ -305,8 +305,9 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                 goto fail;
             }
         } else if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
-            ss__err_set(st, "ps=\"%s\": %s (host:port[,host:port...]; TLS files readable)", t->ps,
-                        ss_strerror(st));
+            ss__err_set(
+                st, "ps=\"%s\": %s (each " SS_ADDRESS_RULE ", comma-separated; TLS files readable)",
+                t->ps, ss_strerror(st));
             goto fail;
         }
         ss__engine_config ecfg = {.transport = t->transport,

@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -705,8 +706,8 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
         st = SS_ERR_NO_MEMORY;
     for (char *tok = list ? strtok_r(list, ",", &save) : NULL; st == SS_OK && tok;
          tok = strtok_r(NULL, ",", &save)) {
-        if (t->nshards == SS_GRPC_MAX_SHARDS || !*tok)
-            st = SS_ERR_INVALID_ARGUMENT;
+        if (t->nshards == SS_GRPC_MAX_SHARDS || !ss__address_valid(tok, "ps", NULL, 0))
+            st = SS_ERR_INVALID_ARGUMENT; /* the caller names the list and the rule */
         else
             st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
                                         &t->ch[t->nshards]);

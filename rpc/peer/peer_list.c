@@ -44,7 +44,9 @@ ss_status ss__peer_list_parse(const char *list, uint32_t max, char ***out, uint3
     uint32_t k = 0;
     for (char *tok = st == SS_OK ? strtok_r(copy, ",", &save) : NULL; tok && st == SS_OK;
          tok = strtok_r(NULL, ",", &save))
-        if (!(peers[k++] = strdup(tok)))
+        if (!ss__address_valid(tok, "peers", NULL, 0))
+            st = SS_ERR_INVALID_ARGUMENT;
+        else if (!(peers[k++] = strdup(tok)))
             st = SS_ERR_NO_MEMORY;
     free(copy);
     if (st == SS_OK && k < 2)
