@@ -117,8 +117,7 @@ static ss_status write_atomic(const char *dir, const char *name, const float *x,
         unlink(tmp);
         return st;
     }
-    ss__fsync_parent_dir(path);
-    return st;
+    return ss__fsync_parent_dir(path);
 }
 
 typedef struct replica_copy {

@@ -83,3 +83,20 @@ bool ss__address_valid(const char *address, const char *flag, char *why, size_t 
                  SS_ADDRESS_RULE);
     return bad == NULL;
 }
+
+bool ss__address_split(const char *address, char *host, size_t hostlen, unsigned *port) {
+    if (!ss__address_valid(address, "", NULL, 0))
+        return false;
+    const char *colon = strrchr(address, ':'), *h = address;
+    size_t hl = (size_t)(colon - address);
+    if (h[0] == '[') { /* valid: "[...]" */
+        h++;
+        hl -= 2;
+    }
+    if (hl >= hostlen)
+        return false;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (unsigned)strtoul(colon + 1, NULL, 10);
+    return true;
+}

@@ -35,4 +35,9 @@ bool ss__ps_chunk_range(const char *name, size_t *base_len, uint64_t *lo, uint64
 #define SS_ADDRESS_RULE "host:port or [ipv6]:port, port 0-65535; 0 picks one"
 bool ss__address_valid(const char *address, const char *flag, char *why, size_t whylen);
 
+/* A valid address's host (an IPv6 one without its brackets) into host,
+ * and its port. false when the address is not valid or its host does not
+ * fit. */
+bool ss__address_split(const char *address, char *host, size_t hostlen, unsigned *port);
+
 #endif

@@ -59,17 +59,17 @@ int ss__private_tmp_open(const char *final_path, char *tmp, size_t tmplen) {
     return mkostemp(tmp, O_CLOEXEC | O_NOFOLLOW);
 }
 
-void ss__fsync_parent_dir(const char *path) {
+ss_status ss__fsync_parent_dir(const char *path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash)
         *slash = '\0';
     int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
+    ss_status st = dfd >= 0 && fsync(dfd) == 0 ? SS_OK : SS_ERR_IO;
+    if (dfd >= 0)
         close(dfd);
-    }
+    return st;
 }
 
 void ss__private_umask(void) {

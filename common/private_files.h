@@ -28,8 +28,8 @@ ss_status ss__private_dir(const char *dir, const char *flag, char *why, size_t w
 int ss__private_tmp_open(const char *final_path, char *tmp, size_t tmplen);
 
 /* fsyncs the directory that holds path, so that a rename into it survives
- * a power cut. */
-void ss__fsync_parent_dir(const char *path);
+ * a power cut. SS_ERR_IO when it cannot be opened or synced. */
+ss_status ss__fsync_parent_dir(const char *path);
 
 /* The file mode creation mask of the daemons (027): files that libraries
  * create (RocksDB's, a checkpoint's hard links) are at most 0640. */

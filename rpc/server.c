@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "rpc/auth.h"
 #include "rpc/message.h"
 #include "rpc/rpc.h"
@@ -102,23 +103,18 @@ const char *ss__rpc_server_start_failure(void) {
 /* Why gRPC could not listen on `where`: the address bound by hand, to
  * learn the system's reason (gRPC only says it failed). */
 static void say_bind_failure(const char *where) {
-    char host[256];
-    const char *colon = strrchr(where, ':');
-    size_t hl = colon ? (size_t)(colon - where) : 0;
-    snprintf(host, sizeof host, "%.*s", (int)hl, where);
-    if (hl >= 2 && host[0] == '[') { /* [v6] */
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
+    char host[256], port[8];
+    unsigned p = 0;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
-    int err = 0;
-    if (!colon || getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
+    bool found = ss__address_split(where, host, sizeof host, &p);
+    snprintf(port, sizeof port, "%u", p);
+    if (!found || getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
         snprintf(start_failure, sizeof start_failure, "cannot listen on %s: not an address here",
                  where);
         return;
     }
+    int err = 0, one = 1;
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-    int one = 1;
     if (fd < 0)
         err = errno;
     else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
@@ -428,10 +424,9 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked, bool holds_block
         }
         free(block);
     }
-    release_held(c);
     if (holds_blocked_slot)
         atomic_fetch_sub(&srv->blocked, 1);
-    finish(c, &reply);
+    finish(c, &reply); /* gives the request's bytes back first */
 }
 
 /* Any method we did not register: UNIMPLEMENTED at once, instead of a call
@@ -645,6 +640,75 @@ static void release_queues(ss__rpc_server *srv, bool threads_running) {
     grpc_shutdown();
 }
 
+/* The server's series in m: its refusals and, per method, its calls and
+ * bytes. */
+static void register_metrics(ss__rpc_server *srv, ss__metrics *m) {
+    ss__metrics_counter(m, "shadowsync_rpc_unauthorized_total",
+                        "Calls refused at the door: a missing or wrong token, or a client "
+                        "certificate that may only read calling one that changes state.",
+                        NULL, &srv->unauthorized);
+    ss__metrics_counter(m, "shadowsync_rpc_too_large_total",
+                        "Requests refused for a message over their method's limit.", NULL,
+                        &srv->too_large);
+    ss__metrics_counter(m, "shadowsync_rpc_unfair_refused_total",
+                        "Reads refused because their connection already had its share "
+                        "(reads_per_peer) in flight.",
+                        NULL, &srv->unfair_refused);
+    ss__metrics_counter(m, "shadowsync_rpc_inflight_refused_total",
+                        "Requests refused because the server already held "
+                        "--max-inflight-mb of request bytes.",
+                        NULL, &srv->inflight_refused);
+    ss__metrics_gauge(m, "shadowsync_rpc_inflight_bytes",
+                      "Request bytes received whose handlers have not finished.", NULL,
+                      &srv->inflight_bytes);
+    ss__metrics_counter(m, "shadowsync_rpc_blocked_refused_total",
+                        "Calls refused because --max-blocked-calls handlers were already "
+                        "waiting (MA/BMUF rounds).",
+                        NULL, &srv->blocked_refused);
+    for (size_t i = 0; i < srv->nmethods; i++) {
+        const char *path = srv->methods[i].path;
+        const char *ok[] = {"method", path, "result", "ok", NULL};
+        const char *err[] = {"method", path, "result", "error", NULL};
+        const char *help = "RPC requests served, by method and result.";
+        ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &srv->slots[i].ok);
+        ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, err, &srv->slots[i].error);
+        const char *by_method[] = {"method", path, NULL};
+        ss__metrics_counter(m, "shadowsync_rpc_received_bytes_total",
+                            "Request message bytes received, by method.", by_method,
+                            &srv->slots[i].received_bytes);
+        ss__metrics_counter(m, "shadowsync_rpc_sent_bytes_total",
+                            "Reply message bytes sent, by method.", by_method,
+                            &srv->slots[i].sent_bytes);
+    }
+}
+
+/* gRPC's server for srv's methods. Its own receive limit is twice the
+ * largest method's: requests between the two reach received(), which
+ * refuses and counts them; only the absurd ones are dropped by gRPC
+ * (uncounted). Only authorized calls get that far. */
+static grpc_server *create_grpc_server(const ss__rpc_server *srv) {
+    size_t largest = 0;
+    for (size_t i = 0; i < srv->nmethods; i++) {
+        size_t m = srv->methods[i].max_request ? srv->methods[i].max_request : srv->max_message;
+        largest = m > largest ? m : largest;
+    }
+    size_t hard = largest > (size_t)INT32_MAX / 2 ? (size_t)INT32_MAX : 2 * largest;
+    grpc_arg arg[3] = {
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer = (int)hard},
+        /* gRPC sets SO_REUSEPORT by default: a second server on a taken
+         * port would bind silently and steal half the connections. */
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+        /* Our clients' keepalive pings (rpc.h) are no strikes. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+         .value.integer = SS_RPC_MIN_PING_INTERVAL_MS},
+    };
+    grpc_channel_args args = {.num_args = 3, .args = arg};
+    return grpc_server_create(&args, NULL);
+}
+
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,
                                size_t nmethods, void *ctx, ss__rpc_server **out) {
     start_failure[0] = '\0';
@@ -665,7 +729,6 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->writer_queues = cfg->threads;
     srv->nthreads = cfg->threads + reader_queues(methods, nmethods, cfg->threads);
     srv->reads_per_peer = cfg->reads_per_peer ? cfg->reads_per_peer : SS_RPC_DEFAULT_READS_PER_PEER;
-    pthread_mutex_init(&srv->peer_lock, NULL);
     srv->slots = calloc(nmethods, sizeof *srv->slots);
     srv->cqs = calloc(srv->nthreads, sizeof *srv->cqs);
     srv->threads = calloc(srv->nthreads, sizeof *srv->threads);
@@ -676,85 +739,22 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
         free(srv);
         return SS_ERR_NO_MEMORY;
     }
+    pthread_mutex_init(&srv->peer_lock, NULL);
     grpc_init();
     srv->max_message = cfg->max_message_bytes ? cfg->max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE;
     srv->max_inflight =
         cfg->max_inflight_bytes ? cfg->max_inflight_bytes : SS_RPC_DEFAULT_MAX_INFLIGHT;
-    /* gRPC's own limit is twice the largest method's: requests between
-     * the two reach received(), which refuses and counts them; only the
-     * absurd ones are dropped by gRPC (uncounted). Only authorized calls
-     * get that far. */
-    size_t largest = 0;
-    for (size_t i = 0; i < nmethods; i++) {
-        size_t m = methods[i].max_request ? methods[i].max_request : srv->max_message;
-        largest = m > largest ? m : largest;
-    }
-    size_t hard = largest > (size_t)INT32_MAX / 2 ? (size_t)INT32_MAX : 2 * largest;
-    grpc_arg arg[3] = {
-        {.type = GRPC_ARG_INTEGER,
-         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-         .value.integer = (int)hard},
-        /* gRPC sets SO_REUSEPORT by default: a second server on a taken
-         * port would bind silently and steal half the connections. */
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
-        /* Our clients' keepalive pings (rpc_internal.h) are no strikes. */
-        {.type = GRPC_ARG_INTEGER,
-         .key = GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-         .value.integer = SS_RPC_MIN_PING_INTERVAL_MS},
-    };
-    grpc_channel_args args = {.num_args = 3, .args = arg};
-    srv->server = grpc_server_create(&args, NULL);
+    srv->server = create_grpc_server(srv);
     srv->max_blocked = cfg->max_blocked_calls ? cfg->max_blocked_calls : SS_RPC_DEFAULT_MAX_BLOCKED;
     if (cfg->auth_header)
         snprintf(srv->auth, sizeof srv->auth, "%s", cfg->auth_header);
     if (cfg->tls_writers)
         snprintf(srv->writers, sizeof srv->writers, "%s", cfg->tls_writers);
     if (cfg->metrics)
-        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_unauthorized_total",
-                            "Calls refused at the door: a missing or wrong token, or a client "
-                            "certificate that may only read calling one that changes state.",
-                            NULL, &srv->unauthorized);
-    if (cfg->metrics) {
-        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_too_large_total",
-                            "Requests refused for a message over their method's limit.", NULL,
-                            &srv->too_large);
-        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_unfair_refused_total",
-                            "Reads refused because their connection already had its share "
-                            "(reads_per_peer) in flight.",
-                            NULL, &srv->unfair_refused);
-        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_inflight_refused_total",
-                            "Requests refused because the server already held "
-                            "--max-inflight-mb of request bytes.",
-                            NULL, &srv->inflight_refused);
-        ss__metrics_gauge(cfg->metrics, "shadowsync_rpc_inflight_bytes",
-                          "Request bytes received whose handlers have not finished.", NULL,
-                          &srv->inflight_bytes);
-    }
-    if (cfg->metrics)
-        ss__metrics_counter(cfg->metrics, "shadowsync_rpc_blocked_refused_total",
-                            "Calls refused because --max-blocked-calls handlers were already "
-                            "waiting (MA/BMUF rounds).",
-                            NULL, &srv->blocked_refused);
-    for (size_t i = 0; i < nmethods; i++) {
+        register_metrics(srv, cfg->metrics);
+    for (size_t i = 0; i < nmethods; i++)
         srv->slots[i].handle = grpc_server_register_method(srv->server, methods[i].path, NULL,
                                                            GRPC_SRM_PAYLOAD_NONE, 0);
-        ss__metrics *m = cfg->metrics;
-        if (m) {
-            const char *ok[] = {"method", methods[i].path, "result", "ok", NULL};
-            const char *err[] = {"method", methods[i].path, "result", "error", NULL};
-            const char *help = "RPC requests served, by method and result.";
-            ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &srv->slots[i].ok);
-            ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, err,
-                                &srv->slots[i].error);
-            const char *by_method[] = {"method", methods[i].path, NULL};
-            ss__metrics_counter(m, "shadowsync_rpc_received_bytes_total",
-                                "Request message bytes received, by method.", by_method,
-                                &srv->slots[i].received_bytes);
-            ss__metrics_counter(m, "shadowsync_rpc_sent_bytes_total",
-                                "Reply message bytes sent, by method.", by_method,
-                                &srv->slots[i].sent_bytes);
-        }
-    }
     for (uint32_t i = 0; i < srv->nthreads; i++) {
         srv->cqs[i] = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(srv->server, srv->cqs[i], NULL);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/names.h"
 #include "rpc/auth.h"
 
 /* Request lines and headers beyond this: MHD answers 414/431 itself. */
@@ -178,28 +179,20 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 /* "host:port" or "[v6]:port" into a socket address. */
 static ss_status parse_bind(const char *bind, struct sockaddr_storage *ss, bool *v6) {
     char host[256];
-    const char *colon = strrchr(bind, ':');
-    if (!colon || colon == bind || (size_t)(colon - bind) >= sizeof host)
-        return SS_ERR_INVALID_ARGUMENT;
-    snprintf(host, sizeof host, "%.*s", (int)(colon - bind), bind);
-    char *end;
-    unsigned long port = strtoul(colon + 1, &end, 10);
-    if (!colon[1] || *end || port > 65535)
+    unsigned port;
+    if (!ss__address_split(bind, host, sizeof host, &port))
         return SS_ERR_INVALID_ARGUMENT;
     memset(ss, 0, sizeof *ss);
-    size_t hl = strlen(host);
-    if (host[0] == '[' && host[hl - 1] == ']') {
-        host[hl - 1] = '\0';
+    *v6 = bind[0] == '[';
+    if (*v6) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
         a->sin6_family = AF_INET6;
         a->sin6_port = htons((uint16_t)port);
-        *v6 = true;
-        return inet_pton(AF_INET6, host + 1, &a->sin6_addr) == 1 ? SS_OK : SS_ERR_INVALID_ARGUMENT;
+        return inet_pton(AF_INET6, host, &a->sin6_addr) == 1 ? SS_OK : SS_ERR_INVALID_ARGUMENT;
     }
     struct sockaddr_in *a = (struct sockaddr_in *)ss;
     a->sin_family = AF_INET;
     a->sin_port = htons((uint16_t)port);
-    *v6 = false;
     if (!strcmp(host, "localhost"))
         snprintf(host, sizeof host, "127.0.0.1");
     return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? SS_OK : SS_ERR_INVALID_ARGUMENT;
