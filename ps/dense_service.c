@@ -12,7 +12,7 @@
 #include "rpc/dense/dense_wire.h"
 #include "rpc/pb_wire.h"
 #include "rpc/rpc_pb.h"
-#include "shadow/inproc_transport.h"
+#include "shadow/central.h"
 
 /* ---- server side ---- */
 
@@ -30,7 +30,7 @@ static void reject(ss__dense_service *svc, ss__rpc_reply *r, ss_status st, const
 /* A refusal of the backend's, with its reason when it said one (a limit,
  * a result that overflowed). */
 static void fail(ss__dense_service *svc, ss__rpc_reply *r, ss_status st) {
-    const char *why = ss__inproc_transport_refusal();
+    const char *why = ss__central_refusal();
     reject(svc, r, st, st == SS_ERR_NON_FINITE && *why ? why : ss_strerror(st));
 }
 
@@ -174,8 +174,8 @@ static void fail_encoded(ss__dense_service *svc, ss__rpc_reply *r, ss_status st)
         reject(svc, r, st,
                "compressed sync: the payload does not decode (NaN/Inf, or an int8 "
                "block whose min is above its max), or bad alpha");
-    else if (st == SS_ERR_TOO_LARGE && *ss__inproc_transport_refusal())
-        reject(svc, r, st, ss__inproc_transport_refusal()); /* which limit */
+    else if (st == SS_ERR_TOO_LARGE && *ss__central_refusal())
+        reject(svc, r, st, ss__central_refusal()); /* which limit */
     else
         fail(svc, r, st);
 }
@@ -190,11 +190,11 @@ static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     }
     if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
         Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
-        ss_status st = ss__transport_join(svc->backend, m->group, m->size, &out.member);
+        ss_status st = ss__central_join(svc->centre, m->group, m->size, &out.member);
         if (st == SS_OK)
             ss__rpc_reply_pack(&out.base, reply);
-        else if (*ss__inproc_transport_refusal())
-            reject(svc, reply, st, ss__inproc_transport_refusal()); /* which limit, which clash */
+        else if (*ss__central_refusal())
+            reject(svc, reply, st, ss__central_refusal()); /* which limit, which clash */
         else
             fail(svc, reply, st);
     }
@@ -210,7 +210,7 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         return;
     }
     if (check_group(svc, m->group, reply)) {
-        ss_status st = ss__transport_leave(svc->backend, m->group, m->member);
+        ss_status st = ss__central_leave(svc->centre, m->group, m->member);
         Shadowsync__V1__LeaveReply out = SHADOWSYNC__V1__LEAVE_REPLY__INIT;
         if (st == SS_OK)
             ss__rpc_reply_pack(&out.base, reply);
@@ -237,8 +237,8 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     if (m->encoding != SHADOWSYNC__V1__ENCODING__F32) {
         if ((out = encoded_in_out(svc, m->group, m->encoding, m->mirror_reset, m->mirror_seq,
                                   m->size, &snap, &up, &block, reply))) {
-            ss_status st = ss__inproc_easgd_encoded(svc->backend, m->group, m->member, m->size,
-                                                    m->alpha, &up, out);
+            ss_status st = ss__central_easgd_encoded(svc->centre, m->group, m->member, m->size,
+                                                     m->alpha, &up, out);
             if (st == SS_OK) {
                 Shadowsync__V1__EasgdReply head = SHADOWSYNC__V1__EASGD_REPLY__INIT;
                 bulk_reply_seal(svc, &head.base, 1, block, ss__codec_size(up.enc, m->size), reply);
@@ -249,8 +249,7 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         }
     } else if ((d = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
         size_t n = snap.len / sizeof(float);
-        ss_status st =
-            ss__transport_easgd_exchange(svc->backend, m->group, m->member, s, m->alpha, d, n);
+        ss_status st = ss__central_easgd(svc->centre, m->group, m->member, s, m->alpha, d, n);
         if (st == SS_OK) {
             Shadowsync__V1__EasgdReply head = SHADOWSYNC__V1__EASGD_REPLY__INIT;
             bulk_reply_seal(svc, &head.base, 1, block, snap.len, reply);
@@ -286,8 +285,8 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
             ss_status st =
                 m->bmuf && !ss__bmuf_params_valid(&bp)
                     ? SS_ERR_INVALID_ARGUMENT
-                    : ss__inproc_round_encoded(svc->backend, m->group, m->member, m->size, &up,
-                                               m->bmuf ? &bp : NULL, out, &rr);
+                    : ss__central_round_encoded(svc->centre, m->group, m->member, m->size, &up,
+                                                m->bmuf ? &bp : NULL, out, &rr);
             if (st == SS_OK) {
                 Shadowsync__V1__RoundReply head = SHADOWSYNC__V1__ROUND_REPLY__INIT;
                 head.round = rr.round;
@@ -301,12 +300,10 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     } else if ((avg = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
         size_t n = snap.len / sizeof(float);
         ss__round_result rr;
-        ss__bmuf_params bmuf = {
-            .eta = m->bmuf_eta, .zeta = m->bmuf_zeta, .nesterov = m->bmuf_nesterov};
-        ss_status st = m->bmuf && !ss__bmuf_params_valid(&bmuf)
+        ss_status st = m->bmuf && !ss__bmuf_params_valid(&bp)
                            ? SS_ERR_INVALID_ARGUMENT
-                           : ss__transport_round(svc->backend, m->group, m->member, s,
-                                                 m->bmuf ? &bmuf : NULL, avg, n, &rr);
+                           : ss__central_round(svc->centre, m->group, m->member, s,
+                                               m->bmuf ? &bp : NULL, avg, n, &rr);
         if (st == SS_OK) {
             Shadowsync__V1__RoundReply head = SHADOWSYNC__V1__ROUND_REPLY__INIT;
             head.round = rr.round;
@@ -337,8 +334,7 @@ static void h_central(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
     }
     if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
         float *c = malloc(m->size * sizeof(float));
-        ss_status st =
-            c ? ss__transport_read_central(svc->backend, m->group, c, m->size) : SS_ERR_NO_MEMORY;
+        ss_status st = c ? ss__central_read(svc->centre, m->group, c, m->size) : SS_ERR_NO_MEMORY;
         if (st == SS_OK) {
             Shadowsync__V1__ReadCentralReply out = SHADOWSYNC__V1__READ_CENTRAL_REPLY__INIT;
             out.central.data = (uint8_t *)c;
@@ -361,10 +357,10 @@ static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply
         return;
     }
     if (check_group(svc, m->group, reply)) {
-        ss_status st = ss__transport_heartbeat(svc->backend, m->group, m->member);
+        ss_status st = ss__central_heartbeat(svc->centre, m->group, m->member);
         Shadowsync__V1__HeartbeatReply out = SHADOWSYNC__V1__HEARTBEAT_REPLY__INIT;
         out.round_waiting =
-            st == SS_OK && ss__transport_round_waiting(svc->backend, m->group, m->member);
+            st == SS_OK && ss__central_round_waiting(svc->centre, m->group, m->member);
         if (st == SS_OK)
             ss__rpc_reply_pack(&out.base, reply);
         else

@@ -3,22 +3,21 @@
  *
  * ss__dense_service_methods() gives the method table for
  * ss__rpc_server_start; every request is validated (sizes, float payloads,
- * NaN/Inf via the backend) and served by a backend ss__transport, the
- * in-process one in shadowsync-ps: it holds the central variables and runs
- * the MA/BMUF rounds.
+ * NaN/Inf via the centre) and served by the PS's dense centre
+ * (shadow/central.h): its central variables, rounds and S-BMUF state.
  */
 #ifndef SS_PS_DENSE_SERVICE_H
 #define SS_PS_DENSE_SERVICE_H
 
 #include "common/metrics.h"
 #include "rpc/rpc.h"
-#include "shadow/transport.h"
+#include "shadow/central.h"
 
 typedef struct ss__dense_service {
-    ss__transport *backend; /* not owned */
-    ss__counter *rejected;  /* optional: requests refused as invalid */
-    size_t max_floats;      /* largest group accepted */
-    /* Optional: the Checkpoint call writes the backend's state and names
+    ss__central *centre;   /* not owned */
+    ss__counter *rejected; /* optional: requests refused as invalid */
+    size_t max_floats;     /* largest group accepted */
+    /* Optional: the Checkpoint call writes the centre's state and names
      * where; NULL answers FAILED_PRECONDITION. */
     ss_status (*checkpoint)(void *ctx, char *path, size_t pathlen, size_t *groups);
     void *checkpoint_ctx;

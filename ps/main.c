@@ -22,7 +22,7 @@
 #include "ps/emb_service.h"
 #include "rpc/auth.h"
 #include "rpc/http/http.h"
-#include "shadow/inproc_transport.h"
+#include "shadow/central.h"
 
 /* What --help and --version say. */
 static const ss__program program = {
@@ -49,7 +49,7 @@ typedef struct ps_options {
 static const char default_http[] = "127.0.0.1:9471";
 
 typedef struct ps_state {
-    ss__transport *backend; /* the dense state: central variables, rounds */
+    ss__central *centre; /* the dense state: central variables, rounds, S-BMUF */
     ss__metrics *metrics;
     ss__emb_store *store;
     ss__emb_service esvc;
@@ -68,7 +68,7 @@ typedef struct ps_state {
 static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *groups) {
     ps_state *ps = ctx;
     pthread_mutex_lock(&ps->save_lock);
-    ss_status st = ss__inproc_transport_save(ps->backend, ps->path, groups);
+    ss_status st = ss__central_save(ps->centre, ps->path, groups);
     pthread_mutex_unlock(&ps->save_lock);
     if (path && pathlen)
         snprintf(path, pathlen, "%s", ps->path);
@@ -77,11 +77,11 @@ static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *
     return st;
 }
 
-static ss__inproc_group_info *describe(ps_state *ps, size_t *count) {
-    ss__inproc_group_info *info = calloc(STATUS_GROUPS, sizeof *info);
+static ss__central_group_info *describe(ps_state *ps, size_t *count) {
+    ss__central_group_info *info = calloc(STATUS_GROUPS, sizeof *info);
     *count = 0;
     if (info)
-        ss__inproc_transport_describe(ps->backend, info, STATUS_GROUPS, count);
+        ss__central_describe(ps->centre, info, STATUS_GROUPS, count);
     return info;
 }
 
@@ -89,7 +89,7 @@ static ss__inproc_group_info *describe(ps_state *ps, size_t *count) {
 static ss_status status_json(void *ctx, char **out, size_t *len) {
     ps_state *ps = ctx;
     size_t k;
-    ss__inproc_group_info *info = describe(ps, &k);
+    ss__central_group_info *info = describe(ps, &k);
     if (!info)
         return SS_ERR_NO_MEMORY;
     uint64_t now = ss__now_ns();
@@ -100,7 +100,7 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
     json_object_object_add(root, "uptime_seconds",
                            json_object_new_double((double)(now - ps->start_ns) / 1e9));
     for (size_t i = 0; i < k; i++) {
-        const ss__inproc_group_info *g = &info[i];
+        const ss__central_group_info *g = &info[i];
         json_object *o = json_object_new_object();
         json_object_object_add(o, "group", json_object_new_string(g->name));
         json_object_object_add(o, "floats", json_object_new_uint64(g->n));
@@ -130,10 +130,10 @@ static void mirror(ss__counter *c, uint64_t total) {
 /* Joins refused by --max-groups, --max-members, --max-total-floats, per
  * limit (every limit's series exists from the start, at 0). */
 static void mirror_limit_refusals(ps_state *ps) {
-    uint64_t n[SS_INPROC_LIMITS];
-    ss__inproc_transport_refusals(ps->backend, n);
-    for (int i = 0; i < SS_INPROC_LIMITS; i++) {
-        const char *labels[] = {"limit", ss__inproc_limit_names[i], NULL};
+    uint64_t n[SS_CENTRAL_LIMITS];
+    ss__central_refusals(ps->centre, n);
+    for (int i = 0; i < SS_CENTRAL_LIMITS; i++) {
+        const char *labels[] = {"limit", ss__central_limit_names[i], NULL};
         ss__counter *c;
         if (ss__metrics_counter(ps->metrics, "shadowsync_ps_limit_refusals_total",
                                 "Dense Joins refused by a PS limit, by limit.", labels,
@@ -142,11 +142,11 @@ static void mirror_limit_refusals(ps_state *ps) {
     }
 }
 
-/* Mirrors the backend's per-group counts into shadowsync_ps_* series. */
+/* Mirrors the centre's per-group counts into shadowsync_ps_* series. */
 static void refresh_metrics(void *ctx) {
     ps_state *ps = ctx;
     size_t k;
-    ss__inproc_group_info *info = describe(ps, &k);
+    ss__central_group_info *info = describe(ps, &k);
     if (!info)
         return;
     pthread_mutex_lock(&ps->mirror_lock);
@@ -214,7 +214,7 @@ static int restore(ps_state *ps, const char *dir) {
         return -1;
     }
     size_t groups = 0;
-    ss_status st = ss__inproc_transport_load(ps->backend, ps->path, &groups);
+    ss_status st = ss__central_load(ps->centre, ps->path, &groups);
     if (st == SS_ERR_NOT_FOUND) {
         printf("shadowsync-ps: no checkpoint in %s, starting empty\n", dir);
         return 0;
@@ -395,13 +395,13 @@ static int check_options(ps_options *o) {
 /* Step 2: the dense state (restored from the checkpoint) and the
  * embedding store. */
 static int open_state(ps_state *ps, const ps_options *o) {
-    ss__inproc_config icfg = {.round_deadline_ms = (uint32_t)o->deadline_ms,
-                              .member_timeout_ms = (uint32_t)o->member_timeout_ms,
-                              .max_groups = (uint32_t)o->max_groups,
-                              .max_members = (uint32_t)o->max_members,
-                              .max_total_floats = (uint64_t)o->max_total_floats};
+    ss__central_config ccfg = {.round_deadline_ms = (uint32_t)o->deadline_ms,
+                               .member_timeout_ms = (uint32_t)o->member_timeout_ms,
+                               .max_groups = (uint32_t)o->max_groups,
+                               .max_members = (uint32_t)o->max_members,
+                               .max_total_floats = (uint64_t)o->max_total_floats};
     if (ss__metrics_create(&ps->metrics) != SS_OK || ss__metrics_build_info(ps->metrics) != SS_OK ||
-        ss__inproc_transport_create(&icfg, &ps->backend) != SS_OK) {
+        ss__central_create(&ccfg, &ps->centre) != SS_OK) {
         fprintf(stderr, "shadowsync-ps: out of memory\n");
         return 1;
     }
@@ -435,7 +435,7 @@ static int open_state(ps_state *ps, const ps_options *o) {
 /* Step 3: both services on one gRPC server. */
 static int start_rpc(ps_state *ps, const ps_options *o) {
     ss__emb_service_init(&ps->esvc, ps->store);
-    ps->svc = (ss__dense_service){.backend = ps->backend,
+    ps->svc = (ss__dense_service){.centre = ps->centre,
                                   .max_floats = (size_t)o->max_floats,
                                   .checkpoint = *o->ckpt_dir ? save_checkpoint : NULL,
                                   .checkpoint_ctx = ps};
@@ -528,7 +528,7 @@ static int shut_down(ps_state *ps, const ps_options *o, bool served) {
             printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps->path);
     }
     ss__emb_store_destroy(ps->store); /* flushes dirty rows */
-    ss__transport_destroy(ps->backend);
+    ss__central_destroy(ps->centre);
     ss__metrics_destroy(ps->metrics);
     return rc;
 }

@@ -19,7 +19,7 @@ typedef enum ss__algo { SS_ALGO_EASGD = 0, SS_ALGO_MA = 1, SS_ALGO_BMUF = 2 } ss
 const char *ss__algo_name(ss__algo algo);
 ss_status ss__algo_parse(const char *text, ss__algo *out);
 
-/* S-EASGD, server side (the PS's exchange, shadow/inproc_transport.c):
+/* S-EASGD, server side (the PS's exchange, shadow/central_rounds.c):
  * d = alpha (s - c); c += d. The agent then applies
  * x -= d (ss__kernel_live_add_scaled with scale -1).
  *
@@ -62,7 +62,7 @@ bool ss__bmuf_params_valid(const ss__bmuf_params *p);
 ss_status ss__bmuf_step(const ss__bmuf_params *p, float *w, float *m, float *b, const float *avg,
                         size_t n, bool first);
 
-/* An MA/BMUF round's mean, as the PS (shadow/inproc_transport.c) builds
+/* An MA/BMUF round's mean, as the PS (shadow/central_rounds.c) builds
  * it while snapshots arrive: sum += s for each of the k contributions,
  * then avg = sum / k; SS_ERR_NON_FINITE when the sum overflowed. */
 void ss__mean_add(float *sum, const float *s, size_t n);

@@ -1,36 +1,28 @@
-/* The in-process transport's checkpoints (the file format:
- * shadow/dense_checkpoint.c), its refusal counters and its description for
- * /status. */
+/* The dense centre's checkpoints (the file format:
+ * shadow/dense_checkpoint.c) and its description for /status. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "shadow/central_internal.h"
 #include "shadow/dense_checkpoint.h"
-#include "shadow/inproc_internal.h"
 
-void ss__inproc_transport_refusals(ss__transport *t, uint64_t out[SS_INPROC_LIMITS]) {
-    inproc *ip = t ? ss__inproc_of(t) : NULL;
-    for (int i = 0; i < SS_INPROC_LIMITS; i++)
-        out[i] = ip ? atomic_load(&ip->refusals[i]) : 0;
-}
-
-ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *groups) {
-    inproc *ip = t ? ss__inproc_of(t) : NULL;
-    if (!ip || !path || !*path || !groups)
+ss_status ss__central_save(ss__central *c, const char *path, size_t *groups) {
+    if (!c || !path || !*path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
     /* The groups as they are now (a group, once made, lives as long as the
      * transport), then each written under its own lock only: a join of a
      * new group does not wait for the file. */
-    pthread_mutex_lock(&ip->lock);
+    pthread_mutex_lock(&c->lock);
     uint32_t count = 0;
-    for (group *g = ip->groups; g; g = g->next)
+    for (group *g = c->groups; g; g = g->next)
         count++;
     group **all = malloc((count ? count : 1) * sizeof *all);
     uint32_t k = 0;
-    for (group *g = ip->groups; all && g; g = g->next)
+    for (group *g = c->groups; all && g; g = g->next)
         all[k++] = g;
-    pthread_mutex_unlock(&ip->lock);
+    pthread_mutex_unlock(&c->lock);
     if (!all)
         return SS_ERR_NO_MEMORY;
     ss__dense_ckpt_writer *w;
@@ -66,11 +58,11 @@ ss_status ss__inproc_transport_save(ss__transport *t, const char *path, size_t *
 /* Every group of a checked file first gets its place (an existing group
  * must have the same size), then its values: a file that does not fit
  * changes nothing. */
-static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
+static ss_status restore_groups(ss__central *centre, const ss__dense_ckpt_file *f) {
     size_t count = ss__dense_ckpt_count(f);
     for (size_t i = 0; i < count; i++) {
         const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
-        group *g = ss__inproc_lookup_group(ip, c->name);
+        group *g = ss__central_lookup(centre, c->name);
         if (g && g->n != c->n)
             return SS_ERR_SIZE_MISMATCH;
         for (size_t j = 0; j < i; j++)
@@ -85,13 +77,13 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
     }
     for (size_t i = 0; i < count; i++) {
         const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
-        group *g = ss__inproc_lookup_group(ip, c->name);
+        group *g = ss__central_lookup(centre, c->name);
         if (!g) {
-            if (!(g = ss__inproc_group_new(c->name, c->n)))
+            if (!(g = ss__central_group_new(c->name, c->n)))
                 return SS_ERR_NO_MEMORY;
             /* A restore is not refused by the limits, but counted in them. */
-            atomic_fetch_add(&ip->used_floats, SS_INPROC_GROUP_FLOATS(c->n));
-            ss__inproc_add_group(ip, g);
+            atomic_fetch_add(&centre->used_floats, SS_CENTRAL_GROUP_FLOATS(c->n));
+            ss__central_add_group(centre, g);
         }
         pthread_mutex_lock(&g->lock);
         if (c->central) {
@@ -111,7 +103,7 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
                     pthread_mutex_unlock(&g->lock);
                     return SS_ERR_NO_MEMORY;
                 }
-                atomic_fetch_add(&ip->used_floats, 2 * (uint64_t)g->n);
+                atomic_fetch_add(&centre->used_floats, 2 * (uint64_t)g->n);
             }
             g->bmuf_m = g->bmuf_w + g->n;
             memcpy(g->bmuf_w, c->bmuf_w, c->n * sizeof(float));
@@ -126,36 +118,34 @@ static ss_status restore_groups(inproc *ip, const ss__dense_ckpt_file *f) {
     return SS_OK;
 }
 
-ss_status ss__inproc_transport_load(ss__transport *t, const char *path, size_t *groups) {
-    inproc *ip = t ? ss__inproc_of(t) : NULL;
-    if (!ip || !path || !groups)
+ss_status ss__central_load(ss__central *c, const char *path, size_t *groups) {
+    if (!c || !path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
     *groups = 0;
     ss__dense_ckpt_file *f;
     ss_status st = ss__dense_ckpt_read(path, &f);
     if (st != SS_OK)
         return st;
-    pthread_mutex_lock(&ip->lock);
-    st = restore_groups(ip, f);
-    pthread_mutex_unlock(&ip->lock);
+    pthread_mutex_lock(&c->lock);
+    st = restore_groups(c, f);
+    pthread_mutex_unlock(&c->lock);
     if (st == SS_OK)
         *groups = ss__dense_ckpt_count(f);
     ss__dense_ckpt_close(f);
     return st;
 }
 
-ss_status ss__inproc_transport_describe(ss__transport *t, ss__inproc_group_info *out, size_t max,
-                                        size_t *count) {
-    inproc *ip = t ? ss__inproc_of(t) : NULL;
-    if (!ip || !count || (max && !out))
+ss_status ss__central_describe(ss__central *c, ss__central_group_info *out, size_t max,
+                               size_t *count) {
+    if (!c || !count || (max && !out))
         return SS_ERR_INVALID_ARGUMENT;
     size_t k = 0, total = 0;
-    pthread_mutex_lock(&ip->lock);
-    for (group *g = ip->groups; g; g = g->next, total++) {
+    pthread_mutex_lock(&c->lock);
+    for (group *g = c->groups; g; g = g->next, total++) {
         if (k == max)
             continue;
         pthread_mutex_lock(&g->lock);
-        ss__inproc_group_info *o = &out[k++];
+        ss__central_group_info *o = &out[k++];
         snprintf(o->name, sizeof o->name, "%s", g->name);
         o->n = g->n;
         o->members = (uint32_t)g->nmembers;
@@ -165,7 +155,7 @@ ss_status ss__inproc_transport_describe(ss__transport *t, ss__inproc_group_info 
         o->last_done_ns = g->last_done_ns;
         pthread_mutex_unlock(&g->lock);
     }
-    pthread_mutex_unlock(&ip->lock);
+    pthread_mutex_unlock(&c->lock);
     *count = k;
     return total > max ? SS_ERR_TOO_LARGE : SS_OK;
 }

@@ -1,18 +1,20 @@
-/* The in-process transport's state, shared by inproc_transport.c (groups,
- * members, rounds, compressed sync) and inproc_checkpoint.c (saving and
- * restoring it, describing it). Not a public header. */
-#ifndef SS_SHADOW_INPROC_INTERNAL_H
-#define SS_SHADOW_INPROC_INTERNAL_H
+/* The dense centre's state (shadow/central.h), shared by central_groups.c
+ * (the store, membership, limits), central_rounds.c (exchanges, rounds,
+ * compressed members) and central_checkpoint.c (saving, restoring,
+ * describing it). Not a public header. */
+#ifndef SS_SHADOW_CENTRAL_INTERNAL_H
+#define SS_SHADOW_CENTRAL_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "shadow/algorithms.h"
+#include "shadow/central.h"
 #include "shadow/codec.h"
-#include "shadow/inproc_transport.h"
 
 #define NO_ROUND UINT64_MAX
 
@@ -21,11 +23,8 @@ typedef struct member_slot {
     uint64_t last_seen; /* ss__now_ns of its last call */
     bool contributed;   /* to the open round */
     /* Compressed sync (shadow/codec.h): this side's mirror of the member's
-     * replica, from its first encoded call; for an in-process member of a
-     * transport with an encoding, also the member's own side and its
-     * message buffer (the calls go through the same bytes as on a wire). */
-    ss__codec_mirror *mirror, *member_side;
-    uint8_t *wire;
+     * replica, from its first encoded call. */
+    ss__codec_mirror *mirror;
     _Atomic uint64_t *mirror_budget; /* the PS's count the mirror is in */
 } member_slot;
 
@@ -65,40 +64,48 @@ typedef struct group {
     uint64_t last_done_ns; /* ss__now_ns of the last exchange or closed round */
 } group;
 
-typedef struct inproc {
+struct ss__central {
     pthread_mutex_t lock; /* guards the group list only */
     group *groups;
+    size_t ngroups; /* under lock */
     uint64_t deadline_ns;
     uint64_t member_timeout_ns; /* 0 = members never expire */
-    uint64_t link_latency_ns;
-    double link_ns_per_byte; /* 0 = no bandwidth limit */
-    ss__inproc_config limits;
-    ss__encoding encoding; /* of this process's own members' calls */
-    bool no_feedback;      /* their mirrors' (an ablation) */
-    size_t ngroups;        /* under lock */
-    _Atomic uint64_t refusals[SS_INPROC_LIMITS];
+    ss__central_config limits;
+    _Atomic uint64_t refusals[SS_CENTRAL_LIMITS];
     /* Every float allocated for the dense groups, within
      * limits.max_total_floats: 3 n per group (centre, sum, result), 2 n
      * more for S-BMUF's state, 2 n per compressed member's mirror. (Before,
      * n per group was counted: a 128 MiB budget reached 804 MB.) */
     _Atomic uint64_t used_floats;
-} inproc;
+};
 
 /* Takes `floats` from the budget, or refuses (SS_ERR_TOO_LARGE, counted,
  * the refusal saying what would not fit: `what`). */
-ss_status ss__inproc_charge(inproc *ip, uint64_t floats, const char *what);
+ss_status ss__central_charge(ss__central *c, uint64_t floats, const char *what);
 /* Gives floats back. */
-void ss__inproc_uncharge(inproc *ip, uint64_t floats);
+void ss__central_uncharge(ss__central *c, uint64_t floats);
 /* Floats a group of n takes when made: centre, round sum, round result. */
-#define SS_INPROC_GROUP_FLOATS(n) (3 * (uint64_t)(n))
+#define SS_CENTRAL_GROUP_FLOATS(n) (3 * (uint64_t)(n))
 
-/* The transport's state, NULL when t is not an in-process transport. */
-inproc *ss__inproc_of(ss__transport *t);
-/* The group called name; caller holds ip->lock. */
-group *ss__inproc_lookup_group(const inproc *ip, const char *name);
+/* Says why the calling thread's call was refused (ss__central_refusal). */
+void ss__central_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The group called name; caller holds c->lock. */
+group *ss__central_lookup(const ss__central *c, const char *name);
+/* The group called name, or NULL; takes and drops c->lock. */
+group *ss__central_find(ss__central *c, const char *name);
 /* A new group of n floats (not yet listed), NULL when out of memory. */
-group *ss__inproc_group_new(const char *name, size_t n);
-/* Lists g; caller holds ip->lock. */
-void ss__inproc_add_group(inproc *ip, group *g);
+group *ss__central_group_new(const char *name, size_t n);
+/* Lists g; caller holds c->lock. */
+void ss__central_add_group(ss__central *c, group *g);
+
+/* The member's slot index in g, or -1. Caller holds g->lock. */
+ssize_t ss__central_member_index(const group *g, uint64_t member);
+/* Records a call of member at now; false when it is not a member. */
+bool ss__central_touch(group *g, uint64_t member, uint64_t now);
+/* Drops members not heard from for the member timeout. Caller holds g->lock. */
+void ss__central_expire(const ss__central *c, group *g, uint64_t now);
+/* Closes g's open round (the mean, or the S-BMUF block step). Caller holds
+ * g->lock and has made sure readers_pending == 0. */
+void ss__central_close_round(group *g);
 
 #endif

@@ -1,7 +1,7 @@
 /* The dense checkpoint file: every group's central variable (S-EASGD),
  * last round result (MA: the mean; BMUF: the block start b) and S-BMUF
  * global state (w, m and the parameters), as shadowsync-ps saves them
- * (dense.ckpt) and restores them at start (shadow/inproc_transport.c), so
+ * (dense.ckpt) and restores them at start (shadow/central_checkpoint.c), so
  * a restarted PS goes on with the same block momentum.
  *
  * Layout (host byte order; a checkpoint moves with its PS, not across

@@ -1,8 +1,8 @@
 /* The transport interface: what a sync round needs from "the others".
  *
  * The engine only talks to this vtable. Implementations: the in-process
- * one (shadow/inproc_transport.h) keeps central variables and round
- * aggregation in memory, and is also the parameter server's state; the
+ * one (shadow/inproc_transport.h), an adapter over a dense centre in this
+ * process (shadow/central.h, what a parameter server holds); the
  * host-averaging wrapper (shadow/host_average_transport.h); the gRPC
  * client in rpc/dense/grpc_transport.h. Every call is thread-safe and bounded in time. */
 #ifndef SS_SHADOW_TRANSPORT_H

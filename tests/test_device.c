@@ -452,9 +452,9 @@ START_TEST(test_standin_host_average_through_an_agent) {
     }
     ck_assert_msg(settled == 2, "the device replicas did not both reach 4 (one is at %g)",
                   (double)x[0]);
-    ss__inproc_group_info info;
+    ss__central_group_info info;
     size_t k;
-    ck_assert_int_eq(ss__inproc_transport_describe(to_ps, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__central_describe(ss__inproc_central(to_ps), &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.members, 1); /* one member for the whole host */
     for (int j = 0; j < 2; j++)
         ck_assert_int_eq(ss_trainer_close(t[j]), SS_OK);

@@ -178,9 +178,9 @@ START_TEST(test_diverged_replica_stops_and_says_so) {
     ss__group_stats st;
     ck_assert_int_eq(ss__engine_group_stats(g, &st), SS_OK);
     ck_assert_uint_eq(st.failed_rounds, 1); /* said once, not retried */
-    ss__inproc_group_info info;
+    ss__central_group_info info;
     size_t count;
-    ck_assert_int_eq(ss__inproc_transport_describe(t, &info, 1, &count), SS_OK);
+    ck_assert_int_eq(ss__central_describe(ss__inproc_central(t), &info, 1, &count), SS_OK);
     ck_assert_uint_eq(info.members, 0); /* it left: nobody's round waits for it */
     char *text;
     size_t len;
@@ -689,9 +689,9 @@ START_TEST(test_host_average_one_exchange_per_local_round) {
     uint64_t m[2];
     ck_assert_int_eq(ss__transport_join(host, "g", 2, &m[0]), SS_OK);
     ck_assert_int_eq(ss__transport_join(host, "g", 2, &m[1]), SS_OK);
-    ss__inproc_group_info info;
+    ss__central_group_info info;
     size_t k;
-    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__central_describe(ss__inproc_central(remote), &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.members, 1); /* one member for the whole host */
 
     /* Round 1: m = (2, 4) becomes the centre, D = 0: d = s - m. */
@@ -717,15 +717,15 @@ START_TEST(test_host_average_one_exchange_per_local_round) {
     ck_assert_float_eq(da[1], 4);
     ck_assert_float_eq(db[0], 1);
     ck_assert_float_eq(db[1], 4);
-    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__central_describe(ss__inproc_central(remote), &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.exchanges, 2); /* not 4 */
     ck_assert_uint_eq(info.rounds, 1);    /* not 2 */
     /* The last local member leaving takes the host out of the remote. */
     ck_assert_int_eq(ss__transport_leave(host, "g", m[0]), SS_OK);
-    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__central_describe(ss__inproc_central(remote), &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.members, 1);
     ck_assert_int_eq(ss__transport_leave(host, "g", m[1]), SS_OK);
-    ck_assert_int_eq(ss__inproc_transport_describe(remote, &info, 1, &k), SS_OK);
+    ck_assert_int_eq(ss__central_describe(ss__inproc_central(remote), &info, 1, &k), SS_OK);
     ck_assert_uint_eq(info.members, 0);
     /* Bad input: an unknown group, a size that is not the group's. */
     float s[3] = {0}, d[3];

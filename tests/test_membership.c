@@ -132,12 +132,12 @@ START_TEST(test_checkpoint_round_trip_is_exact) {
     char path[128];
     tmp_path(path, sizeof path);
     size_t groups = 0;
-    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_save(ss__inproc_central(t), path, &groups), SS_OK);
     ck_assert_uint_eq(groups, 2);
     ss__transport_destroy(t);
 
     t = make(100, 0);
-    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_OK);
     ck_assert_uint_eq(groups, 2);
     float back3[3], back2[2];
     ck_assert_int_eq(ss__transport_read_central(t, "easgd", back3, 3), SS_OK);
@@ -170,11 +170,11 @@ START_TEST(test_checkpoint_keeps_bmuf_state) {
     char path[128];
     tmp_path(path, sizeof path);
     size_t groups = 0;
-    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_save(ss__inproc_central(t), path, &groups), SS_OK);
     ss__transport_destroy(t);
 
     t = make(5000, 0);
-    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_OK);
     ck_assert_uint_eq(groups, 1);
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(ss__transport_join(t, "bmuf", 1, &m[i]), SS_OK);
@@ -236,7 +236,7 @@ START_TEST(test_checkpoint_reads_the_first_layout) {
     write_first_layout(path, 2.5f);
     ss__transport *t = make(100, 0);
     size_t groups = 0;
-    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_OK);
     ck_assert_uint_eq(groups, 1);
     float c;
     ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_OK);
@@ -265,10 +265,10 @@ START_TEST(test_checkpoint_never_holds_inf) {
     char path[128];
     tmp_path(path, sizeof path);
     size_t groups;
-    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_save(ss__inproc_central(t), path, &groups), SS_OK);
     ss__transport_destroy(t);
     t = make(100, 0);
-    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_OK);
     ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_OK);
     ck_assert_float_eq(c, -3e38f);
     ss__transport_destroy(t);
@@ -279,12 +279,13 @@ START_TEST(test_checkpoint_never_holds_inf) {
     ss__dense_ckpt_put(w, &(ss__dense_ckpt_group){.name = "g", .n = 1, .central = &inf});
     ck_assert_int_eq(ss__dense_ckpt_commit(w), SS_ERR_NON_FINITE);
     t = make(100, 0);
-    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_OK); /* the last good one */
+    ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups),
+                     SS_OK); /* the last good one */
     ss__transport_destroy(t);
 
     write_first_layout(path, INFINITY);
     t = make(100, 0);
-    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_ERR_NON_FINITE);
     ck_assert_int_eq(ss__transport_read_central(t, "g", &c, 1), SS_ERR_NOT_FOUND);
     ss__transport_destroy(t);
     unlink(path);
@@ -301,7 +302,7 @@ START_TEST(test_checkpoint_refuses_torn_and_corrupt_files) {
     char path[128];
     tmp_path(path, sizeof path);
     size_t groups;
-    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_save(ss__inproc_central(t), path, &groups), SS_OK);
     ss__transport_destroy(t);
     FILE *f = fopen(path, "rb");
     unsigned char buf[256];
@@ -314,7 +315,7 @@ START_TEST(test_checkpoint_refuses_torn_and_corrupt_files) {
         fwrite(buf, 1, cut, f);
         fclose(f);
         t = make(100, 0);
-        ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_ERR_PARSE);
+        ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_ERR_PARSE);
         ss__transport_destroy(t);
     }
     /* Corrupt: one flipped bit anywhere is refused. */
@@ -325,13 +326,14 @@ START_TEST(test_checkpoint_refuses_torn_and_corrupt_files) {
         fclose(f);
         buf[at] ^= 0x10;
         t = make(100, 0);
-        ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_ERR_PARSE);
+        ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_ERR_PARSE);
         ss__transport_destroy(t);
     }
     unlink(path);
     t = make(100, 0);
-    ck_assert_int_eq(ss__inproc_transport_load(t, path, &groups), SS_ERR_NOT_FOUND);
-    ck_assert_int_eq(ss__inproc_transport_save(t, "/nonexistent-dir/x", &groups), SS_ERR_IO);
+    ck_assert_int_eq(ss__central_load(ss__inproc_central(t), path, &groups), SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(ss__central_save(ss__inproc_central(t), "/nonexistent-dir/x", &groups),
+                     SS_ERR_IO);
     ss__transport_destroy(t);
 }
 END_TEST
@@ -352,7 +354,7 @@ START_TEST(test_checkpoint_does_not_follow_a_planted_link) {
     ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m, (const float[]){1, 2}, 0.5f, d, 2),
                      SS_OK);
     size_t groups;
-    ck_assert_int_eq(ss__inproc_transport_save(t, path, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_save(ss__inproc_central(t), path, &groups), SS_OK);
     ss__transport_destroy(t);
     assert_not_written_through(target);
     struct stat sb;

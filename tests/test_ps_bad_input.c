@@ -34,7 +34,7 @@ static void setup(void) {
     ss__inproc_config icfg = {
         .round_deadline_ms = 200, .max_groups = 6, .max_members = 5, .max_total_floats = 4500};
     ck_assert_int_eq(ss__inproc_transport_create(&icfg, &backend), SS_OK);
-    svc = (ss__dense_service){.backend = backend, .max_floats = 1000};
+    svc = (ss__dense_service){.centre = ss__inproc_central(backend), .max_floats = 1000};
     ck_assert_int_eq(ss__metrics_counter(metrics, "rejected", "r", NULL, &svc.rejected), SS_OK);
     size_t n;
     const ss__rpc_method *m = ss__dense_service_methods(&n);
@@ -331,11 +331,11 @@ START_TEST(test_limits_on_groups_members_floats) {
         ck_assert_int_eq(join_msg("g", 2, msg, sizeof msg), SS_OK);
     ck_assert_int_eq(join_msg("g", 2, msg, sizeof msg), SS_ERR_TOO_LARGE);
     ck_assert_ptr_nonnull(strstr(msg, "--max-members"));
-    uint64_t n[SS_INPROC_LIMITS];
-    ss__inproc_transport_refusals(backend, n);
-    ck_assert_uint_eq(n[SS_INPROC_LIMIT_GROUPS], 1);
-    ck_assert_uint_eq(n[SS_INPROC_LIMIT_MEMBERS], 1);
-    ck_assert_uint_eq(n[SS_INPROC_LIMIT_FLOATS], 1);
+    uint64_t n[SS_CENTRAL_LIMITS];
+    ss__central_refusals(ss__inproc_central(backend), n);
+    ck_assert_uint_eq(n[SS_CENTRAL_LIMIT_GROUPS], 1);
+    ck_assert_uint_eq(n[SS_CENTRAL_LIMIT_MEMBERS], 1);
+    ck_assert_uint_eq(n[SS_CENTRAL_LIMIT_FLOATS], 1);
     assert_central_unchanged();
 }
 END_TEST
@@ -387,7 +387,7 @@ START_TEST(test_blocked_calls_are_bounded) {
     ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     ss__inproc_config icfg = {.round_deadline_ms = 3000};
     ck_assert_int_eq(ss__inproc_transport_create(&icfg, &b), SS_OK);
-    ss__dense_service sv = {.backend = b, .max_floats = 1000};
+    ss__dense_service sv = {.centre = ss__inproc_central(b), .max_floats = 1000};
     size_t nm;
     const ss__rpc_method *meth = ss__dense_service_methods(&nm);
     ss__rpc_server_config cfg = {
@@ -406,8 +406,8 @@ START_TEST(test_blocked_calls_are_bounded) {
     /* Both contributions are in (they wait for the third member). */
     for (int tries = 0; tries < 2000; tries++) {
         size_t k = 0;
-        ss__inproc_group_info info;
-        ss__inproc_transport_describe(b, &info, 1, &k);
+        ss__central_group_info info;
+        ss__central_describe(ss__inproc_central(b), &info, 1, &k);
         if (k == 1 && info.contributors == 2)
             break;
         ss__sleep_ns(1000000);
@@ -441,7 +441,7 @@ START_TEST(test_token_guards_every_call_before_its_body) {
     ss__rpc_server *s;
     ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     ck_assert_int_eq(ss__inproc_transport_create(NULL, &b), SS_OK);
-    ss__dense_service sv = {.backend = b, .max_floats = 1000};
+    ss__dense_service sv = {.centre = ss__inproc_central(b), .max_floats = 1000};
     size_t nm;
     const ss__rpc_method *meth = ss__dense_service_methods(&nm);
     ss__rpc_server_config cfg = {.listen = "127.0.0.1:0",

@@ -25,7 +25,8 @@ typedef struct shard {
 static void shard_start_at(shard *s, size_t max_floats, const char *listen) {
     ss__inproc_config icfg = {.round_deadline_ms = 2000};
     ck_assert_int_eq(ss__inproc_transport_create(&icfg, &s->backend), SS_OK);
-    s->svc = (ss__dense_service){.backend = s->backend, .max_floats = max_floats};
+    s->svc =
+        (ss__dense_service){.centre = ss__inproc_central(s->backend), .max_floats = max_floats};
     size_t n;
     const ss__rpc_method *m = ss__dense_service_methods(&n);
     ss__rpc_server_config cfg = {
@@ -131,9 +132,9 @@ END_TEST
 
 /* Members a shard holds for one chunk group. */
 static uint32_t members_on(shard *s, const char *chunk) {
-    ss__inproc_group_info info[16];
+    ss__central_group_info info[16];
     size_t count;
-    ck_assert_int_eq(ss__inproc_transport_describe(s->backend, info, 16, &count), SS_OK);
+    ck_assert_int_eq(ss__central_describe(ss__inproc_central(s->backend), info, 16, &count), SS_OK);
     for (size_t i = 0; i < count; i++)
         if (!strcmp(info[i].name, chunk))
             return info[i].members;

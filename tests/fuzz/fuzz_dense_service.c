@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                  .max_total_floats = 1 << 20};
         if (ss__inproc_transport_create(&cfg, &backend) != SS_OK || ss__metrics_create(&m) != SS_OK)
             abort();
-        svc = (ss__dense_service){.backend = backend, .max_floats = 4096};
+        svc = (ss__dense_service){.centre = ss__inproc_central(backend), .max_floats = 4096};
         ss__metrics_counter(m, "rejected", "r", NULL, &svc.rejected);
         methods = ss__dense_service_methods(&nmethods);
     }
