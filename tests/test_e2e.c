@@ -113,7 +113,10 @@ START_TEST(test_cli_bad_input) {
     ck_assert_ptr_nonnull(strstr(out, "none|shadow|foreground"));
     snprintf(cmd, sizeof cmd, "%s --train a --test b --min-round-gap -1", CTR_TRAIN);
     ck_assert_int_eq(run(cmd, out, sizeof out), 2);
-    ck_assert_ptr_nonnull(strstr(out, "--min-round-gap \"-1\": not auto or a step count"));
+    ck_assert_ptr_nonnull(strstr(out, "--min-round-gap=\"-1\": not a whole number"));
+    snprintf(cmd, sizeof cmd, "%s --train a --test b --alpha 1.5", CTR_TRAIN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 2); /* the library's one check of alpha */
+    ck_assert_ptr_nonnull(strstr(out, "alpha"));
     snprintf(cmd, sizeof cmd, "%s --train a --test b --chunk-floats 65536", CTR_TRAIN);
     ck_assert_int_eq(run(cmd, out, sizeof out), 2); /* in process: nothing to cut */
     ck_assert_ptr_nonnull(strstr(out, "--chunk-floats cuts the dense groups sent to --ps"));

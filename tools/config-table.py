@@ -73,11 +73,18 @@ def main():
     for prog in PROGRAMS:
         for env, flag, help_, default in program_flags(os.path.join(bindir, prog)):
             seen.setdefault(env, []).append((prog, flag, help_, default))
+    print("A flag marked *library* is built from the library's key of that name (its")
+    print("meaning above, its value checked by the library); the default shown is the")
+    print("program's.\n")
     print("| variable | read by (flag: default) | meaning |")
     print("|---|---|---|")
+    mark = " (library setting)"
     for env in sorted(seen):
-        readers = "; ".join(f"{p} `--{f}`: {cell(d)}" for p, f, _, d in seen[env])
-        print(f"| `{env}` | {readers} | {cell(seen[env][0][2])} |")
+        readers = "; ".join(
+            f"{p} `--{f}`{' (*library*)' if h.endswith(mark) else ''}: {cell(d)}"
+            for p, f, h, d in seen[env]
+        )
+        print(f"| `{env}` | {readers} | {cell(seen[env][0][2].removesuffix(mark))} |")
     print("\nAlso read by every program and the library: `SHADOWSYNC_LOG_LEVEL`")
     print("(`debug|info|warn|error|off`, default `info`).\n")
     print("## The topology file (`topology`, `--topology`)\n")

@@ -15,6 +15,7 @@
 #include "rpc/dense/grpc_transport.h"
 #include "shadow/codec.h"
 #include "tools/ctr/run.h"
+#include "trainer-hooks/settings_flags.h"
 
 /* What --help and --version say. */
 static const ss__program program = {
@@ -168,7 +169,8 @@ static void print_summary(const char *sync, const char *algo, const char *emb,
 /* What the command line asks for, once checked. */
 typedef struct run_options {
     ss__ctr_train_config cfg;
-    ss_trainer_config pcfg; /* process mode: this process's trainer */
+    ss_trainer_config pcfg;      /* process mode: this process's trainer */
+    ss__setting_flags *settings; /* the library's keys as flags; pcfg points into it */
     char default_name[32];
     bool process;
     size_t rank, world, max_rows, max_test_rows;
@@ -177,373 +179,323 @@ typedef struct run_options {
     const char *train_path, *test_path, *sync, *algo, *emb, *ps, *metrics_out;
 } run_options;
 
-/* Step 1: flags, --help, --version and the checks across flags; builds the
- * training config. -1: go on; otherwise the exit code. */
-static int parse_options(int argc, char **argv, run_options *o) {
-    ss__ctr_train_config cfg;
-    ss__ctr_train_config_default(&cfg);
-    const char *train_path = NULL, *test_path = NULL, *sync = "auto", *algo = "easgd";
-    const char *final_model = "auto", *lr_scaling = "linear", *encoding = "f32",
-               *peer_schedule = "ring", *topology = "";
-    int64_t trainers = cfg.trainers, workers = cfg.workers, shadow_threads = cfg.shadow_threads;
-    int64_t sync_every = cfg.sync_every, batch = cfg.batch, seed = (int64_t)cfg.seed;
-    int64_t emb_dim = cfg.model.emb_dim, table_rows = cfg.model.table_rows;
-    int64_t bottom = cfg.model.bottom_hidden, top = cfg.model.top_hidden;
-    double emb_init_scale = 0.05;
-    int64_t deadline_ms = cfg.round_deadline_ms, interval_us = (int64_t)cfg.round_interval_us;
-    const char *min_gap_flag = "auto";
-    int64_t final_rounds = cfg.final_rounds, max_rows = 0, max_test_rows = 0;
-    double alpha = cfg.params.alpha, eta = cfg.params.bmuf.eta, zeta = cfg.params.bmuf.zeta;
-    int64_t link_latency_us = 0;
-    double link_gbps = 0.0;
-    double lr = cfg.lr, emb_lr = cfg.emb_lr, progress = cfg.progress_interval_s;
-    bool nesterov = cfg.params.bmuf.nesterov, eval_each = false, error_feedback = true,
-         insecure_loopback = false;
-    const char *metrics_out = NULL, *ps = "", *agent = "", *peers = "", *dense_out = NULL,
-               *name = NULL;
-    const char *emb = "array", *emb_ps = "", *emb_opt = "adagrad", *optimizer = "adam",
-               *emb_encoding = "f32";
-    const char *predictions_out = NULL;
-    int64_t epochs = cfg.epochs, patience = cfg.patience;
-    double val_fraction = 0.1;
-    bool shuffle = cfg.shuffle, train_val_last = cfg.train_val_last;
-    int64_t emb_cache_rows = 1 << 20, emb_sync_ms = 10;
-    double emb_alpha = 0.5;
-    bool emb_prefetch = true;
-    int64_t emb_warm_batches = cfg.emb_warm_batches;
-    int64_t rank = 0, world = 1, final_sync_ms = 0, rpc_timeout_ms = 10000, chunk_floats = 0;
-    ss__flag flags[] = {
-        {"peers", SS_FLAG_STRING, &peers,
-         "process mode, decentralized: this process is trainer --rank of these (every trainer's "
-         "host:port, same order); each round pulls one peer's replica and moves to the mean, no "
-         "PS (--algo ma)",
-         NULL, 0, 0},
-        {"peer-schedule", SS_FLAG_STRING, &peer_schedule,
-         "--peers: which peer a round pulls (ring: rank+1, rank+2, ...; random), or tree: every "
-         "round sums all peers up a forest of aggregation trees packed over --topology",
-         "ring|random|tree", 0, 0},
-        {"insecure-loopback", SS_FLAG_BOOL, &insecure_loopback,
-         "--peers on loopback without a token (SHADOWSYNC_AUTH_TOKEN_FILE): any local user may "
-         "pull or push the model (demos, tests)",
-         NULL, 0, 0},
-        {"topology", SS_FLAG_STRING, &topology,
-         "--peer-schedule tree: file of link bandwidths (link HOST HOST GBIT lines; "
-         "docs/configuration.md); default every link alike",
-         NULL, 0, 0},
-        {"ps", SS_FLAG_STRING, &ps,
-         "process mode: this process is one trainer, syncing through these shadowsync-ps shards "
-         "(host:port,...)",
-         NULL, 0, 0},
-        {"rank", SS_FLAG_INT, &rank,
-         "process mode: this trainer's index (reads rows rank, "
-         "rank+world, ...)",
-         NULL, 0, 65535},
-        {"agent", SS_FLAG_STRING, &agent,
-         "process mode: sync through the host's shadowsync-agent at this unix socket (the agent "
-         "holds the PS list; training goes on while it is away)",
-         NULL, 0, 0},
-        {"world", SS_FLAG_INT, &world, "process mode: number of trainer processes", NULL, 1, 65536},
-        {"trainer-name", SS_FLAG_STRING, &name, "process mode: label in logs (default t<rank>)",
-         NULL, 0, 0},
-        {"final-sync-ms", SS_FLAG_INT, &final_sync_ms,
-         "process mode: after training keep running final rounds at least this long", NULL, 0,
-         3.6e6},
-        {"rpc-timeout-ms", SS_FLAG_INT, &rpc_timeout_ms, "process mode: deadline of one RPC", NULL,
-         1, 3.6e6},
-        {"dense-out", SS_FLAG_STRING, &dense_out,
-         "write trainer 0's final dense replica here (raw float32)", NULL, 0, 0},
-        {"train", SS_FLAG_STRING, &train_path, "training data, Criteo TSV (required)", NULL, 0, 0},
-        {"test", SS_FLAG_STRING, &test_path, "held-out data, Criteo TSV (required)", NULL, 0, 0},
-        {"max-rows", SS_FLAG_INT, &max_rows, "read at most this many training rows (0 = all)", NULL,
+/* ctr-train's own flags: the run, the data and the model. The sync and
+ * table settings are the library's keys (ss__setting_flags_add). */
+typedef struct own_flags {
+    const char *train, *test, *final_model, *lr_scaling, *optimizer, *metrics_out, *dense_out,
+        *predictions_out;
+    int64_t rank, world, max_rows, max_test_rows, trainers, workers, deadline_ms, link_latency_us,
+        batch, epochs, patience, table_rows, bottom, top, seed, warm_batches;
+    double link_gbps, val_fraction, lr, progress;
+    bool error_feedback, eval_each, shuffle, train_val_last, prefetch;
+} own_flags;
+
+static void own_flags_init(own_flags *f, const ss__ctr_train_config *cfg) {
+    *f = (own_flags){.final_model = "auto",
+                     .lr_scaling = "linear",
+                     .optimizer = "adam",
+                     .world = 1,
+                     .trainers = cfg->trainers,
+                     .workers = cfg->workers,
+                     .deadline_ms = cfg->round_deadline_ms,
+                     .batch = cfg->batch,
+                     .epochs = cfg->epochs,
+                     .patience = cfg->patience,
+                     .table_rows = cfg->model.table_rows,
+                     .bottom = cfg->model.bottom_hidden,
+                     .top = cfg->model.top_hidden,
+                     .seed = (int64_t)cfg->seed,
+                     .warm_batches = cfg->emb_warm_batches,
+                     .val_fraction = 0.1,
+                     .lr = cfg->lr,
+                     .progress = cfg->progress_interval_s,
+                     .error_feedback = cfg->error_feedback,
+                     .shuffle = cfg->shuffle,
+                     .train_val_last = cfg->train_val_last,
+                     .prefetch = cfg->emb_prefetch};
+}
+
+/* ctr-train's own flags into flags; returns how many. */
+static size_t own_flag_table(own_flags *f, ss__flag *flags) {
+    const ss__flag own[] = {
+        {"train", SS_FLAG_STRING, &f->train, "training data, Criteo TSV (required)", NULL, 0, 0},
+        {"test", SS_FLAG_STRING, &f->test, "held-out data, Criteo TSV (required)", NULL, 0, 0},
+        {"max-rows", SS_FLAG_INT, &f->max_rows, "read at most this many training rows (0 = all)",
+         NULL, 0, 1e12},
+        {"max-test-rows", SS_FLAG_INT, &f->max_test_rows, "read at most this many test rows", NULL,
          0, 1e12},
-        {"max-test-rows", SS_FLAG_INT, &max_test_rows, "read at most this many test rows", NULL, 0,
-         1e12},
-        {"trainers", SS_FLAG_INT, &trainers, "trainers (replicas), each reads 1/N of the data",
+        {"rank", SS_FLAG_INT, &f->rank,
+         "process mode (--ps, --agent, --peers): this trainer's index (reads rows rank, "
+         "rank+world, ...; its index in --peers)",
+         NULL, 0, 65535},
+        {"world", SS_FLAG_INT, &f->world, "process mode: number of trainer processes", NULL, 1,
+         65536},
+        {"trainers", SS_FLAG_INT, &f->trainers, "trainers (replicas), each reads 1/N of the data",
          NULL, 1, SS_CTR_MAX_TRAINERS},
-        {"workers", SS_FLAG_INT, &workers, "Hogwild worker threads per trainer", NULL, 1, 256},
-        {"shadow-threads", SS_FLAG_INT, &shadow_threads, "shadow threads per trainer", NULL, 1, 64},
-        {"sync", SS_FLAG_STRING, &sync,
-         "how replicas are synced (auto: shadow, or none for a single in-process trainer, which "
-         "has nothing to sync with)",
-         "auto|none|shadow|foreground", 0, 0},
-        {"algo", SS_FLAG_STRING, &algo, "sync algorithm", "easgd|ma|bmuf", 0, 0},
-        {"encoding", SS_FLAG_STRING, &encoding,
-         "compressed sync: how rounds' floats travel (error feedback through mirrors of the "
-         "replicas)",
-         "f32|fp16|bf16|int8", 0, 0},
-        {"chunk-floats", SS_FLAG_INT, &chunk_floats,
-         "with --ps: floats per call (and PS group) of a dense shard, the same on every member "
-         "(0: the library's default)",
-         NULL, 0, SS_GRPC_MAX_CHUNK_FLOATS},
-        {"error-feedback", SS_FLAG_BOOL, &error_feedback,
+        {"workers", SS_FLAG_INT, &f->workers, "Hogwild worker threads per trainer", NULL, 1, 256},
+        {"error-feedback", SS_FLAG_BOOL, &f->error_feedback,
          "with --encoding, in-process trainers: false sends each quantized snapshot as it is, "
-         "dropping what the quantization lost (an ablation, to measure what error feedback "
-         "buys)",
+         "dropping what the quantization lost (an ablation, to measure what error feedback buys)",
          NULL, 0, 0},
-        {"sync-every", SS_FLAG_INT, &sync_every, "K: foreground round every K trainer steps", NULL,
-         1, 1e9},
-        {"alpha", SS_FLAG_DOUBLE, &alpha, "S-EASGD elastic rate", NULL, 1e-6, 1},
-        {"bmuf-eta", SS_FLAG_DOUBLE, &eta, "S-BMUF block momentum", NULL, 0, 0.999},
-        {"bmuf-zeta", SS_FLAG_DOUBLE, &zeta, "S-BMUF block learning rate", NULL, 1e-6, 100},
-        {"bmuf-nesterov", SS_FLAG_BOOL, &nesterov, "S-BMUF Nesterov target", NULL, 0, 0},
-        {"round-deadline-ms", SS_FLAG_INT, &deadline_ms,
-         "MA/BMUF: a round closes this long after its first snapshot", NULL, 1, 3.6e6},
-        {"round-interval-us", SS_FLAG_INT, &interval_us, "pause of a shadow thread between rounds",
-         NULL, 0, 6e7},
-        {"link-latency-us", SS_FLAG_INT, &link_latency_us,
+        {"round-deadline-ms", SS_FLAG_INT, &f->deadline_ms,
+         "in-process MA/BMUF: a round closes this long after its first snapshot", NULL, 1, 3.6e6},
+        {"link-latency-us", SS_FLAG_INT, &f->link_latency_us,
          "emulate a network: one-way latency added to every sync exchange", NULL, 0, 1e7},
-        {"link-gbps", SS_FLAG_DOUBLE, &link_gbps,
+        {"link-gbps", SS_FLAG_DOUBLE, &f->link_gbps,
          "emulate a network: bandwidth of every sync exchange (0 = memory speed)", NULL, 0, 1e4},
-        {"min-round-gap", SS_FLAG_STRING, &min_gap_flag,
-         "a background round waits until the replica ran this many steps (0 = back to back; "
-         "auto: 1 for in-process trainers, whose rounds cost microseconds, so that a few "
-         "thousand rows still see fresh averages; the library's 4 through a PS or an agent)",
-         NULL, 0, 0},
-        {"final-rounds", SS_FLAG_INT, &final_rounds, "rounds per trainer after training", NULL, 0,
-         1e6},
-        {"final-model", SS_FLAG_STRING, &final_model,
+        {"final-model", SS_FLAG_STRING, &f->final_model,
          "model to evaluate: trainer 0's replica or the central variable (auto: central for "
          "several in-process trainers that sync, else replica)",
          "auto|replica|central", 0, 0},
-        {"lr-scaling", SS_FLAG_STRING, &lr_scaling,
+        {"lr-scaling", SS_FLAG_STRING, &f->lr_scaling,
          "N synced trainers each take 1/N of the steps and their replicas are averaged: linear "
          "multiplies the dense lr by N (the progress per epoch of one trainer), sqrt by sqrt(N), "
          "none keeps it; with ring or random --peers, N is 2 (the replicas a round averages)",
          "linear|sqrt|none", 0, 0},
-        {"eval-each", SS_FLAG_BOOL, &eval_each, "also evaluate every trainer's replica", NULL, 0,
+        {"eval-each", SS_FLAG_BOOL, &f->eval_each, "also evaluate every trainer's replica", NULL, 0,
          0},
-        {"batch", SS_FLAG_INT, &batch, "minibatch size per worker step", NULL, 1, 65536},
-        {"epochs", SS_FLAG_INT, &epochs,
+        {"batch", SS_FLAG_INT, &f->batch, "minibatch size per worker step", NULL, 1, 65536},
+        {"epochs", SS_FLAG_INT, &f->epochs,
          "at most this many passes over the training rows (early stopping ends sooner)", NULL, 1,
          100000},
-        {"patience", SS_FLAG_INT, &patience,
+        {"patience", SS_FLAG_INT, &f->patience,
          "stop after this many epochs without a lower validation loss and evaluate the best "
          "epoch's model (0: run every epoch, evaluate the last)",
          NULL, 0, 100000},
-        {"val-fraction", SS_FLAG_DOUBLE, &val_fraction,
+        {"val-fraction", SS_FLAG_DOUBLE, &f->val_fraction,
          "validation split for early stopping: this fraction of --train's last rows, never "
          "trained on (used when --epochs > 1 and --patience > 0)",
          NULL, 0, 0.9},
-        {"shuffle", SS_FLAG_BOOL, &shuffle, "every epoch, each trainer's rows in a new order", NULL,
-         0, 0},
-        {"train-val-last", SS_FLAG_BOOL, &train_val_last,
+        {"shuffle", SS_FLAG_BOOL, &f->shuffle, "every epoch, each trainer's rows in a new order",
+         NULL, 0, 0},
+        {"train-val-last", SS_FLAG_BOOL, &f->train_val_last,
          "once early stopping has chosen the epoch, train one pass over the validation rows (the "
          "newest) in file order",
          NULL, 0, 0},
-        {"optimizer", SS_FLAG_STRING, &optimizer,
+        {"optimizer", SS_FLAG_STRING, &f->optimizer,
          "the dense part's optimizer (each trainer keeps its own state)", "adam|adagrad|sgd", 0, 0},
-        {"lr", SS_FLAG_DOUBLE, &lr, "dense learning rate", NULL, 1e-9, 100},
-        {"emb-lr", SS_FLAG_DOUBLE, &emb_lr, "embedding learning rate", NULL, 0, 100},
-        {"emb-dim", SS_FLAG_INT, &emb_dim, "embedding dimension", NULL, 1, 256},
-        {"table-rows", SS_FLAG_INT, &table_rows, "rows per embedding table", NULL, 2, 1 << 26},
-        {"emb-init-scale", SS_FLAG_DOUBLE, &emb_init_scale,
-         "embedding rows start uniform in [-s, s] (a row never trained keeps this noise)", NULL,
-         1e-6, 1},
-        {"bottom-hidden", SS_FLAG_INT, &bottom, "bottom MLP hidden width", NULL, 1, 4096},
-        {"top-hidden", SS_FLAG_INT, &top, "top MLP hidden width", NULL, 1, 4096},
-        {"seed", SS_FLAG_INT, &seed, "initialization seed", NULL, 0, 0},
-        {"metrics-out", SS_FLAG_STRING, &metrics_out,
-         "write the sync metrics in Prometheus text format to this file at the end", NULL, 0, 0},
-        {"progress", SS_FLAG_DOUBLE, &progress, "seconds between progress lines (0 = none)", NULL,
-         0, 3600},
-        {"emb", SS_FLAG_STRING, &emb,
-         "embeddings: shared in-process array, or one table of the public API in local, remote "
-         "(rows on the PS) or cached (local cache synced with the PS) mode",
-         "array|local|remote|cached", 0, 0},
-        {"emb-ps", SS_FLAG_STRING, &emb_ps,
-         "remote/cached: the shadowsync-ps shards holding the table (default: --ps)", NULL, 0, 0},
-        {"emb-optimizer", SS_FLAG_STRING, &emb_opt,
-         "the embeddings' optimizer, array or table (lr = --emb-lr)", "adagrad|sgd", 0, 0},
-        {"predictions-out", SS_FLAG_STRING, &predictions_out,
-         "write the evaluated model's prediction for every test row here, one per line", NULL, 0,
-         0},
-        {"emb-cache-rows", SS_FLAG_INT, &emb_cache_rows, "cached: rows kept in the local cache",
-         NULL, 1, 1ll << 34},
-        {"emb-alpha", SS_FLAG_DOUBLE, &emb_alpha, "cached: elastic rate of the row sync", NULL,
-         1e-6, 1},
-        {"emb-sync-ms", SS_FLAG_INT, &emb_sync_ms, "cached: pause between row-sync passes", NULL, 1,
-         60000},
-        {"emb-encoding", SS_FLAG_STRING, &emb_encoding,
-         "cached: how the row sync sends rows and gets deltas back (each shard applies the "
-         "decoded delta it sends)",
-         "f32|fp16|bf16|int8", 0, 0},
-        {"emb-prefetch", SS_FLAG_BOOL, &emb_prefetch,
+        {"lr", SS_FLAG_DOUBLE, &f->lr, "dense learning rate", NULL, 1e-9, 100},
+        {"table-rows", SS_FLAG_INT, &f->table_rows, "rows per embedding table", NULL, 2, 1 << 26},
+        {"bottom-hidden", SS_FLAG_INT, &f->bottom, "bottom MLP hidden width", NULL, 1, 4096},
+        {"top-hidden", SS_FLAG_INT, &f->top, "top MLP hidden width", NULL, 1, 4096},
+        {"seed", SS_FLAG_INT, &f->seed, "initialization seed", NULL, 0, 0},
+        {"emb-prefetch", SS_FLAG_BOOL, &f->prefetch,
          "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
-        {"emb-warm-batches", SS_FLAG_INT, &emb_warm_batches,
+        {"emb-warm-batches", SS_FLAG_INT, &f->warm_batches,
          "cached: load the rows of this many upcoming batches into the cache in one call, ahead "
          "of their lookups (ss_table_warm; 0: each batch's misses in its own call)",
          NULL, 0, 1024},
+        {"dense-out", SS_FLAG_STRING, &f->dense_out,
+         "write trainer 0's final dense replica here (raw float32)", NULL, 0, 0},
+        {"predictions-out", SS_FLAG_STRING, &f->predictions_out,
+         "write the evaluated model's prediction for every test row here, one per line", NULL, 0,
+         0},
+        {"metrics-out", SS_FLAG_STRING, &f->metrics_out,
+         "write the sync metrics in Prometheus text format to this file at the end", NULL, 0, 0},
+        {"progress", SS_FLAG_DOUBLE, &f->progress, "seconds between progress lines (0 = none)",
+         NULL, 0, 3600},
     };
-    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
-    if (exit_code >= 0)
-        return exit_code;
-    if (!train_path || !test_path) {
-        fprintf(stderr, "ctr-train: --train and --test are required (see --help)\n");
-        return 2;
-    }
-    /* One trainer per process, syncing with other processes. */
-    const bool process = *ps != '\0' || *agent != '\0' || *peers != '\0';
-    int64_t min_gap = process ? (int64_t)cfg.min_round_gap : 1;
-    if (strcmp(min_gap_flag, "auto") != 0) {
-        char *end = NULL;
-        errno = 0;
-        long long v = strtoll(min_gap_flag, &end, 10);
-        if (errno || end == min_gap_flag || *end || v < 0 || v > 1000000000) {
-            fprintf(stderr,
-                    "ctr-train: --min-round-gap \"%s\": not auto or a step count in [0, 1e9]\n",
-                    min_gap_flag);
-            return 2;
-        }
-        min_gap = v;
-    }
+    memcpy(flags, own, sizeof own);
+    return sizeof own / sizeof *own;
+}
+
+/* The library keys whose ctr-train default is its own, or resolved by it
+ * ("auto"). defs holds the rendered numbers. */
+static void program_defaults(const ss__ctr_train_config *cfg, char defs[4][32],
+                             ss__setting_default out[10]) {
+    snprintf(defs[0], 32, "%u", cfg->model.emb_dim);
+    snprintf(defs[1], 32, "%g", (double)cfg->emb_lr);
+    snprintf(defs[2], 32, "%g", (double)cfg->model.emb_init_scale);
+    const ss__setting_default d[10] = {
+        {"sync", "auto", "auto: shadow, or none for one in-process trainer (nothing to sync with)"},
+        {"min_round_gap", "auto",
+         "auto: 1 for in-process trainers, whose rounds cost microseconds; the library's 4 through "
+         "a PS, an agent or peers"},
+        {"round_wait_ms", "auto", "auto: --round-deadline-ms + 1000"},
+        {"trainer_name", "auto", "auto: t<rank>"},
+        {"emb", "array",
+         "or array: ctr-train's shared in-process array, updated per example (no table)"},
+        {"emb_dim", defs[0], NULL},
+        {"emb_optimizer", "adagrad", NULL},
+        {"emb_lr", defs[1], NULL},
+        {"emb_init_scale", defs[2], NULL},
+        {NULL, NULL, NULL}};
+    memcpy(out, d, sizeof d);
+}
+
+/* The "auto" values, now that the mode is known; then every library key
+ * into pcfg and the table's config, and from them into cfg. */
+static int apply_settings(run_options *o, const own_flags *f, bool process,
+                          ss_table_config *table) {
+    ss__setting_flags *st = o->settings;
+    const char *sync = ss__setting_flag(st, "sync");
     if (!strcmp(sync, "auto")) /* one in-process trainer has nothing to sync with */
-        sync = trainers == 1 && !process ? "none" : "shadow";
-    ss__ctr_sync_mode_parse(sync, &cfg.sync);
-    ss__algo_parse(algo, &cfg.params.algo);
-    ss__encoding enc = SS_ENC_F32;
-    ss__encoding_parse(encoding, &enc); /* the flag's choices are the names */
-    cfg.encoding = (uint32_t)enc;
-    cfg.error_feedback = error_feedback;
-    if (chunk_floats && !*ps) {
-        fprintf(stderr, "ctr-train: --chunk-floats cuts the dense groups sent to --ps; without "
-                        "--ps it has nothing to cut (with --agent, give it to the agent)\n");
+        ss__setting_flag_set(st, "sync", f->trainers == 1 && !process ? "none" : "shadow");
+    if (!strcmp(ss__setting_flag(st, "min_round_gap"), "auto"))
+        ss__setting_flag_set(st, "min_round_gap", process ? NULL : "1");
+    static char wait[24];
+    snprintf(wait, sizeof wait, "%lld", (long long)f->deadline_ms + 1000);
+    if (!strcmp(ss__setting_flag(st, "round_wait_ms"), "auto"))
+        ss__setting_flag_set(st, "round_wait_ms", wait);
+    snprintf(o->default_name, sizeof o->default_name, "t%lld", (long long)f->rank);
+    if (!strcmp(ss__setting_flag(st, "trainer_name"), "auto"))
+        ss__setting_flag_set(st, "trainer_name", o->default_name);
+    o->emb = ss__setting_flag(st, "emb");
+    const bool array = !strcmp(o->emb, "array");
+    if (array)
+        ss__setting_flag_set(st, "emb", NULL);
+    ss_trainer_config_init(&o->pcfg);
+    ss_table_config_init(table, "ctr", 8);
+    char why[256];
+    if (ss__setting_flags_apply(st, &o->pcfg, table) != SS_OK) {
+        fprintf(stderr, "ctr-train: %s\n", ss_last_error());
         return 2;
     }
-    if (!error_feedback && process) {
-        fprintf(stderr, "ctr-train: --error-feedback false is an in-process ablation; a PS keeps "
-                        "the mirrors with feedback (drop --ps/--agent or the flag)\n");
+    if (ss__ctr_train_config_settings(&o->cfg, &o->pcfg, table, why, sizeof why) != SS_OK ||
+        ss__sync_params_check(&o->cfg.params, why, sizeof why) != SS_OK) {
+        fprintf(stderr, "ctr-train: %s\n", why);
         return 2;
     }
-    cfg.trainers = (uint32_t)trainers;
-    cfg.workers = (uint32_t)workers;
-    cfg.shadow_threads = (uint32_t)shadow_threads;
-    cfg.sync_every = (uint32_t)sync_every;
-    cfg.params.alpha = (float)alpha;
-    cfg.params.bmuf =
-        (ss__bmuf_params){.eta = (float)eta, .zeta = (float)zeta, .nesterov = nesterov};
-    cfg.round_deadline_ms = (uint32_t)deadline_ms;
-    cfg.round_interval_us = (uint64_t)interval_us;
-    cfg.final_rounds = (uint32_t)final_rounds;
-    cfg.min_round_gap = (uint64_t)min_gap;
-    cfg.link_latency_us = (uint32_t)link_latency_us;
-    cfg.link_gbps = link_gbps;
-    const bool in_process_sync = !process && trainers > 1 && strcmp(sync, "none") != 0;
-    if (!strcmp(final_model, "auto"))
-        final_model = in_process_sync ? "central" : "replica";
-    cfg.eval_central = !strcmp(final_model, "central");
-    int64_t synced = strcmp(sync, "none") == 0 ? 1 : process ? world : trainers;
+    o->cfg.emb = array ? SS_CTR_EMB_ARRAY : (ss__ctr_emb_mode)(table->mode + 1);
+    o->pcfg.peer_rank = (uint32_t)f->rank;
+    o->pcfg.agent = o->pcfg.agent && *o->pcfg.agent ? o->pcfg.agent : NULL;
+    o->pcfg.peers = o->pcfg.peers && *o->pcfg.peers ? o->pcfg.peers : NULL;
+    o->pcfg.ps = o->pcfg.ps ? o->pcfg.ps : "";
+    if (!o->cfg.emb_ps || !*o->cfg.emb_ps)
+        o->cfg.emb_ps = o->pcfg.ps;
+    return -1;
+}
+
+/* The dense lr times the number of synced trainers (--lr-scaling). */
+static float scaled_lr(run_options *o, const own_flags *f, int64_t synced) {
+    double lr = f->lr;
+    if (strcmp(f->lr_scaling, "none") != 0 && synced > 1) {
+        const bool sq = !strcmp(f->lr_scaling, "sqrt");
+        snprintf(o->lr_note, sizeof o->lr_note, " (--lr %g x %s%lld%s synced trainers)", lr,
+                 sq ? "sqrt(" : "", (long long)synced, sq ? ")" : "");
+        o->cfg.lr_scale = (float)(sq ? sqrt((double)synced) : (double)synced);
+        lr *= o->cfg.lr_scale;
+    }
+    return (float)lr;
+}
+
+/* ctr-train's own flags into the run's config. */
+static void apply_own(run_options *o, const own_flags *f) {
+    ss__ctr_train_config *cfg = &o->cfg;
+    ss__ctr_sync_mode_parse(o->sync, &cfg->sync);
+    cfg->trainers = (uint32_t)f->trainers;
+    cfg->workers = (uint32_t)f->workers;
+    cfg->error_feedback = f->error_feedback;
+    cfg->round_deadline_ms = (uint32_t)f->deadline_ms;
+    cfg->link_latency_us = (uint32_t)f->link_latency_us;
+    cfg->link_gbps = f->link_gbps;
+    const bool in_process_sync = !o->process && f->trainers > 1 && cfg->sync != SS_CTR_SYNC_NONE;
+    const char *model = f->final_model;
+    if (!strcmp(model, "auto"))
+        model = in_process_sync ? "central" : "replica";
+    cfg->eval_central = !strcmp(model, "central");
+    int64_t synced = cfg->sync == SS_CTR_SYNC_NONE ? 1 : o->process ? f->world : f->trainers;
     /* Ring or random gossip averages two replicas a round, not all of them,
      * so the linear rule's N is 2: with 4 processes the 4x lr left some
      * replicas far from the others (held-out NE up to 0.936 against 0.905;
-     * BENCHMARKS.md, "Decentralized averaging"). Trees average every one. */
-    if (process && *peers && strcmp(peer_schedule, "tree") != 0 && synced > 2)
+     * docs/benchmark-history.md, "Decentralized averaging"). Trees average
+     * every one. */
+    if (o->pcfg.peers && strcmp(o->pcfg.peer_schedule, "tree") != 0 && synced > 2)
         synced = 2;
-    if (strcmp(lr_scaling, "none") != 0 && synced > 1) {
-        const bool sq = !strcmp(lr_scaling, "sqrt");
-        snprintf(o->lr_note, sizeof o->lr_note, " (--lr %g x %s%lld%s synced trainers)", lr,
-                 sq ? "sqrt(" : "", (long long)synced, sq ? ")" : "");
-        cfg.lr_scale = (float)(sq ? sqrt((double)synced) : (double)synced);
-        lr *= cfg.lr_scale;
+    cfg->lr = scaled_lr(o, f, synced);
+    cfg->eval_each = f->eval_each;
+    cfg->batch = (uint32_t)f->batch;
+    ss__ctr_optimizer_parse(f->optimizer, &cfg->optimizer);
+    cfg->epochs = (uint32_t)f->epochs;
+    cfg->patience = (uint32_t)f->patience;
+    cfg->shuffle = f->shuffle;
+    cfg->train_val_last = f->train_val_last;
+    cfg->predictions_out = f->predictions_out;
+    cfg->model.table_rows = (uint32_t)f->table_rows;
+    cfg->model.bottom_hidden = (uint32_t)f->bottom;
+    cfg->model.top_hidden = (uint32_t)f->top;
+    cfg->seed = (uint64_t)f->seed;
+    cfg->progress_interval_s = f->progress;
+    cfg->progress = stdout;
+    cfg->emb_prefetch = f->prefetch;
+    cfg->emb_warm_batches = (uint32_t)f->warm_batches;
+    cfg->dense_out = f->dense_out;
+    o->val_fraction = f->epochs > 1 && f->patience > 0 ? f->val_fraction : 0.0;
+}
+
+/* The checks across flags; 2 (said on stderr) or -1. */
+static int check_combination(const run_options *o, const own_flags *f) {
+    const ss__ctr_train_config *cfg = &o->cfg;
+    const char *why = NULL;
+    if (!f->train || !f->test)
+        why = "--train and --test are required (see --help)";
+    else if (o->pcfg.chunk_floats && !*o->pcfg.ps)
+        why = "--chunk-floats cuts the dense groups sent to --ps; without --ps it has nothing to "
+              "cut (with --agent, give it to the agent)";
+    else if (!f->error_feedback && o->process)
+        why = "--error-feedback false is an in-process ablation; a PS keeps the mirrors with "
+              "feedback (drop --ps/--agent or the flag)";
+    else if ((cfg->emb == SS_CTR_EMB_REMOTE || cfg->emb == SS_CTR_EMB_CACHED) && !*cfg->emb_ps)
+        why = "--emb remote and cached need --emb-ps or --ps";
+    else if (o->pcfg.agent && cfg->sync != SS_CTR_SYNC_SHADOW)
+        why = "--agent syncs in the background: needs --sync shadow";
+    else if (o->process && (f->trainers != 1 || f->rank >= f->world || cfg->eval_central))
+        why = "--ps/--agent/--peers run one trainer per process: needs --trainers 1, --rank < "
+              "--world and --final-model replica";
+    else if (cfg->eval_central && cfg->sync == SS_CTR_SYNC_NONE)
+        why = "--final-model central needs --sync shadow|foreground";
+    if (why)
+        fprintf(stderr, "ctr-train: %s\n", why);
+    return why ? 2 : -1;
+}
+
+/* Step 1: flags (ctr-train's own and the library's settings), --help,
+ * --version and the checks across flags; builds the training config.
+ * -1: go on; otherwise the exit code. */
+static int parse_options(int argc, char **argv, run_options *o) {
+    ss__ctr_train_config_default(&o->cfg);
+    own_flags f;
+    own_flags_init(&f, &o->cfg);
+    ss__flag flags[128];
+    size_t n = own_flag_table(&f, flags);
+    char defs[4][32];
+    ss__setting_default defaults[10];
+    program_defaults(&o->cfg, defs, defaults);
+    static const char *const skip[] = {"peer_rank", NULL}; /* --rank */
+    if (ss__setting_flags_add(skip, defaults, flags, &n, sizeof flags / sizeof *flags,
+                              &o->settings) != SS_OK) {
+        fprintf(stderr, "ctr-train: out of memory\n");
+        return 1;
     }
-    cfg.eval_each = eval_each;
-    cfg.batch = (uint32_t)batch;
-    ss__ctr_optimizer_parse(optimizer, &cfg.optimizer);
-    cfg.epochs = (uint32_t)epochs;
-    cfg.patience = (uint32_t)patience;
-    cfg.shuffle = shuffle;
-    cfg.train_val_last = train_val_last;
-    cfg.predictions_out = predictions_out;
-    o->val_fraction = epochs > 1 && patience > 0 ? val_fraction : 0.0;
-    cfg.lr = (float)lr;
-    cfg.emb_lr = (float)emb_lr;
-    cfg.model = (ss__ctr_model_config){.emb_dim = (uint32_t)emb_dim,
-                                       .table_rows = (uint32_t)table_rows,
-                                       .bottom_hidden = (uint32_t)bottom,
-                                       .top_hidden = (uint32_t)top,
-                                       .emb_init_scale = (float)emb_init_scale};
-    cfg.seed = (uint64_t)seed;
-    cfg.progress_interval_s = progress;
-    cfg.progress = stdout;
-    ss__ctr_emb_mode_parse(emb, &cfg.emb);
-    cfg.emb_ps = *emb_ps ? emb_ps : ps;
-    cfg.emb_optimizer = !strcmp(emb_opt, "adagrad") ? SS_TABLE_ADAGRAD : SS_TABLE_SGD;
-    cfg.emb_cache_rows = (size_t)emb_cache_rows;
-    cfg.emb_alpha = (float)emb_alpha;
-    cfg.emb_encoding = emb_encoding;
-    cfg.emb_sync_ms = (uint32_t)emb_sync_ms;
-    cfg.emb_prefetch = emb_prefetch;
-    cfg.emb_warm_batches = (uint32_t)emb_warm_batches;
-    if ((cfg.emb == SS_CTR_EMB_REMOTE || cfg.emb == SS_CTR_EMB_CACHED) && !*cfg.emb_ps) {
-        fprintf(stderr, "ctr-train: --emb %s needs --emb-ps or --ps\n", emb);
-        return 2;
-    }
-    if (*agent && cfg.sync != SS_CTR_SYNC_SHADOW) {
-        fprintf(stderr, "ctr-train: --agent syncs in the background: needs --sync shadow\n");
-        return 2;
-    }
-    if (process && (trainers != 1 || rank >= world || cfg.eval_central)) {
-        fprintf(stderr, "ctr-train: --ps/--agent/--peers run one trainer per process: needs "
-                        "--trainers 1, "
-                        "--rank < --world and --final-model replica\n");
-        return 2;
-    }
-    snprintf(o->default_name, sizeof o->default_name, "t%lld", (long long)rank);
-    ss_trainer_config pcfg;
-    ss_trainer_config_init(&pcfg);
-    pcfg.ps = ps;
-    pcfg.agent = *agent ? agent : NULL;
-    pcfg.peers = *peers ? peers : NULL;
-    pcfg.peer_rank = (uint32_t)rank;
-    pcfg.peer_schedule = peer_schedule;
-    pcfg.topology = *topology ? topology : NULL;
-    pcfg.insecure_loopback = insecure_loopback;
-    pcfg.name = name ? name : o->default_name;
-    pcfg.mode = cfg.sync == SS_CTR_SYNC_NONE     ? SS_SYNC_NONE
-                : cfg.sync == SS_CTR_SYNC_SHADOW ? SS_SYNC_BACKGROUND
-                                                 : SS_SYNC_FOREGROUND;
-    pcfg.algo = algo;
-    pcfg.alpha = (float)alpha;
-    pcfg.bmuf_eta = (float)eta;
-    pcfg.bmuf_zeta = (float)zeta;
-    pcfg.bmuf_nesterov = nesterov;
-    pcfg.shadow_threads = (uint32_t)shadow_threads;
-    pcfg.sync_every = (uint32_t)sync_every;
-    pcfg.min_round_gap = (uint64_t)min_gap;
-    pcfg.encoding = encoding;
-    pcfg.chunk_floats = (uint32_t)chunk_floats;
-    pcfg.round_interval_us = (uint64_t)interval_us;
-    pcfg.final_rounds = (uint32_t)final_rounds;
-    pcfg.final_sync_ms = (uint32_t)final_sync_ms;
-    pcfg.timeout_ms = (uint32_t)rpc_timeout_ms;
-    pcfg.round_wait_ms = (uint32_t)deadline_ms + 1000;
-    pcfg.tls_ca = getenv("SHADOWSYNC_TLS_CA");
-    pcfg.tls_cert = getenv("SHADOWSYNC_TLS_CERT");
-    pcfg.tls_key = getenv("SHADOWSYNC_TLS_KEY");
-    cfg.dense_out = dense_out;
-    if (cfg.eval_central && cfg.sync == SS_CTR_SYNC_NONE) {
-        fprintf(stderr, "ctr-train: --final-model central needs --sync shadow|foreground\n");
-        return 2;
-    }
-    o->cfg = cfg;
-    o->pcfg = pcfg;
-    if (process)
+    int rc = ss__flags_cli(&program, flags, n, argc, argv);
+    if (rc >= 0)
+        return rc;
+    const char *ps = ss__setting_flag(o->settings, "ps"),
+               *agent = ss__setting_flag(o->settings, "agent"),
+               *peers = ss__setting_flag(o->settings, "peers");
+    /* One trainer per process, syncing with other processes. */
+    o->process = (ps && *ps) || (agent && *agent) || (peers && *peers);
+    ss_table_config table;
+    if ((rc = apply_settings(o, &f, o->process, &table)) >= 0)
+        return rc;
+    o->sync = ss__setting_flag(o->settings, "sync");
+    o->algo = o->pcfg.algo;
+    apply_own(o, &f);
+    if ((rc = check_combination(o, &f)) >= 0)
+        return rc;
+    if (o->process) { /* every process holds the validation rows; each trains its share */
         o->cfg.process = &o->pcfg;
-    o->process = process;
-    if (process) { /* every process holds the validation rows; each trains its share */
-        o->cfg.val_rank = (uint32_t)rank;
-        o->cfg.val_world = (uint32_t)world;
+        o->cfg.val_rank = (uint32_t)f.rank;
+        o->cfg.val_world = (uint32_t)f.world;
     }
-    o->rank = (size_t)rank;
-    o->world = (size_t)world;
-    o->train_path = train_path;
-    o->test_path = test_path;
-    o->max_rows = (size_t)max_rows;
-    o->max_test_rows = (size_t)max_test_rows;
-    o->sync = sync;
-    o->algo = algo;
-    o->emb = emb;
-    o->ps = ps;
-    o->metrics_out = metrics_out;
+    o->rank = (size_t)f.rank;
+    o->world = (size_t)f.world;
+    o->train_path = f.train;
+    o->test_path = f.test;
+    o->max_rows = (size_t)f.max_rows;
+    o->max_test_rows = (size_t)f.max_test_rows;
+    o->ps = o->pcfg.ps;
+    o->metrics_out = f.metrics_out;
     return -1;
 }
 
@@ -607,6 +559,7 @@ int main(int argc, char **argv) {
     int rc = parse_options(argc, argv, o);
     if (rc < 0)
         rc = train_and_report(o);
+    ss__setting_flags_destroy(o->settings);
     free(o);
     return rc;
 }

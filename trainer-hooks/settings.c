@@ -13,11 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/types.h>
 
 #include "common/log.h"
 #include "rpc/dense/grpc_transport.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/errors_internal.h"
+#include "trainer-hooks/settings_flags.h"
 #include "trainer-hooks/settings_internal.h"
 
 /* ---- keys ---- */
@@ -433,4 +435,217 @@ ss_status ss_table_config_create(const char *name, uint32_t dim, ss_table_config
 
 void ss_table_config_destroy(ss_table_config *cfg) {
     free(cfg);
+}
+
+/* ---- the keys as a program's flags (settings_flags.h) ---- */
+
+/* A key's value in base as text, as ss_*_config_set reads it back. */
+static void render_key(const void *base, const key *k, char *out, size_t len) {
+    const char *field = (const char *)base + k->off;
+    static const char *const sync[] = {"none", "shadow", "foreground"};
+    static const char *const table[] = {"local", "remote", "cached"};
+    static const char *const opt[] = {"sgd", "adagrad"};
+    switch (k->kind) {
+    case K_STR: {
+        const char *v = *(const char *const *)field;
+        snprintf(out, len, "%s", v ? v : "");
+        return;
+    }
+    case K_U32:
+        snprintf(out, len, "%u", *(const uint32_t *)field);
+        return;
+    case K_U64:
+        snprintf(out, len, "%llu", (unsigned long long)*(const uint64_t *)field);
+        return;
+    case K_SIZE:
+        snprintf(out, len, "%zu", *(const size_t *)field);
+        return;
+    case K_FLOAT: { /* the shortest text that reads back as the same float */
+        const float x = *(const float *)field;
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(out, len, "%.*g", digits, (double)x);
+            if (strtof(out, NULL) == x)
+                break;
+        }
+        return;
+    }
+    case K_BOOL:
+        snprintf(out, len, "%s", *(const int *)field ? "true" : "false");
+        return;
+    case K_SYNC:
+        snprintf(out, len, "%s", sync[*(const ss_sync_mode *)field % 3]);
+        return;
+    case K_TABLE:
+        snprintf(out, len, "%s", table[*(const ss_table_mode *)field % 3]);
+        return;
+    case K_OPTIMIZER:
+        snprintf(out, len, "%s", opt[*(const ss_table_optimizer *)field % 2]);
+        return;
+    }
+}
+
+#define NSETTINGS (NKEYS(trainer_keys) + NKEYS(table_keys))
+
+struct ss__setting_flags {
+    const key *keys[NSETTINGS];
+    const char *value[NSETTINGS]; /* the flags' destinations */
+    bool on[NSETTINGS];           /* a boolean key's ("--name" alone sets it) */
+    char name[NSETTINGS][40];     /* "rpc-timeout-ms" */
+    char def[NSETTINGS][64];      /* the default, rendered */
+    char help[NSETTINGS][320];
+    char choices[NSETTINGS][96];
+    size_t n;
+};
+
+/* The values a key takes, where they are a list ("" where any). */
+static const char *key_choices(const key *k) {
+    static const struct {
+        const char *name, *choices;
+    } lists[] = {{"algo", "easgd|ma|bmuf"},
+                 {"encoding", "f32|fp16|bf16|int8"},
+                 {"emb_encoding", "f32|fp16|bf16|int8"},
+                 {"peer_schedule", "ring|random|tree"}};
+    if (k->kind == K_SYNC)
+        return "none|shadow|foreground";
+    if (k->kind == K_TABLE)
+        return "local|remote|cached";
+    if (k->kind == K_OPTIMIZER)
+        return "sgd|adagrad";
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
+        if (!strcmp(lists[i].name, k->name))
+            return lists[i].choices;
+    return "";
+}
+
+/* A key's choices for its flag: with a program's own default ("auto")
+ * first when the list lacks it. NULL: any value. */
+static const char *flag_choices(const key *k, const char *def, char *out, size_t len) {
+    const char *c = key_choices(k);
+    if (!*c)
+        return NULL;
+    size_t dl = strlen(def);
+    bool has = false;
+    for (const char *p = c; *p; p += strcspn(p, "|"), p += *p == '|')
+        has = has || (strncmp(p, def, dl) == 0 && (p[dl] == '|' || p[dl] == '\0'));
+    const char *first = has || !dl ? "" : def;
+    int w = snprintf(out, len, "%s%s", first, *first ? "|" : "");
+    if (w < 0 || (size_t)w >= len)
+        return NULL; /* a default that long: any value, the library checks */
+    strncat(out, c, len - (size_t)w - 1);
+    return out;
+}
+
+static const key *setting_key(size_t i) {
+    return i < NKEYS(trainer_keys) ? &trainer_keys[i] : &table_keys[i - NKEYS(trainer_keys)];
+}
+
+static bool listed(const char *const *names, const char *name) {
+    for (size_t i = 0; names && names[i]; i++)
+        if (!strcmp(names[i], name))
+            return true;
+    return false;
+}
+
+static const ss__setting_default *program_default(const ss__setting_default *d, const char *k) {
+    for (; d && d->key; d++)
+        if (!strcmp(d->key, k))
+            return d;
+    return NULL;
+}
+
+ss_status ss__setting_flags_add(const char *const *skip, const ss__setting_default *defaults,
+                                ss__flag *flags, size_t *n, size_t max, ss__setting_flags **out) {
+    ss__setting_flags *s = calloc(1, sizeof *s);
+    if (!s)
+        return SS_ERR_NO_MEMORY;
+    ss_trainer_config tc;
+    ss_table_config bc;
+    ss_trainer_config_init(&tc);
+    ss_table_config_init(&bc, "table", 8);
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const key *k = setting_key(i);
+        if (listed(skip, k->name))
+            continue;
+        if (*n >= max) {
+            free(s);
+            return SS_ERR_TOO_LARGE;
+        }
+        size_t j = s->n++;
+        s->keys[j] = k;
+        snprintf(s->name[j], sizeof s->name[j], "%s", k->name);
+        for (char *p = s->name[j]; *p; p++)
+            *p = *p == '_' ? '-' : *p;
+        const ss__setting_default *d = program_default(defaults, k->name);
+        if (d)
+            snprintf(s->def[j], sizeof s->def[j], "%s", d->value);
+        else
+            render_key(i < NKEYS(trainer_keys) ? (const void *)&tc : (const void *)&bc, k,
+                       s->def[j], sizeof s->def[j]);
+        s->value[j] = *s->def[j] ? s->def[j] : NULL;
+        snprintf(s->help[j], sizeof s->help[j], "%s%s%s " SS_SETTING_FLAG_MARK, k->help,
+                 d && d->note ? "; " : "", d && d->note ? d->note : "");
+        if (k->kind == K_BOOL) {
+            s->on[j] = !strcmp(s->def[j], "true");
+            flags[(*n)++] = (ss__flag){s->name[j], SS_FLAG_BOOL, &s->on[j], s->help[j], NULL, 0, 0};
+        } else {
+            flags[(*n)++] =
+                (ss__flag){s->name[j],
+                           SS_FLAG_STRING,
+                           &s->value[j],
+                           s->help[j],
+                           flag_choices(k, s->def[j], s->choices[j], sizeof *s->choices),
+                           0,
+                           0};
+        }
+    }
+    *out = s;
+    return SS_OK;
+}
+
+void ss__setting_flags_destroy(ss__setting_flags *s) {
+    free(s);
+}
+
+static ssize_t setting_index(const ss__setting_flags *s, const char *key) {
+    for (size_t j = 0; s && j < s->n; j++)
+        if (!strcmp(s->keys[j]->name, key))
+            return (ssize_t)j;
+    return -1;
+}
+
+/* A key's value as text: a boolean's from its flag. */
+static const char *value_of(const ss__setting_flags *s, size_t j) {
+    if (s->keys[j]->kind == K_BOOL)
+        return s->on[j] ? "true" : "false";
+    return s->value[j];
+}
+
+const char *ss__setting_flag(const ss__setting_flags *s, const char *key) {
+    ssize_t j = setting_index(s, key);
+    return j < 0 ? NULL : value_of(s, (size_t)j);
+}
+
+void ss__setting_flag_set(ss__setting_flags *s, const char *key, const char *value) {
+    ssize_t j = setting_index(s, key);
+    if (j >= 0)
+        s->value[j] = value;
+}
+
+ss_status ss__setting_flags_apply(const ss__setting_flags *s, ss_trainer_config *trainer,
+                                  ss_table_config *table) {
+    for (size_t j = 0; j < s->n; j++) {
+        const char *v = value_of(s, j);
+        if (!v)
+            continue;
+        const key *k = s->keys[j];
+        bool is_trainer = k >= trainer_keys && k < trainer_keys + NKEYS(trainer_keys);
+        char who[48];
+        snprintf(who, sizeof who, "--%s", s->name[j]); /* the refusal names the flag */
+        ss__err_begin();
+        ss_status st =
+            ss__err_end(set_key(is_trainer ? (void *)trainer : (void *)table, k, v, who));
+        if (st != SS_OK)
+            return st;
+    }
+    return SS_OK;
 }

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "shadow/codec.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/kernels.h"
 #include "tools/ctr/eval.h"
@@ -33,23 +34,62 @@ const char *ss__ctr_sync_mode_name(ss__ctr_sync_mode mode) {
     return (unsigned)mode < 3 ? mode_names[mode] : "unknown";
 }
 
+ss_status ss__ctr_train_config_settings(ss__ctr_train_config *cfg, const ss_trainer_config *t,
+                                        const ss_table_config *tb, char *why, size_t whylen) {
+    ss__encoding enc;
+    if (ss__algo_parse(t->algo, &cfg->params.algo) != SS_OK) {
+        snprintf(why, whylen, "algo \"%s\": not easgd, ma or bmuf", t->algo);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    if (!ss__encoding_parse(t->encoding, &enc)) {
+        snprintf(why, whylen, "encoding \"%s\": not f32, fp16, bf16 or int8", t->encoding);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    cfg->encoding = (uint32_t)enc;
+    cfg->params.alpha = t->alpha;
+    cfg->params.bmuf =
+        (ss__bmuf_params){.eta = t->bmuf_eta, .zeta = t->bmuf_zeta, .nesterov = t->bmuf_nesterov};
+    cfg->shadow_threads = t->shadow_threads;
+    cfg->sync_every = t->sync_every;
+    cfg->min_round_gap = t->min_round_gap;
+    cfg->round_interval_us = t->round_interval_us;
+    cfg->final_rounds = t->final_rounds;
+    cfg->model.emb_dim = tb->dim;
+    cfg->model.emb_init_scale = tb->init_scale;
+    cfg->emb_optimizer = tb->optimizer;
+    cfg->emb_lr = tb->lr;
+    cfg->emb_cache_rows = tb->cache_rows;
+    cfg->emb_alpha = tb->alpha;
+    cfg->emb_sync_ms = tb->sync_interval_ms;
+    cfg->emb_encoding = tb->encoding;
+    cfg->emb_ps = tb->ps;
+    return SS_OK;
+}
+
 void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cfg->model = (ss__ctr_model_config){
-        .emb_dim = 8, .table_rows = 32768, .bottom_hidden = 32, .top_hidden = 64};
+    /* The sync and table settings: the library's defaults. */
+    ss_trainer_config t;
+    ss_table_config tb;
+    ss_trainer_config_init(&t);
+    ss_table_config_init(&tb, "ctr", 8);
+    char why[160];
+    ss__ctr_train_config_settings(cfg, &t, &tb, why, sizeof why);
+    /* The reference model's own: its shape, optimizers and rates. */
+    cfg->model = (ss__ctr_model_config){.emb_dim = 8,
+                                        .table_rows = 32768,
+                                        .bottom_hidden = 32,
+                                        .top_hidden = 64,
+                                        .emb_init_scale = 0.05f};
+    cfg->emb_optimizer = SS_TABLE_ADAGRAD;
+    cfg->emb_lr = 0.03f;
     cfg->trainers = 1;
     cfg->workers = 1;
-    cfg->shadow_threads = 1;
     cfg->sync = SS_CTR_SYNC_SHADOW;
-    cfg->params.algo = SS_ALGO_EASGD;
-    cfg->params.alpha = 0.5f;
-    cfg->params.bmuf = (ss__bmuf_params){.eta = 0.3f, .zeta = 1.0f, .nesterov = true};
-    cfg->sync_every = 10;
     cfg->batch = 32;
     cfg->optimizer = SS_CTR_OPT_ADAM;
     cfg->lr = 0.002f;
     cfg->lr_scale = 1.0f;
-    cfg->emb_lr = 0.03f;
     cfg->epochs = 10;
     cfg->patience = 1;
     cfg->shuffle = true;
@@ -57,15 +97,9 @@ void ss__ctr_train_config_default(ss__ctr_train_config *cfg) {
     cfg->val_world = 1;
     cfg->seed = 1;
     cfg->round_deadline_ms = 500;
-    cfg->round_interval_us = 0;
-    cfg->min_round_gap = 4;
-    cfg->final_rounds = 10;
+    cfg->error_feedback = true;
     cfg->progress_interval_s = 1.0;
     cfg->emb = SS_CTR_EMB_ARRAY;
-    cfg->emb_optimizer = SS_TABLE_ADAGRAD;
-    cfg->emb_cache_rows = 1u << 20;
-    cfg->emb_alpha = 0.5f;
-    cfg->emb_sync_ms = 10;
     cfg->emb_prefetch = true;
     cfg->emb_warm_batches = 4;
 }

@@ -110,8 +110,18 @@ typedef struct ss__ctr_train_result {
     char model_evaluated[48];    /* "replica0", "central", "replica0@epoch3" */
 } ss__ctr_train_result;
 
-/* Sets every field to the reference defaults. */
+/* Sets every field to the reference defaults: the library's for the sync
+ * and the table (ss_trainer_config_init, ss_table_config_init), the
+ * reference model's own for its shape, optimizers and rates. */
 void ss__ctr_train_config_default(ss__ctr_train_config *cfg);
+/* The sync and table fields from the library's settings (algo, alpha,
+ * bmuf_*, shadow_threads, sync_every, min_round_gap, round_interval_us,
+ * final_rounds, encoding; the table's dim, init_scale, optimizer, lr,
+ * cache_rows, alpha, sync_interval_ms, encoding, ps): one mapping for the
+ * defaults and for ctr-train's flags. SS_ERR_INVALID_ARGUMENT with why
+ * for an algo or encoding it does not know. */
+ss_status ss__ctr_train_config_settings(ss__ctr_train_config *cfg, const ss_trainer_config *t,
+                                        const ss_table_config *tb, char *why, size_t whylen);
 
 /* val: rows for early stopping (NULL or empty: every epoch runs and the
  * last one's model is evaluated). */
