@@ -117,6 +117,107 @@ static int step(cublasHandle_t h, cudaStream_t s, model *m, float *params, const
     return cuda_failed(cudaStreamSynchronize(s), "the training stream");
 }
 
+/* Initial values: uniform, scaled by fan-in; biases zero. NULL: out of
+ * memory. */
+static float *initial_values(const model *m, uint64_t *rng) {
+    float *init = calloc(m->n, sizeof(float));
+    if (!init)
+        return NULL;
+    float *iW1, *ib1, *iw2, *ib2;
+    views(init, m, &iW1, &ib1, &iw2, &ib2);
+    for (size_t i = 0; i < (size_t)m->H * m->D; i++)
+        iW1[i] = uniform(rng) / sqrtf((float)m->D);
+    for (int i = 0; i < m->H; i++)
+        iw2[i] = uniform(rng) / sqrtf((float)m->H);
+    return init;
+}
+
+/* Synthetic clicks on the device: x uniform in [-1, 1), clicked when a
+ * fixed teacher's score plus noise is positive; batches of them in X, Y.
+ * 1 on failure (said on stderr). */
+static int synthetic_batches(const model *m, size_t batches, uint64_t *rng, float **X, float **Y) {
+    const size_t xs = (size_t)m->D * m->B * batches, ys = (size_t)m->B * batches;
+    float *hx = malloc(xs * sizeof(float)), *hy = malloc(ys * sizeof(float)),
+          *teacher = malloc((size_t)m->D * sizeof(float));
+    int rc = !hx || !hy || !teacher;
+    for (int i = 0; !rc && i < m->D; i++)
+        teacher[i] = uniform(rng);
+    for (size_t e = 0; !rc && e < ys; e++) {
+        float score = 0.5f * uniform(rng);
+        for (int i = 0; i < m->D; i++) {
+            hx[e * m->D + i] = uniform(rng);
+            score += teacher[i] * hx[e * m->D + i] / sqrtf((float)m->D);
+        }
+        hy[e] = score > 0.0f ? 1.0f : 0.0f;
+    }
+    if (!rc)
+        rc =
+            cuda_failed(cudaMalloc((void **)X, xs * sizeof(float)), "cudaMalloc X") ||
+            cuda_failed(cudaMalloc((void **)Y, ys * sizeof(float)), "cudaMalloc y") ||
+            cuda_failed(cudaMemcpy(*X, hx, xs * sizeof(float), cudaMemcpyHostToDevice),
+                        "upload X") ||
+            cuda_failed(cudaMemcpy(*Y, hy, ys * sizeof(float), cudaMemcpyHostToDevice), "upload y");
+    free(hx);
+    free(hy);
+    free(teacher);
+    return rc;
+}
+
+/* The stream, cuBLAS and the model's work buffers. 1 on failure. */
+static int device_setup(model *m, int device, cudaStream_t *s, cublasHandle_t *h) {
+    const size_t HB = (size_t)m->H * m->B;
+    if (cuda_failed(cudaSetDevice(device), "cudaSetDevice") ||
+        cuda_failed(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "the training stream") ||
+        blas_failed(cublasCreate(h), "cublasCreate") ||
+        blas_failed(cublasSetStream(*h, *s), "cublasSetStream") ||
+        cuda_failed(cudaMalloc((void **)&m->grads, m->n * sizeof(float)), "cudaMalloc grads") ||
+        cuda_failed(cudaMalloc((void **)&m->Z1, 3 * HB * sizeof(float)), "cudaMalloc Z1") ||
+        cuda_failed(cudaMalloc((void **)&m->logit, (3 * (size_t)m->B + 1) * sizeof(float)),
+                    "cudaMalloc logit"))
+        return 1;
+    views(m->grads, m, &m->gW1, &m->gb1, &m->gw2, &m->gb2);
+    m->A1 = m->Z1 + HB;
+    m->dA = m->A1 + HB;
+    m->g = m->logit + m->B;
+    m->ones = m->g + m->B;
+    m->loss = m->ones + m->B;
+    return gt_fill(*s, m->ones, 1.0f, (size_t)m->B) ||
+           cuda_failed(cudaMemsetAsync(m->loss, 0, sizeof(float), *s), "loss");
+}
+
+/* Trains until `seconds` pass, a step of batch k % batches at a time;
+ * the mean loss of the last 100 steps (or of all, under 100) into *loss.
+ * 1 on failure. */
+static int train_for(cublasHandle_t h, cudaStream_t s, model *m, ss_trainer *t, float *params,
+                     const float *X, const float *Y, size_t batches, double seconds, float lr,
+                     uint64_t *steps, double *elapsed, float *loss) {
+    uint64_t start = now_ns(), until = start + (uint64_t)(seconds * 1e9), window = 0;
+    float sum = 0.0f;
+    *steps = 0;
+    for (uint64_t now = start; now < until; now = now_ns()) {
+        const size_t k = *steps % batches;
+        if (step(h, s, m, params, X + k * (size_t)m->D * m->B, Y + k * m->B, lr))
+            return 1;
+        ss_trainer_step(t);
+        if (++*steps % 100 == 0) { /* the last 100 steps' mean loss */
+            if (cuda_failed(cudaMemcpy(&sum, m->loss, sizeof(float), cudaMemcpyDeviceToHost),
+                            "reading the loss") ||
+                cuda_failed(cudaMemsetAsync(m->loss, 0, sizeof(float), s), "loss"))
+                return 1;
+            window = 100;
+        }
+    }
+    *elapsed = (double)(now_ns() - start) / 1e9;
+    if (window == 0 && *steps > 0) { /* under 100 steps: the mean of them all */
+        if (cuda_failed(cudaMemcpy(&sum, m->loss, sizeof(float), cudaMemcpyDeviceToHost),
+                        "reading the loss"))
+            return 1;
+        window = *steps;
+    }
+    *loss = window ? sum / (float)(window * (uint64_t)m->B) : NAN;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int64_t device = 0, input = 1024, hidden = 1024, batch = 1024, batches = 16, seed = 1;
     double seconds = 10, lr = 0.05;
@@ -143,18 +244,9 @@ int main(int argc, char **argv) {
     model m = {.D = (int)input, .H = (int)hidden, .B = (int)batch};
     m.n = (size_t)m.H * m.D + 2 * (size_t)m.H + 1;
     uint64_t rng = (uint64_t)seed * 2654435761u + 1;
-
-    /* Initial values: uniform, scaled by fan-in; biases zero. */
-    float *init = calloc(m.n, sizeof(float));
+    float *init = initial_values(&m, &rng);
     if (!init)
         return 1;
-    float *iW1, *ib1, *iw2, *ib2;
-    views(init, &m, &iW1, &ib1, &iw2, &ib2);
-    for (size_t i = 0; i < (size_t)m.H * m.D; i++)
-        iW1[i] = uniform(&rng) / sqrtf((float)m.D);
-    for (int i = 0; i < m.H; i++)
-        iw2[i] = uniform(&rng) / sqrtf((float)m.H);
-
     ss_trainer_config cfg;
     ss_trainer_config_init(&cfg);
     ss_trainer *t = NULL;
@@ -173,80 +265,19 @@ int main(int argc, char **argv) {
     }
     float *params = ss_dense_device_data(w);
     views(params, &m, &m.W1, &m.b1, &m.w2, &m.b2);
-
-    /* Synthetic clicks: x uniform in [-1, 1), clicked when a fixed
-     * teacher's score plus noise is positive. */
-    const size_t xs = (size_t)m.D * m.B * (size_t)batches, ys = (size_t)m.B * (size_t)batches;
-    float *hx = malloc(xs * sizeof(float)), *hy = malloc(ys * sizeof(float)),
-          *teacher = malloc((size_t)m.D * sizeof(float));
-    if (!hx || !hy || !teacher)
-        return 1;
-    for (int i = 0; i < m.D; i++)
-        teacher[i] = uniform(&rng);
-    for (size_t e = 0; e < ys; e++) {
-        float score = 0.5f * uniform(&rng);
-        for (int i = 0; i < m.D; i++) {
-            hx[e * m.D + i] = uniform(&rng);
-            score += teacher[i] * hx[e * m.D + i] / sqrtf((float)m.D);
-        }
-        hy[e] = score > 0.0f ? 1.0f : 0.0f;
-    }
-    float *X, *Y;
+    float *X, *Y, loss;
     cudaStream_t s;
     cublasHandle_t h;
-    const size_t HB = (size_t)m.H * m.B;
-    if (cuda_failed(cudaSetDevice((int)device), "cudaSetDevice") ||
-        cuda_failed(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "the training stream") ||
-        blas_failed(cublasCreate(&h), "cublasCreate") ||
-        blas_failed(cublasSetStream(h, s), "cublasSetStream") ||
-        cuda_failed(cudaMalloc((void **)&X, xs * sizeof(float)), "cudaMalloc X") ||
-        cuda_failed(cudaMalloc((void **)&Y, ys * sizeof(float)), "cudaMalloc y") ||
-        cuda_failed(cudaMalloc((void **)&m.grads, m.n * sizeof(float)), "cudaMalloc grads") ||
-        cuda_failed(cudaMalloc((void **)&m.Z1, 3 * HB * sizeof(float)), "cudaMalloc Z1") ||
-        cuda_failed(cudaMalloc((void **)&m.logit, (3 * (size_t)m.B + 1) * sizeof(float)),
-                    "cudaMalloc logit") ||
-        cuda_failed(cudaMemcpy(X, hx, xs * sizeof(float), cudaMemcpyHostToDevice), "upload X") ||
-        cuda_failed(cudaMemcpy(Y, hy, ys * sizeof(float), cudaMemcpyHostToDevice), "upload y"))
+    uint64_t steps;
+    double elapsed;
+    if (device_setup(&m, (int)device, &s, &h) ||
+        synthetic_batches(&m, (size_t)batches, &rng, &X, &Y))
         return 1;
-    free(hx);
-    free(hy);
-    free(teacher);
-    views(m.grads, &m, &m.gW1, &m.gb1, &m.gw2, &m.gb2);
-    m.A1 = m.Z1 + HB;
-    m.dA = m.A1 + HB;
-    m.g = m.logit + m.B;
-    m.ones = m.g + m.B;
-    m.loss = m.ones + m.B;
-    if (gt_fill(s, m.ones, 1.0f, (size_t)m.B) ||
-        cuda_failed(cudaMemsetAsync(m.loss, 0, sizeof(float), s), "loss"))
-        return 1;
-
     printf("gpu-train: training %zu floats on device %d for %.0f s\n", m.n, (int)device, seconds);
     fflush(stdout);
-    uint64_t steps = 0, start = now_ns(), until = start + (uint64_t)(seconds * 1e9);
-    float loss_window = 0.0f;
-    uint64_t window_steps = 0;
-    for (uint64_t now = start; now < until; now = now_ns()) {
-        const size_t k = steps % (uint64_t)batches;
-        if (step(h, s, &m, params, X + k * (size_t)m.D * m.B, Y + k * m.B, (float)lr))
-            return 1;
-        ss_trainer_step(t);
-        steps++;
-        if (steps % 100 == 0) { /* the last 100 steps' mean loss */
-            if (cuda_failed(cudaMemcpy(&loss_window, m.loss, sizeof(float), cudaMemcpyDeviceToHost),
-                            "reading the loss") ||
-                cuda_failed(cudaMemsetAsync(m.loss, 0, sizeof(float), s), "loss"))
-                return 1;
-            window_steps = 100;
-        }
-    }
-    const double elapsed = (double)(now_ns() - start) / 1e9;
-    if (window_steps == 0 && steps > 0) { /* under 100 steps: the mean of them all */
-        if (cuda_failed(cudaMemcpy(&loss_window, m.loss, sizeof(float), cudaMemcpyDeviceToHost),
-                        "reading the loss"))
-            return 1;
-        window_steps = steps;
-    }
+    if (train_for(h, s, &m, t, params, X, Y, (size_t)batches, seconds, (float)lr, &steps, &elapsed,
+                  &loss))
+        return 1;
     ss_dense_stats ds;
     ss_dense_get_stats(w, &ds);
     static char text[1 << 16];
@@ -262,8 +293,7 @@ int main(int argc, char **argv) {
     printf("gpu-train: device=\"%s\" floats=%zu batch=%d steps=%llu seconds=%.2f examples/s=%.0f "
            "rounds=%llu failed=%llu copy_ms_per_round=%.3f loss=%.4f close=%s\n",
            prop.name, m.n, m.B, (unsigned long long)steps, elapsed, (double)steps * m.B / elapsed,
-           (unsigned long long)ds.rounds, (unsigned long long)ds.failed_rounds, copy_s * 1e3,
-           window_steps ? loss_window / (float)(window_steps * (uint64_t)m.B) : NAN,
+           (unsigned long long)ds.rounds, (unsigned long long)ds.failed_rounds, copy_s * 1e3, loss,
            ss_status_name(closed));
     cublasDestroy(h);
     cudaStreamDestroy(s);

@@ -246,87 +246,101 @@ static void write_env(const char *path, const candidate *c, const cluster *cl) {
     fclose(f);
 }
 
-int main(int argc, char **argv) {
-    int64_t trainers = 8, per_host = 2, batch = 1024, max_ps = 4, trials = 3, slow_hosts = 0,
-            max_trials = 12;
-    double dense = 4194304, step_us = 10000, link_gbit = 10, ps_link_gbit = 0, slow_gbit = 1,
-           shared_cores = 2, trial_seconds = 8, latency_us = 50;
-    double step_cpu_us = 60, client_ns = 8, ps_ns = 6, fixed_us = 200;
-    bool sweep = false;
-    const char *emu = "bench/emu-cluster.sh", *env_out = "";
-    ss__flag flags[] = {
-        {"trainers", SS_FLAG_INT, &trainers, "trainers in the cluster", NULL, 2, 4096},
-        {"per-host", SS_FLAG_INT, &per_host, "trainers per host", NULL, 1, 4096},
-        {"dense-floats", SS_FLAG_DOUBLE, &dense, "floats in each trainer's dense group", NULL, 1,
+/* The command line: the cluster, the calibration, the search. */
+typedef struct tune_flags {
+    int64_t trainers, per_host, batch, max_ps, trials, slow_hosts, max_trials;
+    double dense, step_us, link_gbit, ps_link_gbit, slow_gbit, shared_cores, trial_seconds,
+        latency_us, step_cpu_us, client_ns, ps_ns, fixed_us;
+    bool sweep;
+    const char *emu, *env_out;
+} tune_flags;
+
+/* The flags into out; returns how many. */
+static size_t tune_flag_table(tune_flags *f, ss__flag *out) {
+    const ss__flag flags[] = {
+        {"trainers", SS_FLAG_INT, &f->trainers, "trainers in the cluster", NULL, 2, 4096},
+        {"per-host", SS_FLAG_INT, &f->per_host, "trainers per host", NULL, 1, 4096},
+        {"dense-floats", SS_FLAG_DOUBLE, &f->dense, "floats in each trainer's dense group", NULL, 1,
          1e10},
-        {"step-us", SS_FLAG_DOUBLE, &step_us, "a training step's time", NULL, 1, 1e8},
-        {"batch", SS_FLAG_INT, &batch, "examples per step", NULL, 1, 1 << 24},
-        {"link-gbit", SS_FLAG_DOUBLE, &link_gbit, "every trainer host's link, each direction", NULL,
-         1e-3, 1e4},
-        {"ps-link-gbit", SS_FLAG_DOUBLE, &ps_link_gbit, "the PS hosts' links (0: --link-gbit)",
+        {"step-us", SS_FLAG_DOUBLE, &f->step_us, "a training step's time", NULL, 1, 1e8},
+        {"batch", SS_FLAG_INT, &f->batch, "examples per step", NULL, 1, 1 << 24},
+        {"link-gbit", SS_FLAG_DOUBLE, &f->link_gbit, "every trainer host's link, each direction",
+         NULL, 1e-3, 1e4},
+        {"ps-link-gbit", SS_FLAG_DOUBLE, &f->ps_link_gbit, "the PS hosts' links (0: --link-gbit)",
          NULL, 0, 1e4},
-        {"slow-hosts", SS_FLAG_INT, &slow_hosts, "trainer hosts on slower links (the last ones)",
+        {"slow-hosts", SS_FLAG_INT, &f->slow_hosts, "trainer hosts on slower links (the last ones)",
          NULL, 0, 4096},
-        {"slow-gbit", SS_FLAG_DOUBLE, &slow_gbit, "their links", NULL, 1e-3, 1e4},
-        {"latency-us", SS_FLAG_DOUBLE, &latency_us,
+        {"slow-gbit", SS_FLAG_DOUBLE, &f->slow_gbit, "their links", NULL, 1e-3, 1e4},
+        {"latency-us", SS_FLAG_DOUBLE, &f->latency_us,
          "one-way latency between two hosts (the trials emulate it: half on each host's link)",
          NULL, 0, 1e7},
-        {"shared-cores", SS_FLAG_DOUBLE, &shared_cores,
+        {"shared-cores", SS_FLAG_DOUBLE, &f->shared_cores,
          "every process on one machine of this many cores (the emulated cluster); 0: 16 per host",
          NULL, 0, 4096},
-        {"max-ps", SS_FLAG_INT, &max_ps, "PS shards to consider: 1, 2, 4 up to this", NULL, 1,
+        {"max-ps", SS_FLAG_INT, &f->max_ps, "PS shards to consider: 1, 2, 4 up to this", NULL, 1,
          1024},
-        {"step-cpu-us", SS_FLAG_DOUBLE, &step_cpu_us, "calibration: CPU of a step", NULL, 0, 1e8},
-        {"client-ns-per-float", SS_FLAG_DOUBLE, &client_ns,
+        {"step-cpu-us", SS_FLAG_DOUBLE, &f->step_cpu_us, "calibration: CPU of a step", NULL, 0,
+         1e8},
+        {"client-ns-per-float", SS_FLAG_DOUBLE, &f->client_ns,
          "calibration: a trainer's (agent's) CPU per float of a round", NULL, 0, 1e6},
-        {"ps-ns-per-float", SS_FLAG_DOUBLE, &ps_ns,
+        {"ps-ns-per-float", SS_FLAG_DOUBLE, &f->ps_ns,
          "calibration: the serving side's CPU per float of a round", NULL, 0, 1e6},
-        {"rpc-fixed-us", SS_FLAG_DOUBLE, &fixed_us, "calibration: software cost of one call", NULL,
-         0, 1e7},
-        {"trials", SS_FLAG_INT, &trials,
+        {"rpc-fixed-us", SS_FLAG_DOUBLE, &f->fixed_us, "calibration: software cost of one call",
+         NULL, 0, 1e7},
+        {"trials", SS_FLAG_INT, &f->trials,
          "best predicted candidates to run on the emulated cluster, besides the defaults (0: "
          "predict only)",
          NULL, 0, 1000},
-        {"max-trials", SS_FLAG_INT, &max_trials,
+        {"max-trials", SS_FLAG_INT, &f->max_trials,
          "also run every candidate predicted within 10% of the best (the model cannot tell them "
          "apart), up to this many trials in all",
          NULL, 0, 1000},
-        {"sweep", SS_FLAG_BOOL, &sweep, "run every candidate (the exhaustive search)", NULL, 0, 0},
-        {"trial-seconds", SS_FLAG_DOUBLE, &trial_seconds, "each trial's training time", NULL, 1,
-         3600},
-        {"emu", SS_FLAG_STRING, &emu, "the emulated cluster script (run as root)", NULL, 0, 0},
-        {"env-out", SS_FLAG_STRING, &env_out, "write the pick here as SHADOWSYNC_* lines", NULL, 0,
+        {"sweep", SS_FLAG_BOOL, &f->sweep, "run every candidate (the exhaustive search)", NULL, 0,
          0},
+        {"trial-seconds", SS_FLAG_DOUBLE, &f->trial_seconds, "each trial's training time", NULL, 1,
+         3600},
+        {"emu", SS_FLAG_STRING, &f->emu, "the emulated cluster script (run as root)", NULL, 0, 0},
+        {"env-out", SS_FLAG_STRING, &f->env_out, "write the pick here as SHADOWSYNC_* lines", NULL,
+         0, 0},
     };
-    int code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
-    if (code >= 0)
-        return code;
-    if (trainers % per_host) {
+    memcpy(out, flags, sizeof flags);
+    return sizeof flags / sizeof *flags;
+}
+
+/* The cluster the flags describe; 2 (said on stderr) or 0. */
+static int cluster_of(const tune_flags *f, cluster *cl) {
+    if (f->trainers % f->per_host) {
         fprintf(stderr, "shadowsync-tune: --trainers %lld is not a multiple of --per-host %lld\n",
-                (long long)trainers, (long long)per_host);
+                (long long)f->trainers, (long long)f->per_host);
         return 2;
     }
-    cluster cl = {.trainers = (uint32_t)trainers,
-                  .per_host = (uint32_t)per_host,
-                  .hosts = (uint32_t)(trainers / per_host),
-                  .slow_hosts = (uint32_t)slow_hosts,
-                  .dense = dense,
-                  .step_s = step_us * 1e-6,
-                  .link_gbit = link_gbit,
-                  .ps_link_gbit = ps_link_gbit > 0 ? ps_link_gbit : link_gbit,
-                  .slow_gbit = slow_gbit,
-                  .shared_cores = shared_cores,
-                  .latency_s = latency_us * 1e-6,
-                  .batch = (uint32_t)batch,
-                  .costs = {.step_cpu_s = step_cpu_us * 1e-6,
-                            .client_cpu_s_per_float = client_ns * 1e-9,
-                            .ps_cpu_s_per_float = ps_ns * 1e-9,
-                            .rpc_fixed_s = fixed_us * 1e-6}};
-    if (cl.slow_hosts > cl.hosts) {
-        fprintf(stderr, "shadowsync-tune: --slow-hosts %u of %u hosts\n", cl.slow_hosts, cl.hosts);
+    *cl = (cluster){.trainers = (uint32_t)f->trainers,
+                    .per_host = (uint32_t)f->per_host,
+                    .hosts = (uint32_t)(f->trainers / f->per_host),
+                    .slow_hosts = (uint32_t)f->slow_hosts,
+                    .dense = f->dense,
+                    .step_s = f->step_us * 1e-6,
+                    .link_gbit = f->link_gbit,
+                    .ps_link_gbit = f->ps_link_gbit > 0 ? f->ps_link_gbit : f->link_gbit,
+                    .slow_gbit = f->slow_gbit,
+                    .shared_cores = f->shared_cores,
+                    .latency_s = f->latency_us * 1e-6,
+                    .batch = (uint32_t)f->batch,
+                    .costs = {.step_cpu_s = f->step_cpu_us * 1e-6,
+                              .client_cpu_s_per_float = f->client_ns * 1e-9,
+                              .ps_cpu_s_per_float = f->ps_ns * 1e-9,
+                              .rpc_fixed_s = f->fixed_us * 1e-6}};
+    if (cl->slow_hosts > cl->hosts) {
+        fprintf(stderr, "shadowsync-tune: --slow-hosts %u of %u hosts\n", cl->slow_hosts,
+                cl->hosts);
         return 2;
     }
-    candidate c[64];
+    return 0;
+}
+
+/* Every candidate (c holds 64); the defaults (S-EASGD, one PS, float32,
+ * gap 4) first. */
+static size_t candidates(candidate *c, int64_t max_ps) {
     size_t n = 0;
     static const char *algos[] = {"easgd", "ma"}, *encs[] = {"f32", "int8"};
     static const uint32_t gaps[] = {4, 1}, shards[] = {1, 2, 4};
@@ -342,42 +356,44 @@ int main(int argc, char **argv) {
     for (int v = PATH_RING; v <= PATH_TREE; v++)
         for (int g = 0; g < 2; g++)
             c[n++] = (candidate){.via = (path)v, .algo = "ma", .encoding = "f32", .gap = gaps[g]};
-    printf("tune: %u trainers (%u hosts x %u), dense %.0f floats, step %.0f us, batch %u, links "
-           "%g Gbit/s, PS links %g, %u slow host(s) at %g, %s\n",
-           cl.trainers, cl.hosts, cl.per_host, cl.dense, step_us, cl.batch, cl.link_gbit,
-           cl.ps_link_gbit, cl.slow_hosts, cl.slow_gbit,
-           cl.shared_cores > 0 ? "one shared machine" : "a machine per host");
-    for (size_t i = 0; i < n; i++)
-        (c[i].via == PATH_PS ? predict_ps : predict_decentralized)(&cl, &c[i]);
-    /* The defaults: S-EASGD, one PS, float32, gap 4 (c[0]); tried first. */
-    candidate defaults = c[0];
-    qsort(c, n, sizeof *c, by_prediction);
-    /* Candidates the model cannot tell apart (a predicted gap within 10%
-     * of the best: on a machine where CPU, not links, bounds the rounds,
-     * most of them) are measured too, up to max_trials. */
+    return n;
+}
+
+/* Runs the trials (c sorted by prediction): the best predicted, those the
+ * model cannot tell from the best (a predicted gap within 10%: on a
+ * machine where CPU, not links, bounds the rounds, most of them) up to
+ * --max-trials, and the defaults; all with --sweep. The best measured
+ * rate into *best_rate; the defaults' candidate into *defaults. */
+static void run_trials(const tune_flags *f, const cluster *cl, candidate *c, size_t n,
+                       candidate *defaults, double *best_rate) {
     size_t close = 0;
     while (close < n && c[close].pred_gap <= 1.1 * c[0].pred_gap)
         close++;
-    size_t run = (size_t)trials;
-    if (trials > 0 && close > run)
-        run = close < (size_t)max_trials ? close : (size_t)max_trials;
-    if (sweep)
+    size_t run = (size_t)f->trials;
+    if (f->trials > 0 && close > run)
+        run = close < (size_t)f->max_trials ? close : (size_t)f->max_trials;
+    if (f->sweep)
         run = n;
-    double best_rate = 0;
+    *best_rate = 0;
     for (size_t i = 0; i < n; i++) {
         bool is_default = c[i].via == PATH_PS && c[i].ps == 1 && !strcmp(c[i].algo, "easgd") &&
                           !strcmp(c[i].encoding, "f32") && c[i].gap == 4;
-        if ((i < run || (is_default && trials > 0)) && trial(emu, &cl, trial_seconds, &c[i]) &&
-            c[i].rate > best_rate)
-            best_rate = c[i].rate;
+        if ((i < run || (is_default && f->trials > 0)) &&
+            trial(f->emu, cl, f->trial_seconds, &c[i]) && c[i].rate > *best_rate)
+            *best_rate = c[i].rate;
         if (is_default)
-            defaults = c[i];
+            *defaults = c[i];
     }
+}
+
+/* The table of candidates and the pick's line; returns the pick. */
+static const candidate *report(const candidate *c, size_t n, const candidate *defaults,
+                               double best_rate) {
     printf("%-28s %14s %9s %14s %9s\n", "candidate", "pred_ex/s", "pred_gap", "meas_ex/s",
            "meas_gap");
     const candidate *pick = NULL;
+    char d[128];
     for (size_t i = 0; i < n; i++) {
-        char d[128];
         describe(&c[i], d, sizeof d);
         if (c[i].tried)
             printf("%-28s %14.0f %9.1f %14.0f %9.1f\n", d, c[i].pred_rate, c[i].pred_gap, c[i].rate,
@@ -387,22 +403,63 @@ int main(int argc, char **argv) {
         if (c[i].tried && (!pick || better(&c[i], pick, true, best_rate)))
             pick = &c[i];
     }
-    if (!pick) { /* no trials: the best prediction */
+    printf(pick ? "pick: " : "pick (predicted only, no trial ran): ");
+    if (!pick) /* no trials: the best prediction */
         pick = &c[0];
-        printf("pick (predicted only, no trial ran): ");
-    } else {
-        printf("pick: ");
-    }
-    char d[128];
     describe(pick, d, sizeof d);
     printf("%s  predicted %.0f examples/s gap %.1f", d, pick->pred_rate, pick->pred_gap);
     if (pick->tried)
         printf("; measured %.0f examples/s gap %.1f", pick->rate, pick->gap_p50);
-    if (defaults.tried && pick->tried)
-        printf("; defaults (easgd ps=1 f32 gap=4) measured %.0f examples/s gap %.1f", defaults.rate,
-               defaults.gap_p50);
+    if (defaults->tried && pick->tried)
+        printf("; defaults (easgd ps=1 f32 gap=4) measured %.0f examples/s gap %.1f",
+               defaults->rate, defaults->gap_p50);
     printf("\n");
-    if (*env_out)
-        write_env(env_out, pick, &cl);
+    return pick;
+}
+
+int main(int argc, char **argv) {
+    tune_flags f = {.trainers = 8,
+                    .per_host = 2,
+                    .batch = 1024,
+                    .max_ps = 4,
+                    .trials = 3,
+                    .max_trials = 12,
+                    .dense = 4194304,
+                    .step_us = 10000,
+                    .link_gbit = 10,
+                    .slow_gbit = 1,
+                    .shared_cores = 2,
+                    .trial_seconds = 8,
+                    .latency_us = 50,
+                    .step_cpu_us = 60,
+                    .client_ns = 8,
+                    .ps_ns = 6,
+                    .fixed_us = 200,
+                    .emu = "bench/emu-cluster.sh",
+                    .env_out = ""};
+    ss__flag flags[32];
+    size_t nflags = tune_flag_table(&f, flags);
+    int code = ss__flags_cli(&program, flags, nflags, argc, argv);
+    if (code >= 0)
+        return code;
+    cluster cl;
+    if ((code = cluster_of(&f, &cl)) != 0)
+        return code;
+    candidate c[64];
+    size_t n = candidates(c, f.max_ps);
+    printf("tune: %u trainers (%u hosts x %u), dense %.0f floats, step %.0f us, batch %u, links "
+           "%g Gbit/s, PS links %g, %u slow host(s) at %g, %s\n",
+           cl.trainers, cl.hosts, cl.per_host, cl.dense, f.step_us, cl.batch, cl.link_gbit,
+           cl.ps_link_gbit, cl.slow_hosts, cl.slow_gbit,
+           cl.shared_cores > 0 ? "one shared machine" : "a machine per host");
+    for (size_t i = 0; i < n; i++)
+        (c[i].via == PATH_PS ? predict_ps : predict_decentralized)(&cl, &c[i]);
+    candidate defaults = c[0];
+    qsort(c, n, sizeof *c, by_prediction);
+    double best_rate;
+    run_trials(&f, &cl, c, n, &defaults, &best_rate);
+    const candidate *pick = report(c, n, &defaults, best_rate);
+    if (*f.env_out)
+        write_env(f.env_out, pick, &cl);
     return 0;
 }
