@@ -275,41 +275,48 @@ bool ss__central_touch(group *g, uint64_t member, uint64_t now) {
     return true;
 }
 
-ss_status ss__central_leave(ss__central *c, const char *name, uint64_t member) {
+/* The group called name, locked, and the member's slot in it (-1: not a
+ * member). NULL: no such group. */
+static group *lock_member(ss__central *c, const char *name, uint64_t member, ssize_t *slot) {
     group *g = ss__central_find(c, name);
+    if (g) {
+        pthread_mutex_lock(&g->lock);
+        *slot = ss__central_member_index(g, member);
+    }
+    return g;
+}
+
+ss_status ss__central_leave(ss__central *c, const char *name, uint64_t member) {
+    ssize_t i;
+    group *g = lock_member(c, name, member, &i);
     if (!g)
         return SS_ERR_NOT_FOUND;
-    pthread_mutex_lock(&g->lock);
-    ssize_t i = ss__central_member_index(g, member);
-    ss_status st = SS_ERR_NOT_FOUND;
-    if (i >= 0) {
+    if (i >= 0)
         remove_member(g, (size_t)i);
-        st = SS_OK;
-    }
     pthread_mutex_unlock(&g->lock);
-    return st;
+    return i >= 0 ? SS_OK : SS_ERR_NOT_FOUND;
 }
 
 ss_status ss__central_heartbeat(ss__central *c, const char *name, uint64_t member) {
-    group *g = ss__central_find(c, name);
+    ssize_t i;
+    group *g = lock_member(c, name, member, &i);
     if (!g)
         return SS_ERR_NOT_FOUND;
-    pthread_mutex_lock(&g->lock);
     uint64_t now = ss__now_ns();
-    ss_status st = ss__central_touch(g, member, now) ? SS_OK : SS_ERR_NOT_FOUND;
+    if (i >= 0)
+        g->members[i].last_seen = now;
     ss__central_expire(c, g, now);
     pthread_mutex_unlock(&g->lock);
-    return st;
+    return i >= 0 ? SS_OK : SS_ERR_NOT_FOUND;
 }
 
 /* An open round (a snapshot in it, its result not being read) that this
  * member has not contributed to. */
 bool ss__central_round_waiting(ss__central *c, const char *name, uint64_t member) {
-    group *g = ss__central_find(c, name);
+    ssize_t i;
+    group *g = lock_member(c, name, member, &i);
     if (!g)
         return false;
-    pthread_mutex_lock(&g->lock);
-    ssize_t i = ss__central_member_index(g, member);
     bool waiting =
         i >= 0 && g->contributors > 0 && g->readers_pending == 0 && !g->members[i].contributed;
     pthread_mutex_unlock(&g->lock);

@@ -308,32 +308,31 @@ static ss_status round_locked(ss__central *c, group *g, uint64_t member, const f
     return st;
 }
 
-ss_status ss__central_round(ss__central *c, const char *name, uint64_t member, const float *s,
-                            const ss__bmuf_params *bmuf, float *avg, size_t n,
-                            ss__round_result *result) {
-    if (!c || !name || !s || !avg || !result)
+/* A round call, plain (s, avg) or encoded (up, reply). */
+static ss_status round_call(ss__central *c, const char *name, uint64_t member, size_t n,
+                            const float *s, const ss__codec_upload *up, const ss__bmuf_params *bmuf,
+                            float *avg, uint8_t *reply, ss__round_result *result) {
+    if (!c || !name || !result || n == 0 || (up ? !reply : !s || !avg))
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st;
     group *g = enter_call(c, name, member, s, n, &st);
     if (!g)
         return st;
-    st = round_locked(c, g, member, s, NULL, bmuf, avg, NULL, result);
+    st = round_locked(c, g, member, s, up, bmuf, avg, reply, result);
     pthread_mutex_unlock(&g->lock);
     return st;
+}
+
+ss_status ss__central_round(ss__central *c, const char *name, uint64_t member, const float *s,
+                            const ss__bmuf_params *bmuf, float *avg, size_t n,
+                            ss__round_result *result) {
+    return round_call(c, name, member, n, s, NULL, bmuf, avg, NULL, result);
 }
 
 ss_status ss__central_round_encoded(ss__central *c, const char *name, uint64_t member, size_t n,
                                     const ss__codec_upload *up, const ss__bmuf_params *bmuf,
                                     uint8_t *reply, ss__round_result *result) {
-    if (!c || !name || !up || !reply || !result || n == 0)
-        return SS_ERR_INVALID_ARGUMENT;
-    ss_status st;
-    group *g = enter_call(c, name, member, NULL, n, &st);
-    if (!g)
-        return st;
-    st = round_locked(c, g, member, NULL, up, bmuf, NULL, reply, result);
-    pthread_mutex_unlock(&g->lock);
-    return st;
+    return round_call(c, name, member, n, NULL, up, bmuf, NULL, reply, result);
 }
 
 ss_status ss__central_read(ss__central *c, const char *name, float *out, size_t n) {
