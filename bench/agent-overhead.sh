@@ -68,7 +68,7 @@ for mode in "${MODES[@]}"; do
 done
 
 ps_bytes() {
-  curl -s "http://$ps_http/metrics" | awk '/^shadowsync_rpc_(received|sent)_bytes_total\{method="\/shadowsync.v1.DenseSync/ {s += $NF} END {printf "%.0f\n", s}'
+  bench_metric_sum "$ps_http" '^shadowsync_rpc_(received|sent)_bytes_total[{]method="/shadowsync.v1.DenseSync/'
 }
 
 echo

@@ -2,6 +2,10 @@
 # shellcheck source=bench/help.sh
 source "$(dirname "${BASH_SOURCE[0]}")/help.sh"
 set -euo pipefail
+# The script's flags (its environment variables' names), before anything
+# is built; what is left are its positional arguments.
+bench_flags "$@"
+set -- ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
 if [ ! -x build/bin/ctr-train ] || [ "${SS_BENCH_REBUILD:-1}" = 1 ]; then

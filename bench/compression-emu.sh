@@ -9,6 +9,8 @@
 #   bash bench/compression-emu.sh    # PS=1 HOSTS=4 PER_HOST=2 DENSE=4194304 RATE=1gbit SECS=15
 set -euo pipefail
 source "$(dirname "$0")/help.sh"
+bench_flags "$@"
+set -- ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 cd "$(dirname "$0")/.."
 PS=${PS:-1} HOSTS=${HOSTS:-4} PER_HOST=${PER_HOST:-2} DENSE=${DENSE:-4194304}
 RATE=${RATE:-1gbit} SECS=${SECS:-15} ALGOS=${ALGOS:-easgd ma}

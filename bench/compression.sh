@@ -26,10 +26,11 @@ stop_ps() { bench_ps_stop; }
 
 # bytes per served exchange or round, request + reply
 ps_bytes_per_round() {
-  curl -s "http://$ps_http/metrics" | awk '
-    /^shadowsync_rpc_(received|sent)_bytes_total\{method="\/shadowsync.v1.DenseSync\/(EasgdExchange|RoundMean)"/ {b += $NF}
-    /^shadowsync_rpc_requests_total\{method="\/shadowsync.v1.DenseSync\/(EasgdExchange|RoundMean)",result="ok"/ {n += $NF}
-    END {printf "%.0f %d\n", n ? b / n : 0, n}'
+  local m='shadowsync.v1.DenseSync/(EasgdExchange|RoundMean)"'
+  local b n
+  b=$(bench_metric_sum "$ps_http" "^shadowsync_rpc_(received|sent)_bytes_total[{]method=\"/$m")
+  n=$(bench_metric_sum "$ps_http" "^shadowsync_rpc_requests_total[{]method=\"/$m,result=\"ok\"")
+  awk -v b="$b" -v n="$n" 'BEGIN {printf "%.0f %d\n", n ? b / n : 0, n}'
 }
 
 run_cluster() { # algo encoding -> prints "ne examples_per_s failed_rounds"

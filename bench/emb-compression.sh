@@ -27,10 +27,10 @@ stop_ps() { bench_ps_stop; }
 
 # bytes per synced row (request + reply), and the rows
 ps_bytes_per_row() {
-  curl -s "http://$ps_http/metrics" | awk '
-    /^shadowsync_rpc_(received|sent)_bytes_total\{method="\/shadowsync.v1.Embedding\/Elastic"/ {b += $NF}
-    /^shadowsync_emb_updates_total\{.*kind="elastic"/ {n += $NF}
-    END {printf "%.1f %d\n", n ? b / n : 0, n}'
+  local b n
+  b=$(bench_metric_sum "$ps_http" '^shadowsync_rpc_(received|sent)_bytes_total[{]method="/shadowsync.v1.Embedding/Elastic"')
+  n=$(bench_metric_sum "$ps_http" '^shadowsync_emb_updates_total[{].*kind="elastic"')
+  awk -v b="$b" -v n="$n" 'BEGIN {printf "%.1f %d\n", n ? b / n : 0, n}'
 }
 
 run_cluster() { # encoding -> prints "ne examples_per_s failed_rounds"

@@ -8,12 +8,8 @@
 # .devbundle/env.sh there.
 #   SECONDS_PER_RUN=10 REPS=3 bash bench/gpu-suite.sh
 set -uo pipefail
-case ${1:-} in
--h | --help)
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-  ;;
-esac
+source "$(dirname "$0")/help.sh"
+bench_flags "$@"
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-out/gpu-suite}
 mkdir -p "$LOGS"

@@ -7,6 +7,8 @@
 # The TSV: shape, setup, gap_p50, gap_p99, then one NE column per run.
 set -euo pipefail
 source "$(dirname "$0")/help.sh"
+bench_flags "$@"
+set -- ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 cd "$(dirname "$0")/.."
 command -v gnuplot >/dev/null || { echo "plot-decentralized: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
 TSV=${1:-docs/data/decentralized-shapes.tsv}

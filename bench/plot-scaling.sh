@@ -4,6 +4,8 @@
 # trainers for each mode, one file per PS count.
 set -euo pipefail
 source "$(dirname "$0")/help.sh"
+bench_flags "$@"
+set -- ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 cd "$(dirname "$0")/.."
 command -v gnuplot >/dev/null || { echo "plot-scaling: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
 TSV=${1:-out/scaling.tsv}
