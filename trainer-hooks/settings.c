@@ -462,11 +462,12 @@ static void render_key(const void *base, const key *k, char *out, size_t len) {
         return;
     case K_FLOAT: { /* the shortest text that reads back as the same float */
         const float x = *(const float *)field;
-        for (int digits = 6; digits <= 9; digits++) {
-            snprintf(out, len, "%.*g", digits, (double)x);
-            if (strtof(out, NULL) == x)
-                break;
-        }
+        char text[32];
+        int digits = 6;
+        do
+            snprintf(text, sizeof text, "%.*g", digits, (double)x);
+        while (strtof(text, NULL) != x && ++digits <= 9);
+        snprintf(out, len, "%s", text);
         return;
     }
     case K_BOOL:
