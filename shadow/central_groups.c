@@ -22,6 +22,10 @@ const char *ss__central_refusal(void) {
     return t_refusal;
 }
 
+void ss__central_refusal_clear(void) {
+    t_refusal[0] = '\0';
+}
+
 void ss__central_say(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -206,7 +210,7 @@ static group *group_for_join(ss__central *c, const char *name, size_t n, ss_stat
 }
 
 ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t *member) {
-    t_refusal[0] = '\0';
+    ss__central_refusal_clear();
     ss_status st = SS_OK;
     group *g = group_for_join(c, name, n, &st);
     if (!g)

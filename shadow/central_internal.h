@@ -89,6 +89,8 @@ void ss__central_uncharge(ss__central *c, uint64_t floats);
 
 /* Says why the calling thread's call was refused (ss__central_refusal). */
 void ss__central_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Forgets the calling thread's last refusal (the start of a call). */
+void ss__central_refusal_clear(void);
 /* The group called name; caller holds c->lock. */
 group *ss__central_lookup(const ss__central *c, const char *name);
 /* The group called name, or NULL; takes and drops c->lock. */

@@ -54,7 +54,7 @@ void ss__central_close_round(group *g) {
  * of life. */
 static group *enter_call(ss__central *c, const char *name, uint64_t member, const float *s,
                          size_t n, ss_status *st) {
-    ss__central_say("%s", "");
+    ss__central_refusal_clear();
     group *g = ss__central_find(c, name);
     if (!g) {
         *st = SS_ERR_NOT_FOUND;

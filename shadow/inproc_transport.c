@@ -106,17 +106,31 @@ static member_side *side_of(inproc *ip, const char *group, uint64_t member, size
     return m;
 }
 
-/* An encoded call's ending on the member's side: its reply decoded into
- * out, or on a failure the side told to reset (and out zeroed for an
- * exchange, where zeros mean nothing applied). */
-static ss_status side_finish(inproc *ip, member_side *m, const char *group, ss_status st,
-                             bool easgd, const uint8_t *reply, float *out, size_t n) {
+/* An in-process member's S-EASGD exchange (alpha given) or round (bmuf,
+ * result) through the encoded bytes, as over a wire: its side encodes s,
+ * the centre serves the upload, the side decodes the reply into out. On a
+ * failure the side is told to reset, or dropped when the member is no
+ * longer one (it expired). */
+static ss_status encoded_call(inproc *ip, const char *name, uint64_t member, const float *s,
+                              size_t n, const float *alpha, const ss__bmuf_params *bmuf, float *out,
+                              ss__round_result *result) {
+    if (!ss__all_finite(s, n))
+        return SS_ERR_NON_FINITE;
+    member_side *m = side_of(ip, name, member, n);
+    if (!m)
+        return SS_ERR_NO_MEMORY;
+    ss__codec_upload up;
+    ss__codec_member_upload(&m->mirror, s, m->wire, &up);
+    uint8_t *reply = m->wire + ss__codec_upload_max(&m->mirror);
     size_t len = ss__codec_size(m->mirror.enc, n);
+    ss_status st =
+        alpha ? ss__central_easgd_encoded(ip->central, name, member, n, *alpha, &up, reply)
+              : ss__central_round_encoded(ip->central, name, member, n, &up, bmuf, reply, result);
     if (st == SS_OK)
-        st = easgd ? ss__codec_member_easgd_reply(&m->mirror, reply, len, out)
+        st = alpha ? ss__codec_member_easgd_reply(&m->mirror, reply, len, out)
                    : ss__codec_member_round_reply(&m->mirror, reply, len, out);
     else if (st == SS_ERR_NOT_FOUND)
-        side_drop(ip, group, m->member); /* no longer a member (it expired) */
+        side_drop(ip, name, member);
     else
         ss__codec_member_invalidate(&m->mirror);
     return st;
@@ -150,15 +164,7 @@ static ss_status ip_easgd(void *impl, const char *name, uint64_t member, const f
     link_delay(ip, n);
     if (ip->encoding == SS_ENC_F32)
         return ss__central_easgd(ip->central, name, member, s, alpha, d, n);
-    member_side *m = ss__all_finite(s, n) ? side_of(ip, name, member, n) : NULL;
-    ss_status st = ss__all_finite(s, n) ? SS_ERR_NO_MEMORY : SS_ERR_NON_FINITE;
-    if (m) {
-        ss__codec_upload up;
-        ss__codec_member_upload(&m->mirror, s, m->wire, &up);
-        uint8_t *reply = m->wire + ss__codec_upload_max(&m->mirror);
-        st = ss__central_easgd_encoded(ip->central, name, member, n, alpha, &up, reply);
-        st = side_finish(ip, m, name, st, true, reply, d, n);
-    }
+    ss_status st = encoded_call(ip, name, member, s, n, &alpha, NULL, d, NULL);
     if (st != SS_OK)
         memset(d, 0, n * sizeof *d); /* nothing applied */
     return st;
@@ -171,17 +177,7 @@ static ss_status ip_round(void *impl, const char *name, uint64_t member, const f
     link_delay(ip, n);
     if (ip->encoding == SS_ENC_F32)
         return ss__central_round(ip->central, name, member, s, bmuf, avg, n, result);
-    if (!ss__all_finite(s, n))
-        return SS_ERR_NON_FINITE;
-    member_side *m = side_of(ip, name, member, n);
-    if (!m)
-        return SS_ERR_NO_MEMORY;
-    ss__codec_upload up;
-    ss__codec_member_upload(&m->mirror, s, m->wire, &up);
-    uint8_t *reply = m->wire + ss__codec_upload_max(&m->mirror);
-    ss_status st =
-        ss__central_round_encoded(ip->central, name, member, n, &up, bmuf, reply, result);
-    return side_finish(ip, m, name, st, false, reply, avg, n);
+    return encoded_call(ip, name, member, s, n, NULL, bmuf, avg, result);
 }
 
 static size_t ip_wire_bytes(void *impl, size_t n) {
@@ -237,8 +233,6 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
     ss_status st = ss__central_create(&cc, &ip->central);
     if (st == SS_OK)
         st = ss__transport_create(&inproc_ops, ip, out);
-    else
-        ip->central = NULL;
     if (st != SS_OK)
         ip_destroy(ip);
     return st;

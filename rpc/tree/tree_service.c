@@ -63,6 +63,15 @@ static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
     return false;
 }
 
+/* A push's or leave's answer: the rounds this member has completed. */
+static void reply_done(ss__rpc_reply *reply, uint64_t done) {
+    if (reply->status != SS_OK)
+        return;
+    Shadowsync__V1__TreePushReply r = SHADOWSYNC__V1__TREE_PUSH_REPLY__INIT;
+    r.done = done;
+    ss__rpc_reply_pack(&r.base, reply);
+}
+
 static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__tree *t = ctx;
     ProtobufCBinaryData bulk;
@@ -134,11 +143,7 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     uint64_t done = tg ? tg->done : 0;
     pthread_mutex_unlock(&t->lock);
     free(owned);
-    if (reply->status == SS_OK) {
-        Shadowsync__V1__TreePushReply r = SHADOWSYNC__V1__TREE_PUSH_REPLY__INIT;
-        r.done = done;
-        ss__rpc_reply_pack(&r.base, reply);
-    }
+    reply_done(reply, done);
     shadowsync__v1__tree_push__free_unpacked(m, NULL);
 }
 
@@ -165,11 +170,7 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     }
     uint64_t done = tg ? tg->done : 0;
     pthread_mutex_unlock(&t->lock);
-    if (reply->status == SS_OK) {
-        Shadowsync__V1__TreePushReply r = SHADOWSYNC__V1__TREE_PUSH_REPLY__INIT;
-        r.done = done;
-        ss__rpc_reply_pack(&r.base, reply);
-    }
+    reply_done(reply, done);
     shadowsync__v1__tree_leave__free_unpacked(m, NULL);
 }
 
