@@ -33,7 +33,8 @@ bench_flag_list() {
 }
 
 bench_flags() {
-  local flag name value n
+  local flag name value n names
+  names=$(bench_flag_names)
   BENCH_ARGS=()
   while [ $# -gt 0 ]; do
     flag=$1
@@ -50,7 +51,7 @@ bench_flags() {
       *) BENCH_ARGS+=("$flag"); shift; continue ;;
     esac
     name=""
-    for n in $(bench_flag_names); do
+    for n in $names; do
       [ "--$(bench_flag_of "$n")" = "$flag" ] && name=$n
     done
     if [ -z "$name" ]; then

@@ -171,7 +171,8 @@ typedef struct run_options {
     ss__ctr_train_config cfg;
     ss_trainer_config pcfg;      /* process mode: this process's trainer */
     ss__setting_flags *settings; /* the library's keys as flags; pcfg points into it */
-    char default_name[32];
+    char default_name[32];       /* t<rank>: --trainer-name auto */
+    char round_wait[24];         /* --round-deadline-ms + 1000: --round-wait-ms auto */
     bool process;
     size_t rank, world, max_rows, max_test_rows;
     double val_fraction; /* 0: no validation split (one epoch, or no early stopping) */
@@ -325,18 +326,17 @@ static void program_defaults(const ss__ctr_train_config *cfg, char defs[4][32],
 
 /* The "auto" values, now that the mode is known; then every library key
  * into pcfg and the table's config, and from them into cfg. */
-static int apply_settings(run_options *o, const own_flags *f, bool process,
-                          ss_table_config *table) {
+static int apply_settings(run_options *o, const own_flags *f, ss_table_config *table) {
+    const bool process = o->process;
     ss__setting_flags *st = o->settings;
     const char *sync = ss__setting_flag(st, "sync");
     if (!strcmp(sync, "auto")) /* one in-process trainer has nothing to sync with */
         ss__setting_flag_set(st, "sync", f->trainers == 1 && !process ? "none" : "shadow");
     if (!strcmp(ss__setting_flag(st, "min_round_gap"), "auto"))
         ss__setting_flag_set(st, "min_round_gap", process ? NULL : "1");
-    static char wait[24];
-    snprintf(wait, sizeof wait, "%lld", (long long)f->deadline_ms + 1000);
+    snprintf(o->round_wait, sizeof o->round_wait, "%lld", (long long)f->deadline_ms + 1000);
     if (!strcmp(ss__setting_flag(st, "round_wait_ms"), "auto"))
-        ss__setting_flag_set(st, "round_wait_ms", wait);
+        ss__setting_flag_set(st, "round_wait_ms", o->round_wait);
     snprintf(o->default_name, sizeof o->default_name, "t%lld", (long long)f->rank);
     if (!strcmp(ss__setting_flag(st, "trainer_name"), "auto"))
         ss__setting_flag_set(st, "trainer_name", o->default_name);
@@ -476,7 +476,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     /* One trainer per process, syncing with other processes. */
     o->process = (ps && *ps) || (agent && *agent) || (peers && *peers);
     ss_table_config table;
-    if ((rc = apply_settings(o, &f, o->process, &table)) >= 0)
+    if ((rc = apply_settings(o, &f, &table)) >= 0)
         return rc;
     o->sync = ss__setting_flag(o->settings, "sync");
     o->algo = o->pcfg.algo;

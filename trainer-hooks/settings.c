@@ -524,16 +524,13 @@ static const char *flag_choices(const key *k, const char *def, char *out, size_t
     const char *c = key_choices(k);
     if (!*c)
         return NULL;
-    size_t dl = strlen(def);
-    bool has = false;
-    for (const char *p = c; *p; p += strcspn(p, "|"), p += *p == '|')
-        has = has || (strncmp(p, def, dl) == 0 && (p[dl] == '|' || p[dl] == '\0'));
-    const char *first = has || !dl ? "" : def;
-    int w = snprintf(out, len, "%s%s", first, *first ? "|" : "");
-    if (w < 0 || (size_t)w >= len)
-        return NULL; /* a default that long: any value, the library checks */
-    strncat(out, c, len - (size_t)w - 1);
-    return out;
+    char list[128], item[80];
+    snprintf(list, sizeof list, "|%s|", c);
+    int w = snprintf(item, sizeof item, "|%s|", def);
+    if (!*def || (w > 0 && (size_t)w < sizeof item && strstr(list, item)))
+        return c;
+    w = snprintf(out, len, "%s|%s", def, c);
+    return w > 0 && (size_t)w < len ? out : NULL; /* a default that long: the library checks */
 }
 
 static const key *setting_key(size_t i) {
