@@ -91,6 +91,41 @@ bench_ps_trap() {
 # --ps ADDR, --peers LIST, or --sync none); logs in LOG-t<rank>.log. Prints
 # "NE examples/s failed_rounds": the held-out NE averaged over the
 # processes, their examples/s and their failed rounds summed.
+# One rep of an encoding sweep (ENCODINGS, f32 first): for each encoding a
+# fresh PS (log $1), "$2 ENC" prints "ne examples_per_s ..." and "$3"
+# prints "bytes count" from the PS's metrics; the rep's figures are
+# appended to the caller's arrays BYTES NE NER (NE / f32's NE) and RATE.
+bench_encoding_rep() {
+  local log=$1 run=$2 bytes=$3 label=$4 enc ne rate bpr count base_ne=1
+  for enc in "${ENCODINGS[@]}"; do
+    bench_ps_start "$log"
+    read -r ne rate _ < <($run "$enc")
+    read -r bpr count < <($bytes)
+    bench_ps_stop
+    [ "$enc" != f32 ] || base_ne=$ne
+    BYTES[$enc]+="$bpr "
+    NE[$enc]+="$ne "
+    NER[$enc]+="$(awk -v a="$ne" -v b="$base_ne" 'BEGIN {print a / b}') "
+    RATE[$enc]+="$rate "
+    echo "$label $enc: NE=$ne bytes=$bpr count=$count examples/s=$rate" >&2
+  done
+}
+
+# The sweep's table: per encoding, printf FORMAT with the leading columns
+# given, the encoding, then the medians: bytes, bytes / f32's, NE, NE
+# ratio, examples/s.
+bench_encoding_table() {
+  local fmt=$1 enc base
+  shift
+  base=$(med "${BYTES[f32]}")
+  for enc in "${ENCODINGS[@]}"; do
+    # shellcheck disable=SC2059 # the format is the caller's
+    printf "$fmt" "$@" "$enc" "$(med "${BYTES[$enc]}")" \
+      "$(awk -v a="$(med "${BYTES[$enc]}")" -v b="$base" 'BEGIN {print a / b}')" \
+      "$(med "${NE[$enc]}")" "$(med "${NER[$enc]}")" "$(med "${RATE[$enc]}")"
+  done
+}
+
 bench_trainers() {
   local log=$1 r pids=()
   shift

@@ -21,9 +21,6 @@ make_data "$ROWS"
 
 bench_ps_trap
 
-start_ps() { bench_ps_start out/bench-comp-ps.log; }
-stop_ps() { bench_ps_stop; }
-
 # bytes per served exchange or round, request + reply
 ps_bytes_per_round() {
   local m='shadowsync.v1.DenseSync/(EasgdExchange|RoundMean)"'
@@ -33,8 +30,8 @@ ps_bytes_per_round() {
   awk -v b="$b" -v n="$n" 'BEGIN {printf "%.0f %d\n", n ? b / n : 0, n}'
 }
 
-run_cluster() { # algo encoding -> prints "ne examples_per_s failed_rounds"
-  bench_trainers out/bench-comp --ps "$addr" --algo "$1" --encoding "$2"
+run_cluster() { # encoding (of $algo) -> prints "ne examples_per_s failed_rounds"
+  bench_trainers out/bench-comp --ps "$addr" --algo "$algo" --encoding "$1"
 }
 
 echo "compressed sync: $TRAINERS ctr-train processes, one shadowsync-ps on 127.0.0.1," \
@@ -43,23 +40,7 @@ printf '%-6s %-5s %14s %10s %10s %10s %12s\n' algo enc bytes/round ratio NE "NE 
 for algo in $ALGOS; do
   declare -A BYTES=() NE=() NER=() RATE=()
   for rep in $(seq "$REPS"); do
-    for enc in "${ENCODINGS[@]}"; do
-      start_ps
-      read -r ne rate _ < <(run_cluster "$algo" "$enc")
-      read -r bpr rounds < <(ps_bytes_per_round)
-      stop_ps
-      [ "$enc" != f32 ] || base_ne=$ne
-      BYTES[$enc]+="$bpr "
-      NE[$enc]+="$ne "
-      NER[$enc]+="$(awk -v a="$ne" -v b="$base_ne" 'BEGIN {print a / b}') "
-      RATE[$enc]+="$rate "
-      echo "rep $rep $algo $enc: NE=$ne bytes/round=$bpr rounds=$rounds examples/s=$rate" >&2
-    done
+    bench_encoding_rep out/bench-comp-ps.log run_cluster ps_bytes_per_round "rep $rep $algo"
   done
-  base_bytes=$(med "${BYTES[f32]}")
-  for enc in "${ENCODINGS[@]}"; do
-    printf '%-6s %-5s %14.0f %10.3f %10.5f %10.4f %12.0f\n' "$algo" "$enc" "$(med "${BYTES[$enc]}")" \
-      "$(awk -v a="$(med "${BYTES[$enc]}")" -v b="$base_bytes" 'BEGIN {print a / b}')" \
-      "$(med "${NE[$enc]}")" "$(med "${NER[$enc]}")" "$(med "${RATE[$enc]}")"
-  done
+  bench_encoding_table '%-6s %-5s %14.0f %10.3f %10.5f %10.4f %12.0f\n' "$algo"
 done

@@ -22,9 +22,6 @@ make_data "$ROWS"
 
 bench_ps_trap
 
-start_ps() { bench_ps_start out/bench-embc-ps.log; }
-stop_ps() { bench_ps_stop; }
-
 # bytes per synced row (request + reply), and the rows
 ps_bytes_per_row() {
   local b n
@@ -42,22 +39,6 @@ echo "compressed row sync: $TRAINERS ctr-train processes (--emb cached, dim $EMB
 printf '%-5s %12s %8s %10s %10s %12s\n' enc bytes/row ratio NE "NE ratio" examples/s
 declare -A BYTES=() NE=() NER=() RATE=()
 for rep in $(seq "$REPS"); do
-  for enc in "${ENCODINGS[@]}"; do
-    start_ps
-    read -r ne rate _ < <(run_cluster "$enc")
-    read -r bpr rows < <(ps_bytes_per_row)
-    stop_ps
-    [ "$enc" != f32 ] || base_ne=$ne
-    BYTES[$enc]+="$bpr "
-    NE[$enc]+="$ne "
-    NER[$enc]+="$(awk -v a="$ne" -v b="$base_ne" 'BEGIN {print a / b}') "
-    RATE[$enc]+="$rate "
-    echo "rep $rep $enc: NE=$ne bytes/row=$bpr rows=$rows examples/s=$rate" >&2
-  done
+  bench_encoding_rep out/bench-embc-ps.log run_cluster ps_bytes_per_row "rep $rep"
 done
-base_bytes=$(med "${BYTES[f32]}")
-for enc in "${ENCODINGS[@]}"; do
-  printf '%-5s %12.1f %8.3f %10.5f %10.4f %12.0f\n' "$enc" "$(med "${BYTES[$enc]}")" \
-    "$(awk -v a="$(med "${BYTES[$enc]}")" -v b="$base_bytes" 'BEGIN {print a / b}')" \
-    "$(med "${NE[$enc]}")" "$(med "${NER[$enc]}")" "$(med "${RATE[$enc]}")"
-done
+bench_encoding_table '%-5s %12.1f %8.3f %10.5f %10.4f %12.0f\n'

@@ -89,40 +89,15 @@ Binaries from \$SS_BIN (default: build/bin next to this script).
 EOF
 }
 
-while [ $# -gt 0 ]; do
-  case $1 in
-  --ps) PS=$2; shift ;;
-  --hosts) HOSTS=$2; shift ;;
-  --per-host) PER_HOST=$2; shift ;;
-  --dense-floats) DENSE=$2; shift ;;
-  --seconds) SECS=$2; shift ;;
-  --step-us) STEP_US=$2; shift ;;
-  --compute) COMPUTE=$2; shift ;;
-  --batch) BATCH=$2; shift ;;
-  --mode) MODE=$2; shift ;;
-  --algo) ALGO=$2; shift ;;
-  --encoding) ENCODING=$2; shift ;;
-  --sync-every) K=$2; shift ;;
-  --agent) AGENT=$2; shift ;;
-  --peers) PEERS=$2; shift ;;
-  --peer-schedule) SCHEDULE=$2; shift ;;
-  --slow-hosts) SLOW_HOSTS=$2; shift ;;
-  --slow-rate) SLOW_RATE=$2; shift ;;
-  --rate) RATE=$2; shift ;;
-  --ps-rate) PS_RATE=$2; shift ;;
-  --delay) DELAY=$2; shift ;;
-  --loss) LOSS=$2; shift ;;
-  --sync-nice) NICE=$2; shift ;;
-  --trainer) TRAINER=$2; shift ;;
-  --train) TRAIN=$2; shift ;;
-  --test) TEST=$2; shift ;;
-  --rows) ROWS=$2; shift ;;
-  --quiet) QUIET=1 ;;
-  --help | -h) usage; exit 0 ;;
-  *) echo "emu-cluster: unknown flag $1 (try --help)" >&2; exit 2 ;;
-  esac
-  shift
-done
+# shellcheck source=bench/help.sh
+source "$(dirname "$0")/help.sh"
+bench_named_flags "
+  ps:PS hosts:HOSTS per-host:PER_HOST dense-floats:DENSE seconds:SECS
+  step-us:STEP_US compute:COMPUTE batch:BATCH mode:MODE algo:ALGO
+  encoding:ENCODING sync-every:K agent:AGENT peers:PEERS
+  peer-schedule:SCHEDULE slow-hosts:SLOW_HOSTS slow-rate:SLOW_RATE rate:RATE
+  ps-rate:PS_RATE delay:DELAY loss:LOSS sync-nice:NICE trainer:TRAINER
+  train:TRAIN test:TEST rows:ROWS quiet:QUIET!" "$@"
 
 EMU=emu-cluster
 source "$(dirname "$0")/emu-lib.sh"

@@ -55,27 +55,12 @@ tc (iproute2) and nft (nftables).
 EOF
 }
 
-while [ $# -gt 0 ]; do
-  case $1 in
-  --ps) PS=$2; shift ;;
-  --hosts) HOSTS=$2; shift ;;
-  --per-host) PER_HOST=$2; shift ;;
-  --dense-floats) DENSE=$2; shift ;;
-  --algo) ALGO=$2; shift ;;
-  --seconds) SECS=$2; shift ;;
-  --every) EVERY=$2; shift ;;
-  --partition) PART=$2; shift ;;
-  --loss) LOSS_ONE=$2; shift ;;
-  --step-us) STEP_US=$2; shift ;;
-  --rate) RATE=$2; shift ;;
-  --seed) SEED=$2; shift ;;
-  --logs) KEEP=$2; shift ;;
-  --quiet) QUIET=1 ;;
-  --help | -h) usage; exit 0 ;;
-  *) echo "fault-soak: unknown flag $1 (try --help)" >&2; exit 2 ;;
-  esac
-  shift
-done
+# shellcheck source=bench/help.sh
+source "$(dirname "$0")/help.sh"
+bench_named_flags "
+  ps:PS hosts:HOSTS per-host:PER_HOST dense-floats:DENSE algo:ALGO
+  seconds:SECS every:EVERY partition:PART loss:LOSS_ONE step-us:STEP_US
+  rate:RATE seed:SEED logs:KEEP quiet:QUIET!" "$@"
 
 EMU=fault-soak
 source "$(dirname "$0")/emu-lib.sh"

@@ -12,6 +12,12 @@
 # - bench_metric_sum URL REGEX: the one metrics scraper: the sum of the
 #   Prometheus series at URL (host:port of a /metrics endpoint) whose line
 #   matches the awk regex.
+# - bench_named_flags "ps:PS quiet:QUIET!" "$@": the parser of a script
+#   whose flags are named apart from its variables (the emulated-cluster
+#   scripts, with their own usage text): each word maps --flag to VAR
+#   (--flag VALUE or --flag=VALUE), a trailing ! makes it a switch that
+#   sets VAR=1; --help calls the script's usage; "--" ends the flags and
+#   what follows is kept in BENCH_ARGS.
 
 # The settings of the script: its ${NAME:-...} reads, less the project's
 # own SHADOWSYNC_* names and the build switch (common.sh's).
@@ -63,12 +69,48 @@ bench_flags() {
   done
 }
 
+bench_named_flags() {
+  local table=$1 flag value var entry
+  shift
+  BENCH_ARGS=()
+  while [ $# -gt 0 ]; do
+    flag=${1%%=*} var=""
+    case $1 in
+      --help | -h) usage; exit 0 ;;
+      --) shift; BENCH_ARGS=("$@"); return 0 ;;
+    esac
+    for entry in $table; do
+      [ "--${entry%%:*}" = "$flag" ] && var=${entry#*:}
+    done
+    if [ -z "$var" ]; then
+      echo "$(basename "$0"): unknown flag $1 (try --help)" >&2
+      exit 2
+    fi
+    if [ "${var%!}" != "$var" ]; then
+      printf -v "${var%!}" 1
+    elif [ "$flag" != "$1" ]; then
+      printf -v "$var" '%s' "${1#*=}"
+    elif [ $# -ge 2 ]; then
+      printf -v "$var" '%s' "$2"
+      shift
+    else
+      echo "$(basename "$0"): $flag needs a value" >&2
+      exit 2
+    fi
+    shift
+  done
+}
+
 bench_metric_sum() {
   curl -s "http://$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%.0f\n", s}'
 }
 
 case "${1:-}" in
   --help | -h)
+    if declare -F usage >/dev/null; then
+      usage
+      exit 0
+    fi
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     if [ -n "$(bench_flag_names)" ] && grep -q '^bench_flags \|/common.sh"' "$0"; then
       echo

@@ -12,16 +12,11 @@ set -euo pipefail
 EMU=pytorch-peers-emu QUIET=0 RATE=1gbit DELAY=0 LOSS=0 PROCS=4
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${SS_BIN:-$SRC/build/bin}
-while [ $# -gt 0 ]; do
-  case $1 in
-  --rate) RATE=$2; shift 2 ;;
-  --delay) DELAY=$2; shift 2 ;;
-  --procs) PROCS=$2; shift 2 ;;
-  --help | -h) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  --) shift; break ;;
-  *) echo "$EMU: unknown argument $1 (try --help)" >&2; exit 2 ;;
-  esac
-done
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+# shellcheck source=bench/help.sh
+source "$SRC/bench/help.sh"
+bench_named_flags "rate:RATE delay:DELAY procs:PROCS" "$@"
+set -- "${BENCH_ARGS[@]}"
 [ "$(id -u)" = 0 ] || { echo "$EMU: run as root (it creates network namespaces)" >&2; exit 1; }
 TRAIN_FLAGS=("$@")
 [ ${#TRAIN_FLAGS[@]} -gt 0 ] ||

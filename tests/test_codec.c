@@ -13,6 +13,22 @@ static uint16_t u16_at(const uint8_t *p, size_t i) {
     return (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
 }
 
+/* Encodes n floats of in with a 16-bit encoding, at an aligned buffer
+ * (buf, 2n bytes) and at an odd address, and checks both against want. */
+static void check_u16_bits(ss__encoding enc, const float *in, const uint16_t *want, size_t n,
+                           uint8_t *buf) {
+    uint8_t unaligned[2 * 8 + 1];
+    ck_assert_uint_le(n, 8);
+    ss__codec_encode(enc, in, n, buf);
+    ss__codec_encode(enc, in, n, unaligned + 1);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(u16_at(buf, i) == want[i], "element %zu: 0x%04x, want 0x%04x", i,
+                      u16_at(buf, i), want[i]);
+        ck_assert_msg(u16_at(unaligned + 1, i) == want[i], "odd address, element %zu: 0x%04x", i,
+                      u16_at(unaligned + 1, i));
+    }
+}
+
 START_TEST(test_sizes_and_names) {
     ck_assert_uint_eq(ss__codec_size(SS_ENC_F32, 10), 40);
     ck_assert_uint_eq(ss__codec_size(SS_ENC_FP16, 10), 20);
@@ -38,15 +54,8 @@ START_TEST(test_fp16_bits) {
     const uint16_t want[] = {0x3C00, 0xC000, 0x7BFF, 0x7BFF, 0x2E66, 0x0001, 0x0002};
     /* Any alignment: an aligned buffer and an odd address. */
     uint16_t aligned[7];
-    uint8_t unaligned[15], *buf = (uint8_t *)aligned;
-    ss__codec_encode(SS_ENC_FP16, in, 7, buf);
-    ss__codec_encode(SS_ENC_FP16, in, 7, unaligned + 1);
-    for (size_t i = 0; i < 7; i++) {
-        ck_assert_msg(u16_at(buf, i) == want[i], "element %zu: 0x%04x, want 0x%04x", i,
-                      u16_at(buf, i), want[i]);
-        ck_assert_msg(u16_at(unaligned + 1, i) == want[i], "odd address, element %zu: 0x%04x", i,
-                      u16_at(unaligned + 1, i));
-    }
+    uint8_t *buf = (uint8_t *)aligned;
+    check_u16_bits(SS_ENC_FP16, in, want, 7, buf);
     float out[7];
     ck_assert_int_eq(ss__codec_decode(SS_ENC_FP16, buf, 14, 7, out), SS_OK);
     ck_assert_float_eq(out[0], 1.0f);
@@ -67,15 +76,8 @@ START_TEST(test_bf16_bits) {
     const float in[] = {1.0f, 1.00390625f, 1.01171875f, -0.5f, 3.4e38f};
     const uint16_t want[] = {0x3F80, 0x3F80, 0x3F82, 0xBF00, 0x7F7F};
     uint16_t aligned[5];
-    uint8_t unaligned[11], *buf = (uint8_t *)aligned;
-    ss__codec_encode(SS_ENC_BF16, in, 5, buf);
-    ss__codec_encode(SS_ENC_BF16, in, 5, unaligned + 1);
-    for (size_t i = 0; i < 5; i++) {
-        ck_assert_msg(u16_at(buf, i) == want[i], "element %zu: 0x%04x, want 0x%04x", i,
-                      u16_at(buf, i), want[i]);
-        ck_assert_msg(u16_at(unaligned + 1, i) == want[i], "odd address, element %zu: 0x%04x", i,
-                      u16_at(unaligned + 1, i));
-    }
+    uint8_t *buf = (uint8_t *)aligned;
+    check_u16_bits(SS_ENC_BF16, in, want, 5, buf);
     float out[5];
     ck_assert_int_eq(ss__codec_decode(SS_ENC_BF16, buf, 10, 5, out), SS_OK);
     ck_assert_float_eq(out[2], 1.015625f); /* 1 + 2/128 */

@@ -104,6 +104,14 @@ static void run_fake_round(ss__algo algo, ss_status transport_status, float *out
     ss__transport_destroy(t);
 }
 
+/* A fresh in-process transport whose rounds wait round_deadline_ms. */
+static ss__transport *inproc_transport(int round_deadline_ms) {
+    ss__inproc_config cfg = {.round_deadline_ms = round_deadline_ms};
+    ss__transport *t;
+    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_OK);
+    return t;
+}
+
 START_TEST(test_easgd_delta_keeps_concurrent_update) {
     /* s = [1,2,3,4]; a worker adds 100 mid-round; d = 0.5 s;
      * x = s + 100 - d = 100 + 0.5 s. Overwriting with c would lose the 100. */
@@ -159,9 +167,7 @@ END_TEST
  * NON_FINITE (log, shadowsync_sync_diverged 1), the member leaves, and
  * later rounds, final rounds and the shadow threads skip it. */
 START_TEST(test_diverged_replica_stops_and_says_so) {
-    ss__inproc_config icfg = {.round_deadline_ms = 200};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(200);
     ss__metrics *m;
     ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     ss__engine *e;
@@ -216,9 +222,7 @@ END_TEST
 /* ---- in-process transport ---- */
 
 START_TEST(test_inproc_easgd_central_from_first) {
-    ss__inproc_config cfg = {.round_deadline_ms = 100};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(100);
     float c[2];
     ck_assert_int_eq(ss__transport_read_central(t, "g", c, 2), SS_ERR_NOT_FOUND);
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &(uint64_t){0}), SS_OK);
@@ -230,9 +234,7 @@ START_TEST(test_inproc_easgd_central_from_first) {
 END_TEST
 
 START_TEST(test_inproc_bad_input_leaves_central) {
-    ss__inproc_config cfg = {.round_deadline_ms = 100};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(100);
     uint64_t a, x;
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
     ck_assert_int_eq(ss__transport_join(t, "g", 3, &x), SS_ERR_SIZE_MISMATCH);
@@ -267,9 +269,7 @@ START_TEST(test_inproc_bad_input_leaves_central) {
 END_TEST
 
 START_TEST(test_ma_round_across_three_engines) {
-    ss__inproc_config icfg = {.round_deadline_ms = 5000};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(5000);
     ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
@@ -304,9 +304,7 @@ START_TEST(test_ma_round_across_three_engines) {
 END_TEST
 
 START_TEST(test_ma_round_deadline_drops_silent_member) {
-    ss__inproc_config icfg = {.round_deadline_ms = 100};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(100);
     uint64_t a, silent;
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &silent), SS_OK);
@@ -361,9 +359,7 @@ static int wait_each_group_rounds(ss__engine_group **g, uint64_t min_rounds, ss_
 }
 
 START_TEST(test_engine_start_pause_stop_several_groups) {
-    ss__inproc_config icfg = {.round_deadline_ms = 100};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(100);
     ss__metrics *m;
     ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     ss__engine *e;
@@ -427,9 +423,7 @@ START_TEST(test_engine_start_pause_stop_several_groups) {
 END_TEST
 
 START_TEST(test_sync_gap_accounting) {
-    ss__inproc_config icfg = {.round_deadline_ms = 100};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(100);
     ss__engine *e;
     ss__engine_config cfg = {.transport = t, .threads = 1};
     ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
@@ -458,9 +452,7 @@ START_TEST(test_sync_gap_accounting) {
 END_TEST
 
 START_TEST(test_min_round_gap_waits_for_progress) {
-    ss__inproc_config icfg = {.round_deadline_ms = 100};
-    ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ss__transport *t = inproc_transport(100);
     ss__engine *e;
     ss__engine_config cfg = {.transport = t, .threads = 1, .min_round_gap = 5};
     ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
