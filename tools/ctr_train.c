@@ -5,6 +5,8 @@
  * background sync, foreground every K steps, or none. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,9 @@ static const ss__program program = {
     "embeddings) until the loss on a validation split carved from the end of --train stops\n"
     "improving, and keeps the best epoch's model. Prints progress, then per trainer and in\n"
     "total: examples/s, sync rounds and gap, and the model's test NE (normalized by the\n"
-    "training set's CTR, He et al. 2014; ne_test_ctr: by the test set's) and AUC."};
+    "training set's CTR, He et al. 2014; ne_test_ctr: by the test set's) and AUC.\n"
+    "Online (--train - or --train-follow DIR): one pass over a stream, each example scored\n"
+    "before it is trained on (progressive NE, over a sliding window and overall)."};
 
 /* One trainer's line: every field is this trainer's own. */
 static void print_trainer(uint32_t t, const ss__ctr_trainer_result *tr, bool syncing, bool each) {
@@ -47,6 +51,11 @@ static void print_trainer(uint32_t t, const ss__ctr_trainer_result *tr, bool syn
 /* What the test scores mean, in words, before the summary. */
 static void print_quality(const ss__ctr_train_result *res) {
     const ss__ctr_quality *q = &res->quality;
+    if (q->n == 0) {
+        printf("quality: no --test: the final model was not scored (the stream's progressive NE "
+               "is its quality)\n");
+        return;
+    }
     printf("quality: model=%s epochs=%u test_rows=%zu logloss=%.5f ne=%.5f (normalized by the "
            "training set's CTR %.4f, He et al. 2014) ne_test_ctr=%.5f (by the test set's CTR "
            "%.4f) auc=%.5f mean_prediction=%.4f\n",
@@ -132,6 +141,56 @@ static int load_data(const char *train_path, size_t max_rows, const char *test_p
     return 0;
 }
 
+/* Online: the stream being read; SIGTERM and SIGINT end it. */
+static ss__ctr_stream *the_stream;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    ss__ctr_stream_stop(the_stream);
+}
+
+/* Online: SIGTERM and SIGINT go to the stream's reader thread alone (every
+ * thread started after this blocks them; the reader unblocks them), whose
+ * handler ends the stream at the next line; the training goes on to the
+ * end of what was read and reports. Then the stream's first chunk and
+ * --test when given. 1 on failure (said on stderr). */
+static int open_stream(const char *train_path, const char *follow_dir, size_t chunk_rows,
+                       size_t rank, size_t world, const char *test_path, size_t max_test_rows,
+                       const ss__ctr_dataset **first, ss__ctr_dataset *test) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    struct sigaction sa = {.sa_handler = on_stop_signal}; /* no SA_RESTART: reads return */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    if (test_path && ss__ctr_dataset_load(test_path, max_test_rows, test) != SS_OK) {
+        fprintf(stderr, "ctr-train: cannot load --test %s (the log line above says why)\n",
+                test_path);
+        return 1;
+    }
+    const ss__ctr_stream_config sc = {.path = follow_dir ? NULL : train_path,
+                                      .follow_dir = follow_dir,
+                                      .chunk_rows = chunk_rows,
+                                      .rank = rank,
+                                      .world = world};
+    if (ss__ctr_stream_open(&sc, &the_stream) != SS_OK) {
+        fprintf(stderr, "ctr-train: cannot read %s (the log line above says why)\n",
+                follow_dir ? follow_dir : "standard input");
+        return 1;
+    }
+    if (ss__ctr_stream_next(the_stream, first) != SS_OK || (*first)->nrows == 0) {
+        fprintf(stderr, "ctr-train: the stream (%s) ended before its first well-formed row\n",
+                follow_dir ? follow_dir : "standard input");
+        return 1;
+    }
+    printf("ctr-train: online: train=%s chunk_rows=%zu test=%s rows=%zu\n",
+           follow_dir ? follow_dir : "stdin", chunk_rows, test_path ? test_path : "none",
+           test->nrows);
+    return 0;
+}
+
 /* The last lines: a summary: line of key=value pairs for scripts, and the
  * embedding table's counters. */
 static void print_summary(const char *sync, const char *algo, const char *emb,
@@ -155,6 +214,15 @@ static void print_summary(const char *sync, const char *algo, const char *emb,
            (unsigned long long)res->failed_rounds, (unsigned long long)res->rejoins,
            res->train_loss, res->val_logloss, res->quality.logloss, res->quality.ne,
            res->quality.ne_own_ctr, res->quality.auc, res->quality.mean_pred, res->model_evaluated);
+    if (cfg->stream) {
+        ss__ctr_stream_stats ss;
+        ss__ctr_stream_get_stats(cfg->stream, &ss);
+        printf("summary-online: progressive_ne=%.5f progressive_ne_window=%.5f window_rows=%llu "
+               "stream_rows=%llu skipped=%llu files=%llu stopped_by_signal=%d\n",
+               res->progressive_ne, res->progressive_ne_window,
+               (unsigned long long)cfg->progressive_window, (unsigned long long)ss.rows,
+               (unsigned long long)ss.skipped, (unsigned long long)ss.files, ss.stopped);
+    }
     if (cfg->emb != SS_CTR_EMB_ARRAY)
         printf("embeddings: mode=%s lookups=%llu pushes=%llu remote_rows=%llu cache_hits=%llu "
                "synced_rows=%llu sync_passes=%llu failed_calls=%llu push_waits=%llu "
@@ -178,15 +246,18 @@ typedef struct run_options {
     double val_fraction; /* 0: no validation split (one epoch, or no early stopping) */
     char lr_note[96];    /* how --lr was scaled, for the header line */
     const char *train_path, *test_path, *sync, *algo, *emb, *ps, *metrics_out;
+    const char *follow_dir; /* online: --train-follow */
+    bool online;            /* --train - or --train-follow */
+    size_t chunk_rows;
 } run_options;
 
 /* ctr-train's own flags: the run, the data and the model. The sync and
  * table settings are the library's keys (ss__setting_flags_add). */
 typedef struct own_flags {
-    const char *train, *test, *final_model, *lr_scaling, *optimizer, *metrics_out, *dense_out,
-        *predictions_out;
+    const char *train, *test, *follow, *final_model, *lr_scaling, *optimizer, *metrics_out,
+        *dense_out, *predictions_out;
     int64_t rank, world, max_rows, max_test_rows, trainers, workers, deadline_ms, link_latency_us,
-        batch, epochs, patience, table_rows, bottom, top, seed, warm_batches;
+        batch, epochs, patience, table_rows, bottom, top, seed, warm_batches, window, chunk;
     double link_gbps, val_fraction, lr, progress;
     bool error_feedback, eval_each, shuffle, train_val_last, prefetch;
 } own_flags;
@@ -208,6 +279,8 @@ static void own_flags_init(own_flags *f, const ss__ctr_train_config *cfg) {
                      .seed = (int64_t)cfg->seed,
                      .warm_batches = cfg->emb_warm_batches,
                      .val_fraction = 0.1,
+                     .window = 100000,
+                     .chunk = 16384,
                      .lr = cfg->lr,
                      .progress = cfg->progress_interval_s,
                      .error_feedback = cfg->error_feedback,
@@ -219,8 +292,21 @@ static void own_flags_init(own_flags *f, const ss__ctr_train_config *cfg) {
 /* ctr-train's own flags into flags; returns how many. */
 static size_t own_flag_table(own_flags *f, ss__flag *flags) {
     const ss__flag own[] = {
-        {"train", SS_FLAG_STRING, &f->train, "training data, Criteo TSV (required)", NULL, 0, 0},
-        {"test", SS_FLAG_STRING, &f->test, "held-out data, Criteo TSV (required)", NULL, 0, 0},
+        {"train", SS_FLAG_STRING, &f->train,
+         "training data, Criteo TSV (this or --train-follow required); - reads standard input "
+         "as a stream: one pass, progressive NE",
+         NULL, 0, 0},
+        {"train-follow", SS_FLAG_STRING, &f->follow,
+         "online: read the files of this directory in name order as they appear, one pass, "
+         "until DIR/_DONE or SIGTERM (names starting with . or _ or ending in .tmp skipped)",
+         NULL, 0, 0},
+        {"progressive-window", SS_FLAG_INT, &f->window,
+         "online: rows of the sliding window of progressive_ne_window", NULL, 1, 1e12},
+        {"stream-chunk-rows", SS_FLAG_INT, &f->chunk,
+         "online: rows read ahead and trained per pass of the workers", NULL, 1, 1 << 20},
+        {"test", SS_FLAG_STRING, &f->test,
+         "held-out data, Criteo TSV (required, but optional online: scored at the end)", NULL, 0,
+         0},
         {"max-rows", SS_FLAG_INT, &f->max_rows, "read at most this many training rows (0 = all)",
          NULL, 0, 1e12},
         {"max-test-rows", SS_FLAG_INT, &f->max_test_rows, "read at most this many test rows", NULL,
@@ -267,7 +353,8 @@ static size_t own_flag_table(own_flags *f, ss__flag *flags) {
          "validation split for early stopping: this fraction of --train's last rows, never "
          "trained on (used when --epochs > 1 and --patience > 0)",
          NULL, 0, 0.9},
-        {"shuffle", SS_FLAG_BOOL, &f->shuffle, "every epoch, each trainer's rows in a new order",
+        {"shuffle", SS_FLAG_BOOL, &f->shuffle,
+         "every epoch, each trainer's rows in a new order (online: the stream's order, one pass)",
          NULL, 0, 0},
         {"train-val-last", SS_FLAG_BOOL, &f->train_val_last,
          "once early stopping has chosen the epoch, train one pass over the validation rows (the "
@@ -427,8 +514,13 @@ static void apply_own(run_options *o, const own_flags *f) {
 static int check_combination(const run_options *o, const own_flags *f) {
     const ss__ctr_train_config *cfg = &o->cfg;
     const char *why = NULL;
-    if (!f->train || !f->test)
-        why = "--train and --test are required (see --help)";
+    const bool online = f->follow || (f->train && !strcmp(f->train, "-"));
+    if (!f->train == !f->follow)
+        why = "one of --train and --train-follow is required (see --help)";
+    else if (!f->test && !online)
+        why = "--test is required (see --help)";
+    else if (online && f->max_rows)
+        why = "--max-rows does not apply to a stream (it ends at its end, _DONE or SIGTERM)";
     else if (o->pcfg.chunk_floats && !*o->pcfg.ps)
         why = "--chunk-floats cuts the dense groups sent to --ps; without --ps it has nothing to "
               "cut (with --agent, give it to the agent)";
@@ -491,6 +583,10 @@ static int parse_options(int argc, char **argv, run_options *o) {
     o->rank = (size_t)f.rank;
     o->world = (size_t)f.world;
     o->train_path = f.train;
+    o->follow_dir = f.follow;
+    o->online = f.follow || !strcmp(f.train, "-");
+    o->chunk_rows = (size_t)f.chunk;
+    o->cfg.progressive_window = (uint64_t)f.window;
     o->test_path = f.test;
     o->max_rows = (size_t)f.max_rows;
     o->max_test_rows = (size_t)f.max_test_rows;
@@ -503,17 +599,29 @@ static int parse_options(int argc, char **argv, run_options *o) {
 static int train_and_report(run_options *o) {
     ss__ctr_train_config *cfg = &o->cfg;
     ss__ctr_dataset train = {0}, val = {0}, test = {0};
-    if (load_data(o->train_path, o->max_rows, o->test_path, o->max_test_rows,
-                  o->process ? o->rank : 0, o->process ? o->world : 1, cfg->trainers,
-                  o->val_fraction, &train, &val, &test, &cfg->base_ctr) != 0)
+    const ss__ctr_dataset *first = &train; /* online: the stream's first chunk */
+    if (o->online) {
+        if (open_stream(o->train_path, o->follow_dir, o->chunk_rows, o->process ? o->rank : 0,
+                        o->process ? o->world : 1, o->test_path, o->max_test_rows, &first,
+                        &test) != 0) {
+            ss__ctr_stream_close(the_stream);
+            ss__ctr_dataset_free(&test);
+            return 1;
+        }
+        cfg->stream = the_stream;
+    } else if (load_data(o->train_path, o->max_rows, o->test_path, o->max_test_rows,
+                         o->process ? o->rank : 0, o->process ? o->world : 1, cfg->trainers,
+                         o->val_fraction, &train, &val, &test, &cfg->base_ctr) != 0) {
         return 1;
+    }
     printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u optimizer=%s lr=%g%s "
            "emb_optimizer=%s emb_lr=%g epochs<=%u patience=%u shuffle=%s\n",
            cfg->trainers, cfg->workers, o->sync, o->algo,
            cfg->sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg->batch,
            ss__ctr_optimizer_name(cfg->optimizer), (double)cfg->lr, o->lr_note,
            cfg->emb_optimizer == SS_TABLE_ADAGRAD ? "adagrad" : "sgd", (double)cfg->emb_lr,
-           cfg->epochs, val.nrows ? cfg->patience : 0, cfg->shuffle ? "true" : "false");
+           o->online ? 1 : cfg->epochs, val.nrows ? cfg->patience : 0,
+           cfg->shuffle && !o->online ? "true" : "false");
     if (o->process)
         printf("ctr-train: process mode: trainer %s rank=%zu world=%zu ps=%s\n", o->pcfg.name,
                o->rank, o->world, o->ps);
@@ -524,7 +632,7 @@ static int train_and_report(run_options *o) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }
-    ss_status st = ss__ctr_train_run(cfg, &train, &val, &test, res);
+    ss_status st = ss__ctr_train_run(cfg, first, &val, &test, res);
     int metrics_rc =
         (st == SS_OK && o->metrics_out) ? write_metrics(cfg->metrics, o->metrics_out) : 0;
     ss__metrics_destroy(cfg->metrics);
@@ -534,6 +642,7 @@ static int train_and_report(run_options *o) {
         ss__ctr_dataset_free(&train);
         ss__ctr_dataset_free(&val);
         ss__ctr_dataset_free(&test);
+        ss__ctr_stream_close(the_stream);
         return 1;
     }
     const bool syncing = cfg->sync != SS_CTR_SYNC_NONE;
@@ -546,6 +655,7 @@ static int train_and_report(run_options *o) {
     ss__ctr_dataset_free(&train);
     ss__ctr_dataset_free(&val);
     ss__ctr_dataset_free(&test);
+    ss__ctr_stream_close(the_stream);
     return metrics_rc ? 1 : 0;
 }
 

@@ -106,6 +106,47 @@ ss_status ss__criteo_parse_line(const char *line, size_t len, ss__ctr_example *e
     return SS_OK;
 }
 
+/* Grows out's rows to room for at least one more; SS_ERR_NO_MEMORY. */
+static ss_status make_room(ss__ctr_dataset *out, size_t *cap) {
+    if (out->nrows < *cap && out->rows)
+        return SS_OK;
+    size_t ncap = *cap ? *cap * 2 : 4096;
+    ss__ctr_example *nr = realloc(out->rows, ncap * sizeof *nr);
+    if (!nr)
+        return SS_ERR_NO_MEMORY;
+    out->rows = nr;
+    *cap = ncap;
+    return SS_OK;
+}
+
+ss_status ss__ctr_dataset_read(FILE *f, const char *name, size_t max_rows, ss__ctr_reader *rd,
+                               ss__ctr_dataset *out) {
+    ss_status st = SS_OK;
+    ssize_t len;
+    while ((max_rows == 0 || out->nrows < max_rows) &&
+           (len = getline(&rd->line, &rd->linecap, f)) >= 0) {
+        rd->lineno++;
+        if ((st = make_room(out, &rd->cap)) != SS_OK)
+            break;
+        char err[160];
+        if (ss__criteo_parse_line(rd->line, (size_t)len, &out->rows[out->nrows], err, sizeof err) ==
+            SS_OK) {
+            out->nrows++;
+            continue;
+        }
+        if (out->skipped++ == 0) {
+            out->first_bad_line = rd->lineno;
+            snprintf(out->first_error, sizeof out->first_error, "%s", err);
+        }
+        if (out->skipped <= 5)
+            SS_LOG_WARNF("criteo", "event=line_skipped path=%s line=%zu reason=\"%s\"", name,
+                         rd->lineno, err);
+    }
+    if (st == SS_OK && ferror(f) && errno != EINTR)
+        st = SS_ERR_IO;
+    return st;
+}
+
 ss_status ss__ctr_dataset_load(const char *path, size_t max_rows, ss__ctr_dataset *out) {
     if (!path || !out)
         return SS_ERR_INVALID_ARGUMENT;
@@ -115,44 +156,11 @@ ss_status ss__ctr_dataset_load(const char *path, size_t max_rows, ss__ctr_datase
         SS_LOG_ERRORF("criteo", "event=open_failed path=%s error=\"%s\"", path, strerror(errno));
         return SS_ERR_IO;
     }
-    size_t cap = 4096;
-    out->rows = malloc(cap * sizeof *out->rows);
-    if (!out->rows) {
-        fclose(f);
-        return SS_ERR_NO_MEMORY;
-    }
-    char *line = NULL;
-    size_t linecap = 0, lineno = 0;
-    ssize_t len;
-    ss_status st = SS_OK;
-    while ((max_rows == 0 || out->nrows < max_rows) && (len = getline(&line, &linecap, f)) >= 0) {
-        lineno++;
-        if (out->nrows == cap) {
-            cap *= 2;
-            ss__ctr_example *nr = realloc(out->rows, cap * sizeof *nr);
-            if (!nr) {
-                st = SS_ERR_NO_MEMORY;
-                break;
-            }
-            out->rows = nr;
-        }
-        char err[160];
-        if (ss__criteo_parse_line(line, (size_t)len, &out->rows[out->nrows], err, sizeof err) ==
-            SS_OK) {
-            out->nrows++;
-            continue;
-        }
-        if (out->skipped++ == 0) {
-            out->first_bad_line = lineno;
-            snprintf(out->first_error, sizeof out->first_error, "%s", err);
-        }
-        if (out->skipped <= 5)
-            SS_LOG_WARNF("criteo", "event=line_skipped path=%s line=%zu reason=\"%s\"", path,
-                         lineno, err);
-    }
-    if (st == SS_OK && ferror(f))
-        st = SS_ERR_IO;
-    free(line);
+    ss__ctr_reader rd = {0};
+    ss_status st = ss__ctr_dataset_read(f, path, max_rows, &rd, out);
+    if (st == SS_OK && !out->rows)
+        st = make_room(out, &rd.cap); /* an empty file: rows is still an array */
+    free(rd.line);
     fclose(f);
     if (st != SS_OK) {
         ss__ctr_dataset_free(out);

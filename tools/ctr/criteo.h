@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "shadowsync/status.h"
 
@@ -36,6 +37,21 @@ typedef struct ss__ctr_dataset {
  * skipped and counted; a missing or unreadable file is SS_ERR_IO. */
 ss_status ss__ctr_dataset_load(const char *path, size_t max_rows, ss__ctr_dataset *out);
 void ss__ctr_dataset_free(ss__ctr_dataset *ds);
+
+/* A reader's state across calls: its line buffer, the line number, the
+ * rows' capacity. Zero it to start; free(line) at the end. */
+typedef struct ss__ctr_reader {
+    char *line;
+    size_t linecap, lineno, cap;
+} ss__ctr_reader;
+
+/* Appends the well-formed lines of f to out until max_rows rows (0: no
+ * limit) or the end of f; malformed lines are skipped and counted as in
+ * ss__ctr_dataset_load (name names f in the warnings). Stops early, with
+ * SS_OK, when a read is interrupted by a signal (EINTR): the caller asks
+ * why. SS_ERR_IO on a read error, SS_ERR_NO_MEMORY. */
+ss_status ss__ctr_dataset_read(FILE *f, const char *name, size_t max_rows, ss__ctr_reader *rd,
+                               ss__ctr_dataset *out);
 
 /* The click rate: the share of rows labelled 1 (0 for no rows). */
 double ss__ctr_dataset_ctr(const ss__ctr_dataset *ds);

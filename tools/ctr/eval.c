@@ -23,6 +23,12 @@ static double entropy(double ctr) {
     return -(ctr * log(ctr) + (1.0 - ctr) * log(1.0 - ctr));
 }
 
+double ss__ctr_ne_of(double logloss_sum, double n, double clicks) {
+    if (!(n > 0) || !(clicks > 0) || !(clicks < n))
+        return NAN;
+    return logloss_sum / n / entropy(clicks / n);
+}
+
 ss_status ss__ctr_ne(const float *pred, const float *label, size_t n, double *out) {
     if (!pred || !label || n == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;

@@ -11,6 +11,9 @@ ss_status ss__ctr_logloss(const float *pred, const float *label, size_t n, doubl
 /* NE = mean log loss / entropy of the mean label of the same set. A set
  * with only one class has zero entropy: SS_ERR_INVALID_ARGUMENT. */
 ss_status ss__ctr_ne(const float *pred, const float *label, size_t n, double *out);
+/* NE from sums: summed log loss over n examples of which clicks were
+ * clicks; NAN for no examples or one class. */
+double ss__ctr_ne_of(double logloss_sum, double n, double clicks);
 /* Area under the ROC curve, ties counted half. Needs both classes. */
 ss_status ss__ctr_auc(const float *pred, const float *label, size_t n, double *out);
 

@@ -178,7 +178,7 @@ static ss_status check_config(const ss__ctr_train_config *cfg, const ss__ctr_dat
         (cfg->sync == SS_CTR_SYNC_FOREGROUND && cfg->sync_every == 0) ||
         (cfg->sync == SS_CTR_SYNC_SHADOW && cfg->shadow_threads == 0))
         return SS_ERR_INVALID_ARGUMENT;
-    if (train->nrows < cfg->trainers || test->nrows == 0)
+    if (train->nrows == 0 || (!cfg->stream && (train->nrows < cfg->trainers || test->nrows == 0)))
         return SS_ERR_INVALID_ARGUMENT;
     if (cfg->process && (cfg->trainers != 1 || cfg->eval_central))
         return SS_ERR_INVALID_ARGUMENT;
@@ -244,6 +244,8 @@ static ss_status open_trainers(run *r) {
         tr->index = t;
         size_t most =
             r->train->nrows > (r->val ? r->val->nrows : 0) ? r->train->nrows : r->val->nrows;
+        if (cfg->stream && most < SS_CTR_STREAM_MAX_CHUNK)
+            most = SS_CTR_STREAM_MAX_CHUNK; /* every chunk of the stream fits */
         if (!(tr->order = malloc(((most + N - 1) / N + 1) * sizeof *tr->order)))
             return SS_ERR_NO_MEMORY;
         if ((st = ss__ctr_dense_opt_init(&tr->opt, cfg->optimizer, cfg->lr, r->L.total)) != SS_OK)
@@ -311,11 +313,9 @@ static ss_status start_engines(run *r) {
     return st;
 }
 
-/* Step 3, once per epoch: the workers' pass over rows (the training rows,
- * or at the end the validation rows), with progress lines; its wall time
- * is added to *seconds. shuffle: in a new order, else in file order. */
-static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch, bool shuffle,
-                            uint32_t trainers, double *seconds) {
+/* Step 3, once per epoch (run_internal.h). */
+ss_status ss__ctr_train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch, bool shuffle,
+                             uint32_t trainers, double *seconds) {
     const ss__ctr_train_config *cfg = r->cfg;
     const uint32_t N = cfg->trainers;
     ss_status st = SS_OK;
@@ -364,7 +364,8 @@ static ss_status train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch,
     while (atomic_load(&r->trainers_left) > 0 && nthreads == (size_t)N * cfg->workers) {
         struct timespec ts = ss__deadline_in(100000000ull);
         pthread_cond_timedwait(&r->done_cond, &r->done_lock, &ts);
-        if (cfg->progress && cfg->progress_interval_s > 0 && ss__now_ns() >= next_report) {
+        if (cfg->progress && !cfg->stream && cfg->progress_interval_s > 0 &&
+            ss__now_ns() >= next_report) {
             pthread_mutex_unlock(&r->done_lock);
             print_progress(r, epoch, (uint64_t)epoch * r->train->nrows);
             pthread_mutex_lock(&r->done_lock);
@@ -446,8 +447,8 @@ static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
     ss_status st = SS_OK;
     res->val_logloss = NAN;
     for (uint32_t epoch = 1; epoch <= cfg->epochs && st == SS_OK; epoch++) {
-        if ((st = train_pass(r, r->train, epoch, cfg->shuffle, cfg->trainers, &res->seconds)) !=
-            SS_OK)
+        if ((st = ss__ctr_train_pass(r, r->train, epoch, cfg->shuffle, cfg->trainers,
+                                     &res->seconds)) != SS_OK)
             break;
         res->epochs = res->best_epoch = epoch;
         if (!validate)
@@ -497,8 +498,8 @@ static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
             for (size_t i = cfg->val_rank; i < r->val->nrows; i += world)
                 share.rows[share.nrows++] = r->val->rows[i];
         }
-        st = train_pass(r, &share, res->epochs + 1, false, r->restored ? 1 : cfg->trainers,
-                        &res->seconds);
+        st = ss__ctr_train_pass(r, &share, res->epochs + 1, false, r->restored ? 1 : cfg->trainers,
+                                &res->seconds);
         if (world > 1)
             free(share.rows);
     }
@@ -596,8 +597,9 @@ static ss_status collect_trainers(run *r, ss__ctr_train_result *res) {
             res->rejoins += g->rejoins;
         }
         ss_status st;
-        if (cfg->eval_each && (st = ss__ctr_evaluate(&cfg->model, tr->dense, &r->emb, r->test,
-                                                     r->train_ctr, NULL, &tres->quality)) != SS_OK)
+        if (cfg->eval_each && r->test->nrows &&
+            (st = ss__ctr_evaluate(&cfg->model, tr->dense, &r->emb, r->test, r->train_ctr, NULL,
+                                   &tres->quality)) != SS_OK)
             return st;
     }
     res->gap_mean = gap_sum / N;
@@ -623,7 +625,14 @@ static ss_status evaluate_model(run *r, ss__ctr_train_result *res) {
         snprintf(res->model_evaluated, sizeof res->model_evaluated, "%s", which);
     const float *model;
     ss_status st = current_model(r, buf, &model);
-    if (st == SS_OK)
+    if (st == SS_OK && r->test->nrows == 0) /* online, no --test: nothing to score */
+        res->quality = (ss__ctr_quality){.logloss = NAN,
+                                         .ne = NAN,
+                                         .ne_own_ctr = NAN,
+                                         .auc = NAN,
+                                         .mean_pred = NAN,
+                                         .one_class = -1};
+    else if (st == SS_OK)
         st = ss__ctr_evaluate(&cfg->model, model, &r->emb, r->test, r->train_ctr,
                               cfg->predictions_out, &res->quality);
     if (st == SS_OK && cfg->dense_out)
@@ -663,6 +672,7 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
     if (st != SS_OK)
         return st;
     memset(res, 0, sizeof *res);
+    res->progressive_ne = res->progressive_ne_window = NAN;
     run *r = calloc(1, sizeof *r);
     if (!r)
         return SS_ERR_NO_MEMORY;
@@ -691,7 +701,8 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
                                                cfg->emb_lr)) == SS_OK &&
         (st = open_trainers(r)) == SS_OK &&
         (cfg->emb == SS_CTR_EMB_ARRAY || (st = open_table(r)) == SS_OK) &&
-        (st = start_engines(r)) == SS_OK && (st = run_epochs(r, res)) == SS_OK &&
+        (st = start_engines(r)) == SS_OK &&
+        (st = cfg->stream ? ss__ctr_run_stream(r, res) : run_epochs(r, res)) == SS_OK &&
         (st = finish_sync(r, res)) == SS_OK && (st = collect_trainers(r, res)) == SS_OK)
         st = evaluate_model(r, res);
     run_destroy(r);

@@ -19,6 +19,7 @@
 #include "tools/ctr/dlrm.h"
 #include "tools/ctr/emb_path.h"
 #include "tools/ctr/eval.h"
+#include "tools/ctr/stream.h"
 
 typedef enum ss__ctr_sync_mode {
     SS_CTR_SYNC_NONE,
@@ -85,6 +86,12 @@ typedef struct ss__ctr_train_config {
     uint32_t emb_sync_ms;             /* cached mode: pause between row-sync passes */
     bool emb_prefetch;                /* fetch the next batch's rows while training */
     uint32_t emb_warm_batches;        /* cached: batches warmed per ss_table_warm (0: none) */
+    /* Online training: one pass over this stream, chunk by chunk (train is
+     * its first chunk; no validation, no epochs; test may be empty: no
+     * final evaluation). Each example is scored before it is trained on:
+     * progressive NE overall and over the last progressive_window rows. */
+    ss__ctr_stream *stream;
+    uint64_t progressive_window;
 } ss__ctr_train_config;
 
 typedef struct ss__ctr_trainer_result {
@@ -108,6 +115,9 @@ typedef struct ss__ctr_train_result {
     double val_logloss;          /* of the best epoch (NAN: no validation set) */
     ss__ctr_quality quality;     /* of the final model on the test set */
     char model_evaluated[48];    /* "replica0", "central", "replica0@epoch3" */
+    /* Online: progressive NE (each example scored before its step), over
+     * the whole stream and over its last window (NAN: not a stream). */
+    double progressive_ne, progressive_ne_window;
 } ss__ctr_train_result;
 
 /* Sets every field to the reference defaults: the library's for the sync

@@ -61,6 +61,17 @@ typedef struct worker_arg {
     trainer *tr;
 } worker_arg;
 
+/* The workers' pass over rows (the training rows, a chunk of the stream,
+ * or at the end the validation rows), with progress lines in epoch mode;
+ * its wall time is added to *seconds. shuffle: in a new order, else in
+ * file order. epoch 1 starts the run's clocks. */
+ss_status ss__ctr_train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch, bool shuffle,
+                             uint32_t trainers, double *seconds);
+
+/* Step 3 of an online run (tools/ctr/online.c): one pass over the stream
+ * with progressive validation and progress lines. */
+ss_status ss__ctr_run_stream(run *r, ss__ctr_train_result *res);
+
 /* A worker of a trainer (pthread main; arg: a worker_arg) until the
  * pass's examples run out. */
 void *ss__ctr_worker_main(void *arg);
