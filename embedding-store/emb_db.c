@@ -152,6 +152,69 @@ ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t 
     return SS_OK;
 }
 
+ss_status ss__emb_db_delete_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                                 bool sync) {
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    unsigned char key[KEY_LEN];
+    for (size_t i = 0; i < n; i++) {
+        row_key(key, table_id, ids[i]);
+        rocksdb_writebatch_delete(wb, (const char *)key, KEY_LEN);
+    }
+    char *err = NULL;
+    rocksdb_write(db->db, sync ? db->wopts_sync : db->wopts, wb, &err);
+    rocksdb_writebatch_destroy(wb);
+    if (err) {
+        rocksdb_free(err);
+        return SS_ERR_IO;
+    }
+    return SS_OK;
+}
+
+static uint64_t get_be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floats, size_t batch,
+                              ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
+                                              size_t n),
+                              void *ctx) {
+    uint64_t *ids = malloc(batch * sizeof *ids);
+    float *rows = malloc(batch * row_floats * sizeof *rows);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
+    ss_status st = ids && rows && it ? SS_OK : SS_ERR_NO_MEMORY;
+    unsigned char prefix[4];
+    put_be32(prefix, table_id);
+    size_t n = 0;
+    if (st == SS_OK)
+        rocksdb_iter_seek(it, (const char *)prefix, sizeof prefix);
+    for (; st == SS_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
+        if (klen != KEY_LEN || memcmp(k, prefix, sizeof prefix) != 0)
+            break; /* past the table */
+        if (vlen != row_floats * sizeof(float)) {
+            st = SS_ERR_PARSE;
+            break;
+        }
+        ids[n] = get_be64((const unsigned char *)k + 4);
+        memcpy(rows + n * row_floats, v, vlen);
+        if (++n == batch) {
+            st = fn(ctx, ids, rows, n);
+            n = 0;
+        }
+    }
+    if (st == SS_OK && n)
+        st = fn(ctx, ids, rows, n);
+    if (it)
+        rocksdb_iter_destroy(it);
+    free(ids);
+    free(rows);
+    return st;
+}
+
 typedef struct spec_record {
     char magic[6];
     uint32_t dim, optimizer;

@@ -19,6 +19,16 @@ ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t 
                               size_t row_floats, float *rows, bool *found);
 ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
                               size_t row_floats, const float *rows, bool sync);
+/* Deletes the rows (ids not stored: nothing to do). */
+ss_status ss__emb_db_delete_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                                 bool sync);
+/* Every stored row of a table, in id order, to fn in batches of at most
+ * batch rows (ids, rows of row_floats). SS_ERR_PARSE for a row of the
+ * wrong length; fn's non-OK status stops the walk and is returned. */
+ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floats, size_t batch,
+                              ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
+                                              size_t n),
+                              void *ctx);
 ss_status ss__emb_db_put_spec(ss__emb_db *db, const ss__emb_spec *spec);
 ss_status ss__emb_db_each_spec(ss__emb_db *db, ss_status (*fn)(void *ctx, const ss__emb_spec *spec),
                                void *ctx);

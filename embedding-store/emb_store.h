@@ -60,6 +60,13 @@ typedef struct ss__emb_store_config {
      * request that could create rows is refused (too_many_rows) when none
      * can go. 0 = no limit. */
     uint64_t max_rows;
+    /* Every table's bounds (emb_table.h: admission, expiry, row budget),
+     * swept by the flusher once a second; rows they delete are deleted
+     * from RocksDB too. At start-up every stored row is read into memory:
+     * a bounded table is held whole, so mem_cap_bytes (which spills clean
+     * rows to RocksDB instead of forgetting them) is refused with bounds,
+     * and max_rows only refuses requests that would pass it. */
+    ss__emb_bounds bounds;
 } ss__emb_store_config;
 
 /* Opens (creating) the database and the tables stored in it. */

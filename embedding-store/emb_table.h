@@ -172,12 +172,46 @@ size_t ss__emb_table_evict(ss__emb_table *t, size_t max_rows);
  * memory: allocated row size plus hash slots. */
 uint64_t ss__emb_table_resident(const ss__emb_table *t, uint64_t *bytes);
 
+/* The bounds of a table that lives for months (online training); each is
+ * off at 0.
+ * - admit_count K: an id stored nowhere gets a row only on its K-th
+ *   update (counted in a 2 MiB count-min sketch, admission_internal.h);
+ *   before that its lookups return its initial row and its updates are
+ *   counted, not applied (an elastic step answers a zero delta).
+ * - ttl_s: a row not updated for this long is deleted by the next sweep.
+ * - max_live_rows: past it a sweep deletes the least recently updated
+ *   rows (to the resolution of the sweep's clock) until it is back at it.
+ * Unlike ss__emb_table_evict (a cache's or the spill cap's: clean rows
+ * leave memory and are read back), a bound deletes rows, dirty or clean:
+ * the owner is told the ids so that it deletes them from its storage. */
+typedef struct ss__emb_bounds {
+    uint32_t admit_count;
+    uint64_t ttl_s;
+    uint64_t max_live_rows;
+} ss__emb_bounds;
+
+/* Sets the bounds, the clock at now_s (seconds, any origin).
+ * SS_ERR_INVALID_ARGUMENT for admit_count above 65535. */
+ss_status ss__emb_table_set_bounds(ss__emb_table *t, const ss__emb_bounds *b, uint64_t now_s);
+/* Moves the table's clock to now_s and deletes the rows past the bounds:
+ * those not updated for ttl_s, then the least recently updated beyond
+ * max_live_rows; on_delete (may be NULL) gets their ids, in batches,
+ * outside the table's locks. Returns how many were deleted. Call it at
+ * least every ttl_s / 100 seconds (and every second with a budget): a
+ * row's age is kept in 8 bits of ticks and saturates. */
+typedef void (*ss__emb_on_delete)(void *ctx, const uint64_t *ids, size_t n);
+size_t ss__emb_table_sweep(ss__emb_table *t, uint64_t now_s, ss__emb_on_delete on_delete,
+                           void *ctx);
+
 typedef struct ss__emb_table_stats {
     uint64_t resident_rows, dirty_rows;
     uint64_t row_bytes;   /* bytes of resident rows in their slabs (row stride included) */
     uint64_t arena_bytes; /* jemalloc's count for the table's arena (0 if unknown) */
     uint64_t index_bytes; /* hash slots */
     uint64_t loads, evictions;
+    /* bounds: new ids admitted / updates of ids not admitted (yet);
+     * rows deleted by expiry / by the row budget */
+    uint64_t admitted, not_admitted, expired, dropped;
 } ss__emb_table_stats;
 void ss__emb_table_get_stats(ss__emb_table *t, ss__emb_table_stats *out);
 

@@ -25,6 +25,9 @@ typedef struct store_table {
     uint32_t tid;
     struct ss__emb_store *st;
     ss__counter *lookups, *pushes, *elastic;
+    /* bounds: the table's counters as last reported, and the series */
+    ss__emb_table_stats reported;
+    ss__counter *admitted, *not_admitted, *expired, *dropped;
 } store_table;
 
 struct ss__emb_store {
@@ -47,7 +50,19 @@ struct ss__emb_store {
     ss__counter *flushed_rows, *flushes, *evicted, *write_waits;
     ss__histogram *flush_seconds, *checkpoint_seconds, *write_wait_seconds;
     ss__gauge *resident_rows;
+    uint64_t last_sweep_ns;
 };
+
+static bool bounded(const ss__emb_store_config *cfg) {
+    const ss__emb_bounds *b = &cfg->bounds;
+    return b->admit_count > 1 || b->ttl_s || b->max_live_rows;
+}
+
+static uint64_t wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec;
+}
 
 static const double k_seconds_bounds[] = {1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 30};
 
@@ -94,6 +109,24 @@ static ss_status load_rows(void *ctx, const uint64_t *ids, size_t n, float *rows
     return s;
 }
 
+/* A bounded table's series and bounds. */
+static void bound_table(ss__emb_store *st, store_table *tb) {
+    const char *l[] = {"table", tb->spec.name, NULL};
+    ss__metrics_counter(st->metrics, "shadowsync_emb_admitted_total",
+                        "New ids given a row by admission (their --emb-admit-count-th push).", l,
+                        &tb->admitted);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_not_admitted_total",
+                        "Updates of ids not admitted yet: counted, not stored.", l,
+                        &tb->not_admitted);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_expired_rows_total",
+                        "Rows deleted (memory and RocksDB) after --emb-ttl-s without a push.", l,
+                        &tb->expired);
+    ss__metrics_counter(st->metrics, "shadowsync_emb_dropped_rows_total",
+                        "Least recently pushed rows deleted to keep --emb-max-live-rows.", l,
+                        &tb->dropped);
+    (void)ss__emb_table_set_bounds(tb->t, &st->cfg.bounds, wall_s()); /* checked at create */
+}
+
 static ss_status add_table(ss__emb_store *st, const ss__emb_spec *spec, store_table **out) {
     if (st->ntables == SS_EMB_MAX_TABLES)
         return SS_ERR_NO_MEMORY;
@@ -119,6 +152,8 @@ static ss_status add_table(ss__emb_store *st, const ss__emb_spec *spec, store_ta
     ss__metrics_counter(st->metrics, "shadowsync_emb_updates_total",
                         "Embedding rows updated, by kind (gradient push or elastic sync).",
                         l_elastic, &tb->elastic);
+    if (bounded(&st->cfg))
+        bound_table(st, tb);
     st->tables[st->ntables++] = tb;
     *out = tb;
     return SS_OK;
@@ -271,6 +306,8 @@ static bool room_for_rows(ss__emb_store *st, store_table *tb, const uint64_t *id
     n = ss__emb_table_count_missing(tb->t, ids, n); /* near the limit: count exactly */
     if (have + n <= st->cfg.max_rows)
         return true;
+    if (bounded(&st->cfg))
+        return false; /* a bounded table is held whole: max_rows refuses, it does not spill */
     if (st->db)
         flush_all(st, st->cfg.sync_writes); /* dirty rows become evictable */
     const double keep =
@@ -289,6 +326,37 @@ static void update_resident_gauge(ss__emb_store *st) {
     ss__gauge_set(st->resident_rows, (double)resident_rows(st, &ntables));
 }
 
+static void delete_stored(void *ctx, const uint64_t *ids, size_t n) {
+    store_table *tb = ctx;
+    if (tb->st->db && ss__emb_db_delete_rows(tb->st->db, tb->tid, ids, n, false) != SS_OK)
+        ss__log(SS_LOG_ERROR, "emb", "event=delete_failed table=%s rows=%zu", tb->spec.name, n);
+}
+
+/* Once a second: every table's bounds, under flush_lock so that no flush
+ * writes back a row this deletes; then the series move by what changed. */
+static void sweep_bounds(ss__emb_store *st) {
+    const uint64_t now = ss__now_ns();
+    if (!bounded(&st->cfg) || now - st->last_sweep_ns < 1000000000ull)
+        return;
+    st->last_sweep_ns = now;
+    pthread_rwlock_rdlock(&st->lock);
+    size_t n = st->ntables;
+    pthread_rwlock_unlock(&st->lock);
+    pthread_mutex_lock(&st->flush_lock);
+    for (size_t i = 0; i < n; i++) {
+        store_table *tb = st->tables[i];
+        ss__emb_table_sweep(tb->t, wall_s(), delete_stored, tb);
+        ss__emb_table_stats now_st;
+        ss__emb_table_get_stats(tb->t, &now_st);
+        ss__counter_add(tb->admitted, now_st.admitted - tb->reported.admitted);
+        ss__counter_add(tb->not_admitted, now_st.not_admitted - tb->reported.not_admitted);
+        ss__counter_add(tb->expired, now_st.expired - tb->reported.expired);
+        ss__counter_add(tb->dropped, now_st.dropped - tb->reported.dropped);
+        tb->reported = now_st;
+    }
+    pthread_mutex_unlock(&st->flush_lock);
+}
+
 static void *flusher_main(void *arg) {
     ss__emb_store *st = arg;
     const uint32_t interval_ms = st->cfg.flush_lag_ms / 2;
@@ -303,11 +371,29 @@ static void *flusher_main(void *arg) {
          * then finds nothing to flush and acknowledges. */
         flush_all(st, st->cfg.sync_writes);
         enforce_cap(st);
+        sweep_bounds(st);
         update_resident_gauge(st);
         pthread_mutex_lock(&st->stop_lock);
     }
     pthread_mutex_unlock(&st->stop_lock);
     return NULL;
+}
+
+static ss_status load_batch(void *ctx, const uint64_t *ids, const float *rows, size_t n) {
+    (void)rows; /* read again through the loader, which inserts them */
+    size_t loaded;
+    return ss__emb_table_load(((store_table *)ctx)->t, ids, n, &loaded);
+}
+
+/* A bounded table at start-up: every stored row into memory, so that its
+ * expiry and budget see it (stamped now: its clock starts again). */
+static ss_status load_whole(ss__emb_store *st, store_table *tb) {
+    ss_status s =
+        ss__emb_db_each_row(st->db, tb->tid, ss__emb_row_floats(&tb->spec), 4096, load_batch, tb);
+    if (s == SS_OK)
+        ss__log(SS_LOG_INFO, "emb", "event=bounded_table_loaded table=%s rows=%llu", tb->spec.name,
+                (unsigned long long)ss__emb_table_resident(tb->t, NULL));
+    return s;
 }
 
 ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out) {
@@ -317,6 +403,9 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
     bool has_db = cfg->db_path && *cfg->db_path;
     if (cfg->sync_writes && !has_db)
         return SS_ERR_INVALID_ARGUMENT;
+    if (bounded(cfg) &&
+        (cfg->max_rows || cfg->mem_cap_bytes || cfg->bounds.admit_count > UINT16_MAX))
+        return SS_ERR_INVALID_ARGUMENT; /* a bounded table is held whole (emb_store.h) */
     ss__emb_store *st = calloc(1, sizeof *st);
     if (!st)
         return SS_ERR_NO_MEMORY;
@@ -374,7 +463,9 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
         ss__log(SS_LOG_ERROR, "emb", "event=db_open_failed %s", why);
     if (s == SS_OK && st->db && (s = ss__emb_db_each_spec(st->db, restore_spec, st)) != SS_OK)
         ss__log(SS_LOG_ERROR, "emb", "event=restore_failed status=%s", ss_status_name(s));
-    if (s == SS_OK && (st->db || cfg->mem_cap_bytes)) {
+    for (size_t i = 0; s == SS_OK && st->db && bounded(cfg) && i < st->ntables; i++)
+        s = load_whole(st, st->tables[i]);
+    if (s == SS_OK && (st->db || cfg->mem_cap_bytes || bounded(cfg))) {
         if (pthread_create(&st->flusher, NULL, flusher_main, st) != 0)
             s = SS_ERR_NO_MEMORY;
         else

@@ -13,82 +13,7 @@
 
 #include "embedding-store/emb_table.h"
 #include "embedding-store/row_arena_internal.h"
-
-#define STRIPES     64
-#define STRIPE_BITS 6
-#define MIN_SLOTS   16
-
-#define SLAB_BYTES (1u << 20)
-
-/* slot.meta: the row's version in the high 30 bits (bumped by every
- * update, compared for equality only, so it may wrap), then two flags. */
-#define META_REF     1u /* CLOCK reference bit */
-#define META_DIRTY   2u /* updated since last written/synced */
-#define META_VERSION 4u /* one version step */
-
-typedef struct slot {
-    uint64_t id;
-    uint32_t row;  /* 1 + the row's index in its stripe's slabs; 0 = empty */
-    uint32_t meta; /* version and flags, above */
-} slot;
-
-typedef struct stripe {
-    pthread_mutex_t lock;
-    slot *slots;
-    size_t cap, count, dirty;
-    uint64_t *queue; /* ids of dirty rows not being written right now */
-    size_t nqueue, queue_cap;
-    size_t hand;   /* CLOCK position */
-    float **slabs; /* each slab_rows rows of stride floats */
-    uint32_t nslabs, slabs_cap;
-    uint32_t used;      /* rows ever handed out of the slabs */
-    uint32_t free_head; /* a freed row (1-based; 0 = none); its first 4 bytes name the next */
-} __attribute__((aligned(64))) stripe;
-
-struct ss__emb_table {
-    ss__emb_spec spec;
-    uint32_t tid;
-    size_t row_floats;   /* dim floats, then the optimizer state */
-    size_t stride;       /* floats from one row to the next in a slab (16-byte multiples) */
-    uint32_t slab_shift; /* a slab holds 1 << slab_shift rows */
-    ss__row_arena *arena;
-    ss__emb_loader loader;
-    void *loader_ctx;
-    atomic_uint_fast64_t loads, evictions, resident;
-    stripe s[STRIPES];
-};
-
-static uint64_t hash_id(uint64_t id) {
-    id ^= id >> 33;
-    id *= 0xff51afd7ed558ccdull;
-    id ^= id >> 33;
-    id *= 0xc4ceb9fe1a85ec53ull;
-    return id ^ (id >> 33);
-}
-
-static stripe *stripe_of(ss__emb_table *t, uint64_t id) {
-    return &t->s[hash_id(id) & (STRIPES - 1)];
-}
-
-static size_t home_of(const stripe *s, uint64_t id) {
-    return (size_t)(hash_id(id) >> STRIPE_BITS) & (s->cap - 1);
-}
-
-/* find() with the id's hash already known (h = hash_id(id)). */
-static slot *find_hashed(stripe *s, uint64_t id, uint64_t h) {
-    if (s->count == 0)
-        return NULL;
-    for (size_t i = (size_t)(h >> STRIPE_BITS) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->slots[i].row)
-            return NULL;
-        if (s->slots[i].id == id)
-            return &s->slots[i];
-    }
-}
-
-static slot *find(stripe *s, uint64_t id) {
-    return find_hashed(s, id, hash_id(id));
-}
+#include "embedding-store/table_internal.h"
 
 static ss_status grow(stripe *s) {
     size_t ncap = s->cap ? s->cap * 2 : MIN_SLOTS;
@@ -112,7 +37,7 @@ static ss_status grow(stripe *s) {
 }
 
 /* Backward-shift deletion keeps probe chains intact without tombstones. */
-static void remove_at(stripe *s, size_t i) {
+void ss__emb_stripe_remove_at(stripe *s, size_t i) {
     const size_t mask = s->cap - 1;
     for (;;) {
         s->slots[i].row = 0;
@@ -134,7 +59,7 @@ done:
     s->count--;
 }
 
-static ss_status queue_push(stripe *s, uint64_t id) {
+ss_status ss__emb_queue_push(stripe *s, uint64_t id) {
     if (s->nqueue == s->queue_cap) {
         size_t ncap = s->queue_cap ? s->queue_cap * 2 : 64;
         uint64_t *nq = realloc(s->queue, ncap * sizeof *nq);
@@ -145,17 +70,6 @@ static ss_status queue_push(stripe *s, uint64_t id) {
     }
     s->queue[s->nqueue++] = id;
     return SS_OK;
-}
-
-/* The floats of row r (1-based, as in slot.row) of stripe s. */
-static float *row_at(const ss__emb_table *t, const stripe *s, uint32_t r) {
-    const uint32_t i = r - 1;
-    return s->slabs[i >> t->slab_shift] + (size_t)(i & ((1u << t->slab_shift) - 1)) * t->stride;
-}
-
-/* The floats of a used slot's row. */
-static float *row_of(const ss__emb_table *t, const stripe *s, const slot *sl) {
-    return row_at(t, s, sl->row);
 }
 
 /* A row for a new slot: a freed one, else the next of the last slab, else
@@ -185,19 +99,19 @@ static uint32_t row_alloc(ss__emb_table *t, stripe *s) {
     return ++s->used;
 }
 
-static void row_free(ss__emb_table *t, stripe *s, const slot *sl) {
+void ss__emb_row_free(ss__emb_table *t, stripe *s, const slot *sl) {
     memcpy(row_of(t, s, sl), &s->free_head, sizeof s->free_head);
     s->free_head = sl->row;
 }
 
-static void mark_dirty(stripe *s, slot *sl) {
-    sl->meta += META_VERSION;
+static void mark_dirty(ss__emb_table *t, stripe *s, slot *sl) {
+    sl->meta = (sl->meta & ~META_STAMP_MASK) + META_VERSION + stamp_now(t);
     if (!(sl->meta & META_DIRTY)) {
         sl->meta |= META_DIRTY;
         s->dirty++;
         /* Out of memory for the queue: the row stays dirty (never evicted)
          * but is written only by ss__emb_table_settle's requeue; rare. */
-        (void)queue_push(s, sl->id);
+        (void)ss__emb_queue_push(s, sl->id);
     }
 }
 
@@ -240,6 +154,7 @@ void ss__emb_table_destroy(ss__emb_table *t) {
         pthread_mutex_destroy(&t->s[i].lock);
     }
     ss__row_arena_destroy(t->arena); /* with a jemalloc arena: every slab at once */
+    ss__emb_admission_destroy(t->admission);
     free(t);
 }
 
@@ -250,10 +165,12 @@ const ss__emb_spec *ss__emb_table_spec(const ss__emb_table *t) {
 /* An operation on one resident row, under its stripe's lock. */
 typedef void (*row_op)(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx);
 /* What for_rows does with a row that is not resident: leave it (PEEK),
- * load it and insert it (WRITE), or load it and insert it only when the
- * loader found it stored, else hand the loaded row to the read op
- * without keeping it (READ). */
-typedef enum { ROWS_PEEK, ROWS_READ, ROWS_WRITE } rows_mode;
+ * load it and insert it (WRITE), load it and insert it only when the
+ * loader found it stored, else hand the loaded row to the loose op
+ * without keeping it (READ), or as WRITE but a row stored nowhere is
+ * inserted only when admission lets it in, else handed to the loose op
+ * (UPDATE: an update of a new id). */
+typedef enum { ROWS_PEEK, ROWS_READ, ROWS_WRITE, ROWS_UPDATE } rows_mode;
 /* READ's op for a row not kept: its full loaded values. */
 typedef void (*loose_op)(ss__emb_table *t, const float *full, size_t i, void *ctx);
 
@@ -270,12 +187,25 @@ static ss_status insert_loaded(ss__emb_table *t, stripe *s, uint64_t id, const f
     size_t j = home_of(s, id);
     while (s->slots[j].row)
         j = (j + 1) & (s->cap - 1);
-    s->slots[j] = (slot){.id = id, .row = r, .meta = META_REF};
+    s->slots[j] = (slot){.id = id, .row = r, .meta = META_REF | stamp_now(t)};
     memcpy(row_of(t, s, &s->slots[j]), full, t->row_floats * sizeof(float));
     s->count++;
     atomic_fetch_add(&t->resident, 1);
     *out = &s->slots[j];
     return SS_OK;
+}
+
+/* Admission of a new id (emb_table.h, bounds): counted; true once it
+ * has been pushed admit_count times. */
+static bool admit(ss__emb_table *t, uint64_t id) {
+    if (!t->admission)
+        return true;
+    if (!ss__emb_admission_count(t->admission, t->tid, id)) {
+        atomic_fetch_add(&t->not_admitted, 1);
+        return false;
+    }
+    atomic_fetch_add(&t->admitted, 1);
+    return true;
 }
 
 /* Asks for the cache lines of bytes at p. Always inline and fed an
@@ -408,7 +338,9 @@ static ss_status load_missing(ss__emb_table *t, const uint64_t *ids, const size_
         stripe *s = stripe_of(t, mids[k]);
         pthread_mutex_lock(&s->lock);
         slot *sl = find(s, mids[k]); /* another caller may have loaded it meanwhile */
-        if (!sl && mode == ROWS_READ && !stored[k])
+        if (!sl && !stored[k] && mode == ROWS_UPDATE && !admit(t, mids[k]))
+            lop(t, full, missing[k], ctx);
+        else if (!sl && mode == ROWS_READ && !stored[k])
             lop(t, full, missing[k], ctx);
         else if (!sl)
             st = insert_loaded(t, s, mids[k], full, &sl);
@@ -454,7 +386,7 @@ static void op_copy_full(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *
 static void op_gradient(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
     if (ss__emb_apply_gradient(&t->spec, row_of(t, s, sl), c->in + i * t->spec.dim))
-        mark_dirty(s, sl);
+        mark_dirty(t, s, sl);
     else
         c->refused++;
 }
@@ -468,7 +400,27 @@ static void op_elastic(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ct
     } else if (!ss__emb_elastic_encoded(row_of(t, s, sl), c->in + i * dim, c->alpha, c->enc,
                                         c->enc_out + i * c->enc->row_bytes, dim))
         c->not_held++;
-    mark_dirty(s, sl);
+    mark_dirty(t, s, sl);
+}
+
+/* An update of an id admission kept out: nothing stored, a zero delta
+ * (the trainer's row stays its own). */
+static void loose_zero_delta(ss__emb_table *t, const float *full, size_t i, void *ctx) {
+    (void)full;
+    io_ctx *c = ctx;
+    const size_t dim = t->spec.dim;
+    if (!c->enc) {
+        memset(c->out + i * dim, 0, dim * sizeof(float));
+        return;
+    }
+    float *zero = calloc(dim, sizeof *zero);
+    if (!zero || !c->enc->fn(c->enc->ctx, zero, dim, c->enc_out + i * c->enc->row_bytes))
+        memset(c->enc_out + i * c->enc->row_bytes, 0, c->enc->row_bytes);
+    free(zero);
+}
+
+static void loose_none(ss__emb_table *t, const float *full, size_t i, void *ctx) {
+    (void)t, (void)full, (void)i, (void)ctx;
 }
 
 ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows) {
@@ -533,7 +485,8 @@ ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, s
     if (!t || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = grads};
-    return update_status(for_rows(t, ids, n, ROWS_WRITE, op_gradient, NULL, &c), &c, refused);
+    return update_status(for_rows(t, ids, n, ROWS_UPDATE, op_gradient, loose_none, &c), &c,
+                         refused);
 }
 
 ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
@@ -541,7 +494,8 @@ ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n,
     if (!t || (n && (!ids || !x || !deltas)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = x, .out = deltas, .alpha = alpha};
-    return update_status(for_rows(t, ids, n, ROWS_WRITE, op_elastic, NULL, &c), &c, refused);
+    return update_status(for_rows(t, ids, n, ROWS_UPDATE, op_elastic, loose_zero_delta, &c), &c,
+                         refused);
 }
 
 ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, size_t n,
@@ -551,131 +505,10 @@ ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, s
     if (!t || (n && (!ids || !x || !deltas)) || !enc || !enc->fn)
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = x, .alpha = alpha, .enc = enc, .enc_out = deltas};
-    ss_status st = for_rows(t, ids, n, ROWS_WRITE, op_elastic, NULL, &c);
+    ss_status st = for_rows(t, ids, n, ROWS_UPDATE, op_elastic, loose_zero_delta, &c);
     if (not_held)
         *not_held = c.not_held;
     return st;
-}
-
-static ss_status dirty_reserve(ss__emb_dirty *d, size_t need, size_t row_floats) {
-    if (need <= d->cap)
-        return SS_OK;
-    size_t ncap = d->cap ? d->cap : 256;
-    while (ncap < need)
-        ncap *= 2;
-    uint64_t *ids = realloc(d->ids, ncap * sizeof *ids);
-    if (ids)
-        d->ids = ids;
-    float *rows = realloc(d->rows, ncap * row_floats * sizeof *rows);
-    if (rows)
-        d->rows = rows;
-    uint32_t *v = realloc(d->versions, ncap * sizeof *v);
-    if (v)
-        d->versions = v;
-    if (!ids || !rows || !v)
-        return SS_ERR_NO_MEMORY;
-    d->cap = ncap;
-    return SS_OK;
-}
-
-ss_status ss__emb_table_collect_dirty(ss__emb_table *t, ss__emb_dirty *d, size_t max) {
-    if (!t || !d)
-        return SS_ERR_INVALID_ARGUMENT;
-    d->n = 0;
-    for (int k = 0; k < STRIPES && d->n < max; k++) {
-        stripe *s = &t->s[k];
-        pthread_mutex_lock(&s->lock);
-        size_t take = s->nqueue < max - d->n ? s->nqueue : max - d->n;
-        ss_status st = dirty_reserve(d, d->n + take, t->row_floats);
-        if (st != SS_OK) {
-            pthread_mutex_unlock(&s->lock);
-            return st;
-        }
-        for (size_t q = 0; q < take; q++) {
-            uint64_t id = s->queue[--s->nqueue];
-            slot *sl = find(s, id);
-            if (!sl || !(sl->meta & META_DIRTY))
-                continue;
-            d->ids[d->n] = id;
-            d->versions[d->n] = sl->meta / META_VERSION;
-            memcpy(d->rows + d->n * t->row_floats, row_of(t, s, sl), t->row_floats * sizeof(float));
-            d->n++;
-        }
-        pthread_mutex_unlock(&s->lock);
-    }
-    return SS_OK;
-}
-
-void ss__emb_table_settle(ss__emb_table *t, const ss__emb_dirty *d, const float *deltas) {
-    const size_t dim = t->spec.dim;
-    for (size_t i = 0; i < d->n; i++) {
-        stripe *s = stripe_of(t, d->ids[i]);
-        pthread_mutex_lock(&s->lock);
-        slot *sl = find(s, d->ids[i]);
-        if (sl) {
-            if (deltas) {
-                float *v = row_of(t, s, sl);
-                for (size_t j = 0; j < dim; j++)
-                    v[j] -= deltas[i * dim + j];
-            }
-            if (sl->meta / META_VERSION == d->versions[i]) {
-                if (sl->meta & META_DIRTY)
-                    s->dirty--;
-                sl->meta &= ~META_DIRTY;
-            } else {
-                (void)queue_push(s, d->ids[i]); /* updated meanwhile: next time */
-            }
-        }
-        pthread_mutex_unlock(&s->lock);
-    }
-}
-
-void ss__emb_table_requeue(ss__emb_table *t, const ss__emb_dirty *d) {
-    for (size_t i = 0; i < d->n; i++) {
-        stripe *s = stripe_of(t, d->ids[i]);
-        pthread_mutex_lock(&s->lock);
-        (void)queue_push(s, d->ids[i]);
-        pthread_mutex_unlock(&s->lock);
-    }
-}
-
-void ss__emb_dirty_free(ss__emb_dirty *d) {
-    if (!d)
-        return;
-    free(d->ids);
-    free(d->rows);
-    free(d->versions);
-    memset(d, 0, sizeof *d);
-}
-
-size_t ss__emb_table_evict(ss__emb_table *t, size_t max_rows) {
-    const size_t per_stripe = max_rows / STRIPES;
-    size_t evicted = 0;
-    for (int k = 0; k < STRIPES; k++) {
-        stripe *s = &t->s[k];
-        pthread_mutex_lock(&s->lock);
-        /* Two sweeps at most: the first clears reference bits. */
-        for (size_t steps = 0; s->count > per_stripe && steps < 2 * s->cap;) {
-            size_t i = s->hand & (s->cap - 1);
-            slot *sl = &s->slots[i];
-            if (sl->row && !(sl->meta & META_DIRTY)) {
-                if (sl->meta & META_REF) {
-                    sl->meta &= ~META_REF;
-                } else {
-                    row_free(t, s, sl);
-                    remove_at(s, i);
-                    evicted++;
-                    continue; /* slot i now holds the next entry of the chain */
-                }
-            }
-            s->hand = i + 1;
-            steps++;
-        }
-        pthread_mutex_unlock(&s->lock);
-    }
-    atomic_fetch_add(&t->evictions, evicted);
-    atomic_fetch_sub(&t->resident, evicted);
-    return evicted;
 }
 
 uint64_t ss__emb_table_resident(const ss__emb_table *t, uint64_t *bytes) {
@@ -699,4 +532,8 @@ void ss__emb_table_get_stats(ss__emb_table *t, ss__emb_table_stats *out) {
     out->arena_bytes = ss__row_arena_allocated(t->arena);
     out->loads = atomic_load(&t->loads);
     out->evictions = atomic_load(&t->evictions);
+    out->admitted = atomic_load(&t->admitted);
+    out->not_admitted = atomic_load(&t->not_admitted);
+    out->expired = atomic_load(&t->expired);
+    out->dropped = atomic_load(&t->dropped);
 }

@@ -42,7 +42,7 @@ typedef struct ps_options {
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
     int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked,
-        max_rows, max_inflight_mb;
+        max_rows, max_inflight_mb, emb_admit, emb_ttl_s, emb_max_live;
     bool sync_writes, insecure_loopback;
 } ps_options;
 
@@ -304,6 +304,18 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "most embedding rows in memory, all tables (clean rows are evicted past it; requests "
          "are refused when none can be; 0 = no limit)",
          NULL, 0, 1e12},
+        {"emb-admit-count", SS_FLAG_INT, &o->emb_admit,
+         "online tables: a new row id is stored on its K-th push (counted in a 2 MiB sketch per "
+         "table; before that lookups give its initial row; 0 or 1 = at once)",
+         NULL, 0, 65535},
+        {"emb-ttl-s", SS_FLAG_INT, &o->emb_ttl_s,
+         "online tables: a row not pushed for this many seconds is deleted from memory and "
+         "RocksDB (0 = never)",
+         NULL, 0, 1e10},
+        {"emb-max-live-rows", SS_FLAG_INT, &o->emb_max_live,
+         "online tables: past this many rows per table the least recently pushed are deleted "
+         "(unlike --mem-cap-mb, which spills clean rows to RocksDB; 0 = none)",
+         NULL, 0, 1e12},
         {"max-groups", SS_FLAG_INT, &o->max_groups,
          "most dense groups (each chunk of a group counts)", NULL, 1, 1 << 30},
         {"max-members", SS_FLAG_INT, &o->max_members, "most members of one dense group", NULL, 1,
@@ -345,6 +357,12 @@ static int parse_options(int argc, char **argv, ps_options *o) {
 /* The checks across flags, and the token read. -1: go on; otherwise the
  * exit code. */
 static int check_options(ps_options *o) {
+    if ((o->emb_admit > 1 || o->emb_ttl_s || o->emb_max_live) && o->mem_cap_mb) {
+        fprintf(stderr, "shadowsync-ps: --mem-cap-mb spills rows to RocksDB; --emb-admit-count, "
+                        "--emb-ttl-s and --emb-max-live-rows hold a table whole and forget rows: "
+                        "use one or the other\n");
+        return 2;
+    }
     char bad[300];
     if (!ss__address_valid(o->listen, "--listen", bad, sizeof bad)) {
         fprintf(stderr, "shadowsync-ps: %s\n", bad);
@@ -415,7 +433,10 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                  .max_rows = (uint64_t)o->max_rows,
                                  .metrics = ps->metrics,
                                  .checkpoint_root = ps->emb_root,
-                                 .checkpoint_keep = (uint32_t)o->ckpt_keep};
+                                 .checkpoint_keep = (uint32_t)o->ckpt_keep,
+                                 .bounds = {.admit_count = (uint32_t)o->emb_admit,
+                                            .ttl_s = (uint64_t)o->emb_ttl_s,
+                                            .max_live_rows = (uint64_t)o->emb_max_live}};
     if (make_private_dirs(ps, o) != 0)
         return 1;
     ss_status st = ss__emb_store_create(&ecfg, &ps->store);

@@ -1,0 +1,196 @@
+/* The bounds of an online table (emb_table.h): admission on the K-th
+ * update, expiry after ttl_s without an update, the row budget deleting
+ * the least recently updated rows; against hand-counted examples. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "common/metrics.h"
+#include "embedding-store/emb_store.h"
+#include "embedding-store/emb_table.h"
+
+enum { DIM = 2 };
+
+/* Rows stored nowhere: every row is new, initial value 0. */
+static ss_status new_rows(void *ctx, const uint64_t *ids, size_t n, float *rows, bool *stored) {
+    (void)ctx, (void)ids;
+    memset(rows, 0, n * DIM * sizeof *rows);
+    for (size_t i = 0; i < n; i++)
+        stored[i] = false;
+    return SS_OK;
+}
+
+static ss__emb_table *table_with(const ss__emb_bounds *b, uint64_t now_s) {
+    ss__emb_spec spec;
+    ss__emb_spec_init(&spec, "bounded", DIM);
+    spec.lr = 1.0f; /* SGD: a gradient of 1 takes 1 off */
+    ss__emb_table *t;
+    ck_assert_int_eq(ss__emb_table_create(&spec, new_rows, NULL, &t), SS_OK);
+    ck_assert_int_eq(ss__emb_table_set_bounds(t, b, now_s), SS_OK);
+    return t;
+}
+
+static void push(ss__emb_table *t, uint64_t id) {
+    const float g[DIM] = {1.0f, 1.0f};
+    size_t refused = 1;
+    ck_assert_int_eq(ss__emb_table_apply_gradients(t, &id, 1, g, &refused), SS_OK);
+    ck_assert_uint_eq(refused, 0);
+}
+
+static bool resident(ss__emb_table *t, uint64_t id) {
+    return ss__emb_table_count_missing(t, &id, 1) == 0;
+}
+
+/* on_delete: the ids, in order. */
+typedef struct gone {
+    uint64_t ids[16];
+    size_t n;
+} gone;
+
+static void record(void *ctx, const uint64_t *ids, size_t n) {
+    gone *g = ctx;
+    for (size_t i = 0; i < n && g->n < 16; i++)
+        g->ids[g->n++] = ids[i];
+}
+
+START_TEST(test_admission_on_the_kth_push) {
+    ss__emb_table *t = table_with(&(ss__emb_bounds){.admit_count = 3}, 0);
+    push(t, 7);
+    push(t, 7); /* counted, not stored */
+    ck_assert(!resident(t, 7));
+    float row[DIM] = {9, 9};
+    ck_assert_int_eq(ss__emb_table_lookup(t, (uint64_t[]){7}, 1, row), SS_OK);
+    ck_assert_float_eq(row[0], 0.0f); /* its initial row: the pushes left nothing */
+    push(t, 7);                       /* the 3rd: stored, and applied */
+    ck_assert(resident(t, 7));
+    ck_assert_int_eq(ss__emb_table_lookup(t, (uint64_t[]){7}, 1, row), SS_OK);
+    ck_assert_float_eq(row[0], -1.0f);
+    push(t, 7); /* stored rows take every update */
+    ck_assert_int_eq(ss__emb_table_lookup(t, (uint64_t[]){7}, 1, row), SS_OK);
+    ck_assert_float_eq(row[1], -2.0f);
+    push(t, 8); /* another id counts on its own */
+    ck_assert(!resident(t, 8));
+    ss__emb_table_stats st;
+    ss__emb_table_get_stats(t, &st);
+    ck_assert_uint_eq(st.admitted, 1);
+    ck_assert_uint_eq(st.not_admitted, 3); /* 7 twice, 8 once */
+    ck_assert_uint_eq(st.resident_rows, 1);
+    /* An elastic step of an id not admitted: a zero delta, nothing kept. */
+    float x[DIM] = {4, 4}, d[DIM] = {5, 5};
+    size_t refused;
+    ck_assert_int_eq(ss__emb_table_elastic(t, (uint64_t[]){9}, 1, x, 0.5f, d, &refused), SS_OK);
+    ck_assert_float_eq(d[0], 0.0f);
+    ck_assert(!resident(t, 9));
+    ck_assert_int_eq(ss__emb_table_set_bounds(t, &(ss__emb_bounds){.admit_count = 70000}, 0),
+                     SS_ERR_INVALID_ARGUMENT);
+    ss__emb_table_destroy(t);
+}
+END_TEST
+
+START_TEST(test_rows_expire_after_ttl) {
+    ss__emb_table *t = table_with(&(ss__emb_bounds){.ttl_s = 10}, 1000);
+    push(t, 1);
+    push(t, 2);
+    gone g = {0};
+    ck_assert_uint_eq(ss__emb_table_sweep(t, 1005, record, &g), 0);
+    push(t, 2); /* at 1005: 2 is 5 s younger than 1 */
+    ck_assert_uint_eq(ss__emb_table_sweep(t, 1009, record, &g), 0); /* 1 is 9 s old */
+    ck_assert_uint_eq(ss__emb_table_sweep(t, 1010, record, &g), 1); /* 10 s: gone */
+    ck_assert_uint_eq(g.n, 1);
+    ck_assert_uint_eq(g.ids[0], 1);
+    ck_assert(!resident(t, 1));
+    ck_assert(resident(t, 2));
+    ck_assert_uint_eq(ss__emb_table_sweep(t, 1015, record, &g), 1); /* 2: 10 s after 1005 */
+    ss__emb_table_stats st;
+    ss__emb_table_get_stats(t, &st);
+    ck_assert_uint_eq(st.expired, 2);
+    ck_assert_uint_eq(st.resident_rows, 0);
+    ck_assert_uint_eq(st.dirty_rows, 0); /* deleted dirty rows are not left counted */
+    ss__emb_table_destroy(t);
+}
+END_TEST
+
+START_TEST(test_budget_drops_least_recently_pushed) {
+    ss__emb_table *t = table_with(&(ss__emb_bounds){.max_live_rows = 3}, 100);
+    gone g = {0};
+    for (uint64_t id = 1; id <= 5; id++) { /* id k pushed at 99 + k */
+        ss__emb_table_sweep(t, 99 + id, NULL, NULL);
+        push(t, id);
+    }
+    ss__emb_table_sweep(t, 104, NULL, NULL); /* 5 rows, 3 allowed: pushed at 100..104 */
+    /* that sweep already cut the two oldest */
+    ck_assert(!resident(t, 1));
+    ck_assert(!resident(t, 2));
+    for (uint64_t id = 3; id <= 5; id++)
+        ck_assert(resident(t, id));
+    push(t, 3); /* 3 is now the newest; 4 the oldest */
+    ss__emb_table_sweep(t, 106, NULL, NULL);
+    push(t, 6);
+    ck_assert_uint_eq(ss__emb_table_sweep(t, 107, record, &g), 1);
+    ck_assert_uint_eq(g.ids[0], 4);
+    ss__emb_table_stats st;
+    ss__emb_table_get_stats(t, &st);
+    ck_assert_uint_eq(st.dropped, 3);
+    ck_assert_uint_eq(st.resident_rows, 3);
+    ss__emb_table_destroy(t);
+}
+END_TEST
+
+/* The PS's store: an expired row leaves RocksDB too (a restart does not
+ * bring it back), the bounded series are on /metrics, and rows stored
+ * before a restart are held (and expire) after it. */
+START_TEST(test_store_expiry_reaches_rocksdb) {
+    char dir[] = "/tmp/ss-bounds-XXXXXX", db[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/db", dir);
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__emb_store_config cfg = {.db_path = db, .metrics = m, .bounds = {.ttl_s = 2}};
+    ss__emb_store *st;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ss__emb_spec spec, stored;
+    ss__emb_spec_init(&spec, "t", DIM);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, &stored, NULL, 0), SS_OK);
+    const float g[2 * DIM] = {1, 1, 1, 1};
+    ck_assert_int_eq(ss__emb_store_push(st, "t", (uint64_t[]){5, 6}, 2, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_flush(st), SS_OK);
+    ss__emb_store_destroy(st); /* a restart: both rows come back, held whole */
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ss__emb_store_stats ss;
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "t", &ss), SS_OK);
+    ck_assert_uint_eq(ss.table.resident_rows, 2);
+    for (int i = 0; i < 40 && ss.table.expired < 2; i++) { /* 2 s, swept once a second */
+        usleep(100000);
+        ck_assert_int_eq(ss__emb_store_stats_of(st, "t", &ss), SS_OK);
+    }
+    ck_assert_uint_eq(ss.table.expired, 2);
+    usleep(1200000); /* the next sweep reports them */
+    char *text;
+    size_t len;
+    ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "shadowsync_emb_expired_rows_total{table=\"t\"} 2"));
+    free(text);
+    ss__emb_store_destroy(st);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK); /* gone from RocksDB */
+    float full[2 * 2 * DIM];
+    bool found[2] = {true, true};
+    ck_assert_int_eq(ss__emb_store_read_full(st, "t", (uint64_t[]){5, 6}, 2, full, found), SS_OK);
+    ck_assert(!found[0] && !found[1]);
+    ss__emb_store_destroy(st);
+    cfg.mem_cap_bytes = 1 << 20; /* spilling and forgetting do not mix */
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_ERR_INVALID_ARGUMENT);
+    ss__metrics_destroy(m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void) {
+    return ss__check_tests("emb_bounds", 30, NULL, NULL, test_admission_on_the_kth_push,
+                           test_rows_expire_after_ttl, test_budget_drops_least_recently_pushed,
+                           test_store_expiry_reaches_rocksdb);
+}
