@@ -133,15 +133,8 @@ ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t 
     return st;
 }
 
-ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
-                              size_t row_floats, const float *rows, bool sync) {
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    unsigned char key[KEY_LEN];
-    for (size_t i = 0; i < n; i++) {
-        row_key(key, table_id, ids[i]);
-        rocksdb_writebatch_put(wb, (const char *)key, KEY_LEN,
-                               (const char *)(rows + i * row_floats), row_floats * sizeof(float));
-    }
+/* Writes and destroys wb. */
+static ss_status write_batch(ss__emb_db *db, rocksdb_writebatch_t *wb, bool sync) {
     char *err = NULL;
     rocksdb_write(db->db, sync ? db->wopts_sync : db->wopts, wb, &err);
     rocksdb_writebatch_destroy(wb);
@@ -152,6 +145,18 @@ ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t 
     return SS_OK;
 }
 
+ss_status ss__emb_db_put_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                              size_t row_floats, const float *rows, bool sync) {
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    unsigned char key[KEY_LEN];
+    for (size_t i = 0; i < n; i++) {
+        row_key(key, table_id, ids[i]);
+        rocksdb_writebatch_put(wb, (const char *)key, KEY_LEN,
+                               (const char *)(rows + i * row_floats), row_floats * sizeof(float));
+    }
+    return write_batch(db, wb, sync);
+}
+
 ss_status ss__emb_db_delete_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
                                  bool sync) {
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
@@ -160,14 +165,7 @@ ss_status ss__emb_db_delete_rows(ss__emb_db *db, uint32_t table_id, const uint64
         row_key(key, table_id, ids[i]);
         rocksdb_writebatch_delete(wb, (const char *)key, KEY_LEN);
     }
-    char *err = NULL;
-    rocksdb_write(db->db, sync ? db->wopts_sync : db->wopts, wb, &err);
-    rocksdb_writebatch_destroy(wb);
-    if (err) {
-        rocksdb_free(err);
-        return SS_ERR_IO;
-    }
-    return SS_OK;
+    return write_batch(db, wb, sync);
 }
 
 static uint64_t get_be64(const unsigned char *p) {

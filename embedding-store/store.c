@@ -112,18 +112,21 @@ static ss_status load_rows(void *ctx, const uint64_t *ids, size_t n, float *rows
 /* A bounded table's series and bounds. */
 static void bound_table(ss__emb_store *st, store_table *tb) {
     const char *l[] = {"table", tb->spec.name, NULL};
-    ss__metrics_counter(st->metrics, "shadowsync_emb_admitted_total",
-                        "New ids given a row by admission (their --emb-admit-count-th push).", l,
-                        &tb->admitted);
-    ss__metrics_counter(st->metrics, "shadowsync_emb_not_admitted_total",
-                        "Updates of ids not admitted yet: counted, not stored.", l,
-                        &tb->not_admitted);
-    ss__metrics_counter(st->metrics, "shadowsync_emb_expired_rows_total",
-                        "Rows deleted (memory and RocksDB) after --emb-ttl-s without a push.", l,
-                        &tb->expired);
-    ss__metrics_counter(st->metrics, "shadowsync_emb_dropped_rows_total",
-                        "Least recently pushed rows deleted to keep --emb-max-live-rows.", l,
-                        &tb->dropped);
+    const struct {
+        const char *name, *help;
+        ss__counter **counter;
+    } series[] = {
+        {"shadowsync_emb_admitted_total",
+         "New ids given a row by admission (their --emb-admit-count-th push).", &tb->admitted},
+        {"shadowsync_emb_not_admitted_total",
+         "Updates of ids not admitted yet: counted, not stored.", &tb->not_admitted},
+        {"shadowsync_emb_expired_rows_total",
+         "Rows deleted (memory and RocksDB) after --emb-ttl-s without a push.", &tb->expired},
+        {"shadowsync_emb_dropped_rows_total",
+         "Least recently pushed rows deleted to keep --emb-max-live-rows.", &tb->dropped},
+    };
+    for (size_t i = 0; i < sizeof series / sizeof *series; i++)
+        ss__metrics_counter(st->metrics, series[i].name, series[i].help, l, series[i].counter);
     (void)ss__emb_table_set_bounds(tb->t, &st->cfg.bounds, wall_s()); /* checked at create */
 }
 

@@ -124,7 +124,10 @@ START_TEST(test_cli_bad_input) {
     ck_assert_int_eq(run(cmd, out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s --test b", CTR_TRAIN);
     ck_assert_int_eq(run(cmd, out, sizeof out), 2);
-    ck_assert_ptr_nonnull(strstr(out, "--train and --test are required"));
+    ck_assert_ptr_nonnull(strstr(out, "one of --train and --train-follow is required"));
+    snprintf(cmd, sizeof cmd, "%s --train a", CTR_TRAIN);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--test is required"));
     snprintf(cmd, sizeof cmd, "%s --rows ten --out x", CTR_GEN);
     ck_assert_int_eq(run(cmd, out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s --rows 10 --out /nonexistent/dir/x.tsv", CTR_GEN);
