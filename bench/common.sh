@@ -62,11 +62,13 @@ med() { tr ' ' '\n' <<<"$1" | grep . | median; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
-# bench_ps_start LOG: a shadowsync-ps on 127.0.0.1 with its /metrics, its
-# output in LOG; sets ps_pid, addr (gRPC) and ps_http. bench_ps_stop ends it.
+# bench_ps_start LOG [FLAGS...]: a shadowsync-ps on 127.0.0.1 with its
+# /metrics and FLAGS, its output in LOG; sets ps_pid, addr (gRPC) and
+# ps_http. bench_ps_stop ends it.
 bench_ps_start() {
   local log=$1
-  ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --http 127.0.0.1:0 >"$log" 2>&1 &
+  shift
+  ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --http 127.0.0.1:0 "$@" >"$log" 2>&1 &
   ps_pid=$!
   for _ in $(seq 100); do grep -q "http on" "$log" && break; sleep 0.05; done
   addr=$(grep -o 'listening on [0-9.:]*' "$log" | awk '{print $3}')

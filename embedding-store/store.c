@@ -406,8 +406,7 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
     bool has_db = cfg->db_path && *cfg->db_path;
     if (cfg->sync_writes && !has_db)
         return SS_ERR_INVALID_ARGUMENT;
-    if (bounded(cfg) &&
-        (cfg->max_rows || cfg->mem_cap_bytes || cfg->bounds.admit_count > UINT16_MAX))
+    if (bounded(cfg) && (cfg->mem_cap_bytes || cfg->bounds.admit_count > UINT16_MAX))
         return SS_ERR_INVALID_ARGUMENT; /* a bounded table is held whole (emb_store.h) */
     ss__emb_store *st = calloc(1, sizeof *st);
     if (!st)
@@ -468,7 +467,8 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
         ss__log(SS_LOG_ERROR, "emb", "event=restore_failed status=%s", ss_status_name(s));
     for (size_t i = 0; s == SS_OK && st->db && bounded(cfg) && i < st->ntables; i++)
         s = load_whole(st, st->tables[i]);
-    if (s == SS_OK && (st->db || cfg->mem_cap_bytes || bounded(cfg))) {
+    /* Always: it also keeps shadowsync_emb_resident_rows current. */
+    if (s == SS_OK) {
         if (pthread_create(&st->flusher, NULL, flusher_main, st) != 0)
             s = SS_ERR_NO_MEMORY;
         else

@@ -148,7 +148,9 @@ START_TEST(test_store_expiry_reaches_rocksdb) {
     snprintf(db, sizeof db, "%s/db", dir);
     ss__metrics *m;
     ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
-    ss__emb_store_config cfg = {.db_path = db, .metrics = m, .bounds = {.ttl_s = 2}};
+    /* max_rows (the PS's default is 50M) only refuses past it */
+    ss__emb_store_config cfg = {
+        .db_path = db, .metrics = m, .max_rows = 1000, .bounds = {.ttl_s = 2}};
     ss__emb_store *st;
     ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
     ss__emb_spec spec, stored;
@@ -172,6 +174,7 @@ START_TEST(test_store_expiry_reaches_rocksdb) {
     size_t len;
     ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
     ck_assert_ptr_nonnull(strstr(text, "shadowsync_emb_expired_rows_total{table=\"t\"} 2"));
+    ck_assert_ptr_nonnull(strstr(text, "shadowsync_emb_resident_rows 0"));
     free(text);
     ss__emb_store_destroy(st);
     ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK); /* gone from RocksDB */
