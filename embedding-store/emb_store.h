@@ -134,6 +134,27 @@ ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *name, char *pa
 ss_status ss__emb_db_decode_spec(const char *name, size_t nlen, const char *value, size_t vlen,
                                  ss__emb_spec *out);
 
+/* ---- deltas (store_deltas.c, delta_file.h) ---- */
+typedef struct ss__emb_delta_info ss__emb_delta_info;
+typedef struct ss__emb_delta_file ss__emb_delta_file;
+/* From now on every table (and every table made later) tracks its
+ * updated rows and deletions for deltas. */
+void ss__emb_store_track_changes(ss__emb_store *st);
+/* Writes a delta (every row updated and every id deleted since the last
+ * one) or a base (every row, spilled ones too) of every table to a new
+ * file at path; *out (may be NULL) says what it holds. SS_ERR_STATE
+ * unless tracking; SS_ERR_IO when the file cannot be made or written (it
+ * is removed; what was taken is lost to deltas: write a base next). */
+ss_status ss__emb_store_write_delta(ss__emb_store *st, const char *path, uint64_t seq, bool base,
+                                    ss__emb_delta_info *out);
+/* Applies a checked delta file: tables made as needed; a base first
+ * empties each table it holds. SS_ERR_SIZE_MISMATCH: a table of that name
+ * with another dim or optimizer. */
+ss_status ss__emb_store_apply_delta(ss__emb_store *st, const ss__emb_delta_file *f);
+/* A follower: requests create no table (OpenTable of a missing table is
+ * SS_ERR_STATE, saying why). */
+void ss__emb_store_set_read_only(ss__emb_store *st);
+
 typedef struct ss__emb_store_stats {
     ss__emb_table_stats table;
     uint64_t lookups, pushes, elastic; /* rows served */

@@ -203,6 +203,25 @@ typedef void (*ss__emb_on_delete)(void *ctx, const uint64_t *ids, size_t n);
 size_t ss__emb_table_sweep(ss__emb_table *t, uint64_t now_s, ss__emb_on_delete on_delete,
                            void *ctx);
 
+/* Deltas (online export). A table tracks its changes once asked: every
+ * update marks its row changed; every deletion (a bound's, or
+ * ss__emb_table_delete) is kept as a tombstone until taken. */
+void ss__emb_table_track_changes(ss__emb_table *t);
+/* rows NULL: ids are deletions. A non-OK status stops the take. */
+typedef ss_status (*ss__emb_row_sink)(void *ctx, const uint64_t *ids, const float *rows, size_t n);
+/* Hands the sink the ids deleted since the last take (rows NULL), then
+ * every row updated since (every resident row when all), full rows
+ * (data + state), a stripe's batch at a time outside the locks, clearing
+ * their marks; a row updated meanwhile is in this take or the next. On a
+ * sink error what was not taken stays marked for the next take. */
+ss_status ss__emb_table_take_changes(ss__emb_table *t, bool all, ss__emb_row_sink sink, void *ctx);
+/* A follower applying a delta: full rows replace (or create) theirs, and
+ * delete removes rows (returns how many were resident). Both count as
+ * updates of the row for the owner (dirty, changed). */
+ss_status ss__emb_table_put_full(ss__emb_table *t, const uint64_t *ids, size_t n,
+                                 const float *rows);
+size_t ss__emb_table_delete(ss__emb_table *t, const uint64_t *ids, size_t n);
+
 typedef struct ss__emb_table_stats {
     uint64_t resident_rows, dirty_rows;
     uint64_t row_bytes;   /* bytes of resident rows in their slabs (row stride included) */

@@ -15,43 +15,10 @@
 #include "embedding-store/checkpoints_internal.h"
 #include "embedding-store/emb_db_internal.h"
 #include "embedding-store/emb_store.h"
+#include "embedding-store/store_internal.h"
 
 #define FLUSH_BATCH      65536
 #define FLUSH_MAX_ROUNDS 1024
-
-typedef struct store_table {
-    ss__emb_table *t;
-    ss__emb_spec spec;
-    uint32_t tid;
-    struct ss__emb_store *st;
-    ss__counter *lookups, *pushes, *elastic;
-    /* bounds: the table's counters as last reported, and the series */
-    ss__emb_table_stats reported;
-    ss__counter *admitted, *not_admitted, *expired, *dropped;
-} store_table;
-
-struct ss__emb_store {
-    ss__emb_store_config cfg;
-    ss__metrics *metrics, *own_metrics;
-    ss__emb_db *db;
-    pthread_rwlock_t lock; /* the table list */
-    store_table *tables[SS_EMB_MAX_TABLES];
-    size_t ntables;
-    pthread_mutex_t flush_lock; /* one flush at a time (see flush_table) */
-    ss__emb_dirty scratch;      /* under flush_lock */
-    pthread_mutex_t stop_lock;
-    pthread_cond_t stop_cond;
-    bool stop, flusher_running;
-    pthread_t flusher;
-    /* Every update applied before this time (CLOCK_MONOTONIC ns) is in the
-     * database: the start of the last flush of every table that ended
-     * well. Pushes read it to see whether the flusher keeps up. */
-    _Atomic uint64_t written_before_ns;
-    ss__counter *flushed_rows, *flushes, *evicted, *write_waits;
-    ss__histogram *flush_seconds, *checkpoint_seconds, *write_wait_seconds;
-    ss__gauge *resident_rows;
-    uint64_t last_sweep_ns;
-};
 
 static bool bounded(const ss__emb_store_config *cfg) {
     const ss__emb_bounds *b = &cfg->bounds;
@@ -157,9 +124,17 @@ static ss_status add_table(ss__emb_store *st, const ss__emb_spec *spec, store_ta
                         l_elastic, &tb->elastic);
     if (bounded(&st->cfg))
         bound_table(st, tb);
+    if (st->tracking)
+        ss__emb_table_track_changes(tb->t);
     st->tables[st->ntables++] = tb;
     *out = tb;
     return SS_OK;
+}
+
+ss_status ss__emb_store_add_table_locked(ss__emb_store *st, const ss__emb_spec *spec,
+                                         store_table **out) {
+    ss_status s = st->db ? ss__emb_db_put_spec(st->db, spec) : SS_OK;
+    return s == SS_OK ? add_table(st, spec, out) : s;
 }
 
 static ss_status restore_spec(void *ctx, const ss__emb_spec *spec) {
@@ -534,13 +509,17 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
                 st->tables[i]->spec.name);
             s = SS_ERR_EXISTS;
         }
-    if (s == SS_OK && !tb && st->ntables >= st->cfg.max_tables) {
+    if (s == SS_OK && !tb && st->read_only) {
+        say(why, whylen,
+            "table %s does not exist here, and this PS is a read-only follower: tables are "
+            "created on the training PS",
+            spec->name);
+        s = SS_ERR_STATE;
+    } else if (s == SS_OK && !tb && st->ntables >= st->cfg.max_tables) {
         say(why, whylen, "the store holds %zu tables, its limit (--max-tables)", st->ntables);
         s = SS_ERR_TOO_LARGE;
     } else if (s == SS_OK && !tb) {
-        s = st->db ? ss__emb_db_put_spec(st->db, spec) : SS_OK;
-        if (s == SS_OK)
-            s = add_table(st, spec, &tb);
+        s = ss__emb_store_add_table_locked(st, spec, &tb);
         if (s == SS_OK)
             ss__log(SS_LOG_INFO, "emb", "event=table_created table=%s dim=%u optimizer=%s",
                     spec->name, spec->dim, spec->optimizer == SS_EMB_ADAGRAD ? "adagrad" : "sgd");

@@ -104,8 +104,8 @@ void ss__emb_row_free(ss__emb_table *t, stripe *s, const slot *sl) {
     s->free_head = sl->row;
 }
 
-static void mark_dirty(ss__emb_table *t, stripe *s, slot *sl) {
-    sl->meta = (sl->meta & ~META_STAMP_MASK) + META_VERSION + stamp_now(t);
+void ss__emb_table_mark_updated(ss__emb_table *t, stripe *s, slot *sl) {
+    sl->meta = ((sl->meta & ~META_STAMP_MASK) + META_VERSION + stamp_now(t)) | META_CHANGED;
     if (!(sl->meta & META_DIRTY)) {
         sl->meta |= META_DIRTY;
         s->dirty++;
@@ -137,6 +137,7 @@ ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, 
     }
     for (int i = 0; i < STRIPES; i++)
         pthread_mutex_init(&t->s[i].lock, NULL);
+    pthread_mutex_init(&t->tomb_lock, NULL);
     *out = t;
     return SS_OK;
 }
@@ -155,6 +156,8 @@ void ss__emb_table_destroy(ss__emb_table *t) {
     }
     ss__row_arena_destroy(t->arena); /* with a jemalloc arena: every slab at once */
     ss__emb_admission_destroy(t->admission);
+    pthread_mutex_destroy(&t->tomb_lock);
+    free(t->tombs);
     free(t);
 }
 
@@ -386,7 +389,7 @@ static void op_copy_full(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *
 static void op_gradient(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
     io_ctx *c = ctx;
     if (ss__emb_apply_gradient(&t->spec, row_of(t, s, sl), c->in + i * t->spec.dim))
-        mark_dirty(t, s, sl);
+        ss__emb_table_mark_updated(t, s, sl);
     else
         c->refused++;
 }
@@ -400,7 +403,7 @@ static void op_elastic(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ct
     } else if (!ss__emb_elastic_encoded(row_of(t, s, sl), c->in + i * dim, c->alpha, c->enc,
                                         c->enc_out + i * c->enc->row_bytes, dim))
         c->not_held++;
-    mark_dirty(t, s, sl);
+    ss__emb_table_mark_updated(t, s, sl);
 }
 
 /* An update of an id admission kept out: nothing stored, a zero delta
@@ -421,6 +424,11 @@ static void loose_zero_delta(ss__emb_table *t, const float *full, size_t i, void
 
 static void loose_none(ss__emb_table *t, const float *full, size_t i, void *ctx) {
     (void)t, (void)full, (void)i, (void)ctx;
+}
+
+ss_status ss__emb_table_for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, row_op op,
+                                 void *ctx) {
+    return for_rows(t, ids, n, ROWS_WRITE, op, NULL, ctx);
 }
 
 ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows) {

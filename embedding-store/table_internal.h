@@ -19,14 +19,16 @@
 
 #define SLAB_BYTES (1u << 20)
 
-/* slot.meta: the row's version in the high 22 bits (bumped by every
- * update, compared for equality only, so it may wrap), its push stamp (8
- * bits: the bounds' clock when it was last updated), then two flags. */
+/* slot.meta: the row's version in the high 21 bits (bumped by every
+ * update, compared for equality only, so it may wrap), the changed flag
+ * of deltas, its push stamp (8 bits: the bounds' clock when it was last
+ * updated), then two flags. */
 #define META_REF         1u /* CLOCK reference bit */
 #define META_DIRTY       2u /* updated since last written/synced */
 #define META_STAMP_SHIFT 2
 #define META_STAMP_MASK  (0xffu << META_STAMP_SHIFT)
-#define META_VERSION     (1u << 10) /* one version step */
+#define META_CHANGED     (1u << 10) /* updated since the last delta took it */
+#define META_VERSION     (1u << 11) /* one version step */
 
 typedef struct slot {
     uint64_t id;
@@ -63,6 +65,13 @@ struct ss__emb_table {
     _Atomic uint32_t stamp_now;   /* the clock, in ticks (its low 8 bits are stamped) */
     ss__emb_admission *admission; /* NULL: every new row is stored */
     atomic_uint_fast64_t admitted, not_admitted, expired, dropped;
+    /* Deltas (ss__emb_table_track_changes): ids deleted since the last
+     * take, under tomb_lock (taken inside a stripe's lock, never around
+     * one). */
+    bool tracking;
+    pthread_mutex_t tomb_lock;
+    uint64_t *tombs;
+    size_t ntombs, tombs_cap;
     stripe s[STRIPES];
 };
 
@@ -113,6 +122,18 @@ static inline float *row_of(const ss__emb_table *t, const stripe *s, const slot 
 static inline uint32_t stamp_now(const ss__emb_table *t) {
     return (atomic_load_explicit(&t->stamp_now, memory_order_relaxed) & 0xffu) << META_STAMP_SHIFT;
 }
+
+/* Marks a row updated: version, stamp, dirty, changed (table.c). */
+void ss__emb_table_mark_updated(ss__emb_table *t, stripe *s, slot *sl);
+/* Runs op on every id's row, loading and inserting the missing ones
+ * (WRITE mode of table.c's for_rows); op(t, s, sl, i, ctx). */
+ss_status ss__emb_table_for_rows(ss__emb_table *t, const uint64_t *ids, size_t n,
+                                 void (*op)(ss__emb_table *t, stripe *s, slot *sl, size_t i,
+                                            void *ctx),
+                                 void *ctx);
+
+/* Records a deleted id for the next delta (when tracking). */
+void ss__emb_table_tombstone(ss__emb_table *t, uint64_t id);
 
 /* Frees a slot's row to its stripe's free list (the slot stays). */
 void ss__emb_row_free(ss__emb_table *t, stripe *s, const slot *sl);

@@ -107,7 +107,9 @@ size_t ss__emb_table_evict(ss__emb_table *t, size_t max_rows) {
         for (size_t steps = 0; s->count > per_stripe && steps < 2 * s->cap;) {
             size_t i = s->hand & (s->cap - 1);
             slot *sl = &s->slots[i];
-            if (sl->row && !(sl->meta & META_DIRTY)) {
+            /* not dirty (unwritten) nor, with deltas, not yet in one */
+            if (sl->row && !(sl->meta & META_DIRTY) &&
+                !(t->tracking && (sl->meta & META_CHANGED))) {
                 if (sl->meta & META_REF) {
                     sl->meta &= ~META_REF;
                 } else {
@@ -174,6 +176,7 @@ static void delete_at(ss__emb_table *t, stripe *s, size_t i, deleted *d) {
     }
     if (d->n < d->cap) /* out of memory: deleted here, not reported (the store keeps it) */
         d->ids[d->n++] = sl->id;
+    ss__emb_table_tombstone(t, sl->id);
     ss__emb_row_free(t, s, sl);
     ss__emb_stripe_remove_at(s, i);
     atomic_fetch_sub(&t->resident, 1);

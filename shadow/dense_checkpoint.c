@@ -10,22 +10,13 @@
 #include <unistd.h>
 
 #include "common/finite.h"
+#include "common/fnv.h"
 #include "common/private_files.h"
 
 static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '2'};
 static const char ckpt_magic_v1[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
-#define FNV_OFFSET     14695981039346656037ull
 #define MAX_NAME       1024
 #define MAX_GROUP_SIZE ((uint64_t)1 << 34)
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 /* n floats at p, which may be unaligned (a file's bytes), all finite? */
 static bool floats_finite(const void *p, size_t n) {
@@ -55,7 +46,7 @@ struct ss__dense_ckpt_writer {
 static void put(ss__dense_ckpt_writer *w, const void *p, size_t n) {
     if (w->ok && n && fwrite(p, 1, n, w->f) != n)
         w->ok = false;
-    w->hash = fnv1a(w->hash, p, n);
+    w->hash = ss__fnv1a(w->hash, p, n);
 }
 
 ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt_writer **out) {
@@ -79,7 +70,7 @@ ss_status ss__dense_ckpt_begin(const char *path, uint32_t groups, ss__dense_ckpt
         return SS_ERR_IO;
     }
     setvbuf(w->f, NULL, _IOFBF, 1 << 20);
-    w->hash = FNV_OFFSET;
+    w->hash = SS_FNV_OFFSET;
     w->expected = groups;
     w->ok = true;
     put(w, ckpt_magic, sizeof ckpt_magic);
@@ -281,7 +272,7 @@ ss_status ss__dense_ckpt_parse(uint8_t *buf, size_t len, bool verify_hash,
         st = SS_ERR_PARSE;
     if (st == SS_OK && verify_hash) {
         memcpy(&stored, f->buf + len - sizeof stored, sizeof stored);
-        if (fnv1a(FNV_OFFSET, f->buf, len - sizeof stored) != stored)
+        if (ss__fnv1a(SS_FNV_OFFSET, f->buf, len - sizeof stored) != stored)
             st = SS_ERR_PARSE;
     }
     if (st == SS_OK) {
