@@ -18,6 +18,7 @@
 #include "common/names.h"
 #include "common/private_files.h"
 #include "common/signals.h"
+#include "ps/deltas.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
 #include "rpc/auth.h"
@@ -37,7 +38,8 @@ static const ss__program program = {
 /* The command line. */
 typedef struct ps_options {
     const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file,
-        *tls_writers;
+        *tls_writers, *delta_dir, *follow;
+    int64_t delta_every_s, delta_base_every, delta_keep, follow_poll_ms;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
@@ -63,6 +65,9 @@ typedef struct ps_state {
     char path[4096];             /* checkpoint file; "" = none */
     char emb_root[4096];         /* embedding checkpoints, by name; "" = none */
     pthread_mutex_t save_lock;   /* one writer of path.tmp at a time */
+    ss__ps_deltas *deltas;       /* --delta-dir */
+    ss__ps_follower *follower;   /* --follow */
+    char follow_note[400];       /* what a refused write is told (fits a reply) */
 } ps_state;
 
 static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *groups) {
@@ -243,6 +248,12 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .tls_key = "",
                       .tls_ca = "",
                       .tls_writers = "",
+                      .delta_dir = "",
+                      .follow = "",
+                      .delta_every_s = 10,
+                      .delta_base_every = 10,
+                      .delta_keep = 2,
+                      .follow_poll_ms = 200,
                       .threads = 2,
                       .deadline_ms = 1000,
                       .member_timeout_ms = 5000,
@@ -304,6 +315,25 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "most embedding rows in memory, all tables (clean rows are evicted past it; requests "
          "are refused when none can be; 0 = no limit)",
          NULL, 0, 1e12},
+        {"delta-dir", SS_FLAG_STRING, &o->delta_dir,
+         "online: publish a delta here every --delta-every-s (embedding rows changed and "
+         "deleted since the last one, every dense centre), for checkpoints and followers "
+         "(\"\" = none)",
+         NULL, 0, 0},
+        {"delta-every-s", SS_FLAG_INT, &o->delta_every_s, "seconds between two deltas", NULL, 1,
+         86400},
+        {"delta-base-every", SS_FLAG_INT, &o->delta_base_every,
+         "every N-th delta is a base (every row); the first after a start always is", NULL, 1, 1e6},
+        {"delta-keep-bases", SS_FLAG_INT, &o->delta_keep,
+         "bases kept in --delta-dir, with the deltas after them (older ones are removed)", NULL, 1,
+         1000},
+        {"follow", SS_FLAG_STRING, &o->follow,
+         "serving replica: start from the newest base in this --delta-dir and apply its deltas "
+         "as they appear; serves Lookup, Stats and ReadCentral, refuses every write (\"\" = a "
+         "training PS)",
+         NULL, 0, 0},
+        {"follow-poll-ms", SS_FLAG_INT, &o->follow_poll_ms,
+         "--follow: a look for new deltas every this many ms", NULL, 10, 60000},
         {"emb-admit-count", SS_FLAG_INT, &o->emb_admit,
          "online tables: a new row id is stored on its K-th push (counted in a 2 MiB sketch per "
          "table; before that lookups give its initial row; 0 or 1 = at once)",
@@ -357,6 +387,13 @@ static int parse_options(int argc, char **argv, ps_options *o) {
 /* The checks across flags, and the token read. -1: go on; otherwise the
  * exit code. */
 static int check_options(ps_options *o) {
+    if (*o->follow &&
+        (*o->delta_dir || *o->ckpt_dir || o->emb_admit > 1 || o->emb_ttl_s || o->emb_max_live)) {
+        fprintf(stderr, "shadowsync-ps: --follow serves the training PS's state as its deltas "
+                        "say: --delta-dir, --checkpoint-dir and the --emb-* bounds belong to the "
+                        "training PS\n");
+        return 2;
+    }
     if ((o->emb_admit > 1 || o->emb_ttl_s || o->emb_max_live) && o->mem_cap_mb) {
         fprintf(stderr, "shadowsync-ps: --mem-cap-mb spills rows to RocksDB; --emb-admit-count, "
                         "--emb-ttl-s and --emb-max-live-rows hold a table whole and forget rows: "
@@ -412,6 +449,8 @@ static int check_options(ps_options *o) {
 
 /* Step 2: the dense state (restored from the checkpoint) and the
  * embedding store. */
+static int start_deltas(ps_state *ps, const ps_options *o);
+
 static int open_state(ps_state *ps, const ps_options *o) {
     ss__central_config ccfg = {.round_deadline_ms = (uint32_t)o->deadline_ms,
                                .member_timeout_ms = (uint32_t)o->member_timeout_ms,
@@ -447,10 +486,52 @@ static int open_state(ps_state *ps, const ps_options *o) {
     }
     if (*o->ckpt_dir && restore(ps, o->ckpt_dir) != 0)
         return 1;
+    return start_deltas(ps, o);
+}
+
+/* Step 2, online: deltas out (--delta-dir) or in (--follow). */
+static int start_deltas(ps_state *ps, const ps_options *o) {
+    char why[512] = "";
+    ss_status st = SS_OK;
+    if (*o->delta_dir) {
+        const ss__ps_deltas_config dc = {.dir = o->delta_dir,
+                                         .every_s = (uint32_t)o->delta_every_s,
+                                         .base_every = (uint32_t)o->delta_base_every,
+                                         .keep_bases = (uint32_t)o->delta_keep,
+                                         .store = ps->store,
+                                         .centre = ps->centre,
+                                         .metrics = ps->metrics};
+        if ((st = ss__ps_deltas_start(&dc, &ps->deltas, why, sizeof why)) == SS_OK)
+            printf("shadowsync-ps: a delta every %llds into %s (a base every %lld)\n",
+                   (long long)o->delta_every_s, o->delta_dir, (long long)o->delta_base_every);
+    } else if (*o->follow) {
+        const ss__ps_follower_config fc = {.dir = o->follow,
+                                           .poll_ms = (uint32_t)o->follow_poll_ms,
+                                           .store = ps->store,
+                                           .centre = ps->centre,
+                                           .metrics = ps->metrics};
+        snprintf(ps->follow_note, sizeof ps->follow_note,
+                 "this PS is a read-only follower of %s: it serves Lookup, Stats and "
+                 "ReadCentral; send writes to the training PS",
+                 o->follow);
+        if ((st = ss__ps_follower_start(&fc, &ps->follower, why, sizeof why)) == SS_OK)
+            printf("shadowsync-ps: following %s (read-only)\n", o->follow);
+    }
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: %s\n", *why ? why : ss_strerror(st));
+        return 1;
+    }
     if (*o->emb_db)
         printf("shadowsync-ps: embedding rows in %s (%s)\n", o->emb_db,
                o->sync_writes ? "sync writes" : "write-behind");
     return 0;
+}
+
+/* A follower's answer to every write. */
+static void refuse_follower(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    (void)req, (void)len;
+    reply->status = SS_ERR_STATE;
+    snprintf(reply->message, sizeof reply->message, "%s", ((ps_state *)ctx)->follow_note);
 }
 
 /* Step 3: both services on one gRPC server. */
@@ -471,6 +552,10 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
         methods[nmethods++] = dense_methods[i];
     for (size_t i = 0; i < SS_EMB_METHODS && nmethods < 32; i++)
         methods[nmethods++] = ps->esvc.methods[i];
+    for (size_t i = 0; ps->follower && i < nmethods; i++) /* OpenTable: the store refuses */
+        if (!methods[i].read_only && strcmp(methods[i].path, SS_EMB_M_OPEN) != 0)
+            methods[i] = (ss__rpc_method){methods[i].path, refuse_follower,     false, ps,
+                                          false,           SS_RPC_SMALL_REQUEST};
     ss__rpc_tls tls = {.cert_file = *o->tls_cert ? o->tls_cert : NULL,
                        .key_file = *o->tls_key ? o->tls_key : NULL,
                        .ca_file = *o->tls_ca ? o->tls_ca : NULL};
@@ -540,6 +625,8 @@ static void serve(ps_state *ps, const ps_options *o, const sigset_t *sigs) {
 static int shut_down(ps_state *ps, const ps_options *o, bool served) {
     ss__http_server_stop(ps->web);
     ss__rpc_server_stop(ps->srv);
+    ss__ps_deltas_stop(ps->deltas); /* one last delta: what changed since the one before */
+    ss__ps_follower_stop(ps->follower);
     int rc = 0;
     if (served && *o->ckpt_dir) {
         size_t groups = 0;

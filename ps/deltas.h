@@ -1,0 +1,71 @@
+/* Deltas out of a training PS, and a serving PS that follows them.
+ *
+ * The directory (--delta-dir on the training PS, --follow on a follower)
+ * holds one directory per delta, named by its sequence number and kind:
+ * "00000000000000000042-delta" or "...-base", each holding emb.delta (the
+ * embedding rows: embedding-store/delta_file.h) and dense.ckpt (every
+ * dense group's centre: shadow/dense_checkpoint.h). A delta is built in a
+ * hidden temporary directory and renamed into place, so a reader sees a
+ * whole delta or none, and SIGKILL mid-write leaves the ones before it.
+ * The first delta after a start, the one after a failed write and every
+ * --delta-base-every-th one are bases (every row); the newest
+ * --delta-keep-bases bases and the deltas after the oldest of them are
+ * kept, older ones removed.
+ *
+ * A follower applies the newest base, then each delta in sequence order
+ * as it appears. A delta it cannot read whole (torn, truncated, corrupted)
+ * is refused with the reason in the log and in
+ * shadowsync_follower_refused_total: it keeps serving its last good state
+ * and, since the deltas after a missing one cannot apply, waits for the
+ * next base (a gap in the sequence re-bases the same way). */
+#ifndef SS_PS_DELTAS_H
+#define SS_PS_DELTAS_H
+
+#include <stdint.h>
+
+#include "common/metrics.h"
+#include "embedding-store/emb_store.h"
+#include "shadow/central.h"
+
+typedef struct ss__ps_deltas ss__ps_deltas;
+
+typedef struct ss__ps_deltas_config {
+    const char *dir;     /* made 0700 when missing; an existing one must be private */
+    uint32_t every_s;    /* a delta every this many seconds (>= 1) */
+    uint32_t base_every; /* a base every this many deltas (>= 1; 1: every one a base) */
+    uint32_t keep_bases; /* bases kept, with the deltas after them (>= 1) */
+    ss__emb_store *store;
+    ss__central *centre;
+    ss__metrics *metrics;
+} ss__ps_deltas_config;
+
+/* Starts tracking the store's changes and the writer thread; its first
+ * delta (a base) comes every_s from now. SS_ERR_PERMISSION / SS_ERR_IO
+ * with why for the directory. */
+ss_status ss__ps_deltas_start(const ss__ps_deltas_config *cfg, ss__ps_deltas **out, char *why,
+                              size_t whylen);
+/* Writes one more delta (what changed since the last), then stops. */
+void ss__ps_deltas_stop(ss__ps_deltas *d);
+
+typedef struct ss__ps_follower ss__ps_follower;
+
+typedef struct ss__ps_follower_config {
+    const char *dir;
+    uint32_t poll_ms; /* a look for new deltas every this many ms (>= 10) */
+    ss__emb_store *store;
+    ss__central *centre;
+    ss__metrics *metrics;
+} ss__ps_follower_config;
+
+/* Applies what the directory holds now (the newest base and the deltas
+ * after it), then follows it in a thread. SS_ERR_IO with why when the
+ * directory cannot be read. */
+ss_status ss__ps_follower_start(const ss__ps_follower_config *cfg, ss__ps_follower **out, char *why,
+                                size_t whylen);
+void ss__ps_follower_stop(ss__ps_follower *f);
+
+/* One entry of a delta directory, by name: its sequence number and kind;
+ * false for a name that is not one ("...-base", "...-delta"). */
+bool ss__ps_delta_name_parse(const char *name, uint64_t *seq, bool *base);
+
+#endif

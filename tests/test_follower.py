@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""Deltas out of a training PS and a serving follower, black-box over gRPC.
+
+A training shadowsync-ps publishes a delta every second into --delta-dir; a
+second one started with --follow serves its state. Written against the
+.proto files (protoc + Debian's python3-grpcio), as an inference client
+would. Checks: what a client pushed and put in a dense centre is served by
+the follower within two delta periods, bit for bit; every write to the
+follower is refused, saying why; a corrupted delta is refused (the follower
+keeps its last good state) and the next base brings it back in step; a
+SIGKILL mid-stream leaves only whole deltas; the training PS's delta
+directory keeps the newest bases only.
+
+usage: test_follower.py SHADOWSYNC_PS RPC_DIR
+"""
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import grpc
+
+PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
+WORK = tempfile.mkdtemp(prefix="ss-follower-")
+GEN = os.path.join(WORK, "gen")
+os.makedirs(GEN)
+subprocess.run(
+    ["protoc", "-I", os.path.join(RPC_DIR, "dense"), "-I", os.path.join(RPC_DIR, "emb"),
+     "--python_out", GEN, "dense_sync.proto", "embedding.proto"],
+    check=True,
+)
+sys.path.insert(0, GEN)
+import dense_sync_pb2 as dense  # noqa: E402
+import embedding_pb2 as emb  # noqa: E402
+
+DIM = 4
+DELTAS = os.path.join(WORK, "deltas")
+
+
+def start_ps(name, extra):
+    """A shadowsync-ps on 127.0.0.1 with free ports: (process, grpc address, http address)."""
+    log = open(os.path.join(WORK, name + ".log"), "w+")  # noqa: SIM115 (the PS writes it)
+    ps = subprocess.Popen(
+        [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--insecure-loopback"]
+        + extra, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    m = None
+    while time.time() < deadline and not m:
+        time.sleep(0.05)
+        log.seek(0)
+        m = re.search(r"listening on (\S+), http on (\S+)", log.read())
+        if ps.poll() is not None:
+            break
+    log.seek(0)
+    text = log.read()
+    log.close()
+    assert m, "shadowsync-ps %s did not start: %s" % (name, text)
+    return ps, m.group(1), m.group(2)
+
+
+def call(addr, service, name, reply_cls, req):
+    with grpc.insecure_channel(addr) as ch:
+        return ch.unary_unary("/shadowsync.v1.%s/%s" % (service, name),
+                              request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=reply_cls.FromString)(req, timeout=10)
+
+
+def metric(http, name):
+    text = urllib.request.urlopen("http://%s/metrics" % http, timeout=5).read().decode()
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def metric_stopped_safe(http, name):
+    """A training PS's metric (the follower may be stopped meanwhile)."""
+    return metric(http, name) or 0
+
+
+def ids_bytes(ids):
+    return struct.pack("<%dQ" % len(ids), *ids)
+
+
+def lookup(addr, ids):
+    rows = call(addr, "Embedding", "Lookup", emb.LookupReply,
+                emb.LookupRequest(table="t", ids=ids_bytes(ids))).rows
+    return rows
+
+
+def entries():
+    return sorted(e for e in os.listdir(DELTAS) if not e.startswith("."))
+
+
+class Follower(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.train, cls.train_addr, cls.train_http = start_ps(
+            "train", ["--delta-dir", DELTAS, "--delta-every-s", "1", "--delta-base-every", "3",
+                      "--delta-keep-bases", "2"])
+        spec = emb.TableSpec(name="t", dim=DIM, optimizer=1, lr=0.1, eps=1e-8, init_scale=0.01)
+        call(cls.train_addr, "Embedding", "OpenTable", emb.OpenTableReply,
+             emb.OpenTableRequest(spec=spec))
+        cls.member = call(cls.train_addr, "DenseSync", "Join", dense.JoinReply,
+                          dense.JoinRequest(group="dense", size=3)).member
+        cls.push(list(range(1, 41)), 0.5)
+        cls.exchange([1.0, 2.0, 3.0])
+        time.sleep(2.5)  # a base is out
+        cls.follow, cls.follow_addr, cls.follow_http = start_ps(
+            "follow", ["--follow", DELTAS, "--follow-poll-ms", "50"])
+
+    @classmethod
+    def tearDownClass(cls):
+        for p in (cls.train, cls.follow):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=30)
+        if os.environ.get("KEEP") is None:
+            shutil.rmtree(WORK, ignore_errors=True)
+
+    @classmethod
+    def push(cls, ids, g):
+        grads = struct.pack("<%df" % (len(ids) * DIM), *([g] * len(ids) * DIM))
+        call(cls.train_addr, "Embedding", "Push", emb.PushReply,
+             emb.PushRequest(table="t", ids=ids_bytes(ids), grads=grads))
+
+    @classmethod
+    def exchange(cls, snap):
+        call(cls.train_addr, "DenseSync", "EasgdExchange", dense.EasgdReply,
+             dense.EasgdRequest(group="dense", member=cls.member, alpha=0.5,
+                                snapshot=struct.pack("<3f", *snap), size=3))
+
+    def wait_same(self, ids, seconds=5.0):
+        """Until the follower serves the training PS's rows for ids; how long it took."""
+        t0 = time.time()
+        want = lookup(self.train_addr, ids)
+        while time.time() - t0 < seconds:
+            if lookup(self.follow_addr, ids) == want:
+                return time.time() - t0
+            time.sleep(0.05)
+        self.fail("the follower did not catch up in %.0f s" % seconds)
+
+    def test_1_serves_the_training_state(self):
+        self.wait_same(list(range(1, 41)))
+        central = lambda a: call(a, "DenseSync", "ReadCentral", dense.ReadCentralReply,
+                                 dense.ReadCentralRequest(group="dense", size=3)).central
+        self.assertEqual(central(self.follow_addr), central(self.train_addr))
+        # a push shows on the follower within two delta periods (+ the poll)
+        self.push([5, 77], 1.0)
+        took = self.wait_same([5, 77], seconds=4.0)
+        self.assertLess(took, 3.0)
+        self.assertGreaterEqual(metric(self.follow_http, "shadowsync_follower_applied_seq"), 2)
+
+    def test_2_refuses_writes(self):
+        for service, name, reply, req in [
+                ("Embedding", "Push", emb.PushReply,
+                 emb.PushRequest(table="t", ids=ids_bytes([1]), grads=b"\0" * 4 * DIM)),
+                ("Embedding", "Elastic", emb.ElasticReply,
+                 emb.ElasticRequest(table="t", ids=ids_bytes([1]), rows=b"\0" * 4 * DIM,
+                                    alpha=0.5)),
+                ("DenseSync", "Join", dense.JoinReply, dense.JoinRequest(group="g", size=3)),
+                ("Embedding", "OpenTable", emb.OpenTableReply,
+                 emb.OpenTableRequest(spec=emb.TableSpec(name="new", dim=2, lr=0.1, eps=1e-8,
+                                                         init_scale=0.01)))]:
+            with self.assertRaises(grpc.RpcError) as e:
+                call(self.follow_addr, service, name, reply, req)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION, name)
+            self.assertIn("read-only follower", e.exception.details(), name)
+
+    def test_3_corrupted_delta_refused_then_rebased(self):
+        refused = metric(self.follow_http, "shadowsync_follower_refused_total")
+        rebases = metric(self.follow_http, "shadowsync_follower_rebases_total")
+        self.follow.send_signal(signal.SIGSTOP)  # it reads nothing while a delta is damaged
+        try:
+            applied = int(metric_stopped_safe(self.train_http, "shadowsync_delta_seq"))
+            self.push([9], 2.0)
+            deadline = time.time() + 5
+            nxt = None
+            while time.time() < deadline and not nxt:
+                names = [n for n in entries() if int(n.split("-")[0]) > applied
+                         and n.endswith("-delta")]
+                nxt = names[0] if names else None
+                time.sleep(0.05)
+            self.assertIsNotNone(nxt, "no delta was published")
+            path = os.path.join(DELTAS, nxt, "emb.delta")
+            data = bytearray(open(path, "rb").read())
+            data[len(data) // 2] ^= 0x40
+            with open(path, "wb") as f:
+                f.write(data)
+        finally:
+            self.follow.send_signal(signal.SIGCONT)
+        # Refused, still serving. The deltas after it cannot apply: a row
+        # pushed now comes only with the next base.
+        self.push([11], 3.0)
+        self.wait_same([9, 11], seconds=8.0)
+        self.assertGreater(metric(self.follow_http, "shadowsync_follower_refused_total"), refused)
+        text = urllib.request.urlopen("http://%s/metrics" % self.follow_http).read().decode()
+        self.assertGreater(metric(self.follow_http, "shadowsync_follower_rebases_total"), rebases,
+                           "\n".join(l for l in text.splitlines() if "follower" in l))
+
+    def test_4_keeps_newest_bases(self):
+        time.sleep(3)
+        names = entries()
+        bases = [n for n in names if n.endswith("-base")]
+        self.assertLessEqual(len(bases), 2, names)
+        self.assertTrue(names[0].endswith("-base"), names)  # nothing before the oldest base
+
+    def test_5_sigkill_leaves_whole_deltas(self):
+        self.push(list(range(100, 140)), 0.25)
+        time.sleep(1.2)
+        self.train.send_signal(signal.SIGKILL)
+        self.train.wait(timeout=10)
+        for name in entries():
+            self.assertTrue(re.fullmatch(r"\d{20}-(base|delta)", name), name)
+            self.assertTrue(os.path.exists(os.path.join(DELTAS, name, "emb.delta")), name)
+            self.assertTrue(os.path.exists(os.path.join(DELTAS, name, "dense.ckpt")), name)
+        # the follower still serves
+        self.assertEqual(len(lookup(self.follow_addr, [1, 2])), 2 * DIM * 4)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
