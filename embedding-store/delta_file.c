@@ -279,25 +279,17 @@ static ss_status read_all(const char *path, unsigned char **buf, size_t *len) {
     return SS_OK;
 }
 
-ss_status ss__emb_delta_read(const char *path, ss__emb_delta_file **out, char *why, size_t whylen) {
-    unsigned char *buf;
-    size_t len;
-    ss_status st = read_all(path, &buf, &len);
-    if (st != SS_OK) {
-        say(why, whylen, st == SS_ERR_NOT_FOUND ? "no such file" : "cannot be read");
-        return st;
-    }
+ss_status ss__emb_delta_parse(unsigned char *buf, size_t len, bool check_hash,
+                              ss__emb_delta_file **out, char *why, size_t whylen) {
     uint64_t stored;
     if (len < HEADER_BYTES + 1 + 8 || memcmp(buf, delta_magic, 8) != 0) {
         free(buf);
-        say(why, whylen, "not a delta file (no SSEMBD01 header), or truncated");
-        return SS_ERR_PARSE;
+        return parse_error(why, whylen, "not a delta file (no SSEMBD01 header), or truncated");
     }
     memcpy(&stored, buf + len - 8, 8);
-    if (ss__fnv1a(SS_FNV_OFFSET, buf, len - 8) != stored) {
+    if (check_hash && ss__fnv1a(SS_FNV_OFFSET, buf, len - 8) != stored) {
         free(buf);
-        say(why, whylen, "checksum mismatch: torn or corrupted");
-        return SS_ERR_PARSE;
+        return parse_error(why, whylen, "checksum mismatch: torn or corrupted");
     }
     ss__emb_delta_file *f = calloc(1, sizeof *f);
     if (!f) {
@@ -309,12 +301,24 @@ ss_status ss__emb_delta_read(const char *path, ss__emb_delta_file **out, char *w
     memcpy(&f->info.seq, buf + 8, 8);
     f->info.base = buf[16] != 0;
     memcpy(&f->info.written_ms, buf + 17, 8);
-    if ((st = walk(f, NULL, &f->info, why, whylen)) != SS_OK) {
+    ss_status st = walk(f, NULL, &f->info, why, whylen);
+    if (st != SS_OK) {
         ss__emb_delta_close(f);
         return st;
     }
     *out = f;
     return SS_OK;
+}
+
+ss_status ss__emb_delta_read(const char *path, ss__emb_delta_file **out, char *why, size_t whylen) {
+    unsigned char *buf;
+    size_t len;
+    ss_status st = read_all(path, &buf, &len);
+    if (st != SS_OK) {
+        say(why, whylen, st == SS_ERR_NOT_FOUND ? "no such file" : "cannot be read");
+        return st;
+    }
+    return ss__emb_delta_parse(buf, len, true, out, why, whylen);
 }
 
 void ss__emb_delta_info_of(const ss__emb_delta_file *f, ss__emb_delta_info *out) {

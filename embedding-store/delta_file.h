@@ -51,6 +51,10 @@ typedef struct ss__emb_delta_info {
 /* Reads and checks the whole file. SS_ERR_NOT_FOUND: no such file;
  * SS_ERR_PARSE: torn, truncated or corrupted, with why. */
 ss_status ss__emb_delta_read(const char *path, ss__emb_delta_file **out, char *why, size_t whylen);
+/* The same from a malloc'd buffer, which it takes (freed on failure);
+ * check_hash false skips the checksum (the fuzz target's way past it). */
+ss_status ss__emb_delta_parse(unsigned char *buf, size_t len, bool check_hash,
+                              ss__emb_delta_file **out, char *why, size_t whylen);
 void ss__emb_delta_info_of(const ss__emb_delta_file *f, ss__emb_delta_info *out);
 
 /* Walks the records in order: table(ctx, spec) for each 'S', then rows(ctx,
