@@ -26,6 +26,16 @@ import unittest
 import urllib.request
 
 import grpc
+import importlib.util
+import numpy as np
+
+# shadowsync.deltas is pure Python: loaded from its file, without the package
+# (whose __init__ loads libshadowsync).
+_spec = importlib.util.spec_from_file_location(
+    "deltas", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
+                           "shadowsync", "deltas.py"))
+deltas = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(deltas)
 
 PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
 WORK = tempfile.mkdtemp(prefix="ss-follower-")
@@ -188,7 +198,8 @@ class Follower(unittest.TestCase):
                 time.sleep(0.05)
             self.assertIsNotNone(nxt, "no delta was published")
             path = os.path.join(DELTAS, nxt, "emb.delta")
-            data = bytearray(open(path, "rb").read())
+            with open(path, "rb") as f:
+                data = bytearray(f.read())
             data[len(data) // 2] ^= 0x40
             with open(path, "wb") as f:
                 f.write(data)
@@ -209,6 +220,34 @@ class Follower(unittest.TestCase):
         bases = [n for n in names if n.endswith("-base")]
         self.assertLessEqual(len(bases), 2, names)
         self.assertTrue(names[0].endswith("-base"), names)  # nothing before the oldest base
+
+    def test_45_python_reader(self):
+        """shadowsync.deltas.load gives what the training PS serves, bit for bit."""
+        self.push([3, 500], 0.75)
+        seq = metric(self.train_http, "shadowsync_delta_seq")
+        while metric(self.train_http, "shadowsync_delta_seq") < seq + 2:  # one after the push
+            time.sleep(0.1)
+        snap = deltas.load(DELTAS)
+        ids = [1, 3, 5, 9, 11, 500, 12345]
+        rows, found = snap.lookup("t", ids)
+        want = np.frombuffer(lookup(self.train_addr, ids), "<f4").reshape(len(ids), DIM)
+        for k, i in enumerate(ids):
+            if found[k]:
+                self.assertEqual(rows[k].tobytes(), want[k].tobytes(), i)
+        self.assertEqual(list(found), [True] * 6 + [False])
+        central = call(self.train_addr, "DenseSync", "ReadCentral", dense.ReadCentralReply,
+                       dense.ReadCentralRequest(group="dense", size=3)).central
+        self.assertEqual(snap.dense["dense"].tobytes(), central)
+        # a damaged copy raises, naming the file and why
+        bad = os.path.join(WORK, "bad")
+        shutil.copytree(DELTAS, bad)
+        newest_base = max(n for n in os.listdir(bad) if n.endswith("-base"))
+        with open(os.path.join(bad, newest_base, "emb.delta"), "r+b") as f:
+            f.seek(30)
+            f.write(b"\xff")
+        with self.assertRaises(deltas.DeltaError) as e:
+            deltas.load(bad)
+        self.assertIn("checksum", str(e.exception))
 
     def test_5_sigkill_leaves_whole_deltas(self):
         self.push(list(range(100, 140)), 0.25)
