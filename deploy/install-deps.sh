@@ -27,6 +27,7 @@ BUILD=(
   libprotobuf-c-dev   # protobuf-c runtime
   protobuf-c-compiler # protoc-c, generates rpc/<protocol>/*.pb-c.[ch]
   librocksdb-dev
+  zlib1g-dev          # CRC-32 of delta files (embedding-store/delta_file.c)
   libjemalloc-dev
   libmicrohttpd-dev
   libcurl4-openssl-dev

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "common/finite.h"
-#include "common/fnv.h"
+#include <zlib.h>
 
 static const char delta_magic[8] = {'S', 'S', 'E', 'M', 'B', 'D', '0', '1'};
 #define HEADER_BYTES (8 + 8 + 1 + 8)
@@ -18,12 +18,23 @@ static const char delta_magic[8] = {'S', 'S', 'E', 'M', 'B', 'D', '0', '1'};
 struct ss__emb_delta_writer {
     int fd;
     char path[4096];
-    uint64_t hash;
+    uLong crc; /* zlib's CRC-32 of every byte written so far */
     size_t row_floats; /* of the current table */
     bool failed;
     size_t len;
     unsigned char buf[WBUF];
 };
+
+/* zlib's CRC-32 moved over n bytes, in the parts crc32() takes. */
+static uLong crc_update(uLong c, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t off = 0; off < n;) {
+        const size_t k = n - off < ((size_t)1 << 30) ? n - off : ((size_t)1 << 30);
+        c = crc32(c, b + off, (uInt)k);
+        off += k;
+    }
+    return c;
+}
 
 static void flush_buf(ss__emb_delta_writer *w) {
     size_t off = 0;
@@ -40,7 +51,7 @@ static void flush_buf(ss__emb_delta_writer *w) {
 }
 
 static void put(ss__emb_delta_writer *w, const void *p, size_t n) {
-    w->hash = ss__fnv1a(w->hash, p, n);
+    w->crc = crc_update(w->crc, p, n);
     const unsigned char *b = p;
     while (n) {
         if (w->len == WBUF)
@@ -72,7 +83,7 @@ ss_status ss__emb_delta_begin(const char *path, uint64_t seq, bool base, uint64_
         free(w);
         return SS_ERR_IO;
     }
-    w->hash = SS_FNV_OFFSET;
+    w->crc = crc32(0L, Z_NULL, 0);
     w->failed = false;
     w->len = 0;
     w->row_floats = 0;
@@ -120,8 +131,8 @@ static void discard(ss__emb_delta_writer *w) {
 
 ss_status ss__emb_delta_commit(ss__emb_delta_writer *w) {
     put(w, "Z", 1);
-    const uint64_t h = w->hash;
-    put(w, &h, 8);
+    const uint32_t c = (uint32_t)w->crc;
+    put(w, &c, 4);
     flush_buf(w);
     if (w->failed || fsync(w->fd) != 0) {
         discard(w);
@@ -158,6 +169,10 @@ static bool take(cursor *c, void *out, size_t n) {
     memcpy(out, c->p, n);
     c->p += n;
     return true;
+}
+
+static uint32_t checksum(const unsigned char *p, size_t n) {
+    return (uint32_t)crc_update(crc32(0L, Z_NULL, 0), p, n);
 }
 
 static void say(char *why, size_t whylen, const char *what) {
@@ -281,13 +296,13 @@ static ss_status read_all(const char *path, unsigned char **buf, size_t *len) {
 
 ss_status ss__emb_delta_parse(unsigned char *buf, size_t len, bool check_hash,
                               ss__emb_delta_file **out, char *why, size_t whylen) {
-    uint64_t stored;
-    if (len < HEADER_BYTES + 1 + 8 || memcmp(buf, delta_magic, 8) != 0) {
+    uint32_t stored;
+    if (len < HEADER_BYTES + 1 + 4 || memcmp(buf, delta_magic, 8) != 0) {
         free(buf);
         return parse_error(why, whylen, "not a delta file (no SSEMBD01 header), or truncated");
     }
-    memcpy(&stored, buf + len - 8, 8);
-    if (check_hash && ss__fnv1a(SS_FNV_OFFSET, buf, len - 8) != stored) {
+    memcpy(&stored, buf + len - 4, 4);
+    if (check_hash && checksum(buf, len - 4) != stored) {
         free(buf);
         return parse_error(why, whylen, "checksum mismatch: torn or corrupted");
     }
@@ -297,7 +312,7 @@ ss_status ss__emb_delta_parse(unsigned char *buf, size_t len, bool check_hash,
         return SS_ERR_NO_MEMORY;
     }
     f->buf = buf;
-    f->len = len - 8;
+    f->len = len - 4;
     memcpy(&f->info.seq, buf + 8, 8);
     f->info.base = buf[16] != 0;
     memcpy(&f->info.written_ms, buf + 17, 8);

@@ -9,7 +9,7 @@
  *     'D' deletions: u32 n, n x u64 id            (of the last 'S' table)
  *     'R' rows:      u32 n, n x u64 id, n x row_floats x f32 (data + state)
  *     'Z' the end,
- *   then a u64 FNV-1a of every byte before it.
+ *   then a u32 CRC-32 (zlib's, Python's zlib.crc32) of every byte before it.
  * A base holds every row; a delta the rows updated since the delta before
  * it and the ids deleted since. Applying a table's records in order gives
  * its state at the delta: deletions come before rows (a row deleted and

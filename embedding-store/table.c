@@ -172,8 +172,9 @@ typedef void (*row_op)(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ct
  * loader found it stored, else hand the loaded row to the loose op
  * without keeping it (READ), or as WRITE but a row stored nowhere is
  * inserted only when admission lets it in, else handed to the loose op
- * (UPDATE: an update of a new id). */
-typedef enum { ROWS_PEEK, ROWS_READ, ROWS_WRITE, ROWS_UPDATE } rows_mode;
+ * (UPDATE: an update of a new id), or insert it without asking the
+ * loader, its floats for op to fill (PUT: a whole row replaced). */
+typedef enum { ROWS_PEEK, ROWS_READ, ROWS_WRITE, ROWS_UPDATE, ROWS_PUT } rows_mode;
 /* READ's op for a row not kept: its full loaded values. */
 typedef void (*loose_op)(ss__emb_table *t, const float *full, size_t i, void *ctx);
 
@@ -332,7 +333,9 @@ static ss_status load_missing(ss__emb_table *t, const uint64_t *ids, const size_
         mids[k] = ids[missing[k]];
         stored[k] = true;
     }
-    if (st == SS_OK)
+    if (st == SS_OK && mode == ROWS_PUT)
+        memset(rows, 0, nm * t->row_floats * sizeof(float)); /* op writes every float */
+    else if (st == SS_OK)
         st = t->loader(t->loader_ctx, mids, nm, rows, stored);
     if (st == SS_OK)
         atomic_fetch_add(&t->loads, nm);
@@ -428,7 +431,7 @@ static void loose_none(ss__emb_table *t, const float *full, size_t i, void *ctx)
 
 ss_status ss__emb_table_for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, row_op op,
                                  void *ctx) {
-    return for_rows(t, ids, n, ROWS_WRITE, op, NULL, ctx);
+    return for_rows(t, ids, n, ROWS_PUT, op, NULL, ctx);
 }
 
 ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows) {

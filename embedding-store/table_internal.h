@@ -125,8 +125,8 @@ static inline uint32_t stamp_now(const ss__emb_table *t) {
 
 /* Marks a row updated: version, stamp, dirty, changed (table.c). */
 void ss__emb_table_mark_updated(ss__emb_table *t, stripe *s, slot *sl);
-/* Runs op on every id's row, loading and inserting the missing ones
- * (WRITE mode of table.c's for_rows); op(t, s, sl, i, ctx). */
+/* Runs op on every id's row, inserting the missing ones without the
+ * loader (op writes the whole row); op(t, s, sl, i, ctx). */
 ss_status ss__emb_table_for_rows(ss__emb_table *t, const uint64_t *ids, size_t n,
                                  void (*op)(ss__emb_table *t, stripe *s, slot *sl, size_t i,
                                             void *ctx),

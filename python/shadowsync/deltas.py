@@ -21,6 +21,8 @@ import os
 import re
 import struct
 
+import zlib
+
 import numpy as np
 
 __all__ = ["DeltaError", "Snapshot", "load", "read_emb_delta", "read_dense_ckpt"]
@@ -40,13 +42,18 @@ def _fnv1a(data):
     return h
 
 
-def _checked(path, magic):
+def _checked(path, magic, crc):
+    """The file's bytes before its checksum: a CRC-32 (u32) for deltas, an
+    FNV-1a (u64) for dense checkpoints."""
     with open(path, "rb") as f:
         data = f.read()
-    if len(data) < len(magic) + 8 or not data.startswith(magic):
+    tail = 4 if crc else 8
+    if len(data) < len(magic) + tail or not data.startswith(magic):
         raise DeltaError("%s: not a %s file, or truncated" % (path, magic.decode()))
-    body = data[:-8]
-    if _fnv1a(body) != struct.unpack_from("<Q", data, len(data) - 8)[0]:
+    body = data[:-tail]
+    ok = (zlib.crc32(body) == struct.unpack_from("<I", data, len(body))[0] if crc
+          else _fnv1a(body) == struct.unpack_from("<Q", data, len(body))[0])
+    if not ok:
         raise DeltaError("%s: checksum mismatch: torn or corrupted" % path)
     return body
 
@@ -55,7 +62,7 @@ def read_emb_delta(path):
     """(info, tables): info = dict(seq, base, written_ms); tables = list of
     (spec dict, [(kind, ids, rows)]) in file order, kind "D" (rows None) or "R"
     (rows: n x (dim + state floats))."""
-    body = _checked(path, b"SSEMBD01")
+    body = _checked(path, b"SSEMBD01", crc=True)
     seq, base, written = struct.unpack_from("<QBQ", body, 8)
     pos, tables = 25, []
     try:
@@ -97,7 +104,7 @@ def read_emb_delta(path):
 def read_dense_ckpt(path):
     """{group: centre} from a dense.ckpt (the S-EASGD centre, else the last
     round's result)."""
-    body = _checked(path, b"SSDENSE2")
+    body = _checked(path, b"SSDENSE2", crc=False)
     (count,) = struct.unpack_from("<I", body, 8)
     pos, groups = 12, {}
     try:
