@@ -249,13 +249,14 @@ typedef struct run_options {
     const char *follow_dir; /* online: --train-follow */
     bool online;            /* --train - or --train-follow */
     size_t chunk_rows;
+    const char *progressive_out; /* online: per-chunk progressive sums */
 } run_options;
 
 /* ctr-train's own flags: the run, the data and the model. The sync and
  * table settings are the library's keys (ss__setting_flags_add). */
 typedef struct own_flags {
-    const char *train, *test, *follow, *final_model, *lr_scaling, *optimizer, *metrics_out,
-        *dense_out, *predictions_out;
+    const char *train, *test, *follow, *progressive_out, *final_model, *lr_scaling, *optimizer,
+        *metrics_out, *dense_out, *predictions_out;
     int64_t rank, world, max_rows, max_test_rows, trainers, workers, deadline_ms, link_latency_us,
         batch, epochs, patience, table_rows, bottom, top, seed, warm_batches, window, chunk;
     double link_gbps, val_fraction, lr, progress;
@@ -302,6 +303,10 @@ static size_t own_flag_table(own_flags *f, ss__flag *flags) {
          NULL, 0, 0},
         {"progressive-window", SS_FLAG_INT, &f->window,
          "online: rows of the sliding window of progressive_ne_window", NULL, 1, 1e12},
+        {"progressive-out", SS_FLAG_STRING, &f->progressive_out,
+         "online: write \"rows clicks logloss_sum\" of every chunk here (a block bootstrap of "
+         "progressive NE)",
+         NULL, 0, 0},
         {"stream-chunk-rows", SS_FLAG_INT, &f->chunk,
          "online: rows read ahead and trained per pass of the workers", NULL, 1, 1 << 20},
         {"test", SS_FLAG_STRING, &f->test,
@@ -586,6 +591,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     o->follow_dir = f.follow;
     o->online = f.follow || !strcmp(f.train, "-");
     o->chunk_rows = (size_t)f.chunk;
+    o->progressive_out = f.progressive_out;
     o->cfg.progressive_window = (uint64_t)f.window;
     o->test_path = f.test;
     o->max_rows = (size_t)f.max_rows;
@@ -609,6 +615,13 @@ static int train_and_report(run_options *o) {
             return 1;
         }
         cfg->stream = the_stream;
+        if (o->progressive_out && !(cfg->progressive_out = fopen(o->progressive_out, "w"))) {
+            fprintf(stderr, "ctr-train: cannot write --progressive-out %s: %s\n",
+                    o->progressive_out, strerror(errno));
+            ss__ctr_stream_close(the_stream);
+            ss__ctr_dataset_free(&test);
+            return 1;
+        }
     } else if (load_data(o->train_path, o->max_rows, o->test_path, o->max_test_rows,
                          o->process ? o->rank : 0, o->process ? o->world : 1, cfg->trainers,
                          o->val_fraction, &train, &val, &test, &cfg->base_ctr) != 0) {
@@ -656,6 +669,8 @@ static int train_and_report(run_options *o) {
     ss__ctr_dataset_free(&val);
     ss__ctr_dataset_free(&test);
     ss__ctr_stream_close(the_stream);
+    if (cfg->progressive_out && fclose(cfg->progressive_out) != 0)
+        metrics_rc = 1;
     return metrics_rc ? 1 : 0;
 }
 

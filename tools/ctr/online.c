@@ -99,6 +99,8 @@ ss_status ss__ctr_run_stream(run *r, ss__ctr_train_result *res) {
         const span s = {(double)(atomic_load(&r->loss_sum_micro) - loss0) * 1e-6,
                         (double)chunk->nrows, clicks_of(chunk)};
         progressive_add(&p, &s);
+        if (cfg->progressive_out)
+            fprintf(cfg->progressive_out, "%.0f %.0f %.9g\n", s.n, s.clicks, s.loss);
         if (pass == 1)
             next_report = r->t_begin + (uint64_t)(cfg->progress_interval_s * 1e9);
         if (cfg->progress && cfg->progress_interval_s > 0 && ss__now_ns() >= next_report) {

@@ -92,6 +92,7 @@ typedef struct ss__ctr_train_config {
      * progressive NE overall and over the last progressive_window rows. */
     ss__ctr_stream *stream;
     uint64_t progressive_window;
+    FILE *progressive_out; /* optional: "rows clicks logloss_sum" per chunk (bootstraps) */
 } ss__ctr_train_config;
 
 typedef struct ss__ctr_trainer_result {

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The floor of online training: ctr-train's progressive NE against an online
+# logistic regression (scikit-learn SGDClassifier, log loss, partial_fit on
+# hashed features) on the same streams, same protocol (each chunk scored
+# before it is trained on); settings of the regression from a development
+# stream; paired block-bootstrap intervals. Streams: ctr-gen --drift, the
+# bundled Criteo rows, ctr-gen --shape categorical --drift.
+#   bash bench/online-floor.sh                 # ROWS=1000000
+#   bash bench/online-floor.sh --rows 200000 --bootstrap 200
+source "$(dirname "$0")/common.sh"
+ROWS=${ROWS:-1000000}
+BOOTSTRAP=${BOOTSTRAP:-1000}
+SS_BIN=$PWD/build/bin /usr/bin/python3 bench/online_floor.py --rows "$ROWS" --bootstrap "$BOOTSTRAP"
