@@ -18,7 +18,7 @@ static const char delta_magic[8] = {'S', 'S', 'E', 'M', 'B', 'D', '0', '1'};
 struct ss__emb_delta_writer {
     int fd;
     char path[4096];
-    uLong crc; /* zlib's CRC-32 of every byte written so far */
+    uLong crc;         /* zlib's CRC-32 of every byte written so far */
     size_t row_floats; /* of the current table */
     bool failed;
     size_t len;
