@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,14 +15,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/private_files.h"
+#include "common/ticker.h"
 #include "embedding-store/delta_file.h"
 
 struct ss__ps_deltas {
     ss__ps_deltas_config cfg;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool stop;
+    ss__ticker *ticker;
     uint64_t seq;         /* the last published */
     uint32_t since_base;  /* deltas since the last base; 0: the next is a base */
     ss__gauge *seq_gauge; /* shadowsync_delta_seq */
@@ -188,20 +185,8 @@ static void publish(ss__ps_deltas *d) {
     prune(d);
 }
 
-static void *writer_main(void *arg) {
-    ss__ps_deltas *d = arg;
-    pthread_mutex_lock(&d->lock);
-    while (!d->stop) {
-        struct timespec ts = ss__deadline_in((uint64_t)d->cfg.every_s * 1000000000ull);
-        if (pthread_cond_timedwait(&d->cond, &d->lock, &ts) == 0 && d->stop)
-            break;
-        pthread_mutex_unlock(&d->lock);
-        publish(d);
-        pthread_mutex_lock(&d->lock);
-    }
-    pthread_mutex_unlock(&d->lock);
-    publish(d); /* what changed since the last one */
-    return NULL;
+static void publish_tick(void *arg) {
+    publish(arg);
 }
 
 static void register_series(ss__ps_deltas *d) {
@@ -239,13 +224,10 @@ ss_status ss__ps_deltas_start(const ss__ps_deltas_config *cfg, ss__ps_deltas **o
     d->seq = newest_seq(cfg->dir); /* numbers go on across restarts; a base first */
     register_series(d);
     ss__emb_store_track_changes(cfg->store);
-    pthread_mutex_init(&d->lock, NULL);
-    ss__cond_init_monotonic(&d->cond);
-    if (pthread_create(&d->thread, NULL, writer_main, d) != 0) {
-        pthread_mutex_destroy(&d->lock);
-        pthread_cond_destroy(&d->cond);
+    if ((st = ss__ticker_start((uint64_t)cfg->every_s * 1000000000ull, publish_tick, d,
+                               &d->ticker)) != SS_OK) {
         free(d);
-        return SS_ERR_NO_MEMORY;
+        return st;
     }
     *out = d;
     return SS_OK;
@@ -254,12 +236,7 @@ ss_status ss__ps_deltas_start(const ss__ps_deltas_config *cfg, ss__ps_deltas **o
 void ss__ps_deltas_stop(ss__ps_deltas *d) {
     if (!d)
         return;
-    pthread_mutex_lock(&d->lock);
-    d->stop = true;
-    pthread_cond_signal(&d->cond);
-    pthread_mutex_unlock(&d->lock);
-    pthread_join(d->thread, NULL);
-    pthread_mutex_destroy(&d->lock);
-    pthread_cond_destroy(&d->cond);
+    ss__ticker_stop(d->ticker);
+    publish(d); /* what changed since the last one */
     free(d);
 }

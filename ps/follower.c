@@ -2,7 +2,6 @@
  * deltas after it, then follow the directory. */
 #include <dirent.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,16 +9,14 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/ticker.h"
 #include "embedding-store/delta_file.h"
 #include "ps/deltas.h"
 #include "shadow/dense_checkpoint.h"
 
 struct ss__ps_follower {
     ss__ps_follower_config cfg;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool stop;
+    ss__ticker *ticker;
     uint64_t applied;     /* sequence number of the state served (0: none) */
     uint64_t applied_ms;  /* when the training PS wrote it */
     uint64_t refused_seq; /* the newest refused one (not tried again) */
@@ -127,20 +124,8 @@ static void catch_up(ss__ps_follower *f) {
         ss__gauge_set(f->lag_gauge, (double)(unix_ms() - f->applied_ms) * 1e-3);
 }
 
-static void *follower_main(void *arg) {
-    ss__ps_follower *f = arg;
-    pthread_mutex_lock(&f->lock);
-    while (!f->stop) {
-        struct timespec ts = ss__deadline_in((uint64_t)f->cfg.poll_ms * 1000000ull);
-        pthread_cond_timedwait(&f->cond, &f->lock, &ts);
-        if (f->stop)
-            break;
-        pthread_mutex_unlock(&f->lock);
-        catch_up(f);
-        pthread_mutex_lock(&f->lock);
-    }
-    pthread_mutex_unlock(&f->lock);
-    return NULL;
+static void catch_up_tick(void *arg) {
+    catch_up(arg);
 }
 
 static void register_series(ss__ps_follower *f) {
@@ -184,13 +169,11 @@ ss_status ss__ps_follower_start(const ss__ps_follower_config *cfg, ss__ps_follow
     register_series(f);
     ss__emb_store_set_read_only(cfg->store);
     catch_up(f);
-    pthread_mutex_init(&f->lock, NULL);
-    ss__cond_init_monotonic(&f->cond);
-    if (pthread_create(&f->thread, NULL, follower_main, f) != 0) {
-        pthread_mutex_destroy(&f->lock);
-        pthread_cond_destroy(&f->cond);
+    ss_status st =
+        ss__ticker_start((uint64_t)cfg->poll_ms * 1000000ull, catch_up_tick, f, &f->ticker);
+    if (st != SS_OK) {
         free(f);
-        return SS_ERR_NO_MEMORY;
+        return st;
     }
     *out = f;
     return SS_OK;
@@ -199,12 +182,6 @@ ss_status ss__ps_follower_start(const ss__ps_follower_config *cfg, ss__ps_follow
 void ss__ps_follower_stop(ss__ps_follower *f) {
     if (!f)
         return;
-    pthread_mutex_lock(&f->lock);
-    f->stop = true;
-    pthread_cond_signal(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-    pthread_join(f->thread, NULL);
-    pthread_mutex_destroy(&f->lock);
-    pthread_cond_destroy(&f->cond);
+    ss__ticker_stop(f->ticker);
     free(f);
 }

@@ -28,44 +28,17 @@ import urllib.request
 
 import grpc
 
+import ps_testlib
+
 PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
 WORK = tempfile.mkdtemp(prefix="ss-blackbox-")
-GEN = os.path.join(WORK, "gen")
-os.makedirs(GEN)
-subprocess.run(
-    ["protoc", "-I", os.path.join(RPC_DIR, "dense"), "-I", os.path.join(RPC_DIR, "emb"),
-     "--python_out", GEN, "dense_sync.proto", "embedding.proto"],
-    check=True,
-)
-sys.path.insert(0, GEN)
-import dense_sync_pb2 as dense  # noqa: E402
-import embedding_pb2 as emb  # noqa: E402
-
-
-def method(channel, service, name, reply_cls):
-    return channel.unary_unary(
-        "/shadowsync.v1.%s/%s" % (service, name),
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=reply_cls.FromString,
-    )
+dense, emb = ps_testlib.protos(RPC_DIR, WORK)
+method = ps_testlib.method
 
 
 def start_ps(name, extra):
     """A shadowsync-ps on 127.0.0.1 with free ports: (process, log, grpc, http)."""
-    log = open(os.path.join(WORK, name + ".log"), "w+")
-    ps = subprocess.Popen(
-        [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"] + extra,
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    m = None
-    while time.time() < deadline and not m:
-        time.sleep(0.05)
-        log.seek(0)
-        m = re.search(r"listening on (\S+), http on (\S+)", log.read())
-        if ps.poll() is not None:
-            break
-    assert m, "shadowsync-ps did not start"
-    return ps, log, m.group(1), m.group(2)
+    return ps_testlib.start_ps(PS_BIN, WORK, name, extra)
 
 
 class WithPS(unittest.TestCase):

@@ -14,6 +14,7 @@
 #include "common/metrics.h"
 #include "common/names.h"
 #include "common/private_files.h"
+#include "common/ticker.h"
 #include "shadowsync/status.h"
 
 START_TEST(test_strerror_covers_every_code) {
@@ -339,10 +340,32 @@ START_TEST(test_addresses_and_log_levels_refused_with_why) {
 }
 END_TEST
 
+static void count_tick(void *ctx) {
+    __atomic_add_fetch((int *)ctx, 1, __ATOMIC_RELAXED);
+}
+
+START_TEST(test_ticker_ticks_until_stopped) {
+    int ticks = 0;
+    ss__ticker *t;
+    ck_assert_int_eq(ss__ticker_start(0, count_tick, &ticks, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ticker_start(50000000, count_tick, &ticks, &t), SS_OK); /* 50 ms */
+    usleep(20000);
+    ck_assert_int_eq(__atomic_load_n(&ticks, __ATOMIC_RELAXED), 0); /* a period first */
+    while (__atomic_load_n(&ticks, __ATOMIC_RELAXED) < 3)
+        usleep(10000);
+    ss__ticker_stop(t);
+    const int at_stop = __atomic_load_n(&ticks, __ATOMIC_RELAXED);
+    usleep(120000);
+    ck_assert_int_eq(__atomic_load_n(&ticks, __ATOMIC_RELAXED), at_stop); /* none after */
+    ss__ticker_stop(NULL);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
         "common", 0, NULL, NULL, test_strerror_covers_every_code, test_ps_group_names,
         test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
         test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input,
-        test_private_dirs_and_files, test_addresses_and_log_levels_refused_with_why);
+        test_private_dirs_and_files, test_addresses_and_log_levels_refused_with_why,
+        test_ticker_ticks_until_stopped);
 }

@@ -26,6 +26,8 @@ import unittest
 import urllib.request
 
 import grpc
+
+import ps_testlib
 import importlib.util
 import numpy as np
 
@@ -39,47 +41,22 @@ _spec.loader.exec_module(deltas)
 
 PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
 WORK = tempfile.mkdtemp(prefix="ss-follower-")
-GEN = os.path.join(WORK, "gen")
-os.makedirs(GEN)
-subprocess.run(
-    ["protoc", "-I", os.path.join(RPC_DIR, "dense"), "-I", os.path.join(RPC_DIR, "emb"),
-     "--python_out", GEN, "dense_sync.proto", "embedding.proto"],
-    check=True,
-)
-sys.path.insert(0, GEN)
-import dense_sync_pb2 as dense  # noqa: E402
-import embedding_pb2 as emb  # noqa: E402
+dense, emb = ps_testlib.protos(RPC_DIR, WORK)
 
 DIM = 4
 DELTAS = os.path.join(WORK, "deltas")
 
 
 def start_ps(name, extra):
-    """A shadowsync-ps on 127.0.0.1 with free ports: (process, grpc address, http address)."""
-    log = open(os.path.join(WORK, name + ".log"), "w+")  # noqa: SIM115 (the PS writes it)
-    ps = subprocess.Popen(
-        [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--insecure-loopback"]
-        + extra, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    m = None
-    while time.time() < deadline and not m:
-        time.sleep(0.05)
-        log.seek(0)
-        m = re.search(r"listening on (\S+), http on (\S+)", log.read())
-        if ps.poll() is not None:
-            break
-    log.seek(0)
-    text = log.read()
+    """A shadowsync-ps without a token on 127.0.0.1: (process, grpc address, http address)."""
+    ps, log, addr, http = ps_testlib.start_ps(PS_BIN, WORK, name, ["--insecure-loopback"] + extra)
     log.close()
-    assert m, "shadowsync-ps %s did not start: %s" % (name, text)
-    return ps, m.group(1), m.group(2)
+    return ps, addr, http
 
 
 def call(addr, service, name, reply_cls, req):
     with grpc.insecure_channel(addr) as ch:
-        return ch.unary_unary("/shadowsync.v1.%s/%s" % (service, name),
-                              request_serializer=lambda m: m.SerializeToString(),
-                              response_deserializer=reply_cls.FromString)(req, timeout=10)
+        return ps_testlib.method(ch, service, name, reply_cls)(req, timeout=10)
 
 
 def metric(http, name):

@@ -1,0 +1,19 @@
+/* A thread that calls a function every period until stopped: the
+ * daemons' background chores (publishing deltas, following them). */
+#ifndef SS_COMMON_TICKER_H
+#define SS_COMMON_TICKER_H
+
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+typedef struct ss__ticker ss__ticker;
+
+/* tick(ctx) runs every period_ns (the first one period_ns from now), in
+ * the ticker's thread. SS_ERR_NO_MEMORY: no thread. */
+ss_status ss__ticker_start(uint64_t period_ns, void (*tick)(void *ctx), void *ctx,
+                           ss__ticker **out);
+/* Stops it: a tick running now finishes first; no tick after. NULL: nothing. */
+void ss__ticker_stop(ss__ticker *t);
+
+#endif
