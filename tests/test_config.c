@@ -381,6 +381,44 @@ START_TEST(test_chunk_floats_must_match) {
 }
 END_TEST
 
+/* A local table that lives for months: admission on the 2nd push, expiry
+ * after 1 s (the table's sweep runs once a second), and the bounds refused
+ * for a cached table, saying where they go. */
+START_TEST(test_bounded_local_table) {
+    ss_table_config tc;
+    ss_table *tb;
+    ss_table_config_init(&tc, "bounded", 2);
+    tc.lr = 1.0f;
+    ck_assert_int_eq(ss_table_config_set(&tc, "emb_admit_count", "2"), SS_OK);
+    ck_assert_int_eq(ss_table_config_set(&tc, "emb_ttl_s", "1"), SS_OK);
+    ck_assert_int_eq(ss_table_config_set(&tc, "emb_admit_count", "70000"), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss_table_open(NULL, &tc, &tb), SS_OK);
+    const uint64_t id = 7;
+    const float g[2] = {1, 1};
+    float before[2], row[2];
+    ck_assert_int_eq(ss_table_lookup(tb, &id, 1, before), SS_OK);
+    ck_assert_int_eq(ss_table_push(tb, &id, 1, g), SS_OK); /* counted, not stored */
+    ck_assert_int_eq(ss_table_lookup(tb, &id, 1, row), SS_OK);
+    ck_assert_float_eq(row[0], before[0]);
+    ck_assert_int_eq(ss_table_push(tb, &id, 1, g), SS_OK); /* the 2nd: stored and applied */
+    ck_assert_int_eq(ss_table_lookup(tb, &id, 1, row), SS_OK);
+    ck_assert_float_eq(row[0], before[0] - 1.0f);
+    ss_table_stats st;
+    ck_assert_int_eq(ss_table_get_stats(tb, &st), SS_OK);
+    ck_assert_uint_eq(st.resident_rows, 1);
+    for (int i = 0; i < 40 && st.resident_rows; i++) { /* expires within ~2 s */
+        usleep(100000);
+        ck_assert_int_eq(ss_table_get_stats(tb, &st), SS_OK);
+    }
+    ck_assert_uint_eq(st.resident_rows, 0);
+    ck_assert_int_eq(ss_table_close(tb), SS_OK);
+    tc.mode = SS_TABLE_CACHED;
+    tc.ps = "127.0.0.1:1";
+    ck_assert_int_eq(ss_table_open(NULL, &tc, &tb), SS_ERR_INVALID_ARGUMENT);
+    said("bound local tables", "--emb-ttl-s");
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     if (!mkdtemp(tmpdir)) {
@@ -388,7 +426,7 @@ int main(void) {
         return EXIT_FAILURE;
     }
     int rc = ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
-                             test_environment_names_the_variable,
+                             test_bounded_local_table, test_environment_names_the_variable,
                              test_open_says_which_setting_is_wrong, test_trainer_metrics_text,
                              test_ps_refusal_is_said, test_chunk_floats_must_match);
     proc_remove_tree(tmpdir);

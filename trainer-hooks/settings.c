@@ -107,6 +107,12 @@ static const key table_keys[] = {
     BK("emb_ps", K_STR, ps, 0, 0, "remote/cached: the table's shards (default: ps)"),
     BK("emb_encoding", K_STR, encoding, 0, 0,
        "cached: row sync encoding: f32 | fp16 | bf16 | int8 (deltas applied as decoded)"),
+    BK("emb_admit_count", K_U32, admit_count, 0, 65535,
+       "local: a new id gets a row on its K-th push (0, 1: at once)"),
+    BK("emb_ttl_s", K_U64, ttl_s, 0, 10000000000ull,
+       "local: rows not pushed for this many seconds are deleted (0: never)"),
+    BK("emb_max_live_rows", K_U64, max_live_rows, 0, 1000000000000ull,
+       "local: past this many rows the least recently pushed are deleted (0: no limit)"),
 };
 #undef BK
 

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -29,7 +30,8 @@ static ss_status table_get_stats(ss_table *tb, ss_table_stats *out);
  * only the trainer reads it. */
 static ss_status init_loader(void *ctx, const uint64_t *ids, size_t n, float *rows, bool *stored) {
     ss_table *tb = ctx;
-    (void)stored;
+    if (tb->sweeper) /* bounded: a lookup does not keep a row; only a push does */
+        memset(stored, 0, n * sizeof *stored);
     const size_t rf = ss__emb_row_floats(&tb->spec);
     const uint32_t tid = ss__emb_table_id(tb->spec.name);
     for (size_t i = 0; i < n; i++)
@@ -90,6 +92,12 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
         return BAD("table %s: emb=%s needs shards: set emb_ps (SHADOWSYNC_EMB_PS) or the "
                    "trainer's ps",
                    c->name, modes[c->mode]);
+    if (c->mode != SS_TABLE_LOCAL && (c->admit_count > 1 || c->ttl_s || c->max_live_rows))
+        return BAD("table %s: emb_admit_count, emb_ttl_s and emb_max_live_rows bound local "
+                   "tables; a %s table's rows live on the PS: give the PS its --emb-admit-count, "
+                   "--emb-ttl-s and --emb-max-live-rows (a cached table is bounded by "
+                   "emb_cache_rows)",
+                   c->name, modes[c->mode]);
     if (c->mode == SS_TABLE_REMOTE && c->push_queue == 0)
         return BAD("table %s: emb_push_queue=0: a remote table queues at least 1 push", c->name);
     if (c->mode == SS_TABLE_CACHED && c->cache_rows == 0)
@@ -122,6 +130,7 @@ static void table_destroy(void *obj) {
     ss_table *tb = obj;
     if (!tb)
         return;
+    ss__ticker_stop(tb->sweeper);
     pthread_mutex_lock(&tb->lock);
     tb->stop = true;
     pthread_cond_broadcast(&tb->push_ready);
@@ -187,6 +196,26 @@ static void table_export_metrics(void *obj, ss__metrics *reg, const char *traine
         ss__gauge_set(g, (double)s.resident_rows);
 }
 
+static uint64_t wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec;
+}
+
+static void sweep_tick(void *arg) {
+    ss_table *tb = arg;
+    ss__emb_table_sweep(tb->rows, wall_s(), NULL, NULL);
+}
+
+/* A bounded local table: its bounds, and a sweep once a second. */
+static ss_status start_bounds(ss_table *tb) {
+    const ss__emb_bounds b = {.admit_count = tb->cfg.admit_count,
+                              .ttl_s = tb->cfg.ttl_s,
+                              .max_live_rows = tb->cfg.max_live_rows};
+    ss_status st = ss__emb_table_set_bounds(tb->rows, &b, wall_s());
+    return st == SS_OK ? ss__ticker_start(1000000000ull, sweep_tick, tb, &tb->sweeper) : st;
+}
+
 static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table **out) {
     ss__emb_spec spec;
     ss__hooks_endpoint ep;
@@ -228,6 +257,9 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     if (st == SS_OK && cfg->mode != SS_TABLE_REMOTE)
         st = ss__emb_table_create(&spec, cfg->mode == SS_TABLE_LOCAL ? init_loader : remote_loader,
                                   tb, &tb->rows);
+    if (st == SS_OK && cfg->mode == SS_TABLE_LOCAL &&
+        (cfg->admit_count > 1 || cfg->ttl_s || cfg->max_live_rows))
+        st = start_bounds(tb);
     if (st == SS_OK && cfg->mode == SS_TABLE_REMOTE) {
         tb->queue = calloc(cfg->push_queue, sizeof *tb->queue);
         st = tb->queue ? start_thread(&tb->pusher, &tb->has_pusher, ss__table_pusher_main, tb)

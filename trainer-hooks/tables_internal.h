@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ticker.h"
 #include "embedding-store/emb_table.h"
 #include "rpc/emb/emb_client.h"
 #include "shadowsync/shadowsync.h"
@@ -60,6 +61,7 @@ struct ss_table {
     ss_status first_dropped; /* remote: the status of the first of them */
     ss_table_fetch *fetch_head, *fetch_tail;
     pthread_t pusher, fetcher, syncer;
+    ss__ticker *sweeper; /* local and bounded: the bounds' sweep, once a second */
     bool has_pusher, has_fetcher, has_syncer;
     pthread_mutex_t sync_lock; /* one row-sync pass at a time */
     ss__emb_dirty dirty;       /* under sync_lock */
