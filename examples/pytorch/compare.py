@@ -34,8 +34,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--procs", type=int, default=4)
+    ap.add_argument("--procs", type=int, default=4, help="trainer processes of every run")
     ap.add_argument("--only", help="comma-separated modes to run (none,ddp,localsgd,shadowsync)")
+    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
+        ap.print_help()
+        forwarded = subprocess.run([sys.executable, os.path.join(HERE, "train.py"), "--help"],
+                                   capture_output=True, text=True).stdout
+        options = forwarded.split("options:", 1)[-1].split("\n\n", 1)[0]
+        print("\nEvery other flag goes to each train.py run (train.py --help):" + options)
+        return
     args, passthrough = ap.parse_known_args()
     print(f"| peer ({args.procs} processes) | examples/s | ÷ no sync | NE | AUC | mean prediction |")
     print("|---|---|---|---|---|---|")

@@ -255,6 +255,14 @@ class BindingTest(unittest.TestCase):
             shadowsync.Table("x", 4, mode="remote")
         self.assertIn("needs shards", e.exception.message)
 
+    def test_readme_example_runs_as_it_stands(self):
+        readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+        with open(readme) as f:
+            block = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+        env = {}
+        exec(compile(block, "python/README.md", "exec"), env)  # noqa: S102 (our own README)
+        self.assertEqual(env["group"].stats()["iterations"], 100)
+
     def test_torch_module_shares_its_parameters(self):
         import torch
         torch.manual_seed(0)
