@@ -54,7 +54,7 @@ typedef struct ss__program {
 int ss__flags_cli(const ss__program *prog, const ss__flag *flags, size_t nflags, int argc,
                   char **argv);
 
-/* The project's version ("0.1.0"). */
+/* The project's version (CMakeLists.txt's project(VERSION), e.g. "0.2.0"). */
 const char *ss__version(void);
 
 /* Writes the env variable name of a flag ("sync-every" -> SHADOWSYNC_SYNC_EVERY). */

@@ -76,7 +76,7 @@ START_TEST(test_config_defaults_and_environment) {
                           "SHADOWSYNC_SYNC_EVERY"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
-    ck_assert_str_eq(ss_version(), "0.1.0");
+    ck_assert_str_eq(ss_version(), SS_PROJECT_VERSION); /* CMakeLists.txt's, the one source */
 }
 END_TEST
 

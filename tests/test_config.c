@@ -301,7 +301,7 @@ START_TEST(test_trainer_metrics_text) {
     ck_assert_int_eq(ss_trainer_metrics(t, text, need + 1, NULL), SS_OK);
     ck_assert_uint_eq(strlen(text), need);
     const char *want[] = {
-        "shadowsync_build_info{version=\"0.1.0\"} 1",
+        "shadowsync_build_info{version=\"" SS_PROJECT_VERSION "\"} 1",
         "shadowsync_trainer_steps_total{trainer=\"m0\"} 3",
         "shadowsync_sync_rounds_total{trainer=\"m0\",group=\"w\",algo=\"easgd\"} 3",
         "shadowsync_table_lookups_total{trainer=\"m0\",table=\"ads\"} 3",

@@ -304,7 +304,7 @@ typedef struct ss_table_config {
      * moves each centre row by the decoded delta it sends, so nothing is
      * lost, only deferred to the next sync. (Added in 0.2.) */
     const char *encoding;
-    /* Local tables that live for months (online training; added in 0.3;
+    /* Local tables that live for months (online training; added in 0.2;
      * 0 = off): emb_admit_count: a new id gets a row only on its K-th push
      * (its lookups give the initial row until then); emb_ttl_s: a row not
      * pushed for this many seconds is deleted; emb_max_live_rows: past it

@@ -114,6 +114,9 @@ class Trainer:
             cfg.close()
         self._groups = {}
         self._tables = []
+        # Run by close() before the library frees the groups' memory (a
+        # module shared by shadowsync.pytorch gets its parameters back).
+        self._before_close = []
 
     def _live(self):
         if not self._handle:
@@ -157,6 +160,9 @@ class Trainer:
         """finish() if not done, then frees the groups' memory: arrays and
         tensors from DenseGroup.numpy()/torch() must not be used after."""
         if self._handle:
+            for fn in self._before_close:
+                fn()
+            self._before_close = []
             h, self._handle = self._handle, None
             _check(lib.ss_trainer_close(h))
 

@@ -30,7 +30,10 @@ def share_module(trainer, module, name="model", parameters=None):
     group's initial value and each parameter becomes a view of the group's
     memory. Create the optimizer afterwards (or it holds the old tensors'
     state). Every trainer must share the same module shape under the same
-    name. Returns the DenseGroup."""
+    name. When the trainer closes (close() or the end of its `with`), each
+    parameter gets a copy of its last values in memory of its own, so the
+    module stays usable after (the group's memory is freed then). Returns
+    the DenseGroup."""
     params = dense_parameters(module) if parameters is None else list(parameters)
     if not params:
         raise ValueError(f"share_module: {type(module).__name__} has no dense parameters")
@@ -48,4 +51,11 @@ def share_module(trainer, module, name="model", parameters=None):
             n = p.numel()
             p.data = flat[offset:offset + n].view_as(p)
             offset += n
+
+    def own_copies():
+        with torch.no_grad():
+            for _, p in params:
+                p.data = p.data.clone()
+
+    trainer._before_close.append(own_copies)
     return group
