@@ -88,7 +88,23 @@ typedef struct apply_ctx {
     ss__emb_store *st;
     store_table *tb;
     bool base;
+    /* A base empties each table once: a file may name a table in several
+     * records (one per input of a reshard). */
+    store_table **emptied;
+    size_t nemptied;
 } apply_ctx;
+
+static bool first_time(apply_ctx *a, store_table *tb) {
+    for (size_t i = 0; i < a->nemptied; i++)
+        if (a->emptied[i] == tb)
+            return false;
+    store_table **n = realloc(a->emptied, (a->nemptied + 1) * sizeof *n);
+    if (!n)
+        return true; /* emptied again: only a reshard's file names a table twice */
+    a->emptied = n;
+    a->emptied[a->nemptied++] = tb;
+    return true;
+}
 
 static ss_status collect_ids(void *ctx, const uint64_t *ids, const float *rows, size_t n) {
     if (!rows) /* a take hands out its tombstones first: not rows */
@@ -113,7 +129,7 @@ static ss_status apply_table(void *ctx, const ss__emb_spec *spec) {
         s = SS_ERR_SIZE_MISMATCH; /* a delta of another table of that name */
     pthread_rwlock_unlock(&st->lock);
     /* A base replaces the table: what it does not hold goes. */
-    if (s == SS_OK && a->base)
+    if (s == SS_OK && a->base && first_time(a, a->tb))
         s = ss__emb_table_take_changes(a->tb->t, true, collect_ids, a->tb->t);
     return s;
 }
@@ -132,5 +148,7 @@ ss_status ss__emb_store_apply_delta(ss__emb_store *st, const ss__emb_delta_file 
     ss__emb_delta_info_of(f, &info);
     apply_ctx a = {.st = st, .base = info.base};
     const ss__emb_delta_visitor v = {apply_table, apply_rows, &a};
-    return ss__emb_delta_walk(f, &v);
+    ss_status s = ss__emb_delta_walk(f, &v);
+    free(a.emptied);
+    return s;
 }

@@ -4,7 +4,8 @@
  *   checkpoint  POST /checkpoint
  *   watch       a live view of rounds/s, sync gap and divergence per
  *               group, refreshed every --interval-ms
- *   health      GET /healthz (exit 0 when it answers ok: an exec probe) */
+ *   health      GET /healthz (exit 0 when it answers ok: an exec probe)
+ *   reshard     N stopped shards' stores into M (tools/reshard/), offline */
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "common/json.h"
 #include "common/strbuf.h"
 #include "rpc/auth.h"
+#include "tools/reshard/reshard.h"
 
 /* What --help and --version say. */
 static const ss__program program = {
@@ -25,7 +27,83 @@ static const ss__program program = {
                       "  checkpoint  ask it to checkpoint (POST /checkpoint)\n"
                       "  watch       live view of rounds/s, sync gap and divergence per group\n"
                       "  health      GET /healthz; exit 0 when it answers (a container's probe)\n"
+                      "  reshard     the stores of N stopped PS shards into M, offline\n"
+                      "              (shadowsync-ctl reshard --help)\n"
                       "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]"};
+
+static const ss__program reshard_program = {
+    "shadowsync-ctl reshard",
+    "Converts the stores of N stopped shadowsync-ps shards into M: embedding rows (with their\n"
+    "optimizer state) placed by the jump hash trainers route by, dense groups (each\n"
+    "--checkpoint-dir's dense.ckpt) put together and cut again for M shards. Copies every\n"
+    "row and float as it is (N -> M -> N is bit-exact) and checks the outputs against the\n"
+    "inputs (rows on their shard, row counts and checksums). A PS starts on an output as\n"
+    "is (--emb-db OUT, --checkpoint-dir OUT). Inputs must be stopped (a store in use is\n"
+    "refused); outputs must not exist yet.\n"
+    "  shadowsync-ctl reshard --in-emb-db a,b --out-emb-db x,y,z \\\n"
+    "      --in-checkpoint-dir ca,cb --out-checkpoint-dir cx,cy,cz"};
+
+/* "a,b,c" into at most max pieces (the string is cut in place); how many. */
+static size_t split_list(char *s, const char **out, size_t max) {
+    size_t n = 0;
+    for (char *p = s; p && *p && n < max; n++) {
+        out[n] = p;
+        p = strchr(p, ',');
+        if (p)
+            *p++ = '\0';
+    }
+    return n;
+}
+
+static int reshard_main(int argc, char **argv) {
+    const char *in_db = "", *out_db = "", *in_ckpt = "", *out_ckpt = "";
+    int64_t chunk = 0;
+    ss__flag flags[] = {
+        {"in-emb-db", SS_FLAG_STRING, &in_db,
+         "the --emb-db directories of the N stopped shards, "
+         "comma-separated, in shard order",
+         NULL, 0, 0},
+        {"out-emb-db", SS_FLAG_STRING, &out_db, "the M new --emb-db directories, in shard order",
+         NULL, 0, 0},
+        {"in-checkpoint-dir", SS_FLAG_STRING, &in_ckpt,
+         "the --checkpoint-dir directories (dense.ckpt) of the N stopped shards", NULL, 0, 0},
+        {"out-checkpoint-dir", SS_FLAG_STRING, &out_ckpt,
+         "the M new --checkpoint-dir directories (made 0700)", NULL, 0, 0},
+        {"chunk-floats", SS_FLAG_INT, &chunk, "the trainers' chunk_floats (0: the default, 131072)",
+         NULL, 0, 64 << 20},
+    };
+    int rc = ss__flags_cli(&reshard_program, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (rc >= 0)
+        return rc;
+    static const char *lists[4][SS_RESHARD_MAX_SHARDS + 1];
+    char *copies[4] = {strdup(in_db), strdup(out_db), strdup(in_ckpt), strdup(out_ckpt)};
+    size_t n[4];
+    for (int i = 0; i < 4; i++)
+        n[i] = copies[i] ? split_list(copies[i], lists[i], SS_RESHARD_MAX_SHARDS + 1) : 0;
+    const ss__reshard_config cfg = {.in_db = lists[0],
+                                    .out_db = lists[1],
+                                    .in_ckpt = lists[2],
+                                    .out_ckpt = lists[3],
+                                    .n_in_db = n[0],
+                                    .n_out_db = n[1],
+                                    .n_in_ckpt = n[2],
+                                    .n_out_ckpt = n[3],
+                                    .chunk_floats = (size_t)chunk};
+    ss__reshard_report rep;
+    char why[1024] = "";
+    ss_status st = ss__reshard(&cfg, &rep, why, sizeof why);
+    if (st == SS_OK)
+        printf("reshard: %zu -> %zu embedding shards: tables=%zu rows=%llu checksum=%016llx "
+               "(outputs checked); %zu -> %zu dense shards: groups=%zu floats=%llu\n",
+               n[0], n[1], rep.tables, (unsigned long long)rep.rows,
+               (unsigned long long)rep.checksum, n[2], n[3], rep.groups,
+               (unsigned long long)rep.floats);
+    else
+        fprintf(stderr, "shadowsync-ctl reshard: %s\n", *why ? why : ss_strerror(st));
+    for (int i = 0; i < 4; i++)
+        free(copies[i]);
+    return st == SS_OK ? 0 : st == SS_ERR_INVALID_ARGUMENT ? 2 : 1;
+}
 
 static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
     ss__strbuf_printf(ctx, "%.*s", (int)(size * n), data);
@@ -181,6 +259,8 @@ static int watch(const char *url, long interval_ms, long count, long timeout_ms)
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "reshard"))
+        return reshard_main(argc - 1, argv + 1);
     const char *url = "http://127.0.0.1:9470";
     int64_t interval_ms = 1000, count = 0, timeout_ms = 5000;
     ss__flag flags[] = {
@@ -198,7 +278,8 @@ int main(int argc, char **argv) {
     if (!cmd || (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") &&
                  strcmp(cmd, "watch") && strcmp(cmd, "health"))) {
         fprintf(stderr,
-                "shadowsync-ctl: %s%s\n(commands: status, metrics, checkpoint, watch, health; "
+                "shadowsync-ctl: %s%s\n(commands: status, metrics, checkpoint, watch, health, "
+                "reshard; "
                 "--help for more)\n",
                 cmd ? "unknown command " : "a command is needed", cmd ? cmd : "");
         return 2;
