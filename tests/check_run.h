@@ -3,6 +3,7 @@
 #define SS_TESTS_CHECK_RUN_H
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static inline int ss__check_run(Suite *s) {
@@ -34,5 +35,18 @@ static inline int ss__check_run_tests(const char *name, double timeout_s, SFun s
 #define ss__check_tests(name, timeout_s, setup, teardown, ...)                                     \
     ss__check_run_tests((name), (timeout_s), (setup), (teardown), (const TTest *[]){__VA_ARGS__},  \
                         sizeof((const TTest *[]){__VA_ARGS__}) / sizeof(const TTest *))
+
+/* A fresh directory /tmp/<prefix>-XXXXXX for a test (dir: 64 bytes), and
+ * its removal with everything in it. */
+static inline void ss__check_tmpdir(char dir[64], const char *prefix) {
+    snprintf(dir, 64, "/tmp/%s-XXXXXX", prefix);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static inline void ss__check_rmdir(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
 
 #endif

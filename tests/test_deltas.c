@@ -14,17 +14,14 @@
 
 enum { DIM = 3, IDS = 200 };
 
-static char g_dir[] = "/tmp/ss-deltas-XXXXXX";
+static char g_dir[64];
 
 static void setup(void) {
-    strcpy(g_dir, "/tmp/ss-deltas-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    ss__check_tmpdir(g_dir, "ss-deltas");
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ss__check_rmdir(g_dir);
 }
 
 static ss__emb_store *store(const ss__emb_bounds *b) {

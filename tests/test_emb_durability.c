@@ -31,14 +31,11 @@ enum { K = 256, DIM = 4 };
 static char g_dir[64];
 
 static void make_dir(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/ss-embdur-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    ss__check_tmpdir(g_dir, "ss-embdur");
 }
 
 static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ss__check_rmdir(g_dir);
 }
 
 /* The K row ids every test pushes to and reads. */

@@ -16,14 +16,11 @@
 static char g_dir[64];
 
 static void make_dir(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/ss-embstore-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    ss__check_tmpdir(g_dir, "ss-embstore");
 }
 
 static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ss__check_rmdir(g_dir);
 }
 
 static ss__emb_spec spec_of(const char *name, uint32_t dim, ss__emb_optimizer opt, float lr,

@@ -20,14 +20,11 @@ enum { IDS = 300, DENSE = 10, CHUNK = 3 };
 static char g_dir[64];
 
 static void setup(void) {
-    strcpy(g_dir, "/tmp/ss-reshard-test-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    ss__check_tmpdir(g_dir, "ss-reshard-test");
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ss__check_rmdir(g_dir);
 }
 
 static const char *path(const char *name) {
