@@ -18,6 +18,7 @@
 
 struct ss__rpc_channel {
     grpc_channel *channel;
+    char target[256]; /* host:port, for messages */
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" sent with every call; "" = none */
     /* The shortest call seen whose request and reply were both small: the
      * network's round trip plus a small call's software cost (0: none yet). */
@@ -47,6 +48,7 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     ss__rpc_channel *ch = calloc(1, sizeof *ch);
     if (!ch)
         return SS_ERR_NO_MEMORY;
+    snprintf(ch->target, sizeof ch->target, "%s", target);
     char why[300];
     if (ss__auth_header_from_env(ch->auth, sizeof ch->auth, why, sizeof why) != SS_OK) {
         SS_LOG_ERRORF("rpc", "event=bad_setting name=SHADOWSYNC_AUTH_TOKEN_FILE why=\"%s\"", why);
@@ -247,7 +249,16 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
         rq->status = from_grpc(cs->code, text);
         if (rq->status != SS_OK) {
             snprintf(rq->msg, sizeof rq->msg, "%s", text);
-            snprintf(last_failure, sizeof last_failure, "%s", text);
+            /* Which server, and whether it was reached at all: a refused
+             * connection shows as the deadline of a call that waited. */
+            const bool unreached =
+                grpc_channel_check_connectivity_state(rq->ch->channel, 0) ==
+                GRPC_CHANNEL_TRANSIENT_FAILURE;
+            snprintf(last_failure, sizeof last_failure, "%s%s: %s", rq->ch->target,
+                     unreached ? " (no connection: nothing listens there, or it cannot be "
+                                 "reached)"
+                               : "",
+                     text);
         }
         gpr_free(text);
     }

@@ -318,7 +318,8 @@ START_TEST(test_trainer_metrics_text) {
 }
 END_TEST
 
-/* A PS that refuses: the trainer is told what the PS said. */
+/* A PS that refuses: the trainer is told which PS and what it said; a PS
+ * that is not there: its address and that nothing answered. */
 START_TEST(test_ps_refusal_is_said) {
     char ps[64], log[300], tok[300];
     snprintf(log, sizeof log, "%s/ps-tok.log", tmpdir);
@@ -339,11 +340,18 @@ START_TEST(test_ps_refusal_is_said) {
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK); /* connects lazily */
     ss_dense *g;
     ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_ERR_PERMISSION);
-    said("group w: joining the PS", "the PS said:");
+    said("group w: joining the PS", ps); /* the call to <the PS's address>: what it said */
     said("SHADOWSYNC_AUTH_TOKEN_FILE", NULL);
     ck_assert_int_eq(ss_trainer_close(t), SS_OK);
     kill(pid, SIGTERM);
     proc_wait(pid, 30);
+    /* Nothing listens: the address, and that no connection was made. */
+    c.ps = "127.0.0.1:1";
+    c.timeout_ms = 500;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ck_assert_int_ne(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_OK);
+    said("127.0.0.1:1 (no connection", NULL);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
 }
 END_TEST
 

@@ -650,7 +650,9 @@ static int train_and_report(run_options *o) {
         (st == SS_OK && o->metrics_out) ? write_metrics(cfg->metrics, o->metrics_out) : 0;
     ss__metrics_destroy(cfg->metrics);
     if (st != SS_OK) {
-        fprintf(stderr, "ctr-train: training failed: %s\n", ss_strerror(st));
+        /* The library's message names the setting, the address and why. */
+        fprintf(stderr, "ctr-train: training failed: %s\n",
+                *res->error ? res->error : ss_strerror(st));
         free(res);
         ss__ctr_dataset_free(&train);
         ss__ctr_dataset_free(&val);

@@ -705,6 +705,8 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
         (st = cfg->stream ? ss__ctr_run_stream(r, res) : run_epochs(r, res)) == SS_OK &&
         (st = finish_sync(r, res)) == SS_OK && (st = collect_trainers(r, res)) == SS_OK)
         st = evaluate_model(r, res);
+    if (st != SS_OK) /* before run_destroy's calls start the library's error afresh */
+        snprintf(res->error, sizeof res->error, "%s", ss_last_error());
     run_destroy(r);
     return st;
 }

@@ -119,6 +119,7 @@ typedef struct ss__ctr_train_result {
     /* Online: progressive NE (each example scored before its step), over
      * the whole stream and over its last window (NAN: not a stream). */
     double progressive_ne, progressive_ne_window;
+    char error[512]; /* on failure: the library's message (ss_last_error), or "" */
 } ss__ctr_train_result;
 
 /* Sets every field to the reference defaults: the library's for the sync
