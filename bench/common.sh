@@ -70,7 +70,7 @@ bench_ps_start() {
   shift
   ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --http 127.0.0.1:0 "$@" >"$log" 2>&1 &
   ps_pid=$!
-  for _ in $(seq 100); do grep -q "http on" "$log" && break; sleep 0.05; done
+  for _ in $(seq 100); do grep -qs "http on" "$log" && break; sleep 0.05; done
   addr=$(grep -o 'listening on [0-9.:]*' "$log" | awk '{print $3}')
   ps_http=$(grep -o 'http on [0-9.:]*' "$log" | awk '{print $3}')
 }

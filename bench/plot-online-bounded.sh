@@ -18,7 +18,7 @@ done
 gnuplot <<GP
 set terminal pngcairo size 1100,450 noenhanced
 set output 'docs/online-bounded.png'
-set multiplot layout 1,2 title 'A drifting stream through one PS: bench/online-bounded.sh'
+set multiplot layout 1,2 title 'A drifting stream through the PS shards, unbounded and bounded tables: bench/online-bounded.sh'
 set xlabel 'examples trained (millions)'
 set ylabel 'live embedding rows'
 set key top left
