@@ -39,6 +39,8 @@ BUILD=(
 )
 PYTHON=(
   python3-numpy   # the binding's zero-copy arrays
+  python3-venv    # pip install ./python into a venv (tests/test_pip_venv.sh)
+  python3-setuptools # builds the package from python/pyproject.toml
   python3-torch   # torch tensors over ShadowSync groups, examples/pytorch
   python3-sklearn # the logistic-regression baseline of the quality table
 )
