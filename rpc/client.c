@@ -18,7 +18,7 @@
 
 struct ss__rpc_channel {
     grpc_channel *channel;
-    char target[256]; /* host:port, for messages */
+    char target[256];              /* host:port, for messages */
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" sent with every call; "" = none */
     /* The shortest call seen whose request and reply were both small: the
      * network's round trip plus a small call's software cost (0: none yet). */
@@ -251,9 +251,8 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
             snprintf(rq->msg, sizeof rq->msg, "%s", text);
             /* Which server, and whether it was reached at all: a refused
              * connection shows as the deadline of a call that waited. */
-            const bool unreached =
-                grpc_channel_check_connectivity_state(rq->ch->channel, 0) ==
-                GRPC_CHANNEL_TRANSIENT_FAILURE;
+            const bool unreached = grpc_channel_check_connectivity_state(rq->ch->channel, 0) ==
+                                   GRPC_CHANNEL_TRANSIENT_FAILURE;
             snprintf(last_failure, sizeof last_failure, "%s%s: %s", rq->ch->target,
                      unreached ? " (no connection: nothing listens there, or it cannot be "
                                  "reached)"

@@ -341,8 +341,7 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
 static ss_status ps_call_failed(ss_status st, const char *what) {
     const char *said = ss__rpc_last_failure();
     if (st != SS_OK)
-        ss__err_set(st, "%s: %s%s%s", what, ss_strerror(st), said[0] ? "; the call to " : "",
-                    said);
+        ss__err_set(st, "%s: %s%s%s", what, ss_strerror(st), said[0] ? "; the call to " : "", said);
     return st;
 }
 
