@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The operators' files read series that exist: deploy/prometheus/alerts.yml
+# passes promtool, and every shadowsync_* series named there or in the
+# Grafana dashboard is one the code registers (a renamed series fails
+# here, not silently on a dashboard).
+#   test_alert_rules.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+fail() { echo "test_alert_rules: $*" >&2; exit 1; }
+if command -v promtool >/dev/null; then
+  promtool check rules "$src/deploy/prometheus/alerts.yml" >/dev/null || fail "promtool refuses alerts.yml"
+  promtool check config "$src/deploy/prometheus/prometheus.yml" >/dev/null || fail "promtool refuses prometheus.yml"
+fi
+registered=$(grep -rhoE '"shadowsync_[a-z_]+"' "$src"/{common,shadow,agent,ps,embedding-store,rpc,trainer-hooks} |
+  tr -d '"' | sort -u)
+n=0
+for f in deploy/prometheus/alerts.yml deploy/grafana/shadowsync-dashboard.json; do
+  for s in $(grep -oE 'shadowsync_[a-z_]+' "$src/$f" | sed -E 's/_(bucket|sum|count)$//' | sort -u); do
+    grep -qx "$s" <<<"$registered" || fail "$f reads $s, which no daemon or library registers"
+    n=$((n + 1))
+  done
+done
+echo "alert rules test: alerts.yml checked by promtool; $n series named by the alerts and the dashboard all registered"
