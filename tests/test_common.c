@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/flags.h"
@@ -14,6 +15,7 @@
 #include "common/metrics.h"
 #include "common/names.h"
 #include "common/private_files.h"
+#include "common/process_metrics.h"
 #include "common/ticker.h"
 #include "shadowsync/status.h"
 
@@ -340,6 +342,36 @@ START_TEST(test_addresses_and_log_levels_refused_with_why) {
 }
 END_TEST
 
+/* The process_* series: there, and plausible for this very process. */
+START_TEST(test_process_metrics) {
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ss__process_metrics_refresh(m);
+    char *text;
+    size_t len;
+    ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
+    double rss = 0, fds = 0, threads = 0, start = 0;
+    const char *p = strstr(text, "\nprocess_resident_memory_bytes ");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(sscanf(p, "\nprocess_resident_memory_bytes %lf", &rss), 1);
+    ck_assert_int_eq(sscanf(strstr(text, "\nprocess_open_fds "), "\nprocess_open_fds %lf", &fds),
+                     1);
+    ck_assert_int_eq(sscanf(strstr(text, "\nprocess_threads "), "\nprocess_threads %lf", &threads),
+                     1);
+    ck_assert_int_eq(sscanf(strstr(text, "\nprocess_start_time_seconds "),
+                            "\nprocess_start_time_seconds %lf", &start),
+                     1);
+    ck_assert_ptr_nonnull(strstr(text, "\nprocess_cpu_seconds_total "));
+    ck_assert_double_gt(rss, 1 << 20); /* more than a MiB */
+    ck_assert_double_ge(fds, 3);       /* stdin, stdout, stderr at least */
+    ck_assert_double_ge(threads, 1);
+    ck_assert_double_gt(start, 1.7e9); /* after 2023, seconds since the epoch */
+    ck_assert_double_le(start, (double)time(NULL) + 1);
+    free(text);
+    ss__metrics_destroy(m);
+}
+END_TEST
+
 static void count_tick(void *ctx) {
     __atomic_add_fetch((int *)ctx, 1, __ATOMIC_RELAXED);
 }
@@ -367,5 +399,5 @@ int main(void) {
         test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
         test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input,
         test_private_dirs_and_files, test_addresses_and_log_levels_refused_with_why,
-        test_ticker_ticks_until_stopped);
+        test_ticker_ticks_until_stopped, test_process_metrics);
 }

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/names.h"
+#include "common/process_metrics.h"
 #include "rpc/auth.h"
 
 /* Request lines and headers beyond this: MHD answers 414/431 itself. */
@@ -75,6 +76,7 @@ static enum MHD_Result serve(ss__http_server *s, struct MHD_Connection *conn, in
     case PATH_METRICS:
         if (s->cfg.before_metrics)
             s->cfg.before_metrics(s->cfg.ctx);
+        ss__process_metrics_refresh(s->cfg.metrics); /* process_*: memory, CPU, fds */
         if ((st = ss__metrics_render(s->cfg.metrics, &body, &len)) != SS_OK)
             return reply_text(conn, 500, "cannot render metrics\n");
         return reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, true);

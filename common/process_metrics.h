@@ -1,0 +1,15 @@
+/* The standard process_* series (Prometheus client libraries' names) of
+ * the process itself, from /proc/self: CPU seconds, resident and virtual
+ * memory, open descriptors, threads, start time. The HTTP endpoint of
+ * every daemon calls it before each /metrics render. */
+#ifndef SS_COMMON_PROCESS_METRICS_H
+#define SS_COMMON_PROCESS_METRICS_H
+
+#include "common/metrics.h"
+
+/* Creates the gauges on first use, then sets them; silent when /proc is
+ * not there. process_cpu_seconds_total is a gauge here (the registry's
+ * counters count whole units); rate() works on it the same. */
+void ss__process_metrics_refresh(ss__metrics *m);
+
+#endif
