@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM } metric_kind;
+/* KIND_FLOAT_COUNTER: a counter of a non-integer total (CPU seconds),
+ * stored as a gauge's double, typed "counter". */
+typedef enum { KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM, KIND_FLOAT_COUNTER } metric_kind;
 
 /* Doubles are stored as their bit pattern so updates stay lock-free. */
 typedef _Atomic uint64_t atomic_double_bits;
@@ -362,6 +364,16 @@ void ss__metrics_count(ss__metrics *reg, const char *name, const char *help, con
         ss__counter_add(c, n);
 }
 
+ss_status ss__metrics_float_counter(ss__metrics *reg, const char *name, const char *help,
+                                    const char *const *labels, ss__gauge **out) {
+    series *s;
+    bool created;
+    ss_status st = get_series(reg, name, help, KIND_FLOAT_COUNTER, labels, NULL, &s, &created);
+    if (st == SS_OK)
+        *out = &s->u.gauge;
+    return st;
+}
+
 ss_status ss__metrics_gauge(ss__metrics *reg, const char *name, const char *help,
                             const char *const *labels, ss__gauge **out) {
     series *s;
@@ -513,7 +525,7 @@ ss_status ss__metrics_render(ss__metrics *reg, char **out, size_t *len) {
     if (!b.p)
         return SS_ERR_NO_MEMORY;
     b.p[0] = '\0';
-    static const char *const type_names[] = {"counter", "gauge", "histogram"};
+    static const char *const type_names[] = {"counter", "gauge", "histogram", "counter"};
     pthread_mutex_lock(&reg->lock);
     for (size_t i = 0; i < reg->nfamilies; i++) {
         const family *f = &reg->families[i];

@@ -25,6 +25,10 @@ void ss__metrics_destroy(ss__metrics *reg);
  * the same name with another type or help is SS_ERR_EXISTS. */
 ss_status ss__metrics_counter(ss__metrics *reg, const char *name, const char *help,
                               const char *const *labels, ss__counter **out);
+/* A counter of a non-integer total (CPU seconds): set to the total with
+ * ss__gauge_set (it must only grow), rendered with the type counter. */
+ss_status ss__metrics_float_counter(ss__metrics *reg, const char *name, const char *help,
+                                    const char *const *labels, ss__gauge **out);
 ss_status ss__metrics_gauge(ss__metrics *reg, const char *name, const char *help,
                             const char *const *labels, ss__gauge **out);
 /* bounds: strictly increasing upper bounds; +Inf is implicit. */

@@ -81,7 +81,10 @@ void ss__process_metrics_refresh(ss__metrics *m) {
     };
     for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
         ss__gauge *gauge;
-        if (ss__metrics_gauge(m, g[i].name, g[i].help, NULL, &gauge) == SS_OK)
+        const ss_status st = i == 0 /* the CPU seconds: a counter */
+                                 ? ss__metrics_float_counter(m, g[i].name, g[i].help, NULL, &gauge)
+                                 : ss__metrics_gauge(m, g[i].name, g[i].help, NULL, &gauge);
+        if (st == SS_OK)
             ss__gauge_set(gauge, g[i].value);
     }
 }

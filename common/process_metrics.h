@@ -7,9 +7,9 @@
 
 #include "common/metrics.h"
 
-/* Creates the gauges on first use, then sets them; silent when /proc is
- * not there. process_cpu_seconds_total is a gauge here (the registry's
- * counters count whole units); rate() works on it the same. */
+/* Creates the series on first use, then sets them; silent when /proc is
+ * not there. process_cpu_seconds_total is a counter of seconds, the rest
+ * gauges. */
 void ss__process_metrics_refresh(ss__metrics *m);
 
 #endif
