@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/strbuf.h"
+#include "rpc/rpc.h"
 
 #define POLL_MS 250 /* how often sessions publish stats and notice a stop */
 
@@ -242,8 +243,10 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
     /* Not under the session lock: joining is an RPC that may wait for a
      * slow PS, and /status, the accept thread and other trainers must not
      * wait behind it. Only this session's thread adds its groups. */
-    if (st == SS_OK)
+    if (st == SS_OK) {
+        ss__rpc_clear_failure();
         st = ss__engine_add_group(s->engine, g.name, g.replica, &params, &g.eg);
+    }
     if (st == SS_OK) {
         pthread_mutex_lock(&s->lock);
         s->groups[s->ngroups++] = g;
@@ -251,9 +254,15 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
         pthread_mutex_unlock(&s->lock);
     }
     if (st != SS_OK) {
+        /* Said here, for the operator, and to the trainer: which server and why. */
+        const char *said = ss__rpc_last_failure();
+        SS_LOG_ERRORF("agent", "event=group_join_failed trainer=%s group=%s status=%s why=\"%s\"",
+                      s->trainer, g.name, ss_status_name(st), said[0] ? said : ss_strerror(st));
+        snprintf(why, sizeof why, "cannot join group %s at the parameter servers: %s", g.name,
+                 said[0] ? said : ss_strerror(st));
         ss__replica_destroy(g.replica);
         ss__shm_group_release(&g.shm);
-        ss__agent_send_reply(s->sock, st, "cannot join the group at the parameter servers");
+        ss__agent_send_reply(s->sock, st, why);
         return true;
     }
     atomic_fetch_add(&h->agent_sessions, 1);

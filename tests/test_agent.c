@@ -609,6 +609,37 @@ START_TEST(foreign_socket_dir_refused) {
 }
 END_TEST
 
+/* An agent whose PS is not there logs the failed join with the PS's
+ * address, and the trainer is told the same. */
+START_TEST(join_failure_names_the_ps) {
+    char sock[200], log[160], addr[64];
+    snprintf(sock, sizeof sock, "%s/run2/agent.sock", dir);
+    snprintf(log, sizeof log, "%s/agent-nops.log", dir);
+    char *argv[] = {SHADOWSYNC_AGENT,   "--socket", sock, "--ps", "127.0.0.1:1", "--http", "",
+                    "--rpc-timeout-ms", "500",      NULL};
+    pid_t pid = proc_spawn(argv, log);
+    proc_address_after(log, "listening on", addr, sizeof addr);
+    int fd = trainer_connect(sock, "alone");
+    ss__pb_agent_request rq;
+    ss__pb_register_group r;
+    register_request(&rq, &r, "w", 16);
+    ss__shm_group g;
+    ck_assert_int_eq(ss__shm_group_create("w", 16, &g), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
+    char msg[512];
+    ck_assert_int_ne(reply_of(fd, msg, sizeof msg), SS_OK);
+    ck_assert_msg(strstr(msg, "127.0.0.1:1 (no connection"), "the trainer was told: %s", msg);
+    close(fd);
+    ss__shm_group_release(&g);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 20);
+    char *out = proc_read(log);
+    ck_assert_msg(strstr(out, "event=group_join_failed") && strstr(out, "127.0.0.1:1"),
+                  "the agent's log: %s", out);
+    free(out);
+}
+END_TEST
+
 /* A trainer hands its replicas only to an agent of the expected uid
  * (SO_PEERCRED): told to expect another uid, it never registers with this
  * one; told nothing, it does. */
@@ -812,12 +843,12 @@ END_TEST
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    return ss__check_tests("agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
-                           socket_truncated_fd_message, socket_huge_and_cut_frames,
-                           other_uid_refused, dead_trainer_dropped_at_once,
-                           socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
-                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid,
-                           slow_registration_does_not_stall_the_agent,
-                           ps_token_off_loopback_and_for_posts,
-                           trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told);
+    return ss__check_tests(
+        "agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
+        join_failure_names_the_ps, socket_truncated_fd_message, socket_huge_and_cut_frames,
+        other_uid_refused, dead_trainer_dropped_at_once, socket_group_member_allowed,
+        http_bad_requests, metrics_pass_promtool, ctl_commands, foreign_socket_dir_refused,
+        trainer_checks_the_agent_uid, slow_registration_does_not_stall_the_agent,
+        ps_token_off_loopback_and_for_posts, trainer_groups_and_bytes_are_bounded,
+        agent_cuts_chunks_as_told);
 }
