@@ -13,6 +13,12 @@ double ss__now_s(void) {
     return (double)ss__now_ns() * 1e-9;
 }
 
+uint64_t ss__unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 void ss__sleep_ns(uint64_t ns) {
     struct timespec req = {.tv_sec = (time_t)(ns / 1000000000ull),
                            .tv_nsec = (long)(ns % 1000000000ull)};

@@ -11,6 +11,10 @@ uint64_t ss__now_ns(void);
 
 /* Monotonic time in seconds as a double, for rates and logs. */
 double ss__now_s(void);
+/* Wall-clock time, milliseconds since the epoch (CLOCK_REALTIME): for
+ * stamps other processes read (deltas) and row ages that outlive a
+ * process; never for measuring durations (ss__now_ns). */
+uint64_t ss__unix_ms(void);
 
 /* A condition variable whose timed waits use CLOCK_MONOTONIC, so that a
  * step of the wall clock neither stalls nor hurries them. Every timed

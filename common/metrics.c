@@ -364,24 +364,25 @@ void ss__metrics_count(ss__metrics *reg, const char *name, const char *help, con
         ss__counter_add(c, n);
 }
 
-ss_status ss__metrics_float_counter(ss__metrics *reg, const char *name, const char *help,
-                                    const char *const *labels, ss__gauge **out) {
+/* A series whose value is a double: a gauge, or a float counter. */
+static ss_status double_series(ss__metrics *reg, metric_kind kind, const char *name,
+                               const char *help, const char *const *labels, ss__gauge **out) {
     series *s;
     bool created;
-    ss_status st = get_series(reg, name, help, KIND_FLOAT_COUNTER, labels, NULL, &s, &created);
+    ss_status st = get_series(reg, name, help, kind, labels, NULL, &s, &created);
     if (st == SS_OK)
         *out = &s->u.gauge;
     return st;
 }
 
+ss_status ss__metrics_float_counter(ss__metrics *reg, const char *name, const char *help,
+                                    const char *const *labels, ss__gauge **out) {
+    return double_series(reg, KIND_FLOAT_COUNTER, name, help, labels, out);
+}
+
 ss_status ss__metrics_gauge(ss__metrics *reg, const char *name, const char *help,
                             const char *const *labels, ss__gauge **out) {
-    series *s;
-    bool created;
-    ss_status st = get_series(reg, name, help, KIND_GAUGE, labels, NULL, &s, &created);
-    if (st == SS_OK)
-        *out = &s->u.gauge;
-    return st;
+    return double_series(reg, KIND_GAUGE, name, help, labels, out);
 }
 
 ss_status ss__metrics_histogram(ss__metrics *reg, const char *name, const char *help,

@@ -18,8 +18,9 @@ static const char delta_magic[8] = {'S', 'S', 'E', 'M', 'B', 'D', '0', '1'};
 struct ss__emb_delta_writer {
     int fd;
     char path[4096];
-    uLong crc;         /* zlib's CRC-32 of every byte written so far */
-    size_t row_floats; /* of the current table */
+    uLong crc;               /* zlib's CRC-32 of every byte written so far */
+    size_t row_floats;       /* of the current table */
+    ss__emb_delta_info info; /* what it holds so far */
     bool failed;
     size_t len;
     unsigned char buf[WBUF];
@@ -87,6 +88,7 @@ ss_status ss__emb_delta_begin(const char *path, uint64_t seq, bool base, uint64_
     w->failed = false;
     w->len = 0;
     w->row_floats = 0;
+    w->info = (ss__emb_delta_info){.seq = seq, .base = base, .written_ms = written_ms};
     put(w, delta_magic, sizeof delta_magic);
     put_u64(w, seq);
     const unsigned char b = base;
@@ -107,6 +109,11 @@ void ss__emb_delta_table(ss__emb_delta_writer *w, const ss__emb_spec *spec) {
     put(w, &spec->eps, 4);
     put(w, &spec->init_scale, 4);
     w->row_floats = ss__emb_row_floats(spec);
+    w->info.tables++;
+}
+
+void ss__emb_delta_written(const ss__emb_delta_writer *w, ss__emb_delta_info *out) {
+    *out = w->info;
 }
 
 ss_status ss__emb_delta_put(void *ctx, const uint64_t *ids, const float *rows, size_t n) {
@@ -120,6 +127,10 @@ ss_status ss__emb_delta_put(void *ctx, const uint64_t *ids, const float *rows, s
             put(w, rows + off * w->row_floats, k * w->row_floats * sizeof(float));
         off += k;
     }
+    if (rows)
+        w->info.rows += n;
+    else
+        w->info.deletions += n;
     return w->failed ? SS_ERR_IO : SS_OK;
 }
 

@@ -48,6 +48,9 @@ typedef struct ss__emb_delta_info {
     uint64_t tables, rows, deletions;
 } ss__emb_delta_info;
 
+/* What a writer has put so far (seq, base, tables, rows, deletions). */
+void ss__emb_delta_written(const ss__emb_delta_writer *w, ss__emb_delta_info *out);
+
 /* Reads and checks the whole file. SS_ERR_NOT_FOUND: no such file;
  * SS_ERR_PARSE: torn, truncated or corrupted, with why. */
 ss_status ss__emb_delta_read(const char *path, ss__emb_delta_file **out, char *why, size_t whylen);

@@ -46,6 +46,8 @@ typedef struct ss__emb_spec {
 ss_status ss__emb_spec_init(ss__emb_spec *spec, const char *name, uint32_t dim);
 /* SS_ERR_INVALID_ARGUMENT with a reason in why when the spec is unusable. */
 ss_status ss__emb_spec_check(const ss__emb_spec *spec, char *why, size_t whylen);
+/* Same dim, optimizer, lr, eps and init_scale (the name aside). */
+bool ss__emb_spec_same(const ss__emb_spec *a, const ss__emb_spec *b);
 /* Floats of optimizer state per row (0 for SGD, 1 for row-wise Adagrad). */
 size_t ss__emb_state_floats(ss__emb_optimizer opt);
 /* dim + state: the floats a stored row carries. */

@@ -43,6 +43,11 @@ ss_status ss__emb_spec_check(const ss__emb_spec *spec, char *why, size_t whylen)
     return bad ? SS_ERR_INVALID_ARGUMENT : SS_OK;
 }
 
+bool ss__emb_spec_same(const ss__emb_spec *a, const ss__emb_spec *b) {
+    return a->dim == b->dim && a->optimizer == b->optimizer && a->lr == b->lr && a->eps == b->eps &&
+           a->init_scale == b->init_scale;
+}
+
 size_t ss__emb_state_floats(ss__emb_optimizer opt) {
     return opt == SS_EMB_ADAGRAD ? 1 : 0;
 }

@@ -25,12 +25,6 @@ static bool bounded(const ss__emb_store_config *cfg) {
     return b->admit_count > 1 || b->ttl_s || b->max_live_rows;
 }
 
-static uint64_t wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec;
-}
-
 static const double k_seconds_bounds[] = {1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 30};
 
 static void say(char *why, size_t whylen, const char *fmt, ...) {
@@ -94,7 +88,8 @@ static void bound_table(ss__emb_store *st, store_table *tb) {
     };
     for (size_t i = 0; i < sizeof series / sizeof *series; i++)
         ss__metrics_counter(st->metrics, series[i].name, series[i].help, l, series[i].counter);
-    (void)ss__emb_table_set_bounds(tb->t, &st->cfg.bounds, wall_s()); /* checked at create */
+    (void)ss__emb_table_set_bounds(tb->t, &st->cfg.bounds,
+                                   ss__unix_ms() / 1000); /* checked at create */
 }
 
 static ss_status add_table(ss__emb_store *st, const ss__emb_spec *spec, store_table **out) {
@@ -323,7 +318,7 @@ static void sweep_bounds(ss__emb_store *st) {
     pthread_mutex_lock(&st->flush_lock);
     for (size_t i = 0; i < n; i++) {
         store_table *tb = st->tables[i];
-        ss__emb_table_sweep(tb->t, wall_s(), delete_stored, tb);
+        ss__emb_table_sweep(tb->t, ss__unix_ms() / 1000, delete_stored, tb);
         ss__emb_table_stats now_st;
         ss__emb_table_get_stats(tb->t, &now_st);
         ss__counter_add(tb->admitted, now_st.admitted - tb->reported.admitted);
@@ -483,11 +478,6 @@ void ss__emb_store_destroy(ss__emb_store *st) {
     free(st);
 }
 
-static bool same_spec(const ss__emb_spec *a, const ss__emb_spec *b) {
-    return a->optimizer == b->optimizer && a->lr == b->lr && a->eps == b->eps &&
-           a->init_scale == b->init_scale;
-}
-
 ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
                                    ss__emb_spec *stored, char *why, size_t whylen) {
     char bad[128];
@@ -528,7 +518,7 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
     } else if (tb && tb->spec.dim != spec->dim) {
         say(why, whylen, "table %s has dim %u, not %u", spec->name, tb->spec.dim, spec->dim);
         s = SS_ERR_SIZE_MISMATCH;
-    } else if (tb && !same_spec(&tb->spec, spec)) {
+    } else if (tb && !ss__emb_spec_same(&tb->spec, spec)) {
         say(why, whylen, "table %s exists with another optimizer, lr, eps or init_scale",
             spec->name);
         s = SS_ERR_EXISTS;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "embedding-store/delta_file.h"
 #include "embedding-store/store_internal.h"
@@ -40,18 +41,12 @@ static ss_status put_spilled(void *ctx, const uint64_t *ids, const float *rows, 
     return st;
 }
 
-static uint64_t unix_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 ss_status ss__emb_store_write_delta(ss__emb_store *st, const char *path, uint64_t seq, bool base,
                                     ss__emb_delta_info *out) {
     if (!st->tracking)
         return SS_ERR_STATE;
     ss__emb_delta_writer *w;
-    ss_status s = ss__emb_delta_begin(path, seq, base, unix_ms(), &w);
+    ss_status s = ss__emb_delta_begin(path, seq, base, ss__unix_ms(), &w);
     if (s != SS_OK)
         return s;
     pthread_rwlock_rdlock(&st->lock);
@@ -71,16 +66,9 @@ ss_status ss__emb_store_write_delta(ss__emb_store *st, const char *path, uint64_
         ss__emb_delta_abort(w);
         return s;
     }
-    if ((s = ss__emb_delta_commit(w)) != SS_OK)
-        return s;
-    if (out) {
-        ss__emb_delta_file *f;
-        if (ss__emb_delta_read(path, &f, NULL, 0) == SS_OK) {
-            ss__emb_delta_info_of(f, out);
-            ss__emb_delta_close(f);
-        }
-    }
-    return SS_OK;
+    if (out) /* counted as written: the file is not read back */
+        ss__emb_delta_written(w, out);
+    return ss__emb_delta_commit(w);
 }
 
 /* Applying: the table of the records being walked. */

@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,15 +124,6 @@ static void prune(const ss__ps_deltas *d) {
     closedir(dh);
 }
 
-static ss_status fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return SS_ERR_IO;
-    ss_status st = fsync(fd) == 0 ? SS_OK : SS_ERR_IO;
-    close(fd);
-    return st;
-}
-
 /* Writes both parts into a hidden directory, then renames it into place. */
 static ss_status write_entry(ss__ps_deltas *d, uint64_t seq, bool base, ss__emb_delta_info *info,
                              char *final, size_t finallen) {
@@ -147,13 +137,13 @@ static ss_status write_entry(ss__ps_deltas *d, uint64_t seq, bool base, ss__emb_
     snprintf(path, sizeof path, "%s/dense.ckpt", tmp);
     if (st == SS_OK)
         st = ss__central_save(d->cfg.centre, path, &groups);
-    if (st == SS_OK)
-        st = fsync_dir(tmp);
+    if (st == SS_OK) /* both files' names in the hidden directory */
+        st = ss__fsync_parent_dir(path);
     snprintf(final, finallen, "%s/%020" PRIu64 "-%s", d->cfg.dir, seq, base ? "base" : "delta");
     if (st == SS_OK && rename(tmp, final) != 0)
         st = SS_ERR_IO;
-    if (st == SS_OK)
-        st = fsync_dir(d->cfg.dir);
+    if (st == SS_OK) /* the rename */
+        st = ss__fsync_parent_dir(final);
     if (st != SS_OK)
         remove_dir(tmp);
     return st;

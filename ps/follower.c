@@ -56,12 +56,6 @@ static ss_status list(const ss__ps_follower *f, listing *l) {
     return SS_OK;
 }
 
-static uint64_t unix_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Checks both parts of entry seq whole, then applies them: the state
  * moves only when both are good. */
 static ss_status apply_entry(ss__ps_follower *f, uint64_t seq, bool base) {
@@ -121,7 +115,7 @@ static void catch_up(ss__ps_follower *f) {
     }
     ss__gauge_set(f->applied_gauge, (double)f->applied);
     if (f->applied)
-        ss__gauge_set(f->lag_gauge, (double)(unix_ms() - f->applied_ms) * 1e-3);
+        ss__gauge_set(f->lag_gauge, (double)(ss__unix_ms() - f->applied_ms) * 1e-3);
 }
 
 static void catch_up_tick(void *arg) {

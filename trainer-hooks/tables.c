@@ -196,15 +196,9 @@ static void table_export_metrics(void *obj, ss__metrics *reg, const char *traine
         ss__gauge_set(g, (double)s.resident_rows);
 }
 
-static uint64_t wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec;
-}
-
 static void sweep_tick(void *arg) {
     ss_table *tb = arg;
-    ss__emb_table_sweep(tb->rows, wall_s(), NULL, NULL);
+    ss__emb_table_sweep(tb->rows, ss__unix_ms() / 1000, NULL, NULL);
 }
 
 /* A bounded local table: its bounds, and a sweep once a second. */
@@ -212,7 +206,7 @@ static ss_status start_bounds(ss_table *tb) {
     const ss__emb_bounds b = {.admit_count = tb->cfg.admit_count,
                               .ttl_s = tb->cfg.ttl_s,
                               .max_live_rows = tb->cfg.max_live_rows};
-    ss_status st = ss__emb_table_set_bounds(tb->rows, &b, wall_s());
+    ss_status st = ss__emb_table_set_bounds(tb->rows, &b, ss__unix_ms() / 1000);
     return st == SS_OK ? ss__ticker_start(1000000000ull, sweep_tick, tb, &tb->sweeper) : st;
 }
 

@@ -27,18 +27,13 @@ static uint64_t row_hash(uint64_t id, const float *row, size_t floats) {
     return ss__fnv1a(ss__fnv1a(SS_FNV_OFFSET, &id, sizeof id), row, floats * sizeof(float));
 }
 
-static bool same_spec(const ss__emb_spec *a, const ss__emb_spec *b) {
-    return a->dim == b->dim && a->optimizer == b->optimizer && a->lr == b->lr && a->eps == b->eps &&
-           a->init_scale == b->init_scale;
-}
-
 /* Finds or adds spec's table; SS_ERR_EXISTS when one of that name has
  * another spec. */
 static ss_status sum_table(sums *s, const ss__emb_spec *spec) {
     for (size_t i = 0; i < s->n; i++)
         if (!strcmp(s->t[i].spec.name, spec->name)) {
             s->cur = i;
-            return same_spec(&s->t[i].spec, spec) ? SS_OK : SS_ERR_EXISTS;
+            return ss__emb_spec_same(&s->t[i].spec, spec) ? SS_OK : SS_ERR_EXISTS;
         }
     if (s->n == SS_EMB_MAX_TABLES)
         return SS_ERR_TOO_LARGE;
