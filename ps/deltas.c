@@ -93,34 +93,44 @@ static void remove_entry(const char *dir, const char *name) {
     remove_dir(path);
 }
 
+static int newest_first(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 /* Keeps the newest keep_bases bases and everything after the oldest of
- * them. */
+ * them (every base counted, however many a restart left behind). */
 static void prune(const ss__ps_deltas *d) {
-    uint64_t bases[64], seq;
-    size_t nb = 0;
+    uint64_t *bases = NULL, seq;
+    size_t nb = 0, cap = 0;
     bool base;
     DIR *dh = opendir(d->cfg.dir);
     if (!dh)
         return;
     struct dirent *e;
-    while ((e = readdir(dh)))
-        if (ss__ps_delta_name_parse(e->d_name, &seq, &base) && base && nb < 64)
-            bases[nb++] = seq;
-    if (nb <= d->cfg.keep_bases) {
-        closedir(dh);
-        return;
-    }
-    for (size_t i = 1; i < nb; i++) /* newest first */
-        for (size_t j = i; j > 0 && bases[j] > bases[j - 1]; j--) {
-            uint64_t t = bases[j];
-            bases[j] = bases[j - 1];
-            bases[j - 1] = t;
+    while ((e = readdir(dh))) {
+        if (!ss__ps_delta_name_parse(e->d_name, &seq, &base) || !base)
+            continue;
+        if (nb == cap) {
+            uint64_t *nbases = realloc(bases, (cap = cap ? 2 * cap : 16) * sizeof *nbases);
+            if (!nbases) { /* keep everything: pruning is a chore, not a duty */
+                free(bases);
+                closedir(dh);
+                return;
+            }
+            bases = nbases;
         }
-    const uint64_t oldest_kept = bases[d->cfg.keep_bases - 1];
-    rewinddir(dh);
-    while ((e = readdir(dh)))
-        if (ss__ps_delta_name_parse(e->d_name, &seq, &base) && seq < oldest_kept)
-            remove_entry(d->cfg.dir, e->d_name);
+        bases[nb++] = seq;
+    }
+    if (nb > d->cfg.keep_bases) {
+        qsort(bases, nb, sizeof *bases, newest_first);
+        const uint64_t oldest_kept = bases[d->cfg.keep_bases - 1];
+        rewinddir(dh);
+        while ((e = readdir(dh)))
+            if (ss__ps_delta_name_parse(e->d_name, &seq, &base) && seq < oldest_kept)
+                remove_entry(d->cfg.dir, e->d_name);
+    }
+    free(bases);
     closedir(dh);
 }
 
