@@ -641,6 +641,9 @@ static int shut_down(ps_state *ps, const ps_options *o, bool served) {
     return rc;
 }
 
+/* jemalloc's settings (common/malloc_tune.h) */
+const char *malloc_conf = SS_JEMALLOC_CONF;
+
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     ss__private_umask();             /* RocksDB's files and checkpoint links: 0640 at most */
