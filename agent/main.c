@@ -21,6 +21,7 @@
 #include "rpc/dense/grpc_transport.h"
 #include "rpc/http/http.h"
 #include "shadow/host_average_transport.h"
+#include "trainer-hooks/settings_flags.h"
 
 /* What --help and --version say. */
 static const ss__program program = {
@@ -34,19 +35,35 @@ static const ss__program program = {
 
 #define MAX_ALLOW 32
 
-/* The command line. */
+/* The command line: the agent's own flags, and the library's keys for
+ * the sync it runs for its trainers (sync_keys). */
 typedef struct agent_options {
     char default_socket[128];
-    const char *socket_path, *socket_group, *allow, *ps, *http, *ckpt_dir;
-    const char *tls_ca, *tls_cert, *tls_key, *auth_file, *encoding;
+    const char *socket_path, *socket_group, *allow, *http, *ckpt_dir, *auth_file;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>"; "" = none */
-    int64_t threads, min_round_gap, round_interval_us, heartbeat_ms;
-    int64_t chunk_floats, timeout_ms, round_wait_ms, max_sessions, host_deadline_ms,
-        max_trainer_groups, max_trainer_mb;
+    int64_t max_sessions, host_deadline_ms, max_trainer_groups, max_trainer_mb;
     bool host_average;
     uid_t uids[MAX_ALLOW];
     size_t nuids;
+    ss__setting_flags *settings; /* holds the strings sync points to */
+    ss_trainer_config sync;      /* ps, shadow_threads, encoding, ... */
 } agent_options;
+
+/* The library's keys the agent takes as flags (one declaration each, in
+ * trainer-hooks/settings.c): what it needs to run a trainer's sync. */
+static const char *const sync_keys[] = {"ps",
+                                        "shadow_threads",
+                                        "encoding",
+                                        "chunk_floats",
+                                        "min_round_gap",
+                                        "round_interval_us",
+                                        "heartbeat_ms",
+                                        "rpc_timeout_ms",
+                                        "round_wait_ms",
+                                        "tls_ca",
+                                        "tls_cert",
+                                        "tls_key",
+                                        NULL};
 
 static const char default_http[] = "127.0.0.1:9470";
 
@@ -90,27 +107,9 @@ static int parse_uids(const char *text, uid_t *uids, size_t *n) {
     return 0;
 }
 
-/* Step 1: flags, --help, --version, and the checks across flags. -1: go
- * on; otherwise the exit code. */
-static int parse_options(int argc, char **argv, agent_options *o) {
-    memset(o, 0, sizeof *o);
-    snprintf(o->default_socket, sizeof o->default_socket, "/tmp/shadowsync-%d/agent.sock",
-             (int)geteuid());
-    o->socket_path = o->default_socket;
-    o->socket_group = o->allow = o->ps = o->ckpt_dir = o->tls_ca = o->tls_cert = o->tls_key = "";
-    o->auth_file = "";
-    o->http = default_http;
-    o->threads = 1;
-    o->min_round_gap = 4;
-    o->encoding = "f32";
-    o->heartbeat_ms = 1000;
-    o->timeout_ms = 10000;
-    o->round_wait_ms = 5000;
-    o->max_sessions = 256;
-    o->max_trainer_groups = SS_AGENT_MAX_TRAINER_GROUPS;
-    o->max_trainer_mb = (int64_t)(SS_AGENT_DEFAULT_MAX_TRAINER_BYTES >> 20);
-    o->host_deadline_ms = 1000;
-    ss__flag flags[] = {
+/* The agent's own flags into flags; returns how many. */
+static size_t own_flag_table(agent_options *o, ss__flag *flags) {
+    const ss__flag own[] = {
         {"socket", SS_FLAG_STRING, &o->socket_path,
          "unix socket trainers connect to (its directory is created 0700, or 0750 with "
          "--socket-group)",
@@ -120,29 +119,10 @@ static int parse_options(int argc, char **argv, agent_options *o) {
         {"allow-uid", SS_FLAG_STRING, &o->allow,
          "more uids allowed at the socket, comma-separated (the agent's own uid always is)", NULL,
          0, 0},
-        {"ps", SS_FLAG_STRING, &o->ps, "PS shards host:port[,host:port...] (required)", NULL, 0, 0},
         {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
          "the default port, when taken, only warns)",
          NULL, 0, 0},
-        {"shadow-threads", SS_FLAG_INT, &o->threads, "shadow threads per trainer", NULL, 1, 64},
-        {"encoding", SS_FLAG_STRING, &o->encoding,
-         "compressed sync with the PS (error feedback through mirrors of the replicas)",
-         "f32|fp16|bf16|int8", 0, 0},
-        {"chunk-floats", SS_FLAG_INT, &o->chunk_floats,
-         "floats per call (and PS group) of a dense shard; every member of a group, trainer or "
-         "agent, must use the same (0: the default, 131072 = 512 KiB; 262144 before 0.2)",
-         NULL, 0, SS_GRPC_MAX_CHUNK_FLOATS},
-        {"min-round-gap", SS_FLAG_INT, &o->min_round_gap,
-         "a group's next round waits until its trainer ran this many steps", NULL, 0, 1e9},
-        {"round-interval-us", SS_FLAG_INT, &o->round_interval_us,
-         "pause between two rounds of a shadow thread", NULL, 0, 6e7},
-        {"heartbeat-ms", SS_FLAG_INT, &o->heartbeat_ms, "idle groups tell the PS they live", NULL,
-         0, 3.6e6},
-        {"rpc-timeout-ms", SS_FLAG_INT, &o->timeout_ms, "deadline of one RPC to the PS", NULL, 1,
-         3.6e6},
-        {"round-wait-ms", SS_FLAG_INT, &o->round_wait_ms,
-         "extra wait for an MA/BMUF round to close", NULL, 0, 3.6e6},
         {"host-average", SS_FLAG_BOOL, &o->host_average,
          "average this host's replicas in memory first and send one exchange per local round to "
          "the PS (PS traffic / number of local trainers)",
@@ -158,62 +138,93 @@ static int parse_options(int argc, char **argv, agent_options *o) {
         {"checkpoint-dir", SS_FLAG_STRING, &o->ckpt_dir,
          "POST /checkpoint writes each group's replica here as <group>.f32 (\"\" = refused)", NULL,
          0, 0},
-        {"tls-ca", SS_FLAG_STRING, &o->tls_ca, "PEM CA bundle to verify the PS (enables TLS)", NULL,
-         0, 0},
-        {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM client certificate (mutual TLS)", NULL, 0,
-         0},
-        {"tls-key", SS_FLAG_STRING, &o->tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
         {"auth-token-file", SS_FLAG_STRING, &o->auth_file,
          "the shared token file: sent to the PS, and needed by POST /checkpoint (required when "
          "--http is not loopback)",
          NULL, 0, 0},
     };
-    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
-    if (exit_code >= 0)
-        return exit_code;
-    if (!*o->ps) {
-        fprintf(stderr, "shadowsync-agent: --ps is required (the PS shards)\n");
-        return 2;
-    }
-    if (parse_uids(o->allow, o->uids, &o->nuids) != 0) {
-        fprintf(stderr, "shadowsync-agent: --allow-uid wants uids like 1000,1001\n");
-        return 2;
-    }
-    if (!*o->tls_cert != !*o->tls_key) {
-        fprintf(stderr, "shadowsync-agent: --tls-cert and --tls-key go together\n");
-        return 2;
-    }
-    char why[400];
-    if (ss__auth_daemon_setup(o->auth_file, o->http, o->auth, sizeof o->auth, why, sizeof why) !=
-        SS_OK) {
+    memcpy(flags, own, sizeof own);
+    return sizeof own / sizeof *own;
+}
+
+/* The checks across flags, and the token and checkpoint directory they
+ * name. -1: go on; otherwise the exit code. */
+static int check_options(agent_options *o) {
+    ss__encoding enc;
+    const char *why = NULL;
+    if (!o->sync.ps || !*o->sync.ps)
+        why = "--ps is required (the PS shards)";
+    else if (!ss__encoding_parse(o->sync.encoding, &enc))
+        why = "--encoding wants f32, fp16, bf16 or int8";
+    else if (parse_uids(o->allow, o->uids, &o->nuids) != 0)
+        why = "--allow-uid wants uids like 1000,1001";
+    else if (!o->sync.tls_cert != !o->sync.tls_key)
+        why = "--tls-cert and --tls-key go together";
+    if (why) {
         fprintf(stderr, "shadowsync-agent: %s\n", why);
+        return 2;
+    }
+    char reason[400];
+    if (ss__auth_daemon_setup(o->auth_file, o->http, o->auth, sizeof o->auth, reason,
+                              sizeof reason) != SS_OK ||
+        (*o->ckpt_dir &&
+         ss__private_dir(o->ckpt_dir, "--checkpoint-dir", reason, sizeof reason) != SS_OK)) {
+        fprintf(stderr, "shadowsync-agent: %s\n", reason);
         return 2;
     }
     if (o->auth[0])
         setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 1); /* what the PS clients read */
-    if (*o->ckpt_dir &&
-        ss__private_dir(o->ckpt_dir, "--checkpoint-dir", why, sizeof why) != SS_OK) {
-        fprintf(stderr, "shadowsync-agent: %s\n", why);
+    return -1;
+}
+
+/* Step 1: flags (the agent's own and the library's sync keys), --help,
+ * --version, and the checks across flags. -1: go on; otherwise the exit
+ * code. */
+static int parse_options(int argc, char **argv, agent_options *o) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->default_socket, sizeof o->default_socket, "/tmp/shadowsync-%d/agent.sock",
+             (int)geteuid());
+    o->socket_path = o->default_socket;
+    o->socket_group = o->allow = o->ckpt_dir = o->auth_file = "";
+    o->http = default_http;
+    o->max_sessions = 256;
+    o->max_trainer_groups = SS_AGENT_MAX_TRAINER_GROUPS;
+    o->max_trainer_mb = (int64_t)(SS_AGENT_DEFAULT_MAX_TRAINER_BYTES >> 20);
+    o->host_deadline_ms = 1000;
+    ss__flag flags[32];
+    size_t n = own_flag_table(o, flags);
+    if (ss__setting_flags_add(sync_keys, NULL, NULL, flags, &n, sizeof flags / sizeof *flags,
+                              &o->settings) != SS_OK) {
+        fprintf(stderr, "shadowsync-agent: out of memory\n");
+        return 1;
+    }
+    int exit_code = ss__flags_cli(&program, flags, n, argc, argv);
+    if (exit_code >= 0)
+        return exit_code;
+    ss_table_config unused;
+    ss_trainer_config_init(&o->sync);
+    ss_table_config_init(&unused, "table", 8);
+    if (ss__setting_flags_apply(o->settings, &o->sync, &unused) != SS_OK) {
+        fprintf(stderr, "shadowsync-agent: %s\n", ss_last_error());
         return 2;
     }
-    return -1;
+    return check_options(o);
 }
 
 /* Step 2: the transport to the PS shards, wrapped for host averaging. */
 static ss_status connect_ps(agent_main *m, const agent_options *o) {
-    ss__rpc_tls tls = {.ca_file = *o->tls_ca ? o->tls_ca : NULL,
-                       .cert_file = *o->tls_cert ? o->tls_cert : NULL,
-                       .key_file = *o->tls_key ? o->tls_key : NULL};
-    ss__grpc_transport_config tcfg = {.targets = o->ps,
-                                      .timeout_ms = (uint32_t)o->timeout_ms,
-                                      .round_wait_ms = (uint32_t)o->round_wait_ms,
-                                      .chunk_floats = (size_t)o->chunk_floats,
+    const ss_trainer_config *c = &o->sync;
+    ss__rpc_tls tls = {.ca_file = c->tls_ca, .cert_file = c->tls_cert, .key_file = c->tls_key};
+    ss__grpc_transport_config tcfg = {.targets = c->ps,
+                                      .timeout_ms = c->timeout_ms,
+                                      .round_wait_ms = c->round_wait_ms,
+                                      .chunk_floats = c->chunk_floats,
                                       .retries = 3,
-                                      .tls = *o->tls_ca || *o->tls_cert ? &tls : NULL};
-    ss__encoding_parse(o->encoding, &tcfg.encoding); /* the flag's choices are the names */
+                                      .tls = c->tls_ca || c->tls_cert ? &tls : NULL};
+    ss__encoding_parse(c->encoding, &tcfg.encoding); /* checked in check_options */
     ss_status st = ss__grpc_transport_create(&tcfg, &m->to_ps);
     if (st != SS_OK) {
-        fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", o->ps, ss_strerror(st));
+        fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", c->ps, ss_strerror(st));
         return st;
     }
     m->transport = m->to_ps;
@@ -231,10 +242,10 @@ static ss_status start_agent(agent_main *m, const agent_options *o) {
                              .nallow = o->nuids,
                              .transport = m->transport,
                              .metrics = m->metrics,
-                             .shadow_threads = (uint32_t)o->threads,
-                             .min_round_gap = (uint64_t)o->min_round_gap,
-                             .round_interval_us = (uint64_t)o->round_interval_us,
-                             .heartbeat_ms = (uint32_t)o->heartbeat_ms,
+                             .shadow_threads = o->sync.shadow_threads,
+                             .min_round_gap = o->sync.min_round_gap,
+                             .round_interval_us = o->sync.round_interval_us,
+                             .heartbeat_ms = o->sync.heartbeat_ms,
                              .max_sessions = (uint32_t)o->max_sessions,
                              .max_trainer_groups = (uint32_t)o->max_trainer_groups,
                              .max_trainer_bytes = (uint64_t)o->max_trainer_mb << 20};
@@ -261,8 +272,8 @@ static ss_status start_http(agent_main *m, const agent_options *o) {
     ss_status st = ss__http_daemon_start(program.name, &hcfg, &m->web, where, sizeof where);
     if (st != SS_OK)
         return st;
-    printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", o->socket_path, where, o->ps,
-           o->host_average ? " (host averaging)" : "");
+    printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", o->socket_path, where,
+           o->sync.ps, o->host_average ? " (host averaging)" : "");
     fflush(stdout);
     return SS_OK;
 }
@@ -303,6 +314,7 @@ int main(int argc, char **argv) {
         ss__log(SS_LOG_INFO, "agent", "event=stopping signal=%d", sig);
     }
     shut_down(&m);
+    ss__setting_flags_destroy(o.settings);
     if (st != SS_OK)
         return 1;
     printf("shadowsync-agent: stopped\n");

@@ -235,40 +235,10 @@ static int restore(ps_state *ps, const char *dir) {
 
 static int check_options(ps_options *o);
 
-/* Step 1: flags, --help, --version, and the checks across flags. -1: go
- * on; otherwise the exit code. */
-static int parse_options(int argc, char **argv, ps_options *o) {
-    *o = (ps_options){.listen = "127.0.0.1:7070",
-                      .http = default_http,
-                      .ckpt_dir = "",
-                      .ckpt_keep = 3,
-                      .emb_db = "",
-                      .tls_cert = "",
-                      .auth_file = "",
-                      .tls_key = "",
-                      .tls_ca = "",
-                      .tls_writers = "",
-                      .delta_dir = "",
-                      .follow = "",
-                      .delta_every_s = 10,
-                      .delta_base_every = 10,
-                      .delta_keep = 2,
-                      .follow_poll_ms = 200,
-                      .threads = 2,
-                      .deadline_ms = 1000,
-                      .member_timeout_ms = 5000,
-                      .max_floats = 64 << 20,
-                      .flush_lag_ms = 200,
-                      .emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH,
-                      .max_reply_mb = SS_EMB_DEFAULT_MAX_REPLY_BYTES >> 20,
-                      .max_tables = SS_EMB_DEFAULT_MAX_TABLES,
-                      .max_rows = 50000000,
-                      .max_groups = 65536,
-                      .max_members = 4096,
-                      .max_total_floats = 1ll << 31,
-                      .max_blocked = SS_RPC_DEFAULT_MAX_BLOCKED,
-                      .max_inflight_mb = (int64_t)(SS_RPC_DEFAULT_MAX_INFLIGHT >> 20)};
-    ss__flag flags[] = {
+/* Flags of the gRPC server: address, threads, rounds, dense limits, and who may call; returns how
+ * many. */
+static size_t server_flags(ps_options *o, ss__flag *flags) {
+    const ss__flag own[] = {
         {"listen", SS_FLAG_STRING, &o->listen, "address to serve gRPC on (port 0: pick one)", NULL,
          0, 0},
         {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
@@ -283,69 +253,6 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "drop a member not heard from this long (0 = never; >= round deadline)", NULL, 0, 3.6e6},
         {"max-group-floats", SS_FLAG_INT, &o->max_floats, "largest dense group chunk accepted",
          NULL, 1, (double)(1u << 30)},
-        {"checkpoint-dir", SS_FLAG_STRING, &o->ckpt_dir,
-         "restore dense.ckpt from here at start; write it on Checkpoint calls, SIGUSR1 and at "
-         "shutdown; embedding checkpoints (Embedding/Checkpoint, by name) go under its emb/ "
-         "(\"\" = no checkpoints)",
-         NULL, 0, 0},
-        {"checkpoint-keep", SS_FLAG_INT, &o->ckpt_keep,
-         "newest embedding checkpoints kept under --checkpoint-dir/emb (older ones are removed)",
-         NULL, 1, 1e6},
-        {"emb-db", SS_FLAG_STRING, &o->emb_db,
-         "RocksDB directory of this shard's embedding rows (created; restored at start; \"\" = "
-         "rows in memory only)",
-         NULL, 0, 0},
-        {"sync-writes", SS_FLAG_BOOL, &o->sync_writes,
-         "acknowledge a row update only after it is fsync'd to RocksDB (else write-behind)", NULL,
-         0, 0},
-        {"flush-lag-ms", SS_FLAG_INT, &o->flush_lag_ms,
-         "write-behind: an acknowledged update reaches RocksDB within this; updates wait when "
-         "the flusher falls further behind",
-         NULL, 2, 3.6e6},
-        {"mem-cap-mb", SS_FLAG_INT, &o->mem_cap_mb,
-         "memory for resident embedding rows; clean rows beyond it are evicted (0 = no cap)", NULL,
-         0, 1 << 24},
-        {"emb-max-batch", SS_FLAG_INT, &o->emb_max_batch, "most row ids in one embedding request",
-         NULL, 1, 1 << 24},
-        {"max-reply-mb", SS_FLAG_INT, &o->max_reply_mb,
-         "most row bytes in one embedding request or reply (ids x dim x 4)", NULL, 1, 1 << 14},
-        {"max-tables", SS_FLAG_INT, &o->max_tables, "most embedding tables", NULL, 1,
-         SS_EMB_MAX_TABLES},
-        {"max-rows", SS_FLAG_INT, &o->max_rows,
-         "most embedding rows in memory, all tables (clean rows are evicted past it; requests "
-         "are refused when none can be; 0 = no limit)",
-         NULL, 0, 1e12},
-        {"delta-dir", SS_FLAG_STRING, &o->delta_dir,
-         "online: publish a delta here every --delta-every-s (embedding rows changed and "
-         "deleted since the last one, every dense centre), for checkpoints and followers "
-         "(\"\" = none)",
-         NULL, 0, 0},
-        {"delta-every-s", SS_FLAG_INT, &o->delta_every_s, "seconds between two deltas", NULL, 1,
-         86400},
-        {"delta-base-every", SS_FLAG_INT, &o->delta_base_every,
-         "every N-th delta is a base (every row); the first after a start always is", NULL, 1, 1e6},
-        {"delta-keep-bases", SS_FLAG_INT, &o->delta_keep,
-         "bases kept in --delta-dir, with the deltas after them (older ones are removed)", NULL, 1,
-         1000},
-        {"follow", SS_FLAG_STRING, &o->follow,
-         "serving replica: start from the newest base in this --delta-dir and apply its deltas "
-         "as they appear; serves Lookup, Stats and ReadCentral, refuses every write (\"\" = a "
-         "training PS)",
-         NULL, 0, 0},
-        {"follow-poll-ms", SS_FLAG_INT, &o->follow_poll_ms,
-         "--follow: a look for new deltas every this many ms", NULL, 10, 60000},
-        {"emb-admit-count", SS_FLAG_INT, &o->emb_admit,
-         "online tables: a new row id is stored on its K-th push (counted in a 2 MiB sketch per "
-         "table; before that lookups give its initial row; 0 or 1 = at once)",
-         NULL, 0, 65535},
-        {"emb-ttl-s", SS_FLAG_INT, &o->emb_ttl_s,
-         "online tables: a row not pushed for this many seconds is deleted from memory and "
-         "RocksDB (0 = never)",
-         NULL, 0, 1e10},
-        {"emb-max-live-rows", SS_FLAG_INT, &o->emb_max_live,
-         "online tables: past this many rows per table the least recently pushed are deleted "
-         "(unlike --mem-cap-mb, which spills clean rows to RocksDB; 0 = none)",
-         NULL, 0, 1e12},
         {"max-groups", SS_FLAG_INT, &o->max_groups,
          "most dense groups (each chunk of a group counts)", NULL, 1, 1 << 30},
         {"max-members", SS_FLAG_INT, &o->max_members, "most members of one dense group", NULL, 1,
@@ -380,7 +287,128 @@ static int parse_options(int argc, char **argv, ps_options *o) {
          "verified client may)",
          NULL, 0, 0},
     };
-    int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
+    memcpy(flags, own, sizeof own);
+    return sizeof own / sizeof *own;
+}
+
+/* Flags of checkpoints and the embedding rows' storage and limits; returns how many. */
+static size_t store_flags(ps_options *o, ss__flag *flags) {
+    const ss__flag own[] = {
+        {"checkpoint-dir", SS_FLAG_STRING, &o->ckpt_dir,
+         "restore dense.ckpt from here at start; write it on Checkpoint calls, SIGUSR1 and at "
+         "shutdown; embedding checkpoints (Embedding/Checkpoint, by name) go under its emb/ "
+         "(\"\" = no checkpoints)",
+         NULL, 0, 0},
+        {"checkpoint-keep", SS_FLAG_INT, &o->ckpt_keep,
+         "newest embedding checkpoints kept under --checkpoint-dir/emb (older ones are removed)",
+         NULL, 1, 1e6},
+        {"emb-db", SS_FLAG_STRING, &o->emb_db,
+         "RocksDB directory of this shard's embedding rows (created; restored at start; \"\" = "
+         "rows in memory only)",
+         NULL, 0, 0},
+        {"sync-writes", SS_FLAG_BOOL, &o->sync_writes,
+         "acknowledge a row update only after it is fsync'd to RocksDB (else write-behind)", NULL,
+         0, 0},
+        {"flush-lag-ms", SS_FLAG_INT, &o->flush_lag_ms,
+         "write-behind: an acknowledged update reaches RocksDB within this; updates wait when "
+         "the flusher falls further behind",
+         NULL, 2, 3.6e6},
+        {"mem-cap-mb", SS_FLAG_INT, &o->mem_cap_mb,
+         "memory for resident embedding rows; clean rows beyond it are evicted (0 = no cap)", NULL,
+         0, 1 << 24},
+        {"emb-max-batch", SS_FLAG_INT, &o->emb_max_batch, "most row ids in one embedding request",
+         NULL, 1, 1 << 24},
+        {"max-reply-mb", SS_FLAG_INT, &o->max_reply_mb,
+         "most row bytes in one embedding request or reply (ids x dim x 4)", NULL, 1, 1 << 14},
+        {"max-tables", SS_FLAG_INT, &o->max_tables, "most embedding tables", NULL, 1,
+         SS_EMB_MAX_TABLES},
+        {"max-rows", SS_FLAG_INT, &o->max_rows,
+         "most embedding rows in memory, all tables (clean rows are evicted past it; requests "
+         "are refused when none can be; 0 = no limit)",
+         NULL, 0, 1e12},
+    };
+    memcpy(flags, own, sizeof own);
+    return sizeof own / sizeof *own;
+}
+
+/* Flags of online training: deltas out, a follower's deltas in, bounded tables; returns how many.
+ */
+static size_t online_flags(ps_options *o, ss__flag *flags) {
+    const ss__flag own[] = {
+        {"delta-dir", SS_FLAG_STRING, &o->delta_dir,
+         "online: publish a delta here every --delta-every-s (embedding rows changed and "
+         "deleted since the last one, every dense centre), for checkpoints and followers "
+         "(\"\" = none)",
+         NULL, 0, 0},
+        {"delta-every-s", SS_FLAG_INT, &o->delta_every_s, "seconds between two deltas", NULL, 1,
+         86400},
+        {"delta-base-every", SS_FLAG_INT, &o->delta_base_every,
+         "every N-th delta is a base (every row); the first after a start always is", NULL, 1, 1e6},
+        {"delta-keep-bases", SS_FLAG_INT, &o->delta_keep,
+         "bases kept in --delta-dir, with the deltas after them (older ones are removed)", NULL, 1,
+         1000},
+        {"follow", SS_FLAG_STRING, &o->follow,
+         "serving replica: start from the newest base in this --delta-dir and apply its deltas "
+         "as they appear; serves Lookup, Stats and ReadCentral, refuses every write (\"\" = a "
+         "training PS)",
+         NULL, 0, 0},
+        {"follow-poll-ms", SS_FLAG_INT, &o->follow_poll_ms,
+         "--follow: a look for new deltas every this many ms", NULL, 10, 60000},
+        {"emb-admit-count", SS_FLAG_INT, &o->emb_admit,
+         "online tables: a new row id is stored on its K-th push (counted in a 2 MiB sketch per "
+         "table; before that lookups give its initial row; 0 or 1 = at once)",
+         NULL, 0, 65535},
+        {"emb-ttl-s", SS_FLAG_INT, &o->emb_ttl_s,
+         "online tables: a row not pushed for this many seconds is deleted from memory and "
+         "RocksDB (0 = never)",
+         NULL, 0, 1e10},
+        {"emb-max-live-rows", SS_FLAG_INT, &o->emb_max_live,
+         "online tables: past this many rows per table the least recently pushed are deleted "
+         "(unlike --mem-cap-mb, which spills clean rows to RocksDB; 0 = none)",
+         NULL, 0, 1e12},
+    };
+    memcpy(flags, own, sizeof own);
+    return sizeof own / sizeof *own;
+}
+
+/* Step 1: flags, --help, --version, and the checks across flags. -1: go
+ * on; otherwise the exit code. */
+static int parse_options(int argc, char **argv, ps_options *o) {
+    *o = (ps_options){.listen = "127.0.0.1:7070",
+                      .http = default_http,
+                      .ckpt_dir = "",
+                      .ckpt_keep = 3,
+                      .emb_db = "",
+                      .tls_cert = "",
+                      .auth_file = "",
+                      .tls_key = "",
+                      .tls_ca = "",
+                      .tls_writers = "",
+                      .delta_dir = "",
+                      .follow = "",
+                      .delta_every_s = 10,
+                      .delta_base_every = 10,
+                      .delta_keep = 2,
+                      .follow_poll_ms = 200,
+                      .threads = 2,
+                      .deadline_ms = 1000,
+                      .member_timeout_ms = 5000,
+                      .max_floats = 64 << 20,
+                      .flush_lag_ms = 200,
+                      .emb_max_batch = SS_EMB_DEFAULT_MAX_BATCH,
+                      .max_reply_mb = SS_EMB_DEFAULT_MAX_REPLY_BYTES >> 20,
+                      .max_tables = SS_EMB_DEFAULT_MAX_TABLES,
+                      .max_rows = 50000000,
+                      .max_groups = 65536,
+                      .max_members = 4096,
+                      .max_total_floats = 1ll << 31,
+                      .max_blocked = SS_RPC_DEFAULT_MAX_BLOCKED,
+                      .max_inflight_mb = (int64_t)(SS_RPC_DEFAULT_MAX_INFLIGHT >> 20)};
+    ss__flag flags[48];
+    size_t n = server_flags(o, flags);
+    n += store_flags(o, flags + n);
+    n += online_flags(o, flags + n);
+    int exit_code = ss__flags_cli(&program, flags, n, argc, argv);
     return exit_code >= 0 ? exit_code : check_options(o);
 }
 

@@ -4,8 +4,8 @@
 #   common                                    1
 #   shadow, embedding-store                   2
 #   rpc                                       3
-#   ps, agent, trainer-hooks                  4
-#   tools, bench                              5
+#   ps, trainer-hooks                         4
+#   agent, tools, bench                       5
 #   tests                                     6
 # A file may include its own folder and folders of a lower layer, never a
 # sibling of its own layer or one above it. Inside rpc/, the framework
@@ -21,8 +21,8 @@ rank() {
     common) echo 1 ;;
     shadow | embedding-store) echo 2 ;;
     rpc) echo 3 ;;
-    ps | agent | trainer-hooks) echo 4 ;;
-    tools | bench) echo 5 ;;
+    ps | trainer-hooks) echo 4 ;;
+    agent | tools | bench) echo 5 ;;
     tests) echo 6 ;;
     *) echo "" ;;
   esac

@@ -7,16 +7,15 @@ declared by hand with its own default, range and help.
 
     python3 tests/test_setting_flags.py SOURCE_DIR BIN_DIR
 
-Programs checked: those that configure a trainer's sync and tables. Not
-yet: shadowsync-agent (it cannot link the hooks library; its flags are
-declared by hand). Not meant to: shadowsync-ps (its --tls-* are the
+Programs checked: those that configure a trainer's sync and tables
+(ctr-train; shadowsync-agent, which runs its trainers' sync). Not meant to: shadowsync-ps (its --tls-* are the
 server's identity), shadowsync-sim and the benchmarks (their --ps is a
 count or a bench target)."""
 import re
 import subprocess
 import sys
 
-CHECKED = ["ctr-train"]
+CHECKED = ["ctr-train", "shadowsync-agent"]
 MARK = "(library setting)"
 
 

@@ -559,7 +559,7 @@ static int parse_options(int argc, char **argv, run_options *o) {
     ss__setting_default defaults[10];
     program_defaults(&o->cfg, defs, defaults);
     static const char *const skip[] = {"peer_rank", NULL}; /* --rank */
-    if (ss__setting_flags_add(skip, defaults, flags, &n, sizeof flags / sizeof *flags,
+    if (ss__setting_flags_add(NULL, skip, defaults, flags, &n, sizeof flags / sizeof *flags,
                               &o->settings) != SS_OK) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;

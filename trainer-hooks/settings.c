@@ -557,8 +557,9 @@ static const ss__setting_default *program_default(const ss__setting_default *d, 
     return NULL;
 }
 
-ss_status ss__setting_flags_add(const char *const *skip, const ss__setting_default *defaults,
-                                ss__flag *flags, size_t *n, size_t max, ss__setting_flags **out) {
+ss_status ss__setting_flags_add(const char *const *only, const char *const *skip,
+                                const ss__setting_default *defaults, ss__flag *flags, size_t *n,
+                                size_t max, ss__setting_flags **out) {
     ss__setting_flags *s = calloc(1, sizeof *s);
     if (!s)
         return SS_ERR_NO_MEMORY;
@@ -568,7 +569,7 @@ ss_status ss__setting_flags_add(const char *const *skip, const ss__setting_defau
     ss_table_config_init(&bc, "table", 8);
     for (size_t i = 0; i < NSETTINGS; i++) {
         const key *k = setting_key(i);
-        if (listed(skip, k->name))
+        if (listed(skip, k->name) || (only && !listed(only, k->name)))
             continue;
         if (*n >= max) {
             free(s);

@@ -28,12 +28,14 @@ typedef struct ss__setting_default {
     const char *note; /* appended to the key's help, or NULL */
 } ss__setting_default;
 
-/* Appends a flag per library key, except the keys named in skip
- * (NULL-terminated; may be NULL), to flags[*n .. max), the defaults from
+/* Appends a flag per library key to flags[*n .. max): every key, or only
+ * those named in only, less those named in skip (both NULL-terminated
+ * lists of key names; either may be NULL). The defaults come from
  * ss_trainer_config_init / ss_table_config_init, or from defaults (up to
  * a { NULL } entry). SS_ERR_TOO_LARGE: flags has no room. */
-ss_status ss__setting_flags_add(const char *const *skip, const ss__setting_default *defaults,
-                                ss__flag *flags, size_t *n, size_t max, ss__setting_flags **out);
+ss_status ss__setting_flags_add(const char *const *only, const char *const *skip,
+                                const ss__setting_default *defaults, ss__flag *flags, size_t *n,
+                                size_t max, ss__setting_flags **out);
 void ss__setting_flags_destroy(ss__setting_flags *s);
 
 /* The value a key's flag holds after parsing (its default when not
