@@ -7,7 +7,8 @@
 #   test_ps_allocator.sh PS_BIN
 set -euo pipefail
 ps_bin=$1
-if ! ldd "$ps_bin" | grep -q libjemalloc || ldd "$ps_bin" | grep -q -E 'libasan|libtsan'; then
+libs=$(ldd "$ps_bin")
+if [[ $libs != *libjemalloc* || $libs == *libasan* || $libs == *libtsan* ]]; then
   echo "ps-allocator test: skipped (jemalloc is not the PS's allocator in this build)"
   exit 0
 fi
@@ -17,7 +18,15 @@ pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do grep -q listening "$work/ps.log" && break; sleep 0.1; done
 grep -q listening "$work/ps.log" || { cat "$work/ps.log" >&2; exit 1; }
-if ! cat /proc/$pid/task/*/comm | grep -qx jemalloc_bg_thd; then
+# jemalloc starts the thread after the program's first pthread_create, on
+# its own schedule: look for it for up to 10 s.
+# (grep -q would leave cat a broken pipe, which pipefail counts.)
+has_thread() { cat /proc/$pid/task/*/comm 2>/dev/null | grep -x jemalloc_bg_thd >/dev/null; }
+for _ in $(seq 100); do
+  has_thread && break
+  sleep 0.1
+done
+if ! has_thread; then
   echo "shadowsync-ps runs no jemalloc background thread: freed memory stays resident" >&2
   exit 1
 fi

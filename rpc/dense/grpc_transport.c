@@ -432,6 +432,20 @@ static ss_status decode_replies(const membership *m, const fanout *f, bool easgd
     return st;
 }
 
+/* Chunk i of s as rq's payload, sent last: encoded by the member's codec
+ * (true; up says how, for the request's fields), or the floats themselves
+ * in place (false). */
+static bool chunk_payload(const membership *m, size_t i, const float *s, ss__codec_upload *up,
+                          ss__rpc_request *rq) {
+    if (m->codecs) {
+        encode_chunk(m, i, s, up, rq);
+        return true;
+    }
+    rq->payload = (const uint8_t *)(s + m->parts[i].lo);
+    rq->payload_len = m->parts[i].n * sizeof(float);
+    return false;
+}
+
 typedef struct easgd_arg {
     const float *s;
     float alpha;
@@ -445,16 +459,12 @@ static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size
     req.group = (char *)m->parts[i].name;
     req.member = m->ids[i];
     req.alpha = a->alpha;
-    if (m->codecs) {
-        ss__codec_upload up;
-        encode_chunk(m, i, a->s, &up, rq);
+    ss__codec_upload up;
+    if (chunk_payload(m, i, a->s, &up, rq)) {
         req.encoding = (Shadowsync__V1__Encoding)up.enc;
         req.mirror_reset = up.reset;
         req.mirror_seq = up.seq;
         req.size = m->parts[i].n;
-    } else {
-        rq->payload = (const uint8_t *)(a->s + m->parts[i].lo);
-        rq->payload_len = m->parts[i].n * sizeof(float);
     }
     return pack_bulk_head(&req.base, 4, rq->payload_len, len);
 }
@@ -508,16 +518,12 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
         req.bmuf_zeta = a->bmuf->zeta;
         req.bmuf_nesterov = a->bmuf->nesterov;
     }
-    if (m->codecs) {
-        ss__codec_upload up;
-        encode_chunk(m, i, a->s, &up, rq);
+    ss__codec_upload up;
+    if (chunk_payload(m, i, a->s, &up, rq)) {
         req.encoding = (Shadowsync__V1__Encoding)up.enc;
         req.mirror_reset = up.reset;
         req.mirror_seq = up.seq;
         req.size = m->parts[i].n;
-    } else {
-        rq->payload = (const uint8_t *)(a->s + m->parts[i].lo); /* last, in place */
-        rq->payload_len = m->parts[i].n * sizeof(float);
     }
     return pack_bulk_head(&req.base, 3, rq->payload_len, len);
 }
