@@ -122,6 +122,26 @@ void ss__rpc_clear_failure(void) {
     last_failure[0] = '\0';
 }
 
+ss_status ss__rpc_channel_reachable(ss__rpc_channel *ch, const char *who, uint32_t timeout_ms) {
+    if (grpc_channel_check_connectivity_state(ch->channel, 1) == GRPC_CHANNEL_READY)
+        return SS_OK;
+    /* Tried again every 100 ms until timeout_ms: a server starting at the
+     * same time as its clients gets that long to listen. */
+    char why[128] = "";
+    uint64_t end = ss__now_ns() + (uint64_t)timeout_ms * 1000000;
+    for (;;) {
+        uint64_t now = ss__now_ns();
+        uint32_t left = now < end ? (uint32_t)((end - now) / 1000000) : 0;
+        if (ss__tcp_reachable(ch->target, left ? left : 1, why, sizeof why))
+            return SS_OK;
+        if (ss__now_ns() + 100000000 >= end)
+            break;
+        ss__sleep_ns(100000000);
+    }
+    snprintf(last_failure, sizeof last_failure, "cannot reach %s at %s (%s)", who, ch->target, why);
+    return SS_ERR_IO;
+}
+
 static ss_status from_grpc(grpc_status_code code, const char *details) {
     /* Our servers name the exact ss_status: "ss=<name>: text". */
     if (details && strncmp(details, "ss=", 3) == 0) {

@@ -143,6 +143,18 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
                                  const ss__rpc_tls *tls, ss__rpc_channel **out);
 void ss__rpc_channel_destroy(ss__rpc_channel *ch);
 
+/* Whether a TCP connection to address ("host:port", "[ipv6]:port") can
+ * be made within timeout_ms: false with why ("connection refused", "no
+ * answer within 2000 ms", "no such host"). Addresses of another form
+ * (gRPC URIs) are not probed: true. */
+bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size_t whylen);
+
+/* Whether ch's server can be reached: a READY channel is; otherwise
+ * ss__tcp_reachable on its target, tried every 100 ms for timeout_ms
+ * (a server may be starting beside its clients). SS_ERR_IO when not, and
+ * ss__rpc_last_failure() says "cannot reach <who> at <target> (<why>)". */
+ss_status ss__rpc_channel_reachable(ss__rpc_channel *ch, const char *who, uint32_t timeout_ms);
+
 /* One unary call with a deadline. On SS_OK *resp (malloc'd, caller frees)
  * holds the reply. Otherwise the server's or the transport's error, with
  * its text in msg when given. wait_for_ready: wait for the server to come

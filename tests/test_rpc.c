@@ -188,14 +188,38 @@ START_TEST(test_server_on_a_taken_port_fails_cleanly) {
 }
 END_TEST
 
-START_TEST(test_ps_down_times_out) {
+/* Nothing listens: the join says so, with the address and the reason,
+ * after the probe's time (the call's 500 ms here), not the call's own
+ * deadline: calls wait for a server to come up. */
+START_TEST(test_ps_down_is_said_at_once) {
     ss__transport *t;
     ss__grpc_transport_config cfg = {.targets = "127.0.0.1:1", .timeout_ms = 500};
     ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
     uint64_t m;
-    /* Calls wait for a server to come up, bounded by their deadline. */
-    ck_assert_int_eq(ss__transport_join(t, "g", 2, &m), SS_ERR_TIMEOUT);
+    ss__rpc_clear_failure();
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &m), SS_ERR_IO);
+    ck_assert_str_eq(ss__rpc_last_failure(),
+                     "cannot reach the PS at 127.0.0.1:1 (connection refused)");
     ss__transport_destroy(t);
+}
+END_TEST
+
+/* The probe itself: a listening socket is reachable, the same port once
+ * closed is refused, and what is not host:port is left to gRPC. */
+START_TEST(test_tcp_reachable_says_why_not) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    char addr[32], why[128] = "";
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(a.sin_port));
+    ck_assert_msg(ss__tcp_reachable(addr, 1000, why, sizeof why), "%s: %s", addr, why);
+    close(fd);
+    ck_assert(!ss__tcp_reachable(addr, 1000, why, sizeof why));
+    ck_assert_str_eq(why, "connection refused");
+    ck_assert(ss__tcp_reachable("unix:/nowhere", 1000, why, sizeof why));
 }
 END_TEST
 
@@ -885,10 +909,11 @@ int main(void) {
     return ss__check_tests(
         "rpc", 60, NULL, NULL, test_easgd_over_grpc, test_ma_round_of_three_engines_over_grpc,
         test_still_member_joins_a_round_through_the_ps, test_bad_input_never_hurts_the_ps,
-        test_server_on_a_taken_port_fails_cleanly, test_ps_down_times_out,
-        test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
-        test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
-        test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting,
-        test_a_silent_connection_is_given_up, test_http_answers_healthz_during_a_slowloris,
-        test_bytes_in_flight_are_bounded, test_reads_never_hold_up_writers);
+        test_server_on_a_taken_port_fails_cleanly, test_ps_down_is_said_at_once,
+        test_tcp_reachable_says_why_not, test_window_bounds_calls_in_flight_per_channel,
+        test_batch_stats_and_round_trip, test_window_adapts_to_the_round_trip,
+        test_compressed_sync_over_grpc, test_other_chunking_is_refused_with_why,
+        test_round_sends_its_whole_shard_before_waiting, test_a_silent_connection_is_given_up,
+        test_http_answers_healthz_during_a_slowloris, test_bytes_in_flight_are_bounded,
+        test_reads_never_hold_up_writers);
 }

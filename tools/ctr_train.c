@@ -666,6 +666,14 @@ static int train_and_report(run_options *o) {
                       cfg->eval_each);
     print_quality(res);
     print_summary(o->sync, o->algo, o->emb, cfg, res);
+    if (syncing && res->rounds == 0) { /* trained alone, while sync was asked for */
+        fprintf(stderr,
+                "ctr-train: --sync %s was asked for, but no sync round completed: the "
+                "model was trained alone (the warnings above say what could not be "
+                "reached)\n",
+                o->sync);
+        metrics_rc = 1;
+    }
     free(res);
     ss__ctr_dataset_free(&train);
     ss__ctr_dataset_free(&val);

@@ -340,7 +340,9 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
  * rounds), with what the PS said when it refused one. */
 static ss_status ps_call_failed(ss_status st, const char *what) {
     const char *said = ss__rpc_last_failure();
-    if (st != SS_OK)
+    if (st != SS_OK && !strncmp(said, "cannot reach ", 13))
+        ss__err_set(st, "%s: %s", what, said); /* the address and the reason say it all */
+    else if (st != SS_OK)
         ss__err_set(st, "%s: %s%s%s", what, ss_strerror(st), said[0] ? "; the call to " : "", said);
     return st;
 }

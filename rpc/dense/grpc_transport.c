@@ -300,6 +300,12 @@ static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *memb
         for (size_t i = 0; st == SS_OK && i < m->nparts; i++)
             st = ss__codec_mirror_init(&m->codecs[i], t->encoding, m->parts[i].n);
     }
+    /* A PS that cannot be reached is said so at once (a join would wait
+     * for it until its deadline, and say only that the deadline passed). */
+    for (size_t i = 0; st == SS_OK && i < m->nparts; i++)
+        if (i == 0 || m->parts[i].shard != m->parts[i - 1].shard)
+            st = ss__rpc_channel_reachable(t->ch[m->parts[i].shard], "the PS",
+                                           t->timeout_ms < 2000 ? t->timeout_ms : 2000);
     /* One by one: a join that fails half way leaves the chunks it joined. */
     size_t joined = 0;
     for (; st == SS_OK && joined < m->nparts; joined++) {

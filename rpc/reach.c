@@ -1,0 +1,70 @@
+/* Whether a server can be reached at all, asked of TCP directly: gRPC's
+ * calls wait for a channel to become ready (grpc_transport.c says why), so
+ * a refused connection used to show as a call's deadline, 10 s later and
+ * without the reason. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/names.h"
+#include "rpc/rpc.h"
+
+/* One connect() to ai within the time left before deadline_ns; 0 or an
+ * errno (ETIMEDOUT when the time ran out). */
+static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int err = 0;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+            uint64_t now = ss__now_ns();
+            int ms = now < deadline_ns ? (int)((deadline_ns - now) / 1000000) : 0;
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int r;
+            while ((r = poll(&p, 1, ms)) < 0 && errno == EINTR)
+                ;
+            socklen_t len = sizeof err;
+            if (r == 0)
+                err = ETIMEDOUT;
+            else if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+                err = errno;
+        }
+    }
+    close(fd);
+    return err;
+}
+
+bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size_t whylen) {
+    char host[256];
+    unsigned port;
+    if (!ss__address_split(address, host, sizeof host, &port))
+        return true; /* not host:port (a gRPC URI): gRPC's own business */
+    char service[8];
+    snprintf(service, sizeof service, "%u", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list;
+    int gai = getaddrinfo(host, service, &hints, &list);
+    if (gai != 0) {
+        snprintf(why, whylen, "%s", gai == EAI_NONAME ? "no such host" : gai_strerror(gai));
+        return false;
+    }
+    uint64_t deadline = ss__now_ns() + (uint64_t)timeout_ms * 1000000;
+    int err = ETIMEDOUT;
+    for (const struct addrinfo *ai = list; ai && err; ai = ai->ai_next)
+        err = connect_one(ai, deadline);
+    freeaddrinfo(list);
+    if (err == ETIMEDOUT)
+        snprintf(why, whylen, "no answer within %u ms", timeout_ms);
+    else if (err)
+        snprintf(why, whylen, "%s", strerror(err)); /* "Connection refused" */
+    if (err && why[0])
+        why[0] = (char)(why[0] >= 'A' && why[0] <= 'Z' ? why[0] - 'A' + 'a' : why[0]);
+    return err == 0;
+}
