@@ -214,16 +214,37 @@ int ss__flags_cli(const ss__program *prog, const ss__flag *flags, size_t nflags,
             return 0;
         }
     }
+    /* Every program's own flags, then the ones every program has. */
+    ss__flag *all = malloc((nflags + 1) * sizeof *all);
+    if (!all) {
+        fprintf(stderr, "%s: out of memory\n", prog->name);
+        return 1;
+    }
+    memcpy(all, flags, nflags * sizeof *flags);
+    const char *log_format = "text";
+    all[nflags] = (ss__flag){"log-format",
+                             SS_FLAG_STRING,
+                             &log_format,
+                             "log lines as text (ts level component key=value ...) or json (one "
+                             "object per line)",
+                             "text|json",
+                             0,
+                             0};
     bool help = false;
     char err[256];
-    if (ss__flags_parse(flags, nflags, argc, argv, &help, err, sizeof err) != SS_OK) {
+    ss_status st = ss__flags_parse(all, nflags + 1, argc, argv, &help, err, sizeof err);
+    if (st == SS_OK && help)
+        ss__flags_print_help(stdout, prog->name, prog->summary, all, nflags + 1);
+    free(all);
+    if (st != SS_OK) {
         fprintf(stderr, "%s: %s\n", prog->name, err);
         return 2;
     }
-    if (help) {
-        ss__flags_print_help(stdout, prog->name, prog->summary, flags, nflags);
+    if (help)
         return 0;
-    }
+    ss__log_format format;
+    ss__log_format_parse(log_format, &format); /* one of its choices */
+    ss__log_set_format(format);
     /* A level the logger does not know would be ignored silently. */
     const char *level = getenv("SHADOWSYNC_LOG_LEVEL");
     ss__log_level parsed;

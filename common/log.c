@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,28 +42,149 @@ ss__log_level ss__log_get_level(void) {
     return (ss__log_level)lvl;
 }
 
+static atomic_int log_format = -1; /* -1: not yet read from the environment */
+
+ss_status ss__log_format_parse(const char *text, ss__log_format *out) {
+    if (!text || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    if (!strcmp(text, "text") || !strcmp(text, "json")) {
+        *out = text[0] == 'j' ? SS_LOG_JSON : SS_LOG_TEXT;
+        return SS_OK;
+    }
+    return SS_ERR_INVALID_ARGUMENT;
+}
+
+void ss__log_set_format(ss__log_format format) {
+    atomic_store(&log_format, (int)format);
+}
+
+static ss__log_format format_now(void) {
+    int f = atomic_load(&log_format);
+    if (f < 0) {
+        ss__log_format parsed = SS_LOG_TEXT;
+        const char *env = getenv("SHADOWSYNC_LOG_FORMAT");
+        if (env && ss__log_format_parse(env, &parsed) != SS_OK)
+            parsed = SS_LOG_TEXT;
+        f = (int)parsed;
+        atomic_store(&log_format, f);
+    }
+    return (ss__log_format)f;
+}
+
+/* Appends to out[*at .. cap - 1), always terminated. */
+static void put(char *out, size_t cap, size_t *at, const char *s, size_t n) {
+    for (size_t i = 0; i < n && *at + 1 < cap; i++)
+        out[(*at)++] = s[i];
+    out[*at] = '\0';
+}
+
+/* s[0 .. n) as a JSON string, quotes included; \" in s is a quote when
+ * unquote is set (a quoted key=value value). */
+static void put_json_string(char *out, size_t cap, size_t *at, const char *s, size_t n,
+                            bool unquote) {
+    put(out, cap, at, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (unquote && c == '\\' && i + 1 < n && (s[i + 1] == '"' || s[i + 1] == '\\'))
+            c = (unsigned char)s[++i];
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            put(out, cap, at, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            put(out, cap, at, esc, 6);
+        } else {
+            put(out, cap, at, (const char *)&c, 1);
+        }
+    }
+    put(out, cap, at, "\"", 1);
+}
+
+/* The key=value text as JSON members (each after a comma); false, with
+ * nothing written, when it does not read as key=value pairs. */
+static bool put_json_pairs(char *out, size_t cap, size_t *at, const char *msg) {
+    size_t start = *at;
+    const char *p = msg;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        size_t k = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-");
+        if (k == 0 || p[k] != '=')
+            goto not_pairs;
+        const char *v = p + k + 1;
+        size_t n;
+        bool quoted = *v == '"';
+        if (quoted) {
+            v++;
+            for (n = 0; v[n] && v[n] != '"'; n++)
+                if (v[n] == '\\' && v[n + 1])
+                    n++;
+            if (v[n] != '"')
+                goto not_pairs;
+        } else {
+            n = strcspn(v, " ");
+        }
+        put(out, cap, at, ",", 1);
+        put_json_string(out, cap, at, p, k, false);
+        put(out, cap, at, ":", 1);
+        put_json_string(out, cap, at, v, n, quoted);
+        p = v + n + (quoted ? 1 : 0);
+    }
+    return true;
+not_pairs:
+    *at = start;
+    out[start] = '\0';
+    return false;
+}
+
+size_t ss__log_render(ss__log_format format, const char *ts, ss__log_level level,
+                      const char *component, const char *msg, char *out, size_t cap) {
+    if (cap < 2)
+        return 0;
+    size_t at = 0;
+    out[0] = '\0';
+    const char *lvl = level_names[level <= SS_LOG_OFF ? level : SS_LOG_OFF];
+    component = component ? component : "-";
+    if (format == SS_LOG_TEXT) {
+        int n = snprintf(out, cap - 1, "%s %s %s %s", ts, lvl, component, msg);
+        at = n < 0 ? 0 : ((size_t)n < cap - 1 ? (size_t)n : cap - 2);
+    } else {
+        put(out, cap - 1, &at, "{\"ts\":", 6);
+        put_json_string(out, cap - 1, &at, ts, strlen(ts), false);
+        put(out, cap - 1, &at, ",\"level\":", 9);
+        put_json_string(out, cap - 1, &at, lvl, strlen(lvl), false);
+        put(out, cap - 1, &at, ",\"component\":", 13);
+        put_json_string(out, cap - 1, &at, component, strlen(component), false);
+        if (!put_json_pairs(out, cap - 1, &at, msg)) {
+            put(out, cap - 1, &at, ",\"msg\":", 7);
+            put_json_string(out, cap - 1, &at, msg, strlen(msg), false);
+        }
+        put(out, cap - 1, &at, "}", 1);
+    }
+    out[at++] = '\n';
+    out[at] = '\0';
+    return at;
+}
+
 void ss__log(ss__log_level level, const char *component, const char *fmt, ...) {
     if (level < ss__log_get_level() || level >= SS_LOG_OFF)
         return;
-    char line[1024];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    char msg[1024], ts[96], line[2048];
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    int off =
-        snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s ",
-                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                 ts.tv_nsec / 1000000, level_names[level], component ? component : "-");
-    if (off < 0)
-        return;
+    gmtime_r(&now.tv_sec, &tm);
+    snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000);
     va_list ap;
     va_start(ap, fmt);
-    if ((size_t)off < sizeof line)
-        vsnprintf(line + off, sizeof line - (size_t)off, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     /* One fputs per line so concurrent threads do not interleave fragments. */
-    size_t len = strnlen(line, sizeof line - 2);
-    line[len] = '\n';
-    line[len + 1] = '\0';
+    ss__log_render(format_now(), ts, level, component, msg, line, sizeof line);
     fputs(line, stderr);
 }

@@ -1,8 +1,14 @@
 /* Logging: one line per event, "ts level component key=value ...",
- * written to stderr. The threshold comes from ss__log_set_level() or the
- * SHADOWSYNC_LOG_LEVEL environment variable (debug|info|warn|error). */
+ * written to stderr; or, in the json format, one JSON object per line
+ * ({"ts":..., "level":..., "component":..., and each key's value as a
+ * string}) for log pipelines. The threshold comes from
+ * ss__log_set_level() or SHADOWSYNC_LOG_LEVEL (debug|info|warn|error);
+ * the format from ss__log_set_format() (every program's --log-format) or
+ * SHADOWSYNC_LOG_FORMAT (text|json). */
 #ifndef SHADOWSYNC_LOG_H
 #define SHADOWSYNC_LOG_H
+
+#include <stddef.h>
 
 #include "shadowsync/status.h"
 
@@ -19,6 +25,19 @@ ss__log_level ss__log_get_level(void);
 
 /* Parses "debug", "info", "warn", "error" or "off". */
 ss_status ss__log_level_parse(const char *text, ss__log_level *out);
+
+typedef enum ss__log_format { SS_LOG_TEXT = 0, SS_LOG_JSON = 1 } ss__log_format;
+
+void ss__log_set_format(ss__log_format format);
+/* Parses "text" or "json". */
+ss_status ss__log_format_parse(const char *text, ss__log_format *out);
+
+/* One line as format writes it, newline included, into out (cut short to
+ * cap - 1 bytes); returns its length. msg is the key=value text: in json
+ * each key=value (a value in double quotes, \" inside it a quote) is a
+ * member; what does not read as key=value goes whole into "msg". */
+size_t ss__log_render(ss__log_format format, const char *ts, ss__log_level level,
+                      const char *component, const char *msg, char *out, size_t cap);
 
 /* fmt is the key=value part of the line, printf-style. */
 void ss__log(ss__log_level level, const char *component, const char *fmt, ...)

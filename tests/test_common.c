@@ -342,6 +342,44 @@ START_TEST(test_addresses_and_log_levels_refused_with_why) {
 }
 END_TEST
 
+/* A log line in each format: text as it always was; json one object
+ * with every key=value a member (quotes and backslashes of a quoted
+ * value undone, then escaped for JSON), and text that is not key=value
+ * whole in "msg"; --log-format refuses what it does not know. */
+START_TEST(test_log_lines_as_text_and_json) {
+    char out[512];
+    const char *msg = "event=agent_unreachable socket=/tmp/a b=\"say \\\"hi\\\"\\\\\" n=3";
+    size_t n = ss__log_render(SS_LOG_TEXT, "T", SS_LOG_WARN, "hooks", msg, out, sizeof out);
+    ck_assert_str_eq(out,
+                     "T warn hooks event=agent_unreachable socket=/tmp/a b=\"say \\\"hi\\\"\\\\\" "
+                     "n=3\n");
+    ck_assert_uint_eq(n, strlen(out));
+    ss__log_render(SS_LOG_JSON, "T", SS_LOG_WARN, "hooks", msg, out, sizeof out);
+    ck_assert_str_eq(out,
+                     "{\"ts\":\"T\",\"level\":\"warn\",\"component\":\"hooks\",\"event\":"
+                     "\"agent_unreachable\",\"socket\":\"/tmp/a\",\"b\":\"say \\\"hi\\\"\\\\\","
+                     "\"n\":\"3\"}\n");
+    ss__log_render(SS_LOG_JSON, "T", SS_LOG_ERROR, NULL, "plain words\there", out, sizeof out);
+    ck_assert_str_eq(out, "{\"ts\":\"T\",\"level\":\"error\",\"component\":\"-\",\"msg\":"
+                          "\"plain words\\u0009here\"}\n");
+    ss__log_render(SS_LOG_JSON, "T", SS_LOG_INFO, "c", "a=\"unterminated", out, sizeof out);
+    ck_assert_str_eq(out, "{\"ts\":\"T\",\"level\":\"info\",\"component\":\"c\",\"msg\":"
+                          "\"a=\\\"unterminated\"}\n");
+    char small[16];
+    n = ss__log_render(SS_LOG_JSON, "T", SS_LOG_INFO, "c", "a=b", small, sizeof small);
+    ck_assert_uint_eq(n, strlen(small));
+    ck_assert_int_eq(small[n - 1], '\n');
+    static const ss__program prog = {"test-prog", "a test"};
+    char *good[] = {"test-prog", "--log-format", "json", NULL};
+    char *bad[] = {"test-prog", "--log-format", "xml", NULL};
+    int64_t k = 1;
+    const ss__flag flags[] = {{"k", SS_FLAG_INT, &k, "a number", NULL, 0, 0}};
+    ck_assert_int_eq(ss__flags_cli(&prog, flags, 1, 3, good), -1);
+    ck_assert_int_eq(ss__flags_cli(&prog, flags, 1, 3, bad), 2);
+    ss__log_set_format(SS_LOG_TEXT);
+}
+END_TEST
+
 /* The process_* series: there, and plausible for this very process. */
 START_TEST(test_process_metrics) {
     ss__metrics *m;
@@ -399,5 +437,5 @@ int main(void) {
         test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
         test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input,
         test_private_dirs_and_files, test_addresses_and_log_levels_refused_with_why,
-        test_ticker_ticks_until_stopped, test_process_metrics);
+        test_log_lines_as_text_and_json, test_ticker_ticks_until_stopped, test_process_metrics);
 }

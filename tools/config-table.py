@@ -80,13 +80,18 @@ def main():
     print("|---|---|---|")
     mark = " (library setting)"
     for env in sorted(seen):
+        if len(seen[env]) == len(PROGRAMS) and len({(f, d) for _, f, _, d in seen[env]}) == 1:
+            _, f, h, d = seen[env][0]  # the flag every program has
+            print(f"| `{env}` | every program `--{f}`: {cell(d)} | {cell(h)} |")
+            continue
         readers = "; ".join(
             f"{p} `--{f}`{' (*library*)' if h.endswith(mark) else ''}: {cell(d)}"
             for p, f, h, d in seen[env]
         )
         print(f"| `{env}` | {readers} | {cell(seen[env][0][2].removesuffix(mark))} |")
     print("\nAlso read by every program and the library: `SHADOWSYNC_LOG_LEVEL`")
-    print("(`debug|info|warn|error|off`, default `info`).\n")
+    print("(`debug|info|warn|error|off`, default `info`) and, by the library in a")
+    print("trainer's process, `SHADOWSYNC_LOG_FORMAT` (`text|json`).\n")
     print("## The topology file (`topology`, `--topology`)\n")
     print("For `peer_schedule=tree`: the bandwidths the aggregation trees are packed")
     print("over (docs/ARCHITECTURE.md, \"Aggregation trees\"). A member's host is its")
