@@ -47,8 +47,9 @@ typedef struct call_ctx {
     grpc_byte_buffer *reply_bb;
     grpc_slice status_details;
     int cancelled;
-    size_t held;   /* request bytes counted in srv->inflight */
-    int peer_slot; /* its read counted in srv->peers[peer_slot]; -1: none */
+    size_t held;         /* request bytes counted in srv->inflight */
+    int peer_slot;       /* its read counted in srv->peers[peer_slot]; -1: none */
+    uint64_t arrived_ns; /* when the call was matched (ss__now_ns) */
 } call_ctx;
 
 /* In-flight reads of one client connection (gRPC's peer string). */
@@ -62,6 +63,7 @@ typedef struct method_slot {
     void *handle;
     ss__counter *ok, *error;
     ss__counter *received_bytes, *sent_bytes; /* message payloads */
+    ss__histogram *seconds;                   /* arrival to reply */
 } method_slot;
 
 struct ss__rpc_server {
@@ -341,6 +343,9 @@ static void finish(call_ctx *c, ss__rpc_reply *reply) {
         ss__counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
     if (srv->slots[c->method].sent_bytes && reply->status == SS_OK)
         ss__counter_add(srv->slots[c->method].sent_bytes, reply->len);
+    if (srv->slots[c->method].seconds && c->arrived_ns)
+        ss__histogram_observe(srv->slots[c->method].seconds,
+                              (double)(ss__now_ns() - c->arrived_ns) / 1e9);
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -483,6 +488,7 @@ static void serve_blocking(call_ctx *c) {
  * and the message is never read. Else the message is read (RECEIVING). */
 static void admit(call_ctx *c) {
     ss__rpc_server *srv = c->srv;
+    c->arrived_ns = ss__now_ns();
     const ss__rpc_method *m = &srv->methods[c->method];
     char who[48];
     if (srv->writers[0] && !m->read_only && !peer_may_write(c, who, sizeof who)) {
@@ -679,6 +685,15 @@ static void register_metrics(ss__rpc_server *srv, ss__metrics *m) {
         ss__metrics_counter(m, "shadowsync_rpc_sent_bytes_total",
                             "Reply message bytes sent, by method.", by_method,
                             &srv->slots[i].sent_bytes);
+        /* 100 us (a small call on loopback) to 10 s (an MA round waiting
+         * for its members). */
+        static const double bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                        0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+        ss__metrics_histogram(m, "shadowsync_rpc_server_seconds",
+                              "Seconds from a call's arrival to its reply (the request read "
+                              "and handled; refusals too), by method.",
+                              by_method, bounds, sizeof bounds / sizeof *bounds,
+                              &srv->slots[i].seconds);
     }
 }
 

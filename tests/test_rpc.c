@@ -687,7 +687,7 @@ static void h_hold(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
 
 /* The bytes a server holds at once are bounded: with room for one 1 MiB
  * request, every call that arrives while the first one is held is
- * refused, saying which limit, and the first is served. */
+ * refused, saying which limit, and the first is served. Each is timed. */
 START_TEST(test_bytes_in_flight_are_bounded) {
     static const ss__rpc_method m = {"/t.T/Hold", h_hold, true, NULL, false, 0};
     ck_assert_int_eq(ss__metrics_create(&echo_metrics), SS_OK);
@@ -703,6 +703,18 @@ START_TEST(test_bytes_in_flight_are_bounded) {
     ck_assert_int_eq(ok, 1);
     ck_assert_int_eq(refused, ECHO_CHANNELS * ECHO_CALLS - 1);
     echo_rig_stop(&g);
+    /* Every call, served or refused, is in the method's latency
+     * histogram; the served one waited for all the refusals. */
+    char *text;
+    size_t len;
+    ck_assert_int_eq(ss__metrics_render(echo_metrics, &text, &len), SS_OK);
+    const char *count = strstr(text, "shadowsync_rpc_server_seconds_count{method=\"/t.T/Hold\"} ");
+    const char *inf =
+        strstr(text, "shadowsync_rpc_server_seconds_bucket{method=\"/t.T/Hold\",le=\"+Inf\"} ");
+    ck_assert_msg(count && inf, "%s", text);
+    ck_assert_int_eq(atoi(strchr(count, '}') + 2), ECHO_CHANNELS * ECHO_CALLS);
+    ck_assert_int_eq(atoi(strchr(inf, '}') + 2), ECHO_CHANNELS * ECHO_CALLS);
+    free(text);
     ss__metrics_destroy(echo_metrics);
     echo_metrics = NULL;
     echo_max_inflight = 0;
