@@ -140,6 +140,11 @@ START_TEST(test_mode_none_only_counts) {
     ck_assert_uint_eq(ss_dense_size(g), 5);
     ck_assert_mem_eq(x, init, sizeof init);
     ck_assert_int_eq(ss_trainer_add_dense(t, "mlp.0", 5, NULL, &g), SS_ERR_EXISTS);
+    float central[5];
+    ck_assert_int_eq(ss_dense_read_central(g, central), SS_ERR_STATE); /* no PS: none */
+    ck_assert_str_eq(ss_last_error(),
+                     "group mlp.0: this trainer talks to no PS of its own (sync none, an agent, "
+                     "or peers): there is no central model to read here");
     for (int i = 0; i < 7; i++)
         ck_assert_int_eq(ss_trainer_step(t), SS_OK);
     ck_assert_int_eq(ss_trainer_finish(t), SS_OK);
@@ -166,7 +171,8 @@ static ss_trainer *open_trainer(const char *ps, const char *name, ss_sync_mode m
 
 /* Foreground S-EASGD, K = 2, alpha 0.5, by hand: A's round sets the
  * centre to its snapshot (1) and moves nothing; B's round gets
- * d = 0.5 (3 - 1) = 1, so B becomes 2 and the centre 2. */
+ * d = 0.5 (3 - 1) = 1, so B becomes 2 and the centre 2. Either trainer
+ * reads the centre as the PS holds it. */
 START_TEST(test_foreground_easgd_by_hand) {
     char ps[64];
     pid_t pid = start_ps(ps, sizeof ps);
@@ -184,9 +190,14 @@ START_TEST(test_foreground_easgd_by_hand) {
     ck_assert_uint_eq(st.rounds, 0);
     ck_assert_int_eq(ss_trainer_step(a), SS_OK); /* step 2: A's round */
     all_equal(ss_dense_data(ga), 8, 1.0f);
+    float central[8];
+    ck_assert_int_eq(ss_dense_read_central(gb, central), SS_OK); /* the PS's, not B's 3 */
+    all_equal(central, 8, 1.0f);
     ck_assert_int_eq(ss_trainer_step(b), SS_OK);
     ck_assert_int_eq(ss_trainer_step(b), SS_OK); /* B's round */
     all_equal(ss_dense_data(gb), 8, 2.0f);
+    ck_assert_int_eq(ss_dense_read_central(ga, central), SS_OK); /* A still holds 1 */
+    all_equal(central, 8, 2.0f);
     ck_assert_int_eq(ss_dense_get_stats(gb, &st), SS_OK);
     ck_assert_uint_eq(st.rounds, 1);
     ck_assert_uint_eq(st.iterations, 2);

@@ -42,6 +42,7 @@ struct ss_trainer {
     ss__agent_client *agent_client;                        /* agent mode until finish */
     ss__sync_params params;
     ss__transport *transport;
+    bool to_ps; /* transport is the PS shards' (not peers') */
     ss__engine *engine;
     pthread_mutex_t lock; /* guards groups / ngroups */
     ss_dense *groups[MAX_GROUPS];
@@ -309,6 +310,8 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                 st, "ps=\"%s\": %s (each " SS_ADDRESS_RULE ", comma-separated; TLS files readable)",
                 t->ps, ss_strerror(st));
             goto fail;
+        } else {
+            t->to_ps = true;
         }
         ss__engine_config ecfg = {.transport = t->transport,
                                   .metrics = t->metrics,
@@ -487,6 +490,27 @@ ss_status ss_dense_read(ss_dense *g, float *dst) {
     ss_status st = ss__replica_snapshot(g->replica, dst);
     if (st != SS_OK)
         ss__err_set(st, "group %s: %s", g->name, ss__device_last_error());
+    return ss__err_end(st);
+}
+
+ss_status ss_dense_read_central(ss_dense *g, float *dst) {
+    ss__err_begin();
+    if (!g || !dst)
+        return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT, "group or dst: NULL"));
+    ss_trainer *t = g->trainer;
+    if (!t->transport || !t->to_ps)
+        return ss__err_end(ss__err_set(SS_ERR_STATE,
+                                       "group %s: this trainer talks to no PS of its own (sync "
+                                       "none, an agent, or peers): there is no central model "
+                                       "to read here",
+                                       g->name));
+    ss__rpc_clear_failure();
+    ss_status st = ss__transport_read_central(t->transport, g->name, dst, ss_dense_size(g));
+    if (st != SS_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "group %s: reading the central model", g->name);
+        ps_call_failed(st, what);
+    }
     return ss__err_end(st);
 }
 

@@ -182,6 +182,13 @@ ss_status ss_dense_get_stats(ss_dense *g, ss_dense_stats *out);
 /* Copies the group's n floats to dst (host memory), from either kind of
  * group: to evaluate or save the model. (Added in 0.2.) */
 ss_status ss_dense_read(ss_dense *g, float *dst);
+/* Copies the group's central model as the parameter servers hold it (the
+ * S-EASGD centre, or the last S-MA / S-BMUF round's result) to dst (n
+ * floats, host memory): the averaged model, to evaluate or save. Asks
+ * the PS shards (ps); SS_ERR_STATE, saying why, for a trainer that has no
+ * PS of its own (agent mode, decentralized peers, sync none). (Added in
+ * 0.2.) */
+ss_status ss_dense_read_central(ss_dense *g, float *dst);
 
 /* ---- Device groups (CUDA; added in 0.2) ----
  *

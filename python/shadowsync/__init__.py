@@ -219,6 +219,15 @@ class DenseGroup:
         _check(lib.ss_dense_read(self._handle, out.ctypes.data_as(c_float_p)))
         return out
 
+    def read_central(self):
+        """The central model as the parameter servers hold it (the S-EASGD
+        centre, or the last S-MA/S-BMUF round's result): the averaged
+        model, to evaluate or save. A trainer with no PS of its own (an
+        agent, peers, sync "none") has none: ShadowSyncError."""
+        out = np.empty(self.size, np.float32)
+        _check(lib.ss_dense_read_central(self._handle, out.ctypes.data_as(c_float_p)))
+        return out
+
     @property
     def __cuda_array_interface__(self):
         """A device group's memory for CUDA consumers (PyTorch, CuPy, Numba),

@@ -76,6 +76,7 @@ _DECLS = {
     "ss_dense_size": (ctypes.c_size_t, [_P]),
     "ss_dense_get_stats": (_S, [_P, ctypes.POINTER(DenseStats)]),
     "ss_dense_read": (_S, [_P, c_float_p]),
+    "ss_dense_read_central": (_S, [_P, c_float_p]),
     "ss_device_count": (ctypes.c_int, []),
     "ss_trainer_add_dense_device": (
         _S, [_P, _STR, ctypes.c_size_t, ctypes.c_int, c_float_p, ctypes.POINTER(_P)]),

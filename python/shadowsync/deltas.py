@@ -25,9 +25,10 @@ import zlib
 
 import numpy as np
 
-__all__ = ["DeltaError", "Snapshot", "load", "read_emb_delta", "read_dense_ckpt"]
+__all__ = ["DeltaError", "Snapshot", "load", "read_emb_delta", "read_dense_ckpt", "join_chunks"]
 
 _NAME = re.compile(r"^(\d{20})-(base|delta)$")
+_CHUNK = re.compile(r"^(.+)\[(\d+):(\d+)\)$")
 _FNV_OFFSET, _FNV_PRIME, _MASK = 14695981039346656037, 1099511628211, (1 << 64) - 1
 
 
@@ -127,6 +128,31 @@ def read_dense_ckpt(path):
     except (struct.error, ValueError) as e:
         raise DeltaError("%s: truncated: %s" % (path, e)) from None
     return groups
+
+
+def join_chunks(groups):
+    """{group: floats} from the PS's {chunk: floats}: a trainer's group
+    travels in chunks named "<group>[lo:hi)" (chunk_floats each, spread
+    over the shards), joined here in order. Pass the union of every
+    shard's checkpoint; a group with a chunk missing, or chunks that
+    overlap, raises DeltaError. Names without a range stay as they are."""
+    parts, out = {}, {}
+    for name, floats in groups.items():
+        m = _CHUNK.match(name)
+        if m:
+            parts.setdefault(m.group(1), []).append((int(m.group(2)), int(m.group(3)), floats))
+        else:
+            out[name] = floats
+    for base, chunks in parts.items():
+        chunks.sort(key=lambda c: c[0])
+        at = 0
+        for lo, hi, floats in chunks:
+            if lo != at or hi - lo != len(floats):
+                raise DeltaError("group %s: chunk [%d:%d) where [%d:...) was expected (a shard's "
+                                 "checkpoint missing?)" % (base, lo, hi, at))
+            at = hi
+        out[base] = np.concatenate([c[2] for c in chunks])
+    return out
 
 
 class Snapshot:

@@ -22,10 +22,13 @@ PS_BIN = os.environ.get("SHADOWSYNC_PS_BIN", "build/bin/shadowsync-ps")
 class PS:
     """A shadowsync-ps on 127.0.0.1, port picked by the kernel."""
 
+    def __init__(self, *extra):
+        self.extra = list(extra)
+
     def __enter__(self):
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
         self.proc = subprocess.Popen([PS_BIN, "--listen", "127.0.0.1:0", "--http", "",
-                                      "--insecure-loopback"],
+                                      "--insecure-loopback"] + self.extra,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -39,8 +42,9 @@ class PS:
         raise RuntimeError("shadowsync-ps did not start")
 
     def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
         self.log.close()
 
 
