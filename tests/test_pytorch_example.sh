@@ -49,6 +49,23 @@ assert r["procs"] == 4 and r["examples"] == 3000 and 0 < r["ne"] < 1.0, r
 PY
 grep -q "trainer=py3" "$tmp/agent.log" || { echo "the agent never saw trainer py3" >&2; cat "$tmp/agent.log" >&2; exit 1; }
 
+# torchrun --nproc_per_node 4, no rank flags: the ranks read torchrun's
+# environment, rank 0 starts the PS and hands its address over torchrun's
+# store. (Debian's torchrun 1.13 on Python 3.11 fails with its default
+# --redirects/--tee "0", which its Std flag no longer parses: 2 works.)
+reserve_port
+out=$(cd "$tmp" && timeout 240 torchrun --redirects 2 --tee 2 --nproc_per_node 4 \
+  --master_port "$RESERVED_PORT" "$src/examples/pytorch/train.py" --mode shadowsync \
+  --train "$src/data/criteo-kaggle-head-8000.tsv" --max-rows 4000 --test-rows-from-end 1000 2>&1)
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+assert sorted(r["rank"] for r in lines) == [0, 1, 2, 3], sys.argv[1][-3000:]
+assert sum(r["examples"] for r in lines) == 3000, lines
+r0 = next(r for r in lines if r["rank"] == 0)
+assert 0 < r0["ne"] < 1.0 and r0["auc"] > 0.6, r0
+PY
+
 # One rank per process as on separate hosts (--rank/--master, what
 # bench/pytorch-peers-emu.sh runs in namespaces): DDP with 2 ranks here.
 reserve_port # torch.distributed's master needs a port it cannot pick itself
@@ -67,4 +84,4 @@ assert r0["rank"] == 0 and r1["rank"] == 1, (r0, r1)
 assert r0["examples"] + r1["examples"] == 1500, (r0, r1)  # each its half, once
 assert 0 < r0["ne"] < 1.1, r0
 PY
-echo "pytorch example: 4 processes trained and learned with ShadowSync (in-process pools, then through the agent) and with the PyTorch peer; 2 ranks started one by one ran DDP"
+echo "pytorch example: 4 processes trained and learned with ShadowSync (in-process pools, through the agent, under torchrun) and with the PyTorch peer; 2 ranks started one by one ran DDP"

@@ -17,10 +17,13 @@ together one of five ways (the same model, data and processes for each):
 
     python3 examples/pytorch/train.py --mode shadowsync --procs 4 \\
         --train data/criteo-kaggle-head-8000.tsv --test data/criteo-kaggle-head-8000.tsv
+    torchrun --nproc_per_node 4 examples/pytorch/train.py --mode shadowsync \\
+        --train data/criteo-kaggle-head-8000.tsv --test data/criteo-kaggle-head-8000.tsv
 
 Prints one JSON line: mode, processes, examples, seconds, examples/s (all
 processes), and rank 0's model's NE (by the training set's CTR) and AUC on
---test. Without --ps, shadowsync mode starts a shadowsync-ps on 127.0.0.1
+--test. Under torchrun (RANK and WORLD_SIZE set, no --rank) each rank is a
+process of its own and prints its line. Without --ps, shadowsync mode starts a shadowsync-ps on 127.0.0.1
 itself ($SHADOWSYNC_PS_BIN, else shadowsync-ps on PATH, else build/bin).
 """
 import argparse
@@ -71,8 +74,8 @@ def worker(rank, world, args, master, results):
     trainer = table = averager = None
     if args.mode in ("ddp", "localsgd"):
         import torch.distributed as dist
-        dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank,
-                                world_size=world)
+        dist.init_process_group("gloo", init_method=f"tcp://{master}" if master else "env://",
+                                rank=rank, world_size=world)
         if args.mode == "ddp":
             model = torch.nn.parallel.DistributedDataParallel(model)
         else:
@@ -80,18 +83,18 @@ def worker(rank, world, args, master, results):
                 PeriodicModelAverager
             averager = PeriodicModelAverager(period=args.period, warmup_steps=0)
     elif args.mode == "shadowsync":
-        import shadowsync
-        import shadowsync.pytorch
-        settings = dict(sync="shadow", algo=args.algo, trainer_name=f"py{rank}",
-                        final_rounds=10, min_round_gap=args.min_round_gap, env=False)
-        if args.agent:
-            settings["agent"] = args.agent
-        trainer = shadowsync.Trainer(ps=args.ps, **settings)
-        shadowsync.pytorch.share_module(trainer, model, args.name)  # before the optimizer
+        from shadowsync.pytorch import Embedding, ShadowSync
+        # Like DDP: the wrapper's dense parameters are synced (in the
+        # background) and each training forward pass counts a step.
+        model = ShadowSync(model, ps=args.ps, agent=args.agent, sync="shadow", algo=args.algo,
+                           name=args.name, rank=rank, world_size=world, trainer_name=f"py{rank}",
+                           final_rounds=10, min_round_gap=args.min_round_gap, env=False)
+        trainer = model.trainer
         if tables:
             table = trainer.table(args.name + ".emb", args.dim, mode=args.emb, ps=args.ps,
                                   optimizer="adagrad", lr=args.emb_lr, init_scale=0.05)
-    inner = model.module if args.mode == "ddp" else model
+            emb = Embedding(table)  # rows with autograd: backward pushes their gradients
+    inner = model.module if args.mode in ("ddp", "shadowsync") else model
     emb_params = [inner.emb.weight] if inner.emb is not None else []
     dense_params = [p for p in model.parameters() if all(p is not e for e in emb_params)]
     opts = [torch.optim.Adam(dense_params, lr=args.lr)]
@@ -119,20 +122,14 @@ def worker(rank, world, args, master, results):
                 table.warm(xc[torch.cat(ahead)].numpy().reshape(-1))
                 warmed_to += len(ahead)
             if table is not None:
-                ids = xc[i].numpy()
-                rows = torch.from_numpy(table.lookup(ids.reshape(-1))).view(len(i), NUM_CAT,
-                                                                             args.dim)
-                rows.requires_grad_()
+                rows = emb(xc[i].reshape(-1)).view(len(i), NUM_CAT, args.dim)
                 lossf(model(xd[i], rows=rows), y[i]).backward()
-                table.push(ids.reshape(-1), rows.grad.numpy().reshape(-1, args.dim))
             else:
                 lossf(model(xd[i], xc[i]), y[i]).backward()
             for o in opts:
                 o.step()
             if averager is not None:
                 averager.average_parameters(model.parameters())
-            if trainer is not None:
-                trainer.step()
             examples += len(i)
             steps += 1
     seconds = time.time() - t0
@@ -145,7 +142,7 @@ def worker(rank, world, args, master, results):
         trainer.finish()  # the final rounds: the replicas meet the consensus
     result = {"rank": rank, "examples": examples, "seconds": seconds}
     if rank == 0:
-        m = model.module if args.mode == "ddp" else model
+        m = inner
         with torch.no_grad():
             if table is not None:
                 rows = torch.from_numpy(table.lookup(tc.numpy().reshape(-1))).view(
@@ -156,7 +153,7 @@ def worker(rank, world, args, master, results):
         result.update(scores(p, ty.numpy(), train_ctr))
         result["mean_prediction"] = float(p.mean())
     if trainer is not None:
-        trainer.close()
+        model.close()
     if args.mode in ("ddp", "localsgd"):
         import torch.distributed as dist
         dist.destroy_process_group()
@@ -171,14 +168,14 @@ def ps_binary():
     sys.exit("train.py: no shadowsync-ps (set SHADOWSYNC_PS_BIN or give --ps)")
 
 
-def make_token():
+def make_token(token=None):
     """Every call to a PS carries a token (no listener is open to the host's
-    other users): one for this run, 0600, that the PS and every trainer read
-    through SHADOWSYNC_AUTH_TOKEN_FILE."""
+    other users): one for this run (or the given one), 0600, that the PS and
+    every trainer read through SHADOWSYNC_AUTH_TOKEN_FILE."""
     if os.environ.get("SHADOWSYNC_AUTH_TOKEN_FILE"):
         return
     fd, path = tempfile.mkstemp(prefix="shadowsync-token-")
-    os.write(fd, secrets.token_hex(16).encode())
+    os.write(fd, token or secrets.token_hex(16).encode())
     os.close(fd)
     os.environ["SHADOWSYNC_AUTH_TOKEN_FILE"] = path
     atexit.register(lambda: os.path.exists(path) and os.unlink(path))
@@ -197,6 +194,49 @@ def start_ps():
         time.sleep(0.05)
     proc.kill()
     sys.exit("train.py: shadowsync-ps did not start")
+
+
+def torchrun_main(args):
+    """One rank per process as torchrun starts them (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT in the environment): ddp and localsgd join
+    by env://; shadowsync without --ps or --agent has rank 0 start a PS
+    and hands its address and token to the others through a store at
+    MASTER_ADDR:MASTER_PORT (a run's own store: for a cluster, give --ps
+    and SHADOWSYNC_AUTH_TOKEN_FILE instead). Each rank prints its line."""
+    from datetime import timedelta
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = ps_proc = None
+    if args.mode == "shadowsync" and not args.ps and not args.agent:
+        from torch.distributed import TCPStore
+        # torchrun's agent serves the store itself (TORCHELASTIC_USE_AGENT_STORE);
+        # a launcher that does not leaves it to rank 0.
+        serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+        store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, serve,
+                         timedelta(seconds=120))
+        if rank == 0:
+            ps_proc, ps_log, args.ps = start_ps()
+            with open(os.environ["SHADOWSYNC_AUTH_TOKEN_FILE"], "rb") as f:
+                store.set("shadowsync_token", f.read())
+            store.set("shadowsync_ps", args.ps)
+        else:
+            args.ps = store.get("shadowsync_ps").decode()
+            make_token(store.get("shadowsync_token"))
+
+    class Out:
+        def put(self, r):
+            print(json.dumps(r), flush=True)
+    try:
+        worker(rank, world, args, None, Out())
+    finally:
+        if store is not None:
+            store.add("shadowsync_done", 1)  # the PS stays until every rank is done
+            while rank == 0 and store.add("shadowsync_done", 0) < world:
+                time.sleep(0.1)
+        if ps_proc:
+            ps_proc.terminate()
+            ps_proc.wait(timeout=30)
+            ps_log.close()
 
 
 def main():
@@ -241,6 +281,9 @@ def main():
     args = ap.parse_args()
     if not args.test and not args.test_rows_from_end:
         ap.error("give --test or --test-rows-from-end")
+    if args.rank is None and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        torchrun_main(args)  # started by torchrun: one rank here, no rank flags
+        return
     if args.rank is not None:  # one rank of a run spread over hosts
         if args.mode in ("ddp", "localsgd") and not args.master:
             ap.error("--rank with --mode ddp|localsgd needs --master host:port")
