@@ -25,6 +25,7 @@
 
 #include "common/metrics.h"
 #include "embedding-store/emb_store.h"
+#include "rpc/emb/delta_client.h"
 #include "shadow/central.h"
 
 typedef struct ss__ps_deltas ss__ps_deltas;
@@ -50,16 +51,21 @@ void ss__ps_deltas_stop(ss__ps_deltas *d);
 typedef struct ss__ps_follower ss__ps_follower;
 
 typedef struct ss__ps_follower_config {
-    const char *dir;
-    uint32_t poll_ms; /* a look for new deltas every this many ms (>= 10) */
+    const char *dir;        /* the directory followed, or: */
+    const char *addr;       /* a training PS's host:port (its Deltas service) */
+    const ss__rpc_tls *tls; /* to addr (NULL: plain TCP); the token from the environment */
+    uint32_t timeout_ms;    /* of each call to addr (0: 30 s) */
+    uint32_t poll_ms;       /* a look for new deltas every this many ms (>= 10) */
     ss__emb_store *store;
     ss__central *centre;
     ss__metrics *metrics;
 } ss__ps_follower_config;
 
-/* Applies what the directory holds now (the newest base and the deltas
- * after it), then follows it in a thread. SS_ERR_IO with why when the
- * directory cannot be read. */
+/* Applies what the directory (or the PS at addr) holds now (the newest
+ * base and the deltas after it), then follows it in a thread. SS_ERR_IO
+ * with why when the directory cannot be read or the PS not reached. Over
+ * the network a failed fetch is tried again at the next look; an entry
+ * that arrives whole but does not check is refused as in a directory. */
 ss_status ss__ps_follower_start(const ss__ps_follower_config *cfg, ss__ps_follower **out, char *why,
                                 size_t whylen);
 void ss__ps_follower_stop(ss__ps_follower *f);
@@ -67,5 +73,11 @@ void ss__ps_follower_stop(ss__ps_follower *f);
 /* One entry of a delta directory, by name: its sequence number and kind;
  * false for a name that is not one ("...-base", "...-delta"). */
 bool ss__ps_delta_name_parse(const char *name, uint64_t *seq, bool *base);
+
+/* What directory dir holds past `after`, entries up to `refused` left out
+ * (a follower does not try a refused one again; 0: none). SS_ERR_IO when
+ * it cannot be read. */
+ss_status ss__ps_delta_index(const char *dir, uint64_t after, uint64_t refused,
+                             ss__delta_index *out);
 
 #endif

@@ -19,6 +19,7 @@
 #include "common/private_files.h"
 #include "common/signals.h"
 #include "ps/deltas.h"
+#include "ps/deltas_service.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
 #include "rpc/auth.h"
@@ -55,6 +56,7 @@ typedef struct ps_state {
     ss__metrics *metrics;
     ss__emb_store *store;
     ss__emb_service esvc;
+    ss__deltas_service dsvc; /* with --delta-dir */
     ss__dense_service svc;
     ss__rpc_method methods[32]; /* the server serves from this table: it must outlive it */
     ss__rpc_server *srv;
@@ -348,9 +350,10 @@ static size_t online_flags(ps_options *o, ss__flag *flags) {
          "bases kept in --delta-dir, with the deltas after them (older ones are removed)", NULL, 1,
          1000},
         {"follow", SS_FLAG_STRING, &o->follow,
-         "serving replica: start from the newest base in this --delta-dir and apply its deltas "
-         "as they appear; serves Lookup, Stats and ReadCentral, refuses every write (\"\" = a "
-         "training PS)",
+         "serving replica: start from the newest base in this --delta-dir, or in the one of the "
+         "training PS at this host:port (over its Deltas service; the same token), and apply "
+         "its deltas as they appear; serves Lookup, Stats and ReadCentral, refuses every write "
+         "(\"\" = a training PS)",
          NULL, 0, 0},
         {"follow-poll-ms", SS_FLAG_INT, &o->follow_poll_ms,
          "--follow: a look for new deltas every this many ms", NULL, 10, 60000},
@@ -533,7 +536,16 @@ static int start_deltas(ps_state *ps, const ps_options *o) {
             printf("shadowsync-ps: a delta every %llds into %s (a base every %lld)\n",
                    (long long)o->delta_every_s, o->delta_dir, (long long)o->delta_base_every);
     } else if (*o->follow) {
-        const ss__ps_follower_config fc = {.dir = o->follow,
+        /* host:port: a training PS over the network; anything else a directory. */
+        const bool remote = ss__address_valid(o->follow, "--follow", NULL, 0);
+        const ss__rpc_tls tls = {.ca_file = *o->tls_ca ? o->tls_ca : NULL,
+                                 .cert_file = *o->tls_cert ? o->tls_cert : NULL,
+                                 .key_file = *o->tls_key ? o->tls_key : NULL};
+        if (remote && o->auth[0] && *o->auth_file)
+            setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 0); /* what the client reads */
+        const ss__ps_follower_config fc = {.dir = remote ? NULL : o->follow,
+                                           .addr = remote ? o->follow : NULL,
+                                           .tls = *o->tls_ca || *o->tls_cert ? &tls : NULL,
                                            .poll_ms = (uint32_t)o->follow_poll_ms,
                                            .store = ps->store,
                                            .centre = ps->centre,
@@ -580,6 +592,11 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
         methods[nmethods++] = dense_methods[i];
     for (size_t i = 0; i < SS_EMB_METHODS && nmethods < 32; i++)
         methods[nmethods++] = ps->esvc.methods[i];
+    if (*o->delta_dir) { /* followers over the network read the deltas here */
+        ss__deltas_service_init(&ps->dsvc, o->delta_dir);
+        for (size_t i = 0; i < SS_DELTAS_METHODS && nmethods < 32; i++)
+            methods[nmethods++] = ps->dsvc.methods[i];
+    }
     for (size_t i = 0; ps->follower && i < nmethods; i++) /* OpenTable: the store refuses */
         if (!methods[i].read_only && strcmp(methods[i].path, SS_EMB_M_OPEN) != 0)
             methods[i] = (ss__rpc_method){methods[i].path, refuse_follower,     false, ps,

@@ -22,6 +22,7 @@
 
 #include "shadow/algorithms.h"
 #include "shadow/codec.h"
+#include "shadow/dense_checkpoint.h"
 #include "shadow/transport.h"
 
 typedef struct ss__central ss__central;
@@ -106,6 +107,9 @@ ss_status ss__central_save(ss__central *c, const char *path, size_t *groups);
  * SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE: torn or corrupted (nothing
  * of it is trusted); *groups = groups restored. */
 ss_status ss__central_load(ss__central *c, const char *path, size_t *groups);
+/* The same from a file already read and checked (a follower's, fetched
+ * over the network). */
+ss_status ss__central_load_file(ss__central *c, const ss__dense_ckpt_file *f, size_t *groups);
 
 typedef struct ss__central_group_info {
     char name[128];

@@ -118,6 +118,16 @@ static ss_status restore_groups(ss__central *centre, const ss__dense_ckpt_file *
     return SS_OK;
 }
 
+ss_status ss__central_load_file(ss__central *c, const ss__dense_ckpt_file *f, size_t *groups) {
+    if (!c || !f || !groups)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&c->lock);
+    ss_status st = restore_groups(c, f);
+    pthread_mutex_unlock(&c->lock);
+    *groups = st == SS_OK ? ss__dense_ckpt_count(f) : 0;
+    return st;
+}
+
 ss_status ss__central_load(ss__central *c, const char *path, size_t *groups) {
     if (!c || !path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
@@ -126,11 +136,7 @@ ss_status ss__central_load(ss__central *c, const char *path, size_t *groups) {
     ss_status st = ss__dense_ckpt_read(path, &f);
     if (st != SS_OK)
         return st;
-    pthread_mutex_lock(&c->lock);
-    st = restore_groups(c, f);
-    pthread_mutex_unlock(&c->lock);
-    if (st == SS_OK)
-        *groups = ss__dense_ckpt_count(f);
+    st = ss__central_load_file(c, f, groups);
     ss__dense_ckpt_close(f);
     return st;
 }

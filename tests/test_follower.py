@@ -100,10 +100,13 @@ class Follower(unittest.TestCase):
         time.sleep(2.5)  # a base is out
         cls.follow, cls.follow_addr, cls.follow_http = start_ps(
             "follow", ["--follow", DELTAS, "--follow-poll-ms", "50"])
+        # The same over the network: the training PS's Deltas service.
+        cls.net, cls.net_addr, cls.net_http = start_ps(
+            "follow-net", ["--follow", cls.train_addr, "--follow-poll-ms", "50"])
 
     @classmethod
     def tearDownClass(cls):
-        for p in (cls.train, cls.follow):
+        for p in (cls.train, cls.follow, cls.net):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=30)
@@ -142,6 +145,50 @@ class Follower(unittest.TestCase):
         took = self.wait_same([5, 77], seconds=4.0)
         self.assertLess(took, 3.0)
         self.assertGreaterEqual(metric(self.follow_http, "shadowsync_follower_applied_seq"), 2)
+
+    def test_15_follows_over_the_network(self):
+        # --follow host:port: the same state as the training PS, bit for bit,
+        # fetched through its Deltas service; a push shows up as in a directory.
+        ids = list(range(1, 41))
+        want = lookup(self.train_addr, ids)
+        deadline = time.time() + 5
+        while time.time() < deadline and lookup(self.net_addr, ids) != want:
+            time.sleep(0.05)
+        self.assertEqual(lookup(self.net_addr, ids), want)
+        central = lambda a: call(a, "DenseSync", "ReadCentral", dense.ReadCentralReply,
+                                 dense.ReadCentralRequest(group="dense", size=3)).central
+        self.assertEqual(central(self.net_addr), central(self.train_addr))
+        self.push([6, 78], 1.5)
+        want = lookup(self.train_addr, [6, 78])
+        deadline = time.time() + 5
+        while time.time() < deadline and lookup(self.net_addr, [6, 78]) != want:
+            time.sleep(0.05)
+        self.assertEqual(lookup(self.net_addr, [6, 78]), want)
+        self.assertEqual(metric(self.net_http, "shadowsync_follower_refused_total"), 0)
+
+    def test_16_deltas_service_bad_input(self):
+        # Each refused with why: seq 0, an unknown file, a part too large, an
+        # entry that is not there; the index past the newest is empty.
+        for req, code, why in [
+                (emb.DeltaReadRequest(seq=0, file=0, max_bytes=1), "INVALID_ARGUMENT", "seq >= 1"),
+                (emb.DeltaReadRequest(seq=1, file=2, max_bytes=1), "INVALID_ARGUMENT", "file 0"),
+                (emb.DeltaReadRequest(seq=1, file=0, max_bytes=(4 << 20) + 1), "INVALID_ARGUMENT",
+                 "max_bytes"),
+                (emb.DeltaReadRequest(seq=10 ** 12, is_base=True, file=0, max_bytes=16), "NOT_FOUND",
+                 "pruned, or not yet published")]:
+            with self.assertRaises(grpc.RpcError) as e:
+                call(self.train_addr, "Deltas", "Read", emb.DeltaReadReply, req)
+            self.assertEqual(e.exception.code().name, code, req)
+            self.assertIn(why, e.exception.details())
+        ix = call(self.train_addr, "Deltas", "Index", emb.DeltaIndexReply,
+                  emb.DeltaIndexRequest(after=10 ** 12))
+        self.assertEqual(ix.next, 0)
+        self.assertGreater(ix.newest_base, 0)
+        # A part past the end is empty, with the file's size.
+        r = call(self.train_addr, "Deltas", "Read", emb.DeltaReadReply,
+                 emb.DeltaReadRequest(seq=ix.newest_base, is_base=True, file=1, offset=1 << 40,
+                                      max_bytes=16))
+        self.assertEqual((len(r.data), r.size > 0), (0, True))
 
     def test_2_refuses_writes(self):
         for service, name, reply, req in [

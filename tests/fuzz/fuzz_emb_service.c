@@ -1,14 +1,54 @@
-/* The PS's Embedding handlers from raw bytes: the first byte picks the
- * method, the rest is the request message. One in-memory store (tables and
- * rows live across inputs, within small limits). */
+/* The PS's Embedding and Deltas handlers from raw bytes: the first byte
+ * picks the method, the rest is the request message. One in-memory store
+ * (tables and rows live across inputs, within small limits); a delta
+ * directory with one small base for Read to find. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "embedding-store/emb_store.h"
+#include "ps/deltas_service.h"
 #include "ps/emb_service.h"
+
+static char dir[] = "/tmp/fuzz-deltas-XXXXXX";
+static const char *const files[] = {"emb.delta", "dense.ckpt"};
+
+/* Removes the directory when the fuzzer exits. */
+static void remove_delta_dir(void) {
+    char path[128];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/00000000000000000001-base/%s", dir, files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/00000000000000000001-base", dir);
+    rmdir(path);
+    rmdir(dir);
+}
+
+/* A temporary delta directory: entry 1, a base, with two small files. */
+static const char *delta_dir(void) {
+    char path[128];
+    if (!mkdtemp(dir))
+        abort();
+    atexit(remove_delta_dir);
+    snprintf(path, sizeof path, "%s/00000000000000000001-base", dir);
+    mkdir(path, 0700);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/00000000000000000001-base/%s", dir, files[i]);
+        FILE *f = fopen(path, "w");
+        if (!f)
+            abort();
+        fputs("0123456789abcdef", f);
+        fclose(f);
+    }
+    return dir;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static ss__emb_service svc;
+    static ss__deltas_service dsvc;
     static bool ready;
     if (!ready) {
         ss__emb_store_config cfg = {.max_batch = 1024,
@@ -19,11 +59,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (ss__emb_store_create(&cfg, &st) != SS_OK)
             abort();
         ss__emb_service_init(&svc, st);
+        ss__deltas_service_init(&dsvc, delta_dir());
         ready = true;
     }
     if (size < 1)
         return 0;
-    const ss__rpc_method *mt = &svc.methods[data[0] % SS_EMB_METHODS];
+    const size_t k = data[0] % (SS_EMB_METHODS + SS_DELTAS_METHODS);
+    const ss__rpc_method *mt =
+        k < SS_EMB_METHODS ? &svc.methods[k] : &dsvc.methods[k - SS_EMB_METHODS];
     ss__rpc_reply reply = {.status = SS_OK};
     mt->handler(mt->ctx, data + 1, size - 1, &reply);
     free(reply.data_block ? reply.data_block : reply.data);
