@@ -146,7 +146,7 @@ static ss_status write_entry(ss__ps_deltas *d, uint64_t seq, bool base, ss__emb_
     size_t groups = 0;
     snprintf(path, sizeof path, "%s/dense.ckpt", tmp);
     if (st == SS_OK)
-        st = ss__central_save(d->cfg.centre, path, &groups);
+        st = ss__central_save_delta(d->cfg.centre, path, base, &groups);
     if (st == SS_OK) /* both files' names in the hidden directory */
         st = ss__fsync_parent_dir(path);
     snprintf(final, finallen, "%s/%020" PRIu64 "-%s", d->cfg.dir, seq, base ? "base" : "delta");

@@ -3,8 +3,9 @@
  * The directory (--delta-dir on the training PS, --follow on a follower)
  * holds one directory per delta, named by its sequence number and kind:
  * "00000000000000000042-delta" or "...-base", each holding emb.delta (the
- * embedding rows: embedding-store/delta_file.h) and dense.ckpt (every
- * dense group's centre: shadow/dense_checkpoint.h). A delta is built in a
+ * embedding rows: embedding-store/delta_file.h) and dense.ckpt (the dense
+ * groups changed since the previous entry, a base every group:
+ * shadow/dense_checkpoint.h; a reader upserts them). A delta is built in a
  * hidden temporary directory and renamed into place, so a reader sees a
  * whole delta or none, and SIGKILL mid-write leaves the ones before it.
  * The first delta after a start, the one after a failed write and every

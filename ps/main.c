@@ -339,7 +339,8 @@ static size_t online_flags(ps_options *o, ss__flag *flags) {
     const ss__flag own[] = {
         {"delta-dir", SS_FLAG_STRING, &o->delta_dir,
          "online: publish a delta here every --delta-every-s (embedding rows changed and "
-         "deleted since the last one, every dense centre), for checkpoints and followers "
+         "deleted since the last one, and the dense centres that changed), for checkpoints and "
+         "followers "
          "(\"\" = none)",
          NULL, 0, 0},
         {"delta-every-s", SS_FLAG_INT, &o->delta_every_s, "seconds between two deltas", NULL, 1,

@@ -103,6 +103,11 @@ ss_status ss__central_read(ss__central *c, const char *name, float *out, size_t 
  * fsync of the directory). Members and open rounds are not saved: after a
  * restart trainers join again. *groups = groups written. */
 ss_status ss__central_save(ss__central *c, const char *path, size_t *groups);
+/* The same for a delta (ps/deltas.h): a base writes every group, a delta
+ * only those changed (an exchange served, a round closed) since the last
+ * delta or base; a reader upserts the groups a file holds. A failed write
+ * must be followed by a base (what changed may be in neither). */
+ss_status ss__central_save_delta(ss__central *c, const char *path, bool base, size_t *groups);
 /* Loads a checkpoint written by ss__central_save (before members join).
  * SS_ERR_NOT_FOUND: no such file; SS_ERR_PARSE: torn or corrupted (nothing
  * of it is trusted); *groups = groups restored. */

@@ -8,21 +8,42 @@
 #include "shadow/central_internal.h"
 #include "shadow/dense_checkpoint.h"
 
-ss_status ss__central_save(ss__central *c, const char *path, size_t *groups) {
+/* A group's count of changes: what a delta compares. */
+static uint64_t changes_of(const group *g) {
+    return g->exchanges + g->rounds_done;
+}
+
+/* The groups to write as they are now (a group, once made, lives as long
+ * as the transport): all, or for a delta those changed since the last
+ * delta (each marked written as it is chosen). */
+static group **choose_groups(ss__central *c, bool changed_only, uint32_t *count) {
+    pthread_mutex_lock(&c->lock);
+    uint32_t n = 0;
+    for (group *g = c->groups; g; g = g->next)
+        n++;
+    group **chosen = malloc((n ? n : 1) * sizeof *chosen);
+    uint32_t k = 0;
+    for (group *g = c->groups; chosen && g; g = g->next) {
+        pthread_mutex_lock(&g->lock);
+        bool take = !changed_only || changes_of(g) != g->delta_changes;
+        if (changed_only)
+            g->delta_changes = changes_of(g);
+        pthread_mutex_unlock(&g->lock);
+        if (take)
+            chosen[k++] = g;
+    }
+    pthread_mutex_unlock(&c->lock);
+    *count = k;
+    return chosen;
+}
+
+/* Each chosen group is written under its own lock only: a join of a new
+ * group does not wait for the file. */
+static ss_status save(ss__central *c, const char *path, bool changed_only, size_t *groups) {
     if (!c || !path || !*path || !groups)
         return SS_ERR_INVALID_ARGUMENT;
-    /* The groups as they are now (a group, once made, lives as long as the
-     * transport), then each written under its own lock only: a join of a
-     * new group does not wait for the file. */
-    pthread_mutex_lock(&c->lock);
-    uint32_t count = 0;
-    for (group *g = c->groups; g; g = g->next)
-        count++;
-    group **all = malloc((count ? count : 1) * sizeof *all);
-    uint32_t k = 0;
-    for (group *g = c->groups; all && g; g = g->next)
-        all[k++] = g;
-    pthread_mutex_unlock(&c->lock);
+    uint32_t count;
+    group **all = choose_groups(c, changed_only, &count);
     if (!all)
         return SS_ERR_NO_MEMORY;
     ss__dense_ckpt_writer *w;
@@ -53,6 +74,18 @@ ss_status ss__central_save(ss__central *c, const char *path, size_t *groups) {
     st = ss__dense_ckpt_commit(w);
     *groups = st == SS_OK ? count : 0;
     return st;
+}
+
+ss_status ss__central_save(ss__central *c, const char *path, size_t *groups) {
+    return save(c, path, false, groups);
+}
+
+ss_status ss__central_save_delta(ss__central *c, const char *path, bool base, size_t *groups) {
+    if (base) {
+        uint32_t count;
+        free(choose_groups(c, true, &count)); /* every group marked written: a base has all */
+    }
+    return save(c, path, !base, groups);
 }
 
 /* Every group of a checked file first gets its place (an existing group

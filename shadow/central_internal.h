@@ -59,9 +59,10 @@ typedef struct group {
     uint32_t result_participants;
     uint32_t readers_pending; /* contributors yet to copy result */
 
-    uint64_t exchanges;    /* S-EASGD exchanges served */
-    uint64_t rounds_done;  /* MA/BMUF rounds closed */
-    uint64_t last_done_ns; /* ss__now_ns of the last exchange or closed round */
+    uint64_t exchanges;     /* S-EASGD exchanges served */
+    uint64_t rounds_done;   /* MA/BMUF rounds closed */
+    uint64_t delta_changes; /* exchanges + rounds_done when the last delta chose it */
+    uint64_t last_done_ns;  /* ss__now_ns of the last exchange or closed round */
 } group;
 
 struct ss__central {

@@ -153,6 +153,56 @@ START_TEST(test_checkpoint_round_trip_is_exact) {
 }
 END_TEST
 
+/* A delta holds only the groups changed since the last one; a base all of
+ * them. Groups a and b exchange; base: both. b exchanges again: the delta
+ * holds b only. Nothing changes: the next delta holds none. Loaded over a
+ * fresh centre after the base, the delta brings b's new centre and leaves
+ * a as the base had it. */
+START_TEST(test_delta_holds_changed_groups_only) {
+    ss__transport *t = make(100, 0);
+    ss__central *c = ss__inproc_central(t);
+    uint64_t ma, mb;
+    float d[2];
+    ck_assert_int_eq(ss__transport_join(t, "a", 2, &ma), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "b", 2, &mb), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "a", ma, (const float[]){1, 1}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "b", mb, (const float[]){2, 2}, 0.5f, d, 2),
+                     SS_OK);
+    char base[128], delta[140], empty[140];
+    tmp_path(base, sizeof base);
+    snprintf(delta, sizeof delta, "%s.delta", base);
+    snprintf(empty, sizeof empty, "%s.empty", base);
+    size_t groups = 0;
+    ck_assert_int_eq(ss__central_save_delta(c, base, true, &groups), SS_OK);
+    ck_assert_uint_eq(groups, 2);
+    /* b: centre 2, snapshot 4: d = 0.5 (4 - 2) = 1, centre 3 */
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "b", mb, (const float[]){4, 4}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert_int_eq(ss__central_save_delta(c, delta, false, &groups), SS_OK);
+    ck_assert_uint_eq(groups, 1);
+    ck_assert_int_eq(ss__central_save_delta(c, empty, false, &groups), SS_OK);
+    ck_assert_uint_eq(groups, 0);
+    ss__transport_destroy(t);
+
+    t = make(100, 0);
+    c = ss__inproc_central(t);
+    ck_assert_int_eq(ss__central_load(c, base, &groups), SS_OK);
+    ck_assert_int_eq(ss__central_load(c, delta, &groups), SS_OK);
+    ck_assert_uint_eq(groups, 1);
+    ck_assert_int_eq(ss__central_load(c, empty, &groups), SS_OK);
+    float ca[2], cb[2];
+    ck_assert_int_eq(ss__transport_read_central(t, "a", ca, 2), SS_OK);
+    ck_assert_int_eq(ss__transport_read_central(t, "b", cb, 2), SS_OK);
+    ck_assert_float_eq(ca[0], 1.0f);
+    ck_assert_float_eq(cb[0], 3.0f);
+    ss__transport_destroy(t);
+    unlink(base);
+    unlink(delta);
+    unlink(empty);
+}
+END_TEST
+
 /* S-BMUF's global state survives a PS restart: two rounds by hand (as in
  * check_bmuf_rounds_by_hand: b = 2, then G = 2, m = 2, w = 4, b = 5),
  * save, a fresh transport loads the file, the members join again, and the
@@ -371,6 +421,7 @@ int main(void) {
         "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
         test_silent_member_expires, test_heartbeat_keeps_member, test_engine_rejoins_after_expiry,
         test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
-        test_checkpoint_round_trip_is_exact, test_checkpoint_refuses_torn_and_corrupt_files,
-        test_checkpoint_never_holds_inf, test_checkpoint_does_not_follow_a_planted_link);
+        test_checkpoint_round_trip_is_exact, test_delta_holds_changed_groups_only,
+        test_checkpoint_refuses_torn_and_corrupt_files, test_checkpoint_never_holds_inf,
+        test_checkpoint_does_not_follow_a_planted_link);
 }

@@ -3,7 +3,8 @@
 A shadowsync-ps started with --delta-dir DIR publishes, every --delta-every-s,
 a directory DIR/<seq>-base or DIR/<seq>-delta holding emb.delta (embedding
 rows changed and deleted since the previous one; a base holds every row) and
-dense.ckpt (every dense group's centre). load(DIR) applies the newest base
+dense.ckpt (the dense groups' centres that changed since the previous one; a
+base: every group). load(DIR) applies the newest base
 and the deltas after it, in sequence, exactly as a `--follow` PS does:
 
     from shadowsync import deltas
