@@ -12,17 +12,38 @@
 static atomic_int log_threshold = -1;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
+static const char *const format_names[] = {"text", "json"};
+
+static atomic_int log_format = -1; /* -1: not yet read from the environment */
+
+/* text's index in names[0 .. n), or -1. */
+static int name_index(const char *text, const char *const *names, int n) {
+    for (int i = 0; text && i < n; i++)
+        if (!strcmp(text, names[i]))
+            return i;
+    return -1;
+}
+
+/* *slot, read from the environment variable var the first time (a value
+ * that is not one of names: fallback; programs refuse it in
+ * ss__flags_cli). */
+static int setting_once(atomic_int *slot, const char *var, const char *const *names, int n,
+                        int fallback) {
+    int v = atomic_load(slot);
+    if (v < 0) {
+        v = name_index(getenv(var), names, n);
+        v = v < 0 ? fallback : v;
+        atomic_store(slot, v);
+    }
+    return v;
+}
 
 ss_status ss__log_level_parse(const char *text, ss__log_level *out) {
-    if (!text || !out)
+    int i = name_index(text, level_names, SS_LOG_OFF + 1);
+    if (i < 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    for (int i = 0; i <= SS_LOG_OFF; i++) {
-        if (strcmp(text, level_names[i]) == 0) {
-            *out = (ss__log_level)i;
-            return SS_OK;
-        }
-    }
-    return SS_ERR_INVALID_ARGUMENT;
+    *out = (ss__log_level)i;
+    return SS_OK;
 }
 
 void ss__log_set_level(ss__log_level level) {
@@ -30,28 +51,16 @@ void ss__log_set_level(ss__log_level level) {
 }
 
 ss__log_level ss__log_get_level(void) {
-    int lvl = atomic_load(&log_threshold);
-    if (lvl < 0) {
-        ss__log_level parsed = SS_LOG_INFO;
-        const char *env = getenv("SHADOWSYNC_LOG_LEVEL");
-        if (env && ss__log_level_parse(env, &parsed) != SS_OK)
-            parsed = SS_LOG_INFO;
-        lvl = (int)parsed;
-        atomic_store(&log_threshold, lvl);
-    }
-    return (ss__log_level)lvl;
+    return (ss__log_level)setting_once(&log_threshold, "SHADOWSYNC_LOG_LEVEL", level_names,
+                                       SS_LOG_OFF + 1, SS_LOG_INFO);
 }
 
-static atomic_int log_format = -1; /* -1: not yet read from the environment */
-
 ss_status ss__log_format_parse(const char *text, ss__log_format *out) {
-    if (!text || !out)
+    int i = name_index(text, format_names, 2);
+    if (i < 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    if (!strcmp(text, "text") || !strcmp(text, "json")) {
-        *out = text[0] == 'j' ? SS_LOG_JSON : SS_LOG_TEXT;
-        return SS_OK;
-    }
-    return SS_ERR_INVALID_ARGUMENT;
+    *out = (ss__log_format)i;
+    return SS_OK;
 }
 
 void ss__log_set_format(ss__log_format format) {
@@ -59,16 +68,8 @@ void ss__log_set_format(ss__log_format format) {
 }
 
 static ss__log_format format_now(void) {
-    int f = atomic_load(&log_format);
-    if (f < 0) {
-        ss__log_format parsed = SS_LOG_TEXT;
-        const char *env = getenv("SHADOWSYNC_LOG_FORMAT");
-        if (env && ss__log_format_parse(env, &parsed) != SS_OK)
-            parsed = SS_LOG_TEXT;
-        f = (int)parsed;
-        atomic_store(&log_format, f);
-    }
-    return (ss__log_format)f;
+    return (ss__log_format)setting_once(&log_format, "SHADOWSYNC_LOG_FORMAT", format_names, 2,
+                                        SS_LOG_TEXT);
 }
 
 /* Appends to out[*at .. cap - 1), always terminated. */
