@@ -153,24 +153,41 @@ static const slot *slot_at(ss__ctr_drift *d, int f, uint32_t v, uint64_t index) 
     return s;
 }
 
-/* The categorical fields' part of the logit. */
+/* The categorical fields' part of the logit. Three passes over the
+ * fields, so that the table lookups of all 26 are in flight at once: a
+ * draw reads a random alias entry and then a random slot, each a cache
+ * miss (perf: two thirds of the time went to those two loads, one field
+ * after the other). The random numbers are drawn in the same order as
+ * before, so the stream is the same. */
 static double sample_fields(ss__ctr_drift *d, ss__rng *rng, uint64_t index, double c, double sn,
                             ss__ctr_raw_row *row) {
+    double u[SS_CTR_NUM_CAT];
+    uint32_t v[SS_CTR_NUM_CAT];
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++) { /* draws; the alias entries on their way */
+        row->cat_missing[f] = ss__rng_uniform(rng) < d->cat_missing_p[f];
+        if (row->cat_missing[f])
+            continue;
+        u[f] = ss__rng_uniform(rng) * d->vocab[f];
+        v[f] = (uint32_t)u[f];
+        if (v[f] >= d->vocab[f])
+            v[f] = d->vocab[f] - 1;
+        __builtin_prefetch(&d->table[f][v[f]]);
+    }
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++) { /* ranks; their slots on their way */
+        if (row->cat_missing[f])
+            continue;
+        const alias_entry a = d->table[f][v[f]];
+        if (u[f] - v[f] >= a.prob)
+            v[f] = a.alias;
+        __builtin_prefetch(&d->slots[f][v[f]]);
+    }
     double logit = 0.0, sum[HIDDEN_DIM] = {0}, sq = 0.0;
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
-        row->cat_missing[f] = ss__rng_uniform(rng) < d->cat_missing_p[f];
         if (row->cat_missing[f]) {
             row->cats[f] = 0;
             continue;
         }
-        const double u = ss__rng_uniform(rng) * d->vocab[f];
-        uint32_t v = (uint32_t)u;
-        if (v >= d->vocab[f])
-            v = d->vocab[f] - 1;
-        const alias_entry a = d->table[f][v];
-        if (u - v >= a.prob)
-            v = a.alias;
-        const slot *s = slot_at(d, f, v, index);
+        const slot *s = slot_at(d, f, v[f], index);
         row->cats[f] = s->id;
         logit += c * s->a[0] + sn * s->b[0];
         for (int k = 0; k < HIDDEN_DIM; k++) {
