@@ -293,8 +293,10 @@ int main(int argc, char **argv) {
     ss__private_umask();             /* files it writes: 0640 at most */
     agent_options o;
     int rc = parse_options(argc, argv, &o);
-    if (rc >= 0)
+    if (rc >= 0) {
+        ss__setting_flags_destroy(o.settings); /* --help, --version, a refused flag */
         return rc;
+    }
     sigset_t sigs; /* for sigwait, not for the engines' threads */
     ss__signals_block(&sigs, 0);
 

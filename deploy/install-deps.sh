@@ -28,6 +28,7 @@ BUILD=(
   protobuf-c-compiler # protoc-c, generates rpc/<protocol>/*.pb-c.[ch]
   librocksdb-dev
   zlib1g-dev          # CRC-32 of delta files (embedding-store/delta_file.c)
+  help2man            # the programs' man pages, from their --help
   libjemalloc-dev
   libmicrohttpd-dev
   libcurl4-openssl-dev
