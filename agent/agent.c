@@ -260,6 +260,11 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
                       s->trainer, g.name, ss_status_name(st), said[0] ? said : ss_strerror(st));
         snprintf(why, sizeof why, "cannot join group %s at the parameter servers: %s", g.name,
                  said[0] ? said : ss_strerror(st));
+        ss__counter_add(a->m_join_failed, 1);
+        pthread_mutex_lock(&a->lock);
+        snprintf(a->join_failure, sizeof a->join_failure, "trainer %s: %s", s->trainer, why);
+        a->join_failure_ns = ss__now_ns();
+        pthread_mutex_unlock(&a->lock);
         ss__replica_destroy(g.replica);
         ss__shm_group_release(&g.shm);
         ss__agent_send_reply(s->sock, st, why);
@@ -607,6 +612,11 @@ ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out) {
     if (st == SS_OK)
         st = ss__metrics_counter(cfg->metrics, "shadowsync_agent_connections_total",
                                  "Trainer connections accepted.", NULL, &a->m_accepted);
+    if (st == SS_OK)
+        st = ss__metrics_counter(cfg->metrics, "shadowsync_agent_join_failures_total",
+                                 "Dense groups of its trainers the agent could not join at the "
+                                 "PS shards (unreachable, or refused): /status says the last.",
+                                 NULL, &a->m_join_failed);
     /* Every reason's series exists from the start, at 0, so that rate()
      * sees the first refusal. */
     static const char *const reasons[] = {"wrong_message",     "invalid",   "bad_fd", "garbage",

@@ -60,6 +60,11 @@ struct ss__agent {
     _Atomic uint64_t rounds_done; /* of engines already destroyed */
     ss__gauge *m_sessions, *m_groups;
     ss__counter *m_accepted;
+    ss__counter *m_join_failed; /* groups the PS shards could not take */
+    /* The last of them, under lock: /status shows it (what the operator
+     * looks at when trainers say they cannot sync). */
+    char join_failure[600];
+    uint64_t join_failure_ns; /* 0: none yet */
 };
 
 /* Counts a refused request or connection in

@@ -74,6 +74,14 @@ ss_status ss__agent_status_json(ss__agent *a, char **out, size_t *len) {
                            json_object_new_double((double)(now - a->start_ns) / 1e9));
     json_object_object_add(root, "rounds_total", json_object_new_uint64(ss__agent_rounds(a)));
     pthread_mutex_lock(&a->lock);
+    json_object *failure = NULL; /* the last group the PS shards could not take */
+    if (a->join_failure_ns) {
+        failure = json_object_new_object();
+        json_object_object_add(failure, "message", json_object_new_string(a->join_failure));
+        json_object_object_add(failure, "age_seconds",
+                               json_object_new_double((double)(now - a->join_failure_ns) / 1e9));
+    }
+    json_object_object_add(root, "last_join_failure", failure);
     for (agent_session *s = a->sessions; s; s = s->next) {
         pthread_mutex_lock(&s->lock);
         json_object_array_add(members, session_json(s));

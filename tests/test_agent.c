@@ -18,6 +18,7 @@
 #include "agent_procs.h"
 #include "check_run.h"
 #include "common/clock.h"
+#include "http_client.h"
 #include "planted_link.h"
 #include "rpc/agent/agent_client.h"
 #include "rpc/agent/agent_wire.h"
@@ -610,15 +611,17 @@ START_TEST(foreign_socket_dir_refused) {
 END_TEST
 
 /* An agent whose PS is not there logs the failed join with the PS's
- * address, and the trainer is told the same. */
+ * address, the trainer is told the same, /status shows it and
+ * shadowsync_agent_join_failures_total counts it. */
 START_TEST(join_failure_names_the_ps) {
-    char sock[200], log[160], addr[64];
+    char sock[200], log[160], addr[64], web[80];
     snprintf(sock, sizeof sock, "%s/run2/agent.sock", dir);
     snprintf(log, sizeof log, "%s/agent-nops.log", dir);
-    char *argv[] = {SHADOWSYNC_AGENT,   "--socket", sock, "--ps", "127.0.0.1:1", "--http", "",
-                    "--rpc-timeout-ms", "500",      NULL};
+    char *argv[] = {SHADOWSYNC_AGENT, "--socket",         sock,  "--ps", "127.0.0.1:1", "--http",
+                    "127.0.0.1:0",    "--rpc-timeout-ms", "500", NULL};
     pid_t pid = proc_spawn(argv, log);
     proc_address_after(log, "listening on", addr, sizeof addr);
+    proc_address_after(log, "http on", web, sizeof web);
     int fd = trainer_connect(sock, "alone");
     ss__pb_agent_request rq;
     ss__pb_register_group r;
@@ -630,6 +633,17 @@ START_TEST(join_failure_names_the_ps) {
     ck_assert_int_ne(reply_of(fd, msg, sizeof msg), SS_OK);
     ck_assert_str_eq(msg, "cannot join group w at the parameter servers: cannot reach the PS at "
                           "127.0.0.1:1 (connection refused)");
+    char base[100], *status = NULL, *metrics = NULL;
+    snprintf(base, sizeof base, "http://%s", web);
+    ck_assert_int_eq(http_request(base, "/status", NULL, NULL, 0, &status), 200);
+    ck_assert_msg(strstr(status, "\"message\": \"trainer alone: cannot join group w at the "
+                                 "parameter servers: cannot reach the PS at 127.0.0.1:1 "
+                                 "(connection refused)\""),
+                  "/status: %s", status);
+    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_agent_join_failures_total", NULL), 1);
+    free(status);
+    free(metrics);
     close(fd);
     ss__shm_group_release(&g);
     kill(pid, SIGTERM);

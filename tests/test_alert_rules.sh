@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The operators' files read series that exist: deploy/prometheus/alerts.yml
-# passes promtool, and every shadowsync_* series named there or in the
+# passes promtool, its unit tests (alerts_test.yml: promtool test rules)
+# pass, and every shadowsync_* series named there or in the
 # Grafana dashboard is one the code registers (a renamed series fails
 # here, not silently on a dashboard).
 #   test_alert_rules.sh SOURCE_DIR
@@ -10,6 +11,10 @@ fail() { echo "test_alert_rules: $*" >&2; exit 1; }
 if command -v promtool >/dev/null; then
   promtool check rules "$src/deploy/prometheus/alerts.yml" >/dev/null || fail "promtool refuses alerts.yml"
   promtool check config "$src/deploy/prometheus/prometheus.yml" >/dev/null || fail "promtool refuses prometheus.yml"
+  # Each alert fires on the series that should fire it, and only then.
+  promtool test rules "$src/deploy/prometheus/alerts_test.yml" >"${TMPDIR:-/tmp}/alerts-test.$$" 2>&1 ||
+    { cat "${TMPDIR:-/tmp}/alerts-test.$$" >&2; rm -f "${TMPDIR:-/tmp}/alerts-test.$$"; fail "promtool test rules failed"; }
+  rm -f "${TMPDIR:-/tmp}/alerts-test.$$"
 fi
 registered=$(grep -rhoE '"shadowsync_[a-z_]+"' "$src"/{common,shadow,agent,ps,embedding-store,rpc,trainer-hooks} |
   tr -d '"' | sort -u)
@@ -20,4 +25,4 @@ for f in deploy/prometheus/alerts.yml deploy/grafana/shadowsync-dashboard.json; 
     n=$((n + 1))
   done
 done
-echo "alert rules test: alerts.yml checked by promtool; $n series named by the alerts and the dashboard all registered"
+echo "alert rules test: alerts.yml checked and unit-tested by promtool; $n series named by the alerts and the dashboard all registered"
