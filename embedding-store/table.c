@@ -441,13 +441,20 @@ ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, 
     return for_rows(t, ids, n, ROWS_READ, op_copy_data, loose_copy_data, &c);
 }
 
-ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
-                             bool *found) {
+/* Rows that are there, copied by op (their data, or whole); found says
+ * which were. Nothing is loaded or made. */
+static ss_status peek_rows(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
+                           bool *found, row_op op) {
     if (!t || (n && (!ids || !rows || !found)))
         return SS_ERR_INVALID_ARGUMENT;
     memset(found, 0, n * sizeof *found);
     io_ctx c = {.out = rows, .found = found};
-    return for_rows(t, ids, n, ROWS_PEEK, op_copy_data, NULL, &c);
+    return for_rows(t, ids, n, ROWS_PEEK, op, NULL, &c);
+}
+
+ss_status ss__emb_table_peek(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
+                             bool *found) {
+    return peek_rows(t, ids, n, rows, found, op_copy_data);
 }
 
 size_t ss__emb_table_count_missing(ss__emb_table *t, const uint64_t *ids, size_t n) {
@@ -476,11 +483,7 @@ ss_status ss__emb_table_load(ss__emb_table *t, const uint64_t *ids, size_t n, si
 
 ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
                                   bool *found) {
-    if (!t || (n && (!ids || !rows || !found)))
-        return SS_ERR_INVALID_ARGUMENT;
-    memset(found, 0, n * sizeof *found);
-    io_ctx c = {.out = rows, .found = found};
-    return for_rows(t, ids, n, ROWS_PEEK, op_copy_full, NULL, &c);
+    return peek_rows(t, ids, n, rows, found, op_copy_full);
 }
 
 /* An update's status: for_rows', else SS_ERR_NON_FINITE when some row
