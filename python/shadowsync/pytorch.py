@@ -30,7 +30,8 @@ def share_module(trainer, module, name="model", parameters=None):
     """Moves the module's dense parameters (or the given (name, parameter)
     list) into one dense group named `name`: their values become the
     group's initial value and each parameter becomes a view of the group's
-    memory. Create the optimizer afterwards (or it holds the old tensors'
+    memory (host memory, or for a module on a CUDA device a device group on
+    that GPU). Create the optimizer afterwards (or it holds the old tensors'
     state). Every trainer must share the same module shape under the same
     name. When the trainer closes (close() or the end of its `with`), each
     parameter gets a copy of its last values in memory of its own, so the
@@ -39,13 +40,20 @@ def share_module(trainer, module, name="model", parameters=None):
     params = dense_parameters(module) if parameters is None else list(parameters)
     if not params:
         raise ValueError(f"share_module: {type(module).__name__} has no dense parameters")
+    device = params[0][1].device
     for n, p in params:
-        if p.dtype != torch.float32 or p.device.type != "cpu":
+        if p.dtype != torch.float32 or p.device != device or device.type not in ("cpu", "cuda"):
             raise ValueError(f"share_module: parameter {n} is {p.dtype} on {p.device}; "
-                             "ShadowSync groups hold float32 in host memory")
+                             f"ShadowSync groups hold float32, all on one device ({device}: "
+                             "host memory, or one CUDA device: a device group)")
     with torch.no_grad():
-        init = torch.cat([p.detach().reshape(-1) for _, p in params]).numpy()
-    group = trainer.add_dense(name, init=init)
+        init = torch.cat([p.detach().reshape(-1) for _, p in params]).cpu().numpy()
+    # A CUDA module's parameters go into a device group on their GPU
+    # (docs/gpu.md): the shadow pool syncs it without touching the
+    # training's streams.
+    cuda = device.type == "cuda"
+    group = trainer.add_dense(name, init=init,
+                              device=(device.index or 0) if cuda else None)
     flat = group.torch()
     offset = 0
     with torch.no_grad():
@@ -115,7 +123,12 @@ class ShadowSync(torch.nn.Module):
             trainer = Trainer(ps=ps, sync=sync, algo=algo, env=env, **settings)
         self.trainer = trainer
         self._params = dense_parameters(module)
-        self.group = share_module(trainer, module, name, self._params)
+        try:
+            self.group = share_module(trainer, module, name, self._params)
+        except Exception:
+            if self._owns_trainer:
+                trainer.close()
+            raise
         self._hook = (module.register_forward_pre_hook(self._count_step)
                       if step_on_forward else None)
 

@@ -93,6 +93,32 @@ class WrapperTest(unittest.TestCase):
                 load_dense_checkpoint(fresh, os.path.join(d, "dense.ckpt"), "x")
 
 
+    @unittest.skipUnless(torch.cuda.is_available() and shadowsync.device_count() > 0,
+                         "no CUDA device (or a build without CUDA)")
+    def test_cuda_module_syncs_through_a_device_group(self):
+        # The same by hand as test_forward_steps_and_the_central_model, the
+        # modules on GPU 0: the parameters are views of device groups.
+        x = torch.ones(1, 2, device="cuda")
+        with PS() as ps:
+            b = ShadowSync(linear(3.0).cuda(), ps=ps.address, sync="foreground", sync_every=1,
+                           final_rounds=0, name="m", rank=1, world_size=2)
+            a = ShadowSync(linear(1.0).cuda(), ps=ps.address, sync="foreground", sync_every=1,
+                           final_rounds=0, name="m", rank=0, world_size=2)
+            self.assertEqual(a.group.device, 0)
+            self.assertEqual(a(x).item(), 2.0)
+            self.assertEqual(b(x).item(), 4.0)
+            self.assertTrue(torch.equal(a.central_state_dict()["weight"],
+                                        torch.full((1, 2), 2.0)))
+            a.close()
+            b.close()
+            self.assertEqual(a(x).item(), 2.0)
+
+    def test_mixed_devices_are_refused(self):
+        m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1).double())
+        with self.assertRaisesRegex(ValueError, "all on one device"):
+            ShadowSync(m, sync="none")
+
+
 class EmbeddingTest(unittest.TestCase):
     def table(self):
         t = shadowsync.Table("e", 2, mode="local", env=False, optimizer="sgd", lr=0.5)
