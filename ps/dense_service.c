@@ -82,39 +82,23 @@ static const float *floats_of(ss__dense_service *svc, const ProtobufCBinaryData 
     return *owned;
 }
 
-/* A reply with bulk floats: one block holding room for the message's
- * small fields and the payload's tag and length, then the floats
- * (aligned); the handler writes the floats in place and bulk_reply_seal
- * writes the header right in front of them, so nothing is copied. */
-#define BULK_HEAD 64
-
+/* A reply with bulk floats built in place (ss__rpc_bulk_reply_alloc):
+ * the handler writes the floats there and bulk_reply_seal writes the
+ * header right in front of them, so nothing is copied. */
 static float *bulk_reply_alloc(ss__dense_service *svc, size_t bytes, uint8_t **block,
                                ss__rpc_reply *r) {
-    if (!(*block = malloc(BULK_HEAD + bytes))) {
+    float *x = ss__rpc_bulk_reply_alloc(bytes, block);
+    if (!x)
         fail(svc, r, SS_ERR_NO_MEMORY);
-        return NULL;
-    }
-    return (float *)(void *)(*block + BULK_HEAD);
+    return x;
 }
 
 /* head: the reply message without its bulk field; field: that field's
  * number. Takes the block (freed with the reply). */
 static void bulk_reply_seal(ss__dense_service *svc, const ProtobufCMessage *head, uint32_t field,
                             uint8_t *block, size_t bytes, ss__rpc_reply *r) {
-    uint8_t trailer[SS_PB_BYTES_HEADER_MAX];
-    size_t h2 = ss__pb_bytes_header(field, bytes, trailer);
-    size_t h1 = protobuf_c_message_get_packed_size(head);
-    if (h1 + h2 > BULK_HEAD) { /* small fields only: cannot happen with our messages */
-        free(block);
+    if (ss__rpc_bulk_reply_seal(head, field, block, bytes, r) != SS_OK)
         fail(svc, r, SS_ERR_INTERNAL);
-        return;
-    }
-    uint8_t *start = block + BULK_HEAD - h1 - h2;
-    protobuf_c_message_pack(head, start);
-    memcpy(start + h1, trailer, h2);
-    r->data = start;
-    r->len = h1 + h2 + bytes;
-    r->data_block = block;
 }
 
 /* What both bulk handlers need before they compute: the group name and

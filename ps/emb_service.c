@@ -88,8 +88,10 @@ static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBi
     return 1;
 }
 
-static float *rows_out(size_t n, uint32_t dim, ss__rpc_reply *r) {
-    float *out = malloc(n * dim * sizeof(float) + 1);
+/* Room for a lookup's rows in the reply itself (ss__rpc_bulk_reply_alloc):
+ * the store writes them where they are sent from. */
+static float *rows_out(size_t n, uint32_t dim, uint8_t **block, ss__rpc_reply *r) {
+    float *out = ss__rpc_bulk_reply_alloc(n * dim * sizeof(float), block);
     if (!out) {
         r->status = SS_ERR_NO_MEMORY;
         snprintf(r->message, sizeof r->message, "out of memory");
@@ -97,17 +99,18 @@ static float *rows_out(size_t n, uint32_t dim, ss__rpc_reply *r) {
     return out;
 }
 
-/* A lookup's reply: its rows (n of dim floats), or why it failed. */
-static void reply_rows(ss__rpc_reply *reply, ss_status st, const char *why, float *rows, size_t n,
-                       uint32_t dim) {
+/* A lookup's reply: its rows (n of dim floats, in block), or why it
+ * failed. Takes the block. */
+static void reply_rows(ss__rpc_reply *reply, ss_status st, const char *why, uint8_t *block,
+                       size_t n, uint32_t dim) {
     if (st != SS_OK) {
+        free(block);
         relay(reply, st, why);
         return;
     }
-    Shadowsync__V1__LookupReply out = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
-    out.rows.data = (uint8_t *)rows;
-    out.rows.len = n * dim * sizeof(float);
-    ss__rpc_reply_pack(&out.base, reply);
+    Shadowsync__V1__LookupReply head = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
+    if (ss__rpc_bulk_reply_seal(&head.base, 1, block, n * dim * sizeof(float), reply) != SS_OK)
+        relay(reply, SS_ERR_INTERNAL, "");
 }
 
 static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
@@ -160,13 +163,14 @@ static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *r
     }
     row_request rq;
     if (parse_rows(svc, m->table, &m->ids, NULL, SS_ENC_F32, &rq, reply)) {
-        float *rows = rows_out(rq.n, rq.spec.dim, reply);
+        uint8_t *block;
+        float *rows = rows_out(rq.n, rq.spec.dim, &block, reply);
         char why[200] = "";
-        ss_status st =
-            rows ? ss__emb_store_lookup(svc->store, m->table, rq.ids, rq.n, rows, why, sizeof why)
-                 : SS_ERR_NO_MEMORY;
-        reply_rows(reply, st, why, rows, rq.n, rq.spec.dim);
-        free(rows);
+        if (rows) {
+            ss_status st =
+                ss__emb_store_lookup(svc->store, m->table, rq.ids, rq.n, rows, why, sizeof why);
+            reply_rows(reply, st, why, block, rq.n, rq.spec.dim);
+        }
         free(rq.ids);
     }
     shadowsync__v1__lookup_request__free_unpacked(m, NULL);
@@ -209,14 +213,15 @@ static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_rep
     row_request push, look;
     if (parse_rows(svc, m->table, &m->push_ids, &m->grads, SS_ENC_F32, &push, reply)) {
         if (parse_rows(svc, m->table, &m->ids, NULL, SS_ENC_F32, &look, reply)) {
-            float *rows = rows_out(look.n, look.spec.dim, reply);
+            uint8_t *block;
+            float *rows = rows_out(look.n, look.spec.dim, &block, reply);
             char why[200] = "";
-            ss_status st = rows ? ss__emb_store_push_lookup(svc->store, m->table, push.ids, push.n,
-                                                            push.payload, look.ids, look.n, rows,
-                                                            why, sizeof why)
-                                : SS_ERR_NO_MEMORY;
-            reply_rows(reply, st, why, rows, look.n, look.spec.dim);
-            free(rows);
+            if (rows) {
+                ss_status st =
+                    ss__emb_store_push_lookup(svc->store, m->table, push.ids, push.n, push.payload,
+                                              look.ids, look.n, rows, why, sizeof why);
+                reply_rows(reply, st, why, block, look.n, look.spec.dim);
+            }
             free(look.ids);
         }
         free(push.ids);

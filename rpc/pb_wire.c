@@ -153,3 +153,29 @@ ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,
     free(buf);
     return st;
 }
+
+/* Room for a reply's small fields and its bulk field's tag and length. */
+#define BULK_HEAD 64
+
+void *ss__rpc_bulk_reply_alloc(size_t bytes, uint8_t **block) {
+    *block = malloc(BULK_HEAD + bytes);
+    return *block ? *block + BULK_HEAD : NULL;
+}
+
+ss_status ss__rpc_bulk_reply_seal(const ProtobufCMessage *head, uint32_t field, uint8_t *block,
+                                  size_t bytes, ss__rpc_reply *r) {
+    uint8_t trailer[SS_PB_BYTES_HEADER_MAX];
+    size_t h2 = ss__pb_bytes_header(field, bytes, trailer);
+    size_t h1 = protobuf_c_message_get_packed_size(head);
+    if (h1 + h2 > BULK_HEAD) {
+        free(block);
+        return SS_ERR_INTERNAL;
+    }
+    uint8_t *start = block + BULK_HEAD - h1 - h2;
+    protobuf_c_message_pack(head, start);
+    memcpy(start + h1, trailer, h2);
+    r->data = start;
+    r->len = h1 + h2 + bytes;
+    r->data_block = block;
+    return SS_OK;
+}

@@ -25,6 +25,18 @@ void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field
 /* Packs a message into reply->data (SS_ERR_NO_MEMORY in reply on failure). */
 void ss__rpc_reply_pack(const ProtobufCMessage *m, ss__rpc_reply *reply);
 
+/* A reply whose last field is bulk bytes, built in place (rpc/pb_wire.h):
+ * alloc gives room for `bytes` (aligned for floats) in one block with room
+ * in front for the message's small fields and the bulk field's header
+ * (NULL: no memory); the handler writes the payload there; seal packs
+ * head (the reply message without its bulk field) and the header right in
+ * front of it and hands the block to reply, so the payload is never
+ * copied. Seal refuses (SS_ERR_INTERNAL, block freed) small fields that
+ * do not fit the room: no message of ours comes near. */
+void *ss__rpc_bulk_reply_alloc(size_t bytes, uint8_t **block);
+ss_status ss__rpc_bulk_reply_seal(const ProtobufCMessage *head, uint32_t field, uint8_t *block,
+                                  size_t bytes, ss__rpc_reply *reply);
+
 /* The client side of a reply of type desc whose bulk bytes field `field`
  * (at field_offset in the unpacked struct) must hold exactly `want` bytes:
  * copied into dest straight from gRPC's slices when the field ends the

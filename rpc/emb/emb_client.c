@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
+#include "rpc/pb_wire.h"
 
 #define MAX_SHARDS 64
 
@@ -228,6 +229,42 @@ static ss_status scatter(row_op op, const ss__emb_spec *spec, ss__encoding enc,
     return st;
 }
 
+/* Where a lookup reply's rows go: straight from gRPC's slices. */
+typedef struct scatter_arg {
+    const ss__emb_spec *spec;
+    const chunk *ck;
+    float *out;
+} scatter_arg;
+
+/* A lookup reply read in place (rq->on_reply): its rows field ends the
+ * message (rpc/pb_wire.h), so each row is copied from gRPC's slices to its
+ * place, once; before, the reply was gathered into one buffer, unpacked
+ * (a second copy of the rows) and then scattered. A reply in another
+ * field order takes that way still. */
+static ss_status scatter_in_place(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
+    (void)rq;
+    const scatter_arg *a = arg;
+    const size_t row_bytes = a->spec->dim * sizeof(float), len = ss__rpc_message_length(msg);
+    uint8_t head[64];
+    size_t have = len < sizeof head ? len : sizeof head, prefix, off;
+    if (ss__rpc_message_copy(msg, 0, head, have) &&
+        ss__pb_find_trailing_bytes_in(head, have, len, 1, &prefix, &off)) {
+        if (len - off != a->ck->n * row_bytes)
+            return SS_ERR_PARSE;
+        for (size_t k = 0; k < a->ck->n; k++)
+            if (!ss__rpc_message_copy(msg, off + k * row_bytes,
+                                      a->out + a->ck->pos[k] * a->spec->dim, row_bytes))
+                return SS_ERR_PARSE;
+        return SS_OK;
+    }
+    ss__rpc_request whole = {.resp_len = len, .resp = malloc(len ? len : 1)};
+    ss_status st = whole.resp && ss__rpc_message_copy(msg, 0, whole.resp, len)
+                       ? scatter(OP_LOOKUP, a->spec, SS_ENC_F32, &whole, a->ck, a->out)
+                       : SS_ERR_NO_MEMORY;
+    free(whole.resp);
+    return st;
+}
+
 static const char *method_of(row_op op) {
     switch (op) {
     case OP_LOOKUP:
@@ -304,8 +341,10 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
         ncalls += calls_to(&bm, &bp, s);
     call_part *cp = calloc(ncalls + 1, sizeof *cp);
     ss__rpc_request *calls = calloc(ncalls + 1, sizeof *calls);
-    if (st == SS_OK && (!cp || !calls))
+    scatter_arg *sa = calloc(ncalls + 1, sizeof *sa);
+    if (st == SS_OK && (!cp || !calls || !sa))
         st = SS_ERR_NO_MEMORY;
+    const bool rows_back = op == OP_LOOKUP || op == OP_PUSH_LOOKUP; /* read in place */
     size_t j = 0;
     for (uint32_t s = 0; st == SS_OK && s < c->shards; s++) {
         const size_t nk = calls_to(&bm, &bp, s);
@@ -318,6 +357,11 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
             calls[j].req = pack_chunk(op, spec, main, push, alpha, &cp[j], &calls[j].len);
             if (!calls[j].req)
                 st = SS_ERR_NO_MEMORY;
+            if (rows_back) {
+                sa[j] = (scatter_arg){spec, &cp[j].main, out};
+                calls[j].on_reply = scatter_in_place;
+                calls[j].on_reply_arg = &sa[j];
+            }
         }
     }
     if (st == SS_OK)
@@ -330,7 +374,7 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
                 break;
             }
     }
-    for (size_t i = 0; st == SS_OK && i < ncalls && op != OP_PUSH; i++)
+    for (size_t i = 0; st == SS_OK && i < ncalls && op == OP_ELASTIC; i++)
         st = scatter(op, spec, main->enc, &calls[i], &cp[i].main, out);
     for (size_t i = 0; calls && i < ncalls; i++) {
         free((void *)calls[i].req);
@@ -338,6 +382,7 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
     }
     free(calls);
     free(cp);
+    free(sa);
     free(bm.pos);
     free(bp.pos);
     return st;
