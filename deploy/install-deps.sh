@@ -56,6 +56,7 @@ TEST=(
   protobuf-compiler   # protoc: the black-box test generates its client from rpc/dense, rpc/emb
   python3-grpcio      # the black-box test's gRPC client (not the project's)
   python3-protobuf
+  python3-yaml        # the Kubernetes manifests test parses deploy/k8s (tests/test_k8s_manifests.py)
   systemd             # systemd-analyze and systemd-sysusers check deploy/systemd (not started)
   strace              # the systemd test traces the daemons' system calls against the filters
   iproute2            # ip and tc: the emulated cluster (bench/emu-cluster.sh) and its test
