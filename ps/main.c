@@ -22,6 +22,7 @@
 #include "ps/deltas_service.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
+#include "ps/map_watch.h"
 #include "rpc/auth.h"
 #include "rpc/http/http.h"
 #include "shadow/central.h"
@@ -39,7 +40,7 @@ static const ss__program program = {
 /* The command line. */
 typedef struct ps_options {
     const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file,
-        *tls_writers, *delta_dir, *follow;
+        *tls_writers, *delta_dir, *follow, *shard_map;
     int64_t delta_every_s, delta_base_every, delta_keep, follow_poll_ms;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
@@ -69,6 +70,7 @@ typedef struct ps_state {
     pthread_mutex_t save_lock;   /* one writer of path.tmp at a time */
     ss__ps_deltas *deltas;       /* --delta-dir */
     ss__ps_follower *follower;   /* --follow */
+    ss__ps_map_watch *map;       /* --shard-map */
     char follow_note[400];       /* what a refused write is told (fits a reply) */
 } ps_state;
 
@@ -288,6 +290,10 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          "comma-separated) that may change state; other clients may only read (\"\" = every "
          "verified client may)",
          NULL, 0, 0},
+        {"shard-map", SS_FLAG_STRING, &o->shard_map,
+         "the fleet's shard map (\"epoch N\", \"ps host:port,...\"), read again every second: "
+         "calls routed by another epoch are refused, saying both (\"\" = none)",
+         NULL, 0, 0},
     };
     memcpy(flags, own, sizeof own);
     return sizeof own / sizeof *own;
@@ -379,6 +385,7 @@ static size_t online_flags(ps_options *o, ss__flag *flags) {
  * on; otherwise the exit code. */
 static int parse_options(int argc, char **argv, ps_options *o) {
     *o = (ps_options){.listen = "127.0.0.1:7070",
+                      .shard_map = "",
                       .http = default_http,
                       .ckpt_dir = "",
                       .ckpt_keep = 3,
@@ -605,7 +612,15 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
     ss__rpc_tls tls = {.cert_file = *o->tls_cert ? o->tls_cert : NULL,
                        .key_file = *o->tls_key ? o->tls_key : NULL,
                        .ca_file = *o->tls_ca ? o->tls_ca : NULL};
+    if (*o->shard_map) {
+        char why[512];
+        if (ss__ps_map_watch_start(o->shard_map, ps->metrics, &ps->map, why, sizeof why) != SS_OK) {
+            fprintf(stderr, "shadowsync-ps: --shard-map: %s\n", why);
+            return 2;
+        }
+    }
     ss__rpc_server_config scfg = {.listen = o->listen,
+                                  .map_epoch = ss__ps_map_watch_epoch(ps->map),
                                   .threads = (uint32_t)o->threads,
                                   .max_message_bytes = (size_t)o->max_floats * 4 + 4096,
                                   .metrics = ps->metrics,
@@ -671,6 +686,7 @@ static void serve(ps_state *ps, const ps_options *o, const sigset_t *sigs) {
 static int shut_down(ps_state *ps, const ps_options *o, bool served) {
     ss__http_server_stop(ps->web);
     ss__rpc_server_stop(ps->srv);
+    ss__ps_map_watch_stop(ps->map);
     ss__ps_deltas_stop(ps->deltas); /* one last delta: what changed since the one before */
     ss__ps_follower_stop(ps->follower);
     int rc = 0;

@@ -20,6 +20,7 @@ struct ss__rpc_channel {
     grpc_channel *channel;
     char target[256];              /* host:port, for messages */
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" sent with every call; "" = none */
+    _Atomic uint64_t epoch;        /* the shard map's, sent with every call; 0 = none */
     /* The shortest call seen whose request and reply were both small: the
      * network's round trip plus a small call's software cost (0: none yet). */
     _Atomic uint64_t rtt_min_ns;
@@ -122,6 +123,11 @@ void ss__rpc_clear_failure(void) {
     last_failure[0] = '\0';
 }
 
+void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch) {
+    if (ch)
+        atomic_store(&ch->epoch, epoch);
+}
+
 ss_status ss__rpc_channel_reachable(ss__rpc_channel *ch, const char *who, uint32_t timeout_ms) {
     if (grpc_channel_check_connectivity_state(ch->channel, 1) == GRPC_CHANNEL_READY)
         return SS_OK;
@@ -187,7 +193,8 @@ typedef struct call_state {
     grpc_call *call;
     grpc_byte_buffer *send, *recv;
     grpc_metadata_array initial_md, trailing_md;
-    grpc_metadata auth_md; /* lives until the batch completes */
+    grpc_metadata md[2]; /* authorization, epoch: live until the batch completes */
+    char epoch_text[24];
     grpc_status_code code;
     grpc_slice details;
     const char *error_string;
@@ -237,13 +244,20 @@ static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queu
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    size_t nmd = 0;
     if (rq->ch->auth[0]) {
-        cs->auth_md.key = grpc_slice_from_static_string("authorization");
-        cs->auth_md.value =
+        cs->md[nmd].key = grpc_slice_from_static_string("authorization");
+        cs->md[nmd++].value =
             grpc_slice_from_static_string(rq->ch->auth); /* the channel outlives it */
-        ops[0].data.send_initial_metadata.count = 1;
-        ops[0].data.send_initial_metadata.metadata = &cs->auth_md;
     }
+    uint64_t epoch = atomic_load_explicit(&rq->ch->epoch, memory_order_relaxed);
+    if (epoch) {
+        snprintf(cs->epoch_text, sizeof cs->epoch_text, "%llu", (unsigned long long)epoch);
+        cs->md[nmd].key = grpc_slice_from_static_string(SS_RPC_EPOCH_KEY);
+        cs->md[nmd++].value = grpc_slice_from_static_string(cs->epoch_text);
+    }
+    ops[0].data.send_initial_metadata.count = nmd;
+    ops[0].data.send_initial_metadata.metadata = nmd ? cs->md : NULL;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = cs->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

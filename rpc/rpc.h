@@ -15,6 +15,7 @@
 #ifndef SHADOWSYNC_RPC_H
 #define SHADOWSYNC_RPC_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -90,6 +91,13 @@ typedef struct ss__rpc_server_config {
      * flight at once (its fair share), past which a read is refused at the
      * door (RESOURCE_EXHAUSTED, counted). 0 = SS_RPC_DEFAULT_READS_PER_PEER. */
     uint32_t reads_per_peer;
+    /* The shard map's epoch this server serves, read at every call (it may
+     * change while serving): a call routed by another (metadata
+     * SS_RPC_EPOCH_KEY) is refused at the door, SS_ERR_STATE
+     * (FAILED_PRECONDITION), saying both epochs, and counted in
+     * shadowsync_rpc_stale_epoch_total; a call without one is served.
+     * NULL, or 0 in it: no map. */
+    const _Atomic uint64_t *map_epoch;
     /* Mutual TLS (tls->ca_file): the client certificate identities that may
      * call methods not read_only, comma-separated (rpc/auth.h); other
      * verified clients are read-only: PERMISSION_DENIED, counted in
@@ -142,6 +150,13 @@ typedef struct ss__rpc_channel ss__rpc_channel;
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
                                  const ss__rpc_tls *tls, ss__rpc_channel **out);
 void ss__rpc_channel_destroy(ss__rpc_channel *ch);
+
+/* The shard map's epoch (common/shard_map.h) this channel's calls are
+ * routed by: each carries it as metadata SS_RPC_EPOCH_KEY; a server with
+ * another refuses the call (SS_ERR_STATE, FAILED_PRECONDITION) saying
+ * both. 0: none (never refused for it). */
+#define SS_RPC_EPOCH_KEY "x-shadowsync-epoch"
+void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch);
 
 /* Whether a TCP connection to address ("host:port", "[ipv6]:port") can
  * be made within timeout_ms: false with why ("connection refused", "no

@@ -91,6 +91,8 @@ struct ss__rpc_server {
     uint32_t max_blocked;
     _Atomic uint32_t blocked; /* blocking handlers running now */
     ss__counter *blocked_refused;
+    const _Atomic uint64_t *map_epoch; /* NULL: no shard map */
+    ss__counter *stale_epoch;
     char auth[SS_AUTH_HEADER_MAX];     /* "" = no authorization */
     char writers[SS_AUTH_WRITERS_MAX]; /* "" = every verified client may write */
     ss__counter *unauthorized;
@@ -273,6 +275,26 @@ static bool authorized(const call_ctx *c) {
             return ss__auth_header_matches(c->srv->auth,
                                            (const char *)GRPC_SLICE_START_PTR(m->value),
                                            GRPC_SLICE_LENGTH(m->value));
+    }
+    return false;
+}
+
+/* The shard map epoch the call was routed by (its SS_RPC_EPOCH_KEY
+ * metadata); false when it carries none (or not a number). */
+static bool call_epoch(const call_ctx *c, uint64_t *epoch) {
+    for (size_t i = 0; i < c->request_md.count; i++) {
+        const grpc_metadata *m = &c->request_md.metadata[i];
+        if (grpc_slice_str_cmp(m->key, SS_RPC_EPOCH_KEY) != 0)
+            continue;
+        char text[24];
+        size_t n = GRPC_SLICE_LENGTH(m->value);
+        if (n == 0 || n >= sizeof text)
+            return false;
+        memcpy(text, GRPC_SLICE_START_PTR(m->value), n);
+        text[n] = '\0';
+        char *end;
+        *epoch = strtoull(text, &end, 10);
+        return *end == '\0' && text[0] != '-';
     }
     return false;
 }
@@ -505,6 +527,14 @@ static void admit(call_ctx *c) {
                m->path);
         return;
     }
+    uint64_t serves = srv->map_epoch ? atomic_load(srv->map_epoch) : 0, routed;
+    if (serves && call_epoch(c, &routed) && routed != serves) {
+        refuse(c, SS_ERR_STATE, srv->stale_epoch,
+               "%s was routed by shard map epoch %llu; this server serves epoch %llu: reload the "
+               "shard map (SHADOWSYNC_SHARD_MAP) and route again",
+               m->path, (unsigned long long)routed, (unsigned long long)serves);
+        return;
+    }
     if (m->read_only && srv->writer_queues < srv->nthreads && !take_peer_share(c)) {
         refuse(c, SS_ERR_TOO_LARGE, srv->unfair_refused,
                "%s: this connection has %u reads in flight, its share of the server "
@@ -667,6 +697,10 @@ static void register_metrics(ss__rpc_server *srv, ss__metrics *m) {
     ss__metrics_gauge(m, "shadowsync_rpc_inflight_bytes",
                       "Request bytes received whose handlers have not finished.", NULL,
                       &srv->inflight_bytes);
+    ss__metrics_counter(m, "shadowsync_rpc_stale_epoch_total",
+                        "Calls refused because they were routed by another shard map epoch "
+                        "than the one this server serves.",
+                        NULL, &srv->stale_epoch);
     ss__metrics_counter(m, "shadowsync_rpc_blocked_refused_total",
                         "Calls refused because --max-blocked-calls handlers were already "
                         "waiting (MA/BMUF rounds).",
@@ -763,6 +797,7 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->max_blocked = cfg->max_blocked_calls ? cfg->max_blocked_calls : SS_RPC_DEFAULT_MAX_BLOCKED;
     if (cfg->auth_header)
         snprintf(srv->auth, sizeof srv->auth, "%s", cfg->auth_header);
+    srv->map_epoch = cfg->map_epoch;
     if (cfg->tls_writers)
         snprintf(srv->writers, sizeof srv->writers, "%s", cfg->tls_writers);
     if (cfg->metrics)

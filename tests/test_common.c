@@ -16,6 +16,7 @@
 #include "common/names.h"
 #include "common/private_files.h"
 #include "common/process_metrics.h"
+#include "common/shard_map.h"
 #include "common/ticker.h"
 #include "shadowsync/status.h"
 
@@ -380,6 +381,46 @@ START_TEST(test_log_lines_as_text_and_json) {
 }
 END_TEST
 
+/* The shard map file: epoch and ps in any order, comments and blank lines
+ * skipped; each bad file refused naming its line and what is wrong. */
+START_TEST(test_shard_map_file) {
+    char path[] = "/tmp/ss-map-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    const char *cases[][2] = {
+        {"# fleet\n\nps a:1,[::1]:2\nepoch 7\n", NULL},
+        {"epoch 7\n", "no \"ps\" line"},
+        {"ps a:1\n", "no \"epoch\" line"},
+        {"epoch 0\nps a:1\n", "line 1: epoch \"0\": a whole number >= 1"},
+        {"epoch 2\nps a:1,b\n", "line 2: ps \"b\": no port"},
+        {"epoch 2\nepoch 3\nps a:1\n", "line 2: \"epoch\" given twice"},
+        {"epoch 2\nps\n", "line 2: \"ps\" is not \"epoch N\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i][0], f);
+        fclose(f);
+        ss__shard_map m;
+        char why[400] = "";
+        ss_status st = ss__shard_map_read(path, &m, why, sizeof why);
+        if (!cases[i][1]) {
+            ck_assert_int_eq(st, SS_OK);
+            ck_assert_uint_eq(m.epoch, 7);
+            ck_assert_str_eq(m.ps, "a:1,[::1]:2");
+        } else {
+            ck_assert_int_eq(st, SS_ERR_INVALID_ARGUMENT);
+            ck_assert_msg(strstr(why, cases[i][1]) && strstr(why, path), "%s: %s", cases[i][0],
+                          why);
+        }
+    }
+    unlink(path);
+    ss__shard_map m;
+    char why[400];
+    ck_assert_int_eq(ss__shard_map_read(path, &m, why, sizeof why), SS_ERR_NOT_FOUND);
+}
+END_TEST
+
 /* The process_* series: there, and plausible for this very process. */
 START_TEST(test_process_metrics) {
     ss__metrics *m;
@@ -437,5 +478,6 @@ int main(void) {
         test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
         test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input,
         test_private_dirs_and_files, test_addresses_and_log_levels_refused_with_why,
-        test_log_lines_as_text_and_json, test_ticker_ticks_until_stopped, test_process_metrics);
+        test_log_lines_as_text_and_json, test_shard_map_file, test_ticker_ticks_until_stopped,
+        test_process_metrics);
 }

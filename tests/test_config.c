@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "common/clock.h"
 #include "procs.h"
 #include "shadowsync/shadowsync.h"
 
@@ -392,6 +393,70 @@ START_TEST(test_chunk_floats_must_match) {
 }
 END_TEST
 
+static void write_map(const char *path, unsigned epoch, const char *ps) {
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# the fleet\nepoch %u\nps %s\n", epoch, ps);
+    fclose(f);
+    ck_assert_int_eq(rename(tmp, path), 0); /* the PS reads a whole file or the old one */
+}
+
+/* Routing by shard map epoch: a PS serving epoch 2 refuses a trainer
+ * routed by epoch 1, saying both; a trainer of epoch 2 syncs; when the PS
+ * reads epoch 3, that trainer's next round is refused the same way. A bad
+ * map names its line; ps and shard_map together are refused. */
+START_TEST(test_stale_shard_map_epoch_is_refused) {
+    char ps[64], log[300], psmap[300], tmap[300];
+    snprintf(log, sizeof log, "%s/ps-map.log", tmpdir);
+    snprintf(psmap, sizeof psmap, "%s/ps.map", tmpdir);
+    snprintf(tmap, sizeof tmap, "%s/trainer.map", tmpdir);
+    write_map(psmap, 2, "127.0.0.1:1"); /* the PS reads only the epoch */
+    char *extra[] = {"--http", "", "--shard-map", psmap, NULL};
+    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_FOREGROUND;
+    c.sync_every = 1;
+    c.final_rounds = 0;
+    c.timeout_ms = 3000;
+    c.shard_map = tmap;
+    write_map(tmap, 1, ps);
+    ss_trainer *t;
+    ss_dense *g;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_ERR_STATE);
+    said("was routed by shard map epoch 1; this server serves epoch 2: reload the shard map", NULL);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    write_map(tmap, 2, ps);
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ck_assert_int_eq(ss_trainer_add_dense(t, "w", 4, NULL, &g), SS_OK);
+    ck_assert_int_eq(ss_trainer_step(t), SS_OK);
+    write_map(psmap, 3, "127.0.0.1:1");
+    ss_status st = SS_OK;
+    for (int i = 0; i < 100 && st == SS_OK; i++) { /* the PS reads its map every second */
+        ss__sleep_ns(50000000);
+        st = ss_trainer_step(t);
+    }
+    ck_assert_int_eq(st, SS_ERR_STATE);
+    said("routed by shard map epoch 2; this server serves epoch 3", NULL);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+    /* A map that is not one, and a map beside ps. */
+    FILE *f = fopen(tmap, "w");
+    fprintf(f, "epoch 4\npss 127.0.0.1:1\n");
+    fclose(f);
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("line 2: \"pss\" is not a key (epoch, ps)", tmap);
+    write_map(tmap, 4, ps);
+    c.ps = ps;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    said("and shard_map=", "pick one");
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+}
+END_TEST
+
 /* A local table that lives for months: admission on the 2nd push, expiry
  * after 1 s (the table's sweep runs once a second), and the bounds refused
  * for a cached table, saying where they go. */
@@ -439,7 +504,8 @@ int main(void) {
     int rc = ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
                              test_bounded_local_table, test_environment_names_the_variable,
                              test_open_says_which_setting_is_wrong, test_trainer_metrics_text,
-                             test_ps_refusal_is_said, test_chunk_floats_must_match);
+                             test_ps_refusal_is_said, test_chunk_floats_must_match,
+                             test_stale_shard_map_epoch_is_refused);
     proc_remove_tree(tmpdir);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/shard_map.h"
 #include "rpc/agent/agent_client.h"
 #include "rpc/agent/agent_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -39,7 +40,8 @@ struct ss_dense {
 struct ss_trainer {
     ss_trainer_config cfg;
     char *ps, *name, *tls_ca, *tls_cert, *tls_key, *agent; /* owned copies of cfg's strings */
-    ss__agent_client *agent_client;                        /* agent mode until finish */
+    uint64_t epoch;                 /* of the shard map ps came from (shard_map); 0: none */
+    ss__agent_client *agent_client; /* agent mode until finish */
     ss__sync_params params;
     ss__transport *transport;
     bool to_ps; /* transport is the PS shards' (not peers') */
@@ -230,12 +232,32 @@ ss_status ss_trainer_metrics(ss_trainer *t, char *buf, size_t cap, size_t *len) 
     return ss__err_end(st);
 }
 
+/* shard_map: its ps list becomes c->ps (pointing into map), its epoch
+ * the trainer's. */
+static ss_status read_shard_map(ss_trainer_config *c, ss__shard_map *map) {
+    if (!c->shard_map || !*c->shard_map || c->mode == SS_SYNC_NONE)
+        return SS_OK;
+    if (c->ps && *c->ps)
+        return ss__err_set(SS_ERR_INVALID_ARGUMENT,
+                           "ps=\"%s\" and shard_map=%s: pick one (the map lists the shards)", c->ps,
+                           c->shard_map);
+    char why[300];
+    ss_status st = ss__shard_map_read(c->shard_map, map, why, sizeof why);
+    if (st != SS_OK)
+        return ss__err_set(st, "shard_map: %s", why);
+    c->ps = map->ps;
+    return SS_OK;
+}
+
 static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
     if (!out)
         return ss__err_set(SS_ERR_INVALID_ARGUMENT, "out: NULL");
     ss_trainer_config c;
     ss_status st = ss__trainer_config_read(in, &c);
     ss__sync_params params = {0};
+    ss__shard_map map = {0};
+    if (st == SS_OK)
+        st = read_shard_map(&c, &map);
     if (st != SS_OK || (st = check_config(&c, &params)) != SS_OK)
         return st;
     const ss_trainer_config *cfg = &c;
@@ -245,6 +267,7 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
     int failed = 0;
     t->cfg = *cfg;
     t->ps = dup_or_null(cfg->ps, &failed);
+    t->epoch = map.epoch;
     t->name = dup_or_null(cfg->name ? cfg->name : "trainer", &failed);
     t->tls_ca = dup_or_null(cfg->tls_ca, &failed);
     t->tls_cert = dup_or_null(cfg->tls_cert, &failed);
@@ -268,6 +291,7 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
     } else if (cfg->mode != SS_SYNC_NONE) {
         ss__rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
         ss__grpc_transport_config tcfg = {.targets = t->ps,
+                                          .epoch = t->epoch,
                                           .timeout_ms = cfg->timeout_ms,
                                           .round_wait_ms = cfg->round_wait_ms,
                                           .chunk_floats = cfg->chunk_floats,
@@ -593,6 +617,7 @@ void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out) {
     out->tls =
         (ss__rpc_tls){.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
     out->timeout_ms = t->cfg.timeout_ms;
+    out->epoch = t->epoch;
 }
 
 ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a) {

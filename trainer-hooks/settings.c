@@ -88,6 +88,8 @@ static const key trainer_keys[] = {
        "compressed sync with the PS: f32 | fp16 | bf16 | int8 (error feedback through mirrors)"),
     TK("chunk_floats", K_U32, chunk_floats, 0, SS_GRPC_MAX_CHUNK_FLOATS,
        "floats per call (and PS group) of a dense shard, same on every member; 0: 131072"),
+    TK("shard_map", K_STR, shard_map, 0, 0,
+       "shard map file (epoch and ps list) instead of ps: calls routed by a stale map are refused"),
 };
 #undef TK
 

@@ -87,7 +87,7 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
     if (t)
         ss__hooks_endpoint_of(t, ep);
     if (c->ps)
-        ep->ps = c->ps;
+        *ep = (ss__hooks_endpoint){.ps = c->ps, .tls = ep->tls, .timeout_ms = ep->timeout_ms};
     if (c->mode != SS_TABLE_LOCAL && (!ep->ps || !*ep->ps))
         return BAD("table %s: emb=%s needs shards: set emb_ps (SHADOWSYNC_EMB_PS) or the "
                    "trainer's ps",
@@ -239,6 +239,8 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     char why[200] = "";
     if (cfg->mode != SS_TABLE_LOCAL) {
         st = ss__emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client);
+        if (st == SS_OK)
+            ss__emb_client_set_epoch(tb->client, ep.epoch);
         if (st == SS_OK)
             st = ss__emb_client_open_table(tb->client, &spec, NULL, why, sizeof why);
         if (st != SS_OK) {

@@ -118,6 +118,12 @@ typedef struct ss_trainer_config {
      * may pull or push the model. For demos and tests; without it (the
      * default) a peer needs the token. (Added in 0.2.) */
     int insecure_loopback;
+    /* shard_map: a shard map file (its "ps" line and epoch) instead of ps:
+     * every call carries the map's epoch, and a PS serving another epoch
+     * refuses it (SS_ERR_STATE, saying both), so a trainer routed by an
+     * old map is told so and never served by the wrong shard. (Added in
+     * 0.2.) */
+    const char *shard_map;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {

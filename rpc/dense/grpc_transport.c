@@ -724,7 +724,7 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
             st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
                                         &t->ch[t->nshards]);
         if (st == SS_OK)
-            t->nshards++;
+            ss__rpc_channel_set_epoch(t->ch[t->nshards++], cfg->epoch);
     }
     free(list);
     if (st == SS_OK && t->nshards == 0)

@@ -55,6 +55,9 @@ typedef struct ss__grpc_transport_config {
      * rounds send and receive this encoding, each chunk with its mirror.
      * SS_ENC_F32 (0): plain floats. */
     ss__encoding encoding;
+    /* The shard map epoch targets came from (common/shard_map.h): every
+     * call carries it (ss__rpc_channel_set_epoch). 0: none. */
+    uint64_t epoch;
 } ss__grpc_transport_config;
 
 ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out);

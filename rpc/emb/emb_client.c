@@ -57,6 +57,11 @@ void ss__emb_client_destroy(ss__emb_client *c) {
     free(c);
 }
 
+void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch) {
+    for (uint32_t s = 0; c && s < c->shards; s++)
+        ss__rpc_channel_set_epoch(c->ch[s], epoch);
+}
+
 ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
                                     ss__emb_spec *stored, char *why, size_t whylen) {
     Shadowsync__V1__TableSpec ts = SHADOWSYNC__V1__TABLE_SPEC__INIT;

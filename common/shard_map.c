@@ -1,0 +1,86 @@
+#include "common/shard_map.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/names.h"
+
+/* Every address of a comma-separated list, as flags take them. */
+static bool addresses_valid(const char *list, char *bad, size_t badlen) {
+    char copy[SS_SHARD_MAP_PS_MAX], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", list);
+    int n = 0;
+    for (char *a = strtok_r(copy, ",", &save); a; a = strtok_r(NULL, ",", &save), n++)
+        if (!ss__address_valid(a, "ps", bad, badlen))
+            return false;
+    if (n == 0)
+        snprintf(bad, badlen, "an empty ps list");
+    return n > 0;
+}
+
+/* One line (its newline cut): what it sets in out, or why not. */
+static ss_status parse_line(char *line, ss__shard_map *out, bool *seen_epoch, bool *seen_ps,
+                            char *why, size_t whylen) {
+    char *p = line + strspn(line, " \t");
+    if (!*p || *p == '#')
+        return SS_OK;
+    char key[16], value[SS_SHARD_MAP_PS_MAX];
+    if (sscanf(p, "%15s %4095s", key, value) != 2) {
+        snprintf(why, whylen, "\"%.60s\" is not \"epoch N\" or \"ps host:port,...\"", p);
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    if (!strcmp(key, "epoch") && !*seen_epoch) {
+        char *end;
+        errno = 0;
+        unsigned long long e = strtoull(value, &end, 10);
+        if (*end || errno || e == 0 || value[0] == '-') {
+            snprintf(why, whylen, "epoch \"%.40s\": a whole number >= 1", value);
+            return SS_ERR_INVALID_ARGUMENT;
+        }
+        out->epoch = e;
+        *seen_epoch = true;
+        return SS_OK;
+    }
+    if (!strcmp(key, "ps") && !*seen_ps) {
+        char bad[200];
+        if (!addresses_valid(value, bad, sizeof bad)) {
+            snprintf(why, whylen, "%s", bad);
+            return SS_ERR_INVALID_ARGUMENT;
+        }
+        snprintf(out->ps, sizeof out->ps, "%s", value);
+        *seen_ps = true;
+        return SS_OK;
+    }
+    snprintf(why, whylen, "\"%s\" %s", key,
+             !strcmp(key, "epoch") || !strcmp(key, "ps") ? "given twice"
+                                                         : "is not a key (epoch, ps)");
+    return SS_ERR_INVALID_ARGUMENT;
+}
+
+ss_status ss__shard_map_read(const char *path, ss__shard_map *out, char *why, size_t whylen) {
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) {
+        snprintf(why, whylen, "shard map %s: %s", path ? path : "(none)", strerror(errno));
+        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
+    }
+    ss__shard_map m = {0};
+    bool seen_epoch = false, seen_ps = false;
+    char line[SS_SHARD_MAP_PS_MAX + 64], what[400] = "";
+    ss_status st = SS_OK;
+    for (int no = 1; st == SS_OK && fgets(line, sizeof line, f); no++) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if ((st = parse_line(line, &m, &seen_epoch, &seen_ps, what, sizeof what)) != SS_OK)
+            snprintf(why, whylen, "shard map %s, line %d: %s", path, no, what);
+    }
+    fclose(f);
+    if (st == SS_OK && (!seen_epoch || !seen_ps)) {
+        snprintf(why, whylen, "shard map %s: no \"%s\" line", path, seen_epoch ? "ps" : "epoch");
+        st = SS_ERR_INVALID_ARGUMENT;
+    }
+    if (st == SS_OK)
+        *out = m;
+    return st;
+}

@@ -1,0 +1,33 @@
+/* The shard map: which parameter servers a fleet has, with an epoch that
+ * grows each time the list changes. One small text file every daemon and
+ * trainer reads (SHADOWSYNC_SHARD_MAP / --shard-map), e.g.
+ *
+ *     # the fleet, epoch 3
+ *     epoch 3
+ *     ps ps-0.ps:7070,ps-1.ps:7070,ps-2.ps:7070
+ *
+ * Every call a trainer routes by the map carries its epoch; a PS serving
+ * another epoch refuses it, saying so (rpc/rpc.h), so a stale router is
+ * told to reload and never served rows or centres routed by an old list. */
+#ifndef SS_COMMON_SHARD_MAP_H
+#define SS_COMMON_SHARD_MAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/status.h"
+
+#define SS_SHARD_MAP_PS_MAX 4096 /* bytes of the ps list */
+
+typedef struct ss__shard_map {
+    uint64_t epoch; /* >= 1 */
+    char ps[SS_SHARD_MAP_PS_MAX];
+} ss__shard_map;
+
+/* Reads path: "epoch N" (N >= 1) and "ps host:port,..." (each address
+ * as every flag takes one), once each, in any order; blank lines and "#"
+ * comments skipped. SS_ERR_NOT_FOUND / SS_ERR_IO / SS_ERR_INVALID_ARGUMENT
+ * with why naming the file, the line and what is wrong. */
+ss_status ss__shard_map_read(const char *path, ss__shard_map *out, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,80 @@
+/* The PS's shard map, watched (map_watch.h). */
+#include "ps/map_watch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/shard_map.h"
+#include "common/ticker.h"
+
+#define WATCH_PERIOD_NS 1000000000ull
+
+struct ss__ps_map_watch {
+    char path[4096];
+    _Atomic uint64_t epoch;
+    uint64_t ignored; /* the older epoch last logged, so it is said once */
+    ss__gauge *epoch_gauge;
+    ss__ticker *ticker;
+};
+
+static void reread(void *arg) {
+    ss__ps_map_watch *w = arg;
+    ss__shard_map m;
+    char why[400];
+    if (ss__shard_map_read(w->path, &m, why, sizeof why) != SS_OK) {
+        SS_LOG_WARNF("ps", "event=shard_map_unreadable why=\"%s\" note=\"serving epoch %llu\"", why,
+                     (unsigned long long)atomic_load(&w->epoch));
+        return;
+    }
+    uint64_t now = atomic_load(&w->epoch);
+    if (m.epoch > now) {
+        atomic_store(&w->epoch, m.epoch);
+        ss__gauge_set(w->epoch_gauge, (double)m.epoch);
+        SS_LOG_INFOF("ps", "event=shard_map_epoch epoch=%llu was=%llu ps=%s",
+                     (unsigned long long)m.epoch, (unsigned long long)now, m.ps);
+    } else if (m.epoch < now && m.epoch != w->ignored) {
+        w->ignored = m.epoch;
+        SS_LOG_WARNF("ps",
+                     "event=shard_map_older path=%s epoch=%llu serving=%llu "
+                     "note=\"an epoch never goes back: ignored\"",
+                     w->path, (unsigned long long)m.epoch, (unsigned long long)now);
+    }
+}
+
+ss_status ss__ps_map_watch_start(const char *path, ss__metrics *metrics, ss__ps_map_watch **out,
+                                 char *why, size_t whylen) {
+    ss__shard_map m;
+    ss_status st = ss__shard_map_read(path, &m, why, whylen);
+    if (st != SS_OK)
+        return st;
+    ss__ps_map_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return SS_ERR_NO_MEMORY;
+    snprintf(w->path, sizeof w->path, "%s", path);
+    atomic_store(&w->epoch, m.epoch);
+    if ((st = ss__metrics_gauge(metrics, "shadowsync_shard_map_epoch",
+                                "The shard map epoch this PS serves (--shard-map).", NULL,
+                                &w->epoch_gauge)) == SS_OK) {
+        ss__gauge_set(w->epoch_gauge, (double)m.epoch);
+        st = ss__ticker_start(WATCH_PERIOD_NS, reread, w, &w->ticker);
+    }
+    if (st != SS_OK) {
+        free(w);
+        return st;
+    }
+    *out = w;
+    return SS_OK;
+}
+
+const _Atomic uint64_t *ss__ps_map_watch_epoch(const ss__ps_map_watch *w) {
+    return w ? &w->epoch : NULL;
+}
+
+void ss__ps_map_watch_stop(ss__ps_map_watch *w) {
+    if (!w)
+        return;
+    ss__ticker_stop(w->ticker);
+    free(w);
+}

@@ -1,0 +1,24 @@
+/* A PS's shard map (--shard-map FILE, common/shard_map.h): read at start,
+ * read again every second; its epoch only grows (a file with an older one
+ * is logged and ignored). The gRPC server refuses calls routed by another
+ * epoch (ss__rpc_server_config.map_epoch). */
+#ifndef SS_PS_MAP_WATCH_H
+#define SS_PS_MAP_WATCH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/metrics.h"
+
+typedef struct ss__ps_map_watch ss__ps_map_watch;
+
+/* SS_ERR_NOT_FOUND / SS_ERR_INVALID_ARGUMENT / SS_ERR_IO with why (the
+ * file, the line) when the map cannot be read at start. */
+ss_status ss__ps_map_watch_start(const char *path, ss__metrics *metrics, ss__ps_map_watch **out,
+                                 char *why, size_t whylen);
+/* The epoch served now (for the server; lives as long as w). */
+const _Atomic uint64_t *ss__ps_map_watch_epoch(const ss__ps_map_watch *w);
+void ss__ps_map_watch_stop(ss__ps_map_watch *w);
+
+#endif
