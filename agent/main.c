@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/malloc_tune.h"
 #include "common/private_files.h"
+#include "common/shard_map.h"
 #include "common/signals.h"
 #include "rpc/auth.h"
 #include "rpc/dense/grpc_transport.h"
@@ -47,6 +48,7 @@ typedef struct agent_options {
     size_t nuids;
     ss__setting_flags *settings; /* holds the strings sync points to */
     ss_trainer_config sync;      /* ps, shadow_threads, encoding, ... */
+    ss__shard_map map;           /* --shard-map: sync.ps points into it */
 } agent_options;
 
 /* The library's keys the agent takes as flags (one declaration each, in
@@ -63,6 +65,7 @@ static const char *const sync_keys[] = {"ps",
                                         "tls_ca",
                                         "tls_cert",
                                         "tls_key",
+                                        "shard_map",
                                         NULL};
 
 static const char default_http[] = "127.0.0.1:9470";
@@ -152,7 +155,18 @@ static size_t own_flag_table(agent_options *o, ss__flag *flags) {
 static int check_options(agent_options *o) {
     ss__encoding enc;
     const char *why = NULL;
-    if (!o->sync.ps || !*o->sync.ps)
+    char map_why[400];
+    if (o->sync.shard_map && *o->sync.shard_map) {
+        if (o->sync.ps && *o->sync.ps)
+            why = "--ps and --shard-map: pick one (the map lists the shards)";
+        else if (ss__shard_map_read(o->sync.shard_map, &o->map, map_why, sizeof map_why) != SS_OK)
+            why = map_why;
+        else
+            o->sync.ps = o->map.ps;
+    }
+    if (why)
+        ; /* said below */
+    else if (!o->sync.ps || !*o->sync.ps)
         why = "--ps is required (the PS shards)";
     else if (!ss__encoding_parse(o->sync.encoding, &enc))
         why = "--encoding wants f32, fp16, bf16 or int8";
@@ -220,6 +234,7 @@ static ss_status connect_ps(agent_main *m, const agent_options *o) {
                                       .round_wait_ms = c->round_wait_ms,
                                       .chunk_floats = c->chunk_floats,
                                       .retries = 3,
+                                      .epoch = o->map.epoch,
                                       .tls = c->tls_ca || c->tls_cert ? &tls : NULL};
     ss__encoding_parse(c->encoding, &tcfg.encoding); /* checked in check_options */
     ss_status st = ss__grpc_transport_create(&tcfg, &m->to_ps);

@@ -610,6 +610,46 @@ START_TEST(foreign_socket_dir_refused) {
 }
 END_TEST
 
+/* An agent routed by a stale shard map: the PS (epoch 2) refuses its join
+ * of a trainer's group, and the trainer is told both epochs. */
+START_TEST(stale_shard_map_is_said_to_the_trainer) {
+    char psmap[200], amap[200], log[200], pslog[200], target[64], sock[200], addr[64];
+    snprintf(psmap, sizeof psmap, "%s/ps.map", dir);
+    snprintf(amap, sizeof amap, "%s/agent.map", dir);
+    snprintf(pslog, sizeof pslog, "%s/ps-map.log", dir);
+    snprintf(log, sizeof log, "%s/agent-map.log", dir);
+    snprintf(sock, sizeof sock, "%s/run3/agent.sock", dir);
+    FILE *f = fopen(psmap, "w");
+    fprintf(f, "epoch 2\nps 127.0.0.1:1\n");
+    fclose(f);
+    char *ps_args[] = {"--http", "", "--shard-map", psmap, NULL};
+    pid_t ps = proc_start_ps(pslog, target, sizeof target, "127.0.0.1:0", ps_args);
+    f = fopen(amap, "w");
+    fprintf(f, "epoch 1\nps %s\n", target);
+    fclose(f);
+    char *argv[] = {SHADOWSYNC_AGENT, "--socket", sock, "--shard-map", amap, "--http", "", NULL};
+    pid_t pid = proc_spawn(argv, log);
+    proc_address_after(log, "listening on", addr, sizeof addr);
+    int fd = trainer_connect(sock, "alone");
+    ss__pb_agent_request rq;
+    ss__pb_register_group r;
+    register_request(&rq, &r, "w", 16);
+    ss__shm_group g;
+    ck_assert_int_eq(ss__shm_group_create("w", 16, &g), SS_OK);
+    ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
+    char msg[512];
+    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_STATE);
+    ck_assert_msg(strstr(msg, "was routed by shard map epoch 1; this server serves epoch 2"),
+                  "the trainer was told: %s", msg);
+    close(fd);
+    ss__shm_group_release(&g);
+    kill(pid, SIGTERM);
+    proc_wait(pid, 20);
+    kill(ps, SIGTERM);
+    proc_wait(ps, 20);
+}
+END_TEST
+
 /* An agent whose PS is not there logs the failed join with the PS's
  * address, the trainer is told the same, /status shows it and
  * shadowsync_agent_join_failures_total counts it. */
@@ -858,12 +898,13 @@ END_TEST
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    return ss__check_tests(
-        "agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
-        join_failure_names_the_ps, socket_truncated_fd_message, socket_huge_and_cut_frames,
-        other_uid_refused, dead_trainer_dropped_at_once, socket_group_member_allowed,
-        http_bad_requests, metrics_pass_promtool, ctl_commands, foreign_socket_dir_refused,
-        trainer_checks_the_agent_uid, slow_registration_does_not_stall_the_agent,
-        ps_token_off_loopback_and_for_posts, trainer_groups_and_bytes_are_bounded,
-        agent_cuts_chunks_as_told);
+    return ss__check_tests("agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
+                           join_failure_names_the_ps, stale_shard_map_is_said_to_the_trainer,
+                           socket_truncated_fd_message, socket_huge_and_cut_frames,
+                           other_uid_refused, dead_trainer_dropped_at_once,
+                           socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
+                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid,
+                           slow_registration_does_not_stall_the_agent,
+                           ps_token_off_loopback_and_for_posts,
+                           trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told);
 }
