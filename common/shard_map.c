@@ -60,27 +60,75 @@ static ss_status parse_line(char *line, ss__shard_map *out, bool *seen_epoch, bo
     return SS_ERR_INVALID_ARGUMENT;
 }
 
+ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map *out, char *why,
+                              size_t whylen) {
+    ss__shard_map m = {0};
+    bool seen_epoch = false, seen_ps = false;
+    char line[SS_SHARD_MAP_PS_MAX + 64], what[400] = "";
+    ss_status st = SS_OK;
+    for (int no = 1; st == SS_OK && text && *text; no++) {
+        size_t n = strcspn(text, "\n");
+        if (n >= sizeof line) {
+            snprintf(why, whylen, "shard map %s, line %d: longer than %zu bytes", name, no,
+                     sizeof line - 1);
+            return SS_ERR_INVALID_ARGUMENT;
+        }
+        memcpy(line, text, n);
+        line[n] = '\0';
+        line[strcspn(line, "\r")] = '\0';
+        text += n + (text[n] == '\n');
+        if ((st = parse_line(line, &m, &seen_epoch, &seen_ps, what, sizeof what)) != SS_OK)
+            snprintf(why, whylen, "shard map %s, line %d: %s", name, no, what);
+    }
+    if (st == SS_OK && (!seen_epoch || !seen_ps)) {
+        snprintf(why, whylen, "shard map %s: no \"%s\" line", name, seen_epoch ? "ps" : "epoch");
+        st = SS_ERR_INVALID_ARGUMENT;
+    }
+    if (st == SS_OK)
+        *out = m;
+    return st;
+}
+
+/* A map is a few lines: anything larger is not one. */
+#define MAP_FILE_MAX (64 << 10)
+
 ss_status ss__shard_map_read(const char *path, ss__shard_map *out, char *why, size_t whylen) {
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) {
         snprintf(why, whylen, "shard map %s: %s", path ? path : "(none)", strerror(errno));
         return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
     }
-    ss__shard_map m = {0};
-    bool seen_epoch = false, seen_ps = false;
-    char line[SS_SHARD_MAP_PS_MAX + 64], what[400] = "";
-    ss_status st = SS_OK;
-    for (int no = 1; st == SS_OK && fgets(line, sizeof line, f); no++) {
-        line[strcspn(line, "\r\n")] = '\0';
-        if ((st = parse_line(line, &m, &seen_epoch, &seen_ps, what, sizeof what)) != SS_OK)
-            snprintf(why, whylen, "shard map %s, line %d: %s", path, no, what);
-    }
+    char *text = malloc(MAP_FILE_MAX + 1);
+    size_t n = text ? fread(text, 1, MAP_FILE_MAX + 1, f) : 0;
+    bool bad = ferror(f) != 0;
     fclose(f);
-    if (st == SS_OK && (!seen_epoch || !seen_ps)) {
-        snprintf(why, whylen, "shard map %s: no \"%s\" line", path, seen_epoch ? "ps" : "epoch");
-        st = SS_ERR_INVALID_ARGUMENT;
+    if (!text)
+        return SS_ERR_NO_MEMORY;
+    ss_status st = SS_OK;
+    if (bad || n > MAP_FILE_MAX) {
+        snprintf(why, whylen, "shard map %s: %s", path,
+                 bad ? "cannot be read" : "over 64 KiB: not a shard map");
+        st = bad ? SS_ERR_IO : SS_ERR_INVALID_ARGUMENT;
+    } else {
+        text[n] = '\0';
+        st = ss__shard_map_parse(text, path, out, why, whylen);
     }
-    if (st == SS_OK)
-        *out = m;
+    free(text);
     return st;
+}
+
+bool ss__shard_map_epoch_parse(const char *text, size_t len, uint64_t *epoch) {
+    char digits[24];
+    if (!text || len == 0 || len >= sizeof digits)
+        return false;
+    memcpy(digits, text, len);
+    digits[len] = '\0';
+    if (strspn(digits, "0123456789") != len)
+        return false;
+    errno = 0;
+    unsigned long long e = strtoull(digits, NULL, 10);
+    if (errno || e == 0)
+        return false;
+    *epoch = e;
+    return true;
 }

@@ -12,6 +12,7 @@
 #ifndef SS_COMMON_SHARD_MAP_H
 #define SS_COMMON_SHARD_MAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,5 +30,12 @@ typedef struct ss__shard_map {
  * comments skipped. SS_ERR_NOT_FOUND / SS_ERR_IO / SS_ERR_INVALID_ARGUMENT
  * with why naming the file, the line and what is wrong. */
 ss_status ss__shard_map_read(const char *path, ss__shard_map *out, char *why, size_t whylen);
+/* The same from text (a NUL-terminated map), name for the messages. */
+ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map *out, char *why,
+                              size_t whylen);
+
+/* An epoch as calls carry it (rpc/rpc.h SS_RPC_EPOCH_KEY): len decimal
+ * digits, >= 1, within 64 bits. false for anything else. */
+bool ss__shard_map_epoch_parse(const char *text, size_t len, uint64_t *epoch);
 
 #endif

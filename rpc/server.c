@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/shard_map.h"
 #include "rpc/auth.h"
 #include "rpc/message.h"
 #include "rpc/rpc.h"
@@ -284,17 +285,9 @@ static bool authorized(const call_ctx *c) {
 static bool call_epoch(const call_ctx *c, uint64_t *epoch) {
     for (size_t i = 0; i < c->request_md.count; i++) {
         const grpc_metadata *m = &c->request_md.metadata[i];
-        if (grpc_slice_str_cmp(m->key, SS_RPC_EPOCH_KEY) != 0)
-            continue;
-        char text[24];
-        size_t n = GRPC_SLICE_LENGTH(m->value);
-        if (n == 0 || n >= sizeof text)
-            return false;
-        memcpy(text, GRPC_SLICE_START_PTR(m->value), n);
-        text[n] = '\0';
-        char *end;
-        *epoch = strtoull(text, &end, 10);
-        return *end == '\0' && text[0] != '-';
+        if (grpc_slice_str_cmp(m->key, SS_RPC_EPOCH_KEY) == 0)
+            return ss__shard_map_epoch_parse((const char *)GRPC_SLICE_START_PTR(m->value),
+                                             GRPC_SLICE_LENGTH(m->value), epoch);
     }
     return false;
 }

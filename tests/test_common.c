@@ -418,6 +418,13 @@ START_TEST(test_shard_map_file) {
     ss__shard_map m;
     char why[400];
     ck_assert_int_eq(ss__shard_map_read(path, &m, why, sizeof why), SS_ERR_NOT_FOUND);
+    /* The epoch a call carries: digits, >= 1, in 64 bits; nothing else. */
+    uint64_t e = 0;
+    ck_assert(ss__shard_map_epoch_parse("18446744073709551615", 20, &e));
+    ck_assert_uint_eq(e, UINT64_MAX);
+    const char *bad[] = {"", "0", "-1", "7x", " 7", "18446744073709551616", "+7"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(!ss__shard_map_epoch_parse(bad[i], strlen(bad[i]), &e), "%s", bad[i]);
 }
 END_TEST
 

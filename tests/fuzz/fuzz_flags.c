@@ -1,12 +1,14 @@
 /* Command-line flags and SHADOWSYNC_* environment values: the input is
  * NUL-separated strings; the first is the value of SHADOWSYNC_FUZZ_RATE
  * (when non-empty), the rest are argv. Every flag type and check is in
- * the table. */
+ * the table. The first string is also read as a shard map and as the
+ * epoch a call carries (common/shard_map.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/flags.h"
+#include "common/shard_map.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *copy = malloc(size + 1);
@@ -37,6 +39,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool help = false;
     char err[256];
     ss__flags_parse(flags, sizeof flags / sizeof *flags, argc, argv, &help, err, sizeof err);
+    ss__shard_map map;
+    char why[400];
+    if (ss__shard_map_parse(env, "fuzz", &map, why, sizeof why) == SS_OK &&
+        (map.epoch == 0 || !map.ps[0]))
+        abort(); /* a map it accepts has both */
+    uint64_t epoch = 0;
+    if (ss__shard_map_epoch_parse(env, strlen(env), &epoch) && epoch == 0)
+        abort();
     free(copy);
     return 0;
 }
