@@ -141,16 +141,22 @@ fi
 
 mkdir -p "$tmp/consumer"
 cp "$example" "$tmp/consumer/"
-cat >"$tmp/consumer/CMakeLists.txt" <<'CMAKE'
+# The project's MAJOR.MINOR (packages are compatible within a minor
+# version), asked of this install only: an older one elsewhere (say
+# /usr/local, from tools/demo.sh) must not stand in for it.
+want=$(sed -n 's/^project(shadowsync VERSION \([0-9]*\.[0-9]*\).*/\1/p' "$src/CMakeLists.txt")
+[ -n "$want" ] || { echo "no version in $src/CMakeLists.txt" >&2; exit 1; }
+cat >"$tmp/consumer/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.20)
 project(consumer C)
-find_package(shadowsync 0.1 REQUIRED)
+find_package(shadowsync $want REQUIRED)
 add_executable(shared-trainer minimal_trainer.c)
 target_link_libraries(shared-trainer PRIVATE shadowsync::shadowsync)
 add_executable(static-trainer minimal_trainer.c)
 target_link_libraries(static-trainer PRIVATE shadowsync::shadowsync_static)
 CMAKE
 cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  -Dshadowsync_DIR="$(dirname "$(find "$tmp/prefix" -name shadowsyncConfig.cmake -print -quit)")" \
   -DCMAKE_BUILD_RPATH="$libdir" >/dev/null
 cmake --build "$tmp/consumer/build" >/dev/null
 run "$tmp/consumer/build/shared-trainer"
