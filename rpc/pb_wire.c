@@ -1,4 +1,5 @@
 /* See pb_wire.h (and ss__rpc_read_bulk_reply in rpc_pb.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,4 +179,27 @@ ss_status ss__rpc_bulk_reply_seal(const ProtobufCMessage *head, uint32_t field, 
     r->len = h1 + h2 + bytes;
     r->data_block = block;
     return SS_OK;
+}
+
+ss_status ss__rpc_call_message(ss__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                               uint32_t timeout_ms, bool wait_for_ready,
+                               const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+                               char *msg, size_t msglen) {
+    size_t len = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return SS_ERR_NO_MEMORY;
+    protobuf_c_message_pack(req, buf);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    ss_status st =
+        ss__rpc_call(ch, method, buf, len, timeout_ms, wait_for_ready, &resp, &rlen, msg, msglen);
+    free(buf);
+    if (st != SS_OK)
+        return st;
+    *reply = protobuf_c_message_unpack(desc, NULL, rlen, resp);
+    free(resp);
+    if (!*reply && msg)
+        snprintf(msg, msglen, "%s: the reply is not a %s", method, desc->name);
+    return *reply ? SS_OK : SS_ERR_PARSE;
 }

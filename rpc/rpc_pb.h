@@ -22,6 +22,14 @@ void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field
                           size_t field_offset, const uint8_t *req, size_t len,
                           ProtobufCBinaryData *bulk, ss__rpc_reply *reply);
 
+/* One unary call of message req, its reply unpacked as desc into *reply
+ * (free with protobuf_c_message_free_unpacked): ss__rpc_call's status, or
+ * SS_ERR_PARSE when the reply is not a desc (said in msg when given). */
+ss_status ss__rpc_call_message(ss__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                               uint32_t timeout_ms, bool wait_for_ready,
+                               const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+                               char *msg, size_t msglen);
+
 /* Packs a message into reply->data (SS_ERR_NO_MEMORY in reply on failure). */
 void ss__rpc_reply_pack(const ProtobufCMessage *m, ss__rpc_reply *reply);
 

@@ -241,31 +241,11 @@ static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool ide
 
 /* ---- the ops ---- */
 
-/* One packed request on ch, its reply unpacked as desc into *reply (free
- * with protobuf_c_message_free_unpacked). */
-static ss_status call_on(ss__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
-                         uint32_t timeout_ms, bool wait_for_ready,
-                         const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply) {
-    size_t len;
-    uint8_t *buf = pack_message(req, &len);
-    if (!buf)
-        return SS_ERR_NO_MEMORY;
-    uint8_t *resp;
-    size_t rlen;
-    ss_status st =
-        ss__rpc_call(ch, method, buf, len, timeout_ms, wait_for_ready, &resp, &rlen, NULL, 0);
-    free(buf);
-    if (st != SS_OK)
-        return st;
-    *reply = protobuf_c_message_unpack(desc, NULL, rlen, resp);
-    free(resp);
-    return *reply ? SS_OK : SS_ERR_PARSE;
-}
-
 static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
                           const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
                           ProtobufCMessage **reply) {
-    return call_on(t->ch[shard], method, req, t->timeout_ms, WAIT_FOR_READY, desc, reply);
+    return ss__rpc_call_message(t->ch[shard], method, req, t->timeout_ms, WAIT_FOR_READY, desc,
+                                reply, NULL, 0);
 }
 
 static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size_t count) {
@@ -647,8 +627,9 @@ static bool tp_round_waiting(void *impl, const char *group, uint64_t member) {
     req.group = (char *)m->parts[0].name;
     req.member = m->ids[0];
     ProtobufCMessage *reply;
-    if (call_on(t->ch[m->parts[0].shard], SS_DENSE_M_HEARTBEAT, &req.base, t->timeout_ms, false,
-                &shadowsync__v1__heartbeat_reply__descriptor, &reply) != SS_OK)
+    if (ss__rpc_call_message(t->ch[m->parts[0].shard], SS_DENSE_M_HEARTBEAT, &req.base,
+                             t->timeout_ms, false, &shadowsync__v1__heartbeat_reply__descriptor,
+                             &reply, NULL, 0) != SS_OK)
         return false; /* the next heartbeat finds out what is wrong */
     const bool waiting = ((Shadowsync__V1__HeartbeatReply *)reply)->round_waiting;
     protobuf_c_message_free_unpacked(reply, NULL);
@@ -746,8 +727,8 @@ ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32
         return st;
     Shadowsync__V1__CheckpointRequest req = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;
     ProtobufCMessage *msg;
-    st = call_on(ch, SS_DENSE_M_CHECKPOINT, &req.base, timeout_ms, false,
-                 &shadowsync__v1__checkpoint_reply__descriptor, &msg);
+    st = ss__rpc_call_message(ch, SS_DENSE_M_CHECKPOINT, &req.base, timeout_ms, false,
+                              &shadowsync__v1__checkpoint_reply__descriptor, &msg, NULL, 0);
     if (st == SS_OK) {
         Shadowsync__V1__CheckpointReply *r = (Shadowsync__V1__CheckpointReply *)msg;
         snprintf(path, pathlen, "%s", r->path);

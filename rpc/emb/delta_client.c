@@ -5,31 +5,7 @@
 
 #include "rpc/emb/delta_client.h"
 #include "rpc/emb/embedding.pb-c.h"
-
-/* One call: req packed, the reply unpacked as desc (free with
- * protobuf_c_message_free_unpacked). */
-static ss_status call(ss__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
-                      const ProtobufCMessageDescriptor *desc, uint32_t timeout_ms,
-                      ProtobufCMessage **reply, char *why, size_t whylen) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf)
-        return SS_ERR_NO_MEMORY;
-    protobuf_c_message_pack(req, buf);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    ss_status st = ss__rpc_call(ch, method, buf, len, timeout_ms, false, &resp, &rlen, why, whylen);
-    free(buf);
-    if (st != SS_OK)
-        return st;
-    *reply = protobuf_c_message_unpack(desc, NULL, rlen, resp);
-    free(resp);
-    if (!*reply) {
-        snprintf(why, whylen, "%s: the reply is not a %s", method, desc->name);
-        return SS_ERR_PARSE;
-    }
-    return SS_OK;
-}
+#include "rpc/rpc_pb.h"
 
 ss_status ss__delta_client_index(ss__rpc_channel *ch, uint64_t after, uint32_t timeout_ms,
                                  ss__delta_index *out) {
@@ -38,8 +14,8 @@ ss_status ss__delta_client_index(ss__rpc_channel *ch, uint64_t after, uint32_t t
     ProtobufCMessage *r;
     char why[256];
     ss_status st =
-        call(ch, SS_DELTA_M_INDEX, &req.base, &shadowsync__v1__delta_index_reply__descriptor,
-             timeout_ms, &r, why, sizeof why);
+        ss__rpc_call_message(ch, SS_DELTA_M_INDEX, &req.base, timeout_ms, false,
+                             &shadowsync__v1__delta_index_reply__descriptor, &r, why, sizeof why);
     if (st != SS_OK)
         return st;
     const Shadowsync__V1__DeltaIndexReply *x = (const Shadowsync__V1__DeltaIndexReply *)r;
@@ -67,9 +43,9 @@ ss_status ss__delta_client_fetch(ss__rpc_channel *ch, uint64_t seq, bool base, s
         req.offset = at;
         req.max_bytes = SS_DELTA_PART_MAX;
         ProtobufCMessage *r;
-        if ((st =
-                 call(ch, SS_DELTA_M_READ, &req.base, &shadowsync__v1__delta_read_reply__descriptor,
-                      timeout_ms, &r, why, whylen)) != SS_OK)
+        if ((st = ss__rpc_call_message(ch, SS_DELTA_M_READ, &req.base, timeout_ms, false,
+                                       &shadowsync__v1__delta_read_reply__descriptor, &r, why,
+                                       whylen)) != SS_OK)
             break;
         const Shadowsync__V1__DeltaReadReply *x = (const Shadowsync__V1__DeltaReadReply *)r;
         if (at == 0) {
