@@ -33,14 +33,10 @@ static ss_status parse_line(char *line, ss__shard_map *out, bool *seen_epoch, bo
         return SS_ERR_INVALID_ARGUMENT;
     }
     if (!strcmp(key, "epoch") && !*seen_epoch) {
-        char *end;
-        errno = 0;
-        unsigned long long e = strtoull(value, &end, 10);
-        if (*end || errno || e == 0 || value[0] == '-') {
+        if (!ss__shard_map_epoch_parse(value, strlen(value), &out->epoch)) {
             snprintf(why, whylen, "epoch \"%.40s\": a whole number >= 1", value);
             return SS_ERR_INVALID_ARGUMENT;
         }
-        out->epoch = e;
         *seen_epoch = true;
         return SS_OK;
     }
