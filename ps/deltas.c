@@ -46,6 +46,12 @@ static void remove_dir(const char *path) {
         SS_LOG_WARNF("deltas", "event=remove_failed path=%s error=\"%s\"", path, strerror(errno));
 }
 
+void ss__ps_delta_path(const char *dir, uint64_t seq, bool base, const char *file, char *out,
+                       size_t outlen) {
+    snprintf(out, outlen, "%s/%020" PRIu64 "-%s%s%s", dir, seq, base ? "base" : "delta",
+             file ? "/" : "", file ? file : "");
+}
+
 bool ss__ps_delta_name_parse(const char *name, uint64_t *seq, bool *base) {
     char kind[8];
     int used = 0;
@@ -149,7 +155,7 @@ static ss_status write_entry(ss__ps_deltas *d, uint64_t seq, bool base, ss__emb_
         st = ss__central_save_delta(d->cfg.centre, path, base, &groups);
     if (st == SS_OK) /* both files' names in the hidden directory */
         st = ss__fsync_parent_dir(path);
-    snprintf(final, finallen, "%s/%020" PRIu64 "-%s", d->cfg.dir, seq, base ? "base" : "delta");
+    ss__ps_delta_path(d->cfg.dir, seq, base, NULL, final, finallen);
     if (st == SS_OK && rename(tmp, final) != 0)
         st = SS_ERR_IO;
     if (st == SS_OK) /* the rename */

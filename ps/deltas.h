@@ -75,6 +75,12 @@ void ss__ps_follower_stop(ss__ps_follower *f);
  * false for a name that is not one ("...-base", "...-delta"). */
 bool ss__ps_delta_name_parse(const char *name, uint64_t *seq, bool *base);
 
+/* Where entry seq (a base or a delta) of directory dir lies, or its file
+ * `file` when not NULL ("emb.delta", "dense.ckpt"): the one spelling of
+ * an entry's name for its writer, a follower and the Deltas service. */
+void ss__ps_delta_path(const char *dir, uint64_t seq, bool base, const char *file, char *out,
+                       size_t outlen);
+
 /* What directory dir holds past `after`, entries up to `refused` left out
  * (a follower does not try a refused one again; 0: none). SS_ERR_IO when
  * it cannot be read. */

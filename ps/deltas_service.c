@@ -48,8 +48,8 @@ static ss_status read_part(const ss__deltas_service *svc, const Shadowsync__V1__
         return SS_ERR_INVALID_ARGUMENT;
     }
     char path[4400];
-    snprintf(path, sizeof path, "%s/%020" PRIu64 "-%s/%s", svc->dir, m->seq,
-             m->is_base ? "base" : "delta", m->file == SS_DELTA_EMB ? "emb.delta" : "dense.ckpt");
+    ss__ps_delta_path(svc->dir, m->seq, m->is_base,
+                      m->file == SS_DELTA_EMB ? "emb.delta" : "dense.ckpt", path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {

@@ -76,12 +76,10 @@ static ss_status load_entry(const ss__ps_follower *f, uint64_t seq, bool base,
     ss_status st;
     if (!f->ch) {
         char path[4400];
-        snprintf(path, sizeof path, "%s/%020" PRIu64 "-%s/emb.delta", f->cfg.dir, seq,
-                 base ? "base" : "delta");
+        ss__ps_delta_path(f->cfg.dir, seq, base, "emb.delta", path, sizeof path);
         if ((st = ss__emb_delta_read(path, ef, why, whylen)) != SS_OK)
             return st;
-        snprintf(path, sizeof path, "%s/%020" PRIu64 "-%s/dense.ckpt", f->cfg.dir, seq,
-                 base ? "base" : "delta");
+        ss__ps_delta_path(f->cfg.dir, seq, base, "dense.ckpt", path, sizeof path);
         st = ss__dense_ckpt_read(path, df);
     } else {
         unsigned char *buf;
