@@ -9,27 +9,30 @@
 #include "common/names.h"
 
 /* Every address of a comma-separated list, as flags take them. */
-static bool addresses_valid(const char *list, char *bad, size_t badlen) {
+static bool addresses_valid(const char *list, const char *key, char *bad, size_t badlen) {
     char copy[SS_SHARD_MAP_PS_MAX], *save = NULL;
     snprintf(copy, sizeof copy, "%s", list);
     int n = 0;
     for (char *a = strtok_r(copy, ",", &save); a; a = strtok_r(NULL, ",", &save), n++)
-        if (!ss__address_valid(a, "ps", bad, badlen))
+        if (!ss__address_valid(a, key, bad, badlen))
             return false;
     if (n == 0)
-        snprintf(bad, badlen, "an empty ps list");
+        snprintf(bad, badlen, "an empty %s list", key);
     return n > 0;
 }
 
 /* One line (its newline cut): what it sets in out, or why not. */
 static ss_status parse_line(char *line, ss__shard_map *out, bool *seen_epoch, bool *seen_ps,
-                            char *why, size_t whylen) {
+                            bool *seen_from, char *why, size_t whylen) {
     char *p = line + strspn(line, " \t");
     if (!*p || *p == '#')
         return SS_OK;
     char key[16], value[SS_SHARD_MAP_PS_MAX];
     if (sscanf(p, "%15s %4095s", key, value) != 2) {
-        snprintf(why, whylen, "\"%.60s\" is not \"epoch N\" or \"ps host:port,...\"", p);
+        snprintf(why, whylen,
+                 "\"%.60s\" is not \"epoch N\", \"ps host:port,...\" or \"from "
+                 "host:port,...\"",
+                 p);
         return SS_ERR_INVALID_ARGUMENT;
     }
     if (!strcmp(key, "epoch") && !*seen_epoch) {
@@ -40,26 +43,27 @@ static ss_status parse_line(char *line, ss__shard_map *out, bool *seen_epoch, bo
         *seen_epoch = true;
         return SS_OK;
     }
-    if (!strcmp(key, "ps") && !*seen_ps) {
+    const bool ps = !strcmp(key, "ps"), from = !strcmp(key, "from");
+    if ((ps && !*seen_ps) || (from && !*seen_from)) {
         char bad[200];
-        if (!addresses_valid(value, bad, sizeof bad)) {
+        if (!addresses_valid(value, key, bad, sizeof bad)) {
             snprintf(why, whylen, "%s", bad);
             return SS_ERR_INVALID_ARGUMENT;
         }
-        snprintf(out->ps, sizeof out->ps, "%s", value);
-        *seen_ps = true;
+        snprintf(ps ? out->ps : out->from, sizeof out->ps, "%s", value);
+        *(ps ? seen_ps : seen_from) = true;
         return SS_OK;
     }
     snprintf(why, whylen, "\"%s\" %s", key,
-             !strcmp(key, "epoch") || !strcmp(key, "ps") ? "given twice"
-                                                         : "is not a key (epoch, ps)");
+             !strcmp(key, "epoch") || ps || from ? "given twice"
+                                                 : "is not a key (epoch, ps, from)");
     return SS_ERR_INVALID_ARGUMENT;
 }
 
 ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map *out, char *why,
                               size_t whylen) {
     ss__shard_map m = {0};
-    bool seen_epoch = false, seen_ps = false;
+    bool seen_epoch = false, seen_ps = false, seen_from = false;
     char line[SS_SHARD_MAP_PS_MAX + 64], what[400] = "";
     ss_status st = SS_OK;
     for (int no = 1; st == SS_OK && text && *text; no++) {
@@ -73,7 +77,8 @@ ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map 
         line[n] = '\0';
         line[strcspn(line, "\r")] = '\0';
         text += n + (text[n] == '\n');
-        if ((st = parse_line(line, &m, &seen_epoch, &seen_ps, what, sizeof what)) != SS_OK)
+        if ((st = parse_line(line, &m, &seen_epoch, &seen_ps, &seen_from, what, sizeof what)) !=
+            SS_OK)
             snprintf(why, whylen, "shard map %s, line %d: %s", name, no, what);
     }
     if (st == SS_OK && (!seen_epoch || !seen_ps)) {
@@ -127,4 +132,24 @@ bool ss__shard_map_epoch_parse(const char *text, size_t len, uint64_t *epoch) {
         return false;
     *epoch = e;
     return true;
+}
+
+size_t ss__shard_map_split(const char *list, char *buf, size_t bufsize, const char **out,
+                           size_t max) {
+    snprintf(buf, bufsize, "%s", list ? list : "");
+    size_t n = 0;
+    char *save = NULL;
+    for (char *a = strtok_r(buf, ",", &save); a && n < max; a = strtok_r(NULL, ",", &save))
+        out[n++] = a;
+    return n;
+}
+
+int ss__shard_map_index(const char *list, const char *address) {
+    char buf[SS_SHARD_MAP_PS_MAX];
+    const char *a[256];
+    const size_t n = ss__shard_map_split(list, buf, sizeof buf, a, 256);
+    for (size_t i = 0; address && i < n; i++)
+        if (!strcmp(a[i], address))
+            return (int)i;
+    return -1;
 }

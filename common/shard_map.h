@@ -8,7 +8,16 @@
  *
  * Every call a trainer routes by the map carries its epoch; a PS serving
  * another epoch refuses it, saying so (rpc/rpc.h), so a stale router is
- * told to reload and never served rows or centres routed by an old list. */
+ * told to reload and never served rows or centres routed by an old list.
+ *
+ * A map that changes the list while training runs says what it was:
+ *
+ *     epoch 4
+ *     ps ps-0.ps:7070,ps-1.ps:7070,ps-2.ps:7070
+ *     from ps-0.ps:7070,ps-1.ps:7070
+ *
+ * and the PS fleet moves the embedding rows whose shard changed from the
+ * "from" shards to their new owners while serving (ps/row_moves.h). */
 #ifndef SS_COMMON_SHARD_MAP_H
 #define SS_COMMON_SHARD_MAP_H
 
@@ -23,12 +32,13 @@
 typedef struct ss__shard_map {
     uint64_t epoch; /* >= 1 */
     char ps[SS_SHARD_MAP_PS_MAX];
+    char from[SS_SHARD_MAP_PS_MAX]; /* the list before this epoch; "" = none */
 } ss__shard_map;
 
 /* Reads path: "epoch N" (N >= 1) and "ps host:port,..." (each address
- * as every flag takes one), once each, in any order; blank lines and "#"
- * comments skipped. SS_ERR_NOT_FOUND / SS_ERR_IO / SS_ERR_INVALID_ARGUMENT
- * with why naming the file, the line and what is wrong. */
+ * as every flag takes one), once each, in any order, and optionally
+ * "from host:port,..." once; blank lines and "#" comments skipped. SS_ERR_NOT_FOUND / SS_ERR_IO /
+ * SS_ERR_INVALID_ARGUMENT with why naming the file, the line and what is wrong. */
 ss_status ss__shard_map_read(const char *path, ss__shard_map *out, char *why, size_t whylen);
 /* The same from text (a NUL-terminated map), name for the messages. */
 ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map *out, char *why,
@@ -37,5 +47,12 @@ ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map 
 /* An epoch as calls carry it (rpc/rpc.h SS_RPC_EPOCH_KEY): len decimal
  * digits, >= 1, within 64 bits. false for anything else. */
 bool ss__shard_map_epoch_parse(const char *text, size_t len, uint64_t *epoch);
+
+/* The addresses of a comma-separated list, at most max: each a pointer
+ * into buf (a copy of list, bufsize bytes). Returns how many. */
+size_t ss__shard_map_split(const char *list, char *buf, size_t bufsize, const char **out,
+                           size_t max);
+/* The place of address in list, or -1. */
+int ss__shard_map_index(const char *list, const char *address);
 
 #endif

@@ -155,6 +155,31 @@ ss_status ss__emb_store_apply_delta(ss__emb_store *st, const ss__emb_delta_file 
  * SS_ERR_STATE, saying why). */
 void ss__emb_store_set_read_only(ss__emb_store *st);
 
+/* ---- rows moving between shards (store_moves.c; ps/row_moves.h) ---- */
+/* Takes rows out of a table: the ids given (n <= max; those stored), or,
+ * ids NULL, up to max rows for which leaves(ctx, id), resident or only in
+ * the database. Each taken row is copied whole (data + optimizer state)
+ * to out_ids / out_rows (room for max rows), removed from memory (a
+ * tombstone for deltas) and kept in the database, newest copy, until
+ * ss__emb_store_forget: a taker that dies before it holds the rows gets
+ * them again. *taken: how many. */
+ss_status ss__emb_store_take(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                             ss__emb_id_filter leaves, void *ctx, size_t max, uint64_t *out_ids,
+                             float *out_rows, size_t *taken);
+/* The taker holds these rows now: out of the database (a row made here
+ * again since stays). */
+ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n);
+/* found[i]: whether the row is stored here (memory or database). */
+ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
+                              bool *found);
+/* Rows taken from another shard (full rows): each put unless this store
+ * holds its id already; *put: how many were. SS_ERR_NON_FINITE (nothing
+ * put) when a value is not finite. */
+ss_status ss__emb_store_put_absent(ss__emb_store *st, const char *table, const uint64_t *ids,
+                                   size_t n, const float *rows, size_t *put);
+/* The specs of the tables, up to max; returns how many. */
+size_t ss__emb_store_tables(ss__emb_store *st, ss__emb_spec *out, size_t max);
+
 typedef struct ss__emb_store_stats {
     ss__emb_table_stats table;
     uint64_t lookups, pushes, elastic; /* rows served */

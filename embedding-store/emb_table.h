@@ -223,6 +223,12 @@ ss_status ss__emb_table_take_changes(ss__emb_table *t, bool all, ss__emb_row_sin
 ss_status ss__emb_table_put_full(ss__emb_table *t, const uint64_t *ids, size_t n,
                                  const float *rows);
 size_t ss__emb_table_delete(ss__emb_table *t, const uint64_t *ids, size_t n);
+/* Up to max ids of resident rows for which keep(ctx, id) (rows moving to
+ * another shard), into ids; returns how many. keep runs under a stripe's
+ * lock: it must not call into the table. */
+typedef bool (*ss__emb_id_filter)(void *ctx, uint64_t id);
+size_t ss__emb_table_find_ids(ss__emb_table *t, ss__emb_id_filter keep, void *ctx, size_t max,
+                              uint64_t *ids);
 
 typedef struct ss__emb_table_stats {
     uint64_t resident_rows, dirty_rows;

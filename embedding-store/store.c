@@ -137,7 +137,7 @@ static ss_status restore_spec(void *ctx, const ss__emb_spec *spec) {
     return add_table(ctx, spec, &tb);
 }
 
-static store_table *find_table(ss__emb_store *st, const char *name) {
+store_table *ss__emb_store_find(ss__emb_store *st, const char *name) {
     store_table *found = NULL;
     pthread_rwlock_rdlock(&st->lock);
     for (size_t i = 0; i < st->ntables && !found; i++)
@@ -536,7 +536,7 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
 }
 
 ss_status ss__emb_store_table_spec(ss__emb_store *st, const char *table, ss__emb_spec *out) {
-    store_table *tb = st && table ? find_table(st, table) : NULL;
+    store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
     *out = tb->spec;
@@ -573,7 +573,7 @@ static int find_duplicate(const uint64_t *ids, size_t n, uint64_t *dup) {
 /* The checks every row request gets. */
 static ss_status check_request(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                const float *payload, store_table **out, char *why, size_t whylen) {
-    store_table *tb = table ? find_table(st, table) : NULL;
+    store_table *tb = table ? ss__emb_store_find(st, table) : NULL;
     if (!tb) {
         say(why, whylen, "unknown table %s", table ? table : "(none)");
         return refuse(st, SS_ERR_NOT_FOUND, "unknown_table");
@@ -754,7 +754,7 @@ ss_status ss__emb_store_elastic_encoded(ss__emb_store *st, const char *table, co
 
 ss_status ss__emb_store_read_full(ss__emb_store *st, const char *table, const uint64_t *ids,
                                   size_t n, float *rows, bool *found) {
-    store_table *tb = st && table ? find_table(st, table) : NULL;
+    store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
     ss_status s = ss__emb_table_read_full(tb->t, ids, n, rows, found);
@@ -817,7 +817,7 @@ ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *name, char *pa
 }
 
 ss_status ss__emb_store_stats_of(ss__emb_store *st, const char *table, ss__emb_store_stats *out) {
-    store_table *tb = st && table && out ? find_table(st, table) : NULL;
+    store_table *tb = st && table && out ? ss__emb_store_find(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
     memset(out, 0, sizeof *out);

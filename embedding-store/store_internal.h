@@ -54,4 +54,7 @@ struct ss__emb_store {
 ss_status ss__emb_store_add_table_locked(ss__emb_store *st, const ss__emb_spec *spec,
                                          store_table **out);
 
+/* The table of that name (NULL: none); tables live as long as the store. */
+store_table *ss__emb_store_find(ss__emb_store *st, const char *name);
+
 #endif

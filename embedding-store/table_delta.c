@@ -1,6 +1,7 @@
 /* Deltas of an ss__emb_table (emb_table.h): the rows updated since the
  * last take and the ids deleted since, for the PS's delta files; and the
- * other side, a follower replacing and deleting rows as a delta says. */
+ * other side, a follower replacing and deleting rows as a delta says.
+ * Rows leaving for another shard are found here too. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,4 +131,18 @@ size_t ss__emb_table_delete(ss__emb_table *t, const uint64_t *ids, size_t n) {
         ss__emb_table_tombstone(t, ids[i]);
     }
     return gone;
+}
+
+size_t ss__emb_table_find_ids(ss__emb_table *t, ss__emb_id_filter keep, void *ctx, size_t max,
+                              uint64_t *ids) {
+    size_t n = 0;
+    for (int k = 0; k < STRIPES && n < max; k++) {
+        stripe *s = &t->s[k];
+        pthread_mutex_lock(&s->lock);
+        for (size_t i = 0; i < s->cap && n < max; i++)
+            if (s->slots[i].row && keep(ctx, s->slots[i].id))
+                ids[n++] = s->slots[i].id;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return n;
 }

@@ -85,6 +85,15 @@ static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBi
             free(rq->payload);
             return 0;
         }
+    ss_status st = svc->ensure && rq->n
+                       ? svc->ensure(svc->moves, table, rq->ids, rq->n, msg, sizeof msg)
+                       : SS_OK;
+    if (st != SS_OK) { /* its rows are moving here and did not come */
+        relay(r, st, msg);
+        free(rq->ids);
+        free(rq->payload);
+        return 0;
+    }
     return 1;
 }
 
@@ -332,7 +341,19 @@ static void h_stats(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     shadowsync__v1__table_stats_request__free_unpacked(m, NULL);
 }
 
+/* Rows moving between shards: the mover's, when there is one. */
+static void h_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    if (svc->handoff) {
+        svc->handoff(svc->moves, req, len, reply);
+        return;
+    }
+    refuse(svc, reply, SS_ERR_STATE, "no_moves",
+           "this PS moves no rows: it was started without --shard-map");
+}
+
 void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
+    memset(svc, 0, sizeof *svc);
     svc->store = store;
     const size_t lookup_max = ss__emb_store_max_batch(store) * sizeof(uint64_t) + 4096;
     const ss__rpc_method m[SS_EMB_METHODS] = {
@@ -345,6 +366,8 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
         {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false, SS_RPC_SMALL_REQUEST},
         {SS_EMB_M_STATS, h_stats, false, svc, true, SS_RPC_SMALL_REQUEST},
         {SS_EMB_M_PUSH_LOOKUP, h_push_lookup, false, svc, false, 0},
+        /* ids and done ids: two batches of them */
+        {SS_EMB_M_HANDOFF, h_handoff, false, svc, false, 2 * 65536 * sizeof(uint64_t) + 4096},
     };
     memcpy(svc->methods, m, sizeof m);
 }

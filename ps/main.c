@@ -23,6 +23,7 @@
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
 #include "ps/map_watch.h"
+#include "ps/row_moves.h"
 #include "rpc/auth.h"
 #include "rpc/http/http.h"
 #include "shadow/central.h"
@@ -40,7 +41,8 @@ static const ss__program program = {
 /* The command line. */
 typedef struct ps_options {
     const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file,
-        *tls_writers, *delta_dir, *follow, *shard_map;
+        *tls_writers, *delta_dir, *follow, *shard_map, *advertise;
+    int64_t move_batch_rows, move_pause_ms;
     int64_t delta_every_s, delta_base_every, delta_keep, follow_poll_ms;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
@@ -71,6 +73,8 @@ typedef struct ps_state {
     ss__ps_deltas *deltas;       /* --delta-dir */
     ss__ps_follower *follower;   /* --follow */
     ss__ps_map_watch *map;       /* --shard-map */
+    ss__ps_row_moves *moves;     /* --shard-map: rows moving between shards */
+    ss__rpc_tls client_tls;      /* its calls to other shards: this PS's certificate */
     char follow_note[400];       /* what a refused write is told (fits a reply) */
 } ps_state;
 
@@ -292,8 +296,20 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          NULL, 0, 0},
         {"shard-map", SS_FLAG_STRING, &o->shard_map,
          "the fleet's shard map (\"epoch N\", \"ps host:port,...\"), read again every second: "
-         "calls routed by another epoch are refused, saying both (\"\" = none)",
+         "calls routed by another epoch are refused, saying both; a \"from host:port,...\" line "
+         "(the list before) moves the embedding rows whose shard changed while serving (\"\" = "
+         "none)",
          NULL, 0, 0},
+        {"advertise", SS_FLAG_STRING, &o->advertise,
+         "this PS's address as the shard map writes it (\"\" = the address served: --listen "
+         "with its port)",
+         NULL, 0, 0},
+        {"move-batch-rows", SS_FLAG_INT, &o->move_batch_rows,
+         "rows taken from an old shard per background call while rows move", NULL, 1, 65536},
+        {"move-pause-ms", SS_FLAG_INT, &o->move_pause_ms,
+         "pause between background calls while rows move (rows asked for meanwhile are "
+         "taken at once)",
+         NULL, 0, 60000},
     };
     memcpy(flags, own, sizeof own);
     return sizeof own / sizeof *own;
@@ -386,6 +402,8 @@ static size_t online_flags(ps_options *o, ss__flag *flags) {
 static int parse_options(int argc, char **argv, ps_options *o) {
     *o = (ps_options){.listen = "127.0.0.1:7070",
                       .shard_map = "",
+                      .advertise = "",
+                      .move_batch_rows = 4096,
                       .http = default_http,
                       .ckpt_dir = "",
                       .ckpt_keep = 3,
@@ -415,7 +433,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .max_total_floats = 1ll << 31,
                       .max_blocked = SS_RPC_DEFAULT_MAX_BLOCKED,
                       .max_inflight_mb = (int64_t)(SS_RPC_DEFAULT_MAX_INFLIGHT >> 20)};
-    ss__flag flags[48];
+    ss__flag flags[56];
     size_t n = server_flags(o, flags);
     n += store_flags(o, flags + n);
     n += online_flags(o, flags + n);
@@ -614,13 +632,29 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                        .ca_file = *o->tls_ca ? o->tls_ca : NULL};
     if (*o->shard_map) {
         char why[512];
+        ps->client_tls = tls;
+        if (o->auth[0] && *o->auth_file) /* what its channels to other shards read */
+            setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 0);
         if (ss__ps_map_watch_start(o->shard_map, ps->metrics, &ps->map, why, sizeof why) != SS_OK) {
             fprintf(stderr, "shadowsync-ps: --shard-map: %s\n", why);
             return 2;
         }
+        const ss__ps_row_moves_config mc = {.store = ps->store,
+                                            .map = ps->map,
+                                            .tls = &ps->client_tls,
+                                            .batch_rows = (uint32_t)o->move_batch_rows,
+                                            .pause_ms = (uint32_t)o->move_pause_ms,
+                                            .timeout_ms = 10000,
+                                            .metrics = ps->metrics};
+        if (!ps->follower && ss__ps_row_moves_create(&mc, &ps->moves) == SS_OK) {
+            ps->esvc.ensure = ss__ps_row_moves_ensure;
+            ps->esvc.handoff = ss__ps_row_moves_handoff;
+            ps->esvc.moves = ps->moves;
+        }
     }
     ss__rpc_server_config scfg = {.listen = o->listen,
                                   .map_epoch = ss__ps_map_watch_epoch(ps->map),
+                                  .map_gate = ss__ps_map_watch_gate(ps->map),
                                   .threads = (uint32_t)o->threads,
                                   .max_message_bytes = (size_t)o->max_floats * 4 + 4096,
                                   .metrics = ps->metrics,
@@ -642,6 +676,11 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
     if (colon)
         *colon = '\0';
     snprintf(ps->listen, sizeof ps->listen, "%s:%d", host, ss__rpc_server_port(ps->srv));
+    if (ps->moves &&
+        ss__ps_row_moves_run(ps->moves, *o->advertise ? o->advertise : ps->listen) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: cannot start moving rows (out of memory)\n");
+        return 1;
+    }
     return 0;
 }
 
@@ -686,6 +725,7 @@ static void serve(ps_state *ps, const ps_options *o, const sigset_t *sigs) {
 static int shut_down(ps_state *ps, const ps_options *o, bool served) {
     ss__http_server_stop(ps->web);
     ss__rpc_server_stop(ps->srv);
+    ss__ps_row_moves_destroy(ps->moves);
     ss__ps_map_watch_stop(ps->map);
     ss__ps_deltas_stop(ps->deltas); /* one last delta: what changed since the one before */
     ss__ps_follower_stop(ps->follower);

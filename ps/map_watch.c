@@ -1,6 +1,7 @@
 /* The PS's shard map, watched (map_watch.h). */
 #include "ps/map_watch.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,11 @@
 struct ss__ps_map_watch {
     char path[4096];
     _Atomic uint64_t epoch;
-    uint64_t ignored; /* the older epoch last logged, so it is said once */
+    pthread_rwlock_t gate;    /* the server's map_gate: written to change epoch and map */
+    pthread_mutex_t map_lock; /* the map's copy (not the gate: a handler that holds
+                                 the gate may read the map) */
+    ss__shard_map map;        /* the map of epoch */
+    uint64_t ignored;         /* the older epoch last logged, so it is said once */
     ss__gauge *epoch_gauge;
     ss__ticker *ticker;
 };
@@ -30,7 +35,12 @@ static void reread(void *arg) {
     }
     uint64_t now = atomic_load(&w->epoch);
     if (m.epoch > now) {
+        pthread_rwlock_wrlock(&w->gate); /* calls of the old epoch finish first */
+        pthread_mutex_lock(&w->map_lock);
+        w->map = m;
         atomic_store(&w->epoch, m.epoch);
+        pthread_mutex_unlock(&w->map_lock);
+        pthread_rwlock_unlock(&w->gate);
         ss__gauge_set(w->epoch_gauge, (double)m.epoch);
         SS_LOG_INFOF("ps", "event=shard_map_epoch epoch=%llu was=%llu ps=%s",
                      (unsigned long long)m.epoch, (unsigned long long)now, m.ps);
@@ -53,7 +63,14 @@ ss_status ss__ps_map_watch_start(const char *path, ss__metrics *metrics, ss__ps_
     if (!w)
         return SS_ERR_NO_MEMORY;
     snprintf(w->path, sizeof w->path, "%s", path);
+    w->map = m;
     atomic_store(&w->epoch, m.epoch);
+    pthread_rwlockattr_t attr; /* a map change is not starved by a stream of calls */
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&w->gate, &attr);
+    pthread_mutex_init(&w->map_lock, NULL);
+    pthread_rwlockattr_destroy(&attr);
     if ((st = ss__metrics_gauge(metrics, "shadowsync_shard_map_epoch",
                                 "The shard map epoch this PS serves (--shard-map).", NULL,
                                 &w->epoch_gauge)) == SS_OK) {
@@ -61,6 +78,8 @@ ss_status ss__ps_map_watch_start(const char *path, ss__metrics *metrics, ss__ps_
         st = ss__ticker_start(WATCH_PERIOD_NS, reread, w, &w->ticker);
     }
     if (st != SS_OK) {
+        pthread_rwlock_destroy(&w->gate);
+        pthread_mutex_destroy(&w->map_lock);
         free(w);
         return st;
     }
@@ -72,9 +91,21 @@ const _Atomic uint64_t *ss__ps_map_watch_epoch(const ss__ps_map_watch *w) {
     return w ? &w->epoch : NULL;
 }
 
+pthread_rwlock_t *ss__ps_map_watch_gate(ss__ps_map_watch *w) {
+    return w ? &w->gate : NULL;
+}
+
+void ss__ps_map_watch_get(ss__ps_map_watch *w, ss__shard_map *out) {
+    pthread_mutex_lock(&w->map_lock);
+    *out = w->map;
+    pthread_mutex_unlock(&w->map_lock);
+}
+
 void ss__ps_map_watch_stop(ss__ps_map_watch *w) {
     if (!w)
         return;
     ss__ticker_stop(w->ticker);
+    pthread_rwlock_destroy(&w->gate);
+    pthread_mutex_destroy(&w->map_lock);
     free(w);
 }

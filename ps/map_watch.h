@@ -5,11 +5,13 @@
 #ifndef SS_PS_MAP_WATCH_H
 #define SS_PS_MAP_WATCH_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/metrics.h"
+#include "common/shard_map.h"
 
 typedef struct ss__ps_map_watch ss__ps_map_watch;
 
@@ -19,6 +21,11 @@ ss_status ss__ps_map_watch_start(const char *path, ss__metrics *metrics, ss__ps_
                                  char *why, size_t whylen);
 /* The epoch served now (for the server; lives as long as w). */
 const _Atomic uint64_t *ss__ps_map_watch_epoch(const ss__ps_map_watch *w);
+/* The server's map_gate (ss__rpc_server_config): the epoch and the map
+ * change under it. */
+pthread_rwlock_t *ss__ps_map_watch_gate(ss__ps_map_watch *w);
+/* The map served now. */
+void ss__ps_map_watch_get(ss__ps_map_watch *w, ss__shard_map *out);
 void ss__ps_map_watch_stop(ss__ps_map_watch *w);
 
 #endif

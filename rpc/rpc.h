@@ -15,6 +15,7 @@
 #ifndef SHADOWSYNC_RPC_H
 #define SHADOWSYNC_RPC_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -98,6 +99,12 @@ typedef struct ss__rpc_server_config {
      * shadowsync_rpc_stale_epoch_total; a call without one is served.
      * NULL, or 0 in it: no map. */
     const _Atomic uint64_t *map_epoch;
+    /* Held for reading around the handler of every call that carries an
+     * epoch (blocking handlers excepted), the epoch checked again under
+     * it; whoever changes *map_epoch holds it for writing, so that once
+     * the change is made no call routed by the old epoch is still being
+     * served (rows can then move: ps/row_moves.h). NULL: none. */
+    pthread_rwlock_t *map_gate;
     /* Mutual TLS (tls->ca_file): the client certificate identities that may
      * call methods not read_only, comma-separated (rpc/auth.h); other
      * verified clients are read-only: PERMISSION_DENIED, counted in
@@ -156,6 +163,9 @@ void ss__rpc_channel_destroy(ss__rpc_channel *ch);
  * another refuses the call (SS_ERR_STATE, FAILED_PRECONDITION) saying
  * both. 0: none (never refused for it). */
 #define SS_RPC_EPOCH_KEY "x-shadowsync-epoch"
+/* In the message of a call refused for its epoch: a client that routes
+ * by a map file reads it again and routes the call again. */
+#define SS_RPC_STALE_EPOCH "shard map epoch"
 void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch);
 
 /* Whether a TCP connection to address ("host:port", "[ipv6]:port") can

@@ -93,6 +93,7 @@ struct ss__rpc_server {
     _Atomic uint32_t blocked; /* blocking handlers running now */
     ss__counter *blocked_refused;
     const _Atomic uint64_t *map_epoch; /* NULL: no shard map */
+    pthread_rwlock_t *map_gate;        /* see ss__rpc_server_config */
     ss__counter *stale_epoch;
     char auth[SS_AUTH_HEADER_MAX];     /* "" = no authorization */
     char writers[SS_AUTH_WRITERS_MAX]; /* "" = every verified client may write */
@@ -280,6 +281,12 @@ static bool authorized(const call_ctx *c) {
     return false;
 }
 
+/* What a call routed by another epoch is told (rpc.h SS_RPC_STALE_EPOCH
+ * is the part a client looks for). */
+#define STALE_EPOCH_TEXT                                                                           \
+    "%s was routed by " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu: reload "         \
+    "the shard map (SHADOWSYNC_SHARD_MAP) and route again"
+
 /* The shard map epoch the call was routed by (its SS_RPC_EPOCH_KEY
  * metadata); false when it carries none (or not a number). */
 static bool call_epoch(const call_ctx *c, uint64_t *epoch) {
@@ -412,6 +419,31 @@ static void refuse(call_ctx *c, ss_status st, ss__counter *counter, const char *
     finish(c, &reply);
 }
 
+/* The handler of a call, under the map gate when the call was routed by
+ * an epoch: checked again there, since the map may have moved on while
+ * the body was read; the gate keeps it from moving during the handler. */
+static void run_handler(call_ctx *c, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__rpc_server *srv = c->srv;
+    const ss__rpc_method *m = &srv->methods[c->method];
+    uint64_t routed = 0;
+    const bool gated = srv->map_gate && !m->blocking && call_epoch(c, &routed);
+    if (gated) {
+        pthread_rwlock_rdlock(srv->map_gate);
+        const uint64_t serves = atomic_load(srv->map_epoch);
+        if (serves && routed != serves) {
+            pthread_rwlock_unlock(srv->map_gate);
+            reply->status = SS_ERR_STATE;
+            ss__counter_add(srv->stale_epoch, 1);
+            snprintf(reply->message, sizeof reply->message, STALE_EPOCH_TEXT, m->path,
+                     (unsigned long long)routed, (unsigned long long)serves);
+            return;
+        }
+    }
+    m->handler(m->ctx ? m->ctx : srv->ctx, req, len, reply);
+    if (gated)
+        pthread_rwlock_unlock(srv->map_gate);
+}
+
 /* Runs the handler of a received call (unless refused: too many blocked
  * calls, or its deadline passed) and replies. holds_blocked_slot: a
  * blocking call's thread, whose slot in srv->blocked is given back before
@@ -438,9 +470,7 @@ static void serve_or_refuse(call_ctx *c, bool too_many_blocked, bool holds_block
             reply.status = st;
             snprintf(reply.message, sizeof reply.message, "request message: %s", ss_strerror(st));
         } else {
-            srv->methods[c->method].handler(
-                srv->methods[c->method].ctx ? srv->methods[c->method].ctx : srv->ctx, req, len,
-                &reply);
+            run_handler(c, req, len, &reply);
         }
         free(block);
     }
@@ -522,10 +552,8 @@ static void admit(call_ctx *c) {
     }
     uint64_t serves = srv->map_epoch ? atomic_load(srv->map_epoch) : 0, routed;
     if (serves && call_epoch(c, &routed) && routed != serves) {
-        refuse(c, SS_ERR_STATE, srv->stale_epoch,
-               "%s was routed by shard map epoch %llu; this server serves epoch %llu: reload the "
-               "shard map (SHADOWSYNC_SHARD_MAP) and route again",
-               m->path, (unsigned long long)routed, (unsigned long long)serves);
+        refuse(c, SS_ERR_STATE, srv->stale_epoch, STALE_EPOCH_TEXT, m->path,
+               (unsigned long long)routed, (unsigned long long)serves);
         return;
     }
     if (m->read_only && srv->writer_queues < srv->nthreads && !take_peer_share(c)) {
@@ -791,6 +819,7 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     if (cfg->auth_header)
         snprintf(srv->auth, sizeof srv->auth, "%s", cfg->auth_header);
     srv->map_epoch = cfg->map_epoch;
+    srv->map_gate = cfg->map_gate;
     if (cfg->tls_writers)
         snprintf(srv->writers, sizeof srv->writers, "%s", cfg->tls_writers);
     if (cfg->metrics)

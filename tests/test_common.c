@@ -389,13 +389,15 @@ START_TEST(test_shard_map_file) {
     ck_assert_int_ge(fd, 0);
     close(fd);
     const char *cases[][2] = {
-        {"# fleet\n\nps a:1,[::1]:2\nepoch 7\n", NULL},
+        {"# fleet\n\nps a:1,[::1]:2\nepoch 7\nfrom a:1\n", NULL},
         {"epoch 7\n", "no \"ps\" line"},
         {"ps a:1\n", "no \"epoch\" line"},
         {"epoch 0\nps a:1\n", "line 1: epoch \"0\": a whole number >= 1"},
         {"epoch 2\nps a:1,b\n", "line 2: ps \"b\": no port"},
         {"epoch 2\nepoch 3\nps a:1\n", "line 2: \"epoch\" given twice"},
         {"epoch 2\nps\n", "line 2: \"ps\" is not \"epoch N\""},
+        {"epoch 2\nps a:1\nfrom a:1\nfrom b:2\n", "line 4: \"from\" given twice"},
+        {"epoch 2\nps a:1\nfrom a\n", "line 3: from \"a\": no port"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         FILE *f = fopen(path, "w");
@@ -408,6 +410,10 @@ START_TEST(test_shard_map_file) {
             ck_assert_int_eq(st, SS_OK);
             ck_assert_uint_eq(m.epoch, 7);
             ck_assert_str_eq(m.ps, "a:1,[::1]:2");
+            ck_assert_str_eq(m.from, "a:1");
+            ck_assert_int_eq(ss__shard_map_index(m.ps, "[::1]:2"), 1);
+            ck_assert_int_eq(ss__shard_map_index(m.ps, "a:1"), 0);
+            ck_assert_int_eq(ss__shard_map_index(m.ps, "a:2"), -1);
         } else {
             ck_assert_int_eq(st, SS_ERR_INVALID_ARGUMENT);
             ck_assert_msg(strstr(why, cases[i][1]) && strstr(why, path), "%s: %s", cases[i][0],

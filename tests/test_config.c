@@ -447,7 +447,7 @@ START_TEST(test_stale_shard_map_epoch_is_refused) {
     fprintf(f, "epoch 4\npss 127.0.0.1:1\n");
     fclose(f);
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
-    said("line 2: \"pss\" is not a key (epoch, ps)", tmap);
+    said("line 2: \"pss\" is not a key (epoch, ps, from)", tmap);
     write_map(tmap, 4, ps);
     c.ps = ps;
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);

@@ -41,6 +41,7 @@ struct ss_trainer {
     ss_trainer_config cfg;
     char *ps, *name, *tls_ca, *tls_cert, *tls_key, *agent; /* owned copies of cfg's strings */
     uint64_t epoch;                 /* of the shard map ps came from (shard_map); 0: none */
+    char *shard_map;                /* its path (tables route by it again when it moves) */
     ss__agent_client *agent_client; /* agent mode until finish */
     ss__sync_params params;
     ss__transport *transport;
@@ -170,6 +171,7 @@ static void trainer_free(ss_trainer *t) {
     free(t->tls_ca);
     free(t->tls_cert);
     free(t->tls_key);
+    free(t->shard_map);
     free(t->agent);
     free(t);
 }
@@ -268,6 +270,7 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
     t->cfg = *cfg;
     t->ps = dup_or_null(cfg->ps, &failed);
     t->epoch = map.epoch;
+    t->shard_map = map.epoch ? dup_or_null(cfg->shard_map, &failed) : NULL;
     t->name = dup_or_null(cfg->name ? cfg->name : "trainer", &failed);
     t->tls_ca = dup_or_null(cfg->tls_ca, &failed);
     t->tls_cert = dup_or_null(cfg->tls_cert, &failed);
@@ -618,6 +621,7 @@ void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out) {
         (ss__rpc_tls){.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
     out->timeout_ms = t->cfg.timeout_ms;
     out->epoch = t->epoch;
+    out->shard_map = t->shard_map;
 }
 
 ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a) {

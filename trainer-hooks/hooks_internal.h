@@ -13,7 +13,8 @@ typedef struct ss__hooks_endpoint {
     const char *ps; /* NULL when the trainer has none */
     ss__rpc_tls tls;
     uint32_t timeout_ms;
-    uint64_t epoch; /* of the shard map ps came from; 0: none */
+    uint64_t epoch;        /* of the shard map ps came from; 0: none */
+    const char *shard_map; /* its path; NULL: none */
 } ss__hooks_endpoint;
 
 void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out);

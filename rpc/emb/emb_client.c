@@ -1,46 +1,74 @@
 /* Sharded Embedding calls: split by shard, pack, call all at once,
  * scatter the replies back into the caller's order. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/shard_map.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/pb_wire.h"
 
 #define MAX_SHARDS 64
 
+#define MAX_OPENED 64
+
 struct ss__emb_client {
+    pthread_rwlock_t lock; /* the channels: calls read them, a re-route replaces them */
     ss__rpc_channel *ch[MAX_SHARDS];
     uint32_t shards;
     uint32_t timeout_ms;
+    uint64_t epoch;
+    char tls_ca[4096], tls_cert[4096], tls_key[4096]; /* copies: channels are made again */
+    char map[4096];                                   /* the shard map routed by; "" = none */
+    ss__emb_spec opened[MAX_OPENED];                  /* opened again on the shards of a new map */
+    size_t nopened;
 };
 
-ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uint32_t timeout_ms,
-                                ss__emb_client **out) {
-    if (!targets || !*targets || !out)
-        return SS_ERR_INVALID_ARGUMENT;
-    ss__emb_client *c = calloc(1, sizeof *c);
+static void close_channels(ss__emb_client *c) {
+    for (uint32_t s = 0; s < c->shards; s++)
+        ss__rpc_channel_destroy(c->ch[s]);
+    c->shards = 0;
+}
+
+/* A channel to every target of the comma-separated list. */
+static ss_status open_channels(ss__emb_client *c, const char *targets) {
     char *list = strdup(targets);
-    if (!c || !list) {
-        free(c);
-        free(list);
+    if (!list)
         return SS_ERR_NO_MEMORY;
-    }
-    c->timeout_ms = timeout_ms ? timeout_ms : 10000;
+    const ss__rpc_tls tls = {*c->tls_ca ? c->tls_ca : NULL, *c->tls_cert ? c->tls_cert : NULL,
+                             *c->tls_key ? c->tls_key : NULL};
     ss_status st = SS_OK;
     char *save = NULL;
     for (char *tok = strtok_r(list, ",", &save); tok && st == SS_OK;
          tok = strtok_r(NULL, ",", &save)) {
         if (c->shards == MAX_SHARDS)
             st = SS_ERR_INVALID_ARGUMENT;
-        else
-            st = ss__rpc_channel_create(tok, 0, tls, &c->ch[c->shards++]);
+        else if ((st = ss__rpc_channel_create(tok, 0, &tls, &c->ch[c->shards])) == SS_OK)
+            ss__rpc_channel_set_epoch(c->ch[c->shards++], c->epoch);
     }
     free(list);
-    if (st == SS_OK && c->shards == 0)
-        st = SS_ERR_INVALID_ARGUMENT;
+    return st == SS_OK && c->shards == 0 ? SS_ERR_INVALID_ARGUMENT : st;
+}
+
+ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uint32_t timeout_ms,
+                                ss__emb_client **out) {
+    if (!targets || !*targets || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss__emb_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return SS_ERR_NO_MEMORY;
+    pthread_rwlock_init(&c->lock, NULL);
+    c->timeout_ms = timeout_ms ? timeout_ms : 10000;
+    if (tls) {
+        snprintf(c->tls_ca, sizeof c->tls_ca, "%s", tls->ca_file ? tls->ca_file : "");
+        snprintf(c->tls_cert, sizeof c->tls_cert, "%s", tls->cert_file ? tls->cert_file : "");
+        snprintf(c->tls_key, sizeof c->tls_key, "%s", tls->key_file ? tls->key_file : "");
+    }
+    ss_status st = open_channels(c, targets);
     if (st != SS_OK) {
         ss__emb_client_destroy(c);
         return st;
@@ -52,18 +80,33 @@ ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uin
 void ss__emb_client_destroy(ss__emb_client *c) {
     if (!c)
         return;
-    for (uint32_t s = 0; s < c->shards; s++)
-        ss__rpc_channel_destroy(c->ch[s]);
+    close_channels(c);
+    pthread_rwlock_destroy(&c->lock);
     free(c);
 }
 
 void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch) {
-    for (uint32_t s = 0; c && s < c->shards; s++)
+    if (!c)
+        return;
+    pthread_rwlock_wrlock(&c->lock);
+    c->epoch = epoch;
+    for (uint32_t s = 0; s < c->shards; s++)
         ss__rpc_channel_set_epoch(c->ch[s], epoch);
+    pthread_rwlock_unlock(&c->lock);
 }
 
-ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
-                                    ss__emb_spec *stored, char *why, size_t whylen) {
+ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path) {
+    if (!c || !path || strlen(path) >= sizeof c->map)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_rwlock_wrlock(&c->lock);
+    snprintf(c->map, sizeof c->map, "%s", path);
+    pthread_rwlock_unlock(&c->lock);
+    return SS_OK;
+}
+
+/* OpenTable on every shard (c->lock held). */
+static ss_status open_table_locked(ss__emb_client *c, const ss__emb_spec *spec,
+                                   ss__emb_spec *stored, char *why, size_t whylen) {
     Shadowsync__V1__TableSpec ts = SHADOWSYNC__V1__TABLE_SPEC__INIT;
     ts.name = (char *)spec->name;
     ts.dim = spec->dim;
@@ -107,6 +150,49 @@ ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
     }
     free(buf);
     return st;
+}
+
+ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
+                                    ss__emb_spec *stored, char *why, size_t whylen) {
+    pthread_rwlock_wrlock(&c->lock);
+    size_t i = 0;
+    while (i < c->nopened && strcmp(c->opened[i].name, spec->name) != 0)
+        i++;
+    if (i == c->nopened && i < MAX_OPENED)
+        c->opened[c->nopened++] = *spec;
+    ss_status st = open_table_locked(c, spec, stored, why, whylen);
+    pthread_rwlock_unlock(&c->lock);
+    return st;
+}
+
+/* The shard map moved on (a call was refused for its epoch): routes by
+ * the map file's list from now on and opens every table on its shards.
+ * false when the file holds no newer epoch (yet: the servers may have
+ * read it before this client). */
+static bool reroute(ss__emb_client *c) {
+    pthread_rwlock_wrlock(&c->lock);
+    ss__shard_map m;
+    char why[400];
+    bool moved =
+        *c->map && ss__shard_map_read(c->map, &m, why, sizeof why) == SS_OK && m.epoch > c->epoch;
+    if (moved) {
+        close_channels(c);
+        c->epoch = m.epoch;
+        ss_status st = open_channels(c, m.ps);
+        /* A shard that has not read the new map yet refuses; it will
+         * within a second. */
+        const uint64_t until = ss__now_ns() + 3000000000ull;
+        for (size_t i = 0; st == SS_OK && i < c->nopened; i++)
+            while ((st = open_table_locked(c, &c->opened[i], NULL, why, sizeof why)) ==
+                       SS_ERR_STATE &&
+                   ss__now_ns() < until)
+                ss__sleep_ns(100000000ull);
+        ss__log(st == SS_OK ? SS_LOG_INFO : SS_LOG_WARN, "emb",
+                "event=rerouted epoch=%llu ps=%s status=%s", (unsigned long long)m.epoch, m.ps,
+                ss_status_name(st));
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return moved;
 }
 
 typedef enum row_op { OP_LOOKUP, OP_PUSH, OP_ELASTIC, OP_PUSH_LOOKUP } row_op;
@@ -331,11 +417,21 @@ static chunk chunk_at(const by_shard *b, uint32_t s, size_t k) {
     return (chunk){b->pos + lo, end - lo < SS_EMB_CLIENT_CHUNK ? end - lo : SS_EMB_CLIENT_CHUNK};
 }
 
+/* Marks the positions of a chunk (a call refused for its epoch). */
+static void mark(const chunk *ck, bool *marks) {
+    for (size_t k = 0; marks && k < ck->n; k++)
+        marks[ck->pos[k]] = true;
+}
+
 /* One op over the shards: each shard's ids cut into chunks, one call per
  * chunk (OP_PUSH_LOOKUP: chunk k of the push and chunk k of the lookup in
- * call k of the shard), all in flight at once. */
-static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec, const id_set *main,
-                         const id_set *push, float alpha, float *out) {
+ * call k of the shard), all in flight at once. Calls refused for their
+ * shard map epoch mark their positions in stale_main / stale_push (when
+ * given), and *stale says whether those were the only failures: the
+ * other calls' work is done (rows and deltas in out). c->lock held. */
+static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
+                              const id_set *main, const id_set *push, float alpha, float *out,
+                              bool *stale_main, bool *stale_push, bool *stale) {
     const uint32_t tid = ss__emb_table_id(spec->name);
     by_shard bm = {0}, bp = {0};
     ss_status st = split(c, tid, main, &bm);
@@ -369,9 +465,21 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
             }
         }
     }
+    const bool built = st == SS_OK;
     if (st == SS_OK)
         st = ss__rpc_call_many(calls, ncalls, c->timeout_ms, true);
-    if (st != SS_OK && calls) {
+    *stale = built && st != SS_OK && stale_main;
+    for (size_t i = 0; *stale && i < ncalls; i++) {
+        if (calls[i].status == SS_OK)
+            continue;
+        if (calls[i].status == SS_ERR_STATE && strstr(calls[i].msg, SS_RPC_STALE_EPOCH)) {
+            mark(&cp[i].main, stale_main);
+            mark(&cp[i].push, stale_push);
+        } else {
+            *stale = false;
+        }
+    }
+    if (st != SS_OK && calls && !*stale) {
         for (size_t i = 0; i < ncalls; i++)
             if (calls[i].status != SS_OK && calls[i].msg[0]) {
                 ss__log(SS_LOG_WARN, "emb", "event=call_failed method=%s status=%s msg=\"%s\"",
@@ -379,8 +487,14 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
                 break;
             }
     }
-    for (size_t i = 0; st == SS_OK && i < ncalls && op == OP_ELASTIC; i++)
-        st = scatter(op, spec, main->enc, &calls[i], &cp[i].main, out);
+    for (size_t i = 0; (st == SS_OK || *stale) && i < ncalls && op == OP_ELASTIC; i++)
+        if (calls[i].status == SS_OK) {
+            ss_status e = scatter(op, spec, main->enc, &calls[i], &cp[i].main, out);
+            if (e != SS_OK) {
+                st = e;
+                *stale = false;
+            }
+        }
     for (size_t i = 0; calls && i < ncalls; i++) {
         free((void *)calls[i].req);
         free(calls[i].resp);
@@ -390,6 +504,118 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
     free(sa);
     free(bm.pos);
     free(bp.pos);
+    return st;
+}
+
+/* The rows of a set at marked positions, packed: ids, their floats in,
+ * and where each came from. */
+typedef struct subset {
+    id_set set;
+    uint64_t *ids;
+    float *in;
+    size_t *pos;
+    bool *marks; /* the retry's own stale marks */
+} subset;
+
+static bool pick(const id_set *from, const bool *marks, size_t dim, subset *out) {
+    memset(out, 0, sizeof *out);
+    if (!from)
+        return true;
+    size_t n = 0;
+    for (size_t i = 0; i < from->n; i++)
+        n += marks[i];
+    out->ids = malloc(n * sizeof *out->ids + 1);
+    out->pos = malloc(n * sizeof *out->pos + 1);
+    out->marks = calloc(n + 1, sizeof *out->marks);
+    out->in = from->in ? malloc(n * dim * sizeof *out->in + 1) : NULL;
+    if (!out->ids || !out->pos || !out->marks || (from->in && !out->in))
+        return false;
+    size_t k = 0;
+    for (size_t i = 0; i < from->n; i++)
+        if (marks[i]) {
+            out->ids[k] = from->ids[i];
+            out->pos[k] = i;
+            if (from->in)
+                memcpy(out->in + k * dim, from->in + i * dim, dim * sizeof(float));
+            k++;
+        }
+    out->set = (id_set){out->ids, n, out->in, from->enc};
+    return true;
+}
+
+static void subset_free(subset *s) {
+    free(s->ids);
+    free(s->in);
+    free(s->pos);
+    free(s->marks);
+}
+
+/* Marks again what the retry found stale once more (its own marks). */
+static void remark(const subset *s, bool *marks, size_t n) {
+    memset(marks, 0, n * sizeof *marks);
+    for (size_t k = 0; k < s->set.n; k++)
+        marks[s->pos[k]] = s->marks[k];
+}
+
+/* The marked part of an op once more, routed by the channels now. */
+static ss_status retry_marked(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
+                              const id_set *main, const id_set *push, float alpha, float *out,
+                              bool *sm, bool *sp, bool *stale) {
+    subset m, p;
+    const size_t dim = spec->dim;
+    ss_status st = pick(main, sm, dim, &m) && pick(push, sp, dim, &p) ? SS_OK : SS_ERR_NO_MEMORY;
+    float *o = out && m.set.n ? malloc(m.set.n * dim * sizeof *o) : NULL;
+    if (st == SS_OK && out && m.set.n && !o)
+        st = SS_ERR_NO_MEMORY;
+    *stale = false;
+    if (st == SS_OK) {
+        pthread_rwlock_rdlock(&c->lock);
+        if (op == OP_PUSH_LOOKUP && m.set.n && p.set.n)
+            st = sharded_once(c, op, spec, &m.set, &p.set, alpha, o, m.marks, p.marks, stale);
+        else if (op == OP_PUSH_LOOKUP && p.set.n)
+            st = sharded_once(c, OP_PUSH, spec, &p.set, NULL, alpha, NULL, p.marks, NULL, stale);
+        else if (m.set.n)
+            st = sharded_once(c, op == OP_PUSH_LOOKUP ? OP_LOOKUP : op, spec, &m.set, NULL, alpha,
+                              o, m.marks, NULL, stale);
+        pthread_rwlock_unlock(&c->lock);
+    }
+    for (size_t k = 0; o && (st == SS_OK || *stale) && k < m.set.n; k++)
+        if (!m.marks[k])
+            memcpy(out + m.pos[k] * dim, o + k * dim, dim * sizeof(float));
+    if (*stale) {
+        remark(&m, sm, main->n);
+        if (push)
+            remark(&p, sp, push->n);
+    }
+    free(o);
+    subset_free(&m);
+    subset_free(&p);
+    return st;
+}
+
+/* An op over the shards; the part refused for its shard map epoch is
+ * routed again by the map file (when the client follows one) until it
+ * goes through or the client's timeout passes: each row is applied once,
+ * by the shard that owns it under the newest map. */
+static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec, const id_set *main,
+                         const id_set *push, float alpha, float *out) {
+    pthread_rwlock_rdlock(&c->lock);
+    const bool follows = *c->map != '\0';
+    bool *sm = follows ? calloc(main->n + 1, sizeof *sm) : NULL;
+    bool *sp = follows && push ? calloc(push->n + 1, sizeof *sp) : NULL;
+    bool stale = false;
+    ss_status st = follows && (!sm || (push && !sp))
+                       ? SS_ERR_NO_MEMORY
+                       : sharded_once(c, op, spec, main, push, alpha, out, sm, sp, &stale);
+    pthread_rwlock_unlock(&c->lock);
+    const uint64_t deadline = ss__now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+    while (stale && ss__now_ns() < deadline) {
+        if (!reroute(c))
+            ss__sleep_ns(100000000ull); /* the servers read the new map within a second */
+        st = retry_marked(c, op, spec, main, push, alpha, out, sm, sp, &stale);
+    }
+    free(sm);
+    free(sp);
     return st;
 }
 

@@ -19,6 +19,13 @@ ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uin
 void ss__emb_client_destroy(ss__emb_client *c);
 /* The shard map epoch every call carries (ss__rpc_channel_set_epoch). */
 void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch);
+/* Routes by the shard map at path (common/shard_map.h) when the servers
+ * move on: a call refused for its epoch makes the client read the map
+ * again, open its channels to the new list (and every table it opened on
+ * them) and send the refused part again, until it goes through or the
+ * client's timeout passes. Only refused parts go again: a row is never
+ * updated twice. */
+ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path);
 
 /* OpenTable on every shard; *stored gets the shards' spec. */
 ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,

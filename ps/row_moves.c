@@ -1,0 +1,574 @@
+/* Rows moving between shards (row_moves.h): the plan a map gives, the
+ * taking side (background and on demand) and the giving side. */
+#include "ps/row_moves.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/shard_map.h"
+#include "rpc/emb/embedding.pb-c.h"
+#include "rpc/rpc_pb.h"
+
+#define MAX_SHARDS    256
+#define MAX_TAKE      65536 /* rows of one Handoff */
+#define STALE_WAIT_MS 3000  /* an old owner reads the new map within a second */
+#define IDLE_POLL_NS  100000000ull
+#define M_HANDOFF     "/shadowsync.v1.Embedding/Handoff"
+
+/* What this PS still takes from one old shard, per table. */
+typedef struct src_table {
+    char name[64];
+    bool drained;      /* it has no row left for this PS */
+    uint64_t *pending; /* rows taken and held here, not yet said to the giver */
+    size_t npending;
+} src_table;
+
+typedef struct source {
+    char addr[256];
+    ss__rpc_channel *ch;
+    bool listed; /* its tables are known */
+    src_table *tables;
+    size_t ntables;
+} source;
+
+/* The move a map asks of this PS. */
+typedef struct plan {
+    uint64_t epoch;
+    uint32_t shards;          /* in the new map */
+    int self;                 /* this PS's place in it, -1: not in it (shrunk out) */
+    uint32_t from_shards;     /* in the old one (0: nothing moves) */
+    source *from[MAX_SHARDS]; /* by place in the old map; NULL: this PS */
+    source src[MAX_SHARDS];
+    size_t nsrc;
+} plan;
+
+struct ss__ps_row_moves {
+    ss__ps_row_moves_config cfg;
+    char self[256];
+    pthread_mutex_t lock; /* the plan, and one take at a time */
+    plan p;
+    _Atomic uint64_t planned; /* p.epoch, read without the lock */
+    _Atomic bool ready;       /* run() was called */
+    _Atomic bool done;        /* nothing left to take under the plan */
+    pthread_t thread;
+    bool running;
+    pthread_mutex_t stop_lock;
+    pthread_cond_t stop_cond;
+    bool stop;
+    ss__counter *in_background, *in_on_demand, *out, *failures;
+    ss__gauge *pending;
+};
+
+static void free_sources(plan *p) {
+    for (size_t i = 0; i < p->nsrc; i++) {
+        ss__rpc_channel_destroy(p->src[i].ch);
+        for (size_t t = 0; t < p->src[i].ntables; t++)
+            free(p->src[i].tables[t].pending);
+        free(p->src[i].tables);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+/* The plan of the map served now (mv->lock held): sources are the old
+ * map's shards other than this one. */
+static ss_status replan(ss__ps_row_moves *mv) {
+    ss__shard_map m;
+    ss__ps_map_watch_get(mv->cfg.map, &m);
+    if (m.epoch == mv->p.epoch)
+        return SS_OK;
+    free_sources(&mv->p);
+    plan *p = &mv->p;
+    p->epoch = m.epoch;
+    atomic_store(&mv->planned, m.epoch);
+    char nbuf[SS_SHARD_MAP_PS_MAX], fbuf[SS_SHARD_MAP_PS_MAX];
+    const char *now[MAX_SHARDS], *was[MAX_SHARDS];
+    p->shards = (uint32_t)ss__shard_map_split(m.ps, nbuf, sizeof nbuf, now, MAX_SHARDS);
+    p->self = ss__shard_map_index(m.ps, mv->self);
+    const size_t nwas = ss__shard_map_split(m.from, fbuf, sizeof fbuf, was, MAX_SHARDS);
+    if (nwas == 0 || !strcmp(m.from, m.ps)) {
+        atomic_store(&mv->done, true);
+        return SS_OK;
+    }
+    p->from_shards = (uint32_t)nwas;
+    ss_status st = SS_OK;
+    for (size_t j = 0; j < nwas && st == SS_OK; j++) {
+        if (!strcmp(was[j], mv->self))
+            continue;
+        source *s = &p->src[p->nsrc++];
+        snprintf(s->addr, sizeof s->addr, "%s", was[j]);
+        st = ss__rpc_channel_create(was[j], (size_t)1 << 30, mv->cfg.tls, &s->ch);
+        if (st == SS_OK)
+            ss__rpc_channel_set_epoch(s->ch, m.epoch);
+        p->from[j] = s;
+    }
+    atomic_store(&mv->done, p->nsrc == 0 || p->self < 0);
+    SS_LOG_INFOF("ps", "event=row_moves_plan epoch=%llu shard=%d of=%u from=%s sources=%zu",
+                 (unsigned long long)m.epoch, p->self, p->shards, m.from, p->nsrc);
+    return st;
+}
+
+/* Keeps the plan at the served epoch (mv->lock held). */
+static ss_status current_plan(ss__ps_row_moves *mv) {
+    return atomic_load(ss__ps_map_watch_epoch(mv->cfg.map)) == mv->p.epoch ? SS_OK : replan(mv);
+}
+
+static src_table *table_of(source *s, const char *name) {
+    for (size_t t = 0; t < s->ntables; t++)
+        if (!strcmp(s->tables[t].name, name))
+            return &s->tables[t];
+    src_table *n = realloc(s->tables, (s->ntables + 1) * sizeof *n);
+    if (!n)
+        return NULL;
+    s->tables = n;
+    src_table *t = &n[s->ntables++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return t;
+}
+
+/* The reply's ids and rows, checked against the spec. */
+static ss_status reply_rows(const Shadowsync__V1__HandoffReply *r, size_t rf, size_t *n) {
+    *n = r->ids.len / sizeof(uint64_t);
+    if (r->ids.len % sizeof(uint64_t) || r->rows.len != *n * rf * sizeof(float))
+        return SS_ERR_PARSE;
+    return SS_OK;
+}
+
+/* One Handoff to s for table (ids: these, or NULL: any that move here),
+ * the rows put here; what was pending is said to the giver with it, and
+ * what came becomes pending. *got: rows received. mv->lock held. */
+static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const uint64_t *ids,
+                           size_t n, size_t *got, char *why, size_t whylen) {
+    ss__emb_spec spec;
+    ss_status st = ss__emb_store_table_spec(mv->cfg.store, tt->name, &spec);
+    if (st != SS_OK) {
+        snprintf(why, whylen, "table %s is not open here", tt->name);
+        return st;
+    }
+    Shadowsync__V1__HandoffRequest req = SHADOWSYNC__V1__HANDOFF_REQUEST__INIT;
+    req.table = tt->name;
+    req.ids = (ProtobufCBinaryData){n * sizeof *ids, (uint8_t *)ids};
+    req.to_shard = (uint32_t)mv->p.self;
+    req.shards = mv->p.shards;
+    req.max_rows = ids ? 0 : mv->cfg.batch_rows;
+    req.epoch = mv->p.epoch;
+    req.done_ids = (ProtobufCBinaryData){tt->npending * sizeof(uint64_t), (uint8_t *)tt->pending};
+    ProtobufCMessage *r = NULL;
+    const uint64_t deadline = ss__now_ns() + STALE_WAIT_MS * 1000000ull;
+    for (;;) { /* the giver may read the new map up to a second after this PS */
+        st = ss__rpc_call_message(s->ch, M_HANDOFF, &req.base, mv->cfg.timeout_ms, false,
+                                  &shadowsync__v1__handoff_reply__descriptor, &r, why, whylen);
+        if (st != SS_ERR_STATE || !strstr(why, SS_RPC_STALE_EPOCH) || ss__now_ns() > deadline)
+            break;
+        ss__sleep_ns(100000000ull);
+    }
+    if (st != SS_OK)
+        return st;
+    const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
+    const size_t rf = ss__emb_row_floats(&spec);
+    size_t k = 0, put = 0;
+    st = reply_rows(x, rf, &k);
+    uint64_t *kept = st == SS_OK ? malloc(k * sizeof *kept + 1) : NULL;
+    float *rows = st == SS_OK ? malloc(k * rf * sizeof *rows + 1) : NULL;
+    if (st == SS_OK && (!kept || !rows))
+        st = SS_ERR_NO_MEMORY;
+    if (st == SS_OK && k) { /* aligned copies: bytes fields need not be */
+        memcpy(kept, x->ids.data, k * sizeof *kept);
+        memcpy(rows, x->rows.data, k * rf * sizeof *rows);
+        st = ss__emb_store_put_absent(mv->cfg.store, tt->name, kept, k, rows, &put);
+    }
+    if (st == SS_OK && k)
+        st = ss__emb_store_flush(mv->cfg.store); /* durable before the giver forgets them */
+    if (st == SS_OK) {
+        free(tt->pending);
+        tt->pending = kept;
+        tt->npending = k;
+        kept = NULL;
+        *got = k;
+    } else if (!*why) {
+        snprintf(why, whylen, "rows from %s: %s", s->addr, ss_strerror(st));
+    }
+    free(kept);
+    free(rows);
+    protobuf_c_message_free_unpacked(r, NULL);
+    return st;
+}
+
+/* The giver's tables, opened here with the same spec. */
+static ss_status list_tables(ss__ps_row_moves *mv, source *s, char *why, size_t whylen) {
+    Shadowsync__V1__HandoffRequest req = SHADOWSYNC__V1__HANDOFF_REQUEST__INIT;
+    req.table = "";
+    req.to_shard = (uint32_t)mv->p.self;
+    req.shards = mv->p.shards;
+    req.epoch = mv->p.epoch;
+    ProtobufCMessage *r = NULL;
+    ss_status st =
+        ss__rpc_call_message(s->ch, M_HANDOFF, &req.base, mv->cfg.timeout_ms, false,
+                             &shadowsync__v1__handoff_reply__descriptor, &r, why, whylen);
+    if (st != SS_OK)
+        return st;
+    const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
+    for (size_t i = 0; i < x->n_tables && st == SS_OK; i++) {
+        const Shadowsync__V1__TableSpec *ts = x->tables[i];
+        ss__emb_spec spec = {0}, stored;
+        if (!ts->name || strlen(ts->name) >= sizeof spec.name) {
+            st = SS_ERR_PARSE;
+            break;
+        }
+        snprintf(spec.name, sizeof spec.name, "%s", ts->name);
+        spec.dim = ts->dim;
+        spec.optimizer = (ss__emb_optimizer)ts->optimizer;
+        spec.lr = ts->lr;
+        spec.eps = ts->eps;
+        spec.init_scale = ts->init_scale;
+        st = ss__emb_store_open_table(mv->cfg.store, &spec, &stored, why, whylen);
+        if (st == SS_OK && !table_of(s, spec.name))
+            st = SS_ERR_NO_MEMORY;
+    }
+    s->listed = st == SS_OK;
+    protobuf_c_message_free_unpacked(r, NULL);
+    return st;
+}
+
+/* One background step: the next batch from the first source and table
+ * with rows left. false when none has any. mv->lock held. */
+static bool background_step(ss__ps_row_moves *mv) {
+    char why[400] = "";
+    for (size_t i = 0; i < mv->p.nsrc; i++) {
+        source *s = &mv->p.src[i];
+        ss_status st = s->listed ? SS_OK : list_tables(mv, s, why, sizeof why);
+        for (size_t t = 0; st == SS_OK && t < s->ntables; t++) {
+            src_table *tt = &s->tables[t];
+            if (tt->drained)
+                continue;
+            const bool said = tt->npending > 0;
+            size_t got = 0;
+            if ((st = take_from(mv, s, tt, NULL, 0, &got, why, sizeof why)) != SS_OK)
+                break;
+            ss__counter_add(mv->in_background, got);
+            tt->drained = got == 0 && !said;
+            return true;
+        }
+        if (st != SS_OK) {
+            ss__counter_add(mv->failures, 1);
+            SS_LOG_WARNF("ps", "event=row_move_failed from=%s status=%s why=\"%s\"", s->addr,
+                         ss_status_name(st), why);
+            return true; /* tried again after the pause */
+        }
+    }
+    return false;
+}
+
+static size_t tables_left(const plan *p) {
+    size_t left = 0;
+    for (size_t i = 0; i < p->nsrc; i++)
+        left += !p->src[i].listed;
+    for (size_t i = 0; i < p->nsrc; i++)
+        for (size_t t = 0; t < p->src[i].ntables; t++)
+            left += !p->src[i].tables[t].drained;
+    return left;
+}
+
+static bool wait_or_stop(ss__ps_row_moves *mv, uint64_t ns) {
+    pthread_mutex_lock(&mv->stop_lock);
+    struct timespec until = ss__deadline_in(ns);
+    while (!mv->stop && pthread_cond_timedwait(&mv->stop_cond, &mv->stop_lock, &until) == 0) {
+    }
+    const bool stop = mv->stop;
+    pthread_mutex_unlock(&mv->stop_lock);
+    return stop;
+}
+
+static void *mover_main(void *arg) {
+    ss__ps_row_moves *mv = arg;
+    for (;;) {
+        pthread_mutex_lock(&mv->lock);
+        bool busy = false;
+        if (current_plan(mv) == SS_OK && mv->p.self >= 0 && mv->p.nsrc)
+            busy = background_step(mv);
+        const size_t left = mv->p.self >= 0 ? tables_left(&mv->p) : 0;
+        atomic_store(&mv->done, left == 0);
+        ss__gauge_set(mv->pending, (double)left);
+        pthread_mutex_unlock(&mv->lock);
+        const uint64_t pause = busy ? (uint64_t)mv->cfg.pause_ms * 1000000ull : IDLE_POLL_NS;
+        if (wait_or_stop(mv, pause ? pause : 1))
+            return NULL;
+    }
+}
+
+/* Takes from one source the missing ids it held under the old map. */
+static ss_status take_missing(ss__ps_row_moves *mv, source *s, const char *table,
+                              const uint64_t *ids, size_t n, char *why, size_t whylen) {
+    src_table *tt = table_of(s, table);
+    if (!tt)
+        return SS_ERR_NO_MEMORY;
+    if (tt->drained || n == 0)
+        return SS_OK;
+    ss_status st = SS_OK;
+    for (size_t at = 0; at < n && st == SS_OK;) {
+        const size_t k = n - at < MAX_TAKE ? n - at : MAX_TAKE;
+        size_t got = 0;
+        st = take_from(mv, s, tt, ids + at, k, &got, why, whylen);
+        ss__counter_add(mv->in_on_demand, got);
+        at += k;
+    }
+    return st;
+}
+
+ss_status ss__ps_row_moves_ensure(void *ctx, const char *table, const uint64_t *ids, size_t n,
+                                  char *why, size_t whylen) {
+    ss__ps_row_moves *mv = ctx;
+    if (!mv || (atomic_load(&mv->done) &&
+                atomic_load(ss__ps_map_watch_epoch(mv->cfg.map)) == atomic_load(&mv->planned)))
+        return SS_OK;
+    if (!atomic_load(&mv->ready)) {
+        snprintf(why, whylen, "this PS is starting: its rows may be moving; try again");
+        return SS_ERR_STATE;
+    }
+    bool *found = malloc(n * sizeof *found + 1);
+    uint64_t *mine = malloc(n * sizeof *mine + 1);
+    ss_status st = found && mine ? SS_OK : SS_ERR_NO_MEMORY;
+    pthread_mutex_lock(&mv->lock);
+    if (st == SS_OK)
+        st = current_plan(mv);
+    if (st == SS_OK && mv->p.nsrc && mv->p.self >= 0)
+        st = ss__emb_store_holds(mv->cfg.store, table, ids, n, found);
+    const uint32_t tid = ss__emb_table_id(table);
+    for (size_t i = 0; st == SS_OK && mv->p.self >= 0 && i < mv->p.nsrc; i++) {
+        source *s = &mv->p.src[i];
+        size_t k = 0;
+        for (size_t j = 0; j < n; j++) /* rows this PS owns now, held by s before */
+            if (!found[j] && ss__emb_shard_of(tid, ids[j], mv->p.shards) == (uint32_t)mv->p.self &&
+                mv->p.from[ss__emb_shard_of(tid, ids[j], mv->p.from_shards)] == s)
+                mine[k++] = ids[j];
+        st = take_missing(mv, s, table, mine, k, why, whylen);
+    }
+    pthread_mutex_unlock(&mv->lock);
+    free(found);
+    free(mine);
+    return st;
+}
+
+/* ---- the giving side ---- */
+
+typedef struct leaving {
+    uint32_t tid, to, shards;
+} leaving;
+
+/* Whether a row goes to the taker under the new map. */
+static bool leaves_for(void *ctx, uint64_t id) {
+    const leaving *l = ctx;
+    return ss__emb_shard_of(l->tid, id, l->shards) == l->to;
+}
+
+static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    r->status = st;
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    va_end(ap);
+}
+
+/* The request against the plan: the same epoch and map size, a taker
+ * that is not this PS. mv->lock held. */
+static bool request_fits(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
+                         ss__rpc_reply *r) {
+    if (current_plan(mv) != SS_OK || m->epoch != mv->p.epoch) {
+        refuse(r, SS_ERR_STATE,
+               "Handoff for " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu",
+               (unsigned long long)m->epoch, (unsigned long long)mv->p.epoch);
+        return false;
+    }
+    if (m->shards != mv->p.shards || m->to_shard >= m->shards || (int)m->to_shard == mv->p.self) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT,
+               "Handoff to shard %u of %u: this server's map has %u shards and it is shard %d",
+               m->to_shard, m->shards, mv->p.shards, mv->p.self);
+        return false;
+    }
+    return true;
+}
+
+static void reply_tables(ss__ps_row_moves *mv, ss__rpc_reply *r) {
+    ss__emb_spec specs[64];
+    const size_t n = ss__emb_store_tables(mv->cfg.store, specs, 64);
+    Shadowsync__V1__TableSpec ts[64], *tp[64];
+    for (size_t i = 0; i < n; i++) {
+        shadowsync__v1__table_spec__init(&ts[i]);
+        ts[i].name = specs[i].name;
+        ts[i].dim = specs[i].dim;
+        ts[i].optimizer = (uint32_t)specs[i].optimizer;
+        ts[i].lr = specs[i].lr;
+        ts[i].eps = specs[i].eps;
+        ts[i].init_scale = specs[i].init_scale;
+        tp[i] = &ts[i];
+    }
+    Shadowsync__V1__HandoffReply out = SHADOWSYNC__V1__HANDOFF_REPLY__INIT;
+    out.n_tables = n;
+    out.tables = tp;
+    ss__rpc_reply_pack(&out.base, r);
+}
+
+/* Ids of a bytes field, aligned, each leaving for the taker; NULL with
+ * the refusal in r otherwise. */
+static uint64_t *ids_for(const ProtobufCBinaryData *b, const leaving *l, size_t *n,
+                         ss__rpc_reply *r) {
+    *n = b->len / sizeof(uint64_t);
+    if (b->len % sizeof(uint64_t) || *n > MAX_TAKE) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "ids: whole uint64s, at most %d", MAX_TAKE);
+        return NULL;
+    }
+    uint64_t *ids = malloc(*n * sizeof *ids + 1);
+    if (!ids) {
+        refuse(r, SS_ERR_NO_MEMORY, "out of memory");
+        return NULL;
+    }
+    if (*n)
+        memcpy(ids, b->data, *n * sizeof *ids);
+    for (size_t i = 0; i < *n; i++)
+        if (!leaves_for((void *)l, ids[i])) {
+            refuse(r, SS_ERR_INVALID_ARGUMENT, "row %llu does not move to shard %u of %u",
+                   (unsigned long long)ids[i], l->to, l->shards);
+            free(ids);
+            return NULL;
+        }
+    return ids;
+}
+
+/* Forgets what the taker holds, then takes the rows asked for. */
+static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
+                 const ss__emb_spec *spec, ss__rpc_reply *r) {
+    const leaving l = {ss__emb_table_id(spec->name), m->to_shard, m->shards};
+    const size_t rf = ss__emb_row_floats(spec);
+    size_t ndone = 0, nids = 0, taken = 0;
+    uint64_t *done = ids_for(&m->done_ids, &l, &ndone, r);
+    uint64_t *ids = done ? ids_for(&m->ids, &l, &nids, r) : NULL;
+    size_t max = m->ids.len ? nids : m->max_rows;
+    if (ids && !m->ids.len && (max == 0 || max > MAX_TAKE)) {
+        refuse(r, SS_ERR_INVALID_ARGUMENT, "max_rows %zu: 1 .. %d", max, MAX_TAKE);
+        max = 0;
+    }
+    if (ids && max && (uint64_t)max * rf * sizeof(float) > ((uint64_t)64 << 20))
+        max = (size_t)(((uint64_t)64 << 20) / (rf * sizeof(float))); /* a 64 MiB reply */
+    uint64_t *out_ids = max ? malloc(max * sizeof *out_ids) : NULL;
+    float *out_rows = max ? malloc(max * rf * sizeof *out_rows) : NULL;
+    ss_status st = done && ids && (!max || (out_ids && out_rows)) ? SS_OK : SS_ERR_NO_MEMORY;
+    if (st == SS_OK)
+        st = ss__emb_store_forget(mv->cfg.store, spec->name, done, ndone);
+    if (st == SS_OK && max)
+        st = ss__emb_store_take(mv->cfg.store, spec->name, m->ids.len ? ids : NULL, nids,
+                                leaves_for, (void *)&l, max, out_ids, out_rows, &taken);
+    if (st == SS_OK) {
+        Shadowsync__V1__HandoffReply out = SHADOWSYNC__V1__HANDOFF_REPLY__INIT;
+        out.ids = (ProtobufCBinaryData){taken * sizeof *out_ids, (uint8_t *)out_ids};
+        out.rows = (ProtobufCBinaryData){taken * rf * sizeof(float), (uint8_t *)out_rows};
+        ss__rpc_reply_pack(&out.base, r);
+        ss__counter_add(mv->out, taken);
+    } else if (r->status == SS_OK) {
+        refuse(r, st, "taking rows of %s: %s", spec->name, ss_strerror(st));
+    }
+    free(done);
+    free(ids);
+    free(out_ids);
+    free(out_rows);
+}
+
+void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__ps_row_moves *mv = ctx;
+    Shadowsync__V1__HandoffRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__handoff_request__descriptor, req, len, reply);
+    if (!m)
+        return;
+    ss__emb_spec spec;
+    pthread_mutex_lock(&mv->lock);
+    if (!atomic_load(&mv->ready))
+        refuse(reply, SS_ERR_STATE, "this PS is starting; try again");
+    else if (!request_fits(mv, m, reply))
+        ;
+    else if (!m->table || !*m->table)
+        reply_tables(mv, reply);
+    else if (ss__emb_store_table_spec(mv->cfg.store, m->table, &spec) != SS_OK)
+        refuse(reply, SS_ERR_NOT_FOUND, "unknown table %s", m->table);
+    else
+        give(mv, m, &spec, reply);
+    pthread_mutex_unlock(&mv->lock);
+    shadowsync__v1__handoff_request__free_unpacked(m, NULL);
+}
+
+/* ---- life ---- */
+
+ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row_moves **out) {
+    if (!cfg || !cfg->store || !cfg->map || !cfg->batch_rows || cfg->batch_rows > MAX_TAKE)
+        return SS_ERR_INVALID_ARGUMENT;
+    ss__ps_row_moves *mv = calloc(1, sizeof *mv);
+    if (!mv)
+        return SS_ERR_NO_MEMORY;
+    mv->cfg = *cfg;
+    if (!mv->cfg.timeout_ms)
+        mv->cfg.timeout_ms = 10000;
+    pthread_mutex_init(&mv->lock, NULL);
+    pthread_mutex_init(&mv->stop_lock, NULL);
+    ss__cond_init_monotonic(&mv->stop_cond);
+    ss__metrics *m = cfg->metrics;
+    const char *bg[] = {"how", "background", NULL}, *od[] = {"how", "on_demand", NULL};
+    const char *in_help = "Embedding rows taken from their old shard after a shard map change.";
+    ss_status st = ss__metrics_counter(m, "shadowsync_emb_rows_moved_in_total", in_help, bg,
+                                       &mv->in_background);
+    if (st == SS_OK)
+        st = ss__metrics_counter(m, "shadowsync_emb_rows_moved_in_total", in_help, od,
+                                 &mv->in_on_demand);
+    if (st == SS_OK)
+        st = ss__metrics_counter(m, "shadowsync_emb_rows_moved_out_total",
+                                 "Embedding rows given to their new shard.", NULL, &mv->out);
+    if (st == SS_OK)
+        st = ss__metrics_counter(m, "shadowsync_emb_row_move_failures_total",
+                                 "Background row moves that failed (tried again).", NULL,
+                                 &mv->failures);
+    if (st == SS_OK)
+        st = ss__metrics_gauge(m, "shadowsync_emb_row_moves_pending",
+                               "Old shards and tables this PS still takes rows from (0: none).",
+                               NULL, &mv->pending);
+    if (st != SS_OK) {
+        ss__ps_row_moves_destroy(mv);
+        return st;
+    }
+    *out = mv;
+    return SS_OK;
+}
+
+ss_status ss__ps_row_moves_run(ss__ps_row_moves *mv, const char *self) {
+    pthread_mutex_lock(&mv->lock);
+    snprintf(mv->self, sizeof mv->self, "%s", self);
+    mv->p.epoch = 0; /* planned again with this PS's place */
+    ss_status st = replan(mv);
+    pthread_mutex_unlock(&mv->lock);
+    atomic_store(&mv->ready, true);
+    if (st == SS_OK && pthread_create(&mv->thread, NULL, mover_main, mv) != 0)
+        st = SS_ERR_NO_MEMORY;
+    mv->running = st == SS_OK;
+    return st;
+}
+
+void ss__ps_row_moves_destroy(ss__ps_row_moves *mv) {
+    if (!mv)
+        return;
+    if (mv->running) {
+        pthread_mutex_lock(&mv->stop_lock);
+        mv->stop = true;
+        pthread_cond_signal(&mv->stop_cond);
+        pthread_mutex_unlock(&mv->stop_lock);
+        pthread_join(mv->thread, NULL);
+    }
+    free_sources(&mv->p);
+    pthread_mutex_destroy(&mv->lock);
+    pthread_mutex_destroy(&mv->stop_lock);
+    pthread_cond_destroy(&mv->stop_cond);
+    free(mv);
+}

@@ -1,0 +1,384 @@
+/* Embedding rows moving between real shadowsync-ps processes on
+ * 127.0.0.1 while a client keeps pushing: a shard map with a "from" line
+ * grows the fleet from 2 to 3 shards and shrinks it back. Every row's
+ * value is counted by hand (SGD with lr 1 from zero rows: minus the sum of
+ * its gradients), so a row lost, pushed twice, or served by a shard that
+ * did not hold it yet shows as a wrong value; each shard's resident rows
+ * say where the rows went. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "common/clock.h"
+#include "embedding-store/emb_store.h"
+#include "procs.h"
+#include "rpc/emb/emb_client.h"
+#include "rpc/emb/embedding.pb-c.h"
+#include "rpc/rpc_pb.h"
+
+enum { K = 600, DIM = 4, SHARDS = 3 };
+
+static char g_dir[64], g_map[128];
+
+static void write_map_at(const char *path, uint64_t epoch, const char *ps, const char *from) {
+    char tmp[160];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "epoch %llu\nps %s\n", (unsigned long long)epoch, ps);
+    if (from)
+        fprintf(f, "from %s\n", from);
+    fclose(f);
+    ck_assert_int_eq(rename(tmp, path), 0); /* a PS never reads half a map */
+}
+
+static void write_map(uint64_t epoch, const char *ps, const char *from) {
+    write_map_at(g_map, epoch, ps, from);
+}
+
+/* The map file PS i reads: the fleet's, or with own_maps one of its own. */
+static void map_of(int i, bool own_maps, char *path, size_t len) {
+    if (own_maps)
+        snprintf(path, len, "%s/ps%d.map", g_dir, i);
+    else
+        snprintf(path, len, "%s", g_map);
+}
+
+static ss__emb_spec table_spec(void) {
+    ss__emb_spec s;
+    ck_assert_int_eq(ss__emb_spec_init(&s, "moving", DIM), SS_OK);
+    s.lr = 1.0f;
+    s.init_scale = 0.0f;
+    return s;
+}
+
+/* Three PS (the third idle until the map names it), each with its own
+ * database and the one map file. */
+/* PS i on listen (its database, log and map by i). */
+static pid_t start_ps(int i, const char *listen, char *addr, const char *batch, const char *pause,
+                      bool own_maps) {
+    char db[128], log[128], map[128];
+    map_of(i, own_maps, map, sizeof map);
+    snprintf(db, sizeof db, "%s/db%d", g_dir, i);
+    snprintf(log, sizeof log, "%s/ps%d.log", g_dir, i);
+    unlink(log); /* a restart's "listening on" is the one waited for */
+    /* rows are written 2.5 s after their update unless a move writes them */
+    char *extra[] = {"--http",
+                     "",
+                     "--emb-db",
+                     db,
+                     "--shard-map",
+                     map,
+                     "--move-batch-rows",
+                     (char *)batch,
+                     "--move-pause-ms",
+                     (char *)pause,
+                     "--flush-lag-ms",
+                     "5000",
+                     NULL};
+    return proc_start_ps(log, addr, 64, listen, extra);
+}
+
+static void start_fleet(pid_t *pid, char addr[SHARDS][64], const char *batch, const char *pause,
+                        bool own_maps) {
+    ss__check_tmpdir(g_dir, "ss-moves");
+    snprintf(g_map, sizeof g_map, "%s/fleet.map", g_dir);
+    for (int i = 0; i < SHARDS; i++) {
+        char map[128];
+        map_of(i, own_maps, map, sizeof map);
+        write_map_at(map, 1, "127.0.0.1:1", NULL); /* a placeholder: ports are not known yet */
+        pid[i] = start_ps(i, "127.0.0.1:0", addr[i], batch, pause, own_maps);
+    }
+}
+
+static void stop_fleet(pid_t *pid) {
+    for (int i = 0; i < SHARDS; i++) {
+        kill(pid[i], SIGTERM);
+        ck_assert_int_eq(proc_wait(pid[i], 30), 0);
+    }
+    ss__check_rmdir(g_dir);
+}
+
+/* The table's rows resident on one PS (Embedding/Stats). */
+static uint64_t resident(const char *addr) {
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(addr, 0, NULL, &ch), SS_OK);
+    Shadowsync__V1__TableStatsRequest req = SHADOWSYNC__V1__TABLE_STATS_REQUEST__INIT;
+    req.table = "moving";
+    ProtobufCMessage *r;
+    char why[256];
+    ss_status st =
+        ss__rpc_call_message(ch, "/shadowsync.v1.Embedding/Stats", &req.base, 5000, true,
+                             &shadowsync__v1__table_stats_reply__descriptor, &r, why, sizeof why);
+    uint64_t n = 0;
+    if (st == SS_OK) {
+        n = ((Shadowsync__V1__TableStatsReply *)r)->resident_rows;
+        protobuf_c_message_free_unpacked(r, NULL);
+    }
+    ss__rpc_channel_destroy(ch);
+    return n; /* a table not opened there (NOT_FOUND): no rows */
+}
+
+/* A client of the map's epoch 2 (the first two PS); OpenTable tried until
+ * both serve that epoch (they read the map every second). */
+static ss__emb_client *open_client(char addr[SHARDS][64], const ss__emb_spec *spec, bool own_maps) {
+    char list[160], map[128];
+    snprintf(list, sizeof list, "%s,%s", addr[0], addr[1]);
+    write_map(2, list, NULL);
+    for (int i = 0; own_maps && i < SHARDS; i++) {
+        map_of(i, own_maps, map, sizeof map);
+        write_map_at(map, 2, list, NULL);
+    }
+    ss__emb_client *c;
+    ck_assert_int_eq(ss__emb_client_create(list, NULL, 10000, &c), SS_OK);
+    ss__emb_client_set_epoch(c, 2);
+    ck_assert_int_eq(ss__emb_client_follow_map(c, g_map), SS_OK);
+    ss_status st = SS_ERR_STATE;
+    for (int i = 0; i < 50 && st != SS_OK; i++) {
+        st = ss__emb_client_open_table(c, spec, NULL, NULL, 0);
+        if (st != SS_OK)
+            ss__sleep_ns(100000000ull);
+    }
+    ck_assert_int_eq(st, SS_OK);
+    return c;
+}
+
+static uint64_t ids[K];
+static float grads[K * DIM];
+
+/* One push of every row: row i gets i + 1 in each value. */
+static void push_all(ss__emb_client *c, const ss__emb_spec *spec) {
+    for (int i = 0; i < K; i++) {
+        ids[i] = (uint64_t)i * 7919 + 3;
+        for (int d = 0; d < DIM; d++)
+            grads[i * DIM + d] = (float)(i + 1);
+    }
+    ck_assert_int_eq(ss__emb_client_push(c, spec, ids, K, grads), SS_OK);
+}
+
+/* Every row read through the client: minus pushes times (i + 1). */
+static void check_rows(ss__emb_client *c, const ss__emb_spec *spec, int pushes) {
+    static float rows[K * DIM];
+    ck_assert_int_eq(ss__emb_client_lookup(c, spec, ids, K, rows), SS_OK);
+    for (int i = 0; i < K; i++)
+        for (int d = 0; d < DIM; d++)
+            ck_assert_msg(rows[i * DIM + d] == -(float)pushes * (float)(i + 1),
+                          "row %d (id %llu): %g, want %g", i, (unsigned long long)ids[i],
+                          (double)rows[i * DIM + d], -(double)pushes * (i + 1));
+}
+
+/* How many of the rows the third shard owns in a map of three. */
+static uint64_t owned_by_third(void) {
+    const uint32_t tid = ss__emb_table_id("moving");
+    uint64_t n = 0;
+    for (int i = 0; i < K; i++)
+        n += ss__emb_shard_of(tid, ids[i], 3) == 2;
+    return n;
+}
+
+static uint64_t wait_resident(const char *addr, uint64_t want) {
+    uint64_t n = resident(addr);
+    for (int i = 0; i < 100 && n != want; i++) {
+        ss__sleep_ns(100000000ull);
+        n = resident(addr);
+    }
+    return n;
+}
+
+/* 2 -> 3 -> 2 shards with pushes going on through both changes: every
+ * push applied once, the third shard holding exactly the rows the map
+ * gives it, then none once it is shrunk out. */
+START_TEST(test_rows_move_while_pushes_go_on) {
+    pid_t pid[SHARDS];
+    char addr[SHARDS][64];
+    start_fleet(pid, addr, "4096", "0", false);
+    const ss__emb_spec spec = table_spec();
+    ss__emb_client *c = open_client(addr, &spec, false);
+    push_all(c, &spec);
+    check_rows(c, &spec, 1);
+    char two[160], three[240];
+    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
+    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
+    write_map(3, three, two);
+    int pushes = 1;
+    for (int r = 0; r < 8; r++, pushes++) { /* the PS read the map meanwhile */
+        push_all(c, &spec);
+        ss__sleep_ns(200000000ull);
+    }
+    check_rows(c, &spec, pushes);
+    const uint64_t third = owned_by_third();
+    ck_assert_uint_gt(third, K / 5);
+    ck_assert_uint_eq(wait_resident(addr[2], third), third);
+    ck_assert_uint_eq(resident(addr[0]) + resident(addr[1]), K - third);
+    write_map(4, two, three); /* the third shard leaves */
+    for (int r = 0; r < 8; r++, pushes++) {
+        push_all(c, &spec);
+        ss__sleep_ns(200000000ull);
+    }
+    check_rows(c, &spec, pushes);
+    ck_assert_uint_eq(wait_resident(addr[2], 0), 0);
+    ck_assert_uint_eq(resident(addr[0]) + resident(addr[1]), K);
+    ss__emb_client_destroy(c);
+    stop_fleet(pid);
+}
+END_TEST
+
+/* The background mover all but stopped (a row a second): the rows the
+ * client asks the new shard for come from their old shard at once, not
+ * as initial rows (which a shard that did not take them first would
+ * answer: zeros here, a wrong value). */
+START_TEST(test_rows_asked_for_during_a_move_come_first) {
+    pid_t pid[SHARDS];
+    char addr[SHARDS][64];
+    start_fleet(pid, addr, "1", "1000", false);
+    const ss__emb_spec spec = table_spec();
+    ss__emb_client *c = open_client(addr, &spec, false);
+    push_all(c, &spec);
+    char two[160], three[240];
+    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
+    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
+    write_map(3, three, two);
+    ss__sleep_ns(1500000000ull); /* every PS serves epoch 3 */
+    const uint64_t third = owned_by_third();
+    ck_assert_uint_lt(resident(addr[2]), third / 2); /* the background has barely begun */
+    check_rows(c, &spec, 1);
+    ck_assert_uint_eq(resident(addr[2]), third); /* the lookups took them */
+    push_all(c, &spec);
+    check_rows(c, &spec, 2);
+    ss__emb_client_destroy(c);
+    stop_fleet(pid);
+}
+END_TEST
+
+/* One shard on the new epoch, the other still on the old one: the
+ * client's push is refused by the first and applied by the second; only
+ * the refused part goes again (routed by the new map), so every row gets
+ * the push once. */
+START_TEST(test_only_refused_parts_are_sent_again) {
+    pid_t pid[SHARDS];
+    char addr[SHARDS][64], list[160], map[128];
+    start_fleet(pid, addr, "4096", "0", true);
+    const ss__emb_spec spec = table_spec();
+    ss__emb_client *c = open_client(addr, &spec, true);
+    push_all(c, &spec);
+    snprintf(list, sizeof list, "%s,%s", addr[0], addr[1]);
+    write_map(3, list, NULL); /* the same shards: nothing moves */
+    map_of(0, true, map, sizeof map);
+    write_map_at(map, 3, list, NULL);
+    ss__sleep_ns(1500000000ull); /* the first PS serves epoch 3, the second still 2 */
+    push_all(c, &spec);          /* epoch 2: the first refuses, the second applies */
+    map_of(1, true, map, sizeof map);
+    write_map_at(map, 3, list, NULL);
+    check_rows(c, &spec, 2);
+    ss__emb_client_destroy(c);
+    stop_fleet(pid);
+}
+END_TEST
+
+/* SIGKILL of the new shard and then of an old one while rows move
+ * (slowly), each restarted on its database: the taker kept only what it
+ * had written, the giver's database kept every row not yet said to be
+ * held, so every row still has every push. */
+START_TEST(test_shards_killed_mid_move_lose_nothing) {
+    pid_t pid[SHARDS];
+    char addr[SHARDS][64];
+    start_fleet(pid, addr, "8", "20", false);
+    const ss__emb_spec spec = table_spec();
+    ss__emb_client *c = open_client(addr, &spec, false);
+    push_all(c, &spec);
+    char two[160], three[240];
+    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
+    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
+    write_map(3, three, two);
+    const uint64_t third = owned_by_third();
+    for (int i = 0; i < 100 && resident(addr[2]) < third / 4; i++)
+        ss__sleep_ns(50000000ull);
+    ck_assert_uint_lt(resident(addr[2]), third); /* mid-move */
+    int order[] = {2, 0};
+    for (int k = 0; k < 2; k++) {
+        const int i = order[k];
+        kill(pid[i], SIGKILL);
+        proc_wait(pid[i], 10);
+        char again[64];
+        pid[i] = start_ps(i, addr[i], again, "8", "20", false);
+        ck_assert_str_eq(again, addr[i]);
+        ss__sleep_ns(300000000ull);
+    }
+    static float rows[K * DIM]; /* a lookup (harmless twice) until the channels are back */
+    for (int i = 0; i < 50 && ss__emb_client_lookup(c, &spec, ids, K, rows) != SS_OK; i++)
+        ss__sleep_ns(100000000ull);
+    push_all(c, &spec);
+    check_rows(c, &spec, 2);
+    ck_assert_uint_eq(wait_resident(addr[2], third), third);
+    ss__emb_client_destroy(c);
+    stop_fleet(pid);
+}
+END_TEST
+
+static bool is_even(void *ctx, uint64_t id) {
+    (void)ctx;
+    return id % 2 == 0;
+}
+
+static ss__emb_store *open_store(const char *db) {
+    ss__emb_store_config cfg = {.db_path = db, .max_batch = 64};
+    ss__emb_store *st;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    const ss__emb_spec spec = table_spec();
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    return st;
+}
+
+/* The giver's side by hand: rows taken leave memory and stay in the
+ * database, so a giver that restarts before the taker says it holds them
+ * gives the same rows again (a taker that died gets them back); once
+ * forgotten they are gone, and a row made here again since is kept. */
+START_TEST(test_taken_rows_stay_stored_until_forgotten) {
+    ss__check_tmpdir(g_dir, "ss-take");
+    char db[128];
+    snprintf(db, sizeof db, "%s/db", g_dir);
+    ss__emb_store *st = open_store(db);
+    uint64_t mine[10], out[64];
+    float g[10 * DIM], rows[64 * DIM + 64 * 1];
+    for (int i = 0; i < 10; i++) {
+        mine[i] = (uint64_t)i + 1;
+        for (int d = 0; d < DIM; d++)
+            g[i * DIM + d] = (float)(i + 1);
+    }
+    ck_assert_int_eq(ss__emb_store_push(st, "moving", mine, 10, g, NULL, 0), SS_OK);
+    size_t n = 0;
+    ck_assert_int_eq(ss__emb_store_take(st, "moving", NULL, 0, is_even, NULL, 64, out, rows, &n),
+                     SS_OK);
+    ck_assert_uint_eq(n, 5);
+    for (size_t k = 0; k < n; k++) /* whole rows: lr 1 from zero, minus the gradient */
+        ck_assert_float_eq(rows[k * DIM], -(float)out[k]);
+    ss__emb_store_stats s;
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "moving", &s), SS_OK);
+    ck_assert_uint_eq(s.table.resident_rows, 5);
+    ss__emb_store_destroy(st); /* the giver restarts before the taker says it holds them */
+    st = open_store(db);
+    ck_assert_int_eq(ss__emb_store_take(st, "moving", NULL, 0, is_even, NULL, 64, out, rows, &n),
+                     SS_OK);
+    ck_assert_uint_eq(n, 5);
+    uint64_t again = 2; /* id 2 made here again after it was taken */
+    ck_assert_int_eq(ss__emb_store_push(st, "moving", &again, 1, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_forget(st, "moving", out, n), SS_OK);
+    ck_assert_int_eq(ss__emb_store_take(st, "moving", NULL, 0, is_even, NULL, 64, out, rows, &n),
+                     SS_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(out[0], 2);
+    ss__emb_store_destroy(st);
+    ss__check_rmdir(g_dir);
+}
+END_TEST
+
+int main(void) {
+    return ss__check_tests(
+        "row_moves", 120, NULL, NULL, test_taken_rows_stay_stored_until_forgotten,
+        test_rows_move_while_pushes_go_on, test_rows_asked_for_during_a_move_come_first,
+        test_only_refused_parts_are_sent_again, test_shards_killed_mid_move_lose_nothing);
+}
