@@ -19,6 +19,7 @@
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
+#include "shadowsync/shadowsync.h"
 
 enum { K = 600, DIM = 4, SHARDS = 3 };
 
@@ -319,6 +320,48 @@ START_TEST(test_shards_killed_mid_move_lose_nothing) {
 }
 END_TEST
 
+/* The library's remote table with emb_shard_map: it routes by the map
+ * file and, when the fleet grows under it, by the new list; every push
+ * through it lands once. */
+START_TEST(test_a_table_follows_its_shard_map) {
+    pid_t pid[SHARDS];
+    char addr[SHARDS][64];
+    start_fleet(pid, addr, "4096", "0", false);
+    const ss__emb_spec spec = table_spec();
+    ss__emb_client *c = open_client(addr, &spec, false); /* the map at epoch 2, served */
+    ss_table_config tc;
+    ss_table_config_init(&tc, "moving", DIM);
+    tc.mode = SS_TABLE_REMOTE;
+    tc.lr = 1.0f;
+    tc.init_scale = 0.0f;
+    ck_assert_int_eq(ss_table_config_set(&tc, "emb_shard_map", g_map), SS_OK);
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(NULL, &tc, &tb), SS_OK);
+    push_all(c, &spec); /* fills ids and grads */
+    char two[160], three[240];
+    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
+    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
+    write_map(3, three, two);
+    for (int r = 0; r < 8; r++) {
+        ck_assert_int_eq(ss_table_push(tb, ids, K, grads), SS_OK);
+        ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+        ss__sleep_ns(200000000ull);
+    }
+    static float rows[K * DIM];
+    ck_assert_int_eq(ss_table_lookup(tb, ids, K, rows), SS_OK);
+    for (int i = 0; i < K; i++)
+        ck_assert_msg(rows[i * DIM] == -9.0f * (float)(i + 1), "row %d: %g", i,
+                      (double)rows[i * DIM]);
+    ck_assert_uint_eq(wait_resident(addr[2], owned_by_third()), owned_by_third());
+    ss_table_stats ts;
+    ck_assert_int_eq(ss_table_get_stats(tb, &ts), SS_OK);
+    ck_assert_uint_eq(ts.failed_calls, 0);
+    ck_assert_int_eq(ss_table_close(tb), SS_OK);
+    ss__emb_client_destroy(c);
+    stop_fleet(pid);
+}
+END_TEST
+
 static bool is_even(void *ctx, uint64_t id) {
     (void)ctx;
     return id % 2 == 0;
@@ -380,5 +423,6 @@ int main(void) {
     return ss__check_tests(
         "row_moves", 120, NULL, NULL, test_taken_rows_stay_stored_until_forgotten,
         test_rows_move_while_pushes_go_on, test_rows_asked_for_during_a_move_come_first,
-        test_only_refused_parts_are_sent_again, test_shards_killed_mid_move_lose_nothing);
+        test_only_refused_parts_are_sent_again, test_shards_killed_mid_move_lose_nothing,
+        test_a_table_follows_its_shard_map);
 }

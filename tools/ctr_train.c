@@ -532,8 +532,9 @@ static int check_combination(const run_options *o, const own_flags *f) {
     else if (!f->error_feedback && o->process)
         why = "--error-feedback false is an in-process ablation; a PS keeps the mirrors with "
               "feedback (drop --ps/--agent or the flag)";
-    else if ((cfg->emb == SS_CTR_EMB_REMOTE || cfg->emb == SS_CTR_EMB_CACHED) && !*cfg->emb_ps)
-        why = "--emb remote and cached need --emb-ps or --ps";
+    else if ((cfg->emb == SS_CTR_EMB_REMOTE || cfg->emb == SS_CTR_EMB_CACHED) && !*cfg->emb_ps &&
+             !(cfg->emb_shard_map && *cfg->emb_shard_map))
+        why = "--emb remote and cached need --emb-ps, --emb-shard-map or --ps";
     else if (o->pcfg.agent && cfg->sync != SS_CTR_SYNC_SHADOW)
         why = "--agent syncs in the background: needs --sync shadow";
     else if (o->process && (f->trainers != 1 || f->rank >= f->world || cfg->eval_central))

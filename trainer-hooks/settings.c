@@ -107,6 +107,9 @@ static const key table_keys[] = {
     BK("emb_alpha", K_FLOAT, alpha, 0, 0, "cached: elastic rate of the row sync, (0, 1]"),
     BK("emb_sync_ms", K_U32, sync_interval_ms, 1, 3600000, "cached: pause between row-sync passes"),
     BK("emb_ps", K_STR, ps, 0, 0, "remote/cached: the table's shards (default: ps)"),
+    BK("emb_shard_map", K_STR, shard_map, 0, 0,
+       "remote/cached: the table's shards from a shard map file instead of emb_ps, routed again "
+       "when the PS fleet moves to a new epoch"),
     BK("emb_encoding", K_STR, encoding, 0, 0,
        "cached: row sync encoding: f32 | fp16 | bf16 | int8 (deltas applied as decoded)"),
     BK("emb_admit_count", K_U32, admit_count, 0, 65535,

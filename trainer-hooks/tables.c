@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/shard_map.h"
 #include "embedding-store/emb_table.h"
 #include "rpc/emb/emb_client.h"
 #include "trainer-hooks/errors_internal.h"
@@ -67,7 +68,7 @@ static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *
 
 /* Says which setting is wrong and why. */
 static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_spec *spec,
-                              ss__hooks_endpoint *ep) {
+                              ss__hooks_endpoint *ep, ss__shard_map *map) {
 #define BAD(...) ss__err_set(SS_ERR_INVALID_ARGUMENT, __VA_ARGS__)
     static const char *const modes[] = {"local", "remote", "cached"};
     if ((unsigned)c->mode > SS_TABLE_CACHED)
@@ -86,11 +87,26 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
     *ep = (ss__hooks_endpoint){.timeout_ms = 10000};
     if (t)
         ss__hooks_endpoint_of(t, ep);
+    if (c->ps && *c->ps && c->shard_map && *c->shard_map)
+        return BAD("table %s: emb_ps=\"%s\" and emb_shard_map=%s: pick one (the map lists the "
+                   "shards)",
+                   c->name, c->ps, c->shard_map);
     if (c->ps)
         *ep = (ss__hooks_endpoint){.ps = c->ps, .tls = ep->tls, .timeout_ms = ep->timeout_ms};
+    if (c->shard_map && *c->shard_map && c->mode != SS_TABLE_LOCAL) {
+        char why[400];
+        ss_status st = ss__shard_map_read(c->shard_map, map, why, sizeof why);
+        if (st != SS_OK)
+            return ss__err_set(st, "table %s: emb_shard_map: %s", c->name, why);
+        *ep = (ss__hooks_endpoint){.ps = map->ps,
+                                   .tls = ep->tls,
+                                   .timeout_ms = ep->timeout_ms,
+                                   .epoch = map->epoch,
+                                   .shard_map = c->shard_map};
+    }
     if (c->mode != SS_TABLE_LOCAL && (!ep->ps || !*ep->ps))
-        return BAD("table %s: emb=%s needs shards: set emb_ps (SHADOWSYNC_EMB_PS) or the "
-                   "trainer's ps",
+        return BAD("table %s: emb=%s needs shards: set emb_ps (SHADOWSYNC_EMB_PS), "
+                   "emb_shard_map or the trainer's ps",
                    c->name, modes[c->mode]);
     if (c->mode != SS_TABLE_LOCAL && (c->admit_count > 1 || c->ttl_s || c->max_live_rows))
         return BAD("table %s: emb_admit_count, emb_ttl_s and emb_max_live_rows bound local "
@@ -218,7 +234,8 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     ss_table_config c;
     ss_status st = ss__table_config_read(in, &c);
     const ss_table_config *cfg = &c;
-    if (st != SS_OK || (st = check_config(t, cfg, &spec, &ep)) != SS_OK)
+    ss__shard_map map; /* emb_shard_map's: ep.ps points into it */
+    if (st != SS_OK || (st = check_config(t, cfg, &spec, &ep, &map)) != SS_OK)
         return st;
     ss_table *tb = calloc(1, sizeof *tb);
     if (!tb)

@@ -326,6 +326,12 @@ typedef struct ss_table_config {
     uint32_t admit_count;
     uint64_t ttl_s;
     uint64_t max_live_rows;
+    /* emb_shard_map: remote/cached: the table's shards from a shard map
+     * file (epoch, ps list) instead of emb_ps; when the PS fleet moves to a
+     * new epoch (rows moving between shards while training runs), the
+     * table reads the map again and routes by the new list. (Added in
+     * 0.2.) */
+    const char *shard_map;
 } ss_table_config;
 
 typedef struct ss_table_stats {

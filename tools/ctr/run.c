@@ -63,6 +63,7 @@ ss_status ss__ctr_train_config_settings(ss__ctr_train_config *cfg, const ss_trai
     cfg->emb_sync_ms = tb->sync_interval_ms;
     cfg->emb_encoding = tb->encoding;
     cfg->emb_ps = tb->ps;
+    cfg->emb_shard_map = tb->shard_map;
     return SS_OK;
 }
 
@@ -206,6 +207,7 @@ static ss_status open_table(run *r) {
     if (cfg->emb_encoding)
         t.encoding = cfg->emb_encoding;
     t.ps = cfg->emb_ps;
+    t.shard_map = cfg->emb_shard_map;
     st = ss_table_open(r->tr[0].hooks, &t, &r->table);
     if (st != SS_OK)
         SS_LOG_ERRORF("ctr-train", "event=table_open_failed mode=%s status=%s",

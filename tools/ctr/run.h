@@ -79,6 +79,7 @@ typedef struct ss__ctr_train_config {
      * API in local, remote or cached mode (emb_lr is the table's lr). */
     ss__ctr_emb_mode emb;
     const char *emb_ps;               /* remote/cached shards; NULL = the process config's ps */
+    const char *emb_shard_map;        /* or a shard map file of them, followed; NULL = none */
     ss_table_optimizer emb_optimizer; /* both paths: the array and the table */
     size_t emb_cache_rows;            /* cached mode */
     float emb_alpha;                  /* cached mode: elastic rate of the row sync */
