@@ -149,11 +149,14 @@ static int write_rows(ss_table *tb, uint32_t dim, const char *path, int64_t rows
 }
 
 int main(int argc, char **argv) {
-    const char *ps = "", *table = "soak", *log = "emu-emb.log", *check = "";
+    const char *ps = "", *shard_map = "", *table = "soak", *log = "emu-emb.log", *check = "";
     int64_t dim = 16, rows = 16, interval_ms = 50, until_ms = 0;
     double seconds = 10;
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "PS shards, host:port[,host:port...]", NULL, 0, 0},
+        {"shard-map", SS_FLAG_STRING, &shard_map,
+         "instead of --ps: the shards of a shard map file, routed again when it moves on", NULL, 0,
+         0},
         {"table", SS_FLAG_STRING, &table, "the table's name", NULL, 0, 0},
         {"dim", SS_FLAG_INT, &dim, "floats per row", NULL, 1, 4096},
         {"rows", SS_FLAG_INT, &rows, "new rows per push", NULL, 1, 65536},
@@ -168,19 +171,20 @@ int main(int argc, char **argv) {
     int code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (code >= 0)
         return code;
-    if (!*ps) {
-        fprintf(stderr, "%s: --ps (or SHADOWSYNC_PS) is required\n", program.name);
+    if (!*ps == !*shard_map) {
+        fprintf(stderr, "%s: --ps or --shard-map (one of them) is required\n", program.name);
         return 2;
     }
     ss_table_config tc;
     ss_table_config_init(&tc, table, (uint32_t)dim);
     tc.mode = SS_TABLE_REMOTE;
-    tc.ps = ps;
+    tc.ps = *ps ? ps : NULL;
+    tc.shard_map = *shard_map ? shard_map : NULL;
     ss_table *tb = NULL;
     ss_status st = ss_table_open(NULL, &tc, &tb);
     if (st != SS_OK) {
-        fprintf(stderr, "%s: opening table %s on %s: %s\n", program.name, table, ps,
-                ss_strerror(st));
+        fprintf(stderr, "%s: opening table %s on %s: %s\n", program.name, table,
+                *ps ? ps : shard_map, ss_last_error());
         return 1;
     }
     const uint64_t start = realtime_ms();

@@ -173,8 +173,9 @@ ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, const uint6
 ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                               bool *found);
 /* Rows taken from another shard (full rows): each put unless this store
- * holds its id already; *put: how many were. SS_ERR_NON_FINITE (nothing
- * put) when a value is not finite. */
+ * holds its id already, and written to the database synced before this
+ * returns; *put: how many were. SS_ERR_NON_FINITE (nothing put) when a
+ * value is not finite. */
 ss_status ss__emb_store_put_absent(ss__emb_store *st, const char *table, const uint64_t *ids,
                                    size_t n, const float *rows, size_t *put);
 /* The specs of the tables, up to max; returns how many. */

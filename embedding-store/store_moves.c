@@ -151,6 +151,11 @@ ss_status ss__emb_store_put_absent(ss__emb_store *st, const char *table, const u
         }
     if (s == SS_OK && k)
         s = ss__emb_table_put_full(tb->t, new_ids, k, new_rows);
+    /* Durable before the giver is told (it then forgets them): these rows
+     * alone, synced, not a flush of every dirty row. The flusher writes
+     * them again later, as they are then. */
+    if (s == SS_OK && k && st->db)
+        s = ss__emb_db_put_rows(st->db, tb->tid, new_ids, k, rf, new_rows, true);
     if (s == SS_OK)
         *put = k;
     free(found);

@@ -295,7 +295,7 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          "verified client may)",
          NULL, 0, 0},
         {"shard-map", SS_FLAG_STRING, &o->shard_map,
-         "the fleet's shard map (\"epoch N\", \"ps host:port,...\"), read again every second: "
+         "the fleet's shard map (\"epoch N\", \"ps host:port,...\"), read again every 200 ms: "
          "calls routed by another epoch are refused, saying both; a \"from host:port,...\" line "
          "(the list before) moves the embedding rows whose shard changed while serving (\"\" = "
          "none)",

@@ -10,7 +10,7 @@
 #include "common/shard_map.h"
 #include "common/ticker.h"
 
-#define WATCH_PERIOD_NS 1000000000ull
+#define WATCH_PERIOD_NS 200000000ull
 
 struct ss__ps_map_watch {
     char path[4096];

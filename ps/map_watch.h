@@ -1,5 +1,5 @@
 /* A PS's shard map (--shard-map FILE, common/shard_map.h): read at start,
- * read again every second; its epoch only grows (a file with an older one
+ * read again every 200 ms; its epoch only grows (a file with an older one
  * is logged and ignored). The gRPC server refuses calls routed by another
  * epoch (ss__rpc_server_config.map_epoch). */
 #ifndef SS_PS_MAP_WATCH_H

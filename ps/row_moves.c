@@ -17,7 +17,7 @@
 
 #define MAX_SHARDS    256
 #define MAX_TAKE      65536 /* rows of one Handoff */
-#define STALE_WAIT_MS 3000  /* an old owner reads the new map within a second */
+#define STALE_WAIT_MS 3000  /* an old owner reads the new map within 200 ms */
 #define IDLE_POLL_NS  100000000ull
 #define M_HANDOFF     "/shadowsync.v1.Embedding/Handoff"
 
@@ -51,7 +51,8 @@ typedef struct plan {
 struct ss__ps_row_moves {
     ss__ps_row_moves_config cfg;
     char self[256];
-    pthread_mutex_t lock; /* the plan, and one take at a time */
+    pthread_mutex_t lock; /* the taking side: its plan, one take at a time (held across
+                             calls to other PS: the giving side never takes it) */
     plan p;
     _Atomic uint64_t planned; /* p.epoch, read without the lock */
     _Atomic bool ready;       /* run() was called */
@@ -102,9 +103,12 @@ static ss_status replan(ss__ps_row_moves *mv) {
             continue;
         source *s = &p->src[p->nsrc++];
         snprintf(s->addr, sizeof s->addr, "%s", was[j]);
+        /* Handoff carries its epoch in the request, not as the call's: a
+         * call with one would wait on the giver's map gate, and two PS
+         * changing epoch while each serves a request that takes from the
+         * other would each wait on the other's. The giver needs no gate:
+         * once it serves the new epoch no call of the old one is left. */
         st = ss__rpc_channel_create(was[j], (size_t)1 << 30, mv->cfg.tls, &s->ch);
-        if (st == SS_OK)
-            ss__rpc_channel_set_epoch(s->ch, m.epoch);
         p->from[j] = s;
     }
     atomic_store(&mv->done, p->nsrc == 0 || p->self < 0);
@@ -183,8 +187,6 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
         memcpy(rows, x->rows.data, k * rf * sizeof *rows);
         st = ss__emb_store_put_absent(mv->cfg.store, tt->name, kept, k, rows, &put);
     }
-    if (st == SS_OK && k)
-        st = ss__emb_store_flush(mv->cfg.store); /* durable before the giver forgets them */
     if (st == SS_OK) {
         free(tt->pending);
         tt->pending = kept;
@@ -377,20 +379,41 @@ static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The request against the plan: the same epoch and map size, a taker
- * that is not this PS. mv->lock held. */
+/* What the giving side needs of the map served now, read apart from the
+ * taking side's lock: that side holds it while it calls another PS, whose
+ * taking side may be calling this one (two PS taking from each other). */
+typedef struct give_view {
+    uint64_t epoch;
+    uint32_t shards;
+    int self;
+} give_view;
+
+static void view_of(ss__ps_row_moves *mv, give_view *v) {
+    ss__shard_map m;
+    ss__ps_map_watch_get(mv->cfg.map, &m);
+    char buf[SS_SHARD_MAP_PS_MAX];
+    const char *a[MAX_SHARDS];
+    v->epoch = m.epoch;
+    v->shards = (uint32_t)ss__shard_map_split(m.ps, buf, sizeof buf, a, MAX_SHARDS);
+    v->self = ss__shard_map_index(m.ps, mv->self);
+}
+
+/* The request against the map: the same epoch and size, a taker that is
+ * not this PS. */
 static bool request_fits(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
                          ss__rpc_reply *r) {
-    if (current_plan(mv) != SS_OK || m->epoch != mv->p.epoch) {
+    give_view v;
+    view_of(mv, &v);
+    if (m->epoch != v.epoch) {
         refuse(r, SS_ERR_STATE,
                "Handoff for " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu",
-               (unsigned long long)m->epoch, (unsigned long long)mv->p.epoch);
+               (unsigned long long)m->epoch, (unsigned long long)v.epoch);
         return false;
     }
-    if (m->shards != mv->p.shards || m->to_shard >= m->shards || (int)m->to_shard == mv->p.self) {
+    if (m->shards != v.shards || m->to_shard >= m->shards || (int)m->to_shard == v.self) {
         refuse(r, SS_ERR_INVALID_ARGUMENT,
                "Handoff to shard %u of %u: this server's map has %u shards and it is shard %d",
-               m->to_shard, m->shards, mv->p.shards, mv->p.self);
+               m->to_shard, m->shards, v.shards, v.self);
         return false;
     }
     return true;
@@ -487,7 +510,6 @@ void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc
     if (!m)
         return;
     ss__emb_spec spec;
-    pthread_mutex_lock(&mv->lock);
     if (!atomic_load(&mv->ready))
         refuse(reply, SS_ERR_STATE, "this PS is starting; try again");
     else if (!request_fits(mv, m, reply))
@@ -498,7 +520,6 @@ void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc
         refuse(reply, SS_ERR_NOT_FOUND, "unknown table %s", m->table);
     else
         give(mv, m, &spec, reply);
-    pthread_mutex_unlock(&mv->lock);
     shadowsync__v1__handoff_request__free_unpacked(m, NULL);
 }
 

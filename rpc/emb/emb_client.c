@@ -180,7 +180,7 @@ static bool reroute(ss__emb_client *c) {
         c->epoch = m.epoch;
         ss_status st = open_channels(c, m.ps);
         /* A shard that has not read the new map yet refuses; it will
-         * within a second. */
+         * within 200 ms. */
         const uint64_t until = ss__now_ns() + 3000000000ull;
         for (size_t i = 0; st == SS_OK && i < c->nopened; i++)
             while ((st = open_table_locked(c, &c->opened[i], NULL, why, sizeof why)) ==
@@ -611,7 +611,7 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
     const uint64_t deadline = ss__now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
     while (stale && ss__now_ns() < deadline) {
         if (!reroute(c))
-            ss__sleep_ns(100000000ull); /* the servers read the new map within a second */
+            ss__sleep_ns(100000000ull); /* the servers read the new map within 200 ms */
         st = retry_marked(c, op, spec, main, push, alpha, out, sm, sp, &stale);
     }
     free(sm);

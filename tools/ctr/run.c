@@ -354,7 +354,7 @@ ss_status ss__ctr_train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch
         for (uint32_t k = 0; k < cfg->workers; k++) {
             if (pthread_create(&threads[nthreads], NULL, ss__ctr_worker_main, &wargs[t]) != 0) {
                 st = SS_ERR_NO_MEMORY;
-                atomic_store(&r->failed, 1);
+                ss__ctr_run_failed(r, st);
                 break;
             }
             nthreads++;
@@ -381,7 +381,7 @@ ss_status ss__ctr_train_pass(run *r, const ss__ctr_dataset *rows, uint32_t epoch
     free(threads);
     free(wargs);
     if (st == SS_OK && atomic_load(&r->failed))
-        st = SS_ERR_NO_MEMORY;
+        st = (ss_status)atomic_load(&r->failed);
     return st;
 }
 

@@ -49,7 +49,7 @@ typedef struct run {
     trainer tr[SS_CTR_MAX_TRAINERS];
     _Atomic uint32_t trainers_left;
     _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */
-    _Atomic int failed;              /* a foreground round failed hard */
+    _Atomic int failed;              /* a worker's failure (ss_status; 0 = none) */
     float *best_dense, *best_emb;    /* the best epoch's model (early stopping) */
     uint64_t t_begin;                /* the first epoch's start (progress lines) */
     bool restored;                   /* the best epoch's model is back in replica 0; sync is over */
@@ -75,5 +75,11 @@ ss_status ss__ctr_run_stream(run *r, ss__ctr_train_result *res);
 /* A worker of a trainer (pthread main; arg: a worker_arg) until the
  * pass's examples run out. */
 void *ss__ctr_worker_main(void *arg);
+
+/* The first failure of a worker is the run's (later ones are its echoes). */
+static inline void ss__ctr_run_failed(run *r, ss_status st) {
+    int none = 0;
+    atomic_compare_exchange_strong(&r->failed, &none, (int)st);
+}
 
 #endif

@@ -128,13 +128,14 @@ void *ss__ctr_worker_main(void *arg) {
     ss__ctr_worker *w = NULL;
     const ss__ctr_example **batch = malloc(cfg->batch * sizeof *batch);
     if (!batch || ss__ctr_worker_create(&cfg->model, &w) != SS_OK) {
-        atomic_store(&r->failed, 1);
+        ss__ctr_run_failed(r, SS_ERR_NO_MEMORY);
         goto done;
     }
     double loss = 0.0;
     if (r->table) {
-        if (table_loop(tr, w, batch, &loss) != SS_OK)
-            atomic_store(&r->failed, 1);
+        ss_status st = table_loop(tr, w, batch, &loss);
+        if (st != SS_OK)
+            ss__ctr_run_failed(r, st);
     } else {
         size_t n;
         while ((n = claim_batch(tr, batch)) > 0) {

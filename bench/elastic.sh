@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Embedding shards growing and shrinking while training runs: ctr-gen
+# --drift piped into ctr-train, its embeddings on shadowsync-ps shards
+# routed by a shard map (--emb remote --emb-shard-map), beside a writer
+# that logs every row whose push was acknowledged (shadowsync-emu-emb), on
+# 3 PS processes on 127.0.0.1. The map goes from 2 shards to 3 at GROW_S
+# seconds and back to 2 at SHRINK_S; the same stream runs once more
+# without changes (the baseline, same run). Prints per run: examples/s,
+# progressive NE, and for each change the rows moved / expected (a third
+# of the rows at the grow, every row of the third shard at the shrink),
+# the seconds until the move completed, and the training's dip (its
+# slowest progress second during the move / its median second before);
+# then the writer's rows lost (verified against the last map).
+#   bash bench/elastic.sh                     # ROWS=4000000 GROW_S=8 SHRINK_S=20
+#   bash bench/elastic.sh --rows 8000000 --grow-s 15 --shrink-s 40
+source "$(dirname "$0")/common.sh"
+ROWS=${ROWS:-4000000}
+GROW_S=${GROW_S:-8}
+SHRINK_S=${SHRINK_S:-20}
+MAP=$PWD/out/bench-elastic.map
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+
+write_map() { # epoch ps [from]
+  { echo "epoch $1"; echo "ps $2"; [ -z "${3:-}" ] || echo "from $3"; } >"$MAP.tmp"
+  mv "$MAP.tmp" "$MAP"
+}
+
+metric() { # k regex: PS k's series
+  bench_metric_sum "${https[$1]}" "$2"
+}
+
+# Seconds (to 0.1 s) from t0 until every shard serves the epoch and
+# reports no move pending, and PS k holds `rows` resident rows when given.
+wait_moved() { # t0 epoch [k rows]
+  local k left
+  while :; do
+    left=0
+    for k in 0 1 2; do
+      [ "$(metric "$k" '^shadowsync_shard_map_epoch ')" = "$2" ] || left=$((left + 1))
+      left=$((left + $(metric "$k" '^shadowsync_emb_row_moves_pending ')))
+    done
+    if [ "$left" = 0 ] && { [ -z "${3:-}" ] || [ "$(metric "$3" '^shadowsync_emb_resident_rows ')" = "$4" ]; }; then
+      break
+    fi
+    sleep 0.1
+  done
+  awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'
+}
+
+moved_in() { # k...: rows moved into these PS so far
+  local k t=0
+  for k in "$@"; do t=$((t + $(metric "$k" '^shadowsync_emb_rows_moved_in_total'))); done
+  echo "$t"
+}
+
+rows_of() { # k...: resident rows of these PS
+  local k t=0
+  for k in "$@"; do t=$((t + $(metric "$k" '^shadowsync_emb_resident_rows '))); done
+  echo "$t"
+}
+
+# The training's examples/s between its progress lines (one a chunk of
+# the stream), from its log: the slowest interval that overlaps [a, b)
+# seconds over the median interval that ends before a.
+dip() { # log a b
+  local per m
+  per=$(grep -o 't=[0-9.]*s examples=[0-9]*' "$1" | tr -d 'tsexampl=' | awk '
+    NR > 1 && $1 > t {print t, $1, ($2 - e) / ($1 - t)} {t = $1; e = $2}')
+  m=$(awk -v a="$2" '$2 <= a {print $3}' <<<"$per" | median)
+  awk -v a="$2" -v b="$3" -v m="${m:-0}" '$2 > a && $1 < b && (min == "" || $3 < min) {min = $3}
+    END {printf "%.3f", (m > 0 && min != "") ? min / m : 0}' <<<"$per"
+}
+
+run() { # moves|none -> a result line
+  local mode=$1 k log=out/bench-elastic-$1.log
+  https=() addrs=()
+  write_map 1 127.0.0.1:1 # a placeholder until the ports are known
+  for k in 0 1 2; do
+    rm -rf "out/bench-elastic-db$k"
+    bench_ps_start "out/bench-elastic-ps$k.log" --shard-map "$MAP" --emb-db "out/bench-elastic-db$k"
+    pids+=("$ps_pid")
+    https[k]=$ps_http addrs[k]=$addr
+  done
+  local two="${addrs[0]},${addrs[1]}" three="${addrs[0]},${addrs[1]},${addrs[2]}"
+  write_map 2 "$two"
+  sleep 1.5 # every PS serves epoch 2
+  rm -f out/bench-elastic-acked.log
+  ./build/bin/shadowsync-emu-emb --shard-map "$MAP" --log out/bench-elastic-acked.log \
+    --seconds $((SHRINK_S + 8)) --interval-ms 100 >out/bench-elastic-writer.log 2>&1 &
+  local writer=$!
+  local t0
+  t0=$(date +%s.%N)
+  ./build/bin/ctr-gen --drift --rows "$ROWS" --out - --quiet 2>/dev/null |
+    ./build/bin/ctr-train --train - --emb remote --emb-shard-map "$MAP" --progress 1 >"$log" 2>&1 &
+  local trainer=$! grow="-" shrink="-" ratio_g="-" ratio_s="-" dip_g="-" dip_s="-" g s
+  if [ "$mode" = moves ]; then
+    sleep "$GROW_S"
+    local before tg ts
+    before=$(rows_of 0 1)
+    tg=$(date +%s.%N)
+    write_map 3 "$three" "$two"
+    grow=$(wait_moved "$tg" 3)
+    ratio_g=$(awk -v m="$(moved_in 2)" -v e="$before" 'BEGIN {printf "%.3f", m / (e / 3)}')
+    sleep "$(awk -v a="$SHRINK_S" -v b="$(date +%s.%N)" -v t="$t0" 'BEGIN {d = a - (b - t); print (d > 0 ? d : 0)}')"
+    before=$(rows_of 2)
+    local in_before
+    in_before=$(moved_in 0 1)
+    ts=$(date +%s.%N)
+    write_map 4 "$two" "$three"
+    shrink=$(wait_moved "$ts" 4 2 0)
+    ratio_s=$(awk -v m="$(($(moved_in 0 1) - in_before))" -v e="$before" 'BEGIN {printf "%.3f", m / e}')
+    g=$(awk -v a="$tg" -v t="$t0" 'BEGIN {print a - t}')
+    s=$(awk -v a="$ts" -v t="$t0" 'BEGIN {print a - t}')
+  fi
+  wait "$trainer"
+  if [ "$mode" = moves ]; then # the progress lines after each move are in now
+    dip_g=$(dip "$log" "$g" "$(awk -v a="$g" -v d="$grow" 'BEGIN {print a + d}')")
+    dip_s=$(dip "$log" "$s" "$(awk -v a="$s" -v d="$shrink" 'BEGIN {print a + d}')")
+  fi
+  wait "$writer" || true
+  local verify
+  verify=$(./build/bin/shadowsync-emu-emb --shard-map "$MAP" --verify out/bench-elastic-acked.log 2>&1 | grep '^emu-emb-verify:' || true)
+  kill "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+  pids=()
+  printf '%-6s %10s %9s   %5s %6s %6s   %5s %6s %6s   %s\n' "$mode" \
+    "$(summary_field "$(cat "$log")" examples/s)" \
+    "$(grep '^summary-online:' "$log" | grep -o 'progressive_ne=[0-9.na]*' | cut -d= -f2)" \
+    "$ratio_g" "$grow" "$dip_g" "$ratio_s" "$shrink" "$dip_s" "${verify#emu-emb-verify: }"
+}
+
+echo "elastic embedding shards: ctr-gen --drift, $ROWS rows piped into ctr-train (--emb remote" \
+  "--emb-shard-map) and shadowsync-emu-emb's acknowledged rows, 3 shadowsync-ps on 127.0.0.1;" \
+  "moves: 2 -> 3 shards at ${GROW_S} s, 3 -> 2 at ${SHRINK_S} s"
+printf '%-6s %10s %9s   %-20s   %-20s   %s\n' run examples/s prog_ne "grow: moved/exp s dip" \
+  "shrink: moved/exp s dip" "writer (rows acknowledged, lost)"
+run none
+run moves
