@@ -173,11 +173,16 @@ ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, const uint6
 ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                               bool *found);
 /* Rows taken from another shard (full rows): each put unless this store
- * holds its id already, and written to the database synced before this
- * returns; *put: how many were. SS_ERR_NON_FINITE (nothing put) when a
- * value is not finite. */
+ * holds its id already (sync: written to the database, synced, before
+ * this returns; else by the flusher, see ss__emb_store_durable_before);
+ * *put: how many were. SS_ERR_NON_FINITE (nothing put) when a value is
+ * not finite. */
 ss_status ss__emb_store_put_absent(ss__emb_store *st, const char *table, const uint64_t *ids,
-                                   size_t n, const float *rows, size_t *put);
+                                   size_t n, const float *rows, bool sync, size_t *put);
+/* Every update applied before this time (ss__now_ns's clock) is in the
+ * database, as durable as the store's writes are (UINT64_MAX without a
+ * database: nothing more will be). */
+uint64_t ss__emb_store_durable_before(ss__emb_store *st);
 /* The specs of the tables, up to max; returns how many. */
 size_t ss__emb_store_tables(ss__emb_store *st, ss__emb_spec *out, size_t max);
 

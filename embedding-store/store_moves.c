@@ -128,7 +128,7 @@ ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64
 }
 
 ss_status ss__emb_store_put_absent(ss__emb_store *st, const char *table, const uint64_t *ids,
-                                   size_t n, const float *rows, size_t *put) {
+                                   size_t n, const float *rows, bool sync, size_t *put) {
     store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;
     *put = 0;
     if (!tb)
@@ -151,10 +151,9 @@ ss_status ss__emb_store_put_absent(ss__emb_store *st, const char *table, const u
         }
     if (s == SS_OK && k)
         s = ss__emb_table_put_full(tb->t, new_ids, k, new_rows);
-    /* Durable before the giver is told (it then forgets them): these rows
-     * alone, synced, not a flush of every dirty row. The flusher writes
-     * them again later, as they are then. */
-    if (s == SS_OK && k && st->db)
+    /* Durable now (these rows alone, synced, not a flush of every dirty
+     * row); the flusher writes them again later, as they are then. */
+    if (s == SS_OK && k && st->db && sync)
         s = ss__emb_db_put_rows(st->db, tb->tid, new_ids, k, rf, new_rows, true);
     if (s == SS_OK)
         *put = k;
@@ -171,4 +170,8 @@ size_t ss__emb_store_tables(ss__emb_store *st, ss__emb_spec *out, size_t max) {
         out[n] = st->tables[n]->spec;
     pthread_rwlock_unlock(&st->lock);
     return n;
+}
+
+uint64_t ss__emb_store_durable_before(ss__emb_store *st) {
+    return st->db ? atomic_load(&st->written_before_ns) : UINT64_MAX;
 }

@@ -21,12 +21,21 @@
 #define IDLE_POLL_NS  100000000ull
 #define M_HANDOFF     "/shadowsync.v1.Embedding/Handoff"
 
+/* Rows taken and put here at since_ns (0: written synced at once): said
+ * to the giver (which then forgets them) once the store has written
+ * them, so that rows lost by this PS dying are still the giver's. */
+typedef struct held {
+    uint64_t *ids;
+    size_t n;
+    uint64_t since_ns;
+} held;
+
 /* What this PS still takes from one old shard, per table. */
 typedef struct src_table {
     char name[64];
-    bool drained;      /* it has no row left for this PS */
-    uint64_t *pending; /* rows taken and held here, not yet said to the giver */
-    size_t npending;
+    bool drained; /* it has no row left for this PS, and knows this PS holds what it gave */
+    held *held;   /* oldest first */
+    size_t nheld;
 } src_table;
 
 typedef struct source {
@@ -69,8 +78,11 @@ struct ss__ps_row_moves {
 static void free_sources(plan *p) {
     for (size_t i = 0; i < p->nsrc; i++) {
         ss__rpc_channel_destroy(p->src[i].ch);
-        for (size_t t = 0; t < p->src[i].ntables; t++)
-            free(p->src[i].tables[t].pending);
+        for (size_t t = 0; t < p->src[i].ntables; t++) {
+            for (size_t h = 0; h < p->src[i].tables[t].nheld; h++)
+                free(p->src[i].tables[t].held[h].ids);
+            free(p->src[i].tables[t].held);
+        }
         free(p->src[i].tables);
     }
     memset(p, 0, sizeof *p);
@@ -144,11 +156,43 @@ static ss_status reply_rows(const Shadowsync__V1__HandoffReply *r, size_t rf, si
     return SS_OK;
 }
 
+/* The ids of the held rows the store has written (a prefix of the list:
+ * *chunks of it), for the giver; NULL with none. */
+static uint64_t *written_ids(ss__ps_row_moves *mv, const src_table *tt, size_t *chunks, size_t *n) {
+    const uint64_t before = ss__emb_store_durable_before(mv->cfg.store);
+    *chunks = *n = 0;
+    while (*chunks < tt->nheld && tt->held[*chunks].since_ns < before)
+        *n += tt->held[(*chunks)++].n;
+    uint64_t *ids = *n ? malloc(*n * sizeof *ids) : NULL;
+    for (size_t c = 0, at = 0; ids && c < *chunks; at += tt->held[c++].n)
+        memcpy(ids + at, tt->held[c].ids, tt->held[c].n * sizeof *ids);
+    if (*n && !ids)
+        *chunks = *n = 0; /* said next time */
+    return ids;
+}
+
+/* The giver knows of the first `chunks`; ids (k of them, taken) came. */
+static void update_held(src_table *tt, size_t chunks, uint64_t *ids, size_t k, bool synced) {
+    for (size_t c = 0; c < chunks; c++)
+        free(tt->held[c].ids);
+    memmove(tt->held, tt->held + chunks, (tt->nheld - chunks) * sizeof *tt->held);
+    tt->nheld -= chunks;
+    held *n = k ? realloc(tt->held, (tt->nheld + 1) * sizeof *n) : NULL;
+    if (!n) { /* none came (or no memory: the giver keeps them stored) */
+        free(ids);
+        return;
+    }
+    tt->held = n;
+    n[tt->nheld++] = (held){ids, k, synced ? 0 : ss__now_ns()};
+}
+
 /* One Handoff to s for table (ids: these, or NULL: any that move here),
- * the rows put here; what was pending is said to the giver with it, and
- * what came becomes pending. *got: rows received. mv->lock held. */
+ * the rows put here (sync: written synced at once, else by the store's
+ * flusher); the held rows the store has written are said to the giver
+ * with it. *got: rows received; *said: rows said. mv->lock held. */
 static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const uint64_t *ids,
-                           size_t n, size_t *got, char *why, size_t whylen) {
+                           size_t n, bool sync, size_t *got, size_t *said, char *why,
+                           size_t whylen) {
     ss__emb_spec spec;
     ss_status st = ss__emb_store_table_spec(mv->cfg.store, tt->name, &spec);
     if (st != SS_OK) {
@@ -162,7 +206,9 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
     req.shards = mv->p.shards;
     req.max_rows = ids ? 0 : mv->cfg.batch_rows;
     req.epoch = mv->p.epoch;
-    req.done_ids = (ProtobufCBinaryData){tt->npending * sizeof(uint64_t), (uint8_t *)tt->pending};
+    size_t chunks, ndone;
+    uint64_t *done = written_ids(mv, tt, &chunks, &ndone);
+    req.done_ids = (ProtobufCBinaryData){ndone * sizeof *done, (uint8_t *)done};
     ProtobufCMessage *r = NULL;
     const uint64_t deadline = ss__now_ns() + STALE_WAIT_MS * 1000000ull;
     for (;;) { /* the giver may read the new map up to a second after this PS */
@@ -172,6 +218,7 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
             break;
         ss__sleep_ns(100000000ull);
     }
+    free(done);
     if (st != SS_OK)
         return st;
     const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
@@ -185,14 +232,13 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
     if (st == SS_OK && k) { /* aligned copies: bytes fields need not be */
         memcpy(kept, x->ids.data, k * sizeof *kept);
         memcpy(rows, x->rows.data, k * rf * sizeof *rows);
-        st = ss__emb_store_put_absent(mv->cfg.store, tt->name, kept, k, rows, &put);
+        st = ss__emb_store_put_absent(mv->cfg.store, tt->name, kept, k, rows, sync, &put);
     }
     if (st == SS_OK) {
-        free(tt->pending);
-        tt->pending = kept;
-        tt->npending = k;
+        update_held(tt, chunks, kept, k, sync);
         kept = NULL;
         *got = k;
+        *said = ndone;
     } else if (!*why) {
         snprintf(why, whylen, "rows from %s: %s", s->addr, ss_strerror(st));
     }
@@ -249,12 +295,11 @@ static bool background_step(ss__ps_row_moves *mv) {
             src_table *tt = &s->tables[t];
             if (tt->drained)
                 continue;
-            const bool said = tt->npending > 0;
-            size_t got = 0;
-            if ((st = take_from(mv, s, tt, NULL, 0, &got, why, sizeof why)) != SS_OK)
+            size_t got = 0, said = 0; /* a batch synced at once: one sync for many rows */
+            if ((st = take_from(mv, s, tt, NULL, 0, true, &got, &said, why, sizeof why)) != SS_OK)
                 break;
             ss__counter_add(mv->in_background, got);
-            tt->drained = got == 0 && !said;
+            tt->drained = got == 0 && said == 0 && tt->nheld == 0;
             return true;
         }
         if (st != SS_OK) {
@@ -315,8 +360,8 @@ static ss_status take_missing(ss__ps_row_moves *mv, source *s, const char *table
     ss_status st = SS_OK;
     for (size_t at = 0; at < n && st == SS_OK;) {
         const size_t k = n - at < MAX_TAKE ? n - at : MAX_TAKE;
-        size_t got = 0;
-        st = take_from(mv, s, tt, ids + at, k, &got, why, whylen);
+        size_t got = 0, said = 0; /* written by the flusher: a request waits for no sync */
+        st = take_from(mv, s, tt, ids + at, k, false, &got, &said, why, whylen);
         ss__counter_add(mv->in_on_demand, got);
         at += k;
     }
