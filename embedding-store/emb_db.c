@@ -11,7 +11,11 @@
 #error "rows are stored as little-endian float32; add byte swapping for this target"
 #endif
 
-#define KEY_LEN       12
+#define KEY_LEN 12
+/* A row given to another shard while the map moves rows, kept until the
+ * taker holds it: the row's key, then the epoch of the move. Never read
+ * as a row of the table. */
+#define GIVEN_KEY_LEN 20
 #define SPEC_MAGIC    "SSPEC1"
 #define RESERVED_ID   0xFFFFFFFFu
 #define SPEC_PREFIX   "\xff\xff\xff\xffspec:"
@@ -38,6 +42,11 @@ static void put_be64(unsigned char *p, uint64_t v) {
 static void row_key(unsigned char *k, uint32_t table_id, uint64_t id) {
     put_be32(k, table_id);
     put_be64(k + 4, id);
+}
+
+static void given_key(unsigned char *k, uint32_t table_id, uint64_t id, uint64_t epoch) {
+    row_key(k, table_id, id);
+    put_be64(k + KEY_LEN, epoch);
 }
 
 static void set_why(char *why, size_t whylen, const char *what, const char *err) {
@@ -88,11 +97,13 @@ void ss__emb_db_close(ss__emb_db *db) {
     free(db);
 }
 
-ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
-                              size_t row_floats, float *rows, bool *found) {
+/* Rows by key: the table's (epoch 0) or those given away in a move. */
+static ss_status get_by_key(ss__emb_db *db, uint32_t table_id, uint64_t epoch, const uint64_t *ids,
+                            size_t n, size_t row_floats, float *rows, bool *found) {
     if (n == 0)
         return SS_OK;
-    unsigned char *keys = malloc(n * KEY_LEN);
+    const size_t KL = epoch ? GIVEN_KEY_LEN : KEY_LEN;
+    unsigned char *keys = malloc(n * KL);
     const char **kp = malloc(n * sizeof *kp);
     size_t *klen = malloc(n * sizeof *klen);
     char **vals = malloc(n * sizeof *vals);
@@ -101,9 +112,12 @@ ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t 
     ss_status st = (keys && kp && klen && vals && vlen && errs) ? SS_OK : SS_ERR_NO_MEMORY;
     if (st == SS_OK) {
         for (size_t i = 0; i < n; i++) {
-            row_key(keys + i * KEY_LEN, table_id, ids[i]);
-            kp[i] = (const char *)keys + i * KEY_LEN;
-            klen[i] = KEY_LEN;
+            if (epoch)
+                given_key(keys + i * KL, table_id, ids[i], epoch);
+            else
+                row_key(keys + i * KL, table_id, ids[i]);
+            kp[i] = (const char *)keys + i * KL;
+            klen[i] = KL;
         }
         rocksdb_multi_get(db->db, db->ropts, n, kp, klen, vals, vlen, errs);
         const size_t want = row_floats * sizeof(float);
@@ -131,6 +145,17 @@ ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t 
     free(vlen);
     free(errs);
     return st;
+}
+
+ss_status ss__emb_db_get_rows(ss__emb_db *db, uint32_t table_id, const uint64_t *ids, size_t n,
+                              size_t row_floats, float *rows, bool *found) {
+    return get_by_key(db, table_id, 0, ids, n, row_floats, rows, found);
+}
+
+ss_status ss__emb_db_get_given(ss__emb_db *db, uint32_t table_id, uint64_t epoch,
+                               const uint64_t *ids, size_t n, size_t row_floats, float *rows,
+                               bool *found) {
+    return get_by_key(db, table_id, epoch, ids, n, row_floats, rows, found);
 }
 
 /* Writes and destroys wb. */
@@ -168,6 +193,31 @@ ss_status ss__emb_db_delete_rows(ss__emb_db *db, uint32_t table_id, const uint64
     return write_batch(db, wb, sync);
 }
 
+ss_status ss__emb_db_give_rows(ss__emb_db *db, uint32_t table_id, uint64_t epoch,
+                               const uint64_t *ids, size_t n, size_t row_floats,
+                               const float *rows) {
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    unsigned char key[GIVEN_KEY_LEN];
+    for (size_t i = 0; i < n; i++) {
+        given_key(key, table_id, ids[i], epoch);
+        rocksdb_writebatch_put(wb, (const char *)key, GIVEN_KEY_LEN,
+                               (const char *)(rows + i * row_floats), row_floats * sizeof(float));
+        rocksdb_writebatch_delete(wb, (const char *)key, KEY_LEN); /* the row's own key */
+    }
+    return write_batch(db, wb, false);
+}
+
+ss_status ss__emb_db_forget_given(ss__emb_db *db, uint32_t table_id, uint64_t epoch,
+                                  const uint64_t *ids, size_t n) {
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    unsigned char key[GIVEN_KEY_LEN];
+    for (size_t i = 0; i < n; i++) {
+        given_key(key, table_id, ids[i], epoch);
+        rocksdb_writebatch_delete(wb, (const char *)key, GIVEN_KEY_LEN);
+    }
+    return write_batch(db, wb, false);
+}
+
 static uint64_t get_be64(const unsigned char *p) {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -191,8 +241,10 @@ ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floa
     for (; st == SS_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t klen, vlen;
         const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (klen != KEY_LEN || memcmp(k, prefix, sizeof prefix) != 0)
+        if (klen < sizeof prefix || memcmp(k, prefix, sizeof prefix) != 0)
             break; /* past the table */
+        if (klen != KEY_LEN)
+            continue; /* a row given to another shard (GIVEN_KEY_LEN) */
         if (vlen != row_floats * sizeof(float)) {
             st = SS_ERR_PARSE;
             break;
@@ -210,6 +262,38 @@ ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floa
         rocksdb_iter_destroy(it);
     free(ids);
     free(rows);
+    return st;
+}
+
+ss_status ss__emb_db_each_given(ss__emb_db *db, uint32_t table_id, size_t row_floats,
+                                ss_status (*fn)(void *ctx, uint64_t id, uint64_t epoch,
+                                                const float *row),
+                                void *ctx) {
+    rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
+    float *row = malloc(row_floats * sizeof *row);
+    ss_status st = it && row ? SS_OK : SS_ERR_NO_MEMORY;
+    unsigned char prefix[4];
+    put_be32(prefix, table_id);
+    if (st == SS_OK)
+        rocksdb_iter_seek(it, (const char *)prefix, sizeof prefix);
+    for (; st == SS_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
+        if (klen < sizeof prefix || memcmp(k, prefix, sizeof prefix) != 0)
+            break;
+        if (klen != GIVEN_KEY_LEN)
+            continue;
+        if (vlen != row_floats * sizeof(float)) {
+            st = SS_ERR_PARSE;
+            break;
+        }
+        memcpy(row, v, vlen);
+        st = fn(ctx, get_be64((const unsigned char *)k + 4),
+                get_be64((const unsigned char *)k + KEY_LEN), row);
+    }
+    if (it)
+        rocksdb_iter_destroy(it);
+    free(row);
     return st;
 }
 

@@ -29,6 +29,23 @@ ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floa
                               ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
                                               size_t n),
                               void *ctx);
+/* Rows given to another shard in the move of a map's epoch (>= 1): in
+ * one write, each row is stored under a key of its own (never read as a
+ * row of the table, nor walked by ss__emb_db_each_row) and its row key
+ * deleted; kept until forgotten (the taker holds them). */
+ss_status ss__emb_db_give_rows(ss__emb_db *db, uint32_t table_id, uint64_t epoch,
+                               const uint64_t *ids, size_t n, size_t row_floats, const float *rows);
+ss_status ss__emb_db_get_given(ss__emb_db *db, uint32_t table_id, uint64_t epoch,
+                               const uint64_t *ids, size_t n, size_t row_floats, float *rows,
+                               bool *found);
+ss_status ss__emb_db_forget_given(ss__emb_db *db, uint32_t table_id, uint64_t epoch,
+                                  const uint64_t *ids, size_t n);
+/* Every given row of a table, any epoch, one at a time; fn's non-OK
+ * status stops the walk and is returned. */
+ss_status ss__emb_db_each_given(ss__emb_db *db, uint32_t table_id, size_t row_floats,
+                                ss_status (*fn)(void *ctx, uint64_t id, uint64_t epoch,
+                                                const float *row),
+                                void *ctx);
 ss_status ss__emb_db_put_spec(ss__emb_db *db, const ss__emb_spec *spec);
 ss_status ss__emb_db_each_spec(ss__emb_db *db, ss_status (*fn)(void *ctx, const ss__emb_spec *spec),
                                void *ctx);

@@ -156,19 +156,24 @@ ss_status ss__emb_store_apply_delta(ss__emb_store *st, const ss__emb_delta_file 
 void ss__emb_store_set_read_only(ss__emb_store *st);
 
 /* ---- rows moving between shards (store_moves.c; ps/row_moves.h) ---- */
-/* Takes rows out of a table: the ids given (n <= max; those stored), or,
- * ids NULL, up to max rows for which leaves(ctx, id), resident or only in
- * the database. Each taken row is copied whole (data + optimizer state)
- * to out_ids / out_rows (room for max rows), removed from memory (a
- * tombstone for deltas) and kept in the database, newest copy, until
- * ss__emb_store_forget: a taker that dies before it holds the rows gets
- * them again. *taken: how many. */
-ss_status ss__emb_store_take(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
-                             ss__emb_id_filter leaves, void *ctx, size_t max, uint64_t *out_ids,
-                             float *out_rows, size_t *taken);
-/* The taker holds these rows now: out of the database (a row made here
- * again since stays). */
-ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n);
+/* Takes rows out of a table for the move of map epoch `epoch` (>= 1):
+ * the ids given (n <= max; those stored), or, ids NULL, up to max rows
+ * for which leaves(ctx, id), resident or only in the database. Each taken
+ * row is copied whole (data + optimizer state) to out_ids / out_rows
+ * (room for max rows) and removed from memory (a tombstone for deltas);
+ * in the database it leaves the table for a "given" space in the same
+ * write, where it stays until ss__emb_store_forget: never read as a row
+ * here again (the row may come back here later, from its newer owner),
+ * but given again, in this epoch, to a taker that died before it held it:
+ * asked for by id, or with again (a walk: the taker starts over). Given
+ * rows of older epochs met on that walk are deleted. *taken: how many. */
+ss_status ss__emb_store_take(ss__emb_store *st, const char *table, uint64_t epoch,
+                             const uint64_t *ids, size_t n, bool again, ss__emb_id_filter leaves,
+                             void *ctx, size_t max, uint64_t *out_ids, float *out_rows,
+                             size_t *taken);
+/* The taker holds these rows (given in epoch) now: out of the database. */
+ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, uint64_t epoch,
+                               const uint64_t *ids, size_t n);
 /* found[i]: whether the row is stored here (memory or database). */
 ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                               bool *found);

@@ -55,62 +55,136 @@ static size_t keep_found(uint64_t *ids, float *rows, const bool *found, size_t n
     return k;
 }
 
-ss_status ss__emb_store_take(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
-                             ss__emb_id_filter leaves, void *ctx, size_t max, uint64_t *out_ids,
-                             float *out_rows, size_t *taken) {
+/* The database's given rows of this epoch that leave, up to max; given
+ * rows of other epochs (moves the map has left behind) are deleted. */
+typedef struct given_pick {
+    ss__emb_id_filter leaves;
+    void *ctx;
+    uint64_t epoch, *ids;
+    float *rows;
+    size_t n, max, rf;
+    uint64_t *stale, nstale_max;
+    size_t nstale;
+} given_pick;
+
+static ss_status pick_given(void *arg, uint64_t id, uint64_t epoch, const float *row) {
+    given_pick *p = arg;
+    if (epoch != p->epoch) {
+        if (p->nstale < p->nstale_max) /* the rest at the next walk */
+            p->stale[p->nstale++] = id, p->stale[p->nstale++] = epoch;
+        return SS_OK;
+    }
+    if (p->n < p->max && p->leaves(p->ctx, id)) {
+        p->ids[p->n] = id;
+        memcpy(p->rows + p->n * p->rf, row, p->rf * sizeof *row);
+        p->n++;
+    }
+    return SS_OK;
+}
+
+/* Deletes the given rows of other epochs the walk found (id, epoch pairs). */
+static ss_status drop_stale(ss__emb_store *st, store_table *tb, const given_pick *p) {
+    ss_status s = SS_OK;
+    for (size_t i = 0; i + 1 < p->nstale && s == SS_OK; i += 2)
+        s = ss__emb_db_forget_given(st->db, tb->tid, p->stale[i + 1], &p->stale[i], 1);
+    return s;
+}
+
+/* Rows given in this epoch and not yet said to be held: given again (the
+ * taker died before it held them). ids: those asked for; else a walk. */
+static ss_status regive(ss__emb_store *st, store_table *tb, uint64_t epoch, const uint64_t *ids,
+                        size_t n, given_pick *p) {
+    if (!st->db || p->n == p->max)
+        return SS_OK;
+    if (!ids) {
+        uint64_t stale[256];
+        p->stale = stale;
+        p->nstale_max = 256;
+        ss_status s = ss__emb_db_each_given(st->db, tb->tid, p->rf, pick_given, p);
+        return s == SS_OK ? drop_stale(st, tb, p) : s;
+    }
+    bool *found = malloc(n * sizeof *found + 1);
+    float *rows = malloc(n * p->rf * sizeof *rows + 1);
+    ss_status s = found && rows
+                      ? ss__emb_db_get_given(st->db, tb->tid, epoch, ids, n, p->rf, rows, found)
+                      : SS_ERR_NO_MEMORY;
+    for (size_t i = 0; s == SS_OK && i < n && p->n < p->max; i++)
+        if (found[i]) {
+            p->ids[p->n] = ids[i];
+            memcpy(p->rows + p->n * p->rf, rows + i * p->rf, p->rf * sizeof *rows);
+            p->n++;
+        }
+    free(found);
+    free(rows);
+    return s;
+}
+
+ss_status ss__emb_store_take(ss__emb_store *st, const char *table, uint64_t epoch,
+                             const uint64_t *ids, size_t n, bool again, ss__emb_id_filter leaves,
+                             void *ctx, size_t max, uint64_t *out_ids, float *out_rows,
+                             size_t *taken) {
     store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;
     *taken = 0;
     if (!tb)
         return SS_ERR_NOT_FOUND;
-    if ((ids && n > max) || (!ids && !leaves))
+    if ((ids && n > max) || (!ids && !leaves) || epoch == 0)
         return SS_ERR_INVALID_ARGUMENT;
     const size_t rf = ss__emb_row_floats(&tb->spec);
     bool *found = malloc(max * sizeof *found + 1);
-    if (!found)
+    uint64_t *missing = ids ? malloc(n * sizeof *missing + 1) : NULL;
+    if (!found || (ids && !missing)) {
+        free(found);
+        free(missing);
         return SS_ERR_NO_MEMORY;
+    }
     pthread_mutex_lock(&st->flush_lock);
-    ss_status s = SS_OK;
-    if (ids)
-        memcpy(out_ids, ids, n * sizeof *ids);
-    else
-        s = pick_leaving(st, tb, leaves, ctx, max, out_ids, &n);
+    /* Given before and not yet held, first (a taker that starts again),
+     * so that the rows taken below are not found there again. */
+    given_pick p = {leaves, ctx, epoch, out_ids, out_rows, 0, max, rf, NULL, 0, 0};
+    ss_status s = !ids && again ? regive(st, tb, epoch, NULL, 0, &p) : SS_OK;
+    uint64_t *fresh = out_ids + p.n;
+    float *fresh_rows = out_rows + p.n * rf;
+    if (s == SS_OK && ids)
+        memcpy(fresh, ids, n * sizeof *ids);
+    else if (s == SS_OK)
+        s = pick_leaving(st, tb, leaves, ctx, max - p.n, fresh, &n);
     if (s == SS_OK && n)
-        s = ss__emb_store_read_full(st, table, out_ids, n, out_rows, found);
+        s = ss__emb_store_read_full(st, table, fresh, n, fresh_rows, found);
+    size_t k = 0, nmiss = 0;
+    for (size_t i = 0; s == SS_OK && ids && i < n; i++)
+        if (!found[i])
+            missing[nmiss++] = fresh[i];
     if (s == SS_OK) {
-        n = keep_found(out_ids, out_rows, found, n, rf);
-        /* The database keeps the newest copy until the taker says it holds
-         * the row (ss__emb_store_forget): a taker that dies first gets it
-         * again from there. */
-        if (st->db && n)
-            s = ss__emb_db_put_rows(st->db, tb->tid, out_ids, n, rf, out_rows, false);
+        k = keep_found(fresh, fresh_rows, found, n, rf);
+        /* The rows (memory's newest copy) go to the given space in one
+         * write with their row keys' deletion: never again read as rows
+         * here, kept until the taker holds them (ss__emb_store_forget). */
+        if (st->db && k)
+            s = ss__emb_db_give_rows(st->db, tb->tid, epoch, fresh, k, rf, fresh_rows);
     }
-    if (s == SS_OK) {
-        ss__emb_table_delete(tb->t, out_ids, n);
-        *taken = n;
-    }
+    if (s == SS_OK)
+        ss__emb_table_delete(tb->t, fresh, k);
+    p.n += k;
+    if (s == SS_OK && ids) /* asked for by a taker that does not hold them */
+        s = regive(st, tb, epoch, missing, nmiss, &p);
+    if (s == SS_OK)
+        *taken = p.n;
     pthread_mutex_unlock(&st->flush_lock);
     free(found);
+    free(missing);
     return s;
 }
 
-ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, const uint64_t *ids,
-                               size_t n) {
+ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, uint64_t epoch,
+                               const uint64_t *ids, size_t n) {
     store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
     if (!st->db || n == 0)
         return SS_OK;
-    uint64_t *gone = malloc(n * sizeof *gone);
-    if (!gone)
-        return SS_ERR_NO_MEMORY;
-    size_t k = 0;
     pthread_mutex_lock(&st->flush_lock);
-    for (size_t i = 0; i < n; i++) /* a row made here again since stays */
-        if (ss__emb_table_count_missing(tb->t, ids + i, 1) == 1)
-            gone[k++] = ids[i];
-    ss_status s = ss__emb_db_delete_rows(st->db, tb->tid, gone, k, false);
+    ss_status s = ss__emb_db_forget_given(st->db, tb->tid, epoch, ids, n);
     pthread_mutex_unlock(&st->flush_lock);
-    free(gone);
     return s;
 }
 

@@ -34,6 +34,7 @@ typedef struct held {
 typedef struct src_table {
     char name[64];
     bool drained; /* it has no row left for this PS, and knows this PS holds what it gave */
+    bool resumed; /* a background call went (the first asks for what was given before) */
     held *held;   /* oldest first */
     size_t nheld;
 } src_table;
@@ -95,6 +96,12 @@ static ss_status replan(ss__ps_row_moves *mv) {
     ss__ps_map_watch_get(mv->cfg.map, &m);
     if (m.epoch == mv->p.epoch)
         return SS_OK;
+    bool held_any = false; /* rows taken in the move before, not yet said to their giver */
+    for (size_t i = 0; i < mv->p.nsrc; i++)
+        for (size_t t = 0; t < mv->p.src[i].ntables; t++)
+            held_any = held_any || mv->p.src[i].tables[t].nheld > 0;
+    if (held_any) /* written now: their givers drop them when they next give */
+        ss__emb_store_flush(mv->cfg.store);
     free_sources(&mv->p);
     plan *p = &mv->p;
     p->epoch = m.epoch;
@@ -206,6 +213,7 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
     req.shards = mv->p.shards;
     req.max_rows = ids ? 0 : mv->cfg.batch_rows;
     req.epoch = mv->p.epoch;
+    req.again = !ids && !tt->resumed;
     size_t chunks, ndone;
     uint64_t *done = written_ids(mv, tt, &chunks, &ndone);
     req.done_ids = (ProtobufCBinaryData){ndone * sizeof *done, (uint8_t *)done};
@@ -235,6 +243,7 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
         st = ss__emb_store_put_absent(mv->cfg.store, tt->name, kept, k, rows, sync, &put);
     }
     if (st == SS_OK) {
+        tt->resumed = tt->resumed || !ids;
         update_held(tt, chunks, kept, k, sync);
         kept = NULL;
         *got = k;
@@ -285,7 +294,8 @@ static ss_status list_tables(ss__ps_row_moves *mv, source *s, char *why, size_t 
 }
 
 /* One background step: the next batch from the first source and table
- * with rows left. false when none has any. mv->lock held. */
+ * with rows left. false when nothing moved (none left, or only rows held
+ * here that the store has not written yet). mv->lock held. */
 static bool background_step(ss__ps_row_moves *mv) {
     char why[400] = "";
     for (size_t i = 0; i < mv->p.nsrc; i++) {
@@ -300,7 +310,7 @@ static bool background_step(ss__ps_row_moves *mv) {
                 break;
             ss__counter_add(mv->in_background, got);
             tt->drained = got == 0 && said == 0 && tt->nheld == 0;
-            return true;
+            return got > 0 || said > 0; /* else wait for the flusher (or nothing left) */
         }
         if (st != SS_OK) {
             ss__counter_add(mv->failures, 1);
@@ -529,10 +539,10 @@ static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
     float *out_rows = max ? malloc(max * rf * sizeof *out_rows) : NULL;
     ss_status st = done && ids && (!max || (out_ids && out_rows)) ? SS_OK : SS_ERR_NO_MEMORY;
     if (st == SS_OK)
-        st = ss__emb_store_forget(mv->cfg.store, spec->name, done, ndone);
+        st = ss__emb_store_forget(mv->cfg.store, spec->name, m->epoch, done, ndone);
     if (st == SS_OK && max)
-        st = ss__emb_store_take(mv->cfg.store, spec->name, m->ids.len ? ids : NULL, nids,
-                                leaves_for, (void *)&l, max, out_ids, out_rows, &taken);
+        st = ss__emb_store_take(mv->cfg.store, spec->name, m->epoch, m->ids.len ? ids : NULL, nids,
+                                m->again, leaves_for, (void *)&l, max, out_ids, out_rows, &taken);
     if (st == SS_OK) {
         Shadowsync__V1__HandoffReply out = SHADOWSYNC__V1__HANDOFF_REPLY__INIT;
         out.ids = (ProtobufCBinaryData){taken * sizeof *out_ids, (uint8_t *)out_ids};

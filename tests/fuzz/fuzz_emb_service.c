@@ -1,7 +1,9 @@
 /* The PS's Embedding and Deltas handlers from raw bytes: the first byte
  * picks the method, the rest is the request message. One in-memory store
  * (tables and rows live across inputs, within small limits); a delta
- * directory with one small base for Read to find. */
+ * directory with one small base for Read to find; a shard map of two
+ * shards, this PS the first, so that Handoff gives rows (epoch 1, to
+ * shard 1 of 2). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,8 @@
 #include "embedding-store/emb_store.h"
 #include "ps/deltas_service.h"
 #include "ps/emb_service.h"
+#include "ps/map_watch.h"
+#include "ps/row_moves.h"
 
 static char dir[] = "/tmp/fuzz-deltas-XXXXXX";
 static const char *const files[] = {"emb.delta", "dense.ckpt"};
@@ -18,6 +22,8 @@ static const char *const files[] = {"emb.delta", "dense.ckpt"};
 /* Removes the directory when the fuzzer exits. */
 static void remove_delta_dir(void) {
     char path[128];
+    snprintf(path, sizeof path, "%s/fleet.map", dir);
+    unlink(path);
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/00000000000000000001-base/%s", dir, files[i]);
         unlink(path);
@@ -60,6 +66,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         ss__emb_service_init(&svc, st);
         ss__deltas_service_init(&dsvc, delta_dir());
+        char map[128], why[256];
+        snprintf(map, sizeof map, "%s/fleet.map", dir);
+        FILE *f = fopen(map, "w");
+        if (!f)
+            abort();
+        fputs("epoch 1\nps 127.0.0.1:1,127.0.0.1:2\n", f);
+        fclose(f);
+        ss__metrics *m;
+        ss__ps_map_watch *w;
+        ss__ps_row_moves *mv;
+        ss__ps_row_moves_config c = {.batch_rows = 64, .store = st};
+        if (ss__metrics_create(&m) != SS_OK ||
+            ss__ps_map_watch_start(map, m, &w, why, sizeof why) != SS_OK)
+            abort();
+        c.map = w;
+        c.metrics = m;
+        if (ss__ps_row_moves_create(&c, &mv) != SS_OK ||
+            ss__ps_row_moves_run(mv, "127.0.0.1:1") != SS_OK)
+            abort();
+        svc.ensure = ss__ps_row_moves_ensure;
+        svc.handoff = ss__ps_row_moves_handoff;
+        svc.moves = mv;
         ready = true;
     }
     if (size < 1)
