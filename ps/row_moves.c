@@ -182,7 +182,8 @@ static uint64_t *written_ids(ss__ps_row_moves *mv, const src_table *tt, size_t *
 static void update_held(src_table *tt, size_t chunks, uint64_t *ids, size_t k, bool synced) {
     for (size_t c = 0; c < chunks; c++)
         free(tt->held[c].ids);
-    memmove(tt->held, tt->held + chunks, (tt->nheld - chunks) * sizeof *tt->held);
+    if (chunks) /* (memmove of a NULL list, even of 0 bytes, is undefined) */
+        memmove(tt->held, tt->held + chunks, (tt->nheld - chunks) * sizeof *tt->held);
     tt->nheld -= chunks;
     held *n = k ? realloc(tt->held, (tt->nheld + 1) * sizeof *n) : NULL;
     if (!n) { /* none came (or no memory: the giver keeps them stored) */
