@@ -225,75 +225,89 @@ static uint64_t get_be64(const unsigned char *p) {
     return v;
 }
 
-ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floats, size_t batch,
-                              ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
-                                              size_t n),
-                              void *ctx) {
-    uint64_t *ids = malloc(batch * sizeof *ids);
-    float *rows = malloc(batch * row_floats * sizeof *rows);
+/* Every key of a table of length key_len, in key order, to fn (its row
+ * id, the key, the value); fn's non-OK status stops the walk. */
+typedef ss_status (*key_fn)(void *ctx, const unsigned char *key, const char *value, size_t vlen);
+
+static ss_status walk_table(ss__emb_db *db, uint32_t table_id, size_t key_len, key_fn fn,
+                            void *ctx) {
     rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
-    ss_status st = ids && rows && it ? SS_OK : SS_ERR_NO_MEMORY;
+    if (!it)
+        return SS_ERR_NO_MEMORY;
     unsigned char prefix[4];
     put_be32(prefix, table_id);
-    size_t n = 0;
-    if (st == SS_OK)
-        rocksdb_iter_seek(it, (const char *)prefix, sizeof prefix);
+    ss_status st = SS_OK;
+    rocksdb_iter_seek(it, (const char *)prefix, sizeof prefix);
     for (; st == SS_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t klen, vlen;
         const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
         if (klen < sizeof prefix || memcmp(k, prefix, sizeof prefix) != 0)
             break; /* past the table */
-        if (klen != KEY_LEN)
-            continue; /* a row given to another shard (GIVEN_KEY_LEN) */
-        if (vlen != row_floats * sizeof(float)) {
-            st = SS_ERR_PARSE;
-            break;
-        }
-        ids[n] = get_be64((const unsigned char *)k + 4);
-        memcpy(rows + n * row_floats, v, vlen);
-        if (++n == batch) {
-            st = fn(ctx, ids, rows, n);
-            n = 0;
-        }
+        if (klen == key_len) /* rows (KEY_LEN) and given rows (GIVEN_KEY_LEN) interleave */
+            st = fn(ctx, (const unsigned char *)k, v, vlen);
     }
-    if (st == SS_OK && n)
-        st = fn(ctx, ids, rows, n);
-    if (it)
-        rocksdb_iter_destroy(it);
-    free(ids);
-    free(rows);
+    rocksdb_iter_destroy(it);
     return st;
+}
+
+typedef struct row_walk {
+    ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows, size_t n);
+    void *ctx;
+    uint64_t *ids;
+    float *rows;
+    size_t row_floats, batch, n;
+} row_walk;
+
+static ss_status batch_row(void *arg, const unsigned char *key, const char *v, size_t vlen) {
+    row_walk *w = arg;
+    if (vlen != w->row_floats * sizeof(float))
+        return SS_ERR_PARSE;
+    w->ids[w->n] = get_be64(key + 4);
+    memcpy(w->rows + w->n * w->row_floats, v, vlen);
+    if (++w->n < w->batch)
+        return SS_OK;
+    w->n = 0;
+    return w->fn(w->ctx, w->ids, w->rows, w->batch);
+}
+
+ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floats, size_t batch,
+                              ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
+                                              size_t n),
+                              void *ctx) {
+    row_walk w = {fn, ctx, malloc(batch * sizeof *w.ids),
+                  malloc(batch * row_floats * sizeof *w.rows), row_floats, batch, 0};
+    ss_status st = w.ids && w.rows ? walk_table(db, table_id, KEY_LEN, batch_row, &w)
+                                   : SS_ERR_NO_MEMORY;
+    if (st == SS_OK && w.n)
+        st = fn(ctx, w.ids, w.rows, w.n);
+    free(w.ids);
+    free(w.rows);
+    return st;
+}
+
+typedef struct given_walk {
+    ss_status (*fn)(void *ctx, uint64_t id, uint64_t epoch, const float *row);
+    void *ctx;
+    float *row;
+    size_t row_floats;
+} given_walk;
+
+static ss_status one_given(void *arg, const unsigned char *key, const char *v, size_t vlen) {
+    given_walk *w = arg;
+    if (vlen != w->row_floats * sizeof(float))
+        return SS_ERR_PARSE;
+    memcpy(w->row, v, vlen);
+    return w->fn(w->ctx, get_be64(key + 4), get_be64(key + KEY_LEN), w->row);
 }
 
 ss_status ss__emb_db_each_given(ss__emb_db *db, uint32_t table_id, size_t row_floats,
                                 ss_status (*fn)(void *ctx, uint64_t id, uint64_t epoch,
                                                 const float *row),
                                 void *ctx) {
-    rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
-    float *row = malloc(row_floats * sizeof *row);
-    ss_status st = it && row ? SS_OK : SS_ERR_NO_MEMORY;
-    unsigned char prefix[4];
-    put_be32(prefix, table_id);
-    if (st == SS_OK)
-        rocksdb_iter_seek(it, (const char *)prefix, sizeof prefix);
-    for (; st == SS_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (klen < sizeof prefix || memcmp(k, prefix, sizeof prefix) != 0)
-            break;
-        if (klen != GIVEN_KEY_LEN)
-            continue;
-        if (vlen != row_floats * sizeof(float)) {
-            st = SS_ERR_PARSE;
-            break;
-        }
-        memcpy(row, v, vlen);
-        st = fn(ctx, get_be64((const unsigned char *)k + 4),
-                get_be64((const unsigned char *)k + KEY_LEN), row);
-    }
-    if (it)
-        rocksdb_iter_destroy(it);
-    free(row);
+    given_walk w = {fn, ctx, malloc(row_floats * sizeof *w.row + 1), row_floats};
+    ss_status st = w.row ? walk_table(db, table_id, GIVEN_KEY_LEN, one_given, &w)
+                         : SS_ERR_NO_MEMORY;
+    free(w.row);
     return st;
 }
 

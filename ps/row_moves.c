@@ -3,7 +3,6 @@
 #include "ps/row_moves.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -425,15 +424,6 @@ static bool leaves_for(void *ctx, uint64_t id) {
     return ss__emb_shard_of(l->tid, id, l->shards) == l->to;
 }
 
-static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    r->status = st;
-    vsnprintf(r->message, sizeof r->message, fmt, ap);
-    va_end(ap);
-}
 
 /* What the giving side needs of the map served now, read apart from the
  * taking side's lock: that side holds it while it calls another PS, whose
@@ -461,13 +451,13 @@ static bool request_fits(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequ
     give_view v;
     view_of(mv, &v);
     if (m->epoch != v.epoch) {
-        refuse(r, SS_ERR_STATE,
+        ss__rpc_reply_fail(r, SS_ERR_STATE,
                "Handoff for " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu",
                (unsigned long long)m->epoch, (unsigned long long)v.epoch);
         return false;
     }
     if (m->shards != v.shards || m->to_shard >= m->shards || (int)m->to_shard == v.self) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT,
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
                "Handoff to shard %u of %u: this server's map has %u shards and it is shard %d",
                m->to_shard, m->shards, v.shards, v.self);
         return false;
@@ -501,19 +491,19 @@ static uint64_t *ids_for(const ProtobufCBinaryData *b, const leaving *l, size_t 
                          ss__rpc_reply *r) {
     *n = b->len / sizeof(uint64_t);
     if (b->len % sizeof(uint64_t) || *n > MAX_TAKE) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "ids: whole uint64s, at most %d", MAX_TAKE);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "ids: whole uint64s, at most %d", MAX_TAKE);
         return NULL;
     }
     uint64_t *ids = malloc(*n * sizeof *ids + 1);
     if (!ids) {
-        refuse(r, SS_ERR_NO_MEMORY, "out of memory");
+        ss__rpc_reply_fail(r, SS_ERR_NO_MEMORY, "out of memory");
         return NULL;
     }
     if (*n)
         memcpy(ids, b->data, *n * sizeof *ids);
     for (size_t i = 0; i < *n; i++)
         if (!leaves_for((void *)l, ids[i])) {
-            refuse(r, SS_ERR_INVALID_ARGUMENT, "row %llu does not move to shard %u of %u",
+            ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "row %llu does not move to shard %u of %u",
                    (unsigned long long)ids[i], l->to, l->shards);
             free(ids);
             return NULL;
@@ -531,7 +521,7 @@ static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
     uint64_t *ids = done ? ids_for(&m->ids, &l, &nids, r) : NULL;
     size_t max = m->ids.len ? nids : m->max_rows;
     if (ids && !m->ids.len && (max == 0 || max > MAX_TAKE)) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "max_rows %zu: 1 .. %d", max, MAX_TAKE);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "max_rows %zu: 1 .. %d", max, MAX_TAKE);
         max = 0;
     }
     if (ids && max && (uint64_t)max * rf * sizeof(float) > ((uint64_t)64 << 20))
@@ -551,7 +541,7 @@ static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
         ss__rpc_reply_pack(&out.base, r);
         ss__counter_add(mv->out, taken);
     } else if (r->status == SS_OK) {
-        refuse(r, st, "taking rows of %s: %s", spec->name, ss_strerror(st));
+        ss__rpc_reply_fail(r, st, "taking rows of %s: %s", spec->name, ss_strerror(st));
     }
     free(done);
     free(ids);
@@ -567,13 +557,13 @@ void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc
         return;
     ss__emb_spec spec;
     if (!atomic_load(&mv->ready))
-        refuse(reply, SS_ERR_STATE, "this PS is starting; try again");
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "this PS is starting; try again");
     else if (!request_fits(mv, m, reply))
         ;
     else if (!m->table || !*m->table)
         reply_tables(mv, reply);
     else if (ss__emb_store_table_spec(mv->cfg.store, m->table, &spec) != SS_OK)
-        refuse(reply, SS_ERR_NOT_FOUND, "unknown table %s", m->table);
+        ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "unknown table %s", m->table);
     else
         give(mv, m, &spec, reply);
     shadowsync__v1__handoff_request__free_unpacked(m, NULL);

@@ -40,6 +40,10 @@ typedef struct ss__rpc_reply {
 
 typedef void (*ss__rpc_handler)(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply);
 
+/* A handler's refusal: status st and the message, printf-style. */
+void ss__rpc_reply_fail(ss__rpc_reply *r, ss_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 typedef struct ss__rpc_method {
     const char *path; /* "/package.Service/Method" */
     ss__rpc_handler handler;

@@ -405,6 +405,14 @@ static void finish(call_ctx *c, ss__rpc_reply *reply) {
     }
 }
 
+void ss__rpc_reply_fail(ss__rpc_reply *r, ss_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    r->status = st;
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    va_end(ap);
+}
+
 /* A refusal with its reason, counted under `counter` (may be NULL). */
 static void refuse(call_ctx *c, ss_status st, ss__counter *counter, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

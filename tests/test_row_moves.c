@@ -151,6 +151,14 @@ static ss__emb_client *open_client(char addr[SHARDS][64], const ss__emb_spec *sp
     return c;
 }
 
+/* The lists of two and three shards, and the map of epoch 3 that grows
+ * the fleet from the first to the second. */
+static void grow(char addr[SHARDS][64], char two[256], char three[400]) {
+    snprintf(two, 256, "%.63s,%.63s", addr[0], addr[1]);
+    snprintf(three, 400, "%.255s,%.63s", two, addr[2]);
+    write_map(3, three, two);
+}
+
 static uint64_t ids[K];
 static float grads[K * DIM];
 
@@ -204,10 +212,8 @@ START_TEST(test_rows_move_while_pushes_go_on) {
     ss__emb_client *c = open_client(addr, &spec, false);
     push_all(c, &spec);
     check_rows(c, &spec, 1);
-    char two[160], three[240];
-    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
-    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
-    write_map(3, three, two);
+    char two[256], three[400];
+    grow(addr, two, three);
     int pushes = 1;
     for (int r = 0; r < 8; r++, pushes++) { /* the PS read the map meanwhile */
         push_all(c, &spec);
@@ -242,10 +248,8 @@ START_TEST(test_rows_asked_for_during_a_move_come_first) {
     const ss__emb_spec spec = table_spec();
     ss__emb_client *c = open_client(addr, &spec, false);
     push_all(c, &spec);
-    char two[160], three[240];
-    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
-    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
-    write_map(3, three, two);
+    char two[256], three[400];
+    grow(addr, two, three);
     ss__sleep_ns(1500000000ull); /* every PS serves epoch 3 */
     const uint64_t third = owned_by_third();
     ck_assert_uint_lt(resident(addr[2]), third / 2); /* the background has barely begun */
@@ -294,10 +298,8 @@ START_TEST(test_shards_killed_mid_move_lose_nothing) {
     const ss__emb_spec spec = table_spec();
     ss__emb_client *c = open_client(addr, &spec, false);
     push_all(c, &spec);
-    char two[160], three[240];
-    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
-    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
-    write_map(3, three, two);
+    char two[256], three[400];
+    grow(addr, two, three);
     const uint64_t third = owned_by_third();
     for (int i = 0; i < 100 && resident(addr[2]) < third / 4; i++)
         ss__sleep_ns(50000000ull);
@@ -341,10 +343,8 @@ START_TEST(test_a_table_follows_its_shard_map) {
     ss_table *tb;
     ck_assert_int_eq(ss_table_open(NULL, &tc, &tb), SS_OK);
     push_all(c, &spec); /* fills ids and grads */
-    char two[160], three[240];
-    snprintf(two, sizeof two, "%s,%s", addr[0], addr[1]);
-    snprintf(three, sizeof three, "%s,%s", two, addr[2]);
-    write_map(3, three, two);
+    char two[256], three[400];
+    grow(addr, two, three);
     for (int r = 0; r < 8; r++) {
         ck_assert_int_eq(ss_table_push(tb, ids, K, grads), SS_OK);
         ck_assert_int_eq(ss_table_flush(tb), SS_OK);

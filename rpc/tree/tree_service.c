@@ -1,6 +1,5 @@
 /* The tree transport's service: pushes and leaves from the other members,
  * buffered for the rounds (tree_internal.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +16,6 @@
 
 /* ---- serving pushes ---- */
 
-static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refuse(ss__rpc_reply *r, ss_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    r->status = st;
-    vsnprintf(r->message, sizeof r->message, fmt, ap);
-    va_end(ap);
-}
 
 /* Checks a push against the group; SS_OK or the refusal in r. Caller
  * holds the lock. A refusal says what of the push is wrong, never the
@@ -34,28 +24,28 @@ static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
                       const Shadowsync__V1__TreePush *m, size_t bytes, ss__rpc_reply *r) {
     const ss__forest *f = &tg->forest;
     if (m->size != tg->n) {
-        refuse(r, SS_ERR_SIZE_MISMATCH, "group %s: a size of %llu floats is not this member's",
+        ss__rpc_reply_fail(r, SS_ERR_SIZE_MISMATCH, "group %s: a size of %llu floats is not this member's",
                tg->name, (unsigned long long)m->size);
     } else if (m->partition >= f->parts) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "partition %u: no such partition", m->partition);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "partition %u: no such partition", m->partition);
     } else if (m->from >= t->npeers || m->from == t->rank) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member", m->from);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member", m->from);
     } else if (m->round == 0) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "round 0: rounds count from 1");
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "round 0: rounds count from 1");
     } else if (m->count == 0 || m->count > t->npeers) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "count=%u: not a count of members", m->count);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "count=%u: not a count of members", m->count);
     } else if (m->kind == SS_TREE_KIND_SUM &&
                f->parent[(size_t)m->partition * f->members + m->from] != (int32_t)t->rank) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "member %u is not a child of member %u in tree %u",
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "member %u is not a child of member %u in tree %u",
                m->from, t->rank, m->partition);
     } else if (m->kind == SS_TREE_KIND_MEAN &&
                f->parent[(size_t)m->partition * f->members + t->rank] != (int32_t)m->from) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "member %u is not the parent of member %u in tree %u",
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "member %u is not the parent of member %u in tree %u",
                m->from, t->rank, m->partition);
     } else if (m->kind != SS_TREE_KIND_SUM && m->kind != SS_TREE_KIND_MEAN) {
-        refuse(r, SS_ERR_INVALID_ARGUMENT, "kind=%u: 1 (a subtree's sum) or 2 (the mean)", m->kind);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "kind=%u: 1 (a subtree's sum) or 2 (the mean)", m->kind);
     } else if (bytes != 4 * (f->part_off[m->partition + 1] - f->part_off[m->partition])) {
-        refuse(r, SS_ERR_SIZE_MISMATCH, "%zu bytes: not the size of partition %u", bytes,
+        ss__rpc_reply_fail(r, SS_ERR_SIZE_MISMATCH, "%zu bytes: not the size of partition %u", bytes,
                m->partition);
     } else {
         return true;
@@ -94,28 +84,28 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     ss__tree_group *tg =
         ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
     if (!x) {
-        refuse(reply, SS_ERR_NO_MEMORY, "no memory for a push of %zu bytes", bulk.len);
+        ss__rpc_reply_fail(reply, SS_ERR_NO_MEMORY, "no memory for a push of %zu bytes", bulk.len);
     } else if (!ss__ps_group_name_valid(m->group)) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
+        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
     } else if (!tg) {
         /* Not joined yet (starting): the sender tries again. */
-        refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
     } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
+        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
                m->membership.len);
     } else if (m->epoch != tg->epoch) {
         /* Someone left and one of the two has not heard yet: try again. */
-        refuse(reply, SS_ERR_STATE, "member %u's membership of group %s differs from the sender's",
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u's membership of group %s differs from the sender's",
                t->rank, m->group);
     } else if (!push_fits(t, tg, m, bulk.len, reply)) {
         /* refused, reply says why */
     } else if (!ss__all_finite(x, bulk.len / 4)) {
-        refuse(reply, SS_ERR_NON_FINITE, "NaN or Inf in partition %u from member %u", m->partition,
+        ss__rpc_reply_fail(reply, SS_ERR_NON_FINITE, "NaN or Inf in partition %u from member %u", m->partition,
                m->from);
     } else if (m->round > tg->done + 2) {
         if (m->round > tg->seen)
             tg->seen = m->round; /* this member is behind: its next round catches up */
-        refuse(reply, SS_ERR_STATE, "round %llu is ahead of member %u (done %llu)",
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "round %llu is ahead of member %u (done %llu)",
                (unsigned long long)m->round, t->rank, (unsigned long long)tg->done);
     } else if (m->round > tg->done) { /* else: a round over here; late, dropped */
         ss__tree_slot *s = &tg->slots[m->round % 2];
@@ -161,12 +151,12 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     } else if (tg) {
         ss_status st = ss__tree_mark(t, tg, m->from, true, m->version, "left");
         if (st == SS_ERR_INVALID_ARGUMENT)
-            refuse(reply, st,
+            ss__rpc_reply_fail(reply, st,
                    "leave of member %u at version %llu: more than %u past the known %llu", m->from,
                    (unsigned long long)m->version, SS_TREE_MAX_VERSION_STEP,
                    (unsigned long long)tg->ver[m->from]);
         else if (st != SS_OK)
-            refuse(reply, st, "cannot build the trees without member %u", m->from);
+            ss__rpc_reply_fail(reply, st, "cannot build the trees without member %u", m->from);
     }
     uint64_t done = tg ? tg->done : 0;
     pthread_mutex_unlock(&t->lock);
@@ -188,13 +178,13 @@ static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     ss__tree_group *tg =
         ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
     if (!view) {
-        refuse(reply, SS_ERR_NO_MEMORY, "no memory for a view of %zu bytes", vb);
+        ss__rpc_reply_fail(reply, SS_ERR_NO_MEMORY, "no memory for a view of %zu bytes", vb);
     } else if (!ss__peer_sender_ok(m->group, m->from, t->npeers, t->rank, reply)) {
         /* refused, reply says why */
     } else if (!tg) {
-        refuse(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
     } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        refuse(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
+        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
                m->membership.len);
     } else {
         ss__tree_view_pack(t, tg, view);
