@@ -242,7 +242,7 @@ static ss_status walk_table(ss__emb_db *db, uint32_t table_id, size_t key_len, k
         size_t klen, vlen;
         const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
         if (klen < sizeof prefix || memcmp(k, prefix, sizeof prefix) != 0)
-            break; /* past the table */
+            break;           /* past the table */
         if (klen == key_len) /* rows (KEY_LEN) and given rows (GIVEN_KEY_LEN) interleave */
             st = fn(ctx, (const unsigned char *)k, v, vlen);
     }
@@ -274,10 +274,15 @@ ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floa
                               ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
                                               size_t n),
                               void *ctx) {
-    row_walk w = {fn, ctx, malloc(batch * sizeof *w.ids),
-                  malloc(batch * row_floats * sizeof *w.rows), row_floats, batch, 0};
-    ss_status st = w.ids && w.rows ? walk_table(db, table_id, KEY_LEN, batch_row, &w)
-                                   : SS_ERR_NO_MEMORY;
+    row_walk w = {fn,
+                  ctx,
+                  malloc(batch * sizeof *w.ids),
+                  malloc(batch * row_floats * sizeof *w.rows),
+                  row_floats,
+                  batch,
+                  0};
+    ss_status st =
+        w.ids && w.rows ? walk_table(db, table_id, KEY_LEN, batch_row, &w) : SS_ERR_NO_MEMORY;
     if (st == SS_OK && w.n)
         st = fn(ctx, w.ids, w.rows, w.n);
     free(w.ids);
@@ -305,8 +310,8 @@ ss_status ss__emb_db_each_given(ss__emb_db *db, uint32_t table_id, size_t row_fl
                                                 const float *row),
                                 void *ctx) {
     given_walk w = {fn, ctx, malloc(row_floats * sizeof *w.row + 1), row_floats};
-    ss_status st = w.row ? walk_table(db, table_id, GIVEN_KEY_LEN, one_given, &w)
-                         : SS_ERR_NO_MEMORY;
+    ss_status st =
+        w.row ? walk_table(db, table_id, GIVEN_KEY_LEN, one_given, &w) : SS_ERR_NO_MEMORY;
     free(w.row);
     return st;
 }

@@ -424,7 +424,6 @@ static bool leaves_for(void *ctx, uint64_t id) {
     return ss__emb_shard_of(l->tid, id, l->shards) == l->to;
 }
 
-
 /* What the giving side needs of the map served now, read apart from the
  * taking side's lock: that side holds it while it calls another PS, whose
  * taking side may be calling this one (two PS taking from each other). */
@@ -452,14 +451,15 @@ static bool request_fits(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequ
     view_of(mv, &v);
     if (m->epoch != v.epoch) {
         ss__rpc_reply_fail(r, SS_ERR_STATE,
-               "Handoff for " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu",
-               (unsigned long long)m->epoch, (unsigned long long)v.epoch);
+                           "Handoff for " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu",
+                           (unsigned long long)m->epoch, (unsigned long long)v.epoch);
         return false;
     }
     if (m->shards != v.shards || m->to_shard >= m->shards || (int)m->to_shard == v.self) {
-        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
-               "Handoff to shard %u of %u: this server's map has %u shards and it is shard %d",
-               m->to_shard, m->shards, v.shards, v.self);
+        ss__rpc_reply_fail(
+            r, SS_ERR_INVALID_ARGUMENT,
+            "Handoff to shard %u of %u: this server's map has %u shards and it is shard %d",
+            m->to_shard, m->shards, v.shards, v.self);
         return false;
     }
     return true;
@@ -503,8 +503,9 @@ static uint64_t *ids_for(const ProtobufCBinaryData *b, const leaving *l, size_t 
         memcpy(ids, b->data, *n * sizeof *ids);
     for (size_t i = 0; i < *n; i++)
         if (!leaves_for((void *)l, ids[i])) {
-            ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "row %llu does not move to shard %u of %u",
-                   (unsigned long long)ids[i], l->to, l->shards);
+            ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
+                               "row %llu does not move to shard %u of %u",
+                               (unsigned long long)ids[i], l->to, l->shards);
             free(ids);
             return NULL;
         }

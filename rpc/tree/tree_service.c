@@ -16,7 +16,6 @@
 
 /* ---- serving pushes ---- */
 
-
 /* Checks a push against the group; SS_OK or the refusal in r. Caller
  * holds the lock. A refusal says what of the push is wrong, never the
  * group's size or shape (its floats, partitions, members). */
@@ -24,29 +23,35 @@ static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
                       const Shadowsync__V1__TreePush *m, size_t bytes, ss__rpc_reply *r) {
     const ss__forest *f = &tg->forest;
     if (m->size != tg->n) {
-        ss__rpc_reply_fail(r, SS_ERR_SIZE_MISMATCH, "group %s: a size of %llu floats is not this member's",
-               tg->name, (unsigned long long)m->size);
+        ss__rpc_reply_fail(r, SS_ERR_SIZE_MISMATCH,
+                           "group %s: a size of %llu floats is not this member's", tg->name,
+                           (unsigned long long)m->size);
     } else if (m->partition >= f->parts) {
-        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "partition %u: no such partition", m->partition);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "partition %u: no such partition",
+                           m->partition);
     } else if (m->from >= t->npeers || m->from == t->rank) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member", m->from);
     } else if (m->round == 0) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "round 0: rounds count from 1");
     } else if (m->count == 0 || m->count > t->npeers) {
-        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "count=%u: not a count of members", m->count);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "count=%u: not a count of members",
+                           m->count);
     } else if (m->kind == SS_TREE_KIND_SUM &&
                f->parent[(size_t)m->partition * f->members + m->from] != (int32_t)t->rank) {
-        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "member %u is not a child of member %u in tree %u",
-               m->from, t->rank, m->partition);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
+                           "member %u is not a child of member %u in tree %u", m->from, t->rank,
+                           m->partition);
     } else if (m->kind == SS_TREE_KIND_MEAN &&
                f->parent[(size_t)m->partition * f->members + t->rank] != (int32_t)m->from) {
-        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "member %u is not the parent of member %u in tree %u",
-               m->from, t->rank, m->partition);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
+                           "member %u is not the parent of member %u in tree %u", m->from, t->rank,
+                           m->partition);
     } else if (m->kind != SS_TREE_KIND_SUM && m->kind != SS_TREE_KIND_MEAN) {
-        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "kind=%u: 1 (a subtree's sum) or 2 (the mean)", m->kind);
+        ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
+                           "kind=%u: 1 (a subtree's sum) or 2 (the mean)", m->kind);
     } else if (bytes != 4 * (f->part_off[m->partition + 1] - f->part_off[m->partition])) {
-        ss__rpc_reply_fail(r, SS_ERR_SIZE_MISMATCH, "%zu bytes: not the size of partition %u", bytes,
-               m->partition);
+        ss__rpc_reply_fail(r, SS_ERR_SIZE_MISMATCH, "%zu bytes: not the size of partition %u",
+                           bytes, m->partition);
     } else {
         return true;
     }
@@ -89,24 +94,26 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
     } else if (!tg) {
         /* Not joined yet (starting): the sender tries again. */
-        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank,
+                           m->group);
     } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
-               m->membership.len);
+        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT,
+                           "a membership view of %zu bytes: not this group's", m->membership.len);
     } else if (m->epoch != tg->epoch) {
         /* Someone left and one of the two has not heard yet: try again. */
-        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u's membership of group %s differs from the sender's",
-               t->rank, m->group);
+        ss__rpc_reply_fail(reply, SS_ERR_STATE,
+                           "member %u's membership of group %s differs from the sender's", t->rank,
+                           m->group);
     } else if (!push_fits(t, tg, m, bulk.len, reply)) {
         /* refused, reply says why */
     } else if (!ss__all_finite(x, bulk.len / 4)) {
-        ss__rpc_reply_fail(reply, SS_ERR_NON_FINITE, "NaN or Inf in partition %u from member %u", m->partition,
-               m->from);
+        ss__rpc_reply_fail(reply, SS_ERR_NON_FINITE, "NaN or Inf in partition %u from member %u",
+                           m->partition, m->from);
     } else if (m->round > tg->done + 2) {
         if (m->round > tg->seen)
             tg->seen = m->round; /* this member is behind: its next round catches up */
         ss__rpc_reply_fail(reply, SS_ERR_STATE, "round %llu is ahead of member %u (done %llu)",
-               (unsigned long long)m->round, t->rank, (unsigned long long)tg->done);
+                           (unsigned long long)m->round, t->rank, (unsigned long long)tg->done);
     } else if (m->round > tg->done) { /* else: a round over here; late, dropped */
         ss__tree_slot *s = &tg->slots[m->round % 2];
         if (s->round != m->round)
@@ -151,10 +158,10 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     } else if (tg) {
         ss_status st = ss__tree_mark(t, tg, m->from, true, m->version, "left");
         if (st == SS_ERR_INVALID_ARGUMENT)
-            ss__rpc_reply_fail(reply, st,
-                   "leave of member %u at version %llu: more than %u past the known %llu", m->from,
-                   (unsigned long long)m->version, SS_TREE_MAX_VERSION_STEP,
-                   (unsigned long long)tg->ver[m->from]);
+            ss__rpc_reply_fail(
+                reply, st, "leave of member %u at version %llu: more than %u past the known %llu",
+                m->from, (unsigned long long)m->version, SS_TREE_MAX_VERSION_STEP,
+                (unsigned long long)tg->ver[m->from]);
         else if (st != SS_OK)
             ss__rpc_reply_fail(reply, st, "cannot build the trees without member %u", m->from);
     }
@@ -182,10 +189,11 @@ static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     } else if (!ss__peer_sender_ok(m->group, m->from, t->npeers, t->rank, reply)) {
         /* refused, reply says why */
     } else if (!tg) {
-        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank, m->group);
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank,
+                           m->group);
     } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT, "a membership view of %zu bytes: not this group's",
-               m->membership.len);
+        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT,
+                           "a membership view of %zu bytes: not this group's", m->membership.len);
     } else {
         ss__tree_view_pack(t, tg, view);
     }
