@@ -14,11 +14,12 @@
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
 
-#define MAX_SHARDS    256
-#define MAX_TAKE      65536 /* rows of one Handoff */
-#define STALE_WAIT_MS 3000  /* an old owner reads the new map within 200 ms */
-#define IDLE_POLL_NS  100000000ull
-#define M_HANDOFF     "/shadowsync.v1.Embedding/Handoff"
+#define MAX_SHARDS      256
+#define MAX_TAKE        65536 /* rows of one Handoff */
+#define STALE_WAIT_MS   3000  /* an old owner reads the new map within 200 ms */
+#define IDLE_POLL_NS    100000000ull
+#define FAILED_PAUSE_NS 1000000000ull /* an old owner down: not a busy loop of calls */
+#define M_HANDOFF       "/shadowsync.v1.Embedding/Handoff"
 
 /* Rows taken and put here at since_ns (0: written synced at once): said
  * to the giver (which then forgets them) once the store has written
@@ -293,10 +294,13 @@ static ss_status list_tables(ss__ps_row_moves *mv, source *s, char *why, size_t 
     return st;
 }
 
+/* What a background step did: how long the mover waits before the next. */
+typedef enum step { STEP_MOVED, STEP_IDLE, STEP_FAILED } step;
+
 /* One background step: the next batch from the first source and table
- * with rows left. false when nothing moved (none left, or only rows held
- * here that the store has not written yet). mv->lock held. */
-static bool background_step(ss__ps_row_moves *mv) {
+ * with rows left. STEP_IDLE when nothing moved (none left, or only rows
+ * held here that the store has not written yet). mv->lock held. */
+static step background_step(ss__ps_row_moves *mv) {
     char why[400] = "";
     for (size_t i = 0; i < mv->p.nsrc; i++) {
         source *s = &mv->p.src[i];
@@ -310,16 +314,16 @@ static bool background_step(ss__ps_row_moves *mv) {
                 break;
             ss__counter_add(mv->in_background, got);
             tt->drained = got == 0 && said == 0 && tt->nheld == 0;
-            return got > 0 || said > 0; /* else wait for the flusher (or nothing left) */
+            return got > 0 || said > 0 ? STEP_MOVED : STEP_IDLE; /* wait for the flusher */
         }
         if (st != SS_OK) {
             ss__counter_add(mv->failures, 1);
             SS_LOG_WARNF("ps", "event=row_move_failed from=%s status=%s why=\"%s\"", s->addr,
                          ss_status_name(st), why);
-            return true; /* tried again after the pause */
+            return STEP_FAILED; /* tried again a second later */
         }
     }
-    return false;
+    return STEP_IDLE;
 }
 
 static size_t tables_left(const plan *p) {
@@ -346,14 +350,16 @@ static void *mover_main(void *arg) {
     ss__ps_row_moves *mv = arg;
     for (;;) {
         pthread_mutex_lock(&mv->lock);
-        bool busy = false;
+        step last = STEP_IDLE;
         if (current_plan(mv) == SS_OK && mv->p.self >= 0 && mv->p.nsrc)
-            busy = background_step(mv);
+            last = background_step(mv);
         const size_t left = mv->p.self >= 0 ? tables_left(&mv->p) : 0;
         atomic_store(&mv->done, left == 0);
         ss__gauge_set(mv->pending, (double)left);
         pthread_mutex_unlock(&mv->lock);
-        const uint64_t pause = busy ? (uint64_t)mv->cfg.pause_ms * 1000000ull : IDLE_POLL_NS;
+        const uint64_t pause = last == STEP_MOVED    ? (uint64_t)mv->cfg.pause_ms * 1000000ull
+                               : last == STEP_FAILED ? FAILED_PAUSE_NS
+                                                     : IDLE_POLL_NS;
         if (wait_or_stop(mv, pause ? pause : 1))
             return NULL;
     }
