@@ -6,17 +6,23 @@ uid, with no privilege escalation, no capabilities and a read-only root,
 init containers included (none runs as root); the PS shards have a
 PodDisruptionBudget that lets one go at a time; the agent's socket
 directory is the node's (made by node-tmpfiles.conf), never created
-root-owned by kubelet; the probes run in the container.
+root-owned by kubelet; the probes run in the container. The PS pods read
+the shard map the ps-map ConfigMap mounts, name themselves in it by their
+stable pod names, and that map is what `shadowsync-ctl shard-map` makes
+for the StatefulSet's replicas (the map built from the names); a grow
+map (with "from") and bad settings through the same command.
 
-usage: test_k8s_manifests.py SOURCE_DIR
+usage: test_k8s_manifests.py SOURCE_DIR [SHADOWSYNC_CTL]
 """
 import os
 import re
+import subprocess
 import sys
 
 import yaml
 
 SRC = sys.argv[1]
+CTL = sys.argv[2] if len(sys.argv) > 2 else None
 K8S = os.path.join(SRC, "deploy", "k8s")
 problems = []
 
@@ -59,6 +65,45 @@ def check_pod(name, spec):
                   "not Directory (kubelet would create it root-owned)")
 
 
+def check_shard_map(docs):
+    sts = next(d for d in docs if d.get("kind") == "StatefulSet")
+    cm = next((d for d in docs if d.get("kind") == "ConfigMap" and
+               d["metadata"]["name"] == "ps-map"), None)
+    check(cm is not None, "no ps-map ConfigMap")
+    if cm is None:
+        return
+    ps = sts["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in ps.get("env", [])}
+    mounts = {m["name"]: m["mountPath"] for m in ps.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    map_vol = next((n for n, v in vols.items()
+                    if v.get("configMap", {}).get("name") == "ps-map"), None)
+    check(map_vol is not None and env.get("SHADOWSYNC_SHARD_MAP") ==
+          os.path.join(mounts.get(map_vol, "?"), "fleet.map"),
+          "the PS does not read the ps-map ConfigMap's fleet.map (SHADOWSYNC_SHARD_MAP)")
+    port = next(p["containerPort"] for p in ps["ports"] if p["name"] == "grpc")
+    svc = sts["spec"]["serviceName"]
+    check(env.get("SHADOWSYNC_ADVERTISE") == f"$(POD_NAME).{svc}:{port}",
+          "the PS does not name itself by its pod's stable name (SHADOWSYNC_ADVERTISE)")
+    if not CTL:
+        return
+    def ctl(*args):
+        return subprocess.run([CTL, "shard-map", *args], capture_output=True, text=True)
+    made = ctl("--statefulset", sts["metadata"]["name"], "--service", svc, "--port", str(port),
+               "--replicas", str(sts["spec"]["replicas"]), "--epoch", "1")
+    check(made.returncode == 0 and made.stdout == cm["data"]["fleet.map"],
+          f"ps-map's fleet.map is not what shadowsync-ctl shard-map makes: {made.stdout!r}")
+    grow = ctl("--replicas", "3", "--from-replicas", "2", "--epoch", "2",
+               "--namespace", "shadowsync")
+    check(grow.returncode == 0 and grow.stdout ==
+          "epoch 2\nps ps-0.ps.shadowsync.svc:7070,ps-1.ps.shadowsync.svc:7070,"
+          "ps-2.ps.shadowsync.svc:7070\nfrom ps-0.ps.shadowsync.svc:7070,"
+          "ps-1.ps.shadowsync.svc:7070\n", f"a grow map: {grow.stdout!r} {grow.stderr!r}")
+    for bad in (["--replicas", "0"], ["--epoch", "0"], ["--service", "a:b"]):
+        r = ctl(*bad)
+        check(r.returncode == 2 and r.stderr, f"shard-map {bad} was not refused: {r.stdout!r}")
+
+
 def main():
     kust = yaml.safe_load(open(os.path.join(K8S, "kustomization.yaml")))
     docs = []
@@ -82,6 +127,7 @@ def main():
     check(any(p["spec"].get("maxUnavailable") == 1 and
               p["spec"]["selector"]["matchLabels"].items() <= ps_labels.items() for p in pdbs),
           "no PodDisruptionBudget with maxUnavailable 1 selects the PS shards")
+    check_shard_map(docs)
     tmpfiles = open(os.path.join(K8S, "node-tmpfiles.conf")).read()
     check(re.search(r"^d /run/shadowsync 0750 10001 10001", tmpfiles, re.M),
           "node-tmpfiles.conf does not make /run/shadowsync 0750 for uid 10001")

@@ -5,7 +5,8 @@
  *   watch       a live view of rounds/s, sync gap and divergence per
  *               group, refreshed every --interval-ms
  *   health      GET /healthz (exit 0 when it answers ok: an exec probe)
- *   reshard     N stopped shards' stores into M (tools/reshard/), offline */
+ *   reshard     N stopped shards' stores into M (tools/reshard/), offline
+ *   shard-map   the shard map of a StatefulSet's PS pods (their stable names) */
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "common/shard_map.h"
 #include "common/strbuf.h"
 #include "rpc/auth.h"
 #include "tools/reshard/reshard.h"
@@ -29,6 +31,8 @@ static const ss__program program = {
                       "  health      GET /healthz; exit 0 when it answers (a container's probe)\n"
                       "  reshard     the stores of N stopped PS shards into M, offline\n"
                       "              (shadowsync-ctl reshard --help)\n"
+                      "  shard-map   the shard map of a StatefulSet's PS pods\n"
+                      "              (shadowsync-ctl shard-map --help)\n"
                       "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]"};
 
 static const ss__program reshard_program = {
@@ -258,9 +262,62 @@ static int watch(const char *url, long interval_ms, long count, long timeout_ms)
     return 0;
 }
 
+static const ss__program map_program = {
+    "shadowsync-ctl shard-map",
+    "Prints the shard map of a StatefulSet's PS pods, by their stable names\n"
+    "(NAME-0.SERVICE:PORT, ...), checked as every PS and trainer reads it. With\n"
+    "--from-replicas, a \"from\" line: the fleet before (embedding rows move while\n"
+    "training runs; deploy/README.md says in which order to scale and apply).\n"
+    "  shadowsync-ctl shard-map --replicas 3 --from-replicas 2 --epoch 4 > fleet.map"};
+
+/* "NAME-0.SERVICE[.NS.svc]:PORT,..." for n pods into out. */
+static void pod_list(const char *sts, const char *svc, const char *ns, int64_t port, int64_t n,
+                     char *out, size_t len) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int64_t i = 0; i < n && at < len; i++)
+        at += (size_t)snprintf(out + at, len - at, "%s%s-%lld.%s%s%s%s:%lld", i ? "," : "", sts,
+                               (long long)i, svc, *ns ? "." : "", ns, *ns ? ".svc" : "",
+                               (long long)port);
+}
+
+static int shard_map_main(int argc, char **argv) {
+    const char *sts = "ps", *svc = "ps", *ns = "";
+    int64_t port = 7070, replicas = 2, from = 0, epoch = 1;
+    ss__flag flags[] = {
+        {"statefulset", SS_FLAG_STRING, &sts, "the PS StatefulSet's name", NULL, 0, 0},
+        {"service", SS_FLAG_STRING, &svc, "its headless Service (serviceName)", NULL, 0, 0},
+        {"namespace", SS_FLAG_STRING, &ns, "their namespace (\"\" = the reader's own)", NULL, 0, 0},
+        {"port", SS_FLAG_INT, &port, "the PS's gRPC port", NULL, 1, 65535},
+        {"replicas", SS_FLAG_INT, &replicas, "the PS pods of the map", NULL, 1, 256},
+        {"from-replicas", SS_FLAG_INT, &from,
+         "the PS pods before this map (0 = no \"from\" line: nothing moves)", NULL, 0, 256},
+        {"epoch", SS_FLAG_INT, &epoch, "the map's epoch (one more than the map it replaces)", NULL,
+         1, (double)(1ll << 53)},
+    };
+    int rc = ss__flags_cli(&map_program, flags, sizeof flags / sizeof *flags, argc, argv);
+    if (rc >= 0)
+        return rc;
+    char now[SS_SHARD_MAP_PS_MAX], was[SS_SHARD_MAP_PS_MAX], text[2 * SS_SHARD_MAP_PS_MAX + 64];
+    pod_list(sts, svc, ns, port, replicas, now, sizeof now);
+    pod_list(sts, svc, ns, port, from, was, sizeof was);
+    snprintf(text, sizeof text, "epoch %lld\nps %s\n%s%s%s", (long long)epoch, now,
+             from ? "from " : "", from ? was : "", from ? "\n" : "");
+    ss__shard_map m;
+    char why[400];
+    if (ss__shard_map_parse(text, "(printed)", &m, why, sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-ctl shard-map: %s\n", why);
+        return 2;
+    }
+    fputs(text, stdout);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "reshard"))
         return reshard_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "shard-map"))
+        return shard_map_main(argc - 1, argv + 1);
     const char *url = "http://127.0.0.1:9470";
     int64_t interval_ms = 1000, count = 0, timeout_ms = 5000;
     ss__flag flags[] = {
@@ -279,7 +336,7 @@ int main(int argc, char **argv) {
                  strcmp(cmd, "watch") && strcmp(cmd, "health"))) {
         fprintf(stderr,
                 "shadowsync-ctl: %s%s\n(commands: status, metrics, checkpoint, watch, health, "
-                "reshard; "
+                "reshard, shard-map; "
                 "--help for more)\n",
                 cmd ? "unknown command " : "a command is needed", cmd ? cmd : "");
         return 2;
