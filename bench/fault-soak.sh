@@ -10,7 +10,10 @@
 # One trainer host's link drops --loss percent of its packets throughout.
 # Every --every seconds a random trainer, agent or PS is SIGKILLed and
 # started again; halfway through, one trainer host is cut off for
-# --partition seconds (every packet on its link dropped).
+# --partition seconds (every packet on its link dropped). With --map-every,
+# the embedding fleet's shard map changes every that many seconds, the
+# last PS leaving it and coming back in turn (its rows move while the
+# writer writes: ps/row_moves.h); the writer routes by the map.
 #
 # At the end every trainer stops at the same time, runs its final rounds
 # and writes its replica; the writer's log is read back. Prints one line per
@@ -25,7 +28,7 @@
 #   bench/fault-soak.sh --seconds 60 --every 10 --partition 5
 set -euo pipefail
 
-PS=2 HOSTS=3 PER_HOST=2 DENSE=1048576 SECS=600 EVERY=20 PART=10 LOSS_ONE=1 ALGO=ma
+PS=2 HOSTS=3 PER_HOST=2 DENSE=1048576 SECS=600 EVERY=20 PART=10 LOSS_ONE=1 ALGO=ma MAPEVERY=0
 STEP_US=10000 RATE=10gbit DELAY=0 LOSS=0 SEED=$$ QUIET=0 KEEP=
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 
@@ -44,6 +47,8 @@ Usage: bench/fault-soak.sh [flags]   (root: it creates network namespaces)
                     (0 = none)
   --loss L          percent of packets dropped on one trainer       [$LOSS_ONE]
                     host's link, throughout
+  --map-every M     the embedding shard map changes every M seconds [$MAPEVERY]
+                    (the last PS out, then back in; 0 = never)
   --step-us U       emulated compute per step                       [$STEP_US]
   --rate R          every link, each direction (tc units)           [$RATE]
   --seed N          the random choice of victims                    [\$\$]
@@ -59,7 +64,7 @@ EOF
 source "$(dirname "$0")/help.sh"
 bench_named_flags "
   ps:PS hosts:HOSTS per-host:PER_HOST dense-floats:DENSE algo:ALGO
-  seconds:SECS every:EVERY partition:PART loss:LOSS_ONE step-us:STEP_US
+  seconds:SECS every:EVERY partition:PART loss:LOSS_ONE step-us:STEP_US map-every:MAPEVERY
   rate:RATE seed:SEED logs:KEEP quiet:QUIET!" "$@"
 
 EMU=fault-soak
@@ -70,11 +75,12 @@ for b in shadowsync-ps shadowsync-agent shadowsync-emu-trainer shadowsync-emu-em
 done
 command -v nft >/dev/null || die "needs nft (apt-get install nftables) for the loss and the partition"
 case $ALGO in easgd | ma | bmuf) ;; *) die "--algo must be easgd, ma or bmuf" ;; esac
-for v in PS HOSTS PER_HOST SECS EVERY PART; do
+for v in PS HOSTS PER_HOST SECS EVERY PART MAPEVERY; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v,,} must be a whole number, not ${!v}"
 done
 [ "$PS" -ge 1 ] && [ "$HOSTS" -ge 1 ] && [ "$PER_HOST" -ge 1 ] || die "--ps, --hosts and --per-host must be >= 1"
 [ "$EVERY" -ge 2 ] || die "--every must be >= 2 seconds"
+[ "$MAPEVERY" = 0 ] || [ "$PS" -ge 2 ] || die "--map-every needs --ps 2 or more (one leaves the map)"
 [ "$SECS" -ge $((2 * EVERY)) ] || die "--seconds must be at least 2 x --every"
 tc_rate_bits "$RATE" >/dev/null
 RANDOM=$SEED
@@ -90,7 +96,7 @@ start_ps() { # i
   mkdir -p "$TMP/ps$i"
   ip netns exec "$ID-p$i" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
     --auth-token-file "$TMP/token" --checkpoint-dir "$TMP/ps$i" --emb-db "$TMP/ps$i/emb" \
-    --sync-writes >>"$TMP/ps$i.log" 2>&1 &
+    --shard-map "$TMP/fleet.map" --sync-writes >>"$TMP/ps$i.log" 2>&1 &
   PID[ps$i]=$!
   PIDS+=($!)
   wait_line "$TMP/ps$i.log" "listening on" $!
@@ -124,6 +130,13 @@ for i in $(seq 0 $((PS - 1))); do
   add_host "$ID-p$i" "198.18.1.$((i + 1))"
   PS_LIST+="${PS_LIST:+,}198.18.1.$((i + 1)):7070"
 done
+# The embedding fleet's shard map (the writer routes by it; the dense
+# sync by the agents' --ps list, which carries no epoch).
+write_map() { # epoch ps [from]
+  { echo "epoch $1"; echo "ps $2"; [ -z "${3:-}" ] || echo "from $3"; } >"$TMP/fleet.map.tmp"
+  mv "$TMP/fleet.map.tmp" "$TMP/fleet.map"
+}
+write_map 1 "$PS_LIST"
 for i in $(seq 0 $((PS - 1))); do start_ps "$i"; done
 for j in $(seq 0 $((HOSTS - 1))); do
   add_host "$ID-t$j" "198.18.2.$((j + 1))"
@@ -138,10 +151,26 @@ for j in $(seq 0 $((HOSTS - 1))); do
 done
 # The embedding writer sits on the last trainer host, straight to the PS.
 W=$((HOSTS - 1))
-ip netns exec "$ID-t$W" "$BIN/shadowsync-emu-emb" --ps "$PS_LIST" --until-ms "$END_MS" \
+ip netns exec "$ID-t$W" "$BIN/shadowsync-emu-emb" --shard-map "$TMP/fleet.map" --until-ms "$END_MS" \
   --log "$TMP/emb-acked.log" >"$TMP/emb.log" 2>&1 &
 WRITER=$!
 PIDS+=($!)
+# Map changes (--map-every): the last PS leaves the map, then comes back.
+map_changes() {
+  local epoch=1 all=$PS_LIST fewer=${PS_LIST%,*} t0
+  while sleep "$MAPEVERY" && [ "$(now_ms)" -lt $((END_MS - 5000)) ]; do
+    epoch=$((epoch + 1))
+    t0=$(now_ms)
+    if [ $((epoch % 2)) = 0 ]; then write_map "$epoch" "$fewer" "$all"; else write_map "$epoch" "$all" "$fewer"; fi
+    printf '%s\tmap\tepoch%s\t%s\n' "$t0" "$epoch" "$t0" >>"$EVENTS"
+    say "$(((t0 - START_MS) / 1000)) s: shard map epoch $epoch ($([ $((epoch % 2)) = 0 ] && echo "the last PS out" || echo "back in"))"
+  done
+}
+MAPPER=
+if [ "$MAPEVERY" -gt 0 ]; then
+  map_changes &
+  MAPPER=$!
+fi
 say "$PS PS, $HOSTS hosts x $PER_HOST trainers ($ALGO, $DENSE floats), $LOSS_ONE% loss on $LOSSY, a kill every ${EVERY} s, a ${PART} s partition, ${SECS} s"
 
 # The events: kills on a fixed beat, the partition halfway between two.
@@ -188,7 +217,8 @@ for v in "${VICTIMS[@]}"; do
   case $v in h*) wait "${PID[$v]}" || failed=$((failed + 1)) ;; esac
 done
 wait "$WRITER" || failed=$((failed + 1))
-verify=$(ip netns exec "$ID-t$W" "$BIN/shadowsync-emu-emb" --ps "$PS_LIST" --verify "$TMP/emb-acked.log" 2>"$TMP/verify.err" || true)
+[ -z "$MAPPER" ] || wait "$MAPPER" || true
+verify=$(ip netns exec "$ID-t$W" "$BIN/shadowsync-emu-emb" --shard-map "$TMP/fleet.map" --verify "$TMP/emb-acked.log" 2>"$TMP/verify.err" || true)
 [ "$QUIET" = 1 ] || { cat "$TMP"/h*t*.*.log | grep '^emu-trainer:' || true; cat "$TMP/emb.log"; echo "$verify"; cat "$TMP/verify.err"; }
 
 [ -z "$KEEP" ] || { mkdir -p "$KEEP" && cp "$TMP"/*.log "$TMP"/*.tsv "$KEEP"/; }

@@ -16,14 +16,14 @@ field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 # In the background, to know its PID: its namespaces are se<PID>-*, its
 # files /tmp/ss-emu-se<PID>-*; other tests may run clusters meanwhile.
 bash "$script" --ps 2 --hosts 2 --per-host 1 --dense-floats 65536 --seconds 24 --every 8 \
-  --partition 3 --seed 1 >"${TMPDIR:-/tmp}/fault-soak-test.$$" &
+  --partition 3 --seed 1 --map-every 10 >"${TMPDIR:-/tmp}/fault-soak-test.$$" &
 pid=$!
 wait $pid || { cat "${TMPDIR:-/tmp}/fault-soak-test.$$"; rm -f "${TMPDIR:-/tmp}/fault-soak-test.$$"; exit 1; }
 out=$(cat "${TMPDIR:-/tmp}/fault-soak-test.$$")
 rm -f "${TMPDIR:-/tmp}/fault-soak-test.$$"
 echo "$out"
 sum=$(grep '^fault-soak: algo=' <<<"$out")
-[ "$(field "$sum" events)" = 3 ] || { echo "want 2 kills and a partition" >&2; exit 1; }
+[ "$(field "$sum" events)" = 4 ] || { echo "want 2 kills, a partition and a map change" >&2; exit 1; }
 [ "$(field "$sum" failed)" = 0 ] || { echo "a trainer or the writer failed" >&2; exit 1; }
 [ "$(field "$sum" emb_acked)" -gt 0 ] || { echo "no embedding push was acknowledged" >&2; exit 1; }
 [ "$(field "$sum" emb_lost)" = 0 ] || { echo "acknowledged embedding rows were lost" >&2; exit 1; }
