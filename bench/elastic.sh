@@ -9,7 +9,8 @@
 # progressive NE, and for each change the rows moved / expected (a third
 # of the rows at the grow, every row of the third shard at the shrink),
 # the seconds until the move completed, and the training's dip (its
-# slowest progress second during the move / its median second before);
+# slowest progress interval during the move / its median one before);
+# once the third PS has given all its rows away it is stopped;
 # then the writer's rows lost (verified against the last map).
 #   bash bench/elastic.sh                     # ROWS=4000000 GROW_S=8 SHRINK_S=20
 #   bash bench/elastic.sh --rows 8000000 --grow-s 15 --shrink-s 40
@@ -109,6 +110,7 @@ run() { # moves|none -> a result line
     ts=$(date +%s.%N)
     write_map 4 "$two" "$three"
     shrink=$(wait_moved "$ts" 4 2 0)
+    kill "${pids[2]}" # drained: stopped, as deploy/README.md scales the fleet down
     ratio_s=$(awk -v m="$(($(moved_in 0 1) - in_before))" -v e="$before" 'BEGIN {printf "%.3f", m / e}')
     g=$(awk -v a="$tg" -v t="$t0" 'BEGIN {print a - t}')
     s=$(awk -v a="$ts" -v t="$t0" 'BEGIN {print a - t}')
