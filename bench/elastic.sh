@@ -49,17 +49,14 @@ wait_moved() { # t0 epoch [k rows]
   awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'
 }
 
-moved_in() { # k...: rows moved into these PS so far
-  local k t=0
-  for k in "$@"; do t=$((t + $(metric "$k" '^shadowsync_emb_rows_moved_in_total'))); done
+sum_of() { # regex k...: the series summed over these PS
+  local re=$1 k t=0
+  shift
+  for k in "$@"; do t=$((t + $(metric "$k" "$re"))); done
   echo "$t"
 }
-
-rows_of() { # k...: resident rows of these PS
-  local k t=0
-  for k in "$@"; do t=$((t + $(metric "$k" '^shadowsync_emb_resident_rows '))); done
-  echo "$t"
-}
+moved_in() { sum_of '^shadowsync_emb_rows_moved_in_total' "$@"; } # rows moved into these PS
+rows_of() { sum_of '^shadowsync_emb_resident_rows ' "$@"; }         # their resident rows
 
 # The training's examples/s between its progress lines (one a chunk of
 # the stream), from its log: the slowest interval that overlaps [a, b)

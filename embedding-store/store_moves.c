@@ -8,8 +8,9 @@
 #include "common/finite.h"
 #include "embedding-store/store_internal.h"
 
-/* The database walk of a take: ids of rows stored only there (spilled, or
- * taken earlier and not yet forgotten) that leave, up to max. */
+/* The database walk of a take: ids of the table's rows stored only there
+ * (spilled) that leave, up to max. (Rows given away are in the given
+ * space, which this walk does not see.) */
 typedef struct db_pick {
     store_table *tb;
     ss__emb_id_filter leaves;

@@ -5,6 +5,7 @@
 
 #include "ps/emb_service.h"
 #include "rpc/emb/embedding.pb-c.h"
+#include "rpc/emb/spec_pb.h"
 #include "rpc/rpc_pb.h"
 #include "shadow/codec.h"
 
@@ -130,29 +131,18 @@ static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
         return;
     }
-    ss__emb_spec spec = {0}, stored;
+    ss__emb_spec spec, stored;
     char why[200] = "";
-    if (!m->spec || !m->spec->name || strlen(m->spec->name) >= sizeof spec.name) {
+    if (!ss__emb_spec_from_pb(m->spec, &spec)) {
         refuse(svc, reply, SS_ERR_INVALID_ARGUMENT, "bad_spec",
                "a table spec with a name is needed");
     } else {
-        snprintf(spec.name, sizeof spec.name, "%s", m->spec->name);
-        spec.dim = m->spec->dim;
-        spec.optimizer = (ss__emb_optimizer)m->spec->optimizer;
-        spec.lr = m->spec->lr;
-        spec.eps = m->spec->eps;
-        spec.init_scale = m->spec->init_scale;
         ss_status st = ss__emb_store_open_table(svc->store, &spec, &stored, why, sizeof why);
         if (st != SS_OK) {
             relay(reply, st, why);
         } else {
-            Shadowsync__V1__TableSpec ts = SHADOWSYNC__V1__TABLE_SPEC__INIT;
-            ts.name = stored.name;
-            ts.dim = stored.dim;
-            ts.optimizer = (uint32_t)stored.optimizer;
-            ts.lr = stored.lr;
-            ts.eps = stored.eps;
-            ts.init_scale = stored.init_scale;
+            Shadowsync__V1__TableSpec ts;
+            ss__emb_spec_to_pb(&stored, &ts);
             Shadowsync__V1__OpenTableReply out = SHADOWSYNC__V1__OPEN_TABLE_REPLY__INIT;
             out.spec = &ts;
             out.table_id = ss__emb_table_id(stored.name);

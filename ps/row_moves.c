@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/shard_map.h"
 #include "rpc/emb/embedding.pb-c.h"
+#include "rpc/emb/spec_pb.h"
 #include "rpc/rpc_pb.h"
 
 #define MAX_SHARDS      256
@@ -223,7 +224,7 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
     for (;;) { /* the giver may read the new map up to a second after this PS */
         st = ss__rpc_call_message(s->ch, M_HANDOFF, &req.base, mv->cfg.timeout_ms, false,
                                   &shadowsync__v1__handoff_reply__descriptor, &r, why, whylen);
-        if (st != SS_ERR_STATE || !strstr(why, SS_RPC_STALE_EPOCH) || ss__now_ns() > deadline)
+        if (!ss__rpc_refused_for_epoch(st, why) || ss__now_ns() > deadline)
             break;
         ss__sleep_ns(100000000ull);
     }
@@ -273,18 +274,11 @@ static ss_status list_tables(ss__ps_row_moves *mv, source *s, char *why, size_t 
         return st;
     const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
     for (size_t i = 0; i < x->n_tables && st == SS_OK; i++) {
-        const Shadowsync__V1__TableSpec *ts = x->tables[i];
-        ss__emb_spec spec = {0}, stored;
-        if (!ts->name || strlen(ts->name) >= sizeof spec.name) {
+        ss__emb_spec spec, stored;
+        if (!ss__emb_spec_from_pb(x->tables[i], &spec)) {
             st = SS_ERR_PARSE;
             break;
         }
-        snprintf(spec.name, sizeof spec.name, "%s", ts->name);
-        spec.dim = ts->dim;
-        spec.optimizer = (ss__emb_optimizer)ts->optimizer;
-        spec.lr = ts->lr;
-        spec.eps = ts->eps;
-        spec.init_scale = ts->init_scale;
         st = ss__emb_store_open_table(mv->cfg.store, &spec, &stored, why, whylen);
         if (st == SS_OK && !table_of(s, spec.name))
             st = SS_ERR_NO_MEMORY;
@@ -476,13 +470,7 @@ static void reply_tables(ss__ps_row_moves *mv, ss__rpc_reply *r) {
     const size_t n = ss__emb_store_tables(mv->cfg.store, specs, 64);
     Shadowsync__V1__TableSpec ts[64], *tp[64];
     for (size_t i = 0; i < n; i++) {
-        shadowsync__v1__table_spec__init(&ts[i]);
-        ts[i].name = specs[i].name;
-        ts[i].dim = specs[i].dim;
-        ts[i].optimizer = (uint32_t)specs[i].optimizer;
-        ts[i].lr = specs[i].lr;
-        ts[i].eps = specs[i].eps;
-        ts[i].init_scale = specs[i].init_scale;
+        ss__emb_spec_to_pb(&specs[i], &ts[i]);
         tp[i] = &ts[i];
     }
     Shadowsync__V1__HandoffReply out = SHADOWSYNC__V1__HANDOFF_REPLY__INIT;

@@ -123,6 +123,10 @@ void ss__rpc_clear_failure(void) {
     last_failure[0] = '\0';
 }
 
+bool ss__rpc_refused_for_epoch(ss_status st, const char *msg) {
+    return st == SS_ERR_STATE && msg && strstr(msg, SS_RPC_STALE_EPOCH) != NULL;
+}
+
 void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch) {
     if (ch)
         atomic_store(&ch->epoch, epoch);

@@ -170,6 +170,9 @@ void ss__rpc_channel_destroy(ss__rpc_channel *ch);
 /* In the message of a call refused for its epoch: a client that routes
  * by a map file reads it again and routes the call again. */
 #define SS_RPC_STALE_EPOCH "shard map epoch"
+/* Whether a failed call (its status and message) was refused for the
+ * shard map epoch it carried: the caller routes again. */
+bool ss__rpc_refused_for_epoch(ss_status st, const char *msg);
 void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch);
 
 /* Whether a TCP connection to address ("host:port", "[ipv6]:port") can

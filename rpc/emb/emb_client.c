@@ -10,6 +10,7 @@
 #include "common/shard_map.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
+#include "rpc/emb/spec_pb.h"
 #include "rpc/pb_wire.h"
 
 #define MAX_SHARDS 64
@@ -107,13 +108,8 @@ ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path) {
 /* OpenTable on every shard (c->lock held). */
 static ss_status open_table_locked(ss__emb_client *c, const ss__emb_spec *spec,
                                    ss__emb_spec *stored, char *why, size_t whylen) {
-    Shadowsync__V1__TableSpec ts = SHADOWSYNC__V1__TABLE_SPEC__INIT;
-    ts.name = (char *)spec->name;
-    ts.dim = spec->dim;
-    ts.optimizer = (uint32_t)spec->optimizer;
-    ts.lr = spec->lr;
-    ts.eps = spec->eps;
-    ts.init_scale = spec->init_scale;
+    Shadowsync__V1__TableSpec ts;
+    ss__emb_spec_to_pb(spec, &ts);
     Shadowsync__V1__OpenTableRequest m = SHADOWSYNC__V1__OPEN_TABLE_REQUEST__INIT;
     m.spec = &ts;
     size_t len = shadowsync__v1__open_table_request__get_packed_size(&m);
@@ -137,11 +133,7 @@ static ss_status open_table_locked(ss__emb_client *c, const ss__emb_spec *spec,
                 st = SS_ERR_PARSE;
             else {
                 *stored = *spec;
-                stored->dim = r->spec->dim;
-                stored->optimizer = (ss__emb_optimizer)r->spec->optimizer;
-                stored->lr = r->spec->lr;
-                stored->eps = r->spec->eps;
-                stored->init_scale = r->spec->init_scale;
+                ss__emb_spec_numbers_from_pb(r->spec, stored);
             }
             if (r)
                 shadowsync__v1__open_table_reply__free_unpacked(r, NULL);
@@ -472,7 +464,7 @@ static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *
     for (size_t i = 0; *stale && i < ncalls; i++) {
         if (calls[i].status == SS_OK)
             continue;
-        if (calls[i].status == SS_ERR_STATE && strstr(calls[i].msg, SS_RPC_STALE_EPOCH)) {
+        if (ss__rpc_refused_for_epoch(calls[i].status, calls[i].msg)) {
             mark(&cp[i].main, stale_main);
             mark(&cp[i].push, stale_push);
         } else {
