@@ -365,6 +365,86 @@ START_TEST(test_a_table_follows_its_shard_map) {
 }
 END_TEST
 
+/* One Handoff to addr; its status, the message in msg. */
+static ss_status handoff(const char *addr, const Shadowsync__V1__HandoffRequest *req, char *msg,
+                         size_t msglen) {
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(addr, 0, NULL, &ch), SS_OK);
+    ProtobufCMessage *r = NULL;
+    msg[0] = '\0';
+    ss_status st =
+        ss__rpc_call_message(ch, "/shadowsync.v1.Embedding/Handoff", &req->base, 5000, true,
+                             &shadowsync__v1__handoff_reply__descriptor, &r, msg, msglen);
+    if (r)
+        protobuf_c_message_free_unpacked(r, NULL);
+    ss__rpc_channel_destroy(ch);
+    return st;
+}
+
+/* Handoff's bad input, each refused saying why, nothing taken: another
+ * epoch, a map of another size, the giver itself as the taker, ids that
+ * do not move to the taker (asked for or said to be held), a batch of no
+ * rows, an unknown table, and bytes that are no message. */
+START_TEST(test_handoff_bad_input_is_refused) {
+    pid_t pid[SHARDS];
+    char addr[SHARDS][64];
+    start_fleet(pid, addr, "4096", "0", false);
+    const ss__emb_spec spec = table_spec();
+    ss__emb_client *c = open_client(addr, &spec, false); /* epoch 2: shards 0 and 1 */
+    push_all(c, &spec);
+    const uint32_t tid = ss__emb_table_id("moving");
+    uint64_t stays = 0; /* an id shard 0 keeps in a map of 2 */
+    while (ss__emb_shard_of(tid, stays, 2) != 0)
+        stays++;
+    struct {
+        uint64_t epoch;
+        uint32_t to, shards, max;
+        const char *table;
+        bool id, done;
+        ss_status want;
+        const char *says;
+    } cases[] = {
+        {1, 1, 2, 16, "moving", false, false, SS_ERR_STATE, "shard map epoch 1"},
+        {2, 1, 3, 16, "moving", false, false, SS_ERR_INVALID_ARGUMENT, "map has 2 shards"},
+        {2, 0, 2, 16, "moving", false, false, SS_ERR_INVALID_ARGUMENT, "it is shard 0"},
+        {2, 1, 2, 0, "moving", true, false, SS_ERR_INVALID_ARGUMENT, "does not move to shard 1"},
+        {2, 1, 2, 16, "moving", false, true, SS_ERR_INVALID_ARGUMENT, "does not move to shard 1"},
+        {2, 1, 2, 0, "moving", false, false, SS_ERR_INVALID_ARGUMENT, "max_rows 0"},
+        {2, 1, 2, 16, "nosuch", false, false, SS_ERR_NOT_FOUND, "unknown table nosuch"},
+    };
+    char msg[400];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Shadowsync__V1__HandoffRequest req = SHADOWSYNC__V1__HANDOFF_REQUEST__INIT;
+        req.epoch = cases[i].epoch;
+        req.to_shard = cases[i].to;
+        req.shards = cases[i].shards;
+        req.max_rows = cases[i].max;
+        req.table = (char *)cases[i].table;
+        const ProtobufCBinaryData one = {sizeof stays, (uint8_t *)&stays};
+        if (cases[i].id)
+            req.ids = one;
+        if (cases[i].done)
+            req.done_ids = one;
+        ck_assert_int_eq(handoff(addr[0], &req, msg, sizeof msg), cases[i].want);
+        ck_assert_msg(strstr(msg, cases[i].says), "case %zu: %s", i, msg);
+    }
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(addr[0], 0, NULL, &ch), SS_OK);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff};
+    ck_assert_int_ne(ss__rpc_call(ch, "/shadowsync.v1.Embedding/Handoff", garbage, sizeof garbage,
+                                  5000, true, &resp, &rlen, msg, sizeof msg),
+                     SS_OK);
+    free(resp);
+    ss__rpc_channel_destroy(ch);
+    check_rows(c, &spec, 1); /* nothing was taken */
+    ck_assert_uint_eq(resident(addr[0]) + resident(addr[1]), K);
+    ss__emb_client_destroy(c);
+    stop_fleet(pid);
+}
+END_TEST
+
 static bool is_even(void *ctx, uint64_t id) {
     (void)ctx;
     return id % 2 == 0;
@@ -441,5 +521,5 @@ int main(void) {
         "row_moves", 120, NULL, NULL, test_taken_rows_stay_stored_until_forgotten,
         test_rows_move_while_pushes_go_on, test_rows_asked_for_during_a_move_come_first,
         test_only_refused_parts_are_sent_again, test_shards_killed_mid_move_lose_nothing,
-        test_a_table_follows_its_shard_map);
+        test_a_table_follows_its_shard_map, test_handoff_bad_input_is_refused);
 }
