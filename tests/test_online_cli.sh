@@ -20,6 +20,17 @@ awk -v ne="$(field "$tmp/pipe.out" progressive_ne)" 'BEGIN {exit !(ne > 0.5 && n
   fail "progressive_ne out of (0.5, 1): $(grep summary-online "$tmp/pipe.out")"
 grep -q 'bayes_ne=' "$tmp/gen.txt" || fail "ctr-gen --out - reports on stderr: $(cat "$tmp/gen.txt")"
 
+# 1b. ctr-gen makes the same rows (and probabilities) on any number of
+# threads: one thread draws every row's random numbers in order, the others
+# make the rows in blocks and the first writes the blocks in order.
+for t in 1 3; do
+  "$bin/ctr-gen" --drift --shape categorical --rows 10000 --threads "$t" --out "$tmp/t$t.tsv" \
+    --probs "$tmp/t$t.p" --quiet >/dev/null
+done
+cmp -s "$tmp/t1.tsv" "$tmp/t3.tsv" || fail "ctr-gen --threads 1 and 3 wrote other rows"
+cmp -s "$tmp/t1.p" "$tmp/t3.p" || fail "ctr-gen --threads 1 and 3 wrote other probabilities"
+[ "$(wc -l <"$tmp/t3.tsv")" = 10000 ] || fail "ctr-gen --threads 3 wrote $(wc -l <"$tmp/t3.tsv") rows"
+
 # 2. SIGTERM mid-stream: the rows read so far are trained and reported.
 mkfifo "$tmp/fifo"
 "$bin/ctr-gen" --drift --rows 100000000 --out - --quiet >"$tmp/fifo" 2>/dev/null &

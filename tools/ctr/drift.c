@@ -35,11 +35,15 @@ typedef struct alias_entry {
     uint32_t alias;
 } alias_entry;
 
+struct ss__ctr_drift_cache {
+    slot *slots[SS_CTR_NUM_CAT];
+};
+
 struct ss__ctr_drift {
     ss__ctr_drift_config cfg;
     uint32_t vocab[SS_CTR_NUM_CAT];
     alias_entry *table[SS_CTR_NUM_CAT]; /* alias tables (Vose) of the Zipf ranks */
-    slot *slots[SS_CTR_NUM_CAT];
+    ss__ctr_drift_cache *cache;         /* ss__ctr_drift_sample's */
     double cat_missing_p[SS_CTR_NUM_CAT];
     double int_mu[SS_CTR_NUM_DENSE], int_sigma[SS_CTR_NUM_DENSE], int_missing_p[SS_CTR_NUM_DENSE];
     double int_a[SS_CTR_NUM_DENSE], int_b[SS_CTR_NUM_DENSE];
@@ -100,12 +104,15 @@ ss_status ss__ctr_drift_create(const ss__ctr_drift_config *cfg, ss__ctr_drift **
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
         d->vocab[f] = cfg->categorical ? categorical_vocab[f % 4] : criteo_vocab[f];
         d->table[f] = malloc(d->vocab[f] * sizeof(alias_entry));
-        d->slots[f] = calloc(d->vocab[f], sizeof(slot));
-        if (!d->table[f] || !d->slots[f] || build_alias(d->vocab[f], d->table[f]) != SS_OK) {
+        if (!d->table[f] || build_alias(d->vocab[f], d->table[f]) != SS_OK) {
             ss__ctr_drift_destroy(d);
             return SS_ERR_NO_MEMORY;
         }
         d->cat_missing_p[f] = cfg->categorical ? 0.02 : f >= 19 ? 0.3 : 0.01;
+    }
+    if (ss__ctr_drift_cache_create(d, &d->cache) != SS_OK) {
+        ss__ctr_drift_destroy(d);
+        return SS_ERR_NO_MEMORY;
     }
     ss__rng rng;
     ss__rng_seed(&rng, cfg->model_seed ^ 0x1d8e4e27c47d124full);
@@ -123,18 +130,40 @@ ss_status ss__ctr_drift_create(const ss__ctr_drift_config *cfg, ss__ctr_drift **
 void ss__ctr_drift_destroy(ss__ctr_drift *d) {
     if (!d)
         return;
-    for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
         free(d->table[f]);
-        free(d->slots[f]);
-    }
+    ss__ctr_drift_cache_destroy(d->cache);
     free(d);
+}
+
+ss_status ss__ctr_drift_cache_create(const ss__ctr_drift *d, ss__ctr_drift_cache **out) {
+    ss__ctr_drift_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return SS_ERR_NO_MEMORY;
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
+        if (!(c->slots[f] = calloc(d->vocab[f], sizeof(slot)))) {
+            ss__ctr_drift_cache_destroy(c);
+            return SS_ERR_NO_MEMORY;
+        }
+    }
+    *out = c;
+    return SS_OK;
+}
+
+void ss__ctr_drift_cache_destroy(ss__ctr_drift_cache *c) {
+    if (!c)
+        return;
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        free(c->slots[f]);
+    free(c);
 }
 
 /* The slot's id at row index: renewed once per 1e6 / turnover rows, at a
  * phase of the slot's own. */
-static const slot *slot_at(ss__ctr_drift *d, int f, uint32_t v, uint64_t index) {
+static const slot *slot_at(const ss__ctr_drift *d, ss__ctr_drift_cache *c, int f, uint32_t v,
+                           uint64_t index) {
     const uint64_t seed = d->cfg.model_seed;
-    slot *s = &d->slots[f][v];
+    slot *s = &c->slots[f][v];
     if (!s->gen1)
         s->phase = (float)ss__u01(ss__hash3(seed ^ 0x5eedfaceull, (uint64_t)f, v));
     const uint32_t gen = (uint32_t)floor((double)index * d->cfg.turnover * 1e-6 + s->phase);
@@ -153,22 +182,40 @@ static const slot *slot_at(ss__ctr_drift *d, int f, uint32_t v, uint64_t index) 
     return s;
 }
 
+void ss__ctr_drift_draw(const ss__ctr_drift *d, ss__rng *rng, ss__ctr_drift_draws *out) {
+    out->cat_missing = 0;
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
+        if (ss__rng_uniform(rng) < d->cat_missing_p[f])
+            out->cat_missing |= 1u << f;
+        else
+            out->u[f] = ss__rng_uniform(rng) * d->vocab[f];
+    }
+    out->int_missing = 0;
+    for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
+        if (d->cfg.categorical || ss__rng_uniform(rng) < d->int_missing_p[j]) {
+            out->int_missing |= (uint16_t)(1u << j);
+            continue;
+        }
+        out->z1[j] = ss__rng_uniform(rng);
+        out->z2[j] = ss__rng_uniform(rng);
+    }
+    out->label_u = ss__rng_uniform(rng);
+}
+
 /* The categorical fields' part of the logit. Three passes over the
  * fields, so that the table lookups of all 26 are in flight at once: a
  * draw reads a random alias entry and then a random slot, each a cache
  * miss (perf: two thirds of the time went to those two loads, one field
- * after the other). The random numbers are drawn in the same order as
- * before, so the stream is the same. */
-static double sample_fields(ss__ctr_drift *d, ss__rng *rng, uint64_t index, double c, double sn,
-                            ss__ctr_raw_row *row) {
-    double u[SS_CTR_NUM_CAT];
+ * after the other). */
+static double make_fields(const ss__ctr_drift *d, ss__ctr_drift_cache *c,
+                          const ss__ctr_drift_draws *dr, uint64_t index, double cs, double sn,
+                          ss__ctr_raw_row *row) {
     uint32_t v[SS_CTR_NUM_CAT];
-    for (int f = 0; f < SS_CTR_NUM_CAT; f++) { /* draws; the alias entries on their way */
-        row->cat_missing[f] = ss__rng_uniform(rng) < d->cat_missing_p[f];
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++) { /* the alias entries on their way */
+        row->cat_missing[f] = (dr->cat_missing >> f) & 1;
         if (row->cat_missing[f])
             continue;
-        u[f] = ss__rng_uniform(rng) * d->vocab[f];
-        v[f] = (uint32_t)u[f];
+        v[f] = (uint32_t)dr->u[f];
         if (v[f] >= d->vocab[f])
             v[f] = d->vocab[f] - 1;
         __builtin_prefetch(&d->table[f][v[f]]);
@@ -177,9 +224,9 @@ static double sample_fields(ss__ctr_drift *d, ss__rng *rng, uint64_t index, doub
         if (row->cat_missing[f])
             continue;
         const alias_entry a = d->table[f][v[f]];
-        if (u[f] - v[f] >= a.prob)
+        if (dr->u[f] - v[f] >= a.prob)
             v[f] = a.alias;
-        __builtin_prefetch(&d->slots[f][v[f]]);
+        __builtin_prefetch(&c->slots[f][v[f]]);
     }
     double logit = 0.0, sum[HIDDEN_DIM] = {0}, sq = 0.0;
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
@@ -187,11 +234,11 @@ static double sample_fields(ss__ctr_drift *d, ss__rng *rng, uint64_t index, doub
             row->cats[f] = 0;
             continue;
         }
-        const slot *s = slot_at(d, f, v[f], index);
+        const slot *s = slot_at(d, c, f, v[f], index);
         row->cats[f] = s->id;
-        logit += c * s->a[0] + sn * s->b[0];
+        logit += cs * s->a[0] + sn * s->b[0];
         for (int k = 0; k < HIDDEN_DIM; k++) {
-            const double e = c * s->a[1 + k] + sn * s->b[1 + k];
+            const double e = cs * s->a[1 + k] + sn * s->b[1 + k];
             sum[k] += e;
             sq += e * e;
         }
@@ -202,23 +249,31 @@ static double sample_fields(ss__ctr_drift *d, ss__rng *rng, uint64_t index, doub
     return logit - 0.5 * sq;
 }
 
-void ss__ctr_drift_sample(ss__ctr_drift *d, ss__rng *rng, uint64_t index, ss__ctr_raw_row *row,
-                          double *p) {
-    const double theta = (double)index * d->cfg.rate * 1e-6, c = cos(theta), sn = sin(theta);
-    double logit = BIAS + sample_fields(d, rng, index, c, sn, row);
+void ss__ctr_drift_make(const ss__ctr_drift *d, ss__ctr_drift_cache *c,
+                        const ss__ctr_drift_draws *dr, uint64_t index, ss__ctr_raw_row *row,
+                        double *p) {
+    const double theta = (double)index * d->cfg.rate * 1e-6, cs = cos(theta), sn = sin(theta);
+    double logit = BIAS + make_fields(d, c, dr, index, cs, sn, row);
     for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
-        row->int_missing[j] = d->cfg.categorical || ss__rng_uniform(rng) < d->int_missing_p[j];
+        row->int_missing[j] = (dr->int_missing >> j) & 1;
         if (row->int_missing[j]) {
             row->ints[j] = 0;
             continue;
         }
-        double z = ss__rng_normal(rng);
+        double z = ss__normal_of(dr->z1[j], dr->z2[j]);
         double v = floor(exp(d->int_mu[j] + d->int_sigma[j] * z)) - 1.0;
         row->ints[j] = v < 0.0 ? 0 : (int64_t)v;
-        logit += (c * d->int_a[j] + sn * d->int_b[j]) * z;
+        logit += (cs * d->int_a[j] + sn * d->int_b[j]) * z;
     }
     *p = 1.0 / (1.0 + exp(-logit));
-    row->label = ss__rng_uniform(rng) < *p;
+    row->label = dr->label_u < *p;
+}
+
+void ss__ctr_drift_sample(ss__ctr_drift *d, ss__rng *rng, uint64_t index, ss__ctr_raw_row *row,
+                          double *p) {
+    ss__ctr_drift_draws dr;
+    ss__ctr_drift_draw(d, rng, &dr);
+    ss__ctr_drift_make(d, d->cache, &dr, index, row, p);
 }
 
 size_t ss__ctr_raw_row_format(const ss__ctr_raw_row *row, char *buf) {

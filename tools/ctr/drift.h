@@ -46,6 +46,31 @@ void ss__ctr_drift_destroy(ss__ctr_drift *d);
 void ss__ctr_drift_sample(ss__ctr_drift *d, ss__rng *rng, uint64_t index, ss__ctr_raw_row *row,
                           double *p);
 
+/* The same in two steps, so that rows can be made on several threads:
+ * ss__ctr_drift_draw takes a row's random numbers from the rng, in the
+ * stream's order (cheap: run it in order, on one thread);
+ * ss__ctr_drift_make turns them into the row (the costly part: table
+ * lookups, the slots' weights, exp and log), a pure function of the
+ * draws, the index and the model. Each thread that makes rows has a slot
+ * cache of its own (a field's ranks' current ids and weights; up to
+ * 52 bytes a value of every field's vocabulary). */
+typedef struct ss__ctr_drift_draws {
+    uint32_t cat_missing;                              /* bit f: field f missing */
+    uint16_t int_missing;                              /* bit j: integer field j missing */
+    double u[SS_CTR_NUM_CAT];                          /* uniform x the field's vocabulary */
+    double z1[SS_CTR_NUM_DENSE], z2[SS_CTR_NUM_DENSE]; /* Box-Muller's uniforms */
+    double label_u;
+} ss__ctr_drift_draws;
+
+typedef struct ss__ctr_drift_cache ss__ctr_drift_cache;
+ss_status ss__ctr_drift_cache_create(const ss__ctr_drift *d, ss__ctr_drift_cache **out);
+void ss__ctr_drift_cache_destroy(ss__ctr_drift_cache *c);
+
+void ss__ctr_drift_draw(const ss__ctr_drift *d, ss__rng *rng, ss__ctr_drift_draws *out);
+void ss__ctr_drift_make(const ss__ctr_drift *d, ss__ctr_drift_cache *c,
+                        const ss__ctr_drift_draws *dr, uint64_t index, ss__ctr_raw_row *row,
+                        double *p);
+
 /* Formats a row as ss__ctr_raw_row_write does, into buf (at least
  * SS_CTR_ROW_MAX bytes); returns its length. */
 #define SS_CTR_ROW_MAX 512

@@ -52,20 +52,22 @@ static inline double ss__rng_uniform(ss__rng *r) {
     return ss__u01(ss__rng_next(r));
 }
 
-/* Standard normal by Box-Muller (one value per call; simplicity over speed). */
-static inline double ss__rng_normal(ss__rng *r) {
-    double u1 = ss__rng_uniform(r), u2 = ss__rng_uniform(r);
+/* Box-Muller: a standard normal of two uniforms in [0, 1). */
+static inline double ss__normal_of(double u1, double u2) {
     if (u1 < 1e-300)
         u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* Standard normal by Box-Muller (one value per call; simplicity over speed). */
+static inline double ss__rng_normal(ss__rng *r) {
+    double u1 = ss__rng_uniform(r), u2 = ss__rng_uniform(r);
+    return ss__normal_of(u1, u2);
+}
+
 /* Standard normal that is a pure function of a hash value. */
 static inline double ss__hash_normal(uint64_t h) {
-    double u1 = ss__u01(ss__splitmix64(h)), u2 = ss__u01(ss__splitmix64(h ^ 0x5bd1e995ull));
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return ss__normal_of(ss__u01(ss__splitmix64(h)), ss__u01(ss__splitmix64(h ^ 0x5bd1e995ull)));
 }
 
 #endif
