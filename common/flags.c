@@ -48,7 +48,8 @@ static ss_status set_value(const ss__flag *f, const char *value, const char *sou
         }
         *(const char **)f->dest = value;
         return SS_OK;
-    case SS_FLAG_INT: {
+    case SS_FLAG_INT:
+    case SS_FLAG_U32: {
         errno = 0;
         long long v = strtoll(value, &end, 10);
         if (errno || end == value || *end != '\0') {
@@ -60,10 +61,19 @@ static ss_status set_value(const ss__flag *f, const char *value, const char *sou
                      f->min, f->max);
             return SS_ERR_INVALID_ARGUMENT;
         }
-        *(int64_t *)f->dest = (int64_t)v;
+        if (f->type == SS_FLAG_U32 && (v < 0 || (unsigned long long)v > UINT32_MAX)) {
+            snprintf(err, errlen, "%s --%s: %lld is outside [0, %u]", source, f->name, v,
+                     UINT32_MAX);
+            return SS_ERR_INVALID_ARGUMENT;
+        }
+        if (f->type == SS_FLAG_U32)
+            *(uint32_t *)f->dest = (uint32_t)v;
+        else
+            *(int64_t *)f->dest = (int64_t)v;
         return SS_OK;
     }
-    case SS_FLAG_DOUBLE: {
+    case SS_FLAG_DOUBLE:
+    case SS_FLAG_FLOAT: {
         errno = 0;
         double v = strtod(value, &end);
         if (errno || end == value || *end != '\0' || !isfinite(v)) {
@@ -75,7 +85,10 @@ static ss_status set_value(const ss__flag *f, const char *value, const char *sou
                      f->max);
             return SS_ERR_INVALID_ARGUMENT;
         }
-        *(double *)f->dest = v;
+        if (f->type == SS_FLAG_FLOAT)
+            *(float *)f->dest = (float)v;
+        else
+            *(double *)f->dest = v;
         return SS_OK;
     }
     case SS_FLAG_BOOL:
@@ -161,8 +174,10 @@ static const char *type_name(ss__flag_type t) {
     case SS_FLAG_STRING:
         return "string";
     case SS_FLAG_INT:
+    case SS_FLAG_U32:
         return "int";
     case SS_FLAG_DOUBLE:
+    case SS_FLAG_FLOAT:
         return "float";
     case SS_FLAG_BOOL:
         return "bool";
@@ -189,6 +204,12 @@ void ss__flags_print_help(FILE *out, const char *prog, const char *summary, cons
             break;
         case SS_FLAG_DOUBLE:
             snprintf(def, sizeof def, "%g", *(double *)f->dest);
+            break;
+        case SS_FLAG_U32:
+            snprintf(def, sizeof def, "%u", *(uint32_t *)f->dest);
+            break;
+        case SS_FLAG_FLOAT:
+            snprintf(def, sizeof def, "%g", (double)*(float *)f->dest);
             break;
         case SS_FLAG_BOOL:
             snprintf(def, sizeof def, "%s", *(bool *)f->dest ? "true" : "false");

@@ -18,12 +18,14 @@ typedef enum ss__flag_type {
     SS_FLAG_INT,    /* dest: int64_t * */
     SS_FLAG_DOUBLE, /* dest: double * */
     SS_FLAG_BOOL,   /* dest: bool * ("true/false/1/0/yes/no") */
+    SS_FLAG_U32,    /* dest: uint32_t * (an int; min >= 0 and max <= UINT32_MAX) */
+    SS_FLAG_FLOAT,  /* dest: float * (a double, rounded) */
 } ss__flag_type;
 
 typedef struct ss__flag {
     const char *name; /* without leading dashes */
     ss__flag_type type;
-    void *dest; /* holds the default on entry */
+    void *dest; /* holds the default on entry: a field of the program's config, typed */
     const char *help;
     /* Optional checks. For STRING: a '|'-separated list of allowed values.
      * For INT/DOUBLE: inclusive range, checked when min < max. */

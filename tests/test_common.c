@@ -173,6 +173,48 @@ START_TEST(test_flags_bad_input) {
 }
 END_TEST
 
+/* Flags typed as the fields they set: a uint32_t and a float of a
+ * program's config, with their own range and the type's. */
+START_TEST(test_flags_typed_fields) {
+    struct {
+        uint32_t batch, guard;
+        float lr;
+    } cfg = {.batch = 32, .guard = 0xfeedu, .lr = 0.5f};
+    const ss__flag flags[] = {
+        {"batch", SS_FLAG_U32, &cfg.batch, "rows", NULL, 0, 0},
+        {"small", SS_FLAG_U32, &cfg.guard, "bounded", NULL, 1, 100},
+        {"lr", SS_FLAG_FLOAT, &cfg.lr, "rate", NULL, 0, 10},
+    };
+    bool help;
+    char err[256];
+    char *ok[] = {"prog", "--batch", "4294967295", "--lr", "0.25", NULL};
+    ck_assert_int_eq(ss__flags_parse(flags, 3, 5, ok, &help, err, sizeof err), SS_OK);
+    ck_assert_uint_eq(cfg.batch, 4294967295u);
+    ck_assert_float_eq(cfg.lr, 0.25f);
+    ck_assert_uint_eq(cfg.guard, 0xfeedu); /* no neighbour written */
+    const char *const bad[][2] = {{"--batch", "4294967296"}, {"--batch", "-1"},
+                                  {"--small", "101"},        {"--lr", "11"},
+                                  {"--lr", "inf"},           {"--batch", "1.5"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *argv[] = {"prog", (char *)bad[i][0], (char *)bad[i][1], NULL};
+        ck_assert_int_eq(ss__flags_parse(flags, 3, 3, argv, &help, err, sizeof err),
+                         SS_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(err, bad[i][0] + 2));
+    }
+    ck_assert_uint_eq(cfg.batch, 4294967295u); /* the refused values left it */
+    ck_assert_uint_eq(cfg.guard, 0xfeedu);
+    ck_assert_float_eq(cfg.lr, 0.25f);
+    FILE *out = tmpfile();
+    ss__flags_print_help(out, "prog", "typed", flags, 3);
+    rewind(out);
+    char text[1024] = {0};
+    ck_assert_uint_gt(fread(text, 1, sizeof text - 1, out), 0);
+    fclose(out);
+    ck_assert_ptr_nonnull(strstr(text, "default: 4294967295"));
+    ck_assert_ptr_nonnull(strstr(text, "default: 0.25"));
+}
+END_TEST
+
 START_TEST(test_metrics_render_exact) {
     ss__metrics *m;
     ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
@@ -489,8 +531,8 @@ int main(void) {
     return ss__check_tests(
         "common", 0, NULL, NULL, test_strerror_covers_every_code, test_ps_group_names,
         test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
-        test_flags_bad_input, test_metrics_render_exact, test_metrics_bad_input,
-        test_private_dirs_and_files, test_addresses_and_log_levels_refused_with_why,
-        test_log_lines_as_text_and_json, test_shard_map_file, test_ticker_ticks_until_stopped,
-        test_process_metrics);
+        test_flags_bad_input, test_flags_typed_fields, test_metrics_render_exact,
+        test_metrics_bad_input, test_private_dirs_and_files,
+        test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
+        test_shard_map_file, test_ticker_ticks_until_stopped, test_process_metrics);
 }

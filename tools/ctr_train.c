@@ -234,7 +234,8 @@ static void print_summary(const char *sync, const char *algo, const char *emb,
                (unsigned long long)res->emb.resident_rows, (unsigned long long)res->emb.evictions);
 }
 
-/* What the command line asks for, once checked. */
+/* What the command line asks for: ctr-train's own flags point here and
+ * into cfg (ss__ctr_train_config_default's values are their defaults). */
 typedef struct run_options {
     ss__ctr_train_config cfg;
     ss_trainer_config pcfg;      /* process mode: this process's trainer */
@@ -242,151 +243,131 @@ typedef struct run_options {
     char default_name[32];       /* t<rank>: --trainer-name auto */
     char round_wait[24];         /* --round-deadline-ms + 1000: --round-wait-ms auto */
     bool process;
-    size_t rank, world, max_rows, max_test_rows;
-    double val_fraction; /* 0: no validation split (one epoch, or no early stopping) */
+    int64_t rank, world, max_rows, max_test_rows, chunk_rows;
+    double val_fraction; /* 0 once parsed: no validation split (one epoch, or no early stopping) */
+    double lr;           /* --lr, before --lr-scaling */
     char lr_note[96];    /* how --lr was scaled, for the header line */
     const char *train_path, *test_path, *sync, *algo, *emb, *ps, *metrics_out;
-    const char *follow_dir; /* online: --train-follow */
-    bool online;            /* --train - or --train-follow */
-    size_t chunk_rows;
+    const char *follow_dir;      /* online: --train-follow */
+    bool online;                 /* --train - or --train-follow */
     const char *progressive_out; /* online: per-chunk progressive sums */
+    const char *final_model, *lr_scaling, *optimizer;
 } run_options;
 
-/* ctr-train's own flags: the run, the data and the model. The sync and
- * table settings are the library's keys (ss__setting_flags_add). */
-typedef struct own_flags {
-    const char *train, *test, *follow, *progressive_out, *final_model, *lr_scaling, *optimizer,
-        *metrics_out, *dense_out, *predictions_out;
-    int64_t rank, world, max_rows, max_test_rows, trainers, workers, deadline_ms, link_latency_us,
-        batch, epochs, patience, table_rows, bottom, top, seed, warm_batches, window, chunk;
-    double link_gbps, val_fraction, lr, progress;
-    bool error_feedback, eval_each, shuffle, train_val_last, prefetch;
-} own_flags;
-
-static void own_flags_init(own_flags *f, const ss__ctr_train_config *cfg) {
-    *f = (own_flags){.final_model = "auto",
-                     .lr_scaling = "linear",
-                     .optimizer = "adam",
-                     .world = 1,
-                     .trainers = cfg->trainers,
-                     .workers = cfg->workers,
-                     .deadline_ms = cfg->round_deadline_ms,
-                     .batch = cfg->batch,
-                     .epochs = cfg->epochs,
-                     .patience = cfg->patience,
-                     .table_rows = cfg->model.table_rows,
-                     .bottom = cfg->model.bottom_hidden,
-                     .top = cfg->model.top_hidden,
-                     .seed = (int64_t)cfg->seed,
-                     .warm_batches = cfg->emb_warm_batches,
-                     .val_fraction = 0.1,
-                     .window = 100000,
-                     .chunk = 16384,
-                     .lr = cfg->lr,
-                     .progress = cfg->progress_interval_s,
-                     .error_feedback = cfg->error_feedback,
-                     .shuffle = cfg->shuffle,
-                     .train_val_last = cfg->train_val_last,
-                     .prefetch = cfg->emb_prefetch};
+static void run_options_init(run_options *o) {
+    *o = (run_options){.world = 1,
+                       .chunk_rows = 16384,
+                       .val_fraction = 0.1,
+                       .final_model = "auto",
+                       .lr_scaling = "linear",
+                       .optimizer = "adam"};
+    ss__ctr_train_config_default(&o->cfg);
+    o->cfg.progressive_window = 100000;
+    o->lr = o->cfg.lr;
 }
 
-/* ctr-train's own flags into flags; returns how many. */
-static size_t own_flag_table(own_flags *f, ss__flag *flags) {
+/* ctr-train's own flags into flags, each into the field it sets (its
+ * default there); returns how many. The sync and table settings are the
+ * library's keys (ss__setting_flags_add). */
+static size_t own_flag_table(run_options *o, ss__flag *flags) {
+    ss__ctr_train_config *c = &o->cfg;
     const ss__flag own[] = {
-        {"train", SS_FLAG_STRING, &f->train,
+        {"train", SS_FLAG_STRING, &o->train_path,
          "training data, Criteo TSV (this or --train-follow required); - reads standard input "
          "as a stream: one pass, progressive NE",
          NULL, 0, 0},
-        {"train-follow", SS_FLAG_STRING, &f->follow,
+        {"train-follow", SS_FLAG_STRING, &o->follow_dir,
          "online: read the files of this directory in name order as they appear, one pass, "
          "until DIR/_DONE or SIGTERM (names starting with . or _ or ending in .tmp skipped)",
          NULL, 0, 0},
-        {"progressive-window", SS_FLAG_INT, &f->window,
+        {"progressive-window", SS_FLAG_INT, (int64_t *)&c->progressive_window,
          "online: rows of the sliding window of progressive_ne_window", NULL, 1, 1e12},
-        {"progressive-out", SS_FLAG_STRING, &f->progressive_out,
+        {"progressive-out", SS_FLAG_STRING, &o->progressive_out,
          "online: write \"rows clicks logloss_sum\" of every chunk here (a block bootstrap of "
          "progressive NE)",
          NULL, 0, 0},
-        {"stream-chunk-rows", SS_FLAG_INT, &f->chunk,
+        {"stream-chunk-rows", SS_FLAG_INT, &o->chunk_rows,
          "online: rows read ahead and trained per pass of the workers", NULL, 1, 1 << 20},
-        {"test", SS_FLAG_STRING, &f->test,
+        {"test", SS_FLAG_STRING, &o->test_path,
          "held-out data, Criteo TSV (required, but optional online: scored at the end)", NULL, 0,
          0},
-        {"max-rows", SS_FLAG_INT, &f->max_rows, "read at most this many training rows (0 = all)",
+        {"max-rows", SS_FLAG_INT, &o->max_rows, "read at most this many training rows (0 = all)",
          NULL, 0, 1e12},
-        {"max-test-rows", SS_FLAG_INT, &f->max_test_rows, "read at most this many test rows", NULL,
+        {"max-test-rows", SS_FLAG_INT, &o->max_test_rows, "read at most this many test rows", NULL,
          0, 1e12},
-        {"rank", SS_FLAG_INT, &f->rank,
+        {"rank", SS_FLAG_INT, &o->rank,
          "process mode (--ps, --agent, --peers): this trainer's index (reads rows rank, "
          "rank+world, ...; its index in --peers)",
          NULL, 0, 65535},
-        {"world", SS_FLAG_INT, &f->world, "process mode: number of trainer processes", NULL, 1,
+        {"world", SS_FLAG_INT, &o->world, "process mode: number of trainer processes", NULL, 1,
          65536},
-        {"trainers", SS_FLAG_INT, &f->trainers, "trainers (replicas), each reads 1/N of the data",
+        {"trainers", SS_FLAG_U32, &c->trainers, "trainers (replicas), each reads 1/N of the data",
          NULL, 1, SS_CTR_MAX_TRAINERS},
-        {"workers", SS_FLAG_INT, &f->workers, "Hogwild worker threads per trainer", NULL, 1, 256},
-        {"error-feedback", SS_FLAG_BOOL, &f->error_feedback,
+        {"workers", SS_FLAG_U32, &c->workers, "Hogwild worker threads per trainer", NULL, 1, 256},
+        {"error-feedback", SS_FLAG_BOOL, &c->error_feedback,
          "with --encoding, in-process trainers: false sends each quantized snapshot as it is, "
          "dropping what the quantization lost (an ablation, to measure what error feedback buys)",
          NULL, 0, 0},
-        {"round-deadline-ms", SS_FLAG_INT, &f->deadline_ms,
+        {"round-deadline-ms", SS_FLAG_U32, &c->round_deadline_ms,
          "in-process MA/BMUF: a round closes this long after its first snapshot", NULL, 1, 3.6e6},
-        {"link-latency-us", SS_FLAG_INT, &f->link_latency_us,
+        {"link-latency-us", SS_FLAG_U32, &c->link_latency_us,
          "emulate a network: one-way latency added to every sync exchange", NULL, 0, 1e7},
-        {"link-gbps", SS_FLAG_DOUBLE, &f->link_gbps,
+        {"link-gbps", SS_FLAG_DOUBLE, &c->link_gbps,
          "emulate a network: bandwidth of every sync exchange (0 = memory speed)", NULL, 0, 1e4},
-        {"final-model", SS_FLAG_STRING, &f->final_model,
+        {"final-model", SS_FLAG_STRING, &o->final_model,
          "model to evaluate: trainer 0's replica or the central variable (auto: central for "
          "several in-process trainers that sync, else replica)",
          "auto|replica|central", 0, 0},
-        {"lr-scaling", SS_FLAG_STRING, &f->lr_scaling,
+        {"lr-scaling", SS_FLAG_STRING, &o->lr_scaling,
          "N synced trainers each take 1/N of the steps and their replicas are averaged: linear "
          "multiplies the dense lr by N (the progress per epoch of one trainer), sqrt by sqrt(N), "
          "none keeps it; with ring or random --peers, N is 2 (the replicas a round averages)",
          "linear|sqrt|none", 0, 0},
-        {"eval-each", SS_FLAG_BOOL, &f->eval_each, "also evaluate every trainer's replica", NULL, 0,
+        {"eval-each", SS_FLAG_BOOL, &c->eval_each, "also evaluate every trainer's replica", NULL, 0,
          0},
-        {"batch", SS_FLAG_INT, &f->batch, "minibatch size per worker step", NULL, 1, 65536},
-        {"epochs", SS_FLAG_INT, &f->epochs,
+        {"batch", SS_FLAG_U32, &c->batch, "minibatch size per worker step", NULL, 1, 65536},
+        {"epochs", SS_FLAG_U32, &c->epochs,
          "at most this many passes over the training rows (early stopping ends sooner)", NULL, 1,
          100000},
-        {"patience", SS_FLAG_INT, &f->patience,
+        {"patience", SS_FLAG_U32, &c->patience,
          "stop after this many epochs without a lower validation loss and evaluate the best "
          "epoch's model (0: run every epoch, evaluate the last)",
          NULL, 0, 100000},
-        {"val-fraction", SS_FLAG_DOUBLE, &f->val_fraction,
+        {"val-fraction", SS_FLAG_DOUBLE, &o->val_fraction,
          "validation split for early stopping: this fraction of --train's last rows, never "
          "trained on (used when --epochs > 1 and --patience > 0)",
          NULL, 0, 0.9},
-        {"shuffle", SS_FLAG_BOOL, &f->shuffle,
+        {"shuffle", SS_FLAG_BOOL, &c->shuffle,
          "every epoch, each trainer's rows in a new order (online: the stream's order, one pass)",
          NULL, 0, 0},
-        {"train-val-last", SS_FLAG_BOOL, &f->train_val_last,
+        {"train-val-last", SS_FLAG_BOOL, &c->train_val_last,
          "once early stopping has chosen the epoch, train one pass over the validation rows (the "
          "newest) in file order",
          NULL, 0, 0},
-        {"optimizer", SS_FLAG_STRING, &f->optimizer,
+        {"optimizer", SS_FLAG_STRING, &o->optimizer,
          "the dense part's optimizer (each trainer keeps its own state)", "adam|adagrad|sgd", 0, 0},
-        {"lr", SS_FLAG_DOUBLE, &f->lr, "dense learning rate", NULL, 1e-9, 100},
-        {"table-rows", SS_FLAG_INT, &f->table_rows, "rows per embedding table", NULL, 2, 1 << 26},
-        {"bottom-hidden", SS_FLAG_INT, &f->bottom, "bottom MLP hidden width", NULL, 1, 4096},
-        {"top-hidden", SS_FLAG_INT, &f->top, "top MLP hidden width", NULL, 1, 4096},
-        {"seed", SS_FLAG_INT, &f->seed, "initialization seed", NULL, 0, 0},
-        {"emb-prefetch", SS_FLAG_BOOL, &f->prefetch,
+        {"lr", SS_FLAG_DOUBLE, &o->lr, "dense learning rate", NULL, 1e-9, 100},
+        {"table-rows", SS_FLAG_U32, &c->model.table_rows, "rows per embedding table", NULL, 2,
+         1 << 26},
+        {"bottom-hidden", SS_FLAG_U32, &c->model.bottom_hidden, "bottom MLP hidden width", NULL, 1,
+         4096},
+        {"top-hidden", SS_FLAG_U32, &c->model.top_hidden, "top MLP hidden width", NULL, 1, 4096},
+        {"seed", SS_FLAG_INT, (int64_t *)&c->seed, "initialization seed", NULL, 0, 0},
+        {"emb-prefetch", SS_FLAG_BOOL, &c->emb_prefetch,
          "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
-        {"emb-warm-batches", SS_FLAG_INT, &f->warm_batches,
+        {"emb-warm-batches", SS_FLAG_U32, &c->emb_warm_batches,
          "cached: load the rows of this many upcoming batches into the cache in one call, ahead "
          "of their lookups (ss_table_warm; 0: each batch's misses in its own call)",
          NULL, 0, 1024},
-        {"dense-out", SS_FLAG_STRING, &f->dense_out,
+        {"dense-out", SS_FLAG_STRING, &c->dense_out,
          "write trainer 0's final dense replica here (raw float32)", NULL, 0, 0},
-        {"predictions-out", SS_FLAG_STRING, &f->predictions_out,
+        {"predictions-out", SS_FLAG_STRING, &c->predictions_out,
          "write the evaluated model's prediction for every test row here, one per line", NULL, 0,
          0},
-        {"metrics-out", SS_FLAG_STRING, &f->metrics_out,
+        {"metrics-out", SS_FLAG_STRING, &o->metrics_out,
          "write the sync metrics in Prometheus text format to this file at the end", NULL, 0, 0},
-        {"progress", SS_FLAG_DOUBLE, &f->progress, "seconds between progress lines (0 = none)",
-         NULL, 0, 3600},
+        {"progress", SS_FLAG_DOUBLE, &c->progress_interval_s,
+         "seconds between progress lines (0 = none)", NULL, 0, 3600},
     };
     memcpy(flags, own, sizeof own);
     return sizeof own / sizeof *own;
@@ -418,18 +399,19 @@ static void program_defaults(const ss__ctr_train_config *cfg, char defs[4][32],
 
 /* The "auto" values, now that the mode is known; then every library key
  * into pcfg and the table's config, and from them into cfg. */
-static int apply_settings(run_options *o, const own_flags *f, ss_table_config *table) {
+static int apply_settings(run_options *o, ss_table_config *table) {
     const bool process = o->process;
     ss__setting_flags *st = o->settings;
     const char *sync = ss__setting_flag(st, "sync");
     if (!strcmp(sync, "auto")) /* one in-process trainer has nothing to sync with */
-        ss__setting_flag_set(st, "sync", f->trainers == 1 && !process ? "none" : "shadow");
+        ss__setting_flag_set(st, "sync", o->cfg.trainers == 1 && !process ? "none" : "shadow");
     if (!strcmp(ss__setting_flag(st, "min_round_gap"), "auto"))
         ss__setting_flag_set(st, "min_round_gap", process ? NULL : "1");
-    snprintf(o->round_wait, sizeof o->round_wait, "%lld", (long long)f->deadline_ms + 1000);
+    snprintf(o->round_wait, sizeof o->round_wait, "%llu",
+             (unsigned long long)o->cfg.round_deadline_ms + 1000);
     if (!strcmp(ss__setting_flag(st, "round_wait_ms"), "auto"))
         ss__setting_flag_set(st, "round_wait_ms", o->round_wait);
-    snprintf(o->default_name, sizeof o->default_name, "t%lld", (long long)f->rank);
+    snprintf(o->default_name, sizeof o->default_name, "t%lld", (long long)o->rank);
     if (!strcmp(ss__setting_flag(st, "trainer_name"), "auto"))
         ss__setting_flag_set(st, "trainer_name", o->default_name);
     o->emb = ss__setting_flag(st, "emb");
@@ -449,7 +431,7 @@ static int apply_settings(run_options *o, const own_flags *f, ss_table_config *t
         return 2;
     }
     o->cfg.emb = array ? SS_CTR_EMB_ARRAY : (ss__ctr_emb_mode)(table->mode + 1);
-    o->pcfg.peer_rank = (uint32_t)f->rank;
+    o->pcfg.peer_rank = (uint32_t)o->rank;
     o->pcfg.agent = o->pcfg.agent && *o->pcfg.agent ? o->pcfg.agent : NULL;
     o->pcfg.peers = o->pcfg.peers && *o->pcfg.peers ? o->pcfg.peers : NULL;
     o->pcfg.ps = o->pcfg.ps ? o->pcfg.ps : "";
@@ -459,10 +441,10 @@ static int apply_settings(run_options *o, const own_flags *f, ss_table_config *t
 }
 
 /* The dense lr times the number of synced trainers (--lr-scaling). */
-static float scaled_lr(run_options *o, const own_flags *f, int64_t synced) {
-    double lr = f->lr;
-    if (strcmp(f->lr_scaling, "none") != 0 && synced > 1) {
-        const bool sq = !strcmp(f->lr_scaling, "sqrt");
+static float scaled_lr(run_options *o, int64_t synced) {
+    double lr = o->lr;
+    if (strcmp(o->lr_scaling, "none") != 0 && synced > 1) {
+        const bool sq = !strcmp(o->lr_scaling, "sqrt");
         snprintf(o->lr_note, sizeof o->lr_note, " (--lr %g x %s%lld%s synced trainers)", lr,
                  sq ? "sqrt(" : "", (long long)synced, sq ? ")" : "");
         o->cfg.lr_scale = (float)(sq ? sqrt((double)synced) : (double)synced);
@@ -471,22 +453,16 @@ static float scaled_lr(run_options *o, const own_flags *f, int64_t synced) {
     return (float)lr;
 }
 
-/* ctr-train's own flags into the run's config. */
-static void apply_own(run_options *o, const own_flags *f) {
+/* What ctr-train's own flags decide once the mode is known. */
+static void resolve_own(run_options *o) {
     ss__ctr_train_config *cfg = &o->cfg;
     ss__ctr_sync_mode_parse(o->sync, &cfg->sync);
-    cfg->trainers = (uint32_t)f->trainers;
-    cfg->workers = (uint32_t)f->workers;
-    cfg->error_feedback = f->error_feedback;
-    cfg->round_deadline_ms = (uint32_t)f->deadline_ms;
-    cfg->link_latency_us = (uint32_t)f->link_latency_us;
-    cfg->link_gbps = f->link_gbps;
-    const bool in_process_sync = !o->process && f->trainers > 1 && cfg->sync != SS_CTR_SYNC_NONE;
-    const char *model = f->final_model;
+    const bool in_process_sync = !o->process && cfg->trainers > 1 && cfg->sync != SS_CTR_SYNC_NONE;
+    const char *model = o->final_model;
     if (!strcmp(model, "auto"))
         model = in_process_sync ? "central" : "replica";
     cfg->eval_central = !strcmp(model, "central");
-    int64_t synced = cfg->sync == SS_CTR_SYNC_NONE ? 1 : o->process ? f->world : f->trainers;
+    int64_t synced = cfg->sync == SS_CTR_SYNC_NONE ? 1 : o->process ? o->world : cfg->trainers;
     /* Ring or random gossip averages two replicas a round, not all of them,
      * so the linear rule's N is 2: with 4 processes the 4x lr left some
      * replicas far from the others (held-out NE up to 0.936 against 0.905;
@@ -494,42 +470,34 @@ static void apply_own(run_options *o, const own_flags *f) {
      * every one. */
     if (o->pcfg.peers && strcmp(o->pcfg.peer_schedule, "tree") != 0 && synced > 2)
         synced = 2;
-    cfg->lr = scaled_lr(o, f, synced);
-    cfg->eval_each = f->eval_each;
-    cfg->batch = (uint32_t)f->batch;
-    ss__ctr_optimizer_parse(f->optimizer, &cfg->optimizer);
-    cfg->epochs = (uint32_t)f->epochs;
-    cfg->patience = (uint32_t)f->patience;
-    cfg->shuffle = f->shuffle;
-    cfg->train_val_last = f->train_val_last;
-    cfg->predictions_out = f->predictions_out;
-    cfg->model.table_rows = (uint32_t)f->table_rows;
-    cfg->model.bottom_hidden = (uint32_t)f->bottom;
-    cfg->model.top_hidden = (uint32_t)f->top;
-    cfg->seed = (uint64_t)f->seed;
-    cfg->progress_interval_s = f->progress;
+    cfg->lr = scaled_lr(o, synced);
+    ss__ctr_optimizer_parse(o->optimizer, &cfg->optimizer);
     cfg->progress = stdout;
-    cfg->emb_prefetch = f->prefetch;
-    cfg->emb_warm_batches = (uint32_t)f->warm_batches;
-    cfg->dense_out = f->dense_out;
-    o->val_fraction = f->epochs > 1 && f->patience > 0 ? f->val_fraction : 0.0;
+    if (!(cfg->epochs > 1 && cfg->patience > 0))
+        o->val_fraction = 0.0;
+    o->online = o->follow_dir || (o->train_path && !strcmp(o->train_path, "-"));
+    o->ps = o->pcfg.ps;
+    if (o->process) { /* every process holds the validation rows; each trains its share */
+        cfg->process = &o->pcfg;
+        cfg->val_rank = (uint32_t)o->rank;
+        cfg->val_world = (uint32_t)o->world;
+    }
 }
 
 /* The checks across flags; 2 (said on stderr) or -1. */
-static int check_combination(const run_options *o, const own_flags *f) {
+static int check_combination(const run_options *o) {
     const ss__ctr_train_config *cfg = &o->cfg;
     const char *why = NULL;
-    const bool online = f->follow || (f->train && !strcmp(f->train, "-"));
-    if (!f->train == !f->follow)
+    if (!o->train_path == !o->follow_dir)
         why = "one of --train and --train-follow is required (see --help)";
-    else if (!f->test && !online)
+    else if (!o->test_path && !o->online)
         why = "--test is required (see --help)";
-    else if (online && f->max_rows)
+    else if (o->online && o->max_rows)
         why = "--max-rows does not apply to a stream (it ends at its end, _DONE or SIGTERM)";
     else if (o->pcfg.chunk_floats && !*o->pcfg.ps)
         why = "--chunk-floats cuts the dense groups sent to --ps; without --ps it has nothing to "
               "cut (with --agent, give it to the agent)";
-    else if (!f->error_feedback && o->process)
+    else if (!cfg->error_feedback && o->process)
         why = "--error-feedback false is an in-process ablation; a PS keeps the mirrors with "
               "feedback (drop --ps/--agent or the flag)";
     else if ((cfg->emb == SS_CTR_EMB_REMOTE || cfg->emb == SS_CTR_EMB_CACHED) && !*cfg->emb_ps &&
@@ -537,7 +505,7 @@ static int check_combination(const run_options *o, const own_flags *f) {
         why = "--emb remote and cached need --emb-ps, --emb-shard-map or --ps";
     else if (o->pcfg.agent && cfg->sync != SS_CTR_SYNC_SHADOW)
         why = "--agent syncs in the background: needs --sync shadow";
-    else if (o->process && (f->trainers != 1 || f->rank >= f->world || cfg->eval_central))
+    else if (o->process && (cfg->trainers != 1 || o->rank >= o->world || cfg->eval_central))
         why = "--ps/--agent/--peers run one trainer per process: needs --trainers 1, --rank < "
               "--world and --final-model replica";
     else if (cfg->eval_central && cfg->sync == SS_CTR_SYNC_NONE)
@@ -551,11 +519,9 @@ static int check_combination(const run_options *o, const own_flags *f) {
  * --version and the checks across flags; builds the training config.
  * -1: go on; otherwise the exit code. */
 static int parse_options(int argc, char **argv, run_options *o) {
-    ss__ctr_train_config_default(&o->cfg);
-    own_flags f;
-    own_flags_init(&f, &o->cfg);
+    run_options_init(o);
     ss__flag flags[128];
-    size_t n = own_flag_table(&f, flags);
+    size_t n = own_flag_table(o, flags);
     char defs[4][32];
     ss__setting_default defaults[10];
     program_defaults(&o->cfg, defs, defaults);
@@ -574,32 +540,12 @@ static int parse_options(int argc, char **argv, run_options *o) {
     /* One trainer per process, syncing with other processes. */
     o->process = (ps && *ps) || (agent && *agent) || (peers && *peers);
     ss_table_config table;
-    if ((rc = apply_settings(o, &f, &table)) >= 0)
+    if ((rc = apply_settings(o, &table)) >= 0)
         return rc;
     o->sync = ss__setting_flag(o->settings, "sync");
     o->algo = o->pcfg.algo;
-    apply_own(o, &f);
-    if ((rc = check_combination(o, &f)) >= 0)
-        return rc;
-    if (o->process) { /* every process holds the validation rows; each trains its share */
-        o->cfg.process = &o->pcfg;
-        o->cfg.val_rank = (uint32_t)f.rank;
-        o->cfg.val_world = (uint32_t)f.world;
-    }
-    o->rank = (size_t)f.rank;
-    o->world = (size_t)f.world;
-    o->train_path = f.train;
-    o->follow_dir = f.follow;
-    o->online = f.follow || !strcmp(f.train, "-");
-    o->chunk_rows = (size_t)f.chunk;
-    o->progressive_out = f.progressive_out;
-    o->cfg.progressive_window = (uint64_t)f.window;
-    o->test_path = f.test;
-    o->max_rows = (size_t)f.max_rows;
-    o->max_test_rows = (size_t)f.max_test_rows;
-    o->ps = o->pcfg.ps;
-    o->metrics_out = f.metrics_out;
-    return -1;
+    resolve_own(o);
+    return check_combination(o);
 }
 
 /* Step 2: load the data, train, print per-trainer lines and the summary. */
@@ -637,8 +583,8 @@ static int train_and_report(run_options *o) {
            o->online ? 1 : cfg->epochs, val.nrows ? cfg->patience : 0,
            cfg->shuffle && !o->online ? "true" : "false");
     if (o->process)
-        printf("ctr-train: process mode: trainer %s rank=%zu world=%zu ps=%s\n", o->pcfg.name,
-               o->rank, o->world, o->ps);
+        printf("ctr-train: process mode: trainer %s rank=%lld world=%lld ps=%s\n", o->pcfg.name,
+               (long long)o->rank, (long long)o->world, o->ps);
     fflush(stdout);
 
     ss__ctr_train_result *res = malloc(sizeof *res);
