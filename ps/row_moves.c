@@ -75,6 +75,7 @@ struct ss__ps_row_moves {
     bool stop;
     ss__counter *in_background, *in_on_demand, *out, *failures;
     ss__gauge *pending;
+    char plan_why[320]; /* why the last plan could not be made (mv->lock) */
 };
 
 static void free_sources(plan *p) {
@@ -91,7 +92,9 @@ static void free_sources(plan *p) {
 }
 
 /* The plan of the map served now (mv->lock held): sources are the old
- * map's shards other than this one. */
+ * map's shards other than this one. A channel that cannot be made (a
+ * client certificate unreadable while it is rotated) leaves no plan, so
+ * the next call plans again, and says why in mv->plan_why. */
 static ss_status replan(ss__ps_row_moves *mv) {
     ss__shard_map m;
     ss__ps_map_watch_get(mv->cfg.map, &m);
@@ -130,6 +133,19 @@ static ss_status replan(ss__ps_row_moves *mv) {
          * once it serves the new epoch no call of the old one is left. */
         st = ss__rpc_channel_create(was[j], (size_t)1 << 30, mv->cfg.tls, &s->ch);
         p->from[j] = s;
+    }
+    if (st != SS_OK) {
+        snprintf(mv->plan_why, sizeof mv->plan_why,
+                 "no channel to old shard %s for the map of epoch %llu: %s (%s); planned again "
+                 "at the next call",
+                 p->src[p->nsrc - 1].addr, (unsigned long long)m.epoch, ss_strerror(st),
+                 ss__rpc_channel_failure());
+        ss__counter_add(mv->failures, 1);
+        SS_LOG_WARNF("ps", "event=row_moves_plan_failed epoch=%llu why=\"%s\"",
+                     (unsigned long long)m.epoch, mv->plan_why);
+        free_sources(p);
+        atomic_store(&mv->planned, 0);
+        return st;
     }
     atomic_store(&mv->done, p->nsrc == 0 || p->self < 0);
     SS_LOG_INFOF("ps", "event=row_moves_plan epoch=%llu shard=%d of=%u from=%s sources=%zu",
@@ -229,8 +245,13 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
         ss__sleep_ns(100000000ull);
     }
     free(done);
-    if (st != SS_OK)
+    if (st != SS_OK) { /* which shard: the call's own words do not say */
+        char call_why[256];
+        snprintf(call_why, sizeof call_why, "%s", why);
+        snprintf(why, whylen, "rows from old shard %s: %s", s->addr,
+                 *call_why ? call_why : ss_strerror(st));
         return st;
+    }
     const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
     const size_t rf = ss__emb_row_floats(&spec);
     size_t k = 0, put = 0;
@@ -345,7 +366,9 @@ static void *mover_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&mv->lock);
         step last = STEP_IDLE;
-        if (current_plan(mv) == SS_OK && mv->p.self >= 0 && mv->p.nsrc)
+        if (current_plan(mv) != SS_OK)
+            last = STEP_FAILED; /* planned again a second later */
+        else if (mv->p.self >= 0 && mv->p.nsrc)
             last = background_step(mv);
         const size_t left = mv->p.self >= 0 ? tables_left(&mv->p) : 0;
         atomic_store(&mv->done, left == 0);
@@ -392,8 +415,8 @@ ss_status ss__ps_row_moves_ensure(void *ctx, const char *table, const uint64_t *
     uint64_t *mine = malloc(n * sizeof *mine + 1);
     ss_status st = found && mine ? SS_OK : SS_ERR_NO_MEMORY;
     pthread_mutex_lock(&mv->lock);
-    if (st == SS_OK)
-        st = current_plan(mv);
+    if (st == SS_OK && (st = current_plan(mv)) != SS_OK)
+        snprintf(why, whylen, "%s", mv->plan_why);
     if (st == SS_OK && mv->p.nsrc && mv->p.self >= 0)
         st = ss__emb_store_holds(mv->cfg.store, table, ids, n, found);
     const uint32_t tid = ss__emb_table_id(table);
@@ -609,11 +632,11 @@ ss_status ss__ps_row_moves_run(ss__ps_row_moves *mv, const char *self) {
     pthread_mutex_lock(&mv->lock);
     snprintf(mv->self, sizeof mv->self, "%s", self);
     mv->p.epoch = 0; /* planned again with this PS's place */
-    ss_status st = replan(mv);
+    replan(mv);      /* a plan that cannot be made yet is made again by the mover */
     pthread_mutex_unlock(&mv->lock);
     atomic_store(&mv->ready, true);
-    if (st == SS_OK && pthread_create(&mv->thread, NULL, mover_main, mv) != 0)
-        st = SS_ERR_NO_MEMORY;
+    ss_status st =
+        pthread_create(&mv->thread, NULL, mover_main, mv) == 0 ? SS_OK : SS_ERR_NO_MEMORY;
     mv->running = st == SS_OK;
     return st;
 }

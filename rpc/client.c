@@ -42,6 +42,12 @@ static void note_rtt(ss__rpc_channel *ch, uint64_t ns) {
     }
 }
 
+static _Thread_local char channel_failure[400];
+
+const char *ss__rpc_channel_failure(void) {
+    return channel_failure;
+}
+
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
                                  const ss__rpc_tls *tls, ss__rpc_channel **out) {
     if (!target || !*target || !out)
@@ -53,6 +59,7 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     char why[300];
     if (ss__auth_header_from_env(ch->auth, sizeof ch->auth, why, sizeof why) != SS_OK) {
         SS_LOG_ERRORF("rpc", "event=bad_setting name=SHADOWSYNC_AUTH_TOKEN_FILE why=\"%s\"", why);
+        snprintf(channel_failure, sizeof channel_failure, "SHADOWSYNC_AUTH_TOKEN_FILE: %s", why);
         free(ch);
         return SS_ERR_INVALID_ARGUMENT;
     }
@@ -60,6 +67,7 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     grpc_channel_credentials *creds;
     ss_status st = ss__rpc_client_credentials(tls, &creds);
     if (st != SS_OK) {
+        snprintf(channel_failure, sizeof channel_failure, "%s", ss__rpc_tls_failure());
         free(ch);
         grpc_shutdown();
         return st;

@@ -157,9 +157,11 @@ void ss__rpc_server_stop(ss__rpc_server *srv);
 typedef struct ss__rpc_channel ss__rpc_channel;
 
 /* tls: optional (NULL = plain TCP). SS_ERR_IO when a PEM file cannot be
- * read. */
+ * read; ss__rpc_channel_failure() then says which and why (this thread's
+ * last failed create). */
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
                                  const ss__rpc_tls *tls, ss__rpc_channel **out);
+const char *ss__rpc_channel_failure(void);
 void ss__rpc_channel_destroy(ss__rpc_channel *ch);
 
 /* The shard map's epoch (common/shard_map.h) this channel's calls are

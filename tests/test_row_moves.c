@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "embedding-store/emb_store.h"
 #include "procs.h"
+#include "ps/row_moves.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
@@ -516,10 +517,58 @@ START_TEST(test_taken_rows_stay_stored_until_forgotten) {
 }
 END_TEST
 
+/* A plan the mover cannot make at first (its client certificate is being
+ * rotated: the CA file is missing when the map changes) is made again at
+ * the next call, not left half made: a request that needs a moving row
+ * fails saying which file, and once the file is back it is planned and
+ * asks the old shard (here nobody listens: it says that instead). */
+START_TEST(test_a_plan_that_cannot_be_made_is_made_again) {
+    ss__check_tmpdir(g_dir, "ss-plan");
+    char db[128], map[128], ca[128];
+    snprintf(db, sizeof db, "%s/db", g_dir);
+    snprintf(map, sizeof map, "%s/fleet.map", g_dir);
+    snprintf(ca, sizeof ca, "%s/ca.pem", g_dir);
+    ss__emb_store *st = open_store(db);
+    /* 127.0.0.1:9 (discard, nobody there) gave; this PS is the second shard */
+    write_map_at(map, 2, "127.0.0.1:9,127.0.0.1:10", "127.0.0.1:9");
+    ss__metrics *m;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    char why[512] = "";
+    ss__ps_map_watch *w;
+    ck_assert_int_eq(ss__ps_map_watch_start(map, m, &w, why, sizeof why), SS_OK);
+    const ss__rpc_tls tls = {.ca_file = ca};
+    const ss__ps_row_moves_config cfg = {
+        .store = st, .map = w, .tls = &tls, .batch_rows = 64, .timeout_ms = 500, .metrics = m};
+    ss__ps_row_moves *mv;
+    ck_assert_int_eq(ss__ps_row_moves_create(&cfg, &mv), SS_OK);
+    ck_assert_int_eq(ss__ps_row_moves_run(mv, "127.0.0.1:10"), SS_OK); /* runs, plans later */
+    const uint32_t tid = ss__emb_table_id("moving");
+    uint64_t id = 1; /* a row the second shard owns now and the first held */
+    while (ss__emb_shard_of(tid, id, 2) != 1)
+        id++;
+    why[0] = '\0';
+    ck_assert_int_ne(ss__ps_row_moves_ensure(mv, "moving", &id, 1, why, sizeof why), SS_OK);
+    ck_assert_msg(strstr(why, "ca.pem") && strstr(why, "127.0.0.1:9"), "why: %s", why);
+    FILE *f = fopen(ca, "w"); /* the rotated file is in place */
+    ck_assert_ptr_nonnull(f);
+    fputs("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", f);
+    fclose(f);
+    why[0] = '\0';
+    ck_assert_int_ne(ss__ps_row_moves_ensure(mv, "moving", &id, 1, why, sizeof why), SS_OK);
+    ck_assert_msg(!strstr(why, "ca.pem") && strstr(why, "127.0.0.1:9"), "why: %s", why);
+    ss__ps_row_moves_destroy(mv);
+    ss__ps_map_watch_stop(w);
+    ss__metrics_destroy(m);
+    ss__emb_store_destroy(st);
+    ss__check_rmdir(g_dir);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
         "row_moves", 120, NULL, NULL, test_taken_rows_stay_stored_until_forgotten,
-        test_rows_move_while_pushes_go_on, test_rows_asked_for_during_a_move_come_first,
-        test_only_refused_parts_are_sent_again, test_shards_killed_mid_move_lose_nothing,
-        test_a_table_follows_its_shard_map, test_handoff_bad_input_is_refused);
+        test_a_plan_that_cannot_be_made_is_made_again, test_rows_move_while_pushes_go_on,
+        test_rows_asked_for_during_a_move_come_first, test_only_refused_parts_are_sent_again,
+        test_shards_killed_mid_move_lose_nothing, test_a_table_follows_its_shard_map,
+        test_handoff_bad_input_is_refused);
 }
