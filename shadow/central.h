@@ -67,6 +67,15 @@ void ss__central_refusals(const ss__central *c, uint64_t out[SS_CENTRAL_LIMITS])
 
 /* ---- membership (the same contracts as ss__transport_ops) ---- */
 ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t *member);
+/* The same for a member re-cutting its group (a shard map change): a
+ * chunk of the group that overlaps name with another range and has no
+ * member left (the old cut's, each member has left it) is retired (its
+ * floats freed and given back to the budget) instead of refusing the
+ * join; one that still has members refuses it, as a plain join does.
+ * fresh: a group called name that has no members is retired too and made
+ * anew (the member brings the centre it starts from). */
+ss_status ss__central_join_recut(ss__central *c, const char *name, size_t n, bool fresh,
+                                 uint64_t *member);
 ss_status ss__central_leave(ss__central *c, const char *name, uint64_t member);
 ss_status ss__central_heartbeat(ss__central *c, const char *name, uint64_t member);
 /* An open round this member has not contributed to yet. */

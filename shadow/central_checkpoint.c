@@ -28,6 +28,7 @@ static group **choose_groups(ss__central *c, bool changed_only, uint32_t *count)
         bool take = !changed_only || changes_of(g) != g->delta_changes;
         if (changed_only)
             g->delta_changes = changes_of(g);
+        g->pins += take; /* its floats stay while it is written, even if retired */
         pthread_mutex_unlock(&g->lock);
         if (take)
             chosen[k++] = g;
@@ -70,6 +71,8 @@ static ss_status save(ss__central *c, const char *path, bool changed_only, size_
                               });
         pthread_mutex_unlock(&g->lock);
     }
+    for (uint32_t i = 0; i < count; i++)
+        ss__central_unpin(all[i]);
     free(all);
     st = ss__dense_ckpt_commit(w);
     *groups = st == SS_OK ? count : 0;

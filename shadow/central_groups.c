@@ -176,12 +176,72 @@ static const group *chunking_clash(const ss__central *c, const char *name) {
     return NULL;
 }
 
+/* A group's floats, freed (its budget given back when it was retired). */
+static void free_floats(group *g) {
+    free(g->central); /* and sum, result */
+    free(g->bmuf_w);  /* and bmuf_m */
+    g->central = g->sum = g->result = NULL;
+    g->bmuf_w = g->bmuf_m = NULL;
+}
+
+void ss__central_unpin(group *g) {
+    pthread_mutex_lock(&g->lock);
+    if (--g->pins == 0 && g->retired)
+        free_floats(g);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* Takes g off the list and gives its floats back (caller holds c->lock
+ * and g->lock; g has no members, no round open or being read). A call
+ * that found g before sees it retired; a checkpoint writing it now keeps
+ * its floats until it is done (pins). */
+static void retire_group(ss__central *c, group *g) {
+    group **pp = &c->groups;
+    while (*pp != g)
+        pp = &(*pp)->next;
+    *pp = g->next;
+    c->ngroups--;
+    ss__central_uncharge(c, SS_CENTRAL_GROUP_FLOATS(g->n) + (g->bmuf_w ? 2 * (uint64_t)g->n : 0));
+    g->retired = true;
+    if (!g->pins)
+        free_floats(g);
+    g->next = c->retired;
+    c->retired = g;
+    pthread_cond_broadcast(&g->cond);
+}
+
+/* Retires g when nobody is in it (members not heard from for the member
+ * timeout dropped first); true when it was. Caller holds c->lock. */
+static bool retire_if_empty(ss__central *c, group *g) {
+    pthread_mutex_lock(&g->lock);
+    ss__central_expire(c, g, ss__now_ns());
+    const bool empty = g->nmembers == 0 && g->contributors == 0 && g->readers_pending == 0;
+    if (empty)
+        retire_group(c, g);
+    pthread_mutex_unlock(&g->lock);
+    return empty;
+}
+
+/* A re-cutting join's clashes: each chunk of the group that overlaps name
+ * with another range is retired when nobody is in it. The one that still
+ * has members, or NULL. Caller holds c->lock. */
+static const group *retire_clashes(ss__central *c, const char *name) {
+    group *g;
+    while ((g = (group *)chunking_clash(c, name)))
+        if (!retire_if_empty(c, g))
+            return g;
+    return NULL;
+}
+
 /* The group called name, made (and charged) when it is new. NULL: *st
  * says why. */
-static group *group_for_join(ss__central *c, const char *name, size_t n, ss_status *st) {
+static group *group_for_join(ss__central *c, const char *name, size_t n, bool recut, bool fresh,
+                             ss_status *st) {
     pthread_mutex_lock(&c->lock);
     group *g = ss__central_lookup(c, name);
-    const group *clash = g ? NULL : chunking_clash(c, name);
+    if (g && recut && fresh && retire_if_empty(c, g))
+        g = NULL; /* made anew below */
+    const group *clash = g ? NULL : recut ? retire_clashes(c, name) : chunking_clash(c, name);
     if (clash) {
         snprintf(t_refusal, sizeof t_refusal,
                  "chunk %s overlaps chunk %s that this PS holds: the group is cut into chunks of "
@@ -209,13 +269,27 @@ static group *group_for_join(ss__central *c, const char *name, size_t n, ss_stat
     return g;
 }
 
-ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t *member) {
+static ss_status join_as(ss__central *c, const char *name, size_t n, bool recut, bool fresh,
+                         uint64_t *member) {
     ss__central_refusal_clear();
     ss_status st = SS_OK;
-    group *g = group_for_join(c, name, n, &st);
-    if (!g)
-        return st;
-    pthread_mutex_lock(&g->lock);
+    group *g = NULL;
+    /* A group made by this join, retired by another member's re-cut before
+     * this one got into it: looked up (or made) again. */
+    for (int tries = 0; !g && tries < 4; tries++) {
+        if (!(g = group_for_join(c, name, n, recut, fresh && tries == 0, &st)))
+            return st;
+        pthread_mutex_lock(&g->lock);
+        if (g->retired) {
+            pthread_mutex_unlock(&g->lock);
+            g = NULL;
+        }
+    }
+    if (!g) {
+        ss__central_say("group %s: retired by other members' re-cuts while joining; try again",
+                        name);
+        return SS_ERR_STATE;
+    }
     if (g->n != n) {
         st = SS_ERR_SIZE_MISMATCH;
     } else {
@@ -240,6 +314,15 @@ ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t 
     }
     pthread_mutex_unlock(&g->lock);
     return st;
+}
+
+ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t *member) {
+    return join_as(c, name, n, false, false, member);
+}
+
+ss_status ss__central_join_recut(ss__central *c, const char *name, size_t n, bool fresh,
+                                 uint64_t *member) {
+    return join_as(c, name, n, true, fresh, member);
 }
 
 ssize_t ss__central_member_index(const group *g, uint64_t member) {
@@ -285,6 +368,10 @@ static group *lock_member(ss__central *c, const char *name, uint64_t member, ssi
     group *g = ss__central_find(c, name);
     if (g) {
         pthread_mutex_lock(&g->lock);
+        if (g->retired) {
+            pthread_mutex_unlock(&g->lock);
+            return NULL;
+        }
         *slot = ss__central_member_index(g, member);
     }
     return g;
@@ -348,11 +435,13 @@ ss_status ss__central_create(const ss__central_config *cfg, ss__central **out) {
 void ss__central_destroy(ss__central *c) {
     if (!c)
         return;
-    group *g = c->groups;
-    while (g) {
-        group *next = g->next;
-        group_free(g);
-        g = next;
+    for (int list = 0; list < 2; list++) {
+        group *g = list ? c->retired : c->groups;
+        while (g) {
+            group *next = g->next;
+            group_free(g);
+            g = next;
+        }
     }
     pthread_mutex_destroy(&c->lock);
     free(c);

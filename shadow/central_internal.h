@@ -32,6 +32,11 @@ typedef struct group {
     struct group *next;
     char *name;
     size_t n;
+    /* Retired (ss__central_join_recut): off the list, its floats freed
+     * (or once pins is 0); a call that found it before then treats it as
+     * gone. The struct lives until the centre does (a caller may hold it). */
+    bool retired;
+    uint32_t pins; /* checkpoints writing it now (under the centre's lock) */
     pthread_mutex_t lock;
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
 
@@ -69,6 +74,7 @@ struct ss__central {
     pthread_mutex_t lock; /* guards the group list only */
     group *groups;
     size_t ngroups; /* under lock */
+    group *retired; /* retired groups, freed with the centre */
     uint64_t deadline_ns;
     uint64_t member_timeout_ns; /* 0 = members never expire */
     ss__central_config limits;
@@ -96,6 +102,9 @@ void ss__central_refusal_clear(void);
 group *ss__central_lookup(const ss__central *c, const char *name);
 /* The group called name, or NULL; takes and drops c->lock. */
 group *ss__central_find(ss__central *c, const char *name);
+/* Drops a checkpoint's pin on g (takes g->lock): a retired group's
+ * floats are freed once nothing pins it. */
+void ss__central_unpin(group *g);
 /* A new group of n floats (not yet listed), NULL when out of memory. */
 group *ss__central_group_new(const char *name, size_t n);
 /* Lists g; caller holds c->lock. */

@@ -62,7 +62,9 @@ static group *enter_call(ss__central *c, const char *name, uint64_t member, cons
     }
     pthread_mutex_lock(&g->lock);
     *st = SS_OK;
-    if (g->n != n)
+    if (g->retired) /* by a re-cut since it was found */
+        *st = SS_ERR_NOT_FOUND;
+    else if (g->n != n)
         *st = SS_ERR_SIZE_MISMATCH;
     else if (s && ss__central_member_index(g, member) < 0)
         *st = SS_ERR_NOT_FOUND;

@@ -14,6 +14,7 @@
 #include "rpc/agent/agent_client.h"
 #include "rpc/agent/agent_wire.h"
 #include "rpc/dense/grpc_transport.h"
+#include "rpc/dense/recut_transport.h"
 #include "rpc/peer/gossip_transport.h"
 #include "rpc/rpc.h"
 #include "rpc/tree/tree_transport.h"
@@ -332,7 +333,9 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                             cfg->peers, cfg->peer_rank, ss_strerror(st));
                 goto fail;
             }
-        } else if ((st = ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
+        } else if ((st = t->shard_map
+                             ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport)
+                             : ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
             ss__err_set(
                 st, "ps=\"%s\": %s (each " SS_ADDRESS_RULE ", comma-separated; TLS files readable)",
                 t->ps, ss_strerror(st));

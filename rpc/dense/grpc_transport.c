@@ -57,6 +57,7 @@ typedef struct grpc_tp {
     bool window_fixed;
     ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
+    bool recut;           /* joins re-cut (JoinRequest.recut) */
     pthread_mutex_t lock; /* guards members and next_id */
     membership *members;
     uint64_t next_id;
@@ -260,8 +261,7 @@ static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size
     }
 }
 
-static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
-    grpc_tp *t = impl;
+static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, uint64_t *member) {
     membership *m = calloc(1, sizeof *m);
     if (!m)
         return SS_ERR_NO_MEMORY;
@@ -292,6 +292,8 @@ static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *memb
         Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
         req.group = m->parts[joined].name;
         req.size = m->parts[joined].n;
+        req.recut = t->recut;
+        req.fresh = t->recut && fresh;
         ProtobufCMessage *r;
         st = call_one(t, m->parts[joined].shard, SS_DENSE_M_JOIN, &req.base,
                       &shadowsync__v1__join_reply__descriptor, &r);
@@ -313,6 +315,10 @@ static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *memb
     pthread_mutex_unlock(&t->lock);
     *member = m->id;
     return SS_OK;
+}
+
+static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
+    return join_cut(impl, group, n, false, member);
 }
 
 static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
@@ -688,6 +694,7 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->window = cfg->window ? cfg->window : SS_GRPC_ROUND_WINDOW;
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
+    t->recut = cfg->recut;
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
         return SS_ERR_INVALID_ARGUMENT;
@@ -737,6 +744,18 @@ ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32
     }
     ss__rpc_channel_destroy(ch);
     return st;
+}
+
+ss_status ss__grpc_transport_join_fresh(ss__transport *tp, const char *group, size_t n,
+                                        uint64_t *member) {
+    grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
+    return t ? join_cut(t, group, n, true, member) : SS_ERR_INVALID_ARGUMENT;
+}
+
+void ss__grpc_transport_set_epoch(ss__transport *tp, uint64_t epoch) {
+    grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
+    for (uint32_t s = 0; t && s < t->nshards; s++)
+        ss__rpc_channel_set_epoch(t->ch[s], epoch);
 }
 
 uint32_t ss__grpc_transport_window(ss__transport *tp) {

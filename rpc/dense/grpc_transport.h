@@ -58,6 +58,10 @@ typedef struct ss__grpc_transport_config {
     /* The shard map epoch targets came from (common/shard_map.h): every
      * call carries it (ss__rpc_channel_set_epoch). 0: none. */
     uint64_t epoch;
+    /* Joins re-cut their groups (a shard map change, rpc/dense/recut_transport.h):
+     * the PS retires chunks of the old cut that overlap and have no members
+     * left, instead of refusing the join (JoinRequest.recut). */
+    bool recut;
 } ss__grpc_transport_config;
 
 ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out);
@@ -75,6 +79,19 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
  * swing it, and never passes SS_GRPC_WINDOW_MAX. Returns cur when rtt or
  * interval is 0. */
 uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns, size_t channels);
+
+/* A re-cutting member's join (config recut): a chunk of the new cut whose
+ * group exists on its PS with no members is made anew there (the member
+ * brings its centre; the chunk may have sat unsynced through an earlier
+ * cut). JoinRequest.fresh. */
+ss_status ss__grpc_transport_join_fresh(ss__transport *t, const char *group, size_t n,
+                                        uint64_t *member);
+
+/* Every later call of t carries this shard map epoch (0: none, served by
+ * a PS of any epoch: what the old cut's last calls, its reads and leaves,
+ * need once the PS serve the new map). No-op when t is not a gRPC
+ * transport. */
+void ss__grpc_transport_set_epoch(ss__transport *t, uint64_t epoch);
 
 /* t's window now (0 when t is not a gRPC transport). */
 uint32_t ss__grpc_transport_window(ss__transport *t);
