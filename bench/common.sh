@@ -144,3 +144,23 @@ bench_trainers() {
       "$(summary_field "$o" failed_rounds_sum)"
   done | awk '{ne += $1; rate += $2; failed += $3} END {printf "%.5f %.0f %d\n", ne / NR, rate, failed}'
 }
+
+# bench_write_map FILE EPOCH PS [FROM]: a shard map, written whole (a PS
+# never reads half of one).
+bench_write_map() {
+  { echo "epoch $2"; echo "ps $3"; [ -z "${4:-}" ] || echo "from $4"; } >"$1.tmp"
+  mv "$1.tmp" "$1"
+}
+
+# bench_dip LOG A B: a ctr-train's examples/s between its progress lines
+# (one a chunk of the stream), from its log: the slowest interval that
+# overlaps [A, B) seconds over the median interval that ends before A.
+bench_dip() { # log a b
+  local per m
+  per=$(grep -o 't=[0-9.]*s examples=[0-9]*' "$1" | tr -d 'tsexampl=' | awk '
+    NR > 1 && $1 > t {print t, $1, ($2 - e) / ($1 - t)} {t = $1; e = $2}')
+  m=$(awk -v a="$2" '$2 <= a {print $3}' <<<"$per" | median)
+  awk -v a="$2" -v b="$3" -v m="${m:-0}" '$2 > a && $1 < b && (min == "" || $3 < min) {min = $3}
+    END {printf "%.3f", (m > 0 && min != "") ? min / m : 0}' <<<"$per"
+}
+

@@ -22,10 +22,7 @@ MAP=$PWD/out/bench-elastic.map
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 
-write_map() { # epoch ps [from]
-  { echo "epoch $1"; echo "ps $2"; [ -z "${3:-}" ] || echo "from $3"; } >"$MAP.tmp"
-  mv "$MAP.tmp" "$MAP"
-}
+write_map() { bench_write_map "$MAP" "$@"; }
 
 metric() { # k regex: PS k's series
   bench_metric_sum "${https[$1]}" "$2"
@@ -58,17 +55,7 @@ sum_of() { # regex k...: the series summed over these PS
 moved_in() { sum_of '^shadowsync_emb_rows_moved_in_total' "$@"; } # rows moved into these PS
 rows_of() { sum_of '^shadowsync_emb_resident_rows ' "$@"; }         # their resident rows
 
-# The training's examples/s between its progress lines (one a chunk of
-# the stream), from its log: the slowest interval that overlaps [a, b)
-# seconds over the median interval that ends before a.
-dip() { # log a b
-  local per m
-  per=$(grep -o 't=[0-9.]*s examples=[0-9]*' "$1" | tr -d 'tsexampl=' | awk '
-    NR > 1 && $1 > t {print t, $1, ($2 - e) / ($1 - t)} {t = $1; e = $2}')
-  m=$(awk -v a="$2" '$2 <= a {print $3}' <<<"$per" | median)
-  awk -v a="$2" -v b="$3" -v m="${m:-0}" '$2 > a && $1 < b && (min == "" || $3 < min) {min = $3}
-    END {printf "%.3f", (m > 0 && min != "") ? min / m : 0}' <<<"$per"
-}
+dip() { bench_dip "$@"; }
 
 run() { # moves|none -> a result line
   local mode=$1 k log=out/bench-elastic-$1.log

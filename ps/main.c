@@ -163,6 +163,15 @@ static void refresh_metrics(void *ctx) {
     if (!info)
         return;
     pthread_mutex_lock(&ps->mirror_lock);
+    uint64_t floats = 0;
+    for (size_t i = 0; i < k; i++)
+        floats += info[i].n;
+    ss__gauge *held;
+    if (ss__metrics_gauge(ps->metrics, "shadowsync_ps_dense_floats",
+                          "Floats of the dense groups (chunks) this PS holds; a re-cut's retired "
+                          "chunks are not counted.",
+                          NULL, &held) == SS_OK)
+        ss__gauge_set(held, (double)floats);
     for (size_t i = 0; i < k; i++) {
         const char *labels[] = {"group", info[i].name, NULL};
         ss__counter *rounds;

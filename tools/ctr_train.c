@@ -476,7 +476,9 @@ static void resolve_own(run_options *o) {
     if (!(cfg->epochs > 1 && cfg->patience > 0))
         o->val_fraction = 0.0;
     o->online = o->follow_dir || (o->train_path && !strcmp(o->train_path, "-"));
-    o->ps = o->pcfg.ps;
+    /* with a shard map, the map names the PS (the header says which file) */
+    o->ps =
+        *o->pcfg.ps || !o->pcfg.shard_map || !*o->pcfg.shard_map ? o->pcfg.ps : o->pcfg.shard_map;
     if (o->process) { /* every process holds the validation rows; each trains its share */
         cfg->process = &o->pcfg;
         cfg->val_rank = (uint32_t)o->rank;
@@ -494,7 +496,7 @@ static int check_combination(const run_options *o) {
         why = "--test is required (see --help)";
     else if (o->online && o->max_rows)
         why = "--max-rows does not apply to a stream (it ends at its end, _DONE or SIGTERM)";
-    else if (o->pcfg.chunk_floats && !*o->pcfg.ps)
+    else if (o->pcfg.chunk_floats && !*o->ps)
         why = "--chunk-floats cuts the dense groups sent to --ps; without --ps it has nothing to "
               "cut (with --agent, give it to the agent)";
     else if (!cfg->error_feedback && o->process)
@@ -538,7 +540,8 @@ static int parse_options(int argc, char **argv, run_options *o) {
                *agent = ss__setting_flag(o->settings, "agent"),
                *peers = ss__setting_flag(o->settings, "peers");
     /* One trainer per process, syncing with other processes. */
-    o->process = (ps && *ps) || (agent && *agent) || (peers && *peers);
+    const char *map = ss__setting_flag(o->settings, "shard_map");
+    o->process = (ps && *ps) || (agent && *agent) || (peers && *peers) || (map && *map);
     ss_table_config table;
     if ((rc = apply_settings(o, &table)) >= 0)
         return rc;
