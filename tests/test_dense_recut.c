@@ -49,7 +49,15 @@ static void start_fleet(void) {
     for (int i = 0; i < 2; i++) {
         char log[128];
         snprintf(log, sizeof log, "%s/ps%d.log", g_dir, i);
-        char *extra[] = {"--http", "", "--shard-map", g_map, "--round-deadline-ms", "300", NULL};
+        char *extra[] = {"--http",
+                         "",
+                         "--shard-map",
+                         g_map,
+                         "--round-deadline-ms",
+                         "300",
+                         "--member-timeout-ms",
+                         "1000",
+                         NULL};
         g_pid[i] = proc_start_ps(log, g_addr[i], sizeof g_addr[i], "127.0.0.1:0", extra);
     }
     write_map(2, g_addr[0], NULL);
@@ -137,6 +145,35 @@ START_TEST(test_easgd_centres_move_with_their_ranges) {
 }
 END_TEST
 
+/* A member that died before it re-cut (it never calls again) holds its
+ * old chunks until the PS's member timeout (1 s here) drops it; then the
+ * live member's re-cut joins, seeded with the centre as it was. */
+START_TEST(test_a_dead_member_holds_a_recut_only_until_it_expires) {
+    start_fleet();
+    ss__transport *t[2] = {member_transport(), member_transport()};
+    uint64_t m[2];
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(ss__transport_join(t[k], "w", N, &m[k]), SS_OK);
+    float c[N], d[N];
+    for (int i = 0; i < N; i++)
+        c[i] = (float)(2 * i);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t[1], "w", m[1], c, 0.5f, d, N), SS_OK);
+    char list[160];
+    snprintf(list, sizeof list, "%s,%s", g_addr[0], g_addr[1]);
+    write_map(3, list, g_addr[0]);
+    ck_assert_int_eq(exchange_ahead(t[0], m[0], c, 4.0f), SS_ERR_STATE); /* t[1] is in [4:8) */
+    const uint64_t until = ss__now_ns() + 5000000000ull;
+    ss_status st;
+    while ((st = exchange_ahead(t[0], m[0], c, 4.0f)) != SS_OK && ss__now_ns() < until)
+        usleep(200000); /* t[1] is silent: dropped after 1 s */
+    ck_assert_int_eq(st, SS_OK);
+    check_centre(t[0], c);
+    ss__transport_destroy(t[0]);
+    ss__transport_destroy(t[1]);
+    stop_fleet();
+}
+END_TEST
+
 /* An S-MA member's rounds form again on the new cut; a member that never
  * synced re-cuts without a seed. */
 START_TEST(test_rounds_form_again_on_the_new_cut) {
@@ -198,5 +235,6 @@ END_TEST
 int main(void) {
     return ss__check_tests(
         "dense_recut", 120, NULL, NULL, test_easgd_centres_move_with_their_ranges,
+        test_a_dead_member_holds_a_recut_only_until_it_expires,
         test_rounds_form_again_on_the_new_cut, test_only_a_recut_retires_a_memberless_chunk);
 }
