@@ -20,6 +20,7 @@
 #include "common/signals.h"
 #include "rpc/auth.h"
 #include "rpc/dense/grpc_transport.h"
+#include "rpc/dense/recut_transport.h"
 #include "rpc/http/http.h"
 #include "shadow/host_average_transport.h"
 #include "trainer-hooks/settings_flags.h"
@@ -237,7 +238,9 @@ static ss_status connect_ps(agent_main *m, const agent_options *o) {
                                       .epoch = o->map.epoch,
                                       .tls = c->tls_ca || c->tls_cert ? &tls : NULL};
     ss__encoding_parse(c->encoding, &tcfg.encoding); /* checked in check_options */
-    ss_status st = ss__grpc_transport_create(&tcfg, &m->to_ps);
+    /* With a map, the groups are cut again when it changes. */
+    ss_status st = o->map.epoch ? ss__recut_transport_create(c->shard_map, &tcfg, &m->to_ps)
+                                : ss__grpc_transport_create(&tcfg, &m->to_ps);
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", c->ps, ss_strerror(st));
         return st;

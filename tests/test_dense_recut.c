@@ -49,15 +49,10 @@ static void start_fleet(void) {
     for (int i = 0; i < 2; i++) {
         char log[128];
         snprintf(log, sizeof log, "%s/ps%d.log", g_dir, i);
-        char *extra[] = {"--http",
-                         "",
-                         "--shard-map",
-                         g_map,
-                         "--round-deadline-ms",
-                         "300",
-                         "--member-timeout-ms",
-                         "1000",
-                         NULL};
+        /* 18: as many as proc_start_ps reads (gcc's -Warray-bounds) */
+        char *extra[18] = {
+            "--http", "", "--shard-map", g_map, "--round-deadline-ms", "300", "--member-timeout-ms",
+            "1000"};
         g_pid[i] = proc_start_ps(log, g_addr[i], sizeof g_addr[i], "127.0.0.1:0", extra);
     }
     write_map(2, g_addr[0], NULL);
