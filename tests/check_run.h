@@ -43,6 +43,21 @@ static inline void ss__check_tmpdir(char dir[64], const char *prefix) {
     ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
+/* A shard map file ("epoch", "ps", "from" when given), written whole: a
+ * PS never reads half of one. */
+static inline void ss__check_write_map(const char *path, uint64_t epoch, const char *ps,
+                                       const char *from) {
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "epoch %llu\nps %s\n", (unsigned long long)epoch, ps);
+    if (from)
+        fprintf(f, "from %s\n", from);
+    fclose(f);
+    ck_assert_int_eq(rename(tmp, path), 0);
+}
+
 static inline void ss__check_rmdir(const char *dir) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -26,15 +26,7 @@ static char g_dir[64], g_map[128], g_addr[2][64];
 static pid_t g_pid[2];
 
 static void write_map(uint64_t epoch, const char *ps, const char *from) {
-    char tmp[160];
-    snprintf(tmp, sizeof tmp, "%s.tmp", g_map);
-    FILE *f = fopen(tmp, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "epoch %llu\nps %s\n", (unsigned long long)epoch, ps);
-    if (from)
-        fprintf(f, "from %s\n", from);
-    fclose(f);
-    ck_assert_int_eq(rename(tmp, g_map), 0);
+    ss__check_write_map(g_map, epoch, ps, from);
     usleep(600000); /* each PS reads it again every 200 ms */
 }
 
@@ -42,10 +34,7 @@ static void write_map(uint64_t epoch, const char *ps, const char *from) {
 static void start_fleet(void) {
     ss__check_tmpdir(g_dir, "ss-recut");
     snprintf(g_map, sizeof g_map, "%s/fleet.map", g_dir);
-    FILE *f = fopen(g_map, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("epoch 1\nps 127.0.0.1:1\n", f); /* a placeholder: the ports are not known yet */
-    fclose(f);
+    ss__check_write_map(g_map, 1, "127.0.0.1:1", NULL); /* a placeholder: ports come later */
     for (int i = 0; i < 2; i++) {
         char log[128];
         snprintf(log, sizeof log, "%s/ps%d.log", g_dir, i);
@@ -99,6 +88,15 @@ static ss_status exchange_ahead(ss__transport *t, uint64_t m, float *c, float le
     return st;
 }
 
+/* The fleet, and two members of group "w" on it. */
+static void start_two_members(ss__transport *t[2], uint64_t m[2]) {
+    start_fleet();
+    for (int k = 0; k < 2; k++) {
+        t[k] = member_transport();
+        ck_assert_int_eq(ss__transport_join(t[k], "w", N, &m[k]), SS_OK);
+    }
+}
+
 /* 1 -> 2 -> 1 PS with two members: the first to see the new map re-cuts
  * but cannot join the chunk that overlaps one the other member is still
  * in (its call fails, nothing applied); once the other re-cuts too, both
@@ -106,11 +104,9 @@ static ss_status exchange_ahead(ss__transport *t, uint64_t m, float *c, float le
  * moved with it, whether its PS is new, its range new, or it sat unsynced
  * on the first PS while the fleet had two (chunk [8:10)). */
 START_TEST(test_easgd_centres_move_with_their_ranges) {
-    start_fleet();
-    ss__transport *t[2] = {member_transport(), member_transport()};
+    ss__transport *t[2];
     uint64_t m[2];
-    for (int k = 0; k < 2; k++)
-        ck_assert_int_eq(ss__transport_join(t[k], "w", N, &m[k]), SS_OK);
+    start_two_members(t, m);
     float c[N], d[N];
     for (int i = 0; i < N; i++)
         c[i] = (float)(i + 1);
@@ -144,11 +140,9 @@ END_TEST
  * old chunks until the PS's member timeout (1 s here) drops it; then the
  * live member's re-cut joins, seeded with the centre as it was. */
 START_TEST(test_a_dead_member_holds_a_recut_only_until_it_expires) {
-    start_fleet();
-    ss__transport *t[2] = {member_transport(), member_transport()};
+    ss__transport *t[2];
     uint64_t m[2];
-    for (int k = 0; k < 2; k++)
-        ck_assert_int_eq(ss__transport_join(t[k], "w", N, &m[k]), SS_OK);
+    start_two_members(t, m);
     float c[N], d[N];
     for (int i = 0; i < N; i++)
         c[i] = (float)(2 * i);

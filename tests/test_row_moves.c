@@ -27,15 +27,7 @@ enum { K = 600, DIM = 4, SHARDS = 3 };
 static char g_dir[64], g_map[128];
 
 static void write_map_at(const char *path, uint64_t epoch, const char *ps, const char *from) {
-    char tmp[160];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "epoch %llu\nps %s\n", (unsigned long long)epoch, ps);
-    if (from)
-        fprintf(f, "from %s\n", from);
-    fclose(f);
-    ck_assert_int_eq(rename(tmp, path), 0); /* a PS never reads half a map */
+    ss__check_write_map(path, epoch, ps, from);
 }
 
 static void write_map(uint64_t epoch, const char *ps, const char *from) {
