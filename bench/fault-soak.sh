@@ -11,9 +11,10 @@
 # Every --every seconds a random trainer, agent or PS is SIGKILLed and
 # started again; halfway through, one trainer host is cut off for
 # --partition seconds (every packet on its link dropped). With --map-every,
-# the embedding fleet's shard map changes every that many seconds, the
-# last PS leaving it and coming back in turn (its rows move while the
-# writer writes: ps/row_moves.h); the writer routes by the map.
+# the fleet's shard map changes every that many seconds, the last PS
+# leaving it and coming back in turn: its rows move while the writer
+# writes (ps/row_moves.h), and the agents cut their dense groups again
+# (rpc/dense/recut_transport.h); both route by the map.
 #
 # At the end every trainer stops at the same time, runs its final rounds
 # and writes its replica; the writer's log is read back. Prints one line per
@@ -47,7 +48,7 @@ Usage: bench/fault-soak.sh [flags]   (root: it creates network namespaces)
                     (0 = none)
   --loss L          percent of packets dropped on one trainer       [$LOSS_ONE]
                     host's link, throughout
-  --map-every M     the embedding shard map changes every M seconds [$MAPEVERY]
+  --map-every M     the shard map changes every M seconds           [$MAPEVERY]
                     (the last PS out, then back in; 0 = never)
   --step-us U       emulated compute per step                       [$STEP_US]
   --rate R          every link, each direction (tc units)           [$RATE]
@@ -104,8 +105,8 @@ start_ps() { # i
 
 start_agent() { # j
   local j=$1
-  ip netns exec "$ID-t$j" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$TMP/h$j/agent.sock" \
-    --http "" >>"$TMP/agent$j.log" 2>&1 &
+  ip netns exec "$ID-t$j" "$BIN/shadowsync-agent" --shard-map "$TMP/fleet.map" \
+    --socket "$TMP/h$j/agent.sock" --http "" >>"$TMP/agent$j.log" 2>&1 &
   PID[agent$j]=$!
   PIDS+=($!)
   wait_line "$TMP/agent$j.log" "listening on" $!
@@ -130,8 +131,8 @@ for i in $(seq 0 $((PS - 1))); do
   add_host "$ID-p$i" "198.18.1.$((i + 1))"
   PS_LIST+="${PS_LIST:+,}198.18.1.$((i + 1)):7070"
 done
-# The embedding fleet's shard map (the writer routes by it; the dense
-# sync by the agents' --ps list, which carries no epoch).
+# The fleet's shard map: the writer routes its rows by it, the agents
+# their dense groups (cut again when it changes).
 write_map() { # epoch ps [from]
   { echo "epoch $1"; echo "ps $2"; [ -z "${3:-}" ] || echo "from $3"; } >"$TMP/fleet.map.tmp"
   mv "$TMP/fleet.map.tmp" "$TMP/fleet.map"
