@@ -205,6 +205,9 @@ static void retire_group(ss__central *c, group *g) {
     g->retired = true;
     if (!g->pins)
         free_floats(g);
+    free(g->members); /* none left; a call that finds g retired reads no slot */
+    g->members = NULL;
+    g->capmembers = 0;
     g->next = c->retired;
     c->retired = g;
     pthread_cond_broadcast(&g->cond);
