@@ -234,7 +234,7 @@ typedef struct ss__emb_table_stats {
     uint64_t resident_rows, dirty_rows;
     uint64_t row_bytes;   /* bytes of resident rows in their slabs (row stride included) */
     uint64_t arena_bytes; /* jemalloc's count for the table's arena (0 if unknown) */
-    uint64_t index_bytes; /* hash slots */
+    uint64_t index_bytes; /* hash slots and the dirty rows' queue */
     uint64_t loads, evictions;
     /* bounds: new ids admitted / updates of ids not admitted (yet);
      * rows deleted by expiry / by the row budget */

@@ -139,6 +139,27 @@ START_TEST(test_budget_drops_least_recently_pushed) {
 }
 END_TEST
 
+/* A table nobody flushes (a PS without --emb-db) whose budget deletes
+ * rows as fast as new ones come: its index stays the size its live rows
+ * need. Every new row is queued as dirty; a deleted one's id used to stay
+ * in the queue for good (8 bytes for every row ever made: 800 KB here). */
+START_TEST(test_a_bounded_table_does_not_grow_with_rows_made) {
+    ss__emb_table *t = table_with(&(ss__emb_bounds){.max_live_rows = 100}, 100);
+    for (uint64_t id = 1; id <= 100000; id++) {
+        push(t, id);
+        if (id % 100 == 0)
+            ss__emb_table_sweep(t, 100 + id, NULL, NULL);
+    }
+    ss__emb_table_stats st;
+    ss__emb_table_get_stats(t, &st);
+    ck_assert_uint_le(st.resident_rows, 200);
+    /* 64 stripes' slots and queues: 83 KB; with every id ever made queued: 1 MB */
+    ck_assert_msg(st.index_bytes < 256 * 1024, "index %llu bytes for %llu rows",
+                  (unsigned long long)st.index_bytes, (unsigned long long)st.resident_rows);
+    ss__emb_table_destroy(t);
+}
+END_TEST
+
 /* The PS's store: an expired row leaves RocksDB too (a restart does not
  * bring it back), the bounded series are on /metrics, and rows stored
  * before a restart are held (and expire) after it. */
@@ -195,5 +216,6 @@ END_TEST
 int main(void) {
     return ss__check_tests("emb_bounds", 30, NULL, NULL, test_admission_on_the_kth_push,
                            test_rows_expire_after_ttl, test_budget_drops_least_recently_pushed,
+                           test_a_bounded_table_does_not_grow_with_rows_made,
                            test_store_expiry_reaches_rocksdb);
 }
