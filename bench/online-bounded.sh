@@ -7,13 +7,15 @@
 # live rows every second into SAMPLES (bench/plot-online-bounded.sh plots
 # it). Prints per mode: progressive NE (overall and last window),
 # examples/s, peak RSS and live rows, rows expired/dropped/not admitted;
-# then the ratios bounded / unbounded.
+# then the ratios bounded / unbounded. MODES: "unbounded bounded" (the
+# default), or one of them alone (a long run's other half from before).
 #   bash bench/online-bounded.sh                      # ROWS=2000000 PS_COUNT=1
 #   bash bench/online-bounded.sh --rows 50000000 --ps-count 2 --bounds "--emb-admit-count 2 --emb-ttl-s 60 --emb-max-live-rows 500000"
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-2000000}
 WINDOW=${WINDOW:-200000}
 BOUNDS=${BOUNDS:---emb-admit-count 2 --emb-ttl-s 30 --emb-max-live-rows 150000}
+MODES=${MODES:-unbounded bounded}
 TURNOVER=${TURNOVER:-2}
 PS_COUNT=${PS_COUNT:-1} # embedding shards (the budget is per table and shard)
 SAMPLES=${SAMPLES:-out/online-bounded.tsv} # the time series (bench/plot-online-bounded.sh)
@@ -90,11 +92,17 @@ echo "online, bounded tables: ctr-gen --drift --drift-turnover $TURNOVER, $ROWS 
   "ctr-train (--emb remote, $PS_COUNT shadowsync-ps on 127.0.0.1); bounds: $BOUNDS"
 printf '%-10s %12s %12s %12s %10s %12s %s\n' mode prog_ne "ne_last_${WINDOW}" examples/s ps_rss_mb live_rows \
   expired/dropped/not_admitted
-unb=$(run_mode unbounded)
-echo "$unb"
-# shellcheck disable=SC2086 # BOUNDS is a list of flags
-bnd=$(run_mode bounded $BOUNDS)
-echo "$bnd"
+unb= bnd=
+if [[ " $MODES " == *" unbounded "* ]]; then
+  unb=$(run_mode unbounded)
+  echo "$unb"
+fi
+if [[ " $MODES " == *" bounded "* ]]; then
+  # shellcheck disable=SC2086 # BOUNDS is a list of flags
+  bnd=$(run_mode bounded $BOUNDS)
+  echo "$bnd"
+fi
+[ -n "$unb" ] && [ -n "$bnd" ] || exit 0
 awk -v a="$unb" -v b="$bnd" 'BEGIN {
   split(a, u, " +"); split(b, x, " +")
   printf "ratio bounded/unbounded: prog_ne=%.4f ne_last=%.4f examples/s=%.3f ps_rss=%.3f live_rows=%.3f\n",
