@@ -163,8 +163,8 @@ START_TEST(test_a_dead_member_holds_a_recut_only_until_it_expires) {
 }
 END_TEST
 
-/* An S-MA member's rounds form again on the new cut; a member that never
- * synced re-cuts without a seed. */
+/* An S-MA member's rounds form again on the new cut; a new epoch with the
+ * same list keeps the cut. */
 START_TEST(test_rounds_form_again_on_the_new_cut) {
     start_fleet();
     ss__transport *t = member_transport();
@@ -183,6 +183,11 @@ START_TEST(test_rounds_form_again_on_the_new_cut) {
     ck_assert_int_eq(ss__transport_allreduce_mean(t, "w", m, s, avg, N, &r), SS_OK);
     for (int i = 0; i < N; i++) /* one member: the mean is its snapshot */
         ck_assert_float_eq(avg[i], s[i]);
+    ck_assert_uint_eq(ss__recut_transport_recuts(t), 1);
+    write_map(4, list, NULL); /* a new epoch, the same list: the same cut, no re-cut */
+    ck_assert_int_eq(ss__transport_allreduce_mean(t, "w", m, s, avg, N, &r), SS_OK);
+    ck_assert_float_eq(avg[N - 1], s[N - 1]);
+    ck_assert_uint_eq(ss__recut_transport_epoch(t), 4);
     ck_assert_uint_eq(ss__recut_transport_recuts(t), 1);
     ck_assert_int_eq(ss__transport_leave(t, "w", m), SS_OK);
     ss__transport_destroy(t);

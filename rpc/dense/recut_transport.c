@@ -62,12 +62,14 @@ static ss_status read_map(const recut_tp *t, ss__shard_map *m) {
  * cut's too: a trainer that starts after the fleet changed finds the old
  * cut's chunks, memberless, in the way. */
 static ss_status open_cut(recut_tp *t, const ss__shard_map *m, ss__transport **out) {
-    snprintf(t->targets, sizeof t->targets, "%s", m->ps);
     ss__grpc_transport_config c = t->cfg;
-    c.targets = t->targets;
+    c.targets = m->ps; /* copied by the transport */
     c.epoch = m->epoch;
     c.recut = true;
-    return ss__grpc_transport_create(&c, out);
+    ss_status st = ss__grpc_transport_create(&c, out);
+    if (st == SS_OK) /* the list of the cut in use */
+        snprintf(t->targets, sizeof t->targets, "%s", m->ps);
+    return st;
 }
 
 static member_rec *find_rec(recut_tp *t, const char *group, uint64_t id) {
@@ -146,7 +148,13 @@ static bool maybe_recut(recut_tp *t) {
     pthread_rwlock_wrlock(&t->cut);
     bool done = t->epoch >= map.epoch;
     ss__transport *next = NULL;
-    if (!done && open_cut(t, &map, &next) == SS_OK) {
+    if (!done && !strcmp(map.ps, t->targets)) { /* the same list: the same cut */
+        ss__grpc_transport_set_epoch(t->inner, map.epoch);
+        SS_LOG_INFOF("rpc", "event=reroute from=%llu epoch=%llu ps=%s (same list, same cut)",
+                     (unsigned long long)t->epoch, (unsigned long long)map.epoch, map.ps);
+        t->epoch = map.epoch;
+        done = true;
+    } else if (!done && open_cut(t, &map, &next) == SS_OK) {
         leave_old_cut(t, t->inner);
         ss__transport_destroy(t->inner);
         t->inner = next;
