@@ -249,15 +249,23 @@ static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
                                 reply, NULL, 0);
 }
 
+/* Leaves each chunk; a shard that does not answer one is not asked about
+ * its other chunks (each would wait the whole timeout for a PS that is
+ * gone: its members expire there anyway). */
 static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size_t count) {
+    bool gone[SS_GRPC_MAX_SHARDS] = {false};
     for (size_t i = 0; i < count; i++) {
+        if (gone[parts[i].shard])
+            continue;
         Shadowsync__V1__LeaveRequest req = SHADOWSYNC__V1__LEAVE_REQUEST__INIT;
         req.group = (char *)parts[i].name;
         req.member = ids[i];
         ProtobufCMessage *r;
-        if (call_one(t, parts[i].shard, SS_DENSE_M_LEAVE, &req.base,
-                     &shadowsync__v1__leave_reply__descriptor, &r) == SS_OK)
+        ss_status st = call_one(t, parts[i].shard, SS_DENSE_M_LEAVE, &req.base,
+                                &shadowsync__v1__leave_reply__descriptor, &r);
+        if (st == SS_OK)
             protobuf_c_message_free_unpacked(r, NULL);
+        gone[parts[i].shard] = st == SS_ERR_IO || st == SS_ERR_TIMEOUT;
     }
 }
 
