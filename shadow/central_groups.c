@@ -104,6 +104,14 @@ static void slot_free(member_slot *m) {
     free(m->mirror);
 }
 
+/* A group's floats (centre, round sum and result; S-BMUF's state), freed. */
+static void free_floats(group *g) {
+    free(g->central); /* and sum, result */
+    free(g->bmuf_w);  /* and bmuf_m */
+    g->central = g->sum = g->result = NULL;
+    g->bmuf_w = g->bmuf_m = NULL;
+}
+
 static void group_free(group *g) {
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);
@@ -111,8 +119,7 @@ static void group_free(group *g) {
         slot_free(&g->members[i]);
     free(g->name);
     free(g->members);
-    free(g->central); /* and sum, result: one allocation */
-    free(g->bmuf_w);  /* and bmuf_m */
+    free_floats(g);
     free(g);
 }
 
@@ -174,14 +181,6 @@ static const group *chunking_clash(const ss__central *c, const char *name) {
             !strncmp(g->name, name, len) && glo < hi && lo < ghi)
             return g;
     return NULL;
-}
-
-/* A group's floats, freed (its budget given back when it was retired). */
-static void free_floats(group *g) {
-    free(g->central); /* and sum, result */
-    free(g->bmuf_w);  /* and bmuf_m */
-    g->central = g->sum = g->result = NULL;
-    g->bmuf_w = g->bmuf_m = NULL;
 }
 
 void ss__central_unpin(group *g) {

@@ -22,7 +22,7 @@ enum { N = 10, CHUNK = 4 };
  * a few millionths; a lost or stale centre is off by 1 or more. */
 #define TOL 1e-4f
 
-static char g_dir[64], g_map[128], g_addr[2][64];
+static char g_dir[64], g_map[128], g_addr[2][64], g_both[160]; /* g_both: "a,b" */
 static pid_t g_pid[2];
 
 /* Writes the map and waits until both PS serve its epoch (each reads it
@@ -55,6 +55,7 @@ static void start_fleet(void) {
         g_pid[i] = proc_start_ps(log, g_addr[i], sizeof g_addr[i], "127.0.0.1:0", extra);
         setenv("SHADOWSYNC_LOG_LEVEL", "warn", 1);
     }
+    snprintf(g_both, sizeof g_both, "%s,%s", g_addr[0], g_addr[1]);
     write_map(2, g_addr[0], NULL);
 }
 
@@ -124,9 +125,7 @@ START_TEST(test_easgd_centres_move_with_their_ranges) {
     ck_assert_int_eq(ss__transport_easgd_exchange(t[0], "w", m[0], c, 0.5f, d, N), SS_OK);
     ck_assert_int_eq(exchange_ahead(t[1], m[1], c, 2.0f), SS_OK); /* c: 2 .. 11 */
     check_centre(t[0], c);
-    char list[160];
-    snprintf(list, sizeof list, "%s,%s", g_addr[0], g_addr[1]);
-    const char *fleets[2] = {list, g_addr[0]};
+    const char *fleets[2] = {g_both, g_addr[0]};
     for (int change = 0; change < 2; change++) {
         write_map(3 + (uint64_t)change, fleets[change], fleets[1 - change]);
         /* member 0 re-cuts; chunk [4:5) or [4:8) overlaps member 1's old one */
@@ -158,9 +157,7 @@ START_TEST(test_a_dead_member_holds_a_recut_only_until_it_expires) {
     for (int i = 0; i < N; i++)
         c[i] = (float)(2 * i);
     ck_assert_int_eq(ss__transport_easgd_exchange(t[1], "w", m[1], c, 0.5f, d, N), SS_OK);
-    char list[160];
-    snprintf(list, sizeof list, "%s,%s", g_addr[0], g_addr[1]);
-    write_map(3, list, g_addr[0]);
+    write_map(3, g_both, g_addr[0]);
     ck_assert_int_eq(exchange_ahead(t[0], m[0], c, 4.0f), SS_ERR_STATE); /* t[1] is in [4:8) */
     const uint64_t until = ss__now_ns() + 30000000000ull; /* a loaded machine: well past 1 s */
     ss_status st;
@@ -186,16 +183,14 @@ START_TEST(test_rounds_form_again_on_the_new_cut) {
         s[i] = (float)(3 * i);
     ss__round_result r;
     ck_assert_int_eq(ss__transport_allreduce_mean(t, "w", m, s, avg, N, &r), SS_OK);
-    char list[160];
-    snprintf(list, sizeof list, "%s,%s", g_addr[0], g_addr[1]);
-    write_map(3, list, g_addr[0]);
+    write_map(3, g_both, g_addr[0]);
     for (int i = 0; i < N; i++)
         s[i] += 1.0f;
     ck_assert_int_eq(ss__transport_allreduce_mean(t, "w", m, s, avg, N, &r), SS_OK);
     for (int i = 0; i < N; i++) /* one member: the mean is its snapshot */
         ck_assert_float_eq(avg[i], s[i]);
     ck_assert_uint_eq(ss__recut_transport_recuts(t), 1);
-    write_map(4, list, NULL); /* a new epoch, the same list: the same cut, no re-cut */
+    write_map(4, g_both, NULL); /* a new epoch, the same list: the same cut, no re-cut */
     ck_assert_int_eq(ss__transport_allreduce_mean(t, "w", m, s, avg, N, &r), SS_OK);
     ck_assert_float_eq(avg[N - 1], s[N - 1]);
     ck_assert_uint_eq(ss__recut_transport_epoch(t), 4);

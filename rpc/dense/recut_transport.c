@@ -72,11 +72,23 @@ static ss_status open_cut(recut_tp *t, const ss__shard_map *m, ss__transport **o
     return st;
 }
 
-static member_rec *find_rec(recut_tp *t, const char *group, uint64_t id) {
-    pthread_mutex_lock(&t->lock);
+static void rec_free(member_rec *m) {
+    free(m->seed);
+    free(m->group);
+    free(m);
+}
+
+/* The engine's member `id` of group, or NULL; t->lock held. */
+static member_rec *lookup(const recut_tp *t, const char *group, uint64_t id) {
     member_rec *m = t->members;
     while (m && !(m->id == id && !strcmp(m->group, group)))
         m = m->next;
+    return m;
+}
+
+static member_rec *find_rec(recut_tp *t, const char *group, uint64_t id) {
+    pthread_mutex_lock(&t->lock);
+    member_rec *m = lookup(t, group, id);
     pthread_mutex_unlock(&t->lock);
     return m;
 }
@@ -198,10 +210,8 @@ static ss_status rt_join(void *impl, const char *group, size_t n, uint64_t *memb
         if (st == SS_OK || attempt > 0 || !maybe_recut(t))
             break;
     }
-    if (st != SS_OK) {
-        free(m->group);
-        free(m);
-    }
+    if (st != SS_OK)
+        rec_free(m);
     return st;
 }
 
@@ -220,11 +230,8 @@ static ss_status rt_leave(void *impl, const char *group, uint64_t member) {
                    : m->inner ? ss__transport_leave(t->inner, group, m->inner)
                               : SS_OK;
     pthread_rwlock_unlock(&t->cut);
-    if (m) {
-        free(m->seed);
-        free(m->group);
-        free(m);
-    }
+    if (m)
+        rec_free(m);
     return st;
 }
 
@@ -317,10 +324,8 @@ static bool rt_round_waiting(void *impl, const char *group, uint64_t member) {
     recut_tp *t = impl;
     pthread_rwlock_rdlock(&t->cut);
     pthread_mutex_lock(&t->lock);
-    member_rec *m = t->members;
-    while (m && !(m->id == member && !strcmp(m->group, group)))
-        m = m->next;
-    const uint64_t inner = m ? m->inner : 0;
+    const member_rec *m = lookup(t, group, member);
+    const uint64_t inner = m ? m->inner : 0; /* read under the lock: a join may set it */
     pthread_mutex_unlock(&t->lock);
     bool waiting = inner && ss__transport_round_waiting(t->inner, group, inner);
     pthread_rwlock_unlock(&t->cut);
@@ -332,9 +337,7 @@ static void rt_destroy(void *impl) {
     while (t->members) {
         member_rec *m = t->members;
         t->members = m->next;
-        free(m->seed);
-        free(m->group);
-        free(m);
+        rec_free(m);
     }
     ss__transport_destroy(t->inner);
     for (int i = 0; i < 3; i++)
