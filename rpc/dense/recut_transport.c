@@ -86,17 +86,10 @@ static member_rec *lookup(const recut_tp *t, const char *group, uint64_t id) {
     return m;
 }
 
-static member_rec *find_rec(recut_tp *t, const char *group, uint64_t id) {
-    pthread_mutex_lock(&t->lock);
-    member_rec *m = lookup(t, group, id);
-    pthread_mutex_unlock(&t->lock);
-    return m;
-}
-
 /* Joins m on the current cut if it is not in it yet, seeding an S-EASGD
- * group with the old cut's centre (cut held for reading or writing). */
+ * group with the old cut's centre (cut held for reading or writing,
+ * t->lock held: one join at a time). */
 static ss_status ensure_joined(recut_tp *t, member_rec *m) {
-    pthread_mutex_lock(&t->lock);
     ss_status st = SS_OK;
     if (!m->inner) {
         uint64_t inner = 0;
@@ -119,7 +112,6 @@ static ss_status ensure_joined(recut_tp *t, member_rec *m) {
             st = SS_ERR_STATE; /* not NOT_FOUND: the engine would join a second time */
         }
     }
-    pthread_mutex_unlock(&t->lock);
     return st;
 }
 
@@ -173,8 +165,10 @@ static bool maybe_recut(recut_tp *t) {
         const uint64_t from = t->epoch;
         t->epoch = map.epoch;
         size_t groups = 0, joined = 0;
+        pthread_mutex_lock(&t->lock);
         for (member_rec *m = t->members; m; m = m->next, groups++)
             joined += ensure_joined(t, m) == SS_OK;
+        pthread_mutex_unlock(&t->lock);
         atomic_fetch_add(&t->recuts, 1);
         SS_LOG_INFOF("rpc", "event=recut from=%llu epoch=%llu ps=%s groups=%zu joined=%zu",
                      (unsigned long long)from, (unsigned long long)map.epoch, map.ps, groups,
@@ -241,14 +235,14 @@ typedef enum { CALL_HEARTBEAT, CALL_EXCHANGE, CALL_ROUND } call_kind;
  * (cut held for reading); its kind of call noted. */
 static ss_status enter(recut_tp *t, const char *group, uint64_t member, call_kind kind,
                        uint64_t *inner) {
-    member_rec *m = find_rec(t, group, member);
-    if (!m)
-        return SS_ERR_NOT_FOUND;
-    ss_status st = ensure_joined(t, m);
     pthread_mutex_lock(&t->lock);
-    m->exchanged = m->exchanged || kind == CALL_EXCHANGE;
-    m->rounds = m->rounds || kind == CALL_ROUND;
-    *inner = m->inner;
+    member_rec *m = lookup(t, group, member);
+    ss_status st = m ? ensure_joined(t, m) : SS_ERR_NOT_FOUND;
+    if (m) {
+        m->exchanged = m->exchanged || kind == CALL_EXCHANGE;
+        m->rounds = m->rounds || kind == CALL_ROUND;
+        *inner = m->inner;
+    }
     pthread_mutex_unlock(&t->lock);
     return st;
 }
