@@ -72,4 +72,5 @@ refused 2 '--max-rows does not apply' "$bin/ctr-train" --train - --max-rows 10
 refused 1 'cannot read' "$bin/ctr-train" --train-follow "$tmp/no-such-dir"
 refused 1 'ended before its first' "$bin/ctr-train" --train -
 refused 2 'drift-turnover' "$bin/ctr-gen" --drift --drift-turnover -1 --out -
-echo "online CLI test: pipe, SIGTERM, follow and 5 refusals as expected"
+refused 2 'threads.*outside' "$bin/ctr-gen" --drift --threads 65 --out -
+echo "online CLI test: pipe, SIGTERM, follow and 6 refusals as expected"
