@@ -65,10 +65,15 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 # bench_ps_start LOG [FLAGS...]: a shadowsync-ps on 127.0.0.1 with its
 # /metrics and FLAGS, its output in LOG; sets ps_pid, addr (gRPC) and
 # ps_http. bench_ps_stop ends it.
+# With BENCH_HOST=NAME (EMULATED=1) it runs on that emulated host, on its
+# address's ports 7070 (gRPC) and 9090 (HTTP).
 bench_ps_start() {
-  local log=$1
+  local log=$1 at=127.0.0.1:0 web=127.0.0.1:0
   shift
-  ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --http 127.0.0.1:0 "$@" >"$log" 2>&1 &
+  if [ "${EMULATED:-0}" = 1 ]; then
+    at=${BENCH_IP[$BENCH_HOST]}:7070 web=${BENCH_IP[$BENCH_HOST]}:9090
+  fi
+  bench_on "${BENCH_HOST:-}" ./build/bin/shadowsync-ps --listen "$at" --http "$web" "$@" >"$log" 2>&1 &
   ps_pid=$!
   for _ in $(seq 100); do grep -qs "http on" "$log" && break; sleep 0.05; done
   addr=$(grep -o 'listening on [0-9.:]*' "$log" | awk '{print $3}')
@@ -164,3 +169,37 @@ bench_dip() { # log a b
     END {printf "%.3f", (m > 0 && min != "") ? min / m : 0}' <<<"$per"
 }
 
+
+# Emulated hosts (EMULATED=1, as root): bench_hosts NAME... makes one
+# network namespace per name with one veth link to a switch, both
+# directions shaped to RATE (and DELAY) by bench/emu-lib.sh, and addresses
+# 198.18.3.1... in order (BENCH_IP[NAME]); a fresh token for the run; all
+# removed at exit. bench_on NAME CMD... runs CMD on that host (here, when
+# not emulated), and bench_metric_sum scrapes from the first host.
+bench_hosts() {
+  [ "${EMULATED:-0}" = 1 ] || return 0
+  [ "$(id -u)" = 0 ] || { echo "$0: --emulated 1 needs root (network namespaces)" >&2; exit 2; }
+  # shellcheck disable=SC2034 # emu-lib.sh's settings
+  EMU=$(basename "$0" .sh) QUIET=1 LOSS=0 BIN=$PWD/build/bin
+  # shellcheck source=bench/emu-lib.sh
+  source bench/emu-lib.sh
+  emu_init
+  declare -gA BENCH_IP
+  local i=0 name
+  for name in "$@"; do
+    i=$((i + 1))
+    add_host "$ID-$name" "198.18.3.$i"
+    BENCH_IP[$name]=198.18.3.$i
+  done
+  BENCH_SCRAPER=$ID-$1
+}
+
+bench_on() { # NAME CMD...
+  local host=$1 on=()
+  shift
+  [ "${EMULATED:-0}" = 0 ] || on=(ip netns exec "$ID-$host")
+  # In a subshell (started with &, or a pipeline's part) the command takes
+  # its place, so that $! is the process itself, as kill expects.
+  if [ "$BASHPID" != $$ ]; then exec "${on[@]}" "$@"; fi
+  "${on[@]}" "$@"
+}

@@ -13,10 +13,17 @@
 # during the change / its median one before).
 #   bash bench/elastic-dense.sh                      # ROWS=4000000 GROW_S=10 SHRINK_S=25
 #   bash bench/elastic-dense.sh --rows 8000000 --grow-s 15 --shrink-s 40
+# --emulated 1 (root) puts each PS and the trainer on hosts of their own
+# (network namespaces, one veth link each at --rate, --delay per link;
+# bench/emu-lib.sh) instead of 127.0.0.1.
+#   bash bench/elastic-dense.sh --emulated 1 --rate 10gbit
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-4000000}
 GROW_S=${GROW_S:-10}
 SHRINK_S=${SHRINK_S:-25}
+EMULATED=${EMULATED:-0}
+RATE=${RATE:-10gbit}
+DELAY=${DELAY:-0}
 MAP=$PWD/out/bench-elastic-dense.map
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -39,7 +46,7 @@ run() { # moves|none -> a result line
   https=() addrs=()
   bench_write_map "$MAP" 1 127.0.0.1:1 # a placeholder until the ports are known
   for k in 0 1; do
-    bench_ps_start "out/bench-elastic-dense-ps$k.log" --shard-map "$MAP"
+    BENCH_HOST=p$k bench_ps_start "out/bench-elastic-dense-ps$k.log" --shard-map "$MAP"
     pids+=("$ps_pid")
     https[k]=$ps_http addrs[k]=$addr
   done
@@ -48,8 +55,8 @@ run() { # moves|none -> a result line
   sleep 1 # every PS serves epoch 2
   local t0
   t0=$(date +%s.%N)
-  ./build/bin/ctr-gen --drift --rows "$ROWS" --out - --quiet 2>/dev/null |
-    ./build/bin/ctr-train --train - --shard-map "$MAP" --progress 1 >"$log" 2>&1 &
+  bench_on t ./build/bin/ctr-gen --drift --rows "$ROWS" --out - --quiet 2>/dev/null |
+    bench_on t ./build/bin/ctr-train --train - --shard-map "$MAP" --progress 1 >"$log" 2>&1 &
   local trainer=$! grow="-" shrink="-" ratio_g="-" ratio_s="-" dip_g="-" dip_s="-" g s
   if [ "$mode" = moves ]; then
     sleep "$GROW_S"
@@ -86,8 +93,11 @@ run() { # moves|none -> a result line
     "$ratio_g" "$grow" "$dip_g" "$ratio_s" "$shrink" "$dip_s"
 }
 
+bench_hosts p0 p1 t
+where="2 shadowsync-ps on 127.0.0.1"
+[ "$EMULATED" = 0 ] || where="3 emulated hosts (2 shadowsync-ps, the trainer; links $RATE, delay $DELAY)"
 echo "elastic dense groups: ctr-gen --drift, $ROWS rows piped into ctr-train (S-EASGD through" \
-  "--shard-map), 2 shadowsync-ps on 127.0.0.1; moves: 1 -> 2 PS at ${GROW_S} s, 2 -> 1 at ${SHRINK_S} s"
+  "--shard-map), $where; moves: 1 -> 2 PS at ${GROW_S} s, 2 -> 1 at ${SHRINK_S} s"
 printf '%-6s %10s %9s %6s   %-18s   %-18s\n' run examples/s prog_ne failed "grow: floats/exp s dip" \
   "shrink: floats/exp s dip"
 run none

@@ -14,10 +14,17 @@
 # then the writer's rows lost (verified against the last map).
 #   bash bench/elastic.sh                     # ROWS=4000000 GROW_S=8 SHRINK_S=20
 #   bash bench/elastic.sh --rows 8000000 --grow-s 15 --shrink-s 40
+# --emulated 1 (root) puts every PS, the trainer and the writer on hosts of
+# their own (network namespaces, one veth link each at --rate, --delay per
+# link; bench/emu-lib.sh) instead of 127.0.0.1.
+#   bash bench/elastic.sh --emulated 1 --rate 10gbit
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-4000000}
 GROW_S=${GROW_S:-8}
 SHRINK_S=${SHRINK_S:-20}
+EMULATED=${EMULATED:-0}
+RATE=${RATE:-10gbit}
+DELAY=${DELAY:-0}
 MAP=$PWD/out/bench-elastic.map
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -63,7 +70,7 @@ run() { # moves|none -> a result line
   write_map 1 127.0.0.1:1 # a placeholder until the ports are known
   for k in 0 1 2; do
     rm -rf "out/bench-elastic-db$k"
-    bench_ps_start "out/bench-elastic-ps$k.log" --shard-map "$MAP" --emb-db "out/bench-elastic-db$k"
+    BENCH_HOST=p$k bench_ps_start "out/bench-elastic-ps$k.log" --shard-map "$MAP" --emb-db "out/bench-elastic-db$k"
     pids+=("$ps_pid")
     https[k]=$ps_http addrs[k]=$addr
   done
@@ -71,13 +78,13 @@ run() { # moves|none -> a result line
   write_map 2 "$two"
   sleep 1.5 # every PS serves epoch 2
   rm -f out/bench-elastic-acked.log
-  ./build/bin/shadowsync-emu-emb --shard-map "$MAP" --log out/bench-elastic-acked.log \
+  bench_on w ./build/bin/shadowsync-emu-emb --shard-map "$MAP" --log out/bench-elastic-acked.log \
     --seconds $((SHRINK_S + 8)) --interval-ms 100 >out/bench-elastic-writer.log 2>&1 &
   local writer=$!
   local t0
   t0=$(date +%s.%N)
-  ./build/bin/ctr-gen --drift --rows "$ROWS" --out - --quiet 2>/dev/null |
-    ./build/bin/ctr-train --train - --emb remote --emb-shard-map "$MAP" --progress 1 >"$log" 2>&1 &
+  bench_on t ./build/bin/ctr-gen --drift --rows "$ROWS" --out - --quiet 2>/dev/null |
+    bench_on t ./build/bin/ctr-train --train - --emb remote --emb-shard-map "$MAP" --progress 1 >"$log" 2>&1 &
   local trainer=$! grow="-" shrink="-" ratio_g="-" ratio_s="-" dip_g="-" dip_s="-" g s
   if [ "$mode" = moves ]; then
     sleep "$GROW_S"
@@ -106,7 +113,7 @@ run() { # moves|none -> a result line
   fi
   wait "$writer" || true
   local verify
-  verify=$(./build/bin/shadowsync-emu-emb --shard-map "$MAP" --verify out/bench-elastic-acked.log 2>&1 | grep '^emu-emb-verify:' || true)
+  verify=$(bench_on w ./build/bin/shadowsync-emu-emb --shard-map "$MAP" --verify out/bench-elastic-acked.log 2>&1 | grep '^emu-emb-verify:' || true)
   kill "${pids[@]}" 2>/dev/null || true
   wait "${pids[@]}" 2>/dev/null || true
   pids=()
@@ -116,8 +123,11 @@ run() { # moves|none -> a result line
     "$ratio_g" "$grow" "$dip_g" "$ratio_s" "$shrink" "$dip_s" "${verify#emu-emb-verify: }"
 }
 
+bench_hosts p0 p1 p2 t w
+where="3 shadowsync-ps on 127.0.0.1"
+[ "$EMULATED" = 0 ] || where="5 emulated hosts (3 shadowsync-ps, the trainer, the writer; links $RATE, delay $DELAY)"
 echo "elastic embedding shards: ctr-gen --drift, $ROWS rows piped into ctr-train (--emb remote" \
-  "--emb-shard-map) and shadowsync-emu-emb's acknowledged rows, 3 shadowsync-ps on 127.0.0.1;" \
+  "--emb-shard-map) and shadowsync-emu-emb's acknowledged rows, $where;" \
   "moves: 2 -> 3 shards at ${GROW_S} s, 3 -> 2 at ${SHRINK_S} s"
 printf '%-6s %10s %9s   %-20s   %-20s   %s\n' run examples/s prog_ne "grow: moved/exp s dip" \
   "shrink: moved/exp s dip" "writer (rows acknowledged, lost)"

@@ -102,7 +102,7 @@ bench_named_flags() {
 }
 
 bench_metric_sum() {
-  curl -s "http://$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%.0f\n", s}'
+  ${BENCH_SCRAPER:+ip netns exec "$BENCH_SCRAPER"} curl -s "http://$1/metrics" | awk -v re="$2" '$0 ~ re {s += $NF} END {printf "%.0f\n", s}'
 }
 
 case "${1:-}" in

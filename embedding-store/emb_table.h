@@ -147,6 +147,8 @@ ss_status ss__emb_table_elastic_encoded(ss__emb_table *t, const uint64_t *ids, s
 /* Full rows (data + state) as they are, for checks and checkpoints. */
 ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t n, float *rows,
                                   bool *found);
+/* Which ids have a resident row (found[i]), copying none. */
+ss_status ss__emb_table_holds(ss__emb_table *t, const uint64_t *ids, size_t n, bool *found);
 
 /* Dirty rows, at most max of them: ids, full-row copies and the versions
  * they were copied at. Returns how many in *n. */
@@ -225,10 +227,17 @@ ss_status ss__emb_table_put_full(ss__emb_table *t, const uint64_t *ids, size_t n
 size_t ss__emb_table_delete(ss__emb_table *t, const uint64_t *ids, size_t n);
 /* Up to max ids of resident rows for which keep(ctx, id) (rows moving to
  * another shard), into ids; returns how many. keep runs under a stripe's
- * lock: it must not call into the table. */
+ * lock: it must not call into the table. With pos, the walk starts where
+ * the last one that filled ids stopped and wraps around (so a batch does
+ * not walk again the rows that stay); fewer than max means no row of the
+ * whole table was left unmatched. pos NULL: from the start. */
 typedef bool (*ss__emb_id_filter)(void *ctx, uint64_t id);
+typedef struct ss__emb_scan_pos {
+    unsigned stripe;
+    size_t slot;
+} ss__emb_scan_pos;
 size_t ss__emb_table_find_ids(ss__emb_table *t, ss__emb_id_filter keep, void *ctx, size_t max,
-                              uint64_t *ids);
+                              uint64_t *ids, ss__emb_scan_pos *pos);
 
 typedef struct ss__emb_table_stats {
     uint64_t resident_rows, dirty_rows;

@@ -21,6 +21,7 @@ typedef struct store_table {
     /* bounds: the table's counters as last reported, and the series */
     ss__emb_table_stats reported;
     ss__counter *admitted, *not_admitted, *expired, *dropped;
+    ss__emb_scan_pos take_pos; /* where the next take's walk starts (under flush_lock) */
 } store_table;
 
 struct ss__emb_store {

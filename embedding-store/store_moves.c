@@ -33,7 +33,7 @@ static ss_status pick_stored(void *arg, const uint64_t *ids, const float *rows, 
  * already). */
 static ss_status pick_leaving(ss__emb_store *st, store_table *tb, ss__emb_id_filter leaves,
                               void *ctx, size_t max, uint64_t *ids, size_t *n) {
-    *n = ss__emb_table_find_ids(tb->t, leaves, ctx, max, ids);
+    *n = ss__emb_table_find_ids(tb->t, leaves, ctx, max, ids, &tb->take_pos);
     if (*n == max || !st->db)
         return SS_OK;
     db_pick p = {tb, leaves, ctx, ids, *n, max};
@@ -194,11 +194,20 @@ ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64
     store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;
     if (!tb)
         return SS_ERR_NOT_FOUND;
-    float *rows = malloc(n * ss__emb_row_floats(&tb->spec) * sizeof *rows + 1);
-    if (!rows)
-        return SS_ERR_NO_MEMORY;
-    ss_status s = ss__emb_store_read_full(st, table, ids, n, rows, found);
-    free(rows);
+    /* Resident rows are found in place (this runs on every call while rows
+     * move); only the others are looked for in the database, one row
+     * buffer for all. */
+    ss_status s = ss__emb_table_holds(tb->t, ids, n, found);
+    float *row = NULL;
+    for (size_t i = 0; s == SS_OK && st->db && i < n; i++)
+        if (!found[i]) {
+            if (!row && !(row = malloc(ss__emb_row_floats(&tb->spec) * sizeof *row)))
+                s = SS_ERR_NO_MEMORY;
+            else
+                s = ss__emb_db_get_rows(st->db, tb->tid, ids + i, 1, ss__emb_row_floats(&tb->spec),
+                                        row, found + i);
+        }
+    free(row);
     return s;
 }
 

@@ -513,6 +513,19 @@ ss_status ss__emb_table_read_full(ss__emb_table *t, const uint64_t *ids, size_t 
     return peek_rows(t, ids, n, rows, found, op_copy_full);
 }
 
+static void op_mark_found(ss__emb_table *t, stripe *s, slot *sl, size_t i, void *ctx) {
+    (void)t, (void)s, (void)sl;
+    ((io_ctx *)ctx)->found[i] = true;
+}
+
+ss_status ss__emb_table_holds(ss__emb_table *t, const uint64_t *ids, size_t n, bool *found) {
+    if (!t || (n && (!ids || !found)))
+        return SS_ERR_INVALID_ARGUMENT;
+    memset(found, 0, n * sizeof *found);
+    io_ctx c = {.found = found};
+    return for_rows(t, ids, n, ROWS_PEEK, op_mark_found, NULL, &c);
+}
+
 /* An update's status: for_rows', else SS_ERR_NON_FINITE when some row
  * was refused (*refused says how many). */
 static ss_status update_status(ss_status st, const io_ctx *c, size_t *refused) {

@@ -133,16 +133,39 @@ size_t ss__emb_table_delete(ss__emb_table *t, const uint64_t *ids, size_t n) {
     return gone;
 }
 
+/* One stripe's slots [from, to): ids that keep, appended at ids[*n] up to
+ * max; returns the slot after the last one found (to when none). */
+static size_t find_in_stripe(stripe *s, size_t from, size_t to, ss__emb_id_filter keep, void *ctx,
+                             size_t max, uint64_t *ids, size_t *n) {
+    size_t stop = to;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = from; i < s->cap && i < to && *n < max; i++)
+        if (s->slots[i].row && keep(ctx, s->slots[i].id)) {
+            ids[(*n)++] = s->slots[i].id;
+            stop = i + 1;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return stop;
+}
+
 size_t ss__emb_table_find_ids(ss__emb_table *t, ss__emb_id_filter keep, void *ctx, size_t max,
-                              uint64_t *ids) {
+                              uint64_t *ids, ss__emb_scan_pos *pos) {
+    ss__emb_scan_pos start = pos ? *pos : (ss__emb_scan_pos){0, 0};
+    if (start.stripe >= STRIPES)
+        start = (ss__emb_scan_pos){0, 0};
     size_t n = 0;
-    for (int k = 0; k < STRIPES && n < max; k++) {
-        stripe *s = &t->s[k];
-        pthread_mutex_lock(&s->lock);
-        for (size_t i = 0; i < s->cap && n < max; i++)
-            if (s->slots[i].row && keep(ctx, s->slots[i].id))
-                ids[n++] = s->slots[i].id;
-        pthread_mutex_unlock(&s->lock);
+    /* From start to the table's end, then from its beginning back to
+     * start: every slot once, whatever a resize or a delete has moved
+     * since the position was taken. */
+    for (unsigned step = 0; step <= STRIPES && n < max; step++) {
+        unsigned k = (start.stripe + step) % STRIPES;
+        size_t from = step == 0 ? start.slot : 0;
+        size_t to = step == STRIPES ? start.slot : SIZE_MAX;
+        if (step == STRIPES && start.slot == 0)
+            break;
+        size_t stop = find_in_stripe(&t->s[k], from, to, keep, ctx, max, ids, &n);
+        if (pos && n == max) /* the next call goes on from here */
+            *pos = (ss__emb_scan_pos){k, stop};
     }
     return n;
 }

@@ -5,6 +5,7 @@
  * has no Hogwild kernel, so any race there fails it. */
 #include <check.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -111,6 +112,59 @@ START_TEST(test_threads_push_read_evict_at_once) {
 }
 END_TEST
 
+static bool any_id(void *ctx, uint64_t id) {
+    (void)ctx, (void)id;
+    return true;
+}
+
+static bool every_third(void *ctx, uint64_t id) {
+    (void)ctx;
+    return id % 3 == 0;
+}
+
+/* A move's walk (find_ids with a position) goes on where the last batch
+ * stopped: ten batches of 100 over 1000 rows that all match return every
+ * row once (without the position, the same 100 ten times); the eleventh
+ * wraps around. Taking every third row out batch by batch finds each
+ * once, and a batch short of max means none is left. */
+START_TEST(test_a_walk_goes_on_where_it_stopped) {
+    ss__emb_spec spec;
+    ss__emb_spec_init(&spec, "walk", DIM);
+    ss__emb_table *t;
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &t), SS_OK);
+    enum { ROWS = 1000, BATCH = 100 };
+    static uint64_t ids[ROWS];
+    static float g[ROWS * DIM];
+    for (uint64_t i = 0; i < ROWS; i++)
+        ids[i] = i;
+    ck_assert_int_eq(ss__emb_table_apply_gradients(t, ids, ROWS, g, NULL), SS_OK);
+    static unsigned seen[ROWS];
+    ss__emb_scan_pos pos = {0, 0};
+    uint64_t batch[BATCH];
+    for (int k = 0; k < ROWS / BATCH; k++) {
+        ck_assert_uint_eq(ss__emb_table_find_ids(t, any_id, NULL, BATCH, batch, &pos), BATCH);
+        for (int i = 0; i < BATCH; i++)
+            seen[batch[i]]++;
+    }
+    for (int i = 0; i < ROWS; i++)
+        ck_assert_msg(seen[i] == 1, "row %d found %u times in one walk", i, seen[i]);
+    ck_assert_uint_eq(ss__emb_table_find_ids(t, any_id, NULL, BATCH, batch, &pos), BATCH);
+    size_t taken = 0, n;
+    while ((n = ss__emb_table_find_ids(t, every_third, NULL, 7, batch, &pos)) > 0) {
+        for (size_t i = 0; i < n; i++)
+            ck_assert_uint_eq(batch[i] % 3, 0);
+        ck_assert_uint_eq(ss__emb_table_delete(t, batch, n), n);
+        taken += n;
+        if (n < 7)
+            break;
+    }
+    ck_assert_uint_eq(taken, (ROWS + 2) / 3);
+    ck_assert_uint_eq(ss__emb_table_find_ids(t, every_third, NULL, 7, batch, &pos), 0);
+    ss__emb_table_destroy(t);
+}
+END_TEST
+
 int main(void) {
-    return ss__check_tests("emb_table", 300, NULL, NULL, test_threads_push_read_evict_at_once);
+    return ss__check_tests("emb_table", 300, NULL, NULL, test_threads_push_read_evict_at_once,
+                           test_a_walk_goes_on_where_it_stopped);
 }
