@@ -93,7 +93,8 @@ typedef struct ss__rpc_server_config {
      * completion queues and threads of their own, as many as `threads`,
      * so that writers (trainers' exchanges and rounds) never queue behind
      * them; and one client connection may have this many of them in
-     * flight at once (its fair share), past which a read is refused at the
+     * flight at once (its fair share); the next SS_RPC_WAITING_READS_PER_PEER
+     * wait their turn (counted), and past those a read is refused at the
      * door (RESOURCE_EXHAUSTED, counted). 0 = SS_RPC_DEFAULT_READS_PER_PEER. */
     uint32_t reads_per_peer;
     /* The shard map's epoch this server serves, read at every call (it may
@@ -140,6 +141,9 @@ typedef struct ss__rpc_server_config {
 
 /* A trainer's remote table has a lookup and a prefetch in flight. */
 #define SS_RPC_DEFAULT_READS_PER_PEER 4
+/* Reads of one connection past its share that wait their turn (their
+ * messages not read); past these a read is refused. */
+#define SS_RPC_WAITING_READS_PER_PEER 256
 /* 1 GiB: 512 parked 512 KiB round chunks take a quarter of it. */
 #define SS_RPC_DEFAULT_MAX_INFLIGHT ((size_t)1 << 30)
 

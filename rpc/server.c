@@ -26,79 +26,9 @@
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
 #include "rpc/rpc_pb.h"
-
+#include "rpc/server_internal.h"
 #define PREPOSTED_PER_METHOD 4
 #define GENERIC              ((size_t)-1) /* an unregistered method: UNIMPLEMENTED */
-
-/* A call's life: its metadata arrives (REQUESTED: authorized or refused
- * there, its body not read), then its message (RECEIVING), then the
- * reply is sent (REPLYING). */
-typedef enum { CALL_REQUESTED, CALL_RECEIVING, CALL_REPLYING } call_state;
-
-typedef struct call_ctx {
-    ss__rpc_server *srv;
-    size_t method;
-    grpc_completion_queue *cq;
-    call_state state;
-    grpc_call *call;
-    gpr_timespec deadline;
-    grpc_metadata_array request_md;
-    grpc_call_details details; /* GENERIC calls only */
-    grpc_byte_buffer *payload;
-    grpc_byte_buffer *reply_bb;
-    grpc_slice status_details;
-    int cancelled;
-    size_t held;         /* request bytes counted in srv->inflight */
-    int peer_slot;       /* its read counted in srv->peers[peer_slot]; -1: none */
-    uint64_t arrived_ns; /* when the call was matched (ss__now_ns) */
-} call_ctx;
-
-/* In-flight reads of one client connection (gRPC's peer string). */
-#define PEER_SLOTS 256
-typedef struct peer_reads {
-    char peer[80];
-    uint32_t reads;
-} peer_reads;
-
-typedef struct method_slot {
-    void *handle;
-    ss__counter *ok, *error;
-    ss__counter *received_bytes, *sent_bytes; /* message payloads */
-    ss__histogram *seconds;                   /* arrival to reply */
-} method_slot;
-
-struct ss__rpc_server {
-    grpc_server *server;
-    const ss__rpc_method *methods;
-    method_slot *slots;
-    size_t nmethods;
-    void *ctx;
-    int port;
-    size_t max_message; /* larger requests: RESOURCE_EXHAUSTED, counted */
-    size_t max_inflight;
-    _Atomic size_t inflight; /* request bytes received, their handlers not done */
-    ss__counter *too_large, *inflight_refused, *unfair_refused;
-    uint32_t writer_queues;  /* cqs[0 .. writer_queues) serve writers; the rest readers */
-    uint32_t reads_per_peer; /* in flight per connection */
-    pthread_mutex_t peer_lock;
-    peer_reads peers[PEER_SLOTS];
-    ss__gauge *inflight_bytes;
-    uint32_t nthreads;
-    grpc_completion_queue **cqs;
-    grpc_completion_queue *shutdown_cq;
-    pthread_t *threads;
-    _Atomic bool shutting_down;
-    _Atomic long live_calls;
-    uint32_t max_blocked;
-    _Atomic uint32_t blocked; /* blocking handlers running now */
-    ss__counter *blocked_refused;
-    const _Atomic uint64_t *map_epoch; /* NULL: no shard map */
-    pthread_rwlock_t *map_gate;        /* see ss__rpc_server_config */
-    ss__counter *stale_epoch;
-    char auth[SS_AUTH_HEADER_MAX];     /* "" = no authorization */
-    char writers[SS_AUTH_WRITERS_MAX]; /* "" = every verified client may write */
-    ss__counter *unauthorized;
-};
 
 static _Thread_local char start_failure[400];
 
@@ -179,53 +109,10 @@ static void release_held(call_ctx *c) {
     }
 }
 
-/* The call's read leaves its connection's count (once). */
-static void release_peer(call_ctx *c) {
-    if (c->peer_slot >= 0) {
-        pthread_mutex_lock(&c->srv->peer_lock);
-        peer_reads *p = &c->srv->peers[c->peer_slot];
-        if (--p->reads == 0)
-            p->peer[0] = '\0';
-        pthread_mutex_unlock(&c->srv->peer_lock);
-        c->peer_slot = -1;
-    }
-}
-
-/* Counts a read of the call's connection: false when the connection has
- * its fair share in flight already. A full table counts nobody. */
-static bool take_peer_share(call_ctx *c) {
-    ss__rpc_server *srv = c->srv;
-    char *peer = grpc_call_get_peer(c->call);
-    if (!peer)
-        return true;
-    bool ok = true;
-    pthread_mutex_lock(&srv->peer_lock);
-    int slot = -1, free_slot = -1;
-    for (int i = 0; i < PEER_SLOTS && slot < 0; i++) {
-        if (srv->peers[i].reads && !strncmp(srv->peers[i].peer, peer, sizeof srv->peers[i].peer))
-            slot = i;
-        else if (!srv->peers[i].reads && free_slot < 0)
-            free_slot = i;
-    }
-    if (slot < 0 && free_slot >= 0) {
-        slot = free_slot;
-        snprintf(srv->peers[slot].peer, sizeof srv->peers[slot].peer, "%s", peer);
-    }
-    if (slot >= 0 && srv->peers[slot].reads >= srv->reads_per_peer)
-        ok = false;
-    else if (slot >= 0) {
-        srv->peers[slot].reads++;
-        c->peer_slot = slot;
-    }
-    pthread_mutex_unlock(&srv->peer_lock);
-    gpr_free(peer);
-    return ok;
-}
-
 static void free_call(call_ctx *c) {
     ss__rpc_server *srv = c->srv;
     release_held(c);
-    release_peer(c);
+    ss__rpc_read_done(c);
     if (c->payload)
         grpc_byte_buffer_destroy(c->payload);
     if (c->reply_bb)
@@ -564,13 +451,24 @@ static void admit(call_ctx *c) {
                (unsigned long long)routed, (unsigned long long)serves);
         return;
     }
-    if (m->read_only && srv->writer_queues < srv->nthreads && !take_peer_share(c)) {
+    read_turn turn =
+        m->read_only && srv->writer_queues < srv->nthreads ? ss__rpc_read_turn(c) : READ_GOES;
+    if (turn == READ_REFUSED) {
         refuse(c, SS_ERR_TOO_LARGE, srv->unfair_refused,
-               "%s: this connection has %u reads in flight, its share of the server "
-               "(reads never hold up writers; try again when one is done)",
-               m->path, srv->reads_per_peer);
+               "%s: this connection has %u reads in flight, its share of the server, and %u "
+               "more waiting (reads never hold up writers; try again when one is done)",
+               m->path, srv->reads_per_peer, SS_RPC_WAITING_READS_PER_PEER);
         return;
     }
+    if (turn == READ_GOES)
+        ss__rpc_server_receive(c);
+}
+
+void ss__rpc_server_free_call(call_ctx *c) {
+    free_call(c);
+}
+
+void ss__rpc_server_receive(call_ctx *c) {
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
@@ -717,8 +615,12 @@ static void register_metrics(ss__rpc_server *srv, ss__metrics *m) {
                         &srv->too_large);
     ss__metrics_counter(m, "shadowsync_rpc_unfair_refused_total",
                         "Reads refused because their connection already had its share "
-                        "(reads_per_peer) in flight.",
+                        "(reads_per_peer) in flight and 256 more waiting.",
                         NULL, &srv->unfair_refused);
+    ss__metrics_counter(m, "shadowsync_rpc_reads_waited_total",
+                        "Reads that waited for their turn because their connection already "
+                        "had its share (reads_per_peer) in flight.",
+                        NULL, &srv->reads_waited);
     ss__metrics_counter(m, "shadowsync_rpc_inflight_refused_total",
                         "Requests refused because the server already held "
                         "--max-inflight-mb of request bytes.",
@@ -887,6 +789,7 @@ void ss__rpc_server_stop(ss__rpc_server *srv) {
     atomic_store(&srv->shutting_down, true);
     grpc_server_shutdown_and_notify(srv->server, srv->shutdown_cq, srv);
     grpc_server_cancel_all_calls(srv->server);
+    ss__rpc_reads_drop_waiting(srv); /* no event would ever end them */
     grpc_completion_queue_next(srv->shutdown_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     /* The tag can come while calls are alive; wait for every context. */
     while (atomic_load(&srv->live_calls) > 0)

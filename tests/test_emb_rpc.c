@@ -12,6 +12,7 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "ps/emb_service.h"
+#include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "shadow/codec.h"
 #include "shadowsync/shadowsync.h"
@@ -26,6 +27,8 @@ typedef struct fixture {
 } fixture;
 
 static fixture F;
+
+enum { DIM_WIDE = 64 }; /* a chunk of these rows is a 1 MiB reply */
 
 static void setup(void) {
     ss__rpc_init();
@@ -362,6 +365,39 @@ START_TEST(test_remote_table_through_hooks) {
 }
 END_TEST
 
+/* One lookup of 16 chunks (SS_EMB_CLIENT_CHUNK ids of 64 floats: 1 MiB
+ * replies) sends 16 reads at once on one connection, 4 times its share:
+ * those past it wait their turn and every row comes back (refused, they
+ * failed the lookup, and ctr-train --emb remote with 8 workers with it;
+ * test_rpc's test_reads_never_hold_up_writers holds the turns exactly). */
+START_TEST(test_a_lookup_past_the_read_share_goes_through) {
+    ss_trainer *t = open_trainer();
+    ss_table_config c = table_config("wide", SS_TABLE_REMOTE);
+    c.dim = DIM_WIDE;
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(t, &c, &tb), SS_OK);
+    enum { N = 16 * SS_EMB_CLIENT_CHUNK };
+    static uint64_t ids[N];
+    static float g[N * DIM_WIDE], rows[N * DIM_WIDE];
+    for (size_t i = 0; i < N; i++) {
+        ids[i] = i;
+        for (size_t j = 0; j < DIM_WIDE; j++)
+            g[i * DIM_WIDE + j] = (float)(i % 100);
+    }
+    ck_assert_int_eq(ss_table_push(tb, ids, N, g), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb), SS_OK);
+    for (int rep = 0; rep < 3; rep++) {
+        ck_assert_int_eq(ss_table_lookup(tb, ids, N, rows), SS_OK);
+        for (size_t i = 0; i < N; i++)
+            ck_assert_float_eq(rows[i * DIM_WIDE + DIM_WIDE - 1], -(float)(i % 100));
+    }
+    ss_table_stats s;
+    ck_assert_int_eq(ss_table_get_stats(tb, &s), SS_OK);
+    ck_assert_uint_eq(s.failed_calls, 0);
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
 START_TEST(test_cached_table_syncs_and_evicts) {
     ss_trainer *t = open_trainer();
     ss_table_config c = table_config("cached", SS_TABLE_CACHED);
@@ -580,5 +616,6 @@ int main(void) {
                            test_request_limits, test_push_lookup_pushes_then_reads,
                            test_remote_table_through_hooks, test_cached_table_syncs_and_evicts,
                            test_cached_table_warm_loads_ahead, test_elastic_encodings_over_grpc,
-                           test_cached_table_encoded_sync_conserves);
+                           test_cached_table_encoded_sync_conserves,
+                           test_a_lookup_past_the_read_share_goes_through);
 }

@@ -744,15 +744,16 @@ static void h_write(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     reply->len = 1;
 }
 
+enum { MANY_READS = SS_RPC_DEFAULT_READS_PER_PEER + SS_RPC_WAITING_READS_PER_PEER + 2 };
 typedef struct reads_arg {
-    ss__rpc_request rq[6];
+    ss__rpc_request rq[MANY_READS];
     size_t n;
     uint8_t byte;
 } reads_arg;
 
 static void *run_reads(void *p) {
     reads_arg *a = p;
-    ss__rpc_call_windowed(a->rq, a->n, 20000, false, 6);
+    ss__rpc_call_windowed(a->rq, a->n, 20000, false, (uint32_t)a->n);
     return NULL;
 }
 
@@ -774,10 +775,36 @@ static void wait_for(_Atomic int *v, int want) {
     ck_assert_int_eq(atomic_load(v), want);
 }
 
+static ss__counter *rpc_counter(ss__metrics *m, const char *name, const char *help) {
+    ss__counter *c;
+    ck_assert_int_eq(ss__metrics_counter(m, name, help, NULL, &c), SS_OK);
+    return c;
+}
+
+/* Slow reads (each handler on a thread of its own) of one connection,
+ * held until `waiting` of them wait their turn; then all let go. */
+static void held_reads(reads_arg *a, ss__rpc_channel *ch, size_t n, ss__counter *waited,
+                       uint64_t waiting) {
+    pthread_t th;
+    const uint64_t before = ss__counter_value(waited);
+    start_reads(a, ch, "/t.T/Slow", n, &th);
+    wait_for(&reads_in, SS_RPC_DEFAULT_READS_PER_PEER);
+    for (int i = 0; i < 10000 && ss__counter_value(waited) - before < waiting; i++)
+        usleep(1000);
+    ck_assert_uint_eq(ss__counter_value(waited) - before, waiting);
+    usleep(100000);
+    /* the waiting ones' handlers have not run */
+    ck_assert_int_eq(atomic_load(&reads_in), SS_RPC_DEFAULT_READS_PER_PEER);
+    atomic_store(&reads_go, true);
+    pthread_join(th, NULL);
+}
+
 /* Reads never hold up writers: with the one reader thread held in a slow
  * read, a write is served at once (before, reads and writes shared the
  * threads: the write waited for the read). And one connection may have
- * SS_RPC_DEFAULT_READS_PER_PEER reads in flight; past its share a read is
+ * SS_RPC_DEFAULT_READS_PER_PEER reads in flight; the next ones wait their
+ * turn (a trainer's tables share a connection: refused, they failed its
+ * lookups), and only past SS_RPC_WAITING_READS_PER_PEER waiting is a read
  * refused at the door, saying so. */
 START_TEST(test_reads_never_hold_up_writers) {
     static const ss__rpc_method m[] = {{"/t.T/Read", h_read_held, false, NULL, true, 0},
@@ -785,7 +812,8 @@ START_TEST(test_reads_never_hold_up_writers) {
                                        {"/t.T/Write", h_write, false, NULL, false, 0}};
     ss__metrics *metrics;
     ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
-    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 1, .metrics = metrics};
+    ss__rpc_server_config cfg = {
+        .listen = "127.0.0.1:0", .threads = 1, .metrics = metrics, .max_blocked_calls = 16};
     ss__rpc_server *srv;
     ck_assert_int_eq(ss__rpc_server_start(&cfg, m, 3, NULL, &srv), SS_OK);
     char target[32];
@@ -793,7 +821,7 @@ START_TEST(test_reads_never_hold_up_writers) {
     ss__rpc_channel *reader, *writer;
     ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &reader), SS_OK);
     ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &writer), SS_OK);
-    reads_arg a;
+    static reads_arg a;
     pthread_t th;
     start_reads(&a, reader, "/t.T/Read", 1, &th);
     wait_for(&reads_in, 1); /* the reader thread is held */
@@ -808,28 +836,31 @@ START_TEST(test_reads_never_hold_up_writers) {
     ck_assert_int_eq(a.rq[0].status, SS_OK);
     free(a.rq[0].resp);
 
-    /* The share: 6 slow reads (each on a thread of its own) of one
-     * connection, held until the 2 past its share are refused. */
-    ss__counter *unfair;
-    ck_assert_int_eq(ss__metrics_counter(metrics, "shadowsync_rpc_unfair_refused_total",
-                                         "Reads refused because their connection already had its "
-                                         "share (reads_per_peer) in flight.",
-                                         NULL, &unfair),
-                     SS_OK);
-    start_reads(&a, reader, "/t.T/Slow", 6, &th);
-    wait_for(&reads_in, SS_RPC_DEFAULT_READS_PER_PEER);
-    for (int i = 0; i < 10000 && ss__counter_value(unfair) < 6 - SS_RPC_DEFAULT_READS_PER_PEER; i++)
-        usleep(1000);
-    atomic_store(&reads_go, true);
-    pthread_join(th, NULL);
-    int ok = 0, refused = 0;
+    ss__counter *waited = rpc_counter(metrics, "shadowsync_rpc_reads_waited_total",
+                                      "Reads that waited for their turn because their connection "
+                                      "already had its share (reads_per_peer) in flight.");
+    ss__counter *unfair = rpc_counter(metrics, "shadowsync_rpc_unfair_refused_total",
+                                      "Reads refused because their connection already had its "
+                                      "share (reads_per_peer) in flight and 256 more waiting.");
+    held_reads(&a, reader, 6, waited, 6 - SS_RPC_DEFAULT_READS_PER_PEER);
     for (int i = 0; i < 6; i++) {
+        ck_assert_msg(a.rq[i].status == SS_OK, "read %d: %s", i, a.rq[i].msg);
+        free(a.rq[i].resp);
+    }
+    ck_assert_int_eq(atomic_load(&reads_in), 6); /* the waiting ones went after */
+    ck_assert_uint_eq(ss__counter_value(unfair), 0);
+
+    /* As many as may wait, and 2 more: those 2 are refused. */
+    held_reads(&a, reader, MANY_READS, waited, SS_RPC_WAITING_READS_PER_PEER);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < MANY_READS; i++) {
         ok += a.rq[i].status == SS_OK;
         refused += a.rq[i].status == SS_ERR_TOO_LARGE && strstr(a.rq[i].msg, "share") != NULL;
         free(a.rq[i].resp);
     }
-    ck_assert_int_eq(ok, SS_RPC_DEFAULT_READS_PER_PEER);
-    ck_assert_int_eq(refused, 6 - SS_RPC_DEFAULT_READS_PER_PEER);
+    ck_assert_int_eq(ok, MANY_READS - 2);
+    ck_assert_int_eq(refused, 2);
+    ck_assert_uint_eq(ss__counter_value(unfair), 2);
     ss__rpc_channel_destroy(reader);
     ss__rpc_channel_destroy(writer);
     ss__rpc_server_stop(srv);
