@@ -1,6 +1,10 @@
 /* shadowsync-bench-emb: batched embedding lookups and gradient pushes
  * (batch of distinct ids, dim floats per row) timed three ways in one run:
  *   inproc - the store's own code in this process, no RPC (the limit);
+ *   tcp    - the same store served by a thread of this process over a
+ *            plain loopback TCP socket, one request and its reply at a
+ *            time (ids in, rows out; no gRPC, no protobuf, no checks): the
+ *            floor of any serial remote lookup on this machine;
  *   grpc   - one running shadowsync-ps shard over gRPC (--ps);
  *   redis  - a running Redis server (--redis), rows as binary strings,
  *            lookup = MGET, push = MSET of the updated rows (a Redis user
@@ -11,9 +15,15 @@
  * Also the resident memory per million rows of the in-process store
  * against the raw row bytes. */
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/flags.h"
@@ -82,7 +92,8 @@ static void report(const char *name, const result *r, const bench *b) {
            (double)b->batch / r->push_s);
 }
 
-static int run_inproc(bench *b, result *r) {
+/* The store is left open in *out for the tcp run. */
+static int run_inproc(bench *b, result *r, ss__emb_store **out) {
     ss__emb_store_config cfg = {.max_batch = (size_t)b->batch};
     ss__emb_store *st;
     if (ss__emb_store_create(&cfg, &st) != SS_OK ||
@@ -120,8 +131,96 @@ static int run_inproc(bench *b, result *r) {
     uint64_t t2 = ss__now_ns();
     r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
     r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
-    ss__emb_store_destroy(st);
+    *out = st;
     return 0;
+}
+
+/* All of n bytes read (or written); false at EOF or an error. */
+static bool io_all(int fd, void *p, size_t n, bool write_it) {
+    char *c = p;
+    while (n) {
+        ssize_t k = write_it ? write(fd, c, n) : read(fd, c, n);
+        if (k <= 0)
+            return false;
+        c += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+typedef struct tcp_server {
+    bench *b;
+    ss__emb_store *st;
+    int lfd;
+} tcp_server;
+
+/* One client: requests "op n" then n ids (and, op 1, n rows of
+ * gradients); a lookup is answered with its rows, a push with one byte. */
+static void *tcp_serve(void *arg) {
+    tcp_server *t = arg;
+    const size_t rowb = (size_t)t->b->dim * sizeof(float), max = (size_t)t->b->batch;
+    int fd = accept(t->lfd, NULL, NULL), one = 1;
+    uint64_t *ids = malloc(max * sizeof *ids);
+    float *rows = malloc(max * rowb);
+    uint32_t head[2];
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    while (fd >= 0 && ids && rows && io_all(fd, head, sizeof head, false) && head[1] <= max &&
+           io_all(fd, ids, head[1] * sizeof *ids, false)) {
+        bool ok = head[0] == 0 ? ss__emb_store_lookup(t->st, t->b->spec.name, ids, head[1], rows,
+                                                      NULL, 0) == SS_OK &&
+                                     io_all(fd, rows, head[1] * rowb, true)
+                               : io_all(fd, rows, head[1] * rowb, false) &&
+                                     ss__emb_store_push(t->st, t->b->spec.name, ids, head[1], rows,
+                                                        NULL, 0) == SS_OK &&
+                                     io_all(fd, &(char){1}, 1, true);
+        if (!ok)
+            break;
+    }
+    free(ids);
+    free(rows);
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+static bool tcp_call(int fd, uint32_t op, const uint64_t *ids, uint32_t n, float *rows,
+                     size_t rowb) {
+    uint32_t head[2] = {op, n};
+    char ack;
+    return io_all(fd, head, sizeof head, true) && io_all(fd, (void *)ids, n * sizeof *ids, true) &&
+           (op == 0 ? io_all(fd, rows, n * rowb, false)
+                    : io_all(fd, rows, n * rowb, true) && io_all(fd, &ack, 1, false));
+}
+
+static int run_tcp(bench *b, ss__emb_store *st, result *r) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    tcp_server t = {b, st, socket(AF_INET, SOCK_STREAM, 0)};
+    if (t.lfd < 0 || bind(t.lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(t.lfd, 1) != 0 ||
+        getsockname(t.lfd, (struct sockaddr *)&a, &alen) != 0)
+        return -1;
+    pthread_t th;
+    pthread_create(&th, NULL, tcp_serve, &t);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, bad = 0;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        bad = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const size_t rowb = (size_t)b->dim * sizeof(float);
+    const uint32_t n = (uint32_t)b->batch;
+    uint64_t t0 = ss__now_ns();
+    for (int64_t k = 0; !bad && k < b->reps; k++)
+        bad = !tcp_call(fd, 0, b->ids + k * b->batch, n, b->buf, rowb);
+    uint64_t t1 = ss__now_ns();
+    for (int64_t k = 0; !bad && k < b->reps; k++)
+        bad = !tcp_call(fd, 1, b->ids + k * b->batch, n, b->grads, rowb);
+    uint64_t t2 = ss__now_ns();
+    if (fd >= 0)
+        close(fd); /* the server's read ends */
+    pthread_join(th, NULL);
+    close(t.lfd);
+    r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
+    r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+    return bad ? -1 : 0;
 }
 
 /* Rows ahead that the flat-array loops prefetch (as the store does). */
@@ -313,7 +412,8 @@ int main(int argc, char **argv) {
     make_batches(&b);
     printf("batch %lld ids, dim %lld, %lld rows, %lld timed batches per operation\n",
            (long long)b.batch, (long long)b.dim, (long long)b.rows, (long long)b.reps);
-    result in, ga, gr = {0}, rd = {0};
+    result in, ga, tc, gr = {0}, rd = {0};
+    ss__emb_store *st = NULL;
     ss__rpc_init();
     if (run_gather(&b, &ga) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: no memory for %lld rows of %lld floats\n",
@@ -321,13 +421,21 @@ int main(int argc, char **argv) {
         return 1;
     }
     report("gather", &ga, &b);
-    if (run_inproc(&b, &in) != 0) {
+    if (run_inproc(&b, &in, &st) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: in-process run failed\n");
         return 1;
     }
     report("inproc", &in, &b);
     printf("ratio inproc/gather: lookups %.3f pushes %.3f\n", ga.lookup_s / in.lookup_s,
            ga.push_s / in.push_s);
+    if (run_tcp(&b, st, &tc) != 0) {
+        fprintf(stderr, "shadowsync-bench-emb: the loopback TCP run failed\n");
+        return 1;
+    }
+    ss__emb_store_destroy(st);
+    report("tcp", &tc, &b);
+    printf("ratio tcp/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / tc.lookup_s,
+           in.push_s / tc.push_s);
     if (*ps) {
         if (run_grpc(&b, ps, &gr) != 0)
             return 1;
@@ -338,9 +446,12 @@ int main(int argc, char **argv) {
             return 1;
         report("redis", &rd, &b);
     }
-    if (*ps)
+    if (*ps) {
         printf("ratio grpc/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / gr.lookup_s,
                in.push_s / gr.push_s);
+        printf("ratio grpc/tcp: lookups %.3f pushes %.3f\n", tc.lookup_s / gr.lookup_s,
+               tc.push_s / gr.push_s);
+    }
     if (*ps && *redis)
         printf("ratio grpc/redis: lookups %.3f pushes %.3f\n", rd.lookup_s / gr.lookup_s,
                rd.push_s / gr.push_s);
