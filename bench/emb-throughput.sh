@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Batched embedding lookups/s and gradient pushes/s (batch 4096, dim 64,
 # 1M rows) through one shadowsync-ps shard over gRPC, as ratios to the same
-# operations on the in-process store (the limit) and to a Redis server on
+# operations on the in-process store (the limit), to the same store behind a
+# plain loopback TCP socket (one request and reply at a time: the floor of
+# any serial remote lookup here) and to a Redis server on
 # loopback holding the same rows (MGET / MSET), all in one run; plus the
 # memory per million rows (in-process store, the PS process, Redis).
 # redis-server is Debian's package (installed here if missing).
@@ -18,7 +20,7 @@ redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >out/ben
 redis=$!
 ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 >out/bench-ps.log 2>&1 &
 ps=$!
-trap 'kill $ps $redis 2>/dev/null || true' EXIT
+trap 'kill $ps $redis 2>/dev/null; wait $ps $redis 2>/dev/null || true' EXIT # the next run binds the same port
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
 addr=$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
