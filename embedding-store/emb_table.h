@@ -110,6 +110,11 @@ ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, 
                                ss__emb_table **out);
 /* Frees every row at once (destroys the arena). */
 void ss__emb_table_destroy(ss__emb_table *t);
+/* For a table whose dirty rows nobody collects (ss__emb_table_collect_dirty:
+ * a store without a database, a trainer's local table): updated rows are
+ * still marked dirty but not queued, 8 bytes per updated row saved. Call
+ * before the first update. */
+void ss__emb_table_skip_dirty_queue(ss__emb_table *t);
 const ss__emb_spec *ss__emb_table_spec(const ss__emb_table *t);
 
 /* Copies the data part of each row (n * dim floats). Missing rows are

@@ -106,6 +106,8 @@ static ss_status add_table(ss__emb_store *st, const ss__emb_spec *spec, store_ta
         free(tb);
         return s;
     }
+    if (!st->db) /* no flusher: nothing collects dirty rows */
+        ss__emb_table_skip_dirty_queue(tb->t);
     const char *l_lookup[] = {"table", spec->name, NULL};
     const char *l_push[] = {"table", spec->name, "kind", "gradient", NULL};
     const char *l_elastic[] = {"table", spec->name, "kind", "elastic", NULL};

@@ -138,8 +138,13 @@ void ss__emb_table_mark_updated(ss__emb_table *t, stripe *s, slot *sl) {
         s->dirty++;
         /* Out of memory for the queue: the row stays dirty (never evicted)
          * but is written only by ss__emb_table_settle's requeue; rare. */
-        (void)ss__emb_queue_push(s, sl->id);
+        if (!t->no_dirty_queue)
+            (void)ss__emb_queue_push(s, sl->id);
     }
+}
+
+void ss__emb_table_skip_dirty_queue(ss__emb_table *t) {
+    t->no_dirty_queue = true;
 }
 
 ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, void *loader_ctx,

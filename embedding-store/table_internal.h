@@ -53,6 +53,7 @@ struct ss__emb_table {
     ss__emb_spec spec;
     uint32_t tid;
     size_t row_floats;   /* dim floats, then the optimizer state */
+    bool no_dirty_queue; /* nobody collects dirty rows: updates are not queued */
     size_t stride;       /* floats from one row to the next in a slab (16-byte multiples) */
     uint32_t slab_shift; /* a slab holds 1 << slab_shift rows */
     ss__row_arena *arena;

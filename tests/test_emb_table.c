@@ -164,7 +164,39 @@ START_TEST(test_a_walk_goes_on_where_it_stopped) {
 }
 END_TEST
 
+/* Index bytes of a table after 10,000 rows were pushed once. */
+static uint64_t index_after_pushes(bool skip_queue) {
+    ss__emb_spec spec;
+    ss__emb_spec_init(&spec, "queue", DIM);
+    ss__emb_table *t;
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &t), SS_OK);
+    if (skip_queue)
+        ss__emb_table_skip_dirty_queue(t);
+    enum { ROWS = 10000 };
+    static uint64_t ids[ROWS];
+    static float g[ROWS * DIM];
+    for (uint64_t i = 0; i < ROWS; i++)
+        ids[i] = i;
+    ck_assert_int_eq(ss__emb_table_apply_gradients(t, ids, ROWS, g, NULL), SS_OK);
+    ss__emb_table_stats st;
+    ss__emb_table_get_stats(t, &st);
+    ck_assert_uint_eq(st.dirty_rows, ROWS); /* dirty all the same */
+    ss__emb_table_destroy(t);
+    return st.index_bytes;
+}
+
+/* A table whose dirty rows nobody collects (a PS without a database)
+ * keeps no queue of them: 8 bytes a row less (80 KB here, more with the
+ * queue's doubling). */
+START_TEST(test_a_table_nobody_flushes_queues_no_ids) {
+    const uint64_t queued = index_after_pushes(false), not_queued = index_after_pushes(true);
+    ck_assert_msg(queued >= not_queued + 10000 * sizeof(uint64_t), "index %llu vs %llu bytes",
+                  (unsigned long long)queued, (unsigned long long)not_queued);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("emb_table", 300, NULL, NULL, test_threads_push_read_evict_at_once,
-                           test_a_walk_goes_on_where_it_stopped);
+                           test_a_walk_goes_on_where_it_stopped,
+                           test_a_table_nobody_flushes_queues_no_ids);
 }

@@ -272,6 +272,8 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     if (st == SS_OK && cfg->mode != SS_TABLE_REMOTE)
         st = ss__emb_table_create(&spec, cfg->mode == SS_TABLE_LOCAL ? init_loader : remote_loader,
                                   tb, &tb->rows);
+    if (st == SS_OK && cfg->mode == SS_TABLE_LOCAL)
+        ss__emb_table_skip_dirty_queue(tb->rows); /* only the cached mode's sync collects them */
     if (st == SS_OK && cfg->mode == SS_TABLE_LOCAL &&
         (cfg->admit_count > 1 || cfg->ttl_s || cfg->max_live_rows))
         st = start_bounds(tb);
