@@ -7,6 +7,7 @@
 
 #include "ps/dense_service.h"
 
+#include "common/log.h"
 #include "common/names.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
@@ -197,6 +198,10 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     }
     if (check_group(svc, m->group, reply)) {
         ss_status st = ss__central_leave(svc->centre, m->group, m->member);
+        if (st == SS_OK && svc->left_the_map && svc->left_the_map(svc->map_ctx) &&
+            ss__central_retire_empty(svc->centre, m->group))
+            ss__log(SS_LOG_INFO, "ps", "event=chunk_retired group=%s why=\"not in the shard map\"",
+                    m->group);
         Shadowsync__V1__LeaveReply out = SHADOWSYNC__V1__LEAVE_REPLY__INIT;
         if (st == SS_OK)
             ss__rpc_reply_pack(&out.base, reply);

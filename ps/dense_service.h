@@ -21,6 +21,11 @@ typedef struct ss__dense_service {
      * where; NULL answers FAILED_PRECONDITION. */
     ss_status (*checkpoint)(void *ctx, char *path, size_t pathlen, size_t *groups);
     void *checkpoint_ctx;
+    /* Optional: true when the shard map no longer names this PS. Then a
+     * chunk whose last member leaves (a trainer re-cutting away) is
+     * retired at once, its floats freed: no trainer routes here now. */
+    bool (*left_the_map)(void *ctx);
+    void *map_ctx;
 } ss__dense_service;
 
 /* Methods to serve; ctx for ss__rpc_server_start is the ss__dense_service. */

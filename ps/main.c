@@ -65,6 +65,8 @@ typedef struct ps_state {
     ss__rpc_server *srv;
     ss__http_server *web;
     char listen[300]; /* the address actually served */
+    char self[300];   /* this PS as the shard map names it (--advertise, else listen) */
+    _Atomic bool self_known;
     uint64_t start_ns;
     pthread_mutex_t mirror_lock; /* one /metrics refresh at a time */
     char path[4096];             /* checkpoint file; "" = none */
@@ -609,13 +611,26 @@ static void refuse_follower(void *ctx, const uint8_t *req, size_t len, ss__rpc_r
     snprintf(reply->message, sizeof reply->message, "%s", ((ps_state *)ctx)->follow_note);
 }
 
+/* Whether the shard map no longer names this PS (the dense service then
+ * retires a chunk its last member leaves). */
+static bool left_the_map(void *ctx) {
+    ps_state *ps = ctx;
+    if (!ps->map || !atomic_load(&ps->self_known))
+        return false;
+    ss__shard_map m;
+    ss__ps_map_watch_get(ps->map, &m);
+    return ss__shard_map_index(m.ps, ps->self) < 0;
+}
+
 /* Step 3: both services on one gRPC server. */
 static int start_rpc(ps_state *ps, const ps_options *o) {
     ss__emb_service_init(&ps->esvc, ps->store);
     ps->svc = (ss__dense_service){.centre = ps->centre,
                                   .max_floats = (size_t)o->max_floats,
                                   .checkpoint = *o->ckpt_dir ? save_checkpoint : NULL,
-                                  .checkpoint_ctx = ps};
+                                  .checkpoint_ctx = ps,
+                                  .left_the_map = left_the_map,
+                                  .map_ctx = ps};
     ss__metrics_counter(ps->metrics, "shadowsync_ps_rejected_requests_total",
                         "Requests refused (bad size, unknown group or member, NaN/Inf, garbage).",
                         NULL, &ps->svc.rejected);
@@ -685,8 +700,9 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
     if (colon)
         *colon = '\0';
     snprintf(ps->listen, sizeof ps->listen, "%s:%d", host, ss__rpc_server_port(ps->srv));
-    if (ps->moves &&
-        ss__ps_row_moves_run(ps->moves, *o->advertise ? o->advertise : ps->listen) != SS_OK) {
+    snprintf(ps->self, sizeof ps->self, "%s", *o->advertise ? o->advertise : ps->listen);
+    atomic_store(&ps->self_known, true);
+    if (ps->moves && ss__ps_row_moves_run(ps->moves, ps->self) != SS_OK) {
         fprintf(stderr, "shadowsync-ps: cannot start moving rows (out of memory)\n");
         return 1;
     }

@@ -77,6 +77,11 @@ ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t 
 ss_status ss__central_join_recut(ss__central *c, const char *name, size_t n, bool fresh,
                                  uint64_t *member);
 ss_status ss__central_leave(ss__central *c, const char *name, uint64_t member);
+/* Retires the group called name if nobody is in it (members not heard
+ * from for the member timeout dropped first): its floats freed and given
+ * back to the budget. For a PS the shard map has left, whose chunks no
+ * trainer routes to after its last member leaves. True when it was. */
+bool ss__central_retire_empty(ss__central *c, const char *name);
 ss_status ss__central_heartbeat(ss__central *c, const char *name, uint64_t member);
 /* An open round this member has not contributed to yet. */
 bool ss__central_round_waiting(ss__central *c, const char *name, uint64_t member);

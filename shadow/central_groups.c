@@ -390,6 +390,14 @@ ss_status ss__central_leave(ss__central *c, const char *name, uint64_t member) {
     return i >= 0 ? SS_OK : SS_ERR_NOT_FOUND;
 }
 
+bool ss__central_retire_empty(ss__central *c, const char *name) {
+    pthread_mutex_lock(&c->lock);
+    group *g = ss__central_lookup(c, name);
+    const bool gone = g && retire_if_empty(c, g);
+    pthread_mutex_unlock(&c->lock);
+    return gone;
+}
+
 ss_status ss__central_heartbeat(ss__central *c, const char *name, uint64_t member) {
     ssize_t i;
     group *g = lock_member(c, name, member, &i);

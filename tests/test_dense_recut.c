@@ -114,7 +114,8 @@ static void start_two_members(ss__transport *t[2], uint64_t m[2]) {
  * in (its call fails, nothing applied); once the other re-cuts too, both
  * sync on the new cut from where the centre was: each chunk's centre
  * moved with it, whether its PS is new, its range new, or it sat unsynced
- * on the first PS while the fleet had two (chunk [8:10)). */
+ * on the first PS while the fleet had two (chunk [8:10)). The PS the
+ * map leaves retires its chunks as their last member leaves them. */
 START_TEST(test_easgd_centres_move_with_their_ranges) {
     ss__transport *t[2];
     uint64_t m[2];
@@ -138,6 +139,12 @@ START_TEST(test_easgd_centres_move_with_their_ranges) {
         for (int k = 0; k < 2; k++)
             ck_assert_uint_eq(ss__recut_transport_recuts(t[k]), 1 + (uint64_t)change);
     }
+    /* The second PS, out of the map now, retired its chunks as their last
+     * member left (its floats freed while it still runs). */
+    char log[128];
+    snprintf(log, sizeof log, "%s/ps1.log", g_dir);
+    ck_assert_msg(proc_wait_for(log, "event=chunk_retired group=w", 10),
+                  "the PS the map left kept its chunks");
     for (int k = 0; k < 2; k++) {
         ck_assert_int_eq(ss__transport_leave(t[k], "w", m[k]), SS_OK);
         ss__transport_destroy(t[k]);
