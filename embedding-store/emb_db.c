@@ -229,25 +229,33 @@ static uint64_t get_be64(const unsigned char *p) {
  * id, the key, the value); fn's non-OK status stops the walk. */
 typedef ss_status (*key_fn)(void *ctx, const unsigned char *key, const char *value, size_t vlen);
 
-static ss_status walk_table(ss__emb_db *db, uint32_t table_id, size_t key_len, key_fn fn,
-                            void *ctx) {
+/* The keys of ids [from, to) only (to 0: to the table's end). */
+static ss_status walk_range(ss__emb_db *db, uint32_t table_id, size_t key_len, uint64_t from,
+                            uint64_t to, key_fn fn, void *ctx) {
     rocksdb_iterator_t *it = rocksdb_create_iterator(db->db, db->ropts);
     if (!it)
         return SS_ERR_NO_MEMORY;
-    unsigned char prefix[4];
-    put_be32(prefix, table_id);
+    unsigned char start[KEY_LEN];
+    row_key(start, table_id, from);
     ss_status st = SS_OK;
-    rocksdb_iter_seek(it, (const char *)prefix, sizeof prefix);
+    rocksdb_iter_seek(it, (const char *)start, from ? KEY_LEN : 4);
     for (; st == SS_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t klen, vlen;
         const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (klen < sizeof prefix || memcmp(k, prefix, sizeof prefix) != 0)
-            break;           /* past the table */
+        if (klen < 4 || memcmp(k, start, 4) != 0)
+            break; /* past the table */
+        if (to && klen >= KEY_LEN && get_be64((const unsigned char *)k + 4) >= to)
+            break;
         if (klen == key_len) /* rows (KEY_LEN) and given rows (GIVEN_KEY_LEN) interleave */
             st = fn(ctx, (const unsigned char *)k, v, vlen);
     }
     rocksdb_iter_destroy(it);
     return st;
+}
+
+static ss_status walk_table(ss__emb_db *db, uint32_t table_id, size_t key_len, key_fn fn,
+                            void *ctx) {
+    return walk_range(db, table_id, key_len, 0, 0, fn, ctx);
 }
 
 typedef struct row_walk {
@@ -274,6 +282,12 @@ ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floa
                               ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
                                               size_t n),
                               void *ctx) {
+    return ss__emb_db_each_row_from(db, table_id, row_floats, batch, 0, fn, ctx);
+}
+
+ss_status ss__emb_db_each_row_from(
+    ss__emb_db *db, uint32_t table_id, size_t row_floats, size_t batch, uint64_t from,
+    ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows, size_t n), void *ctx) {
     row_walk w = {fn,
                   ctx,
                   malloc(batch * sizeof *w.ids),
@@ -281,8 +295,10 @@ ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floa
                   row_floats,
                   batch,
                   0};
-    ss_status st =
-        w.ids && w.rows ? walk_table(db, table_id, KEY_LEN, batch_row, &w) : SS_ERR_NO_MEMORY;
+    ss_status st = w.ids && w.rows ? walk_range(db, table_id, KEY_LEN, from, 0, batch_row, &w)
+                                   : SS_ERR_NO_MEMORY;
+    if (st == SS_OK && from) /* then from the start, up to where the walk began */
+        st = walk_range(db, table_id, KEY_LEN, 0, from, batch_row, &w);
     if (st == SS_OK && w.n)
         st = fn(ctx, w.ids, w.rows, w.n);
     free(w.ids);

@@ -29,6 +29,12 @@ ss_status ss__emb_db_each_row(ss__emb_db *db, uint32_t table_id, size_t row_floa
                               ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows,
                                               size_t n),
                               void *ctx);
+/* The same, from id `from` to the table's end, then from its start up to
+ * `from` (every row once, a walk that goes on where an earlier one
+ * stopped). */
+ss_status ss__emb_db_each_row_from(
+    ss__emb_db *db, uint32_t table_id, size_t row_floats, size_t batch, uint64_t from,
+    ss_status (*fn)(void *ctx, const uint64_t *ids, const float *rows, size_t n), void *ctx);
 /* Rows given to another shard in the move of a map's epoch (>= 1): in
  * one write, each row is stored under a key of its own (never read as a
  * row of the table, nor walked by ss__emb_db_each_row) and its row key

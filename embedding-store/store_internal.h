@@ -22,6 +22,7 @@ typedef struct store_table {
     ss__emb_table_stats reported;
     ss__counter *admitted, *not_admitted, *expired, *dropped;
     ss__emb_scan_pos take_pos; /* where the next take's walk starts (under flush_lock) */
+    uint64_t take_db_from;     /* the same for its walk of the database's rows */
 } store_table;
 
 struct ss__emb_store {

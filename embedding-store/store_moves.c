@@ -23,8 +23,11 @@ static ss_status pick_stored(void *arg, const uint64_t *ids, const float *rows, 
     (void)rows;
     db_pick *p = arg;
     for (size_t i = 0; i < n && p->n < p->max; i++)
-        if (p->leaves(p->ctx, ids[i]) && ss__emb_table_count_missing(p->tb->t, ids + i, 1) == 1)
+        if (p->leaves(p->ctx, ids[i]) && ss__emb_table_count_missing(p->tb->t, ids + i, 1) == 1) {
             p->ids[p->n++] = ids[i];
+            if (p->n == p->max) /* full: the next walk starts after this row */
+                p->tb->take_db_from = ids[i] + 1;
+        }
     return p->n < p->max ? SS_OK : SS_ERR_EXISTS; /* full: the walk stops */
 }
 
@@ -37,8 +40,8 @@ static ss_status pick_leaving(ss__emb_store *st, store_table *tb, ss__emb_id_fil
     if (*n == max || !st->db)
         return SS_OK;
     db_pick p = {tb, leaves, ctx, ids, *n, max};
-    ss_status s =
-        ss__emb_db_each_row(st->db, tb->tid, ss__emb_row_floats(&tb->spec), 1024, pick_stored, &p);
+    ss_status s = ss__emb_db_each_row_from(st->db, tb->tid, ss__emb_row_floats(&tb->spec), 1024,
+                                           tb->take_db_from, pick_stored, &p);
     *n = p.n;
     return s == SS_ERR_EXISTS ? SS_OK : s;
 }

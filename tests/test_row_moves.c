@@ -14,6 +14,7 @@
 
 #include "check_run.h"
 #include "common/clock.h"
+#include "embedding-store/emb_db_internal.h"
 #include "embedding-store/emb_store.h"
 #include "procs.h"
 #include "ps/row_moves.h"
@@ -509,6 +510,53 @@ START_TEST(test_taken_rows_stay_stored_until_forgotten) {
 }
 END_TEST
 
+typedef struct walked {
+    uint64_t ids[128];
+    size_t n;
+} walked;
+
+static ss_status walk_into(void *ctx, const uint64_t *ids, const float *rows, size_t n) {
+    (void)rows;
+    walked *w = ctx;
+    for (size_t i = 0; i < n && w->n < 128; i++)
+        w->ids[w->n++] = ids[i];
+    return SS_OK;
+}
+
+/* The giver's walk of the rows only in the database (spilled) goes on
+ * where the last one stopped, as its walk of memory does: from id 50 it
+ * gives 50 .. 99, then 0 .. 49, every row once, in batches that span
+ * the wrap; a given row (another key of the same id) is not walked. */
+START_TEST(test_a_database_walk_goes_on_where_it_began) {
+    ss__check_tmpdir(g_dir, "ss-dbwalk");
+    char path[128], why[256];
+    snprintf(path, sizeof path, "%s/db", g_dir);
+    ss__emb_db *db;
+    ck_assert_int_eq(ss__emb_db_open(path, &db, why, sizeof why), SS_OK);
+    uint64_t ids[100];
+    float rows[200] = {0};
+    for (uint64_t i = 0; i < 100; i++)
+        ids[i] = i;
+    ck_assert_int_eq(ss__emb_db_put_rows(db, 7, ids, 100, 2, rows, false), SS_OK);
+    ck_assert_int_eq(ss__emb_db_give_rows(db, 7, 1, ids + 60, 1, 2, rows), SS_OK); /* id 60 */
+    walked w = {.n = 0};
+    ck_assert_int_eq(ss__emb_db_each_row_from(db, 7, 2, 7, 50, walk_into, &w), SS_OK);
+    ck_assert_uint_eq(w.n, 99);
+    for (size_t k = 0; k < w.n; k++) {
+        /* 50 .. 59, 61 .. 99 (60 is given), 0 .. 49 */
+        const uint64_t want = k < 10 ? 50 + k : k < 49 ? 51 + k : k - 49;
+        ck_assert_msg(w.ids[k] == want, "row %zu of the walk: id %llu, want %llu", k,
+                      (unsigned long long)w.ids[k], (unsigned long long)want);
+    }
+    w.n = 0;
+    ck_assert_int_eq(ss__emb_db_each_row(db, 7, 2, 7, walk_into, &w), SS_OK);
+    ck_assert_uint_eq(w.n, 99);
+    ck_assert_uint_eq(w.ids[0], 0);
+    ss__emb_db_close(db);
+    ss__check_rmdir(g_dir);
+}
+END_TEST
+
 /* A plan the mover cannot make at first (its client certificate is being
  * rotated: the CA file is missing when the map changes) is made again at
  * the next call, not left half made: a request that needs a moving row
@@ -562,5 +610,5 @@ int main(void) {
         test_a_plan_that_cannot_be_made_is_made_again, test_rows_move_while_pushes_go_on,
         test_rows_asked_for_during_a_move_come_first, test_only_refused_parts_are_sent_again,
         test_shards_killed_mid_move_lose_nothing, test_a_table_follows_its_shard_map,
-        test_handoff_bad_input_is_refused);
+        test_handoff_bad_input_is_refused, test_a_database_walk_goes_on_where_it_began);
 }
