@@ -14,7 +14,6 @@
 
 #include "check_run.h"
 #include "common/clock.h"
-#include "embedding-store/emb_db_internal.h"
 #include "embedding-store/emb_store.h"
 #include "procs.h"
 #include "ps/row_moves.h"
@@ -510,49 +509,42 @@ START_TEST(test_taken_rows_stay_stored_until_forgotten) {
 }
 END_TEST
 
-typedef struct walked {
-    uint64_t ids[128];
-    size_t n;
-} walked;
-
-static ss_status walk_into(void *ctx, const uint64_t *ids, const float *rows, size_t n) {
-    (void)rows;
-    walked *w = ctx;
-    for (size_t i = 0; i < n && w->n < 128; i++)
-        w->ids[w->n++] = ids[i];
-    return SS_OK;
+static bool any_id(void *ctx, uint64_t id) {
+    (void)ctx, (void)id;
+    return true;
 }
 
-/* The giver's walk of the rows only in the database (spilled) goes on
- * where the last one stopped, as its walk of memory does: from id 50 it
- * gives 50 .. 99, then 0 .. 49, every row once, in batches that span
- * the wrap; a given row (another key of the same id) is not walked. */
-START_TEST(test_a_database_walk_goes_on_where_it_began) {
+/* The giver's walk of the rows only in the database (a restarted store
+ * holds none in memory) goes on where the last take stopped, as its walk
+ * of memory does: after the first five even ids (2 .. 10) a take of any
+ * three rows gives 11, 12, 13, not the odd rows the first walk passed
+ * (1, 3, 5: a walk from the start). */
+START_TEST(test_a_database_walk_goes_on_where_it_stopped) {
     ss__check_tmpdir(g_dir, "ss-dbwalk");
-    char path[128], why[256];
-    snprintf(path, sizeof path, "%s/db", g_dir);
-    ss__emb_db *db;
-    ck_assert_int_eq(ss__emb_db_open(path, &db, why, sizeof why), SS_OK);
-    uint64_t ids[100];
-    float rows[200] = {0};
-    for (uint64_t i = 0; i < 100; i++)
-        ids[i] = i;
-    ck_assert_int_eq(ss__emb_db_put_rows(db, 7, ids, 100, 2, rows, false), SS_OK);
-    ck_assert_int_eq(ss__emb_db_give_rows(db, 7, 1, ids + 60, 1, 2, rows), SS_OK); /* id 60 */
-    walked w = {.n = 0};
-    ck_assert_int_eq(ss__emb_db_each_row_from(db, 7, 2, 7, 50, walk_into, &w), SS_OK);
-    ck_assert_uint_eq(w.n, 99);
-    for (size_t k = 0; k < w.n; k++) {
-        /* 50 .. 59, 61 .. 99 (60 is given), 0 .. 49 */
-        const uint64_t want = k < 10 ? 50 + k : k < 49 ? 51 + k : k - 49;
-        ck_assert_msg(w.ids[k] == want, "row %zu of the walk: id %llu, want %llu", k,
-                      (unsigned long long)w.ids[k], (unsigned long long)want);
-    }
-    w.n = 0;
-    ck_assert_int_eq(ss__emb_db_each_row(db, 7, 2, 7, walk_into, &w), SS_OK);
-    ck_assert_uint_eq(w.n, 99);
-    ck_assert_uint_eq(w.ids[0], 0);
-    ss__emb_db_close(db);
+    char db[128];
+    snprintf(db, sizeof db, "%s/db", g_dir);
+    ss__emb_store *st = open_store(db);
+    uint64_t ids[40], out[8];
+    float g[40 * DIM] = {0}, rows[8 * (DIM + 1)];
+    for (int i = 0; i < 40; i++)
+        ids[i] = (uint64_t)i + 1;
+    ck_assert_int_eq(ss__emb_store_push(st, "moving", ids, 40, g, NULL, 0), SS_OK);
+    ss__emb_store_destroy(st); /* flushed: the rows are in the database only */
+    st = open_store(db);
+    size_t n = 0;
+    ck_assert_int_eq(
+        ss__emb_store_take(st, "moving", 1, NULL, 0, false, is_even, NULL, 5, out, rows, &n),
+        SS_OK);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_uint_eq(out[0], 2);
+    ck_assert_uint_eq(out[4], 10);
+    ck_assert_int_eq(
+        ss__emb_store_take(st, "moving", 1, NULL, 0, false, any_id, NULL, 3, out, rows, &n), SS_OK);
+    ck_assert_uint_eq(n, 3);
+    for (size_t k = 0; k < 3; k++)
+        ck_assert_msg(out[k] == 11 + k, "row %zu of the second walk: id %llu, want %zu", k,
+                      (unsigned long long)out[k], 11 + k);
+    ss__emb_store_destroy(st);
     ss__check_rmdir(g_dir);
 }
 END_TEST
@@ -610,5 +602,5 @@ int main(void) {
         test_a_plan_that_cannot_be_made_is_made_again, test_rows_move_while_pushes_go_on,
         test_rows_asked_for_during_a_move_come_first, test_only_refused_parts_are_sent_again,
         test_shards_killed_mid_move_lose_nothing, test_a_table_follows_its_shard_map,
-        test_handoff_bad_input_is_refused, test_a_database_walk_goes_on_where_it_began);
+        test_handoff_bad_input_is_refused, test_a_database_walk_goes_on_where_it_stopped);
 }
