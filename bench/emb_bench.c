@@ -215,7 +215,8 @@ static int run_tcp(bench *b, ss__emb_store *st, result *r) {
         bad = !tcp_call(fd, 1, b->ids + k * b->batch, n, b->grads, rowb);
     uint64_t t2 = ss__now_ns();
     if (fd >= 0)
-        close(fd); /* the server's read ends */
+        close(fd);              /* the server's read ends */
+    shutdown(t.lfd, SHUT_RDWR); /* or its accept, when the connect failed */
     pthread_join(th, NULL);
     close(t.lfd);
     r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;

@@ -238,7 +238,7 @@ static ss_status walk_range(ss__emb_db *db, uint32_t table_id, size_t key_len, u
     unsigned char start[KEY_LEN];
     row_key(start, table_id, from);
     ss_status st = SS_OK;
-    rocksdb_iter_seek(it, (const char *)start, from ? KEY_LEN : 4);
+    rocksdb_iter_seek(it, (const char *)start, sizeof start); /* id 0: the table's first key */
     for (; st == SS_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t klen, vlen;
         const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);

@@ -201,14 +201,14 @@ ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64
      * move); only the others are looked for in the database, one row
      * buffer for all. */
     ss_status s = ss__emb_table_holds(tb->t, ids, n, found);
+    const size_t rf = ss__emb_row_floats(&tb->spec);
     float *row = NULL;
     for (size_t i = 0; s == SS_OK && st->db && i < n; i++)
         if (!found[i]) {
-            if (!row && !(row = malloc(ss__emb_row_floats(&tb->spec) * sizeof *row)))
+            if (!row && !(row = malloc(rf * sizeof *row)))
                 s = SS_ERR_NO_MEMORY;
             else
-                s = ss__emb_db_get_rows(st->db, tb->tid, ids + i, 1, ss__emb_row_floats(&tb->spec),
-                                        row, found + i);
+                s = ss__emb_db_get_rows(st->db, tb->tid, ids + i, 1, rf, row, found + i);
         }
     free(row);
     return s;

@@ -29,6 +29,8 @@
 #include "rpc/server_internal.h"
 #define PREPOSTED_PER_METHOD 4
 #define GENERIC              ((size_t)-1) /* an unregistered method: UNIMPLEMENTED */
+#define TEXT_OF_(x)          #x
+#define TEXT_OF(x)           TEXT_OF_(x) /* a number's macro as a string literal */
 
 static _Thread_local char start_failure[400];
 
@@ -613,10 +615,11 @@ static void register_metrics(ss__rpc_server *srv, ss__metrics *m) {
     ss__metrics_counter(m, "shadowsync_rpc_too_large_total",
                         "Requests refused for a message over their method's limit.", NULL,
                         &srv->too_large);
-    ss__metrics_counter(m, "shadowsync_rpc_unfair_refused_total",
-                        "Reads refused because their connection already had its share "
-                        "(reads_per_peer) in flight and 256 more waiting.",
-                        NULL, &srv->unfair_refused);
+    ss__metrics_counter(
+        m, "shadowsync_rpc_unfair_refused_total",
+        "Reads refused because their connection already had its share "
+        "(reads_per_peer) in flight and " TEXT_OF(SS_RPC_WAITING_READS_PER_PEER) " more waiting.",
+        NULL, &srv->unfair_refused);
     ss__metrics_counter(m, "shadowsync_rpc_reads_waited_total",
                         "Reads that waited for their turn because their connection already "
                         "had its share (reads_per_peer) in flight.",
