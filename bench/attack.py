@@ -10,9 +10,12 @@ python3-grpcio, as tests/test_blackbox_ps.py), each attack one line:
             rows and RSS (bound: 0 rows)
   readers   an authorized S-EASGD member's exchange latency, p50/p99, alone
             and while 6 authorized Lookup loops (another process) pull
-            64 MiB replies (bound: p99 within 2x); readers_niced: the same
-            with the attacking process at nice 19 (the PS's own isolation,
-            apart from the attacker's CPU on a 2-core machine)
+            64 MiB replies (bound: p99 within 2x), from this Python client,
+            from the C library's client (shadowsync-bench-rpc) and as the
+            PS's own histogram sees it (arrival to reply, bucket bounds);
+            readers_niced: the same with the attacking process at
+            SCHED_IDLE (the PS's and kernel's isolation, apart from the
+            attacker's CPU on a 2-core machine)
   budget    --max-total-floats 32M (128 MiB of floats): groups joined until
             refused, each synced by S-EASGD and S-MA, then a checkpoint:
             peak RSS (bound: the budget plus the idle PS plus 64 MiB)
@@ -23,6 +26,7 @@ usage: attack.py SHADOWSYNC_PS RPC_DIR [ATTACK...]
 (SS_ATTACK_PS_FLAGS: more shadowsync-ps flags for the readers' attack,
 e.g. "--threads 4".)
 """
+import gzip
 import os
 import re
 import shutil
@@ -175,6 +179,17 @@ def exchange_latencies(ps, member, n):
     return out[len(out) // 2] * 1e3, out[int(len(out) * 0.99)] * 1e3
 
 
+def member_latencies(ps, n):
+    """The same exchanges from the C library's client (a trainer's shadow
+    thread): p50 and p99 in ms, from shadowsync-bench-rpc."""
+    env = dict(os.environ, SHADOWSYNC_AUTH_TOKEN_FILE=os.path.join(WORK, "token"))
+    out = subprocess.run([os.path.join(os.path.dirname(PS_BIN), "shadowsync-bench-rpc"), "--ps",
+                          ps.target, "--floats", "131072", "--window", "1", "--reps", str(n)],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    got = dict(kv.split("=") for kv in out.split() if "=" in kv)
+    return float(got["round_p50_ms"]), float(got["round_p99_ms"])
+
+
 def read_loops(target, n, seconds):
     """n threads of Lookups of 64 MiB replies, with the token, for seconds
     (run in a process of their own: the measured writer is not held by
@@ -204,28 +219,85 @@ def read_loops(target, n, seconds):
     print(done[0])
 
 
+def server_p99_ms(ps, method="EasgdExchange"):
+    """The PS's own histogram of a method's handling (arrival to reply):
+    cumulative counts by upper bound in ms."""
+    with urllib.request.urlopen("http://%s/metrics" % ps.http, timeout=10) as r:
+        text = r.read().decode()
+    got = re.findall(r'shadowsync_rpc_server_seconds_bucket\{[^}]*%s[^}]*le="([^"]+)"\} (\S+)'
+                     % method, text)
+    return [(float(le) * 1e3, float(n)) for le, n in got]
+
+
+def p99_bound(before, after):
+    """The bucket bound holding 99% of the calls between two scrapes."""
+    total = after[-1][1] - before[-1][1]
+    for (le, a), (_, b) in zip(after, before):
+        if a - b >= 0.99 * total:
+            return le
+    return float("inf")
+
+
+def kernel_scheduling():
+    """The kernel's preemption model and tick: on PREEMPT_NONE a thread woken
+    while both cores run bulk work waits for the running one's next
+    preemption point, at worst a tick."""
+    lines = None
+    for path, opener in (("/proc/config.gz", gzip.open), ("/boot/config-" + os.uname().release,
+                                                           open)):
+        try:
+            with opener(path, "rt") as f:
+                lines = f.read().splitlines()
+            break
+        except OSError:
+            pass
+    if lines is None:
+        return "kernel config not found (/proc/config.gz, /boot/config-%s)" % os.uname().release
+    cfg = dict(l.split("=", 1) for l in lines if l.startswith("CONFIG_") and "=" in l)
+    model = next((m for m in ("PREEMPT_NONE", "PREEMPT_VOLUNTARY", "PREEMPT", "PREEMPT_LAZY")
+                  if cfg.get("CONFIG_" + m) == "y"), "?")
+    hz = int(cfg.get("CONFIG_HZ", "0"))
+    return "kernel %s, %s, HZ=%d (a tick is %.0f ms), %d cores" % (
+        os.uname().release, model, hz, 1e3 / hz if hz else 0, os.cpu_count())
+
+
 def attack_readers(niced=False):
+    if not niced or "readers" not in CHOSEN:
+        print("  (%s)" % kernel_scheduling(), flush=True)
     ps = PS("--max-reply-mb", "64", *READERS_EXTRA)
     member = ps.call("DenseSync", "Join", dense.JoinReply,
                      dense.JoinRequest(group="w", size=131072)).member
     spec = emb.TableSpec(name="wide", dim=256, optimizer=0, lr=0.1, eps=1e-8, init_scale=0.01)
     ps.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
-    p50a, p99a = exchange_latencies(ps, member, 300)
+    h0 = server_p99_ms(ps)
+    p50a, p99a = exchange_latencies(ps, member, 2000)
+    h1 = server_p99_ms(ps)
+    c50a, c99a = member_latencies(ps, 2000)
+    idle = (lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))) if niced else None
     readers = subprocess.Popen([sys.executable, __file__, PS_BIN, RPC_DIR, "--read-loops",
-                                ps.target], stdout=subprocess.PIPE, text=True,
-                               preexec_fn=(lambda: os.nice(19)) if niced else None)
+                                ps.target], stdout=subprocess.PIPE, text=True, preexec_fn=idle)
     time.sleep(2)
-    p50b, p99b = exchange_latencies(ps, member, 300)
+    h2 = server_p99_ms(ps)
+    p50b, p99b = exchange_latencies(ps, member, 2000)
+    h3 = server_p99_ms(ps)
+    c50b, c99b = member_latencies(ps, 2000)
     reads = int(readers.communicate()[0].split()[-1])
     ps.stop()
-    line("readers" if not niced else "readers-n", "writer p50 %.1f ms, p99 %.1f ms" % (p50a, p99a),
+    name = "readers" if not niced else "readers-i"
+    line(name, "writer p50 %.1f ms, p99 %.1f ms" % (p50a, p99a),
          "p50 %.1f, p99 %.1f ms (x%.2f); %d reads" % (p50b, p99b, p99b / p99a, reads),
          "p99 x2", p99b <= 2 * p99a)
+    line("  C", "member p50 %.1f ms, p99 %.1f ms" % (c50a, c99a),
+         "p50 %.1f, p99 %.1f ms (x%.2f)" % (c50b, c99b, c99b / c99a), "p99 x2", c99b <= 2 * c99a)
+    line("  PS", "handled 99%% within %g ms" % p99_bound(h0, h1),
+         "99%% within %g ms" % p99_bound(h2, h3), "p99 x2",
+         p99_bound(h2, h3) <= 2 * p99_bound(h0, h1))
 
 
 def attack_readers_niced():
-    """The same with the attacking process at nice 19: what the PS itself
-    lets through, apart from the attacker's own CPU on this machine."""
+    """The same with the attacking process at SCHED_IDLE (the lowest
+    priority): what the PS and the kernel let through, apart from the
+    attacker's own CPU on this machine."""
     attack_readers(niced=True)
 
 

@@ -91,6 +91,11 @@ static ss_status echo_round(ss__rpc_request *rq, size_t calls, const float *s, f
     return ss__rpc_call_windowed(rq, calls, 60000, true, window);
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int run_echo(int64_t floats, int64_t reps, int64_t warmup, int64_t chunk, int64_t window) {
     int port;
     pid_t pid = start_echo_server(&port);
@@ -189,18 +194,29 @@ int main(int argc, char **argv) {
         s[i] = (float)(i % 977) * 1e-3f;
     for (int64_t r = 0; st == SS_OK && r < warmup; r++)
         st = ss__transport_easgd_exchange(t, group, m, s, 0.5f, d, n);
-    uint64_t t0 = ss__now_ns();
-    for (int64_t r = 0; st == SS_OK && r < reps; r++)
+    double *round_ms = calloc((size_t)reps, sizeof *round_ms);
+    uint64_t t0 = ss__now_ns(), last = t0;
+    for (int64_t r = 0; st == SS_OK && round_ms && r < reps; r++) {
         st = ss__transport_easgd_exchange(t, group, m, s, 0.5f, d, n);
-    double sec = (double)(ss__now_ns() - t0) * 1e-9;
+        uint64_t now = ss__now_ns();
+        round_ms[r] = (double)(now - last) * 1e-6;
+        last = now;
+    }
+    double sec = (double)(last - t0) * 1e-9;
+    if (st == SS_OK && !round_ms)
+        st = SS_ERR_NO_MEMORY;
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-bench-rpc: round failed: %s\n", ss_strerror(st));
+        free(round_ms);
         return 1;
     }
     double bytes = 8.0 * (double)n * (double)reps;
-    printf("rpc-bench: floats=%zu reps=%lld round_ms=%.3f goodput_gbit_s=%.3f window=%u\n", n,
-           (long long)reps, 1e3 * sec / (double)reps, bytes * 8e-9 / sec,
-           ss__grpc_transport_window(t));
+    qsort(round_ms, (size_t)reps, sizeof *round_ms, by_value);
+    printf("rpc-bench: floats=%zu reps=%lld round_ms=%.3f goodput_gbit_s=%.3f window=%u "
+           "round_p50_ms=%.3f round_p99_ms=%.3f\n",
+           n, (long long)reps, 1e3 * sec / (double)reps, bytes * 8e-9 / sec,
+           ss__grpc_transport_window(t), round_ms[reps / 2], round_ms[reps * 99 / 100]);
+    free(round_ms);
     ss__transport_leave(t, group, m);
     ss__transport_destroy(t);
     free(s);
