@@ -277,21 +277,13 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
 }
 
 /* |s - c| / |c| of the round just completed, from the snapshot and the
- * transport's reply (in g->snap and g->reply). */
+ * transport's reply (in g->snap and g->reply), in one read of each. */
 static double round_divergence(ss__engine_group *g, size_t n) {
     double dist2, center2;
-    if (g->params.algo == SS_ALGO_EASGD) {
-        /* d = alpha (s - c_old): |s - c_old| = |d| / alpha, and
-         * c_old = s - d / alpha, recovered into the scratch buffer. */
-        const float inv_alpha = 1.0f / g->params.alpha;
-        dist2 = ss__kernel_norm2_sq(g->reply, n) * (double)inv_alpha * (double)inv_alpha;
-        memcpy(g->delta, g->snap, n * sizeof(float));
-        ss__kernel_axpy(g->delta, g->reply, -inv_alpha, n);
-        center2 = ss__kernel_norm2_sq(g->delta, n);
-    } else {
-        dist2 = ss__kernel_dist2_sq(g->snap, g->reply, n); /* reply = round mean */
-        center2 = ss__kernel_norm2_sq(g->reply, n);
-    }
+    if (g->params.algo == SS_ALGO_EASGD) /* reply = alpha (s - c_old) */
+        ss__kernel_easgd_divergence(g->snap, g->reply, g->params.alpha, n, &dist2, &center2);
+    else /* reply = the round's mean */
+        ss__kernel_dist2_norm2(g->snap, g->reply, n, &dist2, &center2);
     return center2 > 0.0 ? sqrt(dist2 / center2) : 0.0;
 }
 
@@ -364,9 +356,9 @@ static ss_status run_round_locked(ss__engine_group *g) {
     const uint64_t t1 = ss__now_ns();
     const size_t bytes = ss__transport_wire_bytes(e->transport, n); /* compressed: less */
     /* Divergence is for dashboards: measured at most every
-     * DIVERGENCE_PERIOD_NS, it costs the shadow thread three extra passes
-     * over the group, which at thousands of rounds/s is memory bandwidth
-     * the workers feel. */
+     * DIVERGENCE_PERIOD_NS, it costs the shadow thread an extra read of
+     * the snapshot and the reply, which at thousands of rounds/s is memory
+     * bandwidth the workers feel. */
     bool measure = st == SS_OK && (g->rounds == 0 || t1 - g->divergence_ns >= DIVERGENCE_PERIOD_NS);
     double divergence = measure ? round_divergence(g, n) : 0.0;
     pthread_mutex_lock(&g->stats_lock);

@@ -112,18 +112,72 @@ void ss__kernel_sub(float *restrict out, const float *restrict a, const float *r
         out[i] = a[i] - b[i];
 }
 
+/* The sums below run in LANES independent double accumulators: one serial
+ * double sum waits on each add (about 4 cycles an element) and GCC may not
+ * reorder it into vectors without -ffast-math; 8 lanes are 8 chains it
+ * vectorizes. Under perf, the serial norms of a 16M-float group were a
+ * quarter of an agent's CPU (bench/emu-cluster.sh --dense-floats 16777216). */
+#define LANES 8
+
+static double lanes_total(const double lane[LANES]) {
+    double t = 0.0;
+    for (int k = 0; k < LANES; k++)
+        t += lane[k];
+    return t;
+}
+
 double ss__kernel_norm2_sq(const float *restrict x, size_t n) {
-    double acc = 0.0;
-    for (size_t i = 0; i < n; i++)
-        acc += (double)x[i] * (double)x[i];
-    return acc;
+    double lane[LANES] = {0};
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            lane[k] += (double)x[i + k] * (double)x[i + k];
+    for (; i < n; i++)
+        lane[0] += (double)x[i] * (double)x[i];
+    return lanes_total(lane);
 }
 
 double ss__kernel_dist2_sq(const float *restrict a, const float *restrict b, size_t n) {
-    double acc = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double t = (double)a[i] - (double)b[i];
-        acc += t * t;
+    double dist2, b2;
+    ss__kernel_dist2_norm2(a, b, n, &dist2, &b2);
+    return dist2;
+}
+
+void ss__kernel_dist2_norm2(const float *restrict a, const float *restrict b, size_t n,
+                            double *dist2, double *b2) {
+    double d[LANES] = {0}, c[LANES] = {0};
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) {
+            const double t = (double)a[i + k] - (double)b[i + k];
+            d[k] += t * t;
+            c[k] += (double)b[i + k] * (double)b[i + k];
+        }
+    for (; i < n; i++) {
+        const double t = (double)a[i] - (double)b[i];
+        d[0] += t * t;
+        c[0] += (double)b[i] * (double)b[i];
     }
-    return acc;
+    *dist2 = lanes_total(d);
+    *b2 = lanes_total(c);
+}
+
+void ss__kernel_easgd_divergence(const float *restrict s, const float *restrict d, float alpha,
+                                 size_t n, double *dist2, double *centre2) {
+    const double inv = 1.0 / (double)alpha;
+    double x[LANES] = {0}, c[LANES] = {0};
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) {
+            const double gap = (double)d[i + k] * inv, old = (double)s[i + k] - gap;
+            x[k] += gap * gap;
+            c[k] += old * old;
+        }
+    for (; i < n; i++) {
+        const double gap = (double)d[i] * inv, old = (double)s[i] - gap;
+        x[0] += gap * gap;
+        c[0] += old * old;
+    }
+    *dist2 = lanes_total(x);
+    *centre2 = lanes_total(c);
 }

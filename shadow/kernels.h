@@ -61,5 +61,13 @@ void ss__kernel_sub(float *restrict out, const float *restrict a, const float *r
 double ss__kernel_norm2_sq(const float *restrict x, size_t n);
 /* sum of (a[i]-b[i])^2 in double precision. */
 double ss__kernel_dist2_sq(const float *restrict a, const float *restrict b, size_t n);
+/* In one pass: *dist2 = sum of (a[i]-b[i])^2, *b2 = sum of b[i]^2 (double). */
+void ss__kernel_dist2_norm2(const float *restrict a, const float *restrict b, size_t n,
+                            double *dist2, double *b2);
+/* An S-EASGD round's distances from its snapshot s and delta d = alpha (s - c),
+ * in one pass and in double: *dist2 = |s - c|^2 = sum (d[i]/alpha)^2 and
+ * *centre2 = |c|^2 = sum (s[i] - d[i]/alpha)^2. */
+void ss__kernel_easgd_divergence(const float *restrict s, const float *restrict d, float alpha,
+                                 size_t n, double *dist2, double *centre2);
 
 #endif
