@@ -351,10 +351,62 @@ START_TEST(test_bias_starts_at_base_rate) {
 }
 END_TEST
 
+/* The first-order part by hand: with every dense weight 0 the MLP's logit
+ * is 0, so p = sigmoid(sum of the example's first-order weights). One
+ * example (label 1) from all-zero weights: p = 0.5, and each of its 26
+ * rows' weights and the weight of its one non-zero integer feature's log2
+ * class moves by -lr (p - y) = 0.5 * 0.5 = 0.25; then p = sigmoid(27 *
+ * 0.25). A zero integer feature has no weight. */
+START_TEST(test_first_order_weights_by_hand) {
+    ss__ctr_model_config cfg = {
+        .emb_dim = 2, .table_rows = 8, .bottom_hidden = 3, .top_hidden = 3, .wide_lr = 0.5f};
+    ss__ctr_layout L;
+    ss__ctr_layout_of(&cfg, &L);
+    float *dense = calloc(L.total, sizeof(float));
+    ss__ctr_embeddings emb;
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &emb), SS_OK);
+    ck_assert_ptr_nonnull(emb.wide);
+    ck_assert_uint_eq(ss__ctr_embeddings_floats(&emb), 26 * 8 * 2 + 26 * 8 + 13 * 32);
+    ss__ctr_example ex = {.label = 1.0f};
+    ex.dense[0] = logf(6.0f); /* x = 5: log2(6) = 2.58, class 2 */
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        ex.cat[f] = 100u + (uint32_t)f;
+    ss__ctr_worker *w;
+    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
+    ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &emb, &ex), 0.5f, 1e-6f);
+    ss__ctr_dense_opt sgd; /* a rate that leaves the dense part at 0 */
+    ck_assert_int_eq(ss__ctr_dense_opt_init(&sgd, SS_CTR_OPT_SGD, 1e-9f, L.total), SS_OK);
+    const ss__ctr_example *batch[] = {&ex};
+    ss__ctr_train_batch(w, dense, &sgd, &emb, batch, 1, NULL);
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        ck_assert_float_eq_tol(emb.wide[(size_t)f * 8 + ss__ctr_row_index(&cfg, f, &ex)], 0.25f,
+                               1e-6f);
+    const float *classes = emb.wide + 26 * 8;
+    ck_assert_float_eq_tol(classes[2], 0.25f, 1e-6f); /* feature 0, class 2 */
+    ck_assert_float_eq(classes[32 + 0], 0.0f);        /* feature 1 is 0: no weight */
+    ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &emb, &ex), 1.0f / (1.0f + expf(-6.75f)),
+                           1e-5f);
+    /* without them (wide_lr 0) nothing is allocated and the logit is the MLP's */
+    ss__ctr_embeddings plain;
+    cfg.wide_lr = 0.0f;
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &plain), SS_OK);
+    ck_assert_ptr_null(plain.wide);
+    ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &plain, &ex), 0.5f, 1e-6f);
+    cfg.wide_lr = 1.5f; /* past the range */
+    ck_assert_int_eq(ss__ctr_model_config_check(&cfg), SS_ERR_INVALID_ARGUMENT);
+    ss__ctr_dense_opt_free(&sgd);
+    ss__ctr_worker_destroy(w);
+    ss__ctr_embeddings_destroy(&emb);
+    ss__ctr_embeddings_destroy(&plain);
+    free(dense);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("ctr", 60, NULL, NULL, test_ne_hand_computed, test_auc_hand_computed,
                            test_reader_real_criteo_sample, test_reader_malformed_lines,
                            test_truth_deterministic, test_model_gradients_match_finite_differences,
                            test_dense_optimizers_by_hand, test_row_adagrad_by_hand,
-                           test_score_both_normalizations, test_bias_starts_at_base_rate);
+                           test_score_both_normalizations, test_bias_starts_at_base_rate,
+                           test_first_order_weights_by_hand);
 }

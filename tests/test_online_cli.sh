@@ -19,6 +19,8 @@ field() { grep '^summary-online:' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == 
 awk -v ne="$(field "$tmp/pipe.out" progressive_ne)" 'BEGIN {exit !(ne > 0.5 && ne < 1.0)}' ||
   fail "progressive_ne out of (0.5, 1): $(grep summary-online "$tmp/pipe.out")"
 grep -q 'bayes_ne=' "$tmp/gen.txt" || fail "ctr-gen --out - reports on stderr: $(cat "$tmp/gen.txt")"
+# a stream with --emb array has first-order weights by default (--wide-lr auto)
+grep -q ' wide_lr=0.005 ' "$tmp/pipe.out" || fail "--wide-lr auto on a stream: $(grep '^ctr-train: trainers' "$tmp/pipe.out")"
 
 # 1b. ctr-gen makes the same rows (and probabilities) on any number of
 # threads: one thread draws every row's random numbers in order, the others
@@ -71,6 +73,8 @@ refused 2 'one of --train and --train-follow' "$bin/ctr-train" --train - --train
 refused 2 '--max-rows does not apply' "$bin/ctr-train" --train - --max-rows 10
 refused 1 'cannot read' "$bin/ctr-train" --train-follow "$tmp/no-such-dir"
 refused 1 'ended before its first' "$bin/ctr-train" --train -
+refused 2 'rate in \[0, 1\] or auto' "$bin/ctr-train" --train - --wide-lr 0.01x
+refused 2 'wide-lr needs --emb array' "$bin/ctr-train" --train - --wide-lr 0.01 --emb local
 refused 2 'drift-turnover' "$bin/ctr-gen" --drift --drift-turnover -1 --out -
 refused 2 'threads.*outside' "$bin/ctr-gen" --drift --threads 65 --out -
-echo "online CLI test: pipe, SIGTERM, follow and 6 refusals as expected"
+echo "online CLI test: pipe, SIGTERM, follow and 8 refusals as expected"

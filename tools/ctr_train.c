@@ -252,7 +252,11 @@ typedef struct run_options {
     bool online;                 /* --train - or --train-follow */
     const char *progressive_out; /* online: per-chunk progressive sums */
     const char *final_model, *lr_scaling, *optimizer;
+    const char *wide_lr; /* a rate, or auto */
 } run_options;
+
+/* --wide-lr auto on a stream with --emb array. */
+#define WIDE_LR_ONLINE "0.005"
 
 static void run_options_init(run_options *o) {
     *o = (run_options){.world = 1,
@@ -260,7 +264,8 @@ static void run_options_init(run_options *o) {
                        .val_fraction = 0.1,
                        .final_model = "auto",
                        .lr_scaling = "linear",
-                       .optimizer = "adam"};
+                       .optimizer = "adam",
+                       .wide_lr = "auto"};
     ss__ctr_train_config_default(&o->cfg);
     o->cfg.progressive_window = 100000;
     o->lr = o->cfg.lr;
@@ -352,6 +357,12 @@ static size_t own_flag_table(run_options *o, ss__flag *flags) {
         {"bottom-hidden", SS_FLAG_U32, &c->model.bottom_hidden, "bottom MLP hidden width", NULL, 1,
          4096},
         {"top-hidden", SS_FLAG_U32, &c->model.top_hidden, "top MLP hidden width", NULL, 1, 4096},
+        {"wide-lr", SS_FLAG_STRING, &o->wide_lr,
+         "--emb array: first-order weights (one per embedding row and per integer feature's "
+         "log2 class) added to the logit, trained by SGD at this rate in [0, 1] (the wide part "
+         "of Wide & Deep: it learns from an id's first examples); auto: " WIDE_LR_ONLINE
+         " on a stream (chosen on bench/online-floor.sh's dev streams), else 0 (none)",
+         NULL, 0, 0},
         {"seed", SS_FLAG_INT, (int64_t *)&c->seed, "initialization seed", NULL, 0, 0},
         {"emb-prefetch", SS_FLAG_BOOL, &c->emb_prefetch,
          "remote/cached: fetch the next batch's rows while this one trains", NULL, 0, 0},
@@ -476,6 +487,13 @@ static void resolve_own(run_options *o) {
     if (!(cfg->epochs > 1 && cfg->patience > 0))
         o->val_fraction = 0.0;
     o->online = o->follow_dir || (o->train_path && !strcmp(o->train_path, "-"));
+    char *end = NULL;
+    double wide = strtod(o->wide_lr, &end);
+    if (!strcmp(o->wide_lr, "auto"))
+        wide = o->online && cfg->emb == SS_CTR_EMB_ARRAY ? atof(WIDE_LR_ONLINE) : 0.0;
+    else if (end == o->wide_lr || *end || !(wide >= 0.0 && wide <= 1.0))
+        wide = -1.0; /* refused by check_combination */
+    cfg->model.wide_lr = (float)wide;
     /* with a shard map, the map names the PS (the header says which file) */
     o->ps =
         *o->pcfg.ps || !o->pcfg.shard_map || !*o->pcfg.shard_map ? o->pcfg.ps : o->pcfg.shard_map;
@@ -505,6 +523,11 @@ static int check_combination(const run_options *o) {
     else if ((cfg->emb == SS_CTR_EMB_REMOTE || cfg->emb == SS_CTR_EMB_CACHED) && !*cfg->emb_ps &&
              !(cfg->emb_shard_map && *cfg->emb_shard_map))
         why = "--emb remote and cached need --emb-ps, --emb-shard-map or --ps";
+    else if (cfg->model.wide_lr < 0.0f)
+        why = "--wide-lr takes a rate in [0, 1] or auto";
+    else if (cfg->model.wide_lr > 0.0f && cfg->emb != SS_CTR_EMB_ARRAY)
+        why = "--wide-lr needs --emb array (the first-order weights live beside its shared rows, "
+              "not in a table)";
     else if (o->pcfg.agent && cfg->sync != SS_CTR_SYNC_SHADOW)
         why = "--agent syncs in the background: needs --sync shadow";
     else if (o->process && (cfg->trainers != 1 || o->rank >= o->world || cfg->eval_central))
@@ -578,12 +601,12 @@ static int train_and_report(run_options *o) {
         return 1;
     }
     printf("ctr-train: trainers=%u workers=%u sync=%s algo=%s%s batch=%u optimizer=%s lr=%g%s "
-           "emb_optimizer=%s emb_lr=%g epochs<=%u patience=%u shuffle=%s\n",
+           "emb_optimizer=%s emb_lr=%g wide_lr=%g epochs<=%u patience=%u shuffle=%s\n",
            cfg->trainers, cfg->workers, o->sync, o->algo,
            cfg->sync == SS_CTR_SYNC_FOREGROUND ? " (foreground)" : "", cfg->batch,
            ss__ctr_optimizer_name(cfg->optimizer), (double)cfg->lr, o->lr_note,
            cfg->emb_optimizer == SS_TABLE_ADAGRAD ? "adagrad" : "sgd", (double)cfg->emb_lr,
-           o->online ? 1 : cfg->epochs, val.nrows ? cfg->patience : 0,
+           (double)cfg->model.wide_lr, o->online ? 1 : cfg->epochs, val.nrows ? cfg->patience : 0,
            cfg->shuffle && !o->online ? "true" : "false");
     if (o->process)
         printf("ctr-train: process mode: trainer %s rank=%lld world=%lld ps=%s\n", o->pcfg.name,

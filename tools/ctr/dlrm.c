@@ -10,10 +10,17 @@
 
 #define NVEC  (1 + SS_CTR_NUM_CAT)    /* bottom output + one per field */
 #define NPAIR (NVEC * (NVEC - 1) / 2) /* 351 dot products */
+/* The first-order part also weighs each integer feature by its magnitude
+ * class, floor(log2(1 + x)) (capped), as a hashed logistic regression
+ * takes it: WIDE_BUCKETS weights per feature after the rows' weights. */
+#define WIDE_BUCKETS 32
+#define WIDE_DENSE   (SS_CTR_NUM_DENSE * WIDE_BUCKETS)
+#define NWIDE        (SS_CTR_NUM_CAT + SS_CTR_NUM_DENSE)
 
 ss_status ss__ctr_model_config_check(const ss__ctr_model_config *cfg) {
     if (!cfg || cfg->emb_dim == 0 || cfg->emb_dim > 256 || cfg->table_rows < 2 ||
-        !(cfg->emb_init_scale >= 0.0f && cfg->emb_init_scale <= 1.0f) || cfg->bottom_hidden == 0 ||
+        !(cfg->emb_init_scale >= 0.0f && cfg->emb_init_scale <= 1.0f) ||
+        !(cfg->wide_lr >= 0.0f && cfg->wide_lr <= 1.0f) || cfg->bottom_hidden == 0 ||
         cfg->bottom_hidden > 4096 || cfg->top_hidden == 0 || cfg->top_hidden > 4096)
         return SS_ERR_INVALID_ARGUMENT;
     return SS_OK;
@@ -60,19 +67,28 @@ ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t se
                                     ss__ctr_embeddings *out) {
     if (ss__ctr_model_config_check(cfg) != SS_OK || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    size_t n = (size_t)SS_CTR_NUM_CAT * cfg->table_rows * cfg->emb_dim;
-    out->data = malloc(n * sizeof(float));
+    const size_t rows = (size_t)SS_CTR_NUM_CAT * cfg->table_rows, n = rows * cfg->emb_dim;
+    const size_t wide = cfg->wide_lr > 0.0f ? rows + WIDE_DENSE : 0;
+    out->data = malloc((n + wide) * sizeof(float));
     if (!out->data)
         return SS_ERR_NO_MEMORY;
     out->rows = cfg->table_rows;
     out->dim = cfg->emb_dim;
     out->acc = NULL;
     out->lr = 0.05f;
+    out->wide = wide ? out->data + n : NULL; /* from 0: the bias holds the base rate */
+    out->wide_lr = cfg->wide_lr;
+    memset(out->data + n, 0, wide * sizeof(float));
     ss__rng rng;
     ss__rng_seed(&rng, seed ^ 0xe3b0c44298fc1c14ull);
     for (size_t i = 0; i < n; i++)
         out->data[i] = (float)((2.0 * ss__rng_uniform(&rng) - 1.0) * ss__ctr_emb_init_scale(cfg));
     return SS_OK;
+}
+
+size_t ss__ctr_embeddings_floats(const ss__ctr_embeddings *emb) {
+    const size_t rows = (size_t)SS_CTR_NUM_CAT * emb->rows;
+    return rows * emb->dim + (emb->wide ? rows + WIDE_DENSE : 0);
 }
 
 void ss__ctr_embeddings_destroy(ss__ctr_embeddings *emb) {
@@ -82,6 +98,7 @@ void ss__ctr_embeddings_destroy(ss__ctr_embeddings *emb) {
     free(emb->acc);
     emb->data = NULL;
     emb->acc = NULL;
+    emb->wide = NULL;
 }
 
 ss_status ss__ctr_embeddings_set_optimizer(ss__ctr_embeddings *emb, bool adagrad, float lr) {
@@ -257,16 +274,47 @@ static float forward(ss__ctr_worker *w, const float *dense, const float *const *
     return logit;
 }
 
-/* The example's rows in the shared array, and their Adagrad accumulators
- * (acc may be NULL). */
+/* The example's rows in the shared array, their Adagrad accumulators
+ * (acc may be NULL) and their first-order weights (NULL without them). */
 static void array_rows(ss__ctr_worker *w, const ss__ctr_embeddings *emb, const ss__ctr_example *ex,
-                       float **rows, float **acc) {
+                       float **rows, float **acc, float **wide) {
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
         size_t r = (size_t)f * emb->rows + ss__ctr_row_index(&w->cfg, f, ex);
         rows[f] = emb->data + r * w->cfg.emb_dim;
         if (acc)
             acc[f] = emb->acc ? emb->acc + r : NULL;
+        wide[f] = emb->wide ? emb->wide + r : NULL;
     }
+    float *classes = emb->wide ? emb->wide + (size_t)SS_CTR_NUM_CAT * emb->rows : NULL;
+    for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
+        /* dense[j] = ln(1 + x): log2(1 + x) = dense[j] / ln 2 */
+        const float c = ex->dense[j] * 1.44269504f;
+        const size_t b = c < WIDE_BUCKETS - 1 ? (size_t)c : WIDE_BUCKETS - 1;
+        /* 0 (or empty, or negative): no weight, as a regression has no
+         * token for an empty field (all of them in a categorical stream) */
+        wide[SS_CTR_NUM_CAT + j] =
+            classes && c > 0.0f ? classes + (size_t)j * WIDE_BUCKETS + b : NULL;
+    }
+}
+
+/* The first-order part of the logit: the sum of the example's weights
+ * (live: read through the Hogwild kernel). */
+static float wide_logit(float *const *wide) {
+    float sum = 0.0f;
+    for (int f = 0; f < NWIDE; f++) {
+        float v = 0.0f;
+        if (wide[f])
+            ss__kernel_live_snapshot(&v, wide[f], 1);
+        sum += v;
+    }
+    return sum;
+}
+
+/* d loss / d weight = dlogit for each of them: one SGD step. */
+static void wide_step(float *const *wide, float dlogit, float lr) {
+    for (int f = 0; f < NWIDE; f++)
+        if (wide[f])
+            ss__kernel_live_add_scaled(wide[f], &dlogit, -lr, 1);
 }
 
 static float sigmoid(float x) {
@@ -275,9 +323,9 @@ static float sigmoid(float x) {
 
 float ss__ctr_predict(ss__ctr_worker *w, const float *dense, const ss__ctr_embeddings *emb,
                       const ss__ctr_example *ex) {
-    float *rows[SS_CTR_NUM_CAT];
-    array_rows(w, emb, ex, rows, NULL);
-    return sigmoid(forward(w, dense, (const float *const *)rows, ex));
+    float *rows[SS_CTR_NUM_CAT], *wide[NWIDE];
+    array_rows(w, emb, ex, rows, NULL, wide);
+    return sigmoid(forward(w, dense, (const float *const *)rows, ex) + wide_logit(wide));
 }
 
 /* Backward pass for one example with dlogit = p - y: adds dense gradients
@@ -353,16 +401,17 @@ static void train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
     double loss = 0.0;
     for (size_t i = 0; i < count; i++) {
         const ss__ctr_example *ex = batch[i];
-        float *rows[SS_CTR_NUM_CAT], *acc[SS_CTR_NUM_CAT];
+        float *rows[SS_CTR_NUM_CAT], *acc[SS_CTR_NUM_CAT], *wide[NWIDE] = {NULL};
         if (emb)
-            array_rows(w, emb, ex, rows, acc);
+            array_rows(w, emb, ex, rows, acc, wide);
         const float *const *in = emb ? (const float *const *)rows : gathered + i * SS_CTR_NUM_CAT;
-        float p = sigmoid(forward(w, dense, in, ex));
+        float p = sigmoid(forward(w, dense, in, ex) + wide_logit(wide));
         float pc = fminf(fmaxf(p, 1e-7f), 1.0f - 1e-7f);
         loss -= ex->label > 0.5f ? logf(pc) : logf(1.0f - pc);
-        if (emb)
+        if (emb) {
             backward(w, dense, rows, emb, emb->acc ? acc : NULL, ex, p - ex->label);
-        else
+            wide_step(wide, p - ex->label, emb->wide_lr);
+        } else
             backward(w, dense, grads + i * SS_CTR_NUM_CAT, NULL, NULL, ex, p - ex->label);
     }
     ss__ctr_dense_opt_apply(opt, dense, w->grad, 1.0f / (float)count);

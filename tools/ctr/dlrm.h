@@ -22,6 +22,11 @@ typedef struct ss__ctr_model_config {
     uint32_t bottom_hidden; /* bottom MLP: 13 -> bottom_hidden -> D */
     uint32_t top_hidden;    /* top MLP: D + 351 -> top_hidden -> 1 */
     float emb_init_scale;   /* rows start uniform in [-s, s] (0: 0.05) */
+    /* > 0: a first-order weight per embedding row, added to the logit and
+     * trained by SGD at this rate (the wide part of Wide & Deep: it learns
+     * an id's click rate from its first examples, while the interactions
+     * need many); 0: none. The array path only. */
+    float wide_lr;
 } ss__ctr_model_config;
 
 /* Offsets of each parameter block inside the flat dense array. */
@@ -70,7 +75,12 @@ typedef struct ss__ctr_embeddings {
     size_t rows, dim;
     float *acc; /* row-wise Adagrad; NULL = SGD */
     float lr;
+    float *wide;   /* NULL, or one first-order weight per row, in data after the rows */
+    float wide_lr; /* their SGD rate (cfg->wide_lr) */
 } ss__ctr_embeddings;
+
+/* Floats in emb->data: the rows, and the first-order weights if any. */
+size_t ss__ctr_embeddings_floats(const ss__ctr_embeddings *emb);
 
 /* The rows' initial scale (cfg->emb_init_scale, 0: 0.05). */
 float ss__ctr_emb_init_scale(const ss__ctr_model_config *cfg);

@@ -421,7 +421,7 @@ static ss_status validate_epoch(run *r, uint32_t epoch, float *buf, double *best
          * table's rows live on its shards, another process's replica in
          * that process). */
         if (!r->table && !cfg->process && cfg->patience > 0) {
-            const size_t ne = (size_t)SS_CTR_NUM_CAT * r->emb.rows * r->emb.dim;
+            const size_t ne = ss__ctr_embeddings_floats(&r->emb);
             if (!r->best_dense && !(r->best_dense = malloc(r->L.total * sizeof(float))))
                 return SS_ERR_NO_MEMORY;
             if (!r->best_emb && !(r->best_emb = malloc(ne * sizeof(float))))
@@ -478,8 +478,7 @@ static ss_status run_epochs(run *r, ss__ctr_train_result *res) {
         memcpy(r->tr[0].dense, r->best_dense, r->L.total * sizeof(float));
         if (cfg->lr_scale > 0.0f) /* replica 0 trains alone from here */
             r->tr[0].opt.lr = cfg->lr / cfg->lr_scale;
-        memcpy(r->emb.data, r->best_emb,
-               (size_t)SS_CTR_NUM_CAT * r->emb.rows * r->emb.dim * sizeof(float));
+        memcpy(r->emb.data, r->best_emb, ss__ctr_embeddings_floats(&r->emb) * sizeof(float));
     }
     /* The validation rows are the newest: once they have chosen the epoch,
      * the model learns from them too, once, in file order (as a
