@@ -125,6 +125,17 @@ static inline void proc_freeze(pid_t pid) {
     ck_assert(WIFSTOPPED(status));
 }
 
+/* A test program's start: SIGPIPE ignored (a write to a killed server's
+ * socket must fail, not end the test) and its scratch directory made from
+ * the mkdtemp template in dir. 0, or the exit code after saying why. */
+static inline int proc_main_start(char *dir) {
+    signal(SIGPIPE, SIG_IGN);
+    if (mkdtemp(dir))
+        return 0;
+    perror("mkdtemp");
+    return EXIT_FAILURE;
+}
+
 /* Removes a test's scratch directory and everything in it. */
 static inline void proc_remove_tree(const char *dir) {
     char cmd[4200];

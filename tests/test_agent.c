@@ -83,17 +83,23 @@ static ss_status reply_of(int fd, char *msg, size_t msglen) {
 }
 
 /* Creates a group's memfd (into g) and registers it on fd: the agent's
- * verdict, or SS_ERR_IO when the memfd or the socket failed. */
-static ss_status register_group(int fd, const char *name, size_t n, ss__shm_group *g) {
+ * verdict (its message into msg when not NULL), or SS_ERR_IO when the
+ * memfd or the socket failed. */
+static ss_status register_group_said(int fd, const char *name, size_t n, ss__shm_group *g,
+                                     char *msg, size_t msglen) {
     ss__pb_agent_request rq;
     ss__pb_register_group r;
     register_request(&rq, &r, name, n);
     ss_status v = SS_ERR_IO;
     if (ss__shm_group_create(name, n, g) != SS_OK ||
         ss__agent_send_request(fd, &rq, g->fd) != SS_OK ||
-        ss__agent_recv_reply(fd, 10000, &v, NULL, 0) != SS_OK)
+        ss__agent_recv_reply(fd, 10000, &v, msg, msglen) != SS_OK)
         return SS_ERR_IO;
     return v;
+}
+
+static ss_status register_group(int fd, const char *name, size_t n, ss__shm_group *g) {
+    return register_group_said(fd, name, n, g, NULL, 0);
 }
 
 /* A trainer's connection to the agent at sock, welcomed. */
@@ -631,14 +637,9 @@ START_TEST(stale_shard_map_is_said_to_the_trainer) {
     pid_t pid = proc_spawn(argv, log);
     proc_address_after(log, "listening on", addr, sizeof addr);
     int fd = trainer_connect(sock, "alone");
-    ss__pb_agent_request rq;
-    ss__pb_register_group r;
-    register_request(&rq, &r, "w", 16);
     ss__shm_group g;
-    ck_assert_int_eq(ss__shm_group_create("w", 16, &g), SS_OK);
-    ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
     char msg[512];
-    ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_STATE);
+    ck_assert_int_eq(register_group_said(fd, "w", 16, &g, msg, sizeof msg), SS_ERR_STATE);
     ck_assert_msg(strstr(msg, "was routed by shard map epoch 1; this server serves epoch 2"),
                   "the trainer was told: %s", msg);
     close(fd);
@@ -663,14 +664,9 @@ START_TEST(join_failure_names_the_ps) {
     proc_address_after(log, "listening on", addr, sizeof addr);
     proc_address_after(log, "http on", web, sizeof web);
     int fd = trainer_connect(sock, "alone");
-    ss__pb_agent_request rq;
-    ss__pb_register_group r;
-    register_request(&rq, &r, "w", 16);
     ss__shm_group g;
-    ck_assert_int_eq(ss__shm_group_create("w", 16, &g), SS_OK);
-    ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
-    char msg[512];
-    ck_assert_int_ne(reply_of(fd, msg, sizeof msg), SS_OK);
+    char msg[512] = "";
+    ck_assert_int_ne(register_group_said(fd, "w", 16, &g, msg, sizeof msg), SS_OK);
     ck_assert_str_eq(msg, "cannot join group w at the parameter servers: cannot reach the PS at "
                           "127.0.0.1:1 (connection refused)");
     char base[100], *status = NULL, *metrics = NULL;

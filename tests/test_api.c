@@ -331,11 +331,8 @@ START_TEST(test_finish_and_flush_tell_the_truth) {
 END_TEST
 
 int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (proc_main_start(tmpdir))
         return EXIT_FAILURE;
-    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = ss__check_tests(
         "api", 120, NULL, NULL, test_config_defaults_and_environment, test_bad_input_is_refused,

@@ -496,11 +496,8 @@ START_TEST(test_bounded_local_table) {
 END_TEST
 
 int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (proc_main_start(tmpdir))
         return EXIT_FAILURE;
-    }
     int rc = ss__check_tests("config", 60, NULL, NULL, test_set_by_key_uses_the_command_line_names,
                              test_bounded_local_table, test_environment_names_the_variable,
                              test_open_says_which_setting_is_wrong, test_trainer_metrics_text,

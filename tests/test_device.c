@@ -683,11 +683,8 @@ START_TEST(test_cuda_through_an_agent_process) {
 END_TEST
 
 int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (proc_main_start(tmpdir))
         return EXIT_FAILURE;
-    }
     int rc =
         ss__check_tests("device", 120, NULL, NULL, test_without_a_device_says_why,
                         test_standin_easgd_by_hand, test_standin_chunks_through_two_buffers,
