@@ -12,6 +12,9 @@
  *   gather - the floor under inproc: the same ids read from (lookups) and
  *            SGD-updated in (pushes) one flat array of rows indexed by id,
  *            no hash, no lock, no checks;
+ *   indexed - the same rows found through an open-addressing index of
+ *            (id, row) slots: the floor of any store whose ids are not
+ *            0..n-1 (one more cache miss a row);
  * Also the resident memory per million rows of the in-process store
  * against the raw row bytes. */
 #include <hiredis/hiredis.h>
@@ -19,6 +22,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,22 +236,54 @@ static void prefetch_lines(const void *p, size_t bytes) {
         __builtin_prefetch((const char *)p + off);
 }
 
-/* The flat array: what a random gather of the same rows costs at most
- * (software prefetch ahead, like the store's own loop). */
-static int run_gather(bench *b, result *r) {
+/* An index from id to row, as any store of ids that are not 0..n-1 needs:
+ * open addressing, one 16-byte slot per id (id, row), linear probing. */
+typedef struct index_slot {
+    uint64_t id;
+    float *row;
+} index_slot;
+
+typedef struct row_index {
+    index_slot *slots;
+    size_t mask;
+} row_index;
+
+static inline size_t home_slot(const row_index *x, uint64_t id) {
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) & x->mask;
+}
+
+/* Every id asked for is in the index: the probe ends. */
+static inline float *indexed_row(const row_index *x, uint64_t id) {
+    size_t s = home_slot(x, id);
+    while (x->slots[s].id != id)
+        s = (s + 1) & x->mask;
+    return x->slots[s].row;
+}
+
+/* The row of id: in the flat array by position (x NULL), else through x. */
+static inline float *row_at(float *rows, size_t dim, const row_index *x, uint64_t id) {
+    return x ? indexed_row(x, id) : rows + id * dim;
+}
+
+/* Software prefetch ahead, as the store's own loop does: the slot two
+ * windows ahead (indexed), the row one window ahead. */
+static inline void prefetch_ahead(float *rows, size_t dim, const row_index *x, const uint64_t *ids,
+                                  int64_t i, int64_t n) {
+    if (x && i + 2 * GATHER_AHEAD < n)
+        __builtin_prefetch(&x->slots[home_slot(x, ids[i + 2 * GATHER_AHEAD])]);
+    if (i + GATHER_AHEAD < n)
+        prefetch_lines(row_at(rows, dim, x, ids[i + GATHER_AHEAD]), dim * sizeof *rows);
+}
+
+/* Lookups (copies out) and SGD pushes of the bench's batches, timed. */
+static void time_rows(bench *b, float *rows, const row_index *x, result *r) {
     const size_t dim = (size_t)b->dim;
-    float *rows = malloc((size_t)b->rows * dim * sizeof *rows);
-    if (!rows)
-        return -1;
-    for (size_t i = 0; i < (size_t)b->rows * dim; i++)
-        rows[i] = (float)(i % 13) * 0.01f;
     uint64_t t0 = ss__now_ns();
     for (int64_t k = 0; k < b->reps; k++) {
         const uint64_t *ids = b->ids + k * b->batch;
         for (int64_t i = 0; i < b->batch; i++) {
-            if (i + GATHER_AHEAD < b->batch)
-                prefetch_lines(rows + ids[i + GATHER_AHEAD] * dim, dim * sizeof *rows);
-            memcpy(b->buf + i * b->dim, rows + ids[i] * dim, dim * sizeof *rows);
+            prefetch_ahead(rows, dim, x, ids, i, b->batch);
+            memcpy(b->buf + i * b->dim, row_at(rows, dim, x, ids[i]), dim * sizeof *rows);
         }
     }
     uint64_t t1 = ss__now_ns();
@@ -255,9 +291,8 @@ static int run_gather(bench *b, result *r) {
     for (int64_t k = 0; k < b->reps; k++) {
         const uint64_t *ids = b->ids + k * b->batch;
         for (int64_t i = 0; i < b->batch; i++) {
-            if (i + GATHER_AHEAD < b->batch)
-                prefetch_lines(rows + ids[i + GATHER_AHEAD] * dim, dim * sizeof *rows);
-            float *restrict row = rows + ids[i] * dim;
+            prefetch_ahead(rows, dim, x, ids, i, b->batch);
+            float *restrict row = row_at(rows, dim, x, ids[i]);
             const float *restrict g = b->grads + i * b->dim;
             for (size_t j = 0; j < dim; j++)
                 row[j] -= lr * g[j];
@@ -266,7 +301,37 @@ static int run_gather(bench *b, result *r) {
     uint64_t t2 = ss__now_ns();
     r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
     r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+}
+
+/* The flat array (what a random gather of the same rows costs at most),
+ * then the same rows found through an index (the floor of any store that
+ * maps ids to rows). */
+static int run_gather(bench *b, result *flat, result *indexed) {
+    const size_t dim = (size_t)b->dim, n = (size_t)b->rows;
+    float *rows = malloc(n * dim * sizeof *rows);
+    size_t cap = 1;
+    while (cap < 2 * n)
+        cap *= 2;
+    row_index x = {calloc(cap, sizeof *x.slots), cap - 1};
+    if (!rows || !x.slots) {
+        free(rows);
+        free(x.slots);
+        return -1;
+    }
+    for (size_t i = 0; i < n * dim; i++)
+        rows[i] = (float)(i % 13) * 0.01f;
+    for (size_t s = 0; s < cap; s++)
+        x.slots[s].id = UINT64_MAX;
+    for (size_t id = 0; id < n; id++) {
+        size_t s = home_slot(&x, id);
+        while (x.slots[s].id != UINT64_MAX)
+            s = (s + 1) & x.mask;
+        x.slots[s] = (index_slot){id, rows + id * dim};
+    }
+    time_rows(b, rows, NULL, flat);
+    time_rows(b, rows, &x, indexed);
     free(rows);
+    free(x.slots);
     return 0;
 }
 
@@ -413,15 +478,18 @@ int main(int argc, char **argv) {
     make_batches(&b);
     printf("batch %lld ids, dim %lld, %lld rows, %lld timed batches per operation\n",
            (long long)b.batch, (long long)b.dim, (long long)b.rows, (long long)b.reps);
-    result in, ga, tc, gr = {0}, rd = {0};
+    result in, ga, gi, tc, gr = {0}, rd = {0};
     ss__emb_store *st = NULL;
     ss__rpc_init();
-    if (run_gather(&b, &ga) != 0) {
+    if (run_gather(&b, &ga, &gi) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: no memory for %lld rows of %lld floats\n",
                 (long long)b.rows, (long long)b.dim);
         return 1;
     }
     report("gather", &ga, &b);
+    report("indexed", &gi, &b);
+    printf("ratio indexed/gather: lookups %.3f pushes %.3f\n", ga.lookup_s / gi.lookup_s,
+           ga.push_s / gi.push_s);
     if (run_inproc(&b, &in, &st) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: in-process run failed\n");
         return 1;
@@ -429,6 +497,8 @@ int main(int argc, char **argv) {
     report("inproc", &in, &b);
     printf("ratio inproc/gather: lookups %.3f pushes %.3f\n", ga.lookup_s / in.lookup_s,
            ga.push_s / in.push_s);
+    printf("ratio inproc/indexed: lookups %.3f pushes %.3f\n", gi.lookup_s / in.lookup_s,
+           gi.push_s / in.push_s);
     if (run_tcp(&b, st, &tc) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: the loopback TCP run failed\n");
         return 1;
