@@ -446,7 +446,7 @@ static int run_redis(bench *b, const char *addr, result *r) {
 }
 
 int main(int argc, char **argv) {
-    const char *ps = "", *redis = "";
+    const char *ps = "", *redis = "", *optimizer = "sgd";
     bench b = {.rows = 1000000, .batch = 4096, .dim = 64, .reps = 200};
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "one running shadowsync-ps shard (\"\" = skip gRPC)", NULL, 0,
@@ -457,6 +457,9 @@ int main(int argc, char **argv) {
         {"batch", SS_FLAG_INT, &b.batch, "ids per request", NULL, 1, 65536},
         {"dim", SS_FLAG_INT, &b.dim, "floats per row", NULL, 1, 4096},
         {"reps", SS_FLAG_INT, &b.reps, "timed batches per operation", NULL, 1, 1e6},
+        {"optimizer", SS_FLAG_STRING, &optimizer,
+         "the table's optimizer in the store (inproc, tcp, gRPC; the floors and Redis apply SGD)",
+         "sgd|adagrad", 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
@@ -466,6 +469,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     ss__emb_spec_init(&b.spec, "bench", (uint32_t)b.dim);
+    b.spec.optimizer = strcmp(optimizer, "adagrad") ? SS_EMB_SGD : SS_EMB_ADAGRAD;
     b.ids = malloc((size_t)(b.reps * b.batch) * sizeof *b.ids);
     b.buf = malloc((size_t)(b.batch * b.dim) * sizeof *b.buf);
     b.grads = malloc((size_t)(b.batch * b.dim) * sizeof *b.grads);

@@ -88,6 +88,20 @@ void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, s
 
 /* row[j] - step * grad[j] finite for every j? (One pass in L1 before the
  * row is written, so that a refused row keeps its value.) */
+/* The sum of x[j]^2 in 8 lanes: one serial float sum waits on each add
+ * and may not be reordered into vectors; 8 chains vectorize. */
+static float sum_squares(const float *x, size_t dim) {
+    float lane[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= dim; j += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] += x[j + k] * x[j + k];
+    for (; j < dim; j++)
+        lane[0] += x[j] * x[j];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+           ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 static bool steps_finite(const float *row, float step, const float *grad, size_t dim) {
     int bad = 0;
     for (size_t j = 0; j < dim; j++)
@@ -98,10 +112,7 @@ static bool steps_finite(const float *row, float step, const float *grad, size_t
 bool ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad) {
     const size_t dim = spec->dim;
     if (spec->optimizer == SS_EMB_ADAGRAD) {
-        float sq = 0.0f;
-        for (size_t j = 0; j < dim; j++)
-            sq += grad[j] * grad[j];
-        const float acc = row[dim] + sq / (float)dim;
+        const float acc = row[dim] + sum_squares(grad, dim) / (float)dim;
         const float step = spec->lr / (sqrtf(acc) + spec->eps);
         if (!isfinite(acc) || !steps_finite(row, step, grad, dim))
             return false;

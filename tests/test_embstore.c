@@ -55,6 +55,17 @@ START_TEST(test_sgd_adagrad_elastic_by_hand) {
     ck_assert_float_eq_tol(r2[0], 0.9367544f - 0.0784465f, 1e-6f);
     ck_assert_float_eq_tol(r2[1], 2.1264911f - 0.0784465f, 1e-6f);
 
+    /* dim 11, past the sum's block of 8 lanes: g = 1..11, mean of squares
+     * 506 / 11 = 46; step = 0.1 / sqrt(46) = 0.0147442. */
+    ss__emb_spec ada11 = spec_of("t", 11, SS_EMB_ADAGRAD, 0.1f, 0.0f);
+    float r11[12] = {0}, g11[11];
+    for (int j = 0; j < 11; j++)
+        g11[j] = (float)(j + 1);
+    ck_assert(ss__emb_apply_gradient(&ada11, r11, g11));
+    ck_assert_float_eq_tol(r11[11], 46.0f, 1e-5f);
+    ck_assert_float_eq_tol(r11[0], -0.0147442f, 1e-6f);
+    ck_assert_float_eq_tol(r11[10], -11.0f * 0.0147442f, 1e-5f);
+
     /* Elastic: c = (1, 1), x = (3, -1), alpha 0.25: d = (0.5, -0.5). */
     float c[2] = {1.0f, 1.0f}, x[2] = {3.0f, -1.0f}, d[2];
     ss__emb_elastic(c, x, 0.25f, d, 2);
