@@ -86,8 +86,6 @@ void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, s
         row[dim + j] = 0.0f;
 }
 
-/* row[j] - step * grad[j] finite for every j? (One pass in L1 before the
- * row is written, so that a refused row keeps its value.) */
 /* The sum of x[j]^2 in 8 lanes: one serial float sum waits on each add
  * and may not be reordered into vectors; 8 chains vectorize. */
 static float sum_squares(const float *x, size_t dim) {
@@ -102,6 +100,8 @@ static float sum_squares(const float *x, size_t dim) {
            ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
+/* row[j] - step * grad[j] finite for every j? (One pass in L1 before the
+ * row is written, so that a refused row keeps its value.) */
 static bool steps_finite(const float *row, float step, const float *grad, size_t dim) {
     int bad = 0;
     for (size_t j = 0; j < dim; j++)

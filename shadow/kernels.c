@@ -126,23 +126,6 @@ static double lanes_total(const double lane[LANES]) {
     return t;
 }
 
-double ss__kernel_norm2_sq(const float *restrict x, size_t n) {
-    double lane[LANES] = {0};
-    size_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++)
-            lane[k] += (double)x[i + k] * (double)x[i + k];
-    for (; i < n; i++)
-        lane[0] += (double)x[i] * (double)x[i];
-    return lanes_total(lane);
-}
-
-double ss__kernel_dist2_sq(const float *restrict a, const float *restrict b, size_t n) {
-    double dist2, b2;
-    ss__kernel_dist2_norm2(a, b, n, &dist2, &b2);
-    return dist2;
-}
-
 void ss__kernel_dist2_norm2(const float *restrict a, const float *restrict b, size_t n,
                             double *dist2, double *b2) {
     double d[LANES] = {0}, c[LANES] = {0};

@@ -57,10 +57,6 @@ void ss__kernel_scale(float *restrict x, float scale, size_t n);
 /* out[i] = a[i] - b[i]. */
 void ss__kernel_sub(float *restrict out, const float *restrict a, const float *restrict b,
                     size_t n);
-/* sum of x[i]^2 in double precision. */
-double ss__kernel_norm2_sq(const float *restrict x, size_t n);
-/* sum of (a[i]-b[i])^2 in double precision. */
-double ss__kernel_dist2_sq(const float *restrict a, const float *restrict b, size_t n);
 /* In one pass: *dist2 = sum of (a[i]-b[i])^2, *b2 = sum of b[i]^2 (double). */
 void ss__kernel_dist2_norm2(const float *restrict a, const float *restrict b, size_t n,
                             double *dist2, double *b2);

@@ -107,18 +107,18 @@ START_TEST(test_mean_and_kernels) {
     assert_vec(avg, (const float[]){2, 4, 0}, 3);
     assert_vec(sum, (const float[]){4, 8, 0}, 3); /* the sum is kept */
     ck_assert_int_eq(ss__mean_close(sum, 0, avg, 3), SS_ERR_INVALID_ARGUMENT);
-    ck_assert_double_eq_tol(ss__kernel_norm2_sq(a, 3), 14.0, 1e-12);
-    ck_assert_double_eq_tol(ss__kernel_dist2_sq(a, b, 3), 4 + 16 + 36, 1e-12);
+    double dist2, other2;
+    ss__kernel_dist2_norm2(b, a, 3, &dist2, &other2);
+    ck_assert_double_eq_tol(other2, 14.0, 1e-12);
+    ck_assert_double_eq_tol(dist2, 4 + 16 + 36, 1e-12);
     /* 11 elements: a block of the kernels' 8 lanes and a tail of 3. x = 1..11
      * (sum of squares 11*12*23/6 = 506), y = 2x: |x - y|^2 = 506, |y|^2 = 2024. */
     float x11[11], y11[11], d11[11];
     for (int k = 0; k < 11; k++)
         x11[k] = (float)(k + 1), y11[k] = 2.0f * (float)(k + 1);
-    double dist2, other2;
     ss__kernel_dist2_norm2(x11, y11, 11, &dist2, &other2);
     ck_assert_double_eq_tol(dist2, 506.0, 1e-12);
     ck_assert_double_eq_tol(other2, 2024.0, 1e-12);
-    ck_assert_double_eq_tol(ss__kernel_norm2_sq(y11, 11), 2024.0, 1e-12);
     /* S-EASGD with alpha 0.5, snapshot x and a centre of ones: d = 0.5 (x - 1),
      * |s - c|^2 = 0^2 + ... + 10^2 = 385 and |c|^2 = 11. */
     for (int k = 0; k < 11; k++)

@@ -452,6 +452,14 @@ static ss__emb_store *open_store(const char *db) {
     return st;
 }
 
+/* The same in a new scratch directory (g_dir, named from prefix); db gets
+ * the database's path, to open it again. */
+static ss__emb_store *open_fresh_store(const char *prefix, char db[128]) {
+    ss__check_tmpdir(g_dir, prefix);
+    snprintf(db, 128, "%s/db", g_dir);
+    return open_store(db);
+}
+
 /* The giver's side by hand: a taken row leaves memory and the table's
  * rows in the database (a lookup gives its initial row, the store does
  * not hold it) but stays in the database's given space, so a giver that
@@ -459,10 +467,8 @@ static ss__emb_store *open_store(const char *db) {
  * to a taker that starts over; once forgotten they are gone, and a row
  * made here again since is the table's own. */
 START_TEST(test_taken_rows_stay_stored_until_forgotten) {
-    ss__check_tmpdir(g_dir, "ss-take");
     char db[128];
-    snprintf(db, sizeof db, "%s/db", g_dir);
-    ss__emb_store *st = open_store(db);
+    ss__emb_store *st = open_fresh_store("ss-take", db);
     uint64_t mine[10], out[64];
     float g[10 * DIM], rows[64 * DIM + 64 * 1];
     for (int i = 0; i < 10; i++) {
@@ -520,10 +526,8 @@ static bool any_id(void *ctx, uint64_t id) {
  * three rows gives 11, 12, 13, not the odd rows the first walk passed
  * (1, 3, 5: a walk from the start). */
 START_TEST(test_a_database_walk_goes_on_where_it_stopped) {
-    ss__check_tmpdir(g_dir, "ss-dbwalk");
     char db[128];
-    snprintf(db, sizeof db, "%s/db", g_dir);
-    ss__emb_store *st = open_store(db);
+    ss__emb_store *st = open_fresh_store("ss-dbwalk", db);
     uint64_t ids[40], out[8];
     float g[40 * DIM] = {0}, rows[8 * (DIM + 1)];
     for (int i = 0; i < 40; i++)

@@ -289,11 +289,12 @@ static void array_rows(ss__ctr_worker *w, const ss__ctr_embeddings *emb, const s
     for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
         /* dense[j] = ln(1 + x): log2(1 + x) = dense[j] / ln 2 */
         const float c = ex->dense[j] * 1.44269504f;
-        const size_t b = c < WIDE_BUCKETS - 1 ? (size_t)c : WIDE_BUCKETS - 1;
         /* 0 (or empty, or negative): no weight, as a regression has no
          * token for an empty field (all of them in a categorical stream) */
-        wide[SS_CTR_NUM_CAT + j] =
-            classes && c > 0.0f ? classes + (size_t)j * WIDE_BUCKETS + b : NULL;
+        wide[SS_CTR_NUM_CAT + j] = NULL;
+        if (classes && c > 0.0f)
+            wide[SS_CTR_NUM_CAT + j] = classes + (size_t)j * WIDE_BUCKETS +
+                                       (c < WIDE_BUCKETS - 1 ? (size_t)c : WIDE_BUCKETS - 1);
     }
 }
 

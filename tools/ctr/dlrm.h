@@ -22,10 +22,11 @@ typedef struct ss__ctr_model_config {
     uint32_t bottom_hidden; /* bottom MLP: 13 -> bottom_hidden -> D */
     uint32_t top_hidden;    /* top MLP: D + 351 -> top_hidden -> 1 */
     float emb_init_scale;   /* rows start uniform in [-s, s] (0: 0.05) */
-    /* > 0: a first-order weight per embedding row, added to the logit and
-     * trained by SGD at this rate (the wide part of Wide & Deep: it learns
-     * an id's click rate from its first examples, while the interactions
-     * need many); 0: none. The array path only. */
+    /* > 0: first-order weights, one per embedding row and one per integer
+     * feature's log2 class, added to the logit and trained by SGD at this
+     * rate (the wide part of Wide & Deep: it learns an id's click rate from
+     * its first examples, while the interactions need many); 0: none. The
+     * array path only. */
     float wide_lr;
 } ss__ctr_model_config;
 
@@ -75,7 +76,8 @@ typedef struct ss__ctr_embeddings {
     size_t rows, dim;
     float *acc; /* row-wise Adagrad; NULL = SGD */
     float lr;
-    float *wide;   /* NULL, or one first-order weight per row, in data after the rows */
+    float
+        *wide; /* NULL, or the first-order weights (rows', then classes'), in data after the rows */
     float wide_lr; /* their SGD rate (cfg->wide_lr) */
 } ss__ctr_embeddings;
 
