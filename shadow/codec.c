@@ -162,10 +162,14 @@ ss_status ss__codec_decode(ss__encoding e, const uint8_t *in, size_t len, size_t
             in += 8;
             /* lo + q step, by halves: q step alone can pass FLT_MAX when
              * the range does. Halving is exact (barring subnormals), so
-             * the result is lo + q step's, rounded the same. */
+             * the result is lo + q step's, rounded the same. A step taken
+             * end by end can round up, so the top code is held to hi (a
+             * compare GCC vectorizes, unlike fminf). */
             float half = int8_step(lo, hi) * 0.5f;
-            for (size_t i = 0; i < k; i++)
-                out[b + i] = 2.0f * (lo * 0.5f + (float)in[i] * half);
+            for (size_t i = 0; i < k; i++) {
+                float v = 2.0f * (lo * 0.5f + (float)in[i] * half);
+                out[b + i] = v < hi ? v : hi;
+            }
             in += k;
         }
         return SS_OK;

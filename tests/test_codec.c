@@ -3,6 +3,7 @@
 #include <check.h>
 
 #include "check_run.h"
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,14 @@ START_TEST(test_int8_extreme_ranges) {
     ck_assert_int_eq(ss__codec_decode(SS_ENC_INT8, tb, 11, 3, out), SS_OK);
     for (int i = 0; i < 3; i++)
         ck_assert_float_eq(out[i], 0.0f);
+    /* A range past FLT_MAX whose top is FLT_MAX: the step, taken end by
+     * end, rounds up, so lo + 255 steps passed FLT_MAX and decoded to
+     * +Inf (fuzz_codec found it in CI). The top code decodes to hi. */
+    uint8_t top[12] = {0x00, 0x00, 0x3b, 0xfe, 0xff, 0xff, 0x7f, 0x7f, 0x43, 0x00, 0xff, 0x80};
+    ck_assert_int_eq(ss__codec_decode(SS_ENC_INT8, top, 12, 4, out), SS_OK);
+    ck_assert_float_eq(out[2], FLT_MAX);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(isfinite(out[i]), "element %d: %g", i, (double)out[i]);
 }
 END_TEST
 
