@@ -210,6 +210,20 @@ static void assert_mirrors_equal(const pair *p) {
     ck_assert_uint_eq(p->member.seq, p->server.seq);
 }
 
+/* The member starts over: its next upload is a reset the server takes,
+ * and after a round both mirrors agree. up keeps that upload. */
+static void start_over(pair *p, const float *s, ss__codec_upload *up, float *out) {
+    ss__codec_member_invalidate(&p->member);
+    ss__codec_member_upload(&p->member, s, p->up, up);
+    ck_assert(up->reset);
+    ck_assert_int_eq(ss__codec_server_accept(&p->server, up), SS_OK);
+    ss__codec_server_round_reply(&p->server, s, p->reply);
+    ck_assert_int_eq(
+        ss__codec_member_round_reply(&p->member, p->reply, ss__codec_size(p->member.enc, p->member.n), out),
+        SS_OK);
+    assert_mirrors_equal(p);
+}
+
 /* The worst error of the server's view of a snapshot that moves every
  * round (int8, 20 rounds), with or without error feedback. */
 static double moving_snapshot_view_error(bool no_feedback) {
@@ -341,13 +355,7 @@ START_TEST(test_out_of_step_mirror_is_refused_then_reset) {
     ck_assert(!up.reset);
     ck_assert_int_eq(ss__codec_server_accept(&p.server, &up), SS_ERR_STATE);
     /* The member starts over. */
-    ss__codec_member_invalidate(&p.member);
-    ss__codec_member_upload(&p.member, s, p.up, &up);
-    ck_assert(up.reset);
-    ck_assert_int_eq(ss__codec_server_accept(&p.server, &up), SS_OK);
-    ss__codec_server_round_reply(&p.server, s, p.reply);
-    ck_assert_int_eq(ss__codec_member_round_reply(&p.member, p.reply, 2 * N, out), SS_OK);
-    assert_mirrors_equal(&p);
+    start_over(&p, s, &up, out);
     /* The next exchange is served but its reply never arrives, and the
      * request is sent again: the server counted the first, so the copy
      * carries an old count and is refused (a mirror must not take the
@@ -358,13 +366,7 @@ START_TEST(test_out_of_step_mirror_is_refused_then_reset) {
     ck_assert_int_eq(ss__codec_server_accept(&p.server, &up), SS_OK);
     ss__codec_server_round_reply(&p.server, s, p.reply);
     ck_assert_int_eq(ss__codec_server_accept(&p.server, &up), SS_ERR_STATE);
-    ss__codec_member_invalidate(&p.member);
-    ss__codec_member_upload(&p.member, s, p.up, &up);
-    ck_assert(up.reset);
-    ck_assert_int_eq(ss__codec_server_accept(&p.server, &up), SS_OK);
-    ss__codec_server_round_reply(&p.server, s, p.reply);
-    ck_assert_int_eq(ss__codec_member_round_reply(&p.member, p.reply, 2 * N, out), SS_OK);
-    assert_mirrors_equal(&p);
+    start_over(&p, s, &up, out);
     /* Another encoding than the mirror's, and a bad payload. */
     up.enc = SS_ENC_INT8;
     ck_assert_int_eq(ss__codec_server_accept(&p.server, &up), SS_ERR_INVALID_ARGUMENT);

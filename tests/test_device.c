@@ -366,6 +366,22 @@ static ss_trainer *agent_trainer(const char *sock, const char *name, const char 
     return t;
 }
 
+/* Steps t until g's replica (read into x, n floats) has settled at 2 at
+ * both ends and the agent has published a round into the shared header;
+ * at most tries steps, pause_us apart. */
+static bool settles_at_2(ss_trainer *t, ss_dense *g, float *x, size_t n, int tries, int pause_us) {
+    bool settled = false;
+    ss_dense_stats st = {0};
+    for (int i = 0; i < tries && !(settled && st.rounds > 0); i++) {
+        ck_assert_int_eq(ss_trainer_step(t), SS_OK);
+        usleep((useconds_t)pause_us);
+        ck_assert_int_eq(ss_dense_read(g, x), SS_OK);
+        settled = fabsf(x[0] - 2.0f) < 1e-3f && fabsf(x[n - 1] - 2.0f) < 1e-3f;
+        ck_assert_int_eq(ss_dense_get_stats(g, &st), SS_OK);
+    }
+    return settled && st.rounds > 0;
+}
+
 /* Agent mode: the trainer exports its device group by CUDA IPC and the
  * agent's shadow pool syncs it on its own stream. S-EASGD, alpha 0.5,
  * against a centre of 1 that another member set: x + c is conserved (3 +
@@ -389,17 +405,8 @@ START_TEST(test_standin_through_an_agent) {
     ck_assert_int_eq(standin.exported, 1);
     /* Until the replica settles and the agent has published its rounds
      * into the shared header. */
-    int settled = 0;
-    ss_dense_stats st = {0};
-    for (int i = 0; i < 5000 && !(settled && st.rounds > 0); i++) {
-        ck_assert_int_eq(ss_trainer_step(t), SS_OK);
-        usleep(1000);
-        ck_assert_int_eq(ss_dense_read(g, x), SS_OK);
-        settled = fabsf(x[0] - 2.0f) < 1e-3f && fabsf(x[N - 1] - 2.0f) < 1e-3f;
-        ck_assert_int_eq(ss_dense_get_stats(g, &st), SS_OK);
-    }
-    ck_assert_msg(settled, "the device replica is at %g, not 2", (double)x[0]);
-    ck_assert_uint_gt(st.rounds, 0);
+    ck_assert_msg(settles_at_2(t, g, x, N, 5000, 1000), "the device replica is at %g, not 2",
+                  (double)x[0]);
     ck_assert_int_eq(standin.opened, 1); /* the agent's side */
     /* The agent's checkpoint reads the device memory, not the memfd. */
     size_t saved = 0;
@@ -660,17 +667,8 @@ START_TEST(test_cuda_through_an_agent_process) {
     ss_trainer *b = agent_trainer(sock, "b", "easgd");
     fill(init, N, 3.0f);
     ck_assert_int_eq(ss_trainer_add_dense_device(b, "w", N, 0, init, &gb), SS_OK);
-    int settled = 0;
-    ss_dense_stats st = {0};
-    for (int i = 0; i < 3000 && !(settled && st.rounds > 0); i++) {
-        ck_assert_int_eq(ss_trainer_step(b), SS_OK);
-        usleep(2000);
-        ck_assert_int_eq(ss_dense_read(gb, x), SS_OK);
-        settled = fabsf(x[0] - 2.0f) < 1e-3f && fabsf(x[N - 1] - 2.0f) < 1e-3f;
-        ck_assert_int_eq(ss_dense_get_stats(gb, &st), SS_OK);
-    }
-    ck_assert_msg(settled, "the device replica is at %g, not 2 (agent log %s)", (double)x[0], log);
-    ck_assert_uint_gt(st.rounds, 0);
+    ck_assert_msg(settles_at_2(b, gb, x, N, 3000, 2000),
+                  "the device replica is at %g, not 2 (agent log %s)", (double)x[0], log);
     ck_assert_double_gt(agent_metric(http, "shadowsync_device_copy_seconds_count", "group=\"w\""),
                         0);
     ck_assert_int_eq(ss_trainer_close(b), SS_OK);

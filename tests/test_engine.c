@@ -730,6 +730,11 @@ START_TEST(test_host_average_one_exchange_per_local_round) {
 }
 END_TEST
 
+/* The mean of the members' starting values in the test below. */
+static double tenth_of_i_mod_5(int i) {
+    return 0.1 * (i % 5 + 1);
+}
+
 /* Compressed sync in process (an inproc transport with an encoding): the
  * members' calls go through the encoded bytes and both mirrors. MA rounds
  * of 3 engines agree after a few rounds; S-EASGD keeps x + c. */
@@ -754,13 +759,8 @@ START_TEST(test_inproc_compressed_rounds) {
             ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
         }
         run_rounds_together(args, 3, 4);
-        double spread = 0, off = 0;
-        for (int i = 0; i < N; i++) {
-            float x0 = ss__replica_data(r[0])[i];
-            for (int k = 1; k < 3; k++)
-                spread = fmax(spread, fabs((double)ss__replica_data(r[k])[i] - x0));
-            off = fmax(off, fabs((double)x0 - 0.1 * (i % 5 + 1))); /* the mean */
-        }
+        double spread, off;
+        replicas_agree(r, 3, N, tenth_of_i_mod_5, &spread, &off);
         ck_assert_msg(spread < 1e-5, "%s: replicas %g apart", ss__encoding_name(enc), spread);
         ck_assert_msg(off < 0.01, "%s: the mean is off by %g", ss__encoding_name(enc), off);
         for (int k = 0; k < 3; k++) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "rpc_checks.h"
 #include "common/clock.h"
 #include "embedding-store/emb_store.h"
 #include "procs.h"
@@ -423,13 +424,7 @@ START_TEST(test_handoff_bad_input_is_refused) {
     }
     ss__rpc_channel *ch;
     ck_assert_int_eq(ss__rpc_channel_create(addr[0], 0, NULL, &ch), SS_OK);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff};
-    ck_assert_int_ne(ss__rpc_call(ch, "/shadowsync.v1.Embedding/Handoff", garbage, sizeof garbage,
-                                  5000, true, &resp, &rlen, msg, sizeof msg),
-                     SS_OK);
-    free(resp);
+    assert_garbage_refused(ch, "/shadowsync.v1.Embedding/Handoff", true, SS_OK, NULL);
     ss__rpc_channel_destroy(ch);
     check_rows(c, &spec, 1); /* nothing was taken */
     ck_assert_uint_eq(resident(addr[0]) + resident(addr[1]), K);

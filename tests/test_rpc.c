@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "http_client.h"
 #include "procs.h"
+#include "rpc_checks.h"
 #include "ps/dense_service.h"
 #include "rpc/dense/grpc_transport.h"
 #include "rpc/http/http.h"
@@ -140,17 +141,11 @@ START_TEST(test_bad_input_never_hurts_the_ps) {
     /* garbage bytes and a call with an expired deadline, at the RPC level */
     ss__rpc_channel *ch;
     ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
-    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
-    uint8_t *resp;
-    size_t len;
-    char msg[256] = "";
-    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.DenseSync/EasgdExchange", junk, sizeof junk,
-                                  5000, false, &resp, &len, msg, sizeof msg),
-                     SS_ERR_PARSE);
-    ck_assert_ptr_nonnull(strstr(msg, "not a valid"));
-    ck_assert_int_eq(ss__rpc_call(ch, "/shadowsync.v1.DenseSync/NoSuchMethod", junk, sizeof junk,
-                                  5000, false, &resp, &len, msg, sizeof msg),
-                     SS_ERR_NOT_FOUND); /* UNIMPLEMENTED, at once */
+    assert_garbage_refused(ch, "/shadowsync.v1.DenseSync/EasgdExchange", false, SS_ERR_PARSE,
+                           "not a valid");
+    /* UNIMPLEMENTED, at once */
+    assert_garbage_refused(ch, "/shadowsync.v1.DenseSync/NoSuchMethod", false, SS_ERR_NOT_FOUND,
+                           NULL);
     ss__rpc_channel_destroy(ch);
 
     /* The central variable is untouched and the server still serves. */
@@ -598,6 +593,11 @@ START_TEST(test_round_sends_its_whole_shard_before_waiting) {
 }
 END_TEST
 
+/* The mean of the members' starting values in the test below. */
+static double i_mod_7_plus_1(int i) {
+    return i % 7 + 1;
+}
+
 /* Compressed sync through the real PS: 3 engines in int8 MA rounds over a
  * group cut into 3 chunks. The first round resets the mirrors (float32);
  * a reply's quantization error goes out with the next round, so after a
@@ -629,13 +629,8 @@ START_TEST(test_compressed_sync_over_grpc) {
         ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
     }
     run_rounds_together(args, 3, 4);
-    double spread = 0, off = 0;
-    for (int i = 0; i < N; i++) {
-        float x0 = ss__replica_data(r[0])[i];
-        for (int k = 1; k < 3; k++)
-            spread = fmax(spread, fabs((double)ss__replica_data(r[k])[i] - x0));
-        off = fmax(off, fabs((double)x0 - (i % 7 + 1)));
-    }
+    double spread, off;
+    replicas_agree(r, 3, N, i_mod_7_plus_1, &spread, &off);
     /* One int8 step of a reply is 12/255 = 0.047 here. */
     ck_assert_msg(spread < 1e-4, "replicas still %g apart", spread);
     ck_assert_msg(off < 0.047, "the mean is off by %g", off);

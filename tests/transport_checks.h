@@ -122,6 +122,20 @@ static inline void run_rounds_together(round_arg *args, int members, int rounds)
     }
 }
 
+/* After rounds together: the largest gap of a member's replica to member
+ * 0's in *spread, and of member 0's to want(i) (the mean the round should
+ * give) in *off, over n floats. */
+static inline void replicas_agree(ss__replica *const *r, int members, int n, double (*want)(int),
+                                  double *spread, double *off) {
+    *spread = *off = 0;
+    for (int i = 0; i < n; i++) {
+        float x0 = ss__replica_data(r[0])[i];
+        for (int k = 1; k < members; k++)
+            *spread = fmax(*spread, fabs((double)ss__replica_data(r[k])[i] - x0));
+        *off = fmax(*off, fabs((double)x0 - want(i)));
+    }
+}
+
 /* A member whose replica stands still (an engine whose gap it never
  * reaches, its replica [2, 4, 6] never stepped) takes part in a round
  * another member opens (a foreground round of `opener`'s engine on to):
