@@ -218,9 +218,9 @@ static void start_over(pair *p, const float *s, ss__codec_upload *up, float *out
     ck_assert(up->reset);
     ck_assert_int_eq(ss__codec_server_accept(&p->server, up), SS_OK);
     ss__codec_server_round_reply(&p->server, s, p->reply);
-    ck_assert_int_eq(
-        ss__codec_member_round_reply(&p->member, p->reply, ss__codec_size(p->member.enc, p->member.n), out),
-        SS_OK);
+    ck_assert_int_eq(ss__codec_member_round_reply(&p->member, p->reply,
+                                                  ss__codec_size(p->member.enc, p->member.n), out),
+                     SS_OK);
     assert_mirrors_equal(p);
 }
 

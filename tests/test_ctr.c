@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "shadow/kernels.h"
+#include "tools/ctr/cli.h"
 #include "tools/ctr/criteo.h"
 #include "tools/ctr/dlrm.h"
 #include "tools/ctr/eval.h"
@@ -402,11 +403,79 @@ START_TEST(test_first_order_weights_by_hand) {
 }
 END_TEST
 
+/* ctr-train's command line resolved without a process (tools/ctr/cli.c):
+ * from the given flags, a fresh cli with the library's keys at
+ * ctr-train's defaults. */
+static void cli_fresh(ss__ctr_cli *o, ss__flag *flags, size_t max, uint32_t trainers,
+                      const char *train) {
+    ss__ctr_cli_init(o);
+    size_t n = 0;
+    ck_assert_int_eq(ss__ctr_cli_add_settings(o, flags, &n, max), SS_OK);
+    o->cfg.trainers = trainers;
+    o->train_path = train;
+    o->test_path = "test.tsv";
+}
+
+/* The "auto" values by mode, the dense lr's scaling, and refusals across
+ * flags that name them. */
+START_TEST(test_cli_resolves_by_mode) {
+    ss__flag flags[128];
+    ss__ctr_cli o;
+    char why[256];
+    /* One in-process trainer on a file: nothing to sync with, lr as given,
+     * its replica scored, no first-order weights. */
+    cli_fresh(&o, flags, 128, 1, "train.tsv");
+    ck_assert_int_eq(ss__ctr_cli_resolve(&o, why, sizeof why), SS_OK);
+    ck_assert_str_eq(o.sync, "none");
+    ck_assert(!o.process && !o.online && !o.cfg.eval_central);
+    ck_assert_float_eq(o.cfg.lr, (float)o.lr);
+    ck_assert_float_eq(o.cfg.model.wide_lr, 0.0f);
+    ck_assert_ptr_null(ss__ctr_cli_refusal(&o));
+    ss__setting_flags_destroy(o.settings);
+    /* Four on a stream: shadow sync, lr x 4 (linear), then x 2 (sqrt), the
+     * central model scored, first-order weights at the online rate. */
+    cli_fresh(&o, flags, 128, 4, "-");
+    ck_assert_int_eq(ss__ctr_cli_resolve(&o, why, sizeof why), SS_OK);
+    ck_assert_str_eq(o.sync, "shadow");
+    ck_assert(o.online && o.cfg.eval_central);
+    ck_assert_float_eq_tol(o.cfg.lr, 4.0f * (float)o.lr, 1e-9f);
+    ck_assert_float_eq(o.cfg.model.wide_lr, 0.005f);
+    ck_assert_ptr_null(ss__ctr_cli_refusal(&o));
+    ss__setting_flags_destroy(o.settings);
+    cli_fresh(&o, flags, 128, 4, "train.tsv");
+    o.lr_scaling = "sqrt";
+    ck_assert_int_eq(ss__ctr_cli_resolve(&o, why, sizeof why), SS_OK);
+    ck_assert_float_eq_tol(o.cfg.lr, 2.0f * (float)o.lr, 1e-9f);
+    ck_assert_float_eq(o.cfg.model.wide_lr, 0.0f); /* not a stream */
+    ss__setting_flags_destroy(o.settings);
+    /* First-order weights with a table: refused, naming both flags. */
+    cli_fresh(&o, flags, 128, 1, "-");
+    ss__setting_flag_set(o.settings, "emb", "local");
+    o.wide_lr = "0.01";
+    ck_assert_int_eq(ss__ctr_cli_resolve(&o, why, sizeof why), SS_OK);
+    ck_assert_ptr_nonnull(strstr(ss__ctr_cli_refusal(&o), "--wide-lr needs --emb array"));
+    ss__setting_flags_destroy(o.settings);
+    /* A PS means one trainer per process: 4 in one are refused. */
+    cli_fresh(&o, flags, 128, 4, "train.tsv");
+    ss__setting_flag_set(o.settings, "ps", "127.0.0.1:1");
+    ck_assert_int_eq(ss__ctr_cli_resolve(&o, why, sizeof why), SS_OK);
+    ck_assert(o.process);
+    ck_assert_ptr_nonnull(strstr(ss__ctr_cli_refusal(&o), "needs --trainers 1"));
+    ss__setting_flags_destroy(o.settings);
+    /* A library key out of its range is refused by the library's door. */
+    cli_fresh(&o, flags, 128, 1, "train.tsv");
+    ss__setting_flag_set(o.settings, "alpha", "2");
+    ck_assert_int_ne(ss__ctr_cli_resolve(&o, why, sizeof why), SS_OK);
+    ck_assert_ptr_nonnull(strstr(why, "alpha"));
+    ss__setting_flags_destroy(o.settings);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("ctr", 60, NULL, NULL, test_ne_hand_computed, test_auc_hand_computed,
                            test_reader_real_criteo_sample, test_reader_malformed_lines,
                            test_truth_deterministic, test_model_gradients_match_finite_differences,
                            test_dense_optimizers_by_hand, test_row_adagrad_by_hand,
                            test_score_both_normalizations, test_bias_starts_at_base_rate,
-                           test_first_order_weights_by_hand);
+                           test_first_order_weights_by_hand, test_cli_resolves_by_mode);
 }

@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include "check_run.h"
-#include "rpc_checks.h"
 #include "common/clock.h"
 #include "ps/emb_service.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
+#include "rpc_checks.h"
 #include "shadow/codec.h"
 #include "shadowsync/shadowsync.h"
 

@@ -12,12 +12,12 @@
 #include <unistd.h>
 
 #include "check_run.h"
-#include "rpc_checks.h"
 #include "common/clock.h"
 #include "ps/dense_service.h"
 #include "rpc/auth.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/pb_wire.h"
+#include "rpc_checks.h"
 #include "shadow/codec.h"
 #include "shadow/inproc_transport.h"
 

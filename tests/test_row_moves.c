@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "check_run.h"
-#include "rpc_checks.h"
 #include "common/clock.h"
 #include "embedding-store/emb_store.h"
 #include "procs.h"
@@ -21,6 +20,7 @@
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
+#include "rpc_checks.h"
 #include "shadowsync/shadowsync.h"
 
 enum { K = 600, DIM = 4, SHARDS = 3 };

@@ -17,11 +17,11 @@
 #include "common/clock.h"
 #include "http_client.h"
 #include "procs.h"
-#include "rpc_checks.h"
 #include "ps/dense_service.h"
 #include "rpc/dense/grpc_transport.h"
 #include "rpc/http/http.h"
 #include "rpc/rpc.h"
+#include "rpc_checks.h"
 #include "shadow/engine.h"
 #include "transport_checks.h"
 

@@ -16,6 +16,7 @@
 #include "common/malloc_tune.h"
 #include "rpc/dense/grpc_transport.h"
 #include "shadow/codec.h"
+#include "tools/ctr/cli.h"
 #include "tools/ctr/run.h"
 #include "trainer-hooks/settings_flags.h"
 
@@ -234,47 +235,10 @@ static void print_summary(const char *sync, const char *algo, const char *emb,
                (unsigned long long)res->emb.resident_rows, (unsigned long long)res->emb.evictions);
 }
 
-/* What the command line asks for: ctr-train's own flags point here and
- * into cfg (ss__ctr_train_config_default's values are their defaults). */
-typedef struct run_options {
-    ss__ctr_train_config cfg;
-    ss_trainer_config pcfg;      /* process mode: this process's trainer */
-    ss__setting_flags *settings; /* the library's keys as flags; pcfg points into it */
-    char default_name[32];       /* t<rank>: --trainer-name auto */
-    char round_wait[24];         /* --round-deadline-ms + 1000: --round-wait-ms auto */
-    bool process;
-    int64_t rank, world, max_rows, max_test_rows, chunk_rows;
-    double val_fraction; /* 0 once parsed: no validation split (one epoch, or no early stopping) */
-    double lr;           /* --lr, before --lr-scaling */
-    char lr_note[96];    /* how --lr was scaled, for the header line */
-    const char *train_path, *test_path, *sync, *algo, *emb, *ps, *metrics_out;
-    const char *follow_dir;      /* online: --train-follow */
-    bool online;                 /* --train - or --train-follow */
-    const char *progressive_out; /* online: per-chunk progressive sums */
-    const char *final_model, *lr_scaling, *optimizer;
-    const char *wide_lr; /* a rate, or auto */
-} run_options;
-
-/* --wide-lr auto on a stream with --emb array. */
-#define WIDE_LR_ONLINE "0.005"
-
-static void run_options_init(run_options *o) {
-    *o = (run_options){.world = 1,
-                       .chunk_rows = 16384,
-                       .val_fraction = 0.1,
-                       .final_model = "auto",
-                       .lr_scaling = "linear",
-                       .optimizer = "adam",
-                       .wide_lr = "auto"};
-    ss__ctr_train_config_default(&o->cfg);
-    o->cfg.progressive_window = 100000;
-    o->lr = o->cfg.lr;
-}
-
 /* ctr-train's own flags into flags, each into the field it sets (its
  * default there); returns how many. The sync and table settings are the
  * library's keys (ss__setting_flags_add). */
-static size_t own_flag_table(run_options *o, ss__flag *flags) {
+static size_t own_flag_table(ss__ctr_cli *o, ss__flag *flags) {
     ss__ctr_train_config *c = &o->cfg;
     const ss__flag own[] = {
         {"train", SS_FLAG_STRING, &o->train_path,
@@ -360,7 +324,7 @@ static size_t own_flag_table(run_options *o, ss__flag *flags) {
         {"wide-lr", SS_FLAG_STRING, &o->wide_lr,
          "--emb array: first-order weights (one per embedding row and per integer feature's "
          "log2 class) added to the logit, trained by SGD at this rate in [0, 1] (the wide part "
-         "of Wide & Deep: it learns from an id's first examples); auto: " WIDE_LR_ONLINE
+         "of Wide & Deep: it learns from an id's first examples); auto: " SS_CTR_WIDE_LR_ONLINE
          " on a stream (chosen on bench/online-floor.sh's dev streams), else 0 (none)",
          NULL, 0, 0},
         {"seed", SS_FLAG_INT, (int64_t *)&c->seed, "initialization seed", NULL, 0, 0},
@@ -384,198 +348,30 @@ static size_t own_flag_table(run_options *o, ss__flag *flags) {
     return sizeof own / sizeof *own;
 }
 
-/* The library keys whose ctr-train default is its own, or resolved by it
- * ("auto"). defs holds the rendered numbers. */
-static void program_defaults(const ss__ctr_train_config *cfg, char defs[4][32],
-                             ss__setting_default out[10]) {
-    snprintf(defs[0], 32, "%u", cfg->model.emb_dim);
-    snprintf(defs[1], 32, "%g", (double)cfg->emb_lr);
-    snprintf(defs[2], 32, "%g", (double)cfg->model.emb_init_scale);
-    const ss__setting_default d[10] = {
-        {"sync", "auto", "auto: shadow, or none for one in-process trainer (nothing to sync with)"},
-        {"min_round_gap", "auto",
-         "auto: 1 for in-process trainers, whose rounds cost microseconds; the library's 4 through "
-         "a PS, an agent or peers"},
-        {"round_wait_ms", "auto", "auto: --round-deadline-ms + 1000"},
-        {"trainer_name", "auto", "auto: t<rank>"},
-        {"emb", "array",
-         "or array: ctr-train's shared in-process array, updated per example (no table)"},
-        {"emb_dim", defs[0], NULL},
-        {"emb_optimizer", "adagrad", NULL},
-        {"emb_lr", defs[1], NULL},
-        {"emb_init_scale", defs[2], NULL},
-        {NULL, NULL, NULL}};
-    memcpy(out, d, sizeof d);
-}
-
-/* The "auto" values, now that the mode is known; then every library key
- * into pcfg and the table's config, and from them into cfg. */
-static int apply_settings(run_options *o, ss_table_config *table) {
-    const bool process = o->process;
-    ss__setting_flags *st = o->settings;
-    const char *sync = ss__setting_flag(st, "sync");
-    if (!strcmp(sync, "auto")) /* one in-process trainer has nothing to sync with */
-        ss__setting_flag_set(st, "sync", o->cfg.trainers == 1 && !process ? "none" : "shadow");
-    if (!strcmp(ss__setting_flag(st, "min_round_gap"), "auto"))
-        ss__setting_flag_set(st, "min_round_gap", process ? NULL : "1");
-    snprintf(o->round_wait, sizeof o->round_wait, "%llu",
-             (unsigned long long)o->cfg.round_deadline_ms + 1000);
-    if (!strcmp(ss__setting_flag(st, "round_wait_ms"), "auto"))
-        ss__setting_flag_set(st, "round_wait_ms", o->round_wait);
-    snprintf(o->default_name, sizeof o->default_name, "t%lld", (long long)o->rank);
-    if (!strcmp(ss__setting_flag(st, "trainer_name"), "auto"))
-        ss__setting_flag_set(st, "trainer_name", o->default_name);
-    o->emb = ss__setting_flag(st, "emb");
-    const bool array = !strcmp(o->emb, "array");
-    if (array)
-        ss__setting_flag_set(st, "emb", NULL);
-    ss_trainer_config_init(&o->pcfg);
-    ss_table_config_init(table, "ctr", 8);
-    char why[256];
-    if (ss__setting_flags_apply(st, &o->pcfg, table) != SS_OK) {
-        fprintf(stderr, "ctr-train: %s\n", ss_last_error());
-        return 2;
-    }
-    if (ss__ctr_train_config_settings(&o->cfg, &o->pcfg, table, why, sizeof why) != SS_OK ||
-        ss__sync_params_check(&o->cfg.params, why, sizeof why) != SS_OK) {
-        fprintf(stderr, "ctr-train: %s\n", why);
-        return 2;
-    }
-    o->cfg.emb = array ? SS_CTR_EMB_ARRAY : (ss__ctr_emb_mode)(table->mode + 1);
-    o->pcfg.peer_rank = (uint32_t)o->rank;
-    o->pcfg.agent = o->pcfg.agent && *o->pcfg.agent ? o->pcfg.agent : NULL;
-    o->pcfg.peers = o->pcfg.peers && *o->pcfg.peers ? o->pcfg.peers : NULL;
-    o->pcfg.ps = o->pcfg.ps ? o->pcfg.ps : "";
-    if (!o->cfg.emb_ps || !*o->cfg.emb_ps)
-        o->cfg.emb_ps = o->pcfg.ps;
-    return -1;
-}
-
-/* The dense lr times the number of synced trainers (--lr-scaling). */
-static float scaled_lr(run_options *o, int64_t synced) {
-    double lr = o->lr;
-    if (strcmp(o->lr_scaling, "none") != 0 && synced > 1) {
-        const bool sq = !strcmp(o->lr_scaling, "sqrt");
-        snprintf(o->lr_note, sizeof o->lr_note, " (--lr %g x %s%lld%s synced trainers)", lr,
-                 sq ? "sqrt(" : "", (long long)synced, sq ? ")" : "");
-        o->cfg.lr_scale = (float)(sq ? sqrt((double)synced) : (double)synced);
-        lr *= o->cfg.lr_scale;
-    }
-    return (float)lr;
-}
-
-/* What ctr-train's own flags decide once the mode is known. */
-static void resolve_own(run_options *o) {
-    ss__ctr_train_config *cfg = &o->cfg;
-    ss__ctr_sync_mode_parse(o->sync, &cfg->sync);
-    const bool in_process_sync = !o->process && cfg->trainers > 1 && cfg->sync != SS_CTR_SYNC_NONE;
-    const char *model = o->final_model;
-    if (!strcmp(model, "auto"))
-        model = in_process_sync ? "central" : "replica";
-    cfg->eval_central = !strcmp(model, "central");
-    int64_t synced = cfg->sync == SS_CTR_SYNC_NONE ? 1 : o->process ? o->world : cfg->trainers;
-    /* Ring or random gossip averages two replicas a round, not all of them,
-     * so the linear rule's N is 2: with 4 processes the 4x lr left some
-     * replicas far from the others (held-out NE up to 0.936 against 0.905;
-     * docs/benchmark-history.md, "Decentralized averaging"). Trees average
-     * every one. */
-    if (o->pcfg.peers && strcmp(o->pcfg.peer_schedule, "tree") != 0 && synced > 2)
-        synced = 2;
-    cfg->lr = scaled_lr(o, synced);
-    ss__ctr_optimizer_parse(o->optimizer, &cfg->optimizer);
-    cfg->progress = stdout;
-    if (!(cfg->epochs > 1 && cfg->patience > 0))
-        o->val_fraction = 0.0;
-    o->online = o->follow_dir || (o->train_path && !strcmp(o->train_path, "-"));
-    char *end = NULL;
-    double wide = strtod(o->wide_lr, &end);
-    if (!strcmp(o->wide_lr, "auto"))
-        wide = o->online && cfg->emb == SS_CTR_EMB_ARRAY ? atof(WIDE_LR_ONLINE) : 0.0;
-    else if (end == o->wide_lr || *end || !(wide >= 0.0 && wide <= 1.0))
-        wide = -1.0; /* refused by check_combination */
-    cfg->model.wide_lr = (float)wide;
-    /* with a shard map, the map names the PS (the header says which file) */
-    o->ps =
-        *o->pcfg.ps || !o->pcfg.shard_map || !*o->pcfg.shard_map ? o->pcfg.ps : o->pcfg.shard_map;
-    if (o->process) { /* every process holds the validation rows; each trains its share */
-        cfg->process = &o->pcfg;
-        cfg->val_rank = (uint32_t)o->rank;
-        cfg->val_world = (uint32_t)o->world;
-    }
-}
-
-/* The checks across flags; 2 (said on stderr) or -1. */
-static int check_combination(const run_options *o) {
-    const ss__ctr_train_config *cfg = &o->cfg;
-    const char *why = NULL;
-    if (!o->train_path == !o->follow_dir)
-        why = "one of --train and --train-follow is required (see --help)";
-    else if (!o->test_path && !o->online)
-        why = "--test is required (see --help)";
-    else if (o->online && o->max_rows)
-        why = "--max-rows does not apply to a stream (it ends at its end, _DONE or SIGTERM)";
-    else if (o->pcfg.chunk_floats && !*o->ps)
-        why = "--chunk-floats cuts the dense groups sent to --ps; without --ps it has nothing to "
-              "cut (with --agent, give it to the agent)";
-    else if (!cfg->error_feedback && o->process)
-        why = "--error-feedback false is an in-process ablation; a PS keeps the mirrors with "
-              "feedback (drop --ps/--agent or the flag)";
-    else if ((cfg->emb == SS_CTR_EMB_REMOTE || cfg->emb == SS_CTR_EMB_CACHED) && !*cfg->emb_ps &&
-             !(cfg->emb_shard_map && *cfg->emb_shard_map))
-        why = "--emb remote and cached need --emb-ps, --emb-shard-map or --ps";
-    else if (cfg->model.wide_lr < 0.0f)
-        why = "--wide-lr takes a rate in [0, 1] or auto";
-    else if (cfg->model.wide_lr > 0.0f && cfg->emb != SS_CTR_EMB_ARRAY)
-        why = "--wide-lr needs --emb array (the first-order weights live beside its shared rows, "
-              "not in a table)";
-    else if (o->pcfg.agent && cfg->sync != SS_CTR_SYNC_SHADOW)
-        why = "--agent syncs in the background: needs --sync shadow";
-    else if (o->process && (cfg->trainers != 1 || o->rank >= o->world || cfg->eval_central))
-        why = "--ps/--agent/--peers run one trainer per process: needs --trainers 1, --rank < "
-              "--world and --final-model replica";
-    else if (cfg->eval_central && cfg->sync == SS_CTR_SYNC_NONE)
-        why = "--final-model central needs --sync shadow|foreground";
-    if (why)
-        fprintf(stderr, "ctr-train: %s\n", why);
-    return why ? 2 : -1;
-}
-
 /* Step 1: flags (ctr-train's own and the library's settings), --help,
- * --version and the checks across flags; builds the training config.
- * -1: go on; otherwise the exit code. */
-static int parse_options(int argc, char **argv, run_options *o) {
-    run_options_init(o);
+ * --version and the checks across flags (tools/ctr/cli.c); builds the
+ * training config. -1: go on; otherwise the exit code. */
+static int parse_options(int argc, char **argv, ss__ctr_cli *o) {
+    ss__ctr_cli_init(o);
     ss__flag flags[128];
     size_t n = own_flag_table(o, flags);
-    char defs[4][32];
-    ss__setting_default defaults[10];
-    program_defaults(&o->cfg, defs, defaults);
-    static const char *const skip[] = {"peer_rank", NULL}; /* --rank */
-    if (ss__setting_flags_add(NULL, skip, defaults, flags, &n, sizeof flags / sizeof *flags,
-                              &o->settings) != SS_OK) {
+    if (ss__ctr_cli_add_settings(o, flags, &n, sizeof flags / sizeof *flags) != SS_OK) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }
     int rc = ss__flags_cli(&program, flags, n, argc, argv);
     if (rc >= 0)
         return rc;
-    const char *ps = ss__setting_flag(o->settings, "ps"),
-               *agent = ss__setting_flag(o->settings, "agent"),
-               *peers = ss__setting_flag(o->settings, "peers");
-    /* One trainer per process, syncing with other processes. */
-    const char *map = ss__setting_flag(o->settings, "shard_map");
-    o->process = (ps && *ps) || (agent && *agent) || (peers && *peers) || (map && *map);
-    ss_table_config table;
-    if ((rc = apply_settings(o, &table)) >= 0)
-        return rc;
-    o->sync = ss__setting_flag(o->settings, "sync");
-    o->algo = o->pcfg.algo;
-    resolve_own(o);
-    return check_combination(o);
+    char why[256];
+    const char *refusal =
+        ss__ctr_cli_resolve(o, why, sizeof why) != SS_OK ? why : ss__ctr_cli_refusal(o);
+    if (refusal)
+        fprintf(stderr, "ctr-train: %s\n", refusal);
+    return refusal ? 2 : -1;
 }
 
 /* Step 2: load the data, train, print per-trainer lines and the summary. */
-static int train_and_report(run_options *o) {
+static int train_and_report(ss__ctr_cli *o) {
     ss__ctr_train_config *cfg = &o->cfg;
     ss__ctr_dataset train = {0}, val = {0}, test = {0};
     const ss__ctr_dataset *first = &train; /* online: the stream's first chunk */
@@ -659,7 +455,7 @@ static int train_and_report(run_options *o) {
 
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
-    run_options *o = calloc(1, sizeof *o);
+    ss__ctr_cli *o = calloc(1, sizeof *o);
     if (!o) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
