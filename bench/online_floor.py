@@ -78,11 +78,12 @@ def lr_progressive(path, chunk, alpha, eta0):
     return np.array(out)
 
 
-def ctr_train_progressive(path, chunk, work):
+def ctr_train_progressive(path, chunk, work, emb, wide_lr):
     out = os.path.join(work, "prog.txt")
     with open(path) as fin:
         r = subprocess.run([os.path.join(BIN, "ctr-train"), "--train", "-", "--progress", "0",
-                            "--stream-chunk-rows", str(chunk), "--progressive-out", out],
+                            "--stream-chunk-rows", str(chunk), "--progressive-out", out,
+                            "--emb", emb, "--wide-lr", wide_lr],
                            stdin=fin, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("ctr-train failed: " + r.stderr[-2000:])
@@ -128,6 +129,8 @@ def main():
     ap.add_argument("--dev-rows", type=int, default=200000, help="rows of each development stream")
     ap.add_argument("--chunk", type=int, default=16384, help="rows scored, then trained, at a time")
     ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    ap.add_argument("--emb", default="array", help="ctr-train's --emb: array or local (a table)")
+    ap.add_argument("--wide-lr", default="auto", help="ctr-train's --wide-lr")
     ap.add_argument("--criteo", default=os.path.join(ROOT, "data", "criteo-kaggle-head-8000.tsv"))
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ss-floor-")
@@ -142,6 +145,7 @@ def main():
     open(dev, "w").writelines(lines[:q])
     open(scored, "w").writelines(lines[q:])
     streams.append(("criteo", scored, dev, 256))  # 6,000 rows: smaller chunks
+    print("ctr-train --emb %s --wide-lr %s" % (a.emb, a.wide_lr))
     print("the floor: progressive NE, ctr-train (defaults) vs online LR (hashed, SGD log loss; "
           "settings from a dev stream); 95%% paired block bootstrap (%d)" % a.bootstrap)
     print("%-12s %8s %8s %26s %26s %30s %s" % ("stream", "rows", "chunk", "ctr-train NE [95%]",
@@ -149,7 +153,7 @@ def main():
     for name, path, dev, chunk in streams:
         alpha, eta0 = pick_lr(dev, chunk)
         lr = lr_progressive(path, chunk, alpha, eta0)
-        ct = ctr_train_progressive(path, chunk, work)
+        ct = ctr_train_progressive(path, chunk, work, a.emb, a.wide_lr)
         k = min(len(lr), len(ct))
         lr, ct = lr[:k], ct[:k]
         assert (lr[:, 0] == ct[:, 0]).all(), "chunks differ"

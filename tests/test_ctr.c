@@ -13,6 +13,7 @@
 #include "tools/ctr/cli.h"
 #include "tools/ctr/criteo.h"
 #include "tools/ctr/dlrm.h"
+#include "tools/ctr/emb_path.h"
 #include "tools/ctr/eval.h"
 #include "tools/ctr/truth.h"
 
@@ -403,6 +404,75 @@ START_TEST(test_first_order_weights_by_hand) {
 }
 END_TEST
 
+/* The same first-order weights through the table path (ctr-train --emb
+ * local|remote|cached --wide-lr): a local table of rows and one of the
+ * weights (one float per id, from 0, SGD at 0.5). Two copies of the
+ * example in one batch from all-zero dense weights: p = 0.5 for both, so
+ * each weight's summed gradient is 2 (p - y) = -1 and one push moves it
+ * by 0.5; the model the tables give back predicts sigmoid(27 * 0.5). */
+START_TEST(test_first_order_weights_through_tables) {
+    ss__ctr_model_config cfg = {
+        .emb_dim = 2, .table_rows = 8, .bottom_hidden = 3, .top_hidden = 3, .wide_lr = 0.5f};
+    ss__ctr_layout L;
+    ss__ctr_layout_of(&cfg, &L);
+    float *dense = calloc(L.total, sizeof(float));
+    ss_table_config tc;
+    ss_table_config_init(&tc, "rows", 2);
+    ss__ctr_tables t = {NULL, NULL};
+    ck_assert_int_eq(ss_table_open(NULL, &tc, &t.rows), SS_OK);
+    ss_table_config_init(&tc, "wide", 1);
+    tc.lr = 0.5f;
+    tc.init_scale = 0.0f;
+    ck_assert_int_eq(ss_table_open(NULL, &tc, &t.wide), SS_OK);
+    ss__ctr_example ex = {.label = 1.0f};
+    ex.dense[0] = logf(6.0f); /* class 2 of feature 0 */
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        ex.cat[f] = 100u + (uint32_t)f;
+    ss__ctr_worker *w;
+    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
+    ss__ctr_dense_opt sgd;
+    ck_assert_int_eq(ss__ctr_dense_opt_init(&sgd, SS_CTR_OPT_SGD, 1e-9f, L.total), SS_OK);
+    ss__ctr_gather *g;
+    ck_assert_int_eq(ss__ctr_gather_create(&cfg, 2, &g), SS_OK);
+    const ss__ctr_example *batch[] = {&ex, &ex};
+    ck_assert_int_eq(ss__ctr_gather_begin(g, &t, batch, 2, false, NULL), SS_OK);
+    double loss = 0;
+    ck_assert_int_eq(ss__ctr_gather_train(g, w, dense, &sgd, &loss), SS_OK);
+    ck_assert_double_eq_tol(loss, 2 * log(2.0), 1e-6); /* scored before the step */
+    ck_assert_int_eq(ss__ctr_gather_push(g, &t), SS_OK);
+    uint64_t ids[SS_CTR_NWIDE];
+    ss__ctr_wide_ids(&cfg, &ex, ids);
+    ck_assert_uint_eq(ids[SS_CTR_NUM_CAT], 26 * 8 + 2);
+    ck_assert_uint_eq(ids[SS_CTR_NUM_CAT + 1], UINT64_MAX); /* feature 1 is 0 */
+    float v[SS_CTR_NUM_CAT + 1];
+    ck_assert_int_eq(ss_table_lookup(t.wide, ids, SS_CTR_NUM_CAT + 1, v), SS_OK);
+    for (int k = 0; k <= SS_CTR_NUM_CAT; k++)
+        ck_assert_float_eq_tol(v[k], 0.5f, 1e-6f);
+    ss__ctr_embeddings emb;
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &emb), SS_OK);
+    ck_assert_int_eq(ss__ctr_emb_materialize(&t, &emb), SS_OK);
+    ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &emb, &ex), 1.0f / (1.0f + expf(-13.5f)),
+                           1e-5f);
+    /* The next batch reads them: its loss is 2 log(1 + e^-13.5). */
+    ck_assert_int_eq(ss__ctr_gather_begin(g, &t, batch, 2, false, NULL), SS_OK);
+    loss = 0;
+    ck_assert_int_eq(ss__ctr_gather_train(g, w, dense, &sgd, &loss), SS_OK);
+    ck_assert_double_eq_tol(loss, 2 * log1p(exp(-13.5)), 1e-6);
+    ck_assert_int_eq(ss__ctr_gather_push(g, &t), SS_OK);
+    /* a tables pair without the weights' table for a model with them */
+    ss__ctr_tables rows_only = {t.rows, NULL};
+    ck_assert_int_eq(ss__ctr_gather_begin(g, &rows_only, batch, 2, false, NULL),
+                     SS_ERR_INVALID_ARGUMENT);
+    ss__ctr_gather_destroy(g);
+    ss__ctr_embeddings_destroy(&emb);
+    ss__ctr_dense_opt_free(&sgd);
+    ss__ctr_worker_destroy(w);
+    ss_table_close(t.rows);
+    ss_table_close(t.wide);
+    free(dense);
+}
+END_TEST
+
 /* ctr-train's command line resolved without a process (tools/ctr/cli.c):
  * from the given flags, a fresh cli with the library's keys at
  * ctr-train's defaults. */
@@ -448,12 +518,12 @@ START_TEST(test_cli_resolves_by_mode) {
     ck_assert_float_eq_tol(o.cfg.lr, 2.0f * (float)o.lr, 1e-9f);
     ck_assert_float_eq(o.cfg.model.wide_lr, 0.0f); /* not a stream */
     ss__setting_flags_destroy(o.settings);
-    /* First-order weights with a table: refused, naming both flags. */
+    /* A rate out of its range: refused, naming the flag. */
     cli_fresh(&o, flags, 128, 1, "-");
     ss__setting_flag_set(o.settings, "emb", "local");
-    o.wide_lr = "0.01";
+    o.wide_lr = "1.5";
     ck_assert_int_eq(ss__ctr_cli_resolve(&o, why, sizeof why), SS_OK);
-    ck_assert_ptr_nonnull(strstr(ss__ctr_cli_refusal(&o), "--wide-lr needs --emb array"));
+    ck_assert_ptr_nonnull(strstr(ss__ctr_cli_refusal(&o), "--wide-lr takes a rate in [0, 1]"));
     ss__setting_flags_destroy(o.settings);
     /* A PS means one trainer per process: 4 in one are refused. */
     cli_fresh(&o, flags, 128, 4, "train.tsv");
@@ -477,5 +547,6 @@ int main(void) {
                            test_truth_deterministic, test_model_gradients_match_finite_differences,
                            test_dense_optimizers_by_hand, test_row_adagrad_by_hand,
                            test_score_both_normalizations, test_bias_starts_at_base_rate,
-                           test_first_order_weights_by_hand, test_cli_resolves_by_mode);
+                           test_first_order_weights_by_hand,
+                           test_first_order_weights_through_tables, test_cli_resolves_by_mode);
 }

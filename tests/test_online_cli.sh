@@ -21,6 +21,13 @@ awk -v ne="$(field "$tmp/pipe.out" progressive_ne)" 'BEGIN {exit !(ne > 0.5 && n
 grep -q 'bayes_ne=' "$tmp/gen.txt" || fail "ctr-gen --out - reports on stderr: $(cat "$tmp/gen.txt")"
 # a stream with --emb array has first-order weights by default (--wide-lr auto)
 grep -q ' wide_lr=0.005 ' "$tmp/pipe.out" || fail "--wide-lr auto on a stream: $(grep '^ctr-train: trainers' "$tmp/pipe.out")"
+# a table holds them when asked for: the same stream through --emb local
+"$bin/ctr-gen" --drift --rows 50000 --out - --quiet 2>/dev/null |
+  "$bin/ctr-train" --train - --emb local --wide-lr 0.005 --progress 0 >"$tmp/table.out" 2>&1 ||
+  fail "--emb local --wide-lr failed: $(tail -3 "$tmp/table.out")"
+grep -q ' wide_lr=0.005 ' "$tmp/table.out" || fail "--emb local --wide-lr: $(grep '^ctr-train: trainers' "$tmp/table.out")"
+awk -v ne="$(field "$tmp/table.out" progressive_ne)" 'BEGIN {exit !(ne > 0.5 && ne < 1.0)}' ||
+  fail "--emb local --wide-lr: progressive_ne out of (0.5, 1): $(grep summary-online "$tmp/table.out")"
 
 # 1b. ctr-gen makes the same rows (and probabilities) on any number of
 # threads: one thread draws every row's random numbers in order, the others
@@ -74,7 +81,6 @@ refused 2 '--max-rows does not apply' "$bin/ctr-train" --train - --max-rows 10
 refused 1 'cannot read' "$bin/ctr-train" --train-follow "$tmp/no-such-dir"
 refused 1 'ended before its first' "$bin/ctr-train" --train -
 refused 2 'rate in \[0, 1\] or auto' "$bin/ctr-train" --train - --wide-lr 0.01x
-refused 2 'wide-lr needs --emb array' "$bin/ctr-train" --train - --wide-lr 0.01 --emb local
 refused 2 'drift-turnover' "$bin/ctr-gen" --drift --drift-turnover -1 --out -
 refused 2 'threads.*outside' "$bin/ctr-gen" --drift --threads 65 --out -
-echo "online CLI test: pipe, SIGTERM, follow and 8 refusals as expected"
+echo "online CLI test: pipe, SIGTERM, follow and 7 refusals as expected"

@@ -322,10 +322,13 @@ static size_t own_flag_table(ss__ctr_cli *o, ss__flag *flags) {
          4096},
         {"top-hidden", SS_FLAG_U32, &c->model.top_hidden, "top MLP hidden width", NULL, 1, 4096},
         {"wide-lr", SS_FLAG_STRING, &o->wide_lr,
-         "--emb array: first-order weights (one per embedding row and per integer feature's "
-         "log2 class) added to the logit, trained by SGD at this rate in [0, 1] (the wide part "
-         "of Wide & Deep: it learns from an id's first examples); auto: " SS_CTR_WIDE_LR_ONLINE
-         " on a stream (chosen on bench/online-floor.sh's dev streams), else 0 (none)",
+         "first-order weights (one per embedding row and per integer feature's log2 class) "
+         "added to the logit, trained by SGD at this rate in [0, 1] (the wide part of Wide & "
+         "Deep: it learns from an id's first examples); with a table (--emb local|remote|cached) "
+         "they are a second table, ctr_wide, of one float per id, which costs examples/s; "
+         "auto: " SS_CTR_WIDE_LR_ONLINE
+         " on a stream with --emb array (chosen on bench/online-floor.sh's "
+         "dev streams), else 0 (none)",
          NULL, 0, 0},
         {"seed", SS_FLAG_INT, (int64_t *)&c->seed, "initialization seed", NULL, 0, 0},
         {"emb-prefetch", SS_FLAG_BOOL, &c->emb_prefetch,

@@ -183,9 +183,6 @@ const char *ss__ctr_cli_refusal(const ss__ctr_cli *o) {
         why = "--emb remote and cached need --emb-ps, --emb-shard-map or --ps";
     else if (cfg->model.wide_lr < 0.0f)
         why = "--wide-lr takes a rate in [0, 1] or auto";
-    else if (cfg->model.wide_lr > 0.0f && cfg->emb != SS_CTR_EMB_ARRAY)
-        why = "--wide-lr needs --emb array (the first-order weights live beside its shared rows, "
-              "not in a table)";
     else if (o->pcfg.agent && cfg->sync != SS_CTR_SYNC_SHADOW)
         why = "--agent syncs in the background: needs --sync shadow";
     else if (o->process && (cfg->trainers != 1 || o->rank >= o->world || cfg->eval_central))

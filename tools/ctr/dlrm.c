@@ -14,8 +14,9 @@
  * class, floor(log2(1 + x)) (capped), as a hashed logistic regression
  * takes it: WIDE_BUCKETS weights per feature after the rows' weights. */
 #define WIDE_BUCKETS 32
-#define WIDE_DENSE   (SS_CTR_NUM_DENSE * WIDE_BUCKETS)
-#define NWIDE        (SS_CTR_NUM_CAT + SS_CTR_NUM_DENSE)
+#define WIDE_DENSE   SS_CTR_WIDE_DENSE
+_Static_assert(WIDE_DENSE == SS_CTR_NUM_DENSE * WIDE_BUCKETS, "a class per bucket");
+#define NWIDE SS_CTR_NWIDE
 
 ss_status ss__ctr_model_config_check(const ss__ctr_model_config *cfg) {
     if (!cfg || cfg->emb_dim == 0 || cfg->emb_dim > 256 || cfg->table_rows < 2 ||
@@ -68,7 +69,7 @@ ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t se
     if (ss__ctr_model_config_check(cfg) != SS_OK || !out)
         return SS_ERR_INVALID_ARGUMENT;
     const size_t rows = (size_t)SS_CTR_NUM_CAT * cfg->table_rows, n = rows * cfg->emb_dim;
-    const size_t wide = cfg->wide_lr > 0.0f ? rows + WIDE_DENSE : 0;
+    const size_t wide = ss__ctr_wide_count(cfg);
     out->data = malloc((n + wide) * sizeof(float));
     if (!out->data)
         return SS_ERR_NO_MEMORY;
@@ -274,6 +275,27 @@ static float forward(ss__ctr_worker *w, const float *dense, const float *const *
     return logit;
 }
 
+size_t ss__ctr_wide_count(const ss__ctr_model_config *cfg) {
+    return cfg->wide_lr > 0.0f ? (size_t)SS_CTR_NUM_CAT * cfg->table_rows + WIDE_DENSE : 0;
+}
+
+void ss__ctr_wide_ids(const ss__ctr_model_config *cfg, const ss__ctr_example *ex,
+                      uint64_t ids[SS_CTR_NWIDE]) {
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        ids[f] = ss__ctr_row_id(cfg, f, ex);
+    const uint64_t classes = (uint64_t)SS_CTR_NUM_CAT * cfg->table_rows;
+    for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
+        /* dense[j] = ln(1 + x): log2(1 + x) = dense[j] / ln 2 */
+        const float c = ex->dense[j] * 1.44269504f;
+        /* 0 (or empty, or negative): no weight, as a regression has no
+         * token for an empty field (all of them in a categorical stream) */
+        ids[SS_CTR_NUM_CAT + j] = c > 0.0f
+                                      ? classes + (uint64_t)j * WIDE_BUCKETS +
+                                            (c < WIDE_BUCKETS - 1 ? (uint64_t)c : WIDE_BUCKETS - 1)
+                                      : UINT64_MAX;
+    }
+}
+
 /* The example's rows in the shared array, their Adagrad accumulators
  * (acc may be NULL) and their first-order weights (NULL without them). */
 static void array_rows(ss__ctr_worker *w, const ss__ctr_embeddings *emb, const ss__ctr_example *ex,
@@ -283,19 +305,12 @@ static void array_rows(ss__ctr_worker *w, const ss__ctr_embeddings *emb, const s
         rows[f] = emb->data + r * w->cfg.emb_dim;
         if (acc)
             acc[f] = emb->acc ? emb->acc + r : NULL;
-        wide[f] = emb->wide ? emb->wide + r : NULL;
     }
-    float *classes = emb->wide ? emb->wide + (size_t)SS_CTR_NUM_CAT * emb->rows : NULL;
-    for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
-        /* dense[j] = ln(1 + x): log2(1 + x) = dense[j] / ln 2 */
-        const float c = ex->dense[j] * 1.44269504f;
-        /* 0 (or empty, or negative): no weight, as a regression has no
-         * token for an empty field (all of them in a categorical stream) */
-        wide[SS_CTR_NUM_CAT + j] = NULL;
-        if (classes && c > 0.0f)
-            wide[SS_CTR_NUM_CAT + j] = classes + (size_t)j * WIDE_BUCKETS +
-                                       (c < WIDE_BUCKETS - 1 ? (size_t)c : WIDE_BUCKETS - 1);
-    }
+    uint64_t ids[NWIDE];
+    if (emb->wide)
+        ss__ctr_wide_ids(&w->cfg, ex, ids);
+    for (int k = 0; k < NWIDE; k++)
+        wide[k] = emb->wide && ids[k] != UINT64_MAX ? emb->wide + ids[k] : NULL;
 }
 
 /* The first-order part of the logit: the sum of the example's weights
@@ -390,12 +405,12 @@ static void backward(ss__ctr_worker *w, const float *dense, float *const *upd,
 }
 
 /* One batch: example i's rows come from the shared array (emb, updated at
- * once) or from gathered (their gradients added to grads); the dense
- * replica gets one optimizer step with the mean gradient at the end. */
+ * once) or from gathered (their gradients added to its buffers); the
+ * dense replica gets one optimizer step with the mean gradient at the
+ * end. */
 static void train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
-                        const ss__ctr_embeddings *emb, const float *const *gathered,
-                        float *const *grads, const ss__ctr_example *const *batch, size_t count,
-                        double *loss_sum) {
+                        const ss__ctr_embeddings *emb, const ss__ctr_gathered *gathered,
+                        const ss__ctr_example *const *batch, size_t count, double *loss_sum) {
     if (count == 0)
         return;
     memset(w->grad, 0, w->L.total * sizeof(float));
@@ -405,15 +420,22 @@ static void train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
         float *rows[SS_CTR_NUM_CAT], *acc[SS_CTR_NUM_CAT], *wide[NWIDE] = {NULL};
         if (emb)
             array_rows(w, emb, ex, rows, acc, wide);
-        const float *const *in = emb ? (const float *const *)rows : gathered + i * SS_CTR_NUM_CAT;
-        float p = sigmoid(forward(w, dense, in, ex) + wide_logit(wide));
-        float pc = fminf(fmaxf(p, 1e-7f), 1.0f - 1e-7f);
+        else if (gathered->wide) /* read only: wide_logit reads, nothing writes */
+            memcpy(wide, gathered->wide + i * NWIDE, sizeof wide);
+        const float *const *in =
+            emb ? (const float *const *)rows : gathered->rows + i * SS_CTR_NUM_CAT;
+        const float p = sigmoid(forward(w, dense, in, ex) + wide_logit(wide));
+        const float pc = fminf(fmaxf(p, 1e-7f), 1.0f - 1e-7f), dlogit = p - ex->label;
         loss -= ex->label > 0.5f ? logf(pc) : logf(1.0f - pc);
         if (emb) {
-            backward(w, dense, rows, emb, emb->acc ? acc : NULL, ex, p - ex->label);
-            wide_step(wide, p - ex->label, emb->wide_lr);
-        } else
-            backward(w, dense, grads + i * SS_CTR_NUM_CAT, NULL, NULL, ex, p - ex->label);
+            backward(w, dense, rows, emb, emb->acc ? acc : NULL, ex, dlogit);
+            wide_step(wide, dlogit, emb->wide_lr);
+            continue;
+        }
+        backward(w, dense, gathered->grads + i * SS_CTR_NUM_CAT, NULL, NULL, ex, dlogit);
+        for (int k = 0; gathered->wide_grads && k < NWIDE; k++)
+            if (gathered->wide_grads[i * NWIDE + (size_t)k]) /* d loss / d weight = dlogit */
+                *gathered->wide_grads[i * NWIDE + (size_t)k] += dlogit;
     }
     ss__ctr_dense_opt_apply(opt, dense, w->grad, 1.0f / (float)count);
     if (loss_sum)
@@ -423,14 +445,13 @@ static void train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
 void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
                          ss__ctr_embeddings *emb, const ss__ctr_example *const *batch, size_t count,
                          double *loss_sum) {
-    train_batch(w, dense, opt, emb, NULL, NULL, batch, count, loss_sum);
+    train_batch(w, dense, opt, emb, NULL, batch, count, loss_sum);
 }
 
 void ss__ctr_train_batch_gathered(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
-                                  const float *const *rows, float *const *grads,
-                                  const ss__ctr_example *const *batch, size_t count,
-                                  double *loss_sum) {
-    train_batch(w, dense, opt, NULL, rows, grads, batch, count, loss_sum);
+                                  const ss__ctr_gathered *in, const ss__ctr_example *const *batch,
+                                  size_t count, double *loss_sum) {
+    train_batch(w, dense, opt, NULL, in, batch, count, loss_sum);
 }
 
 uint64_t ss__ctr_row_id(const ss__ctr_model_config *cfg, int field, const ss__ctr_example *ex) {

@@ -107,15 +107,40 @@ void ss__ctr_train_batch(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt
                          ss__ctr_embeddings *emb, const ss__ctr_example *const *batch, size_t count,
                          double *loss_sum);
 
-/* The same step over rows gathered from an embedding table (the table
- * path of ctr-train --emb local|remote|cached): rows[i * 26 + f] is
- * example i's row of field f (read only), and d loss / d row is added to
- * grads[i * 26 + f] (rows of one id share one buffer). The caller pushes
- * the summed gradients to the table, whose optimizer applies them. */
+/* The rows and first-order weights of a batch gathered from tables. */
+typedef struct ss__ctr_gathered {
+    /* rows[i * 26 + f]: example i's row of field f (read only); d loss /
+     * d row is added to grads[i * 26 + f] (rows of one id share one
+     * buffer). */
+    const float *const *rows;
+    float *const *grads;
+    /* NULL, or example i's first-order weights at wide[i * SS_CTR_NWIDE +
+     * k] (NULL where it has none), d loss / d weight added to
+     * wide_grads[i * SS_CTR_NWIDE + k]. */
+    const float *const *wide;
+    float *const *wide_grads;
+} ss__ctr_gathered;
+
+/* The same step over rows gathered from embedding tables (the table path
+ * of ctr-train --emb local|remote|cached). The caller pushes the summed
+ * gradients to the tables, whose optimizers apply them. */
 void ss__ctr_train_batch_gathered(ss__ctr_worker *w, float *dense, ss__ctr_dense_opt *opt,
-                                  const float *const *rows, float *const *grads,
-                                  const ss__ctr_example *const *batch, size_t count,
-                                  double *loss_sum);
+                                  const ss__ctr_gathered *in, const ss__ctr_example *const *batch,
+                                  size_t count, double *loss_sum);
+
+/* First-order weights per example: one per field's row, one per integer
+ * feature's magnitude class. */
+#define SS_CTR_NWIDE (SS_CTR_NUM_CAT + SS_CTR_NUM_DENSE)
+/* The integer features' classes: 32 per feature, after the rows'. */
+#define SS_CTR_WIDE_DENSE (SS_CTR_NUM_DENSE * 32)
+/* How many first-order weights a model has (0 without them): the rows',
+ * then the classes'. Weight k is emb->wide[k], or id k of a table of them. */
+size_t ss__ctr_wide_count(const ss__ctr_model_config *cfg);
+/* An example's first-order weights as ids in [0, ss__ctr_wide_count):
+ * ids[k] for k < SS_CTR_NWIDE, UINT64_MAX where it has none (an integer
+ * feature that is 0, negative or empty). */
+void ss__ctr_wide_ids(const ss__ctr_model_config *cfg, const ss__ctr_example *ex,
+                      uint64_t ids[SS_CTR_NWIDE]);
 
 /* Id of an example's row of field f in one table holding every field:
  * field * table_rows + ss__ctr_row_index. */

@@ -22,7 +22,14 @@ typedef enum ss__ctr_emb_mode {
 ss_status ss__ctr_emb_mode_parse(const char *text, ss__ctr_emb_mode *out);
 const char *ss__ctr_emb_mode_name(ss__ctr_emb_mode mode);
 
-/* One minibatch in flight through the table. A worker keeps three: the
+/* The tables of the table path: the rows, and the first-order weights
+ * (one float each, SGD at --wide-lr; NULL without them), both by the ids
+ * of ss__ctr_wide_ids (a row's weight has the row's id). */
+typedef struct ss__ctr_tables {
+    ss_table *rows, *wide;
+} ss__ctr_tables;
+
+/* One minibatch in flight through the tables. A worker keeps three: the
  * one training, the next one's rows on their way, and the one trained
  * before, whose gradients go to the table with that fetch (one round
  * trip per step for a remote table: ss_table_push_prefetch). */
@@ -35,7 +42,7 @@ void ss__ctr_gather_destroy(ss__ctr_gather *g);
  * their rows (in the background when prefetch). done (optional): a
  * trained batch whose gradients are not pushed yet; they are pushed
  * first, with the fetch. */
-ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
+ss_status ss__ctr_gather_begin(ss__ctr_gather *g, const ss__ctr_tables *t,
                                const ss__ctr_example *const *batch, size_t count, bool prefetch,
                                ss__ctr_gather *done);
 /* Waits for the rows and trains the batch; its row gradients stay in g
@@ -43,12 +50,12 @@ ss_status ss__ctr_gather_begin(ss__ctr_gather *g, ss_table *table,
 ss_status ss__ctr_gather_train(ss__ctr_gather *g, ss__ctr_worker *w, float *dense,
                                ss__ctr_dense_opt *opt, double *loss_sum);
 /* Pushes a trained batch's gradients on their own (the last batch). */
-ss_status ss__ctr_gather_push(ss__ctr_gather *g, ss_table *table);
-/* Copies every row of the table into emb (to evaluate with the array
- * code). */
-ss_status ss__ctr_emb_materialize(ss_table *table, ss__ctr_embeddings *emb);
+ss_status ss__ctr_gather_push(ss__ctr_gather *g, const ss__ctr_tables *t);
+/* Copies every row of the tables into emb (to evaluate with the array
+ * code), the first-order weights into emb->wide. */
+ss_status ss__ctr_emb_materialize(const ss__ctr_tables *t, ss__ctr_embeddings *emb);
 /* Only the rows a dataset's examples use (a validation pass). */
-ss_status ss__ctr_emb_materialize_rows(ss_table *table, const ss__ctr_model_config *cfg,
+ss_status ss__ctr_emb_materialize_rows(const ss__ctr_tables *t, const ss__ctr_model_config *cfg,
                                        ss__ctr_embeddings *emb, const ss__ctr_dataset *data);
 
 #endif

@@ -208,10 +208,28 @@ static ss_status open_table(run *r) {
         t.encoding = cfg->emb_encoding;
     t.ps = cfg->emb_ps;
     t.shard_map = cfg->emb_shard_map;
-    st = ss_table_open(r->tr[0].hooks, &t, &r->table);
+    st = ss_table_open(r->tr[0].hooks, &t, &r->tables.rows);
+    if (st == SS_OK && cfg->model.wide_lr > 0.0f) {
+        /* The first-order weights: one float per id, from 0, by SGD at
+         * their own rate (as the array path's), in the same mode. */
+        t.name = "ctr_wide";
+        t.dim = 1;
+        t.optimizer = SS_TABLE_SGD;
+        t.lr = cfg->model.wide_lr;
+        t.init_scale = 0.0f;
+        st = ss_table_open(r->tr[0].hooks, &t, &r->tables.wide);
+    }
     if (st != SS_OK)
-        SS_LOG_ERRORF("ctr-train", "event=table_open_failed mode=%s status=%s",
-                      ss__ctr_emb_mode_name(cfg->emb), ss_status_name(st));
+        SS_LOG_ERRORF("ctr-train", "event=table_open_failed mode=%s table=%s status=%s",
+                      ss__ctr_emb_mode_name(cfg->emb), t.name, ss_status_name(st));
+    return st;
+}
+
+/* Pushes applied and cached rows synced, in both tables. */
+static ss_status flush_tables(run *r) {
+    ss_status st = ss_table_flush(r->tables.rows);
+    if (st == SS_OK && r->tables.wide)
+        st = ss_table_flush(r->tables.wide);
     return st;
 }
 
@@ -404,9 +422,9 @@ static ss_status validate_epoch(run *r, uint32_t epoch, float *buf, double *best
     const ss__ctr_train_config *cfg = r->cfg;
     ss_status st = SS_OK;
     *better = false;
-    if (r->table &&
-        ((st = ss_table_flush(r->table)) != SS_OK ||
-         (st = ss__ctr_emb_materialize_rows(r->table, &cfg->model, &r->emb, r->val)) != SS_OK))
+    if (r->tables.rows &&
+        ((st = flush_tables(r)) != SS_OK ||
+         (st = ss__ctr_emb_materialize_rows(&r->tables, &cfg->model, &r->emb, r->val)) != SS_OK))
         return st;
     const float *model;
     ss__ctr_quality q;
@@ -420,7 +438,7 @@ static ss_status validate_epoch(run *r, uint32_t epoch, float *buf, double *best
         /* The array path in one process: the best model is kept (a
          * table's rows live on its shards, another process's replica in
          * that process). */
-        if (!r->table && !cfg->process && cfg->patience > 0) {
+        if (!r->tables.rows && !cfg->process && cfg->patience > 0) {
             const size_t ne = ss__ctr_embeddings_floats(&r->emb);
             if (!r->best_dense && !(r->best_dense = malloc(r->L.total * sizeof(float))))
                 return SS_ERR_NO_MEMORY;
@@ -551,12 +569,12 @@ static ss_status finish_sync(run *r, ss__ctr_train_result *res) {
             ss__engine_stop(r->tr[t].engine);
     if (cfg->process && (st = ss_trainer_finish(r->tr[0].hooks)) != SS_OK)
         SS_LOG_WARNF("ctr-train", "event=final_rounds_failed status=%s", ss_status_name(st));
-    if (!r->table)
+    if (!r->tables.rows)
         return SS_OK;
     /* Pushes applied / cached rows synced, then the rows. */
-    if ((st = ss_table_flush(r->table)) == SS_OK)
-        st = ss__ctr_emb_materialize(r->table, &r->emb);
-    ss_table_get_stats(r->table, &res->emb);
+    if ((st = flush_tables(r)) == SS_OK)
+        st = ss__ctr_emb_materialize(&r->tables, &r->emb);
+    ss_table_get_stats(r->tables.rows, &res->emb);
     return st;
 }
 
@@ -643,8 +661,11 @@ static ss_status evaluate_model(run *r, ss__ctr_train_result *res) {
 }
 
 static void run_destroy(run *r) {
-    if (r->table && !r->tr[0].hooks)
-        ss_table_close(r->table); /* standalone; a trainer's closes with it */
+    if (r->tables.rows && !r->tr[0].hooks) { /* standalone; a trainer's close with it */
+        ss_table_close(r->tables.rows);
+        if (r->tables.wide)
+            ss_table_close(r->tables.wide);
+    }
     for (uint32_t t = 0; t < r->cfg->trainers; t++) {
         ss__engine_destroy(r->tr[t].engine);
         ss__replica_destroy(r->tr[t].replica);

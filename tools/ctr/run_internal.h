@@ -11,6 +11,7 @@
 #include "shadow/engine.h"
 #include "shadow/replica.h"
 #include "shadowsync/shadowsync.h"
+#include "tools/ctr/emb_path.h"
 #include "tools/ctr/run.h"
 
 typedef struct trainer {
@@ -45,7 +46,7 @@ typedef struct run {
     bool syncing;                /* the engines here sync the replicas (in-process runs) */
     ss__transport *transport;    /* in-process runs that sync */
     ss__ctr_embeddings emb;
-    ss_table *table; /* the table path; NULL = the shared array */
+    ss__ctr_tables tables; /* the table path (rows NULL: the shared array) */
     trainer tr[SS_CTR_MAX_TRAINERS];
     _Atomic uint32_t trainers_left;
     _Atomic uint64_t loss_sum_micro; /* summed loss in micro-units */

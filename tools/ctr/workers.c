@@ -74,7 +74,7 @@ static void warm_ahead(trainer *tr) {
         for (int f = 0; f < SS_CTR_NUM_CAT; f++)
             ids[n++] = ss__ctr_row_id(&cfg->model, f, ex);
     }
-    ss_status st = ss_table_warm(tr->run->table, ids, n);
+    ss_status st = ss_table_warm(tr->run->tables.rows, ids, n);
     if (st != SS_OK)
         SS_LOG_DEBUGF("ctr-train", "event=warm_failed status=%s", ss_status_name(st));
     free(ids);
@@ -94,15 +94,15 @@ static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_exampl
     size_t n = st == SS_OK ? claim_batch(tr, batch) : 0;
     warm_ahead(tr);
     if (n)
-        st = ss__ctr_gather_begin(g[0], r->table, batch, n, prefetch, NULL);
+        st = ss__ctr_gather_begin(g[0], &r->tables, batch, n, prefetch, NULL);
     ss__ctr_gather *trained = NULL; /* the batch before, its gradients not pushed yet */
     for (int cur = 0; n && st == SS_OK; cur = (cur + 1) % 3) {
         size_t next = claim_batch(tr, batch);
         warm_ahead(tr);
         if (next) {
-            st = ss__ctr_gather_begin(g[(cur + 1) % 3], r->table, batch, next, prefetch, trained);
+            st = ss__ctr_gather_begin(g[(cur + 1) % 3], &r->tables, batch, next, prefetch, trained);
         } else if (trained) {
-            st = ss__ctr_gather_push(trained, r->table);
+            st = ss__ctr_gather_push(trained, &r->tables);
         }
         ss_status s = ss__ctr_gather_train(g[cur], w, tr->dense, &tr->opt, loss);
         if (st == SS_OK)
@@ -113,7 +113,7 @@ static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_exampl
         n = next;
     }
     if (st == SS_OK && trained) /* the last batch */
-        st = ss__ctr_gather_push(trained, r->table);
+        st = ss__ctr_gather_push(trained, &r->tables);
     for (int i = 0; i < 3; i++)
         ss__ctr_gather_destroy(g[i]);
     if (st != SS_OK)
@@ -132,7 +132,7 @@ void *ss__ctr_worker_main(void *arg) {
         goto done;
     }
     double loss = 0.0;
-    if (r->table) {
+    if (r->tables.rows) {
         ss_status st = table_loop(tr, w, batch, &loss);
         if (st != SS_OK)
             ss__ctr_run_failed(r, st);
