@@ -8,6 +8,7 @@
 
 #include "agent/agent_internal.h"
 #include "common/clock.h"
+#include "common/fd_io.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "common/private_files.h"
@@ -104,18 +105,7 @@ static ss_status write_atomic(const char *dir, const char *name, const float *x,
     int fd = ss__private_tmp_open(path, tmp, sizeof tmp); /* new, 0600, never a planted link */
     if (fd < 0)
         return SS_ERR_IO;
-    ss_status st = SS_OK;
-    const char *p = (const char *)x;
-    size_t left = n * sizeof *x;
-    while (left && st == SS_OK) {
-        ssize_t k = write(fd, p, left);
-        if (k <= 0)
-            st = SS_ERR_IO;
-        else {
-            p += k;
-            left -= (size_t)k;
-        }
-    }
+    ss_status st = ss__write_all(fd, x, n * sizeof *x) ? SS_OK : SS_ERR_IO;
     if (st == SS_OK && fsync(fd) != 0)
         st = SS_ERR_IO;
     close(fd);

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd_io.h"
 #include "common/flags.h"
 #include "embedding-store/emb_store.h"
 #include "rpc/emb/emb_client.h"
@@ -141,15 +142,7 @@ static int run_inproc(bench *b, result *r, ss__emb_store **out) {
 
 /* All of n bytes read (or written); false at EOF or an error. */
 static bool io_all(int fd, void *p, size_t n, bool write_it) {
-    char *c = p;
-    while (n) {
-        ssize_t k = write_it ? write(fd, c, n) : read(fd, c, n);
-        if (k <= 0)
-            return false;
-        c += k;
-        n -= (size_t)k;
-    }
-    return true;
+    return write_it ? ss__write_all(fd, p, n) : ss__read_all(fd, p, n);
 }
 
 typedef struct tcp_server {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fd_io.h"
 #include "common/finite.h"
 #include <zlib.h>
 
@@ -38,16 +39,8 @@ static uLong crc_update(uLong c, const void *p, size_t n) {
 }
 
 static void flush_buf(ss__emb_delta_writer *w) {
-    size_t off = 0;
-    while (off < w->len && !w->failed) {
-        ssize_t k = write(w->fd, w->buf + off, w->len - off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            w->failed = true;
-        else
-            off += (size_t)k;
-    }
+    if (!w->failed && !ss__write_all(w->fd, w->buf, w->len))
+        w->failed = true;
     w->len = 0;
 }
 
@@ -288,17 +281,9 @@ static ss_status read_all(const char *path, unsigned char **buf, size_t *len) {
     }
     *len = (size_t)sb.st_size;
     *buf = malloc(*len + 1);
-    size_t off = 0;
-    while (*buf && off < *len) {
-        ssize_t k = read(fd, *buf + off, *len - off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        off += (size_t)k;
-    }
+    const bool whole = *buf && ss__read_all(fd, *buf, *len);
     close(fd);
-    if (!*buf || off != *len) {
+    if (!whole) {
         free(*buf);
         return *buf ? SS_ERR_IO : SS_ERR_NO_MEMORY;
     }

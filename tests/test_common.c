@@ -2,14 +2,20 @@
 #include <check.h>
 
 #include "check_run.h"
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fd_io.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -527,6 +533,77 @@ START_TEST(test_ticker_ticks_until_stopped) {
 }
 END_TEST
 
+/* A 4 MiB write through a socket pair arrives whole and in order while
+ * another thread interrupts the writer every millisecond with a signal
+ * whose handler has no SA_RESTART: a blocked write returns what it moved
+ * so far (a short write) or EINTR. The reader reads whatever has arrived
+ * (short reads). A read past the writer's end says so with errno 0. */
+typedef struct writer_arg {
+    int fd;
+    const uint8_t *p;
+    size_t n;
+    bool ok;
+} writer_arg;
+
+static void *write_then_close(void *arg) {
+    writer_arg *a = arg;
+    a->ok = ss__write_all(a->fd, a->p, a->n);
+    close(a->fd);
+    return NULL;
+}
+
+static void on_interrupt(int sig) {
+    (void)sig;
+}
+
+typedef struct interrupter {
+    pthread_t target;
+    atomic_bool stop;
+} interrupter;
+
+static void *interrupt_every_ms(void *arg) {
+    interrupter *in = arg;
+    while (!atomic_load(&in->stop)) {
+        pthread_kill(in->target, SIGUSR1); /* joinable: a done writer drops it */
+        usleep(1000);
+    }
+    return NULL;
+}
+
+START_TEST(test_whole_reads_and_writes) {
+    enum { N = 4 << 20 };
+    uint8_t *out = malloc(N), *in = malloc(N + 1);
+    for (size_t i = 0; i < N; i++)
+        out[i] = (uint8_t)(i * 2654435761u >> 13);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    struct sigaction sa = {.sa_handler = on_interrupt}, old;
+    sigaction(SIGUSR1, &sa, &old);
+    writer_arg a = {sv[1], out, N, false};
+    interrupter intr = {.stop = false};
+    pthread_t writer, irq;
+    pthread_create(&writer, NULL, write_then_close, &a);
+    intr.target = writer;
+    pthread_create(&irq, NULL, interrupt_every_ms, &intr);
+    usleep(20000);                            /* the writer fills the buffer and blocks */
+    ck_assert(ss__read_all(sv[0], in, 1000)); /* pieces of any size */
+    ck_assert(ss__read_all(sv[0], in + 1000, N - 1000));
+    errno = EINVAL;
+    ck_assert(!ss__read_all(sv[0], in + N, 1)); /* the writer is done */
+    ck_assert_int_eq(errno, 0);
+    atomic_store(&intr.stop, true);
+    pthread_join(irq, NULL);
+    pthread_join(writer, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    ck_assert(a.ok);
+    ck_assert(memcmp(in, out, N) == 0);
+    close(sv[0]);
+    ck_assert(!ss__write_all(-1, out, 1)); /* an error, not a loop */
+    free(out);
+    free(in);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
         "common", 0, NULL, NULL, test_strerror_covers_every_code, test_ps_group_names,
@@ -534,5 +611,6 @@ int main(void) {
         test_flags_bad_input, test_flags_typed_fields, test_metrics_render_exact,
         test_metrics_bad_input, test_private_dirs_and_files,
         test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
-        test_shard_map_file, test_ticker_ticks_until_stopped, test_process_metrics);
+        test_shard_map_file, test_ticker_ticks_until_stopped, test_process_metrics,
+        test_whole_reads_and_writes);
 }
