@@ -353,6 +353,20 @@ START_TEST(test_bias_starts_at_base_rate) {
 }
 END_TEST
 
+/* The model and the example of the first-order weights' tests: a tiny
+ * model, and a click whose integer feature 0 is 5 (log2(6) = 2.58: class
+ * 2), the others 0, and whose fields each have their own row. */
+static const ss__ctr_model_config wide_model = {
+    .emb_dim = 2, .table_rows = 8, .bottom_hidden = 3, .top_hidden = 3, .wide_lr = 0.5f};
+
+static ss__ctr_example wide_example(void) {
+    ss__ctr_example ex = {.label = 1.0f};
+    ex.dense[0] = logf(6.0f);
+    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
+        ex.cat[f] = 100u + (uint32_t)f;
+    return ex;
+}
+
 /* The first-order part by hand: with every dense weight 0 the MLP's logit
  * is 0, so p = sigmoid(sum of the example's first-order weights). One
  * example (label 1) from all-zero weights: p = 0.5, and each of its 26
@@ -360,8 +374,7 @@ END_TEST
  * class moves by -lr (p - y) = 0.5 * 0.5 = 0.25; then p = sigmoid(27 *
  * 0.25). A zero integer feature has no weight. */
 START_TEST(test_first_order_weights_by_hand) {
-    ss__ctr_model_config cfg = {
-        .emb_dim = 2, .table_rows = 8, .bottom_hidden = 3, .top_hidden = 3, .wide_lr = 0.5f};
+    ss__ctr_model_config cfg = wide_model;
     ss__ctr_layout L;
     ss__ctr_layout_of(&cfg, &L);
     float *dense = calloc(L.total, sizeof(float));
@@ -369,10 +382,7 @@ START_TEST(test_first_order_weights_by_hand) {
     ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &emb), SS_OK);
     ck_assert_ptr_nonnull(emb.wide);
     ck_assert_uint_eq(ss__ctr_embeddings_floats(&emb), 26 * 8 * 2 + 26 * 8 + 13 * 32);
-    ss__ctr_example ex = {.label = 1.0f};
-    ex.dense[0] = logf(6.0f); /* x = 5: log2(6) = 2.58, class 2 */
-    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
-        ex.cat[f] = 100u + (uint32_t)f;
+    ss__ctr_example ex = wide_example();
     ss__ctr_worker *w;
     ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
     ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &emb, &ex), 0.5f, 1e-6f);
@@ -411,8 +421,7 @@ END_TEST
  * each weight's summed gradient is 2 (p - y) = -1 and one push moves it
  * by 0.5; the model the tables give back predicts sigmoid(27 * 0.5). */
 START_TEST(test_first_order_weights_through_tables) {
-    ss__ctr_model_config cfg = {
-        .emb_dim = 2, .table_rows = 8, .bottom_hidden = 3, .top_hidden = 3, .wide_lr = 0.5f};
+    ss__ctr_model_config cfg = wide_model;
     ss__ctr_layout L;
     ss__ctr_layout_of(&cfg, &L);
     float *dense = calloc(L.total, sizeof(float));
@@ -424,10 +433,7 @@ START_TEST(test_first_order_weights_through_tables) {
     tc.lr = 0.5f;
     tc.init_scale = 0.0f;
     ck_assert_int_eq(ss_table_open(NULL, &tc, &t.wide), SS_OK);
-    ss__ctr_example ex = {.label = 1.0f};
-    ex.dense[0] = logf(6.0f); /* class 2 of feature 0 */
-    for (int f = 0; f < SS_CTR_NUM_CAT; f++)
-        ex.cat[f] = 100u + (uint32_t)f;
+    ss__ctr_example ex = wide_example();
     ss__ctr_worker *w;
     ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
     ss__ctr_dense_opt sgd;
