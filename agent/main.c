@@ -58,6 +58,7 @@ static const char *const sync_keys[] = {"ps",
                                         "shadow_threads",
                                         "encoding",
                                         "chunk_floats",
+                                        "bulk",
                                         "min_round_gap",
                                         "round_interval_us",
                                         "heartbeat_ms",
@@ -236,7 +237,8 @@ static ss_status connect_ps(agent_main *m, const agent_options *o) {
                                       .chunk_floats = c->chunk_floats,
                                       .retries = 3,
                                       .epoch = o->map.epoch,
-                                      .tls = c->tls_ca || c->tls_cert ? &tls : NULL};
+                                      .tls = c->tls_ca || c->tls_cert ? &tls : NULL,
+                                      .bulk = c->bulk};
     ss__encoding_parse(c->encoding, &tcfg.encoding); /* checked in check_options */
     /* With a map, the groups are cut again when it changes. */
     ss_status st = o->map.epoch ? ss__recut_transport_create(c->shard_map, &tcfg, &m->to_ps)

@@ -8,15 +8,27 @@
  * chunk calls with the same window, each chunk's reply copied into d. The
  * gap between the two is the PS's share (the elastic update, the finite
  * check, protobuf); the gap from iperf3 to the echo is gRPC's and the
- * copies'. */
+ * copies'.
+ *
+ * --tcp-echo is the floor of any such path on this machine: the same
+ * chunks, length-prefixed, on one plain loopback socket (a writer thread
+ * sends a round's chunks while this thread reads their echoes back), to a
+ * child that reads each chunk whole and writes it back: two copies each
+ * way in the kernel, one read and one write per chunk at each end. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd_io.h"
 #include "common/flags.h"
 #include "common/malloc_tune.h"
 #include "rpc/dense/grpc_transport.h"
@@ -142,6 +154,123 @@ static int run_echo(int64_t floats, int64_t reps, int64_t warmup, int64_t chunk,
     return st == SS_OK ? 0 : 1;
 }
 
+/* The plain-socket echo: a listening socket on 127.0.0.1 and its port. */
+static int tcp_listen(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void tcp_nodelay(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* The child: one connection; each frame (an 8-byte length, then the
+ * bytes) read whole and written back, until the connection ends. */
+static void tcp_echo_serve(int lfd) {
+    int fd = accept(lfd, NULL, NULL);
+    uint64_t len, cap = 0;
+    uint8_t *buf = NULL;
+    tcp_nodelay(fd);
+    while (fd >= 0 && ss__read_all(fd, &len, sizeof len) && len <= (256u << 20)) {
+        if (len > cap && !(buf = realloc(buf, cap = len)))
+            break;
+        if (!ss__read_all(fd, buf, len) || !ss__write_all(fd, &len, sizeof len) ||
+            !ss__write_all(fd, buf, len))
+            break;
+    }
+    _exit(0);
+}
+
+typedef struct tcp_round {
+    int fd;
+    const float *s;
+    size_t n, chunk;
+    bool ok;
+} tcp_round;
+
+/* The writer thread: a round's chunks, one frame each. */
+static void *tcp_send_round(void *arg) {
+    tcp_round *r = arg;
+    r->ok = true;
+    for (size_t lo = 0; r->ok && lo < r->n; lo += r->chunk) {
+        const uint64_t len = (r->n - lo < r->chunk ? r->n - lo : r->chunk) * sizeof(float);
+        r->ok = ss__write_all(r->fd, &len, sizeof len) && ss__write_all(r->fd, r->s + lo, len);
+    }
+    return NULL;
+}
+
+/* One round on the socket: the chunks out (the writer thread) and their
+ * echoes into d (this thread), at once. */
+static ss_status tcp_round_trip(tcp_round *r, float *d) {
+    pthread_t w;
+    if (pthread_create(&w, NULL, tcp_send_round, r) != 0)
+        return SS_ERR_NO_MEMORY;
+    bool ok = true;
+    for (size_t lo = 0; ok && lo < r->n; lo += r->chunk) {
+        const uint64_t want = (r->n - lo < r->chunk ? r->n - lo : r->chunk) * sizeof(float);
+        uint64_t len;
+        ok = ss__read_all(r->fd, &len, sizeof len) && len == want &&
+             ss__read_all(r->fd, d + lo, len);
+    }
+    pthread_join(w, NULL);
+    return ok && r->ok ? SS_OK : SS_ERR_IO;
+}
+
+static int run_tcp_echo(int64_t floats, int64_t reps, int64_t warmup, int64_t chunk) {
+    int port = 0, lfd = tcp_listen(&port);
+    pid_t pid = lfd >= 0 ? fork() : -1;
+    if (pid == 0)
+        tcp_echo_serve(lfd);
+    if (lfd >= 0)
+        close(lfd);
+    const size_t n = (size_t)floats;
+    tcp_round r = {
+        .fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), .n = n, .chunk = (size_t)chunk};
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
+    ss_status st =
+        pid > 0 && r.fd >= 0 && s && d && connect(r.fd, (struct sockaddr *)&a, sizeof a) == 0
+            ? SS_OK
+            : SS_ERR_IO;
+    tcp_nodelay(r.fd);
+    for (size_t i = 0; s && i < n; i++)
+        s[i] = (float)(i % 977) * 1e-3f;
+    r.s = s;
+    for (int64_t k = 0; st == SS_OK && k < warmup; k++)
+        st = tcp_round_trip(&r, d);
+    const uint64_t t0 = ss__now_ns();
+    for (int64_t k = 0; st == SS_OK && k < reps; k++)
+        st = tcp_round_trip(&r, d);
+    const double sec = (double)(ss__now_ns() - t0) * 1e-9;
+    if (st == SS_OK && memcmp(s, d, n * sizeof *s) != 0)
+        st = SS_ERR_PARSE;
+    if (st == SS_OK)
+        printf("rpc-bench: tcp-echo floats=%zu reps=%lld round_ms=%.3f goodput_gbit_s=%.3f\n", n,
+               (long long)reps, 1e3 * sec / (double)reps,
+               8.0 * (double)n * (double)reps * 8e-9 / sec);
+    else
+        fprintf(stderr, "shadowsync-bench-rpc: tcp echo round failed: %s\n", ss_strerror(st));
+    if (r.fd >= 0)
+        close(r.fd); /* the child's read ends: it exits */
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    free(s);
+    free(d);
+    return st == SS_OK ? 0 : 1;
+}
+
 /* What --help and --version say. */
 static const ss__program program = {
     "shadowsync-bench-rpc", "Times S-EASGD rounds of one dense group against running "
@@ -152,7 +281,7 @@ int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     const char *ps = "127.0.0.1:7070";
     int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS, window = 0;
-    bool echo = false;
+    bool echo = false, tcp_echo = false, bulk = false;
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "shadowsync-ps shards, host:port,...", NULL, 0, 0},
         {"floats", SS_FLAG_INT, &floats, "group size in floats", NULL, 1, 1 << 28},
@@ -166,16 +295,25 @@ int main(int argc, char **argv) {
          "no PS: the same chunk calls to an echo server this tool starts on 127.0.0.1 (the "
          "wire's own cost; --ps is not used, --window 0 means 4)",
          NULL, 0, 0},
+        {"bulk", SS_FLAG_BOOL, &bulk,
+         "S-EASGD chunks on the PS's bulk stream (a PS with --bulk-listen), not gRPC", NULL, 0, 0},
+        {"tcp-echo", SS_FLAG_BOOL, &tcp_echo,
+         "no PS, no gRPC: the same chunks on one plain loopback socket to an echo child this "
+         "tool starts (the floor of any path: --ps and --window are not used)",
+         NULL, 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
     if (echo)
         return run_echo(floats, reps, warmup, chunk, window);
+    if (tcp_echo)
+        return run_tcp_echo(floats, reps, warmup, chunk);
     ss__grpc_transport_config cfg = {.targets = ps,
                                      .timeout_ms = 60000,
                                      .chunk_floats = (size_t)chunk,
-                                     .window = (uint32_t)window};
+                                     .window = (uint32_t)window,
+                                     .bulk = bulk};
     ss__transport *t;
     ss_status st = ss__grpc_transport_create(&cfg, &t);
     size_t n = (size_t)floats;

@@ -2,12 +2,14 @@
 #include "common/fd_io.h"
 
 #include <errno.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-bool ss__write_all(int fd, const void *p, size_t n) {
+/* The loop of both: send (MSG_NOSIGNAL) on a socket, else write. */
+static bool out_all(int fd, const void *p, size_t n, bool socket) {
     const char *c = p;
     while (n) {
-        ssize_t k = write(fd, c, n);
+        ssize_t k = socket ? send(fd, c, n, MSG_NOSIGNAL) : write(fd, c, n);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -16,6 +18,14 @@ bool ss__write_all(int fd, const void *p, size_t n) {
         n -= (size_t)k;
     }
     return true;
+}
+
+bool ss__write_all(int fd, const void *p, size_t n) {
+    return out_all(fd, p, n, false);
+}
+
+bool ss__send_all(int fd, const void *p, size_t n) {
+    return out_all(fd, p, n, true);
 }
 
 bool ss__read_all(int fd, void *p, size_t n) {

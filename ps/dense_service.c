@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/names.h"
+#include "rpc/bulk.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/pb_wire.h"
@@ -388,6 +389,34 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
     ss__rpc_reply_pack(&out.base, reply);
 }
 
+/* A ticket for the bulk stream, to a caller through the door (a writer's
+ * method: EasgdExchange is what the stream carries). */
+static void h_bulk_ticket(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__dense_service *svc = ctx;
+    Shadowsync__V1__BulkTicketRequest *m =
+        ss__rpc_unpack(&shadowsync__v1__bulk_ticket_request__descriptor, req, len, reply);
+    if (!m) {
+        count_rejected(svc);
+        return;
+    }
+    shadowsync__v1__bulk_ticket_request__free_unpacked(m, NULL);
+    uint8_t t[SS_BULK_TICKET_BYTES];
+    if (!svc->bulk) {
+        ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "this server has no bulk port (--bulk-listen)");
+        return;
+    }
+    ss_status st = ss__bulk_server_ticket(svc->bulk, t);
+    if (st != SS_OK) {
+        ss__rpc_reply_fail(reply, st, "no bulk ticket now: too many are out (each lives %d s)",
+                           SS_BULK_TICKET_TTL_S);
+        return;
+    }
+    Shadowsync__V1__BulkTicketReply out = SHADOWSYNC__V1__BULK_TICKET_REPLY__INIT;
+    out.ticket = (ProtobufCBinaryData){sizeof t, t};
+    out.port = (uint32_t)ss__bulk_server_port(svc->bulk);
+    ss__rpc_reply_pack(&out.base, reply);
+}
+
 static const ss__rpc_method dense_methods[] = {
     /* chunks: the server's limit (--max-group-floats); the rest: bytes */
     {SS_DENSE_M_JOIN, h_join, false, NULL, false, SS_RPC_SMALL_REQUEST},
@@ -397,10 +426,21 @@ static const ss__rpc_method dense_methods[] = {
     {SS_DENSE_M_CENTRAL, h_central, false, NULL, true, SS_RPC_SMALL_REQUEST}, /* only reads */
     {SS_DENSE_M_HEARTBEAT, h_heartbeat, false, NULL, false, SS_RPC_SMALL_REQUEST},
     {SS_DENSE_M_CHECKPOINT, h_checkpoint, true, NULL, false, SS_RPC_SMALL_REQUEST}, /* a file */
+    {SS_DENSE_M_BULK_TICKET, h_bulk_ticket, false, NULL, false, SS_RPC_SMALL_REQUEST},
 };
 
 const ss__rpc_method *ss__dense_service_methods(size_t *count) {
     if (count)
         *count = sizeof dense_methods / sizeof *dense_methods;
     return dense_methods;
+}
+
+static const ss__rpc_method bulk_methods[] = {
+    [SS_DENSE_BULK_EASGD] = {SS_DENSE_M_EASGD, h_easgd, false, NULL, false, 0},
+};
+
+const ss__rpc_method *ss__dense_service_bulk_methods(size_t *count) {
+    if (count)
+        *count = sizeof bulk_methods / sizeof *bulk_methods;
+    return bulk_methods;
 }

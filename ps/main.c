@@ -25,6 +25,7 @@
 #include "ps/map_watch.h"
 #include "ps/row_moves.h"
 #include "rpc/auth.h"
+#include "rpc/bulk.h"
 #include "rpc/http/http.h"
 #include "shadow/central.h"
 
@@ -41,7 +42,7 @@ static const ss__program program = {
 /* The command line. */
 typedef struct ps_options {
     const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file,
-        *tls_writers, *delta_dir, *follow, *shard_map, *advertise;
+        *tls_writers, *delta_dir, *follow, *shard_map, *advertise, *bulk_listen;
     int64_t move_batch_rows, move_pause_ms;
     int64_t delta_every_s, delta_base_every, delta_keep, follow_poll_ms;
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
@@ -63,6 +64,7 @@ typedef struct ps_state {
     ss__dense_service svc;
     ss__rpc_method methods[32]; /* the server serves from this table: it must outlive it */
     ss__rpc_server *srv;
+    ss__bulk_server *bulk; /* --bulk-listen */
     ss__http_server *web;
     char listen[300]; /* the address actually served */
     char self[300];   /* this PS as the shard map names it (--advertise, else listen) */
@@ -261,6 +263,12 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
         {"listen", SS_FLAG_STRING, &o->listen, "address to serve gRPC on (port 0: pick one)", NULL,
          0, 0},
         {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
+        {"bulk-listen", SS_FLAG_STRING, &o->bulk_listen,
+         "a plain TCP port beside --listen for S-EASGD chunks: a client with bulk on asks for a "
+         "ticket over gRPC (through the same token or writer certificate) and sends the same "
+         "requests on a stream of its own, without gRPC's costs; no TLS, so refused with "
+         "--tls-cert (\"\" = off)",
+         NULL, 0, 0},
         {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
          "the default port, when taken, only warns)",
@@ -412,6 +420,7 @@ static size_t online_flags(ps_options *o, ss__flag *flags) {
  * on; otherwise the exit code. */
 static int parse_options(int argc, char **argv, ps_options *o) {
     *o = (ps_options){.listen = "127.0.0.1:7070",
+                      .bulk_listen = "",
                       .shard_map = "",
                       .advertise = "",
                       .move_batch_rows = 4096,
@@ -444,7 +453,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .max_total_floats = 1ll << 31,
                       .max_blocked = SS_RPC_DEFAULT_MAX_BLOCKED,
                       .max_inflight_mb = (int64_t)(SS_RPC_DEFAULT_MAX_INFLIGHT >> 20)};
-    ss__flag flags[56];
+    ss__flag flags[64];
     size_t n = server_flags(o, flags);
     n += store_flags(o, flags + n);
     n += online_flags(o, flags + n);
@@ -469,8 +478,14 @@ static int check_options(ps_options *o) {
         return 2;
     }
     char bad[300];
-    if (!ss__address_valid(o->listen, "--listen", bad, sizeof bad)) {
+    if (!ss__address_valid(o->listen, "--listen", bad, sizeof bad) ||
+        (*o->bulk_listen && !ss__address_valid(o->bulk_listen, "--bulk-listen", bad, sizeof bad))) {
         fprintf(stderr, "shadowsync-ps: %s\n", bad);
+        return 2;
+    }
+    if (*o->bulk_listen && (*o->tls_cert || *o->follow)) {
+        fprintf(stderr, "shadowsync-ps: --bulk-listen serves plain TCP and writes: not with TLS "
+                        "(--tls-cert: its clients stay on gRPC) nor on a --follow replica\n");
         return 2;
     }
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
@@ -622,6 +637,24 @@ static bool left_the_map(void *ctx) {
     return ss__shard_map_index(m.ps, ps->self) < 0;
 }
 
+/* The bulk stream's server (--bulk-listen): EasgdExchange with the gRPC
+ * server's limits, its tickets given out by DenseSync/BulkTicket. */
+static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_config *scfg) {
+    size_t n;
+    const ss__rpc_method *m = ss__dense_service_bulk_methods(&n);
+    const ss__bulk_server_config bc = {.listen = o->bulk_listen,
+                                       .max_message = scfg->max_message_bytes,
+                                       .max_inflight_bytes = scfg->max_inflight_bytes,
+                                       .metrics = ps->metrics};
+    char why[400] = "";
+    if (ss__bulk_server_start(&bc, m, n, &ps->svc, &ps->bulk, why, sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-ps: %s\n", *why ? why : "cannot start the bulk server");
+        return 1;
+    }
+    ps->svc.bulk = ps->bulk;
+    return 0;
+}
+
 /* Step 3: both services on one gRPC server. */
 static int start_rpc(ps_state *ps, const ps_options *o) {
     ss__emb_service_init(&ps->esvc, ps->store);
@@ -687,6 +720,8 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .max_inflight_bytes = (size_t)o->max_inflight_mb << 20,
                                   .auth_header = o->auth,
                                   .tls_writers = o->tls_writers};
+    if (*o->bulk_listen && start_bulk(ps, o, &scfg) != 0)
+        return 1;
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
     if (st != SS_OK) {
         const char *why = ss__rpc_server_start_failure();
@@ -727,7 +762,15 @@ static int start_http(ps_state *ps, const ps_options *o) {
         snprintf(tls, sizeof tls, " (mutual TLS; writers %s)", o->tls_writers);
     else if (*o->tls_cert)
         snprintf(tls, sizeof tls, *o->tls_ca ? " (mutual TLS)" : " (TLS)");
-    printf("shadowsync-ps: listening on %s%s, http on %s\n", ps->listen, tls, web_at);
+    char bulk[320] = "";
+    if (ps->bulk) {
+        snprintf(bulk, sizeof bulk, "%s", ps->listen);
+        char *colon = strrchr(bulk, ':');
+        snprintf(colon ? colon : bulk, sizeof bulk - (size_t)(colon ? colon - bulk : 0), ":%d",
+                 ss__bulk_server_port(ps->bulk));
+    }
+    printf("shadowsync-ps: listening on %s%s, http on %s%s%s\n", ps->listen, tls, web_at,
+           *bulk ? ", bulk on " : "", bulk);
     fflush(stdout);
     return 0;
 }
@@ -750,6 +793,7 @@ static void serve(ps_state *ps, const ps_options *o, const sigset_t *sigs) {
 static int shut_down(ps_state *ps, const ps_options *o, bool served) {
     ss__http_server_stop(ps->web);
     ss__rpc_server_stop(ps->srv);
+    ss__bulk_server_stop(ps->bulk);
     ss__ps_row_moves_destroy(ps->moves);
     ss__ps_map_watch_stop(ps->map);
     ss__ps_deltas_stop(ps->deltas); /* one last delta: what changed since the one before */

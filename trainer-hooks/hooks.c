@@ -300,7 +300,8 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                           .round_wait_ms = cfg->round_wait_ms,
                                           .chunk_floats = cfg->chunk_floats,
                                           .retries = 3,
-                                          .tls = &tls};
+                                          .tls = &tls,
+                                          .bulk = cfg->bulk};
         if (cfg->encoding)
             ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
         if (cfg->peers && *cfg->peers && cfg->peer_schedule &&

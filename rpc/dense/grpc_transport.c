@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "rpc/bulk.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -47,6 +48,8 @@ typedef struct membership {
     _Atomic bool easgd_only;           /* its calls so far: S-EASGD exchanges only */
 } membership;
 
+#define BULK_IDLE 4 /* idle bulk streams kept per shard (one per concurrent exchange) */
+
 typedef struct grpc_tp {
     ss__rpc_channel *ch[SS_GRPC_MAX_SHARDS];
     uint32_t nshards;
@@ -57,8 +60,16 @@ typedef struct grpc_tp {
     bool window_fixed;
     ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
-    bool recut;           /* joins re-cut (JoinRequest.recut) */
-    pthread_mutex_t lock; /* guards members and next_id */
+    bool recut; /* joins re-cut (JoinRequest.recut) */
+    bool bulk;  /* S-EASGD chunks on the shards' bulk streams */
+    char host[SS_GRPC_MAX_SHARDS][256];
+    /* Idle bulk streams per shard (guarded by lock); a shard whose PS has
+     * no bulk port (BulkTicket said NOT_FOUND) is not asked again. */
+    ss__bulk_stream *idle[SS_GRPC_MAX_SHARDS][BULK_IDLE];
+    uint32_t nidle[SS_GRPC_MAX_SHARDS];
+    bool no_bulk[SS_GRPC_MAX_SHARDS];
+    _Atomic uint64_t bulk_batches; /* sent on bulk streams */
+    pthread_mutex_t lock;          /* guards members and next_id */
     membership *members;
     uint64_t next_id;
 } grpc_tp;
@@ -224,7 +235,120 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
 
 /* Runs the fan-out; idempotent ones are retried on UNAVAILABLE with
  * backoff (50 ms, doubling), a fresh deadline each time. */
+/* ---- the bulk path (rpc/bulk.h) ---- */
+
+static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
+                          const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                          ProtobufCMessage **reply);
+
+/* An idle bulk stream to shard s, or a new one (a ticket over gRPC, then
+ * a connection); NULL when the shard has none (said once). */
+static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s) {
+    pthread_mutex_lock(&t->lock);
+    ss__bulk_stream *b = t->nidle[s] ? t->idle[s][--t->nidle[s]] : NULL;
+    const bool off = t->no_bulk[s];
+    pthread_mutex_unlock(&t->lock);
+    if (b || off)
+        return b;
+    Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
+    ProtobufCMessage *r = NULL;
+    ss_status st = call_one(t, s, SS_DENSE_M_BULK_TICKET, &req.base,
+                            &shadowsync__v1__bulk_ticket_reply__descriptor, &r);
+    const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
+    if (st == SS_OK && tr->ticket.len == SS_BULK_TICKET_BYTES && tr->port && tr->port < 65536)
+        st = ss__bulk_stream_open(t->host[s], tr->port, tr->ticket.data, t->timeout_ms, &b);
+    else if (st == SS_OK)
+        st = SS_ERR_PARSE;
+    if (r)
+        protobuf_c_message_free_unpacked(r, NULL);
+    if (st == SS_ERR_NOT_FOUND || st == SS_ERR_PARSE) { /* no bulk port there: gRPC from now on */
+        pthread_mutex_lock(&t->lock);
+        t->no_bulk[s] = true;
+        pthread_mutex_unlock(&t->lock);
+        ss__log(SS_LOG_INFO, "dense", "event=bulk_off shard=%u ps=%s:%s reason=%s", s, t->host[s],
+                "no_bulk_port", ss_status_name(st));
+    } else if (st != SS_OK) {
+        ss__log(SS_LOG_WARN, "dense", "event=bulk_open_failed shard=%u host=%s status=%s", s,
+                t->host[s], ss_status_name(st));
+    }
+    return st == SS_OK ? b : NULL;
+}
+
+/* A stream back to the idle ones of shard s (closed when broken or when
+ * there are enough). */
+static void put_stream(grpc_tp *t, uint32_t s, ss__bulk_stream *b, bool broken) {
+    pthread_mutex_lock(&t->lock);
+    if (!broken && t->nidle[s] < BULK_IDLE) {
+        t->idle[s][t->nidle[s]++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&t->lock);
+    ss__bulk_stream_close(b);
+}
+
+typedef struct shard_batch {
+    grpc_tp *t;
+    fanout *f;
+    uint32_t shard;
+    ss__bulk_stream *b;
+    ss_status st;
+} shard_batch;
+
+static void *run_shard_batch(void *arg) {
+    shard_batch *sb = arg;
+    sb->st =
+        ss__bulk_call_many(sb->b, SS_DENSE_BULK_EASGD, sb->f->rq, sb->f->n, sb->t->ch[sb->shard]);
+    return NULL;
+}
+
+/* The S-EASGD batch on the bulk streams of its shards, one thread per
+ * shard past the first. false (nothing sent) when a shard has no stream:
+ * the batch goes over gRPC. */
+static bool bulk_fanout(grpc_tp *t, fanout *f, ss_status *st) {
+    shard_batch sb[SS_GRPC_MAX_SHARDS];
+    size_t k = 0;
+    bool ok = true;
+    for (uint32_t s = 0; ok && s < t->nshards; s++) {
+        bool used = false;
+        for (size_t i = 0; i < f->n && !used; i++)
+            used = f->rq[i].ch == t->ch[s];
+        if (!used)
+            continue;
+        sb[k] = (shard_batch){t, f, s, take_stream(t, s), SS_OK};
+        ok = sb[k].b != NULL;
+        k += ok;
+    }
+    pthread_t th[SS_GRPC_MAX_SHARDS];
+    bool started[SS_GRPC_MAX_SHARDS] = {false};
+    for (size_t j = 1; ok && j < k; j++)
+        started[j] = pthread_create(&th[j], NULL, run_shard_batch, &sb[j]) == 0;
+    if (ok && k)
+        run_shard_batch(&sb[0]);
+    *st = SS_OK;
+    for (size_t j = 0; j < k; j++) {
+        if (ok && j > 0) {
+            if (started[j])
+                pthread_join(th[j], NULL);
+            else
+                run_shard_batch(&sb[j]);
+        }
+        if (ok && *st == SS_OK)
+            *st = sb[j].st;
+        /* a failed call broke the stream unless its server answered it */
+        bool broken = false;
+        for (size_t i = 0; ok && i < f->n; i++)
+            broken |= f->rq[i].ch == t->ch[sb[j].shard] && f->rq[i].status == SS_ERR_IO;
+        put_stream(t, sb[j].shard, sb[j].b, broken);
+    }
+    return ok;
+}
+
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
+    ss_status bst;
+    if (t->bulk && f->adapts_window && bulk_fanout(t, f, &bst)) {
+        atomic_fetch_add_explicit(&t->bulk_batches, 1, memory_order_relaxed);
+        return bst;
+    }
     ss__rpc_batch_stats bs;
     uint32_t window = atomic_load_explicit(&t->window, memory_order_relaxed);
     if (window < f->min_window)
@@ -661,8 +785,11 @@ static void tp_destroy(void *impl) {
         t->members = m->next;
         membership_free(m);
     }
-    for (uint32_t s = 0; s < t->nshards; s++)
+    for (uint32_t s = 0; s < t->nshards; s++) {
         ss__rpc_channel_destroy(t->ch[s]);
+        for (uint32_t k = 0; k < t->nidle[s]; k++)
+            ss__bulk_stream_close(t->idle[s][k]);
+    }
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -703,6 +830,7 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
     t->recut = cfg->recut;
+    t->bulk = cfg->bulk && !(cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file));
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
         return SS_ERR_INVALID_ARGUMENT;
@@ -714,7 +842,9 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
         st = SS_ERR_NO_MEMORY;
     for (char *tok = list ? strtok_r(list, ",", &save) : NULL; st == SS_OK && tok;
          tok = strtok_r(NULL, ",", &save)) {
-        if (t->nshards == SS_GRPC_MAX_SHARDS || !ss__address_valid(tok, "ps", NULL, 0))
+        unsigned port;
+        if (t->nshards == SS_GRPC_MAX_SHARDS || !ss__address_valid(tok, "ps", NULL, 0) ||
+            !ss__address_split(tok, t->host[t->nshards], sizeof t->host[0], &port))
             st = SS_ERR_INVALID_ARGUMENT; /* the caller names the list and the rule */
         else
             st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
@@ -769,4 +899,9 @@ void ss__grpc_transport_set_epoch(ss__transport *tp, uint64_t epoch) {
 uint32_t ss__grpc_transport_window(ss__transport *tp) {
     grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
     return t ? atomic_load_explicit(&t->window, memory_order_relaxed) : 0;
+}
+
+uint64_t ss__grpc_transport_bulk_batches(ss__transport *tp) {
+    grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
+    return t ? atomic_load_explicit(&t->bulk_batches, memory_order_relaxed) : 0;
 }

@@ -1,0 +1,245 @@
+/* The bulk path's frames and its client (bulk.h); the server is
+ * bulk_server.c. */
+#include "rpc/bulk.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "common/fd_io.h"
+#include "rpc/message.h"
+
+/* ---- frames ---- */
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t method, uint64_t len) {
+    put32(out, SS_BULK_MAGIC);
+    put32(out + 4, method);
+    put64(out + 8, len);
+}
+
+ss_status ss__bulk_request_parse(const uint8_t in[SS_BULK_REQ_HEAD], uint32_t nmethods,
+                                 const uint64_t *max_len, uint32_t *method, uint64_t *len) {
+    *method = get32(in + 4);
+    *len = get64(in + 8);
+    if (get32(in) != SS_BULK_MAGIC || *method >= nmethods || *len > max_len[*method])
+        return SS_ERR_PARSE;
+    return SS_OK;
+}
+
+void ss__bulk_reply_head(uint8_t out[SS_BULK_REPLY_HEAD], ss_status status, uint32_t msg_len,
+                         uint64_t len) {
+    put32(out, SS_BULK_MAGIC);
+    put32(out + 4, (uint32_t)status);
+    put32(out + 8, msg_len);
+    put64(out + 12, len);
+}
+
+ss_status ss__bulk_reply_parse(const uint8_t in[SS_BULK_REPLY_HEAD], uint64_t max_len,
+                               ss_status *status, uint32_t *msg_len, uint64_t *len) {
+    const uint32_t st = get32(in + 4);
+    *msg_len = get32(in + 8);
+    *len = get64(in + 12);
+    if (get32(in) != SS_BULK_MAGIC || st >= (uint32_t)SS_STATUS_COUNT_ ||
+        *msg_len > SS_BULK_MESSAGE_MAX || *len > max_len)
+        return SS_ERR_PARSE;
+    *status = (ss_status)st;
+    return SS_OK;
+}
+
+/* ---- the client ---- */
+
+struct ss__bulk_stream {
+    int fd;
+};
+
+/* A connected socket to host:port within timeout_ms (then the socket's
+ * own waits bounded by it), -1 when none. */
+static int connect_within(const char *host, unsigned port, uint32_t timeout_ms) {
+    char service[8];
+    snprintf(service, sizeof service, "%u", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list = NULL;
+    if (getaddrinfo(host, service, &hints, &list) != 0)
+        return -1;
+    int fd = -1;
+    const struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    for (const struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0)
+            continue;
+        /* SO_SNDTIMEO bounds connect() too */
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+            connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(list);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+}
+
+ss_status ss__bulk_stream_open(const char *host, unsigned port,
+                               const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
+                               ss__bulk_stream **out) {
+    *out = NULL;
+    int fd = connect_within(host, port, timeout_ms ? timeout_ms : 10000);
+    if (fd < 0)
+        return SS_ERR_IO;
+    if (!ss__send_all(fd, ticket, SS_BULK_TICKET_BYTES)) {
+        close(fd);
+        return SS_ERR_IO;
+    }
+    return ss__bulk_stream_wrap(fd, out);
+}
+
+ss_status ss__bulk_stream_wrap(int fd, ss__bulk_stream **out) {
+    ss__bulk_stream *b = malloc(sizeof *b);
+    if (!b) {
+        close(fd);
+        return SS_ERR_NO_MEMORY;
+    }
+    b->fd = fd;
+    *out = b;
+    return SS_OK;
+}
+
+void ss__bulk_stream_close(ss__bulk_stream *b) {
+    if (!b)
+        return;
+    close(b->fd);
+    free(b);
+}
+
+typedef struct sender {
+    ss__bulk_stream *b;
+    uint32_t method;
+    ss__rpc_request *rq;
+    size_t n;
+    const ss__rpc_channel *ch;
+    bool ok;
+} sender;
+
+/* The writer thread: every call's frame, back to back. */
+static void *send_all(void *arg) {
+    sender *s = arg;
+    s->ok = true;
+    for (size_t i = 0; s->ok && i < s->n; i++) {
+        const ss__rpc_request *r = &s->rq[i];
+        if (r->ch != s->ch)
+            continue;
+        uint8_t head[SS_BULK_REQ_HEAD];
+        ss__bulk_request_head(head, s->method, r->len + r->payload_len);
+        s->ok = ss__send_all(s->b->fd, head, sizeof head) &&
+                ss__send_all(s->b->fd, r->req, r->len) &&
+                (!r->payload_len || ss__send_all(s->b->fd, r->payload, r->payload_len));
+    }
+    if (!s->ok) /* the reader's next wait ends at once */
+        shutdown(s->b->fd, SHUT_RD);
+    return NULL;
+}
+
+/* One reply into r: its status and message, and its bytes to on_reply
+ * (buf, reused across calls) or resp. false: the stream is broken. */
+static bool read_reply(ss__bulk_stream *b, ss__rpc_request *r, uint8_t **buf, size_t *cap) {
+    uint8_t head[SS_BULK_REPLY_HEAD];
+    char msg[SS_BULK_MESSAGE_MAX];
+    ss_status st;
+    uint32_t msg_len;
+    uint64_t len;
+    if (!ss__read_all(b->fd, head, sizeof head) ||
+        ss__bulk_reply_parse(head, SS_BULK_REPLY_MAX, &st, &msg_len, &len) != SS_OK ||
+        !ss__read_all(b->fd, msg, msg_len))
+        return false;
+    const size_t keep = msg_len < sizeof r->msg ? msg_len : sizeof r->msg - 1;
+    memcpy(r->msg, msg, keep);
+    r->msg[keep] = '\0';
+    if (len > *cap) {
+        free(*buf);
+        if (!(*buf = malloc(len)))
+            return false;
+        *cap = len;
+    }
+    if (!ss__read_all(b->fd, *buf, len))
+        return false;
+    r->status = st;
+    if (st != SS_OK)
+        return true;
+    if (r->on_reply) {
+        ss__rpc_message m = {.count = 1, .length = len};
+        m.flat = grpc_slice_from_static_buffer(*buf, len);
+        m.slices = &m.flat;
+        r->status = r->on_reply(r, &m, r->on_reply_arg);
+    } else if ((r->resp = malloc(len ? len : 1))) {
+        if (len)
+            memcpy(r->resp, *buf, len);
+        r->resp_len = len;
+    } else {
+        r->status = SS_ERR_NO_MEMORY;
+    }
+    return true;
+}
+
+ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_request *rq, size_t n,
+                             const ss__rpc_channel *ch) {
+    sender s = {b, method, rq, n, ch, false};
+    pthread_t w;
+    if (pthread_create(&w, NULL, send_all, &s) != 0)
+        return SS_ERR_NO_MEMORY;
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    bool alive = true;
+    ss_status first = SS_OK;
+    for (size_t i = 0; i < n; i++) {
+        ss__rpc_request *r = &rq[i];
+        if (r->ch != ch)
+            continue;
+        r->msg[0] = '\0';
+        if (!(alive = alive && read_reply(b, r, &buf, &cap))) {
+            r->status = SS_ERR_IO;
+            snprintf(r->msg, sizeof r->msg, "the bulk stream broke");
+        }
+        if (first == SS_OK)
+            first = r->status;
+    }
+    if (!alive) /* unblocks a writer waiting on a full socket */
+        shutdown(b->fd, SHUT_RDWR);
+    pthread_join(w, NULL);
+    free(buf);
+    return first;
+}

@@ -1,0 +1,121 @@
+/* The bulk path: unary calls of a method on a plain TCP stream beside
+ * gRPC, for the large requests and replies of dense sync. On loopback,
+ * gRPC's own calls and copies held a 1M-float S-EASGD round to 0.55-0.8
+ * of what a socket moves (bench/rpc-goodput.sh, --tcp-echo).
+ *
+ * A call's bytes are its method's protobuf request and reply, exactly as
+ * over gRPC, and the server runs the method's own handler: a request's
+ * size bounds, finiteness and state checks are the method's, and the
+ * gRPC path stays what a black-box .proto client speaks. What the stream
+ * adds:
+ *  - a ticket: the client asks for one over gRPC (a call through the
+ *    server's door: its token, its writer certificate), then opens the
+ *    stream with it. The server reads nothing from a stream but its first
+ *    SS_BULK_TICKET_BYTES, and closes it unless they are a ticket it gave
+ *    out in the last SS_BULK_TICKET_TTL_S seconds and nobody used yet.
+ *  - frames, little-endian:
+ *      request: u32 SS_BULK_MAGIC, u32 method, u64 length, then the bytes
+ *      reply:   u32 SS_BULK_MAGIC, u32 status, u32 message length,
+ *               u64 length, then the message, then the bytes
+ *    A request longer than its method's limit, or naming a method the
+ *    stream does not serve, closes the stream before its bytes are read.
+ *  - plain TCP only: a server with TLS serves no bulk stream (its clients
+ *    stay on gRPC, which carries TLS).
+ * A stream carries its calls in order: the client sends a batch's
+ * requests back to back from one thread while another reads the replies
+ * as they come, so both directions stay busy. */
+#ifndef SS_RPC_BULK_H
+#define SS_RPC_BULK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rpc/rpc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SS_BULK_MAGIC        0x31425353u /* "SSB1" */
+#define SS_BULK_TICKET_BYTES 16
+#define SS_BULK_TICKET_TTL_S 30
+#define SS_BULK_REQ_HEAD     16
+#define SS_BULK_REPLY_HEAD   20
+#define SS_BULK_MESSAGE_MAX  511                 /* a reply's message, as ss__rpc_reply's */
+#define SS_BULK_REPLY_MAX    ((uint64_t)1 << 31) /* the client's bound on a reply's bytes */
+
+/* ---- frames (pure functions: the fuzz target's) ---- */
+
+void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t method, uint64_t len);
+/* SS_OK when in is a request head for a method < nmethods whose length
+ * is at most max_len (the method's limit); SS_ERR_PARSE otherwise. */
+ss_status ss__bulk_request_parse(const uint8_t in[SS_BULK_REQ_HEAD], uint32_t nmethods,
+                                 const uint64_t *max_len, uint32_t *method, uint64_t *len);
+void ss__bulk_reply_head(uint8_t out[SS_BULK_REPLY_HEAD], ss_status status, uint32_t msg_len,
+                         uint64_t len);
+/* SS_OK when in is a reply head with a known status, a message of at most
+ * SS_BULK_MESSAGE_MAX bytes and a length of at most max_len. */
+ss_status ss__bulk_reply_parse(const uint8_t in[SS_BULK_REPLY_HEAD], uint64_t max_len,
+                               ss_status *status, uint32_t *msg_len, uint64_t *len);
+
+/* ---- the server ---- */
+
+typedef struct ss__bulk_server ss__bulk_server;
+
+typedef struct ss__bulk_server_config {
+    const char *listen;   /* host:port (port 0: the system picks one) */
+    uint32_t max_streams; /* streams served at once (0 and most: 1024); more are closed at once */
+    size_t max_message;   /* a method's limit when its max_request is 0 */
+    /* request bytes held at once over all streams (0: no bound beyond
+     * max_streams x the limits); a request past it closes its stream */
+    size_t max_inflight_bytes;
+    /* optional: shadowsync_bulk_streams_total{result="opened|refused"} and
+     * shadowsync_bulk_calls_total{status=...}, under the same names in
+     * every daemon */
+    struct ss__metrics *metrics;
+} ss__bulk_server_config;
+
+/* Serves methods[i] as method i of every stream's frames, each handler
+ * with methods[i].ctx or else ctx. A thread accepts; each stream has a
+ * thread of its own. SS_ERR_IO with why (the address, the system's
+ * reason) when it cannot listen. */
+ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc_method *methods,
+                                size_t nmethods, void *ctx, ss__bulk_server **out, char *why,
+                                size_t whylen);
+int ss__bulk_server_port(const ss__bulk_server *s);
+/* A new ticket for one stream (SS_ERR_STATE when too many are out). */
+ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint8_t ticket[SS_BULK_TICKET_BYTES]);
+/* Streams closed so far for their ticket, a frame or want of room. */
+uint64_t ss__bulk_server_refused(const ss__bulk_server *s);
+/* Stops accepting, ends every stream (a call in a handler finishes
+ * first) and frees the server. */
+void ss__bulk_server_stop(ss__bulk_server *s);
+
+/* ---- the client ---- */
+
+typedef struct ss__bulk_stream ss__bulk_stream;
+
+/* Connects to host:port and presents the ticket. timeout_ms bounds the
+ * connect and, later, each wait for the peer's bytes. */
+ss_status ss__bulk_stream_open(const char *host, unsigned port,
+                               const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
+                               ss__bulk_stream **out);
+void ss__bulk_stream_close(ss__bulk_stream *b);
+/* A stream over a connected socket whose ticket was sent (the fuzz
+ * target's); the stream owns fd from now on. */
+ss_status ss__bulk_stream_wrap(int fd, ss__bulk_stream **out);
+/* The calls rq[i] with rq[i].ch == ch, as method index `method` of the
+ * stream: each request is req then payload (as over gRPC); each reply goes
+ * to rq[i].on_reply (read from one buffer) or into rq[i].resp. Every such
+ * call gets its status and message. Returns the first failure; a broken
+ * stream fails the calls not answered yet (SS_ERR_IO), and the stream is
+ * then useless (close it). */
+ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_request *rq, size_t n,
+                             const ss__rpc_channel *ch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,338 @@
+/* rpc/bulk.h: the bulk stream beside gRPC. Its frames by hand; S-EASGD
+ * through a real shadowsync-ps with --bulk-listen (the same values as
+ * over gRPC); the door: a stream without a live ticket, a used ticket, a
+ * frame past its limit, each closed before anything is read or run; a PS
+ * without a bulk port (the client stays on gRPC); NaN refused by the
+ * method's own check; a PS that dies mid-run (the calls fail, not hang). */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "common/fd_io.h"
+#include "common/names.h"
+#include "http_client.h"
+#include "procs.h"
+#include "rpc/bulk.h"
+#include "rpc/dense/dense_sync.pb-c.h"
+#include "rpc/dense/dense_wire.h"
+#include "rpc/dense/grpc_transport.h"
+#include "rpc/rpc.h"
+#include "rpc/rpc_pb.h"
+#include "transport_checks.h"
+
+START_TEST(test_frames_by_hand) {
+    uint8_t h[SS_BULK_REQ_HEAD];
+    ss__bulk_request_head(h, 1, 0x0102030405ull);
+    const uint8_t want[SS_BULK_REQ_HEAD] = {'S', 'S', 'B', '1', 1, 0, 0, 0, 5, 4, 3, 2, 1, 0, 0, 0};
+    ck_assert(memcmp(h, want, sizeof want) == 0);
+    const uint64_t max[2] = {100, 0x0102030405ull};
+    uint32_t method;
+    uint64_t len;
+    ck_assert_int_eq(ss__bulk_request_parse(h, 2, max, &method, &len), SS_OK);
+    ck_assert_uint_eq(method, 1);
+    ck_assert_uint_eq(len, 0x0102030405ull);
+    ck_assert_int_eq(ss__bulk_request_parse(h, 1, max, &method, &len), SS_ERR_PARSE); /* method */
+    h[8] = 6; /* one byte past method 1's limit */
+    ck_assert_int_eq(ss__bulk_request_parse(h, 2, max, &method, &len), SS_ERR_PARSE);
+    h[8] = 5;
+    h[0] = 'X';
+    ck_assert_int_eq(ss__bulk_request_parse(h, 2, max, &method, &len), SS_ERR_PARSE);
+    uint8_t r[SS_BULK_REPLY_HEAD];
+    ss_status st;
+    uint32_t msg_len;
+    ss__bulk_reply_head(r, SS_ERR_NON_FINITE, 7, 0);
+    ck_assert_int_eq(ss__bulk_reply_parse(r, 10, &st, &msg_len, &len), SS_OK);
+    ck_assert_int_eq(st, SS_ERR_NON_FINITE);
+    ck_assert_uint_eq(msg_len, 7);
+    ss__bulk_reply_head(r, SS_OK, SS_BULK_MESSAGE_MAX + 1, 0);
+    ck_assert_int_eq(ss__bulk_reply_parse(r, 10, &st, &msg_len, &len), SS_ERR_PARSE);
+    ss__bulk_reply_head(r, SS_OK, 0, 11);
+    ck_assert_int_eq(ss__bulk_reply_parse(r, 10, &st, &msg_len, &len), SS_ERR_PARSE);
+    ss__bulk_reply_head(r, (ss_status)SS_STATUS_COUNT_, 0, 0);
+    ck_assert_int_eq(ss__bulk_reply_parse(r, 10, &st, &msg_len, &len), SS_ERR_PARSE);
+}
+END_TEST
+
+static pid_t ps_pid;
+static char ps_target[64], bulk_target[64], ps_log[64];
+
+/* shadowsync-ps with --bulk-listen (or without, bulk false). */
+static void start_ps(bool bulk) {
+    snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
+    char *with[] = {"--max-group-floats", "100000", "--bulk-listen", "127.0.0.1:0", NULL};
+    char *without[] = {"--max-group-floats", "100000", NULL};
+    ps_pid =
+        proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", bulk ? with : without);
+    if (bulk)
+        proc_address_after(ps_log, "bulk on", bulk_target, sizeof bulk_target);
+}
+
+static void stop_ps(void) {
+    kill(ps_pid, SIGTERM);
+    ck_assert_int_eq(proc_wait(ps_pid, 30), 0); /* exit 0: a graceful stop */
+    unlink(ps_log);
+}
+
+static ss__transport *bulk_transport(void) {
+    ss__transport *t;
+    ss__grpc_transport_config cfg = {
+        .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100, .bulk = true};
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    return t;
+}
+
+/* S-EASGD on the bulk stream: the by-hand values every transport gives,
+ * then a group of 1,000 floats in 10 chunks against the same group over
+ * gRPC: the same deltas, bit for bit. */
+START_TEST(test_easgd_on_the_stream_as_over_grpc) {
+    start_ps(true);
+    ss__transport *b = bulk_transport();
+    check_easgd_by_hand(b, "hand");
+    enum { N = 1000 };
+    ss__grpc_transport_config gcfg = {
+        .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100};
+    ss__transport *g;
+    ck_assert_int_eq(ss__grpc_transport_create(&gcfg, &g), SS_OK);
+    uint64_t mb, mg;
+    ck_assert_int_eq(ss__transport_join(b, "on-bulk", N, &mb), SS_OK);
+    ck_assert_int_eq(ss__transport_join(g, "on-grpc", N, &mg), SS_OK);
+    static float s[N], db[N], dg[N];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++)
+            s[i] = sinf((float)(i + 7 * round));
+        ck_assert_int_eq(ss__transport_easgd_exchange(b, "on-bulk", mb, s, 0.3f, db, N), SS_OK);
+        ck_assert_int_eq(ss__transport_easgd_exchange(g, "on-grpc", mg, s, 0.3f, dg, N), SS_OK);
+        ck_assert(memcmp(db, dg, sizeof db) == 0);
+    }
+    ck_assert_float_ne(db[5], 0.0f);
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 2 + 3); /* by hand: 2; here: 3 */
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(g), 0);
+    /* NaN: the method's own check refuses it, on the stream as over gRPC */
+    s[17] = NAN;
+    ck_assert_int_eq(ss__transport_easgd_exchange(b, "on-bulk", mb, s, 0.3f, db, N),
+                     SS_ERR_NON_FINITE);
+    ck_assert_float_eq(db[17], 0.0f);
+    ss__transport_destroy(b);
+    ss__transport_destroy(g);
+    char *log = proc_read(ps_log);
+    ck_assert_ptr_null(strstr(log, "stream_refused"));
+    free(log);
+    stop_ps();
+}
+END_TEST
+
+static int connect_to(const char *target) {
+    char host[64];
+    unsigned port;
+    ck_assert(ss__address_split(target, host, sizeof host, &port));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &a.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* Whether the server closed fd: a read sees the end, or a reset (a
+ * socket closed with bytes unread resets), not a reply nor the 10 s
+ * timeout. */
+static bool closed_by_server(int fd) {
+    uint8_t byte;
+    ssize_t k = read(fd, &byte, 1);
+    return k == 0 || (k < 0 && errno == ECONNRESET);
+}
+
+static void ticket_over_grpc(uint8_t t[SS_BULK_TICKET_BYTES]) {
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
+    Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
+    ProtobufCMessage *r;
+    ck_assert_int_eq(ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, 5000, false,
+                                          &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL,
+                                          0),
+                     SS_OK);
+    const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
+    ck_assert_uint_eq(tr->ticket.len, SS_BULK_TICKET_BYTES);
+    memcpy(t, tr->ticket.data, SS_BULK_TICKET_BYTES);
+    protobuf_c_message_free_unpacked(r, NULL);
+    ss__rpc_channel_destroy(ch);
+}
+
+/* How often the PS's log says what (its lines are written before the
+ * stream they tell of is closed). */
+static int count_in_log(const char *what) {
+    char *log = proc_read(ps_log);
+    int k = 0;
+    for (const char *p = log; (p = strstr(p, what)); p++)
+        k++;
+    free(log);
+    return k;
+}
+
+/* A frame's head: a method and a length. */
+static void send_frame(int fd, uint32_t method, uint64_t len) {
+    uint8_t h[SS_BULK_REQ_HEAD];
+    ss__bulk_request_head(h, method, len);
+    ck_assert(ss__write_all(fd, h, sizeof h));
+}
+
+/* The door: streams without a live ticket, with a used one, with a frame
+ * past its limit or naming another method are closed, and the PS goes on
+ * serving the stream that has a ticket. */
+START_TEST(test_the_door_of_the_stream) {
+    start_ps(true);
+    /* no ticket: 16 bytes nobody gave out, then a frame: closed */
+    int fd = connect_to(bulk_target);
+    uint8_t forged[SS_BULK_TICKET_BYTES] = {1, 2, 3};
+    ck_assert(ss__write_all(fd, forged, sizeof forged));
+    send_frame(fd, SS_DENSE_BULK_EASGD, 8);
+    ck_assert(closed_by_server(fd));
+    close(fd);
+    ck_assert_int_eq(count_in_log("event=stream_refused reason=ticket"), 1);
+    /* a ticket opens one stream: its frame is read (and this one, naming a
+     * method the stream does not serve, closes it); the same ticket again
+     * is refused before anything */
+    uint8_t t[SS_BULK_TICKET_BYTES];
+    ticket_over_grpc(t);
+    fd = connect_to(bulk_target);
+    ck_assert(ss__write_all(fd, t, sizeof t));
+    send_frame(fd, 7, 8);
+    ck_assert(closed_by_server(fd));
+    close(fd);
+    ck_assert_int_eq(count_in_log("event=stream_closed reason=bad_frame"), 1);
+    fd = connect_to(bulk_target);
+    ck_assert(ss__write_all(fd, t, sizeof t));
+    send_frame(fd, SS_DENSE_BULK_EASGD, 8);
+    ck_assert(closed_by_server(fd));
+    close(fd);
+    ck_assert_int_eq(count_in_log("event=stream_refused reason=ticket"), 2);
+    /* a frame past the method's limit (100,000 floats), closed before its
+     * bytes: none are sent */
+    ticket_over_grpc(t);
+    fd = connect_to(bulk_target);
+    ck_assert(ss__write_all(fd, t, sizeof t));
+    send_frame(fd, SS_DENSE_BULK_EASGD, (uint64_t)1 << 40);
+    ck_assert(closed_by_server(fd));
+    close(fd);
+    ck_assert_int_eq(count_in_log("event=stream_closed reason=bad_frame"), 2);
+    /* and the PS still serves, on the stream and over gRPC */
+    ss__transport *b = bulk_transport();
+    check_easgd_by_hand(b, "after");
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 2);
+    ss__transport_destroy(b);
+    stop_ps();
+}
+END_TEST
+
+/* A PS without --bulk-listen: BulkTicket says NOT_FOUND and the client
+ * stays on gRPC; a PS that dies: the calls fail within the timeout. */
+START_TEST(test_no_bulk_port_and_a_dead_ps) {
+    start_ps(false);
+    ss__transport *b = bulk_transport();
+    check_easgd_by_hand(b, "grpc");
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 0); /* all over gRPC */
+    ss__transport_destroy(b);
+    stop_ps();
+    start_ps(true);
+    b = bulk_transport();
+    uint64_t m;
+    enum { N = 1000 };
+    static float s[N], d[N];
+    ck_assert_int_eq(ss__transport_join(b, "g", N, &m), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(b, "g", m, s, 0.5f, d, N), SS_OK);
+    kill(ps_pid, SIGKILL);
+    proc_wait(ps_pid, 10);
+    unlink(ps_log);
+    for (int i = 0; i < N; i++)
+        d[i] = 1.0f;
+    ck_assert_int_ne(ss__transport_easgd_exchange(b, "g", m, s, 0.5f, d, N), SS_OK);
+    for (int i = 0; i < N; i++) /* nothing applied: zero (the contract) */
+        ck_assert_float_eq(d[i], 0.0f);
+    ss__transport_destroy(b);
+}
+END_TEST
+
+/* --bulk-listen with TLS or on a follower: refused, saying why. */
+START_TEST(test_bulk_listen_refused_with_tls) {
+    char log[64];
+    snprintf(log, sizeof log, "/tmp/ss-test-bulk-tls-%d.log", (int)getpid());
+    char *argv[] = {SHADOWSYNC_PS, "--listen",     "127.0.0.1:0", "--bulk-listen", "127.0.0.1:0",
+                    "--tls-cert",  "/nonexistent", "--tls-key",   "/nonexistent",  NULL};
+    pid_t pid = proc_spawn(argv, log);
+    int status = proc_wait(pid, 20);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    char *text = proc_read(log);
+    ck_assert_ptr_nonnull(strstr(text, "--bulk-listen serves plain TCP"));
+    free(text);
+    char *bad[] = {SHADOWSYNC_PS, "--listen", "127.0.0.1:0", "--bulk-listen", "127.0.0.1", NULL};
+    pid = proc_spawn(bad, log);
+    status = proc_wait(pid, 20);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    text = proc_read(log);
+    ck_assert_ptr_nonnull(strstr(text, "--bulk-listen"));
+    free(text);
+    unlink(log);
+}
+END_TEST
+
+/* A trainer with bulk on (ctr-train --bulk, the library setting) through
+ * a PS with a bulk port: it syncs, and the PS's /metrics count the stream
+ * it opened and the calls it served there. */
+START_TEST(test_a_trainer_with_bulk_on) {
+    snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
+    char *args[] = {"--bulk-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", NULL};
+    ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
+    char http[64], base[80], log[64];
+    proc_address_after(ps_log, "http on", http, sizeof http);
+    snprintf(base, sizeof base, "http://%s", http);
+    snprintf(log, sizeof log, "/tmp/ss-test-bulk-trainer-%d.log", (int)getpid());
+    char *argv[] = {CTR_TRAIN,
+                    "--ps",
+                    ps_target,
+                    "--bulk",
+                    "true",
+                    "--train",
+                    SS_DATA_DIR "/criteo-kaggle-head-8000.tsv",
+                    "--test",
+                    SS_DATA_DIR "/criteo-kaggle-head-8000.tsv",
+                    "--max-rows",
+                    "3000",
+                    "--max-test-rows",
+                    "500",
+                    "--progress",
+                    "0",
+                    "--table-rows",
+                    "1024",
+                    NULL};
+    ck_assert_int_eq(proc_wait(proc_spawn(argv, log), 120), 0);
+    char *out = proc_read(log);
+    ck_assert_msg(proc_last_value(out, "summary:", "sync_rounds_sum") > 0, "%s", out);
+    free(out);
+    unlink(log);
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_double_ge(metric_sum(metrics, "shadowsync_bulk_streams_total", "opened"), 1);
+    ck_assert_double_ge(metric_sum(metrics, "shadowsync_bulk_calls_total", "\"ok\""), 1);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_bulk_streams_total", "refused"), 0);
+    free(metrics);
+    stop_ps();
+}
+END_TEST
+
+int main(void) {
+    return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand,
+                           test_easgd_on_the_stream_as_over_grpc, test_the_door_of_the_stream,
+                           test_no_bulk_port_and_a_dead_ps, test_bulk_listen_refused_with_tls,
+                           test_a_trainer_with_bulk_on);
+}
