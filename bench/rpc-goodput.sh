@@ -4,9 +4,11 @@
 # second) and as a ratio to iperf3 TCP on loopback measured in the same
 # run. iperf3 is Debian's package (installed here if missing). iperf3 runs
 # one stream each way at once (--bidir), the same traffic shape as a round.
-# Beside each round: the same chunk calls to a gRPC echo server (no PS
-# work: shadowsync-bench-rpc --echo), gRPC's own ceiling, and the same
-# chunks echoed on one plain socket (--tcp-echo), the floor of any path.
+# The same rounds on the PS's bulk stream (--bulk-listen / --bulk: plain
+# TCP beside gRPC). Beside each round: the same chunk calls to a gRPC echo
+# server (no PS work: shadowsync-bench-rpc --echo), gRPC's own ceiling,
+# and the same chunks echoed on one plain socket (--tcp-echo), the floor
+# of any path.
 #   bash bench/rpc-goodput.sh
 #   BENCH_ARGS="--window 2" bash bench/rpc-goodput.sh   # flags of shadowsync-bench-rpc
 source "$(dirname "$0")/common.sh"
@@ -29,27 +31,32 @@ print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_
   wait
 }
 tcp=$(iperf_once)
-./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 >out/bench-ps.log 2>&1 &
+./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 --bulk-listen 127.0.0.1:0 \
+  --insecure-loopback >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
 addr=$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')
-echo "iperf3 TCP loopback, both directions at once (--bidir), before and after each size"
-printf '%-10s %10s %16s %14s %12s %14s %12s %16s %12s\n' floats round_ms goodput_gbit_s iperf3_gbit_s ratio_tcp echo_round_ms echo_ratio tcp_echo_round_ms ps_tcp_echo
+# field VALUE LINE: a key's value in a shadowsync-bench-rpc line
+field() { grep -o "$1=[0-9.]*" <<<"$2" | cut -d= -f2; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+echo "iperf3 TCP loopback, both directions at once (--bidir), before and after each size;"
+echo "gRPC: the PS over gRPC; bulk: the PS's bulk stream (--bulk); echo: a gRPC echo server;"
+echo "tcp_echo: the same chunks echoed on one plain socket (the floor of any path)"
+printf '%-10s %8s %8s %8s %8s %12s %12s %12s %12s %14s\n' floats grpc_ms bulk_ms echo_ms \
+  tcp_ms grpc_ratio bulk_ratio echo_ratio bulk_tcp_echo iperf3_gbit_s
 for n in 1048576 10485760; do
   line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
+  bulk_line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk ${BENCH_ARGS:-})
   echo_line=$(./build/bin/shadowsync-bench-rpc --echo --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
   tcp_line=$(./build/bin/shadowsync-bench-rpc --tcp-echo --floats "$n" --reps "$REPS")
   after=$(iperf_once)
-  ms=$(grep -o 'round_ms=[0-9.]*' <<<"$line" | cut -d= -f2)
-  gb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$line" | cut -d= -f2)
   mean=$(awk -v a="$tcp" -v b="$after" 'BEGIN {printf "%.2f", (a + b) / 2}')
-  ems=$(grep -o 'round_ms=[0-9.]*' <<<"$echo_line" | cut -d= -f2)
-  egb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$echo_line" | cut -d= -f2)
-  tms=$(grep -o 'round_ms=[0-9.]*' <<<"$tcp_line" | cut -d= -f2)
-  tgb=$(grep -o 'goodput_gbit_s=[0-9.]*' <<<"$tcp_line" | cut -d= -f2)
-  printf '%-10s %10s %16s %14s %12.3f %14s %12.3f %16s %12.3f\n' "$n" "$ms" "$gb" "$mean" \
-    "$(awk -v a="$gb" -v b="$mean" 'BEGIN {print a / b}')" "$ems" "$(awk -v a="$egb" -v b="$mean" 'BEGIN {print a / b}')" \
-    "$tms" "$(awk -v a="$gb" -v b="$tgb" 'BEGIN {print a / b}')"
+  gb=$(field goodput_gbit_s "$line") bgb=$(field goodput_gbit_s "$bulk_line")
+  egb=$(field goodput_gbit_s "$echo_line") tgb=$(field goodput_gbit_s "$tcp_line")
+  printf '%-10s %8s %8s %8s %8s %12s %12s %12s %12s %14s\n' "$n" "$(field round_ms "$line")" \
+    "$(field round_ms "$bulk_line")" "$(field round_ms "$echo_line")" "$(field round_ms "$tcp_line")" \
+    "$(ratio "$gb" "$mean")" "$(ratio "$bgb" "$mean")" "$(ratio "$egb" "$mean")" \
+    "$(ratio "$bgb" "$tgb")" "$mean"
   tcp=$after
 done

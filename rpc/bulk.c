@@ -152,16 +152,27 @@ typedef struct sender {
     ss__rpc_request *rq;
     size_t n;
     const ss__rpc_channel *ch;
+    unsigned lane, lanes;
     bool ok;
 } sender;
+
+/* Whether call i is this stream's: on ch, and the lane-th of every lanes
+ * calls on ch (j counts the calls on ch before i). */
+static bool mine(const ss__rpc_request *r, const ss__rpc_channel *ch, size_t *j, unsigned lane,
+                 unsigned lanes) {
+    if (r->ch != ch)
+        return false;
+    return (*j)++ % lanes == lane;
+}
 
 /* The writer thread: every call's frame, back to back. */
 static void *send_all(void *arg) {
     sender *s = arg;
     s->ok = true;
+    size_t j = 0;
     for (size_t i = 0; s->ok && i < s->n; i++) {
         const ss__rpc_request *r = &s->rq[i];
-        if (r->ch != s->ch)
+        if (!mine(r, s->ch, &j, s->lane, s->lanes))
             continue;
         uint8_t head[SS_BULK_REQ_HEAD];
         ss__bulk_request_head(head, s->method, r->len + r->payload_len);
@@ -216,8 +227,10 @@ static bool read_reply(ss__bulk_stream *b, ss__rpc_request *r, uint8_t **buf, si
 }
 
 ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_request *rq, size_t n,
-                             const ss__rpc_channel *ch) {
-    sender s = {b, method, rq, n, ch, false};
+                             const ss__rpc_channel *ch, unsigned lane, unsigned lanes) {
+    if (lanes == 0 || lane >= lanes)
+        return SS_ERR_INVALID_ARGUMENT;
+    sender s = {b, method, rq, n, ch, lane, lanes, false};
     pthread_t w;
     if (pthread_create(&w, NULL, send_all, &s) != 0)
         return SS_ERR_NO_MEMORY;
@@ -225,9 +238,10 @@ ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_reques
     size_t cap = 0;
     bool alive = true;
     ss_status first = SS_OK;
+    size_t j = 0;
     for (size_t i = 0; i < n; i++) {
         ss__rpc_request *r = &rq[i];
-        if (r->ch != ch)
+        if (!mine(r, ch, &j, lane, lanes))
             continue;
         r->msg[0] = '\0';
         if (!(alive = alive && read_reply(b, r, &buf, &cap))) {

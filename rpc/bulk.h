@@ -106,13 +106,15 @@ void ss__bulk_stream_close(ss__bulk_stream *b);
  * target's); the stream owns fd from now on. */
 ss_status ss__bulk_stream_wrap(int fd, ss__bulk_stream **out);
 /* The calls rq[i] with rq[i].ch == ch, as method index `method` of the
- * stream: each request is req then payload (as over gRPC); each reply goes
- * to rq[i].on_reply (read from one buffer) or into rq[i].resp. Every such
+ * stream; of those, the lane-th of every `lanes` (so that several streams
+ * to one server share a batch: lanes 0 and 1 of 2 take every other call).
+ * Each request is req then payload (as over gRPC); each reply goes to
+ * rq[i].on_reply (read from one buffer) or into rq[i].resp. Every such
  * call gets its status and message. Returns the first failure; a broken
  * stream fails the calls not answered yet (SS_ERR_IO), and the stream is
  * then useless (close it). */
 ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_request *rq, size_t n,
-                             const ss__rpc_channel *ch);
+                             const ss__rpc_channel *ch, unsigned lane, unsigned lanes);
 
 #ifdef __cplusplus
 }

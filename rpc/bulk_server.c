@@ -191,10 +191,13 @@ static void *serve_stream(void *arg) {
     return NULL;
 }
 
-/* A stream's thread, when there is room (else it is closed at once). The
- * first read waits at most the ticket's lifetime. */
+/* A stream's thread, when there is room (else it is closed at once). Its
+ * ticket must come within TICKET_WAIT_S of the connection (a client sends
+ * it at once): a socket that sends nothing holds a thread that long. */
+#define TICKET_WAIT_S 5
+
 static void start_stream(ss__bulk_server *s, int fd) {
-    const struct timeval tv = {SS_BULK_TICKET_TTL_S, 0};
+    const struct timeval tv = {TICKET_WAIT_S, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

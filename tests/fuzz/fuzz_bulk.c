@@ -96,7 +96,7 @@ static void client_end(const uint8_t *data, size_t size) {
     for (int i = 0; i < 3; i++)
         rq[i] = (ss__rpc_request){.ch = NULL, .req = req, .len = sizeof req};
     rq[1].on_reply = take;
-    (void)ss__bulk_call_many(b, 0, rq, 3, NULL);
+    (void)ss__bulk_call_many(b, 0, rq, 3, NULL, 0, 1);
     for (int i = 0; i < 3; i++) {
         if ((unsigned)rq[i].status >= (unsigned)SS_STATUS_COUNT_ || strlen(rq[i].msg) >= 400)
             abort();
