@@ -32,7 +32,7 @@ set -euo pipefail
 
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=0 LOSS=0
 MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
-ENCODING=f32 PEERS=0 PS_RATE= SCHEDULE=ring SLOW_HOSTS=0 SLOW_RATE=
+ENCODING=f32 PEERS=0 PS_RATE= SCHEDULE=ring SLOW_HOSTS=0 SLOW_RATE= BULK=0
 TRAINER=emu TRAIN= TEST= ROWS=100000
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
@@ -57,6 +57,8 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
                     | int8 (the agents' --encoding, or the trainers'
                     SHADOWSYNC_ENCODING without agents)
   --agent 0|1       background: sync through one agent per host     [$AGENT]
+  --bulk 0|1        S-EASGD chunks on the PS's bulk stream (its      [$BULK]
+                    --bulk-listen; the agents' or trainers' bulk)
   --peers 0|1       decentralized averaging between the trainers,   [$PEERS]
                     no PS on the dense path (--algo ma; no agents)
   --peer-schedule S --peers 1: ring | random (pull one peer a round) [$SCHEDULE]
@@ -94,7 +96,7 @@ source "$(dirname "$0")/help.sh"
 bench_named_flags "
   ps:PS hosts:HOSTS per-host:PER_HOST dense-floats:DENSE seconds:SECS
   step-us:STEP_US compute:COMPUTE batch:BATCH mode:MODE algo:ALGO
-  encoding:ENCODING sync-every:K agent:AGENT peers:PEERS
+  encoding:ENCODING sync-every:K agent:AGENT peers:PEERS bulk:BULK
   peer-schedule:SCHEDULE slow-hosts:SLOW_HOSTS slow-rate:SLOW_RATE rate:RATE
   ps-rate:PS_RATE delay:DELAY loss:LOSS sync-nice:NICE trainer:TRAINER
   train:TRAIN test:TEST rows:ROWS quiet:QUIET!" "$@"
@@ -143,8 +145,10 @@ for i in $(seq 0 $((PS - 1))); do
   addr=198.18.1.$((i + 1))
   HOST_RATE=$PS_RATE add_host "$ID-p$i" "$addr"
   if [ "$MODE" != none ] && [ "$PEERS" != 1 ]; then
+    bulk_listen=()
+    [ "$BULK" = 1 ] && bulk_listen=(--bulk-listen "$addr:7071")
     ip netns exec "$ID-p$i" nice -n "$NICE" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
-      --auth-token-file "$TMP/token" >"$TMP/ps$i.log" 2>&1 &
+      --auth-token-file "$TMP/token" "${bulk_listen[@]}" >"$TMP/ps$i.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/ps$i.log" "listening on" $!
     SYNC_PIDS+=(ps:$!)
@@ -161,7 +165,7 @@ for j in $(seq 0 $((HOSTS - 1))); do
   sock=
   if [ "$AGENT" = 1 ]; then
     sock=$TMP/h$j/agent.sock
-    ip netns exec "$ns" nice -n "$NICE" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$sock" --http "" --encoding "$ENCODING" \
+    ip netns exec "$ns" nice -n "$NICE" "$BIN/shadowsync-agent" --ps "$PS_LIST" --socket "$sock" --http "" --encoding "$ENCODING" --bulk "$([ "$BULK" = 1 ] && echo true || echo false)" \
       >"$TMP/agent$j.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/agent$j.log" "listening on" $!
@@ -256,7 +260,7 @@ for j in $(seq 0 $((HOSTS - 1))); do
         "SHADOWSYNC_PEER_RANK=$((j * PER_HOST + i))" "SHADOWSYNC_PEER_SCHEDULE=$SCHEDULE"
         "SHADOWSYNC_TOPOLOGY=$TMP/topology")
     else
-      via_agent=("SHADOWSYNC_ENCODING=$ENCODING")
+      via_agent=("SHADOWSYNC_ENCODING=$ENCODING" "SHADOWSYNC_BULK=$BULK")
     fi
     env SHADOWSYNC_PS="$PS_LIST" SHADOWSYNC_SYNC="$MODE" SHADOWSYNC_ALGO="$ALGO" \
       SHADOWSYNC_SYNC_EVERY="$K" SHADOWSYNC_TRAINER_NAME="$name" "${via_agent[@]}" \
