@@ -483,9 +483,10 @@ static int check_options(ps_options *o) {
         fprintf(stderr, "shadowsync-ps: %s\n", bad);
         return 2;
     }
-    if (*o->bulk_listen && (*o->tls_cert || *o->follow)) {
-        fprintf(stderr, "shadowsync-ps: --bulk-listen serves plain TCP and writes: not with TLS "
-                        "(--tls-cert: its clients stay on gRPC) nor on a --follow replica\n");
+    if (*o->bulk_listen && (*o->tls_cert || *o->follow || *o->shard_map)) {
+        fprintf(stderr, "shadowsync-ps: --bulk-listen serves plain TCP and writes, with no shard "
+                        "map epoch: not with TLS (--tls-cert: its clients stay on gRPC), on a "
+                        "--follow replica nor with --shard-map\n");
         return 2;
     }
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {

@@ -20,7 +20,8 @@
  *    A request longer than its method's limit, or naming a method the
  *    stream does not serve, closes the stream before its bytes are read.
  *  - plain TCP only: a server with TLS serves no bulk stream (its clients
- *    stay on gRPC, which carries TLS).
+ *    stay on gRPC, which carries TLS); and no call metadata, so no shard
+ *    map epoch: a PS with a shard map serves none either.
  * A stream carries its calls in order: the client sends a batch's
  * requests back to back from one thread while another reads the replies
  * as they come, so both directions stay busy. */

@@ -124,6 +124,13 @@ START_TEST(test_easgd_on_the_stream_as_over_grpc) {
     ck_assert_float_eq(db[17], 0.0f);
     ss__transport_destroy(b);
     ss__transport_destroy(g);
+    /* routed by a shard map (an epoch): gRPC, whose door checks it */
+    ss__grpc_transport_config ecfg = {
+        .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100, .bulk = true, .epoch = 3};
+    ck_assert_int_eq(ss__grpc_transport_create(&ecfg, &b), SS_OK);
+    check_easgd_by_hand(b, "by-map");
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 0);
+    ss__transport_destroy(b);
     char *log = proc_read(ps_log);
     ck_assert_ptr_null(strstr(log, "stream_refused"));
     free(log);
@@ -263,7 +270,8 @@ START_TEST(test_no_bulk_port_and_a_dead_ps) {
 }
 END_TEST
 
-/* --bulk-listen with TLS or on a follower: refused, saying why. */
+/* --bulk-listen with TLS or a shard map, or without a port: refused,
+ * saying why. */
 START_TEST(test_bulk_listen_refused_with_tls) {
     char log[64];
     snprintf(log, sizeof log, "/tmp/ss-test-bulk-tls-%d.log", (int)getpid());
@@ -274,6 +282,14 @@ START_TEST(test_bulk_listen_refused_with_tls) {
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
     char *text = proc_read(log);
     ck_assert_ptr_nonnull(strstr(text, "--bulk-listen serves plain TCP"));
+    free(text);
+    char *map[] = {SHADOWSYNC_PS, "--listen",    "127.0.0.1:0",  "--bulk-listen",
+                   "127.0.0.1:0", "--shard-map", "/nonexistent", NULL};
+    pid = proc_spawn(map, log);
+    status = proc_wait(pid, 20);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    text = proc_read(log);
+    ck_assert_ptr_nonnull(strstr(text, "nor with --shard-map"));
     free(text);
     char *bad[] = {SHADOWSYNC_PS, "--listen", "127.0.0.1:0", "--bulk-listen", "127.0.0.1", NULL};
     pid = proc_spawn(bad, log);

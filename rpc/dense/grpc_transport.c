@@ -848,7 +848,10 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
     t->recut = cfg->recut;
-    t->bulk = cfg->bulk && !(cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file));
+    /* The stream carries no TLS and no shard map epoch (a PS refuses a
+     * call routed by an old map at the gRPC door): with either, gRPC. */
+    t->bulk =
+        cfg->bulk && !(cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file)) && cfg->epoch == 0;
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
         return SS_ERR_INVALID_ARGUMENT;
