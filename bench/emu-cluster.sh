@@ -57,7 +57,7 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
                     | int8 (the agents' --encoding, or the trainers'
                     SHADOWSYNC_ENCODING without agents)
   --agent 0|1       background: sync through one agent per host     [$AGENT]
-  --bulk 0|1        S-EASGD chunks on the PS's bulk stream (its      [$BULK]
+  --bulk 0|1        dense chunks on the PS's bulk stream (its       [$BULK]
                     --bulk-listen; the agents' or trainers' bulk)
   --peers 0|1       decentralized averaging between the trainers,   [$PEERS]
                     no PS on the dense path (--algo ma; no agents)

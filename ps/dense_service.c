@@ -437,6 +437,8 @@ const ss__rpc_method *ss__dense_service_methods(size_t *count) {
 
 static const ss__rpc_method bulk_methods[] = {
     [SS_DENSE_BULK_EASGD] = {SS_DENSE_M_EASGD, h_easgd, false, NULL, false, 0},
+    /* waits for the round to close, on its stream's own thread */
+    [SS_DENSE_BULK_ROUND] = {SS_DENSE_M_ROUND, h_round, true, NULL, false, 0},
 };
 
 const ss__rpc_method *ss__dense_service_bulk_methods(size_t *count) {

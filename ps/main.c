@@ -264,7 +264,8 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          0, 0},
         {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
         {"bulk-listen", SS_FLAG_STRING, &o->bulk_listen,
-         "a plain TCP port beside --listen for S-EASGD chunks: a client with bulk on asks for a "
+         "a plain TCP port beside --listen for dense chunks (S-EASGD, MA/BMUF rounds): a client "
+         "with bulk on asks for a "
          "ticket over gRPC (through the same token or writer certificate) and sends the same "
          "requests on a stream of its own, without gRPC's costs; no TLS, so refused with "
          "--tls-cert (\"\" = off)",

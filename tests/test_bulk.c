@@ -138,6 +138,53 @@ START_TEST(test_easgd_on_the_stream_as_over_grpc) {
 }
 END_TEST
 
+/* The mean of the members' starting values in the test below. */
+static double k_mean(int i) {
+    return i % 7;
+}
+
+/* MA rounds of 3 engines, each member's chunks on its own bulk streams:
+ * the replicas agree on the mean (member k of 0, 1, 2 starts at k (i %
+ * 7): mean i % 7), as over gRPC; then S-BMUF rounds without momentum
+ * (block rate 1: the mean too). */
+START_TEST(test_rounds_on_the_stream) {
+    start_ps(true);
+    enum { N = 1000 };
+    ss__transport *t[3];
+    ss__engine *e[3];
+    ss__replica *r[3];
+    round_arg args[3];
+    for (int algo = 0; algo < 2; algo++) {
+        ss__sync_params p = {.algo = algo ? SS_ALGO_BMUF : SS_ALGO_MA,
+                             .bmuf = {.eta = 0.0f, .zeta = 1.0f}}; /* no momentum: the mean */
+        for (int k = 0; k < 3; k++) {
+            t[k] = bulk_transport();
+            ck_assert_int_eq(
+                ss__engine_create(&(ss__engine_config){.transport = t[k], .threads = 1}, &e[k]),
+                SS_OK);
+            ck_assert_int_eq(ss__replica_create(N, &r[k]), SS_OK);
+            for (int i = 0; i < N; i++)
+                ss__replica_data(r[k])[i] = (float)(k * (i % 7));
+            args[k].e = e[k];
+            ck_assert_int_eq(ss__engine_add_group(e[k], algo ? "bmuf" : "ma", r[k], &p, &args[k].g),
+                             SS_OK);
+        }
+        run_rounds_together(args, 3, 3);
+        double spread, off;
+        replicas_agree(r, 3, N, k_mean, &spread, &off);
+        ck_assert_msg(spread < 1e-5 && off < 1e-4, "%s: replicas %g apart, %g off the mean",
+                      algo ? "bmuf" : "ma", spread, off);
+        for (int k = 0; k < 3; k++) {
+            ck_assert_uint_ge(ss__grpc_transport_bulk_batches(t[k]), 3);
+            ss__engine_destroy(e[k]);
+            ss__replica_destroy(r[k]);
+            ss__transport_destroy(t[k]);
+        }
+    }
+    stop_ps();
+}
+END_TEST
+
 static int connect_to(const char *target) {
     char host[64];
     unsigned port;
@@ -342,7 +389,7 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand,
-                           test_easgd_on_the_stream_as_over_grpc, test_the_door_of_the_stream,
-                           test_no_bulk_port_and_a_dead_ps, test_bulk_listen_refused_with_tls,
-                           test_a_trainer_with_bulk_on);
+                           test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
+                           test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
+                           test_bulk_listen_refused_with_tls, test_a_trainer_with_bulk_on);
 }

@@ -124,7 +124,7 @@ typedef struct ss_trainer_config {
      * old map is told so and never served by the wrong shard. (Added in
      * 0.2.) */
     const char *shard_map;
-    /* bulk: S-EASGD chunks go to each PS that serves a bulk port
+    /* bulk: dense chunks (S-EASGD, MA/BMUF) go to each PS that serves a bulk port
      * (--bulk-listen) on a plain TCP stream of their own, opened by a
      * ticket asked for over gRPC (the same token or certificate), without
      * gRPC's per-call costs; to a PS without one, over gRPC as always. Not

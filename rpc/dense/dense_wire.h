@@ -14,6 +14,7 @@
 #define SS_DENSE_M_BULK_TICKET "/shadowsync.v1.DenseSync/BulkTicket"
 /* The bulk stream's methods (rpc/bulk.h): their index in its frames. */
 #define SS_DENSE_BULK_EASGD 0
+#define SS_DENSE_BULK_ROUND 1
 
 /* The longest group name the server accepts (chunk names included). */
 #define SS_DENSE_MAX_GROUP_NAME 256

@@ -61,7 +61,7 @@ typedef struct grpc_tp {
     ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
     bool recut; /* joins re-cut (JoinRequest.recut) */
-    bool bulk;  /* S-EASGD chunks on the shards' bulk streams */
+    bool bulk;  /* dense chunks on the shards' bulk streams */
     char host[SS_GRPC_MAX_SHARDS][256];
     /* Idle bulk streams per shard (guarded by lock); a shard whose PS has
      * no bulk port (BulkTicket said NOT_FOUND) is not asked again. */
@@ -175,6 +175,8 @@ typedef struct fanout {
     bool adapts_window;
     /* At least this many calls in flight per shard (an MA round's). */
     uint32_t min_window;
+    /* The method's index on a bulk stream (dense_wire.h), -1: gRPC only. */
+    int bulk_method;
 } fanout;
 
 static ss_status fanout_init(fanout *f, size_t n) {
@@ -256,7 +258,9 @@ static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s) {
                             &shadowsync__v1__bulk_ticket_reply__descriptor, &r);
     const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
     if (st == SS_OK && tr->ticket.len == SS_BULK_TICKET_BYTES && tr->port && tr->port < 65536)
-        st = ss__bulk_stream_open(t->host[s], tr->port, tr->ticket.data, t->timeout_ms, &b);
+        /* a round's reply waits for the round to close: its bound */
+        st = ss__bulk_stream_open(t->host[s], tr->port, tr->ticket.data,
+                                  t->timeout_ms + t->round_wait_ms, &b);
     else if (st == SS_OK)
         st = SS_ERR_PARSE;
     if (r)
@@ -303,7 +307,7 @@ typedef struct lane_batch {
 
 static void *run_lane(void *arg) {
     lane_batch *lb = arg;
-    lb->st = ss__bulk_call_many(lb->b, SS_DENSE_BULK_EASGD, lb->f->rq, lb->f->n,
+    lb->st = ss__bulk_call_many(lb->b, (uint32_t)lb->f->bulk_method, lb->f->rq, lb->f->n,
                                 lb->t->ch[lb->shard], lb->lane, lb->lanes);
     return NULL;
 }
@@ -328,7 +332,7 @@ static bool take_lanes(grpc_tp *t, fanout *f, lane_batch *lb, size_t *k) {
     return true;
 }
 
-/* The S-EASGD batch on the bulk streams of its shards, a thread per lane
+/* An S-EASGD or MA/BMUF batch on the bulk streams of its shards, a thread per lane
  * past the first. false (nothing sent) when a shard has no stream: the
  * batch goes over gRPC. */
 static bool bulk_fanout(grpc_tp *t, fanout *f, ss_status *st) {
@@ -363,7 +367,7 @@ static bool bulk_fanout(grpc_tp *t, fanout *f, ss_status *st) {
 
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
     ss_status bst;
-    if (t->bulk && f->adapts_window && bulk_fanout(t, f, &bst)) {
+    if (t->bulk && f->bulk_method >= 0 && bulk_fanout(t, f, &bst)) {
         atomic_fetch_add_explicit(&t->bulk_batches, 1, memory_order_relaxed);
         return bst;
     }
@@ -528,6 +532,9 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     }
     f->adapts_window = strcmp(method, SS_DENSE_M_EASGD) == 0;
     f->min_window = strcmp(method, SS_DENSE_M_ROUND) == 0 ? SS_GRPC_ROUND_WINDOW : 0;
+    f->bulk_method = f->adapts_window ? SS_DENSE_BULK_EASGD
+                     : f->min_window  ? SS_DENSE_BULK_ROUND
+                                      : -1;
     if (st == SS_OK)
         st = fanout_run(t, f, timeout_ms, idempotent);
     return st;

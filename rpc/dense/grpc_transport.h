@@ -62,7 +62,7 @@ typedef struct ss__grpc_transport_config {
      * the PS retires chunks of the old cut that overlap and have no members
      * left, instead of refusing the join (JoinRequest.recut). */
     bool recut;
-    /* S-EASGD chunks on the bulk stream (rpc/bulk.h) of each shard that
+    /* S-EASGD and MA/BMUF chunks on the bulk streams (rpc/bulk.h) of each shard that
      * has one (a PS with --bulk-listen; a ticket over gRPC opens it), else
      * over gRPC as always. Not with tls (the stream has none). */
     bool bulk;
@@ -99,7 +99,7 @@ void ss__grpc_transport_set_epoch(ss__transport *t, uint64_t epoch);
 
 /* t's window now (0 when t is not a gRPC transport). */
 uint32_t ss__grpc_transport_window(ss__transport *t);
-/* S-EASGD batches sent on bulk streams so far (config bulk). */
+/* S-EASGD and MA/BMUF batches sent on bulk streams so far (config bulk). */
 uint64_t ss__grpc_transport_bulk_batches(ss__transport *t);
 
 /* Asks one shadowsync-ps to write its checkpoint now. */
