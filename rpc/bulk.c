@@ -3,7 +3,6 @@
 #include "rpc/bulk.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -82,41 +81,32 @@ ss_status ss__bulk_reply_parse(const uint8_t in[SS_BULK_REPLY_HEAD], uint64_t ma
 
 struct ss__bulk_stream {
     int fd;
+    size_t max_reply; /* a reply's bytes, at most */
 };
 
-/* A connected socket to host:port within timeout_ms (then the socket's
- * own waits bounded by it), -1 when none. */
+/* A connected socket to host:port within timeout_ms (rpc/reach.c's
+ * connect), its later sends and receives bounded by timeout_ms too; -1
+ * when none. */
 static int connect_within(const char *host, unsigned port, uint32_t timeout_ms) {
-    char service[8];
-    snprintf(service, sizeof service, "%u", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list = NULL;
-    if (getaddrinfo(host, service, &hints, &list) != 0)
+    char address[300], why[200];
+    snprintf(address, sizeof address, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    int fd = ss__tcp_connect(address, timeout_ms, why, sizeof why);
+    if (fd < 0)
         return -1;
-    int fd = -1;
     const struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    for (const struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0)
-            continue;
-        /* SO_SNDTIMEO bounds connect() too */
-        if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
-            connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(list);
-    if (fd >= 0) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+        close(fd);
+        return -1;
     }
     return fd;
 }
 
 ss_status ss__bulk_stream_open(const char *host, unsigned port,
                                const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
-                               ss__bulk_stream **out) {
+                               size_t max_reply, ss__bulk_stream **out) {
     *out = NULL;
     int fd = connect_within(host, port, timeout_ms ? timeout_ms : 10000);
     if (fd < 0)
@@ -125,16 +115,17 @@ ss_status ss__bulk_stream_open(const char *host, unsigned port,
         close(fd);
         return SS_ERR_IO;
     }
-    return ss__bulk_stream_wrap(fd, out);
+    return ss__bulk_stream_wrap(fd, max_reply, out);
 }
 
-ss_status ss__bulk_stream_wrap(int fd, ss__bulk_stream **out) {
+ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out) {
     ss__bulk_stream *b = malloc(sizeof *b);
     if (!b) {
         close(fd);
         return SS_ERR_NO_MEMORY;
     }
     b->fd = fd;
+    b->max_reply = max_reply;
     *out = b;
     return SS_OK;
 }
@@ -194,7 +185,7 @@ static bool read_reply(ss__bulk_stream *b, ss__rpc_request *r, uint8_t **buf, si
     uint32_t msg_len;
     uint64_t len;
     if (!ss__read_all(b->fd, head, sizeof head) ||
-        ss__bulk_reply_parse(head, SS_BULK_REPLY_MAX, &st, &msg_len, &len) != SS_OK ||
+        ss__bulk_reply_parse(head, b->max_reply, &st, &msg_len, &len) != SS_OK ||
         !ss__read_all(b->fd, msg, msg_len))
         return false;
     const size_t keep = msg_len < sizeof r->msg ? msg_len : sizeof r->msg - 1;

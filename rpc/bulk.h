@@ -43,8 +43,7 @@ extern "C" {
 #define SS_BULK_TICKET_TTL_S 30
 #define SS_BULK_REQ_HEAD     16
 #define SS_BULK_REPLY_HEAD   20
-#define SS_BULK_MESSAGE_MAX  511                 /* a reply's message, as ss__rpc_reply's */
-#define SS_BULK_REPLY_MAX    ((uint64_t)1 << 31) /* the client's bound on a reply's bytes */
+#define SS_BULK_MESSAGE_MAX  511 /* a reply's message, as ss__rpc_reply's */
 
 /* ---- frames (pure functions: the fuzz target's) ---- */
 
@@ -98,14 +97,16 @@ void ss__bulk_server_stop(ss__bulk_server *s);
 typedef struct ss__bulk_stream ss__bulk_stream;
 
 /* Connects to host:port and presents the ticket. timeout_ms bounds the
- * connect and, later, each wait for the peer's bytes. */
+ * connect and, later, each wait for the peer's bytes; max_reply bounds a
+ * reply's bytes (a longer one breaks the stream before anything is
+ * allocated for it), as a gRPC channel's largest message does. */
 ss_status ss__bulk_stream_open(const char *host, unsigned port,
                                const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
-                               ss__bulk_stream **out);
+                               size_t max_reply, ss__bulk_stream **out);
 void ss__bulk_stream_close(ss__bulk_stream *b);
 /* A stream over a connected socket whose ticket was sent (the fuzz
  * target's); the stream owns fd from now on. */
-ss_status ss__bulk_stream_wrap(int fd, ss__bulk_stream **out);
+ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out);
 /* The calls rq[i] with rq[i].ch == ch, as method index `method` of the
  * stream; of those, the lane-th of every `lanes` (so that several streams
  * to one server share a batch: lanes 0 and 1 of 2 take every other call).

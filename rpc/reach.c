@@ -15,9 +15,10 @@
 #include "common/names.h"
 #include "rpc/rpc.h"
 
-/* One connect() to ai within the time left before deadline_ns; 0 or an
- * errno (ETIMEDOUT when the time ran out). */
-static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns) {
+/* One connect() to ai within the time left before deadline_ns (a signal
+ * does not end the wait); 0 or an errno (ETIMEDOUT when the time ran
+ * out). On 0, *out is the connected socket, blocking again. */
+static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns, int *out) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return errno;
@@ -38,27 +39,34 @@ static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns) {
                 err = errno;
         }
     }
-    close(fd);
+    if (err == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        err = errno;
+    if (err == 0)
+        *out = fd;
+    else
+        close(fd);
     return err;
 }
 
-bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size_t whylen) {
+int ss__tcp_connect(const char *address, uint32_t timeout_ms, char *why, size_t whylen) {
     char host[256];
     unsigned port;
-    if (!ss__address_split(address, host, sizeof host, &port))
-        return true; /* not host:port (a gRPC URI): gRPC's own business */
+    if (!ss__address_split(address, host, sizeof host, &port)) {
+        snprintf(why, whylen, "not %s", SS_ADDRESS_RULE);
+        return -1;
+    }
     char service[8];
     snprintf(service, sizeof service, "%u", port);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list;
     int gai = getaddrinfo(host, service, &hints, &list);
     if (gai != 0) {
         snprintf(why, whylen, "%s", gai == EAI_NONAME ? "no such host" : gai_strerror(gai));
-        return false;
+        return -1;
     }
     uint64_t deadline = ss__now_ns() + (uint64_t)timeout_ms * 1000000;
-    int err = ETIMEDOUT;
+    int err = ETIMEDOUT, fd = -1;
     for (const struct addrinfo *ai = list; ai && err; ai = ai->ai_next)
-        err = connect_one(ai, deadline);
+        err = connect_one(ai, deadline, &fd);
     freeaddrinfo(list);
     if (err == ETIMEDOUT)
         snprintf(why, whylen, "no answer within %u ms", timeout_ms);
@@ -66,5 +74,16 @@ bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size
         snprintf(why, whylen, "%s", strerror(err)); /* "Connection refused" */
     if (err && why[0])
         why[0] = (char)(why[0] >= 'A' && why[0] <= 'Z' ? why[0] - 'A' + 'a' : why[0]);
-    return err == 0;
+    return err ? -1 : fd;
+}
+
+bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size_t whylen) {
+    char host[256];
+    unsigned port;
+    if (!ss__address_split(address, host, sizeof host, &port))
+        return true; /* not host:port (a gRPC URI): gRPC's own business */
+    int fd = ss__tcp_connect(address, timeout_ms, why, whylen);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
 }

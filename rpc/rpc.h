@@ -186,6 +186,10 @@ void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch);
  * answer within 2000 ms", "no such host"). Addresses of another form
  * (gRPC URIs) are not probed: true. */
 bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size_t whylen);
+/* A TCP connection to address ("host:port", "[ipv6]:port") made within
+ * timeout_ms (signals meanwhile do not end the wait): the blocking socket,
+ * or -1 with why as ss__tcp_reachable says it. */
+int ss__tcp_connect(const char *address, uint32_t timeout_ms, char *why, size_t whylen);
 
 /* Whether ch's server can be reached: a READY channel is; otherwise
  * ss__tcp_reachable on its target, tried every 100 ms for timeout_ms

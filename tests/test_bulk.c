@@ -63,6 +63,38 @@ START_TEST(test_frames_by_hand) {
 }
 END_TEST
 
+/* The client's side of a server that misbehaves: a reply longer than the
+ * stream's bound breaks the stream before anything is allocated for it
+ * (fuzz_bulk found a 2 GiB allocation from 20 bytes); one within it is
+ * taken. */
+START_TEST(test_a_reply_past_the_bound) {
+    for (int over = 0; over < 2; over++) {
+        int sv[2];
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        uint8_t h[SS_BULK_REPLY_HEAD];
+        ss__bulk_reply_head(h, SS_OK, 0, over ? 11 : 10);
+        ck_assert(ss__write_all(sv[1], h, sizeof h));
+        ck_assert(ss__write_all(sv[1], "0123456789x", over ? 11 : 10));
+        shutdown(sv[1], SHUT_WR);
+        ss__bulk_stream *b;
+        ck_assert_int_eq(ss__bulk_stream_wrap(sv[0], 10, &b), SS_OK);
+        const uint8_t req[4] = {1, 2, 3, 4};
+        ss__rpc_request rq = {.req = req, .len = sizeof req};
+        ck_assert_int_eq(ss__bulk_call_many(b, 0, &rq, 1, NULL, 0, 1), (over ? SS_ERR_IO : SS_OK));
+        if (over) {
+            ck_assert_ptr_null(rq.resp);
+            ck_assert_str_eq(rq.msg, "the bulk stream broke");
+        } else {
+            ck_assert_uint_eq(rq.resp_len, 10);
+            ck_assert(memcmp(rq.resp, "0123456789", 10) == 0);
+        }
+        free(rq.resp);
+        ss__bulk_stream_close(b);
+        close(sv[1]);
+    }
+}
+END_TEST
+
 static pid_t ps_pid;
 static char ps_target[64], bulk_target[64], ps_log[64];
 
@@ -388,7 +420,7 @@ START_TEST(test_a_trainer_with_bulk_on) {
 END_TEST
 
 int main(void) {
-    return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand,
+    return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
                            test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
                            test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
                            test_bulk_listen_refused_with_tls, test_a_trainer_with_bulk_on);

@@ -239,6 +239,11 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
  * backoff (50 ms, doubling), a fresh deadline each time. */
 /* ---- the bulk path (rpc/bulk.h) ---- */
 
+/* Largest message a chunk produces: its floats plus the envelope. */
+static size_t chunk_message_bytes(size_t chunk) {
+    return chunk * sizeof(float) + 4096;
+}
+
 static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
                           const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
                           ProtobufCMessage **reply);
@@ -260,7 +265,8 @@ static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s) {
     if (st == SS_OK && tr->ticket.len == SS_BULK_TICKET_BYTES && tr->port && tr->port < 65536)
         /* a round's reply waits for the round to close: its bound */
         st = ss__bulk_stream_open(t->host[s], tr->port, tr->ticket.data,
-                                  t->timeout_ms + t->round_wait_ms, &b);
+                                  t->timeout_ms + t->round_wait_ms, chunk_message_bytes(t->chunk),
+                                  &b);
     else if (st == SS_OK)
         st = SS_ERR_PARSE;
     if (r)
@@ -830,11 +836,6 @@ static const ss__transport_ops grpc_ops = {
     .round_waiting = tp_round_waiting,
     .destroy = tp_destroy,
 };
-
-/* Largest message a chunk produces: its floats plus the envelope. */
-static size_t chunk_message_bytes(size_t chunk) {
-    return chunk * sizeof(float) + 4096;
-}
 
 ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out) {
     if (!cfg || !cfg->targets || !*cfg->targets || cfg->timeout_ms == 0 || !out ||
