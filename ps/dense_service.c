@@ -390,7 +390,7 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
 }
 
 /* A ticket for the bulk stream, to a caller through the door (a writer's
- * method: EasgdExchange is what the stream carries). */
+ * method: the stream carries EasgdExchange and RoundMean). */
 static void h_bulk_ticket(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     Shadowsync__V1__BulkTicketRequest *m =

@@ -264,11 +264,10 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          0, 0},
         {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
         {"bulk-listen", SS_FLAG_STRING, &o->bulk_listen,
-         "a plain TCP port beside --listen for dense chunks (S-EASGD, MA/BMUF rounds): a client "
-         "with bulk on asks for a "
-         "ticket over gRPC (through the same token or writer certificate) and sends the same "
-         "requests on a stream of its own, without gRPC's costs; no TLS, so refused with "
-         "--tls-cert (\"\" = off)",
+         "a plain TCP port beside --listen, on the host clients reach --listen at, for dense "
+         "chunks (S-EASGD, MA/BMUF rounds): a client with bulk on asks for a ticket over gRPC "
+         "(through the same token or writer certificate) and sends the same requests on a "
+         "stream of its own, without gRPC's costs; no TLS, so refused with --tls-cert (\"\" = off)",
          NULL, 0, 0},
         {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
@@ -639,8 +638,20 @@ static bool left_the_map(void *ctx) {
     return ss__shard_map_index(m.ps, ps->self) < 0;
 }
 
-/* The bulk stream's server (--bulk-listen): EasgdExchange with the gRPC
- * server's limits, its tickets given out by DenseSync/BulkTicket. */
+/* The address served at: listen's host (as given, brackets and all) with
+ * the port the system picked (listen's may be 0). */
+static void served_address(const char *listen, int port, char *out, size_t outlen) {
+    char host[256];
+    snprintf(host, sizeof host, "%s", listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+    snprintf(out, outlen, "%s:%d", host, port);
+}
+
+/* The bulk stream's server (--bulk-listen): EasgdExchange and RoundMean
+ * with the gRPC server's limits, its tickets given out by
+ * DenseSync/BulkTicket. */
 static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_config *scfg) {
     size_t n;
     const ss__rpc_method *m = ss__dense_service_bulk_methods(&n);
@@ -731,12 +742,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                 *why ? why : ss_strerror(st)); /* the address, or the PEM file, and why */
         return 1;
     }
-    char host[256];
-    snprintf(host, sizeof host, "%s", o->listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = '\0';
-    snprintf(ps->listen, sizeof ps->listen, "%s:%d", host, ss__rpc_server_port(ps->srv));
+    served_address(o->listen, ss__rpc_server_port(ps->srv), ps->listen, sizeof ps->listen);
     snprintf(ps->self, sizeof ps->self, "%s", *o->advertise ? o->advertise : ps->listen);
     atomic_store(&ps->self_known, true);
     if (ps->moves && ss__ps_row_moves_run(ps->moves, ps->self) != SS_OK) {
@@ -764,13 +770,9 @@ static int start_http(ps_state *ps, const ps_options *o) {
         snprintf(tls, sizeof tls, " (mutual TLS; writers %s)", o->tls_writers);
     else if (*o->tls_cert)
         snprintf(tls, sizeof tls, *o->tls_ca ? " (mutual TLS)" : " (TLS)");
-    char bulk[320] = "";
-    if (ps->bulk) {
-        snprintf(bulk, sizeof bulk, "%s", ps->listen);
-        char *colon = strrchr(bulk, ':');
-        snprintf(colon ? colon : bulk, sizeof bulk - (size_t)(colon ? colon - bulk : 0), ":%d",
-                 ss__bulk_server_port(ps->bulk));
-    }
+    char bulk[300] = "";
+    if (ps->bulk)
+        served_address(o->bulk_listen, ss__bulk_server_port(ps->bulk), bulk, sizeof bulk);
     printf("shadowsync-ps: listening on %s%s, http on %s%s%s\n", ps->listen, tls, web_at,
            *bulk ? ", bulk on " : "", bulk);
     fflush(stdout);

@@ -235,8 +235,6 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
                       cur, (double)rtt / 1e3, interval / 1e3);
 }
 
-/* Runs the fan-out; idempotent ones are retried on UNAVAILABLE with
- * backoff (50 ms, doubling), a fresh deadline each time. */
 /* ---- the bulk path (rpc/bulk.h) ---- */
 
 /* Largest message a chunk produces: its floats plus the envelope. */
@@ -275,8 +273,9 @@ static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s) {
         pthread_mutex_lock(&t->lock);
         t->no_bulk[s] = true;
         pthread_mutex_unlock(&t->lock);
-        ss__log(SS_LOG_INFO, "dense", "event=bulk_off shard=%u ps=%s:%s reason=%s", s, t->host[s],
-                "no_bulk_port", ss_status_name(st));
+        ss__log(SS_LOG_INFO, "dense",
+                "event=bulk_off shard=%u host=%s reason=no_bulk_port status=%s", s, t->host[s],
+                ss_status_name(st));
     } else if (st != SS_OK) {
         ss__log(SS_LOG_WARN, "dense", "event=bulk_open_failed shard=%u host=%s status=%s", s,
                 t->host[s], ss_status_name(st));
@@ -298,8 +297,8 @@ static void put_stream(grpc_tp *t, uint32_t s, ss__bulk_stream *b, bool broken) 
 
 /* Streams a shard's batch shares, each with every lanes-th chunk: the PS
  * serves each stream on a thread of its own, so one stream's chunk is
- * computed while another's is read (1M floats on loopback: 4.4 ms a round
- * on one stream; BENCHMARKS.md has two). */
+ * computed while another's is read (one stream against two:
+ * docs/benchmark-history.md, "the bulk stream beside gRPC"). */
 #define BULK_LANES 2
 
 typedef struct lane_batch {
@@ -371,6 +370,9 @@ static bool bulk_fanout(grpc_tp *t, fanout *f, ss_status *st) {
     return ok;
 }
 
+/* Runs the fan-out: on the bulk streams when the transport and the
+ * shards have them, else over gRPC, where idempotent ones are retried on
+ * UNAVAILABLE with backoff (50 ms, doubling), a fresh deadline each time. */
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
     ss_status bst;
     if (t->bulk && f->bulk_method >= 0 && bulk_fanout(t, f, &bst)) {
