@@ -283,16 +283,20 @@ void ss__ctr_wide_ids(const ss__ctr_model_config *cfg, const ss__ctr_example *ex
                       uint64_t ids[SS_CTR_NWIDE]) {
     for (int f = 0; f < SS_CTR_NUM_CAT; f++)
         ids[f] = ss__ctr_row_id(cfg, f, ex);
+    ss__ctr_wide_class_ids(cfg, ex, ids + SS_CTR_NUM_CAT);
+}
+
+void ss__ctr_wide_class_ids(const ss__ctr_model_config *cfg, const ss__ctr_example *ex,
+                            uint64_t ids[SS_CTR_NUM_DENSE]) {
     const uint64_t classes = (uint64_t)SS_CTR_NUM_CAT * cfg->table_rows;
     for (int j = 0; j < SS_CTR_NUM_DENSE; j++) {
         /* dense[j] = ln(1 + x): log2(1 + x) = dense[j] / ln 2 */
         const float c = ex->dense[j] * 1.44269504f;
         /* 0 (or empty, or negative): no weight, as a regression has no
          * token for an empty field (all of them in a categorical stream) */
-        ids[SS_CTR_NUM_CAT + j] = c > 0.0f
-                                      ? classes + (uint64_t)j * WIDE_BUCKETS +
-                                            (c < WIDE_BUCKETS - 1 ? (uint64_t)c : WIDE_BUCKETS - 1)
-                                      : UINT64_MAX;
+        ids[j] = c > 0.0f ? classes + (uint64_t)j * WIDE_BUCKETS +
+                                (c < WIDE_BUCKETS - 1 ? (uint64_t)c : WIDE_BUCKETS - 1)
+                          : UINT64_MAX;
     }
 }
 
@@ -305,12 +309,13 @@ static void array_rows(ss__ctr_worker *w, const ss__ctr_embeddings *emb, const s
         rows[f] = emb->data + r * w->cfg.emb_dim;
         if (acc)
             acc[f] = emb->acc ? emb->acc + r : NULL;
+        wide[f] = emb->wide ? emb->wide + r : NULL; /* a row's weight has the row's index */
     }
-    uint64_t ids[NWIDE];
+    uint64_t ids[SS_CTR_NUM_DENSE];
     if (emb->wide)
-        ss__ctr_wide_ids(&w->cfg, ex, ids);
-    for (int k = 0; k < NWIDE; k++)
-        wide[k] = emb->wide && ids[k] != UINT64_MAX ? emb->wide + ids[k] : NULL;
+        ss__ctr_wide_class_ids(&w->cfg, ex, ids);
+    for (int j = 0; j < SS_CTR_NUM_DENSE; j++)
+        wide[SS_CTR_NUM_CAT + j] = emb->wide && ids[j] != UINT64_MAX ? emb->wide + ids[j] : NULL;
 }
 
 /* The first-order part of the logit: the sum of the example's weights

@@ -141,6 +141,10 @@ size_t ss__ctr_wide_count(const ss__ctr_model_config *cfg);
  * feature that is 0, negative or empty). */
 void ss__ctr_wide_ids(const ss__ctr_model_config *cfg, const ss__ctr_example *ex,
                       uint64_t ids[SS_CTR_NWIDE]);
+/* Only the integer features' classes, ids[SS_CTR_NUM_CAT ..] of
+ * ss__ctr_wide_ids (for a caller that has the rows' ids already). */
+void ss__ctr_wide_class_ids(const ss__ctr_model_config *cfg, const ss__ctr_example *ex,
+                            uint64_t ids[SS_CTR_NUM_DENSE]);
 
 /* Id of an example's row of field f in one table holding every field:
  * field * table_rows + ss__ctr_row_index. */

@@ -130,12 +130,13 @@ static void collect_ids(ss__ctr_gather *g, const ss__ctr_example *const *batch, 
     }
     g->mw = g->m;
     for (size_t i = 0; g->wcap && i < count; i++) {
-        uint64_t ids[SS_CTR_NWIDE];
-        ss__ctr_wide_ids(&g->cfg, batch[i], ids);
+        uint64_t ids[SS_CTR_NUM_DENSE]; /* the rows' are in slot_of already */
+        ss__ctr_wide_class_ids(&g->cfg, batch[i], ids);
         uint32_t *slot = g->wslot + i * SS_CTR_NWIDE;
         memcpy(slot, g->slot_of + i * SS_CTR_NUM_CAT, SS_CTR_NUM_CAT * sizeof *slot);
-        for (int k = SS_CTR_NUM_CAT; k < SS_CTR_NWIDE; k++)
-            slot[k] = ids[k] == UINT64_MAX ? UINT32_MAX : index_of(g, ids[k], &g->mw);
+        for (int j = 0; j < SS_CTR_NUM_DENSE; j++)
+            slot[SS_CTR_NUM_CAT + j] =
+                ids[j] == UINT64_MAX ? UINT32_MAX : index_of(g, ids[j], &g->mw);
     }
 }
 
