@@ -34,6 +34,7 @@
 #include "common/flags.h"
 #include "embedding-store/emb_store.h"
 #include "rpc/emb/emb_client.h"
+#include "rpc/rpc.h"
 
 /* What --help and --version say. */
 static const ss__program program = {
@@ -190,17 +191,15 @@ static bool tcp_call(int fd, uint32_t op, const uint64_t *ids, uint32_t n, float
 }
 
 static int run_tcp(bench *b, ss__emb_store *st, result *r) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof a;
-    tcp_server t = {b, st, socket(AF_INET, SOCK_STREAM, 0)};
-    if (t.lfd < 0 || bind(t.lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(t.lfd, 1) != 0 ||
-        getsockname(t.lfd, (struct sockaddr *)&a, &alen) != 0)
+    char why[200], addr[32];
+    int port = 0;
+    tcp_server t = {b, st, ss__tcp_listen("127.0.0.1:0", &port, why, sizeof why)};
+    if (t.lfd < 0)
         return -1;
     pthread_t th;
     pthread_create(&th, NULL, tcp_serve, &t);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, bad = 0;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        bad = 1;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int fd = ss__tcp_connect(addr, 5000, why, sizeof why), one = 1, bad = fd < 0;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     const size_t rowb = (size_t)b->dim * sizeof(float);
     const uint32_t n = (uint32_t)b->batch;

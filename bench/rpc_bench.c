@@ -15,7 +15,6 @@
  * sends a round's chunks while this thread reads their echoes back), to a
  * child that reads each chunk whole and writes it back: two copies each
  * way in the kernel, one read and one write per chunk at each end. */
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -154,21 +153,6 @@ static int run_echo(int64_t floats, int64_t reps, int64_t warmup, int64_t chunk,
     return st == SS_OK ? 0 : 1;
 }
 
-/* The plain-socket echo: a listening socket on 127.0.0.1 and its port. */
-static int tcp_listen(int *port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static void tcp_nodelay(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -227,23 +211,20 @@ static ss_status tcp_round_trip(tcp_round *r, float *d) {
 }
 
 static int run_tcp_echo(int64_t floats, int64_t reps, int64_t warmup, int64_t chunk) {
-    int port = 0, lfd = tcp_listen(&port);
+    char why[200], addr[32];
+    int port = 0, lfd = ss__tcp_listen("127.0.0.1:0", &port, why, sizeof why);
     pid_t pid = lfd >= 0 ? fork() : -1;
     if (pid == 0)
         tcp_echo_serve(lfd);
     if (lfd >= 0)
         close(lfd);
     const size_t n = (size_t)floats;
-    tcp_round r = {
-        .fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), .n = n, .chunk = (size_t)chunk};
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    tcp_round r = {.fd = pid > 0 ? ss__tcp_connect(addr, 5000, why, sizeof why) : -1,
+                   .n = n,
+                   .chunk = (size_t)chunk};
     float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
-    ss_status st =
-        pid > 0 && r.fd >= 0 && s && d && connect(r.fd, (struct sockaddr *)&a, sizeof a) == 0
-            ? SS_OK
-            : SS_ERR_IO;
+    ss_status st = r.fd >= 0 && s && d ? SS_OK : SS_ERR_IO;
     tcp_nodelay(r.fd);
     for (size_t i = 0; s && i < n; i++)
         s[i] = (float)(i % 977) * 1e-3f;

@@ -1,9 +1,7 @@
 /* The bulk path's server (bulk.h): a thread accepts; each stream has a
  * thread of its own that checks the stream's ticket, then reads a frame,
  * runs its method's handler and writes the reply, in turn. */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -20,7 +18,6 @@
 #include "common/fd_io.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/names.h"
 #include "rpc/bulk.h"
 
 #define MAX_TICKETS 256
@@ -244,39 +241,6 @@ static void *accept_loop(void *arg) {
     }
 }
 
-static int listen_on(const char *address, int *port, char *why, size_t whylen) {
-    char host[256];
-    unsigned p;
-    if (!ss__address_split(address, host, sizeof host, &p)) {
-        snprintf(why, whylen, "--bulk-listen %s: not %s", address, SS_ADDRESS_RULE);
-        return -1;
-    }
-    char service[8];
-    snprintf(service, sizeof service, "%u", p);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *list = NULL;
-    int gai = getaddrinfo(host, service, &hints, &list);
-    if (gai != 0) {
-        snprintf(why, whylen, "--bulk-listen %s: %s", address, gai_strerror(gai));
-        return -1;
-    }
-    int fd = socket(list->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    struct sockaddr_storage a;
-    socklen_t alen = sizeof a;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(fd, list->ai_addr, list->ai_addrlen) != 0 || listen(fd, 64) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
-        snprintf(why, whylen, "--bulk-listen %s: %s", address, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        fd = -1;
-    } else {
-        *port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
-                                              : ((struct sockaddr_in *)&a)->sin_port);
-    }
-    freeaddrinfo(list);
-    return fd;
-}
-
 ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc_method *methods,
                                 size_t nmethods, void *ctx, ss__bulk_server **out, char *why,
                                 size_t whylen) {
@@ -314,8 +278,10 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->idle, NULL);
-    if ((s->lfd = listen_on(cfg->listen, &s->port, why, whylen)) < 0 ||
-        pthread_create(&s->acceptor, NULL, accept_loop, s) != 0) {
+    char reason[200] = "";
+    if ((s->lfd = ss__tcp_listen(cfg->listen, &s->port, reason, sizeof reason)) < 0)
+        snprintf(why, whylen, "--bulk-listen %s: %s", cfg->listen, reason);
+    if (s->lfd < 0 || pthread_create(&s->acceptor, NULL, accept_loop, s) != 0) {
         if (s->lfd >= 0)
             close(s->lfd);
         pthread_mutex_destroy(&s->lock);

@@ -1,10 +1,13 @@
-/* Whether a server can be reached at all, asked of TCP directly: gRPC's
- * calls wait for a channel to become ready (grpc_transport.c says why), so
- * a refused connection used to show as a call's deadline, 10 s later and
- * without the reason. */
+/* Plain TCP beside gRPC: whether a server can be reached at all, asked of
+ * TCP directly (gRPC's calls wait for a channel to become ready,
+ * grpc_transport.c says why, so a refused connection used to show as a
+ * call's deadline, 10 s later and without the reason); a connection made
+ * within a deadline, and a listening socket (the bulk stream, the benches'
+ * socket floors). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,4 +89,37 @@ bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size
     if (fd >= 0)
         close(fd);
     return fd >= 0;
+}
+
+int ss__tcp_listen(const char *address, int *port, char *why, size_t whylen) {
+    char host[256];
+    unsigned p;
+    if (!ss__address_split(address, host, sizeof host, &p)) {
+        snprintf(why, whylen, "not %s", SS_ADDRESS_RULE);
+        return -1;
+    }
+    char service[8];
+    snprintf(service, sizeof service, "%u", p);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *list = NULL;
+    int gai = getaddrinfo(host, service, &hints, &list);
+    if (gai != 0) {
+        snprintf(why, whylen, "%s", gai_strerror(gai));
+        return -1;
+    }
+    int fd = socket(list->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_storage a;
+    socklen_t alen = sizeof a;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, list->ai_addr, list->ai_addrlen) != 0 || listen(fd, 64) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+        snprintf(why, whylen, "%s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    } else {
+        *port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                              : ((struct sockaddr_in *)&a)->sin_port);
+    }
+    freeaddrinfo(list);
+    return fd;
 }

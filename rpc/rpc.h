@@ -190,6 +190,9 @@ bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size
  * timeout_ms (signals meanwhile do not end the wait): the blocking socket,
  * or -1 with why as ss__tcp_reachable says it. */
 int ss__tcp_connect(const char *address, uint32_t timeout_ms, char *why, size_t whylen);
+/* A socket listening on address (port 0: the system picks one, said in
+ * *port), or -1 with why (the system's reason). */
+int ss__tcp_listen(const char *address, int *port, char *why, size_t whylen);
 
 /* Whether ch's server can be reached: a READY channel is; otherwise
  * ss__tcp_reachable on its target, tried every 100 ms for timeout_ms
