@@ -51,21 +51,29 @@ static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns, int *out
     return err;
 }
 
-int ss__tcp_connect(const char *address, uint32_t timeout_ms, char *why, size_t whylen) {
-    char host[256];
+/* address's TCP endpoints (passive: to listen on), or NULL with why. */
+static struct addrinfo *resolve(const char *address, bool passive, char *why, size_t whylen) {
+    char host[256], service[8];
     unsigned port;
     if (!ss__address_split(address, host, sizeof host, &port)) {
         snprintf(why, whylen, "not %s", SS_ADDRESS_RULE);
-        return -1;
+        return NULL;
     }
-    char service[8];
     snprintf(service, sizeof service, "%u", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0},
+                    *list = NULL;
     int gai = getaddrinfo(host, service, &hints, &list);
     if (gai != 0) {
         snprintf(why, whylen, "%s", gai == EAI_NONAME ? "no such host" : gai_strerror(gai));
-        return -1;
+        return NULL;
     }
+    return list;
+}
+
+int ss__tcp_connect(const char *address, uint32_t timeout_ms, char *why, size_t whylen) {
+    struct addrinfo *list = resolve(address, false, why, whylen);
+    if (!list)
+        return -1;
     uint64_t deadline = ss__now_ns() + (uint64_t)timeout_ms * 1000000;
     int err = ETIMEDOUT, fd = -1;
     for (const struct addrinfo *ai = list; ai && err; ai = ai->ai_next)
@@ -92,20 +100,9 @@ bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size
 }
 
 int ss__tcp_listen(const char *address, int *port, char *why, size_t whylen) {
-    char host[256];
-    unsigned p;
-    if (!ss__address_split(address, host, sizeof host, &p)) {
-        snprintf(why, whylen, "not %s", SS_ADDRESS_RULE);
+    struct addrinfo *list = resolve(address, true, why, whylen);
+    if (!list)
         return -1;
-    }
-    char service[8];
-    snprintf(service, sizeof service, "%u", p);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *list = NULL;
-    int gai = getaddrinfo(host, service, &hints, &list);
-    if (gai != 0) {
-        snprintf(why, whylen, "%s", gai_strerror(gai));
-        return -1;
-    }
     int fd = socket(list->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_storage a;
     socklen_t alen = sizeof a;
