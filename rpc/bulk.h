@@ -70,9 +70,9 @@ typedef struct ss__bulk_server_config {
     /* request bytes held at once over all streams (0: no bound beyond
      * max_streams x the limits); a request past it closes its stream */
     size_t max_inflight_bytes;
-    /* optional: shadowsync_bulk_streams_total{result="opened|refused"} and
-     * shadowsync_bulk_calls_total{status=...}, under the same names in
-     * every daemon */
+    /* optional: shadowsync_bulk_streams_total{result="opened|refused"},
+     * and each method's calls in the gRPC server's per-method series
+     * (rpc/method_series.h) with transport="bulk" */
     struct ss__metrics *metrics;
 } ss__bulk_server_config;
 

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "rpc/bulk.h"
+#include "rpc/method_series.h"
 
 #define MAX_TICKETS 256
 #define STREAM_FDS  1024 /* the most max_streams may be */
@@ -44,8 +45,9 @@ struct ss__bulk_server {
     int fds[STREAM_FDS]; /* the open streams' sockets (-1: free) */
     uint32_t streams;
     bool stopping;
-    _Atomic uint64_t refused; /* streams closed for their ticket or a frame */
-    ss__counter *opened_total, *refused_total, *calls_ok, *calls_failed; /* NULL: no metrics */
+    _Atomic uint64_t refused;                  /* streams closed for their ticket or a frame */
+    ss__counter *opened_total, *refused_total; /* NULL: no metrics */
+    ss__rpc_method_series *series;             /* per method, as the gRPC server's */
 };
 
 static void count(ss__counter *c) {
@@ -132,6 +134,7 @@ static void serve_frames(ss__bulk_server *s, int fd) {
                     method, (unsigned long long)len);
             return;
         }
+        const uint64_t arrived_ns = ss__now_ns();
         const size_t held = atomic_fetch_add(&s->inflight, len) + len;
         void *block = NULL;
         const uint8_t *req =
@@ -148,7 +151,7 @@ static void serve_frames(ss__bulk_server *s, int fd) {
         const ss__rpc_method *m = &s->methods[method];
         ss__rpc_reply reply = {.status = SS_OK};
         m->handler(m->ctx ? m->ctx : s->ctx, req, len, &reply);
-        count(reply.status == SS_OK ? s->calls_ok : s->calls_failed);
+        ss__rpc_method_series_count(&s->series[method], reply.status, len, reply.len, arrived_ns);
         free(block);
         atomic_fetch_sub(&s->inflight, len);
         const bool sent = write_reply(fd, &reply);
@@ -249,7 +252,10 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
     if (!cfg->listen || nmethods == 0 || max_streams > STREAM_FDS)
         return SS_ERR_INVALID_ARGUMENT;
     ss__bulk_server *s = calloc(1, sizeof *s);
-    if (!s || !(s->max_len = calloc(nmethods, sizeof *s->max_len))) {
+    if (!s || !(s->max_len = calloc(nmethods, sizeof *s->max_len)) ||
+        !(s->series = calloc(nmethods, sizeof *s->series))) {
+        if (s)
+            free(s->max_len);
         free(s);
         return SS_ERR_NO_MEMORY;
     }
@@ -263,18 +269,15 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
     s->max_streams = max_streams;
     s->max_inflight = cfg->max_inflight_bytes;
     if (cfg->metrics) {
-        const char *opened[] = {"result", "opened", NULL}, *refused[] = {"result", "refused", NULL},
-                   *ok[] = {"status", "ok", NULL}, *failed[] = {"status", "failed", NULL};
+        const char *opened[] = {"result", "opened", NULL}, *refused[] = {"result", "refused", NULL};
         const char *sh = "Bulk streams (rpc/bulk.h): opened with a live ticket, or refused "
-                         "(no ticket, a bad frame, past the bytes in flight, no room).",
-                   *ch = "Calls served on bulk streams, by whether the method succeeded.";
+                         "(no ticket, a bad frame, past the bytes in flight, no room).";
         ss__metrics_counter(cfg->metrics, "shadowsync_bulk_streams_total", sh, opened,
                             &s->opened_total);
         ss__metrics_counter(cfg->metrics, "shadowsync_bulk_streams_total", sh, refused,
                             &s->refused_total);
-        ss__metrics_counter(cfg->metrics, "shadowsync_bulk_calls_total", ch, ok, &s->calls_ok);
-        ss__metrics_counter(cfg->metrics, "shadowsync_bulk_calls_total", ch, failed,
-                            &s->calls_failed);
+        for (size_t i = 0; i < nmethods; i++)
+            ss__rpc_method_series_register(cfg->metrics, methods[i].path, "bulk", &s->series[i]);
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -287,6 +290,7 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->idle);
         free(s->max_len);
+        free(s->series);
         free(s);
         return SS_ERR_IO;
     }
@@ -319,5 +323,6 @@ void ss__bulk_server_stop(ss__bulk_server *s) {
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->idle);
     free(s->max_len);
+    free(s->series);
     free(s);
 }

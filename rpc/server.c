@@ -246,17 +246,9 @@ static const uint8_t *gather_request(grpc_byte_buffer *payload, size_t *len, voi
 static void finish(call_ctx *c, ss__rpc_reply *reply) {
     ss__rpc_server *srv = c->srv;
     release_held(c);
-    ss__counter *counter =
-        reply->status == SS_OK ? srv->slots[c->method].ok : srv->slots[c->method].error;
-    if (counter)
-        ss__counter_add(counter, 1);
-    if (srv->slots[c->method].received_bytes && c->payload)
-        ss__counter_add(srv->slots[c->method].received_bytes, grpc_byte_buffer_length(c->payload));
-    if (srv->slots[c->method].sent_bytes && reply->status == SS_OK)
-        ss__counter_add(srv->slots[c->method].sent_bytes, reply->len);
-    if (srv->slots[c->method].seconds && c->arrived_ns)
-        ss__histogram_observe(srv->slots[c->method].seconds,
-                              (double)(ss__now_ns() - c->arrived_ns) / 1e9);
+    ss__rpc_method_series_count(&srv->slots[c->method].series, reply->status,
+                                c->payload ? grpc_byte_buffer_length(c->payload) : 0, reply->len,
+                                c->arrived_ns);
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -639,30 +631,8 @@ static void register_metrics(ss__rpc_server *srv, ss__metrics *m) {
                         "Calls refused because --max-blocked-calls handlers were already "
                         "waiting (MA/BMUF rounds).",
                         NULL, &srv->blocked_refused);
-    for (size_t i = 0; i < srv->nmethods; i++) {
-        const char *path = srv->methods[i].path;
-        const char *ok[] = {"method", path, "result", "ok", NULL};
-        const char *err[] = {"method", path, "result", "error", NULL};
-        const char *help = "RPC requests served, by method and result.";
-        ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &srv->slots[i].ok);
-        ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, err, &srv->slots[i].error);
-        const char *by_method[] = {"method", path, NULL};
-        ss__metrics_counter(m, "shadowsync_rpc_received_bytes_total",
-                            "Request message bytes received, by method.", by_method,
-                            &srv->slots[i].received_bytes);
-        ss__metrics_counter(m, "shadowsync_rpc_sent_bytes_total",
-                            "Reply message bytes sent, by method.", by_method,
-                            &srv->slots[i].sent_bytes);
-        /* 100 us (a small call on loopback) to 10 s (an MA round waiting
-         * for its members). */
-        static const double bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                        0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
-        ss__metrics_histogram(m, "shadowsync_rpc_server_seconds",
-                              "Seconds from a call's arrival to its reply (the request read "
-                              "and handled; refusals too), by method.",
-                              by_method, bounds, sizeof bounds / sizeof *bounds,
-                              &srv->slots[i].seconds);
-    }
+    for (size_t i = 0; i < srv->nmethods; i++)
+        ss__rpc_method_series_register(m, srv->methods[i].path, NULL, &srv->slots[i].series);
 }
 
 /* gRPC's server for srv's methods. Its own receive limit is twice the

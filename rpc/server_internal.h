@@ -12,6 +12,7 @@
 
 #include "common/metrics.h"
 #include "rpc/auth.h"
+#include "rpc/method_series.h"
 #include "rpc/rpc.h"
 
 /* A call's life: its metadata arrives (REQUESTED: authorized or refused
@@ -49,9 +50,7 @@ typedef struct peer_reads {
 
 typedef struct method_slot {
     void *handle;
-    ss__counter *ok, *error;
-    ss__counter *received_bytes, *sent_bytes; /* message payloads */
-    ss__histogram *seconds;                   /* arrival to reply */
+    ss__rpc_method_series series;
 } method_slot;
 
 struct ss__rpc_server {

@@ -377,7 +377,8 @@ END_TEST
 
 /* A trainer with bulk on (ctr-train --bulk, the library setting) through
  * a PS with a bulk port: it syncs, and the PS's /metrics count the stream
- * it opened and the calls it served there. */
+ * it opened and the calls it served there, in the per-method series of
+ * the gRPC server with transport="bulk" (counts, bytes, latency). */
 START_TEST(test_a_trainer_with_bulk_on) {
     snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
     char *args[] = {"--bulk-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", NULL};
@@ -412,7 +413,16 @@ START_TEST(test_a_trainer_with_bulk_on) {
     char *metrics = NULL;
     ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
     ck_assert_double_ge(metric_sum(metrics, "shadowsync_bulk_streams_total", "opened"), 1);
-    ck_assert_double_ge(metric_sum(metrics, "shadowsync_bulk_calls_total", "\"ok\""), 1);
+    /* The stream's calls in the gRPC server's per-method series. */
+    const double calls = metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                    "EasgdExchange\",result=\"ok\",transport=\"bulk\"");
+    ck_assert_double_ge(calls, 1);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_server_seconds_count",
+                                   "EasgdExchange\",transport=\"bulk\""),
+                        calls);
+    ck_assert_double_ge(metric_sum(metrics, "shadowsync_rpc_received_bytes_total",
+                                   "EasgdExchange\",transport=\"bulk\""),
+                        calls);
     ck_assert_double_eq(metric_sum(metrics, "shadowsync_bulk_streams_total", "refused"), 0);
     free(metrics);
     stop_ps();
