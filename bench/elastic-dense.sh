@@ -17,6 +17,8 @@
 # (network namespaces, one veth link each at --rate, --delay per link;
 # bench/emu-lib.sh) instead of 127.0.0.1.
 #   bash bench/elastic-dense.sh --emulated 1 --rate 10gbit
+# --bulk 1: the PS also serve bulk streams (--bulk-listen) and the trainer
+# sends its dense chunks on them (--bulk true): a stream per shard map epoch.
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-4000000}
 GROW_S=${GROW_S:-10}
@@ -24,6 +26,7 @@ SHRINK_S=${SHRINK_S:-25}
 EMULATED=${EMULATED:-0}
 RATE=${RATE:-10gbit}
 DELAY=${DELAY:-0}
+BULK=${BULK:-0}
 MAP=$PWD/out/bench-elastic-dense.map
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -46,7 +49,9 @@ run() { # moves|none -> a result line
   https=() addrs=()
   bench_write_map "$MAP" 1 127.0.0.1:1 # a placeholder until the ports are known
   for k in 0 1; do
-    BENCH_HOST=p$k bench_ps_start "out/bench-elastic-dense-ps$k.log" --shard-map "$MAP"
+    local bulk=()
+    [ "$BULK" = 1 ] && bulk=(--bulk-listen "$([ "$EMULATED" = 1 ] && echo "${BENCH_IP[p$k]}" || echo 127.0.0.1):0")
+    BENCH_HOST=p$k bench_ps_start "out/bench-elastic-dense-ps$k.log" --shard-map "$MAP" "${bulk[@]}"
     pids+=("$ps_pid")
     https[k]=$ps_http addrs[k]=$addr
   done
@@ -56,7 +61,8 @@ run() { # moves|none -> a result line
   local t0
   t0=$(date +%s.%N)
   bench_on t ./build/bin/ctr-gen --drift --rows "$ROWS" --out - --quiet 2>/dev/null |
-    bench_on t ./build/bin/ctr-train --train - --shard-map "$MAP" --progress 1 >"$log" 2>&1 &
+    bench_on t ./build/bin/ctr-train --train - --shard-map "$MAP" --progress 1 \
+      --bulk "$([ "$BULK" = 1 ] && echo true || echo false)" >"$log" 2>&1 &
   local trainer=$! grow="-" shrink="-" ratio_g="-" ratio_s="-" dip_g="-" dip_s="-" g s
   if [ "$mode" = moves ]; then
     sleep "$GROW_S"
@@ -97,7 +103,7 @@ bench_hosts p0 p1 t
 where="2 shadowsync-ps on 127.0.0.1"
 [ "$EMULATED" = 0 ] || where="3 emulated hosts (2 shadowsync-ps, the trainer; links $RATE, delay $DELAY)"
 echo "elastic dense groups: ctr-gen --drift, $ROWS rows piped into ctr-train (S-EASGD through" \
-  "--shard-map), $where; moves: 1 -> 2 PS at ${GROW_S} s, 2 -> 1 at ${SHRINK_S} s"
+  "--shard-map, bulk $BULK), $where; moves: 1 -> 2 PS at ${GROW_S} s, 2 -> 1 at ${SHRINK_S} s"
 printf '%-6s %10s %9s %6s   %-18s   %-18s\n' run examples/s prog_ne failed "grow: floats/exp s dip" \
   "shrink: floats/exp s dip"
 run none

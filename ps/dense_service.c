@@ -399,13 +399,14 @@ static void h_bulk_ticket(void *ctx, const uint8_t *req, size_t len, ss__rpc_rep
         count_rejected(svc);
         return;
     }
+    const uint64_t epoch = m->epoch;
     shadowsync__v1__bulk_ticket_request__free_unpacked(m, NULL);
     uint8_t t[SS_BULK_TICKET_BYTES];
     if (!svc->bulk) {
         ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "this server has no bulk port (--bulk-listen)");
         return;
     }
-    ss_status st = ss__bulk_server_ticket(svc->bulk, t);
+    ss_status st = ss__bulk_server_ticket(svc->bulk, epoch, t);
     if (st != SS_OK) {
         ss__rpc_reply_fail(reply, st, "no bulk ticket now: too many are out (each lives %d s)",
                            SS_BULK_TICKET_TTL_S);

@@ -267,7 +267,8 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          "a plain TCP port beside --listen, on the host clients reach --listen at, for dense "
          "chunks (S-EASGD, MA/BMUF rounds): a client with bulk on asks for a ticket over gRPC "
          "(through the same token or writer certificate) and sends the same requests on a "
-         "stream of its own, without gRPC's costs; no TLS, so refused with --tls-cert (\"\" = off)",
+         "stream of its own, without gRPC's costs (with --shard-map, a stream serves the epoch of "
+         "its ticket); no TLS, so refused with --tls-cert (\"\" = off)",
          NULL, 0, 0},
         {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
@@ -483,10 +484,9 @@ static int check_options(ps_options *o) {
         fprintf(stderr, "shadowsync-ps: %s\n", bad);
         return 2;
     }
-    if (*o->bulk_listen && (*o->tls_cert || *o->follow || *o->shard_map)) {
-        fprintf(stderr, "shadowsync-ps: --bulk-listen serves plain TCP and writes, with no shard "
-                        "map epoch: not with TLS (--tls-cert: its clients stay on gRPC), on a "
-                        "--follow replica nor with --shard-map\n");
+    if (*o->bulk_listen && (*o->tls_cert || *o->follow)) {
+        fprintf(stderr, "shadowsync-ps: --bulk-listen serves plain TCP and writes: not with TLS "
+                        "(--tls-cert: its clients stay on gRPC) nor on a --follow replica\n");
         return 2;
     }
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
@@ -650,14 +650,16 @@ static void served_address(const char *listen, int port, char *out, size_t outle
 }
 
 /* The bulk stream's server (--bulk-listen): EasgdExchange and RoundMean
- * with the gRPC server's limits, its tickets given out by
- * DenseSync/BulkTicket. */
+ * with the gRPC server's limits and shard map epoch, its tickets given
+ * out by DenseSync/BulkTicket. */
 static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_config *scfg) {
     size_t n;
     const ss__rpc_method *m = ss__dense_service_bulk_methods(&n);
     const ss__bulk_server_config bc = {.listen = o->bulk_listen,
                                        .max_message = scfg->max_message_bytes,
                                        .max_inflight_bytes = scfg->max_inflight_bytes,
+                                       .map_epoch = scfg->map_epoch,
+                                       .map_gate = scfg->map_gate,
                                        .metrics = ps->metrics};
     char why[400] = "";
     if (ss__bulk_server_start(&bc, m, n, &ps->svc, &ps->bulk, why, sizeof why) != SS_OK) {

@@ -19,15 +19,21 @@
  *               u64 length, then the message, then the bytes
  *    A request longer than its method's limit, or naming a method the
  *    stream does not serve, closes the stream before its bytes are read.
+ *  - the shard map's epoch: a ticket is given for the epoch its call was
+ *    routed by (0: none), and a stream lives in that epoch: once the
+ *    server serves another, each of the stream's calls is refused as the
+ *    gRPC door refuses a call routed by an old map (the same status and
+ *    message), and the client opens a new stream for the new epoch.
  *  - plain TCP only: a server with TLS serves no bulk stream (its clients
- *    stay on gRPC, which carries TLS); and no call metadata, so no shard
- *    map epoch: a PS with a shard map serves none either.
+ *    stay on gRPC, which carries TLS).
  * A stream carries its calls in order: the client sends a batch's
  * requests back to back from one thread while another reads the replies
  * as they come, so both directions stay busy. */
 #ifndef SS_RPC_BULK_H
 #define SS_RPC_BULK_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +76,11 @@ typedef struct ss__bulk_server_config {
     /* request bytes held at once over all streams (0: no bound beyond
      * max_streams x the limits); a request past it closes its stream */
     size_t max_inflight_bytes;
+    /* The shard map's epoch the server serves and the gate around calls
+     * of an epoch, as the gRPC server's (rpc.h ss__rpc_server_config):
+     * the same for both servers of a process. NULL: no map. */
+    const _Atomic uint64_t *map_epoch;
+    pthread_rwlock_t *map_gate;
     /* optional: shadowsync_bulk_streams_total{result="opened|refused"},
      * and each method's calls in the gRPC server's per-method series
      * (rpc/method_series.h) with transport="bulk" */
@@ -84,8 +95,10 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
                                 size_t nmethods, void *ctx, ss__bulk_server **out, char *why,
                                 size_t whylen);
 int ss__bulk_server_port(const ss__bulk_server *s);
-/* A new ticket for one stream (SS_ERR_STATE when too many are out). */
-ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint8_t ticket[SS_BULK_TICKET_BYTES]);
+/* A new ticket for one stream whose calls are routed by the shard map's
+ * epoch (0: by none; SS_ERR_STATE when too many tickets are out). */
+ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint64_t epoch,
+                                 uint8_t ticket[SS_BULK_TICKET_BYTES]);
 /* Streams closed so far for their ticket, a frame or want of room. */
 uint64_t ss__bulk_server_refused(const ss__bulk_server *s);
 /* Stops accepting, ends every stream (a call in a handler finishes

@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "rpc/bulk.h"
 #include "rpc/method_series.h"
+#include "rpc/rpc_internal.h"
 
 #define MAX_TICKETS 256
 #define STREAM_FDS  1024 /* the most max_streams may be */
@@ -27,6 +28,7 @@
 typedef struct ticket {
     uint8_t bytes[SS_BULK_TICKET_BYTES];
     uint64_t expires_ns; /* 0: free */
+    uint64_t epoch;      /* the shard map's its stream's calls are routed by (0: none) */
 } ticket;
 
 struct ss__bulk_server {
@@ -36,7 +38,9 @@ struct ss__bulk_server {
     void *ctx;
     uint64_t *max_len; /* per method */
     uint32_t max_streams;
-    size_t max_inflight;     /* 0: none */
+    size_t max_inflight;               /* 0: none */
+    const _Atomic uint64_t *map_epoch; /* NULL: no map */
+    pthread_rwlock_t *map_gate;
     _Atomic size_t inflight; /* request bytes held now */
     pthread_t acceptor;
     pthread_mutex_t lock; /* tickets, fds, streams */
@@ -61,7 +65,8 @@ static void refuse(ss__bulk_server *s) {
     count(s->refused_total);
 }
 
-ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint8_t out[SS_BULK_TICKET_BYTES]) {
+ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint64_t epoch,
+                                 uint8_t out[SS_BULK_TICKET_BYTES]) {
     if (getrandom(out, SS_BULK_TICKET_BYTES, 0) != SS_BULK_TICKET_BYTES)
         return SS_ERR_IO;
     const uint64_t now = ss__now_ns();
@@ -73,14 +78,16 @@ ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint8_t out[SS_BULK_TICKET_
     if (free_slot) {
         memcpy(free_slot->bytes, out, SS_BULK_TICKET_BYTES);
         free_slot->expires_ns = now + SS_BULK_TICKET_TTL_S * 1000000000ull;
+        free_slot->epoch = epoch;
     }
     pthread_mutex_unlock(&s->lock);
     return free_slot ? SS_OK : SS_ERR_STATE;
 }
 
-/* Whether t is a live ticket; it is then used up. Every slot is compared
- * whole (no early exit on the first differing byte). */
-static bool take_ticket(ss__bulk_server *s, const uint8_t t[SS_BULK_TICKET_BYTES]) {
+/* Whether t is a live ticket (and its epoch); it is then used up. Every
+ * slot is compared whole (no early exit on the first differing byte). */
+static bool take_ticket(ss__bulk_server *s, const uint8_t t[SS_BULK_TICKET_BYTES],
+                        uint64_t *epoch) {
     const uint64_t now = ss__now_ns();
     bool ok = false;
     pthread_mutex_lock(&s->lock);
@@ -90,6 +97,7 @@ static bool take_ticket(ss__bulk_server *s, const uint8_t t[SS_BULK_TICKET_BYTES
             diff |= (uint8_t)(s->tickets[i].bytes[k] ^ t[k]);
         if (diff == 0 && s->tickets[i].expires_ns > now) {
             s->tickets[i].expires_ns = 0;
+            *epoch = s->tickets[i].epoch;
             ok = true;
         }
     }
@@ -121,8 +129,30 @@ static bool write_reply(int fd, const ss__rpc_reply *r) {
            (!ok || ss__send_all(fd, r->data, r->len));
 }
 
+/* A call of a stream routed by the shard map's epoch (0: none), as the
+ * gRPC server runs one: refused, saying both epochs, once the server
+ * serves another; the handler under the map gate (blocking ones
+ * excepted), so that rows do not move while it runs. */
+static void run_call(ss__bulk_server *s, const ss__rpc_method *m, uint64_t epoch,
+                     const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    const bool routed = epoch && s->map_epoch;
+    const bool gated = routed && s->map_gate && !m->blocking;
+    if (gated)
+        pthread_rwlock_rdlock(s->map_gate);
+    const uint64_t serves = routed ? atomic_load(s->map_epoch) : 0;
+    if (serves && serves != epoch) {
+        reply->status = SS_ERR_STATE;
+        snprintf(reply->message, sizeof reply->message, SS_RPC_STALE_EPOCH_TEXT, m->path,
+                 (unsigned long long)epoch, (unsigned long long)serves);
+    } else {
+        m->handler(m->ctx ? m->ctx : s->ctx, req, len, reply);
+    }
+    if (gated)
+        pthread_rwlock_unlock(s->map_gate);
+}
+
 /* A stream's frames, in turn, until it ends or breaks a rule. */
-static void serve_frames(ss__bulk_server *s, int fd) {
+static void serve_frames(ss__bulk_server *s, int fd, uint64_t epoch) {
     uint8_t head[SS_BULK_REQ_HEAD];
     while (ss__read_all(fd, head, sizeof head)) {
         uint32_t method;
@@ -150,7 +180,7 @@ static void serve_frames(ss__bulk_server *s, int fd) {
         }
         const ss__rpc_method *m = &s->methods[method];
         ss__rpc_reply reply = {.status = SS_OK};
-        m->handler(m->ctx ? m->ctx : s->ctx, req, len, &reply);
+        run_call(s, m, epoch, req, len, &reply);
         ss__rpc_method_series_count(&s->series[method], reply.status, len, reply.len, arrived_ns);
         free(block);
         atomic_fetch_sub(&s->inflight, len);
@@ -172,12 +202,14 @@ static void *serve_stream(void *arg) {
     ss__bulk_server *s = a.s;
     const int fd = s->fds[a.slot];
     uint8_t t[SS_BULK_TICKET_BYTES];
-    if (ss__read_all(fd, t, sizeof t) && take_ticket(s, t)) {
+    uint64_t epoch = 0;
+    if (ss__read_all(fd, t, sizeof t) && take_ticket(s, t, &epoch)) {
         /* then no timeout: a client's stream may idle between its rounds */
         const struct timeval none = {0, 0};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
         count(s->opened_total);
-        serve_frames(s, fd);
+        ss__log(SS_LOG_INFO, "bulk", "event=stream_opened epoch=%llu", (unsigned long long)epoch);
+        serve_frames(s, fd, epoch);
     } else {
         refuse(s);
         ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=ticket");
@@ -268,6 +300,8 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
     s->ctx = ctx;
     s->max_streams = max_streams;
     s->max_inflight = cfg->max_inflight_bytes;
+    s->map_epoch = cfg->map_epoch;
+    s->map_gate = cfg->map_gate;
     if (cfg->metrics) {
         const char *opened[] = {"result", "opened", NULL}, *refused[] = {"result", "refused", NULL};
         const char *sh = "Bulk streams (rpc/bulk.h): opened with a live ticket, or refused "

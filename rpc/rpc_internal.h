@@ -18,6 +18,13 @@
 #define SS_RPC_MIN_PING_INTERVAL_MS 500
 #define SS_RPC_RECONNECT_MAX_MS     250
 
+/* What a call routed by another epoch is told, by the gRPC server and on
+ * a bulk stream alike (rpc.h SS_RPC_STALE_EPOCH is the part a client
+ * looks for): the method's path, the call's epoch, the server's. */
+#define SS_RPC_STALE_EPOCH_TEXT                                                                    \
+    "%s was routed by " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu: reload "         \
+    "the shard map (SHADOWSYNC_SHARD_MAP) and route again"
+
 /* Credentials for tls (NULL or all-NULL = insecure). SS_ERR_IO when a PEM
  * file cannot be read, SS_ERR_INVALID_ARGUMENT for an incomplete pair. */
 ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out);

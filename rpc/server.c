@@ -170,12 +170,6 @@ static bool authorized(const call_ctx *c) {
     return false;
 }
 
-/* What a call routed by another epoch is told (rpc.h SS_RPC_STALE_EPOCH
- * is the part a client looks for). */
-#define STALE_EPOCH_TEXT                                                                           \
-    "%s was routed by " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu: reload "         \
-    "the shard map (SHADOWSYNC_SHARD_MAP) and route again"
-
 /* The shard map epoch the call was routed by (its SS_RPC_EPOCH_KEY
  * metadata); false when it carries none (or not a number). */
 static bool call_epoch(const call_ctx *c, uint64_t *epoch) {
@@ -323,7 +317,7 @@ static void run_handler(call_ctx *c, const uint8_t *req, size_t len, ss__rpc_rep
             pthread_rwlock_unlock(srv->map_gate);
             reply->status = SS_ERR_STATE;
             ss__counter_add(srv->stale_epoch, 1);
-            snprintf(reply->message, sizeof reply->message, STALE_EPOCH_TEXT, m->path,
+            snprintf(reply->message, sizeof reply->message, SS_RPC_STALE_EPOCH_TEXT, m->path,
                      (unsigned long long)routed, (unsigned long long)serves);
             return;
         }
@@ -441,7 +435,7 @@ static void admit(call_ctx *c) {
     }
     uint64_t serves = srv->map_epoch ? atomic_load(srv->map_epoch) : 0, routed;
     if (serves && call_epoch(c, &routed) && routed != serves) {
-        refuse(c, SS_ERR_STATE, srv->stale_epoch, STALE_EPOCH_TEXT, m->path,
+        refuse(c, SS_ERR_STATE, srv->stale_epoch, SS_RPC_STALE_EPOCH_TEXT, m->path,
                (unsigned long long)routed, (unsigned long long)serves);
         return;
     }

@@ -96,7 +96,7 @@ START_TEST(test_a_reply_past_the_bound) {
 END_TEST
 
 static pid_t ps_pid;
-static char ps_target[64], bulk_target[64], ps_log[64];
+static char ps_target[64], bulk_target[64], ps_log[128];
 
 /* shadowsync-ps with --bulk-listen (or without, bulk false). */
 static void start_ps(bool bulk) {
@@ -156,12 +156,13 @@ START_TEST(test_easgd_on_the_stream_as_over_grpc) {
     ck_assert_float_eq(db[17], 0.0f);
     ss__transport_destroy(b);
     ss__transport_destroy(g);
-    /* routed by a shard map (an epoch): gRPC, whose door checks it */
+    /* routed by a shard map (an epoch) to a PS that has none: served on
+     * the stream, as the gRPC door serves it (test_a_stream_lives_in_its_epoch) */
     ss__grpc_transport_config ecfg = {
         .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100, .bulk = true, .epoch = 3};
     ck_assert_int_eq(ss__grpc_transport_create(&ecfg, &b), SS_OK);
     check_easgd_by_hand(b, "by-map");
-    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 0);
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 2);
     ss__transport_destroy(b);
     char *log = proc_read(ps_log);
     ck_assert_ptr_null(strstr(log, "stream_refused"));
@@ -239,10 +240,14 @@ static bool closed_by_server(int fd) {
     return k == 0 || (k < 0 && errno == ECONNRESET);
 }
 
-static void ticket_over_grpc(uint8_t t[SS_BULK_TICKET_BYTES]) {
+/* A ticket asked for as a client routed by the shard map's epoch asks
+ * (0: by none). */
+static void ticket_over_grpc(uint8_t t[SS_BULK_TICKET_BYTES], uint64_t epoch) {
     ss__rpc_channel *ch;
     ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
+    ss__rpc_channel_set_epoch(ch, epoch);
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
+    req.epoch = epoch;
     ProtobufCMessage *r;
     ck_assert_int_eq(ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, 5000, false,
                                           &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL,
@@ -290,7 +295,7 @@ START_TEST(test_the_door_of_the_stream) {
      * method the stream does not serve, closes it); the same ticket again
      * is refused before anything */
     uint8_t t[SS_BULK_TICKET_BYTES];
-    ticket_over_grpc(t);
+    ticket_over_grpc(t, 0);
     fd = connect_to(bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
     send_frame(fd, 7, 8);
@@ -305,7 +310,7 @@ START_TEST(test_the_door_of_the_stream) {
     ck_assert_int_eq(count_in_log("event=stream_refused reason=ticket"), 2);
     /* a frame past the method's limit (100,000 floats), closed before its
      * bytes: none are sent */
-    ticket_over_grpc(t);
+    ticket_over_grpc(t, 0);
     fd = connect_to(bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
     send_frame(fd, SS_DENSE_BULK_EASGD, (uint64_t)1 << 40);
@@ -361,17 +366,98 @@ static void ps_refuses(char *const argv[], const char *says) {
     unlink(log);
 }
 
-/* --bulk-listen with TLS or a shard map, or without a port: refused,
+/* --bulk-listen with TLS or on a follower, or without a port: refused,
  * saying why. */
 START_TEST(test_bulk_listen_refused_with_tls) {
     char *tls[] = {SHADOWSYNC_PS, "--listen",     "127.0.0.1:0", "--bulk-listen", "127.0.0.1:0",
                    "--tls-cert",  "/nonexistent", "--tls-key",   "/nonexistent",  NULL};
     ps_refuses(tls, "--bulk-listen serves plain TCP");
-    char *map[] = {SHADOWSYNC_PS, "--listen",    "127.0.0.1:0",  "--bulk-listen",
-                   "127.0.0.1:0", "--shard-map", "/nonexistent", NULL};
-    ps_refuses(map, "nor with --shard-map");
+    char *follow[] = {SHADOWSYNC_PS, "--listen", "127.0.0.1:0",  "--bulk-listen",
+                      "127.0.0.1:0", "--follow", "/nonexistent", NULL};
+    ps_refuses(follow, "nor on a --follow replica");
     char *bad[] = {SHADOWSYNC_PS, "--listen", "127.0.0.1:0", "--bulk-listen", "127.0.0.1", NULL};
     ps_refuses(bad, "--bulk-listen \"127.0.0.1\": no port");
+}
+END_TEST
+
+/* Writes the PS's shard map and waits until it serves the epoch (it reads
+ * the file every 200 ms; on a loaded machine later). */
+static void move_map(const char *map, uint64_t epoch) {
+    ss__check_write_map(map, epoch, ps_target, NULL);
+    char line[64];
+    snprintf(line, sizeof line, "event=shard_map_epoch epoch=%llu ", (unsigned long long)epoch);
+    ck_assert_msg(proc_wait_for(ps_log, line, 60), "the PS never served epoch %llu",
+                  (unsigned long long)epoch);
+}
+
+/* A stream lives in the shard map epoch of its ticket: once the PS serves
+ * a newer one, each call on it is refused as the gRPC door refuses a
+ * call routed by an old map (the same status and message, saying both
+ * epochs) and changes nothing; the client, routed by the new epoch, opens
+ * a new stream there. */
+START_TEST(test_a_stream_lives_in_its_epoch) {
+    char dir[64], map[128];
+    ss__check_tmpdir(dir, "ss-bulk-map");
+    snprintf(map, sizeof map, "%s/fleet.map", dir);
+    ss__check_write_map(map, 1, "127.0.0.1:1", NULL); /* a placeholder: the port comes later */
+    snprintf(ps_log, sizeof ps_log, "%s/ps.log", dir);
+    char *args[] = {"--bulk-listen", "127.0.0.1:0", "--shard-map", map, "--http", "", NULL};
+    setenv("SHADOWSYNC_LOG_LEVEL", "info", 1); /* its map epochs: move_map waits on them */
+    ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
+    setenv("SHADOWSYNC_LOG_LEVEL", "warn", 1);
+    proc_address_after(ps_log, "bulk on", bulk_target, sizeof bulk_target);
+    move_map(map, 2);
+    ss__grpc_transport_config cfg = {
+        .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100, .bulk = true, .epoch = 2};
+    ss__transport *t;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    uint64_t a, b;
+    float d[2], c[2];
+    ck_assert_int_eq(ss__transport_join(t, "w", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "w", 2, &b), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "w", a, (const float[]){2, 4}, 0.5f, d, 2),
+                     SS_OK); /* the centre starts at a's {2, 4} */
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "w", b, (const float[]){4, 0}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert(d[0] == 1.0f && d[1] == -2.0f); /* the centre {3, 2} */
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(t), 2);
+    uint8_t ticket[SS_BULK_TICKET_BYTES]; /* of epoch 2, used below */
+    ticket_over_grpc(ticket, 2);
+    move_map(map, 3); /* the same list: no group is cut again */
+    /* t's idle stream is of epoch 2: refused there, nothing applied */
+    d[0] = d[1] = 7;
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "w", b, (const float[]){9, 9}, 0.5f, d, 2),
+                     SS_ERR_STATE);
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(t), 3); /* sent on the stream */
+    ck_assert(d[0] == 0.0f && d[1] == 0.0f);
+    /* the refusal, read off a stream of epoch 2 by hand */
+    char host[64];
+    unsigned port;
+    ck_assert(ss__address_split(bulk_target, host, sizeof host, &port));
+    ss__bulk_stream *old;
+    ck_assert_int_eq(ss__bulk_stream_open(host, port, ticket, 5000, 1 << 20, &old), SS_OK);
+    ss__rpc_request rq = {.req = (const uint8_t *)"", .len = 0};
+    ck_assert_int_eq(ss__bulk_call_many(old, SS_DENSE_BULK_EASGD, &rq, 1, NULL, 0, 1),
+                     SS_ERR_STATE);
+    ck_assert_msg(ss__rpc_refused_for_epoch(rq.status, rq.msg), "%s", rq.msg);
+    ck_assert_msg(strstr(rq.msg, "EasgdExchange was routed by shard map epoch 2; this server "
+                                 "serves epoch 3"),
+                  "%s", rq.msg);
+    free(rq.resp);
+    ss__bulk_stream_close(old);
+    /* routed by epoch 3: a new stream, served */
+    ss__grpc_transport_set_epoch(t, 3);
+    ck_assert_int_eq(ss__transport_read_central(t, "w", c, 2), SS_OK);
+    ck_assert(c[0] == 3.0f && c[1] == 2.0f); /* the refused call changed nothing */
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "w", b, (const float[]){5, 2}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert(d[0] == 1.0f && d[1] == 0.0f); /* 0.5 (x - centre) */
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(t), 4);
+    ss__transport_destroy(t);
+    ck_assert_int_eq(count_in_log("stream_refused"), 0);
+    kill(ps_pid, SIGTERM);
+    ck_assert_int_eq(proc_wait(ps_pid, 30), 0);
+    ss__check_rmdir(dir);
 }
 END_TEST
 
@@ -433,5 +519,6 @@ int main(void) {
     return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
                            test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
                            test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
-                           test_bulk_listen_refused_with_tls, test_a_trainer_with_bulk_on);
+                           test_bulk_listen_refused_with_tls, test_a_stream_lives_in_its_epoch,
+                           test_a_trainer_with_bulk_on);
 }

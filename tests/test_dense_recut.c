@@ -24,6 +24,9 @@ enum { N = 10, CHUNK = 4 };
 
 static char g_dir[64], g_map[128], g_addr[2][64], g_both[160]; /* g_both: "a,b" */
 static pid_t g_pid[2];
+/* The fleet serves bulk streams (--bulk-listen) and the members use them
+ * (each test runs in a process of its own: set by the test). */
+static bool g_bulk;
 
 /* Writes the map and waits until both PS serve its epoch (each reads it
  * every 200 ms; on a loaded machine later). */
@@ -48,9 +51,16 @@ static void start_fleet(void) {
         char log[128];
         snprintf(log, sizeof log, "%s/ps%d.log", g_dir, i);
         /* 18: as many as proc_start_ps reads (gcc's -Warray-bounds) */
-        char *extra[18] = {
-            "--http", "", "--shard-map", g_map, "--round-deadline-ms", "300", "--member-timeout-ms",
-            "1000"};
+        char *extra[18] = {"--http",
+                           "",
+                           "--shard-map",
+                           g_map,
+                           "--round-deadline-ms",
+                           "300",
+                           "--member-timeout-ms",
+                           "1000",
+                           g_bulk ? "--bulk-listen" : NULL,
+                           "127.0.0.1:0"};
         setenv("SHADOWSYNC_LOG_LEVEL", "info", 1); /* its map epochs: write_map waits on them */
         g_pid[i] = proc_start_ps(log, g_addr[i], sizeof g_addr[i], "127.0.0.1:0", extra);
         setenv("SHADOWSYNC_LOG_LEVEL", "warn", 1);
@@ -69,7 +79,7 @@ static void stop_fleet(void) {
 
 static ss__transport *member_transport(void) {
     const ss__grpc_transport_config cfg = {
-        .timeout_ms = 3000, .round_wait_ms = 2000, .chunk_floats = CHUNK};
+        .timeout_ms = 3000, .round_wait_ms = 2000, .chunk_floats = CHUNK, .bulk = g_bulk};
     ss__transport *t;
     ck_assert_int_eq(ss__recut_transport_create(g_map, &cfg, &t), SS_OK);
     return t;
@@ -116,7 +126,7 @@ static void start_two_members(ss__transport *t[2], uint64_t m[2]) {
  * moved with it, whether its PS is new, its range new, or it sat unsynced
  * on the first PS while the fleet had two (chunk [8:10)). The PS the
  * map leaves retires its chunks as their last member leaves them. */
-START_TEST(test_easgd_centres_move_with_their_ranges) {
+static void easgd_centres_move_with_their_ranges(void) {
     ss__transport *t[2];
     uint64_t m[2];
     start_two_members(t, m);
@@ -149,6 +159,31 @@ START_TEST(test_easgd_centres_move_with_their_ranges) {
         ck_assert_int_eq(ss__transport_leave(t[k], "w", m[k]), SS_OK);
         ss__transport_destroy(t[k]);
     }
+}
+
+START_TEST(test_easgd_centres_move_with_their_ranges) {
+    easgd_centres_move_with_their_ranges();
+    stop_fleet();
+}
+END_TEST
+
+/* The same on the fleet's bulk streams: a stream lives in the shard map
+ * epoch of its ticket, so a call of the old epoch is refused on it as at
+ * the gRPC door, and the members re-cut the same way, then open streams
+ * of the new epoch (both PS say so in their logs). */
+START_TEST(test_easgd_centres_move_on_bulk_streams) {
+    g_bulk = true;
+    easgd_centres_move_with_their_ranges();
+    for (int i = 0; i < 2; i++) {
+        char log[128];
+        snprintf(log, sizeof log, "%s/ps%d.log", g_dir, i);
+        ck_assert_msg(proc_wait_for(log, "event=stream_opened epoch=3", 1),
+                      "PS %d served no bulk stream of epoch 3", i);
+    }
+    char log[128];
+    snprintf(log, sizeof log, "%s/ps0.log", g_dir);
+    ck_assert_msg(proc_wait_for(log, "event=stream_opened epoch=4", 1),
+                  "the PS left in the map served no bulk stream of epoch 4");
     stop_fleet();
 }
 END_TEST
@@ -242,6 +277,7 @@ END_TEST
 int main(void) {
     return ss__check_tests(
         "dense_recut", 120, NULL, NULL, test_easgd_centres_move_with_their_ranges,
+        test_easgd_centres_move_on_bulk_streams,
         test_a_dead_member_holds_a_recut_only_until_it_expires,
         test_rounds_form_again_on_the_new_cut, test_only_a_recut_retires_a_memberless_chunk);
 }

@@ -15,12 +15,32 @@ PROGRAMS = ["shadowsync-ps", "shadowsync-agent", "ctr-train", "shadowsync-ctl",
             "shadowsync-sim", "ctr-gen"]
 
 
+LITERAL = r'"((?:[^"\\]|\\.)*)"'
+
+
+def macro_args(text, start):
+    """The text of a macro call's arguments from start (just past its "(")
+    to its closing parenthesis, string literals skipped whole."""
+    depth, i = 1, start
+    while depth:
+        if text[i] == '"':
+            i = re.compile(LITERAL).match(text, i).end()
+            continue
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    return text[start:i - 1]
+
+
 def library_keys(root):
+    """(kind, key, help) of every TK/BK entry; the help is the entry's
+    last argument, whose string literals C joins into one."""
     text = open(os.path.join(root, "trainer-hooks", "settings.c")).read()
     keys = []
-    for kind, name, help_ in re.findall(
-            r'\b(TK|BK)\("([a-z_]+)",.*?,\s*"((?:[^"\\]|\\.)*)"\)', text, re.S):
-        keys.append(("trainer" if kind == "TK" else "table", name, help_))
+    for m in re.finditer(r'\b(TK|BK)\("([a-z_]+)",', text):
+        args = macro_args(text, m.end())
+        last = re.search(r'(?:' + LITERAL + r'\s*)+$', args.strip()).group(0)
+        help_ = "".join(re.findall(LITERAL, last))
+        keys.append(("trainer" if m.group(1) == "TK" else "table", m.group(2), help_))
     return keys
 
 

@@ -63,11 +63,13 @@ typedef struct grpc_tp {
     bool recut; /* joins re-cut (JoinRequest.recut) */
     bool bulk;  /* dense chunks on the shards' bulk streams */
     char host[SS_GRPC_MAX_SHARDS][256];
-    /* Idle bulk streams per shard (guarded by lock); a shard whose PS has
-     * no bulk port (BulkTicket said NOT_FOUND) is not asked again. */
+    /* Idle bulk streams per shard (guarded by lock), each of the epoch
+     * (below) it was opened in; a shard whose PS has no bulk port
+     * (BulkTicket said NOT_FOUND) is not asked again. */
     ss__bulk_stream *idle[SS_GRPC_MAX_SHARDS][BULK_IDLE];
     uint32_t nidle[SS_GRPC_MAX_SHARDS];
     bool no_bulk[SS_GRPC_MAX_SHARDS];
+    uint64_t epoch; /* the shard map's the channels route by (guarded by lock; 0: none) */
     _Atomic uint64_t bulk_batches; /* sent on bulk streams */
     pthread_mutex_t lock;          /* guards members and next_id */
     membership *members;
@@ -246,16 +248,19 @@ static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
                           const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
                           ProtobufCMessage **reply);
 
-/* An idle bulk stream to shard s, or a new one (a ticket over gRPC, then
- * a connection); NULL when the shard has none (said once). */
-static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s) {
+/* An idle bulk stream to shard s, or a new one (a ticket over gRPC for
+ * the epoch the channels route by, then a connection); NULL when the
+ * shard has none (said once). *epoch: the stream's. */
+static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s, uint64_t *epoch) {
     pthread_mutex_lock(&t->lock);
     ss__bulk_stream *b = t->nidle[s] ? t->idle[s][--t->nidle[s]] : NULL;
     const bool off = t->no_bulk[s];
+    *epoch = t->epoch;
     pthread_mutex_unlock(&t->lock);
     if (b || off)
         return b;
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
+    req.epoch = *epoch;
     ProtobufCMessage *r = NULL;
     ss_status st = call_one(t, s, SS_DENSE_M_BULK_TICKET, &req.base,
                             &shadowsync__v1__bulk_ticket_reply__descriptor, &r);
@@ -283,11 +288,12 @@ static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s) {
     return st == SS_OK ? b : NULL;
 }
 
-/* A stream back to the idle ones of shard s (closed when broken or when
- * there are enough). */
-static void put_stream(grpc_tp *t, uint32_t s, ss__bulk_stream *b, bool broken) {
+/* A stream of epoch back to the idle ones of shard s (closed when broken,
+ * when the channels route by another epoch now, or when there are
+ * enough). */
+static void put_stream(grpc_tp *t, uint32_t s, ss__bulk_stream *b, uint64_t epoch, bool broken) {
     pthread_mutex_lock(&t->lock);
-    if (!broken && t->nidle[s] < BULK_IDLE) {
+    if (!broken && epoch == t->epoch && t->nidle[s] < BULK_IDLE) {
         t->idle[s][t->nidle[s]++] = b;
         b = NULL;
     }
@@ -307,6 +313,7 @@ typedef struct lane_batch {
     uint32_t shard;
     unsigned lane, lanes;
     ss__bulk_stream *b;
+    uint64_t epoch; /* b's */
     ss_status st;
 } lane_batch;
 
@@ -328,7 +335,8 @@ static bool take_lanes(grpc_tp *t, fanout *f, lane_batch *lb, size_t *k) {
             calls += f->rq[i].ch == t->ch[s];
         const unsigned lanes = calls < BULK_LANES ? (unsigned)calls : BULK_LANES;
         for (unsigned l = 0; l < lanes; l++) {
-            lb[*k] = (lane_batch){t, f, s, l, lanes, take_stream(t, s), SS_OK};
+            lb[*k] = (lane_batch){.t = t, .f = f, .shard = s, .lane = l, .lanes = lanes};
+            lb[*k].b = take_stream(t, s, &lb[*k].epoch);
             if (!lb[*k].b)
                 return false;
             (*k)++;
@@ -365,7 +373,7 @@ static bool bulk_fanout(grpc_tp *t, fanout *f, ss_status *st) {
         bool broken = false;
         for (size_t i = 0; ok && i < f->n; i++)
             broken |= f->rq[i].ch == t->ch[lb[j].shard] && f->rq[i].status == SS_ERR_IO;
-        put_stream(t, lb[j].shard, lb[j].b, broken);
+        put_stream(t, lb[j].shard, lb[j].b, lb[j].epoch, broken);
     }
     return ok;
 }
@@ -858,10 +866,9 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
     t->recut = cfg->recut;
-    /* The stream carries no TLS and no shard map epoch (a PS refuses a
-     * call routed by an old map at the gRPC door): with either, gRPC. */
-    t->bulk =
-        cfg->bulk && !(cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file)) && cfg->epoch == 0;
+    /* The stream carries no TLS: with it, gRPC. */
+    t->bulk = cfg->bulk && !(cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file));
+    t->epoch = cfg->epoch;
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
         return SS_ERR_INVALID_ARGUMENT;
@@ -923,8 +930,24 @@ ss_status ss__grpc_transport_join_fresh(ss__transport *tp, const char *group, si
 
 void ss__grpc_transport_set_epoch(ss__transport *tp, uint64_t epoch) {
     grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
-    for (uint32_t s = 0; t && s < t->nshards; s++)
+    if (!t)
+        return;
+    for (uint32_t s = 0; s < t->nshards; s++)
         ss__rpc_channel_set_epoch(t->ch[s], epoch);
+    /* The idle bulk streams live in the old epoch: closed (one in use is
+     * closed when it comes back). */
+    ss__bulk_stream *old[SS_GRPC_MAX_SHARDS * BULK_IDLE];
+    size_t n = 0;
+    pthread_mutex_lock(&t->lock);
+    t->epoch = epoch;
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        for (uint32_t k = 0; k < t->nidle[s]; k++)
+            old[n++] = t->idle[s][k];
+        t->nidle[s] = 0;
+    }
+    pthread_mutex_unlock(&t->lock);
+    for (size_t i = 0; i < n; i++)
+        ss__bulk_stream_close(old[i]);
 }
 
 uint32_t ss__grpc_transport_window(ss__transport *tp) {
