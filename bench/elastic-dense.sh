@@ -35,10 +35,16 @@ metric() { bench_metric_sum "${https[$1]}" "$2"; } # k regex: PS k's series summ
 floats() { metric "$1" '^shadowsync_ps_dense_floats '; }
 members() { metric "$1" '^shadowsync_ps_members[{]'; }
 
-# Seconds (to 0.1 s) from t0 until PS k's members are (op) n.
+# Seconds (to 0.1 s) from t0 until PS k's members are (op) n; "never"
+# after 60 s (the run goes on).
 wait_members() { # t0 k op n
+  local tries=600
   while ! awk -v m="$(members "$2")" -v n="$4" -v op="$3" \
-    'BEGIN {exit !(op == "gt" ? m > n : m == n)}'; do sleep 0.1; done
+    'BEGIN {exit !(op == "gt" ? m > n : m == n)}'; do
+    tries=$((tries - 1))
+    [ "$tries" -gt 0 ] || { echo never; return; }
+    sleep 0.1
+  done
   awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'
 }
 
@@ -77,6 +83,7 @@ run() { # moves|none -> a result line
     ts=$(date +%s.%N)
     bench_write_map "$MAP" 4 "$one" "$two"
     shrink=$(wait_members "$ts" 1 eq 0)
+    [ "$shrink" != never ] || bench_on p1 curl -s "http://${https[1]}/metrics" >out/bench-elastic-dense-ps1.metrics
     sleep 1
     ratio_s=$(awk -v f="$(floats 0)" -v m="$model" 'BEGIN {printf "%.3f", f / m}')
     kill "${pids[1]}" # drained: stopped, as deploy/README.md scales the fleet down

@@ -22,6 +22,7 @@
 #include "ps/deltas_service.h"
 #include "ps/dense_service.h"
 #include "ps/emb_service.h"
+#include "ps/group_metrics.h"
 #include "ps/map_watch.h"
 #include "ps/row_moves.h"
 #include "rpc/auth.h"
@@ -70,16 +71,16 @@ typedef struct ps_state {
     char self[300];   /* this PS as the shard map names it (--advertise, else listen) */
     _Atomic bool self_known;
     uint64_t start_ns;
-    pthread_mutex_t mirror_lock; /* one /metrics refresh at a time */
-    char path[4096];             /* checkpoint file; "" = none */
-    char emb_root[4096];         /* embedding checkpoints, by name; "" = none */
-    pthread_mutex_t save_lock;   /* one writer of path.tmp at a time */
-    ss__ps_deltas *deltas;       /* --delta-dir */
-    ss__ps_follower *follower;   /* --follow */
-    ss__ps_map_watch *map;       /* --shard-map */
-    ss__ps_row_moves *moves;     /* --shard-map: rows moving between shards */
-    ss__rpc_tls client_tls;      /* its calls to other shards: this PS's certificate */
-    char follow_note[400];       /* what a refused write is told (fits a reply) */
+    ss__ps_group_metrics *group_metrics; /* the centre's counts on /metrics */
+    char path[4096];                     /* checkpoint file; "" = none */
+    char emb_root[4096];                 /* embedding checkpoints, by name; "" = none */
+    pthread_mutex_t save_lock;           /* one writer of path.tmp at a time */
+    ss__ps_deltas *deltas;               /* --delta-dir */
+    ss__ps_follower *follower;           /* --follow */
+    ss__ps_map_watch *map;               /* --shard-map */
+    ss__ps_row_moves *moves;             /* --shard-map: rows moving between shards */
+    ss__rpc_tls client_tls;              /* its calls to other shards: this PS's certificate */
+    char follow_note[400];               /* what a refused write is told (fits a reply) */
 } ps_state;
 
 static ss_status save_checkpoint(void *ctx, char *path, size_t pathlen, size_t *groups) {
@@ -137,62 +138,9 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
     return ss__json_take(root, out, len);
 }
 
-/* A counter that mirrors a count kept elsewhere: raised to total. */
-static void mirror(ss__counter *c, uint64_t total) {
-    uint64_t seen = ss__counter_value(c);
-    if (total > seen)
-        ss__counter_add(c, total - seen);
-}
-
-/* Joins refused by --max-groups, --max-members, --max-total-floats, per
- * limit (every limit's series exists from the start, at 0). */
-static void mirror_limit_refusals(ps_state *ps) {
-    uint64_t n[SS_CENTRAL_LIMITS];
-    ss__central_refusals(ps->centre, n);
-    for (int i = 0; i < SS_CENTRAL_LIMITS; i++) {
-        const char *labels[] = {"limit", ss__central_limit_names[i], NULL};
-        ss__counter *c;
-        if (ss__metrics_counter(ps->metrics, "shadowsync_ps_limit_refusals_total",
-                                "Dense Joins refused by a PS limit, by limit.", labels,
-                                &c) == SS_OK)
-            mirror(c, n[i]);
-    }
-}
-
 /* Mirrors the centre's per-group counts into shadowsync_ps_* series. */
 static void refresh_metrics(void *ctx) {
-    ps_state *ps = ctx;
-    size_t k;
-    ss__central_group_info *info = describe(ps, &k);
-    if (!info)
-        return;
-    pthread_mutex_lock(&ps->mirror_lock);
-    uint64_t floats = 0;
-    for (size_t i = 0; i < k; i++)
-        floats += info[i].n;
-    ss__gauge *held;
-    if (ss__metrics_gauge(ps->metrics, "shadowsync_ps_dense_floats",
-                          "Floats of the dense groups (chunks) this PS holds; a re-cut's retired "
-                          "chunks are not counted.",
-                          NULL, &held) == SS_OK)
-        ss__gauge_set(held, (double)floats);
-    for (size_t i = 0; i < k; i++) {
-        const char *labels[] = {"group", info[i].name, NULL};
-        ss__counter *rounds;
-        ss__gauge *members;
-        if (ss__metrics_counter(ps->metrics, "shadowsync_ps_rounds_total",
-                                "S-EASGD exchanges and closed MA/BMUF rounds served, per group.",
-                                labels, &rounds) != SS_OK ||
-            ss__metrics_gauge(ps->metrics, "shadowsync_ps_members",
-                              "Trainers (or agents) registered per group.", labels,
-                              &members) != SS_OK)
-            continue;
-        mirror(rounds, info[i].exchanges + info[i].rounds);
-        ss__gauge_set(members, info[i].members);
-    }
-    mirror_limit_refusals(ps);
-    pthread_mutex_unlock(&ps->mirror_lock);
-    free(info);
+    ss__ps_group_metrics_refresh(((ps_state *)ctx)->group_metrics);
 }
 
 static ss_status http_checkpoint(void *ctx, char *msg, size_t msglen) {
@@ -542,7 +490,9 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                .max_members = (uint32_t)o->max_members,
                                .max_total_floats = (uint64_t)o->max_total_floats};
     if (ss__metrics_create(&ps->metrics) != SS_OK || ss__metrics_build_info(ps->metrics) != SS_OK ||
-        ss__central_create(&ccfg, &ps->centre) != SS_OK) {
+        ss__central_create(&ccfg, &ps->centre) != SS_OK ||
+        ss__ps_group_metrics_create(ps->metrics, ps->centre, STATUS_GROUPS, &ps->group_metrics) !=
+            SS_OK) {
         fprintf(stderr, "shadowsync-ps: out of memory\n");
         return 1;
     }
@@ -813,6 +763,7 @@ static int shut_down(ps_state *ps, const ps_options *o, bool served) {
             printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps->path);
     }
     ss__emb_store_destroy(ps->store); /* flushes dirty rows */
+    ss__ps_group_metrics_destroy(ps->group_metrics);
     ss__central_destroy(ps->centre);
     ss__metrics_destroy(ps->metrics);
     return rc;
@@ -831,9 +782,7 @@ int main(int argc, char **argv) {
     sigset_t sigs; /* for sigwait, not for gRPC's threads */
     ss__signals_block(&sigs, SIGUSR1);
 
-    ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER,
-                   .mirror_lock = PTHREAD_MUTEX_INITIALIZER,
-                   .start_ns = ss__now_ns()};
+    ps_state ps = {.save_lock = PTHREAD_MUTEX_INITIALIZER, .start_ns = ss__now_ns()};
     bool served = false;
     rc = open_state(&ps, &o);
     if (rc == 0)

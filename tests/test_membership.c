@@ -12,6 +12,8 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "planted_link.h"
+#include "ps/group_metrics.h"
+#include "shadow/central.h"
 #include "shadow/dense_checkpoint.h"
 #include "shadow/engine.h"
 #include "shadow/inproc_transport.h"
@@ -416,6 +418,51 @@ START_TEST(test_checkpoint_does_not_follow_a_planted_link) {
 }
 END_TEST
 
+/* The PS's /metrics text after a refresh of gm (caller frees). */
+static char *scrape(ss__ps_group_metrics *gm, ss__metrics *m) {
+    ss__ps_group_metrics_refresh(gm);
+    char *text = NULL;
+    size_t len;
+    ck_assert_int_eq(ss__metrics_render(m, &text, &len), SS_OK);
+    return text;
+}
+
+/* A group's series on the PS's /metrics follow the group: its members as
+ * they join and leave, and once the chunk is retired (a re-cut, on a PS
+ * the shard map left) no series at all, not its last values for ever;
+ * made again, it has them again. */
+START_TEST(test_group_series_go_with_their_group) {
+    ss__metrics *m;
+    ss__central *c;
+    ss__ps_group_metrics *gm;
+    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__central_create(NULL, &c), SS_OK);
+    ck_assert_int_eq(ss__ps_group_metrics_create(m, c, 16, &gm), SS_OK);
+    uint64_t id;
+    ck_assert_int_eq(ss__central_join(c, "dense[0:4)", 4, &id), SS_OK);
+    char *text = scrape(gm, m);
+    ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_members{group=\"dense[0:4)\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_dense_floats 4\n"));
+    free(text);
+    ck_assert_int_eq(ss__central_leave(c, "dense[0:4)", id), SS_OK);
+    text = scrape(gm, m);
+    ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_members{group=\"dense[0:4)\"} 0\n"));
+    free(text);
+    ck_assert(ss__central_retire_empty(c, "dense[0:4)"));
+    text = scrape(gm, m);
+    ck_assert_msg(!strstr(text, "group=\"dense[0:4)\""), "a retired group's series:\n%s", text);
+    ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_dense_floats 0\n"));
+    free(text);
+    ck_assert_int_eq(ss__central_join(c, "dense[0:4)", 4, &id), SS_OK);
+    text = scrape(gm, m);
+    ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_members{group=\"dense[0:4)\"} 1\n"));
+    free(text);
+    ss__ps_group_metrics_destroy(gm);
+    ss__central_destroy(c);
+    ss__metrics_destroy(m);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
         "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
@@ -423,5 +470,5 @@ int main(void) {
         test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
         test_checkpoint_round_trip_is_exact, test_delta_holds_changed_groups_only,
         test_checkpoint_refuses_torn_and_corrupt_files, test_checkpoint_never_holds_inf,
-        test_checkpoint_does_not_follow_a_planted_link);
+        test_checkpoint_does_not_follow_a_planted_link, test_group_series_go_with_their_group);
 }
