@@ -36,21 +36,30 @@ apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-br
 # 3. The install, and the packages of every library its ELF files need.
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 ldconfig -p >"$tmp/ldcache"
+# The package of a library the install needs, once per library: the ELF
+# files share most of them, and each dpkg -S reads every file list (a
+# quarter second; the test ran past ctest's limit on a loaded machine).
+declare -A pkg_of
+package_of() { # lib -> pkg_of[lib] ("" when no package has it)
+  [ -z "${pkg_of[$1]+set}" ] || return 0
+  local path real pkg
+  path=$(awk -v l="$1" '$1 == l && /x86-64|x86_64/ {print $NF; exit}' "$tmp/ldcache")
+  [ -n "$path" ] || fail "$elf needs $1, which this system does not have"
+  real=$(readlink -f "$path")
+  pkg=$(dpkg -S "$real" 2>/dev/null || dpkg -S "/usr$real" 2>/dev/null || dpkg -S "$path" 2>/dev/null ||
+    dpkg -S "/usr$path" 2>/dev/null || true)
+  pkg_of[$1]=${pkg%%:*}
+  [ -n "${pkg_of[$1]}" ] || fail "$elf needs $1 ($real), which no Debian package provides (the image would lack it)"
+}
 checked=0
 while IFS= read -r elf; do
   readelf -h "$elf" >/dev/null 2>&1 || continue
   checked=$((checked + 1))
   for lib in $(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
     [ -e "$tmp/prefix/lib/$lib" ] || [ -n "$(find "$tmp/prefix" -name "$lib" -print -quit)" ] && continue
-    path=$(awk -v l="$lib" '$1 == l && /x86-64|x86_64/ {print $NF; exit}' "$tmp/ldcache")
-    [ -n "$path" ] || fail "$elf needs $lib, which this system does not have"
-    real=$(readlink -f "$path")
-    pkg=$(dpkg -S "$real" 2>/dev/null || dpkg -S "/usr$real" 2>/dev/null || dpkg -S "$path" 2>/dev/null ||
-      dpkg -S "/usr$path" 2>/dev/null || true)
-    pkg=${pkg%%:*}
-    [ -n "$pkg" ] || fail "$elf needs $lib ($real), which no Debian package provides (the image would lack it)"
-    grep -qx "$pkg" "$tmp/closure" ||
-      fail "$(basename "$elf") needs $lib from $pkg, which the image's runtime set does not bring: add it to RUNTIME in deploy/install-deps.sh"
+    package_of "$lib"
+    grep -qx "${pkg_of[$lib]}" "$tmp/closure" ||
+      fail "$(basename "$elf") needs $lib from ${pkg_of[$lib]}, which the image's runtime set does not bring: add it to RUNTIME in deploy/install-deps.sh"
   done
 done < <(find "$tmp/prefix/bin" "$tmp/prefix/lib" -type f)
 [ $checked -ge 4 ] || fail "only $checked ELF files in the install"
