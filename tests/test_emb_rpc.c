@@ -605,11 +605,71 @@ START_TEST(test_cached_table_warm_loads_ahead) {
 }
 END_TEST
 
+/* A handler that fails its first `fails` calls with SS_ERR_IO (as a
+ * shard that could not reach an old one mid-move says), then serves. */
+typedef struct flaky {
+    ss__rpc_method inner;
+    int fails, calls;
+} flaky;
+
+static void flaky_handler(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    flaky *f = ctx;
+    if (f->calls++ < f->fails) {
+        ss__rpc_reply_fail(reply, SS_ERR_IO, "injected: the old shard was not reached");
+        return;
+    }
+    f->inner.handler(f->inner.ctx, req, len, reply);
+}
+
+/* The client makes a lookup that failed with SS_ERR_IO again (it only
+ * reads), up to 3 times, and never a push (applied twice, it would train
+ * twice). */
+START_TEST(test_a_lookup_that_failed_in_transit_is_made_again) {
+    ss__rpc_method m[SS_EMB_METHODS];
+    memcpy(m, F.svc.methods, sizeof m);
+    flaky lookups = {.fails = 2}, pushes = {.fails = 1};
+    for (int i = 0; i < SS_EMB_METHODS; i++) {
+        flaky *f = !strcmp(m[i].path, SS_EMB_M_LOOKUP) ? &lookups
+                   : !strcmp(m[i].path, SS_EMB_M_PUSH) ? &pushes
+                                                       : NULL;
+        if (f) {
+            f->inner = m[i];
+            m[i].handler = flaky_handler;
+            m[i].ctx = f;
+        }
+    }
+    ss__rpc_server_config scfg = {.listen = "127.0.0.1:0", .threads = 1};
+    ss__rpc_server *srv;
+    ck_assert_int_eq(ss__rpc_server_start(&scfg, m, SS_EMB_METHODS, NULL, &srv), SS_OK);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
+    ss__emb_client *c;
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, &c), SS_OK);
+    ss__emb_spec spec;
+    ck_assert_int_eq(ss__emb_spec_init(&spec, "flaky", 2), SS_OK);
+    spec.init_scale = 0.0f;
+    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    const uint64_t ids[2] = {7, 9};
+    float rows[4] = {1, 1, 1, 1};
+    ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, rows), SS_OK);
+    ck_assert_int_eq(lookups.calls, 3); /* two failures, then served */
+    ck_assert(rows[0] == 0.0f && rows[3] == 0.0f);
+    ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, rows), SS_ERR_IO);
+    ck_assert_int_eq(pushes.calls, 1); /* not made again */
+    lookups = (flaky){.inner = lookups.inner, .fails = 100};
+    ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, rows), SS_ERR_IO);
+    ck_assert_int_eq(lookups.calls, 4); /* the first and 3 more */
+    ss__emb_client_destroy(c);
+    ss__rpc_server_stop(srv);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc,
                            test_request_limits, test_push_lookup_pushes_then_reads,
                            test_remote_table_through_hooks, test_cached_table_syncs_and_evicts,
                            test_cached_table_warm_loads_ahead, test_elastic_encodings_over_grpc,
                            test_cached_table_encoded_sync_conserves,
-                           test_a_lookup_past_the_read_share_goes_through);
+                           test_a_lookup_past_the_read_share_goes_through,
+                           test_a_lookup_that_failed_in_transit_is_made_again);
 }

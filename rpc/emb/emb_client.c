@@ -611,11 +611,29 @@ static ss_status sharded(ss__emb_client *c, row_op op, const ss__emb_spec *spec,
     return st;
 }
 
+/* Lookups only read (a row a shard does not hold is not made): one that
+ * failed in transit or on its server's way to another (SS_ERR_IO: a
+ * connection reset mid-call, an old shard not reached during a move) is
+ * made again, after 50 ms and then twice as long, up to LOOKUP_RETRIES
+ * times while the client's timeout allows. Nothing that writes is: a
+ * push applied twice would train twice. */
+#define LOOKUP_RETRIES 3
+
 ss_status ss__emb_client_lookup(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                                 size_t n, float *rows) {
     if (n == 0)
         return SS_OK;
-    return sharded(c, OP_LOOKUP, spec, &(id_set){ids, n, NULL, SS_ENC_F32}, NULL, 0.0f, rows);
+    const uint64_t until = ss__now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+    ss_status st;
+    for (unsigned attempt = 0;; attempt++) {
+        st = sharded(c, OP_LOOKUP, spec, &(id_set){ids, n, NULL, SS_ENC_F32}, NULL, 0.0f, rows);
+        const uint64_t pause = 50000000ull << attempt;
+        if (st != SS_ERR_IO || attempt == LOOKUP_RETRIES || ss__now_ns() + pause > until)
+            return st;
+        ss__log(SS_LOG_WARN, "emb", "event=lookup_retried table=%s attempt=%u status=%s",
+                spec->name, attempt + 1, ss_status_name(st));
+        ss__sleep_ns(pause);
+    }
 }
 
 ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,

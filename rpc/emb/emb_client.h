@@ -30,7 +30,9 @@ ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path);
 /* OpenTable on every shard; *stored gets the shards' spec. */
 ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
                                     ss__emb_spec *stored, char *why, size_t whylen);
-/* rows: n * dim out. */
+/* rows: n * dim out. A lookup that failed with SS_ERR_IO (a connection
+ * lost mid-call, a shard that could not reach another) is made again, up
+ * to 3 times within the client's timeout; pushes never are. */
 ss_status ss__emb_client_lookup(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                                 size_t n, float *rows);
 ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
