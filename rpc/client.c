@@ -84,7 +84,15 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
          .value.integer = 100},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 100},
+        /* In gRPC core this is not a backoff: it is the least time a
+         * connection attempt gets (TCP, TLS, HTTP/2 settings) before it is
+         * cut and tried again. At 100 ms, attempts were cut at the
+         * 100-250 ms backoff: a PS 200 ms away was never reached (every
+         * attempt cut), and a TLS handshake on a loaded machine failed
+         * ("tcp handshaker shutdown"). test_long_rtt.sh. */
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+         .value.integer = SS_RPC_MIN_CONNECT_MS},
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
          .value.integer = SS_RPC_RECONNECT_MAX_MS},
