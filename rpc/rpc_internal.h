@@ -18,8 +18,10 @@
 #define SS_RPC_MIN_PING_INTERVAL_MS 500
 #define SS_RPC_RECONNECT_MAX_MS     250
 /* The least time one connection attempt gets (gRPC core's "min
- * reconnect backoff" is its minimum connect timeout). */
-#define SS_RPC_MIN_CONNECT_MS 10000
+ * reconnect backoff" is its minimum connect timeout): room for a far PS
+ * and a slow TLS handshake, while an attempt whose SYN a partition lost
+ * is still started again within 2 s of the link coming back. */
+#define SS_RPC_MIN_CONNECT_MS 2000
 
 /* What a call routed by another epoch is told, by the gRPC server and on
  * a bulk stream alike (rpc.h SS_RPC_STALE_EPOCH is the part a client

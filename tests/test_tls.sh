@@ -14,6 +14,11 @@ tmp=$(mktemp -d)
 pid=
 pid2=
 trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null; [ -z "$pid2" ] || kill "$pid2" 2>/dev/null; rm -rf "$tmp"' EXIT
+# A step that fails says which, with the last output and the PS's logs
+# (the ASan run once failed here with no word).
+out=
+trap 'echo "test_tls: failed at line $LINENO: $BASH_COMMAND" >&2; echo "last output: $out" >&2;
+      cat ps.log ps2.log bad.log 2>/dev/null | tail -20 >&2' ERR
 cd "$tmp"
 q() { "$@" >/dev/null 2>&1; }
 q openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca -keyout ca.key -out ca.pem
@@ -28,7 +33,7 @@ for who in server client reader; do
     -extfile ext.cnf -out $who.pem
 done
 
-"$ps_bin" --listen 127.0.0.1:0 --tls-cert server.pem --tls-key server.key --tls-ca ca.pem >ps.log 2>&1 &
+"$ps_bin" --listen 127.0.0.1:0 --http "" --tls-cert server.pem --tls-key server.key --tls-ca ca.pem >ps.log 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q listening ps.log && break; sleep 0.1; done
 grep -q "(mutual TLS)" ps.log
