@@ -129,28 +129,6 @@ static bool write_reply(int fd, const ss__rpc_reply *r) {
            (!ok || ss__send_all(fd, r->data, r->len));
 }
 
-/* A call of a stream routed by the shard map's epoch (0: none), as the
- * gRPC server runs one: refused, saying both epochs, once the server
- * serves another; the handler under the map gate (blocking ones
- * excepted), so that rows do not move while it runs. */
-static void run_call(ss__bulk_server *s, const ss__rpc_method *m, uint64_t epoch,
-                     const uint8_t *req, size_t len, ss__rpc_reply *reply) {
-    const bool routed = epoch && s->map_epoch;
-    const bool gated = routed && s->map_gate && !m->blocking;
-    if (gated)
-        pthread_rwlock_rdlock(s->map_gate);
-    const uint64_t serves = routed ? atomic_load(s->map_epoch) : 0;
-    if (serves && serves != epoch) {
-        reply->status = SS_ERR_STATE;
-        snprintf(reply->message, sizeof reply->message, SS_RPC_STALE_EPOCH_TEXT, m->path,
-                 (unsigned long long)epoch, (unsigned long long)serves);
-    } else {
-        m->handler(m->ctx ? m->ctx : s->ctx, req, len, reply);
-    }
-    if (gated)
-        pthread_rwlock_unlock(s->map_gate);
-}
-
 /* A stream's frames, in turn, until it ends or breaks a rule. */
 static void serve_frames(ss__bulk_server *s, int fd, uint64_t epoch) {
     uint8_t head[SS_BULK_REQ_HEAD];
@@ -180,7 +158,10 @@ static void serve_frames(ss__bulk_server *s, int fd, uint64_t epoch) {
         }
         const ss__rpc_method *m = &s->methods[method];
         ss__rpc_reply reply = {.status = SS_OK};
-        run_call(s, m, epoch, req, len, &reply);
+        /* as the gRPC server runs it; a stream has no door, so a
+         * blocking call's epoch is checked here too */
+        (void)ss__rpc_run_routed(m, s->ctx, s->map_epoch, s->map_gate, epoch != 0, epoch, true, req,
+                                 len, &reply);
         ss__rpc_method_series_count(&s->series[method], reply.status, len, reply.len, arrived_ns);
         free(block);
         atomic_fetch_sub(&s->inflight, len);

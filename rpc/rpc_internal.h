@@ -4,6 +4,9 @@
 
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 
 #include "rpc/rpc.h"
 
@@ -29,6 +32,17 @@
 #define SS_RPC_STALE_EPOCH_TEXT                                                                    \
     "%s was routed by " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu: reload "         \
     "the shard map (SHADOWSYNC_SHARD_MAP) and route again"
+
+/* Runs m's handler (with m->ctx, else ctx) for a call routed by the shard
+ * map's epoch `routed` (when by_map) on a server that serves *map_epoch
+ * (NULL: no map), as both servers do: a call of another epoch is refused,
+ * saying both (SS_RPC_STALE_EPOCH_TEXT); a non-blocking handler runs
+ * under map_gate, so that the map does not move meanwhile. A blocking
+ * call is checked here only when check_blocking (the gRPC server checks
+ * it at its door). false: refused for its epoch. */
+bool ss__rpc_run_routed(const ss__rpc_method *m, void *ctx, const _Atomic uint64_t *map_epoch,
+                        pthread_rwlock_t *map_gate, bool by_map, uint64_t routed,
+                        bool check_blocking, const uint8_t *req, size_t len, ss__rpc_reply *reply);
 
 /* Credentials for tls (NULL or all-NULL = insecure). SS_ERR_IO when a PEM
  * file cannot be read, SS_ERR_INVALID_ARGUMENT for an incomplete pair. */

@@ -307,24 +307,32 @@ static void refuse(call_ctx *c, ss_status st, ss__counter *counter, const char *
  * the body was read; the gate keeps it from moving during the handler. */
 static void run_handler(call_ctx *c, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__rpc_server *srv = c->srv;
-    const ss__rpc_method *m = &srv->methods[c->method];
     uint64_t routed = 0;
-    const bool gated = srv->map_gate && !m->blocking && call_epoch(c, &routed);
-    if (gated) {
-        pthread_rwlock_rdlock(srv->map_gate);
-        const uint64_t serves = atomic_load(srv->map_epoch);
-        if (serves && routed != serves) {
-            pthread_rwlock_unlock(srv->map_gate);
-            reply->status = SS_ERR_STATE;
-            ss__counter_add(srv->stale_epoch, 1);
-            snprintf(reply->message, sizeof reply->message, SS_RPC_STALE_EPOCH_TEXT, m->path,
-                     (unsigned long long)routed, (unsigned long long)serves);
-            return;
-        }
-    }
-    m->handler(m->ctx ? m->ctx : srv->ctx, req, len, reply);
+    const bool by_map = srv->map_gate && call_epoch(c, &routed);
+    if (!ss__rpc_run_routed(&srv->methods[c->method], srv->ctx, srv->map_epoch, srv->map_gate,
+                            by_map, routed, false, req, len, reply))
+        ss__counter_add(srv->stale_epoch, 1);
+}
+
+bool ss__rpc_run_routed(const ss__rpc_method *m, void *ctx, const _Atomic uint64_t *map_epoch,
+                        pthread_rwlock_t *map_gate, bool by_map, uint64_t routed,
+                        bool check_blocking, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    const bool checked = by_map && map_epoch && (check_blocking || !m->blocking);
+    const bool gated = checked && map_gate && !m->blocking;
     if (gated)
-        pthread_rwlock_unlock(srv->map_gate);
+        pthread_rwlock_rdlock(map_gate);
+    const uint64_t serves = checked ? atomic_load(map_epoch) : 0;
+    const bool stale = serves && routed != serves;
+    if (stale) {
+        reply->status = SS_ERR_STATE;
+        snprintf(reply->message, sizeof reply->message, SS_RPC_STALE_EPOCH_TEXT, m->path,
+                 (unsigned long long)routed, (unsigned long long)serves);
+    } else {
+        m->handler(m->ctx ? m->ctx : ctx, req, len, reply);
+    }
+    if (gated)
+        pthread_rwlock_unlock(map_gate);
+    return !stale;
 }
 
 /* Runs the handler of a received call (unless refused: too many blocked
