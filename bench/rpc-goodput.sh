@@ -9,10 +9,15 @@
 # server (no PS work: shadowsync-bench-rpc --echo), gRPC's own ceiling,
 # and the same chunks echoed on one plain socket (--tcp-echo), the floor
 # of any path.
+# --tls 1: the PS serves mutual TLS (a throwaway CA, openssl) on gRPC and
+# on its bulk stream, and both rounds go over TLS; iperf3 and the echoes
+# stay plain, so their ratios say what the encryption costs.
 #   bash bench/rpc-goodput.sh
+#   bash bench/rpc-goodput.sh --tls 1
 #   BENCH_ARGS="--window 2" bash bench/rpc-goodput.sh   # flags of shadowsync-bench-rpc
 source "$(dirname "$0")/common.sh"
 REPS=${REPS:-20}
+TLS=${TLS:-0}
 if ! command -v iperf3 >/dev/null; then
   SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get install -y iperf3 >/dev/null
@@ -31,8 +36,17 @@ print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_
   wait
 }
 tcp=$(iperf_once)
+ps_tls=() bench_tls=()
+if [ "$TLS" = 1 ]; then
+  mkdir -p out/bench-tls
+  bash tests/make_certs.sh out/bench-tls
+  c=out/bench-tls
+  ps_tls=(--tls-cert $c/server.pem --tls-key $c/server.key --tls-ca $c/ca.pem)
+  bench_tls=(--tls-ca $c/ca.pem --tls-cert $c/client.pem --tls-key $c/client.key)
+  echo "gRPC and bulk over mutual TLS ($(openssl version | cut -d' ' -f1-2)); iperf3 and the echoes plain"
+fi
 ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 --bulk-listen 127.0.0.1:0 \
-  --insecure-loopback >out/bench-ps.log 2>&1 &
+  --insecure-loopback "${ps_tls[@]}" >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
@@ -46,8 +60,8 @@ echo "tcp_echo: the same chunks echoed on one plain socket (the floor of any pat
 printf '%-10s %8s %8s %8s %8s %12s %12s %12s %12s %14s\n' floats grpc_ms bulk_ms echo_ms \
   tcp_ms grpc_ratio bulk_ratio echo_ratio bulk_tcp_echo iperf3_gbit_s
 for n in 1048576 10485760; do
-  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
-  bulk_line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk ${BENCH_ARGS:-})
+  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" "${bench_tls[@]}" ${BENCH_ARGS:-})
+  bulk_line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk "${bench_tls[@]}" ${BENCH_ARGS:-})
   echo_line=$(./build/bin/shadowsync-bench-rpc --echo --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
   tcp_line=$(./build/bin/shadowsync-bench-rpc --tcp-echo --floats "$n" --reps "$REPS")
   after=$(iperf_once)

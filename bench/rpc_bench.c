@@ -260,7 +260,7 @@ static const ss__program program = {
 
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
-    const char *ps = "127.0.0.1:7070";
+    const char *ps = "127.0.0.1:7070", *tls_ca = "", *tls_cert = "", *tls_key = "";
     int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS, window = 0;
     bool echo = false, tcp_echo = false, bulk = false;
     ss__flag flags[] = {
@@ -282,6 +282,13 @@ int main(int argc, char **argv) {
          "no PS, no gRPC: the same chunks on one plain loopback socket to an echo child this "
          "tool starts (the floor of any path: --ps and --window are not used)",
          NULL, 0, 0},
+        {"tls-ca", SS_FLAG_STRING, &tls_ca,
+         "PEM CA bundle that signed the PS's certificate: TLS to the PS, gRPC and bulk alike "
+         "(\"\" = plain TCP)",
+         NULL, 0, 0},
+        {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM client certificate for mutual TLS", NULL, 0,
+         0},
+        {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
@@ -290,10 +297,14 @@ int main(int argc, char **argv) {
         return run_echo(floats, reps, warmup, chunk, window);
     if (tcp_echo)
         return run_tcp_echo(floats, reps, warmup, chunk);
+    const ss__rpc_tls tls = {.ca_file = *tls_ca ? tls_ca : NULL,
+                             .cert_file = *tls_cert ? tls_cert : NULL,
+                             .key_file = *tls_key ? tls_key : NULL};
     ss__grpc_transport_config cfg = {.targets = ps,
                                      .timeout_ms = 60000,
                                      .chunk_floats = (size_t)chunk,
                                      .window = (uint32_t)window,
+                                     .tls = *tls_ca ? &tls : NULL,
                                      .bulk = bulk};
     ss__transport *t;
     ss_status st = ss__grpc_transport_create(&cfg, &t);

@@ -212,11 +212,12 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          0, 0},
         {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
         {"bulk-listen", SS_FLAG_STRING, &o->bulk_listen,
-         "a plain TCP port beside --listen, on the host clients reach --listen at, for dense "
+         "a TCP port beside --listen, on the host clients reach --listen at, for dense "
          "chunks (S-EASGD, MA/BMUF rounds): a client with bulk on asks for a ticket over gRPC "
          "(through the same token or writer certificate) and sends the same requests on a "
          "stream of its own, without gRPC's costs (with --shard-map, a stream serves the epoch of "
-         "its ticket); no TLS, so refused with --tls-cert (\"\" = off)",
+         "its ticket); with --tls-cert the streams are TLS with the same certificate (and "
+         "--tls-ca's client certificates) (\"\" = off)",
          NULL, 0, 0},
         {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
@@ -432,9 +433,8 @@ static int check_options(ps_options *o) {
         fprintf(stderr, "shadowsync-ps: %s\n", bad);
         return 2;
     }
-    if (*o->bulk_listen && (*o->tls_cert || *o->follow)) {
-        fprintf(stderr, "shadowsync-ps: --bulk-listen serves plain TCP and writes: not with TLS "
-                        "(--tls-cert: its clients stay on gRPC) nor on a --follow replica\n");
+    if (*o->bulk_listen && *o->follow) {
+        fprintf(stderr, "shadowsync-ps: --bulk-listen serves writes: not on a --follow replica\n");
         return 2;
     }
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
@@ -610,7 +610,8 @@ static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_co
                                        .max_inflight_bytes = scfg->max_inflight_bytes,
                                        .map_epoch = scfg->map_epoch,
                                        .map_gate = scfg->map_gate,
-                                       .metrics = ps->metrics};
+                                       .metrics = ps->metrics,
+                                       .tls = scfg->tls};
     char why[400] = "";
     if (ss__bulk_server_start(&bc, m, n, &ps->svc, &ps->bulk, why, sizeof why) != SS_OK) {
         fprintf(stderr, "shadowsync-ps: %s\n", *why ? why : "cannot start the bulk server");

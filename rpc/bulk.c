@@ -80,7 +80,7 @@ ss_status ss__bulk_reply_parse(const uint8_t in[SS_BULK_REPLY_HEAD], uint64_t ma
 /* ---- the client ---- */
 
 struct ss__bulk_stream {
-    int fd;
+    ss__bulk_conn c;
     size_t max_reply; /* a reply's bytes, at most */
 };
 
@@ -104,18 +104,34 @@ static int connect_within(const char *host, unsigned port, uint32_t timeout_ms) 
     return fd;
 }
 
-ss_status ss__bulk_stream_open(const char *host, unsigned port,
+ss_status ss__bulk_stream_open(const char *host, unsigned port, const ss__bulk_tls *tls,
                                const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
-                               size_t max_reply, ss__bulk_stream **out) {
+                               size_t max_reply, ss__bulk_stream **out, char *why, size_t whylen) {
     *out = NULL;
-    int fd = connect_within(host, port, timeout_ms ? timeout_ms : 10000);
-    if (fd < 0)
-        return SS_ERR_IO;
-    if (!ss__send_all(fd, ticket, SS_BULK_TICKET_BYTES)) {
-        close(fd);
+    timeout_ms = timeout_ms ? timeout_ms : 10000;
+    int fd = connect_within(host, port, timeout_ms);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot connect to %s port %u", host, port);
         return SS_ERR_IO;
     }
-    return ss__bulk_stream_wrap(fd, max_reply, out);
+    ss__bulk_stream *b = malloc(sizeof *b);
+    if (!b) {
+        close(fd);
+        return SS_ERR_NO_MEMORY;
+    }
+    ss_status st = ss__bulk_conn_start(&b->c, fd, tls, false, host, (int)timeout_ms, why, whylen);
+    if (st == SS_OK && !ss__bulk_conn_send(&b->c, ticket, SS_BULK_TICKET_BYTES)) {
+        snprintf(why, whylen, "the ticket did not go out to %s port %u", host, port);
+        ss__bulk_conn_end(&b->c);
+        st = SS_ERR_IO;
+    }
+    if (st != SS_OK) {
+        free(b);
+        return st;
+    }
+    b->max_reply = max_reply;
+    *out = b;
+    return SS_OK;
 }
 
 ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out) {
@@ -124,7 +140,7 @@ ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out) 
         close(fd);
         return SS_ERR_NO_MEMORY;
     }
-    b->fd = fd;
+    (void)ss__bulk_conn_start(&b->c, fd, NULL, false, NULL, -1, NULL, 0); /* plain: no failure */
     b->max_reply = max_reply;
     *out = b;
     return SS_OK;
@@ -133,7 +149,7 @@ ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out) 
 void ss__bulk_stream_close(ss__bulk_stream *b) {
     if (!b)
         return;
-    close(b->fd);
+    ss__bulk_conn_end(&b->c);
     free(b);
 }
 
@@ -167,12 +183,12 @@ static void *send_all(void *arg) {
             continue;
         uint8_t head[SS_BULK_REQ_HEAD];
         ss__bulk_request_head(head, s->method, r->len + r->payload_len);
-        s->ok = ss__send_all(s->b->fd, head, sizeof head) &&
-                ss__send_all(s->b->fd, r->req, r->len) &&
-                (!r->payload_len || ss__send_all(s->b->fd, r->payload, r->payload_len));
+        ss__bulk_conn *c = &s->b->c;
+        s->ok = ss__bulk_conn_send(c, head, sizeof head) && ss__bulk_conn_send(c, r->req, r->len) &&
+                (!r->payload_len || ss__bulk_conn_send(c, r->payload, r->payload_len));
     }
     if (!s->ok) /* the reader's next wait ends at once */
-        shutdown(s->b->fd, SHUT_RD);
+        shutdown(s->b->c.fd, SHUT_RD);
     return NULL;
 }
 
@@ -184,9 +200,9 @@ static bool read_reply(ss__bulk_stream *b, ss__rpc_request *r, uint8_t **buf, si
     ss_status st;
     uint32_t msg_len;
     uint64_t len;
-    if (!ss__read_all(b->fd, head, sizeof head) ||
+    if (!ss__bulk_conn_read(&b->c, head, sizeof head) ||
         ss__bulk_reply_parse(head, b->max_reply, &st, &msg_len, &len) != SS_OK ||
-        !ss__read_all(b->fd, msg, msg_len))
+        !ss__bulk_conn_read(&b->c, msg, msg_len))
         return false;
     const size_t keep = msg_len < sizeof r->msg ? msg_len : sizeof r->msg - 1;
     memcpy(r->msg, msg, keep);
@@ -197,7 +213,7 @@ static bool read_reply(ss__bulk_stream *b, ss__rpc_request *r, uint8_t **buf, si
             return false;
         *cap = len;
     }
-    if (!ss__read_all(b->fd, *buf, len))
+    if (!ss__bulk_conn_read(&b->c, *buf, len))
         return false;
     r->status = st;
     if (st != SS_OK)
@@ -243,7 +259,7 @@ ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_reques
             first = r->status;
     }
     if (!alive) /* unblocks a writer waiting on a full socket */
-        shutdown(b->fd, SHUT_RDWR);
+        shutdown(b->c.fd, SHUT_RDWR);
     pthread_join(w, NULL);
     free(buf);
     return first;

@@ -1,4 +1,4 @@
-/* The bulk path: unary calls of a method on a plain TCP stream beside
+/* The bulk path: unary calls of a method on a TCP stream (TLS when configured) beside
  * gRPC, for the large requests and replies of dense sync. On loopback,
  * gRPC's own calls and copies held a 1M-float S-EASGD round to 0.55-0.8
  * of what a socket moves (bench/rpc-goodput.sh, --tcp-echo).
@@ -24,8 +24,9 @@
  *    server serves another, each of the stream's calls is refused as the
  *    gRPC door refuses a call routed by an old map (the same status and
  *    message), and the client opens a new stream for the new epoch.
- *  - plain TCP only: a server with TLS serves no bulk stream (its clients
- *    stay on gRPC, which carries TLS).
+ *  - TLS when TLS is configured (bulk_conn.h): the server's streams with
+ *    its gRPC certificate (and, with a CA, a client certificate signed
+ *    by it), a client's verifying the server's name as its channel does.
  * A stream carries its calls in order: the client sends a batch's
  * requests back to back from one thread while another reads the replies
  * as they come, so both directions stay busy. */
@@ -38,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rpc/bulk_conn.h"
 #include "rpc/rpc.h"
 
 #ifdef __cplusplus
@@ -85,6 +87,9 @@ typedef struct ss__bulk_server_config {
      * and each method's calls in the gRPC server's per-method series
      * (rpc/method_series.h) with transport="bulk" */
     struct ss__metrics *metrics;
+    /* optional: TLS on every stream, from the gRPC server's own PEM files
+     * (with a CA, each client shows a certificate signed by it) */
+    const ss__rpc_tls *tls;
 } ss__bulk_server_config;
 
 /* Serves methods[i] as method i of every stream's frames, each handler
@@ -109,13 +114,15 @@ void ss__bulk_server_stop(ss__bulk_server *s);
 
 typedef struct ss__bulk_stream ss__bulk_stream;
 
-/* Connects to host:port and presents the ticket. timeout_ms bounds the
- * connect and, later, each wait for the peer's bytes; max_reply bounds a
- * reply's bytes (a longer one breaks the stream before anything is
- * allocated for it), as a gRPC channel's largest message does. */
-ss_status ss__bulk_stream_open(const char *host, unsigned port,
+/* Connects to host:port (over TLS with tls, a client's context from
+ * bulk_conn.h; NULL: plain TCP) and presents the ticket. timeout_ms
+ * bounds the connect and handshake and, later, each wait for the peer's
+ * bytes; max_reply bounds a reply's bytes (a longer one breaks the stream
+ * before anything is allocated for it), as a gRPC channel's largest
+ * message does. SS_ERR_IO with why on failure. */
+ss_status ss__bulk_stream_open(const char *host, unsigned port, const ss__bulk_tls *tls,
                                const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
-                               size_t max_reply, ss__bulk_stream **out);
+                               size_t max_reply, ss__bulk_stream **out, char *why, size_t whylen);
 void ss__bulk_stream_close(ss__bulk_stream *b);
 /* A stream over a connected socket whose ticket was sent (the fuzz
  * target's); the stream owns fd from now on. */

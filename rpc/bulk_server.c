@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "rpc/bulk.h"
+#include "rpc/bulk_conn.h"
 #include "rpc/method_series.h"
 #include "rpc/rpc_internal.h"
 
@@ -52,6 +53,7 @@ struct ss__bulk_server {
     _Atomic uint64_t refused;                  /* streams closed for their ticket or a frame */
     ss__counter *opened_total, *refused_total; /* NULL: no metrics */
     ss__rpc_method_series *series;             /* per method, as the gRPC server's */
+    ss__bulk_tls *tls;                         /* NULL: plain TCP */
 };
 
 static void count(ss__counter *c) {
@@ -108,31 +110,31 @@ static bool take_ticket(ss__bulk_server *s, const uint8_t t[SS_BULK_TICKET_BYTES
 /* A request whose END is 64-byte aligned, as the gRPC server's: a bulk
  * field of floats runs to the end of its message (rpc/pb_wire.h), so the
  * handler reads the floats in place. */
-static uint8_t *read_request(int fd, uint64_t len, void **block) {
+static uint8_t *read_request(ss__bulk_conn *c, uint64_t len, void **block) {
     const size_t pad = (64 - len % 64) % 64;
     if (!(*block = aligned_alloc(64, len + pad + 64)))
         return NULL;
     uint8_t *buf = (uint8_t *)*block + pad;
-    if (!ss__read_all(fd, buf, len)) {
+    if (!ss__bulk_conn_read(c, buf, len)) {
         free(*block);
         return *block = NULL;
     }
     return buf;
 }
 
-static bool write_reply(int fd, const ss__rpc_reply *r) {
+static bool write_reply(ss__bulk_conn *c, const ss__rpc_reply *r) {
     const bool ok = r->status == SS_OK;
     const uint32_t msg_len = ok ? 0 : (uint32_t)strnlen(r->message, SS_BULK_MESSAGE_MAX);
     uint8_t head[SS_BULK_REPLY_HEAD];
     ss__bulk_reply_head(head, r->status, msg_len, ok ? r->len : 0);
-    return ss__send_all(fd, head, sizeof head) && ss__send_all(fd, r->message, msg_len) &&
-           (!ok || ss__send_all(fd, r->data, r->len));
+    return ss__bulk_conn_send(c, head, sizeof head) && ss__bulk_conn_send(c, r->message, msg_len) &&
+           (!ok || ss__bulk_conn_send(c, r->data, r->len));
 }
 
 /* A stream's frames, in turn, until it ends or breaks a rule. */
-static void serve_frames(ss__bulk_server *s, int fd, uint64_t epoch) {
+static void serve_frames(ss__bulk_server *s, ss__bulk_conn *c, uint64_t epoch) {
     uint8_t head[SS_BULK_REQ_HEAD];
-    while (ss__read_all(fd, head, sizeof head)) {
+    while (ss__bulk_conn_read(c, head, sizeof head)) {
         uint32_t method;
         uint64_t len;
         if (ss__bulk_request_parse(head, (uint32_t)s->nmethods, s->max_len, &method, &len) !=
@@ -146,7 +148,7 @@ static void serve_frames(ss__bulk_server *s, int fd, uint64_t epoch) {
         const size_t held = atomic_fetch_add(&s->inflight, len) + len;
         void *block = NULL;
         const uint8_t *req =
-            !s->max_inflight || held <= s->max_inflight ? read_request(fd, len, &block) : NULL;
+            !s->max_inflight || held <= s->max_inflight ? read_request(c, len, &block) : NULL;
         if (!req) {
             atomic_fetch_sub(&s->inflight, len);
             if (s->max_inflight && held > s->max_inflight) {
@@ -165,7 +167,7 @@ static void serve_frames(ss__bulk_server *s, int fd, uint64_t epoch) {
         ss__rpc_method_series_count(&s->series[method], reply.status, len, reply.len, arrived_ns);
         free(block);
         atomic_fetch_sub(&s->inflight, len);
-        const bool sent = write_reply(fd, &reply);
+        const bool sent = write_reply(c, &reply);
         free(reply.data_block ? reply.data_block : reply.data);
         if (!sent)
             return;
@@ -177,24 +179,48 @@ typedef struct stream_arg {
     int slot;
 } stream_arg;
 
+/* A stream's ticket must come within TICKET_WAIT_S of the connection (a
+ * client sends it at once; over TLS, the handshake too): a socket that
+ * sends nothing holds a thread that long. */
+#define TICKET_WAIT_S 5
+
+/* The stream's connection (its TLS handshake when the server has TLS)
+ * and its ticket; false when either fails (refused, said why). */
+static bool open_stream(ss__bulk_server *s, ss__bulk_conn *c, int fd, uint64_t *epoch) {
+    char why[300] = "";
+    uint8_t t[SS_BULK_TICKET_BYTES];
+    if (ss__bulk_conn_start(c, fd, s->tls, true, NULL, TICKET_WAIT_S * 1000, why, sizeof why) !=
+        SS_OK) {
+        refuse(s);
+        ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=tls why=\"%s\"", why);
+        return false;
+    }
+    if (!ss__bulk_conn_read(c, t, sizeof t) || !take_ticket(s, t, epoch)) {
+        refuse(s);
+        ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=ticket");
+        return false;
+    }
+    return true;
+}
+
 static void *serve_stream(void *arg) {
     stream_arg a = *(stream_arg *)arg;
     free(arg);
     ss__bulk_server *s = a.s;
-    const int fd = s->fds[a.slot];
-    uint8_t t[SS_BULK_TICKET_BYTES];
+    ss__bulk_conn c;
     uint64_t epoch = 0;
-    if (ss__read_all(fd, t, sizeof t) && take_ticket(s, t, &epoch)) {
+    /* The connection owns the socket: the slot keeps it open until the
+     * stream's end, for a stop's shutdown(). */
+    if (open_stream(s, &c, dup(s->fds[a.slot]), &epoch)) {
         /* then no timeout: a client's stream may idle between its rounds */
-        const struct timeval none = {0, 0};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+        ss__bulk_conn_set_timeout(&c, -1);
         count(s->opened_total);
-        ss__log(SS_LOG_INFO, "bulk", "event=stream_opened epoch=%llu", (unsigned long long)epoch);
-        serve_frames(s, fd, epoch);
-    } else {
-        refuse(s);
-        ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=ticket");
+        ss__log(SS_LOG_INFO, "bulk", "event=stream_opened epoch=%llu tls=%d",
+                (unsigned long long)epoch, c.ssl != NULL);
+        serve_frames(s, &c, epoch);
     }
+    ss__bulk_conn_end(&c);
+    const int fd = s->fds[a.slot];
     pthread_mutex_lock(&s->lock);
     close(fd);
     s->fds[a.slot] = -1;
@@ -204,11 +230,7 @@ static void *serve_stream(void *arg) {
     return NULL;
 }
 
-/* A stream's thread, when there is room (else it is closed at once). Its
- * ticket must come within TICKET_WAIT_S of the connection (a client sends
- * it at once): a socket that sends nothing holds a thread that long. */
-#define TICKET_WAIT_S 5
-
+/* A stream's thread, when there is room (else it is closed at once). */
 static void start_stream(ss__bulk_server *s, int fd) {
     const struct timeval tv = {TICKET_WAIT_S, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -296,18 +318,23 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->idle, NULL);
-    char reason[200] = "";
-    if ((s->lfd = ss__tcp_listen(cfg->listen, &s->port, reason, sizeof reason)) < 0)
+    char reason[300] = "";
+    s->lfd = -1;
+    ss_status st = ss__bulk_tls_create(cfg->tls, true, &s->tls, reason, sizeof reason);
+    if (st != SS_OK)
+        snprintf(why, whylen, "--bulk-listen %s: TLS: %s", cfg->listen, reason);
+    else if ((s->lfd = ss__tcp_listen(cfg->listen, &s->port, reason, sizeof reason)) < 0)
         snprintf(why, whylen, "--bulk-listen %s: %s", cfg->listen, reason);
     if (s->lfd < 0 || pthread_create(&s->acceptor, NULL, accept_loop, s) != 0) {
         if (s->lfd >= 0)
             close(s->lfd);
+        ss__bulk_tls_destroy(s->tls);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->idle);
         free(s->max_len);
         free(s->series);
         free(s);
-        return SS_ERR_IO;
+        return st != SS_OK ? st : SS_ERR_IO;
     }
     *out = s;
     return SS_OK;
@@ -337,6 +364,7 @@ void ss__bulk_server_stop(ss__bulk_server *s) {
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->idle);
+    ss__bulk_tls_destroy(s->tls);
     free(s->max_len);
     free(s->series);
     free(s);

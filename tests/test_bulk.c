@@ -354,29 +354,95 @@ START_TEST(test_no_bulk_port_and_a_dead_ps) {
 }
 END_TEST
 
-/* shadowsync-ps with argv exits 2, its message saying says. */
-static void ps_refuses(char *const argv[], const char *says) {
+/* shadowsync-ps with argv exits with code (2: a bad setting; 1: it
+ * cannot start, as with a PEM file gRPC cannot load), saying says. */
+static void ps_refuses(char *const argv[], int code, const char *says) {
     char log[64];
     snprintf(log, sizeof log, "/tmp/ss-test-bulk-refused-%d.log", (int)getpid());
     int status = proc_wait(proc_spawn(argv, log), 20);
-    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == code);
     char *text = proc_read(log);
     ck_assert_msg(strstr(text, says), "said: %s", text);
     free(text);
     unlink(log);
 }
 
-/* --bulk-listen with TLS or on a follower, or without a port: refused,
- * saying why. */
-START_TEST(test_bulk_listen_refused_with_tls) {
+/* --bulk-listen on a follower, with a certificate that does not load, or
+ * without a port: refused, saying why. */
+START_TEST(test_bulk_listen_refused_when_it_cannot_serve) {
     char *tls[] = {SHADOWSYNC_PS, "--listen",     "127.0.0.1:0", "--bulk-listen", "127.0.0.1:0",
                    "--tls-cert",  "/nonexistent", "--tls-key",   "/nonexistent",  NULL};
-    ps_refuses(tls, "--bulk-listen serves plain TCP");
+    ps_refuses(tls, 1, "TLS: the certificate /nonexistent: ");
     char *follow[] = {SHADOWSYNC_PS, "--listen", "127.0.0.1:0",  "--bulk-listen",
                       "127.0.0.1:0", "--follow", "/nonexistent", NULL};
-    ps_refuses(follow, "nor on a --follow replica");
+    ps_refuses(follow, 2, "not on a --follow replica");
     char *bad[] = {SHADOWSYNC_PS, "--listen", "127.0.0.1:0", "--bulk-listen", "127.0.0.1", NULL};
-    ps_refuses(bad, "--bulk-listen \"127.0.0.1\": no port");
+    ps_refuses(bad, 2, "--bulk-listen \"127.0.0.1\": no port");
+}
+END_TEST
+
+/* A throwaway CA in dir and its server and client certificates
+ * (tests/make_certs.sh). */
+static void make_certs(const char *dir) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "bash %s/make_certs.sh %s", SS_TESTS_DIR, dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The stream over mutual TLS: a group of 600,000 floats in chunks of
+ * 100,000 (400 KB each way per call, many TLS records, the requests
+ * sent while the replies are read) gives the deltas the same group gives
+ * over gRPC with the same certificates, bit for bit, and every batch went
+ * on the stream. */
+START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
+    char dir[64], pem[4][128];
+    ss__check_tmpdir(dir, "ss-bulk-tls");
+    make_certs(dir);
+    const char *names[] = {"server.pem", "server.key", "ca.pem", "client.pem"};
+    for (int i = 0; i < 4; i++)
+        snprintf(pem[i], sizeof pem[i], "%s/%s", dir, names[i]);
+    char client_key[128];
+    snprintf(client_key, sizeof client_key, "%s/client.key", dir);
+    snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-tls-%d.log", (int)getpid());
+    char *args[] = {
+        "--max-group-floats", "1000000", "--bulk-listen", "127.0.0.1:0", "--tls-cert", pem[0],
+        "--tls-key",          pem[1],    "--tls-ca",      pem[2],        NULL};
+    ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
+    const ss__rpc_tls tls = {.ca_file = pem[2], .cert_file = pem[3], .key_file = client_key};
+    enum { N = 600000 };
+    ss__grpc_transport_config cfg = {.targets = ps_target,
+                                     .timeout_ms = 20000,
+                                     .chunk_floats = 100000,
+                                     .tls = &tls,
+                                     .bulk = true};
+    ss__transport *b, *g;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &b), SS_OK);
+    cfg.bulk = false;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &g), SS_OK);
+    uint64_t mb, mg;
+    ck_assert_int_eq(ss__transport_join(b, "tls-bulk", N, &mb), SS_OK);
+    ck_assert_int_eq(ss__transport_join(g, "tls-grpc", N, &mg), SS_OK);
+    float *s = malloc(N * sizeof *s), *db = malloc(N * sizeof *db), *dg = malloc(N * sizeof *dg);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++)
+            s[i] = sinf((float)(i + 7 * round));
+        ck_assert_int_eq(ss__transport_easgd_exchange(b, "tls-bulk", mb, s, 0.3f, db, N), SS_OK);
+        ck_assert_int_eq(ss__transport_easgd_exchange(g, "tls-grpc", mg, s, 0.3f, dg, N), SS_OK);
+        ck_assert(memcmp(db, dg, N * sizeof *db) == 0);
+    }
+    ck_assert_float_ne(db[N - 5], 0.0f);
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 3);
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(g), 0);
+    free(s);
+    free(db);
+    free(dg);
+    ss__transport_destroy(b);
+    ss__transport_destroy(g);
+    char *log = proc_read(ps_log);
+    ck_assert_ptr_null(strstr(log, "stream_refused"));
+    free(log);
+    stop_ps();
+    ss__check_rmdir(dir);
 }
 END_TEST
 
@@ -435,7 +501,10 @@ START_TEST(test_a_stream_lives_in_its_epoch) {
     unsigned port;
     ck_assert(ss__address_split(bulk_target, host, sizeof host, &port));
     ss__bulk_stream *old;
-    ck_assert_int_eq(ss__bulk_stream_open(host, port, ticket, 5000, 1 << 20, &old), SS_OK);
+    char why[300];
+    ck_assert_int_eq(
+        ss__bulk_stream_open(host, port, NULL, ticket, 5000, 1 << 20, &old, why, sizeof why),
+        SS_OK);
     ss__rpc_request rq = {.req = (const uint8_t *)"", .len = 0};
     ck_assert_int_eq(ss__bulk_call_many(old, SS_DENSE_BULK_EASGD, &rq, 1, NULL, 0, 1),
                      SS_ERR_STATE);
@@ -519,6 +588,7 @@ int main(void) {
     return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
                            test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
                            test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
-                           test_bulk_listen_refused_with_tls, test_a_stream_lives_in_its_epoch,
-                           test_a_trainer_with_bulk_on);
+                           test_bulk_listen_refused_when_it_cannot_serve,
+                           test_easgd_on_a_tls_stream_as_over_grpc,
+                           test_a_stream_lives_in_its_epoch, test_a_trainer_with_bulk_on);
 }

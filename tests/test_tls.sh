@@ -13,25 +13,15 @@ trainer=$2
 tmp=$(mktemp -d)
 pid=
 pid2=
-trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null; [ -z "$pid2" ] || kill "$pid2" 2>/dev/null; rm -rf "$tmp"' EXIT
+pid3=
+trap 'for p in $pid $pid2 $pid3; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 # A step that fails says which, with the last output and the PS's logs
 # (the ASan run once failed here with no word).
 out=
 trap 'echo "test_tls: failed at line $LINENO: $BASH_COMMAND" >&2; echo "last output: $out" >&2;
-      cat ps.log ps2.log bad.log 2>/dev/null | tail -20 >&2' ERR
+      cat ps.log ps2.log ps3.log bad.log 2>/dev/null | tail -20 >&2' ERR
+bash "$(dirname "$0")/make_certs.sh" "$tmp"
 cd "$tmp"
-q() { "$@" >/dev/null 2>&1; }
-q openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca -keyout ca.key -out ca.pem
-for who in server client reader; do
-  q openssl req -newkey rsa:2048 -nodes -subj "/CN=$who" -keyout $who.key -out $who.csr
-  case $who in
-  server) printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >ext.cnf ;;
-  client) printf 'subjectAltName=DNS:trainer.shadowsync.test\n' >ext.cnf ;;
-  reader) printf 'subjectAltName=DNS:dashboard.shadowsync.test\n' >ext.cnf ;;
-  esac
-  q openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
-    -extfile ext.cnf -out $who.pem
-done
 
 "$ps_bin" --listen 127.0.0.1:0 --http "" --tls-cert server.pem --tls-key server.key --tls-ca ca.pem >ps.log 2>&1 &
 pid=$!
@@ -118,4 +108,39 @@ PY
 refused=$(curl -s "http://$http2/metrics" | awk '/^shadowsync_rpc_unauthorized_total/ {print $2}')
 echo "read-only certificate refusals counted: $refused"
 [ "${refused:-0}" -ge 2 ]
-echo "tls test: mutual TLS served, missing client certificate and plain TCP refused, writers by certificate identity"
+
+# The bulk stream under TLS: a PS with --bulk-listen and mutual TLS gives
+# a trainer with bulk on a ticket over gRPC and serves its dense chunks on
+# a TLS stream (the same certificates); a plain-TCP stream to that port is
+# closed at the handshake, before a ticket is read.
+SHADOWSYNC_LOG_LEVEL=info "$ps_bin" --listen 127.0.0.1:0 --http "" --tls-cert server.pem \
+  --tls-key server.key --tls-ca ca.pem --bulk-listen 127.0.0.1:0 >ps3.log 2>&1 &
+pid3=$!
+for _ in $(seq 100); do grep -q listening ps3.log && break; sleep 0.1; done
+port3=$(grep -o 'listening on [0-9.]*:[0-9]*' ps3.log | cut -d: -f2)
+bulk3=$(grep -o 'bulk on [0-9.]*:[0-9]*' ps3.log | cut -d: -f2)
+out=$(SHADOWSYNC_PS=localhost:$port3 SHADOWSYNC_BULK=1 SHADOWSYNC_TLS_CA=ca.pem \
+  SHADOWSYNC_TLS_CERT=client.pem SHADOWSYNC_TLS_KEY=client.key "$trainer" --steps 200 2>&1)
+echo "bulk over TLS: $out"
+grep -q "rounds=20 " <<<"$out"
+grep -q "event=stream_opened epoch=0 tls=1" ps3.log
+/usr/bin/python3 - "$bulk3" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(bytes(16) + bytes(16))  # a "ticket" and a frame head, no handshake
+s.settimeout(10)
+got = b""
+while True:  # at most a TLS alert record (0x15), then the end (or a reset)
+    try:
+        b = s.recv(100)
+    except ConnectionResetError:
+        break
+    if not b:
+        break
+    got += b
+assert got == b"" or got[0] == 0x15, f"a plain-TCP stream to a TLS bulk port got {got!r}"
+PY
+for _ in $(seq 50); do grep -q "event=stream_refused reason=tls" ps3.log && break; sleep 0.1; done
+grep -q "event=stream_refused reason=tls" ps3.log
+kill "$pid3"
+echo "tls test: mutual TLS served, missing client certificate and plain TCP refused, writers by certificate identity, the bulk stream over TLS"

@@ -90,7 +90,7 @@ static const key trainer_keys[] = {
        "floats per call (and PS group) of a dense shard, same on every member; 0: 131072"),
     TK("bulk", K_BOOL, bulk, 0, 0,
        "dense chunks (S-EASGD, MA/BMUF) on the PS's bulk port (--bulk-listen) when it has one, "
-       "not gRPC (with a shard map, a stream per epoch); not with TLS"),
+       "not gRPC (with a shard map, a stream per epoch; with TLS, the channel's certificates)"),
     TK("shard_map", K_STR, shard_map, 0, 0,
        "shard map file (epoch and ps list) instead of ps: calls routed by a stale map are refused"),
 };

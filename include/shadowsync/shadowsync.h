@@ -125,12 +125,13 @@ typedef struct ss_trainer_config {
      * 0.2.) */
     const char *shard_map;
     /* bulk: dense chunks (S-EASGD, MA/BMUF) go to each PS that serves a bulk port
-     * (--bulk-listen) on a plain TCP stream of their own, opened by a
-     * ticket asked for over gRPC (the same token or certificate), without
-     * gRPC's per-call costs; to a PS without one, over gRPC as always. With
-     * a shard map, a stream serves the epoch of its ticket (a new one after
-     * the map moves on). Not with TLS (the stream has none: gRPC stays).
-     * With an agent, the agent's --bulk decides. (Added in 0.2.) */
+     * (--bulk-listen) on a TCP stream of their own, opened by a ticket
+     * asked for over gRPC (the same token or certificate), without gRPC's
+     * per-call costs; to a PS without one, over gRPC as always. With a
+     * shard map, a stream serves the epoch of its ticket (a new one after
+     * the map moves on). With TLS settings the stream is TLS with the same
+     * certificates. With an agent, the agent's --bulk decides. (Added in
+     * 0.2.) */
     int bulk;
 } ss_trainer_config;
 

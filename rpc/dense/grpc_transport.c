@@ -60,8 +60,9 @@ typedef struct grpc_tp {
     bool window_fixed;
     ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
-    bool recut; /* joins re-cut (JoinRequest.recut) */
-    bool bulk;  /* dense chunks on the shards' bulk streams */
+    bool recut;             /* joins re-cut (JoinRequest.recut) */
+    bool bulk;              /* dense chunks on the shards' bulk streams */
+    ss__bulk_tls *bulk_tls; /* the streams' TLS, from the channels' files (NULL: plain) */
     char host[SS_GRPC_MAX_SHARDS][256];
     /* Idle bulk streams per shard (guarded by lock), each of the epoch
      * (below) it was opened in; a shard whose PS has no bulk port
@@ -255,6 +256,7 @@ static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s, uint64_t *epoch) {
     pthread_mutex_lock(&t->lock);
     ss__bulk_stream *b = t->nidle[s] ? t->idle[s][--t->nidle[s]] : NULL;
     const bool off = t->no_bulk[s];
+    char why[300] = "";
     *epoch = t->epoch;
     pthread_mutex_unlock(&t->lock);
     if (b || off)
@@ -267,9 +269,9 @@ static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s, uint64_t *epoch) {
     const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
     if (st == SS_OK && tr->ticket.len == SS_BULK_TICKET_BYTES && tr->port && tr->port < 65536)
         /* a round's reply waits for the round to close: its bound */
-        st = ss__bulk_stream_open(t->host[s], tr->port, tr->ticket.data,
+        st = ss__bulk_stream_open(t->host[s], tr->port, t->bulk_tls, tr->ticket.data,
                                   t->timeout_ms + t->round_wait_ms, chunk_message_bytes(t->chunk),
-                                  &b);
+                                  &b, why, sizeof why);
     else if (st == SS_OK)
         st = SS_ERR_PARSE;
     if (r)
@@ -282,8 +284,9 @@ static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s, uint64_t *epoch) {
                 "event=bulk_off shard=%u host=%s reason=no_bulk_port status=%s", s, t->host[s],
                 ss_status_name(st));
     } else if (st != SS_OK) {
-        ss__log(SS_LOG_WARN, "dense", "event=bulk_open_failed shard=%u host=%s status=%s", s,
-                t->host[s], ss_status_name(st));
+        ss__log(SS_LOG_WARN, "dense",
+                "event=bulk_open_failed shard=%u host=%s status=%s why=\"%s\"", s, t->host[s],
+                ss_status_name(st), why);
     }
     return st == SS_OK ? b : NULL;
 }
@@ -831,6 +834,7 @@ static void tp_destroy(void *impl) {
         for (uint32_t k = 0; k < t->nidle[s]; k++)
             ss__bulk_stream_close(t->idle[s][k]);
     }
+    ss__bulk_tls_destroy(t->bulk_tls);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -866,8 +870,13 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
     t->recut = cfg->recut;
-    /* The stream carries no TLS: with it, gRPC. */
-    t->bulk = cfg->bulk && !(cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file));
+    t->bulk = cfg->bulk;
+    char why[300] = "";
+    if (t->bulk && ss__bulk_tls_create(cfg->tls, false, &t->bulk_tls, why, sizeof why) != SS_OK) {
+        /* the channels load the same files and say what is wrong with them */
+        ss__log(SS_LOG_WARN, "dense", "event=bulk_off reason=tls why=\"%s\"", why);
+        t->bulk = false;
+    }
     t->epoch = cfg->epoch;
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
