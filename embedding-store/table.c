@@ -266,6 +266,16 @@ find_prefetching(const ss__emb_table *t, stripe *s, const uint64_t *ids, const u
     }
 }
 
+/* Stripe b, locked, when the batch has ids in it (start[b] < start[b + 1],
+ * for_rows' counting sort); NULL otherwise. */
+static stripe *lock_if_used(ss__emb_table *t, const size_t *start, int b) {
+    if (start[b] == start[b + 1])
+        return NULL;
+    stripe *s = &t->s[b];
+    pthread_mutex_lock(&s->lock);
+    return s;
+}
+
 /* Below this many ids, for_rows takes two passes (see there). Measured
  * with shadowsync-bench-emb, 1M rows of dim 64: two passes win at 32-256
  * ids (14 against 8.5M rows/s at 32), tie at 1,024 and lose at 2,048
@@ -320,20 +330,17 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_
      * finds each slot again: the lock was let go in between). */
     if (n < SMALL_BATCH)
         for (int b = 0; b < STRIPES; b++) {
-            const size_t lo = start[b], hi = start[b + 1];
-            if (lo == hi)
-                continue;
-            stripe *s = &t->s[b];
-            pthread_mutex_lock(&s->lock);
-            find_prefetching(t, s, ids, hs, order, lo, hi, found);
-            pthread_mutex_unlock(&s->lock);
+            stripe *s = lock_if_used(t, start, b);
+            if (s) {
+                find_prefetching(t, s, ids, hs, order, start[b], start[b + 1], found);
+                pthread_mutex_unlock(&s->lock);
+            }
         }
     for (int b = 0; b < STRIPES; b++) {
-        const size_t lo = start[b], hi = start[b + 1];
-        if (lo == hi)
+        stripe *s = lock_if_used(t, start, b);
+        if (!s)
             continue;
-        stripe *s = &t->s[b];
-        pthread_mutex_lock(&s->lock);
+        const size_t lo = start[b], hi = start[b + 1];
         for (size_t k = lo; k < hi && s->cap; k++) /* again: from L2 by now, for big batches */
             __builtin_prefetch(&s->slots[(hs[order[k]] >> STRIPE_BITS) & (s->cap - 1)]);
         find_prefetching(t, s, ids, hs, order, lo, hi, found);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/names.h"
 #include "shadow/central_internal.h"
 
@@ -349,10 +350,17 @@ void ss__central_expire(const ss__central *c, group *g, uint64_t now) {
         return;
     for (size_t i = 0; i < g->nmembers;) {
         uint64_t seen = g->members[i].last_seen;
-        if (now > seen && now - seen > c->member_timeout_ns)
+        if (now > seen && now - seen > c->member_timeout_ns) {
+            /* A trainer that died or went silent: the operator hears of it
+             * (its rounds close without it from now on). */
+            ss__log(SS_LOG_WARN, "central",
+                    "event=member_expired group=%s member=%llu silent_ms=%llu", g->name,
+                    (unsigned long long)g->members[i].id,
+                    (unsigned long long)((now - seen) / 1000000u));
             remove_member(g, i);
-        else
+        } else {
             i++;
+        }
     }
 }
 

@@ -370,10 +370,22 @@ START_TEST(test_sigkill_a_trainer_rounds_keep_closing) {
         double last = progress_value(r, "sync_rounds");
         fprintf(stderr, "trainer %d: rounds %.0f at the kill, %.0f at the last progress line\n", r,
                 at_kill[r], last);
-        ck_assert_double_gt(last, at_kill[r] + 20);                /* rounds kept closing */
+        /* Rounds kept closing. How many depends on the machine (11-77 on
+         * a quiet one, 16 once beside a CPU-heavy job, where a bar of 20
+         * failed; 5-8 with no member timeout, each round then waiting for
+         * its deadline): the expiry is checked below instead. */
+        ck_assert_double_gt(last, at_kill[r] + 2);
         ck_assert_double_eq(summary_value(r, "examples"), 120000); /* its whole share */
     }
     ck_assert_double_lt(ex_at_kill, 120000); /* the kill happened mid-run */
+    /* ...without the dead member from --member-timeout-ms on: one of the
+     * two shards (each holds a chunk group) dropped it. */
+    char *l0 = proc_read(path_in("ps0.log")), *l1 = proc_read(path_in("ps1.log"));
+    ck_assert_msg((l0 && strstr(l0, "event=member_expired")) ||
+                      (l1 && strstr(l1, "event=member_expired")),
+                  "no PS expired the killed trainer");
+    free(l0);
+    free(l1);
 }
 END_TEST
 

@@ -4,6 +4,7 @@
  * and cached tables against it, checked against hand-computed rows. */
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,29 @@ static ss_status call(const char *method, const ProtobufCMessage *m, uint8_t **r
     return st;
 }
 
+/* method with m; on success the bytes field at field_offset of its reply
+ * (a message of desc) copied to out, and their count to *out_len (when
+ * not NULL). */
+static ss_status call_bytes(const char *method, const ProtobufCMessage *m,
+                            const ProtobufCMessageDescriptor *desc, size_t field_offset, void *out,
+                            size_t *out_len) {
+    uint8_t *resp;
+    size_t len;
+    ss_status st = call(method, m, &resp, &len);
+    if (st != SS_OK)
+        return st;
+    ProtobufCMessage *r = protobuf_c_message_unpack(desc, NULL, len, resp);
+    ck_assert_ptr_nonnull(r);
+    const ProtobufCBinaryData *b = (const ProtobufCBinaryData *)((const char *)r + field_offset);
+    if (b->len)
+        memcpy(out, b->data, b->len);
+    if (out_len)
+        *out_len = b->len;
+    protobuf_c_message_free_unpacked(r, NULL);
+    free(resp);
+    return st;
+}
+
 static ss_status open_table(const char *name, uint32_t dim) {
     Shadowsync__V1__TableSpec ts = SHADOWSYNC__V1__TABLE_SPEC__INIT;
     ts.name = (char *)name;
@@ -110,17 +134,8 @@ static ss_status lookup(const char *table, const uint64_t *ids, size_t n, float 
     Shadowsync__V1__LookupRequest m = SHADOWSYNC__V1__LOOKUP_REQUEST__INIT;
     m.table = (char *)table;
     m.ids = (ProtobufCBinaryData){n * 8, (uint8_t *)ids};
-    uint8_t *resp;
-    size_t len;
-    ss_status st = call(SS_EMB_M_LOOKUP, &m.base, &resp, &len);
-    if (st == SS_OK) {
-        Shadowsync__V1__LookupReply *r = shadowsync__v1__lookup_reply__unpack(NULL, len, resp);
-        ck_assert_ptr_nonnull(r);
-        memcpy(rows, r->rows.data, r->rows.len);
-        shadowsync__v1__lookup_reply__free_unpacked(r, NULL);
-        free(resp);
-    }
-    return st;
+    return call_bytes(SS_EMB_M_LOOKUP, &m.base, &shadowsync__v1__lookup_reply__descriptor,
+                      offsetof(Shadowsync__V1__LookupReply, rows), rows, NULL);
 }
 
 START_TEST(test_bad_input_over_grpc) {
@@ -195,18 +210,12 @@ static ss_status push_lookup(const char *table, const uint64_t *pids, size_t pn,
     m.push_ids = (ProtobufCBinaryData){pn * 8, (uint8_t *)pids};
     m.grads = (ProtobufCBinaryData){glen, (uint8_t *)g};
     m.ids = (ProtobufCBinaryData){n * 8, (uint8_t *)ids};
-    uint8_t *resp;
-    size_t len;
-    ss_status st = call(SS_EMB_M_PUSH_LOOKUP, &m.base, &resp, &len);
-    if (st == SS_OK) {
-        Shadowsync__V1__LookupReply *r = shadowsync__v1__lookup_reply__unpack(NULL, len, resp);
-        ck_assert_ptr_nonnull(r);
-        ck_assert_uint_eq(r->rows.len, n * 2 * sizeof(float));
-        if (n)
-            memcpy(rows, r->rows.data, r->rows.len);
-        shadowsync__v1__lookup_reply__free_unpacked(r, NULL);
-        free(resp);
-    }
+    size_t len = 0;
+    ss_status st =
+        call_bytes(SS_EMB_M_PUSH_LOOKUP, &m.base, &shadowsync__v1__lookup_reply__descriptor,
+                   offsetof(Shadowsync__V1__LookupReply, rows), rows, &len);
+    if (st == SS_OK)
+        ck_assert_uint_eq(len, n * 2 * sizeof(float));
     return st;
 }
 
@@ -462,18 +471,8 @@ static ss_status elastic_encoded(const char *table, const uint64_t *ids, size_t 
     m.rows = (ProtobufCBinaryData){len, (uint8_t *)rows};
     m.alpha = 0.5f;
     m.encoding = enc;
-    uint8_t *resp;
-    size_t rlen;
-    ss_status st = call(SS_EMB_M_ELASTIC, &m.base, &resp, &rlen);
-    if (st == SS_OK) {
-        Shadowsync__V1__ElasticReply *r = shadowsync__v1__elastic_reply__unpack(NULL, rlen, resp);
-        ck_assert_ptr_nonnull(r);
-        memcpy(out, r->deltas.data, r->deltas.len);
-        *out_len = r->deltas.len;
-        shadowsync__v1__elastic_reply__free_unpacked(r, NULL);
-        free(resp);
-    }
-    return st;
+    return call_bytes(SS_EMB_M_ELASTIC, &m.base, &shadowsync__v1__elastic_reply__descriptor,
+                      offsetof(Shadowsync__V1__ElasticReply, deltas), out, out_len);
 }
 
 START_TEST(test_elastic_encodings_over_grpc) {

@@ -600,19 +600,34 @@ static ss_status decode_replies(const membership *m, const fanout *f, bool easgd
     return st;
 }
 
+/* A request's codec fields (EasgdRequest and RoundRequest name them alike). */
+typedef struct upload_fields {
+    Shadowsync__V1__Encoding *encoding;
+    protobuf_c_boolean *mirror_reset;
+    uint64_t *mirror_seq, *size;
+} upload_fields;
+
 /* Chunk i of s as rq's payload, sent last: encoded by the member's codec
- * (true; up says how, for the request's fields), or the floats themselves
- * in place (false). */
-static bool chunk_payload(const membership *m, size_t i, const float *s, ss__codec_upload *up,
-                          ss__rpc_request *rq) {
+ * (and the request's codec fields set to say how), or the floats
+ * themselves in place (the fields left at their defaults). */
+static void chunk_payload(const membership *m, size_t i, const float *s, ss__rpc_request *rq,
+                          upload_fields f) {
     if (m->codecs) {
-        encode_chunk(m, i, s, up, rq);
-        return true;
+        ss__codec_upload up;
+        encode_chunk(m, i, s, &up, rq);
+        *f.encoding = (Shadowsync__V1__Encoding)up.enc;
+        *f.mirror_reset = up.reset;
+        *f.mirror_seq = up.seq;
+        *f.size = m->parts[i].n;
+        return;
     }
     rq->payload = (const uint8_t *)(s + m->parts[i].lo);
     rq->payload_len = m->parts[i].n * sizeof(float);
-    return false;
 }
+
+/* The fields of req, a request with the codec fields. */
+#define UPLOAD_FIELDS(req)                                                                         \
+    ((upload_fields){&(req).encoding, &(req).mirror_reset, &(req).mirror_seq, &(req).size})
 
 typedef struct easgd_arg {
     const float *s;
@@ -627,13 +642,7 @@ static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size
     req.group = (char *)m->parts[i].name;
     req.member = m->ids[i];
     req.alpha = a->alpha;
-    ss__codec_upload up;
-    if (chunk_payload(m, i, a->s, &up, rq)) {
-        req.encoding = (Shadowsync__V1__Encoding)up.enc;
-        req.mirror_reset = up.reset;
-        req.mirror_seq = up.seq;
-        req.size = m->parts[i].n;
-    }
+    chunk_payload(m, i, a->s, rq, UPLOAD_FIELDS(req));
     return pack_bulk_head(&req.base, 4, rq->payload_len, len);
 }
 
@@ -686,13 +695,7 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
         req.bmuf_zeta = a->bmuf->zeta;
         req.bmuf_nesterov = a->bmuf->nesterov;
     }
-    ss__codec_upload up;
-    if (chunk_payload(m, i, a->s, &up, rq)) {
-        req.encoding = (Shadowsync__V1__Encoding)up.enc;
-        req.mirror_reset = up.reset;
-        req.mirror_seq = up.seq;
-        req.size = m->parts[i].n;
-    }
+    chunk_payload(m, i, a->s, rq, UPLOAD_FIELDS(req));
     return pack_bulk_head(&req.base, 3, rq->payload_len, len);
 }
 
