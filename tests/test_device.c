@@ -25,6 +25,7 @@
 #endif
 #include "shadow/replica.h"
 #include "shadowsync/shadowsync.h"
+#include "transport_checks.h"
 
 static char tmpdir[] = "/tmp/ss-device-XXXXXX";
 
@@ -37,6 +38,16 @@ static void expect_said(const char *text, const char *needle) {
     ck_assert_msg(strstr(text, needle), "\"%s\" does not say \"%s\"", text, needle);
 }
 
+/* A trainer that syncs nothing (the device groups' own calls under test). */
+static ss_trainer *open_unsynced_trainer(void) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_NONE;
+    ss_trainer *t;
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    return t;
+}
+
 /* The real backend with no GPU (every CI machine): no device, and why. */
 START_TEST(test_without_a_device_says_why) {
     ss__device_backend_set(NULL);
@@ -47,11 +58,7 @@ START_TEST(test_without_a_device_says_why) {
     }
     ck_assert_int_eq(ss_device_count(), 0);
     expect_said(ss_last_error(), "no CUDA device: ");
-    ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.mode = SS_SYNC_NONE;
-    ss_trainer *t;
-    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_trainer *t = open_unsynced_trainer();
     ss_dense *g = NULL;
     ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 16, 0, NULL, &g), SS_ERR_UNSUPPORTED);
     ck_assert_ptr_null(g);
@@ -226,18 +233,6 @@ START_TEST(test_standin_pinned_buffers_skip_staging) {
 }
 END_TEST
 
-typedef struct {
-    ss__engine *e;
-    ss__engine_group *g;
-    ss_status st;
-} round_arg;
-
-static void *run_one_round(void *p) {
-    round_arg *a = p;
-    a->st = ss__engine_run_round(a->e, a->g);
-    return NULL;
-}
-
 /* S-MA across a host and a device member: both move to the mean. */
 START_TEST(test_standin_ma_host_and_device) {
     ss__transport *t = standin_and_inproc();
@@ -246,17 +241,11 @@ START_TEST(test_standin_ma_host_and_device) {
     r[1] = standin_replica(2, (const float[]){2, 6});
     ss__sync_params p = {.algo = SS_ALGO_MA};
     round_arg args[2];
-    pthread_t th[2];
     for (int k = 0; k < 2; k++) {
         args[k].e = engine_on(t);
         ck_assert_int_eq(ss__engine_add_group(args[k].e, "w", r[k], &p, &args[k].g), SS_OK);
     }
-    for (int k = 0; k < 2; k++)
-        pthread_create(&th[k], NULL, run_one_round, &args[k]);
-    for (int k = 0; k < 2; k++) {
-        pthread_join(th[k], NULL);
-        ck_assert_int_eq(args[k].st, SS_OK);
-    }
+    run_rounds_together(args, 2, 1);
     float x[2];
     for (int k = 0; k < 2; k++) {
         ck_assert_int_eq(ss__replica_snapshot(r[k], x), SS_OK);
@@ -305,11 +294,7 @@ END_TEST
 START_TEST(test_api_device_group) {
     ss__device_backend_set(&standin_backend);
     ck_assert_int_eq(ss_device_count(), STANDIN_DEVICES);
-    ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.mode = SS_SYNC_NONE;
-    ss_trainer *t;
-    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
+    ss_trainer *t = open_unsynced_trainer();
     ss_dense *g = NULL;
     ck_assert_int_eq(ss_trainer_add_dense_device(t, "w", 4, -1, NULL, &g), SS_ERR_INVALID_ARGUMENT);
     expect_said(ss_last_error(), "device -1: a CUDA device ordinal is >= 0");

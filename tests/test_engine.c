@@ -273,7 +273,6 @@ START_TEST(test_ma_round_across_three_engines) {
     ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
-    pthread_t th[3];
     ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
         ss__engine_config cfg = {.transport = t, .threads = 1};
@@ -284,11 +283,8 @@ START_TEST(test_ma_round_across_three_engines) {
         args[k].e = e[k];
         ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
     }
-    for (int k = 0; k < 3; k++)
-        pthread_create(&th[k], NULL, run_one_round, &args[k]);
+    run_rounds_together(args, 3, 1);
     for (int k = 0; k < 3; k++) {
-        pthread_join(th[k], NULL);
-        ck_assert_int_eq(args[k].st, SS_OK);
         ck_assert_float_eq(ss__replica_data(r[k])[0], 1.0f);
         ck_assert_float_eq(ss__replica_data(r[k])[1], 3.0f);
     }

@@ -39,12 +39,17 @@ static void start_members(ss__transport **t, uint32_t m, bool random) {
         ck_assert_int_eq(ss__gossip_transport_set_peers(t[r], peers), SS_OK);
 }
 
-START_TEST(test_pull_rounds_by_hand) {
-    ss__transport *t[M];
+/* M members started, each joined to group "w" of 2 floats (its id in id[r]). */
+static void start_joined(ss__transport **t, uint64_t *id) {
     start_members(t, M, false);
-    uint64_t id[M];
     for (int r = 0; r < M; r++)
         ck_assert_int_eq(ss__transport_join(t[r], "w", 2, &id[r]), SS_OK);
+}
+
+START_TEST(test_pull_rounds_by_hand) {
+    ss__transport *t[M];
+    uint64_t id[M];
+    start_joined(t, id);
     float out[2];
     ss__round_result rr;
     /* Nobody has a snapshot yet: member 1's first round has no one to pull
@@ -193,10 +198,8 @@ END_TEST
  * succeed) instead of failing for want of a peer. */
 START_TEST(test_peers_that_leave_are_passed_over) {
     ss__transport *t[M];
-    start_members(t, M, false);
     uint64_t id[M];
-    for (int r = 0; r < M; r++)
-        ck_assert_int_eq(ss__transport_join(t[r], "w", 2, &id[r]), SS_OK);
+    start_joined(t, id);
     float out[2];
     ss__round_result rr;
     /* Members 1 and 2 publish snapshots, then 1 leaves for good. */

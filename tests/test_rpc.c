@@ -69,7 +69,6 @@ START_TEST(test_ma_round_of_three_engines_over_grpc) {
     ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
-    pthread_t th[3];
     ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
         t[k] = connect_ps(); /* one connection per trainer, as across processes */
@@ -81,11 +80,8 @@ START_TEST(test_ma_round_of_three_engines_over_grpc) {
         args[k].e = e[k];
         ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
     }
-    for (int k = 0; k < 3; k++)
-        pthread_create(&th[k], NULL, run_one_round, &args[k]);
+    run_rounds_together(args, 3, 1);
     for (int k = 0; k < 3; k++) {
-        pthread_join(th[k], NULL);
-        ck_assert_int_eq(args[k].st, SS_OK);
         for (int i = 0; i < 3; i++)
             ck_assert_float_eq(ss__replica_data(r[k])[i], (float)(i + 1));
     }
