@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -102,6 +103,47 @@ void ss__bulk_tls_destroy(ss__bulk_tls *t) {
     free(t);
 }
 
+/* OpenSSL's socket BIO writes with write(): to a peer that is gone that
+ * raises SIGPIPE, which kills a trainer that links this library and
+ * does not ignore it. This BIO is the socket BIO with its writes made
+ * with send(MSG_NOSIGNAL), as ss__send_all's on a plain stream. */
+static int nosignal_write(BIO *b, const char *in, int len) {
+    int fd = -1;
+    BIO_get_fd(b, &fd);
+    ssize_t r = send(fd, in, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (r <= 0 && BIO_sock_should_retry((int)r))
+        BIO_set_retry_write(b);
+    return (int)r;
+}
+
+static BIO_METHOD *nosignal_method;
+static pthread_once_t nosignal_once = PTHREAD_ONCE_INIT;
+
+static void make_nosignal_method(void) {
+    const BIO_METHOD *sock = BIO_s_socket();
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
+                                 "socket without SIGPIPE");
+    if (m && BIO_meth_set_write(m, nosignal_write) == 1 &&
+        BIO_meth_set_read(m, BIO_meth_get_read(sock)) == 1 &&
+        BIO_meth_set_puts(m, BIO_meth_get_puts(sock)) == 1 &&
+        BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(sock)) == 1 &&
+        BIO_meth_set_create(m, BIO_meth_get_create(sock)) == 1 &&
+        BIO_meth_set_destroy(m, BIO_meth_get_destroy(sock)) == 1)
+        nosignal_method = m;
+    else
+        BIO_meth_free(m);
+}
+
+/* A BIO over fd (not closed with the BIO); NULL when none can be made. */
+static BIO *nosignal_bio(int fd) {
+    pthread_once(&nosignal_once, make_nosignal_method);
+    BIO *b = nosignal_method ? BIO_new(nosignal_method) : NULL;
+    if (b)
+        BIO_set_fd(b, fd, BIO_NOCLOSE);
+    return b;
+}
+
 /* Waits until fd can do what OpenSSL wants (err: its SSL_get_error),
  * within timeout_ms; false for any other error or a wait past it. */
 static bool wait_for_socket(int fd, int err, int timeout_ms) {
@@ -160,8 +202,11 @@ ss_status ss__bulk_conn_start(ss__bulk_conn *c, int fd, const ss__bulk_tls *tls,
         return SS_OK;
     const int fl = fcntl(fd, F_GETFL);
     SSL *ssl = SSL_new(tls->ctx);
+    BIO *bio = ssl ? nosignal_bio(fd) : NULL;
     c->ssl = ssl;
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || !ssl || SSL_set_fd(ssl, fd) != 1 ||
+    if (bio)
+        SSL_set_bio(ssl, bio, bio); /* the SSL owns it from now on */
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || !ssl || !bio ||
         (!server && host && !expect_host(ssl, host))) {
         say_ssl(why, whylen, "a TLS connection");
         ss__bulk_conn_end(c);

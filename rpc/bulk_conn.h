@@ -8,7 +8,9 @@
  * takes no two calls at once. A call that wants the socket lets the lock
  * go and waits in poll(), so the two directions still overlap; each send
  * or read encrypts or decrypts at most SS_BULK_TLS_SLICE bytes under the
- * lock, so neither direction holds the other up for long. */
+ * lock, so neither direction holds the other up for long. OpenSSL's
+ * writes go through send(MSG_NOSIGNAL): a peer that is gone is a failed
+ * send, not a SIGPIPE in the trainer that links the library. */
 #ifndef SS_RPC_BULK_CONN_H
 #define SS_RPC_BULK_CONN_H
 

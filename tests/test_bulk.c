@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,11 +390,67 @@ static void make_certs(const char *dir) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
+typedef struct tls_side {
+    ss__bulk_conn conn;
+    int fd;
+    const ss__bulk_tls *tls;
+    ss_status st;
+} tls_side;
+
+static void *tls_server_side(void *arg) {
+    tls_side *a = arg;
+    char why[300];
+    a->st = ss__bulk_conn_start(&a->conn, a->fd, a->tls, true, NULL, 5000, why, sizeof why);
+    return NULL;
+}
+
+/* A TLS connection whose peer is gone: a send fails and raises no
+ * SIGPIPE (OpenSSL's own socket writes would, and a trainer that links
+ * the library need not ignore it; this test process does not). */
+START_TEST(test_a_tls_send_to_a_closed_peer_raises_no_sigpipe) {
+    char dir[64], f[5][128];
+    ss__check_tmpdir(dir, "ss-bulk-pipe");
+    make_certs(dir);
+    const char *names[] = {"server.pem", "server.key", "ca.pem", "client.pem", "client.key"};
+    for (int i = 0; i < 5; i++)
+        snprintf(f[i], sizeof f[i], "%s/%s", dir, names[i]);
+    const ss__rpc_tls stls = {.cert_file = f[0], .key_file = f[1], .ca_file = f[2]};
+    const ss__rpc_tls ctls = {.ca_file = f[2], .cert_file = f[3], .key_file = f[4]};
+    ss__bulk_tls *st, *ct;
+    char why[300];
+    ck_assert_int_eq(ss__bulk_tls_create(&stls, true, &st, why, sizeof why), SS_OK);
+    ck_assert_int_eq(ss__bulk_tls_create(&ctls, false, &ct, why, sizeof why), SS_OK);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    tls_side server = {.fd = sv[1], .tls = st};
+    pthread_t th;
+    pthread_create(&th, NULL, tls_server_side, &server);
+    ss__bulk_conn client;
+    ck_assert_msg(
+        ss__bulk_conn_start(&client, sv[0], ct, false, "localhost", 5000, why, sizeof why) == SS_OK,
+        "handshake: %s", why);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(server.st, SS_OK);
+    const char hello[] = "hello";
+    char got[sizeof hello];
+    ck_assert(ss__bulk_conn_send(&client, hello, sizeof hello));
+    ck_assert(ss__bulk_conn_read(&server.conn, got, sizeof got));
+    ck_assert_str_eq(got, hello);
+    ss__bulk_conn_end(&server.conn); /* the peer goes */
+    static char big[1 << 20];
+    ck_assert(!ss__bulk_conn_send(&client, big, sizeof big));
+    ss__bulk_conn_end(&client);
+    ss__bulk_tls_destroy(st);
+    ss__bulk_tls_destroy(ct);
+    ss__check_rmdir(dir);
+}
+END_TEST
+
 /* The stream over mutual TLS: a group of 600,000 floats in chunks of
  * 100,000 (400 KB each way per call, many TLS records, the requests
  * sent while the replies are read) gives the deltas the same group gives
  * over gRPC with the same certificates, bit for bit, and every batch went
- * on the stream. */
+ * on the stream; once the PS is killed, an exchange fails cleanly. */
 START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     char dir[64], pem[4][128];
     ss__check_tmpdir(dir, "ss-bulk-tls");
@@ -433,15 +490,23 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     ck_assert_float_ne(db[N - 5], 0.0f);
     ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 3);
     ck_assert_uint_eq(ss__grpc_transport_bulk_batches(g), 0);
-    free(s);
-    free(db);
-    free(dg);
-    ss__transport_destroy(b);
     ss__transport_destroy(g);
     char *log = proc_read(ps_log);
     ck_assert_ptr_null(strstr(log, "stream_refused"));
     free(log);
-    stop_ps();
+    /* The PS killed: the next exchange, 2.4 MB to write on streams whose
+     * peer is gone, fails and applies nothing; this process (which does
+     * not ignore SIGPIPE, as a trainer need not) lives on. */
+    kill(ps_pid, SIGKILL);
+    proc_wait(ps_pid, 10);
+    unlink(ps_log);
+    ck_assert_int_ne(ss__transport_easgd_exchange(b, "tls-bulk", mb, s, 0.3f, db, N), SS_OK);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(db[i], 0.0f);
+    ss__transport_destroy(b);
+    free(s);
+    free(db);
+    free(dg);
     ss__check_rmdir(dir);
 }
 END_TEST
@@ -590,5 +655,6 @@ int main(void) {
                            test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
                            test_bulk_listen_refused_when_it_cannot_serve,
                            test_easgd_on_a_tls_stream_as_over_grpc,
+                           test_a_tls_send_to_a_closed_peer_raises_no_sigpipe,
                            test_a_stream_lives_in_its_epoch, test_a_trainer_with_bulk_on);
 }
