@@ -330,13 +330,14 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_
      * the line-fill buffers and were out of cache again by their stripe's
      * turn: 16.3-19.3M rows/s, against 20.1-22.3M so (lookups alone,
      * batches of 4,096, alternating runs; 32 and 256 ids: the same). */
-    for (size_t i = 0; i < n && n < SMALL_BATCH; i++)
+    const bool big = n >= SMALL_BATCH;
+    for (size_t i = 0; i < n && !big; i++)
         prefetch_home(t, hs[i]);
     /* A small batch has a few ids per stripe, too few for the rows'
      * misses of one stripe to overlap: a first pass over the stripes
      * prefetches every row, and the pass below finds them in cache (it
      * finds each slot again: the lock was let go in between). */
-    if (n < SMALL_BATCH)
+    if (!big)
         for (int b = 0; b < STRIPES; b++) {
             stripe *s = lock_if_used(t, start, b);
             if (s) {
@@ -344,7 +345,6 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_
                 pthread_mutex_unlock(&s->lock);
             }
         }
-    const bool big = n >= SMALL_BATCH;
     for (size_t k = 0; big && k < start[1]; k++)
         prefetch_home(t, hs[order[k]]);
     for (int b = 0; b < STRIPES; b++) {

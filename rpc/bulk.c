@@ -122,10 +122,10 @@ ss_status ss__bulk_stream_open(const char *host, unsigned port, const ss__bulk_t
     ss_status st = ss__bulk_conn_start(&b->c, fd, tls, false, host, (int)timeout_ms, why, whylen);
     if (st == SS_OK && !ss__bulk_conn_send(&b->c, ticket, SS_BULK_TICKET_BYTES)) {
         snprintf(why, whylen, "the ticket did not go out to %s port %u", host, port);
-        ss__bulk_conn_end(&b->c);
         st = SS_ERR_IO;
     }
     if (st != SS_OK) {
+        ss__bulk_conn_end(&b->c);
         free(b);
         return st;
     }

@@ -194,6 +194,16 @@ static ss_status handshake(ss__bulk_conn *c, bool server, char *why, size_t whyl
     }
 }
 
+/* The TLS state freed and the socket closed; the lock stays (conn_end's). */
+static void release(ss__bulk_conn *c) {
+    if (c->ssl)
+        SSL_free(c->ssl); /* no close_notify: the stream's frames say where it ends */
+    c->ssl = NULL;
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
 ss_status ss__bulk_conn_start(ss__bulk_conn *c, int fd, const ss__bulk_tls *tls, bool server,
                               const char *host, int timeout_ms, char *why, size_t whylen) {
     *c = (ss__bulk_conn){.fd = fd, .timeout_ms = timeout_ms};
@@ -209,12 +219,12 @@ ss_status ss__bulk_conn_start(ss__bulk_conn *c, int fd, const ss__bulk_tls *tls,
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || !ssl || !bio ||
         (!server && host && !expect_host(ssl, host))) {
         say_ssl(why, whylen, "a TLS connection");
-        ss__bulk_conn_end(c);
+        release(c);
         return SS_ERR_IO;
     }
     ss_status st = handshake(c, server, why, whylen);
     if (st != SS_OK)
-        ss__bulk_conn_end(c);
+        release(c);
     return st;
 }
 
@@ -258,11 +268,6 @@ void ss__bulk_conn_set_timeout(ss__bulk_conn *c, int timeout_ms) {
 }
 
 void ss__bulk_conn_end(ss__bulk_conn *c) {
-    if (c->ssl)
-        SSL_free(c->ssl); /* no close_notify: the stream's frames say where it ends */
-    c->ssl = NULL;
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
+    release(c);
     pthread_mutex_destroy(&c->lock);
 }

@@ -359,34 +359,15 @@ ss_status ss_trainer_config_from_env(ss_trainer_config *cfg) {
     return ss__err_end(st);
 }
 
-/* Either config, edited on a copy that goes back whole only when every
- * step succeeded (a bad value leaves the caller's config as it was). */
-typedef union any_config {
-    ss_trainer_config trainer;
-    ss_table_config table;
-} any_config;
-
-/* Sets key on cfg (a config whose struct_size comes first), read into a
- * copy by read_copy. */
-static ss_status set_on_copy(void *cfg, ss_status (*read_copy)(const void *, any_config *),
-                             const key *keys, size_t n, const char *what, const char *k,
-                             const char *value) {
-    ss__err_begin();
-    any_config c;
-    ss_status st = read_copy(cfg, &c);
-    if (st == SS_OK)
-        st = set_by_name(&c, keys, n, what, k, value);
-    if (st == SS_OK)
-        memcpy(cfg, &c, *(const size_t *)cfg);
-    return ss__err_end(st);
-}
-
-static ss_status read_trainer(const void *cfg, any_config *c) {
-    return ss__trainer_config_read(cfg, &c->trainer);
-}
-
 ss_status ss_trainer_config_set(ss_trainer_config *cfg, const char *key, const char *value) {
-    return set_on_copy(cfg, read_trainer, trainer_keys, NKEYS(trainer_keys), "trainer", key, value);
+    ss__err_begin();
+    ss_trainer_config c;
+    ss_status st = ss__trainer_config_read(cfg, &c);
+    if (st == SS_OK)
+        st = set_by_name(&c, trainer_keys, NKEYS(trainer_keys), "trainer", key, value);
+    if (st == SS_OK)
+        memcpy(cfg, &c, cfg->struct_size);
+    return ss__err_end(st);
 }
 
 ss_status ss_trainer_config_create(ss_trainer_config **out) {
@@ -445,12 +426,15 @@ ss_status ss_table_config_from_env(ss_table_config *cfg) {
     return ss__err_end(st);
 }
 
-static ss_status read_table(const void *cfg, any_config *c) {
-    return ss__table_config_read(cfg, &c->table);
-}
-
 ss_status ss_table_config_set(ss_table_config *cfg, const char *key, const char *value) {
-    return set_on_copy(cfg, read_table, table_keys, NKEYS(table_keys), "table", key, value);
+    ss__err_begin();
+    ss_table_config c;
+    ss_status st = ss__table_config_read(cfg, &c);
+    if (st == SS_OK)
+        st = set_by_name(&c, table_keys, NKEYS(table_keys), "table", key, value);
+    if (st == SS_OK)
+        memcpy(cfg, &c, cfg->struct_size);
+    return ss__err_end(st);
 }
 
 ss_status ss_table_config_create(const char *name, uint32_t dim, ss_table_config **out) {
