@@ -212,6 +212,95 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     shadowsync__v1__leave_request__free_unpacked(m, NULL);
 }
 
+/* One EASGD or MA/BMUF call once its request is unpacked. The two differ
+ * only in what the centre computes and in the reply's head; the snapshot
+ * comes in f32 or encoded, and the answer goes out the same way. */
+typedef struct dense_call {
+    const char *group;
+    uint64_t member;
+    const ProtobufCBinaryData *snap;
+    uint32_t encoding;
+    bool mirror_reset;
+    uint64_t mirror_seq;
+    uint64_t size;
+    bool round;                  /* false: EASGD */
+    float alpha;                 /* EASGD */
+    const ss__bmuf_params *bmuf; /* round: NULL = S-MA */
+} dense_call;
+
+/* The fields EasgdRequest and RoundRequest share, for a dense_call. */
+#define DENSE_CALL_FIELDS(m, snapshot)                                                             \
+    .group = (m)->group, .member = (m)->member, .snap = (snapshot), .encoding = (m)->encoding,     \
+    .mirror_reset = (m)->mirror_reset, .mirror_seq = (m)->mirror_seq, .size = (m)->size
+
+/* The centre's part: up != NULL for an encoded snapshot (its answer in
+ * enc_out), else the f32 snapshot s of n floats (its answer in out). */
+static ss_status centre_compute(ss__dense_service *svc, const dense_call *c, const float *s,
+                                float *out, size_t n, const ss__codec_upload *up, uint8_t *enc_out,
+                                ss__round_result *rr) {
+    if (c->bmuf && !ss__bmuf_params_valid(c->bmuf))
+        return SS_ERR_INVALID_ARGUMENT;
+    if (up && c->round)
+        return ss__central_round_encoded(svc->centre, c->group, c->member, c->size, up, c->bmuf,
+                                         enc_out, rr);
+    if (up)
+        return ss__central_easgd_encoded(svc->centre, c->group, c->member, c->size, c->alpha, up,
+                                         enc_out);
+    if (c->round)
+        return ss__central_round(svc->centre, c->group, c->member, s, c->bmuf, out, n, rr);
+    return ss__central_easgd(svc->centre, c->group, c->member, s, c->alpha, out, n);
+}
+
+/* The reply: its head (a round's number and participants) and the answer's
+ * bytes, which the reply takes over. */
+static void dense_call_seal(ss__dense_service *svc, const dense_call *c, const ss__round_result *rr,
+                            uint8_t *block, size_t bytes, ss__rpc_reply *reply) {
+    if (c->round) {
+        Shadowsync__V1__RoundReply head = SHADOWSYNC__V1__ROUND_REPLY__INIT;
+        head.round = rr->round;
+        head.participants = rr->participants;
+        bulk_reply_seal(svc, &head.base, 3, block, bytes, reply);
+    } else {
+        Shadowsync__V1__EasgdReply head = SHADOWSYNC__V1__EASGD_REPLY__INIT;
+        bulk_reply_seal(svc, &head.base, 1, block, bytes, reply);
+    }
+}
+
+static void serve_dense_call(ss__dense_service *svc, const dense_call *c, ss__rpc_reply *reply) {
+    float *owned = NULL, *out;
+    const float *s;
+    uint8_t *block = NULL, *enc_out;
+    ss__codec_upload up;
+    ss__round_result rr = {0};
+    if (c->encoding != SHADOWSYNC__V1__ENCODING__F32) {
+        if ((enc_out = encoded_in_out(svc, c->group, c->encoding, c->mirror_reset, c->mirror_seq,
+                                      c->size, c->snap, &up, &block, reply))) {
+            ss_status st = centre_compute(svc, c, NULL, NULL, 0, &up, enc_out, &rr);
+            if (st == SS_OK) {
+                dense_call_seal(svc, c, &rr, block, ss__codec_size(up.enc, c->size), reply);
+                block = NULL; /* the reply's now */
+            } else {
+                fail_encoded(svc, reply, st);
+            }
+        }
+    } else if ((out = bulk_in_out(svc, c->group, c->snap, &s, &owned, &block, reply))) {
+        size_t n = c->snap->len / sizeof(float);
+        ss_status st = centre_compute(svc, c, s, out, n, NULL, NULL, &rr);
+        if (st == SS_OK) {
+            dense_call_seal(svc, c, &rr, block, c->snap->len, reply);
+            block = NULL;
+        } else if (st == SS_ERR_INVALID_ARGUMENT && c->bmuf) {
+            reject(svc, reply, st,
+                   "bmuf needs eta in [0, 1) and zeta in (0, 1 / (1 - eta)], the same on every "
+                   "member, and a group that no member runs with S-MA");
+        } else {
+            fail(svc, reply, st);
+        }
+    }
+    free(owned);
+    free(block);
+}
+
 static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     ProtobufCBinaryData snap = {0};
@@ -222,36 +311,8 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         count_rejected(svc);
         return;
     }
-    float *owned = NULL, *d;
-    const float *s;
-    uint8_t *block = NULL, *out;
-    ss__codec_upload up;
-    if (m->encoding != SHADOWSYNC__V1__ENCODING__F32) {
-        if ((out = encoded_in_out(svc, m->group, m->encoding, m->mirror_reset, m->mirror_seq,
-                                  m->size, &snap, &up, &block, reply))) {
-            ss_status st = ss__central_easgd_encoded(svc->centre, m->group, m->member, m->size,
-                                                     m->alpha, &up, out);
-            if (st == SS_OK) {
-                Shadowsync__V1__EasgdReply head = SHADOWSYNC__V1__EASGD_REPLY__INIT;
-                bulk_reply_seal(svc, &head.base, 1, block, ss__codec_size(up.enc, m->size), reply);
-                block = NULL;
-            } else {
-                fail_encoded(svc, reply, st);
-            }
-        }
-    } else if ((d = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
-        size_t n = snap.len / sizeof(float);
-        ss_status st = ss__central_easgd(svc->centre, m->group, m->member, s, m->alpha, d, n);
-        if (st == SS_OK) {
-            Shadowsync__V1__EasgdReply head = SHADOWSYNC__V1__EASGD_REPLY__INIT;
-            bulk_reply_seal(svc, &head.base, 1, block, snap.len, reply);
-            block = NULL; /* the reply's now */
-        } else {
-            fail(svc, reply, st);
-        }
-    }
-    free(owned);
-    free(block);
+    dense_call c = {DENSE_CALL_FIELDS(m, &snap), .alpha = m->alpha};
+    serve_dense_call(svc, &c, reply);
     shadowsync__v1__easgd_request__free_unpacked(m, NULL);
 }
 
@@ -265,54 +326,9 @@ static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         count_rejected(svc);
         return;
     }
-    float *owned = NULL, *avg;
-    const float *s;
-    uint8_t *block = NULL, *out;
-    ss__codec_upload up;
     ss__bmuf_params bp = {.eta = m->bmuf_eta, .zeta = m->bmuf_zeta, .nesterov = m->bmuf_nesterov};
-    if (m->encoding != SHADOWSYNC__V1__ENCODING__F32) {
-        if ((out = encoded_in_out(svc, m->group, m->encoding, m->mirror_reset, m->mirror_seq,
-                                  m->size, &snap, &up, &block, reply))) {
-            ss__round_result rr;
-            ss_status st =
-                m->bmuf && !ss__bmuf_params_valid(&bp)
-                    ? SS_ERR_INVALID_ARGUMENT
-                    : ss__central_round_encoded(svc->centre, m->group, m->member, m->size, &up,
-                                                m->bmuf ? &bp : NULL, out, &rr);
-            if (st == SS_OK) {
-                Shadowsync__V1__RoundReply head = SHADOWSYNC__V1__ROUND_REPLY__INIT;
-                head.round = rr.round;
-                head.participants = rr.participants;
-                bulk_reply_seal(svc, &head.base, 3, block, ss__codec_size(up.enc, m->size), reply);
-                block = NULL;
-            } else {
-                fail_encoded(svc, reply, st);
-            }
-        }
-    } else if ((avg = bulk_in_out(svc, m->group, &snap, &s, &owned, &block, reply))) {
-        size_t n = snap.len / sizeof(float);
-        ss__round_result rr;
-        ss_status st = m->bmuf && !ss__bmuf_params_valid(&bp)
-                           ? SS_ERR_INVALID_ARGUMENT
-                           : ss__central_round(svc->centre, m->group, m->member, s,
-                                               m->bmuf ? &bp : NULL, avg, n, &rr);
-        if (st == SS_OK) {
-            Shadowsync__V1__RoundReply head = SHADOWSYNC__V1__ROUND_REPLY__INIT;
-            head.round = rr.round;
-            head.participants = rr.participants;
-            bulk_reply_seal(svc, &head.base, 3, block, snap.len, reply);
-            block = NULL;
-        } else if (st == SS_ERR_INVALID_ARGUMENT && m->bmuf) {
-            reject(svc, reply, st,
-                   "bmuf needs eta in [0, 1) and zeta in (0, 1 / (1 - eta)], the same on every "
-                   "member, "
-                   "and a group that no member runs with S-MA");
-        } else {
-            fail(svc, reply, st);
-        }
-    }
-    free(owned);
-    free(block);
+    dense_call c = {DENSE_CALL_FIELDS(m, &snap), .round = true, .bmuf = m->bmuf ? &bp : NULL};
+    serve_dense_call(svc, &c, reply);
     shadowsync__v1__round_request__free_unpacked(m, NULL);
 }
 

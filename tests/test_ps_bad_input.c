@@ -72,16 +72,21 @@ static void teardown(void) {
     ss__metrics_destroy(metrics);
 }
 
-/* Sends a packed message; returns the call's status. */
-static ss_status send_msg(const char *method, const ProtobufCMessage *m, uint32_t timeout_ms) {
+/* Sends a packed message; returns the call's status, its message in msg. */
+static ss_status send_msg_saying(const char *method, const ProtobufCMessage *m, uint32_t timeout_ms,
+                                 char *msg, size_t msglen) {
     size_t len = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = malloc(len ? len : 1), *resp = NULL;
     protobuf_c_message_pack(m, buf);
     size_t rlen;
-    ss_status st = ss__rpc_call(ch, method, buf, len, timeout_ms, false, &resp, &rlen, NULL, 0);
+    ss_status st = ss__rpc_call(ch, method, buf, len, timeout_ms, false, &resp, &rlen, msg, msglen);
     free(buf);
     free(resp);
     return st;
+}
+
+static ss_status send_msg(const char *method, const ProtobufCMessage *m, uint32_t timeout_ms) {
+    return send_msg_saying(method, m, timeout_ms, NULL, 0);
 }
 
 static ss_status easgd(const char *group, uint64_t mem, const float *s, size_t n) {
@@ -168,6 +173,28 @@ START_TEST(test_nan_and_inf_payloads) {
     r.snapshot.len = 5;
     ck_assert_int_eq(send_msg(SVC "RoundMean", &r.base, 5000), SS_ERR_INVALID_ARGUMENT);
     ck_assert_uint_eq(rejected(), before + 4);
+    assert_central_unchanged();
+}
+END_TEST
+
+/* S-BMUF's parameters are checked before the centre is touched, and the
+ * refusal says which ranges hold. */
+START_TEST(test_bad_bmuf_parameters_say_what) {
+    uint64_t before = rejected();
+    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    r.group = "g";
+    r.member = member;
+    float x[2] = {3, 3};
+    r.snapshot.data = (uint8_t *)x;
+    r.snapshot.len = sizeof x;
+    r.bmuf = true;
+    r.bmuf_eta = 1.5f; /* past [0, 1) */
+    r.bmuf_zeta = 1.0f;
+    char msg[256] = "";
+    ck_assert_int_eq(send_msg_saying(SVC "RoundMean", &r.base, 5000, msg, sizeof msg),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(msg, "bmuf needs eta in [0, 1)"), "said: %s", msg);
+    ck_assert_uint_eq(rejected(), before + 1);
     assert_central_unchanged();
 }
 END_TEST
@@ -788,9 +815,10 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests("ps_bad_input", 60, setup, teardown, test_wrong_group_size,
                            test_unknown_group_and_member, test_nan_and_inf_payloads,
-                           test_oversized_message_and_group, test_garbage_bytes_and_unknown_method,
-                           test_expired_deadline, test_member_ids_are_not_guessable,
-                           test_limits_on_groups_members_floats, test_blocked_calls_are_bounded,
+                           test_bad_bmuf_parameters_say_what, test_oversized_message_and_group,
+                           test_garbage_bytes_and_unknown_method, test_expired_deadline,
+                           test_member_ids_are_not_guessable, test_limits_on_groups_members_floats,
+                           test_blocked_calls_are_bounded,
                            test_token_guards_every_call_before_its_body, test_writer_identity_lists,
                            test_pb_wire_by_hand, test_bulk_payload_in_place_and_in_any_order,
                            test_checkpoint_without_a_directory, test_compressed_requests,
