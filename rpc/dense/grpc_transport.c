@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "rpc/bulk.h"
+#include "rpc/bulk_pool.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -48,8 +49,6 @@ typedef struct membership {
     _Atomic bool easgd_only;           /* its calls so far: S-EASGD exchanges only */
 } membership;
 
-#define BULK_IDLE 4 /* idle bulk streams kept per shard (one per concurrent exchange) */
-
 typedef struct grpc_tp {
     ss__rpc_channel *ch[SS_GRPC_MAX_SHARDS];
     uint32_t nshards;
@@ -60,19 +59,9 @@ typedef struct grpc_tp {
     bool window_fixed;
     ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
-    bool recut;             /* joins re-cut (JoinRequest.recut) */
-    bool bulk;              /* dense chunks on the shards' bulk streams */
-    ss__bulk_tls *bulk_tls; /* the streams' TLS, from the channels' files (NULL: plain) */
-    char host[SS_GRPC_MAX_SHARDS][256];
-    /* Idle bulk streams per shard (guarded by lock), each of the epoch
-     * (below) it was opened in; a shard whose PS has no bulk port
-     * (BulkTicket said NOT_FOUND) is not asked again. */
-    ss__bulk_stream *idle[SS_GRPC_MAX_SHARDS][BULK_IDLE];
-    uint32_t nidle[SS_GRPC_MAX_SHARDS];
-    bool no_bulk[SS_GRPC_MAX_SHARDS];
-    uint64_t epoch; /* the shard map's the channels route by (guarded by lock; 0: none) */
-    _Atomic uint64_t bulk_batches; /* sent on bulk streams */
-    pthread_mutex_t lock;          /* guards members and next_id */
+    bool recut;           /* joins re-cut (JoinRequest.recut) */
+    ss__bulk_pool *bulk;  /* dense chunks on the shards' bulk streams; NULL: gRPC only */
+    pthread_mutex_t lock; /* guards members and next_id */
     membership *members;
     uint64_t next_id;
 } grpc_tp;
@@ -245,151 +234,20 @@ static size_t chunk_message_bytes(size_t chunk) {
     return chunk * sizeof(float) + 4096;
 }
 
-static ss_status call_one(grpc_tp *t, uint32_t shard, const char *method,
-                          const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
-                          ProtobufCMessage **reply);
-
-/* An idle bulk stream to shard s, or a new one (a ticket over gRPC for
- * the epoch the channels route by, then a connection); NULL when the
- * shard has none (said once). *epoch: the stream's. */
-static ss__bulk_stream *take_stream(grpc_tp *t, uint32_t s, uint64_t *epoch) {
-    pthread_mutex_lock(&t->lock);
-    ss__bulk_stream *b = t->nidle[s] ? t->idle[s][--t->nidle[s]] : NULL;
-    const bool off = t->no_bulk[s];
-    char why[300] = "";
-    *epoch = t->epoch;
-    pthread_mutex_unlock(&t->lock);
-    if (b || off)
-        return b;
-    Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
-    req.epoch = *epoch;
-    ProtobufCMessage *r = NULL;
-    ss_status st = call_one(t, s, SS_DENSE_M_BULK_TICKET, &req.base,
-                            &shadowsync__v1__bulk_ticket_reply__descriptor, &r);
-    const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
-    if (st == SS_OK && tr->ticket.len == SS_BULK_TICKET_BYTES && tr->port && tr->port < 65536)
-        /* a round's reply waits for the round to close: its bound */
-        st = ss__bulk_stream_open(t->host[s], tr->port, t->bulk_tls, tr->ticket.data,
-                                  t->timeout_ms + t->round_wait_ms, chunk_message_bytes(t->chunk),
-                                  &b, why, sizeof why);
-    else if (st == SS_OK)
-        st = SS_ERR_PARSE;
-    if (r)
-        protobuf_c_message_free_unpacked(r, NULL);
-    if (st == SS_ERR_NOT_FOUND || st == SS_ERR_PARSE) { /* no bulk port there: gRPC from now on */
-        pthread_mutex_lock(&t->lock);
-        t->no_bulk[s] = true;
-        pthread_mutex_unlock(&t->lock);
-        ss__log(SS_LOG_INFO, "dense",
-                "event=bulk_off shard=%u host=%s reason=no_bulk_port status=%s", s, t->host[s],
-                ss_status_name(st));
-    } else if (st != SS_OK) {
-        ss__log(SS_LOG_WARN, "dense",
-                "event=bulk_open_failed shard=%u host=%s status=%s why=\"%s\"", s, t->host[s],
-                ss_status_name(st), why);
-    }
-    return st == SS_OK ? b : NULL;
-}
-
-/* A stream of epoch back to the idle ones of shard s (closed when broken,
- * when the channels route by another epoch now, or when there are
- * enough). */
-static void put_stream(grpc_tp *t, uint32_t s, ss__bulk_stream *b, uint64_t epoch, bool broken) {
-    pthread_mutex_lock(&t->lock);
-    if (!broken && epoch == t->epoch && t->nidle[s] < BULK_IDLE) {
-        t->idle[s][t->nidle[s]++] = b;
-        b = NULL;
-    }
-    pthread_mutex_unlock(&t->lock);
-    ss__bulk_stream_close(b);
-}
-
 /* Streams a shard's batch shares, each with every lanes-th chunk: the PS
  * serves each stream on a thread of its own, so one stream's chunk is
  * computed while another's is read (one stream against two:
  * docs/benchmark-history.md, "the bulk stream beside gRPC"). */
 #define BULK_LANES 2
 
-typedef struct lane_batch {
-    grpc_tp *t;
-    fanout *f;
-    uint32_t shard;
-    unsigned lane, lanes;
-    ss__bulk_stream *b;
-    uint64_t epoch; /* b's */
-    ss_status st;
-} lane_batch;
-
-static void *run_lane(void *arg) {
-    lane_batch *lb = arg;
-    lb->st = ss__bulk_call_many(lb->b, (uint32_t)lb->f->bulk_method, lb->f->rq, lb->f->n,
-                                lb->t->ch[lb->shard], lb->lane, lb->lanes);
-    return NULL;
-}
-
-/* The lanes of the batch: up to BULK_LANES streams per shard it uses
- * (one per chunk at most), into lb; false when a shard has no stream
- * (the streams taken are in lb[0 .. *k)). */
-static bool take_lanes(grpc_tp *t, fanout *f, lane_batch *lb, size_t *k) {
-    *k = 0;
-    for (uint32_t s = 0; s < t->nshards; s++) {
-        size_t calls = 0;
-        for (size_t i = 0; i < f->n; i++)
-            calls += f->rq[i].ch == t->ch[s];
-        const unsigned lanes = calls < BULK_LANES ? (unsigned)calls : BULK_LANES;
-        for (unsigned l = 0; l < lanes; l++) {
-            lb[*k] = (lane_batch){.t = t, .f = f, .shard = s, .lane = l, .lanes = lanes};
-            lb[*k].b = take_stream(t, s, &lb[*k].epoch);
-            if (!lb[*k].b)
-                return false;
-            (*k)++;
-        }
-    }
-    return true;
-}
-
-/* An S-EASGD or MA/BMUF batch on the bulk streams of its shards, a thread per lane
- * past the first. false (nothing sent) when a shard has no stream: the
- * batch goes over gRPC. */
-static bool bulk_fanout(grpc_tp *t, fanout *f, ss_status *st) {
-    lane_batch lb[SS_GRPC_MAX_SHARDS * BULK_LANES];
-    size_t k;
-    const bool ok = take_lanes(t, f, lb, &k);
-    pthread_t th[SS_GRPC_MAX_SHARDS * BULK_LANES];
-    bool started[SS_GRPC_MAX_SHARDS * BULK_LANES] = {false};
-    for (size_t j = 1; ok && j < k; j++)
-        started[j] = pthread_create(&th[j], NULL, run_lane, &lb[j]) == 0;
-    if (ok && k)
-        run_lane(&lb[0]);
-    *st = SS_OK;
-    for (size_t j = 0; j < k; j++) {
-        if (ok && j > 0) {
-            if (started[j])
-                pthread_join(th[j], NULL);
-            else
-                run_lane(&lb[j]);
-        }
-        if (ok && *st == SS_OK)
-            *st = lb[j].st;
-        /* a call that failed in transit broke its stream (another lane's
-         * is closed too: a stream is cheap to open again) */
-        bool broken = false;
-        for (size_t i = 0; ok && i < f->n; i++)
-            broken |= f->rq[i].ch == t->ch[lb[j].shard] && f->rq[i].status == SS_ERR_IO;
-        put_stream(t, lb[j].shard, lb[j].b, lb[j].epoch, broken);
-    }
-    return ok;
-}
-
 /* Runs the fan-out: on the bulk streams when the transport and the
  * shards have them, else over gRPC, where idempotent ones are retried on
  * UNAVAILABLE with backoff (50 ms, doubling), a fresh deadline each time. */
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
     ss_status bst;
-    if (t->bulk && f->bulk_method >= 0 && bulk_fanout(t, f, &bst)) {
-        atomic_fetch_add_explicit(&t->bulk_batches, 1, memory_order_relaxed);
+    if (t->bulk && f->bulk_method >= 0 &&
+        ss__bulk_pool_call(t->bulk, (uint32_t)f->bulk_method, f->rq, f->n, BULK_LANES, &bst))
         return bst;
-    }
     ss__rpc_batch_stats bs;
     uint32_t window = atomic_load_explicit(&t->window, memory_order_relaxed);
     if (window < f->min_window)
@@ -832,12 +690,9 @@ static void tp_destroy(void *impl) {
         t->members = m->next;
         membership_free(m);
     }
-    for (uint32_t s = 0; s < t->nshards; s++) {
+    ss__bulk_pool_destroy(t->bulk); /* before the channels it asks tickets on */
+    for (uint32_t s = 0; s < t->nshards; s++)
         ss__rpc_channel_destroy(t->ch[s]);
-        for (uint32_t k = 0; k < t->nidle[s]; k++)
-            ss__bulk_stream_close(t->idle[s][k]);
-    }
-    ss__bulk_tls_destroy(t->bulk_tls);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -853,6 +708,46 @@ static const ss__transport_ops grpc_ops = {
     .round_waiting = tp_round_waiting,
     .destroy = tp_destroy,
 };
+
+ss_status ss__dense_bulk_ticket(ss__rpc_channel *ch, uint64_t epoch, uint32_t timeout_ms,
+                                uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t *port) {
+    Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
+    req.epoch = epoch;
+    ProtobufCMessage *r = NULL;
+    ss_status st =
+        ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, timeout_ms, WAIT_FOR_READY,
+                             &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL, 0);
+    const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
+    if (st == SS_OK && tr->ticket.len != SS_BULK_TICKET_BYTES)
+        st = SS_ERR_PARSE;
+    if (st == SS_OK) {
+        memcpy(ticket, tr->ticket.data, SS_BULK_TICKET_BYTES);
+        *port = tr->port;
+    }
+    if (r)
+        protobuf_c_message_free_unpacked(r, NULL);
+    return st;
+}
+
+/* The shards' bulk streams (cfg->bulk); without them (TLS files that do
+ * not load: the channels say what is wrong with them) chunks go over
+ * gRPC. */
+static void start_bulk(grpc_tp *t, const ss__grpc_transport_config *cfg) {
+    const ss__bulk_pool_config pc = {.targets = cfg->targets,
+                                     .channels = t->ch,
+                                     .shards = t->nshards,
+                                     .tls = cfg->tls,
+                                     .ticket_timeout_ms = t->timeout_ms,
+                                     /* a round's reply waits for the round to close */
+                                     .stream_timeout_ms = t->timeout_ms + t->round_wait_ms,
+                                     .max_reply = chunk_message_bytes(t->chunk),
+                                     .epoch = cfg->epoch,
+                                     .ticket = ss__dense_bulk_ticket,
+                                     .component = "dense"};
+    char why[300] = "";
+    if (ss__bulk_pool_create(&pc, &t->bulk, why, sizeof why) != SS_OK)
+        ss__log(SS_LOG_WARN, "dense", "event=bulk_off reason=setup why=\"%s\"", why);
+}
 
 ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out) {
     if (!cfg || !cfg->targets || !*cfg->targets || cfg->timeout_ms == 0 || !out ||
@@ -873,14 +768,6 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->window_fixed = cfg->window != 0;
     t->encoding = cfg->encoding;
     t->recut = cfg->recut;
-    t->bulk = cfg->bulk;
-    char why[300] = "";
-    if (t->bulk && ss__bulk_tls_create(cfg->tls, false, &t->bulk_tls, why, sizeof why) != SS_OK) {
-        /* the channels load the same files and say what is wrong with them */
-        ss__log(SS_LOG_WARN, "dense", "event=bulk_off reason=tls why=\"%s\"", why);
-        t->bulk = false;
-    }
-    t->epoch = cfg->epoch;
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
         return SS_ERR_INVALID_ARGUMENT;
@@ -892,9 +779,7 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
         st = SS_ERR_NO_MEMORY;
     for (char *tok = list ? strtok_r(list, ",", &save) : NULL; st == SS_OK && tok;
          tok = strtok_r(NULL, ",", &save)) {
-        unsigned port;
-        if (t->nshards == SS_GRPC_MAX_SHARDS || !ss__address_valid(tok, "ps", NULL, 0) ||
-            !ss__address_split(tok, t->host[t->nshards], sizeof t->host[0], &port))
+        if (t->nshards == SS_GRPC_MAX_SHARDS || !ss__address_valid(tok, "ps", NULL, 0))
             st = SS_ERR_INVALID_ARGUMENT; /* the caller names the list and the rule */
         else
             st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
@@ -905,6 +790,8 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     free(list);
     if (st == SS_OK && t->nshards == 0)
         st = SS_ERR_INVALID_ARGUMENT;
+    if (st == SS_OK && cfg->bulk)
+        start_bulk(t, cfg);
     if (st == SS_OK)
         st = ss__transport_create(&grpc_ops, t, out);
     if (st != SS_OK)
@@ -946,20 +833,7 @@ void ss__grpc_transport_set_epoch(ss__transport *tp, uint64_t epoch) {
         return;
     for (uint32_t s = 0; s < t->nshards; s++)
         ss__rpc_channel_set_epoch(t->ch[s], epoch);
-    /* The idle bulk streams live in the old epoch: closed (one in use is
-     * closed when it comes back). */
-    ss__bulk_stream *old[SS_GRPC_MAX_SHARDS * BULK_IDLE];
-    size_t n = 0;
-    pthread_mutex_lock(&t->lock);
-    t->epoch = epoch;
-    for (uint32_t s = 0; s < t->nshards; s++) {
-        for (uint32_t k = 0; k < t->nidle[s]; k++)
-            old[n++] = t->idle[s][k];
-        t->nidle[s] = 0;
-    }
-    pthread_mutex_unlock(&t->lock);
-    for (size_t i = 0; i < n; i++)
-        ss__bulk_stream_close(old[i]);
+    ss__bulk_pool_set_epoch(t->bulk, epoch);
 }
 
 uint32_t ss__grpc_transport_window(ss__transport *tp) {
@@ -969,5 +843,5 @@ uint32_t ss__grpc_transport_window(ss__transport *tp) {
 
 uint64_t ss__grpc_transport_bulk_batches(ss__transport *tp) {
     grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
-    return t ? atomic_load_explicit(&t->bulk_batches, memory_order_relaxed) : 0;
+    return t ? ss__bulk_pool_batches(t->bulk) : 0;
 }
