@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Batched embedding lookups/s and gradient pushes/s (batch 4096, dim 64,
-# 1M rows) through one shadowsync-ps shard over gRPC, as ratios to the same
+# 1M rows) through one shadowsync-ps shard over gRPC and on its bulk
+# stream (--bulk-listen), as ratios to the same
 # operations on the in-process store (the limit), to the same store behind a
 # plain loopback TCP socket (one request and reply at a time: the floor of
 # any serial remote lookup here) and to a Redis server on
@@ -18,14 +19,14 @@ fi
 RPORT=${RPORT:-6399}
 redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >out/bench-redis.log 2>&1 &
 redis=$!
-./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 >out/bench-ps.log 2>&1 &
+./build/bin/shadowsync-ps --listen 127.0.0.1:0 --bulk-listen 127.0.0.1:0 --threads 2 >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps $redis 2>/dev/null; wait $ps $redis 2>/dev/null || true' EXIT # the next run binds the same port
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
 addr=$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 ps0=$(rss $ps)
-./build/bin/shadowsync-bench-emb --ps "$addr" --redis "127.0.0.1:$RPORT" --rows "$ROWS" \
+./build/bin/shadowsync-bench-emb --ps "$addr" --bulk --redis "127.0.0.1:$RPORT" --rows "$ROWS" \
   --batch 4096 --dim 64 --reps "$REPS"
 ps1=$(rss $ps)
 rused=$(redis-cli -p "$RPORT" info memory | awk -F: '/^used_memory:/ {print $2}' | tr -d '\r')

@@ -33,6 +33,7 @@
 #include "common/fd_io.h"
 #include "common/flags.h"
 #include "embedding-store/emb_store.h"
+#include "rpc/dense/grpc_transport.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/rpc.h"
 
@@ -327,15 +328,18 @@ static int run_gather(bench *b, result *flat, result *indexed) {
     return 0;
 }
 
-static int run_grpc(bench *b, const char *ps, result *r) {
+/* Through the PS: over gRPC, or (bulk) on its bulk stream, the rows
+ * already resident from the gRPC run. */
+static int run_grpc(bench *b, const char *ps, bool bulk, result *r) {
     ss__emb_client *c;
     if (ss__emb_client_create(ps, NULL, 30000, &c) != SS_OK ||
+        (bulk && ss__emb_client_use_bulk(c, ss__dense_bulk_ticket) != SS_OK) ||
         ss__emb_client_open_table(c, &b->spec, NULL, NULL, 0) != SS_OK) {
         fprintf(stderr, "shadowsync-bench-emb: cannot reach %s\n", ps);
         return -1;
     }
     uint64_t *ids = malloc((size_t)b->batch * sizeof *ids);
-    for (int64_t off = 0; off < b->rows; off += b->batch) { /* every row resident first */
+    for (int64_t off = 0; !bulk && off < b->rows; off += b->batch) { /* every row resident */
         int64_t n = b->rows - off < b->batch ? b->rows - off : b->batch;
         for (int64_t i = 0; i < n; i++)
             ids[i] = (uint64_t)(off + i);
@@ -356,7 +360,12 @@ static int run_grpc(bench *b, const char *ps, result *r) {
     uint64_t t2 = ss__now_ns();
     r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
     r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+    const uint64_t on_streams = ss__emb_client_bulk_batches(c);
     ss__emb_client_destroy(c);
+    if (bulk && on_streams < 2 * (uint64_t)b->reps) {
+        fprintf(stderr, "shadowsync-bench-emb: %s has no bulk port (--bulk-listen)\n", ps);
+        return -1;
+    }
     return 0;
 }
 
@@ -439,9 +448,13 @@ static int run_redis(bench *b, const char *addr, result *r) {
 
 int main(int argc, char **argv) {
     const char *ps = "", *redis = "", *optimizer = "sgd";
+    bool bulk = false;
     bench b = {.rows = 1000000, .batch = 4096, .dim = 64, .reps = 200};
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "one running shadowsync-ps shard (\"\" = skip gRPC)", NULL, 0,
+         0},
+        {"bulk", SS_FLAG_BOOL, &bulk,
+         "also through --ps's bulk stream (shadowsync-ps --bulk-listen) instead of gRPC", NULL, 0,
          0},
         {"redis", SS_FLAG_STRING, &redis, "a running Redis server host:port (\"\" = skip)", NULL, 0,
          0},
@@ -474,7 +487,7 @@ int main(int argc, char **argv) {
     make_batches(&b);
     printf("batch %lld ids, dim %lld, %lld rows, %lld timed batches per operation\n",
            (long long)b.batch, (long long)b.dim, (long long)b.rows, (long long)b.reps);
-    result in, ga, gi, tc, gr = {0}, rd = {0};
+    result in, ga, gi, tc, gr = {0}, bk = {0}, rd = {0};
     ss__emb_store *st = NULL;
     ss__rpc_init();
     if (run_gather(&b, &ga, &gi) != 0) {
@@ -504,9 +517,14 @@ int main(int argc, char **argv) {
     printf("ratio tcp/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / tc.lookup_s,
            in.push_s / tc.push_s);
     if (*ps) {
-        if (run_grpc(&b, ps, &gr) != 0)
+        if (run_grpc(&b, ps, false, &gr) != 0)
             return 1;
         report("grpc", &gr, &b);
+    }
+    if (*ps && bulk) {
+        if (run_grpc(&b, ps, true, &bk) != 0)
+            return 1;
+        report("bulk", &bk, &b);
     }
     if (*redis) {
         if (run_redis(&b, redis, &rd) != 0)
@@ -518,6 +536,14 @@ int main(int argc, char **argv) {
                in.push_s / gr.push_s);
         printf("ratio grpc/tcp: lookups %.3f pushes %.3f\n", tc.lookup_s / gr.lookup_s,
                tc.push_s / gr.push_s);
+    }
+    if (*ps && bulk) {
+        printf("ratio bulk/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / bk.lookup_s,
+               in.push_s / bk.push_s);
+        printf("ratio bulk/tcp: lookups %.3f pushes %.3f\n", tc.lookup_s / bk.lookup_s,
+               tc.push_s / bk.push_s);
+        printf("ratio bulk/grpc: lookups %.3f pushes %.3f\n", gr.lookup_s / bk.lookup_s,
+               gr.push_s / bk.push_s);
     }
     if (*ps && *redis)
         printf("ratio grpc/redis: lookups %.3f pushes %.3f\n", rd.lookup_s / gr.lookup_s,

@@ -7,18 +7,10 @@
 #define SHADOWSYNC_EMB_SERVICE_H
 
 #include "embedding-store/emb_store.h"
+#include "rpc/emb/emb_wire.h"
 #include "rpc/rpc.h"
 
 #define SS_EMB_METHODS 8
-
-#define SS_EMB_M_OPEN        "/shadowsync.v1.Embedding/OpenTable"
-#define SS_EMB_M_LOOKUP      "/shadowsync.v1.Embedding/Lookup"
-#define SS_EMB_M_PUSH        "/shadowsync.v1.Embedding/Push"
-#define SS_EMB_M_ELASTIC     "/shadowsync.v1.Embedding/Elastic"
-#define SS_EMB_M_CHECKPOINT  "/shadowsync.v1.Embedding/Checkpoint"
-#define SS_EMB_M_STATS       "/shadowsync.v1.Embedding/Stats"
-#define SS_EMB_M_PUSH_LOOKUP "/shadowsync.v1.Embedding/PushLookup"
-#define SS_EMB_M_HANDOFF     "/shadowsync.v1.Embedding/Handoff"
 
 typedef struct ss__emb_service {
     ss__emb_store *store; /* not owned */

@@ -27,6 +27,7 @@
 #include "ps/row_moves.h"
 #include "rpc/auth.h"
 #include "rpc/bulk.h"
+#include "rpc/dense/dense_wire.h"
 #include "rpc/http/http.h"
 #include "shadow/central.h"
 
@@ -66,6 +67,7 @@ typedef struct ps_state {
     ss__rpc_method methods[32]; /* the server serves from this table: it must outlive it */
     ss__rpc_server *srv;
     ss__bulk_server *bulk; /* --bulk-listen */
+    ss__rpc_method bulk_methods[SS_EMB_BULK_PUSH_LOOKUP + 1];
     ss__http_server *web;
     char listen[300]; /* the address actually served */
     char self[300];   /* this PS as the shard map names it (--advertise, else listen) */
@@ -213,7 +215,8 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
         {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
         {"bulk-listen", SS_FLAG_STRING, &o->bulk_listen,
          "a TCP port beside --listen, on the host clients reach --listen at, for dense "
-         "chunks (S-EASGD, MA/BMUF rounds): a client with bulk on asks for a ticket over gRPC "
+         "chunks (S-EASGD, MA/BMUF rounds) and embedding rows (lookups, pushes): a client with "
+         "bulk on asks for a ticket over gRPC "
          "(through the same token or writer certificate) and sends the same requests on a "
          "stream of its own, without gRPC's costs (with --shard-map, a stream serves the epoch of "
          "its ticket); with --tls-cert the streams are TLS with the same certificate (and "
@@ -599,12 +602,32 @@ static void served_address(const char *listen, int port, char *out, size_t outle
     snprintf(out, outlen, "%s:%d", host, port);
 }
 
-/* The bulk stream's server (--bulk-listen): EasgdExchange and RoundMean
- * with the gRPC server's limits and shard map epoch, its tickets given
- * out by DenseSync/BulkTicket. */
-static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_config *scfg) {
+/* The bulk stream's methods: the dense ones (their ctx: the server's),
+ * then the embedding rows' at their index (rpc/emb/emb_wire.h). */
+_Static_assert(SS_DENSE_BULK_ROUND + 1 == SS_EMB_BULK_LOOKUP,
+               "the embedding rows' stream methods follow the dense ones");
+
+static size_t bulk_methods(ps_state *ps) {
     size_t n;
-    const ss__rpc_method *m = ss__dense_service_bulk_methods(&n);
+    const ss__rpc_method *dense = ss__dense_service_bulk_methods(&n);
+    memcpy(ps->bulk_methods, dense, n * sizeof *dense);
+    const char *const emb[] = {[SS_EMB_BULK_LOOKUP] = SS_EMB_M_LOOKUP,
+                               [SS_EMB_BULK_PUSH] = SS_EMB_M_PUSH,
+                               [SS_EMB_BULK_PUSH_LOOKUP] = SS_EMB_M_PUSH_LOOKUP};
+    for (size_t i = n; i < sizeof emb / sizeof *emb; i++)
+        for (size_t k = 0; k < SS_EMB_METHODS; k++)
+            if (!strcmp(ps->esvc.methods[k].path, emb[i]))
+                ps->bulk_methods[i] = ps->esvc.methods[k];
+    return sizeof emb / sizeof *emb;
+}
+
+/* The bulk stream's server (--bulk-listen): EasgdExchange, RoundMean and
+ * the embedding rows' Lookup, Push and PushLookup with the gRPC server's
+ * limits and shard map epoch, its tickets given out by
+ * DenseSync/BulkTicket. */
+static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_config *scfg) {
+    const size_t n = bulk_methods(ps);
+    const ss__rpc_method *m = ps->bulk_methods;
     const ss__bulk_server_config bc = {.listen = o->bulk_listen,
                                        .max_message = scfg->max_message_bytes,
                                        .max_inflight_bytes = scfg->max_inflight_bytes,

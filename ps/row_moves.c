@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
+#include "rpc/emb/emb_wire.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/emb/spec_pb.h"
 #include "rpc/rpc_pb.h"
@@ -20,7 +21,6 @@
 #define STALE_WAIT_MS   3000  /* an old owner reads the new map within 200 ms */
 #define IDLE_POLL_NS    100000000ull
 #define FAILED_PAUSE_NS 1000000000ull /* an old owner down: not a busy loop of calls */
-#define M_HANDOFF       "/shadowsync.v1.Embedding/Handoff"
 
 /* Rows taken and put here at since_ns (0: written synced at once): said
  * to the giver (which then forgets them) once the store has written
@@ -238,7 +238,7 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
     ProtobufCMessage *r = NULL;
     const uint64_t deadline = ss__now_ns() + STALE_WAIT_MS * 1000000ull;
     for (;;) { /* the giver may read the new map up to a second after this PS */
-        st = ss__rpc_call_message(s->ch, M_HANDOFF, &req.base, mv->cfg.timeout_ms, false,
+        st = ss__rpc_call_message(s->ch, SS_EMB_M_HANDOFF, &req.base, mv->cfg.timeout_ms, false,
                                   &shadowsync__v1__handoff_reply__descriptor, &r, why, whylen);
         if (!ss__rpc_refused_for_epoch(st, why) || ss__now_ns() > deadline)
             break;
@@ -289,7 +289,7 @@ static ss_status list_tables(ss__ps_row_moves *mv, source *s, char *why, size_t 
     req.epoch = mv->p.epoch;
     ProtobufCMessage *r = NULL;
     ss_status st =
-        ss__rpc_call_message(s->ch, M_HANDOFF, &req.base, mv->cfg.timeout_ms, false,
+        ss__rpc_call_message(s->ch, SS_EMB_M_HANDOFF, &req.base, mv->cfg.timeout_ms, false,
                              &shadowsync__v1__handoff_reply__descriptor, &r, why, whylen);
     if (st != SS_OK)
         return st;

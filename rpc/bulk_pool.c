@@ -119,13 +119,15 @@ static ss__bulk_stream *open_stream(ss__bulk_pool *p, uint32_t s, uint64_t epoch
     if (st == SS_OK)
         st = ss__bulk_stream_open(p->host[s], port, p->tls, ticket, p->cfg.stream_timeout_ms,
                                   p->cfg.max_reply, &b, why, sizeof why);
-    if (st == SS_ERR_NOT_FOUND || st == SS_ERR_PARSE) { /* no bulk port there: gRPC from now on */
+    /* No bulk port there, or no ticket for this caller (a read-only
+     * certificate: the stream carries writes): gRPC from now on. */
+    if (st == SS_ERR_NOT_FOUND || st == SS_ERR_PARSE || st == SS_ERR_PERMISSION) {
         pthread_mutex_lock(&p->lock);
         p->no_bulk[s] = true;
         pthread_mutex_unlock(&p->lock);
         ss__log(SS_LOG_INFO, p->cfg.component,
-                "event=bulk_off shard=%u host=%s reason=no_bulk_port status=%s", s, p->host[s],
-                ss_status_name(st));
+                "event=bulk_off shard=%u host=%s reason=%s status=%s", s, p->host[s],
+                st == SS_ERR_PERMISSION ? "not_a_writer" : "no_bulk_port", ss_status_name(st));
     } else if (st != SS_OK) {
         ss__log(SS_LOG_WARN, p->cfg.component,
                 "event=bulk_open_failed shard=%u host=%s status=%s why=\"%s\"", s, p->host[s],

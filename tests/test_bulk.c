@@ -27,6 +27,7 @@
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
+#include "rpc/emb/emb_client.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_pb.h"
 #include "transport_checks.h"
@@ -461,9 +462,19 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     char client_key[128];
     snprintf(client_key, sizeof client_key, "%s/client.key", dir);
     snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-tls-%d.log", (int)getpid());
-    char *args[] = {
-        "--max-group-floats", "1000000", "--bulk-listen", "127.0.0.1:0", "--tls-cert", pem[0],
-        "--tls-key",          pem[1],    "--tls-ca",      pem[2],        NULL};
+    char *args[] = {"--max-group-floats",
+                    "1000000",
+                    "--bulk-listen",
+                    "127.0.0.1:0",
+                    "--tls-cert",
+                    pem[0],
+                    "--tls-key",
+                    pem[1],
+                    "--tls-ca",
+                    pem[2],
+                    "--tls-writers",
+                    "trainer.shadowsync.test",
+                    NULL};
     ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
     const ss__rpc_tls tls = {.ca_file = pem[2], .cert_file = pem[3], .key_file = client_key};
     enum { N = 600000 };
@@ -491,6 +502,38 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 3);
     ck_assert_uint_eq(ss__grpc_transport_bulk_batches(g), 0);
     ss__transport_destroy(g);
+    /* Embedding rows on a TLS stream, from the client's own files. */
+    ss__emb_client *ec;
+    ss__emb_spec spec;
+    ck_assert_int_eq(ss__emb_client_create(ps_target, &tls, 20000, &ec), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(ec, ss__dense_bulk_ticket), SS_OK);
+    ck_assert_int_eq(ss__emb_spec_init(&spec, "tls-rows", 16), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(ec, &spec, NULL, NULL, 0), SS_OK);
+    const uint64_t ids[3] = {5, 77, 9000};
+    float g3[3 * 16], r3[3 * 16], again[3 * 16];
+    for (int i = 0; i < 3 * 16; i++)
+        g3[i] = 0.5f;
+    ck_assert_int_eq(ss__emb_client_lookup(ec, &spec, ids, 3, r3), SS_OK);
+    ck_assert_int_eq(ss__emb_client_push(ec, &spec, ids, 3, g3), SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(ec, &spec, ids, 3, again), SS_OK);
+    for (int i = 0; i < 3 * 16; i++) /* SGD: w -= lr g */
+        ck_assert_float_eq_tol(again[i], r3[i] - spec.lr * 0.5f, 1e-6);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(ec), 3);
+    ss__emb_client_destroy(ec);
+    /* A read-only certificate gets no ticket (the stream carries writes):
+     * its lookups go over gRPC (the pool asks no more: bulk_off). */
+    char reader[2][128];
+    snprintf(reader[0], sizeof reader[0], "%s/reader.pem", dir);
+    snprintf(reader[1], sizeof reader[1], "%s/reader.key", dir);
+    const ss__rpc_tls rtls = {.ca_file = pem[2], .cert_file = reader[0], .key_file = reader[1]};
+    ck_assert_int_eq(ss__emb_client_create(ps_target, &rtls, 20000, &ec), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(ec, ss__dense_bulk_ticket), SS_OK);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(ss__emb_client_lookup(ec, &spec, ids, 3, r3), SS_OK);
+        ck_assert(memcmp(r3, again, sizeof r3) == 0);
+    }
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(ec), 0);
+    ss__emb_client_destroy(ec);
     char *log = proc_read(ps_log);
     ck_assert_ptr_null(strstr(log, "stream_refused"));
     free(log);
@@ -595,10 +638,11 @@ START_TEST(test_a_stream_lives_in_its_epoch) {
 }
 END_TEST
 
-/* A trainer with bulk on (ctr-train --bulk, the library setting) through
- * a PS with a bulk port: it syncs, and the PS's /metrics count the stream
- * it opened and the calls it served there, in the per-method series of
- * the gRPC server with transport="bulk" (counts, bytes, latency). */
+/* A trainer with bulk on (ctr-train --bulk, the library setting) and a
+ * remote table through a PS with a bulk port: it syncs, and the PS's
+ * /metrics count the stream it opened and the calls it served there (its
+ * dense chunks and its table's rows), in the per-method series of the
+ * gRPC server with transport="bulk" (counts, bytes, latency). */
 START_TEST(test_a_trainer_with_bulk_on) {
     snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
     char *args[] = {"--bulk-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", NULL};
@@ -624,6 +668,8 @@ START_TEST(test_a_trainer_with_bulk_on) {
                     "0",
                     "--table-rows",
                     "1024",
+                    "--emb",
+                    "remote",
                     NULL};
     ck_assert_int_eq(proc_wait(proc_spawn(argv, log), 120), 0);
     char *out = proc_read(log);
@@ -644,17 +690,89 @@ START_TEST(test_a_trainer_with_bulk_on) {
                                    "EasgdExchange\",transport=\"bulk\""),
                         calls);
     ck_assert_double_eq(metric_sum(metrics, "shadowsync_bulk_streams_total", "refused"), 0);
+    /* Its remote table's rows too: lookups (with the pushes riding on
+     * them) on the stream. */
+    ck_assert_double_ge(metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                   "Embedding/PushLookup\",result=\"ok\",transport=\"bulk\""),
+                        1);
+    free(metrics);
+    stop_ps();
+}
+END_TEST
+
+/* Embedding rows on the stream: lookups, pushes and push-lookups through
+ * a client with the bulk streams on give the rows a gRPC client reads of
+ * the same table, bit for bit; every such batch goes on the stream (the
+ * PS's per-method series say transport="bulk"); a non-finite push is
+ * refused by the method's own check with the gRPC path's status and
+ * changes nothing; Elastic stays on gRPC. */
+START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
+    snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
+    char *args[] = {"--bulk-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", NULL};
+    ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
+    char http[64], base[80];
+    proc_address_after(ps_log, "http on", http, sizeof http);
+    snprintf(base, sizeof base, "http://%s", http);
+    ss__emb_client *b, *g;
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &b), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(b, ss__dense_bulk_ticket), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &g), SS_OK);
+    ss__emb_spec spec;
+    ck_assert_int_eq(ss__emb_spec_init(&spec, "rows", 8), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(b, &spec, NULL, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(g, &spec, NULL, NULL, 0), SS_OK);
+    enum { N = 300, D = 8 };
+    static uint64_t ids[N], more[N];
+    static float grads[N * D], rb[N * D], rg[N * D], before[N * D];
+    for (int i = 0; i < N; i++) {
+        ids[i] = (uint64_t)i * 7919u + 1;
+        more[i] = ids[i] + 3;
+    }
+    for (int i = 0; i < N * D; i++)
+        grads[i] = 0.01f * (float)(i % 13) - 0.05f;
+    ck_assert_int_eq(ss__emb_client_push(b, &spec, ids, N, grads), SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(b, &spec, ids, N, rb), SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(g, &spec, ids, N, rg), SS_OK);
+    ck_assert(memcmp(rb, rg, sizeof rb) == 0);
+    ck_assert_int_eq(ss__emb_client_push_lookup(b, &spec, more, N, grads, ids, N, rb), SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(g, &spec, ids, N, rg), SS_OK);
+    ck_assert(memcmp(rb, rg, sizeof rb) == 0);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 3);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(g), 0);
+    /* NaN: refused whole, as over gRPC, and nothing moved */
+    memcpy(before, rg, sizeof before);
+    grads[5 * D + 2] = NAN;
+    ck_assert_int_eq(ss__emb_client_push(b, &spec, ids, N, grads), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__emb_client_push(g, &spec, ids, N, grads), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__emb_client_lookup(b, &spec, ids, N, rb), SS_OK);
+    ck_assert(memcmp(rb, before, sizeof rb) == 0);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 5);
+    ck_assert_int_eq(ss__emb_client_elastic(b, &spec, ids, N, rb, 0.5f, SS_ENC_F32, rg), SS_OK);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 5); /* Elastic: gRPC */
+    ss__emb_client_destroy(b);
+    ss__emb_client_destroy(g);
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                   "Embedding/Lookup\",result=\"ok\",transport=\"bulk\""),
+                        2);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                   "PushLookup\",result=\"ok\",transport=\"bulk\""),
+                        1);
+    ck_assert_double_ge(
+        metric_sum(metrics, "shadowsync_rpc_requests_total", "Embedding/Lookup\",result=\"ok\"}"),
+        2);
     free(metrics);
     stop_ps();
 }
 END_TEST
 
 int main(void) {
-    return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
-                           test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
-                           test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
-                           test_bulk_listen_refused_when_it_cannot_serve,
-                           test_easgd_on_a_tls_stream_as_over_grpc,
-                           test_a_tls_send_to_a_closed_peer_raises_no_sigpipe,
-                           test_a_stream_lives_in_its_epoch, test_a_trainer_with_bulk_on);
+    return ss__check_tests(
+        "bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
+        test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
+        test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
+        test_bulk_listen_refused_when_it_cannot_serve, test_easgd_on_a_tls_stream_as_over_grpc,
+        test_a_tls_send_to_a_closed_peer_raises_no_sigpipe, test_a_stream_lives_in_its_epoch,
+        test_a_trainer_with_bulk_on, test_embedding_rows_on_the_stream_as_over_grpc);
 }

@@ -626,6 +626,7 @@ void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out) {
     out->timeout_ms = t->cfg.timeout_ms;
     out->epoch = t->epoch;
     out->shard_map = t->shard_map;
+    out->bulk = t->cfg.bulk;
 }
 
 ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a) {

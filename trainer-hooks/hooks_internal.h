@@ -15,6 +15,7 @@ typedef struct ss__hooks_endpoint {
     uint32_t timeout_ms;
     uint64_t epoch;        /* of the shard map ps came from; 0: none */
     const char *shard_map; /* its path; NULL: none */
+    bool bulk;             /* the trainer's bulk setting: rows on the PS's bulk streams too */
 } ss__hooks_endpoint;
 
 void ss__hooks_endpoint_of(ss_trainer *t, ss__hooks_endpoint *out);

@@ -89,8 +89,9 @@ static const key trainer_keys[] = {
     TK("chunk_floats", K_U32, chunk_floats, 0, SS_GRPC_MAX_CHUNK_FLOATS,
        "floats per call (and PS group) of a dense shard, same on every member; 0: 131072"),
     TK("bulk", K_BOOL, bulk, 0, 0,
-       "dense chunks (S-EASGD, MA/BMUF) on the PS's bulk port (--bulk-listen) when it has one, "
-       "not gRPC (with a shard map, a stream per epoch; with TLS, the channel's certificates)"),
+       "dense chunks (S-EASGD, MA/BMUF) and remote/cached tables' rows (lookups, pushes) on the "
+       "PS's bulk port (--bulk-listen) when it has one, not gRPC (with a shard map, a stream per "
+       "epoch; with TLS, the channel's certificates)"),
     TK("shard_map", K_STR, shard_map, 0, 0,
        "shard map file (epoch and ps list) instead of ps: calls routed by a stale map are refused"),
 };

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/shard_map.h"
 #include "embedding-store/emb_table.h"
+#include "rpc/dense/grpc_transport.h"
 #include "rpc/emb/emb_client.h"
 #include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/hooks_internal.h"
@@ -92,7 +93,8 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
                    "shards)",
                    c->name, c->ps, c->shard_map);
     if (c->ps)
-        *ep = (ss__hooks_endpoint){.ps = c->ps, .tls = ep->tls, .timeout_ms = ep->timeout_ms};
+        *ep = (ss__hooks_endpoint){
+            .ps = c->ps, .tls = ep->tls, .timeout_ms = ep->timeout_ms, .bulk = ep->bulk};
     if (c->shard_map && *c->shard_map && c->mode != SS_TABLE_LOCAL) {
         char why[400];
         ss_status st = ss__shard_map_read(c->shard_map, map, why, sizeof why);
@@ -102,7 +104,8 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
                                    .tls = ep->tls,
                                    .timeout_ms = ep->timeout_ms,
                                    .epoch = map->epoch,
-                                   .shard_map = c->shard_map};
+                                   .shard_map = c->shard_map,
+                                   .bulk = ep->bulk};
     }
     if (c->mode != SS_TABLE_LOCAL && (!ep->ps || !*ep->ps))
         return BAD("table %s: emb=%s needs shards: set emb_ps (SHADOWSYNC_EMB_PS), "
@@ -260,6 +263,8 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
             ss__emb_client_set_epoch(tb->client, ep.epoch);
         if (st == SS_OK && ep.shard_map)
             st = ss__emb_client_follow_map(tb->client, ep.shard_map);
+        if (st == SS_OK && ep.bulk)
+            st = ss__emb_client_use_bulk(tb->client, ss__dense_bulk_ticket);
         if (st == SS_OK)
             st = ss__emb_client_open_table(tb->client, &spec, NULL, why, sizeof why);
         if (st != SS_OK) {

@@ -8,7 +8,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
+#include "rpc/bulk_pool.h"
 #include "rpc/emb/emb_client.h"
+#include "rpc/emb/emb_wire.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/emb/spec_pb.h"
 #include "rpc/pb_wire.h"
@@ -25,18 +27,50 @@ struct ss__emb_client {
     uint64_t epoch;
     char tls_ca[4096], tls_cert[4096], tls_key[4096]; /* copies: channels are made again */
     char map[4096];                                   /* the shard map routed by; "" = none */
+    char targets[4096];                               /* the channels' list */
+    ss__bulk_ticket_fn bulk_ticket;                   /* rows on bulk streams; NULL: gRPC only */
+    ss__bulk_pool *bulk;                              /* the streams to the channels' shards */
     ss__emb_spec opened[MAX_OPENED];                  /* opened again on the shards of a new map */
     size_t nopened;
 };
 
 static void close_channels(ss__emb_client *c) {
+    ss__bulk_pool_destroy(c->bulk); /* before the channels it asks tickets on */
+    c->bulk = NULL;
     for (uint32_t s = 0; s < c->shards; s++)
         ss__rpc_channel_destroy(c->ch[s]);
     c->shards = 0;
 }
 
+/* Lookups and pushes at most this many rows of the largest dim; a reply's
+ * bound on a bulk stream. */
+#define BULK_MAX_REPLY ((size_t)SS_EMB_CLIENT_CHUNK * SS_EMB_MAX_DIM * sizeof(float) + 4096)
+
+/* The bulk streams to the channels' shards (when the client uses them);
+ * without them (a setup that failed, said) calls go over gRPC. */
+static void open_bulk(ss__emb_client *c) {
+    const ss__rpc_tls tls = {*c->tls_ca ? c->tls_ca : NULL, *c->tls_cert ? c->tls_cert : NULL,
+                             *c->tls_key ? c->tls_key : NULL};
+    const ss__bulk_pool_config pc = {.targets = c->targets,
+                                     .channels = c->ch,
+                                     .shards = c->shards,
+                                     .tls = &tls,
+                                     .ticket_timeout_ms = c->timeout_ms,
+                                     .stream_timeout_ms = c->timeout_ms,
+                                     .max_reply = BULK_MAX_REPLY,
+                                     .epoch = c->epoch,
+                                     .ticket = c->bulk_ticket,
+                                     .component = "emb"};
+    char why[300] = "";
+    if (c->bulk_ticket && ss__bulk_pool_create(&pc, &c->bulk, why, sizeof why) != SS_OK)
+        ss__log(SS_LOG_WARN, "emb", "event=bulk_off reason=setup why=\"%s\"", why);
+}
+
 /* A channel to every target of the comma-separated list. */
 static ss_status open_channels(ss__emb_client *c, const char *targets) {
+    if (strlen(targets) >= sizeof c->targets)
+        return SS_ERR_INVALID_ARGUMENT;
+    snprintf(c->targets, sizeof c->targets, "%s", targets);
     char *list = strdup(targets);
     if (!list)
         return SS_ERR_NO_MEMORY;
@@ -52,6 +86,8 @@ static ss_status open_channels(ss__emb_client *c, const char *targets) {
             ss__rpc_channel_set_epoch(c->ch[c->shards++], c->epoch);
     }
     free(list);
+    if (st == SS_OK && c->shards)
+        open_bulk(c);
     return st == SS_OK && c->shards == 0 ? SS_ERR_INVALID_ARGUMENT : st;
 }
 
@@ -93,7 +129,28 @@ void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch) {
     c->epoch = epoch;
     for (uint32_t s = 0; s < c->shards; s++)
         ss__rpc_channel_set_epoch(c->ch[s], epoch);
+    ss__bulk_pool_set_epoch(c->bulk, epoch);
     pthread_rwlock_unlock(&c->lock);
+}
+
+ss_status ss__emb_client_use_bulk(ss__emb_client *c, ss__bulk_ticket_fn ticket) {
+    if (!c || !ticket)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_rwlock_wrlock(&c->lock);
+    c->bulk_ticket = ticket;
+    if (!c->bulk)
+        open_bulk(c);
+    pthread_rwlock_unlock(&c->lock);
+    return SS_OK;
+}
+
+uint64_t ss__emb_client_bulk_batches(ss__emb_client *c) {
+    if (!c)
+        return 0;
+    pthread_rwlock_rdlock(&c->lock);
+    const uint64_t n = ss__bulk_pool_batches(c->bulk);
+    pthread_rwlock_unlock(&c->lock);
+    return n;
 }
 
 ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path) {
@@ -120,8 +177,8 @@ static ss_status open_table_locked(ss__emb_client *c, const ss__emb_spec *spec,
     ss__rpc_request calls[MAX_SHARDS];
     memset(calls, 0, sizeof calls);
     for (uint32_t s = 0; s < c->shards; s++)
-        calls[s] = (ss__rpc_request){
-            .ch = c->ch[s], .method = "/shadowsync.v1.Embedding/OpenTable", .req = buf, .len = len};
+        calls[s] =
+            (ss__rpc_request){.ch = c->ch[s], .method = SS_EMB_M_OPEN, .req = buf, .len = len};
     ss_status st = ss__rpc_call_many(calls, c->shards, c->timeout_ms, true);
     for (uint32_t s = 0; s < c->shards; s++) {
         if (st != SS_OK && calls[s].status != SS_OK && why && whylen)
@@ -348,16 +405,36 @@ static ss_status scatter_in_place(ss__rpc_request *rq, const ss__rpc_message *ms
     return st;
 }
 
+/* The op's method index on a bulk stream (rpc/emb/emb_wire.h); -1: gRPC
+ * only (Elastic). */
+static int bulk_method_of(row_op op) {
+    return op == OP_LOOKUP        ? SS_EMB_BULK_LOOKUP
+           : op == OP_PUSH        ? SS_EMB_BULK_PUSH
+           : op == OP_PUSH_LOOKUP ? SS_EMB_BULK_PUSH_LOOKUP
+                                  : -1;
+}
+
+/* The op's calls: on the shards' bulk streams when the client has them,
+ * else (or when a shard has none) over gRPC. One stream per shard: a
+ * shard's calls are a chunk each, most batches one. */
+static ss_status call_all(ss__emb_client *c, row_op op, ss__rpc_request *calls, size_t n) {
+    ss_status st;
+    if (c->bulk && bulk_method_of(op) >= 0 &&
+        ss__bulk_pool_call(c->bulk, (uint32_t)bulk_method_of(op), calls, n, 1, &st))
+        return st;
+    return ss__rpc_call_many(calls, n, c->timeout_ms, true);
+}
+
 static const char *method_of(row_op op) {
     switch (op) {
     case OP_LOOKUP:
-        return "/shadowsync.v1.Embedding/Lookup";
+        return SS_EMB_M_LOOKUP;
     case OP_PUSH:
-        return "/shadowsync.v1.Embedding/Push";
+        return SS_EMB_M_PUSH;
     case OP_PUSH_LOOKUP:
-        return "/shadowsync.v1.Embedding/PushLookup";
+        return SS_EMB_M_PUSH_LOOKUP;
     default:
-        return "/shadowsync.v1.Embedding/Elastic";
+        return SS_EMB_M_ELASTIC;
     }
 }
 
@@ -459,7 +536,7 @@ static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *
     }
     const bool built = st == SS_OK;
     if (st == SS_OK)
-        st = ss__rpc_call_many(calls, ncalls, c->timeout_ms, true);
+        st = call_all(c, op, calls, ncalls);
     *stale = built && st != SS_OK && stale_main;
     for (size_t i = 0; *stale && i < ncalls; i++) {
         if (calls[i].status == SS_OK)

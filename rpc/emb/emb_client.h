@@ -7,6 +7,7 @@
 #define SS_EMB_CLIENT_H
 
 #include "embedding-store/emb_table.h"
+#include "rpc/bulk_pool.h"
 #include "rpc/rpc.h"
 #include "shadow/codec.h"
 
@@ -26,6 +27,14 @@ void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch);
  * client's timeout passes. Only refused parts go again: a row is never
  * updated twice. */
 ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path);
+/* Lookups, pushes and push-lookups on the shards' bulk streams (rpc/bulk.h)
+ * from now on, each stream's ticket from `ticket` (ss__dense_bulk_ticket),
+ * with the client's TLS files; a shard whose PS has no bulk port gets
+ * them over gRPC, as do Elastic and OpenTable. Same bounds, checks and
+ * replies as over gRPC: the PS runs the same handlers. */
+ss_status ss__emb_client_use_bulk(ss__emb_client *c, ss__bulk_ticket_fn ticket);
+/* Batches of calls that went on bulk streams so far. */
+uint64_t ss__emb_client_bulk_batches(ss__emb_client *c);
 
 /* OpenTable on every shard; *stored gets the shards' spec. */
 ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,

@@ -1,0 +1,23 @@
+/* The Embedding protocol (rpc/emb/embedding.proto): what its client
+ * (rpc/emb/emb_client.c) and its server (ps/emb_service.c) must agree on
+ * beyond the messages themselves. */
+#ifndef SS_RPC_EMB_WIRE_H
+#define SS_RPC_EMB_WIRE_H
+
+#define SS_EMB_M_OPEN        "/shadowsync.v1.Embedding/OpenTable"
+#define SS_EMB_M_LOOKUP      "/shadowsync.v1.Embedding/Lookup"
+#define SS_EMB_M_PUSH        "/shadowsync.v1.Embedding/Push"
+#define SS_EMB_M_ELASTIC     "/shadowsync.v1.Embedding/Elastic"
+#define SS_EMB_M_CHECKPOINT  "/shadowsync.v1.Embedding/Checkpoint"
+#define SS_EMB_M_STATS       "/shadowsync.v1.Embedding/Stats"
+#define SS_EMB_M_PUSH_LOOKUP "/shadowsync.v1.Embedding/PushLookup"
+#define SS_EMB_M_HANDOFF     "/shadowsync.v1.Embedding/Handoff"
+
+/* The methods a PS's bulk stream (rpc/bulk.h) serves for embedding rows:
+ * their index in its frames, after the dense ones (rpc/dense/dense_wire.h,
+ * 0 and 1). A stream's ticket comes from DenseSync/BulkTicket. */
+#define SS_EMB_BULK_LOOKUP      2
+#define SS_EMB_BULK_PUSH        3
+#define SS_EMB_BULK_PUSH_LOOKUP 4
+
+#endif
