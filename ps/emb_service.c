@@ -1,4 +1,7 @@
 /* Embedding service handlers: unpack, check lengths, call the store, pack. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +26,15 @@ static void relay(ss__rpc_reply *r, ss_status st, const char *why) {
 }
 
 /* A row request: its table's spec, its ids copied to an aligned array, and
- * (when want_rows) its float payload of exactly n * dim values, aligned:
- * decoded row by row when it came encoded (enc, shadow/codec.h). */
+ * (when want_rows) its float payload of exactly n * dim values: read where
+ * it lies when it came as aligned floats (a trailing bulk field,
+ * rpc/pb_wire.h), else copied or, when it came encoded (enc,
+ * shadow/codec.h), decoded row by row into `owned`. */
 typedef struct row_request {
     ss__emb_spec spec;
     uint64_t *ids;
-    float *payload;
+    const float *payload;
+    float *owned; /* free it */
     size_t n;
 } row_request;
 
@@ -61,29 +67,33 @@ static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBi
         refuse(svc, r, SS_ERR_SIZE_MISMATCH, "dim_mismatch", msg);
         return 0;
     }
+    const bool in_place = payload && enc == SS_ENC_F32 && payload->len &&
+                          (uintptr_t)payload->data % _Alignof(float) == 0;
     rq->ids = malloc(rq->n ? rq->n * sizeof(uint64_t) : 1);
-    rq->payload = payload ? malloc(rq->n ? rq->n * rq->spec.dim * sizeof(float) : 1) : NULL;
+    rq->owned =
+        payload && !in_place ? malloc(rq->n ? rq->n * rq->spec.dim * sizeof(float) : 1) : NULL;
+    rq->payload = in_place ? (const float *)payload->data : rq->owned;
     if (!rq->ids || (payload && !rq->payload)) {
         free(rq->ids);
-        free(rq->payload);
+        free(rq->owned);
         r->status = SS_ERR_NO_MEMORY;
         snprintf(r->message, sizeof r->message, "out of memory");
         return 0;
     }
     if (ids->len) /* an empty bytes field has no data pointer */
         memcpy(rq->ids, ids->data, ids->len);
-    if (payload && payload->len && enc == SS_ENC_F32)
-        memcpy(rq->payload, payload->data, payload->len);
+    if (payload && payload->len && enc == SS_ENC_F32 && !in_place)
+        memcpy(rq->owned, payload->data, payload->len);
     for (size_t i = 0; payload && enc != SS_ENC_F32 && i < rq->n; i++)
         if (ss__codec_decode(enc, payload->data + i * row_bytes, row_bytes, rq->spec.dim,
-                             rq->payload + i * rq->spec.dim) != SS_OK) {
+                             rq->owned + i * rq->spec.dim) != SS_OK) {
             snprintf(msg, sizeof msg,
                      "row %zu does not decode as %s (a value is not finite, or "
                      "a block's min is over its max)",
                      i, ss__encoding_name(enc));
             refuse(svc, r, SS_ERR_INVALID_ARGUMENT, "bad_payload", msg);
             free(rq->ids);
-            free(rq->payload);
+            free(rq->owned);
             return 0;
         }
     ss_status st = svc->ensure && rq->n
@@ -92,7 +102,7 @@ static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBi
     if (st != SS_OK) { /* its rows are moving here and did not come */
         relay(r, st, msg);
         free(rq->ids);
-        free(rq->payload);
+        free(rq->owned);
         return 0;
     }
     return 1;
@@ -177,14 +187,16 @@ static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *r
 
 static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
+    ProtobufCBinaryData grads = {0};
     Shadowsync__V1__PushRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__push_request__descriptor, req, len, reply);
+        ss__rpc_unpack_bulk(&shadowsync__v1__push_request__descriptor, 3,
+                            offsetof(Shadowsync__V1__PushRequest, grads), req, len, &grads, reply);
     if (!m) {
         ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
         return;
     }
     row_request rq;
-    if (parse_rows(svc, m->table, &m->ids, &m->grads, SS_ENC_F32, &rq, reply)) {
+    if (parse_rows(svc, m->table, &m->ids, &grads, SS_ENC_F32, &rq, reply)) {
         char why[200] = "";
         ss_status st =
             ss__emb_store_push(svc->store, m->table, rq.ids, rq.n, rq.payload, why, sizeof why);
@@ -196,21 +208,23 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
             ss__rpc_reply_pack(&out.base, reply);
         }
         free(rq.ids);
-        free(rq.payload);
+        free(rq.owned);
     }
     shadowsync__v1__push_request__free_unpacked(m, NULL);
 }
 
 static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    Shadowsync__V1__PushLookupRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__push_lookup_request__descriptor, req, len, reply);
+    ProtobufCBinaryData grads = {0};
+    Shadowsync__V1__PushLookupRequest *m = ss__rpc_unpack_bulk(
+        &shadowsync__v1__push_lookup_request__descriptor, 3,
+        offsetof(Shadowsync__V1__PushLookupRequest, grads), req, len, &grads, reply);
     if (!m) {
         ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
         return;
     }
     row_request push, look;
-    if (parse_rows(svc, m->table, &m->push_ids, &m->grads, SS_ENC_F32, &push, reply)) {
+    if (parse_rows(svc, m->table, &m->push_ids, &grads, SS_ENC_F32, &push, reply)) {
         if (parse_rows(svc, m->table, &m->ids, NULL, SS_ENC_F32, &look, reply)) {
             uint8_t *block;
             float *rows = rows_out(look.n, look.spec.dim, &block, reply);
@@ -224,7 +238,7 @@ static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_rep
             free(look.ids);
         }
         free(push.ids);
-        free(push.payload);
+        free(push.owned);
     }
     shadowsync__v1__push_lookup_request__free_unpacked(m, NULL);
 }
@@ -272,7 +286,7 @@ static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
         }
         free(deltas);
         free(rq.ids);
-        free(rq.payload);
+        free(rq.owned);
     }
     shadowsync__v1__elastic_request__free_unpacked(m, NULL);
 }

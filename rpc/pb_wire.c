@@ -94,6 +94,17 @@ bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, 
 
 /* A reply's small fields and its bulk field's tag and length fit in its
  * first bytes (pb_wire.h): read them, then the bulk bytes where they lie. */
+uint8_t *ss__rpc_pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
+                                size_t *len) {
+    size_t h = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(h + SS_PB_BYTES_HEADER_MAX);
+    if (buf) {
+        protobuf_c_message_pack(m, buf);
+        *len = h + ss__pb_bytes_header(field, payload_len, buf + h);
+    }
+    return buf;
+}
+
 void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field,
                           size_t field_offset, const uint8_t *req, size_t len,
                           ProtobufCBinaryData *bulk, ss__rpc_reply *reply) {

@@ -22,6 +22,12 @@ void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field
                           size_t field_offset, const uint8_t *req, size_t len,
                           ProtobufCBinaryData *bulk, ss__rpc_reply *reply);
 
+/* The small fields of m packed, then the tag and length of its bulk bytes
+ * field `field` (payload_len bytes, sent after them from where they lie:
+ * ss__rpc_request.payload, rpc/pb_wire.h); NULL: no memory. Free it. */
+uint8_t *ss__rpc_pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
+                                size_t *len);
+
 /* One unary call of message req, its reply unpacked as desc into *reply
  * (free with protobuf_c_message_free_unpacked): ss__rpc_call's status, or
  * SS_ERR_PARSE when the reply is not a desc (said in msg when given). */

@@ -143,20 +143,6 @@ static uint8_t *pack_message(const ProtobufCMessage *m, size_t *len) {
     return buf;
 }
 
-/* The small fields of m, then the tag and length of its bulk field
- * `field` (payload_len bytes, sent after it as a slice of their own:
- * rpc/pb_wire.h). */
-static uint8_t *pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
-                               size_t *len) {
-    size_t h = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = malloc(h + SS_PB_BYTES_HEADER_MAX);
-    if (buf) {
-        protobuf_c_message_pack(m, buf);
-        *len = h + ss__pb_bytes_header(field, payload_len, buf + h);
-    }
-    return buf;
-}
-
 /* A fan-out of one request per chunk. */
 typedef struct fanout {
     ss__rpc_request *rq;
@@ -501,7 +487,7 @@ static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size
     req.member = m->ids[i];
     req.alpha = a->alpha;
     chunk_payload(m, i, a->s, rq, UPLOAD_FIELDS(req));
-    return pack_bulk_head(&req.base, 4, rq->payload_len, len);
+    return ss__rpc_pack_bulk_head(&req.base, 4, rq->payload_len, len);
 }
 
 static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
@@ -554,7 +540,7 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
         req.bmuf_nesterov = a->bmuf->nesterov;
     }
     chunk_payload(m, i, a->s, rq, UPLOAD_FIELDS(req));
-    return pack_bulk_head(&req.base, 3, rq->payload_len, len);
+    return ss__rpc_pack_bulk_head(&req.base, 3, rq->payload_len, len);
 }
 
 /* Chunks close their rounds independently (a deadline may close one

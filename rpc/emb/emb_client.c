@@ -14,6 +14,7 @@
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/emb/spec_pb.h"
 #include "rpc/pb_wire.h"
+#include "rpc/rpc_pb.h"
 
 #define MAX_SHARDS 64
 
@@ -256,6 +257,7 @@ typedef struct chunk {
  * OP_PUSH_LOOKUP also has `push` (main is then its lookup). */
 typedef struct call_part {
     chunk main, push;
+    uint8_t *owned; /* the call's payload when it was gathered */
 } call_part;
 
 /* The rows of one op: ids, and floats in (grads, rows) when it sends any. */
@@ -266,35 +268,75 @@ typedef struct id_set {
     ss__encoding enc; /* elastic: rows out and deltas back, row by row (shadow/codec.h) */
 } id_set;
 
-/* ids and their payload gathered into one chunk's arrays. */
-static bool gather_chunk(const ss__emb_spec *spec, const id_set *set, const chunk *ck,
+/* True when the chunk's rows are the set's own floats in one run, in
+ * order (f32): they can be sent from where they lie (one shard's whole
+ * batch is). */
+static bool one_run(const id_set *set, const chunk *ck) {
+    if (!set->in || set->enc != SS_ENC_F32 || ck->n == 0)
+        return false;
+    for (size_t k = 1; k < ck->n; k++)
+        if (ck->pos[k] != ck->pos[0] + k)
+            return false;
+    return true;
+}
+
+/* ids and their payload gathered into one chunk's arrays (the payload
+ * left out when `rows` is false). */
+static bool gather_chunk(const ss__emb_spec *spec, const id_set *set, const chunk *ck, bool rows,
                          ProtobufCBinaryData *bid, ProtobufCBinaryData *bin) {
     const size_t dim = spec->dim, row_bytes = ss__codec_size(set->enc, dim);
+    const bool in = set->in && rows;
     uint64_t *cid = malloc(ck->n * sizeof *cid + 1);
-    uint8_t *cin = set->in ? malloc(ck->n * row_bytes + 1) : NULL;
-    if (!cid || (set->in && !cin)) {
+    uint8_t *cin = in ? malloc(ck->n * row_bytes + 1) : NULL;
+    if (!cid || (in && !cin)) {
         free(cid);
         free(cin);
         return false;
     }
     for (size_t k = 0; k < ck->n; k++) {
         cid[k] = set->ids[ck->pos[k]];
-        if (set->in && set->enc == SS_ENC_F32)
+        if (in && set->enc == SS_ENC_F32)
             memcpy(cin + k * row_bytes, set->in + ck->pos[k] * dim, row_bytes);
-        else if (set->in)
+        else if (in)
             ss__codec_encode(set->enc, set->in + ck->pos[k] * dim, dim, cin + k * row_bytes);
     }
     *bid = (ProtobufCBinaryData){ck->n * sizeof *cid, (uint8_t *)cid};
-    *bin = (ProtobufCBinaryData){set->in ? ck->n * row_bytes : 0, cin};
+    *bin = (ProtobufCBinaryData){in ? ck->n * row_bytes : 0, cin};
     return true;
 }
 
-static uint8_t *pack_chunk(row_op op, const ss__emb_spec *spec, const id_set *main,
-                           const id_set *push, float alpha, const call_part *cp, size_t *len) {
+/* A push's gradients: sent after the packed small fields as their trailing
+ * bytes field (rpc/pb_wire.h), from the caller's floats when they are one
+ * run, else from a gathered copy (*owned, the call's to free). */
+static bool push_payload(const ss__emb_spec *spec, const id_set *set, const chunk *ck,
+                         ss__rpc_request *call, uint8_t **owned) {
+    ProtobufCBinaryData none, rows;
+    *owned = NULL;
+    if (one_run(set, ck)) {
+        call->payload = (const uint8_t *)(set->in + ck->pos[0] * spec->dim);
+        call->payload_len = ck->n * spec->dim * sizeof(float);
+        return true;
+    }
+    if (!gather_chunk(spec, &(id_set){set->ids, set->n, set->in, SS_ENC_F32}, ck, true, &none,
+                      &rows))
+        return false;
+    free(none.data);
+    *owned = rows.data;
+    call->payload = rows.data;
+    call->payload_len = rows.len;
+    return true;
+}
+
+/* The call of one chunk: its request in call->req (and, for a push, its
+ * gradients as call->payload; *owned: a copy to free with the call). */
+static bool pack_chunk(row_op op, const ss__emb_spec *spec, const id_set *main, const id_set *push,
+                       float alpha, const call_part *cp, ss__rpc_request *call, uint8_t **owned) {
     ProtobufCBinaryData bid = {0}, bin = {0}, pid = {0}, pin = {0};
     uint8_t *buf = NULL;
-    if (!gather_chunk(spec, main, &cp->main, &bid, &bin) ||
-        (op == OP_PUSH_LOOKUP && !gather_chunk(spec, push, &cp->push, &pid, &pin)))
+    size_t *len = &call->len;
+    *owned = NULL;
+    if (!gather_chunk(spec, main, &cp->main, op != OP_PUSH, &bid, &bin) ||
+        (op == OP_PUSH_LOOKUP && !gather_chunk(spec, push, &cp->push, false, &pid, &pin)))
         goto out;
     if (op == OP_LOOKUP) {
         Shadowsync__V1__LookupRequest m = SHADOWSYNC__V1__LOOKUP_REQUEST__INIT;
@@ -307,19 +349,15 @@ static uint8_t *pack_chunk(row_op op, const ss__emb_spec *spec, const id_set *ma
         Shadowsync__V1__PushRequest m = SHADOWSYNC__V1__PUSH_REQUEST__INIT;
         m.table = (char *)spec->name;
         m.ids = bid;
-        m.grads = bin;
-        *len = shadowsync__v1__push_request__get_packed_size(&m);
-        if ((buf = malloc(*len + 1)))
-            shadowsync__v1__push_request__pack(&m, buf);
+        if (push_payload(spec, main, &cp->main, call, owned))
+            buf = ss__rpc_pack_bulk_head(&m.base, 3, call->payload_len, len);
     } else if (op == OP_PUSH_LOOKUP) {
         Shadowsync__V1__PushLookupRequest m = SHADOWSYNC__V1__PUSH_LOOKUP_REQUEST__INIT;
         m.table = (char *)spec->name;
         m.push_ids = pid;
-        m.grads = pin;
         m.ids = bid;
-        *len = shadowsync__v1__push_lookup_request__get_packed_size(&m);
-        if ((buf = malloc(*len + 1)))
-            shadowsync__v1__push_lookup_request__pack(&m, buf);
+        if (push_payload(spec, push, &cp->push, call, owned))
+            buf = ss__rpc_pack_bulk_head(&m.base, 3, call->payload_len, len);
     } else {
         Shadowsync__V1__ElasticRequest m = SHADOWSYNC__V1__ELASTIC_REQUEST__INIT;
         m.table = (char *)spec->name;
@@ -336,7 +374,8 @@ out:
     free(bin.data);
     free(pid.data);
     free(pin.data);
-    return buf;
+    call->req = buf;
+    return buf != NULL;
 }
 
 /* Copies a reply's rows (lookup) or deltas (elastic) to their positions. */
@@ -524,8 +563,7 @@ static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *
                 cp[j].push = chunk_at(&bp, s, k);
             calls[j].ch = c->ch[s];
             calls[j].method = method_of(op);
-            calls[j].req = pack_chunk(op, spec, main, push, alpha, &cp[j], &calls[j].len);
-            if (!calls[j].req)
+            if (!pack_chunk(op, spec, main, push, alpha, &cp[j], &calls[j], &cp[j].owned))
                 st = SS_ERR_NO_MEMORY;
             if (rows_back) {
                 sa[j] = (scatter_arg){spec, &cp[j].main, out};
@@ -567,6 +605,8 @@ static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *
     for (size_t i = 0; calls && i < ncalls; i++) {
         free((void *)calls[i].req);
         free(calls[i].resp);
+        if (cp)
+            free(cp[i].owned);
     }
     free(calls);
     free(cp);
