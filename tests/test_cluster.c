@@ -367,14 +367,17 @@ START_TEST(test_sigkill_a_trainer_rounds_keep_closing) {
     stop_ps(ps0);
     stop_ps(ps1);
     for (int r = 0; r < 2; r++) {
-        double last = progress_value(r, "sync_rounds");
-        fprintf(stderr, "trainer %d: rounds %.0f at the kill, %.0f at the last progress line\n", r,
-                at_kill[r], last);
-        /* Rounds kept closing. How many depends on the machine (11-77 on
-         * a quiet one, 16 once beside a CPU-heavy job, where a bar of 20
-         * failed; 5-8 with no member timeout, each round then waiting for
-         * its deadline): the expiry is checked below instead. */
-        ck_assert_double_gt(last, at_kill[r] + 2);
+        double last = summary_value(r, "sync_rounds_sum");
+        fprintf(stderr, "trainer %d: rounds %.0f at the kill, %.0f at the end\n", r, at_kill[r],
+                last);
+        /* Rounds did not stop. How many closed after the kill is the ratio
+         * of the survivors' training time to a round's, which load moves
+         * (11-77 on a quiet machine; 16 beside a CPU-heavy job, where a
+         * bar of 20 failed; 2 under ctest -j3, where a bar of 2 failed;
+         * 5-8 with no member timeout, each round then waiting for its
+         * deadline): what tells the member timeout worked is the expiry,
+         * checked below. */
+        ck_assert_double_gt(last, at_kill[r]);
         ck_assert_double_eq(summary_value(r, "examples"), 120000); /* its whole share */
     }
     ck_assert_double_lt(ex_at_kill, 120000); /* the kill happened mid-run */
