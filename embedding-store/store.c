@@ -13,6 +13,7 @@
 #include "common/finite.h"
 #include "common/log.h"
 #include "embedding-store/checkpoints_internal.h"
+#include "embedding-store/duplicates_internal.h"
 #include "embedding-store/emb_db_internal.h"
 #include "embedding-store/emb_store.h"
 #include "embedding-store/store_internal.h"
@@ -545,33 +546,6 @@ ss_status ss__emb_store_table_spec(ss__emb_store *st, const char *table, ss__emb
     return SS_OK;
 }
 
-/* An id that ids holds twice, found in O(n): an open-addressing set of
- * at least 2n slots (a sort was 8% of a shard's CPU on small batches).
- * Returns 1 and sets *dup, 0, or -1 out of memory. */
-static int find_duplicate(const uint64_t *ids, size_t n, uint64_t *dup) {
-    size_t cap = 16;
-    while (cap < 2 * n)
-        cap <<= 1;
-    uint64_t *keys = malloc(cap * sizeof *keys);
-    uint8_t *used = calloc(cap, 1);
-    int found = keys && used ? 0 : -1;
-    for (size_t i = 0; found == 0 && i < n; i++) {
-        uint64_t h = ids[i] * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing: the high bits */
-        size_t j = (size_t)(h >> 32) & (cap - 1);
-        while (used[j] && keys[j] != ids[i])
-            j = (j + 1) & (cap - 1);
-        if (used[j]) {
-            *dup = ids[i];
-            found = 1;
-        }
-        used[j] = 1;
-        keys[j] = ids[i];
-    }
-    free(keys);
-    free(used);
-    return found;
-}
-
 /* The checks every row request gets. */
 static ss_status check_request(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                                const float *payload, store_table **out, char *why, size_t whylen) {
@@ -606,7 +580,7 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
         return refuse(st, SS_ERR_NON_FINITE, "non_finite");
     }
     uint64_t dup = 0;
-    const int twice = find_duplicate(ids, n, &dup);
+    const int twice = ss__emb_find_duplicate(ids, n, &dup);
     if (twice < 0)
         return SS_ERR_NO_MEMORY;
     if (twice) {
