@@ -99,6 +99,13 @@ static void report(const char *name, const result *r, const bench *b) {
            (double)b->batch / r->push_s);
 }
 
+/* "ratio a/b": r's speed over base's (base's seconds per
+ * batch over r's). */
+static void ratio(const char *name, const result *base, const result *r) {
+    printf("ratio %s: lookups %.3f pushes %.3f\n", name, base->lookup_s / r->lookup_s,
+           base->push_s / r->push_s);
+}
+
 /* The store is left open in *out for the tcp run. */
 static int run_inproc(bench *b, result *r, ss__emb_store **out) {
     ss__emb_store_config cfg = {.max_batch = (size_t)b->batch};
@@ -497,25 +504,21 @@ int main(int argc, char **argv) {
     }
     report("gather", &ga, &b);
     report("indexed", &gi, &b);
-    printf("ratio indexed/gather: lookups %.3f pushes %.3f\n", ga.lookup_s / gi.lookup_s,
-           ga.push_s / gi.push_s);
+    ratio("indexed/gather", &ga, &gi);
     if (run_inproc(&b, &in, &st) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: in-process run failed\n");
         return 1;
     }
     report("inproc", &in, &b);
-    printf("ratio inproc/gather: lookups %.3f pushes %.3f\n", ga.lookup_s / in.lookup_s,
-           ga.push_s / in.push_s);
-    printf("ratio inproc/indexed: lookups %.3f pushes %.3f\n", gi.lookup_s / in.lookup_s,
-           gi.push_s / in.push_s);
+    ratio("inproc/gather", &ga, &in);
+    ratio("inproc/indexed", &gi, &in);
     if (run_tcp(&b, st, &tc) != 0) {
         fprintf(stderr, "shadowsync-bench-emb: the loopback TCP run failed\n");
         return 1;
     }
     ss__emb_store_destroy(st);
     report("tcp", &tc, &b);
-    printf("ratio tcp/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / tc.lookup_s,
-           in.push_s / tc.push_s);
+    ratio("tcp/inproc", &in, &tc);
     if (*ps) {
         if (run_grpc(&b, ps, false, &gr) != 0)
             return 1;
@@ -532,22 +535,16 @@ int main(int argc, char **argv) {
         report("redis", &rd, &b);
     }
     if (*ps) {
-        printf("ratio grpc/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / gr.lookup_s,
-               in.push_s / gr.push_s);
-        printf("ratio grpc/tcp: lookups %.3f pushes %.3f\n", tc.lookup_s / gr.lookup_s,
-               tc.push_s / gr.push_s);
+        ratio("grpc/inproc", &in, &gr);
+        ratio("grpc/tcp", &tc, &gr);
     }
     if (*ps && bulk) {
-        printf("ratio bulk/inproc: lookups %.3f pushes %.3f\n", in.lookup_s / bk.lookup_s,
-               in.push_s / bk.push_s);
-        printf("ratio bulk/tcp: lookups %.3f pushes %.3f\n", tc.lookup_s / bk.lookup_s,
-               tc.push_s / bk.push_s);
-        printf("ratio bulk/grpc: lookups %.3f pushes %.3f\n", gr.lookup_s / bk.lookup_s,
-               gr.push_s / bk.push_s);
+        ratio("bulk/inproc", &in, &bk);
+        ratio("bulk/tcp", &tc, &bk);
+        ratio("bulk/grpc", &gr, &bk);
     }
     if (*ps && *redis)
-        printf("ratio grpc/redis: lookups %.3f pushes %.3f\n", rd.lookup_s / gr.lookup_s,
-               rd.push_s / gr.push_s);
+        ratio("grpc/redis", &rd, &gr);
     ss__rpc_shutdown();
     free(b.ids);
     free(b.buf);
