@@ -114,7 +114,9 @@ static ss__bulk_stream *open_stream(ss__bulk_pool *p, uint32_t s, uint64_t epoch
     char why[300] = "";
     ss__bulk_stream *b = NULL;
     ss_status st = p->cfg.ticket(p->ch[s], epoch, p->cfg.ticket_timeout_ms, ticket, &port);
-    if (st == SS_OK && (port == 0 || port >= 65536))
+    if (st != SS_OK)
+        snprintf(why, sizeof why, "the ticket call over gRPC failed");
+    else if (port == 0 || port >= 65536)
         st = SS_ERR_PARSE;
     if (st == SS_OK)
         st = ss__bulk_stream_open(p->host[s], port, p->tls, ticket, p->cfg.stream_timeout_ms,

@@ -700,79 +700,12 @@ START_TEST(test_a_trainer_with_bulk_on) {
 }
 END_TEST
 
-/* Embedding rows on the stream: lookups, pushes and push-lookups through
- * a client with the bulk streams on give the rows a gRPC client reads of
- * the same table, bit for bit; every such batch goes on the stream (the
- * PS's per-method series say transport="bulk"); a non-finite push is
- * refused by the method's own check with the gRPC path's status and
- * changes nothing; Elastic stays on gRPC. */
-START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
-    snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
-    char *args[] = {"--bulk-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", NULL};
-    ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
-    char http[64], base[80];
-    proc_address_after(ps_log, "http on", http, sizeof http);
-    snprintf(base, sizeof base, "http://%s", http);
-    ss__emb_client *b, *g;
-    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &b), SS_OK);
-    ck_assert_int_eq(ss__emb_client_use_bulk(b, ss__dense_bulk_ticket), SS_OK);
-    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &g), SS_OK);
-    ss__emb_spec spec;
-    ck_assert_int_eq(ss__emb_spec_init(&spec, "rows", 8), SS_OK);
-    ck_assert_int_eq(ss__emb_client_open_table(b, &spec, NULL, NULL, 0), SS_OK);
-    ck_assert_int_eq(ss__emb_client_open_table(g, &spec, NULL, NULL, 0), SS_OK);
-    enum { N = 300, D = 8 };
-    static uint64_t ids[N], more[N];
-    static float grads[N * D], rb[N * D], rg[N * D], before[N * D];
-    for (int i = 0; i < N; i++) {
-        ids[i] = (uint64_t)i * 7919u + 1;
-        more[i] = ids[i] + 3;
-    }
-    for (int i = 0; i < N * D; i++)
-        grads[i] = 0.01f * (float)(i % 13) - 0.05f;
-    ck_assert_int_eq(ss__emb_client_push(b, &spec, ids, N, grads), SS_OK);
-    ck_assert_int_eq(ss__emb_client_lookup(b, &spec, ids, N, rb), SS_OK);
-    ck_assert_int_eq(ss__emb_client_lookup(g, &spec, ids, N, rg), SS_OK);
-    ck_assert(memcmp(rb, rg, sizeof rb) == 0);
-    ck_assert_int_eq(ss__emb_client_push_lookup(b, &spec, more, N, grads, ids, N, rb), SS_OK);
-    ck_assert_int_eq(ss__emb_client_lookup(g, &spec, ids, N, rg), SS_OK);
-    ck_assert(memcmp(rb, rg, sizeof rb) == 0);
-    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 3);
-    ck_assert_uint_eq(ss__emb_client_bulk_batches(g), 0);
-    /* NaN: refused whole, as over gRPC, and nothing moved */
-    memcpy(before, rg, sizeof before);
-    grads[5 * D + 2] = NAN;
-    ck_assert_int_eq(ss__emb_client_push(b, &spec, ids, N, grads), SS_ERR_NON_FINITE);
-    ck_assert_int_eq(ss__emb_client_push(g, &spec, ids, N, grads), SS_ERR_NON_FINITE);
-    ck_assert_int_eq(ss__emb_client_lookup(b, &spec, ids, N, rb), SS_OK);
-    ck_assert(memcmp(rb, before, sizeof rb) == 0);
-    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 5);
-    ck_assert_int_eq(ss__emb_client_elastic(b, &spec, ids, N, rb, 0.5f, SS_ENC_F32, rg), SS_OK);
-    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 5); /* Elastic: gRPC */
-    ss__emb_client_destroy(b);
-    ss__emb_client_destroy(g);
-    char *metrics = NULL;
-    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
-    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
-                                   "Embedding/Lookup\",result=\"ok\",transport=\"bulk\""),
-                        2);
-    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
-                                   "PushLookup\",result=\"ok\",transport=\"bulk\""),
-                        1);
-    ck_assert_double_ge(
-        metric_sum(metrics, "shadowsync_rpc_requests_total", "Embedding/Lookup\",result=\"ok\"}"),
-        2);
-    free(metrics);
-    stop_ps();
-}
-END_TEST
-
 int main(void) {
-    return ss__check_tests(
-        "bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
-        test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
-        test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
-        test_bulk_listen_refused_when_it_cannot_serve, test_easgd_on_a_tls_stream_as_over_grpc,
-        test_a_tls_send_to_a_closed_peer_raises_no_sigpipe, test_a_stream_lives_in_its_epoch,
-        test_a_trainer_with_bulk_on, test_embedding_rows_on_the_stream_as_over_grpc);
+    return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
+                           test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
+                           test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
+                           test_bulk_listen_refused_when_it_cannot_serve,
+                           test_easgd_on_a_tls_stream_as_over_grpc,
+                           test_a_tls_send_to_a_closed_peer_raises_no_sigpipe,
+                           test_a_stream_lives_in_its_epoch, test_a_trainer_with_bulk_on);
 }

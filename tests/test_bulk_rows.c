@@ -1,0 +1,154 @@
+/* Embedding rows on the bulk stream (rpc/bulk.h, rpc/bulk_pool.h):
+ * lookups, pushes and push-lookups through a real shadowsync-ps with
+ * --bulk-listen give the rows the same calls over gRPC give; a PS that
+ * dies and comes back on its address gets the client's rows on a new
+ * stream. (Over mutual TLS, a read-only certificate, a trainer's remote
+ * table: test_bulk.c.) */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "http_client.h"
+#include "procs.h"
+#include "rpc/dense/grpc_transport.h"
+#include "rpc/emb/emb_client.h"
+#include "rpc/rpc.h"
+
+static pid_t ps_pid;
+static char ps_target[64], ps_log[128];
+
+/* shadowsync-ps on listen with a bulk port and /metrics at *base. */
+static void start_ps(const char *listen, char *base, size_t baselen) {
+    snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-rows-%d.log", (int)getpid());
+    char *args[] = {"--bulk-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", NULL};
+    ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, listen, args);
+    char http[64];
+    proc_address_after(ps_log, "http on", http, sizeof http);
+    snprintf(base, baselen, "http://%s", http);
+}
+
+static void stop_ps(void) {
+    kill(ps_pid, SIGTERM);
+    ck_assert_int_eq(proc_wait(ps_pid, 30), 0); /* exit 0: a graceful stop */
+    unlink(ps_log);
+}
+
+/* Embedding rows on the stream: lookups, pushes and push-lookups through
+ * a client with the bulk streams on give the rows a gRPC client reads of
+ * the same table, bit for bit; every such batch goes on the stream (the
+ * PS's per-method series say transport="bulk"); a non-finite push is
+ * refused by the method's own check with the gRPC path's status and
+ * changes nothing; Elastic stays on gRPC. */
+START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
+    char base[80];
+    start_ps("127.0.0.1:0", base, sizeof base);
+    ss__emb_client *b, *g;
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &b), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(b, ss__dense_bulk_ticket), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &g), SS_OK);
+    ss__emb_spec spec;
+    ck_assert_int_eq(ss__emb_spec_init(&spec, "rows", 8), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(b, &spec, NULL, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(g, &spec, NULL, NULL, 0), SS_OK);
+    enum { N = 300, D = 8 };
+    static uint64_t ids[N], more[N];
+    static float grads[N * D], rb[N * D], rg[N * D], before[N * D];
+    for (int i = 0; i < N; i++) {
+        ids[i] = (uint64_t)i * 7919u + 1;
+        more[i] = ids[i] + 3;
+    }
+    for (int i = 0; i < N * D; i++)
+        grads[i] = 0.01f * (float)(i % 13) - 0.05f;
+    ck_assert_int_eq(ss__emb_client_push(b, &spec, ids, N, grads), SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(b, &spec, ids, N, rb), SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(g, &spec, ids, N, rg), SS_OK);
+    ck_assert(memcmp(rb, rg, sizeof rb) == 0);
+    ck_assert_int_eq(ss__emb_client_push_lookup(b, &spec, more, N, grads, ids, N, rb), SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(g, &spec, ids, N, rg), SS_OK);
+    ck_assert(memcmp(rb, rg, sizeof rb) == 0);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 3);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(g), 0);
+    /* NaN: refused whole, as over gRPC, and nothing moved */
+    memcpy(before, rg, sizeof before);
+    grads[5 * D + 2] = NAN;
+    ck_assert_int_eq(ss__emb_client_push(b, &spec, ids, N, grads), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__emb_client_push(g, &spec, ids, N, grads), SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__emb_client_lookup(b, &spec, ids, N, rb), SS_OK);
+    ck_assert(memcmp(rb, before, sizeof rb) == 0);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 5);
+    ck_assert_int_eq(ss__emb_client_elastic(b, &spec, ids, N, rb, 0.5f, SS_ENC_F32, rg), SS_OK);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 5); /* Elastic: gRPC */
+    ss__emb_client_destroy(b);
+    ss__emb_client_destroy(g);
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                   "Embedding/Lookup\",result=\"ok\",transport=\"bulk\""),
+                        2);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                   "PushLookup\",result=\"ok\",transport=\"bulk\""),
+                        1);
+    ck_assert_double_ge(
+        metric_sum(metrics, "shadowsync_rpc_requests_total", "Embedding/Lookup\",result=\"ok\"}"),
+        2);
+    free(metrics);
+    stop_ps();
+}
+END_TEST
+
+/* The PS SIGKILLed under a client with the streams on: its next lookup
+ * fails (the stream and the channel are gone), it does not hang; a PS
+ * started again on the same address (a new bulk port) serves the same
+ * client's rows on a new stream, its ticket asked for again. */
+START_TEST(test_rows_after_the_ps_restarts) {
+    char base[80], listen[64];
+    start_ps("127.0.0.1:0", base, sizeof base);
+    snprintf(listen, sizeof listen, "%s", ps_target);
+    ss__emb_client *c;
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 2000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(c, ss__dense_bulk_ticket), SS_OK);
+    ss__emb_spec spec;
+    ck_assert_int_eq(ss__emb_spec_init(&spec, "back", 4), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    const uint64_t ids[2] = {11, 12};
+    float rows[8], again[8];
+    ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, rows), SS_OK);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(c), 1);
+    kill(ps_pid, SIGKILL);
+    proc_wait(ps_pid, 10);
+    unlink(ps_log);
+    ck_assert_int_ne(ss__emb_client_lookup(c, &spec, ids, 2, again), SS_OK);
+    start_ps(listen, base, sizeof base);
+    ck_assert_str_eq(ps_target, listen);
+    /* The table again on the new PS: its first calls may find the
+     * channel still reconnecting (10 s at most). */
+    ss_status st = SS_ERR_IO;
+    for (int i = 0; i < 40 && st != SS_OK; i++)
+        if ((st = ss__emb_client_open_table(c, &spec, NULL, NULL, 0)) != SS_OK)
+            usleep(250000);
+    ck_assert_int_eq(st, SS_OK);
+    ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, again), SS_OK);
+    ck_assert(memcmp(rows, again, sizeof rows) == 0); /* a row's start is its id's */
+    ck_assert_uint_ge(ss__emb_client_bulk_batches(c), 2);
+    ss__emb_client_destroy(c);
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                   "Embedding/Lookup\",result=\"ok\",transport=\"bulk\""),
+                        1);
+    free(metrics);
+    stop_ps();
+}
+END_TEST
+
+int main(void) {
+    return ss__check_tests("bulk_rows", 60, NULL, NULL,
+                           test_embedding_rows_on_the_stream_as_over_grpc,
+                           test_rows_after_the_ps_restarts);
+}
