@@ -301,16 +301,25 @@ static void serve_dense_call(ss__dense_service *svc, const dense_call *c, ss__rp
     free(block);
 }
 
+/* An EASGD or round request, its snapshot (field `field`) read in place
+ * when it ends the message; NULL: not one, refused and counted. */
+static void *unpack_snapshot(ss__dense_service *svc, const ProtobufCMessageDescriptor *desc,
+                             uint32_t field, size_t offset, const uint8_t *req, size_t len,
+                             ProtobufCBinaryData *snap, ss__rpc_reply *reply) {
+    void *m = ss__rpc_unpack_bulk(desc, field, offset, req, len, snap, reply);
+    if (!m)
+        count_rejected(svc);
+    return m;
+}
+
 static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     ProtobufCBinaryData snap = {0};
-    Shadowsync__V1__EasgdRequest *m = ss__rpc_unpack_bulk(
-        &shadowsync__v1__easgd_request__descriptor, 4,
-        offsetof(Shadowsync__V1__EasgdRequest, snapshot), req, len, &snap, reply);
-    if (!m) {
-        count_rejected(svc);
+    Shadowsync__V1__EasgdRequest *m =
+        unpack_snapshot(svc, &shadowsync__v1__easgd_request__descriptor, 4,
+                        offsetof(Shadowsync__V1__EasgdRequest, snapshot), req, len, &snap, reply);
+    if (!m)
         return;
-    }
     dense_call c = {DENSE_CALL_FIELDS(m, &snap), .alpha = m->alpha};
     serve_dense_call(svc, &c, reply);
     shadowsync__v1__easgd_request__free_unpacked(m, NULL);
@@ -319,13 +328,11 @@ static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
     ProtobufCBinaryData snap = {0};
-    Shadowsync__V1__RoundRequest *m = ss__rpc_unpack_bulk(
-        &shadowsync__v1__round_request__descriptor, 3,
-        offsetof(Shadowsync__V1__RoundRequest, snapshot), req, len, &snap, reply);
-    if (!m) {
-        count_rejected(svc);
+    Shadowsync__V1__RoundRequest *m =
+        unpack_snapshot(svc, &shadowsync__v1__round_request__descriptor, 3,
+                        offsetof(Shadowsync__V1__RoundRequest, snapshot), req, len, &snap, reply);
+    if (!m)
         return;
-    }
     ss__bmuf_params bp = {.eta = m->bmuf_eta, .zeta = m->bmuf_zeta, .nesterov = m->bmuf_nesterov};
     dense_call c = {DENSE_CALL_FIELDS(m, &snap), .round = true, .bmuf = m->bmuf ? &bp : NULL};
     serve_dense_call(svc, &c, reply);

@@ -39,6 +39,19 @@ static void stop_ps(void) {
     unlink(ps_log);
 }
 
+/* The PS's count of a method's calls served ok (method: the end of its
+ * path and a label, e.g. "Embedding/Lookup\",result=\"ok\"}"), from
+ * /metrics at base. */
+static double served(const char *base, const char *method) {
+    char *metrics = NULL;
+    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
+    const double n = metric_sum(metrics, "shadowsync_rpc_requests_total", method);
+    free(metrics);
+    return n;
+}
+
+#define ON_BULK "\",result=\"ok\",transport=\"bulk\""
+
 /* Embedding rows on the stream: lookups, pushes and push-lookups through
  * a client with the bulk streams on give the rows a gRPC client reads of
  * the same table, bit for bit; every such batch goes on the stream (the
@@ -86,18 +99,9 @@ START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
     ck_assert_uint_eq(ss__emb_client_bulk_batches(b), 5); /* Elastic: gRPC */
     ss__emb_client_destroy(b);
     ss__emb_client_destroy(g);
-    char *metrics = NULL;
-    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
-    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
-                                   "Embedding/Lookup\",result=\"ok\",transport=\"bulk\""),
-                        2);
-    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
-                                   "PushLookup\",result=\"ok\",transport=\"bulk\""),
-                        1);
-    ck_assert_double_ge(
-        metric_sum(metrics, "shadowsync_rpc_requests_total", "Embedding/Lookup\",result=\"ok\"}"),
-        2);
-    free(metrics);
+    ck_assert_double_eq(served(base, "Embedding/Lookup" ON_BULK), 2);
+    ck_assert_double_eq(served(base, "PushLookup" ON_BULK), 1);
+    ck_assert_double_ge(served(base, "Embedding/Lookup\",result=\"ok\"}"), 2);
     stop_ps();
 }
 END_TEST
@@ -137,12 +141,7 @@ START_TEST(test_rows_after_the_ps_restarts) {
     ck_assert(memcmp(rows, again, sizeof rows) == 0); /* a row's start is its id's */
     ck_assert_uint_ge(ss__emb_client_bulk_batches(c), 2);
     ss__emb_client_destroy(c);
-    char *metrics = NULL;
-    ck_assert_int_eq(http_request(base, "/metrics", NULL, NULL, 0, &metrics), 200);
-    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
-                                   "Embedding/Lookup\",result=\"ok\",transport=\"bulk\""),
-                        1);
-    free(metrics);
+    ck_assert_double_eq(served(base, "Embedding/Lookup" ON_BULK), 1);
     stop_ps();
 }
 END_TEST

@@ -181,12 +181,10 @@ END_TEST
  * refusal says which ranges hold. */
 START_TEST(test_bad_bmuf_parameters_say_what) {
     uint64_t before = rejected();
-    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
-    r.group = "g";
-    r.member = member;
     float x[2] = {3, 3};
-    r.snapshot.data = (uint8_t *)x;
-    r.snapshot.len = sizeof x;
+    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    r = (Shadowsync__V1__RoundRequest){
+        .base = r.base, .group = "g", .member = member, .snapshot = {sizeof x, (uint8_t *)x}};
     r.bmuf = true;
     r.bmuf_eta = 1.5f; /* past [0, 1) */
     r.bmuf_zeta = 1.0f;
