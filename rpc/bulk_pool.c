@@ -27,11 +27,6 @@ struct ss__bulk_pool {
     _Atomic uint64_t batches;
 };
 
-static void say(char *why, size_t whylen, const char *what, const char *detail) {
-    if (why && whylen)
-        snprintf(why, whylen, "%s%s", what, detail);
-}
-
 ss_status ss__bulk_pool_create(const ss__bulk_pool_config *cfg, ss__bulk_pool **out, char *why,
                                size_t whylen) {
     if (!cfg || !cfg->targets || !cfg->channels || !cfg->ticket || !out || cfg->shards == 0 ||
@@ -58,8 +53,9 @@ ss_status ss__bulk_pool_create(const ss__bulk_pool_config *cfg, ss__bulk_pool **
     free(list);
     ss_status st = SS_OK;
     if (s != cfg->shards) {
-        say(why, whylen, "bulk streams: a target is not host:port, or fewer targets than shards",
-            "");
+        if (why && whylen)
+            snprintf(why, whylen,
+                     "bulk streams: a target is not host:port, or fewer targets than shards");
         st = SS_ERR_INVALID_ARGUMENT;
     } else {
         st = ss__bulk_tls_create(cfg->tls, false, &p->tls, why, whylen); /* NULL: plain */

@@ -158,16 +158,23 @@ START_TEST(test_unknown_group_and_member) {
 }
 END_TEST
 
+/* A RoundMean request of member mem of group, its snapshot the two
+ * floats at x (they outlive the request). */
+static Shadowsync__V1__RoundRequest round_request(const char *group, uint64_t mem, float x[2]) {
+    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
+    r.group = (char *)group;
+    r.member = mem;
+    r.snapshot.data = (uint8_t *)x;
+    r.snapshot.len = 2 * sizeof(float);
+    return r;
+}
+
 START_TEST(test_nan_and_inf_payloads) {
     uint64_t before = rejected();
     ck_assert_int_eq(easgd("g", member, (const float[]){NAN, 1}, 2), SS_ERR_NON_FINITE);
     ck_assert_int_eq(easgd("g", member, (const float[]){1, -INFINITY}, 2), SS_ERR_NON_FINITE);
-    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
-    r.group = "g";
-    r.member = member;
     float inf[2] = {INFINITY, 0};
-    r.snapshot.data = (uint8_t *)inf;
-    r.snapshot.len = sizeof inf;
+    Shadowsync__V1__RoundRequest r = round_request("g", member, inf);
     ck_assert_int_eq(send_msg(SVC "RoundMean", &r.base, 5000), SS_ERR_NON_FINITE);
     /* A payload that is not whole floats. */
     r.snapshot.len = 5;
@@ -182,9 +189,7 @@ END_TEST
 START_TEST(test_bad_bmuf_parameters_say_what) {
     uint64_t before = rejected();
     float x[2] = {3, 3};
-    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
-    r = (Shadowsync__V1__RoundRequest){
-        .base = r.base, .group = "g", .member = member, .snapshot = {sizeof x, (uint8_t *)x}};
+    Shadowsync__V1__RoundRequest r = round_request("g", member, x);
     r.bmuf = true;
     r.bmuf_eta = 1.5f; /* past [0, 1) */
     r.bmuf_zeta = 1.0f;
@@ -271,12 +276,8 @@ START_TEST(test_expired_deadline) {
     uint64_t a, b;
     ck_assert_int_eq(ss__transport_join(backend, "slow", 2, &a), SS_OK);
     ck_assert_int_eq(ss__transport_join(backend, "slow", 2, &b), SS_OK);
-    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
-    r.group = "slow";
-    r.member = a;
     float s[2] = {1, 2};
-    r.snapshot.data = (uint8_t *)s;
-    r.snapshot.len = sizeof s;
+    Shadowsync__V1__RoundRequest r = round_request("slow", a, s);
     ck_assert_int_eq(send_msg(SVC "RoundMean", &r.base, 20), SS_ERR_TIMEOUT);
     assert_central_unchanged();
     /* The server still answers. */
@@ -370,12 +371,8 @@ typedef struct round_arg {
 
 static ss_status round_call(ss__rpc_channel *c, const char *group, uint64_t mem, char *msg,
                             size_t msglen) {
-    Shadowsync__V1__RoundRequest r = SHADOWSYNC__V1__ROUND_REQUEST__INIT;
-    r.group = (char *)group;
-    r.member = mem;
     float x[2] = {1, 2};
-    r.snapshot.data = (uint8_t *)x;
-    r.snapshot.len = sizeof x;
+    Shadowsync__V1__RoundRequest r = round_request(group, mem, x);
     uint8_t buf[256], *resp = NULL;
     size_t len = shadowsync__v1__round_request__pack(&r, buf), rl;
     ss_status st =

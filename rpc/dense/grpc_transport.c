@@ -25,6 +25,8 @@
 #include "rpc/pb_wire.h"
 #include "rpc/rpc_pb.h"
 
+_Static_assert(SS_GRPC_MAX_SHARDS <= SS_BULK_POOL_MAX_SHARDS, "a bulk pool holds every shard");
+
 typedef struct part {
     char name[300];
     size_t lo, n;

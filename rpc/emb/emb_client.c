@@ -17,6 +17,7 @@
 #include "rpc/rpc_pb.h"
 
 #define MAX_SHARDS 64
+_Static_assert(MAX_SHARDS <= SS_BULK_POOL_MAX_SHARDS, "a bulk pool holds every shard");
 
 #define MAX_OPENED 64
 
@@ -280,47 +281,48 @@ static bool one_run(const id_set *set, const chunk *ck) {
     return true;
 }
 
-/* ids and their payload gathered into one chunk's arrays (the payload
- * left out when `rows` is false). */
-static bool gather_chunk(const ss__emb_spec *spec, const id_set *set, const chunk *ck, bool rows,
+/* A chunk's ids (into bid) and payload (into bin, when the set has one)
+ * gathered into arrays of their own; a NULL out is not gathered. */
+static bool gather_chunk(const ss__emb_spec *spec, const id_set *set, const chunk *ck,
                          ProtobufCBinaryData *bid, ProtobufCBinaryData *bin) {
     const size_t dim = spec->dim, row_bytes = ss__codec_size(set->enc, dim);
-    const bool in = set->in && rows;
-    uint64_t *cid = malloc(ck->n * sizeof *cid + 1);
+    const bool in = set->in && bin;
+    uint64_t *cid = bid ? malloc(ck->n * sizeof *cid + 1) : NULL;
     uint8_t *cin = in ? malloc(ck->n * row_bytes + 1) : NULL;
-    if (!cid || (in && !cin)) {
+    if ((bid && !cid) || (in && !cin)) {
         free(cid);
         free(cin);
         return false;
     }
     for (size_t k = 0; k < ck->n; k++) {
-        cid[k] = set->ids[ck->pos[k]];
+        if (cid)
+            cid[k] = set->ids[ck->pos[k]];
         if (in && set->enc == SS_ENC_F32)
             memcpy(cin + k * row_bytes, set->in + ck->pos[k] * dim, row_bytes);
         else if (in)
             ss__codec_encode(set->enc, set->in + ck->pos[k] * dim, dim, cin + k * row_bytes);
     }
-    *bid = (ProtobufCBinaryData){ck->n * sizeof *cid, (uint8_t *)cid};
-    *bin = (ProtobufCBinaryData){in ? ck->n * row_bytes : 0, cin};
+    if (bid)
+        *bid = (ProtobufCBinaryData){ck->n * sizeof *cid, (uint8_t *)cid};
+    if (bin)
+        *bin = (ProtobufCBinaryData){in ? ck->n * row_bytes : 0, cin};
     return true;
 }
 
-/* A push's gradients: sent after the packed small fields as their trailing
- * bytes field (rpc/pb_wire.h), from the caller's floats when they are one
- * run, else from a gathered copy (*owned, the call's to free). */
+/* A push's gradients (f32: a push set's always are): sent after the
+ * packed small fields as their trailing bytes field (rpc/pb_wire.h), from
+ * the caller's floats when they are one run, else from a gathered copy
+ * (*owned, the call's to free). */
 static bool push_payload(const ss__emb_spec *spec, const id_set *set, const chunk *ck,
                          ss__rpc_request *call, uint8_t **owned) {
-    ProtobufCBinaryData none, rows;
-    *owned = NULL;
+    ProtobufCBinaryData rows;
     if (one_run(set, ck)) {
         call->payload = (const uint8_t *)(set->in + ck->pos[0] * spec->dim);
         call->payload_len = ck->n * spec->dim * sizeof(float);
         return true;
     }
-    if (!gather_chunk(spec, &(id_set){set->ids, set->n, set->in, SS_ENC_F32}, ck, true, &none,
-                      &rows))
+    if (!gather_chunk(spec, set, ck, NULL, &rows))
         return false;
-    free(none.data);
     *owned = rows.data;
     call->payload = rows.data;
     call->payload_len = rows.len;
@@ -331,12 +333,13 @@ static bool push_payload(const ss__emb_spec *spec, const id_set *set, const chun
  * gradients as call->payload; *owned: a copy to free with the call). */
 static bool pack_chunk(row_op op, const ss__emb_spec *spec, const id_set *main, const id_set *push,
                        float alpha, const call_part *cp, ss__rpc_request *call, uint8_t **owned) {
-    ProtobufCBinaryData bid = {0}, bin = {0}, pid = {0}, pin = {0};
+    ProtobufCBinaryData bid = {0}, bin = {0}, pid = {0};
     uint8_t *buf = NULL;
     size_t *len = &call->len;
     *owned = NULL;
-    if (!gather_chunk(spec, main, &cp->main, op != OP_PUSH, &bid, &bin) ||
-        (op == OP_PUSH_LOOKUP && !gather_chunk(spec, push, &cp->push, false, &pid, &pin)))
+    /* a push's gradients go as the payload (push_payload), not gathered here */
+    if (!gather_chunk(spec, main, &cp->main, &bid, op == OP_PUSH ? NULL : &bin) ||
+        (op == OP_PUSH_LOOKUP && !gather_chunk(spec, push, &cp->push, &pid, NULL)))
         goto out;
     if (op == OP_LOOKUP) {
         Shadowsync__V1__LookupRequest m = SHADOWSYNC__V1__LOOKUP_REQUEST__INIT;
@@ -373,7 +376,6 @@ out:
     free(bid.data);
     free(bin.data);
     free(pid.data);
-    free(pin.data);
     call->req = buf;
     return buf != NULL;
 }
