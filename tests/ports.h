@@ -65,4 +65,17 @@ static inline int test_reserve_port(void) {
     return 0;
 }
 
+/* A socket listening on 127.0.0.1 that nobody accepts on: a connect to
+ * *port succeeds and then nothing answers. Returns the socket. */
+static inline int test_silent_listener(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 16), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
 #endif

@@ -16,6 +16,7 @@
 #include "check_run.h"
 #include "common/clock.h"
 #include "http_client.h"
+#include "ports.h"
 #include "procs.h"
 #include "ps/dense_service.h"
 #include "rpc/dense/grpc_transport.h"
@@ -198,14 +199,10 @@ END_TEST
 /* The probe itself: a listening socket is reachable, the same port once
  * closed is refused, and what is not host:port is left to gRPC. */
 START_TEST(test_tcp_reachable_says_why_not) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(listen(fd, 4), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    int port;
+    const int fd = test_silent_listener(&port);
     char addr[32], why[128] = "";
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(a.sin_port));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     ck_assert_msg(ss__tcp_reachable(addr, 1000, why, sizeof why), "%s: %s", addr, why);
     close(fd);
     ck_assert(!ss__tcp_reachable(addr, 1000, why, sizeof why));

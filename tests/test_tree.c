@@ -210,17 +210,50 @@ static void *leave_main(void *p) {
     return NULL;
 }
 
+/* The first m members' snapshots r * base + i, and the round of each
+ * but member `skip` (M: none) started on a thread of th. */
+static void start_rounds(member_round *a, uint32_t m, float base, uint32_t skip,
+                         void *(*round)(void *), pthread_t *th) {
+    for (uint32_t r = 0; r < m; r++) {
+        for (int i = 0; i < N; i++)
+            a[r].s[i] = (float)r * base + (float)i;
+        if (r != skip)
+            pthread_create(&th[r], NULL, round, &a[r]);
+    }
+}
+
+/* Waits for the rounds start_rounds started. */
+static void join_rounds(pthread_t *th, uint32_t m, uint32_t skip) {
+    for (uint32_t r = 0; r < m; r++)
+        if (r != skip)
+            pthread_join(th[r], NULL);
+}
+
 /* One round of the first `m` members at once, member r's snapshot
  * r * base + i. */
 static void rounds_together(member_round *a, uint32_t m, float base) {
     pthread_t th[M];
+    start_rounds(a, m, base, M, round_main, th);
+    join_rounds(th, m, M);
+}
+
+/* The first m members' rounds succeeded, with `participants` members in
+ * each, as round number `round` (0: any). */
+static void assert_rounds(const member_round *a, uint32_t m, uint64_t round,
+                          uint32_t participants) {
     for (uint32_t r = 0; r < m; r++) {
-        for (int i = 0; i < N; i++)
-            a[r].s[i] = (float)r * base + (float)i;
-        pthread_create(&th[r], NULL, round_main, &a[r]);
+        ck_assert_int_eq(a[r].st, SS_OK);
+        if (round)
+            ck_assert_uint_eq(a[r].rr.round, round);
+        ck_assert_uint_eq(a[r].rr.participants, participants);
     }
-    for (uint32_t r = 0; r < m; r++)
-        pthread_join(th[r], NULL);
+}
+
+/* Every member in t that is there, gone. */
+static void stop_members(ss__transport **t) {
+    for (int r = 0; r < M; r++)
+        if (t[r])
+            ss__transport_destroy(t[r]);
 }
 
 /* M members that know each other, joined to `group`, a[r] ready to run
@@ -256,13 +289,10 @@ START_TEST(test_tree_rounds_by_hand) {
     for (int round = 1; round <= 3; round++) {
         float base = 10.0f * (float)round;
         rounds_together(a, M, base);
-        for (int r = 0; r < M; r++) {
-            ck_assert_int_eq(a[r].st, SS_OK);
-            ck_assert_uint_eq(a[r].rr.round, (uint64_t)round);
-            ck_assert_uint_eq(a[r].rr.participants, M);
+        assert_rounds(a, M, (uint64_t)round, M);
+        for (int r = 0; r < M; r++)
             for (int i = 0; i < N; i++)
                 ck_assert_float_eq(a[r].out[i], 1.5f * base + (float)i);
-        }
     }
     float c[N];
     ck_assert_int_eq(ss__transport_read_central(t[2], "w", c, N), SS_OK);
@@ -274,8 +304,7 @@ START_TEST(test_tree_rounds_by_hand) {
     ss__bmuf_params bad = {.eta = 1.5f, .zeta = 0.5f};
     ck_assert_int_eq(ss__transport_round(t[0], "w", 1, a[0].s, &bad, d, N, &a[0].rr),
                      SS_ERR_INVALID_ARGUMENT);
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -291,27 +320,17 @@ START_TEST(test_a_root_hears_the_round_that_waits_for_it) {
     const uint32_t still = f->root[0];
     ck_assert(!ss__transport_round_waiting(t[still], "w", 1)); /* no round yet */
     pthread_t th[M];
-    for (uint32_t r = 0; r < M; r++) {
-        for (int i = 0; i < N; i++)
-            a[r].s[i] = (float)r + (float)i;
-        if (r != still)
-            pthread_create(&th[r], NULL, round_main, &a[r]);
-    }
+    start_rounds(a, M, 1.0f, still, round_main, th);
     uint64_t deadline = ss__now_ns() + 4000000000ull;
     while (!ss__transport_round_waiting(t[still], "w", 1) && ss__now_ns() < deadline)
         ss__sleep_ns(1000000);
     ck_assert_msg(ss__transport_round_waiting(t[still], "w", 1),
                   "the others' round not seen as waiting at a root");
     round_main(&a[still]);
-    for (uint32_t r = 0; r < M; r++) {
-        if (r != still)
-            pthread_join(th[r], NULL);
-        ck_assert_int_eq(a[r].st, SS_OK);
-        ck_assert_uint_eq(a[r].rr.participants, M);
-    }
+    join_rounds(th, M, still);
+    assert_rounds(a, M, 0, M);
     ck_assert(!ss__transport_round_waiting(t[still], "w", 1)); /* done */
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -332,16 +351,11 @@ START_TEST(test_member_away_fails_the_round_in_time_then_it_is_retried) {
     /* Round numbers advance only on success: with member 3 back, round 1
      * is tried again and goes through. */
     rounds_together(a, M, 4.0f);
-    for (int r = 0; r < M; r++) {
-        ck_assert_int_eq(a[r].st, SS_OK);
-        ck_assert_uint_eq(a[r].rr.round, 1);
-        ck_assert_uint_eq(a[r].rr.participants, M);
-    }
+    assert_rounds(a, M, 1, M);
     /* Every member got one and the same mean. */
     for (int r = 1; r < M; r++)
         ck_assert_mem_eq(a[r].out, a[0].out, sizeof a[0].out);
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -361,13 +375,9 @@ START_TEST(test_bmuf_rounds_by_hand) {
     start_joined(t, a, "b", 5000);
     for (int round = 1; round <= 2; round++) {
         pthread_t th[M];
-        for (int r = 0; r < M; r++) {
-            for (int i = 0; i < N; i++) /* avg: 15 + i, then 30 + i */
-                a[r].s[i] = (float)r * 10.0f * (float)round + (float)i;
-            pthread_create(&th[r], NULL, bmuf_round_main, &a[r]);
-        }
-        for (int r = 0; r < M; r++)
-            pthread_join(th[r], NULL);
+        /* avg: 15 + i, then 30 + i */
+        start_rounds(a, M, 10.0f * (float)round, M, bmuf_round_main, th);
+        join_rounds(th, M, M);
         /* Round 1: b = avg = 15 + i. Round 2: G = 15, m = 7.5, w = b = 22.5 + i. */
         for (int r = 0; r < M; r++) {
             ck_assert_int_eq(a[r].st, SS_OK);
@@ -375,8 +385,7 @@ START_TEST(test_bmuf_rounds_by_hand) {
                 ck_assert_float_eq(a[r].out[i], (round == 1 ? 15.0f : 22.5f) + (float)i);
         }
     }
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -387,34 +396,25 @@ START_TEST(test_a_member_that_leaves_is_left_out) {
     member_round a[M];
     start_after_a_round(t, a, 5000);
     /* Members 0-2 start round 2 and wait for member 3, which leaves. */
-    pthread_t th[M - 1];
-    for (int r = 0; r < M - 1; r++) {
-        for (int i = 0; i < N; i++)
-            a[r].s[i] = (float)r * 2.0f + (float)i;
-        pthread_create(&th[r], NULL, round_main, &a[r]);
-    }
+    pthread_t th[M];
+    start_rounds(a, M - 1, 2.0f, M, round_main, th);
     usleep(100000);
     uint64_t t0 = ss__now_ns();
     ck_assert_int_eq(ss__transport_leave(t[3], "w", 1), SS_OK);
-    for (int r = 0; r < M - 1; r++)
-        pthread_join(th[r], NULL);
+    join_rounds(th, M - 1, M);
     ck_assert_double_lt((double)(ss__now_ns() - t0) / 1e9, 2.0); /* not the 5 s deadline */
     /* The mean of the three: r * 2 + i over r = 0, 1, 2 is 2 + i. */
-    for (int r = 0; r < M - 1; r++) {
-        ck_assert_int_eq(a[r].st, SS_OK);
-        ck_assert_uint_eq(a[r].rr.round, 2);
-        ck_assert_uint_eq(a[r].rr.participants, M - 1);
+    assert_rounds(a, M - 1, 2, M - 1);
+    for (int r = 0; r < M - 1; r++)
         for (int i = 0; i < N; i++)
             ck_assert_float_eq(a[r].out[i], 2.0f + (float)i);
-    }
     /* And the next rounds without it. */
     rounds_together(a, M - 1, 3.0f);
     for (int r = 0; r < M - 1; r++) {
         ck_assert_int_eq(a[r].st, SS_OK);
         ck_assert_float_eq(a[r].out[0], 3.0f);
     }
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -446,9 +446,7 @@ START_TEST(test_a_round_whose_means_are_in_survives_a_leave) {
     /* Member 0 alone finishes round 2 at once, with the means it had (the
      * 300 ms deadline would end it if it waited for sums). */
     round_main(&a[0]);
-    ck_assert_int_eq(a[0].st, SS_OK);
-    ck_assert_uint_eq(a[0].rr.round, 2);
-    ck_assert_uint_eq(a[0].rr.participants, M);
+    assert_rounds(a, 1, 2, M);
     for (int i = 0; i < N; i++)
         ck_assert_float_eq(a[0].out[i], 7.0f + (float)i);
     /* It sent no sums up for a round whose means it had: the others hold
@@ -457,8 +455,7 @@ START_TEST(test_a_round_whose_means_are_in_survives_a_leave) {
         if (ss__tree_transport_buffered(t[r], "w", 2, 0, &means_in, &fewest, &sum_from))
             ck_assert_msg(!sum_from, "member 0 sent member %d a sum of round 2", r);
     }
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -471,18 +468,14 @@ END_TEST
  * answer brought it back at member 0, whose next rounds then waited for it
  * to their deadlines. */
 START_TEST(test_a_member_that_leaves_does_not_come_back) {
-    int hole = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    ck_assert_int_eq(bind(hole, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(listen(hole, 16), 0); /* connects, never accepted: no answer */
-    ck_assert_int_eq(getsockname(hole, (struct sockaddr *)&sa, &sl), 0);
+    int hole_port;
+    const int hole = test_silent_listener(&hole_port); /* connects, never answers */
     ss__transport *t[M] = {NULL};
     char peers[512] = "";
     for (uint32_t r = 0; r < M; r++) {
         char one[40];
         if (r == 2) {
-            snprintf(one, sizeof one, ",127.0.0.1:%d", ntohs(sa.sin_port));
+            snprintf(one, sizeof one, ",127.0.0.1:%d", hole_port);
         } else {
             ss__tree_config cfg = {.peers = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
                                    .rank = r,
@@ -515,9 +508,7 @@ START_TEST(test_a_member_that_leaves_does_not_come_back) {
     ck_assert_msg(ss__tree_transport_counts_gone(t[0], "w", 3) == 1,
                   "member 3 came back after it left");
     pthread_join(leaver, NULL);
-    for (uint32_t r = 0; r < M; r++)
-        if (t[r])
-            ss__transport_destroy(t[r]);
+    stop_members(t);
     close(hole);
 }
 END_TEST
@@ -574,8 +565,7 @@ START_TEST(test_a_dead_member_is_left_out_and_comes_back) {
     for (int r = 0; r < M; r++)
         for (int i = 0; i < N; i++) /* 1.5 * 3 + i */
             ck_assert_float_eq(a[r].out[i], 4.5f + (float)i);
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -619,8 +609,7 @@ START_TEST(test_a_forged_leave_version_cannot_lock_a_member_out) {
         ck_assert_int_eq(forged_leave(t[0], 1, 0), SS_OK); /* plausible: one past the known */
         tries_until_ok(a, M, 3.0f + (float)k, M, 6);       /* member 1 is back */
     }
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -639,16 +628,14 @@ START_TEST(test_a_mean_that_overflows_goes_nowhere) {
         }
         pthread_create(&th[r], NULL, round_main, &a[r]);
     }
-    for (int r = 0; r < M; r++)
-        pthread_join(th[r], NULL);
+    join_rounds(th, M, M);
     for (int r = 0; r < M; r++) {
         ck_assert_int_ne(a[r].st, SS_OK);
         for (int i = 0; i < N; i++)
             ck_assert_msg(isfinite(a[r].out[i]), "member %d got %g", r, (double)a[r].out[i]);
     }
     tries_until_ok(a, M, 1.0f, M, 6);
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
 }
 END_TEST
 
@@ -785,8 +772,7 @@ START_TEST(test_bad_pushes_and_open_doors) {
     }
     assert_garbage_refused(ch, "/shadowsync.v1.TreeSync/Push", false, SS_OK, NULL);
     ss__rpc_channel_destroy(ch);
-    for (int r = 0; r < M; r++)
-        ss__transport_destroy(t[r]);
+    stop_members(t);
     /* One member, a rank outside the list, an open address with no token,
      * a topology file that is not there: refused, saying why. */
     ss__transport *x2;
