@@ -145,14 +145,6 @@ static ss__emb_client *open_client(char addr[SHARDS][64], const ss__emb_spec *sp
     return c;
 }
 
-/* The lists of two and three shards, and the map of epoch 3 that grows
- * the fleet from the first to the second. */
-static void grow(char addr[SHARDS][64], char two[256], char three[400]) {
-    snprintf(two, 256, "%.63s,%.63s", addr[0], addr[1]);
-    snprintf(three, 400, "%.255s,%.63s", two, addr[2]);
-    write_map(3, three, two);
-}
-
 static uint64_t ids[K];
 static float grads[K * DIM];
 
@@ -195,39 +187,65 @@ static uint64_t wait_resident(const char *addr, uint64_t want) {
     return n;
 }
 
+/* A test's fleet: its PS, a client of epoch 2 (the first two), the
+ * lists of two and three shards once grown. */
+typedef struct fleet {
+    pid_t pid[SHARDS];
+    char addr[SHARDS][64];
+    ss__emb_spec spec;
+    ss__emb_client *c;
+    char two[256], three[400];
+} fleet;
+
+/* The fleet started (batch, pause: its --move-batch-rows and
+ * --move-pause-ms), its client open, every row pushed once. */
+static void fleet_up(fleet *f, const char *batch, const char *pause, bool own_maps) {
+    start_fleet(f->pid, f->addr, batch, pause, own_maps);
+    f->spec = table_spec();
+    f->c = open_client(f->addr, &f->spec, own_maps);
+    push_all(f->c, &f->spec);
+}
+
+/* The lists of two and three shards, and the map of epoch 3 that grows
+ * the fleet from the first to the second. */
+static void grow(fleet *f) {
+    snprintf(f->two, sizeof f->two, "%.63s,%.63s", f->addr[0], f->addr[1]);
+    snprintf(f->three, sizeof f->three, "%.255s,%.63s", f->two, f->addr[2]);
+    write_map(3, f->three, f->two);
+}
+
+static void fleet_down(fleet *f) {
+    ss__emb_client_destroy(f->c);
+    stop_fleet(f->pid);
+}
+
 /* 2 -> 3 -> 2 shards with pushes going on through both changes: every
  * push applied once, the third shard holding exactly the rows the map
  * gives it, then none once it is shrunk out. */
 START_TEST(test_rows_move_while_pushes_go_on) {
-    pid_t pid[SHARDS];
-    char addr[SHARDS][64];
-    start_fleet(pid, addr, "4096", "0", false);
-    const ss__emb_spec spec = table_spec();
-    ss__emb_client *c = open_client(addr, &spec, false);
-    push_all(c, &spec);
-    check_rows(c, &spec, 1);
-    char two[256], three[400];
-    grow(addr, two, three);
+    fleet f;
+    fleet_up(&f, "4096", "0", false);
+    check_rows(f.c, &f.spec, 1);
+    grow(&f);
     int pushes = 1;
     for (int r = 0; r < 8; r++, pushes++) { /* the PS read the map meanwhile */
-        push_all(c, &spec);
+        push_all(f.c, &f.spec);
         ss__sleep_ns(200000000ull);
     }
-    check_rows(c, &spec, pushes);
+    check_rows(f.c, &f.spec, pushes);
     const uint64_t third = owned_by_third();
     ck_assert_uint_gt(third, K / 5);
-    ck_assert_uint_eq(wait_resident(addr[2], third), third);
-    ck_assert_uint_eq(resident(addr[0]) + resident(addr[1]), K - third);
-    write_map(4, two, three); /* the third shard leaves */
+    ck_assert_uint_eq(wait_resident(f.addr[2], third), third);
+    ck_assert_uint_eq(resident(f.addr[0]) + resident(f.addr[1]), K - third);
+    write_map(4, f.two, f.three); /* the third shard leaves */
     for (int r = 0; r < 8; r++, pushes++) {
-        push_all(c, &spec);
+        push_all(f.c, &f.spec);
         ss__sleep_ns(200000000ull);
     }
-    check_rows(c, &spec, pushes);
-    ck_assert_uint_eq(wait_resident(addr[2], 0), 0);
-    ck_assert_uint_eq(resident(addr[0]) + resident(addr[1]), K);
-    ss__emb_client_destroy(c);
-    stop_fleet(pid);
+    check_rows(f.c, &f.spec, pushes);
+    ck_assert_uint_eq(wait_resident(f.addr[2], 0), 0);
+    ck_assert_uint_eq(resident(f.addr[0]) + resident(f.addr[1]), K);
+    fleet_down(&f);
 }
 END_TEST
 
@@ -236,23 +254,17 @@ END_TEST
  * as initial rows (which a shard that did not take them first would
  * answer: zeros here, a wrong value). */
 START_TEST(test_rows_asked_for_during_a_move_come_first) {
-    pid_t pid[SHARDS];
-    char addr[SHARDS][64];
-    start_fleet(pid, addr, "1", "1000", false);
-    const ss__emb_spec spec = table_spec();
-    ss__emb_client *c = open_client(addr, &spec, false);
-    push_all(c, &spec);
-    char two[256], three[400];
-    grow(addr, two, three);
+    fleet f;
+    fleet_up(&f, "1", "1000", false);
+    grow(&f);
     ss__sleep_ns(1500000000ull); /* every PS serves epoch 3 */
     const uint64_t third = owned_by_third();
-    ck_assert_uint_lt(resident(addr[2]), third / 2); /* the background has barely begun */
-    check_rows(c, &spec, 1);
-    ck_assert_uint_eq(resident(addr[2]), third); /* the lookups took them */
-    push_all(c, &spec);
-    check_rows(c, &spec, 2);
-    ss__emb_client_destroy(c);
-    stop_fleet(pid);
+    ck_assert_uint_lt(resident(f.addr[2]), third / 2); /* the background has barely begun */
+    check_rows(f.c, &f.spec, 1);
+    ck_assert_uint_eq(resident(f.addr[2]), third); /* the lookups took them */
+    push_all(f.c, &f.spec);
+    check_rows(f.c, &f.spec, 2);
+    fleet_down(&f);
 }
 END_TEST
 
@@ -261,23 +273,19 @@ END_TEST
  * the refused part goes again (routed by the new map), so every row gets
  * the push once. */
 START_TEST(test_only_refused_parts_are_sent_again) {
-    pid_t pid[SHARDS];
-    char addr[SHARDS][64], list[160], map[128];
-    start_fleet(pid, addr, "4096", "0", true);
-    const ss__emb_spec spec = table_spec();
-    ss__emb_client *c = open_client(addr, &spec, true);
-    push_all(c, &spec);
-    snprintf(list, sizeof list, "%s,%s", addr[0], addr[1]);
+    fleet f;
+    char list[160], map[128];
+    fleet_up(&f, "4096", "0", true);
+    snprintf(list, sizeof list, "%s,%s", f.addr[0], f.addr[1]);
     write_map(3, list, NULL); /* the same shards: nothing moves */
     map_of(0, true, map, sizeof map);
     write_map_at(map, 3, list, NULL);
     ss__sleep_ns(1500000000ull); /* the first PS serves epoch 3, the second still 2 */
-    push_all(c, &spec);          /* epoch 2: the first refuses, the second applies */
+    push_all(f.c, &f.spec);      /* epoch 2: the first refuses, the second applies */
     map_of(1, true, map, sizeof map);
     write_map_at(map, 3, list, NULL);
-    check_rows(c, &spec, 2);
-    ss__emb_client_destroy(c);
-    stop_fleet(pid);
+    check_rows(f.c, &f.spec, 2);
+    fleet_down(&f);
 }
 END_TEST
 
@@ -286,36 +294,30 @@ END_TEST
  * had written, the giver's database kept every row not yet said to be
  * held, so every row still has every push. */
 START_TEST(test_shards_killed_mid_move_lose_nothing) {
-    pid_t pid[SHARDS];
-    char addr[SHARDS][64];
-    start_fleet(pid, addr, "8", "20", false);
-    const ss__emb_spec spec = table_spec();
-    ss__emb_client *c = open_client(addr, &spec, false);
-    push_all(c, &spec);
-    char two[256], three[400];
-    grow(addr, two, three);
+    fleet f;
+    fleet_up(&f, "8", "20", false);
+    grow(&f);
     const uint64_t third = owned_by_third();
-    for (int i = 0; i < 100 && resident(addr[2]) < third / 4; i++)
+    for (int i = 0; i < 100 && resident(f.addr[2]) < third / 4; i++)
         ss__sleep_ns(50000000ull);
-    ck_assert_uint_lt(resident(addr[2]), third); /* mid-move */
+    ck_assert_uint_lt(resident(f.addr[2]), third); /* mid-move */
     int order[] = {2, 0};
     for (int k = 0; k < 2; k++) {
         const int i = order[k];
-        kill(pid[i], SIGKILL);
-        proc_wait(pid[i], 10);
+        kill(f.pid[i], SIGKILL);
+        proc_wait(f.pid[i], 10);
         char again[64];
-        pid[i] = start_ps(i, addr[i], again, "8", "20", false);
-        ck_assert_str_eq(again, addr[i]);
+        f.pid[i] = start_ps(i, f.addr[i], again, "8", "20", false);
+        ck_assert_str_eq(again, f.addr[i]);
         ss__sleep_ns(300000000ull);
     }
     static float rows[K * DIM]; /* a lookup (harmless twice) until the channels are back */
-    for (int i = 0; i < 50 && ss__emb_client_lookup(c, &spec, ids, K, rows) != SS_OK; i++)
+    for (int i = 0; i < 50 && ss__emb_client_lookup(f.c, &f.spec, ids, K, rows) != SS_OK; i++)
         ss__sleep_ns(100000000ull);
-    push_all(c, &spec);
-    check_rows(c, &spec, 2);
-    ck_assert_uint_eq(wait_resident(addr[2], third), third);
-    ss__emb_client_destroy(c);
-    stop_fleet(pid);
+    push_all(f.c, &f.spec);
+    check_rows(f.c, &f.spec, 2);
+    ck_assert_uint_eq(wait_resident(f.addr[2], third), third);
+    fleet_down(&f);
 }
 END_TEST
 
@@ -323,11 +325,8 @@ END_TEST
  * file and, when the fleet grows under it, by the new list; every push
  * through it lands once. */
 START_TEST(test_a_table_follows_its_shard_map) {
-    pid_t pid[SHARDS];
-    char addr[SHARDS][64];
-    start_fleet(pid, addr, "4096", "0", false);
-    const ss__emb_spec spec = table_spec();
-    ss__emb_client *c = open_client(addr, &spec, false); /* the map at epoch 2, served */
+    fleet f;
+    fleet_up(&f, "4096", "0", false); /* the map at epoch 2, served */
     ss_table_config tc;
     ss_table_config_init(&tc, "moving", DIM);
     tc.mode = SS_TABLE_REMOTE;
@@ -336,9 +335,7 @@ START_TEST(test_a_table_follows_its_shard_map) {
     ck_assert_int_eq(ss_table_config_set(&tc, "emb_shard_map", g_map), SS_OK);
     ss_table *tb;
     ck_assert_int_eq(ss_table_open(NULL, &tc, &tb), SS_OK);
-    push_all(c, &spec); /* fills ids and grads */
-    char two[256], three[400];
-    grow(addr, two, three);
+    grow(&f);
     for (int r = 0; r < 8; r++) {
         ck_assert_int_eq(ss_table_push(tb, ids, K, grads), SS_OK);
         ck_assert_int_eq(ss_table_flush(tb), SS_OK);
@@ -349,13 +346,12 @@ START_TEST(test_a_table_follows_its_shard_map) {
     for (int i = 0; i < K; i++)
         ck_assert_msg(rows[i * DIM] == -9.0f * (float)(i + 1), "row %d: %g", i,
                       (double)rows[i * DIM]);
-    ck_assert_uint_eq(wait_resident(addr[2], owned_by_third()), owned_by_third());
+    ck_assert_uint_eq(wait_resident(f.addr[2], owned_by_third()), owned_by_third());
     ss_table_stats ts;
     ck_assert_int_eq(ss_table_get_stats(tb, &ts), SS_OK);
     ck_assert_uint_eq(ts.failed_calls, 0);
     ck_assert_int_eq(ss_table_close(tb), SS_OK);
-    ss__emb_client_destroy(c);
-    stop_fleet(pid);
+    fleet_down(&f);
 }
 END_TEST
 
@@ -380,12 +376,8 @@ static ss_status handoff(const char *addr, const Shadowsync__V1__HandoffRequest 
  * do not move to the taker (asked for or said to be held), a batch of no
  * rows, an unknown table, and bytes that are no message. */
 START_TEST(test_handoff_bad_input_is_refused) {
-    pid_t pid[SHARDS];
-    char addr[SHARDS][64];
-    start_fleet(pid, addr, "4096", "0", false);
-    const ss__emb_spec spec = table_spec();
-    ss__emb_client *c = open_client(addr, &spec, false); /* epoch 2: shards 0 and 1 */
-    push_all(c, &spec);
+    fleet f;
+    fleet_up(&f, "4096", "0", false); /* epoch 2: shards 0 and 1 */
     const uint32_t tid = ss__emb_table_id("moving");
     uint64_t stays = 0; /* an id shard 0 keeps in a map of 2 */
     while (ss__emb_shard_of(tid, stays, 2) != 0)
@@ -419,17 +411,16 @@ START_TEST(test_handoff_bad_input_is_refused) {
             req.ids = one;
         if (cases[i].done)
             req.done_ids = one;
-        ck_assert_int_eq(handoff(addr[0], &req, msg, sizeof msg), cases[i].want);
+        ck_assert_int_eq(handoff(f.addr[0], &req, msg, sizeof msg), cases[i].want);
         ck_assert_msg(strstr(msg, cases[i].says), "case %zu: %s", i, msg);
     }
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(addr[0], 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(f.addr[0], 0, NULL, &ch), SS_OK);
     assert_garbage_refused(ch, "/shadowsync.v1.Embedding/Handoff", true, SS_OK, NULL);
     ss__rpc_channel_destroy(ch);
-    check_rows(c, &spec, 1); /* nothing was taken */
-    ck_assert_uint_eq(resident(addr[0]) + resident(addr[1]), K);
-    ss__emb_client_destroy(c);
-    stop_fleet(pid);
+    check_rows(f.c, &f.spec, 1); /* nothing was taken */
+    ck_assert_uint_eq(resident(f.addr[0]) + resident(f.addr[1]), K);
+    fleet_down(&f);
 }
 END_TEST
 
