@@ -100,31 +100,43 @@ static float sum_squares(const float *x, size_t dim) {
            ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-/* row[j] - step * grad[j] finite for every j? (One pass in L1 before the
- * row is written, so that a refused row keeps its value.) */
-static bool steps_finite(const float *row, float step, const float *grad, size_t dim) {
-    int bad = 0;
-    for (size_t j = 0; j < dim; j++)
-        bad |= !isfinite(row[j] - step * grad[j]);
-    return !bad;
+/* out[j] = row[j] - step * grad[j] for every j; false when one of them
+ * is not finite. One pass: x * 0 is 0 for every finite x and NaN for an
+ * infinite or NaN one, so 8 lanes of such products summed say whether
+ * all were finite (a separate isfinite pass before the update cost pushes
+ * a fifth of their time). */
+static bool step_into(float *restrict out, const float *restrict row, float step,
+                      const float *restrict grad, size_t dim) {
+    float zero[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= dim; j += 8)
+        for (int k = 0; k < 8; k++) {
+            out[j + k] = row[j + k] - step * grad[j + k];
+            zero[k] += out[j + k] * 0.0f;
+        }
+    for (; j < dim; j++) {
+        out[j] = row[j] - step * grad[j];
+        zero[0] += out[j] * 0.0f;
+    }
+    return isfinite(((zero[0] + zero[1]) + (zero[2] + zero[3])) +
+                    ((zero[4] + zero[5]) + (zero[6] + zero[7])));
 }
 
 bool ss__emb_apply_gradient(const ss__emb_spec *spec, float *row, const float *grad) {
     const size_t dim = spec->dim;
+    float next[SS_EMB_MAX_DIM]; /* the row's new values: written only when all are finite */
+    float step = spec->lr, acc = 0.0f;
     if (spec->optimizer == SS_EMB_ADAGRAD) {
-        const float acc = row[dim] + sum_squares(grad, dim) / (float)dim;
-        const float step = spec->lr / (sqrtf(acc) + spec->eps);
-        if (!isfinite(acc) || !steps_finite(row, step, grad, dim))
+        acc = row[dim] + sum_squares(grad, dim) / (float)dim;
+        step = spec->lr / (sqrtf(acc) + spec->eps);
+        if (!isfinite(acc))
             return false;
-        row[dim] = acc;
-        for (size_t j = 0; j < dim; j++)
-            row[j] -= step * grad[j];
-    } else {
-        if (!steps_finite(row, spec->lr, grad, dim))
-            return false;
-        for (size_t j = 0; j < dim; j++)
-            row[j] -= spec->lr * grad[j];
     }
+    if (!step_into(next, row, step, grad, dim))
+        return false;
+    if (spec->optimizer == SS_EMB_ADAGRAD)
+        row[dim] = acc;
+    memcpy(row, next, dim * sizeof *row);
     return true;
 }
 

@@ -66,6 +66,30 @@ START_TEST(test_sgd_adagrad_elastic_by_hand) {
     ck_assert_float_eq_tol(r11[0], -0.0147442f, 1e-6f);
     ck_assert_float_eq_tol(r11[10], -11.0f * 0.0147442f, 1e-5f);
 
+    /* A step whose result would not be finite is refused and the row kept
+     * whole: 3e38 + 3e38 overflows, in the 8-lane block (value 0) and past
+     * it (value 10 of 11); Adagrad's sum of squares overflowing too. */
+    ss__emb_spec sgd11 = spec_of("t", 11, SS_EMB_SGD, 1.0f, 0.0f);
+    for (int at = 0; at <= 10; at += 10) {
+        float big[12] = {0}, before[12], gb[11] = {0};
+        big[at] = 3e38f;
+        big[1] = 5.0f;
+        gb[at] = -3e38f;
+        gb[1] = 1.0f;
+        memcpy(before, big, sizeof big);
+        ck_assert(!ss__emb_apply_gradient(&sgd11, big, gb));
+        ck_assert_mem_eq(big, before, sizeof big);
+        gb[at] = -1e38f; /* 4e38: still too far */
+        ck_assert(!ss__emb_apply_gradient(&sgd11, big, gb));
+        gb[at] = 1e38f; /* 2e38: fine */
+        ck_assert(ss__emb_apply_gradient(&sgd11, big, gb));
+        ck_assert_float_eq(big[at], 3e38f - 1e38f);
+        ck_assert_float_eq(big[1], 4.0f);
+    }
+    float huge_g[11] = {[3] = 2e19f}, r_ada[12] = {0};
+    ck_assert(!ss__emb_apply_gradient(&ada11, r_ada, huge_g)); /* (2e19)^2 overflows */
+    ck_assert_float_eq(r_ada[11], 0.0f);
+
     /* Elastic: c = (1, 1), x = (3, -1), alpha 0.25: d = (0.5, -0.5). */
     float c[2] = {1.0f, 1.0f}, x[2] = {3.0f, -1.0f}, d[2];
     ss__emb_elastic(c, x, 0.25f, d, 2);
