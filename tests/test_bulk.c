@@ -186,7 +186,6 @@ START_TEST(test_rounds_on_the_stream) {
     start_ps(true);
     enum { N = 1000 };
     ss__transport *t[3];
-    ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
     for (int algo = 0; algo < 2; algo++) {
@@ -194,25 +193,16 @@ START_TEST(test_rounds_on_the_stream) {
                              .bmuf = {.eta = 0.0f, .zeta = 1.0f}}; /* no momentum: the mean */
         for (int k = 0; k < 3; k++) {
             t[k] = bulk_transport();
-            ck_assert_int_eq(
-                ss__engine_create(&(ss__engine_config){.transport = t[k], .threads = 1}, &e[k]),
-                SS_OK);
-            ck_assert_int_eq(ss__replica_create(N, &r[k]), SS_OK);
-            for (int i = 0; i < N; i++)
-                ss__replica_data(r[k])[i] = (float)(k * (i % 7));
-            args[k].e = e[k];
-            ck_assert_int_eq(ss__engine_add_group(e[k], algo ? "bmuf" : "ma", r[k], &p, &args[k].g),
-                             SS_OK);
+            start_round_member(t[k], algo ? "bmuf" : "ma", &p, N, k, k_mean, &r[k], &args[k]);
         }
         run_rounds_together(args, 3, 3);
         double spread, off;
         replicas_agree(r, 3, N, k_mean, &spread, &off);
         ck_assert_msg(spread < 1e-5 && off < 1e-4, "%s: replicas %g apart, %g off the mean",
                       algo ? "bmuf" : "ma", spread, off);
+        stop_round_members(args, r, 3);
         for (int k = 0; k < 3; k++) {
             ck_assert_uint_ge(ss__grpc_transport_bulk_batches(t[k]), 3);
-            ss__engine_destroy(e[k]);
-            ss__replica_destroy(r[k]);
             ss__transport_destroy(t[k]);
         }
     }

@@ -268,21 +268,17 @@ START_TEST(test_inproc_bad_input_leaves_central) {
 }
 END_TEST
 
+static double two_i_plus_1(int i) {
+    return 2 * i + 1; /* member k holds k, 3k: the means 1, 3 */
+}
+
 START_TEST(test_ma_round_across_three_engines) {
     ss__transport *t = inproc_transport(5000);
-    ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
-    ss__sync_params p = {.algo = SS_ALGO_MA};
-    for (int k = 0; k < 3; k++) {
-        ss__engine_config cfg = {.transport = t, .threads = 1};
-        ck_assert_int_eq(ss__engine_create(&cfg, &e[k]), SS_OK);
-        ck_assert_int_eq(ss__replica_create(2, &r[k]), SS_OK);
-        ss__replica_data(r[k])[0] = (float)k;       /* 0, 1, 2 -> mean 1 */
-        ss__replica_data(r[k])[1] = (float)(3 * k); /* 0, 3, 6 -> mean 3 */
-        args[k].e = e[k];
-        ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
-    }
+    const ss__sync_params p = {.algo = SS_ALGO_MA};
+    for (int k = 0; k < 3; k++)
+        start_round_member(t, "dense", &p, 2, k, two_i_plus_1, &r[k], &args[k]);
     run_rounds_together(args, 3, 1);
     for (int k = 0; k < 3; k++) {
         ck_assert_float_eq(ss__replica_data(r[k])[0], 1.0f);
@@ -291,10 +287,7 @@ START_TEST(test_ma_round_across_three_engines) {
     float c[2];
     ck_assert_int_eq(ss__transport_read_central(t, "dense", c, 2), SS_OK);
     ck_assert_float_eq(c[1], 3.0f);
-    for (int k = 0; k < 3; k++) {
-        ss__engine_destroy(e[k]);
-        ss__replica_destroy(r[k]);
-    }
+    stop_round_members(args, r, 3);
     ss__transport_destroy(t);
 }
 END_TEST
@@ -741,28 +734,17 @@ START_TEST(test_inproc_compressed_rounds) {
         ss__transport *t;
         ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
         ck_assert_uint_eq(ss__transport_wire_bytes(t, N), ss__codec_size(enc, N));
-        ss__engine *e[3];
         ss__replica *r[3];
         round_arg args[3];
-        ss__sync_params p = {.algo = SS_ALGO_MA};
-        for (int k = 0; k < 3; k++) {
-            ss__engine_config cfg = {.transport = t, .threads = 1};
-            ck_assert_int_eq(ss__engine_create(&cfg, &e[k]), SS_OK);
-            ck_assert_int_eq(ss__replica_create(N, &r[k]), SS_OK);
-            for (int i = 0; i < N; i++)
-                ss__replica_data(r[k])[i] = (float)k * 0.1f * (float)(i % 5 + 1);
-            args[k].e = e[k];
-            ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
-        }
+        const ss__sync_params p = {.algo = SS_ALGO_MA};
+        for (int k = 0; k < 3; k++)
+            start_round_member(t, "dense", &p, N, k, tenth_of_i_mod_5, &r[k], &args[k]);
         run_rounds_together(args, 3, 4);
         double spread, off;
         replicas_agree(r, 3, N, tenth_of_i_mod_5, &spread, &off);
         ck_assert_msg(spread < 1e-5, "%s: replicas %g apart", ss__encoding_name(enc), spread);
         ck_assert_msg(off < 0.01, "%s: the mean is off by %g", ss__encoding_name(enc), off);
-        for (int k = 0; k < 3; k++) {
-            ss__engine_destroy(e[k]);
-            ss__replica_destroy(r[k]);
-        }
+        stop_round_members(args, r, 3);
         /* S-EASGD, one member: x moves by -d, c by +d. */
         uint64_t m;
         float x[N], d[N], c[N];

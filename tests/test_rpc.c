@@ -64,33 +64,28 @@ START_TEST(test_easgd_over_grpc) {
 }
 END_TEST
 
+static double i_plus_1(int i) {
+    return i + 1;
+}
+
 START_TEST(test_ma_round_of_three_engines_over_grpc) {
     start_ps();
     ss__transport *t[3];
-    ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
-    ss__sync_params p = {.algo = SS_ALGO_MA};
+    const ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
         t[k] = connect_ps(); /* one connection per trainer, as across processes */
-        ss__engine_config cfg = {.transport = t[k], .threads = 1};
-        ck_assert_int_eq(ss__engine_create(&cfg, &e[k]), SS_OK);
-        ck_assert_int_eq(ss__replica_create(3, &r[k]), SS_OK);
-        for (int i = 0; i < 3; i++)
-            ss__replica_data(r[k])[i] = (float)(k * (i + 1)); /* means: 1, 2, 3 */
-        args[k].e = e[k];
-        ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
+        start_round_member(t[k], "dense", &p, 3, k, i_plus_1, &r[k], &args[k]);
     }
     run_rounds_together(args, 3, 1);
     for (int k = 0; k < 3; k++) {
         for (int i = 0; i < 3; i++)
             ck_assert_float_eq(ss__replica_data(r[k])[i], (float)(i + 1));
     }
-    for (int k = 0; k < 3; k++) {
-        ss__engine_destroy(e[k]);
-        ss__replica_destroy(r[k]);
+    stop_round_members(args, r, 3);
+    for (int k = 0; k < 3; k++)
         ss__transport_destroy(t[k]);
-    }
     stop_ps();
 }
 END_TEST
@@ -601,10 +596,9 @@ START_TEST(test_compressed_sync_over_grpc) {
     start_ps();
     enum { N = 300 };
     ss__transport *t[3];
-    ss__engine *e[3];
     ss__replica *r[3];
     round_arg args[3];
-    ss__sync_params p = {.algo = SS_ALGO_MA};
+    const ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
         ss__grpc_transport_config cfg = {.targets = ps_target,
                                          .timeout_ms = 5000,
@@ -613,13 +607,7 @@ START_TEST(test_compressed_sync_over_grpc) {
                                          .encoding = SS_ENC_INT8};
         ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
         ck_assert_uint_eq(ss__transport_wire_bytes(t[k], N), ss__codec_size(SS_ENC_INT8, N));
-        ss__engine_config ecfg = {.transport = t[k], .threads = 1};
-        ck_assert_int_eq(ss__engine_create(&ecfg, &e[k]), SS_OK);
-        ck_assert_int_eq(ss__replica_create(N, &r[k]), SS_OK);
-        for (int i = 0; i < N; i++)
-            ss__replica_data(r[k])[i] = (float)(k * (i % 7 + 1)); /* mean: i % 7 + 1 */
-        args[k].e = e[k];
-        ck_assert_int_eq(ss__engine_add_group(e[k], "dense", r[k], &p, &args[k].g), SS_OK);
+        start_round_member(t[k], "dense", &p, N, k, i_mod_7_plus_1, &r[k], &args[k]);
     }
     run_rounds_together(args, 3, 4);
     double spread, off;
@@ -627,10 +615,7 @@ START_TEST(test_compressed_sync_over_grpc) {
     /* One int8 step of a reply is 12/255 = 0.047 here. */
     ck_assert_msg(spread < 1e-4, "replicas still %g apart", spread);
     ck_assert_msg(off < 0.047, "the mean is off by %g", off);
-    for (int k = 0; k < 3; k++) {
-        ss__engine_destroy(e[k]);
-        ss__replica_destroy(r[k]);
-    }
+    stop_round_members(args, r, 3);
     /* S-EASGD with fp16: the member moves by -d, the PS's c by +d. */
     uint64_t m;
     float x[N], d[N], c[N], x0[N];

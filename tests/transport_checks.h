@@ -100,6 +100,28 @@ typedef struct round_arg {
     ss_status st;
 } round_arg;
 
+/* Member k of a round test: an engine of one thread on t, and in it
+ * group over a replica of n floats, float i of it k * mean(i) (over
+ * members 0, 1 and 2 the mean is mean(i)); into a->e, a->g and *r. */
+static inline void start_round_member(ss__transport *t, const char *group, const ss__sync_params *p,
+                                      int n, int k, double (*mean)(int i), ss__replica **r,
+                                      round_arg *a) {
+    const ss__engine_config cfg = {.transport = t, .threads = 1};
+    ck_assert_int_eq(ss__engine_create(&cfg, &a->e), SS_OK);
+    ck_assert_int_eq(ss__replica_create((size_t)n, r), SS_OK);
+    for (int i = 0; i < n; i++)
+        ss__replica_data(*r)[i] = (float)(k * mean(i));
+    ck_assert_int_eq(ss__engine_add_group(a->e, group, *r, p, &a->g), SS_OK);
+}
+
+/* The engines and replicas of start_round_member's members. */
+static inline void stop_round_members(round_arg *a, ss__replica **r, int members) {
+    for (int k = 0; k < members; k++) {
+        ss__engine_destroy(a[k].e);
+        ss__replica_destroy(r[k]);
+    }
+}
+
 /* pthread start routine: runs one round of a->g, its status in a->st. */
 static inline void *run_one_round(void *p) {
     round_arg *a = p;
