@@ -44,12 +44,17 @@ static void shard_stop(shard *s) {
     ss__transport_destroy(s->backend);
 }
 
+/* Two shards of 1,000 floats each, and their targets as a list. */
+static void start_two_shards(shard *a, shard *b, char targets[140]) {
+    shard_start(a, 1000);
+    shard_start(b, 1000);
+    snprintf(targets, 140, "%s,%s", a->target, b->target);
+}
+
 START_TEST(test_cut_over_two_shards_and_chunks) {
     shard a, b;
-    shard_start(&a, 1000);
-    shard_start(&b, 1000);
     char targets[140];
-    snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
+    start_two_shards(&a, &b, targets);
     ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 5000, .chunk_floats = 3};
     ss__transport *t;
     ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
@@ -100,10 +105,8 @@ END_TEST
  * that applies x -= d keeps x + c conserved chunk by chunk. */
 START_TEST(test_partial_easgd_returns_the_applied_chunks) {
     shard a, b;
-    shard_start(&a, 1000);
-    shard_start(&b, 1000);
     char targets[140];
-    snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
+    start_two_shards(&a, &b, targets);
     ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 1000, .chunk_floats = 2};
     ss__transport *t;
     ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
@@ -142,13 +145,10 @@ static uint32_t members_on(shard *s, const char *chunk) {
 }
 
 /* One S-MA round of three engines at once; returns how many succeeded. */
-static int round_of_three(ss__engine *const e[3], ss__engine_group *const g[3]) {
-    round_arg args[3];
+static int round_of_three(round_arg args[3]) {
     pthread_t th[3];
-    for (int k = 0; k < 3; k++) {
-        args[k] = (round_arg){.e = e[k], .g = g[k]};
+    for (int k = 0; k < 3; k++)
         pthread_create(&th[k], NULL, run_one_round, &args[k]);
-    }
     int ok = 0;
     for (int k = 0; k < 3; k++) {
         pthread_join(th[k], NULL);
@@ -157,45 +157,42 @@ static int round_of_three(ss__engine *const e[3], ss__engine_group *const g[3]) 
     return ok;
 }
 
+static double zero(int i) {
+    (void)i;
+    return 0;
+}
+
 /* Three S-MA trainers over two shards; shard b restarts empty. Each
  * trainer's next round gets NOT_FOUND from b and joins again, and must
  * leave shard a first: a zombie member left there is one a's rounds wait
  * for until it expires (forever without a member timeout). */
 START_TEST(test_rejoin_leaves_the_shard_that_remembers) {
     shard a, b;
-    shard_start(&a, 1000);
-    shard_start(&b, 1000);
     char targets[140];
-    snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
+    start_two_shards(&a, &b, targets);
     ss__transport *t[3];
-    ss__engine *e[3];
     ss__replica *r[3];
-    ss__engine_group *g[3];
+    round_arg args[3];
     const ss__sync_params p = {.algo = SS_ALGO_MA};
     for (int k = 0; k < 3; k++) {
         ss__grpc_transport_config cfg = {
             .targets = targets, .timeout_ms = 5000, .round_wait_ms = 3000, .chunk_floats = 2};
         ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
-        ss__engine_config ecfg = {.transport = t[k], .threads = 1};
-        ck_assert_int_eq(ss__engine_create(&ecfg, &e[k]), SS_OK);
-        ck_assert_int_eq(ss__replica_create(4, &r[k]), SS_OK);
-        ck_assert_int_eq(ss__engine_add_group(e[k], "g", r[k], &p, &g[k]), SS_OK);
+        start_round_member(t[k], "g", &p, 4, k, zero, &r[k], &args[k]);
     }
-    ck_assert_int_eq(round_of_three(e, g), 3);
+    ck_assert_int_eq(round_of_three(args), 3);
     ck_assert_uint_eq(members_on(&a, "g[0:2)"), 3);
     char at[64];
     snprintf(at, sizeof at, "%s", b.target);
     shard_stop(&b);
     shard_start_at(&b, 1000, at);              /* the same address, nothing remembered */
-    ck_assert_int_eq(round_of_three(e, g), 0); /* NOT_FOUND from b: each joins again */
+    ck_assert_int_eq(round_of_three(args), 0); /* NOT_FOUND from b: each joins again */
     ck_assert_uint_eq(members_on(&a, "g[0:2)"), 3);
     ck_assert_uint_eq(members_on(&b, "g[2:4)"), 3);
-    ck_assert_int_eq(round_of_three(e, g), 3);
-    for (int k = 0; k < 3; k++) {
-        ss__engine_destroy(e[k]);
-        ss__replica_destroy(r[k]);
+    ck_assert_int_eq(round_of_three(args), 3);
+    stop_round_members(args, r, 3);
+    for (int k = 0; k < 3; k++)
         ss__transport_destroy(t[k]);
-    }
     shard_stop(&a);
     shard_stop(&b);
 }
@@ -217,10 +214,8 @@ static void *contribute(void *p) {
 
 START_TEST(test_round_mean_over_shards_and_chunks) {
     shard a, b;
-    shard_start(&a, 1000);
-    shard_start(&b, 1000);
     char targets[140];
-    snprintf(targets, sizeof targets, "%s,%s", a.target, b.target);
+    start_two_shards(&a, &b, targets);
     ss__grpc_transport_config cfg = {
         .targets = targets, .timeout_ms = 5000, .round_wait_ms = 3000, .chunk_floats = 2};
     mean_arg args[3];
