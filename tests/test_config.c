@@ -265,20 +265,43 @@ START_TEST(test_open_says_which_setting_is_wrong) {
 }
 END_TEST
 
+/* shadowsync-ps on 127.0.0.1 without HTTP, its log tmpdir/name, more
+ * flags (NULL-terminated, at most 4) after; its address into ps. */
+static pid_t start_ps(const char *name, char ps[64], char *const *more) {
+    char log[300];
+    snprintf(log, sizeof log, "%s/%s", tmpdir, name);
+    char *extra[8] = {"--http", ""};
+    for (int i = 0; more && more[i]; i++) {
+        ck_assert_int_lt(i, 4);
+        extra[2 + i] = more[i];
+    }
+    return proc_start_ps(log, ps, 64, "127.0.0.1:0", extra);
+}
+
+static void stop_ps(pid_t pid) {
+    kill(pid, SIGTERM);
+    proc_wait(pid, 30);
+}
+
+/* A trainer of ps (NULL: none) that syncs in the foreground every step,
+ * with no final rounds and 3 s calls. */
+static void foreground_config(ss_trainer_config *c, const char *ps) {
+    ss_trainer_config_init(c);
+    c->ps = ps;
+    c->mode = SS_SYNC_FOREGROUND;
+    c->sync_every = 1;
+    c->final_rounds = 0;
+    c->timeout_ms = 3000;
+}
+
 /* The metrics text of an in-process trainer: steps, rounds of its group
  * against a real PS, its table, the build. */
 START_TEST(test_trainer_metrics_text) {
-    char ps[64], log[300];
-    snprintf(log, sizeof log, "%s/ps.log", tmpdir);
-    char *extra[] = {"--http", "", NULL};
-    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    char ps[64];
+    pid_t pid = start_ps("ps.log", ps, NULL);
     ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.ps = ps;
+    foreground_config(&c, ps);
     c.name = "m0";
-    c.mode = SS_SYNC_FOREGROUND;
-    c.sync_every = 1;
-    c.final_rounds = 0;
     ss_trainer *t;
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK);
     ss_dense *g;
@@ -314,29 +337,23 @@ START_TEST(test_trainer_metrics_text) {
         }
     free(text);
     ck_assert_int_eq(ss_trainer_close(t), SS_OK);
-    kill(pid, SIGTERM);
-    proc_wait(pid, 30);
+    stop_ps(pid);
 }
 END_TEST
 
 /* A PS that refuses: the trainer is told which PS and what it said; a PS
  * that is not there: its address and that nothing answered. */
 START_TEST(test_ps_refusal_is_said) {
-    char ps[64], log[300], tok[300];
-    snprintf(log, sizeof log, "%s/ps-tok.log", tmpdir);
+    char ps[64], tok[300];
     snprintf(tok, sizeof tok, "%s/token", tmpdir);
     FILE *f = fopen(tok, "w");
     ck_assert_ptr_nonnull(f);
     fputs("0123456789abcdef0123456789abcdef\n", f);
     fclose(f);
-    char *extra[] = {"--http", "", "--auth-token-file", tok, NULL};
-    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    pid_t pid = start_ps("ps-tok.log", ps, (char *[]){"--auth-token-file", tok, NULL});
     unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
     ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.ps = ps;
-    c.mode = SS_SYNC_FOREGROUND;
-    c.timeout_ms = 3000;
+    foreground_config(&c, ps);
     ss_trainer *t;
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_OK); /* connects lazily */
     ss_dense *g;
@@ -344,8 +361,7 @@ START_TEST(test_ps_refusal_is_said) {
     said("group w: joining the PS", ps); /* the call to <the PS's address>: what it said */
     said("SHADOWSYNC_AUTH_TOKEN_FILE", NULL);
     ck_assert_int_eq(ss_trainer_close(t), SS_OK);
-    kill(pid, SIGTERM);
-    proc_wait(pid, 30);
+    stop_ps(pid);
     /* Nothing listens: the address, and that the connection was refused
      * (within the probe's time, not after a call's deadline). */
     c.ps = "127.0.0.1:1";
@@ -364,15 +380,10 @@ END_TEST
  * refuses B's and B is told which setting to line up. With A's setting,
  * B joins. */
 START_TEST(test_chunk_floats_must_match) {
-    char ps[64], log[300];
-    snprintf(log, sizeof log, "%s/ps-chunks.log", tmpdir);
-    char *extra[] = {"--http", "", NULL};
-    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    char ps[64];
+    pid_t pid = start_ps("ps-chunks.log", ps, NULL);
     ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.ps = ps;
-    c.mode = SS_SYNC_FOREGROUND;
-    c.timeout_ms = 3000;
+    foreground_config(&c, ps);
     c.chunk_floats = 100;
     ss_trainer *a, *b;
     ss_dense *ga, *gb;
@@ -388,8 +399,7 @@ START_TEST(test_chunk_floats_must_match) {
     ck_assert_int_eq(ss_trainer_add_dense(b, "w", 300, NULL, &gb), SS_OK);
     ck_assert_int_eq(ss_trainer_close(b), SS_OK);
     ck_assert_int_eq(ss_trainer_close(a), SS_OK);
-    kill(pid, SIGTERM);
-    proc_wait(pid, 30);
+    stop_ps(pid);
 }
 END_TEST
 
@@ -408,19 +418,13 @@ static void write_map(const char *path, unsigned epoch, const char *ps) {
  * reads epoch 3, that trainer's next round is refused the same way. A bad
  * map names its line; ps and shard_map together are refused. */
 START_TEST(test_stale_shard_map_epoch_is_refused) {
-    char ps[64], log[300], psmap[300], tmap[300];
-    snprintf(log, sizeof log, "%s/ps-map.log", tmpdir);
+    char ps[64], psmap[300], tmap[300];
     snprintf(psmap, sizeof psmap, "%s/ps.map", tmpdir);
     snprintf(tmap, sizeof tmap, "%s/trainer.map", tmpdir);
     write_map(psmap, 2, "127.0.0.1:1"); /* the PS reads only the epoch */
-    char *extra[] = {"--http", "", "--shard-map", psmap, NULL};
-    pid_t pid = proc_start_ps(log, ps, sizeof ps, "127.0.0.1:0", extra);
+    pid_t pid = start_ps("ps-map.log", ps, (char *[]){"--shard-map", psmap, NULL});
     ss_trainer_config c;
-    ss_trainer_config_init(&c);
-    c.mode = SS_SYNC_FOREGROUND;
-    c.sync_every = 1;
-    c.final_rounds = 0;
-    c.timeout_ms = 3000;
+    foreground_config(&c, NULL);
     c.shard_map = tmap;
     write_map(tmap, 1, ps);
     ss_trainer *t;
@@ -452,8 +456,7 @@ START_TEST(test_stale_shard_map_epoch_is_refused) {
     c.ps = ps;
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
     said("and shard_map=", "pick one");
-    kill(pid, SIGTERM);
-    proc_wait(pid, 30);
+    stop_ps(pid);
 }
 END_TEST
 
