@@ -104,27 +104,43 @@ static void read_rows(ss__emb_client *c, float *rows) {
     ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, K, rows), SS_OK);
 }
 
-START_TEST(test_sync_writes_survive_sigkill) {
+/* A PS in `mode` pushed to for `seconds` (at most max pushes, each one's
+ * acknowledgement time in ack), SIGKILLed and started again on its
+ * database: *acked pushes were acknowledged, *kill_ns is when it was
+ * killed, rows what it holds now. Returns the PS, its client in *c. */
+static pid_t push_kill_restart(const char *mode, double seconds, uint64_t *ack, int max, int *acked,
+                               uint64_t *kill_ns, float *rows, ss__emb_client **c) {
     char db[128], log[128], target[64];
     make_paths(db, log);
-    ss__emb_client *c;
-    pid_t pid = start_ps(db, "--sync-writes", log, target, &c);
-    static uint64_t ack[100000];
-    uint64_t kill_ns;
-    int acked = push_then_kill(pid, c, 1.0, ack, 100000, &kill_ns);
-    ss__emb_client_destroy(c);
-    ck_assert_int_gt(acked, 10);
-    pid = start_ps(db, "--sync-writes", log, target, &c);
-    float rows[K * DIM];
-    read_rows(c, rows);
-    for (int i = 0; i < K * DIM; i++)
-        ck_assert_float_eq(rows[i], (float)acked); /* every acknowledged push */
-    printf("sync writes: %d pushes of %d rows acknowledged before SIGKILL, all %d found\n", acked,
-           K, acked);
+    pid_t pid = start_ps(db, mode, log, target, c);
+    *acked = push_then_kill(pid, *c, seconds, ack, max, kill_ns);
+    ss__emb_client_destroy(*c);
+    pid = start_ps(db, mode, log, target, c);
+    read_rows(*c, rows);
+    return pid;
+}
+
+/* The restarted PS stopped: it exits cleanly. */
+static void stop_restarted(pid_t pid, ss__emb_client *c) {
     ss__emb_client_destroy(c);
     kill(pid, SIGTERM);
     ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
     remove_dir();
+}
+
+START_TEST(test_sync_writes_survive_sigkill) {
+    static uint64_t ack[100000];
+    uint64_t kill_ns;
+    int acked;
+    float rows[K * DIM];
+    ss__emb_client *c;
+    pid_t pid = push_kill_restart("--sync-writes", 1.0, ack, 100000, &acked, &kill_ns, rows, &c);
+    ck_assert_int_gt(acked, 10);
+    for (int i = 0; i < K * DIM; i++)
+        ck_assert_float_eq(rows[i], (float)acked); /* every acknowledged push */
+    printf("sync writes: %d pushes of %d rows acknowledged before SIGKILL, all %d found\n", acked,
+           K, acked);
+    stop_restarted(pid, c);
 }
 END_TEST
 
@@ -295,22 +311,18 @@ START_TEST(test_checkpoint_does_not_freeze_the_ps) {
 END_TEST
 
 START_TEST(test_write_behind_loses_at_most_the_lag) {
-    char db[128], log[128], target[64];
-    make_paths(db, log);
-    ss__emb_client *c;
-    pid_t pid = start_ps(db, "--sync-writes=false", log, target, &c);
     static uint64_t ack[1000000];
     uint64_t kill_ns;
-    int acked = push_then_kill(pid, c, 1.5, ack, 1000000, &kill_ns);
-    ss__emb_client_destroy(c);
+    int acked;
+    float rows[K * DIM];
+    ss__emb_client *c;
+    pid_t pid =
+        push_kill_restart("--sync-writes=false", 1.5, ack, 1000000, &acked, &kill_ns, rows, &c);
     /* Pushes acknowledged at least the lag (200 ms) before the kill. */
     int bound = 0;
     while (bound < acked && ack[bound] + 200000000ull <= kill_ns)
         bound++;
     ck_assert_int_gt(bound, 0);
-    pid = start_ps(db, "--sync-writes=false", log, target, &c);
-    float rows[K * DIM];
-    read_rows(c, rows);
     float lo = rows[0];
     for (int i = 0; i < K * DIM; i++) {
         ck_assert_float_ge(rows[i], (float)bound);
@@ -320,10 +332,7 @@ START_TEST(test_write_behind_loses_at_most_the_lag) {
     printf("write-behind (lag 200 ms): %d pushes acknowledged, %d of them >= 200 ms before "
            "SIGKILL; after restart rows hold >= %.0f\n",
            acked, bound, lo);
-    ss__emb_client_destroy(c);
-    kill(pid, SIGTERM);
-    ck_assert_int_eq(WEXITSTATUS(proc_wait(pid, 30)), 0);
-    remove_dir();
+    stop_restarted(pid, c);
 }
 END_TEST
 
