@@ -356,22 +356,38 @@ static void h_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
            "this PS moves no rows: it was started without --shard-map");
 }
 
+/* The methods' places in svc->methods. */
+enum { M_OPEN, M_LOOKUP, M_PUSH, M_ELASTIC, M_CHECKPOINT, M_STATS, M_PUSH_LOOKUP, M_HANDOFF };
+
 void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     memset(svc, 0, sizeof *svc);
     svc->store = store;
     const size_t lookup_max = ss__emb_store_max_batch(store) * sizeof(uint64_t) + 4096;
     const ss__rpc_method m[SS_EMB_METHODS] = {
-        {SS_EMB_M_OPEN, h_open, false, svc, false, SS_RPC_SMALL_REQUEST},
+        [M_OPEN] = {SS_EMB_M_OPEN, h_open, false, svc, false, SS_RPC_SMALL_REQUEST},
         /* ids only: the store's batch limit of them */
-        {SS_EMB_M_LOOKUP, h_lookup, false, svc, true, lookup_max},
-        {SS_EMB_M_PUSH, h_push, false, svc, false, 0}, /* rows: the server's limit */
-        {SS_EMB_M_ELASTIC, h_elastic, false, svc, false, 0},
+        [M_LOOKUP] = {SS_EMB_M_LOOKUP, h_lookup, false, svc, true, lookup_max},
+        [M_PUSH] = {SS_EMB_M_PUSH, h_push, false, svc, false, 0}, /* rows: the server's limit */
+        [M_ELASTIC] = {SS_EMB_M_ELASTIC, h_elastic, false, svc, false, 0},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
-        {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false, SS_RPC_SMALL_REQUEST},
-        {SS_EMB_M_STATS, h_stats, false, svc, true, SS_RPC_SMALL_REQUEST},
-        {SS_EMB_M_PUSH_LOOKUP, h_push_lookup, false, svc, false, 0},
+        [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false,
+                          SS_RPC_SMALL_REQUEST},
+        [M_STATS] = {SS_EMB_M_STATS, h_stats, false, svc, true, SS_RPC_SMALL_REQUEST},
+        [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, h_push_lookup, false, svc, false, 0},
         /* ids and done ids: two batches of them */
-        {SS_EMB_M_HANDOFF, h_handoff, false, svc, false, 2 * 65536 * sizeof(uint64_t) + 4096},
+        [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, false, svc, false,
+                       2 * 65536 * sizeof(uint64_t) + 4096},
     };
     memcpy(svc->methods, m, sizeof m);
+}
+
+_Static_assert(SS_EMB_BULK_PUSH == SS_EMB_BULK_LOOKUP + 1 &&
+                   SS_EMB_BULK_PUSH_LOOKUP == SS_EMB_BULK_LOOKUP + 2,
+               "the bulk stream's row methods are consecutive");
+
+size_t ss__emb_service_bulk_methods(const ss__emb_service *svc, ss__rpc_method out[3]) {
+    out[0] = svc->methods[M_LOOKUP];
+    out[1] = svc->methods[M_PUSH];
+    out[2] = svc->methods[M_PUSH_LOOKUP];
+    return 3;
 }

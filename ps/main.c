@@ -611,14 +611,7 @@ static size_t bulk_methods(ps_state *ps) {
     size_t n;
     const ss__rpc_method *dense = ss__dense_service_bulk_methods(&n);
     memcpy(ps->bulk_methods, dense, n * sizeof *dense);
-    const char *const emb[] = {[SS_EMB_BULK_LOOKUP] = SS_EMB_M_LOOKUP,
-                               [SS_EMB_BULK_PUSH] = SS_EMB_M_PUSH,
-                               [SS_EMB_BULK_PUSH_LOOKUP] = SS_EMB_M_PUSH_LOOKUP};
-    for (size_t i = n; i < sizeof emb / sizeof *emb; i++)
-        for (size_t k = 0; k < SS_EMB_METHODS; k++)
-            if (!strcmp(ps->esvc.methods[k].path, emb[i]))
-                ps->bulk_methods[i] = ps->esvc.methods[k];
-    return sizeof emb / sizeof *emb;
+    return n + ss__emb_service_bulk_methods(&ps->esvc, ps->bulk_methods + n);
 }
 
 /* The bulk stream's server (--bulk-listen): EasgdExchange, RoundMean and
