@@ -5,9 +5,8 @@
 #   test_sim_cli.sh BIN_DIR
 set -euo pipefail
 sim=$1/shadowsync-sim
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "sim-cli-test: $*" >&2; exit 1; }
+NAME=test_sim_cli
+source "$(dirname "$0")/cli_lib.sh"
 
 out=$("$sim" --trainers 1,2 --modes easgd,fg10 --seconds 1 --tsv "$tmp/rows.tsv")
 echo "$out"
@@ -16,13 +15,7 @@ grep -q 'n=2 mode=fg10 ' <<<"$out" || fail "no fg10 line for 2 trainers"
 [ "$(wc -l <"$tmp/rows.tsv")" = 5 ] || fail "want a header and 4 rows in the TSV"
 
 # refused(EXPECTED_TEXT, ARGS...): exit 2, the reason on stderr
-refused() {
-  local want=$1 rc=0
-  shift
-  "$sim" --seconds 0.1 "$@" >/dev/null 2>"$tmp/err" || rc=$?
-  [ $rc = 2 ] || fail "$* exited $rc, want 2"
-  grep -q -- "$want" "$tmp/err" || { cat "$tmp/err" >&2; fail "$*: no \"$want\" in the error"; }
-}
+refused() { expect_refusal "$1" "$sim" --seconds 0.1 "${@:2}"; }
 refused "unknown mode sgd" --modes sgd
 refused "unknown mode fgx" --modes fgx
 refused "is not a number of trainers" --trainers 4,x

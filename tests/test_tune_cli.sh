@@ -7,9 +7,8 @@
 #   test_tune_cli.sh BIN_DIR
 set -euo pipefail
 tune=$1/shadowsync-tune
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "tune-cli-test: $*" >&2; exit 1; }
+NAME=test_tune_cli
+source "$(dirname "$0")/cli_lib.sh"
 
 # Predictions only: 24 PS candidates (2 algorithms x 3 shard counts x 2
 # encodings x 2 gaps) and 4 decentralized ones.
@@ -53,13 +52,7 @@ rm "$tmp/asked"
 trials=$(wc -l <"$tmp/asked")
 [ "$trials" -gt 4 ] && [ "$trials" -le 13 ] || fail "close predictions: $trials trials, want 5..13"
 
-refused() {
-  local want=$1 rc=0
-  shift
-  "$tune" --trials 0 "$@" >/dev/null 2>"$tmp/err" || rc=$?
-  [ $rc = 2 ] || fail "$* exited $rc, want 2"
-  grep -q -- "$want" "$tmp/err" || { cat "$tmp/err" >&2; fail "$*: no \"$want\" in the error"; }
-}
+refused() { expect_refusal "$1" "$tune" --trials 0 "${@:2}"; }
 refused "not a multiple of --per-host" --trainers 7 --per-host 2
 refused "slow-hosts 9 of 4 hosts" --slow-hosts 9
 refused "link-gbit" --link-gbit 0
