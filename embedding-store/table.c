@@ -304,8 +304,17 @@ static inline void prefetch_home(const ss__emb_table *t, uint64_t h) {
 static ss_status load_missing(ss__emb_table *t, const uint64_t *ids, const size_t *missing,
                               size_t nm, rows_mode mode, row_op op, loose_op lop, void *ctx);
 
-static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_mode mode,
-                          row_op op, loose_op lop, void *ctx) {
+/* How many rows ahead of op the caller's input row is asked for
+ * (for_rows_reading). A push's gradient rows are read in stripe order,
+ * scattered over the batch, so no hardware prefetcher follows them:
+ * asked for 2-8 rows ahead, pushes ran 5-8% faster (scratch driver, 1M
+ * rows of dim 64, five alternating pairs); 16 ahead, no faster; with the
+ * rows' own prefetches (find_prefetching), no faster either. */
+#define INPUT_AHEAD 4
+
+/* for_rows, op reading in + i * dim floats for id i (NULL: nothing). */
+static ss_status for_rows_reading(ss__emb_table *t, const uint64_t *ids, size_t n, rows_mode mode,
+                                  row_op op, loose_op lop, void *ctx, const float *in) {
     if (n == 0)
         return SS_OK; /* nothing to do (and malloc(0) may be NULL) */
     /* One block: hashes, the stripe order, the missing, the found slots. */
@@ -356,6 +365,9 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_
         const size_t lo = start[b], hi = start[b + 1];
         find_prefetching(t, s, ids, hs, order, lo, hi, found);
         for (size_t k = lo; k < hi; k++) {
+            if (in && k + INPUT_AHEAD < hi)
+                prefetch_lines(in + order[k + INPUT_AHEAD] * t->spec.dim,
+                               t->spec.dim * sizeof(float));
             if (found[k]) {
                 found[k]->meta |= META_REF;
                 op(t, s, found[k], order[k], ctx);
@@ -368,6 +380,11 @@ static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_
     ss_status st = nm ? load_missing(t, ids, missing, nm, mode, op, lop, ctx) : SS_OK;
     free(hs);
     return st;
+}
+
+static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_mode mode,
+                          row_op op, loose_op lop, void *ctx) {
+    return for_rows_reading(t, ids, n, mode, op, lop, ctx, NULL);
 }
 
 /* The second half of for_rows: the nm rows missing[] index, loaded in one
@@ -562,8 +579,8 @@ ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, s
     if (!t || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = grads};
-    return update_status(for_rows(t, ids, n, ROWS_UPDATE, op_gradient, loose_none, &c), &c,
-                         refused);
+    return update_status(
+        for_rows_reading(t, ids, n, ROWS_UPDATE, op_gradient, loose_none, &c, grads), &c, refused);
 }
 
 ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
