@@ -15,6 +15,8 @@
  *   indexed - the same rows found through an open-addressing index of
  *            (id, row) slots: the floor of any store whose ids are not
  *            0..n-1 (one more cache miss a row);
+ * gather, indexed and inproc take turns over slices of the batches (see
+ * SLICES), each on rows of its own.
  * Also the resident memory per million rows of the in-process store
  * against the raw row bytes. */
 #include <hiredis/hiredis.h>
@@ -90,8 +92,26 @@ static void make_batches(bench *b) {
 }
 
 typedef struct result {
-    double lookup_s, push_s; /* seconds per batch */
+    double lookup_s, push_s; /* seconds per batch (while timing: seconds in all) */
 } result;
+
+/* The in-process runs (gather, indexed, inproc) take turns in this many
+ * slices of the batches, so that a machine whose speed drifts during
+ * the run (a shared host) slows all three alike: timed one after the
+ * other, the gather floor alone moved 1.7x between runs. */
+#define SLICES 12
+
+/* Batches [k0, k1) of slice i of SLICES. */
+static void slice_of(const bench *b, int i, int64_t *k0, int64_t *k1) {
+    *k0 = b->reps * i / SLICES;
+    *k1 = b->reps * (i + 1) / SLICES;
+}
+
+/* Seconds in all into seconds per batch. */
+static void per_batch(const bench *b, result *r) {
+    r->lookup_s /= (double)b->reps;
+    r->push_s /= (double)b->reps;
+}
 
 static void report(const char *name, const result *r, const bench *b) {
     printf("%-7s lookups: %8.0f batches/s %11.0f rows/s   pushes: %8.0f batches/s %11.0f rows/s\n",
@@ -106,8 +126,8 @@ static void ratio(const char *name, const result *base, const result *r) {
            base->push_s / r->push_s);
 }
 
-/* The store is left open in *out for the tcp run. */
-static int run_inproc(bench *b, result *r, ss__emb_store **out) {
+/* The store, every row resident, into *out (left open for the tcp run). */
+static int open_inproc(bench *b, ss__emb_store **out) {
     ss__emb_store_config cfg = {.max_batch = (size_t)b->batch};
     ss__emb_store *st;
     if (ss__emb_store_create(&cfg, &st) != SS_OK ||
@@ -132,20 +152,26 @@ static int run_inproc(bench *b, result *r, ss__emb_store **out) {
            "(%.1f MiB per million rows) against %.0f B/row raw: x%.2f\n",
            (long long)b->rows, (long long)b->dim, (double)(rss1 - rss0) / 1024.0, per_row,
            per_row * 1e6 / 1048576.0, raw, per_row / raw);
+    *out = st;
+    return 0;
+}
+
+/* Lookups and pushes of batches [k0, k1) in the store, their seconds
+ * added to r. */
+static int time_inproc(bench *b, ss__emb_store *st, int64_t k0, int64_t k1, result *r) {
     uint64_t t0 = ss__now_ns();
-    for (int64_t k = 0; k < b->reps; k++)
+    for (int64_t k = k0; k < k1; k++)
         if (ss__emb_store_lookup(st, b->spec.name, b->ids + k * b->batch, (size_t)b->batch, b->buf,
                                  NULL, 0) != SS_OK)
             return -1;
     uint64_t t1 = ss__now_ns();
-    for (int64_t k = 0; k < b->reps; k++)
+    for (int64_t k = k0; k < k1; k++)
         if (ss__emb_store_push(st, b->spec.name, b->ids + k * b->batch, (size_t)b->batch, b->grads,
                                NULL, 0) != SS_OK)
             return -1;
     uint64_t t2 = ss__now_ns();
-    r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
-    r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
-    *out = st;
+    r->lookup_s += (double)(t1 - t0) / 1e9;
+    r->push_s += (double)(t2 - t1) / 1e9;
     return 0;
 }
 
@@ -275,11 +301,13 @@ static inline void prefetch_ahead(float *rows, size_t dim, const row_index *x, c
         prefetch_lines(row_at(rows, dim, x, ids[i + GATHER_AHEAD]), dim * sizeof *rows);
 }
 
-/* Lookups (copies out) and SGD pushes of the bench's batches, timed. */
-static void time_rows(bench *b, float *rows, const row_index *x, result *r) {
+/* Lookups (copies out) and SGD pushes of batches [k0, k1), their
+ * seconds added to r. */
+static void time_rows(bench *b, float *rows, const row_index *x, int64_t k0, int64_t k1,
+                      result *r) {
     const size_t dim = (size_t)b->dim;
     uint64_t t0 = ss__now_ns();
-    for (int64_t k = 0; k < b->reps; k++) {
+    for (int64_t k = k0; k < k1; k++) {
         const uint64_t *ids = b->ids + k * b->batch;
         for (int64_t i = 0; i < b->batch; i++) {
             prefetch_ahead(rows, dim, x, ids, i, b->batch);
@@ -288,7 +316,7 @@ static void time_rows(bench *b, float *rows, const row_index *x, result *r) {
     }
     uint64_t t1 = ss__now_ns();
     const float lr = b->spec.lr;
-    for (int64_t k = 0; k < b->reps; k++) {
+    for (int64_t k = k0; k < k1; k++) {
         const uint64_t *ids = b->ids + k * b->batch;
         for (int64_t i = 0; i < b->batch; i++) {
             prefetch_ahead(rows, dim, x, ids, i, b->batch);
@@ -299,39 +327,85 @@ static void time_rows(bench *b, float *rows, const row_index *x, result *r) {
         }
     }
     uint64_t t2 = ss__now_ns();
-    r->lookup_s = (double)(t1 - t0) / 1e9 / (double)b->reps;
-    r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
+    r->lookup_s += (double)(t1 - t0) / 1e9;
+    r->push_s += (double)(t2 - t1) / 1e9;
 }
 
-/* The flat array (what a random gather of the same rows costs at most),
- * then the same rows found through an index (the floor of any store that
- * maps ids to rows). */
-static int run_gather(bench *b, result *flat, result *indexed) {
+/* The flat array (what a random gather of the same rows costs at most)
+ * and a copy of it found through an index (the floor of any store that
+ * maps ids to rows). A copy: with one array for both, the indexed run's
+ * slice found the rows the gather's slice had just brought into cache
+ * and ran faster than the gather (1.27-1.37 of it). */
+typedef struct floors {
+    float *rows, *xrows;
+    row_index x;
+} floors;
+
+static void close_floors(floors *f) {
+    free(f->rows);
+    free(f->xrows);
+    free(f->x.slots);
+}
+
+static int open_floors(bench *b, floors *f) {
     const size_t dim = (size_t)b->dim, n = (size_t)b->rows;
-    float *rows = malloc(n * dim * sizeof *rows);
     size_t cap = 1;
     while (cap < 2 * n)
         cap *= 2;
-    row_index x = {calloc(cap, sizeof *x.slots), cap - 1};
-    if (!rows || !x.slots) {
-        free(rows);
-        free(x.slots);
+    *f = (floors){malloc(n * dim * sizeof *f->rows),
+                  malloc(n * dim * sizeof *f->rows),
+                  {calloc(cap, sizeof *f->x.slots), cap - 1}};
+    if (!f->rows || !f->xrows || !f->x.slots) {
+        close_floors(f);
         return -1;
     }
     for (size_t i = 0; i < n * dim; i++)
-        rows[i] = (float)(i % 13) * 0.01f;
+        f->rows[i] = f->xrows[i] = (float)(i % 13) * 0.01f;
     for (size_t s = 0; s < cap; s++)
-        x.slots[s].id = UINT64_MAX;
+        f->x.slots[s].id = UINT64_MAX;
     for (size_t id = 0; id < n; id++) {
-        size_t s = home_slot(&x, id);
-        while (x.slots[s].id != UINT64_MAX)
-            s = (s + 1) & x.mask;
-        x.slots[s] = (index_slot){id, rows + id * dim};
+        size_t s = home_slot(&f->x, id);
+        while (f->x.slots[s].id != UINT64_MAX)
+            s = (s + 1) & f->x.mask;
+        f->x.slots[s] = (index_slot){id, f->xrows + id * dim};
     }
-    time_rows(b, rows, NULL, flat);
-    time_rows(b, rows, &x, indexed);
-    free(rows);
-    free(x.slots);
+    return 0;
+}
+
+/* gather, indexed and inproc, taking turns slice by slice (SLICES); the
+ * store is left open in *st for the tcp run. */
+static int run_in_process(bench *b, result *ga, result *gi, result *in, ss__emb_store **st) {
+    floors f;
+    if (open_floors(b, &f) != 0) {
+        fprintf(stderr, "shadowsync-bench-emb: no memory for %lld rows of %lld floats\n",
+                (long long)b->rows, (long long)b->dim);
+        return -1;
+    }
+    int bad = open_inproc(b, st);
+    *ga = *gi = *in = (result){0};
+    /* Each slice starts with another of the three: the first reads the
+     * slice's ids and gradients into cache for the others. */
+    for (int i = 0; !bad && i < SLICES; i++) {
+        int64_t k0, k1;
+        slice_of(b, i, &k0, &k1);
+        for (int turn = 0; !bad && turn < 3; turn++) {
+            const int who = (i + turn) % 3;
+            if (who == 0)
+                time_rows(b, f.rows, NULL, k0, k1, ga);
+            else if (who == 1)
+                time_rows(b, f.xrows, &f.x, k0, k1, gi);
+            else
+                bad = time_inproc(b, *st, k0, k1, in);
+        }
+    }
+    close_floors(&f);
+    if (bad) {
+        fprintf(stderr, "shadowsync-bench-emb: in-process run failed\n");
+        return -1;
+    }
+    per_batch(b, ga);
+    per_batch(b, gi);
+    per_batch(b, in);
     return 0;
 }
 
@@ -497,18 +571,11 @@ int main(int argc, char **argv) {
     result in, ga, gi, tc, gr = {0}, bk = {0}, rd = {0};
     ss__emb_store *st = NULL;
     ss__rpc_init();
-    if (run_gather(&b, &ga, &gi) != 0) {
-        fprintf(stderr, "shadowsync-bench-emb: no memory for %lld rows of %lld floats\n",
-                (long long)b.rows, (long long)b.dim);
+    if (run_in_process(&b, &ga, &gi, &in, &st) != 0)
         return 1;
-    }
     report("gather", &ga, &b);
     report("indexed", &gi, &b);
     ratio("indexed/gather", &ga, &gi);
-    if (run_inproc(&b, &in, &st) != 0) {
-        fprintf(stderr, "shadowsync-bench-emb: in-process run failed\n");
-        return 1;
-    }
     report("inproc", &in, &b);
     ratio("inproc/gather", &ga, &in);
     ratio("inproc/indexed", &gi, &in);
