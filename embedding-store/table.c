@@ -304,17 +304,20 @@ static inline void prefetch_home(const ss__emb_table *t, uint64_t h) {
 static ss_status load_missing(ss__emb_table *t, const uint64_t *ids, const size_t *missing,
                               size_t nm, rows_mode mode, row_op op, loose_op lop, void *ctx);
 
-/* How many rows ahead of op the caller's input row is asked for
- * (for_rows_reading). A push's gradient rows are read in stripe order,
- * scattered over the batch, so no hardware prefetcher follows them:
- * asked for 2-8 rows ahead, pushes ran 5-8% faster (scratch driver, 1M
- * rows of dim 64, five alternating pairs); 16 ahead, no faster; with the
- * rows' own prefetches (find_prefetching), no faster either. */
-#define INPUT_AHEAD 4
+/* How many rows ahead of op the caller's row is asked for (for_rows_io).
+ * The caller's rows (a push's gradients, a lookup's results) are visited
+ * in stripe order, scattered over the batch, so no hardware prefetcher
+ * follows them. Asked for 2-8 rows ahead, pushes ran 5-8% faster
+ * (scratch driver, 1M rows of dim 64, five alternating pairs), lookups
+ * 0.66 of the gather against 0.64 (mean of eight alternating runs of
+ * shadowsync-bench-emb); 16 ahead, no faster; with the rows' own
+ * prefetches (find_prefetching), no faster either. */
+#define IO_AHEAD 4
 
-/* for_rows, op reading in + i * dim floats for id i (NULL: nothing). */
-static ss_status for_rows_reading(ss__emb_table *t, const uint64_t *ids, size_t n, rows_mode mode,
-                                  row_op op, loose_op lop, void *ctx, const float *in) {
+/* for_rows, op reading or writing io + i * dim floats for id i (NULL:
+ * none). */
+static ss_status for_rows_io(ss__emb_table *t, const uint64_t *ids, size_t n, rows_mode mode,
+                             row_op op, loose_op lop, void *ctx, const float *io) {
     if (n == 0)
         return SS_OK; /* nothing to do (and malloc(0) may be NULL) */
     /* One block: hashes, the stripe order, the missing, the found slots. */
@@ -365,9 +368,8 @@ static ss_status for_rows_reading(ss__emb_table *t, const uint64_t *ids, size_t 
         const size_t lo = start[b], hi = start[b + 1];
         find_prefetching(t, s, ids, hs, order, lo, hi, found);
         for (size_t k = lo; k < hi; k++) {
-            if (in && k + INPUT_AHEAD < hi)
-                prefetch_lines(in + order[k + INPUT_AHEAD] * t->spec.dim,
-                               t->spec.dim * sizeof(float));
+            if (io && k + IO_AHEAD < hi)
+                prefetch_lines(io + order[k + IO_AHEAD] * t->spec.dim, t->spec.dim * sizeof(float));
             if (found[k]) {
                 found[k]->meta |= META_REF;
                 op(t, s, found[k], order[k], ctx);
@@ -384,7 +386,7 @@ static ss_status for_rows_reading(ss__emb_table *t, const uint64_t *ids, size_t 
 
 static ss_status for_rows(ss__emb_table *t, const uint64_t *ids, size_t n, rows_mode mode,
                           row_op op, loose_op lop, void *ctx) {
-    return for_rows_reading(t, ids, n, mode, op, lop, ctx, NULL);
+    return for_rows_io(t, ids, n, mode, op, lop, ctx, NULL);
 }
 
 /* The second half of for_rows: the nm rows missing[] index, loaded in one
@@ -505,7 +507,7 @@ ss_status ss__emb_table_lookup(ss__emb_table *t, const uint64_t *ids, size_t n, 
     if (!t || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.out = rows};
-    return for_rows(t, ids, n, ROWS_READ, op_copy_data, loose_copy_data, &c);
+    return for_rows_io(t, ids, n, ROWS_READ, op_copy_data, loose_copy_data, &c, rows);
 }
 
 /* Rows that are there, copied by op (their data, or whole); found says
@@ -579,8 +581,8 @@ ss_status ss__emb_table_apply_gradients(ss__emb_table *t, const uint64_t *ids, s
     if (!t || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     io_ctx c = {.in = grads};
-    return update_status(
-        for_rows_reading(t, ids, n, ROWS_UPDATE, op_gradient, loose_none, &c, grads), &c, refused);
+    return update_status(for_rows_io(t, ids, n, ROWS_UPDATE, op_gradient, loose_none, &c, grads),
+                         &c, refused);
 }
 
 ss_status ss__emb_table_elastic(ss__emb_table *t, const uint64_t *ids, size_t n, const float *x,
