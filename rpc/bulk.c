@@ -15,6 +15,7 @@
 
 #include "common/fd_io.h"
 #include "rpc/message.h"
+#include "rpc/pb_wire.h"
 
 /* ---- frames ---- */
 
@@ -160,6 +161,10 @@ typedef struct sender {
     size_t n;
     const ss__rpc_channel *ch;
     unsigned lane, lanes;
+    size_t next, j; /* the next call to look at; mine()'s count of the calls on ch */
+    uint8_t head[SS_BULK_REQ_HEAD];
+    struct iovec iov[3]; /* the frame going out: head, request, payload */
+    int at;              /* its first piece not wholly sent (3: none left) */
     bool ok;
 } sender;
 
@@ -172,24 +177,69 @@ static bool mine(const ss__rpc_request *r, const ss__rpc_channel *ch, size_t *j,
     return (*j)++ % lanes == lane;
 }
 
-/* The writer thread: every call's frame, back to back. */
+/* The next of this stream's frames into s->iov; false: none left. */
+static bool next_frame(sender *s) {
+    while (s->next < s->n) {
+        const ss__rpc_request *r = &s->rq[s->next++];
+        if (!mine(r, s->ch, &s->j, s->lane, s->lanes))
+            continue;
+        ss__bulk_request_head(s->head, s->method, r->len + r->payload_len);
+        s->iov[0] = (struct iovec){s->head, sizeof s->head};
+        s->iov[1] = (struct iovec){(void *)r->req, r->len};
+        s->iov[2] = (struct iovec){(void *)r->payload, r->payload_len};
+        s->at = 0;
+        return true;
+    }
+    return false;
+}
+
+/* The writer thread: the frame under way (when one is), then every call's
+ * frame left, back to back. */
 static void *send_all(void *arg) {
     sender *s = arg;
-    s->ok = true;
-    size_t j = 0;
-    for (size_t i = 0; s->ok && i < s->n; i++) {
-        const ss__rpc_request *r = &s->rq[i];
-        if (!mine(r, s->ch, &j, s->lane, s->lanes))
-            continue;
-        uint8_t head[SS_BULK_REQ_HEAD];
-        ss__bulk_request_head(head, s->method, r->len + r->payload_len);
-        ss__bulk_conn *c = &s->b->c;
-        s->ok = ss__bulk_conn_send(c, head, sizeof head) && ss__bulk_conn_send(c, r->req, r->len) &&
-                (!r->payload_len || ss__bulk_conn_send(c, r->payload, r->payload_len));
-    }
+    ss__bulk_conn *c = &s->b->c;
+    s->ok = s->at == 3 || ss__bulk_conn_sendv(c, s->iov + s->at, 3 - s->at);
+    while (s->ok && next_frame(s))
+        s->ok = ss__bulk_conn_sendv(c, s->iov, 3);
     if (!s->ok) /* the reader's next wait ends at once */
         shutdown(s->b->c.fd, SHUT_RD);
     return NULL;
+}
+
+/* What of the frames the socket takes now, from the calling thread, on
+ * plain TCP: a batch of lookups (ids out, rows back) is all taken, and no
+ * writer thread is started (60 us a batch on the 2-core machine, 7% of a
+ * lookup of 4,096 rows). 1: frames are left for the writer (s->at in the
+ * frame under way), 0: none, -1: the stream broke. */
+static int send_what_fits(sender *s) {
+    if (s->b->c.ssl) /* TLS: the writer sends all */
+        return 1;
+    while (next_frame(s)) {
+        s->at = ss__send_iov(s->b->c.fd, s->iov, 3, true);
+        if (s->at < 0)
+            return -1;
+        if (s->at < 3)
+            return 1;
+    }
+    return 0;
+}
+
+/* A reply's len bytes into buf, or its trailing field straight into
+ * r->into (*direct) when r asks for that and the bytes before the field
+ * (read into buf first) say it is that field, of r->into_len bytes. */
+static bool read_body(ss__bulk_stream *b, const ss__rpc_request *r, size_t len, uint8_t *buf,
+                      bool *direct) {
+    *direct = false;
+    const size_t head = r->into && len > r->into_len ? len - r->into_len : SIZE_MAX;
+    if (head > SS_PB_BYTES_HEADER_MAX * 4)
+        return ss__bulk_conn_read(&b->c, buf, len);
+    size_t prefix, off;
+    if (!ss__bulk_conn_read(&b->c, buf, head))
+        return false;
+    *direct =
+        ss__pb_find_trailing_bytes_in(buf, head, len, r->into_field, &prefix, &off) && off == head;
+    return *direct ? ss__bulk_conn_read(&b->c, r->into, r->into_len)
+                   : ss__bulk_conn_read(&b->c, buf + head, len - head);
 }
 
 /* One reply into r: its status and message, and its bytes to on_reply
@@ -213,10 +263,11 @@ static bool read_reply(ss__bulk_stream *b, ss__rpc_request *r, uint8_t **buf, si
             return false;
         *cap = len;
     }
-    if (!ss__bulk_conn_read(&b->c, *buf, len))
+    bool direct = false;
+    if (!read_body(b, r, len, *buf, &direct))
         return false;
     r->status = st;
-    if (st != SS_OK)
+    if (st != SS_OK || direct)
         return true;
     if (r->on_reply) {
         ss__rpc_message m = {.count = 1, .length = len};
@@ -237,10 +288,23 @@ ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_reques
                              const ss__rpc_channel *ch, unsigned lane, unsigned lanes) {
     if (lanes == 0 || lane >= lanes)
         return SS_ERR_INVALID_ARGUMENT;
-    sender s = {b, method, rq, n, ch, lane, lanes, false};
+    sender s = {.b = b,
+                .method = method,
+                .rq = rq,
+                .n = n,
+                .ch = ch,
+                .lane = lane,
+                .lanes = lanes,
+                .at = 3,
+                .ok = true};
+    const int left = send_what_fits(&s);
     pthread_t w;
-    if (pthread_create(&w, NULL, send_all, &s) != 0)
+    if (left > 0 && pthread_create(&w, NULL, send_all, &s) != 0) {
+        shutdown(b->c.fd, SHUT_RDWR); /* a frame may be half sent: the stream is done */
         return SS_ERR_NO_MEMORY;
+    }
+    if (left < 0) /* as a writer that failed: the reads below end at once */
+        shutdown(b->c.fd, SHUT_RD);
     uint8_t *buf = NULL;
     size_t cap = 0;
     bool alive = true;
@@ -260,7 +324,8 @@ ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_reques
     }
     if (!alive) /* unblocks a writer waiting on a full socket */
         shutdown(b->c.fd, SHUT_RDWR);
-    pthread_join(w, NULL);
+    if (left > 0)
+        pthread_join(w, NULL);
     free(buf);
     return first;
 }

@@ -258,6 +258,15 @@ bool ss__bulk_conn_send(ss__bulk_conn *c, const void *p, size_t n) {
     return c->ssl ? tls_io(c, (void *)p, n, true) : ss__send_all(c->fd, p, n);
 }
 
+bool ss__bulk_conn_sendv(ss__bulk_conn *c, struct iovec *iov, int n) {
+    if (!c->ssl)
+        return ss__send_iov(c->fd, iov, n, false) == n;
+    for (int i = 0; i < n; i++)
+        if (iov[i].iov_len && !tls_io(c, iov[i].iov_base, iov[i].iov_len, true))
+            return false;
+    return true;
+}
+
 void ss__bulk_conn_set_timeout(ss__bulk_conn *c, int timeout_ms) {
     c->timeout_ms = timeout_ms;
     if (c->ssl)

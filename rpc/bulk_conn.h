@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/uio.h>
 
 #include "rpc/rpc.h"
 
@@ -58,6 +59,9 @@ ss_status ss__bulk_conn_start(ss__bulk_conn *c, int fd, const ss__bulk_tls *tls,
  * timeout). Safe for one reader and one writer at once. */
 bool ss__bulk_conn_read(ss__bulk_conn *c, void *p, size_t n);
 bool ss__bulk_conn_send(ss__bulk_conn *c, const void *p, size_t n);
+/* All of iov[0..n) (advanced in place): one sendmsg a pass on plain TCP,
+ * a send a piece over TLS. */
+bool ss__bulk_conn_sendv(ss__bulk_conn *c, struct iovec *iov, int n);
 /* The longest wait from now on (-1: none), for TLS and plain alike. */
 void ss__bulk_conn_set_timeout(ss__bulk_conn *c, int timeout_ms);
 /* Closes the socket and frees the TLS state. */

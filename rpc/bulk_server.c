@@ -127,8 +127,9 @@ static bool write_reply(ss__bulk_conn *c, const ss__rpc_reply *r) {
     const uint32_t msg_len = ok ? 0 : (uint32_t)strnlen(r->message, SS_BULK_MESSAGE_MAX);
     uint8_t head[SS_BULK_REPLY_HEAD];
     ss__bulk_reply_head(head, r->status, msg_len, ok ? r->len : 0);
-    return ss__bulk_conn_send(c, head, sizeof head) && ss__bulk_conn_send(c, r->message, msg_len) &&
-           (!ok || ss__bulk_conn_send(c, r->data, r->len));
+    struct iovec iov[3] = {
+        {head, sizeof head}, {(void *)r->message, msg_len}, {(void *)r->data, ok ? r->len : 0}};
+    return ss__bulk_conn_sendv(c, iov, 3);
 }
 
 /* A stream's frames, in turn, until it ends or breaks a rule. */

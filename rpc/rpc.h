@@ -243,6 +243,14 @@ typedef struct ss__rpc_request {
      * which stays NULL); runs in the thread of ss__rpc_call_many. */
     ss__rpc_on_reply on_reply;
     void *on_reply_arg;
+    /* Optional, on a bulk stream only (rpc/bulk.h): a reply that ends in
+     * bytes field into_field of exactly into_len bytes has them read from
+     * the socket straight into `into`, and on_reply is not called; any
+     * other reply takes the way above. One copy less: the rows of a
+     * lookup whose ids are one run of the caller's. */
+    void *into;
+    size_t into_len;
+    uint32_t into_field;
     ss_status status; /* out */
     uint8_t *resp;    /* out: malloc'd reply of this call when it succeeded (kept even
                          when others failed: a partial fan-out can use what arrived) */

@@ -1,7 +1,8 @@
 /* rpc/bulk.h: the bulk stream beside gRPC. Its frames by hand; S-EASGD
  * through a real shadowsync-ps with --bulk-listen (the same values as
  * over gRPC); the door: a stream without a live ticket, a used ticket, a
- * frame past its limit, each closed before anything is read or run; a PS
+ * frame past its limit, each closed before anything is read or run;
+ * frames the socket takes in parts, and a reply read into its place; a PS
  * without a bulk port (the client stays on gRPC); NaN refused by the
  * method's own check; a PS that dies mid-run (the calls fail, not hang). */
 #include <arpa/inet.h>
@@ -94,6 +95,147 @@ START_TEST(test_a_reply_past_the_bound) {
         ss__bulk_stream_close(b);
         close(sv[1]);
     }
+}
+END_TEST
+
+/* The far end of a socketpair for the two tests below: reads each frame
+ * whole and answers with its body's sum (8 bytes), or, with shaped, with
+ * a message whose last field is bytes field 1 (a LookupReply) holding the
+ * body's first 64 bytes, after a varint field 2 when the body's first
+ * byte is odd. */
+typedef struct peer {
+    int fd;
+    int frames;
+    bool shaped;
+} peer;
+
+static void *answer_frames(void *arg) {
+    peer *p = arg;
+    const uint64_t max[1] = {UINT64_MAX};
+    uint8_t *body = NULL;
+    for (int i = 0; i < p->frames; i++) {
+        uint8_t h[SS_BULK_REQ_HEAD], r[SS_BULK_REPLY_HEAD], out[80];
+        uint32_t method;
+        uint64_t len, sum = 0;
+        size_t n = 0;
+        if (!ss__read_all(p->fd, h, sizeof h) ||
+            ss__bulk_request_parse(h, 1, max, &method, &len) != SS_OK ||
+            !(body = realloc(body, len + 1)) || !ss__read_all(p->fd, body, len))
+            break;
+        for (uint64_t k = 0; k < len; k++)
+            sum += body[k] * (k + 1);
+        if (!p->shaped) {
+            memcpy(out, &sum, sizeof sum);
+            n = sizeof sum;
+        } else {
+            if (body[0] & 1) {
+                out[n++] = 2 << 3; /* field 2, varint 7 */
+                out[n++] = 7;
+            }
+            out[n++] = 1 << 3 | 2; /* field 1, 64 bytes */
+            out[n++] = 64;
+            memcpy(out + n, body, 64);
+            n += 64;
+        }
+        ss__bulk_reply_head(r, SS_OK, 0, n);
+        if (!ss__write_all(p->fd, r, sizeof r) || !ss__write_all(p->fd, out, n))
+            break;
+    }
+    free(body);
+    shutdown(p->fd, SHUT_RDWR); /* a frame cut wrong ends the client's wait */
+    return NULL;
+}
+
+/* Frames bigger than the socket takes at once: the caller's thread sends
+ * what fits, and the writer thread goes on from the middle of a frame
+ * (head, request and payload cut anywhere). Every frame reaches the peer
+ * whole, in order: its sum comes back right. */
+START_TEST(test_frames_resumed_mid_way) {
+    enum { CALLS = 6, BIG = 3 << 20 };
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    peer p = {sv[1], CALLS, false};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, answer_frames, &p), 0);
+    ss__bulk_stream *b;
+    ck_assert_int_eq(ss__bulk_stream_wrap(sv[0], 64, &b), SS_OK);
+    uint8_t *data = malloc(BIG);
+    for (size_t k = 0; k < BIG; k++)
+        data[k] = (uint8_t)(k * 7 + k / 255);
+    ss__rpc_request rq[CALLS] = {{0}};
+    uint64_t want[CALLS] = {0};
+    for (int i = 0; i < CALLS; i++) {
+        const size_t len = 5 + 1000 * i, payload = i % 2 ? BIG - 77 * i : 0;
+        rq[i] = (ss__rpc_request){
+            .req = data + i, .len = len, .payload = data + 3 * i, .payload_len = payload};
+        for (size_t k = 0; k < len + payload; k++)
+            want[i] += (k < len ? data[i + k] : data[3 * i + k - len]) * (k + 1);
+    }
+    ck_assert_int_eq(ss__bulk_call_many(b, 0, rq, CALLS, NULL, 0, 1), SS_OK);
+    for (int i = 0; i < CALLS; i++) {
+        uint64_t got;
+        ck_assert_uint_eq(rq[i].resp_len, sizeof got);
+        memcpy(&got, rq[i].resp, sizeof got);
+        ck_assert_uint_eq(got, want[i]);
+        free(rq[i].resp);
+    }
+    pthread_join(th, NULL);
+    ss__bulk_stream_close(b);
+    close(sv[1]);
+    free(data);
+}
+END_TEST
+
+/* A reply read straight into the caller's place (ss__rpc_request's into):
+ * only when its last field is into_field of into_len bytes. Otherwise it
+ * takes the ordinary way (resp), the place untouched: another field
+ * number, another length, no into. */
+START_TEST(test_a_reply_read_into_place) {
+    enum { CASES = 5 };
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    peer p = {sv[1], CASES, true};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, answer_frames, &p), 0);
+    ss__bulk_stream *b;
+    ck_assert_int_eq(ss__bulk_stream_wrap(sv[0], 1024, &b), SS_OK);
+    uint8_t body[CASES][64], place[CASES][64];
+    /* odd first byte: a field 2 before the rows */
+    const uint8_t first[CASES] = {2, 3, 2, 2, 2};
+    const uint32_t field[CASES] = {1, 1, 2, 1, 0};
+    const size_t into_len[CASES] = {64, 64, 64, 63, 64};
+    ss__rpc_request rq[CASES] = {{0}};
+    memset(place, 0xAB, sizeof place);
+    for (int i = 0; i < CASES; i++) {
+        for (int k = 0; k < 64; k++)
+            body[i][k] = (uint8_t)(i * 64 + k);
+        body[i][0] = first[i];
+        rq[i] = (ss__rpc_request){.req = body[i], .len = 64};
+        if (field[i])
+            rq[i] = (ss__rpc_request){.req = body[i],
+                                      .len = 64,
+                                      .into = place[i],
+                                      .into_len = into_len[i],
+                                      .into_field = field[i]};
+    }
+    ck_assert_int_eq(ss__bulk_call_many(b, 0, rq, CASES, NULL, 0, 1), SS_OK);
+    for (int i = 0; i < CASES; i++) {
+        const bool straight = field[i] == 1 && into_len[i] == 64;
+        ck_assert_msg(straight == !rq[i].resp, "case %d", i);
+        if (straight) {
+            ck_assert(memcmp(place[i], body[i], 64) == 0);
+        } else {
+            const size_t pre = first[i] & 1 ? 2 : 0;
+            ck_assert_uint_eq(rq[i].resp_len, pre + 2 + 64);
+            ck_assert(memcmp(rq[i].resp + pre + 2, body[i], 64) == 0);
+            for (int k = 0; k < 64; k++)
+                ck_assert_uint_eq(place[i][k], 0xAB);
+        }
+        free(rq[i].resp);
+    }
+    pthread_join(th, NULL);
+    ss__bulk_stream_close(b);
+    close(sv[1]);
 }
 END_TEST
 
@@ -692,6 +834,7 @@ END_TEST
 
 int main(void) {
     return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
+                           test_frames_resumed_mid_way, test_a_reply_read_into_place,
                            test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
                            test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
                            test_bulk_listen_refused_when_it_cannot_serve,

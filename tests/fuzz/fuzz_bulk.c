@@ -6,7 +6,8 @@
  *    it holds, the server answers or closes the stream.
  *  - odd: the client's. The input is what a server sends back to three
  *    calls: each call ends with a known status, a reply it took within
- *    the bytes that came, and never a read past them. */
+ *    the bytes that came, and never a read past them; the third reads
+ *    its reply's trailing field straight into a place of 32 bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,9 @@ static void client_end(const uint8_t *data, size_t size) {
     for (int i = 0; i < 3; i++)
         rq[i] = (ss__rpc_request){.ch = NULL, .req = req, .len = sizeof req};
     rq[1].on_reply = take;
+    uint8_t *place = malloc(32); /* the third reply's bytes field 1, when it has 32, goes here */
+    rq[2] = (ss__rpc_request){
+        .req = req, .len = sizeof req, .into = place, .into_len = 32, .into_field = 1};
     (void)ss__bulk_call_many(b, 0, rq, 3, NULL, 0, 1);
     for (int i = 0; i < 3; i++) {
         if ((unsigned)rq[i].status >= (unsigned)SS_STATUS_COUNT_ || strlen(rq[i].msg) >= 400)
@@ -102,6 +106,7 @@ static void client_end(const uint8_t *data, size_t size) {
             abort(); /* a reply longer than what came */
         free(rq[i].resp);
     }
+    free(place);
     ss__bulk_stream_close(b);
     close(sv[1]);
 }
