@@ -146,19 +146,32 @@ static void *answer_frames(void *arg) {
     return NULL;
 }
 
+/* A stream to a peer that answers p->frames frames (answer_frames). */
+static ss__bulk_stream *stream_to_peer(peer *p, pthread_t *th, size_t max_reply) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    p->fd = sv[1];
+    ck_assert_int_eq(pthread_create(th, NULL, answer_frames, p), 0);
+    ss__bulk_stream *b;
+    ck_assert_int_eq(ss__bulk_stream_wrap(sv[0], max_reply, &b), SS_OK);
+    return b;
+}
+
+static void end_peer(peer *p, pthread_t th, ss__bulk_stream *b) {
+    pthread_join(th, NULL);
+    ss__bulk_stream_close(b);
+    close(p->fd);
+}
+
 /* Frames bigger than the socket takes at once: the caller's thread sends
  * what fits, and the writer thread goes on from the middle of a frame
  * (head, request and payload cut anywhere). Every frame reaches the peer
  * whole, in order: its sum comes back right. */
 START_TEST(test_frames_resumed_mid_way) {
     enum { CALLS = 6, BIG = 3 << 20 };
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    peer p = {sv[1], CALLS, false};
+    peer p = {-1, CALLS, false};
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, answer_frames, &p), 0);
-    ss__bulk_stream *b;
-    ck_assert_int_eq(ss__bulk_stream_wrap(sv[0], 64, &b), SS_OK);
+    ss__bulk_stream *b = stream_to_peer(&p, &th, 64);
     uint8_t *data = malloc(BIG);
     for (size_t k = 0; k < BIG; k++)
         data[k] = (uint8_t)(k * 7 + k / 255);
@@ -179,9 +192,7 @@ START_TEST(test_frames_resumed_mid_way) {
         ck_assert_uint_eq(got, want[i]);
         free(rq[i].resp);
     }
-    pthread_join(th, NULL);
-    ss__bulk_stream_close(b);
-    close(sv[1]);
+    end_peer(&p, th, b);
     free(data);
 }
 END_TEST
@@ -192,13 +203,9 @@ END_TEST
  * number, another length, no into. */
 START_TEST(test_a_reply_read_into_place) {
     enum { CASES = 5 };
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    peer p = {sv[1], CASES, true};
+    peer p = {-1, CASES, true};
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, answer_frames, &p), 0);
-    ss__bulk_stream *b;
-    ck_assert_int_eq(ss__bulk_stream_wrap(sv[0], 1024, &b), SS_OK);
+    ss__bulk_stream *b = stream_to_peer(&p, &th, 1024);
     uint8_t body[CASES][64], place[CASES][64];
     /* odd first byte: a field 2 before the rows */
     const uint8_t first[CASES] = {2, 3, 2, 2, 2};
@@ -233,9 +240,7 @@ START_TEST(test_a_reply_read_into_place) {
         }
         free(rq[i].resp);
     }
-    pthread_join(th, NULL);
-    ss__bulk_stream_close(b);
-    close(sv[1]);
+    end_peer(&p, th, b);
 }
 END_TEST
 
