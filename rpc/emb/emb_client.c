@@ -499,6 +499,7 @@ static const char *method_of(row_op op) {
 typedef struct by_shard {
     size_t *pos;
     size_t start[MAX_SHARDS + 1];
+    size_t chunk; /* ids a call, at most */
 } by_shard;
 
 static ss_status split(const ss__emb_client *c, uint32_t tid, const id_set *set, by_shard *b) {
@@ -524,7 +525,7 @@ static ss_status split(const ss__emb_client *c, uint32_t tid, const id_set *set,
 }
 
 static size_t chunks_in(const by_shard *b, uint32_t s) {
-    return (b->start[s + 1] - b->start[s] + SS_EMB_CLIENT_CHUNK - 1) / SS_EMB_CLIENT_CHUNK;
+    return (b->start[s + 1] - b->start[s] + b->chunk - 1) / b->chunk;
 }
 
 /* Calls to shard s: chunk k of the main part and chunk k of the push part
@@ -536,10 +537,10 @@ static size_t calls_to(const by_shard *bm, const by_shard *bp, uint32_t s) {
 
 /* Chunk k of shard s (empty past the end). */
 static chunk chunk_at(const by_shard *b, uint32_t s, size_t k) {
-    const size_t lo = b->start[s] + k * SS_EMB_CLIENT_CHUNK, end = b->start[s + 1];
+    const size_t lo = b->start[s] + k * b->chunk, end = b->start[s + 1];
     if (lo >= end)
         return (chunk){NULL, 0};
-    return (chunk){b->pos + lo, end - lo < SS_EMB_CLIENT_CHUNK ? end - lo : SS_EMB_CLIENT_CHUNK};
+    return (chunk){b->pos + lo, end - lo < b->chunk ? end - lo : b->chunk};
 }
 
 /* Marks the positions of a chunk (a call refused for its epoch). */
@@ -558,7 +559,9 @@ static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *
                               const id_set *main, const id_set *push, float alpha, float *out,
                               bool *stale_main, bool *stale_push, bool *stale) {
     const uint32_t tid = ss__emb_table_id(spec->name);
-    by_shard bm = {0}, bp = {0};
+    const size_t chunk =
+        c->bulk && bulk_method_of(op) >= 0 ? SS_EMB_BULK_CHUNK : SS_EMB_CLIENT_CHUNK;
+    by_shard bm = {.chunk = chunk}, bp = {.chunk = chunk};
     ss_status st = split(c, tid, main, &bm);
     if (st == SS_OK && op == OP_PUSH_LOOKUP)
         st = split(c, tid, push, &bp);

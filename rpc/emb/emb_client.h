@@ -12,6 +12,12 @@
 #include "shadow/codec.h"
 
 #define SS_EMB_CLIENT_CHUNK 4096
+/* On a bulk stream (ss__emb_client_use_bulk), smaller: the PS looks up or
+ * applies one chunk while the next crosses the socket. Batches of 4,096
+ * (shadowsync-bench-emb, alternating builds): lookups 0.46-0.76 of the
+ * in-process store in chunks of 2,048 against 0.40-0.56 in one call,
+ * pushes 0.40-0.70 against 0.37-0.46; 512 was slower than either. */
+#define SS_EMB_BULK_CHUNK 2048
 
 typedef struct ss__emb_client ss__emb_client;
 
@@ -44,6 +50,10 @@ ss_status ss__emb_client_open_table(ss__emb_client *c, const ss__emb_spec *spec,
  * to 3 times within the client's timeout; pushes never are. */
 ss_status ss__emb_client_lookup(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                                 size_t n, float *rows);
+/* Each shard checks and applies its calls (chunks) on its own: a push
+ * refused for one (a non-finite gradient, a limit) may have been applied
+ * by the others. Callers that want all or nothing check first, as the
+ * trainer's tables do (trainer-hooks/tables.c). */
 ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const uint64_t *ids,
                               size_t n, const float *grads);
 /* A push of pn rows and a lookup of n rows (rows: n * dim out) in one
