@@ -131,7 +131,10 @@ ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out);
  * stream; of those, the lane-th of every `lanes` (so that several streams
  * to one server share a batch: lanes 0 and 1 of 2 take every other call).
  * Each request is req then payload (as over gRPC); each reply goes to
- * rq[i].on_reply (read from one buffer) or into rq[i].resp. Every such
+ * rq[i].into (its trailing field, when the reply is shaped so), else to
+ * rq[i].on_reply (read from one buffer) or into rq[i].resp. The caller's
+ * thread sends what the socket takes; a writer thread sends the rest
+ * while the caller reads the replies (no thread when all fit). Every such
  * call gets its status and message. Returns the first failure; a broken
  * stream fails the calls not answered yet (SS_ERR_IO), and the stream is
  * then useless (close it). */
