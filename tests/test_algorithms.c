@@ -2,6 +2,7 @@
 #include <check.h>
 
 #include "check_run.h"
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -130,6 +131,23 @@ START_TEST(test_mean_and_kernels) {
     const float bad[] = {1, INFINITY, 2}, bad2[] = {NAN};
     ck_assert(!ss__all_finite(bad, 3));
     ck_assert(!ss__all_finite(bad2, 1));
+    /* Long runs go through the vector code (16 floats a step with AVX-512)
+     * and its tail: one bad value anywhere is seen; the largest finite
+     * values and the subnormals are finite. */
+    enum { LONG = 1003 };
+    static float run[LONG];
+    for (int i = 0; i < LONG; i++)
+        run[i] = i % 3 == 0 ? FLT_MAX : i % 3 == 1 ? -FLT_MIN / 8 : (float)i;
+    ck_assert(ss__all_finite(run, LONG));
+    const int at[] = {0, 15, 16, 17, 255, 511, 992, 1000, 1002};
+    const float odd[] = {NAN, INFINITY, -INFINITY};
+    for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+        const float keep = run[at[k]];
+        run[at[k]] = odd[k % 3];
+        ck_assert_msg(!ss__all_finite(run, LONG), "non-finite at %d", at[k]);
+        ck_assert(ss__all_finite(run, (size_t)at[k])); /* the floats before it */
+        run[at[k]] = keep;
+    }
     /* W = [[1,2],[3,4]], b = [1,-1], x = [1,1] -> y = [4, 6]; W^T [1,1] = [4,6]. */
     const float W[] = {1, 2, 3, 4}, bias[] = {1, -1}, x[] = {1, 1};
     float y[2], dx[2];
