@@ -604,6 +604,55 @@ START_TEST(test_whole_reads_and_writes) {
 }
 END_TEST
 
+typedef struct reader_arg {
+    int fd;
+    uint8_t *p;
+    size_t n;
+    bool ok;
+} reader_arg;
+
+static void *read_n(void *arg) {
+    reader_arg *r = arg;
+    r->ok = ss__read_all(r->fd, r->p, r->n);
+    return NULL;
+}
+
+/* ss__send_iov: pieces sent in order across their bounds, empty ones
+ * passed over; without waiting, it stops where the socket is full and
+ * says which piece is under way (advanced past what went out), and the
+ * rest then goes with a wait; a closed peer is -1, not a SIGPIPE. */
+START_TEST(test_iovec_sends) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    char a[] = "head", b[] = "body", got[16] = {0};
+    struct iovec iov[4] = {{a, 4}, {NULL, 0}, {b, 4}, {NULL, 0}};
+    ck_assert_int_eq(ss__send_iov(sv[0], iov, 4, false), 4);
+    ck_assert(ss__read_all(sv[1], got, 8));
+    ck_assert_str_eq(got, "headbody");
+    enum { BIG = 8 << 20 };
+    uint8_t *out = malloc(BIG), *in = malloc(BIG);
+    for (size_t i = 0; i < BIG; i++)
+        out[i] = (uint8_t)(i * 2654435761u >> 11);
+    struct iovec big[3] = {{out, 10}, {out + 10, BIG - 20}, {out + BIG - 10, 10}};
+    ck_assert_int_eq(ss__send_iov(sv[0], big, 3, true), 1); /* no reader yet: the socket fills */
+    const uint8_t *at = big[1].iov_base;
+    ck_assert(at > out + 10 && at + big[1].iov_len == out + BIG - 10); /* part of piece 1 went */
+    reader_arg r = {sv[1], in, BIG, false};
+    pthread_t th;
+    pthread_create(&th, NULL, read_n, &r);
+    ck_assert_int_eq(ss__send_iov(sv[0], big + 1, 2, false), 2);
+    pthread_join(th, NULL);
+    ck_assert(r.ok);
+    ck_assert(memcmp(in, out, BIG) == 0);
+    free(out);
+    free(in);
+    close(sv[1]);
+    struct iovec one = {a, 4};
+    ck_assert_int_eq(ss__send_iov(sv[0], &one, 1, false), -1); /* EPIPE, no signal */
+    close(sv[0]);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
         "common", 0, NULL, NULL, test_strerror_covers_every_code, test_ps_group_names,
@@ -612,5 +661,5 @@ int main(void) {
         test_metrics_bad_input, test_private_dirs_and_files,
         test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
         test_shard_map_file, test_ticker_ticks_until_stopped, test_process_metrics,
-        test_whole_reads_and_writes);
+        test_whole_reads_and_writes, test_iovec_sends);
 }
