@@ -538,15 +538,16 @@ END_TEST
  * whose handler has no SA_RESTART: a blocked write returns what it moved
  * so far (a short write) or EINTR. The reader reads whatever has arrived
  * (short reads). A read past the writer's end says so with errno 0. */
-typedef struct writer_arg {
+/* A thread's end of a socket pair: n bytes of p to write or read. */
+typedef struct io_arg {
     int fd;
-    const uint8_t *p;
+    uint8_t *p;
     size_t n;
     bool ok;
-} writer_arg;
+} io_arg;
 
 static void *write_then_close(void *arg) {
-    writer_arg *a = arg;
+    io_arg *a = arg;
     a->ok = ss__write_all(a->fd, a->p, a->n);
     close(a->fd);
     return NULL;
@@ -579,7 +580,7 @@ START_TEST(test_whole_reads_and_writes) {
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     struct sigaction sa = {.sa_handler = on_interrupt}, old;
     sigaction(SIGUSR1, &sa, &old);
-    writer_arg a = {sv[1], out, N, false};
+    io_arg a = {sv[1], out, N, false};
     interrupter intr = {.stop = false};
     pthread_t writer, irq;
     pthread_create(&writer, NULL, write_then_close, &a);
@@ -604,15 +605,8 @@ START_TEST(test_whole_reads_and_writes) {
 }
 END_TEST
 
-typedef struct reader_arg {
-    int fd;
-    uint8_t *p;
-    size_t n;
-    bool ok;
-} reader_arg;
-
 static void *read_n(void *arg) {
-    reader_arg *r = arg;
+    io_arg *r = arg;
     r->ok = ss__read_all(r->fd, r->p, r->n);
     return NULL;
 }
@@ -637,7 +631,7 @@ START_TEST(test_iovec_sends) {
     ck_assert_int_eq(ss__send_iov(sv[0], big, 3, true), 1); /* no reader yet: the socket fills */
     const uint8_t *at = big[1].iov_base;
     ck_assert(at > out + 10 && at + big[1].iov_len == out + BIG - 10); /* part of piece 1 went */
-    reader_arg r = {sv[1], in, BIG, false};
+    io_arg r = {sv[1], in, BIG, false};
     pthread_t th;
     pthread_create(&th, NULL, read_n, &r);
     ck_assert_int_eq(ss__send_iov(sv[0], big + 1, 2, false), 2);

@@ -269,16 +269,21 @@ typedef struct id_set {
     ss__encoding enc; /* elastic: rows out and deltas back, row by row (shadow/codec.h) */
 } id_set;
 
-/* True when the chunk's rows are the set's own floats in one run, in
- * order (f32): they can be sent from where they lie (one shard's whole
- * batch is). */
-static bool one_run(const id_set *set, const chunk *ck) {
-    if (!set->in || set->enc != SS_ENC_F32 || ck->n == 0)
+/* True when the chunk's positions are one run, in order (one shard's
+ * whole batch is), and not empty. */
+static bool consecutive(const chunk *ck) {
+    if (ck->n == 0)
         return false;
     for (size_t k = 1; k < ck->n; k++)
         if (ck->pos[k] != ck->pos[0] + k)
             return false;
     return true;
+}
+
+/* True when the chunk's rows are the set's own floats in one run, in
+ * order (f32): they can be sent from where they lie. */
+static bool one_run(const id_set *set, const chunk *ck) {
+    return set->in && set->enc == SS_ENC_F32 && consecutive(ck);
 }
 
 /* A chunk's ids (into bid) and payload (into bin, when the set has one)
@@ -451,11 +456,8 @@ static ss_status scatter_in_place(ss__rpc_request *rq, const ss__rpc_message *ms
  * were read into a buffer and copied (1 MiB a batch of 4,096 rows). */
 static void rows_straight_in(const ss__emb_spec *spec, const chunk *ck, float *out,
                              ss__rpc_request *call) {
-    if (ck->n == 0)
+    if (!consecutive(ck))
         return;
-    for (size_t k = 1; k < ck->n; k++)
-        if (ck->pos[k] != ck->pos[0] + k)
-            return;
     call->into = out + ck->pos[0] * spec->dim;
     call->into_len = ck->n * spec->dim * sizeof(float);
     call->into_field = 1; /* LookupReply.rows */
