@@ -252,6 +252,62 @@ static ss_status read_shard_map(ss_trainer_config *c, ss__shard_map *map) {
     return SS_OK;
 }
 
+/* The transport of a trainer that syncs without an agent: a tree or a
+ * gossip among cfg->peers, else the PS shards of its shard map or its ps
+ * list (then t->to_ps); a failure says which setting. */
+static ss_status open_transport(ss_trainer *t, const ss_trainer_config *cfg) {
+    ss__rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
+    ss__grpc_transport_config tcfg = {.targets = t->ps,
+                                      .epoch = t->epoch,
+                                      .timeout_ms = cfg->timeout_ms,
+                                      .round_wait_ms = cfg->round_wait_ms,
+                                      .chunk_floats = cfg->chunk_floats,
+                                      .retries = 3,
+                                      .tls = &tls,
+                                      .bulk = cfg->bulk};
+    if (cfg->encoding)
+        ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
+    if (cfg->peers && *cfg->peers && cfg->peer_schedule && !strcmp(cfg->peer_schedule, "tree")) {
+        ss__tree_config tc = {.peers = cfg->peers,
+                              .rank = cfg->peer_rank,
+                              .topology = cfg->topology,
+                              .timeout_ms = cfg->timeout_ms,
+                              .tls = &tls,
+                              .insecure_loopback = cfg->insecure_loopback != 0};
+        char why[400] = "";
+        ss_status st = ss__tree_transport_create(&tc, &t->transport, why, sizeof why);
+        if (st != SS_OK)
+            return ss__err_set(st, "peers=\"%s\", peer_rank=%u, peer_schedule=tree: %s", cfg->peers,
+                               cfg->peer_rank, why[0] ? why : ss_strerror(st));
+        return SS_OK;
+    }
+    if (cfg->peers && *cfg->peers) {
+        ss__gossip_config gcfg = {.peers = cfg->peers,
+                                  .rank = cfg->peer_rank,
+                                  .timeout_ms = cfg->timeout_ms,
+                                  .random =
+                                      cfg->peer_schedule && !strcmp(cfg->peer_schedule, "random"),
+                                  .tls = &tls,
+                                  .insecure_loopback = cfg->insecure_loopback != 0};
+        ss_status st = ss__gossip_transport_create(&gcfg, &t->transport);
+        if (st != SS_OK)
+            return ss__err_set(st,
+                               "peers=\"%s\", peer_rank=%u: %s (at least 2 host:port, "
+                               "peer_rank one of them, this one's address free; "
+                               "SHADOWSYNC_AUTH_TOKEN_FILE, or on loopback insecure_loopback)",
+                               cfg->peers, cfg->peer_rank, ss_strerror(st));
+        return SS_OK;
+    }
+    ss_status st = t->shard_map ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport)
+                                : ss__grpc_transport_create(&tcfg, &t->transport);
+    if (st != SS_OK)
+        return ss__err_set(
+            st, "ps=\"%s\": %s (each " SS_ADDRESS_RULE ", comma-separated; TLS files readable)",
+            t->ps, ss_strerror(st));
+    t->to_ps = true;
+    return SS_OK;
+}
+
 static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
     if (!out)
         return ss__err_set(SS_ERR_INVALID_ARGUMENT, "out: NULL");
@@ -293,57 +349,8 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
             SS_OK)
             goto fail;
     } else if (cfg->mode != SS_SYNC_NONE) {
-        ss__rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
-        ss__grpc_transport_config tcfg = {.targets = t->ps,
-                                          .epoch = t->epoch,
-                                          .timeout_ms = cfg->timeout_ms,
-                                          .round_wait_ms = cfg->round_wait_ms,
-                                          .chunk_floats = cfg->chunk_floats,
-                                          .retries = 3,
-                                          .tls = &tls,
-                                          .bulk = cfg->bulk};
-        if (cfg->encoding)
-            ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
-        if (cfg->peers && *cfg->peers && cfg->peer_schedule &&
-            !strcmp(cfg->peer_schedule, "tree")) {
-            ss__tree_config tc = {.peers = cfg->peers,
-                                  .rank = cfg->peer_rank,
-                                  .topology = cfg->topology,
-                                  .timeout_ms = cfg->timeout_ms,
-                                  .tls = &tls,
-                                  .insecure_loopback = cfg->insecure_loopback != 0};
-            char why[400] = "";
-            if ((st = ss__tree_transport_create(&tc, &t->transport, why, sizeof why)) != SS_OK) {
-                ss__err_set(st, "peers=\"%s\", peer_rank=%u, peer_schedule=tree: %s", cfg->peers,
-                            cfg->peer_rank, why[0] ? why : ss_strerror(st));
-                goto fail;
-            }
-        } else if (cfg->peers && *cfg->peers) {
-            ss__gossip_config gcfg = {.peers = cfg->peers,
-                                      .rank = cfg->peer_rank,
-                                      .timeout_ms = cfg->timeout_ms,
-                                      .random = cfg->peer_schedule &&
-                                                !strcmp(cfg->peer_schedule, "random"),
-                                      .tls = &tls,
-                                      .insecure_loopback = cfg->insecure_loopback != 0};
-            if ((st = ss__gossip_transport_create(&gcfg, &t->transport)) != SS_OK) {
-                ss__err_set(st,
-                            "peers=\"%s\", peer_rank=%u: %s (at least 2 host:port, peer_rank one "
-                            "of them, this one's address free; SHADOWSYNC_AUTH_TOKEN_FILE, or on "
-                            "loopback insecure_loopback)",
-                            cfg->peers, cfg->peer_rank, ss_strerror(st));
-                goto fail;
-            }
-        } else if ((st = t->shard_map
-                             ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport)
-                             : ss__grpc_transport_create(&tcfg, &t->transport)) != SS_OK) {
-            ss__err_set(
-                st, "ps=\"%s\": %s (each " SS_ADDRESS_RULE ", comma-separated; TLS files readable)",
-                t->ps, ss_strerror(st));
+        if ((st = open_transport(t, cfg)) != SS_OK)
             goto fail;
-        } else {
-            t->to_ps = true;
-        }
         ss__engine_config ecfg = {.transport = t->transport,
                                   .metrics = t->metrics,
                                   .trainer = t->name,

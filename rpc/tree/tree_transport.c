@@ -30,6 +30,28 @@ typedef struct push_job {
     bool overflowed; /* refused: its floats were not finite (a sum overflowed) */
 } push_job;
 
+/* The head of job pj's TreePush (the message, then its floats field's
+ * header: the floats follow as the call's payload) into pj->head. */
+static ss_status pack_head(const ss__tree *t, const ss__tree_group *tg, uint64_t epoch,
+                           uint64_t round, ProtobufCBinaryData view, push_job *pj) {
+    Shadowsync__V1__TreePush m = SHADOWSYNC__V1__TREE_PUSH__INIT;
+    m.group = (char *)tg->name;
+    m.round = round;
+    m.partition = pj->partition;
+    m.kind = pj->kind;
+    m.from = t->rank;
+    m.count = pj->count;
+    m.size = tg->n;
+    m.epoch = epoch;
+    m.membership = view;
+    size_t h1 = protobuf_c_message_get_packed_size(&m.base);
+    if (!(pj->head = malloc(h1 + SS_PB_BYTES_HEADER_MAX)))
+        return SS_ERR_NO_MEMORY;
+    protobuf_c_message_pack(&m.base, pj->head);
+    pj->head_len = h1 + ss__pb_bytes_header(8, pj->floats * 4, pj->head + h1);
+    return SS_OK;
+}
+
 /* Sends every job not done, all at once; retries the refused ones (the
  * receiver not joined or behind, a peer away) until the deadline.
  * SS_ERR_TIMEOUT when some never got through; SS_ERR_STATE when the
@@ -37,7 +59,7 @@ typedef struct push_job {
 static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint64_t round,
                            push_job *jobs, size_t njobs, uint64_t deadline_ns) {
     const char *group = tg->name;
-    const size_t n = tg->n, vb = ss__tree_view_bytes(t);
+    const size_t vb = ss__tree_view_bytes(t);
     ss__rpc_request *rq = calloc(njobs ? njobs : 1, sizeof *rq);
     size_t *which = calloc(njobs ? njobs : 1, sizeof *which);
     uint8_t *view = malloc(vb);
@@ -57,26 +79,8 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
         jobs[j].head = NULL;
         jobs[j].overflowed = false;
     }
-    for (size_t j = 0; j < njobs && st == SS_OK; j++) {
-        push_job *pj = &jobs[j];
-        Shadowsync__V1__TreePush m = SHADOWSYNC__V1__TREE_PUSH__INIT;
-        m.group = (char *)group;
-        m.round = round;
-        m.partition = pj->partition;
-        m.kind = pj->kind;
-        m.from = t->rank;
-        m.count = pj->count;
-        m.size = n;
-        m.epoch = epoch;
-        m.membership = (ProtobufCBinaryData){vb, view};
-        size_t h1 = protobuf_c_message_get_packed_size(&m.base);
-        if (!(pj->head = malloc(h1 + SS_PB_BYTES_HEADER_MAX))) {
-            st = SS_ERR_NO_MEMORY;
-            break;
-        }
-        protobuf_c_message_pack(&m.base, pj->head);
-        pj->head_len = h1 + ss__pb_bytes_header(8, pj->floats * 4, pj->head + h1);
-    }
+    for (size_t j = 0; j < njobs && st == SS_OK; j++)
+        st = pack_head(t, tg, epoch, round, (ProtobufCBinaryData){vb, view}, &jobs[j]);
     for (; st == SS_OK;) {
         size_t k = 0;
         for (size_t j = 0; j < njobs; j++) {
