@@ -533,11 +533,6 @@ START_TEST(test_ticker_ticks_until_stopped) {
 }
 END_TEST
 
-/* A 4 MiB write through a socket pair arrives whole and in order while
- * another thread interrupts the writer every millisecond with a signal
- * whose handler has no SA_RESTART: a blocked write returns what it moved
- * so far (a short write) or EINTR. The reader reads whatever has arrived
- * (short reads). A read past the writer's end says so with errno 0. */
 /* A thread's end of a socket pair: n bytes of p to write or read. */
 typedef struct io_arg {
     int fd;
@@ -571,6 +566,11 @@ static void *interrupt_every_ms(void *arg) {
     return NULL;
 }
 
+/* A 4 MiB write through a socket pair arrives whole and in order while
+ * another thread interrupts the writer every millisecond with a signal
+ * whose handler has no SA_RESTART: a blocked write returns what it moved
+ * so far (a short write) or EINTR. The reader reads whatever has arrived
+ * (short reads). A read past the writer's end says so with errno 0. */
 START_TEST(test_whole_reads_and_writes) {
     enum { N = 4 << 20 };
     uint8_t *out = malloc(N), *in = malloc(N + 1);
