@@ -257,16 +257,6 @@ static ss_status read_shard_map(ss_trainer_config *c, ss__shard_map *map) {
  * list (then t->to_ps); a failure says which setting. */
 static ss_status open_transport(ss_trainer *t, const ss_trainer_config *cfg) {
     ss__rpc_tls tls = {.ca_file = t->tls_ca, .cert_file = t->tls_cert, .key_file = t->tls_key};
-    ss__grpc_transport_config tcfg = {.targets = t->ps,
-                                      .epoch = t->epoch,
-                                      .timeout_ms = cfg->timeout_ms,
-                                      .round_wait_ms = cfg->round_wait_ms,
-                                      .chunk_floats = cfg->chunk_floats,
-                                      .retries = 3,
-                                      .tls = &tls,
-                                      .bulk = cfg->bulk};
-    if (cfg->encoding)
-        ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
     if (cfg->peers && *cfg->peers && cfg->peer_schedule && !strcmp(cfg->peer_schedule, "tree")) {
         ss__tree_config tc = {.peers = cfg->peers,
                               .rank = cfg->peer_rank,
@@ -298,6 +288,16 @@ static ss_status open_transport(ss_trainer *t, const ss_trainer_config *cfg) {
                                cfg->peers, cfg->peer_rank, ss_strerror(st));
         return SS_OK;
     }
+    ss__grpc_transport_config tcfg = {.targets = t->ps,
+                                      .epoch = t->epoch,
+                                      .timeout_ms = cfg->timeout_ms,
+                                      .round_wait_ms = cfg->round_wait_ms,
+                                      .chunk_floats = cfg->chunk_floats,
+                                      .retries = 3,
+                                      .tls = &tls,
+                                      .bulk = cfg->bulk};
+    if (cfg->encoding)
+        ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
     ss_status st = t->shard_map ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport)
                                 : ss__grpc_transport_create(&tcfg, &t->transport);
     if (st != SS_OK)
