@@ -16,12 +16,9 @@
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
 
-static void h_index(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_index(void *ctx, void *request, ss__rpc_reply *reply) {
     const ss__deltas_service *svc = ctx;
-    Shadowsync__V1__DeltaIndexRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__delta_index_request__descriptor, req, len, reply);
-    if (!m)
-        return;
+    const Shadowsync__V1__DeltaIndexRequest *m = request;
     ss__delta_index ix;
     if (ss__ps_delta_index(svc->dir, m->after, 0, &ix) != SS_OK) {
         reply->status = SS_ERR_IO;
@@ -34,8 +31,10 @@ static void h_index(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         out.newest = ix.newest;
         ss__rpc_reply_pack(&out.base, reply);
     }
-    shadowsync__v1__delta_index_request__free_unpacked(m, NULL);
 }
+
+static const ss__rpc_request_type index_request = {&shadowsync__v1__delta_index_request__descriptor,
+                                                   serve_index, NULL, 0, 0};
 
 /* Bytes [offset, offset + max) of the entry's file into out's data
  * (malloc'd); out's size the file's. */
@@ -78,11 +77,8 @@ static ss_status read_part(const ss__deltas_service *svc, const Shadowsync__V1__
     return SS_OK;
 }
 
-static void h_read(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
-    Shadowsync__V1__DeltaReadRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__delta_read_request__descriptor, req, len, reply);
-    if (!m)
-        return;
+static void serve_read(void *ctx, void *request, ss__rpc_reply *reply) {
+    const Shadowsync__V1__DeltaReadRequest *m = request;
     Shadowsync__V1__DeltaReadReply out = SHADOWSYNC__V1__DELTA_READ_REPLY__INIT;
     ss_status st = read_part(ctx, m, &out, reply->message, sizeof reply->message);
     if (st == SS_OK)
@@ -90,15 +86,17 @@ static void h_read(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     else
         reply->status = st;
     free(out.data.data);
-    shadowsync__v1__delta_read_request__free_unpacked(m, NULL);
 }
+
+static const ss__rpc_request_type read_request = {&shadowsync__v1__delta_read_request__descriptor,
+                                                  serve_read, NULL, 0, 0};
 
 void ss__deltas_service_init(ss__deltas_service *svc, const char *dir) {
     svc->dir = dir;
     const ss__rpc_method m[SS_DELTAS_METHODS] = {
-        {SS_DELTA_M_INDEX, h_index, false, svc, true, SS_RPC_SMALL_REQUEST},
+        {SS_DELTA_M_INDEX, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &index_request},
         /* at most 4 MiB a call, from the page cache mostly */
-        {SS_DELTA_M_READ, h_read, false, svc, true, SS_RPC_SMALL_REQUEST},
+        {SS_DELTA_M_READ, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &read_request},
     };
     memcpy(svc->methods, m, sizeof m);
 }

@@ -18,7 +18,8 @@
 
 /* ---- server side ---- */
 
-static void count_rejected(ss__dense_service *svc) {
+static void count_rejected(void *ctx) {
+    const ss__dense_service *svc = ctx;
     if (svc->rejected)
         ss__counter_add(svc->rejected, 1);
 }
@@ -166,14 +167,9 @@ static void fail_encoded(ss__dense_service *svc, ss__rpc_reply *r, ss_status st)
         fail(svc, r, st);
 }
 
-static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_join(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    Shadowsync__V1__JoinRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__join_request__descriptor, req, len, reply);
-    if (!m) {
-        count_rejected(svc);
-        return;
-    }
+    const Shadowsync__V1__JoinRequest *m = request;
     if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
         Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
         ss_status st =
@@ -186,17 +182,14 @@ static void h_join(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         else
             fail(svc, reply, st);
     }
-    shadowsync__v1__join_request__free_unpacked(m, NULL);
 }
 
-static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type join_request = {&shadowsync__v1__join_request__descriptor,
+                                                  serve_join, count_rejected, 0, 0};
+
+static void serve_leave(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    Shadowsync__V1__LeaveRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__leave_request__descriptor, req, len, reply);
-    if (!m) {
-        count_rejected(svc);
-        return;
-    }
+    const Shadowsync__V1__LeaveRequest *m = request;
     if (check_group(svc, m->group, reply)) {
         ss_status st = ss__central_leave(svc->centre, m->group, m->member);
         if (st == SS_OK && svc->left_the_map && svc->left_the_map(svc->map_ctx) &&
@@ -209,8 +202,10 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         else
             fail(svc, reply, st);
     }
-    shadowsync__v1__leave_request__free_unpacked(m, NULL);
 }
+
+static const ss__rpc_request_type leave_request = {&shadowsync__v1__leave_request__descriptor,
+                                                   serve_leave, count_rejected, 0, 0};
 
 /* One EASGD or MA/BMUF call once its request is unpacked. The two differ
  * only in what the centre computes and in the reply's head; the snapshot
@@ -301,52 +296,33 @@ static void serve_dense_call(ss__dense_service *svc, const dense_call *c, ss__rp
     free(block);
 }
 
-/* An EASGD or round request, its snapshot (field `field`) read in place
- * when it ends the message; NULL: not one, refused and counted. */
-static void *unpack_snapshot(ss__dense_service *svc, const ProtobufCMessageDescriptor *desc,
-                             uint32_t field, size_t offset, const uint8_t *req, size_t len,
-                             ProtobufCBinaryData *snap, ss__rpc_reply *reply) {
-    void *m = ss__rpc_unpack_bulk(desc, field, offset, req, len, snap, reply);
-    if (!m)
-        count_rejected(svc);
-    return m;
+/* EASGD and round requests: their snapshots are read in place when they
+ * end the message. */
+static void serve_easgd(void *ctx, void *request, ss__rpc_reply *reply) {
+    const Shadowsync__V1__EasgdRequest *m = request;
+    dense_call c = {DENSE_CALL_FIELDS(m, &m->snapshot), .alpha = m->alpha};
+    serve_dense_call(ctx, &c, reply);
 }
 
-static void h_easgd(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
-    ss__dense_service *svc = ctx;
-    ProtobufCBinaryData snap = {0};
-    Shadowsync__V1__EasgdRequest *m =
-        unpack_snapshot(svc, &shadowsync__v1__easgd_request__descriptor, 4,
-                        offsetof(Shadowsync__V1__EasgdRequest, snapshot), req, len, &snap, reply);
-    if (!m)
-        return;
-    dense_call c = {DENSE_CALL_FIELDS(m, &snap), .alpha = m->alpha};
-    serve_dense_call(svc, &c, reply);
-    shadowsync__v1__easgd_request__free_unpacked(m, NULL);
-}
+static const ss__rpc_request_type easgd_request = {
+    &shadowsync__v1__easgd_request__descriptor, serve_easgd, count_rejected, 4,
+    offsetof(Shadowsync__V1__EasgdRequest, snapshot)};
 
-static void h_round(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
-    ss__dense_service *svc = ctx;
-    ProtobufCBinaryData snap = {0};
-    Shadowsync__V1__RoundRequest *m =
-        unpack_snapshot(svc, &shadowsync__v1__round_request__descriptor, 3,
-                        offsetof(Shadowsync__V1__RoundRequest, snapshot), req, len, &snap, reply);
-    if (!m)
-        return;
+static void serve_round(void *ctx, void *request, ss__rpc_reply *reply) {
+    const Shadowsync__V1__RoundRequest *m = request;
     ss__bmuf_params bp = {.eta = m->bmuf_eta, .zeta = m->bmuf_zeta, .nesterov = m->bmuf_nesterov};
-    dense_call c = {DENSE_CALL_FIELDS(m, &snap), .round = true, .bmuf = m->bmuf ? &bp : NULL};
-    serve_dense_call(svc, &c, reply);
-    shadowsync__v1__round_request__free_unpacked(m, NULL);
+    dense_call c = {DENSE_CALL_FIELDS(m, &m->snapshot), .round = true,
+                    .bmuf = m->bmuf ? &bp : NULL};
+    serve_dense_call(ctx, &c, reply);
 }
 
-static void h_central(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type round_request = {
+    &shadowsync__v1__round_request__descriptor, serve_round, count_rejected, 3,
+    offsetof(Shadowsync__V1__RoundRequest, snapshot)};
+
+static void serve_central(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    Shadowsync__V1__ReadCentralRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__read_central_request__descriptor, req, len, reply);
-    if (!m) {
-        count_rejected(svc);
-        return;
-    }
+    const Shadowsync__V1__ReadCentralRequest *m = request;
     if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
         float *c = malloc(m->size * sizeof(float));
         ss_status st = c ? ss__central_read(svc->centre, m->group, c, m->size) : SS_ERR_NO_MEMORY;
@@ -360,17 +336,14 @@ static void h_central(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
         }
         free(c);
     }
-    shadowsync__v1__read_central_request__free_unpacked(m, NULL);
 }
 
-static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type central_request = {
+    &shadowsync__v1__read_central_request__descriptor, serve_central, count_rejected, 0, 0};
+
+static void serve_heartbeat(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    Shadowsync__V1__HeartbeatRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__heartbeat_request__descriptor, req, len, reply);
-    if (!m) {
-        count_rejected(svc);
-        return;
-    }
+    const Shadowsync__V1__HeartbeatRequest *m = request;
     if (check_group(svc, m->group, reply)) {
         ss_status st = ss__central_heartbeat(svc->centre, m->group, m->member);
         Shadowsync__V1__HeartbeatReply out = SHADOWSYNC__V1__HEARTBEAT_REPLY__INIT;
@@ -381,18 +354,14 @@ static void h_heartbeat(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply
         else
             fail(svc, reply, st);
     }
-    shadowsync__v1__heartbeat_request__free_unpacked(m, NULL);
 }
 
-static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type heartbeat_request = {
+    &shadowsync__v1__heartbeat_request__descriptor, serve_heartbeat, count_rejected, 0, 0};
+
+static void serve_checkpoint(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    Shadowsync__V1__CheckpointRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__checkpoint_request__descriptor, req, len, reply);
-    if (!m) {
-        count_rejected(svc);
-        return;
-    }
-    shadowsync__v1__checkpoint_request__free_unpacked(m, NULL);
+    (void)request; /* no fields */
     if (!svc->checkpoint) {
         reply->status = SS_ERR_STATE;
         snprintf(reply->message, sizeof reply->message,
@@ -412,18 +381,15 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
     ss__rpc_reply_pack(&out.base, reply);
 }
 
+static const ss__rpc_request_type checkpoint_request = {
+    &shadowsync__v1__checkpoint_request__descriptor, serve_checkpoint, count_rejected, 0, 0};
+
 /* A ticket for the bulk stream, to a caller through the door (a writer's
  * method: the stream carries EasgdExchange and RoundMean). */
-static void h_bulk_ticket(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_bulk_ticket(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__dense_service *svc = ctx;
-    Shadowsync__V1__BulkTicketRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__bulk_ticket_request__descriptor, req, len, reply);
-    if (!m) {
-        count_rejected(svc);
-        return;
-    }
+    const Shadowsync__V1__BulkTicketRequest *m = request;
     const uint64_t epoch = m->epoch;
-    shadowsync__v1__bulk_ticket_request__free_unpacked(m, NULL);
     uint8_t t[SS_BULK_TICKET_BYTES];
     if (!svc->bulk) {
         ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "this server has no bulk port (--bulk-listen)");
@@ -441,16 +407,22 @@ static void h_bulk_ticket(void *ctx, const uint8_t *req, size_t len, ss__rpc_rep
     ss__rpc_reply_pack(&out.base, reply);
 }
 
+static const ss__rpc_request_type bulk_ticket_request = {
+    &shadowsync__v1__bulk_ticket_request__descriptor, serve_bulk_ticket, count_rejected, 0, 0};
+
 static const ss__rpc_method dense_methods[] = {
     /* chunks: the server's limit (--max-group-floats); the rest: bytes */
-    {SS_DENSE_M_JOIN, h_join, false, NULL, false, SS_RPC_SMALL_REQUEST},
-    {SS_DENSE_M_LEAVE, h_leave, false, NULL, false, SS_RPC_SMALL_REQUEST},
-    {SS_DENSE_M_EASGD, h_easgd, false, NULL, false, 0},
-    {SS_DENSE_M_ROUND, h_round, true, NULL, false, 0}, /* waits for the round to close */
-    {SS_DENSE_M_CENTRAL, h_central, false, NULL, true, SS_RPC_SMALL_REQUEST}, /* only reads */
-    {SS_DENSE_M_HEARTBEAT, h_heartbeat, false, NULL, false, SS_RPC_SMALL_REQUEST},
-    {SS_DENSE_M_CHECKPOINT, h_checkpoint, true, NULL, false, SS_RPC_SMALL_REQUEST}, /* a file */
-    {SS_DENSE_M_BULK_TICKET, h_bulk_ticket, false, NULL, false, SS_RPC_SMALL_REQUEST},
+    {SS_DENSE_M_JOIN, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &join_request},
+    {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request},
+    {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request},
+    {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0,
+     &round_request}, /* waits for the round to close */
+    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST,
+     &central_request}, /* only reads */
+    {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request},
+    {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST,
+     &checkpoint_request}, /* a file */
+    {SS_DENSE_M_BULK_TICKET, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &bulk_ticket_request},
 };
 
 const ss__rpc_method *ss__dense_service_methods(size_t *count) {
@@ -460,9 +432,9 @@ const ss__rpc_method *ss__dense_service_methods(size_t *count) {
 }
 
 static const ss__rpc_method bulk_methods[] = {
-    [SS_DENSE_BULK_EASGD] = {SS_DENSE_M_EASGD, h_easgd, false, NULL, false, 0},
+    [SS_DENSE_BULK_EASGD] = {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request},
     /* waits for the round to close, on its stream's own thread */
-    [SS_DENSE_BULK_ROUND] = {SS_DENSE_M_ROUND, h_round, true, NULL, false, 0},
+    [SS_DENSE_BULK_ROUND] = {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request},
 };
 
 const ss__rpc_method *ss__dense_service_bulk_methods(size_t *count) {

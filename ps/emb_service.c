@@ -19,6 +19,12 @@ static void refuse(ss__emb_service *svc, ss__rpc_reply *r, ss_status st, const c
     snprintf(r->message, sizeof r->message, "%s", what);
 }
 
+/* A request that is not its method's message, counted by the store. */
+static void refuse_garbage(void *ctx) {
+    ss__emb_service *svc = ctx;
+    ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
+}
+
 /* The store already counted its own refusals; only relay them. */
 static void relay(ss__rpc_reply *r, ss_status st, const char *why) {
     r->status = st;
@@ -133,14 +139,9 @@ static void reply_rows(ss__rpc_reply *reply, ss_status st, const char *why, uint
         relay(reply, SS_ERR_INTERNAL, "");
 }
 
-static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_open(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    Shadowsync__V1__OpenTableRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__open_table_request__descriptor, req, len, reply);
-    if (!m) {
-        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
-        return;
-    }
+    const Shadowsync__V1__OpenTableRequest *m = request;
     ss__emb_spec spec, stored;
     char why[200] = "";
     if (!ss__emb_spec_from_pb(m->spec, &spec)) {
@@ -159,17 +160,14 @@ static void h_open(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
             ss__rpc_reply_pack(&out.base, reply);
         }
     }
-    shadowsync__v1__open_table_request__free_unpacked(m, NULL);
 }
 
-static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type open_request = {&shadowsync__v1__open_table_request__descriptor,
+                                                  serve_open, refuse_garbage, 0, 0};
+
+static void serve_lookup(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    Shadowsync__V1__LookupRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__lookup_request__descriptor, req, len, reply);
-    if (!m) {
-        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
-        return;
-    }
+    const Shadowsync__V1__LookupRequest *m = request;
     row_request rq;
     if (parse_rows(svc, m->table, &m->ids, NULL, SS_ENC_F32, &rq, reply)) {
         uint8_t *block;
@@ -182,21 +180,16 @@ static void h_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *r
         }
         free(rq.ids);
     }
-    shadowsync__v1__lookup_request__free_unpacked(m, NULL);
 }
 
-static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type lookup_request = {&shadowsync__v1__lookup_request__descriptor,
+                                                    serve_lookup, refuse_garbage, 0, 0};
+
+static void serve_push(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    ProtobufCBinaryData grads = {0};
-    Shadowsync__V1__PushRequest *m =
-        ss__rpc_unpack_bulk(&shadowsync__v1__push_request__descriptor, 3,
-                            offsetof(Shadowsync__V1__PushRequest, grads), req, len, &grads, reply);
-    if (!m) {
-        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
-        return;
-    }
+    const Shadowsync__V1__PushRequest *m = request;
     row_request rq;
-    if (parse_rows(svc, m->table, &m->ids, &grads, SS_ENC_F32, &rq, reply)) {
+    if (parse_rows(svc, m->table, &m->ids, &m->grads, SS_ENC_F32, &rq, reply)) {
         char why[200] = "";
         ss_status st =
             ss__emb_store_push(svc->store, m->table, rq.ids, rq.n, rq.payload, why, sizeof why);
@@ -210,21 +203,17 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         free(rq.ids);
         free(rq.owned);
     }
-    shadowsync__v1__push_request__free_unpacked(m, NULL);
 }
 
-static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type push_request = {&shadowsync__v1__push_request__descriptor,
+                                                  serve_push, refuse_garbage, 3,
+                                                  offsetof(Shadowsync__V1__PushRequest, grads)};
+
+static void serve_push_lookup(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    ProtobufCBinaryData grads = {0};
-    Shadowsync__V1__PushLookupRequest *m = ss__rpc_unpack_bulk(
-        &shadowsync__v1__push_lookup_request__descriptor, 3,
-        offsetof(Shadowsync__V1__PushLookupRequest, grads), req, len, &grads, reply);
-    if (!m) {
-        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
-        return;
-    }
+    const Shadowsync__V1__PushLookupRequest *m = request;
     row_request push, look;
-    if (parse_rows(svc, m->table, &m->push_ids, &grads, SS_ENC_F32, &push, reply)) {
+    if (parse_rows(svc, m->table, &m->push_ids, &m->grads, SS_ENC_F32, &push, reply)) {
         if (parse_rows(svc, m->table, &m->ids, NULL, SS_ENC_F32, &look, reply)) {
             uint8_t *block;
             float *rows = rows_out(look.n, look.spec.dim, &block, reply);
@@ -240,23 +229,20 @@ static void h_push_lookup(void *ctx, const uint8_t *req, size_t len, ss__rpc_rep
         free(push.ids);
         free(push.owned);
     }
-    shadowsync__v1__push_lookup_request__free_unpacked(m, NULL);
 }
 
-static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type push_lookup_request = {
+    &shadowsync__v1__push_lookup_request__descriptor, serve_push_lookup, refuse_garbage, 3,
+    offsetof(Shadowsync__V1__PushLookupRequest, grads)};
+
+static void serve_elastic(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    Shadowsync__V1__ElasticRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__elastic_request__descriptor, req, len, reply);
-    if (!m) {
-        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
-        return;
-    }
+    const Shadowsync__V1__ElasticRequest *m = request;
     if (m->encoding >= SS_ENC_COUNT) {
         char msg[96];
         snprintf(msg, sizeof msg, "encoding %u is not 0 (f32), 1 (fp16), 2 (bf16) or 3 (int8)",
                  m->encoding);
         refuse(svc, reply, SS_ERR_INVALID_ARGUMENT, "bad_encoding", msg);
-        shadowsync__v1__elastic_request__free_unpacked(m, NULL);
         return;
     }
     const ss__encoding enc = (ss__encoding)m->encoding;
@@ -288,17 +274,14 @@ static void h_elastic(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
         free(rq.ids);
         free(rq.owned);
     }
-    shadowsync__v1__elastic_request__free_unpacked(m, NULL);
 }
 
-static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type elastic_request = {&shadowsync__v1__elastic_request__descriptor,
+                                                     serve_elastic, refuse_garbage, 0, 0};
+
+static void serve_checkpoint(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    Shadowsync__V1__EmbCheckpointRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__emb_checkpoint_request__descriptor, req, len, reply);
-    if (!m) {
-        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
-        return;
-    }
+    const Shadowsync__V1__EmbCheckpointRequest *m = request;
     char why[200] = "", path[4096];
     ss_status st = ss__emb_store_checkpoint(svc->store, m->name ? m->name : "", path, sizeof path,
                                             why, sizeof why);
@@ -310,17 +293,14 @@ static void h_checkpoint(void *ctx, const uint8_t *req, size_t len, ss__rpc_repl
         out.name = strrchr(path, '/') + 1;
         ss__rpc_reply_pack(&out.base, reply);
     }
-    shadowsync__v1__emb_checkpoint_request__free_unpacked(m, NULL);
 }
 
-static void h_stats(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type checkpoint_request = {
+    &shadowsync__v1__emb_checkpoint_request__descriptor, serve_checkpoint, refuse_garbage, 0, 0};
+
+static void serve_stats(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__emb_service *svc = ctx;
-    Shadowsync__V1__TableStatsRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__table_stats_request__descriptor, req, len, reply);
-    if (!m) {
-        ss__emb_store_refuse(svc->store, SS_ERR_PARSE, "garbage");
-        return;
-    }
+    const Shadowsync__V1__TableStatsRequest *m = request;
     ss__emb_store_stats s;
     ss__emb_spec spec;
     if (!m->table || ss__emb_store_stats_of(svc->store, m->table, &s) != SS_OK ||
@@ -342,8 +322,10 @@ static void h_stats(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         out.flushed_rows = s.flushed_rows;
         ss__rpc_reply_pack(&out.base, reply);
     }
-    shadowsync__v1__table_stats_request__free_unpacked(m, NULL);
 }
+
+static const ss__rpc_request_type stats_request = {&shadowsync__v1__table_stats_request__descriptor,
+                                                   serve_stats, refuse_garbage, 0, 0};
 
 /* Rows moving between shards: the mover's, when there is one. */
 static void h_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
@@ -364,19 +346,20 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     svc->store = store;
     const size_t lookup_max = ss__emb_store_max_batch(store) * sizeof(uint64_t) + 4096;
     const ss__rpc_method m[SS_EMB_METHODS] = {
-        [M_OPEN] = {SS_EMB_M_OPEN, h_open, false, svc, false, SS_RPC_SMALL_REQUEST},
+        [M_OPEN] = {SS_EMB_M_OPEN, NULL, false, svc, false, SS_RPC_SMALL_REQUEST, &open_request},
         /* ids only: the store's batch limit of them */
-        [M_LOOKUP] = {SS_EMB_M_LOOKUP, h_lookup, false, svc, true, lookup_max},
-        [M_PUSH] = {SS_EMB_M_PUSH, h_push, false, svc, false, 0}, /* rows: the server's limit */
-        [M_ELASTIC] = {SS_EMB_M_ELASTIC, h_elastic, false, svc, false, 0},
+        [M_LOOKUP] = {SS_EMB_M_LOOKUP, NULL, false, svc, true, lookup_max, &lookup_request},
+        [M_PUSH] = {SS_EMB_M_PUSH, NULL, false, svc, false, 0,
+                    &push_request}, /* rows: the server's limit */
+        [M_ELASTIC] = {SS_EMB_M_ELASTIC, NULL, false, svc, false, 0, &elastic_request},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
-        [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, h_checkpoint, true, svc, false,
-                          SS_RPC_SMALL_REQUEST},
-        [M_STATS] = {SS_EMB_M_STATS, h_stats, false, svc, true, SS_RPC_SMALL_REQUEST},
-        [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, h_push_lookup, false, svc, false, 0},
+        [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, NULL, true, svc, false, SS_RPC_SMALL_REQUEST,
+                          &checkpoint_request},
+        [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request},
+        [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request},
         /* ids and done ids: two batches of them */
         [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, false, svc, false,
-                       2 * 65536 * sizeof(uint64_t) + 4096},
+                       2 * 65536 * sizeof(uint64_t) + 4096, NULL}, /* raw: the mover's */
     };
     memcpy(svc->methods, m, sizeof m);
 }

@@ -664,8 +664,10 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
     }
     for (size_t i = 0; ps->follower && i < nmethods; i++) /* OpenTable: the store refuses */
         if (!methods[i].read_only && strcmp(methods[i].path, SS_EMB_M_OPEN) != 0)
-            methods[i] = (ss__rpc_method){methods[i].path, refuse_follower,     false, ps,
-                                          false,           SS_RPC_SMALL_REQUEST};
+            methods[i] = (ss__rpc_method){.path = methods[i].path,
+                                          .handler = refuse_follower,
+                                          .ctx = ps,
+                                          .max_request = SS_RPC_SMALL_REQUEST};
     ss__rpc_tls tls = {.cert_file = *o->tls_cert ? o->tls_cert : NULL,
                        .key_file = *o->tls_key ? o->tls_key : NULL,
                        .ca_file = *o->tls_ca ? o->tls_ca : NULL};

@@ -567,12 +567,9 @@ static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
     free(out_rows);
 }
 
-void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_handoff(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__ps_row_moves *mv = ctx;
-    Shadowsync__V1__HandoffRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__handoff_request__descriptor, req, len, reply);
-    if (!m)
-        return;
+    const Shadowsync__V1__HandoffRequest *m = request;
     ss__emb_spec spec;
     if (!atomic_load(&mv->ready))
         ss__rpc_reply_fail(reply, SS_ERR_STATE, "this PS is starting; try again");
@@ -584,7 +581,13 @@ void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc
         ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "unknown table %s", m->table);
     else
         give(mv, m, &spec, reply);
-    shadowsync__v1__handoff_request__free_unpacked(m, NULL);
+}
+
+static const ss__rpc_request_type handoff_request = {&shadowsync__v1__handoff_request__descriptor,
+                                                     serve_handoff, NULL, 0, 0};
+
+void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+    ss__rpc_serve_request(&handoff_request, ctx, req, len, reply);
 }
 
 /* ---- life ---- */

@@ -120,6 +120,29 @@ void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field
     return m;
 }
 
+void ss__rpc_serve_request(const ss__rpc_request_type *t, void *ctx, const uint8_t *req, size_t len,
+                           ss__rpc_reply *reply) {
+    ProtobufCBinaryData bulk = {0};
+    ProtobufCMessage *m =
+        t->bulk_field
+            ? ss__rpc_unpack_bulk(t->desc, t->bulk_field, t->bulk_offset, req, len, &bulk, reply)
+            : ss__rpc_unpack(t->desc, req, len, reply);
+    if (!m) {
+        if (t->refused)
+            t->refused(ctx);
+        return;
+    }
+    ProtobufCBinaryData *field =
+        t->bulk_field ? (ProtobufCBinaryData *)(void *)((char *)m + t->bulk_offset) : NULL;
+    const ProtobufCBinaryData own = field ? *field : bulk;
+    if (field)
+        *field = bulk; /* read in place: points into req */
+    t->serve(ctx, m, reply);
+    if (field)
+        *field = own; /* what free_unpacked may free */
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
 #define REPLY_HEAD_PEEK 128
 
 ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,

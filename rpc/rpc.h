@@ -44,6 +44,11 @@ typedef void (*ss__rpc_handler)(void *ctx, const uint8_t *req, size_t len, ss__r
 void ss__rpc_reply_fail(ss__rpc_reply *r, ss_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+struct ss__rpc_request_type; /* rpc/rpc_pb.h */
+
+/* A method is raw (handler gets the request's bytes) or typed (request
+ * names its message: the server unpacks it and the handler gets the
+ * message; handler is then NULL). */
 typedef struct ss__rpc_method {
     const char *path; /* "/package.Service/Method" */
     ss__rpc_handler handler;
@@ -55,7 +60,13 @@ typedef struct ss__rpc_method {
     /* Largest request message; larger ones are refused, counted. 0 = the
      * server's max_message_bytes. (A Join is bytes, a chunk its floats.) */
     size_t max_request;
+    const struct ss__rpc_request_type *request; /* typed: its request; NULL: raw */
 } ss__rpc_method;
+
+/* Runs method m on a request: its handler, or for a typed method its
+ * request unpacked (rpc/rpc_pb.h). ctx: m->ctx, else server_ctx. */
+void ss__rpc_method_run(const ss__rpc_method *m, void *server_ctx, const uint8_t *req, size_t len,
+                        ss__rpc_reply *reply);
 
 /* TLS from PEM files, on either side. Server: cert_file + key_file are
  * required; ca_file makes it demand and verify client certificates

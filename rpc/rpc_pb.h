@@ -13,6 +13,26 @@
 void *ss__rpc_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *req, size_t len,
                      ss__rpc_reply *reply);
 
+/* A typed method's request (rpc.h's ss__rpc_method.request). The server
+ * unpacks it as desc, runs serve with the message, and frees it; a
+ * request that is not one is refused (SS_ERR_PARSE, reply says which
+ * type) and refused(ctx) called, when given, to count it. With
+ * bulk_field set, that bytes field (at bulk_offset) is read in place when
+ * it ends the message (ss__rpc_unpack_bulk): serve sees it in the
+ * message either way, pointing into the request. */
+typedef struct ss__rpc_request_type {
+    const ProtobufCMessageDescriptor *desc;
+    void (*serve)(void *ctx, void *request, ss__rpc_reply *reply);
+    void (*refused)(void *ctx);
+    uint32_t bulk_field; /* 0: none */
+    size_t bulk_offset;
+} ss__rpc_request_type;
+
+/* Serves one request of type t (as a typed method does); for raw handlers
+ * that forward to a typed one. */
+void ss__rpc_serve_request(const ss__rpc_request_type *t, void *ctx, const uint8_t *req, size_t len,
+                           ss__rpc_reply *reply);
+
 /* A request whose bulk bytes field `field` (at field_offset in the
  * unpacked struct) is read in place when it ends the message (rpc/pb_wire.h:
  * only the small fields are unpacked), else from the whole message

@@ -314,6 +314,15 @@ static void run_handler(call_ctx *c, const uint8_t *req, size_t len, ss__rpc_rep
         ss__counter_add(srv->stale_epoch, 1);
 }
 
+void ss__rpc_method_run(const ss__rpc_method *m, void *server_ctx, const uint8_t *req, size_t len,
+                        ss__rpc_reply *reply) {
+    void *ctx = m->ctx ? m->ctx : server_ctx;
+    if (m->request)
+        ss__rpc_serve_request(m->request, ctx, req, len, reply);
+    else
+        m->handler(ctx, req, len, reply);
+}
+
 bool ss__rpc_run_routed(const ss__rpc_method *m, void *ctx, const _Atomic uint64_t *map_epoch,
                         pthread_rwlock_t *map_gate, bool by_map, uint64_t routed,
                         bool check_blocking, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
@@ -328,7 +337,7 @@ bool ss__rpc_run_routed(const ss__rpc_method *m, void *ctx, const _Atomic uint64
         snprintf(reply->message, sizeof reply->message, SS_RPC_STALE_EPOCH_TEXT, m->path,
                  (unsigned long long)routed, (unsigned long long)serves);
     } else {
-        m->handler(m->ctx ? m->ctx : ctx, req, len, reply);
+        ss__rpc_method_run(m, ctx, req, len, reply);
     }
     if (gated)
         pthread_rwlock_unlock(map_gate);

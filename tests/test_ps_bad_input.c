@@ -674,7 +674,7 @@ START_TEST(test_bulk_payload_in_place_and_in_any_order) {
                 len += 10;
             }
             ss__rpc_reply reply = {.status = SS_OK};
-            easgd_m->handler(&svc, at, len, &reply);
+            ss__rpc_method_run(easgd_m, &svc, at, len, &reply);
             ck_assert_msg(reply.status == SS_OK, "%s", reply.message);
             Shadowsync__V1__EasgdReply *r =
                 shadowsync__v1__easgd_reply__unpack(NULL, reply.len, reply.data);

@@ -119,16 +119,12 @@ static local_group *find_local(gossip *g, const char *name) {
 
 /* ---- serving pulls ---- */
 
-static void h_pull(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_pull(void *ctx, void *request, ss__rpc_reply *reply) {
     gossip *g = ctx;
-    Shadowsync__V1__PullRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__pull_request__descriptor, req, len, reply);
-    if (!m)
-        return;
+    const Shadowsync__V1__PullRequest *m = request;
     if (!ss__ps_group_name_valid(m->group)) {
         reply->status = SS_ERR_INVALID_ARGUMENT;
         snprintf(reply->message, sizeof reply->message, "group name must be " SS_PS_GROUP_RULE);
-        shadowsync__v1__pull_request__free_unpacked(m, NULL);
         return;
     }
     pthread_mutex_lock(&g->lock);
@@ -150,15 +146,14 @@ static void h_pull(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         ss__rpc_reply_pack(&r.base, reply); /* copies the floats, under the lock */
     }
     pthread_mutex_unlock(&g->lock);
-    shadowsync__v1__pull_request__free_unpacked(m, NULL);
 }
 
-static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static const ss__rpc_request_type pull_request = {&shadowsync__v1__pull_request__descriptor,
+                                                  serve_pull, NULL, 0, 0};
+
+static void serve_leave(void *ctx, void *request, ss__rpc_reply *reply) {
     gossip *g = ctx;
-    Shadowsync__V1__PeerLeaveRequest *m =
-        ss__rpc_unpack(&shadowsync__v1__peer_leave_request__descriptor, req, len, reply);
-    if (!m)
-        return;
+    const Shadowsync__V1__PeerLeaveRequest *m = request;
     pthread_mutex_lock(&g->lock);
     if (ss__peer_sender_ok(m->group, m->from, g->npeers, g->rank, reply)) {
         local_group *lg = find_local(g, m->group);
@@ -168,13 +163,15 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         ss__rpc_reply_pack(&r.base, reply);
     }
     pthread_mutex_unlock(&g->lock);
-    shadowsync__v1__peer_leave_request__free_unpacked(m, NULL);
 }
+
+static const ss__rpc_request_type leave_request = {&shadowsync__v1__peer_leave_request__descriptor,
+                                                   serve_leave, NULL, 0, 0};
 
 static const ss__rpc_method gossip_methods[] = {
     /* the model, and the membership: both need the token when one is set */
-    {PULL_METHOD, h_pull, false, NULL, false, 0}, /* the server's limit: 4 KiB */
-    {LEAVE_METHOD, h_leave, false, NULL, false, 0},
+    {PULL_METHOD, NULL, false, NULL, false, 0, &pull_request}, /* the server's limit: 4 KiB */
+    {LEAVE_METHOD, NULL, false, NULL, false, 0, &leave_request},
 };
 
 /* ---- the ops ---- */

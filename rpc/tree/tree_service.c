@@ -58,6 +58,24 @@ static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
     return false;
 }
 
+/* The sender's view of the membership merged into group tg's; false:
+ * refused, reply says why (not joined yet, while starting: the sender
+ * tries again; or a view that is not of this group). */
+static bool view_merged(ss__tree *t, ss__tree_group *tg, const char *group,
+                        const ProtobufCBinaryData *view, ss__rpc_reply *reply) {
+    if (!tg) {
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank,
+                           group);
+        return false;
+    }
+    if (!ss__tree_view_merge(t, tg, view->data, view->len)) {
+        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT,
+                           "a membership view of %zu bytes: not this group's", view->len);
+        return false;
+    }
+    return true;
+}
+
 /* A push's or leave's answer: the rounds this member has completed. */
 static void reply_done(ss__rpc_reply *reply, uint64_t done) {
     if (reply->status != SS_OK)
@@ -67,14 +85,10 @@ static void reply_done(ss__rpc_reply *reply, uint64_t done) {
     ss__rpc_reply_pack(&r.base, reply);
 }
 
-static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_push(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__tree *t = ctx;
-    ProtobufCBinaryData bulk;
-    Shadowsync__V1__TreePush *m =
-        ss__rpc_unpack_bulk(&shadowsync__v1__tree_push__descriptor, 8,
-                            offsetof(Shadowsync__V1__TreePush, data), req, len, &bulk, reply);
-    if (!m)
-        return;
+    const Shadowsync__V1__TreePush *m = request;
+    const ProtobufCBinaryData bulk = m->data;
     /* The floats, aligned: in place when they are (the server aligns a
      * message's end), else copied. */
     float *owned = NULL;
@@ -92,13 +106,8 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
         ss__rpc_reply_fail(reply, SS_ERR_NO_MEMORY, "no memory for a push of %zu bytes", bulk.len);
     } else if (!ss__ps_group_name_valid(m->group)) {
         ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT, "group name must be " SS_PS_GROUP_RULE);
-    } else if (!tg) {
-        /* Not joined yet (starting): the sender tries again. */
-        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank,
-                           m->group);
-    } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT,
-                           "a membership view of %zu bytes: not this group's", m->membership.len);
+    } else if (!view_merged(t, tg, m->group, &m->membership, reply)) {
+        /* refused, reply says why */
     } else if (m->epoch != tg->epoch) {
         /* Someone left and one of the two has not heard yet: try again. */
         ss__rpc_reply_fail(reply, SS_ERR_STATE,
@@ -141,15 +150,16 @@ static void h_push(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
     pthread_mutex_unlock(&t->lock);
     free(owned);
     reply_done(reply, done);
-    shadowsync__v1__tree_push__free_unpacked(m, NULL);
 }
 
-static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+/* A push's floats are read in place when they end the message. */
+static const ss__rpc_request_type push_request = {&shadowsync__v1__tree_push__descriptor,
+                                                  serve_push, NULL, 8,
+                                                  offsetof(Shadowsync__V1__TreePush, data)};
+
+static void serve_leave(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__tree *t = ctx;
-    Shadowsync__V1__TreeLeave *m =
-        ss__rpc_unpack(&shadowsync__v1__tree_leave__descriptor, req, len, reply);
-    if (!m)
-        return;
+    const Shadowsync__V1__TreeLeave *m = request;
     pthread_mutex_lock(&t->lock);
     ss__tree_group *tg =
         ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
@@ -168,17 +178,16 @@ static void h_leave(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     uint64_t done = tg ? tg->done : 0;
     pthread_mutex_unlock(&t->lock);
     reply_done(reply, done);
-    shadowsync__v1__tree_leave__free_unpacked(m, NULL);
 }
+
+static const ss__rpc_request_type leave_request = {&shadowsync__v1__tree_leave__descriptor,
+                                                   serve_leave, NULL, 0, 0};
 
 /* Another member asks whether this one is there: merge its view, answer
  * with this one's. */
-static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
+static void serve_probe(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__tree *t = ctx;
-    Shadowsync__V1__TreeProbe *m =
-        ss__rpc_unpack(&shadowsync__v1__tree_probe__descriptor, req, len, reply);
-    if (!m)
-        return;
+    const Shadowsync__V1__TreeProbe *m = request;
     const size_t vb = ss__tree_view_bytes(t);
     uint8_t *view = malloc(vb);
     pthread_mutex_lock(&t->lock);
@@ -188,12 +197,8 @@ static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         ss__rpc_reply_fail(reply, SS_ERR_NO_MEMORY, "no memory for a view of %zu bytes", vb);
     } else if (!ss__peer_sender_ok(m->group, m->from, t->npeers, t->rank, reply)) {
         /* refused, reply says why */
-    } else if (!tg) {
-        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank,
-                           m->group);
-    } else if (!ss__tree_view_merge(t, tg, m->membership.data, m->membership.len)) {
-        ss__rpc_reply_fail(reply, SS_ERR_INVALID_ARGUMENT,
-                           "a membership view of %zu bytes: not this group's", m->membership.len);
+    } else if (!view_merged(t, tg, m->group, &m->membership, reply)) {
+        /* refused, reply says why */
     } else {
         ss__tree_view_pack(t, tg, view);
     }
@@ -206,12 +211,16 @@ static void h_probe(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
         ss__rpc_reply_pack(&r.base, reply);
     }
     free(view);
-    shadowsync__v1__tree_probe__free_unpacked(m, NULL);
 }
+
+static const ss__rpc_request_type probe_request = {&shadowsync__v1__tree_probe__descriptor,
+                                                   serve_probe, NULL, 0, 0};
 
 const ss__rpc_method ss__tree_methods[3] = {
     /* the model, and the membership: all need the token when one is set */
-    {SS_TREE_PUSH_METHOD, h_push, false, NULL, false, 0}, /* a partition: the server's limit */
-    {SS_TREE_LEAVE_METHOD, h_leave, false, NULL, false, SS_RPC_SMALL_REQUEST},
-    {SS_TREE_PROBE_METHOD, h_probe, false, NULL, false, 0}, /* a view: 8 bytes a member */
+    {SS_TREE_PUSH_METHOD, NULL, false, NULL, false, 0,
+     &push_request}, /* a partition: the server's limit */
+    {SS_TREE_LEAVE_METHOD, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request},
+    {SS_TREE_PROBE_METHOD, NULL, false, NULL, false, 0,
+     &probe_request}, /* a view: 8 bytes a member */
 };

@@ -645,7 +645,7 @@ void ss__tree_transport_serve(ss__transport *tp, int method, const uint8_t *req,
                               ss__rpc_reply *reply) {
     ss__tree *t = ss__transport_impl(tp, &tree_ops);
     if (t && method >= 0 && method < 3)
-        ss__tree_methods[method].handler(t, req, len, reply);
+        ss__rpc_method_run(&ss__tree_methods[method], t, req, len, reply);
 }
 
 const ss__forest *ss__tree_transport_forest(ss__transport *tp, const char *group) {

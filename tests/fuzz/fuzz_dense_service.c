@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     const ss__rpc_method *mt = &methods[data[0] % nmethods];
     ss__rpc_reply reply = {.status = SS_OK};
-    mt->handler(mt->ctx ? mt->ctx : &svc, data + 1, size - 1, &reply);
+    ss__rpc_method_run(mt, &svc, data + 1, size - 1, &reply);
     free(reply.data_block ? reply.data_block : reply.data);
     return 0;
 }

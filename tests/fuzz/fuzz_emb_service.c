@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const ss__rpc_method *mt =
         k < SS_EMB_METHODS ? &svc.methods[k] : &dsvc.methods[k - SS_EMB_METHODS];
     ss__rpc_reply reply = {.status = SS_OK};
-    mt->handler(mt->ctx, data + 1, size - 1, &reply);
+    ss__rpc_method_run(mt, NULL, data + 1, size - 1, &reply);
     free(reply.data_block ? reply.data_block : reply.data);
     return 0;
 }
