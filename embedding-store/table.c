@@ -371,7 +371,11 @@ static ss_status for_rows_io(ss__emb_table *t, const uint64_t *ids, size_t n, ro
             if (io && k + IO_AHEAD < hi)
                 prefetch_lines(io + order[k + IO_AHEAD] * t->spec.dim, t->spec.dim * sizeof(float));
             if (found[k]) {
-                found[k]->meta |= META_REF;
+                /* Set only when clear: a lookup then leaves its slot's line
+                 * clean, nothing to write back (lookups alone, 1M rows of
+                 * dim 64: +3% in nine alternating pairs, scratch driver). */
+                if (!(found[k]->meta & META_REF))
+                    found[k]->meta |= META_REF;
                 op(t, s, found[k], order[k], ctx);
             } else if (mode != ROWS_PEEK) {
                 missing[nm++] = order[k];
