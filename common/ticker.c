@@ -7,14 +7,17 @@
 #include "common/clock.h"
 
 struct ss__ticker {
-    uint64_t period_ns;
-    void (*tick)(void *ctx);
+    uint64_t period_ns;      /* the next wait */
+    void (*tick)(void *ctx); /* every period_ns, or: */
+    uint64_t (*paced)(void *ctx);
     void *ctx;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool stop;
 };
+
+static ss_status start(const ss__ticker *how, ss__ticker **out);
 
 static void *ticker_main(void *arg) {
     ss__ticker *t = arg;
@@ -25,8 +28,13 @@ static void *ticker_main(void *arg) {
         if (t->stop)
             break;
         pthread_mutex_unlock(&t->lock);
-        t->tick(t->ctx);
+        uint64_t next = t->period_ns;
+        if (t->paced)
+            next = t->paced(t->ctx);
+        else
+            t->tick(t->ctx);
         pthread_mutex_lock(&t->lock);
+        t->period_ns = next ? next : 1;
     }
     pthread_mutex_unlock(&t->lock);
     return NULL;
@@ -36,10 +44,22 @@ ss_status ss__ticker_start(uint64_t period_ns, void (*tick)(void *ctx), void *ct
                            ss__ticker **out) {
     if (!period_ns || !tick || !out)
         return SS_ERR_INVALID_ARGUMENT;
+    return start(&(ss__ticker){.period_ns = period_ns, .tick = tick, .ctx = ctx}, out);
+}
+
+ss_status ss__ticker_start_paced(uint64_t first_ns, uint64_t (*tick)(void *ctx), void *ctx,
+                                 ss__ticker **out) {
+    if (!tick || !out)
+        return SS_ERR_INVALID_ARGUMENT;
+    return start(&(ss__ticker){.period_ns = first_ns ? first_ns : 1, .paced = tick, .ctx = ctx},
+                 out);
+}
+
+static ss_status start(const ss__ticker *how, ss__ticker **out) {
     ss__ticker *t = calloc(1, sizeof *t);
     if (!t)
         return SS_ERR_NO_MEMORY;
-    *t = (ss__ticker){.period_ns = period_ns, .tick = tick, .ctx = ctx};
+    *t = *how;
     pthread_mutex_init(&t->lock, NULL);
     ss__cond_init_monotonic(&t->cond);
     if (pthread_create(&t->thread, NULL, ticker_main, t) != 0) {

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
+#include "common/ticker.h"
 #include "rpc/emb/emb_wire.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/emb/spec_pb.h"
@@ -68,11 +69,7 @@ struct ss__ps_row_moves {
     _Atomic uint64_t planned; /* p.epoch, read without the lock */
     _Atomic bool ready;       /* run() was called */
     _Atomic bool done;        /* nothing left to take under the plan */
-    pthread_t thread;
-    bool running;
-    pthread_mutex_t stop_lock;
-    pthread_cond_t stop_cond;
-    bool stop;
+    ss__ticker *mover;        /* the background steps, once run() */
     ss__counter *in_background, *in_on_demand, *out, *failures;
     ss__gauge *pending;
     char plan_why[320]; /* why the last plan could not be made (mv->lock) */
@@ -351,35 +348,22 @@ static size_t tables_left(const plan *p) {
     return left;
 }
 
-static bool wait_or_stop(ss__ps_row_moves *mv, uint64_t ns) {
-    pthread_mutex_lock(&mv->stop_lock);
-    struct timespec until = ss__deadline_in(ns);
-    while (!mv->stop && pthread_cond_timedwait(&mv->stop_cond, &mv->stop_lock, &until) == 0) {
-    }
-    const bool stop = mv->stop;
-    pthread_mutex_unlock(&mv->stop_lock);
-    return stop;
-}
-
-static void *mover_main(void *arg) {
+/* One background step; returns how long to wait before the next. */
+static uint64_t mover_step(void *arg) {
     ss__ps_row_moves *mv = arg;
-    for (;;) {
-        pthread_mutex_lock(&mv->lock);
-        step last = STEP_IDLE;
-        if (current_plan(mv) != SS_OK)
-            last = STEP_FAILED; /* planned again a second later */
-        else if (mv->p.self >= 0 && mv->p.nsrc)
-            last = background_step(mv);
-        const size_t left = mv->p.self >= 0 ? tables_left(&mv->p) : 0;
-        atomic_store(&mv->done, left == 0);
-        ss__gauge_set(mv->pending, (double)left);
-        pthread_mutex_unlock(&mv->lock);
-        const uint64_t pause = last == STEP_MOVED    ? (uint64_t)mv->cfg.pause_ms * 1000000ull
-                               : last == STEP_FAILED ? FAILED_PAUSE_NS
-                                                     : IDLE_POLL_NS;
-        if (wait_or_stop(mv, pause ? pause : 1))
-            return NULL;
-    }
+    pthread_mutex_lock(&mv->lock);
+    step last = STEP_IDLE;
+    if (current_plan(mv) != SS_OK)
+        last = STEP_FAILED; /* planned again a second later */
+    else if (mv->p.self >= 0 && mv->p.nsrc)
+        last = background_step(mv);
+    const size_t left = mv->p.self >= 0 ? tables_left(&mv->p) : 0;
+    atomic_store(&mv->done, left == 0);
+    ss__gauge_set(mv->pending, (double)left);
+    pthread_mutex_unlock(&mv->lock);
+    return last == STEP_MOVED    ? (uint64_t)mv->cfg.pause_ms * 1000000ull
+           : last == STEP_FAILED ? FAILED_PAUSE_NS
+                                 : IDLE_POLL_NS;
 }
 
 /* Takes from one source the missing ids it held under the old map. */
@@ -602,8 +586,6 @@ ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row
     if (!mv->cfg.timeout_ms)
         mv->cfg.timeout_ms = 10000;
     pthread_mutex_init(&mv->lock, NULL);
-    pthread_mutex_init(&mv->stop_lock, NULL);
-    ss__cond_init_monotonic(&mv->stop_cond);
     ss__metrics *m = cfg->metrics;
     const char *bg[] = {"how", "background", NULL}, *od[] = {"how", "on_demand", NULL};
     const char *in_help = "Embedding rows taken from their old shard after a shard map change.";
@@ -638,25 +620,14 @@ ss_status ss__ps_row_moves_run(ss__ps_row_moves *mv, const char *self) {
     replan(mv);      /* a plan that cannot be made yet is made again by the mover */
     pthread_mutex_unlock(&mv->lock);
     atomic_store(&mv->ready, true);
-    ss_status st =
-        pthread_create(&mv->thread, NULL, mover_main, mv) == 0 ? SS_OK : SS_ERR_NO_MEMORY;
-    mv->running = st == SS_OK;
-    return st;
+    return ss__ticker_start_paced(1, mover_step, mv, &mv->mover); /* the first step at once */
 }
 
 void ss__ps_row_moves_destroy(ss__ps_row_moves *mv) {
     if (!mv)
         return;
-    if (mv->running) {
-        pthread_mutex_lock(&mv->stop_lock);
-        mv->stop = true;
-        pthread_cond_signal(&mv->stop_cond);
-        pthread_mutex_unlock(&mv->stop_lock);
-        pthread_join(mv->thread, NULL);
-    }
+    ss__ticker_stop(mv->mover);
     free_sources(&mv->p);
     pthread_mutex_destroy(&mv->lock);
-    pthread_mutex_destroy(&mv->stop_lock);
-    pthread_cond_destroy(&mv->stop_cond);
     free(mv);
 }

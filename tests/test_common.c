@@ -533,6 +533,26 @@ START_TEST(test_ticker_ticks_until_stopped) {
 }
 END_TEST
 
+/* Three ticks 1 ms apart, then the tick asks for an hour's wait. */
+static uint64_t paced_tick(void *ctx) {
+    const int n = __atomic_add_fetch((int *)ctx, 1, __ATOMIC_RELAXED);
+    return n < 3 ? 1000000ull : 3600ull * 1000000000ull;
+}
+
+START_TEST(test_paced_ticker_waits_what_its_tick_says) {
+    int ticks = 0;
+    ss__ticker *t;
+    ck_assert_int_eq(ss__ticker_start_paced(0, NULL, &ticks, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ticker_start_paced(0, paced_tick, &ticks, &t), SS_OK); /* at once */
+    while (__atomic_load_n(&ticks, __ATOMIC_RELAXED) < 3)
+        usleep(1000);
+    usleep(100000);
+    ck_assert_int_eq(__atomic_load_n(&ticks, __ATOMIC_RELAXED), 3); /* the hour's wait */
+    ss__ticker_stop(t); /* ends the wait: the test would time out otherwise */
+    ck_assert_int_eq(__atomic_load_n(&ticks, __ATOMIC_RELAXED), 3);
+}
+END_TEST
+
 /* A thread's end of a socket pair: n bytes of p to write or read. */
 typedef struct io_arg {
     int fd;
@@ -654,6 +674,7 @@ int main(void) {
         test_flags_bad_input, test_flags_typed_fields, test_metrics_render_exact,
         test_metrics_bad_input, test_private_dirs_and_files,
         test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
-        test_shard_map_file, test_ticker_ticks_until_stopped, test_process_metrics,
+        test_shard_map_file, test_ticker_ticks_until_stopped,
+        test_paced_ticker_waits_what_its_tick_says, test_process_metrics,
         test_whole_reads_and_writes, test_iovec_sends);
 }
