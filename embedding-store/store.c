@@ -333,26 +333,16 @@ static void sweep_bounds(ss__emb_store *st) {
     pthread_mutex_unlock(&st->flush_lock);
 }
 
-static void *flusher_main(void *arg) {
+/* The flusher's tick, every flush_lag_ms / 2. */
+static void flusher_tick(void *arg) {
     ss__emb_store *st = arg;
-    const uint32_t interval_ms = st->cfg.flush_lag_ms / 2;
-    pthread_mutex_lock(&st->stop_lock);
-    while (!st->stop) {
-        /* stop_cond waits on CLOCK_MONOTONIC: a clock step cannot stall it */
-        struct timespec ts = ss__deadline_in((uint64_t)interval_ms * 1000000ull);
-        pthread_cond_timedwait(&st->stop_cond, &st->stop_lock, &ts);
-        pthread_mutex_unlock(&st->stop_lock);
-        /* Under sync writes the flusher's writes are synced too: rows it
-         * marks clean must be durable, since the pusher that dirtied them
-         * then finds nothing to flush and acknowledges. */
-        flush_all(st, st->cfg.sync_writes);
-        enforce_cap(st);
-        sweep_bounds(st);
-        update_resident_gauge(st);
-        pthread_mutex_lock(&st->stop_lock);
-    }
-    pthread_mutex_unlock(&st->stop_lock);
-    return NULL;
+    /* Under sync writes the flusher's writes are synced too: rows it
+     * marks clean must be durable, since the pusher that dirtied them
+     * then finds nothing to flush and acknowledges. */
+    flush_all(st, st->cfg.sync_writes);
+    enforce_cap(st);
+    sweep_bounds(st);
+    update_resident_gauge(st);
 }
 
 static ss_status load_batch(void *ctx, const uint64_t *ids, const float *rows, size_t n) {
@@ -402,8 +392,6 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
         st->metrics = st->own_metrics;
     pthread_rwlock_init(&st->lock, NULL);
     pthread_mutex_init(&st->flush_lock, NULL);
-    pthread_mutex_init(&st->stop_lock, NULL);
-    ss__cond_init_monotonic(&st->stop_cond);
     ss__metrics_counter(st->metrics, "shadowsync_emb_flushed_rows_total",
                         "Rows written to RocksDB by flushes.", NULL, &st->flushed_rows);
     ss__metrics_counter(st->metrics, "shadowsync_emb_flushes_total", "Flushes to RocksDB.", NULL,
@@ -441,12 +429,9 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
     for (size_t i = 0; s == SS_OK && st->db && bounded(cfg) && i < st->ntables; i++)
         s = load_whole(st, st->tables[i]);
     /* Always: it also keeps shadowsync_emb_resident_rows current. */
-    if (s == SS_OK) {
-        if (pthread_create(&st->flusher, NULL, flusher_main, st) != 0)
-            s = SS_ERR_NO_MEMORY;
-        else
-            st->flusher_running = true;
-    }
+    if (s == SS_OK) /* it waits on CLOCK_MONOTONIC: a clock step cannot stall it */
+        s = ss__ticker_start((uint64_t)(st->cfg.flush_lag_ms / 2) * 1000000ull, flusher_tick, st,
+                             &st->flusher);
     if (s != SS_OK) {
         ss__emb_store_destroy(st);
         return s;
@@ -458,13 +443,7 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
 void ss__emb_store_destroy(ss__emb_store *st) {
     if (!st)
         return;
-    if (st->flusher_running) {
-        pthread_mutex_lock(&st->stop_lock);
-        st->stop = true;
-        pthread_cond_signal(&st->stop_cond);
-        pthread_mutex_unlock(&st->stop_lock);
-        pthread_join(st->flusher, NULL);
-    }
+    ss__ticker_stop(st->flusher);
     if (st->db)
         flush_all(st, true);
     for (size_t i = 0; i < st->ntables; i++) {
@@ -475,8 +454,6 @@ void ss__emb_store_destroy(ss__emb_store *st) {
     ss__emb_dirty_free(&st->scratch);
     pthread_rwlock_destroy(&st->lock);
     pthread_mutex_destroy(&st->flush_lock);
-    pthread_mutex_destroy(&st->stop_lock);
-    pthread_cond_destroy(&st->stop_cond);
     ss__metrics_destroy(st->own_metrics);
     free(st);
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/ticker.h"
 #include "embedding-store/emb_db_internal.h"
 #include "embedding-store/emb_store.h"
 
@@ -34,10 +35,7 @@ struct ss__emb_store {
     size_t ntables;
     pthread_mutex_t flush_lock; /* one flush at a time (see flush_table) */
     ss__emb_dirty scratch;      /* under flush_lock */
-    pthread_mutex_t stop_lock;
-    pthread_cond_t stop_cond;
-    bool stop, flusher_running;
-    pthread_t flusher;
+    ss__ticker *flusher;        /* every flush_lag_ms / 2 */
     /* Every update applied before this time (CLOCK_MONOTONIC ns) is in the
      * database: the start of the last flush of every table that ended
      * well. Pushes read it to see whether the flusher keeps up. */

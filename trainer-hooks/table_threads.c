@@ -1,13 +1,11 @@
 /* The embedding tables' background threads (tables_internal.h): the
  * pusher (a remote table's queued pushes), the fetcher (prefetches and
  * warm-ups) and the syncer (a cached table's elastic row sync). */
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/clock.h"
 #include "common/log.h"
 #include "trainer-hooks/tables_internal.h"
 
@@ -155,27 +153,14 @@ ss_status ss__table_sync_pass(ss_table *tb, size_t *synced) {
     return st;
 }
 
-void *ss__table_syncer_main(void *arg) {
+/* A pass, then the whole interval's pause (a pass per push or fetch,
+ * several per training step, cost a cached table more CPU than the
+ * remote one); shards away: 100 ms more, and the rows stay dirty. */
+uint64_t ss__table_sync_tick(void *arg) {
     ss_table *tb = arg;
-    pthread_mutex_lock(&tb->lock);
-    while (!tb->stop) {
-        /* The pause is the whole interval (a pass per push or fetch, several
-         * per training step, cost a cached table more CPU than the remote
-         * one); spurious wake-ups go back to sleep. */
-        struct timespec ts = ss__deadline_in((uint64_t)tb->cfg.sync_interval_ms * 1000000ull);
-        while (!tb->stop && pthread_cond_timedwait(&tb->stopping, &tb->lock, &ts) != ETIMEDOUT) {
-        }
-        if (tb->stop)
-            break;
-        pthread_mutex_unlock(&tb->lock);
-        size_t synced;
-        ss_status st = ss__table_sync_pass(tb, &synced);
-        if (st != SS_OK)
-            ss__sleep_ns(100000000ull); /* shards away: retry, rows stay dirty */
-        pthread_mutex_lock(&tb->lock);
-    }
-    pthread_mutex_unlock(&tb->lock);
-    return NULL;
+    size_t synced;
+    const uint64_t pause = (uint64_t)tb->cfg.sync_interval_ms * 1000000ull;
+    return ss__table_sync_pass(tb, &synced) == SS_OK ? pause : pause + 100000000ull;
 }
 
 /* ---- the API ---- */

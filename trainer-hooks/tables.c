@@ -150,19 +150,17 @@ static void table_destroy(void *obj) {
     if (!tb)
         return;
     ss__ticker_stop(tb->sweeper);
+    ss__ticker_stop(tb->syncer); /* a pass under way ends first */
     pthread_mutex_lock(&tb->lock);
     tb->stop = true;
     pthread_cond_broadcast(&tb->push_ready);
     pthread_cond_broadcast(&tb->fetch_ready);
     pthread_cond_broadcast(&tb->progress);
-    pthread_cond_broadcast(&tb->stopping);
     pthread_mutex_unlock(&tb->lock);
     if (tb->has_pusher)
         pthread_join(tb->pusher, NULL); /* sends what is queued first */
     if (tb->has_fetcher)
         pthread_join(tb->fetcher, NULL);
-    if (tb->has_syncer)
-        pthread_join(tb->syncer, NULL);
     for (size_t k = 0; k < tb->qlen; k++)
         ss__table_push_item_free(&tb->queue[(tb->qhead + k) % tb->cfg.push_queue]);
     free(tb->queue);
@@ -172,7 +170,6 @@ static void table_destroy(void *obj) {
     pthread_cond_destroy(&tb->push_ready);
     pthread_cond_destroy(&tb->fetch_ready);
     pthread_cond_destroy(&tb->progress);
-    pthread_cond_destroy(&tb->stopping);
     pthread_mutex_destroy(&tb->lock);
     pthread_mutex_destroy(&tb->sync_lock);
     free(tb);
@@ -254,7 +251,6 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     ss__cond_init_monotonic(&tb->push_ready);
     ss__cond_init_monotonic(&tb->fetch_ready);
     ss__cond_init_monotonic(&tb->progress);
-    ss__cond_init_monotonic(&tb->stopping);
     pthread_mutex_init(&tb->sync_lock, NULL);
     char why[200] = "";
     if (cfg->mode != SS_TABLE_LOCAL) {
@@ -290,7 +286,8 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     if (st == SS_OK)
         st = start_thread(&tb->fetcher, &tb->has_fetcher, ss__table_fetcher_main, tb);
     if (st == SS_OK && cfg->mode == SS_TABLE_CACHED)
-        st = start_thread(&tb->syncer, &tb->has_syncer, ss__table_syncer_main, tb);
+        st = ss__ticker_start_paced((uint64_t)cfg->sync_interval_ms * 1000000ull,
+                                    ss__table_sync_tick, tb, &tb->syncer);
     tb->owner = t;
     if (st == SS_OK && t)
         st = ss__hooks_attach(t, &(ss__hooks_attachment){.obj = tb,

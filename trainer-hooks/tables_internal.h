@@ -51,7 +51,6 @@ struct ss_table {
     pthread_cond_t push_ready;  /* the pusher: an item queued, or stop */
     pthread_cond_t fetch_ready; /* the fetcher: a fetch queued, or stop */
     pthread_cond_t progress;    /* callers: queue space, a fetch done, a push sent */
-    pthread_cond_t stopping;    /* the syncer's pause: only stop ends it early */
     push_item *queue;           /* ring of cfg.push_queue items */
     size_t qhead, qlen;
     bool pusher_busy, stop;
@@ -60,9 +59,10 @@ struct ss_table {
     uint64_t dropped;        /* remote: pushes lost since the last flush (under lock) */
     ss_status first_dropped; /* remote: the status of the first of them */
     ss_table_fetch *fetch_head, *fetch_tail;
-    pthread_t pusher, fetcher, syncer;
+    pthread_t pusher, fetcher;
     ss__ticker *sweeper; /* local and bounded: the bounds' sweep, once a second */
-    bool has_pusher, has_fetcher, has_syncer;
+    ss__ticker *syncer;  /* cached: a row-sync pass every sync_interval_ms */
+    bool has_pusher, has_fetcher;
     pthread_mutex_t sync_lock; /* one row-sync pass at a time */
     ss__emb_dirty dirty;       /* under sync_lock */
     atomic_uint_fast64_t lookups, unique_lookups, pushes, remote_rows, synced_rows, sync_passes,
@@ -86,10 +86,11 @@ ss_status ss__table_lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, floa
                                const push_item *push);
 
 /* table_threads.c: the background threads (pthread mains, arg: the
- * table), and one row-sync pass of a cached table (*synced: rows). */
+ * table), the syncer's paced tick, and one row-sync pass of a cached
+ * table (*synced: rows). */
 void *ss__table_pusher_main(void *arg);
 void *ss__table_fetcher_main(void *arg);
-void *ss__table_syncer_main(void *arg);
+uint64_t ss__table_sync_tick(void *arg);
 ss_status ss__table_sync_pass(ss_table *tb, size_t *synced);
 
 #endif
