@@ -1,5 +1,6 @@
 #include "common/ticker.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -23,8 +24,11 @@ static void *ticker_main(void *arg) {
     ss__ticker *t = arg;
     pthread_mutex_lock(&t->lock);
     while (!t->stop) {
+        /* The whole wait (CLOCK_MONOTONIC): only stop ends it early, a
+         * spurious wake-up goes back to sleep. */
         struct timespec ts = ss__deadline_in(t->period_ns);
-        pthread_cond_timedwait(&t->cond, &t->lock, &ts); /* CLOCK_MONOTONIC */
+        while (!t->stop && pthread_cond_timedwait(&t->cond, &t->lock, &ts) != ETIMEDOUT) {
+        }
         if (t->stop)
             break;
         pthread_mutex_unlock(&t->lock);
