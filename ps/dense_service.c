@@ -415,13 +415,13 @@ static const ss__rpc_method dense_methods[] = {
     {SS_DENSE_M_JOIN, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &join_request},
     {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request},
     {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request},
-    {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0,
-     &round_request}, /* waits for the round to close */
-    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST,
-     &central_request}, /* only reads */
+    /* waits for the round to close */
+    {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request},
+    /* only reads */
+    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request},
     {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request},
-    {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST,
-     &checkpoint_request}, /* a file */
+    /* writes a file */
+    {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST, &checkpoint_request},
     {SS_DENSE_M_BULK_TICKET, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &bulk_ticket_request},
 };
 

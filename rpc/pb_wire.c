@@ -134,7 +134,7 @@ void ss__rpc_serve_request(const ss__rpc_request_type *t, void *ctx, const uint8
     }
     ProtobufCBinaryData *field =
         t->bulk_field ? (ProtobufCBinaryData *)(void *)((char *)m + t->bulk_offset) : NULL;
-    const ProtobufCBinaryData own = field ? *field : bulk;
+    const ProtobufCBinaryData own = field ? *field : (ProtobufCBinaryData){0};
     if (field)
         *field = bulk; /* read in place: points into req */
     t->serve(ctx, m, reply);
