@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/names.h"
+#include "common/read_file.h"
 
 /* Every address of a comma-separated list, as flags take them. */
 static bool addresses_valid(const char *list, const char *key, char *bad, size_t badlen) {
@@ -94,26 +95,20 @@ ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map 
 #define MAP_FILE_MAX (64 << 10)
 
 ss_status ss__shard_map_read(const char *path, ss__shard_map *out, char *why, size_t whylen) {
-    FILE *f = path ? fopen(path, "r") : NULL;
-    if (!f) {
-        snprintf(why, whylen, "shard map %s: %s", path ? path : "(none)", strerror(errno));
-        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
+    unsigned char *text;
+    size_t n;
+    /* An operator's file: a link (a Kubernetes ConfigMap's) is followed. */
+    ss_status st = ss__read_file(path, SS_FILE_OPERATORS, MAP_FILE_MAX, &text, &n);
+    if (st == SS_ERR_TOO_LARGE) {
+        snprintf(why, whylen, "shard map %s: over 64 KiB: not a shard map", path);
+        return SS_ERR_INVALID_ARGUMENT;
     }
-    char *text = malloc(MAP_FILE_MAX + 1);
-    size_t n = text ? fread(text, 1, MAP_FILE_MAX + 1, f) : 0;
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (!text)
-        return SS_ERR_NO_MEMORY;
-    ss_status st = SS_OK;
-    if (bad || n > MAP_FILE_MAX) {
-        snprintf(why, whylen, "shard map %s: %s", path,
-                 bad ? "cannot be read" : "over 64 KiB: not a shard map");
-        st = bad ? SS_ERR_IO : SS_ERR_INVALID_ARGUMENT;
-    } else {
-        text[n] = '\0';
-        st = ss__shard_map_parse(text, path, out, why, whylen);
+    if (st != SS_OK) {
+        snprintf(why, whylen, "shard map %s: %s", path ? path : "(none)",
+                 st == SS_ERR_NO_MEMORY ? "out of memory" : strerror(errno));
+        return st;
     }
+    st = ss__shard_map_parse((char *)text, path, out, why, whylen);
     free(text);
     return st;
 }

@@ -1,15 +1,16 @@
 #include "embedding-store/delta_file.h"
 
-#include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/byte_reader.h"
 #include "common/fd_io.h"
 #include "common/finite.h"
+#include "common/read_file.h"
 #include <zlib.h>
 
 static const char delta_magic[8] = {'S', 'S', 'E', 'M', 'B', 'D', '0', '1'};
@@ -162,19 +163,6 @@ struct ss__emb_delta_file {
     ss__emb_delta_info info;
 };
 
-/* A cursor over the file's records. */
-typedef struct cursor {
-    const unsigned char *p, *end;
-} cursor;
-
-static bool take(cursor *c, void *out, size_t n) {
-    if ((size_t)(c->end - c->p) < n)
-        return false;
-    memcpy(out, c->p, n);
-    c->p += n;
-    return true;
-}
-
 static uint32_t checksum(const unsigned char *p, size_t n) {
     return (uint32_t)crc_update(crc32(0L, Z_NULL, 0), p, n);
 }
@@ -190,12 +178,13 @@ static ss_status parse_error(char *why, size_t whylen, const char *what) {
 }
 
 /* A table record's spec; false when it is not a valid one. */
-static bool take_spec(cursor *c, ss__emb_spec *spec) {
+static bool take_spec(ss__byte_reader *c, ss__emb_spec *spec) {
     uint32_t nlen, opt;
     memset(spec, 0, sizeof *spec);
-    if (!take(c, &nlen, 4) || nlen == 0 || nlen >= sizeof spec->name ||
-        !take(c, spec->name, nlen) || !take(c, &spec->dim, 4) || !take(c, &opt, 4) ||
-        !take(c, &spec->lr, 4) || !take(c, &spec->eps, 4) || !take(c, &spec->init_scale, 4))
+    if (!ss__take(c, &nlen, 4) || nlen == 0 || nlen >= sizeof spec->name ||
+        !ss__take(c, spec->name, nlen) || !ss__take(c, &spec->dim, 4) || !ss__take(c, &opt, 4) ||
+        !ss__take(c, &spec->lr, 4) || !ss__take(c, &spec->eps, 4) ||
+        !ss__take(c, &spec->init_scale, 4))
         return false;
     if (opt > SS_EMB_ADAGRAD)
         return false;
@@ -206,14 +195,14 @@ static bool take_spec(cursor *c, ss__emb_spec *spec) {
 /* One pass over the records: checks them all (v NULL), or visits them. */
 static ss_status walk(const ss__emb_delta_file *f, const ss__emb_delta_visitor *v,
                       ss__emb_delta_info *counts, char *why, size_t whylen) {
-    cursor c = {f->buf + HEADER_BYTES, f->buf + f->len};
+    ss__byte_reader c = {f->buf + HEADER_BYTES, f->buf + f->len};
     size_t row_floats = 0;
     uint64_t *ids = NULL;
     float *rows = NULL;
     ss_status st = SS_OK;
     for (;;) {
         char kind;
-        if (!take(&c, &kind, 1)) {
+        if (!ss__take(&c, &kind, 1)) {
             st = parse_error(why, whylen, "no end record: truncated");
             break;
         }
@@ -235,7 +224,7 @@ static ss_status walk(const ss__emb_delta_file *f, const ss__emb_delta_visitor *
             continue;
         }
         uint32_t n;
-        if ((kind != 'R' && kind != 'D') || !row_floats || !take(&c, &n, 4)) {
+        if ((kind != 'R' && kind != 'D') || !row_floats || !ss__take(&c, &n, 4)) {
             st = parse_error(why, whylen, "a record of no known kind, or rows before a table");
             break;
         }
@@ -252,8 +241,8 @@ static ss_status walk(const ss__emb_delta_file *f, const ss__emb_delta_visitor *
             st = SS_ERR_NO_MEMORY;
             break;
         }
-        take(&c, ids, (size_t)n * 8);
-        take(&c, rows, fl * sizeof(float));
+        ss__take(&c, ids, (size_t)n * 8);
+        ss__take(&c, rows, fl * sizeof(float));
         if (fl && !ss__all_finite(rows, fl)) {
             st = parse_error(why, whylen, "a row holds NaN or Inf");
             break;
@@ -268,26 +257,6 @@ static ss_status walk(const ss__emb_delta_file *f, const ss__emb_delta_visitor *
     free(ids);
     free(rows);
     return st;
-}
-
-static ss_status read_all(const char *path, unsigned char **buf, size_t *len) {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return SS_ERR_IO;
-    }
-    *len = (size_t)sb.st_size;
-    *buf = malloc(*len + 1);
-    const bool whole = *buf && ss__read_all(fd, *buf, *len);
-    close(fd);
-    if (!whole) {
-        free(*buf);
-        return *buf ? SS_ERR_IO : SS_ERR_NO_MEMORY;
-    }
-    return SS_OK;
 }
 
 ss_status ss__emb_delta_parse(unsigned char *buf, size_t len, bool check_hash,
@@ -324,7 +293,7 @@ ss_status ss__emb_delta_parse(unsigned char *buf, size_t len, bool check_hash,
 ss_status ss__emb_delta_read(const char *path, ss__emb_delta_file **out, char *why, size_t whylen) {
     unsigned char *buf;
     size_t len;
-    ss_status st = read_all(path, &buf, &len);
+    ss_status st = ss__read_file(path, SS_FILE_OURS, SIZE_MAX, &buf, &len);
     if (st != SS_OK) {
         say(why, whylen, st == SS_ERR_NOT_FOUND ? "no such file" : "cannot be read");
         return st;

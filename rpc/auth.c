@@ -4,31 +4,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/read_file.h"
+
 ss_status ss__auth_header_from_file(const char *path, char *header, size_t headerlen, char *why,
                                     size_t whylen) {
-    FILE *f = path && *path ? fopen(path, "r") : NULL;
-    if (!f) {
+    unsigned char *tok = NULL;
+    size_t n = 0;
+    /* An operator's file (a Kubernetes Secret's is a link); one longer
+     * than a token and its newline holds none. */
+    ss_status st = path && *path
+                       ? ss__read_file(path, SS_FILE_OPERATORS, SS_AUTH_TOKEN_MAX + 1, &tok, &n)
+                       : SS_ERR_IO;
+    if (st != SS_OK && st != SS_ERR_TOO_LARGE) {
         snprintf(why, whylen, "cannot read the token file %s", path ? path : "(none)");
-        return SS_ERR_IO;
+        return st == SS_ERR_NO_MEMORY ? st : SS_ERR_IO;
     }
-    char tok[SS_AUTH_TOKEN_MAX + 3];
-    size_t n = fread(tok, 1, sizeof tok - 1, f);
-    fclose(f);
-    tok[n] = '\0';
     if (n && tok[n - 1] == '\n')
         tok[--n] = '\0';
-    bool printable = true;
-    for (size_t i = 0; i < n; i++)
-        printable = printable && tok[i] > ' ' && tok[i] < 127;
-    if (n < 16 || n > SS_AUTH_TOKEN_MAX || !printable) {
+    bool valid = st == SS_OK && n >= 16 && n <= SS_AUTH_TOKEN_MAX;
+    for (size_t i = 0; valid && i < n; i++)
+        valid = tok[i] > ' ' && tok[i] < 127;
+    st = SS_OK;
+    if (!valid) {
         snprintf(why, whylen,
                  "the token in %s must be 16 to %d printable characters without spaces", path,
                  SS_AUTH_TOKEN_MAX);
-        return SS_ERR_INVALID_ARGUMENT;
+        st = SS_ERR_INVALID_ARGUMENT;
+    } else if (snprintf(header, headerlen, "Bearer %s", (char *)tok) >= (int)headerlen) {
+        st = SS_ERR_INVALID_ARGUMENT;
     }
-    if (snprintf(header, headerlen, "Bearer %s", tok) >= (int)headerlen)
-        return SS_ERR_INVALID_ARGUMENT;
-    return SS_OK;
+    if (tok)
+        explicit_bzero(tok, n); /* a secret: not left in freed memory */
+    free(tok);
+    return st;
 }
 
 ss_status ss__auth_header_from_env(char *header, size_t headerlen, char *why, size_t whylen) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/read_file.h"
 #include "rpc/rpc_internal.h"
 
 static _Thread_local char tls_failure[400];
@@ -16,39 +17,30 @@ static bool tls_wanted(const ss__rpc_tls *tls) {
     return tls && (tls->ca_file || tls->cert_file || tls->key_file);
 }
 
-/* Whole file as a NUL-terminated string (gRPC wants PEM text). */
+/* Whole file as a NUL-terminated string (gRPC wants PEM text); an
+ * operator's file, so a link (a Kubernetes Secret's) is followed. */
 static ss_status read_pem(const char *path, char **out) {
     *out = NULL;
     if (!path)
         return SS_OK;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(tls_failure, sizeof tls_failure, "cannot read the PEM file %s: %s", path,
-                 strerror(errno));
-        return SS_ERR_IO;
+    unsigned char *buf;
+    size_t len;
+    const ss_status st = ss__read_file(path, SS_FILE_OPERATORS, 1 << 20, &buf, &len);
+    const int e = errno;
+    if (st == SS_OK && len > 0) {
+        *out = (char *)buf;
+        return SS_OK;
     }
-    ss_status st = SS_OK;
-    char *buf = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        len = ftell(f);
-    if (len <= 0 || len > (1 << 20) || fseek(f, 0, SEEK_SET) != 0) {
-        st = SS_ERR_IO; /* empty, unreadable or not a PEM-sized file */
-        snprintf(tls_failure, sizeof tls_failure, "the PEM file %s is empty or over 1 MiB", path);
-    } else if (!(buf = malloc((size_t)len + 1))) {
-        st = SS_ERR_NO_MEMORY;
-    } else if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        st = SS_ERR_IO;
-    } else {
-        buf[len] = '\0';
-    }
-    fclose(f);
-    if (st != SS_OK) {
+    if (st == SS_OK)
         free(buf);
+    if (st == SS_ERR_NO_MEMORY)
         return st;
-    }
-    *out = buf;
-    return SS_OK;
+    if (st == SS_OK || st == SS_ERR_TOO_LARGE)
+        snprintf(tls_failure, sizeof tls_failure, "the PEM file %s is empty or over 1 MiB", path);
+    else
+        snprintf(tls_failure, sizeof tls_failure, "cannot read the PEM file %s: %s", path,
+                 strerror(e));
+    return SS_ERR_IO;
 }
 
 typedef struct pem_set {

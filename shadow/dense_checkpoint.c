@@ -1,17 +1,19 @@
 /* The dense checkpoint file (layout in dense_checkpoint.h). */
 #include "shadow/dense_checkpoint.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/byte_reader.h"
 #include "common/finite.h"
 #include "common/fnv.h"
 #include "common/private_files.h"
+#include "common/read_file.h"
 
 static const char ckpt_magic[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '2'};
 static const char ckpt_magic_v1[8] = {'S', 'S', 'D', 'E', 'N', 'S', 'E', '1'};
@@ -146,64 +148,17 @@ struct ss__dense_ckpt_file {
     size_t count;
 };
 
-static ss_status slurp(const char *path, unsigned char **out, size_t *outlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    ss_status st = SS_OK;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            unsigned char *nb = realloc(buf, cap);
-            if (!nb) {
-                st = SS_ERR_NO_MEMORY;
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = SS_ERR_IO;
-            break;
-        }
-    }
-    fclose(f);
-    if (st != SS_OK) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *outlen = len;
-    return SS_OK;
-}
-
-typedef struct reader {
-    const unsigned char *p, *end;
-} reader;
-
-static bool take(reader *r, void *out, size_t n) {
-    if ((size_t)(r->end - r->p) < n)
-        return false;
-    memcpy(out, r->p, n);
-    r->p += n;
-    return true;
-}
-
 /* Walks the groups of a file whose hash matched; r->end excludes the hash. */
-static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
+static ss_status parse_groups(ss__dense_ckpt_file *f, ss__byte_reader *r) {
     char magic[8];
     uint32_t count;
-    if (!take(r, magic, 8) || !take(r, &count, sizeof count))
+    if (!ss__take(r, magic, 8) || !ss__take(r, &count, sizeof count))
         return SS_ERR_PARSE;
     const bool v2 = !memcmp(magic, ckpt_magic, 8);
     if (!v2 && memcmp(magic, ckpt_magic_v1, 8))
         return SS_ERR_PARSE;
     /* Every group takes at least 22 bytes: a count beyond that is a lie. */
-    if (count > (size_t)(r->end - r->p) / 22 + 1)
+    if (count > ss__bytes_left(r) / 22 + 1)
         return SS_ERR_PARSE;
     f->groups = calloc(count ? count : 1, sizeof *f->groups);
     f->names = calloc(count ? count : 1, sizeof *f->names);
@@ -213,19 +168,21 @@ static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
         uint32_t len;
         uint64_t n, round;
         uint8_t has_central, has_mean, has_bmuf = 0;
-        if (!take(r, &len, sizeof len) || len == 0 || len >= MAX_NAME || !take(r, f->names[i], len))
+        if (!ss__take(r, &len, sizeof len) || len == 0 || len >= MAX_NAME ||
+            !ss__take(r, f->names[i], len))
             return SS_ERR_PARSE;
         f->names[i][len] = '\0';
-        if (!take(r, &n, sizeof n) || n == 0 || n > MAX_GROUP_SIZE || !take(r, &has_central, 1) ||
-            !take(r, &has_mean, 1) || has_central > 1 || has_mean > 1 ||
-            !take(r, &round, sizeof round) || (v2 && !take(r, &has_bmuf, 1)) || has_bmuf > 1)
+        if (!ss__take(r, &n, sizeof n) || n == 0 || n > MAX_GROUP_SIZE ||
+            !ss__take(r, &has_central, 1) || !ss__take(r, &has_mean, 1) || has_central > 1 ||
+            has_mean > 1 || !ss__take(r, &round, sizeof round) ||
+            (v2 && !ss__take(r, &has_bmuf, 1)) || has_bmuf > 1)
             return SS_ERR_PARSE;
         ss__dense_ckpt_group *g = &f->groups[i];
         if (has_bmuf) {
             uint8_t nesterov;
-            if (!take(r, &g->bmuf_eta, sizeof g->bmuf_eta) ||
-                !take(r, &g->bmuf_zeta, sizeof g->bmuf_zeta) || !take(r, &nesterov, 1) ||
-                nesterov > 1 || (size_t)(r->end - r->p) < 2 * n * sizeof(float))
+            if (!ss__take(r, &g->bmuf_eta, sizeof g->bmuf_eta) ||
+                !ss__take(r, &g->bmuf_zeta, sizeof g->bmuf_zeta) || !ss__take(r, &nesterov, 1) ||
+                nesterov > 1 || ss__bytes_left(r) < 2 * n * sizeof(float))
                 return SS_ERR_PARSE;
             g->bmuf_nesterov = nesterov;
             if (!floats_finite(r->p, 2 * n))
@@ -234,7 +191,7 @@ static ss_status parse_groups(ss__dense_ckpt_file *f, reader *r) {
             g->bmuf_m = r->p + n * sizeof(float);
             r->p += 2 * n * sizeof(float);
         }
-        if ((size_t)(r->end - r->p) < (has_central + has_mean) * n * sizeof(float))
+        if (ss__bytes_left(r) < (has_central + has_mean) * n * sizeof(float))
             return SS_ERR_PARSE;
         if (!floats_finite(r->p, (has_central + has_mean) * n))
             return SS_ERR_NON_FINITE; /* written by a build that did not check */
@@ -276,7 +233,7 @@ ss_status ss__dense_ckpt_parse(uint8_t *buf, size_t len, bool verify_hash,
             st = SS_ERR_PARSE;
     }
     if (st == SS_OK) {
-        reader r = {.p = f->buf, .end = f->buf + len - sizeof stored};
+        ss__byte_reader r = {.p = f->buf, .end = f->buf + len - sizeof stored};
         st = parse_groups(f, &r);
     }
     if (st != SS_OK) {
@@ -292,7 +249,8 @@ ss_status ss__dense_ckpt_read(const char *path, ss__dense_ckpt_file **out) {
         return SS_ERR_INVALID_ARGUMENT;
     uint8_t *buf = NULL;
     size_t len = 0;
-    ss_status st = slurp(path, &buf, &len);
+    /* An operator may restore one from a backup, as a link too. */
+    ss_status st = ss__read_file(path, SS_FILE_OPERATORS, SIZE_MAX, &buf, &len);
     if (st != SS_OK)
         return st;
     return ss__dense_ckpt_parse(buf, len, true, out);

@@ -22,6 +22,7 @@
 #include "common/names.h"
 #include "common/private_files.h"
 #include "common/process_metrics.h"
+#include "common/read_file.h"
 #include "common/shard_map.h"
 #include "common/ticker.h"
 #include "shadowsync/status.h"
@@ -625,6 +626,66 @@ START_TEST(test_whole_reads_and_writes) {
 }
 END_TEST
 
+/* ss__read_file: a file whole and NUL-terminated; missing, too large
+ * and (ours) a link or not a regular file each refused as such, while an
+ * operator's link is followed and a pipe read to its end, bounded too. */
+START_TEST(test_whole_files_by_origin) {
+    char base[] = "/tmp/ss-readfile-XXXXXX", file[96], link_[96], why[64];
+    ck_assert_ptr_nonnull(mkdtemp(base));
+    snprintf(file, sizeof file, "%s/f", base);
+    snprintf(link_, sizeof link_, "%s/l", base);
+    FILE *f = fopen(file, "w");
+    fputs("epoch 3\nps a:1\n", f);
+    fclose(f);
+    ck_assert_int_eq(symlink(file, link_), 0);
+    unsigned char *buf;
+    size_t len;
+    for (int origin = SS_FILE_OURS; origin <= SS_FILE_OPERATORS; origin++) {
+        ck_assert_int_eq(ss__read_file(file, origin, 15, &buf, &len), SS_OK);
+        ck_assert_uint_eq(len, 15);
+        ck_assert_str_eq((char *)buf, "epoch 3\nps a:1\n");
+        free(buf);
+        ck_assert_int_eq(ss__read_file(file, origin, 14, &buf, &len), SS_ERR_TOO_LARGE);
+        ck_assert_ptr_null(buf);
+        snprintf(why, sizeof why, "%s/none", base);
+        ck_assert_int_eq(ss__read_file(why, origin, 99, &buf, &len), SS_ERR_NOT_FOUND);
+        ck_assert_int_eq(ss__read_file(base, origin, 99, &buf, &len), SS_ERR_IO); /* a directory */
+    }
+    ck_assert_int_eq(ss__read_file(link_, SS_FILE_OURS, 99, &buf, &len), SS_ERR_IO);
+    ck_assert_int_eq(ss__read_file(link_, SS_FILE_OPERATORS, 99, &buf, &len), SS_OK);
+    ck_assert_uint_eq(len, 15);
+    free(buf);
+
+    /* Pipes: read to the end (past the first guess of their size), or
+     * refused past the bound; never one of ours. */
+    enum { PIPED = 6000 };
+    char text[PIPED];
+    memset(text, 'x', sizeof text);
+    for (size_t max = PIPED; max >= PIPED - 1; max--) {
+        int p[2];
+        ck_assert_int_eq(pipe(p), 0);
+        ck_assert_int_eq(write(p[1], text, sizeof text), (ssize_t)sizeof text);
+        close(p[1]);
+        char path[32];
+        snprintf(path, sizeof path, "/dev/fd/%d", p[0]);
+        ck_assert_int_eq(ss__read_file(path, SS_FILE_OURS, max, &buf, &len), SS_ERR_IO);
+        ss_status st = ss__read_file(path, SS_FILE_OPERATORS, max, &buf, &len);
+        close(p[0]);
+        if (max == PIPED) {
+            ck_assert_int_eq(st, SS_OK);
+            ck_assert_uint_eq(len, PIPED);
+            ck_assert(memcmp(buf, text, PIPED) == 0 && buf[PIPED] == '\0');
+            free(buf);
+        } else {
+            ck_assert_int_eq(st, SS_ERR_TOO_LARGE);
+        }
+    }
+    unlink(link_);
+    unlink(file);
+    rmdir(base);
+}
+END_TEST
+
 static void *read_n(void *arg) {
     io_arg *r = arg;
     r->ok = ss__read_all(r->fd, r->p, r->n);
@@ -676,5 +737,5 @@ int main(void) {
         test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
         test_shard_map_file, test_ticker_ticks_until_stopped,
         test_paced_ticker_waits_what_its_tick_says, test_process_metrics,
-        test_whole_reads_and_writes, test_iovec_sends);
+        test_whole_reads_and_writes, test_whole_files_by_origin, test_iovec_sends);
 }
