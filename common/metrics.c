@@ -1,6 +1,7 @@
 #include "common/metrics.h"
 
 #include "common/flags.h"
+#include "common/grow.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -205,15 +206,9 @@ static ss_status get_series(ss__metrics *reg, const char *name, const char *help
         goto out;
     }
     if (!f) {
-        if (reg->nfamilies == reg->capfamilies) {
-            size_t cap = reg->capfamilies ? reg->capfamilies * 2 : 16;
-            family *nf = realloc(reg->families, cap * sizeof *nf);
-            if (!nf) {
-                st = SS_ERR_NO_MEMORY;
-                goto out;
-            }
-            reg->families = nf;
-            reg->capfamilies = cap;
+        if (!SS_GROW(reg->families, reg->capfamilies, reg->nfamilies, 16)) {
+            st = SS_ERR_NO_MEMORY;
+            goto out;
         }
         f = &reg->families[reg->nfamilies];
         memset(f, 0, sizeof *f);
@@ -235,15 +230,9 @@ static ss_status get_series(ss__metrics *reg, const char *name, const char *help
             goto out;
         }
     }
-    if (f->nseries == f->capseries) {
-        size_t cap = f->capseries ? f->capseries * 2 : 4;
-        series **ns = realloc(f->series, cap * sizeof *ns);
-        if (!ns) {
-            st = SS_ERR_NO_MEMORY;
-            goto out;
-        }
-        f->series = ns;
-        f->capseries = cap;
+    if (!SS_GROW(f->series, f->capseries, f->nseries, 4)) {
+        st = SS_ERR_NO_MEMORY;
+        goto out;
     }
     series *s = calloc(1, sizeof *s);
     if (!s) {
@@ -303,15 +292,7 @@ ss_status ss__metrics_hold(ss__metrics *reg, const char *key, const char *value)
         h->count++;
         free(label);
     } else {
-        if (reg->nholds == reg->capholds) {
-            size_t cap = reg->capholds ? 2 * reg->capholds : 8;
-            hold *nh = realloc(reg->holds, cap * sizeof *nh);
-            if (nh) {
-                reg->holds = nh;
-                reg->capholds = cap;
-            }
-        }
-        if (reg->nholds < reg->capholds) {
+        if (SS_GROW(reg->holds, reg->capholds, reg->nholds, 8)) {
             reg->holds[reg->nholds++] = (hold){.label = label, .count = 1};
         } else {
             free(label);

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "embedding-store/checkpoints_internal.h"
@@ -86,12 +87,8 @@ static long list_checkpoints(const char *root, ckpt **out) {
         current[strlen(current) - strlen("/CURRENT")] = '\0';
         if (lstat(current, &dir_sb) != 0 || !S_ISDIR(dir_sb.st_mode))
             continue;
-        if (n == cap) {
-            ckpt *w = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof *v);
-            if (!w)
-                break;
-            v = w;
-        }
+        if (!SS_GROW(v, cap, n, 16))
+            break;
         snprintf(v[n].name, sizeof v[n].name, "%.63s", e->d_name); /* valid: < 64 */
         v[n++].mtime = dir_sb.st_mtim;
     }

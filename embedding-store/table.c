@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "embedding-store/emb_table.h"
 #include "embedding-store/row_arena_internal.h"
 #include "embedding-store/table_internal.h"
@@ -87,14 +88,8 @@ static void compact_queue(stripe *s) {
 ss_status ss__emb_queue_push(stripe *s, uint64_t id) {
     if (s->nqueue == s->queue_cap && s->nqueue > 2 * s->dirty + 64)
         compact_queue(s); /* mostly stale ids: room without growing */
-    if (s->nqueue == s->queue_cap) {
-        size_t ncap = s->queue_cap ? s->queue_cap * 2 : 64;
-        uint64_t *nq = realloc(s->queue, ncap * sizeof *nq);
-        if (!nq)
-            return SS_ERR_NO_MEMORY;
-        s->queue = nq;
-        s->queue_cap = ncap;
-    }
+    if (!SS_GROW(s->queue, s->queue_cap, s->nqueue, 64))
+        return SS_ERR_NO_MEMORY;
     s->queue[s->nqueue++] = id;
     return SS_OK;
 }

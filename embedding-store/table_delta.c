@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "embedding-store/table_internal.h"
 
 /* Rows copied out of one stripe per sink call at most. */
@@ -18,17 +19,9 @@ void ss__emb_table_track_changes(ss__emb_table *t) {
 
 void ss__emb_table_tombstone(ss__emb_table *t, uint64_t id) {
     pthread_mutex_lock(&t->tomb_lock);
-    if (t->tracking && t->ntombs == t->tombs_cap) {
-        size_t ncap = t->tombs_cap ? 2 * t->tombs_cap : 1024;
-        uint64_t *n = realloc(t->tombs, ncap * sizeof *n);
-        if (n) {
-            t->tombs = n;
-            t->tombs_cap = ncap;
-        }
-    }
     /* Out of memory: the delete is not in the next delta; a follower keeps
      * the row until the next base, which does not hold it. */
-    if (t->tracking && t->ntombs < t->tombs_cap)
+    if (t->tracking && SS_GROW(t->tombs, t->tombs_cap, t->ntombs, 1024))
         t->tombs[t->ntombs++] = id;
     pthread_mutex_unlock(&t->tomb_lock);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "embedding-store/table_internal.h"
 
 static ss_status dirty_reserve(ss__emb_dirty *d, size_t need, size_t row_floats) {
@@ -166,15 +167,8 @@ static void delete_at(ss__emb_table *t, stripe *s, size_t i, deleted *d) {
     slot *sl = &s->slots[i];
     if (sl->meta & META_DIRTY)
         s->dirty--; /* its queued id finds no row: collect_dirty skips it */
-    if (d->n == d->cap) {
-        size_t ncap = d->cap ? 2 * d->cap : 256;
-        uint64_t *nids = realloc(d->ids, ncap * sizeof *nids);
-        if (nids) {
-            d->ids = nids;
-            d->cap = ncap;
-        }
-    }
-    if (d->n < d->cap) /* out of memory: deleted here, not reported (the store keeps it) */
+    /* Out of memory: deleted here, not reported (the store keeps it). */
+    if (SS_GROW(d->ids, d->cap, d->n, 256))
         d->ids[d->n++] = sl->id;
     ss__emb_table_tombstone(t, sl->id);
     ss__emb_row_free(t, s, sl);

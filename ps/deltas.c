@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/private_files.h"
 #include "common/ticker.h"
@@ -117,14 +118,10 @@ static void prune(const ss__ps_deltas *d) {
     while ((e = readdir(dh))) {
         if (!ss__ps_delta_name_parse(e->d_name, &seq, &base) || !base)
             continue;
-        if (nb == cap) {
-            uint64_t *nbases = realloc(bases, (cap = cap ? 2 * cap : 16) * sizeof *nbases);
-            if (!nbases) { /* keep everything: pruning is a chore, not a duty */
-                free(bases);
-                closedir(dh);
-                return;
-            }
-            bases = nbases;
+        if (!SS_GROW(bases, cap, nb, 16)) { /* keep everything: pruning is a chore, not a duty */
+            free(bases);
+            closedir(dh);
+            return;
         }
         bases[nb++] = seq;
     }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 struct ss__ps_group_metrics {
     ss__metrics *m;
     ss__central *c;
@@ -88,14 +90,8 @@ static void hold_listed(ss__ps_group_metrics *gm, const ss__central_group_info *
             held = !strcmp(gm->held[j], info[i].name);
         if (held)
             continue;
-        if (gm->nheld == gm->capheld) {
-            size_t cap = gm->capheld ? 2 * gm->capheld : 16;
-            char **nh = realloc(gm->held, cap * sizeof *nh);
-            if (!nh)
-                return; /* not held: its series stay when it goes */
-            gm->held = nh;
-            gm->capheld = cap;
-        }
+        if (!SS_GROW(gm->held, gm->capheld, gm->nheld, 16))
+            return; /* not held: its series stay when it goes */
         char *name = strdup(info[i].name);
         if (name && ss__metrics_hold(gm->m, "group", name) == SS_OK)
             gm->held[gm->nheld++] = name;

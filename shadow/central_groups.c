@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "shadow/central_internal.h"
@@ -300,15 +301,8 @@ static ss_status join_as(ss__central *c, const char *name, size_t n, bool recut,
             st = refuse_limit(c, SS_CENTRAL_LIMIT_MEMBERS,
                               "the group has %llu members, the PS's limit (--max-members %llu)",
                               (unsigned long long)g->nmembers, c->limits.max_members);
-        } else if (g->nmembers == g->capmembers) {
-            size_t cap = g->capmembers ? g->capmembers * 2 : 8;
-            member_slot *m = realloc(g->members, cap * sizeof *m);
-            if (m) {
-                g->members = m;
-                g->capmembers = cap;
-            } else {
-                st = SS_ERR_NO_MEMORY;
-            }
+        } else if (!SS_GROW(g->members, g->capmembers, g->nmembers, 8)) {
+            st = SS_ERR_NO_MEMORY;
         }
         if (st == SS_OK)
             st = new_member_id(g, member);

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/finite.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "shadow/kernels.h"
@@ -253,16 +254,8 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
     }
     pthread_mutex_lock(&e->lock);
     taken = has_group(e, name); /* a registration of the same name that finished first */
-    if (!taken && e->ngroups == e->capgroups) {
-        size_t cap = e->capgroups ? e->capgroups * 2 : 8;
-        ss__engine_group **ng = realloc(e->groups, cap * sizeof *ng);
-        if (ng) {
-            e->groups = ng;
-            e->capgroups = cap;
-        } else {
-            st = SS_ERR_NO_MEMORY;
-        }
-    }
+    if (!taken && !SS_GROW(e->groups, e->capgroups, e->ngroups, 8))
+        st = SS_ERR_NO_MEMORY;
     if (taken || st != SS_OK) {
         pthread_mutex_unlock(&e->lock);
         ss__transport_leave(e->transport, name, g->member);

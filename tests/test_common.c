@@ -17,6 +17,7 @@
 
 #include "common/fd_io.h"
 #include "common/flags.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/names.h"
@@ -686,6 +687,33 @@ START_TEST(test_whole_files_by_origin) {
 }
 END_TEST
 
+/* ss__grow: first capacity, then doubling, only when full; the items
+ * kept; a size past SIZE_MAX bytes refused with the array as it was. */
+START_TEST(test_arrays_grow_by_doubling) {
+    int *a = NULL;
+    size_t cap = 0;
+    ck_assert(SS_GROW(a, cap, 0, 3));
+    ck_assert_uint_eq(cap, 3);
+    for (int i = 0; i < 3; i++)
+        a[i] = i;
+    int *before = a;
+    ck_assert(SS_GROW(a, cap, 2, 3)); /* room left: nothing moves */
+    ck_assert_ptr_eq(a, before);
+    ck_assert_uint_eq(cap, 3);
+    ck_assert(SS_GROW(a, cap, 3, 3));
+    ck_assert_uint_eq(cap, 6);
+    ck_assert_int_eq(a[0] + a[1] + a[2], 3);
+    ck_assert(SS_GROW(a, cap, 6, 3));
+    ck_assert_uint_eq(cap, 12);
+    before = a;
+    size_t huge = SIZE_MAX / 2 / sizeof *a + 3;
+    ck_assert(!ss__grow(&a, &huge, huge, sizeof *a, 1)); /* 2 x huge x 4 bytes: past SIZE_MAX */
+    ck_assert_ptr_eq(a, before);
+    ck_assert_uint_eq(huge, SIZE_MAX / 2 / sizeof *a + 3);
+    free(a);
+}
+END_TEST
+
 static void *read_n(void *arg) {
     io_arg *r = arg;
     r->ok = ss__read_all(r->fd, r->p, r->n);
@@ -737,5 +765,6 @@ int main(void) {
         test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
         test_shard_map_file, test_ticker_ticks_until_stopped,
         test_paced_ticker_waits_what_its_tick_says, test_process_metrics,
-        test_whole_reads_and_writes, test_whole_files_by_origin, test_iovec_sends);
+        test_whole_reads_and_writes, test_whole_files_by_origin, test_arrays_grow_by_doubling,
+        test_iovec_sends);
 }

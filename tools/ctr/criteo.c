@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 
 #define NUM_FIELDS (1 + SS_CTR_NUM_DENSE + SS_CTR_NUM_CAT)
@@ -108,15 +109,9 @@ ss_status ss__criteo_parse_line(const char *line, size_t len, ss__ctr_example *e
 
 /* Grows out's rows to room for at least one more; SS_ERR_NO_MEMORY. */
 static ss_status make_room(ss__ctr_dataset *out, size_t *cap) {
-    if (out->nrows < *cap && out->rows)
-        return SS_OK;
-    size_t ncap = *cap ? *cap * 2 : 4096;
-    ss__ctr_example *nr = realloc(out->rows, ncap * sizeof *nr);
-    if (!nr)
-        return SS_ERR_NO_MEMORY;
-    out->rows = nr;
-    *cap = ncap;
-    return SS_OK;
+    if (!out->rows)
+        *cap = 0; /* a new dataset's: an empty file's rows are still an array */
+    return SS_GROW(out->rows, *cap, out->nrows, 4096) ? SS_OK : SS_ERR_NO_MEMORY;
 }
 
 ss_status ss__ctr_dataset_read(FILE *f, const char *name, size_t max_rows, ss__ctr_reader *rd,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "shadow/dense_checkpoint.h"
 #include "tools/reshard/reshard_internal.h"
 
@@ -45,14 +46,8 @@ static whole *find_whole(wholes *ws, const char *name, size_t len) {
     for (size_t i = 0; i < ws->n; i++)
         if (strlen(ws->w[i].name) == len && !strncmp(ws->w[i].name, name, len))
             return &ws->w[i];
-    if (ws->n == ws->cap) {
-        size_t ncap = ws->cap ? 2 * ws->cap : 16;
-        whole *nw = realloc(ws->w, ncap * sizeof *nw);
-        if (!nw)
-            return NULL;
-        ws->w = nw;
-        ws->cap = ncap;
-    }
+    if (!SS_GROW(ws->w, ws->cap, ws->n, 16))
+        return NULL;
     whole *w = &ws->w[ws->n++];
     *w = (whole){0};
     memcpy(w->name, name, len);
