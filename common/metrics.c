@@ -2,10 +2,10 @@
 
 #include "common/flags.h"
 #include "common/grow.h"
+#include "common/strbuf.h"
 
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -426,94 +426,59 @@ double ss__histogram_sum(const ss__histogram *h) {
     return bits_to_double(atomic_load_explicit(&((ss__histogram *)h)->sum, memory_order_relaxed));
 }
 
-typedef struct strbuf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} strbuf;
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(strbuf *b, const char *fmt, ...) {
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = true;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->failed = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-}
-
 /* Prometheus wants +Inf/-Inf/NaN spelled this way; %.17g round-trips doubles. */
-static void sb_double(strbuf *b, double v) {
+static void sb_double(ss__strbuf *b, double v) {
     if (isnan(v))
-        sb_printf(b, "NaN");
+        ss__strbuf_printf(b, "NaN");
     else if (isinf(v))
-        sb_printf(b, v > 0 ? "+Inf" : "-Inf");
+        ss__strbuf_printf(b, v > 0 ? "+Inf" : "-Inf");
     else
-        sb_printf(b, "%.17g", v);
+        ss__strbuf_printf(b, "%.17g", v);
 }
 
-static void render_help(strbuf *b, const char *help) {
+static void render_help(ss__strbuf *b, const char *help) {
     for (const char *p = help; *p; p++) {
         if (*p == '\\')
-            sb_printf(b, "\\\\");
+            ss__strbuf_printf(b, "\\\\");
         else if (*p == '\n')
-            sb_printf(b, "\\n");
+            ss__strbuf_printf(b, "\\n");
         else
-            sb_printf(b, "%c", *p);
+            ss__strbuf_printf(b, "%c", *p);
     }
 }
 
-static void render_histogram(strbuf *b, const char *name, const series *s) {
+static void render_histogram(ss__strbuf *b, const char *name, const series *s) {
     const ss__histogram *h = &s->u.hist;
     const char *sep = s->labels[0] ? "," : "";
     uint64_t cum = 0;
     for (size_t i = 0; i <= h->nbounds; i++) {
         cum += atomic_load_explicit(&((ss__histogram *)h)->buckets[i], memory_order_relaxed);
-        sb_printf(b, "%s_bucket{%s%sle=\"", name, s->labels, sep);
+        ss__strbuf_printf(b, "%s_bucket{%s%sle=\"", name, s->labels, sep);
         if (i < h->nbounds)
             sb_double(b, h->bounds[i]);
         else
-            sb_printf(b, "+Inf");
-        sb_printf(b, "\"} %llu\n", (unsigned long long)cum);
+            ss__strbuf_printf(b, "+Inf");
+        ss__strbuf_printf(b, "\"} %llu\n", (unsigned long long)cum);
     }
     const char *lb = s->labels[0] ? "{" : "", *rb = s->labels[0] ? "}" : "";
-    sb_printf(b, "%s_sum%s%s%s ", name, lb, s->labels, rb);
+    ss__strbuf_printf(b, "%s_sum%s%s%s ", name, lb, s->labels, rb);
     sb_double(b, ss__histogram_sum(h));
     /* _count equals the +Inf bucket so a scrape is self-consistent. */
-    sb_printf(b, "\n%s_count%s%s%s %llu\n", name, lb, s->labels, rb, (unsigned long long)cum);
+    ss__strbuf_printf(b, "\n%s_count%s%s%s %llu\n", name, lb, s->labels, rb,
+                      (unsigned long long)cum);
 }
 
 ss_status ss__metrics_render(ss__metrics *reg, char **out, size_t *len) {
     if (!reg || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    strbuf b = {.p = malloc(4096), .cap = 4096};
-    if (!b.p)
-        return SS_ERR_NO_MEMORY;
-    b.p[0] = '\0';
+    ss__strbuf b = {0};
     static const char *const type_names[] = {"counter", "gauge", "histogram", "counter"};
     pthread_mutex_lock(&reg->lock);
     for (size_t i = 0; i < reg->nfamilies; i++) {
         const family *f = &reg->families[i];
-        sb_printf(&b, "# HELP %s ", f->name);
+        ss__strbuf_printf(&b, "# HELP %s ", f->name);
         render_help(&b, f->help);
-        sb_printf(&b, "\n# TYPE %s %s\n", f->name, type_names[f->kind]);
+        ss__strbuf_printf(&b, "\n# TYPE %s %s\n", f->name, type_names[f->kind]);
         for (size_t j = 0; j < f->nseries; j++) {
             const series *s = f->series[j];
             if (f->kind == KIND_HISTOGRAM) {
@@ -521,26 +486,20 @@ ss_status ss__metrics_render(ss__metrics *reg, char **out, size_t *len) {
                 continue;
             }
             if (s->labels[0])
-                sb_printf(&b, "%s{%s} ", f->name, s->labels);
+                ss__strbuf_printf(&b, "%s{%s} ", f->name, s->labels);
             else
-                sb_printf(&b, "%s ", f->name);
+                ss__strbuf_printf(&b, "%s ", f->name);
             if (f->kind == KIND_COUNTER)
-                sb_printf(&b, "%llu\n", (unsigned long long)ss__counter_value(&s->u.counter));
+                ss__strbuf_printf(&b, "%llu\n",
+                                  (unsigned long long)ss__counter_value(&s->u.counter));
             else {
                 sb_double(&b, ss__gauge_value(&s->u.gauge));
-                sb_printf(&b, "\n");
+                ss__strbuf_printf(&b, "\n");
             }
         }
     }
     pthread_mutex_unlock(&reg->lock);
-    if (b.failed) {
-        free(b.p);
-        return SS_ERR_NO_MEMORY;
-    }
-    *out = b.p;
-    if (len)
-        *len = b.len;
-    return SS_OK;
+    return ss__strbuf_take(&b, out, len);
 }
 
 ss_status ss__metrics_build_info(ss__metrics *reg) {

@@ -11,6 +11,7 @@
 #include "common/fd_io.h"
 #include "common/finite.h"
 #include "common/read_file.h"
+#include "common/strbuf.h"
 #include <zlib.h>
 
 static const char delta_magic[8] = {'S', 'S', 'E', 'M', 'B', 'D', '0', '1'};
@@ -167,13 +168,8 @@ static uint32_t checksum(const unsigned char *p, size_t n) {
     return (uint32_t)crc_update(crc32(0L, Z_NULL, 0), p, n);
 }
 
-static void say(char *why, size_t whylen, const char *what) {
-    if (why && whylen)
-        snprintf(why, whylen, "%s", what);
-}
-
 static ss_status parse_error(char *why, size_t whylen, const char *what) {
-    say(why, whylen, what);
+    ss__why(why, whylen, "%s", what);
     return SS_ERR_PARSE;
 }
 
@@ -295,7 +291,7 @@ ss_status ss__emb_delta_read(const char *path, ss__emb_delta_file **out, char *w
     size_t len;
     ss_status st = ss__read_file(path, SS_FILE_OURS, SIZE_MAX, &buf, &len);
     if (st != SS_OK) {
-        say(why, whylen, st == SS_ERR_NOT_FOUND ? "no such file" : "cannot be read");
+        ss__why(why, whylen, "%s", st == SS_ERR_NOT_FOUND ? "no such file" : "cannot be read");
         return st;
     }
     return ss__emb_delta_parse(buf, len, true, out, why, whylen);

@@ -2,7 +2,6 @@
  * flusher, the memory cap, checkpoints. See emb_store.h. */
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include "common/clock.h"
 #include "common/finite.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "embedding-store/checkpoints_internal.h"
 #include "embedding-store/duplicates_internal.h"
 #include "embedding-store/emb_db_internal.h"
@@ -27,15 +27,6 @@ static bool bounded(const ss__emb_store_config *cfg) {
 }
 
 static const double k_seconds_bounds[] = {1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 30};
-
-static void say(char *why, size_t whylen, const char *fmt, ...) {
-    if (!why || !whylen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-}
 
 /* The reasons shadowsync_emb_rejected_total counts (the service adds
  * "garbage" for requests that do not parse). */
@@ -464,7 +455,7 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
     if (!st || !spec)
         return SS_ERR_INVALID_ARGUMENT;
     if (ss__emb_spec_check(spec, bad, sizeof bad) != SS_OK) {
-        say(why, whylen, "bad table spec: %s", bad);
+        ss__why(why, whylen, "bad table spec: %s", bad);
         return refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_spec");
     }
     pthread_rwlock_wrlock(&st->lock);
@@ -475,18 +466,18 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
             tb = st->tables[i];
     for (size_t i = 0; i < st->ntables && !tb; i++)
         if (st->tables[i]->tid == ss__emb_table_id(spec->name)) {
-            say(why, whylen, "table %s has the id of table %s; rename it", spec->name,
-                st->tables[i]->spec.name);
+            ss__why(why, whylen, "table %s has the id of table %s; rename it", spec->name,
+                    st->tables[i]->spec.name);
             s = SS_ERR_EXISTS;
         }
     if (s == SS_OK && !tb && st->read_only) {
-        say(why, whylen,
-            "table %s does not exist here, and this PS is a read-only follower: tables are "
-            "created on the training PS",
-            spec->name);
+        ss__why(why, whylen,
+                "table %s does not exist here, and this PS is a read-only follower: tables are "
+                "created on the training PS",
+                spec->name);
         s = SS_ERR_STATE;
     } else if (s == SS_OK && !tb && st->ntables >= st->cfg.max_tables) {
-        say(why, whylen, "the store holds %zu tables, its limit (--max-tables)", st->ntables);
+        ss__why(why, whylen, "the store holds %zu tables, its limit (--max-tables)", st->ntables);
         s = SS_ERR_TOO_LARGE;
     } else if (s == SS_OK && !tb) {
         s = ss__emb_store_add_table_locked(st, spec, &tb);
@@ -494,13 +485,13 @@ ss_status ss__emb_store_open_table(ss__emb_store *st, const ss__emb_spec *spec,
             ss__log(SS_LOG_INFO, "emb", "event=table_created table=%s dim=%u optimizer=%s",
                     spec->name, spec->dim, spec->optimizer == SS_EMB_ADAGRAD ? "adagrad" : "sgd");
         else
-            say(why, whylen, "cannot create table %s: %s", spec->name, ss_strerror(s));
+            ss__why(why, whylen, "cannot create table %s: %s", spec->name, ss_strerror(s));
     } else if (tb && tb->spec.dim != spec->dim) {
-        say(why, whylen, "table %s has dim %u, not %u", spec->name, tb->spec.dim, spec->dim);
+        ss__why(why, whylen, "table %s has dim %u, not %u", spec->name, tb->spec.dim, spec->dim);
         s = SS_ERR_SIZE_MISMATCH;
     } else if (tb && !ss__emb_spec_same(&tb->spec, spec)) {
-        say(why, whylen, "table %s exists with another optimizer, lr, eps or init_scale",
-            spec->name);
+        ss__why(why, whylen, "table %s exists with another optimizer, lr, eps or init_scale",
+                spec->name);
         s = SS_ERR_EXISTS;
     }
     if (tb && stored)
@@ -528,21 +519,22 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
                                const float *payload, store_table **out, char *why, size_t whylen) {
     store_table *tb = table ? ss__emb_store_find(st, table) : NULL;
     if (!tb) {
-        say(why, whylen, "unknown table %s", table ? table : "(none)");
+        ss__why(why, whylen, "unknown table %s", table ? table : "(none)");
         return refuse(st, SS_ERR_NOT_FOUND, "unknown_table");
     }
     if (n == 0 || !ids) {
-        say(why, whylen, "empty batch");
+        ss__why(why, whylen, "empty batch");
         return refuse(st, SS_ERR_INVALID_ARGUMENT, "empty_batch");
     }
     if (n > st->cfg.max_batch) {
-        say(why, whylen, "batch of %zu ids is over the limit of %zu", n, st->cfg.max_batch);
+        ss__why(why, whylen, "batch of %zu ids is over the limit of %zu", n, st->cfg.max_batch);
         return refuse(st, SS_ERR_NO_MEMORY, "batch_too_large");
     }
     /* The reply (or the payload) holds n rows of dim floats: bounded
      * before any row is created or any buffer allocated. */
     if ((uint64_t)n * tb->spec.dim * sizeof(float) > st->cfg.max_reply_bytes) {
-        say(why, whylen,
+        ss__why(
+            why, whylen,
             "%zu rows of dim %u are %llu bytes, over the server's limit of %zu bytes per request "
             "(--max-reply-mb); send fewer ids per call",
             n, tb->spec.dim, (unsigned long long)n * tb->spec.dim * sizeof(float),
@@ -553,7 +545,8 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
         size_t i = 0; /* where, for the message: the scan above does not stop early */
         while (isfinite(payload[i]))
             i++;
-        say(why, whylen, "value %zu of row %zu is not finite", i % tb->spec.dim, i / tb->spec.dim);
+        ss__why(why, whylen, "value %zu of row %zu is not finite", i % tb->spec.dim,
+                i / tb->spec.dim);
         return refuse(st, SS_ERR_NON_FINITE, "non_finite");
     }
     uint64_t dup = 0;
@@ -561,14 +554,14 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
     if (twice < 0)
         return SS_ERR_NO_MEMORY;
     if (twice) {
-        say(why, whylen, "id %llu appears more than once", (unsigned long long)dup);
+        ss__why(why, whylen, "id %llu appears more than once", (unsigned long long)dup);
         return refuse(st, SS_ERR_INVALID_ARGUMENT, "duplicate_ids");
     }
     if (st->cfg.max_rows && !room_for_rows(st, tb, ids, n)) {
-        say(why, whylen,
-            "the store holds its limit of %llu rows in memory (--max-rows) and none can be "
-            "evicted (they are not yet written)",
-            (unsigned long long)st->cfg.max_rows);
+        ss__why(why, whylen,
+                "the store holds its limit of %llu rows in memory (--max-rows) and none can be "
+                "evicted (they are not yet written)",
+                (unsigned long long)st->cfg.max_rows);
         return refuse(st, SS_ERR_TOO_LARGE, "too_many_rows");
     }
     *out = tb;
@@ -612,10 +605,10 @@ static ss_status after_rows(ss__emb_store *st, store_table *tb, ss__counter *cou
     ss__counter_add(counter, n - refused);
     ss_status w = after_update(st, tb);
     if (s == SS_ERR_NON_FINITE) {
-        say(why, whylen,
-            "%zu of %zu rows: the update overflowed (not finite); those rows keep their last "
-            "value",
-            refused, n);
+        ss__why(why, whylen,
+                "%zu of %zu rows: the update overflowed (not finite); those rows keep their last "
+                "value",
+                refused, n);
         count_refusal(st, "non_finite", 1);
     }
     return w != SS_OK ? w : s;
@@ -653,7 +646,7 @@ ss_status ss__emb_store_push_lookup(ss__emb_store *st, const char *table, const 
     if (!st || (pn && !grads) || (n && !rows))
         return SS_ERR_INVALID_ARGUMENT;
     if (pn == 0 && n == 0) {
-        say(why, whylen, "empty batch: neither rows to push nor rows to look up");
+        ss__why(why, whylen, "empty batch: neither rows to push nor rows to look up");
         return refuse(st, SS_ERR_INVALID_ARGUMENT, "empty_batch");
     }
     /* Both parts checked first: a refused call changes nothing. */
@@ -679,7 +672,7 @@ static ss_status store_elastic(ss__emb_store *st, const char *table, const uint6
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, x, &tb, why, whylen);
     if (s == SS_OK && !(alpha > 0.0f && alpha <= 1.0f)) {
-        say(why, whylen, "alpha must be in (0, 1]");
+        ss__why(why, whylen, "alpha must be in (0, 1]");
         s = refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_alpha");
     }
     if (s != SS_OK)
@@ -737,7 +730,7 @@ ss_status ss__emb_store_checkpoint(ss__emb_store *st, const char *name, char *pa
     if (!st || !name || !path || !pathlen)
         return SS_ERR_INVALID_ARGUMENT;
     if (!st->db) {
-        say(why, whylen, "this store has no database (start with a RocksDB path)");
+        ss__why(why, whylen, "this store has no database (start with a RocksDB path)");
         return SS_ERR_STATE;
     }
     char dir[4096];
