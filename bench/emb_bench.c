@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/fd_io.h"
 #include "common/flags.h"
+#include "common/names.h"
 #include "embedding-store/emb_store.h"
 #include "rpc/dense/grpc_transport.h"
 #include "rpc/emb/emb_client.h"
@@ -471,14 +472,9 @@ static redisReply *redis_batch(redisContext *rc, int set, const uint64_t *ids, i
 
 static int run_redis(bench *b, const char *addr, result *r) {
     char host[256];
-    int port = 6379;
-    snprintf(host, sizeof host, "%s", addr);
-    char *colon = strrchr(host, ':');
-    if (colon) {
-        *colon = '\0';
-        port = atoi(colon + 1);
-    }
-    redisContext *rc = redisConnect(host, port);
+    unsigned port = 0;
+    redisContext *rc =
+        ss__address_split(addr, host, sizeof host, &port) ? redisConnect(host, (int)port) : NULL;
     if (!rc || rc->err) {
         fprintf(stderr, "shadowsync-bench-emb: cannot reach redis at %s\n", addr);
         return -1;

@@ -84,6 +84,11 @@ bool ss__address_valid(const char *address, const char *flag, char *why, size_t 
     return bad == NULL;
 }
 
+size_t ss__address_host_len(const char *address) {
+    const char *colon = strrchr(address, ':');
+    return colon ? (size_t)(colon - address) : strlen(address);
+}
+
 bool ss__address_split(const char *address, char *host, size_t hostlen, unsigned *port) {
     if (!ss__address_valid(address, "", NULL, 0))
         return false;

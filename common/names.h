@@ -40,4 +40,9 @@ bool ss__address_valid(const char *address, const char *flag, char *why, size_t 
  * fit. */
 bool ss__address_split(const char *address, char *host, size_t hostlen, unsigned *port);
 
+/* How long address's host part is as written (brackets and all): up to
+ * its last ':', or the whole of it when it has none. For an address put
+ * back together with another port, or a host compared as given. */
+size_t ss__address_host_len(const char *address);
+
 #endif

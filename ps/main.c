@@ -594,12 +594,7 @@ static bool left_the_map(void *ctx) {
 /* The address served at: listen's host (as given, brackets and all) with
  * the port the system picked (listen's may be 0). */
 static void served_address(const char *listen, int port, char *out, size_t outlen) {
-    char host[256];
-    snprintf(host, sizeof host, "%s", listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = '\0';
-    snprintf(out, outlen, "%s:%d", host, port);
+    snprintf(out, outlen, "%.*s:%d", (int)ss__address_host_len(listen), listen, port);
 }
 
 /* The bulk stream's methods: the dense ones (their ctx: the server's),

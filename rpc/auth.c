@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/names.h"
 #include "common/read_file.h"
 
 ss_status ss__auth_header_from_file(const char *path, char *header, size_t headerlen, char *why,
@@ -135,8 +136,7 @@ ss_status ss__auth_listener_check(const char *who, const char *listen, bool has_
 }
 
 bool ss__listen_is_loopback(const char *listen) {
-    const char *colon = strrchr(listen, ':');
-    size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+    const size_t n = ss__address_host_len(listen);
     static const char *const loop[] = {"127.0.0.1", "localhost", "[::1]", "::1"};
     for (size_t i = 0; i < sizeof loop / sizeof *loop; i++)
         if (strlen(loop[i]) == n && !strncmp(listen, loop[i], n))

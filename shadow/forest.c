@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/names.h"
+
 /* ---- topology ---- */
 
 static ss_status topology_alloc(uint32_t members, uint32_t hosts, ss__topology *t) {
@@ -59,8 +61,7 @@ ss_status ss__topology_uniform(uint32_t members, double gbit, ss__topology *out)
 
 /* The host part of "host:port" (all of it without a ':'), into buf. */
 static void host_of(const char *member, char *buf, size_t len) {
-    const char *colon = strrchr(member, ':');
-    size_t n = colon ? (size_t)(colon - member) : strlen(member);
+    size_t n = ss__address_host_len(member);
     if (n >= len)
         n = len - 1;
     memcpy(buf, member, n);

@@ -381,6 +381,15 @@ START_TEST(test_addresses_and_log_levels_refused_with_why) {
                       bad[i][0]);
         ck_assert_msg(strstr(why, bad[i][1]) && strstr(why, "--listen"), "%s: %s", bad[i][0], why);
     }
+    /* The host as written, brackets and all; the whole of a bare host. */
+    ck_assert_uint_eq(ss__address_host_len("127.0.0.1:7070"), 9);
+    ck_assert_uint_eq(ss__address_host_len("[::1]:80"), 5);
+    ck_assert_uint_eq(ss__address_host_len("localhost"), 9);
+    char host[8];
+    unsigned port = 0;
+    ck_assert(ss__address_split("[::1]:80", host, sizeof host, &port));
+    ck_assert_str_eq(host, "::1");
+    ck_assert_uint_eq(port, 80);
     static const ss__program prog = {"test-prog", "a test"};
     char *argv[] = {"test-prog", NULL};
     int64_t n = 1;

@@ -258,8 +258,8 @@ void ss__http_server_address(const ss__http_server *s, char *out, size_t outlen)
         snprintf(out, outlen, "off");
         return;
     }
-    const char *colon = strrchr(s->bind, ':'); /* parse_bind checked there is one */
-    snprintf(out, outlen, "%.*s:%u", (int)(colon - s->bind), s->bind, (unsigned)s->port);
+    snprintf(out, outlen, "%.*s:%u", (int)ss__address_host_len(s->bind), s->bind,
+             (unsigned)s->port);
 }
 
 void ss__http_server_stop(ss__http_server *s) {
