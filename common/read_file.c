@@ -57,10 +57,13 @@ ss_status ss__read_file(const char *path, ss__file_origin origin, size_t max_byt
                         unsigned char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;
-    const int fd =
-        path ? open(path, O_RDONLY | O_CLOEXEC | (origin == SS_FILE_OURS ? O_NOFOLLOW : 0)) : -1;
+    if (!path) {
+        errno = EINVAL;
+        return SS_ERR_IO;
+    }
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | (origin == SS_FILE_OURS ? O_NOFOLLOW : 0));
     if (fd < 0)
-        return path && errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
+        return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
     struct stat sb;
     ss_status st = SS_ERR_IO;
     if (fstat(fd, &sb) != 0)
