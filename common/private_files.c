@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,17 @@ ss_status ss__fsync_parent_dir(const char *path) {
     if (dfd >= 0)
         close(dfd);
     return st;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int ss__remove_tree(const char *path) {
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
+        return 0;
+    return errno == ENOENT ? 0 : -1;
 }
 
 void ss__private_umask(void) {

@@ -31,6 +31,11 @@ int ss__private_tmp_open(const char *final_path, char *tmp, size_t tmplen);
  * a power cut. SS_ERR_IO when it cannot be opened or synced. */
 ss_status ss__fsync_parent_dir(const char *path);
 
+/* Removes path and everything under it, depth first and never through a
+ * link (a link is removed, not what it points at). 0, also when path is
+ * already gone; -1 with errno set when something could not be removed. */
+int ss__remove_tree(const char *path);
+
 /* The file mode creation mask of the daemons (027): files that libraries
  * create (RocksDB's, a checkpoint's hard links) are at most 0640. */
 void ss__private_umask(void);

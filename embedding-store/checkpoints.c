@@ -1,7 +1,5 @@
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +10,7 @@
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/private_files.h"
 #include "embedding-store/checkpoints_internal.h"
 
 ss_status ss__emb_ckpt_path(const char *root, const char *name, char *path, size_t pathlen,
@@ -62,11 +61,6 @@ static int older_first(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path) == 0 ? 0 : -1;
-}
-
 /* Directories under root that hold a RocksDB CURRENT file and a valid
  * name, in *out (caller frees); -1 when root cannot be read. */
 static long list_checkpoints(const char *root, ckpt **out) {
@@ -106,7 +100,7 @@ size_t ss__emb_ckpt_prune(const char *root, uint32_t keep) {
         for (long i = 0; i < n - (long)keep; i++) {
             char path[4200];
             snprintf(path, sizeof path, "%s/%s", root, v[i].name);
-            if (nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0) {
+            if (ss__remove_tree(path) == 0) {
                 removed++;
                 ss__log(SS_LOG_INFO, "emb", "event=checkpoint_pruned name=%s keep=%u", v[i].name,
                         keep);

@@ -29,21 +29,9 @@ struct ss__ps_deltas {
     ss__histogram *seconds;
 };
 
-/* Removes a delta directory and the files in it (no subdirectories are
- * ever made in one). */
+/* Removes a delta directory and what is in it. */
 static void remove_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char file[4400];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-                unlink(file);
-            }
-        closedir(d);
-    }
-    if (rmdir(path) != 0 && errno != ENOENT)
+    if (ss__remove_tree(path) != 0)
         SS_LOG_WARNF("deltas", "event=remove_failed path=%s error=\"%s\"", path, strerror(errno));
 }
 
