@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/flags.h"
 
 static const ss__program program = {
@@ -70,12 +71,6 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_data *nfa,
                      void *arg) {
     (void)msg;
@@ -92,7 +87,7 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_d
         dl->count--;
         dl->overflows++;
     }
-    dl->ring[(dl->head + dl->count) % dl->cap] = (held){id, mono_ns()};
+    dl->ring[(dl->head + dl->count) % dl->cap] = (held){id, ss__now_ns()};
     dl->count++;
     dl->packets++;
     return 0;
@@ -101,7 +96,7 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_d
 /* Accepts every held packet due by now (all of them when flush); returns
  * the nanoseconds until the next one falls due, or -1 when none is held. */
 static int64_t release_due(struct nfq_q_handle *qh, delay_line *dl, uint64_t delay_ns, int flush) {
-    uint64_t now = mono_ns();
+    uint64_t now = ss__now_ns();
     int have = 0;
     uint32_t last = 0;
     while (dl->count) {

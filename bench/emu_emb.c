@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/flags.h"
 #include "shadowsync/shadowsync.h"
 
@@ -32,17 +33,6 @@ static const ss__program program = {
     "The fault soak's embedding writer: pushes gradients to new rows of a remote table and logs "
     "the rows whose push was acknowledged; with --verify LOG, checks that every logged row holds "
     "its value."};
-
-static uint64_t realtime_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(int64_t ms) {
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* The gradient of row id: a value of its own, so a row left with another
  * row's update does not pass. */
@@ -113,7 +103,7 @@ static int write_rows(ss_table *tb, uint32_t dim, const char *path, int64_t rows
     uint64_t *ids = malloc(sizeof *ids * n);
     float *before = malloc(sizeof *before * n * dim), *grads = malloc(sizeof *grads * n * dim);
     uint64_t next_id = base, pushes = 0, acked = 0, failed = 0, rows_acked = 0;
-    while (ids && before && grads && realtime_ms() < until_ms) {
+    while (ids && before && grads && ss__unix_ms() < until_ms) {
         for (size_t i = 0; i < n; i++) {
             ids[i] = next_id++;
             for (uint32_t d = 0; d < dim; d++)
@@ -136,7 +126,7 @@ static int write_rows(ss_table *tb, uint32_t dim, const char *path, int64_t rows
         } else {
             failed++;
         }
-        sleep_ms(interval_ms);
+        ss__sleep_ns((uint64_t)interval_ms * 1000000u);
     }
     fclose(log);
     free(ids);
@@ -187,7 +177,7 @@ int main(int argc, char **argv) {
                 *ps ? ps : shard_map, ss_last_error());
         return 1;
     }
-    const uint64_t start = realtime_ms();
+    const uint64_t start = ss__unix_ms();
     /* Ids from the start time: a writer started again writes new rows. */
     code = *check
                ? verify(tb, (uint32_t)dim, check)

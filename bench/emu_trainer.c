@@ -32,6 +32,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/flags.h"
 #include "common/malloc_tune.h"
 #include "shadowsync/shadowsync.h"
@@ -42,21 +43,11 @@ static const ss__program program = {
     "size, synced by the ShadowSync hooks configured from SHADOWSYNC_* (PS, MODE, ALGO, "
     "SYNC_EVERY, AGENT, ...). Prints steps, examples/s and the sync gap at the end."};
 
-static uint64_t clock_ns(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t now_ns(void) {
-    return clock_ns(CLOCK_MONOTONIC);
-}
-
 static void print_progress(ss_dense *w, uint64_t steps) {
     ss_dense_stats s;
     ss_dense_get_stats(w, &s);
     printf("emu-progress: t_ms=%llu steps=%llu rounds=%llu failed=%llu\n",
-           (unsigned long long)(clock_ns(CLOCK_REALTIME) / 1000000u), (unsigned long long)steps,
+           (unsigned long long)(ss__unix_ms()), (unsigned long long)steps,
            (unsigned long long)s.rounds, (unsigned long long)s.failed_rounds);
     fflush(stdout);
 }
@@ -94,9 +85,9 @@ static void sleep_until(uint64_t t) {
 static void compute(int64_t us, compute_kind kind, uint64_t *next) {
     if (us <= 0)
         return;
-    const uint64_t step = (uint64_t)us * 1000u, now = now_ns();
+    const uint64_t step = (uint64_t)us * 1000u, now = ss__now_ns();
     if (kind == COMPUTE_SPIN) {
-        while (now_ns() < now + step) {
+        while (ss__now_ns() < now + step) {
         }
     } else if (kind == COMPUTE_SLEEP) {
         sleep_until(now + step);
@@ -159,9 +150,9 @@ int main(int argc, char **argv) {
     float *x = ss_dense_data(w);
     const size_t n = ss_dense_size(w);
     const size_t k = (size_t)touch < n ? (size_t)touch : n;
-    uint64_t start = now_ns(), until = start + (uint64_t)(seconds * 1e9);
+    uint64_t start = ss__now_ns(), until = start + (uint64_t)(seconds * 1e9);
     if (until_ms > 0) {
-        const int64_t left_ms = until_ms - (int64_t)(clock_ns(CLOCK_REALTIME) / 1000000u);
+        const int64_t left_ms = until_ms - (int64_t)(ss__unix_ms());
         until = start + (left_ms > 0 ? (uint64_t)left_ms * 1000000u : 0);
     }
     const compute_kind kind = !strcmp(compute_name, "spin")    ? COMPUTE_SPIN
@@ -169,16 +160,16 @@ int main(int argc, char **argv) {
                                                                : COMPUTE_PACED;
     uint64_t steps = 0, next = 0, last_step = start, stall_max = 0, last_progress = start;
     size_t at = 0;
-    for (uint64_t now = start; now < until; now = now_ns()) {
+    for (uint64_t now = start; now < until; now = ss__now_ns()) {
         compute(step_us, kind, &next);
         for (size_t i = 0; i < k; i++) { /* the step's update */
             x[at] = 0.999f * x[at] + 0.001f * ((float)(steps % 7) + (float)drift);
             at = at + 1 == n ? 0 : at + 1;
         }
-        const uint64_t stepped = now_ns();
+        const uint64_t stepped = ss__now_ns();
         ss_trainer_step(t);
         steps++;
-        const uint64_t done = now_ns();
+        const uint64_t done = ss__now_ns();
         /* Paced: the trainer computes nothing while it waits in step()
          * (a foreground round), so its schedule moves on by that wait. */
         if (next)
@@ -191,7 +182,7 @@ int main(int argc, char **argv) {
             last_progress = done;
         }
     }
-    const double elapsed = (double)(now_ns() - start) / 1e9;
+    const double elapsed = (double)(ss__now_ns() - start) / 1e9;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/flags.h"
 #include "shadow/device.h"
 #include "shadow/kernels_cuda.h"
@@ -78,12 +79,6 @@ static double seconds_between(cudaEvent_t a, cudaEvent_t b) {
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
     return ms / 1e3;
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int main(int argc, char **argv) {
@@ -163,17 +158,17 @@ int main(int argc, char **argv) {
             fprintf(stderr, "shadowsync-bench-gpu-kernels: %s\n", ss__device_last_error());
             return 1;
         }
-        uint64_t t0 = now_ns();
+        uint64_t t0 = ss__now_ns();
         if (ss__device_group_snapshot(g, host) != SS_OK ||
             ss__device_group_add_scaled(g, host, 0.0f) != SS_OK) {
             fprintf(stderr, "shadowsync-bench-gpu-kernels: %s\n", ss__device_last_error());
             return 1;
         }
-        uint64_t t1 = now_ns();
+        uint64_t t1 = ss__now_ns();
         if (failed(cudaMemcpy(pinned, dev, gn * sizeof(float), cudaMemcpyDeviceToHost), "d2h") ||
             failed(cudaMemcpy(dev, pinned, gn * sizeof(float), cudaMemcpyHostToDevice), "h2d"))
             return 1;
-        uint64_t t2 = now_ns();
+        uint64_t t2 = ss__now_ns();
         double *best = r <= reps ? &best_staged : &best_round;
         if (r != 0 && r != reps + 1 && (double)(t1 - t0) < *best)
             *best = (double)(t1 - t0);

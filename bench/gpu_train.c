@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "bench/gpu_train_kernels.h"
+#include "common/clock.h"
 #include "common/flags.h"
 #include "shadow/kernels_cuda.h"
 #include "shadowsync/shadowsync.h"
@@ -47,12 +48,6 @@ static int blas_failed(cublasStatus_t st, const char *what) {
         return 0;
     fprintf(stderr, "shadowsync-gpu-train: %s: cuBLAS status %d\n", what, (int)st);
     return 1;
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* A reproducible uniform in [-1, 1). */
@@ -191,10 +186,10 @@ static int device_setup(model *m, int device, cudaStream_t *s, cublasHandle_t *h
 static int train_for(cublasHandle_t h, cudaStream_t s, model *m, ss_trainer *t, float *params,
                      const float *X, const float *Y, size_t batches, double seconds, float lr,
                      uint64_t *steps, double *elapsed, float *loss) {
-    uint64_t start = now_ns(), until = start + (uint64_t)(seconds * 1e9), window = 0;
+    uint64_t start = ss__now_ns(), until = start + (uint64_t)(seconds * 1e9), window = 0;
     float sum = 0.0f;
     *steps = 0;
-    for (uint64_t now = start; now < until; now = now_ns()) {
+    for (uint64_t now = start; now < until; now = ss__now_ns()) {
         const size_t k = *steps % batches;
         if (step(h, s, m, params, X + k * (size_t)m->D * m->B, Y + k * m->B, lr))
             return 1;
@@ -207,7 +202,7 @@ static int train_for(cublasHandle_t h, cudaStream_t s, model *m, ss_trainer *t, 
             window = 100;
         }
     }
-    *elapsed = (double)(now_ns() - start) / 1e9;
+    *elapsed = (double)(ss__now_ns() - start) / 1e9;
     if (window == 0 && *steps > 0) { /* under 100 steps: the mean of them all */
         if (cuda_failed(cudaMemcpy(&sum, m->loss, sizeof(float), cudaMemcpyDeviceToHost),
                         "reading the loss"))

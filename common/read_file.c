@@ -61,7 +61,10 @@ ss_status ss__read_file(const char *path, ss__file_origin origin, size_t max_byt
         errno = EINVAL;
         return SS_ERR_IO;
     }
-    const int fd = open(path, O_RDONLY | O_CLOEXEC | (origin == SS_FILE_OURS ? O_NOFOLLOW : 0));
+    /* Ours: O_NONBLOCK too, so that a FIFO in the file's place is refused
+     * below rather than waited on here for a writer. */
+    const int fd =
+        open(path, O_RDONLY | O_CLOEXEC | (origin == SS_FILE_OURS ? O_NOFOLLOW | O_NONBLOCK : 0));
     if (fd < 0)
         return errno == ENOENT ? SS_ERR_NOT_FOUND : SS_ERR_IO;
     struct stat sb;

@@ -99,6 +99,11 @@ START_TEST(test_whole_files_by_origin) {
         ck_assert_int_eq(ss__read_file(base, origin, 99, &buf, &len), SS_ERR_IO); /* a directory */
     }
     ck_assert_int_eq(ss__read_file(link_, SS_FILE_OURS, 99, &buf, &len), SS_ERR_IO);
+    char fifo[96];
+    snprintf(fifo, sizeof fifo, "%s/fifo", base); /* ours: refused at once, no writer awaited */
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(ss__read_file(fifo, SS_FILE_OURS, 99, &buf, &len), SS_ERR_IO);
+    unlink(fifo);
     ck_assert_int_eq(ss__read_file(link_, SS_FILE_OPERATORS, 99, &buf, &len), SS_OK);
     ck_assert_uint_eq(len, 15);
     free(buf);
