@@ -473,8 +473,11 @@ static redisReply *redis_batch(redisContext *rc, int set, const uint64_t *ids, i
 static int run_redis(bench *b, const char *addr, result *r) {
     char host[256];
     unsigned port = 0;
-    redisContext *rc =
-        ss__address_split(addr, host, sizeof host, &port) ? redisConnect(host, (int)port) : NULL;
+    if (!ss__address_split(addr, host, sizeof host, &port)) {
+        fprintf(stderr, "shadowsync-bench-emb: --redis %s: not host:port\n", addr);
+        return -1;
+    }
+    redisContext *rc = redisConnect(host, (int)port);
     if (!rc || rc->err) {
         fprintf(stderr, "shadowsync-bench-emb: cannot reach redis at %s\n", addr);
         return -1;

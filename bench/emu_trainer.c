@@ -47,7 +47,7 @@ static void print_progress(ss_dense *w, uint64_t steps) {
     ss_dense_stats s;
     ss_dense_get_stats(w, &s);
     printf("emu-progress: t_ms=%llu steps=%llu rounds=%llu failed=%llu\n",
-           (unsigned long long)(ss__unix_ms()), (unsigned long long)steps,
+           (unsigned long long)ss__unix_ms(), (unsigned long long)steps,
            (unsigned long long)s.rounds, (unsigned long long)s.failed_rounds);
     fflush(stdout);
 }
@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
     const size_t k = (size_t)touch < n ? (size_t)touch : n;
     uint64_t start = ss__now_ns(), until = start + (uint64_t)(seconds * 1e9);
     if (until_ms > 0) {
-        const int64_t left_ms = until_ms - (int64_t)(ss__unix_ms());
+        const int64_t left_ms = until_ms - (int64_t)ss__unix_ms();
         until = start + (left_ms > 0 ? (uint64_t)left_ms * 1000000u : 0);
     }
     const compute_kind kind = !strcmp(compute_name, "spin")    ? COMPUTE_SPIN

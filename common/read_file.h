@@ -16,10 +16,11 @@ extern "C" {
 
 /* Who put the file there, which decides what is followed and read. */
 typedef enum ss__file_origin {
-    /* This program wrote it (a checkpoint, a delta): a link in its place
-     * or anything but a regular file is refused, never read through. */
+    /* This program wrote it (a delta): a link in its place or anything
+     * but a regular file is refused, never read through. */
     SS_FILE_OURS,
-    /* An operator gave it (a shard map, a certificate, a token): links
+    /* An operator gave it (a shard map, a certificate, a token, a
+     * checkpoint restored from a backup): links
      * are followed (a Kubernetes Secret's files are links) and pipes
      * read to their end. */
     SS_FILE_OPERATORS,

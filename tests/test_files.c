@@ -1,6 +1,6 @@
 /* The files the daemons read and write: private directories and
- * link-safe new files, whole files read by who put them there, trees
- * removed without following links. */
+ * link-safe new files, whole files read by who put them there (token
+ * files among them), trees removed without following links. */
 #include <check.h>
 
 #include "check_run.h"
@@ -13,6 +13,7 @@
 
 #include "common/private_files.h"
 #include "common/read_file.h"
+#include "rpc/auth.h"
 
 /* The directories the daemons write: made 0700 when missing; an existing
  * one refused when it is a link, a file, writable by group or others, or
@@ -169,7 +170,49 @@ START_TEST(test_trees_removed_without_following_links) {
 }
 END_TEST
 
+/* A token file, an operator's: read through a link, one newline
+ * dropped; missing, too short, too long (past what is read) or with a
+ * space each refused, saying which. */
+START_TEST(test_token_files_checked) {
+    char base[] = "/tmp/ss-token-XXXXXX", path[96], link_[96], header[SS_AUTH_HEADER_MAX], why[400];
+    ck_assert_ptr_nonnull(mkdtemp(base));
+    snprintf(path, sizeof path, "%s/token", base);
+    snprintf(link_, sizeof link_, "%s/link", base);
+    char longer[SS_AUTH_TOKEN_MAX + 2], longest[SS_AUTH_TOKEN_MAX + 64];
+    memset(longer, 'a', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0'; /* one past the limit: read, then refused */
+    memset(longest, 'a', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0'; /* past what is read at all */
+    const char *cases[][2] = {{"0123456789abcdef\n", NULL},
+                              {"0123456789abcde\n", "16 to 256"},
+                              {"0123456789 abcdef", "16 to 256"},
+                              {longer, "16 to 256"},
+                              {longest, "16 to 256"}};
+    ck_assert_int_eq(symlink(path, link_), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i][0], f);
+        fclose(f);
+        ss_status st = ss__auth_header_from_file(link_, header, sizeof header, why, sizeof why);
+        if (!cases[i][1]) {
+            ck_assert_int_eq(st, SS_OK);
+            ck_assert_str_eq(header, "Bearer 0123456789abcdef");
+        } else {
+            ck_assert_int_eq(st, SS_ERR_INVALID_ARGUMENT);
+            ck_assert_msg(strstr(why, cases[i][1]) && strstr(why, link_), "%zu: %s", i, why);
+        }
+    }
+    unlink(path);
+    ck_assert_int_eq(ss__auth_header_from_file(link_, header, sizeof header, why, sizeof why),
+                     SS_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(why, "cannot read the token file"));
+    unlink(link_);
+    rmdir(base);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("files", 0, NULL, NULL, test_private_dirs_and_files,
-                           test_whole_files_by_origin, test_trees_removed_without_following_links);
+                           test_whole_files_by_origin, test_trees_removed_without_following_links,
+                           test_token_files_checked);
 }
