@@ -63,13 +63,13 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
         free(ch);
         return SS_ERR_INVALID_ARGUMENT;
     }
-    grpc_init();
+    ss__rpc_init();
     grpc_channel_credentials *creds;
     ss_status st = ss__rpc_client_credentials(tls, &creds);
     if (st != SS_OK) {
         snprintf(channel_failure, sizeof channel_failure, "%s", ss__rpc_tls_failure());
         free(ch);
-        grpc_shutdown();
+        ss__rpc_shutdown();
         return st;
     }
     int max = (int)(max_message_bytes ? max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE);
@@ -113,7 +113,7 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     grpc_channel_credentials_release(creds);
     if (!ch->channel) {
         free(ch);
-        grpc_shutdown();
+        ss__rpc_shutdown();
         return SS_ERR_IO;
     }
     *out = ch;
@@ -125,7 +125,7 @@ void ss__rpc_channel_destroy(ss__rpc_channel *ch) {
         return;
     grpc_channel_destroy(ch->channel);
     free(ch);
-    grpc_shutdown();
+    ss__rpc_shutdown();
 }
 
 /* The server's text of the last call of this thread that it refused. */

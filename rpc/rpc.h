@@ -303,7 +303,10 @@ ss_status ss__rpc_call_windowed_stats(ss__rpc_request *calls, size_t n, uint32_t
  * from start to reply; 0 before any. */
 uint64_t ss__rpc_channel_rtt_ns(const ss__rpc_channel *ch);
 
-/* Brings gRPC up/down (reference counted by gRPC itself). */
+/* Brings gRPC up/down (reference counted by gRPC itself); every channel and
+ * server of ours goes through these. At exit, once ours are all closed, the
+ * process waits (at most 5 s) for the clean-up gRPC finishes on a thread of
+ * its own, so OpenSSL is not torn down under it (library.c). */
 void ss__rpc_init(void);
 void ss__rpc_shutdown(void);
 

@@ -65,14 +65,6 @@ static void say_bind_failure(const char *where) {
              err ? strerror(err) : "gRPC refused it");
 }
 
-void ss__rpc_init(void) {
-    grpc_init();
-}
-
-void ss__rpc_shutdown(void) {
-    grpc_shutdown();
-}
-
 static void request_call(ss__rpc_server *srv, size_t method, grpc_completion_queue *cq) {
     call_ctx *c = calloc(1, sizeof *c);
     if (!c) {
@@ -605,7 +597,7 @@ static void release_queues(ss__rpc_server *srv, bool threads_running) {
     free(srv->threads);
     pthread_mutex_destroy(&srv->peer_lock);
     free(srv);
-    grpc_shutdown();
+    ss__rpc_shutdown();
 }
 
 /* The server's series in m: its refusals and, per method, its calls and
@@ -704,7 +696,7 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
         return SS_ERR_NO_MEMORY;
     }
     pthread_mutex_init(&srv->peer_lock, NULL);
-    grpc_init();
+    ss__rpc_init();
     srv->max_message = cfg->max_message_bytes ? cfg->max_message_bytes : SS_RPC_DEFAULT_MAX_MESSAGE;
     srv->max_inflight =
         cfg->max_inflight_bytes ? cfg->max_inflight_bytes : SS_RPC_DEFAULT_MAX_INFLIGHT;
