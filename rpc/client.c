@@ -24,6 +24,9 @@ struct ss__rpc_channel {
     /* The shortest call seen whose request and reply were both small: the
      * network's round trip plus a small call's software cost (0: none yet). */
     _Atomic uint64_t rtt_min_ns;
+    /* Whether TCP connected when last asked (unreached_why), and when. */
+    _Atomic uint64_t probed_ns;
+    atomic_bool tcp_connects;
 };
 
 /* Calls no larger than this each way measure the round trip. */
@@ -295,6 +298,25 @@ static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queu
     rq->status = cs->started ? SS_OK : SS_ERR_INTERNAL;
 }
 
+/* What a failed call says of a channel with no connection. A refused
+ * TLS handshake (a client certificate the server does not take, TLS on
+ * one side only) looked like a server that was down; TCP tells them
+ * apart. Asked at most once a second a channel, so that a failing batch
+ * does not wait on a probe per call, and for at most 500 ms. */
+static const char *unreached_why(ss__rpc_channel *ch) {
+    const uint64_t now = ss__now_ns();
+    if (now - atomic_load(&ch->probed_ns) > 1000000000ull) {
+        atomic_store(&ch->probed_ns, now);
+        char why[160];
+        atomic_store(&ch->tcp_connects, ss__tcp_reachable(ch->target, 500, why, sizeof why));
+    }
+    return atomic_load(&ch->tcp_connects)
+               ? " (no connection: TCP connects, but no gRPC connection comes up: the server "
+                 "does not answer, or the handshake fails: TLS on one side only, or a "
+                 "certificate one side refuses)"
+               : " (no connection: nothing listens there, or it cannot be reached)";
+}
+
 static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
     if (rq->status == SS_OK && !success)
         rq->status = SS_ERR_IO;
@@ -308,10 +330,7 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
             const bool unreached = grpc_channel_check_connectivity_state(rq->ch->channel, 0) ==
                                    GRPC_CHANNEL_TRANSIENT_FAILURE;
             snprintf(last_failure, sizeof last_failure, "%s%s: %s", rq->ch->target,
-                     unreached ? " (no connection: nothing listens there, or it cannot be "
-                                 "reached)"
-                               : "",
-                     text);
+                     unreached ? unreached_why(rq->ch) : "", text);
         }
         gpr_free(text);
     }

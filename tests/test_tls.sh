@@ -25,17 +25,19 @@ trap 'echo "test_tls: failed at line $LINENO: $BASH_COMMAND" >&2; echo "last out
 # ASan run once timed out here: a trainer's exit raced gRPC's clean-up,
 # rpc/library.c). A refusal must be a refusal, not a program killed.
 bounded() { timeout -k 5 60 "$@"; }
-# A trainer that must be refused: it says why and exits 1, not crashed
-# (an abort is 134) and not killed at its bound.
-must_refuse() {
-  local what=$1 rc=0
-  shift
+# A program that must be refused: it exits with status want (1: a trainer
+# the PS turned away, or a PS that cannot read a file; 2: a PS refusing
+# its flags) and says pattern; not crashed (an abort is 134) and not
+# killed at its bound.
+must_refuse() { # want pattern what command...
+  local want=$1 pattern=$2 what=$3 rc=0
+  shift 3
   out=$(bounded "$@" 2>&1) || rc=$?
-  if [ "$rc" -ne 1 ]; then
-    echo "test_tls: $what: exit status $rc, not a refusal (1): $out" >&2
+  if [ "$rc" -ne "$want" ] || ! grep -q -- "$pattern" <<<"$out"; then
+    echo "test_tls: $what: exit status $rc (want $want) saying: $out" >&2
     exit 1
   fi
-  echo "$what: refused ($(tail -1 <<<"$out"))"
+  echo "$what: refused ($(grep -m1 -- "$pattern" <<<"$out"))"
 }
 bash "$(dirname "$0")/make_certs.sh" "$tmp"
 cd "$tmp"
@@ -52,26 +54,17 @@ out=$(SHADOWSYNC_TLS_CA=ca.pem SHADOWSYNC_TLS_CERT=client.pem SHADOWSYNC_TLS_KEY
 echo "with a client certificate: $out"
 grep -q "rounds=20 " <<<"$out"
 
-SHADOWSYNC_TLS_CA=ca.pem must_refuse "without a client certificate" "$trainer" --steps 200
-must_refuse "plain TCP" "$trainer" --steps 200
-# A missing PEM file is a clear error at start, not a silent plain server.
-if bounded "$ps_bin" --listen 127.0.0.1:0 --tls-cert nope.pem --tls-key server.key >bad.log 2>&1; then
-  echo "a PS with a missing certificate started" >&2
-  exit 1
-fi
-grep -q "cannot read the PEM file nope.pem" bad.log
+SHADOWSYNC_TLS_CA=ca.pem must_refuse 1 "TCP connects, but no gRPC connection" "without a client certificate" "$trainer" --steps 200
+must_refuse 1 "TCP connects, but no gRPC connection" "plain TCP" "$trainer" --steps 200
+# A missing PEM file is a clear error at start, not a silent plain server;
 # --tls-writers without mutual TLS, or a bad list: refused at start.
-if bounded "$ps_bin" --listen 127.0.0.1:0 --tls-writers a >bad.log 2>&1; then
-  echo "a PS took --tls-writers without --tls-ca" >&2
-  exit 1
-fi
-grep -q "needs mutual TLS" bad.log
-if bounded "$ps_bin" --listen 127.0.0.1:0 --tls-cert server.pem --tls-key server.key --tls-ca ca.pem \
-  --tls-writers 'a,,b' >bad.log 2>&1; then
-  echo "a PS took an empty writer identity" >&2
-  exit 1
-fi
-grep -q "empty identity" bad.log
+must_refuse 1 "cannot read the PEM file nope.pem" "a PS with a missing certificate" \
+  "$ps_bin" --listen 127.0.0.1:0 --tls-cert nope.pem --tls-key server.key
+must_refuse 2 "needs mutual TLS" "a PS with --tls-writers and no --tls-ca" \
+  "$ps_bin" --listen 127.0.0.1:0 --tls-writers a
+must_refuse 2 "empty identity" "a PS with an empty writer identity" \
+  "$ps_bin" --listen 127.0.0.1:0 --tls-cert server.pem --tls-key server.key --tls-ca ca.pem \
+  --tls-writers 'a,,b'
 
 # Writers by certificate identity: the trainer's SAN may write, the
 # dashboard's certificate (same CA) may only read.
@@ -87,7 +80,7 @@ out=$(SHADOWSYNC_PS=localhost:$port2 SHADOWSYNC_TLS_CA=ca.pem SHADOWSYNC_TLS_CER
 echo "writer certificate: $out"
 grep -q "rounds=20 " <<<"$out"
 SHADOWSYNC_PS=localhost:$port2 SHADOWSYNC_TLS_CA=ca.pem SHADOWSYNC_TLS_CERT=reader.pem \
-  SHADOWSYNC_TLS_KEY=reader.key must_refuse "read-only certificate, trainer" "$trainer" --steps 200
+  SHADOWSYNC_TLS_KEY=reader.key must_refuse 1 "may only read" "read-only certificate, trainer" "$trainer" --steps 200
 # Raw calls, as another client would make them: the reader may call
 # ReadCentral (answered, not PERMISSION_DENIED), not Join; the writer may.
 /usr/bin/python3 - "$port2" <<'PY'
