@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "rpc/auth.h"
 #include "rpc/message.h"
 #include "rpc/rpc.h"
@@ -304,6 +305,12 @@ static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queu
  * apart. Asked at most once a second a channel, so that a failing batch
  * does not wait on a probe per call, and for at most 500 ms. */
 static const char *unreached_why(ss__rpc_channel *ch) {
+    static const char *const nothing = " (no connection: nothing listens there, or it cannot be "
+                                       "reached)";
+    char host[256];
+    unsigned port;
+    if (!ss__address_split(ch->target, host, sizeof host, &port))
+        return nothing; /* a gRPC URI (unix:, dns:///): TCP has no say */
     const uint64_t now = ss__now_ns();
     if (now - atomic_load(&ch->probed_ns) > 1000000000ull) {
         atomic_store(&ch->probed_ns, now);
@@ -314,7 +321,7 @@ static const char *unreached_why(ss__rpc_channel *ch) {
                ? " (no connection: TCP connects, but no gRPC connection comes up: the server "
                  "does not answer, or the handshake fails: TLS on one side only, or a "
                  "certificate one side refuses)"
-               : " (no connection: nothing listens there, or it cannot be reached)";
+               : nothing;
 }
 
 static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
