@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/names.h"
 #include "rpc/auth.h"
 #include "rpc/message.h"
 #include "rpc/rpc.h"
@@ -305,23 +305,22 @@ static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queu
  * apart. Asked at most once a second a channel, so that a failing batch
  * does not wait on a probe per call, and for at most 500 ms. */
 static const char *unreached_why(ss__rpc_channel *ch) {
-    static const char *const nothing = " (no connection: nothing listens there, or it cannot be "
-                                       "reached)";
-    char host[256];
-    unsigned port;
-    if (!ss__address_split(ch->target, host, sizeof host, &port))
-        return nothing; /* a gRPC URI (unix:, dns:///): TCP has no say */
     const uint64_t now = ss__now_ns();
     if (now - atomic_load(&ch->probed_ns) > 1000000000ull) {
         atomic_store(&ch->probed_ns, now);
         char why[160];
-        atomic_store(&ch->tcp_connects, ss__tcp_reachable(ch->target, 500, why, sizeof why));
+        /* A target that is not host:port (a gRPC URI: unix:, dns:///) is
+         * refused here, and keeps the plain words: TCP has no say. */
+        int fd = ss__tcp_connect(ch->target, 500, why, sizeof why);
+        if (fd >= 0)
+            close(fd);
+        atomic_store(&ch->tcp_connects, fd >= 0);
     }
     return atomic_load(&ch->tcp_connects)
                ? " (no connection: TCP connects, but no gRPC connection comes up: the server "
                  "does not answer, or the handshake fails: TLS on one side only, or a "
                  "certificate one side refuses)"
-               : nothing;
+               : " (no connection: nothing listens there, or it cannot be reached)";
 }
 
 static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {

@@ -19,7 +19,7 @@ trap 'for p in $pid $pid2 $pid3; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' 
 # (the ASan run once failed here with no word).
 out=
 trap 'echo "test_tls: failed at line $LINENO: $BASH_COMMAND" >&2; echo "last output: $out" >&2;
-      cat ps.log ps2.log ps3.log bad.log 2>/dev/null | tail -20 >&2' ERR
+      cat ps.log ps2.log ps3.log 2>/dev/null | tail -20 >&2' ERR
 # Every program run to its end gets 60 s, so a hang fails at its line,
 # with the ERR trap's word, instead of at ctest's timeout with none (the
 # ASan run once timed out here: a trainer's exit raced gRPC's clean-up,
