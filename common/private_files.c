@@ -12,6 +12,32 @@
 
 #include "common/strbuf.h"
 
+ss_status ss__private_owner_check(const struct stat *sb, const char *flag, const char *path,
+                                  char *why, size_t whylen) {
+    if (sb->st_uid != geteuid()) {
+        ss__why(why, whylen,
+                "%s: %s belongs to uid %d, not to this process's uid %d: another user made it "
+                "and could read or replace what is there; use one of your own (or remove it, or "
+                "chown %d it)",
+                flag, path, (int)sb->st_uid, (int)geteuid(), (int)geteuid());
+        return SS_ERR_PERMISSION;
+    }
+    if (sb->st_mode & (S_IWGRP | S_IWOTH)) {
+        ss__why(why, whylen,
+                "%s: %s (mode %03o) is writable by %s: others could plant links or files in "
+                "it; chmod go-w %s",
+                flag, path, (unsigned)(sb->st_mode & 07777),
+                (sb->st_mode & S_IWOTH) ? "others" : "its group", path);
+        return SS_ERR_PERMISSION;
+    }
+    return SS_OK;
+}
+
+/* What a path that must be a directory (or a file) is instead. */
+static const char *kind_of(mode_t mode) {
+    return S_ISLNK(mode) ? "a symbolic link" : S_ISDIR(mode) ? "a directory" : "a file";
+}
+
 ss_status ss__private_dir(const char *dir, const char *flag, char *why, size_t whylen) {
     if (!dir || !*dir) {
         ss__why(why, whylen, "%s: an empty path", flag);
@@ -28,26 +54,44 @@ ss_status ss__private_dir(const char *dir, const char *flag, char *why, size_t w
     }
     if (!S_ISDIR(sb.st_mode)) {
         ss__why(why, whylen, "%s: %s is %s, not a directory; give the real path of a directory",
-                flag, dir, S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file");
+                flag, dir, kind_of(sb.st_mode));
         return SS_ERR_PERMISSION;
     }
-    if (sb.st_uid != geteuid()) {
-        ss__why(why, whylen,
-                "%s: %s belongs to uid %d, not to this process's uid %d: another user made it "
-                "first and could read or replace what is written there; use a directory of your "
-                "own (or remove it, or chown %d it)",
-                flag, dir, (int)sb.st_uid, (int)geteuid(), (int)geteuid());
-        return SS_ERR_PERMISSION;
+    return ss__private_owner_check(&sb, flag, dir, why, whylen);
+}
+
+int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag,
+                        char *why, size_t whylen) {
+    /* O_NONBLOCK: a FIFO planted at the name is refused below, not waited on. */
+    const int fd = openat(dirfd, name,
+                          O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK |
+                              (directory ? O_DIRECTORY : 0));
+    struct stat sb;
+    if (fd < 0 && errno == ELOOP) {
+        ss__why(why, whylen, "%s: %s is a symbolic link: never followed there", flag, name);
+        return -1;
     }
-    if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
-        ss__why(why, whylen,
-                "%s: %s (mode %03o) is writable by %s: others could plant links or files in "
-                "it; chmod go-w %s",
-                flag, dir, (unsigned)(sb.st_mode & 07777),
-                (sb.st_mode & S_IWOTH) ? "others" : "its group", dir);
-        return SS_ERR_PERMISSION;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        ss__why(why, whylen, "%s: cannot open %s: %s", flag, name, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
     }
-    return SS_OK;
+    const bool kind_ok = directory ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode);
+    if (!kind_ok)
+        ss__why(why, whylen, "%s: %s is %s, not %s", flag, name,
+                S_ISFIFO(sb.st_mode) ? "a pipe" : kind_of(sb.st_mode),
+                directory ? "a directory" : "a regular file");
+    if (!kind_ok || ss__private_owner_check(&sb, flag, name, why, whylen) != SS_OK) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    if (fcntl(fd, F_SETFL, 0) != 0) { /* reads block as usual from here */
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 int ss__private_tmp_open(const char *final_path, char *tmp, size_t tmplen) {

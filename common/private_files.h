@@ -12,7 +12,9 @@
 #ifndef SS_COMMON_PRIVATE_FILES_H
 #define SS_COMMON_PRIVATE_FILES_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "shadowsync/status.h"
 
@@ -21,6 +23,21 @@
  * and not writable by group or others. SS_ERR_PERMISSION (or SS_ERR_IO)
  * otherwise, why naming flag, what is wrong and how to fix it. */
 ss_status ss__private_dir(const char *dir, const char *flag, char *why, size_t whylen);
+
+/* The owner rule of the above for something already opened or stat'ed:
+ * owned by this process's effective uid and not writable by group or
+ * others. SS_ERR_PERMISSION with why naming flag and path otherwise. */
+ss_status ss__private_owner_check(const struct stat *sb, const char *flag, const char *path,
+                                  char *why, size_t whylen);
+
+/* Opens name under the directory dirfd (AT_FDCWD: a path) to read, never
+ * through a link at its last component (O_NOFOLLOW), and checks that it is
+ * a directory (directory) or a regular file, and private by the rule
+ * above: what a reader of files that this uid wrote (a follower's delta
+ * directory) opens, so that another user can neither plant nor redirect
+ * one. Returns the descriptor, or -1 with why naming flag and name. */
+int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag,
+                        char *why, size_t whylen);
 
 /* Creates a new file beside final_path for writing: "<final_path>.XXXXXX"
  * (random), O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode 0600. Its name goes to

@@ -53,6 +53,17 @@ static ss_status read_to_end(int fd, size_t hint, size_t max_bytes, unsigned cha
     return SS_OK;
 }
 
+ss_status ss__read_fd(int fd, size_t max_bytes, unsigned char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return SS_ERR_IO;
+    if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max_bytes)
+        return SS_ERR_TOO_LARGE;
+    return read_to_end(fd, S_ISREG(sb.st_mode) ? (size_t)sb.st_size : 4096, max_bytes, buf, len);
+}
+
 ss_status ss__read_file(const char *path, ss__file_origin origin, size_t max_bytes,
                         unsigned char **buf, size_t *len) {
     *buf = NULL;
@@ -73,10 +84,8 @@ ss_status ss__read_file(const char *path, ss__file_origin origin, size_t max_byt
         ; /* errno says why */
     else if (origin == SS_FILE_OURS && !S_ISREG(sb.st_mode))
         errno = EINVAL;
-    else if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max_bytes)
-        st = SS_ERR_TOO_LARGE;
     else
-        st = read_to_end(fd, S_ISREG(sb.st_mode) ? (size_t)sb.st_size : 4096, max_bytes, buf, len);
+        st = ss__read_fd(fd, max_bytes, buf, len);
     const int e = errno;
     close(fd);
     errno = e;

@@ -34,6 +34,9 @@ typedef enum ss__file_origin {
 ss_status ss__read_file(const char *path, ss__file_origin origin, size_t max_bytes,
                         unsigned char **buf, size_t *len);
 
+/* The same from an open descriptor (read from where it stands). */
+ss_status ss__read_fd(int fd, size_t max_bytes, unsigned char **buf, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

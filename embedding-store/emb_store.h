@@ -151,6 +151,9 @@ ss_status ss__emb_store_write_delta(ss__emb_store *st, const char *path, uint64_
  * empties each table it holds. SS_ERR_SIZE_MISMATCH: a table of that name
  * with another dim or optimizer. */
 ss_status ss__emb_store_apply_delta(ss__emb_store *st, const ss__emb_delta_file *f);
+/* Whether ss__emb_store_apply_delta would take f (every table of it fits
+ * the one of that name held here), changing nothing. */
+ss_status ss__emb_store_check_delta(ss__emb_store *st, const ss__emb_delta_file *f);
 /* A follower: requests create no table (OpenTable of a missing table is
  * SS_ERR_STATE, saying why). */
 void ss__emb_store_set_read_only(ss__emb_store *st);

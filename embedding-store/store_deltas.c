@@ -131,6 +131,30 @@ static ss_status apply_rows(void *ctx, const uint64_t *ids, const float *rows, s
     return ss__emb_table_put_full(a->tb->t, ids, n, rows);
 }
 
+/* Checking: a table of the file's name held here with another spec. */
+static ss_status table_fits(void *ctx, const ss__emb_spec *spec) {
+    ss__emb_store *st = ctx;
+    ss_status s = SS_OK;
+    pthread_rwlock_rdlock(&st->lock);
+    for (size_t i = 0; i < st->ntables; i++)
+        if (!strcmp(st->tables[i]->spec.name, spec->name) &&
+            (st->tables[i]->spec.dim != spec->dim ||
+             st->tables[i]->spec.optimizer != spec->optimizer))
+            s = SS_ERR_SIZE_MISMATCH;
+    pthread_rwlock_unlock(&st->lock);
+    return s;
+}
+
+static ss_status rows_fit(void *ctx, const uint64_t *ids, const float *rows, size_t n) {
+    (void)ctx, (void)ids, (void)rows, (void)n;
+    return SS_OK;
+}
+
+ss_status ss__emb_store_check_delta(ss__emb_store *st, const ss__emb_delta_file *f) {
+    const ss__emb_delta_visitor v = {table_fits, rows_fit, st};
+    return ss__emb_delta_walk(f, &v);
+}
+
 ss_status ss__emb_store_apply_delta(ss__emb_store *st, const ss__emb_delta_file *f) {
     ss__emb_delta_info info;
     ss__emb_delta_info_of(f, &info);

@@ -14,11 +14,19 @@
  * kept, older ones removed.
  *
  * A follower applies the newest base, then each delta in sequence order
- * as it appears. A delta it cannot read whole (torn, truncated, corrupted)
- * is refused with the reason in the log and in
- * shadowsync_follower_refused_total: it keeps serving its last good state
- * and, since the deltas after a missing one cannot apply, waits for the
- * next base (a gap in the sequence re-bases the same way). */
+ * as it appears. What it reads must be what the training PS wrote: the
+ * followed directory, each entry and each file are this uid's, not
+ * writable by group or others, and never links; an entry's emb.delta
+ * header names the entry's own sequence number and kind (a copy of
+ * another entry is a replay); a sequence number more than
+ * SS_DELTA_SEQ_JUMP past the one served is not one a PS wrote. An entry
+ * is checked whole (both files read, every value, both parts against the
+ * state served) before any of it applies. One that fails is refused, by
+ * name (it never hides a later entry), with the reason in the log and in
+ * shadowsync_follower_refused_total{reason}: the follower keeps serving
+ * its last good state and, since the deltas after a missing one cannot
+ * apply, waits for the next base (a gap in the sequence re-bases the same
+ * way). */
 #ifndef SS_PS_DELTAS_H
 #define SS_PS_DELTAS_H
 
@@ -81,10 +89,34 @@ bool ss__ps_delta_name_parse(const char *name, uint64_t *seq, bool *base);
 void ss__ps_delta_path(const char *dir, uint64_t seq, bool base, const char *file, char *out,
                        size_t outlen);
 
-/* What directory dir holds past `after`, entries up to `refused` left out
- * (a follower does not try a refused one again; 0: none). SS_ERR_IO when
- * it cannot be read. */
-ss_status ss__ps_delta_index(const char *dir, uint64_t after, uint64_t refused,
-                             ss__delta_index *out);
+/* How far past the state served a sequence number may be: a PS writes one
+ * a second at most (2^32 is 136 years of them), so a name beyond it was
+ * not written by one, and taken as the newest it would hide every later
+ * entry. */
+#define SS_DELTA_SEQ_JUMP ((uint64_t)1 << 32)
+
+/* One entry, by name. */
+typedef struct ss__delta_entry {
+    uint64_t seq; /* 0: none */
+    bool base;
+} ss__delta_entry;
+
+/* The entries a follower refused (the newest SS_DELTA_REFUSALS_KEPT): not
+ * tried again, and not taken for the newest base. */
+#define SS_DELTA_REFUSALS_KEPT 64
+typedef struct ss__delta_refusals {
+    ss__delta_entry kept[SS_DELTA_REFUSALS_KEPT];
+    size_t next; /* where the next goes (the oldest is replaced) */
+} ss__delta_refusals;
+
+void ss__delta_refusals_add(ss__delta_refusals *r, ss__delta_entry e);
+bool ss__delta_refusals_has(const ss__delta_refusals *r, ss__delta_entry e);
+
+/* What directory dir holds past `after` (newest, newest_base: at all),
+ * at most SS_DELTA_SEQ_JUMP past it, entries in refused (NULL: none) left out; far (NULL: not asked) gets
+ * one entry past that bound that is not refused. SS_ERR_IO when it cannot
+ * be read. */
+ss_status ss__ps_delta_index(const char *dir, uint64_t after, const ss__delta_refusals *refused,
+                             ss__delta_index *out, ss__delta_entry *far);
 
 #endif

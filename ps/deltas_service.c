@@ -20,7 +20,7 @@ static void serve_index(void *ctx, void *request, ss__rpc_reply *reply) {
     const ss__deltas_service *svc = ctx;
     const Shadowsync__V1__DeltaIndexRequest *m = request;
     ss__delta_index ix;
-    if (ss__ps_delta_index(svc->dir, m->after, 0, &ix) != SS_OK) {
+    if (ss__ps_delta_index(svc->dir, m->after, NULL, &ix, NULL) != SS_OK) {
         reply->status = SS_ERR_IO;
         snprintf(reply->message, sizeof reply->message, "cannot read the delta directory");
     } else {

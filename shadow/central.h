@@ -129,6 +129,11 @@ ss_status ss__central_load(ss__central *c, const char *path, size_t *groups);
 /* The same from a file already read and checked (a follower's, fetched
  * over the network). */
 ss_status ss__central_load_file(ss__central *c, const ss__dense_ckpt_file *f, size_t *groups);
+/* Whether ss__central_load_file would take f, changing nothing: every
+ * group of it fits (SS_ERR_SIZE_MISMATCH: a group of that name and another
+ * size), so that a follower applies a delta's rows and dense groups both
+ * or neither. */
+ss_status ss__central_check_file(ss__central *c, const ss__dense_ckpt_file *f);
 
 typedef struct ss__central_group_info {
     char name[128];

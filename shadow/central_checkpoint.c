@@ -91,11 +91,11 @@ ss_status ss__central_save_delta(ss__central *c, const char *path, bool base, si
     return save(c, path, !base, groups);
 }
 
-/* Every group of a checked file first gets its place (an existing group
- * must have the same size), then its values: a file that does not fit
- * changes nothing. */
-static ss_status restore_groups(ss__central *centre, const ss__dense_ckpt_file *f) {
-    size_t count = ss__dense_ckpt_count(f);
+/* Whether every group of a checked file fits the centre: an existing
+ * group of the same size and rounds kind, each group once. centre->lock
+ * held. */
+static ss_status groups_fit(ss__central *centre, const ss__dense_ckpt_file *f) {
+    const size_t count = ss__dense_ckpt_count(f);
     for (size_t i = 0; i < count; i++) {
         const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
         group *g = ss__central_lookup(centre, c->name);
@@ -111,7 +111,15 @@ static ss_status restore_groups(ss__central *centre, const ss__dense_ckpt_file *
         if (c->bmuf_w && g && g->rounds_kind == ROUNDS_MEAN)
             return SS_ERR_INVALID_ARGUMENT; /* rounds of a live group are already S-MA */
     }
-    for (size_t i = 0; i < count; i++) {
+    return SS_OK;
+}
+
+/* Every group of a checked file first gets its place, then its values: a
+ * file that does not fit changes nothing. */
+static ss_status restore_groups(ss__central *centre, const ss__dense_ckpt_file *f) {
+    const size_t count = ss__dense_ckpt_count(f);
+    ss_status st = groups_fit(centre, f);
+    for (size_t i = 0; st == SS_OK && i < count; i++) {
         const ss__dense_ckpt_group *c = ss__dense_ckpt_group_at(f, i);
         group *g = ss__central_lookup(centre, c->name);
         if (!g) {
@@ -151,7 +159,16 @@ static ss_status restore_groups(ss__central *centre, const ss__dense_ckpt_file *
         }
         pthread_mutex_unlock(&g->lock);
     }
-    return SS_OK;
+    return st;
+}
+
+ss_status ss__central_check_file(ss__central *c, const ss__dense_ckpt_file *f) {
+    if (!c || !f)
+        return SS_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&c->lock);
+    const ss_status st = groups_fit(c, f);
+    pthread_mutex_unlock(&c->lock);
+    return st;
 }
 
 ss_status ss__central_load_file(ss__central *c, const ss__dense_ckpt_file *f, size_t *groups) {

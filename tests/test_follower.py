@@ -60,9 +60,10 @@ def call(addr, service, name, reply_cls, req):
 
 
 def metric(http, name):
+    """A series' value; of a labelled one, the sum over its labels (None: absent)."""
     text = urllib.request.urlopen("http://%s/metrics" % http, timeout=5).read().decode()
-    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
-    return float(m.group(1)) if m else None
+    values = re.findall(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), text, re.M)
+    return sum(float(v) for v in values) if values else None
 
 
 def metric_stopped_safe(http, name):
