@@ -67,8 +67,9 @@ int ss__private_open_at(int dirfd, const char *name, bool directory, const char 
                           O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK |
                               (directory ? O_DIRECTORY : 0));
     struct stat sb;
-    if (fd < 0 && errno == ELOOP) {
+    if (fd < 0 && fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode)) {
         ss__why(why, whylen, "%s: %s is a symbolic link: never followed there", flag, name);
+        errno = EPERM; /* (ELOOP, or ENOTDIR for a directory) */
         return -1;
     }
     if (fd < 0 || fstat(fd, &sb) != 0) {

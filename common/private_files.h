@@ -35,7 +35,8 @@ ss_status ss__private_owner_check(const struct stat *sb, const char *flag, const
  * a directory (directory) or a regular file, and private by the rule
  * above: what a reader of files that this uid wrote (a follower's delta
  * directory) opens, so that another user can neither plant nor redirect
- * one. Returns the descriptor, or -1 with why naming flag and name. */
+ * one. Returns the descriptor, or -1 with why naming flag and name and
+ * errno EPERM for a refusal (ENOENT: no such name). */
 int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag,
                         char *why, size_t whylen);
 
