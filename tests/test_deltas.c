@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "planted_link.h"
 #include "embedding-store/delta_file.h"
 #include "embedding-store/emb_store.h"
 
@@ -205,7 +206,45 @@ START_TEST(test_damaged_deltas_are_refused_whole) {
 }
 END_TEST
 
+/* A NaN row under a correct checksum (a writer's bug, or a file made to
+ * pass the CRC) is refused whole: a follower never serves it. */
+START_TEST(test_non_finite_row_is_refused) {
+    char path[256], why[128] = "";
+    snprintf(path, sizeof path, "%s/nan.delta", g_dir);
+    ss__emb_delta_writer *w;
+    ck_assert_int_eq(ss__emb_delta_begin(path, 1, true, 0, &w), SS_OK);
+    ss__emb_spec spec;
+    ss__emb_spec_init(&spec, "t", DIM);
+    ss__emb_delta_table(w, &spec);
+    const uint64_t ids[2] = {1, 2};
+    float rows[2 * DIM] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+    rows[DIM + 1] = __builtin_nanf("");
+    ck_assert_int_eq(ss__emb_delta_put(w, ids, rows, 2), SS_OK);
+    ck_assert_int_eq(ss__emb_delta_commit(w), SS_OK);
+    ss__emb_store *follower = store(NULL);
+    ck_assert_int_eq(apply(follower, "nan.delta", why), SS_ERR_PARSE);
+    ck_assert_msg(strstr(why, "NaN or Inf"), "%s", why);
+    ss__emb_store_destroy(follower);
+}
+END_TEST
+
+/* A delta file is made new: a link planted at its name is not written
+ * through (nor is an existing file truncated). */
+START_TEST(test_delta_file_never_written_through_a_link) {
+    char planted[256], target[256];
+    snprintf(planted, sizeof planted, "%s/planted.delta", g_dir);
+    snprintf(target, sizeof target, "%s/precious", g_dir);
+    plant_link(planted, target);
+    ss__emb_delta_writer *w = NULL;
+    ck_assert_int_eq(ss__emb_delta_begin(planted, 1, true, 0, &w), SS_ERR_IO);
+    assert_not_written_through(target);
+    ck_assert_int_eq(ss__emb_delta_begin(target, 1, true, 0, &w), SS_ERR_IO);
+    assert_not_written_through(target);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("deltas", 60, setup, teardown, test_base_and_deltas_restore_bit_exact,
-                           test_damaged_deltas_are_refused_whole);
+                           test_damaged_deltas_are_refused_whole, test_non_finite_row_is_refused,
+                           test_delta_file_never_written_through_a_link);
 }

@@ -303,6 +303,29 @@ START_TEST(test_half_an_entry_applies_nothing) {
     ck_assert_double_eq(series(&fl, APPLIED), 1);
     ck_assert_float_eq(row_of(&fl, 1), before); /* no row of it applied */
     ck_assert(isnan(row_of(&fl, 2)));
+    /* Delta 3 from another store: table "a" (new here) first, then a "t"
+     * of another dim: not even "a" may apply. */
+    ss__emb_store *other = g_train;
+    ss__emb_store_config cfg = {0};
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &g_train), SS_OK);
+    ss__emb_store_track_changes(g_train);
+    ss__emb_spec a, t3;
+    ss__emb_spec_init(&a, "a", DIM);
+    ss__emb_spec_init(&t3, "t", DIM + 1);
+    ck_assert_int_eq(ss__emb_store_open_table(g_train, &a, NULL, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_open_table(g_train, &t3, NULL, NULL, 0), SS_OK);
+    const uint64_t id = 9;
+    const float g[DIM] = {1, 1};
+    ck_assert_int_eq(ss__emb_store_push(g_train, "a", &id, 1, g, NULL, 0), SS_OK);
+    publish(3, true);
+    ck_assert_double_eq(wait_for(&fl, REFUSED("not_applicable"), 2), 2);
+    ck_assert_double_eq(series(&fl, APPLIED), 1);
+    float row[DIM + 1];
+    bool found = false;
+    const ss_status held = ss__emb_store_read_full(fl.store, "a", &id, 1, row, &found);
+    ck_assert_msg(held != SS_OK || !found, "a row of the refused entry was applied");
+    ss__emb_store_destroy(g_train);
+    g_train = other;
     unfollow(&fl);
 }
 END_TEST
