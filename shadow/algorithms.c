@@ -69,13 +69,14 @@ ss_status ss__bmuf_step(const ss__bmuf_params *p, float *w, float *m, float *b, 
         return SS_OK;
     }
     const float eta = p->eta, zeta = p->zeta;
-    /* The step once without storing it: any w, m or b that overflows
-     * refuses the whole step, the state unchanged. */
+    /* The step once without storing it: any w, m or b (Nesterov's; the
+     * classic b is w) that overflows refuses the whole step, the state
+     * unchanged. */
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         float mi = eta * m[i] + zeta * (avg[i] - b[i]);
         float wi = w[i] + mi;
-        bad |= !isfinite(mi) | !isfinite(wi) | !isfinite(wi + eta * mi);
+        bad |= !isfinite(mi) | !isfinite(wi) | (p->nesterov && !isfinite(wi + eta * mi));
     }
     if (bad)
         return SS_ERR_NON_FINITE;

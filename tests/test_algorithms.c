@@ -216,9 +216,41 @@ START_TEST(test_results_that_overflow_are_refused) {
 }
 END_TEST
 
+/* Inputs whose step is finite but whose result is not: each result is
+ * checked, not only the step (each case kills a guard that checked the
+ * step alone). */
+START_TEST(test_finite_steps_with_results_that_overflow) {
+    /* S-EASGD, alpha 1: d = s - c is finite, c + d rounds to Inf. */
+    float c[] = {0x1.0a650ep+126f}, d[1];
+    const float s[] = {FLT_MAX};
+    ck_assert(isfinite(s[0] - c[0]));
+    ck_assert_int_eq(ss__easgd_server(s, c, d, 1.0f, 1), SS_ERR_NON_FINITE);
+    ck_assert_float_eq(c[0], 0x1.0a650ep+126f);
+    /* S-BMUF from 3e38: m = 2 (3.4e38 - 3e38) is finite, w = 3e38 + m is not. */
+    const ss__bmuf_params p = {.eta = 0.5f, .zeta = 2.0f};
+    float w[1], m[1], b[1];
+    ck_assert_int_eq(ss__bmuf_step(&p, w, m, b, (const float[]){3e38f}, 1, true), SS_OK);
+    ck_assert_int_eq(ss__bmuf_step(&p, w, m, b, (const float[]){3.4e38f}, 1, false),
+                     SS_ERR_NON_FINITE);
+    ck_assert_float_eq(w[0], 3e38f);
+    ck_assert_float_eq(m[0], 0.0f);
+    /* Nesterov from 3e38 to 3.2e38: m and w = 3.4e38 finite, b = w + m / 2 not. */
+    const ss__bmuf_params nbm = {.eta = 0.5f, .zeta = 2.0f, .nesterov = true};
+    ck_assert_int_eq(ss__bmuf_step(&nbm, w, m, b, (const float[]){3e38f}, 1, true), SS_OK);
+    ck_assert_int_eq(ss__bmuf_step(&nbm, w, m, b, (const float[]){3.2e38f}, 1, false),
+                     SS_ERR_NON_FINITE);
+    ck_assert_float_eq(b[0], 3e38f);
+    /* Classic (CBM) takes the same step: b = w. */
+    ck_assert_int_eq(ss__bmuf_step(&p, w, m, b, (const float[]){3e38f}, 1, true), SS_OK);
+    ck_assert_int_eq(ss__bmuf_step(&p, w, m, b, (const float[]){3.2e38f}, 1, false), SS_OK);
+    ck_assert_float_eq(b[0], w[0]);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("algorithms", 0, NULL, NULL, test_easgd_server, test_easgd_bad_input,
                            test_ma_delta, test_bmuf_nesterov_rounds, test_bmuf_classic_rounds,
                            test_mean_and_kernels, test_algo_names,
-                           test_results_that_overflow_are_refused);
+                           test_results_that_overflow_are_refused,
+                           test_finite_steps_with_results_that_overflow);
 }
