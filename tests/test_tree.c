@@ -604,11 +604,66 @@ START_TEST(test_a_forged_leave_version_cannot_lock_a_member_out) {
     ck_assert_int_eq(forged_leave(t[0], 1, (1ull << 31) - 1), SS_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(forged_leave(t[0], 1, UINT64_MAX), SS_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(forged_leave(t[0], 1, SS_TREE_MAX_VERSION_STEP + 1), SS_ERR_INVALID_ARGUMENT);
+    /* One step past the known version in its low 32 bits, 2^32 past in all
+     * 64: versions are compared whole. */
+    for (uint64_t v = (1ull << 32) + 1; v <= (1ull << 32) + 3; v++)
+        ck_assert_int_eq(forged_leave(t[0], 1, v), SS_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(tries_until_ok(a, M, 2.0f, M, 1), 1); /* nobody was left out */
     for (int k = 0; k < 3; k++) {
         ck_assert_int_eq(forged_leave(t[0], 1, 0), SS_OK); /* plausible: one past the known */
         tries_until_ok(a, M, 3.0f + (float)k, M, 6);       /* member 1 is back */
     }
+    stop_members(t);
+}
+END_TEST
+
+/* A probe "from" member `from` to `to` carrying a view in which member m
+ * is at version v, gone or not (every other member at version 0, there). */
+static ss_status forged_probe(ss__transport *to, uint32_t from, uint32_t m, uint64_t v, bool gone) {
+    char target[40];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__tree_transport_port(to));
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    uint8_t view[8 * M] = {0};
+    const uint64_t x = v << 1 | (gone ? 1u : 0u);
+    for (int b = 0; b < 8; b++)
+        view[8 * m + (size_t)b] = (uint8_t)(x >> (8 * b));
+    Shadowsync__V1__TreeProbe pr = SHADOWSYNC__V1__TREE_PROBE__INIT;
+    pr.group = "w";
+    pr.from = from;
+    pr.membership = (ProtobufCBinaryData){sizeof view, view};
+    uint8_t req[128], *resp = NULL;
+    size_t rl;
+    char msg[200] = "";
+    ss_status st = ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Probe", req,
+                                protobuf_c_message_pack(&pr.base, req), 2000, false, &resp, &rl,
+                                msg, sizeof msg);
+    free(resp);
+    ss__rpc_channel_destroy(ch);
+    return st;
+}
+
+/* A view that says member 1 left, at the version already known for it (or
+ * a lower one): old news, nobody is left out; and a probe that claims to
+ * come from its receiver is refused (the receiver would take itself for
+ * gone). */
+START_TEST(test_a_stale_view_changes_nobody) {
+    ss__transport *t[M];
+    member_round a[M];
+    start_after_a_round(t, a, 300);
+    ck_assert_int_eq(forged_probe(t[0], 2, 1, 0, true), SS_OK);
+    ck_assert_int_eq(ss__tree_transport_counts_gone(t[0], "w", 1), 0);
+    ck_assert_int_eq(tries_until_ok(a, M, 2.0f, M, 1), 1);
+    /* Member 1 left (version 1) and is back (version 2 or more): a view
+     * of its leave is older than what member 0 knows. */
+    ck_assert_int_eq(forged_leave(t[0], 1, 0), SS_OK);
+    tries_until_ok(a, M, 3.0f, M, 6);
+    ck_assert_int_eq(ss__tree_transport_counts_gone(t[0], "w", 1), 0);
+    ck_assert_int_eq(forged_probe(t[0], 2, 1, 1, true), SS_OK);
+    ck_assert_int_eq(ss__tree_transport_counts_gone(t[0], "w", 1), 0);
+    ck_assert_int_eq(tries_until_ok(a, M, 4.0f, M, 1), 1);
+    ck_assert_int_eq(forged_probe(t[0], 0, 2, 5, true), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(tries_until_ok(a, M, 5.0f, M, 1), 1);
     stop_members(t);
 }
 END_TEST
@@ -812,6 +867,6 @@ int main(void) {
         test_a_member_that_leaves_is_left_out, test_a_round_whose_means_are_in_survives_a_leave,
         test_a_member_that_leaves_does_not_come_back, test_a_dead_member_is_left_out_and_comes_back,
         test_bmuf_rounds_by_hand, test_bad_pushes_and_open_doors,
-        test_a_forged_leave_version_cannot_lock_a_member_out,
+        test_a_forged_leave_version_cannot_lock_a_member_out, test_a_stale_view_changes_nobody,
         test_a_mean_that_overflows_goes_nowhere);
 }
