@@ -211,6 +211,11 @@ ss_status ss__emb_table_set_bounds(ss__emb_table *t, const ss__emb_bounds *b, ui
 typedef void (*ss__emb_on_delete)(void *ctx, const uint64_t *ids, size_t n);
 size_t ss__emb_table_sweep(ss__emb_table *t, uint64_t now_s, ss__emb_on_delete on_delete,
                            void *ctx);
+/* The same sweep with the budget lowered to max_live rows (>= 1), for a
+ * writer that is about to create rows: the least recently updated go
+ * first, counted as the budget's. 0 (nothing done) without a budget. */
+size_t ss__emb_table_make_room(ss__emb_table *t, uint64_t now_s, uint64_t max_live,
+                               ss__emb_on_delete on_delete, void *ctx);
 
 /* Deltas (online export). A table tracks its changes once asked: every
  * update marks its row changed; every deletion (a bound's, or

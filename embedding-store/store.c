@@ -33,7 +33,8 @@ static const double k_seconds_bounds[] = {1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5
 static const char *const k_refusal_reasons[] = {
     "bad_alpha",           "bad_spec",        "batch_too_large", "duplicate_ids", "empty_batch",
     "non_finite",          "unknown_table",   "garbage",         "dim_mismatch",  "spec_mismatch",
-    "bad_checkpoint_name", "reply_too_large", "too_many_tables", "bad_ids",       "too_many_rows"};
+    "bad_checkpoint_name", "reply_too_large", "too_many_tables", "bad_ids",       "too_many_rows",
+    "over_budget"};
 
 static void count_refusal(ss__emb_store *st, const char *reason, uint64_t n) {
     ss__metrics_count(st->metrics, "shadowsync_emb_rejected_total",
@@ -293,12 +294,6 @@ static void update_resident_gauge(ss__emb_store *st) {
     ss__gauge_set(st->resident_rows, (double)resident_rows(st, &ntables));
 }
 
-static void delete_stored(void *ctx, const uint64_t *ids, size_t n) {
-    store_table *tb = ctx;
-    if (tb->st->db && ss__emb_db_delete_rows(tb->st->db, tb->tid, ids, n, false) != SS_OK)
-        ss__log(SS_LOG_ERROR, "emb", "event=delete_failed table=%s rows=%zu", tb->spec.name, n);
-}
-
 /* Once a second: every table's bounds, under flush_lock so that no flush
  * writes back a row this deletes; then the series move by what changed. */
 static void sweep_bounds(ss__emb_store *st) {
@@ -312,7 +307,7 @@ static void sweep_bounds(ss__emb_store *st) {
     pthread_mutex_lock(&st->flush_lock);
     for (size_t i = 0; i < n; i++) {
         store_table *tb = st->tables[i];
-        ss__emb_table_sweep(tb->t, ss__unix_ms() / 1000, delete_stored, tb);
+        ss__emb_table_sweep(tb->t, ss__unix_ms() / 1000, ss__emb_store_delete_stored, tb);
         ss__emb_table_stats now_st;
         ss__emb_table_get_stats(tb->t, &now_st);
         ss__counter_add(tb->admitted, now_st.admitted - tb->reported.admitted);
@@ -614,10 +609,23 @@ static ss_status after_rows(ss__emb_store *st, store_table *tb, ss__counter *cou
     return w != SS_OK ? w : s;
 }
 
+/* Room for the rows an update of ids may create (the live-row budget),
+ * or the refusal counted; *held as ss__emb_budget_reserve's. */
+static ss_status reserve_rows(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n,
+                              uint64_t *held, char *why, size_t whylen) {
+    const ss_status s = ss__emb_budget_reserve(st, tb, ids, n, held, why, whylen);
+    return s == SS_OK ? s : refuse(st, s, "over_budget");
+}
+
 static ss_status apply_push(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n,
                             const float *grads, char *why, size_t whylen) {
     size_t refused = 0;
-    ss_status s = ss__emb_table_apply_gradients(tb->t, ids, n, grads, &refused);
+    uint64_t held;
+    ss_status s = reserve_rows(st, tb, ids, n, &held, why, whylen);
+    if (s != SS_OK)
+        return s;
+    s = ss__emb_table_apply_gradients(tb->t, ids, n, grads, &refused);
+    ss__emb_budget_release(tb, held);
     return after_rows(st, tb, tb->pushes, n, s, refused, why, whylen);
 }
 
@@ -678,8 +686,12 @@ static ss_status store_elastic(ss__emb_store *st, const char *table, const uint6
     if (s != SS_OK)
         return s;
     size_t not_held = 0, refused = 0;
+    uint64_t held;
+    if ((s = reserve_rows(st, tb, ids, n, &held, why, whylen)) != SS_OK)
+        return s;
     s = enc ? ss__emb_table_elastic_encoded(tb->t, ids, n, x, alpha, enc, encoded, &not_held)
             : ss__emb_table_elastic(tb->t, ids, n, x, alpha, deltas, &refused);
+    ss__emb_budget_release(tb, held);
     return after_rows(st, tb, tb->elastic, n - not_held, s, refused, why, whylen);
 }
 

@@ -24,6 +24,7 @@ typedef struct store_table {
     ss__counter *admitted, *not_admitted, *expired, *dropped;
     ss__emb_scan_pos take_pos; /* where the next take's walk starts (under flush_lock) */
     uint64_t take_db_from;     /* the same for its walk of the database's rows */
+    _Atomic uint64_t reserved; /* rows writers may be creating now (store_budget.c) */
 } store_table;
 
 struct ss__emb_store {
@@ -56,5 +57,17 @@ ss_status ss__emb_store_add_table_locked(ss__emb_store *st, const ss__emb_spec *
 
 /* The table of that name (NULL: none); tables live as long as the store. */
 store_table *ss__emb_store_find(ss__emb_store *st, const char *name);
+
+/* ---- the live-row budget (store_budget.c) ---- */
+/* An on_delete for the table's bounds: the ids deleted from the database. */
+void ss__emb_store_delete_stored(void *ctx, const uint64_t *ids, size_t n);
+/* Before an update of ids that may create rows in tb: room for its new
+ * ids within the budget, made now (the oldest rows deleted) when the rows
+ * held and reserved would pass it; *held: rows reserved, given back by
+ * ss__emb_budget_release once the update is done. SS_ERR_TOO_LARGE, with
+ * why, for more new ids than the whole budget. */
+ss_status ss__emb_budget_reserve(ss__emb_store *st, store_table *tb, const uint64_t *ids, size_t n,
+                                 uint64_t *held, char *why, size_t whylen);
+void ss__emb_budget_release(store_table *tb, uint64_t held);
 
 #endif

@@ -224,8 +224,9 @@ static size_t sweep_all(ss__emb_table *t, uint32_t cut, uint32_t at, size_t budg
     return gone;
 }
 
-size_t ss__emb_table_sweep(ss__emb_table *t, uint64_t now_s, ss__emb_on_delete on_delete,
-                           void *ctx) {
+/* A sweep that brings the live rows down to max_live (0: no budget). */
+static size_t sweep_to(ss__emb_table *t, uint64_t now_s, uint64_t max_live,
+                       ss__emb_on_delete on_delete, void *ctx) {
     const ss__emb_bounds *b = &t->bounds;
     atomic_store(&t->stamp_now, (uint32_t)(now_s / t->stamp_unit_s));
     /* Expiry: a row whose age in ticks reaches the ttl's (never at 256:
@@ -233,19 +234,30 @@ size_t ss__emb_table_sweep(ss__emb_table *t, uint64_t now_s, ss__emb_on_delete o
     const uint32_t ttl_ticks =
         b->ttl_s ? (uint32_t)((b->ttl_s + t->stamp_unit_s - 1) / t->stamp_unit_s) : 256;
     uint64_t hist[256] = {0};
-    size_t expired =
-        sweep_all(t, ttl_ticks, 256, 0, b->max_live_rows ? hist : NULL, on_delete, ctx);
+    size_t expired = sweep_all(t, ttl_ticks, 256, 0, max_live ? hist : NULL, on_delete, ctx);
     atomic_fetch_add(&t->expired, expired);
     const uint64_t live = atomic_load(&t->resident);
-    if (!b->max_live_rows || live <= b->max_live_rows)
+    if (!max_live || live <= max_live)
         return expired;
     /* The budget: the oldest first. cut is the youngest age deleted whole,
      * at the age deleted in part. */
-    uint64_t excess = live - b->max_live_rows, older = 0;
+    uint64_t excess = live - max_live, older = 0;
     uint32_t at = 255;
     while (at > 0 && older + hist[at] < excess)
         older += hist[at--];
     const size_t dropped = sweep_all(t, at + 1, at, (size_t)(excess - older), NULL, on_delete, ctx);
     atomic_fetch_add(&t->dropped, dropped);
     return expired + dropped;
+}
+
+size_t ss__emb_table_sweep(ss__emb_table *t, uint64_t now_s, ss__emb_on_delete on_delete,
+                           void *ctx) {
+    return sweep_to(t, now_s, t->bounds.max_live_rows, on_delete, ctx);
+}
+
+size_t ss__emb_table_make_room(ss__emb_table *t, uint64_t now_s, uint64_t max_live,
+                               ss__emb_on_delete on_delete, void *ctx) {
+    if (!t->bounds.max_live_rows)
+        return 0;
+    return sweep_to(t, now_s, max_live ? max_live : 1, on_delete, ctx);
 }

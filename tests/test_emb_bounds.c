@@ -2,6 +2,8 @@
  * update, expiry after ttl_s without an update, the row budget deleting
  * the least recently updated rows; against hand-counted examples. */
 #include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,9 +215,116 @@ START_TEST(test_store_expiry_reaches_rocksdb) {
 }
 END_TEST
 
+/* A flood of new ids under a row budget: the budget holds after every
+ * request and at every moment two writers and a reader can see, not only
+ * after the next sweep; the newest rows are the ones kept, and a request
+ * with more new ids than the whole budget is refused, saying so. */
+enum { BUDGET = 5000, FLOOD = 50000, BATCH = 1000 };
+
+typedef struct flood {
+    ss__emb_store *st;
+    uint64_t first;
+    _Atomic bool *done;
+    uint64_t peak;
+} flood;
+
+static void *flood_writer(void *arg) {
+    flood *f = arg;
+    static const float g[BATCH * DIM]; /* zero gradients: every row is made */
+    uint64_t ids[BATCH];
+    for (uint64_t at = f->first; at < f->first + FLOOD / 2; at += BATCH) {
+        for (size_t i = 0; i < BATCH; i++)
+            ids[i] = at + i;
+        ck_assert_int_eq(ss__emb_store_push(f->st, "t", ids, BATCH, g, NULL, 0), SS_OK);
+    }
+    return NULL;
+}
+
+static void *flood_watcher(void *arg) {
+    flood *f = arg;
+    ss__emb_store_stats ss;
+    while (!atomic_load(f->done)) {
+        ck_assert_int_eq(ss__emb_store_stats_of(f->st, "t", &ss), SS_OK);
+        if (ss.table.resident_rows > f->peak)
+            f->peak = ss.table.resident_rows;
+    }
+    return NULL;
+}
+
+START_TEST(test_budget_holds_at_every_moment_of_a_flood) {
+    ss__emb_store_config cfg = {.bounds = {.max_live_rows = BUDGET}};
+    ss__emb_store *st;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ss__emb_spec spec;
+    ss__emb_spec_init(&spec, "t", DIM);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    _Atomic bool done = false;
+    flood w[2] = {{st, 1, &done, 0}, {st, 1 + FLOOD, &done, 0}}, watch = {st, 0, &done, 0};
+    pthread_t tw[2], tr;
+    ck_assert_int_eq(pthread_create(&tr, NULL, flood_watcher, &watch), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&tw[i], NULL, flood_writer, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(tw[i], NULL);
+    atomic_store(&done, true);
+    pthread_join(tr, NULL);
+    ck_assert_msg(watch.peak <= BUDGET, "%llu rows resident under a budget of %d",
+                  (unsigned long long)watch.peak, BUDGET);
+    ss__emb_store_stats ss;
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "t", &ss), SS_OK);
+    ck_assert_uint_le(ss.table.resident_rows, BUDGET);
+    ck_assert_uint_ge(ss.table.resident_rows, BUDGET / 2);
+    /* more new ids in one request than the budget */
+    static uint64_t ids[BUDGET + 1];
+    static const float g[(BUDGET + 1) * DIM];
+    for (size_t i = 0; i <= BUDGET; i++)
+        ids[i] = 10 * FLOOD + i;
+    char why[200] = "";
+    ck_assert_int_eq(ss__emb_store_push(st, "t", ids, BUDGET + 1, g, why, sizeof why),
+                     SS_ERR_TOO_LARGE);
+    ck_assert_msg(strstr(why, "5001 new ids") && strstr(why, "--emb-max-live-rows"), "%s", why);
+    ss__emb_store_destroy(st);
+}
+END_TEST
+
+/* --max-rows with a bounded table: past it a request is refused, the
+ * table held whole (a bound deletes rows for good, so none may spill to
+ * RocksDB and be read back past the bound's count). */
+START_TEST(test_a_bounded_table_is_held_whole_under_max_rows) {
+    char dir[] = "/tmp/ss-bounds-XXXXXX", db[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/db", dir);
+    ss__emb_store_config cfg = {.db_path = db, .max_rows = 100, .bounds = {.ttl_s = 3600}};
+    ss__emb_store *st;
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ss__emb_spec spec;
+    ss__emb_spec_init(&spec, "t", DIM);
+    ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
+    static uint64_t ids[110];
+    static const float g[110 * DIM];
+    for (size_t i = 0; i < 110; i++)
+        ids[i] = i + 1;
+    ck_assert_int_eq(ss__emb_store_push(st, "t", ids, 100, g, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__emb_store_flush(st), SS_OK); /* every row clean: evictable */
+    char why[200] = "";
+    ck_assert_int_eq(ss__emb_store_push(st, "t", ids + 100, 10, g, why, sizeof why),
+                     SS_ERR_TOO_LARGE);
+    ck_assert_msg(strstr(why, "--max-rows"), "%s", why);
+    ss__emb_store_stats ss;
+    ck_assert_int_eq(ss__emb_store_stats_of(st, "t", &ss), SS_OK);
+    ck_assert_uint_eq(ss.table.resident_rows, 100);
+    ss__emb_store_destroy(st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("emb_bounds", 30, NULL, NULL, test_admission_on_the_kth_push,
                            test_rows_expire_after_ttl, test_budget_drops_least_recently_pushed,
                            test_a_bounded_table_does_not_grow_with_rows_made,
-                           test_store_expiry_reaches_rocksdb);
+                           test_store_expiry_reaches_rocksdb,
+                           test_budget_holds_at_every_moment_of_a_flood,
+                           test_a_bounded_table_is_held_whole_under_max_rows);
 }
