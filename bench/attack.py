@@ -19,6 +19,12 @@ python3-grpcio, as tests/test_blackbox_ps.py), each attack one line:
   budget    --max-total-floats 32M (128 MiB of floats): groups joined until
             refused, each synced by S-EASGD and S-MA, then a checkpoint:
             peak RSS (bound: the budget plus the idle PS plus 64 MiB)
+  rows      --emb-max-live-rows 5000 (dim 64): 50,000 new ids pushed by
+            two writers at once, then a 200,000-id burst, while a reader
+            samples the table's live rows (Stats) and the PS's RSS: peak
+            rows / the budget, and peak RSS / the peak RSS of the same
+            requests on rows already held (the baseline, first: no row
+            made) (bound: 1.1 at every sample, both)
   http      64 idle connections, then a 70-connection slowloris, from
             127.0.0.2: /healthz latency from 127.0.0.1 (bound: 1 s)
 
@@ -43,7 +49,8 @@ import urllib.request
 import grpc
 
 PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
-CHOSEN = sys.argv[3:] or ["door", "lookups", "readers", "readers_niced", "budget", "http"]
+CHOSEN = sys.argv[3:] or ["door", "lookups", "readers", "readers_niced", "budget", "rows",
+                          "http"]
 WORK = tempfile.mkdtemp(prefix="ss-attack-")
 GEN = os.path.join(WORK, "gen")
 os.makedirs(GEN)
@@ -324,6 +331,74 @@ def attack_budget():
     line("budget", "budget %d MiB, idle %.0f MiB" % (budget * 4 // MiB, mb(ps.idle)),
          "%d groups of 1M floats, peak %.0f MiB" % (groups, mb(peak)),
          "%.0f MiB" % mb(bound), peak <= bound)
+
+
+ROW_BUDGET = 5000
+
+
+def push_ids(ps, first, count, per_call, wrap=0):
+    """Pushes count ids from first, per_call at a time (zero gradients);
+    wrap: ids taken modulo it (the same rows pushed again)."""
+    ch = ps.channel_new()
+    grads = b"\0" * (per_call * 64 * 4)
+    for at in range(first, first + count, per_call):
+        ids = [i % wrap if wrap else i for i in range(at, at + per_call)]
+        ps.call("Embedding", "Push", emb.PushReply,
+                emb.PushRequest(table="t", ids=struct.pack("<%dQ" % per_call, *ids), grads=grads),
+                channel=ch)
+    ch.close()
+
+
+def flood_of(ps, first, wrap):
+    """The flood: 50,000 ids by two writers at once, then a 200,000-id burst."""
+    writers = [threading.Thread(target=push_ids, args=(ps, first + k * 25000, 25000, 2500, wrap))
+               for k in range(2)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    push_ids(ps, first + 50000, 200000, 5000, wrap)
+
+
+def attack_rows():
+    ps = PS("--emb-max-live-rows", str(ROW_BUDGET))
+    spec = emb.TableSpec(name="t", dim=64, optimizer=0, lr=0.1, eps=1e-8, init_scale=0.01)
+    ps.call("Embedding", "OpenTable", emb.OpenTableReply, emb.OpenTableRequest(spec=spec))
+    push_ids(ps, 0, ROW_BUDGET, 1000)  # the budget filled: ids 0..4999
+    peak = {"rows": 0, "rss": 0, "samples": 0}
+    done = threading.Event()
+
+    def watch():
+        ch = ps.channel_new()
+        while not done.is_set():
+            rows = ps.call("Embedding", "Stats", emb.TableStatsReply,
+                           emb.TableStatsRequest(table="t"), channel=ch).resident_rows
+            peak["rows"] = max(peak["rows"], rows)
+            peak["rss"] = max(peak["rss"], rss(ps.proc.pid))
+            peak["samples"] += 1
+        ch.close()
+
+    def phase(first, wrap):
+        peak.update(rows=0, rss=0)
+        done.clear()
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        flood_of(ps, first, wrap)
+        done.set()
+        watcher.join()
+        return dict(peak)
+    # The baseline: the same requests on the rows held (no row made).
+    known = phase(0, ROW_BUDGET)
+    t0 = time.perf_counter()
+    new = phase(1 << 40, 0)
+    flood_s = time.perf_counter() - t0
+    ps.stop()
+    rows_ratio, rss_ratio = new["rows"] / ROW_BUDGET, new["rss"] / known["rss"]
+    line("rows", "budget %d rows; RSS %.0f MiB under the same flood of held ids" % (
+        ROW_BUDGET, mb(known["rss"])),
+         "peak %d rows (%.2fx), RSS %.0f MiB (%.2fx) under 250,000 new ids (%.1f s, %d samples)"
+         % (new["rows"], rows_ratio, mb(new["rss"]), rss_ratio, flood_s, new["samples"]),
+         "1.1x rows and RSS", rows_ratio <= 1.1 and rss_ratio <= 1.1)
 
 
 def healthz_ms(http):
