@@ -618,11 +618,14 @@ void ss__emb_table_get_stats(ss__emb_table *t, ss__emb_table_stats *out) {
     for (int k = 0; k < STRIPES; k++) {
         stripe *s = &t->s[k];
         pthread_mutex_lock(&s->lock);
-        out->resident_rows += s->count;
         out->dirty_rows += s->dirty;
         out->index_bytes += s->cap * sizeof(slot) + s->queue_cap * sizeof *s->queue;
         pthread_mutex_unlock(&s->lock);
     }
+    /* One count at one moment: a sum of the stripes' counts, each taken in
+     * turn, can see a row deleted from one stripe and another made in the
+     * next, and so more rows than the table ever held at once. */
+    out->resident_rows = atomic_load(&t->resident);
     out->row_bytes = out->resident_rows * t->stride * sizeof(float);
     out->arena_bytes = ss__row_arena_allocated(t->arena);
     out->loads = atomic_load(&t->loads);
