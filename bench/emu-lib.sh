@@ -96,8 +96,12 @@ emu_init() {
   ip -n "$SW" link set br0 up
   # The hosts' addresses are not loopback, so the PS needs a token: a fresh
   # one per run, which every client reads from the same variable.
+  # The PS fleet's own, for rows moving between shards, read by every PS.
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
-  export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/peer-token"
+  chmod 600 "$TMP/token" "$TMP/peer-token"
+  export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_PEER_TOKEN_FILE=$TMP/peer-token
+  export SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
 }
 
 shape() { # NS DEV   (HOST_RATE, when set, instead of RATE: one host's own link)

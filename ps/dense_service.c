@@ -412,17 +412,17 @@ static const ss__rpc_request_type bulk_ticket_request = {
 
 static const ss__rpc_method dense_methods[] = {
     /* chunks: the server's limit (--max-group-floats); the rest: bytes */
-    {SS_DENSE_M_JOIN, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &join_request},
-    {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request},
-    {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request},
+    {SS_DENSE_M_JOIN, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &join_request, false},
+    {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request, false},
+    {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request, false},
     /* waits for the round to close */
-    {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request},
+    {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request, false},
     /* only reads */
-    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request},
-    {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request},
+    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request, false},
+    {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request, false},
     /* writes a file */
-    {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST, &checkpoint_request},
-    {SS_DENSE_M_BULK_TICKET, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &bulk_ticket_request},
+    {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST, &checkpoint_request, false},
+    {SS_DENSE_M_BULK_TICKET, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &bulk_ticket_request, false},
 };
 
 const ss__rpc_method *ss__dense_service_methods(size_t *count) {
@@ -432,9 +432,9 @@ const ss__rpc_method *ss__dense_service_methods(size_t *count) {
 }
 
 static const ss__rpc_method bulk_methods[] = {
-    [SS_DENSE_BULK_EASGD] = {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request},
+    [SS_DENSE_BULK_EASGD] = {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request, false},
     /* waits for the round to close, on its stream's own thread */
-    [SS_DENSE_BULK_ROUND] = {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request},
+    [SS_DENSE_BULK_ROUND] = {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request, false},
 };
 
 const ss__rpc_method *ss__dense_service_bulk_methods(size_t *count) {

@@ -346,20 +346,21 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     svc->store = store;
     const size_t lookup_max = ss__emb_store_max_batch(store) * sizeof(uint64_t) + 4096;
     const ss__rpc_method m[SS_EMB_METHODS] = {
-        [M_OPEN] = {SS_EMB_M_OPEN, NULL, false, svc, false, SS_RPC_SMALL_REQUEST, &open_request},
+        [M_OPEN] = {SS_EMB_M_OPEN, NULL, false, svc, false, SS_RPC_SMALL_REQUEST, &open_request, false},
         /* ids only: the store's batch limit of them */
-        [M_LOOKUP] = {SS_EMB_M_LOOKUP, NULL, false, svc, true, lookup_max, &lookup_request},
+        [M_LOOKUP] = {SS_EMB_M_LOOKUP, NULL, false, svc, true, lookup_max, &lookup_request, false},
         /* rows: the server's limit */
-        [M_PUSH] = {SS_EMB_M_PUSH, NULL, false, svc, false, 0, &push_request},
-        [M_ELASTIC] = {SS_EMB_M_ELASTIC, NULL, false, svc, false, 0, &elastic_request},
+        [M_PUSH] = {SS_EMB_M_PUSH, NULL, false, svc, false, 0, &push_request, false},
+        [M_ELASTIC] = {SS_EMB_M_ELASTIC, NULL, false, svc, false, 0, &elastic_request, false},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
         [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, NULL, true, svc, false, SS_RPC_SMALL_REQUEST,
                           &checkpoint_request},
-        [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request},
-        [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request},
-        /* ids and done ids: two batches of them; raw, the mover's handler */
-        [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, false, svc, false,
-                       2 * 65536 * sizeof(uint64_t) + 4096, NULL},
+        [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request, false},
+        [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request, false},
+        /* ids and done ids: two batches of them; raw, the mover's handler;
+         * for other PS only, and blocking: the giver calls the taker back */
+        [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, true, svc, false,
+                       2 * 65536 * sizeof(uint64_t) + 4096, NULL, true},
     };
     memcpy(svc->methods, m, sizeof m);
 }

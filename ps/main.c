@@ -44,10 +44,11 @@ static const ss__program program = {
 /* The command line. */
 typedef struct ps_options {
     const char *listen, *http, *ckpt_dir, *emb_db, *tls_cert, *tls_key, *tls_ca, *auth_file,
-        *tls_writers, *delta_dir, *follow, *shard_map, *advertise, *bulk_listen;
+        *tls_writers, *delta_dir, *follow, *shard_map, *advertise, *bulk_listen, *peer_file;
     int64_t move_batch_rows, move_pause_ms;
     int64_t delta_every_s, delta_base_every, delta_keep, follow_poll_ms;
-    char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" from auth_file; "" = none */
+    char auth[SS_AUTH_HEADER_MAX];      /* "Bearer <token>" from auth_file; "" = none */
+    char peer_auth[SS_AUTH_HEADER_MAX]; /* the same from peer_file */
     int64_t threads, deadline_ms, member_timeout_ms, max_floats;
     int64_t flush_lag_ms, mem_cap_mb, emb_max_batch, ckpt_keep;
     int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked,
@@ -252,6 +253,11 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          "SHADOWSYNC_AUTH_TOKEN_FILE); needed unless mutual TLS (--tls-ca) or "
          "--insecure-loopback",
          NULL, 0, 0},
+        {"peer-token-file", SS_FLAG_STRING, &o->peer_file,
+         "file with the PS fleet's own token (not the trainers'): rows move between shards "
+         "(Embedding/Handoff) only for a caller that carries it; every PS of a fleet that "
+         "changes its shard map needs it, unless --insecure-loopback",
+         NULL, 0, 0},
         {"insecure-loopback", SS_FLAG_BOOL, &o->insecure_loopback,
          "serve on a loopback --listen without a token: every local user may call (demos, "
          "tests)",
@@ -383,6 +389,7 @@ static int parse_options(int argc, char **argv, ps_options *o) {
                       .emb_db = "",
                       .tls_cert = "",
                       .auth_file = "",
+                      .peer_file = "",
                       .tls_key = "",
                       .tls_ca = "",
                       .tls_writers = "",
@@ -466,6 +473,16 @@ static int check_options(ps_options *o) {
     if (ss__auth_daemon_setup(o->auth_file, o->http, o->auth, sizeof o->auth, why, sizeof why) !=
         SS_OK) {
         fprintf(stderr, "shadowsync-ps: %s\n", why);
+        return 2;
+    }
+    if (*o->peer_file &&
+        (ss__auth_header_from_file(o->peer_file, o->peer_auth, sizeof o->peer_auth, why,
+                                   sizeof why) != SS_OK ||
+         !strcmp(o->peer_auth, o->auth))) {
+        fprintf(stderr, "shadowsync-ps: --peer-token-file %s: %s\n", o->peer_file,
+                o->peer_auth[0] ? "the same token as --auth-token-file: the PS's own must differ "
+                                  "(trainers hold the other)"
+                                : why);
         return 2;
     }
     /* Who may call: the token's holders (or mutual TLS); nobody's calls
@@ -681,6 +698,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                             .batch_rows = (uint32_t)o->move_batch_rows,
                                             .pause_ms = (uint32_t)o->move_pause_ms,
                                             .timeout_ms = 10000,
+                                            .peer_auth = o->peer_auth,
                                             .metrics = ps->metrics};
         if (!ps->follower && ss__ps_row_moves_create(&mc, &ps->moves) == SS_OK) {
             ps->esvc.ensure = ss__ps_row_moves_ensure;
@@ -698,6 +716,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .max_blocked_calls = (uint32_t)o->max_blocked,
                                   .max_inflight_bytes = (size_t)o->max_inflight_mb << 20,
                                   .auth_header = o->auth,
+                                  .peer_auth_header = o->peer_auth,
                                   .tls_writers = o->tls_writers};
     if (*o->bulk_listen && start_bulk(ps, o, &scfg) != 0)
         return 1;

@@ -73,7 +73,24 @@ struct ss__ps_row_moves {
     ss__counter *in_background, *in_on_demand, *out, *failures;
     ss__gauge *pending;
     char plan_why[320]; /* why the last plan could not be made (mv->lock) */
+    /* The giving side's channels to the takers it calls back, by address
+     * (give_lock; never held across the taking side's calls). */
+    pthread_mutex_t give_lock;
+    struct {
+        char addr[256];
+        ss__rpc_channel *ch;
+    } back[MAX_SHARDS];
+    size_t nback;
 };
+
+/* A channel to another shard: the token from the environment, the peer
+ * token of the fleet. */
+static ss_status peer_channel(const ss__ps_row_moves *mv, const char *addr, ss__rpc_channel **ch) {
+    ss_status st = ss__rpc_channel_create(addr, (size_t)1 << 30, mv->cfg.tls, ch);
+    if (st == SS_OK)
+        ss__rpc_channel_set_peer_auth(*ch, mv->cfg.peer_auth);
+    return st;
+}
 
 static void free_sources(plan *p) {
     for (size_t i = 0; i < p->nsrc; i++) {
@@ -128,7 +145,7 @@ static ss_status replan(ss__ps_row_moves *mv) {
          * changing epoch while each serves a request that takes from the
          * other would each wait on the other's. The giver needs no gate:
          * once it serves the new epoch no call of the old one is left. */
-        st = ss__rpc_channel_create(was[j], (size_t)1 << 30, mv->cfg.tls, &s->ch);
+        st = peer_channel(mv, was[j], &s->ch);
         p->from[j] = s;
     }
     if (st != SS_OK) {
@@ -438,9 +455,10 @@ typedef struct give_view {
     uint64_t epoch;
     uint32_t shards;
     int self;
+    char taker[256]; /* the address of shard `to` (view_of's), "" when none */
 } give_view;
 
-static void view_of(ss__ps_row_moves *mv, give_view *v) {
+static void view_of(ss__ps_row_moves *mv, uint32_t to, give_view *v) {
     ss__shard_map m;
     ss__ps_map_watch_get(mv->cfg.map, &m);
     char buf[SS_SHARD_MAP_PS_MAX];
@@ -448,21 +466,25 @@ static void view_of(ss__ps_row_moves *mv, give_view *v) {
     v->epoch = m.epoch;
     v->shards = (uint32_t)ss__shard_map_split(m.ps, buf, sizeof buf, a, MAX_SHARDS);
     v->self = ss__shard_map_index(m.ps, mv->self);
+    snprintf(v->taker, sizeof v->taker, "%s", to < v->shards ? a[to] : "");
 }
 
 /* The request against the map: the same epoch and size, a taker that is
  * not this PS. */
 static bool request_fits(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
-                         ss__rpc_reply *r) {
+                         ss__rpc_reply *r, give_view *v_out) {
     give_view v;
-    view_of(mv, &v);
+    view_of(mv, m->to_shard, &v);
+    *v_out = v;
     if (m->epoch != v.epoch) {
         ss__rpc_reply_fail(r, SS_ERR_STATE,
                            "Handoff for " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu",
                            (unsigned long long)m->epoch, (unsigned long long)v.epoch);
         return false;
     }
-    if (m->shards != v.shards || m->to_shard >= m->shards || (int)m->to_shard == v.self) {
+    /* A confirmation comes to the taker itself; anything else from one. */
+    if (m->shards != v.shards || m->to_shard >= m->shards ||
+        ((int)m->to_shard == v.self) != m->confirm) {
         ss__rpc_reply_fail(
             r, SS_ERR_INVALID_ARGUMENT,
             "Handoff to shard %u of %u: this server's map has %u shards and it is shard %d",
@@ -513,9 +535,101 @@ static uint64_t *ids_for(const ProtobufCBinaryData *b, const leaving *l, size_t 
     return ids;
 }
 
-/* Forgets what the taker holds, then takes the rows asked for. */
+/* The channel back to the taker at addr (made on first use). */
+static ss__rpc_channel *channel_back(ss__ps_row_moves *mv, const char *addr) {
+    ss__rpc_channel *ch = NULL;
+    pthread_mutex_lock(&mv->give_lock);
+    for (size_t i = 0; i < mv->nback && !ch; i++)
+        if (!strcmp(mv->back[i].addr, addr))
+            ch = mv->back[i].ch;
+    if (!ch && mv->nback < MAX_SHARDS && peer_channel(mv, addr, &ch) == SS_OK) {
+        snprintf(mv->back[mv->nback].addr, sizeof mv->back[0].addr, "%s", addr);
+        mv->back[mv->nback++].ch = ch;
+    }
+    pthread_mutex_unlock(&mv->give_lock);
+    return ch;
+}
+
+/* Of the rows the caller says it holds (done, *n of them), those the
+ * taker the map names says it holds, asked on a channel of this PS's own
+ * to the map's address (the caller's word alone is not enough: anyone
+ * who can call could say it). *n: how many; on any failure none (the rows
+ * stay given, given again to the real taker). */
+static void confirmed_by_taker(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
+                               const give_view *v, uint64_t *done, size_t *n) {
+    ss__rpc_channel *ch = *n && v->taker[0] ? channel_back(mv, v->taker) : NULL;
+    Shadowsync__V1__HandoffRequest q = SHADOWSYNC__V1__HANDOFF_REQUEST__INIT;
+    q.table = m->table;
+    q.ids = (ProtobufCBinaryData){*n * sizeof *done, (uint8_t *)done};
+    q.to_shard = m->to_shard;
+    q.shards = m->shards;
+    q.epoch = m->epoch;
+    q.confirm = true;
+    ProtobufCMessage *r = NULL;
+    char why[300] = "";
+    ss_status st = ch ? ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &q.base, mv->cfg.timeout_ms,
+                                             false, &shadowsync__v1__handoff_reply__descriptor, &r,
+                                             why, sizeof why)
+                      : SS_ERR_IO;
+    const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
+    size_t k = 0;
+    if (st == SS_OK && x->ids.len % sizeof(uint64_t) == 0) {
+        /* Only ids that were asked about: the reply is a subset of done,
+         * in its order. */
+        const size_t got = x->ids.len / sizeof(uint64_t);
+        for (size_t i = 0, j = 0; i < *n && j < got; i++) {
+            uint64_t id;
+            memcpy(&id, x->ids.data + j * sizeof id, sizeof id);
+            if (id == done[i]) {
+                done[k++] = id;
+                j++;
+            }
+        }
+    } else if (*n) {
+        SS_LOG_WARNF("ps",
+                     "event=handoff_unconfirmed table=%s to_shard=%u taker=%s rows=%zu "
+                     "why=\"%s\" note=\"the rows stay given: the taker the map names gets them "
+                     "again\"",
+                     m->table, m->to_shard, v->taker[0] ? v->taker : "(none)", *n,
+                     st == SS_OK ? "a reply that is not ids" : *why ? why : ss_strerror(st));
+    }
+    *n = k;
+    protobuf_c_message_free_unpacked(r, NULL);
+}
+
+/* The taker's side of a confirmation: which of the ids it holds, written
+ * (flushed first: the giver forgets them next). */
+static void confirm_held(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
+                         ss__rpc_reply *r) {
+    const size_t n = m->ids.len / sizeof(uint64_t);
+    uint64_t *ids = malloc(n * sizeof *ids + 1);
+    bool *found = malloc(n * sizeof *found + 1);
+    ss_status st = ids && found ? SS_OK : SS_ERR_NO_MEMORY;
+    if (st == SS_OK && (m->ids.len % sizeof(uint64_t) || n > MAX_TAKE))
+        st = SS_ERR_INVALID_ARGUMENT;
+    if (st == SS_OK && n)
+        memcpy(ids, m->ids.data, n * sizeof *ids);
+    if (st == SS_OK && (st = ss__emb_store_flush(mv->cfg.store)) == SS_OK)
+        st = ss__emb_store_holds(mv->cfg.store, m->table, ids, n, found);
+    size_t k = 0;
+    for (size_t i = 0; st == SS_OK && i < n; i++)
+        if (found[i])
+            ids[k++] = ids[i];
+    if (st == SS_OK) {
+        Shadowsync__V1__HandoffReply out = SHADOWSYNC__V1__HANDOFF_REPLY__INIT;
+        out.ids = (ProtobufCBinaryData){k * sizeof *ids, (uint8_t *)ids};
+        ss__rpc_reply_pack(&out.base, r);
+    } else {
+        ss__rpc_reply_fail(r, st, "confirming %zu rows of %s: %s", n, m->table, ss_strerror(st));
+    }
+    free(ids);
+    free(found);
+}
+
+/* Forgets what the taker holds (said by the taker the map names), then
+ * takes the rows asked for. */
 static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
-                 const ss__emb_spec *spec, ss__rpc_reply *r) {
+                 const ss__emb_spec *spec, const give_view *v, ss__rpc_reply *r) {
     const leaving l = {ss__emb_table_id(spec->name), m->to_shard, m->shards};
     const size_t rf = ss__emb_row_floats(spec);
     size_t ndone = 0, nids = 0, taken = 0;
@@ -531,7 +645,9 @@ static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
     uint64_t *out_ids = max ? malloc(max * sizeof *out_ids) : NULL;
     float *out_rows = max ? malloc(max * rf * sizeof *out_rows) : NULL;
     ss_status st = done && ids && (!max || (out_ids && out_rows)) ? SS_OK : SS_ERR_NO_MEMORY;
-    if (st == SS_OK)
+    if (st == SS_OK && ndone)
+        confirmed_by_taker(mv, m, v, done, &ndone);
+    if (st == SS_OK && ndone)
         st = ss__emb_store_forget(mv->cfg.store, spec->name, m->epoch, done, ndone);
     if (st == SS_OK && max)
         st = ss__emb_store_take(mv->cfg.store, spec->name, m->epoch, m->ids.len ? ids : NULL, nids,
@@ -555,16 +671,19 @@ static void serve_handoff(void *ctx, void *request, ss__rpc_reply *reply) {
     ss__ps_row_moves *mv = ctx;
     const Shadowsync__V1__HandoffRequest *m = request;
     ss__emb_spec spec;
+    give_view v;
     if (!atomic_load(&mv->ready))
         ss__rpc_reply_fail(reply, SS_ERR_STATE, "this PS is starting; try again");
-    else if (!request_fits(mv, m, reply))
+    else if (!request_fits(mv, m, reply, &v))
         ;
     else if (!m->table || !*m->table)
         reply_tables(mv, reply);
     else if (ss__emb_store_table_spec(mv->cfg.store, m->table, &spec) != SS_OK)
         ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "unknown table %s", m->table);
+    else if (m->confirm)
+        confirm_held(mv, m, reply);
     else
-        give(mv, m, &spec, reply);
+        give(mv, m, &spec, &v, reply);
 }
 
 static const ss__rpc_request_type handoff_request = {&shadowsync__v1__handoff_request__descriptor,
@@ -586,6 +705,7 @@ ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row
     if (!mv->cfg.timeout_ms)
         mv->cfg.timeout_ms = 10000;
     pthread_mutex_init(&mv->lock, NULL);
+    pthread_mutex_init(&mv->give_lock, NULL);
     ss__metrics *m = cfg->metrics;
     const char *bg[] = {"how", "background", NULL}, *od[] = {"how", "on_demand", NULL};
     const char *in_help = "Embedding rows taken from their old shard after a shard map change.";
@@ -628,6 +748,9 @@ void ss__ps_row_moves_destroy(ss__ps_row_moves *mv) {
         return;
     ss__ticker_stop(mv->mover);
     free_sources(&mv->p);
+    for (size_t i = 0; i < mv->nback; i++)
+        ss__rpc_channel_destroy(mv->back[i].ch);
+    pthread_mutex_destroy(&mv->give_lock);
     pthread_mutex_destroy(&mv->lock);
     free(mv);
 }

@@ -14,7 +14,12 @@
  *
  * A taken row leaves the giver's memory at once and its database once the
  * taker has it durably (the taker's next call says so): nothing
- * acknowledged is lost when either side dies mid-move. One move at a time
+ * acknowledged is lost when either side dies mid-move. Handoff is served
+ * only to other PS (the fleet's peer token, --peer-token-file: trainers
+ * do not hold it), and a giver forgets rows only once the taker that the
+ * map names for that shard, called back by the giver on a channel of its
+ * own, says it holds them: a PS that asks for another shard's rows, or a
+ * caller that got the token, cannot make rows disappear. One move at a time
  * per PS (a lock); the PS shrunk out of the map (in "from", not in "ps")
  * gives all its rows away and can then be stopped (its
  * shadowsync_emb_resident_rows at 0). */
@@ -35,6 +40,7 @@ typedef struct ss__ps_row_moves_config {
     uint32_t batch_rows;    /* rows per background call, 1 .. 65536 */
     uint32_t pause_ms;      /* between background calls (0: none) */
     uint32_t timeout_ms;    /* of a call to another shard */
+    const char *peer_auth;  /* "Bearer <peer token>" sent to other shards ("": none) */
     ss__metrics *metrics;
 } ss__ps_row_moves_config;
 

@@ -21,6 +21,7 @@ struct ss__rpc_channel {
     grpc_channel *channel;
     char target[256];              /* host:port, for messages */
     char auth[SS_AUTH_HEADER_MAX]; /* "Bearer <token>" sent with every call; "" = none */
+    char peer[SS_AUTH_HEADER_MAX]; /* the peer token, the same way (SS_RPC_PEER_KEY) */
     _Atomic uint64_t epoch;        /* the shard map's, sent with every call; 0 = none */
     /* The shortest call seen whose request and reply were both small: the
      * network's round trip plus a small call's software cost (0: none yet). */
@@ -47,6 +48,10 @@ static void note_rtt(ss__rpc_channel *ch, uint64_t ns) {
 }
 
 static _Thread_local char channel_failure[400];
+
+void ss__rpc_channel_set_peer_auth(ss__rpc_channel *ch, const char *header) {
+    snprintf(ch->peer, sizeof ch->peer, "%s", header ? header : "");
+}
 
 const char *ss__rpc_channel_failure(void) {
     return channel_failure;
@@ -217,7 +222,7 @@ typedef struct call_state {
     grpc_call *call;
     grpc_byte_buffer *send, *recv;
     grpc_metadata_array initial_md, trailing_md;
-    grpc_metadata md[2]; /* authorization, epoch: live until the batch completes */
+    grpc_metadata md[3]; /* authorization, peer, epoch: live until the batch completes */
     char epoch_text[24];
     grpc_status_code code;
     grpc_slice details;
@@ -273,6 +278,10 @@ static void start_call(ss__rpc_request *rq, call_state *cs, grpc_completion_queu
         cs->md[nmd].key = grpc_slice_from_static_string("authorization");
         cs->md[nmd++].value =
             grpc_slice_from_static_string(rq->ch->auth); /* the channel outlives it */
+    }
+    if (rq->ch->peer[0]) {
+        cs->md[nmd].key = grpc_slice_from_static_string(SS_RPC_PEER_KEY);
+        cs->md[nmd++].value = grpc_slice_from_static_string(rq->ch->peer);
     }
     uint64_t epoch = atomic_load_explicit(&rq->ch->epoch, memory_order_relaxed);
     if (epoch) {

@@ -61,7 +61,16 @@ typedef struct ss__rpc_method {
      * server's max_message_bytes. (A Join is bytes, a chunk its floats.) */
     size_t max_request;
     const struct ss__rpc_request_type *request; /* typed: its request; NULL: raw */
+    /* Only the PS of the fleet may call it (rows moving between shards):
+     * the call must carry the server's peer token (peer_auth_header) in
+     * SS_RPC_PEER_KEY metadata, besides the token; a server with a token
+     * or mutual TLS but no peer token refuses it. */
+    bool peers_only;
 } ss__rpc_method;
+
+/* The metadata key of the PS fleet's peer token ("Bearer <token>"), a
+ * credential of the PS alone, apart from the trainers' token. */
+#define SS_RPC_PEER_KEY "shadowsync-peer"
 
 /* Runs method m on a request: its handler, or for a typed method its
  * request unpacked (rpc/rpc_pb.h). ctx: m->ctx, else server_ctx. */
@@ -127,6 +136,9 @@ typedef struct ss__rpc_server_config {
      * shadowsync_rpc_unauthorized_total. NULL or "" = every verified
      * client may. */
     const char *tls_writers;
+    /* "Bearer <peer token>" (rpc/auth.h; --peer-token-file): what
+     * peers_only methods need. NULL or "" = none. */
+    const char *peer_auth_header;
 } ss__rpc_server_config;
 
 /* A member's MA round keeps up to SS_GRPC_ROUND_WINDOW (8) chunk calls
@@ -177,6 +189,10 @@ typedef struct ss__rpc_channel ss__rpc_channel;
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
                                  const ss__rpc_tls *tls, ss__rpc_channel **out);
 const char *ss__rpc_channel_failure(void);
+/* Sends the PS fleet's peer token ("Bearer <token>") with every call of
+ * ch from now on (SS_RPC_PEER_KEY): a PS's channels to other PS. Set it
+ * before the channel is shared. */
+void ss__rpc_channel_set_peer_auth(ss__rpc_channel *ch, const char *header);
 void ss__rpc_channel_destroy(ss__rpc_channel *ch);
 
 /* The shard map's epoch (common/shard_map.h) this channel's calls are

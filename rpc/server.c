@@ -150,16 +150,30 @@ static grpc_status_code to_grpc_code(ss_status st) {
     }
 }
 
-/* The call carries the server's "authorization: Bearer <token>". */
-static bool authorized(const call_ctx *c) {
+/* The call's metadata `key` matches expected ("Bearer <token>"). */
+static bool carries(const call_ctx *c, const char *key, const char *expected) {
     for (size_t i = 0; i < c->request_md.count; i++) {
         const grpc_metadata *m = &c->request_md.metadata[i];
-        if (grpc_slice_str_cmp(m->key, "authorization") == 0)
-            return ss__auth_header_matches(c->srv->auth,
-                                           (const char *)GRPC_SLICE_START_PTR(m->value),
+        if (grpc_slice_str_cmp(m->key, key) == 0)
+            return ss__auth_header_matches(expected, (const char *)GRPC_SLICE_START_PTR(m->value),
                                            GRPC_SLICE_LENGTH(m->value));
     }
     return false;
+}
+
+/* The call carries the server's "authorization: Bearer <token>". */
+static bool authorized(const call_ctx *c) {
+    return carries(c, "authorization", c->srv->auth);
+}
+
+/* A peers_only method's caller is a PS of the fleet: it carries the peer
+ * token; a server without one serves such methods only where it serves
+ * anyone (no token, no mutual TLS: --insecure-loopback). */
+static bool peer_authorized(const call_ctx *c) {
+    const ss__rpc_server *srv = c->srv;
+    if (srv->peer_auth[0])
+        return carries(c, SS_RPC_PEER_KEY, srv->peer_auth);
+    return !srv->auth[0] && !srv->mtls;
 }
 
 /* The shard map epoch the call was routed by (its SS_RPC_EPOCH_KEY
@@ -442,6 +456,16 @@ static void admit(call_ctx *c) {
                m->path);
         return;
     }
+    if (m->peers_only && !peer_authorized(c)) {
+        refuse(c, SS_ERR_PERMISSION, srv->unauthorized,
+               srv->peer_auth[0]
+                   ? "%s is for the PS of the fleet: it needs their peer token (" SS_RPC_PEER_KEY
+                     " metadata; each PS reads --peer-token-file), which trainers do not hold"
+                   : "%s is for the PS of the fleet, and this server has no peer token: start "
+                     "every PS with --peer-token-file (a token of their own, not the trainers')",
+               m->path);
+        return;
+    }
     uint64_t serves = srv->map_epoch ? atomic_load(srv->map_epoch) : 0, routed;
     if (serves && call_epoch(c, &routed) && routed != serves) {
         refuse(c, SS_ERR_STATE, srv->stale_epoch, SS_RPC_STALE_EPOCH_TEXT, m->path,
@@ -704,6 +728,9 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->max_blocked = cfg->max_blocked_calls ? cfg->max_blocked_calls : SS_RPC_DEFAULT_MAX_BLOCKED;
     if (cfg->auth_header)
         snprintf(srv->auth, sizeof srv->auth, "%s", cfg->auth_header);
+    if (cfg->peer_auth_header)
+        snprintf(srv->peer_auth, sizeof srv->peer_auth, "%s", cfg->peer_auth_header);
+    srv->mtls = cfg->tls && cfg->tls->ca_file && *cfg->tls->ca_file;
     srv->map_epoch = cfg->map_epoch;
     srv->map_gate = cfg->map_gate;
     if (cfg->tls_writers)

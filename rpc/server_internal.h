@@ -81,7 +81,9 @@ struct ss__rpc_server {
     const _Atomic uint64_t *map_epoch; /* NULL: no shard map */
     pthread_rwlock_t *map_gate;        /* see ss__rpc_server_config */
     ss__counter *stale_epoch;
-    char auth[SS_AUTH_HEADER_MAX];     /* "" = no authorization */
+    char auth[SS_AUTH_HEADER_MAX];      /* "" = no authorization */
+    char peer_auth[SS_AUTH_HEADER_MAX]; /* the PS fleet's peer token; "" = none */
+    bool mtls;                          /* client certificates are demanded */
     char writers[SS_AUTH_WRITERS_MAX]; /* "" = every verified client may write */
     ss__counter *unauthorized;
 };

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -18,6 +19,7 @@
 #include "procs.h"
 #include "ps/row_moves.h"
 #include "rpc/emb/emb_client.h"
+#include "rpc/emb/emb_wire.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/rpc_pb.h"
 #include "rpc_checks.h"
@@ -424,6 +426,79 @@ START_TEST(test_handoff_bad_input_is_refused) {
 }
 END_TEST
 
+/* A token file of g_dir (0600). */
+static void token_file(const char *name, const char *token, char *path, size_t len) {
+    snprintf(path, len, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(token, f);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, 0600), 0);
+}
+
+/* A Handoff from a caller that is not the taker: one with the trainers'
+ * token only is refused at the door; one that holds the PS's peer token
+ * (a rogue PS, or a stolen peer token) gets rows, but its word that it
+ * holds them makes the giver forget none: the giver asks the shard the
+ * map names, on its own channel, and that shard is down. When the real
+ * shard starts it takes every row it owns, and no row is lost. */
+START_TEST(test_a_stolen_handoff_loses_nothing) {
+    ss__check_tmpdir(g_dir, "ss-steal");
+    char tok[128], peer[128];
+    token_file("token", "trainers-token-0123456789", tok, sizeof tok);
+    token_file("peer", "the-ps-fleet-own-token-0123456789", peer, sizeof peer);
+    setenv("SHADOWSYNC_AUTH_TOKEN_FILE", tok, 1);
+    setenv("SHADOWSYNC_PEER_TOKEN_FILE", peer, 1);
+    char keep[64];
+    snprintf(keep, sizeof keep, "%s", g_dir);
+    fleet f;
+    fleet_up(&f, "4096", "0", false); /* (a new g_dir: the tokens' stays readable) */
+    kill(f.pid[2], SIGTERM); /* the third shard is not up yet */
+    ck_assert_int_eq(proc_wait(f.pid[2], 30), 0);
+    grow(&f);
+    ss__sleep_ns(500000000ull); /* both serve epoch 3 */
+    Shadowsync__V1__HandoffRequest req = SHADOWSYNC__V1__HANDOFF_REQUEST__INIT;
+    req.table = "moving";
+    req.epoch = 3;
+    req.to_shard = 2;
+    req.shards = 3;
+    req.max_rows = 4096;
+    char msg[400];
+    ck_assert_int_eq(handoff(f.addr[0], &req, msg, sizeof msg), SS_ERR_PERMISSION);
+    ck_assert_msg(strstr(msg, "peer token"), "%s", msg);
+    /* The rogue: the peer token, not the shard the map names. */
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(f.addr[0], 0, NULL, &ch), SS_OK);
+    ss__rpc_channel_set_peer_auth(ch, "Bearer the-ps-fleet-own-token-0123456789");
+    ProtobufCMessage *r = NULL;
+    ck_assert_int_eq(ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &req.base, 5000, true,
+                                          &shadowsync__v1__handoff_reply__descriptor, &r, msg,
+                                          sizeof msg),
+                     SS_OK);
+    const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
+    ck_assert_uint_gt(x->ids.len, 0); /* it took rows */
+    req.done_ids = x->ids;            /* and says it holds them */
+    req.max_rows = 1;
+    ProtobufCMessage *r2 = NULL;
+    ck_assert_int_eq(ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &req.base, 15000, true,
+                                          &shadowsync__v1__handoff_reply__descriptor, &r2, msg,
+                                          sizeof msg),
+                     SS_OK);
+    protobuf_c_message_free_unpacked(r2, NULL);
+    protobuf_c_message_free_unpacked(r, NULL);
+    ss__rpc_channel_destroy(ch);
+    /* The real third shard starts on its address: every row comes. */
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s", f.addr[2]);
+    f.pid[2] = start_ps(2, listen, f.addr[2], "4096", "0", false);
+    check_rows(f.c, &f.spec, 1);
+    ck_assert_uint_eq(wait_resident(f.addr[2], owned_by_third()), owned_by_third());
+    fleet_down(&f);
+    snprintf(g_dir, sizeof g_dir, "%s", keep);
+    ss__check_rmdir(g_dir);
+}
+END_TEST
+
 static bool is_even(void *ctx, uint64_t id) {
     (void)ctx;
     return id % 2 == 0;
@@ -592,5 +667,6 @@ int main(void) {
         test_a_plan_that_cannot_be_made_is_made_again, test_rows_move_while_pushes_go_on,
         test_rows_asked_for_during_a_move_come_first, test_only_refused_parts_are_sent_again,
         test_shards_killed_mid_move_lose_nothing, test_a_table_follows_its_shard_map,
-        test_handoff_bad_input_is_refused, test_a_database_walk_goes_on_where_it_stopped);
+        test_handoff_bad_input_is_refused, test_a_database_walk_goes_on_where_it_stopped,
+        test_a_stolen_handoff_loses_nothing);
 }
