@@ -19,6 +19,7 @@
 
 #define MAX_SHARDS      256
 #define MAX_TAKE        65536 /* rows of one Handoff */
+#define MAX_REPLY_BYTES ((uint64_t)64 << 20) /* rows of one Handoff's reply, at most */
 #define STALE_WAIT_MS   3000  /* an old owner reads the new map within 200 ms */
 #define IDLE_POLL_NS    100000000ull
 #define FAILED_PAUSE_NS 1000000000ull /* an old owner down: not a busy loop of calls */
@@ -243,7 +244,10 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
     req.ids = (ProtobufCBinaryData){n * sizeof *ids, (uint8_t *)ids};
     req.to_shard = (uint32_t)mv->p.self;
     req.shards = mv->p.shards;
-    req.max_rows = ids ? 0 : mv->cfg.batch_rows;
+    /* Within the giver's reply bound, so that a reply of fewer rows than
+     * asked for says the giver had no more. */
+    const size_t rf = ss__emb_row_floats(&spec), fit = MAX_REPLY_BYTES / (rf * sizeof(float));
+    req.max_rows = ids ? 0 : (uint32_t)(mv->cfg.batch_rows < fit ? mv->cfg.batch_rows : fit);
     req.epoch = mv->p.epoch;
     req.again = !ids && !tt->resumed;
     size_t chunks, ndone;
@@ -267,7 +271,6 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
         return st;
     }
     const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
-    const size_t rf = ss__emb_row_floats(&spec);
     size_t k = 0, put = 0;
     st = reply_rows(x, rf, &k);
     uint64_t *kept = st == SS_OK ? malloc(k * sizeof *kept + 1) : NULL;
@@ -280,7 +283,11 @@ static ss_status take_from(ss__ps_row_moves *mv, source *s, src_table *tt, const
         st = ss__emb_store_put_absent(mv->cfg.store, tt->name, kept, k, rows, sync, &put);
     }
     if (st == SS_OK) {
-        tt->resumed = tt->resumed || !ids;
+        /* Starting over (again) goes on while replies are full: the rows
+         * given before come first, a batch at a time, and a taker that
+         * stopped asking after one batch left the rest of them given for
+         * good (lost once it went on to serve those ids itself). */
+        tt->resumed = tt->resumed || (!ids && k < req.max_rows);
         update_held(tt, chunks, kept, k, sync);
         kept = NULL;
         *got = k;
@@ -640,8 +647,8 @@ static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "max_rows %zu: 1 .. %d", max, MAX_TAKE);
         max = 0;
     }
-    if (ids && max && (uint64_t)max * rf * sizeof(float) > ((uint64_t)64 << 20))
-        max = (size_t)(((uint64_t)64 << 20) / (rf * sizeof(float))); /* a 64 MiB reply */
+    if (ids && max && (uint64_t)max * rf * sizeof(float) > MAX_REPLY_BYTES)
+        max = (size_t)(MAX_REPLY_BYTES / (rf * sizeof(float)));
     uint64_t *out_ids = max ? malloc(max * sizeof *out_ids) : NULL;
     float *out_rows = max ? malloc(max * rf * sizeof *out_rows) : NULL;
     ss_status st = done && ids && (!max || (out_ids && out_rows)) ? SS_OK : SS_ERR_NO_MEMORY;

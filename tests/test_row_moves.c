@@ -487,10 +487,12 @@ START_TEST(test_a_stolen_handoff_loses_nothing) {
     protobuf_c_message_free_unpacked(r2, NULL);
     protobuf_c_message_free_unpacked(r, NULL);
     ss__rpc_channel_destroy(ch);
-    /* The real third shard starts on its address: every row comes. */
+    /* The real third shard starts on its address: every row comes, the
+     * rows given to the rogue too (given again, 8 a call: more than one
+     * call's worth). */
     char listen[64];
     snprintf(listen, sizeof listen, "%s", f.addr[2]);
-    f.pid[2] = start_ps(2, listen, f.addr[2], "4096", "0", false);
+    f.pid[2] = start_ps(2, listen, f.addr[2], "8", "0", false);
     check_rows(f.c, &f.spec, 1);
     ck_assert_uint_eq(wait_resident(f.addr[2], owned_by_third()), owned_by_third());
     fleet_down(&f);
