@@ -95,6 +95,111 @@ int ss__private_open_at(int dirfd, const char *name, bool directory, const char 
     return fd;
 }
 
+/* path is a Kubernetes volume's file as kubelet's atomic writer lays it
+ * out (ConfigMap, Secret): NAME -> ..data/NAME, and ..data -> a
+ * "..<timestamp>" directory beside it. */
+static bool kubernetes_volume_link(const char *path, const char *dir, const char *name) {
+    char target[4200], data[4200];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n <= 0)
+        return false;
+    target[n] = '\0';
+    char want[4200];
+    snprintf(want, sizeof want, "..data/%s", name);
+    if (strcmp(target, want) != 0)
+        return false;
+    snprintf(data, sizeof data, "%s/..data", dir);
+    struct stat sb;
+    if (lstat(data, &sb) != 0 || !S_ISLNK(sb.st_mode) ||
+        (n = readlink(data, target, sizeof target - 1)) <= 0)
+        return false;
+    target[n] = '\0';
+    return !strncmp(target, "..", 2) && !strchr(target, '/');
+}
+
+/* Who may own an operator's file or its directory: this uid, or root. */
+static bool owner_trusted(const struct stat *sb) {
+    return sb->st_uid == geteuid() || sb->st_uid == 0;
+}
+
+/* The directory that holds an operator's file: nobody else may replace
+ * the file there (owned by this uid or root; writable by others only with
+ * the sticky bit, by its group only when it is this process's group). */
+static bool dir_trusted(const char *dir, const char *what, const char *path, char *why,
+                        size_t whylen) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        ss__why(why, whylen, "%s %s: cannot stat its directory: %s", what, path, strerror(errno));
+        return false;
+    }
+    const bool others = (sb.st_mode & S_IWOTH) && !(sb.st_mode & S_ISVTX),
+               group = (sb.st_mode & S_IWGRP) && sb.st_gid != getegid();
+    if (owner_trusted(&sb) && !others && !group)
+        return true;
+    ss__why(why, whylen,
+            "%s %s: its directory %s (uid %d, mode %03o) lets another user replace it; keep it "
+            "in a directory of this user's or root's that others cannot write",
+            what, path, dir, (int)sb.st_uid, (unsigned)(sb.st_mode & 07777));
+    return false;
+}
+
+int ss__operator_file_open(const char *path, const char *what, char *why, size_t whylen) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? slash + 1 : path;
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (slash && !dir[0])
+        snprintf(dir, sizeof dir, "/");
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        ss__why(why, whylen, "%s %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    const bool k8s = S_ISLNK(sb.st_mode) && kubernetes_volume_link(path, dir, name);
+    if (S_ISLNK(sb.st_mode) && !k8s) {
+        ss__why(why, whylen,
+                "%s %s is a symbolic link, and not a Kubernetes volume's (%s -> ..data/%s): give "
+                "the file itself",
+                what, path, name, name);
+        errno = EPERM;
+        return -1;
+    }
+    /* A volume's directory is kubelet's to write: not checked. */
+    if (!k8s && !dir_trusted(dir, what, path, why, whylen)) {
+        errno = EPERM;
+        return -1;
+    }
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        ss__why(why, whylen, "%s %s: %s", what, path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    const char *wrong = !S_ISREG(sb.st_mode)                 ? "is not a regular file"
+                        : !owner_trusted(&sb)                ? "belongs to another user"
+                        : (sb.st_mode & (S_IWGRP | S_IWOTH)) ? "is writable by others"
+                                                             : NULL;
+    if (wrong) {
+        ss__why(why, whylen,
+                "%s %s %s (uid %d, mode %03o): another user could rewrite it; it must be this "
+                "user's or root's, and chmod go-w",
+                what, path, wrong, (int)sb.st_uid, (unsigned)(sb.st_mode & 07777));
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    if (fcntl(fd, F_SETFL, 0) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int ss__private_tmp_open(const char *final_path, char *tmp, size_t tmplen) {
     if (!final_path || snprintf(tmp, tmplen, "%s.XXXXXX", final_path) >= (int)tmplen) {
         errno = ENAMETOOLONG;

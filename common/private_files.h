@@ -40,6 +40,15 @@ ss_status ss__private_owner_check(const struct stat *sb, const char *flag, const
 int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag,
                         char *why, size_t whylen);
 
+/* Opens an operator's file that says where this process sends its token
+ * (a shard map), so that no other user can make it say another address:
+ * a regular file of this uid or root, not writable by group or others, in
+ * a directory others cannot replace it in; a link only as a Kubernetes
+ * volume lays its files out (NAME -> ..data/NAME). Returns the
+ * descriptor, or -1 with why naming what (and path) and errno (ENOENT: no
+ * such file; EPERM: refused). */
+int ss__operator_file_open(const char *path, const char *what, char *why, size_t whylen);
+
 /* Creates a new file beside final_path for writing: "<final_path>.XXXXXX"
  * (random), O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode 0600. Its name goes to
  * tmp. Returns the descriptor, or -1 with errno set. */

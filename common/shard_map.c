@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/names.h"
+#include "common/private_files.h"
 #include "common/read_file.h"
 
 /* Every address of a comma-separated list, as flags take them. */
@@ -37,8 +39,9 @@ static ss_status parse_line(char *line, ss__shard_map *out, bool *seen_epoch, bo
         return SS_ERR_INVALID_ARGUMENT;
     }
     if (!strcmp(key, "epoch") && !*seen_epoch) {
-        if (!ss__shard_map_epoch_parse(value, strlen(value), &out->epoch)) {
-            snprintf(why, whylen, "epoch \"%.40s\": a whole number >= 1", value);
+        if (!ss__shard_map_epoch_parse(value, strlen(value), &out->epoch) ||
+            out->epoch > SS_SHARD_MAP_EPOCH_MAX) {
+            snprintf(why, whylen, "epoch \"%.40s\": a whole number from 1 to 2^53", value);
             return SS_ERR_INVALID_ARGUMENT;
         }
         *seen_epoch = true;
@@ -97,14 +100,22 @@ ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map 
 ss_status ss__shard_map_read(const char *path, ss__shard_map *out, char *why, size_t whylen) {
     unsigned char *text;
     size_t n;
-    /* An operator's file: a link (a Kubernetes ConfigMap's) is followed. */
-    ss_status st = ss__read_file(path, SS_FILE_OPERATORS, MAP_FILE_MAX, &text, &n);
+    if (!path) {
+        snprintf(why, whylen, "shard map: no path");
+        return SS_ERR_INVALID_ARGUMENT;
+    }
+    /* Every address in it gets this process's token: its owner checked. */
+    const int fd = ss__operator_file_open(path, "shard map", why, whylen);
+    if (fd < 0)
+        return errno == ENOENT ? SS_ERR_NOT_FOUND : errno == EPERM ? SS_ERR_PERMISSION : SS_ERR_IO;
+    ss_status st = ss__read_fd(fd, MAP_FILE_MAX, &text, &n);
+    close(fd);
     if (st == SS_ERR_TOO_LARGE) {
         snprintf(why, whylen, "shard map %s: over 64 KiB: not a shard map", path);
         return SS_ERR_INVALID_ARGUMENT;
     }
     if (st != SS_OK) {
-        snprintf(why, whylen, "shard map %s: %s", path ? path : "(none)",
+        snprintf(why, whylen, "shard map %s: %s", path,
                  st == SS_ERR_NO_MEMORY ? "out of memory" : strerror(errno));
         return st;
     }
@@ -147,4 +158,8 @@ int ss__shard_map_index(const char *list, const char *address) {
         if (!strcmp(a[i], address))
             return (int)i;
     return -1;
+}
+
+bool ss__shard_map_newer(uint64_t serving, uint64_t epoch) {
+    return epoch > serving && epoch - serving <= SS_SHARD_MAP_EPOCH_JUMP;
 }

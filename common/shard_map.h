@@ -28,6 +28,12 @@
 #include "shadowsync/status.h"
 
 #define SS_SHARD_MAP_PS_MAX 4096 /* bytes of the ps list */
+/* A map's epoch: 1 .. 2^53 (shown exactly as a Prometheus value and in
+ * JSON); one change moves it up by at most 2^32 (ss__shard_map_newer), so
+ * that a forged or mistyped epoch near the top cannot make every later
+ * map look older. */
+#define SS_SHARD_MAP_EPOCH_MAX  ((uint64_t)1 << 53)
+#define SS_SHARD_MAP_EPOCH_JUMP ((uint64_t)1 << 32)
 
 typedef struct ss__shard_map {
     uint64_t epoch; /* >= 1 */
@@ -35,7 +41,9 @@ typedef struct ss__shard_map {
     char from[SS_SHARD_MAP_PS_MAX]; /* the list before this epoch; "" = none */
 } ss__shard_map;
 
-/* Reads path: "epoch N" (N >= 1) and "ps host:port,..." (each address
+/* Reads path (checked as ss__operator_file_open says: SS_ERR_PERMISSION
+ * when another user could have written it): "epoch N" (1 .. 2^53) and
+ * "ps host:port,..." (each address
  * as every flag takes one), once each, in any order, and optionally
  * "from host:port,..." once; blank lines and "#" comments skipped. SS_ERR_NOT_FOUND / SS_ERR_IO /
  * SS_ERR_INVALID_ARGUMENT with why naming the file, the line and what is wrong. */
@@ -47,6 +55,10 @@ ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map 
 /* An epoch as calls carry it (rpc/rpc.h SS_RPC_EPOCH_KEY): len decimal
  * digits, >= 1, within 64 bits. false for anything else. */
 bool ss__shard_map_epoch_parse(const char *text, size_t len, uint64_t *epoch);
+
+/* Whether a map of epoch follows the one served: newer, by at most
+ * SS_SHARD_MAP_EPOCH_JUMP. */
+bool ss__shard_map_newer(uint64_t serving, uint64_t epoch);
 
 /* The addresses of a comma-separated list, at most max: each a pointer
  * into buf (a copy of list, bufsize bytes). Returns how many. */

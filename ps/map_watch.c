@@ -34,7 +34,14 @@ static void reread(void *arg) {
         return;
     }
     uint64_t now = atomic_load(&w->epoch);
-    if (m.epoch > now) {
+    if (m.epoch > now && !ss__shard_map_newer(now, m.epoch)) {
+        if (m.epoch != w->ignored)
+            SS_LOG_ERRORF("ps",
+                          "event=shard_map_refused path=%s epoch=%llu serving=%llu "
+                          "note=\"more than 2^32 past the epoch served: not a next map\"",
+                          w->path, (unsigned long long)m.epoch, (unsigned long long)now);
+        w->ignored = m.epoch;
+    } else if (m.epoch > now) {
         pthread_rwlock_wrlock(&w->gate); /* calls of the old epoch finish first */
         pthread_mutex_lock(&w->map_lock);
         w->map = m;

@@ -25,6 +25,8 @@
 #include "common/process_metrics.h"
 #include "common/shard_map.h"
 #include "common/ticker.h"
+#include "common/clock.h"
+#include "ps/map_watch.h"
 #include "shadowsync/status.h"
 
 START_TEST(test_strerror_covers_every_code) {
@@ -391,7 +393,9 @@ START_TEST(test_shard_map_file) {
         {"# fleet\n\nps a:1,[::1]:2\nepoch 7\nfrom a:1\n", NULL},
         {"epoch 7\n", "no \"ps\" line"},
         {"ps a:1\n", "no \"epoch\" line"},
-        {"epoch 0\nps a:1\n", "line 1: epoch \"0\": a whole number >= 1"},
+        {"epoch 0\nps a:1\n", "line 1: epoch \"0\": a whole number from 1 to 2^53"},
+        {"epoch 9007199254740993\nps a:1\n", "epoch \"9007199254740993\": a whole number from 1"},
+        {"epoch 18446744073709551615\nps a:1\n", "a whole number from 1 to 2^53"},
         {"epoch 2\nps a:1,b\n", "line 2: ps \"b\": no port"},
         {"epoch 2\nepoch 3\nps a:1\n", "line 2: \"epoch\" given twice"},
         {"epoch 2\nps\n", "line 2: \"ps\" is not \"epoch N\""},
@@ -430,6 +434,99 @@ START_TEST(test_shard_map_file) {
     const char *bad[] = {"", "0", "-1", "7x", " 7", "18446744073709551616", "+7"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         ck_assert_msg(!ss__shard_map_epoch_parse(bad[i], strlen(bad[i]), &e), "%s", bad[i]);
+}
+END_TEST
+
+/* A shard map file another user could have written is refused, saying
+ * why: writable by others, another uid's, a link (other than a Kubernetes
+ * volume's layout, which is read), in a directory others can write; and
+ * a map's epoch moves up by at most 2^32 at a time. */
+START_TEST(test_shard_map_file_owner_and_links) {
+    char dir[64], path[128], why[400];
+    ss__check_tmpdir(dir, "ss-mapown");
+    snprintf(path, sizeof path, "%s/fleet.map", dir);
+    ss__check_write_map(path, 3, "a:1", NULL);
+    ss__shard_map m;
+    ck_assert_int_eq(ss__shard_map_read(path, &m, why, sizeof why), SS_OK);
+    ck_assert_int_eq(chmod(path, 0666), 0);
+    ck_assert_int_eq(ss__shard_map_read(path, &m, why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_msg(strstr(why, "writable by others") && strstr(why, path), "%s", why);
+    ck_assert_int_eq(chmod(path, 0644), 0);
+    if (geteuid() == 0) { /* another user's file */
+        ck_assert_int_eq(chown(path, 65534, 65534), 0);
+        ck_assert_int_eq(ss__shard_map_read(path, &m, why, sizeof why), SS_ERR_PERMISSION);
+        ck_assert_msg(strstr(why, "belongs to another user"), "%s", why);
+        ck_assert_int_eq(chown(path, 0, 0), 0);
+    }
+    /* A link to it: refused; the same through Kubernetes' layout: read. */
+    char link[160], real[160], data[200];
+    snprintf(link, sizeof link, "%s/linked.map", dir);
+    ck_assert_int_eq(symlink(path, link), 0);
+    ck_assert_int_eq(ss__shard_map_read(link, &m, why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_msg(strstr(why, "symbolic link"), "%s", why);
+    snprintf(real, sizeof real, "%s/..2026_11_28_00_00_00.1", dir);
+    ck_assert_int_eq(mkdir(real, 0755), 0);
+    snprintf(data, sizeof data, "%s/fleet.map", real);
+    ss__check_write_map(data, 4, "a:1", NULL);
+    snprintf(data, sizeof data, "%s/..data", dir);
+    ck_assert_int_eq(symlink("..2026_11_28_00_00_00.1", data), 0);
+    snprintf(link, sizeof link, "%s/k8s.map", dir);
+    ck_assert_int_eq(symlink("..data/fleet.map", link), 0);
+    /* (the link's name must be the file's own) */
+    ck_assert_int_eq(ss__shard_map_read(link, &m, why, sizeof why), SS_ERR_PERMISSION);
+    unlink(link);
+    snprintf(link, sizeof link, "%s/fleet.map", dir);
+    unlink(link);
+    ck_assert_int_eq(symlink("..data/fleet.map", link), 0);
+    ck_assert_int_eq(ss__shard_map_read(link, &m, why, sizeof why), SS_OK);
+    ck_assert_uint_eq(m.epoch, 4);
+    /* A directory others can write (no sticky bit): the file could be replaced. */
+    char open_dir[96], in_open[128];
+    snprintf(open_dir, sizeof open_dir, "%s/open", dir);
+    ck_assert_int_eq(mkdir(open_dir, 0777), 0);
+    ck_assert_int_eq(chmod(open_dir, 0777), 0);
+    snprintf(in_open, sizeof in_open, "%s/fleet.map", open_dir);
+    ss__check_write_map(in_open, 3, "a:1", NULL);
+    ck_assert_int_eq(ss__shard_map_read(in_open, &m, why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_msg(strstr(why, "another user replace it"), "%s", why);
+    ck_assert_int_eq(chmod(open_dir, 01777), 0); /* sticky, as /tmp: nobody else may */
+    ck_assert_int_eq(ss__shard_map_read(in_open, &m, why, sizeof why), SS_OK);
+    /* Epochs: up by at most 2^32. */
+    ck_assert(ss__shard_map_newer(2, 3));
+    ck_assert(ss__shard_map_newer(2, 2 + SS_SHARD_MAP_EPOCH_JUMP));
+    ck_assert(!ss__shard_map_newer(2, 3 + SS_SHARD_MAP_EPOCH_JUMP));
+    ck_assert(!ss__shard_map_newer(5, 5));
+    ck_assert(!ss__shard_map_newer(5, 4));
+    ss__check_rmdir(dir);
+}
+END_TEST
+
+/* A PS's map: an epoch of 2^64 - 1 (refused as a value) or one more than
+ * 2^32 past the one served (refused as a jump) changes nothing, and the
+ * next true map is still taken. */
+START_TEST(test_map_watch_refuses_epoch_jumps) {
+    char dir[64], path[128], why[400] = "";
+    ss__check_tmpdir(dir, "ss-mapjump");
+    snprintf(path, sizeof path, "%s/fleet.map", dir);
+    ss__check_write_map(path, 2, "a:1", NULL);
+    ss__metrics *metrics;
+    ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
+    ss__ps_map_watch *w;
+    ck_assert_int_eq(ss__ps_map_watch_start(path, metrics, &w, why, sizeof why), SS_OK);
+    const _Atomic uint64_t *epoch = ss__ps_map_watch_epoch(w);
+    const uint64_t forged[] = {UINT64_MAX, 3 + SS_SHARD_MAP_EPOCH_JUMP};
+    for (size_t i = 0; i < 2; i++) {
+        ss__check_write_map(path, forged[i], "a:1,b:2", NULL);
+        ss__sleep_ns(600000000ull); /* read every 200 ms */
+        ck_assert_uint_eq(atomic_load(epoch), 2);
+    }
+    ss__check_write_map(path, 3, "a:1,b:2", NULL);
+    for (int i = 0; i < 50 && atomic_load(epoch) != 3; i++)
+        ss__sleep_ns(100000000ull);
+    ck_assert_uint_eq(atomic_load(epoch), 3);
+    ss__ps_map_watch_stop(w);
+    ss__metrics_destroy(metrics);
+    ss__check_rmdir(dir);
 }
 END_TEST
 
@@ -651,7 +748,8 @@ int main(void) {
         test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
         test_flags_bad_input, test_flags_typed_fields, test_metrics_render_exact,
         test_metrics_bad_input, test_addresses_and_log_levels_refused_with_why,
-        test_log_lines_as_text_and_json, test_shard_map_file, test_ticker_ticks_until_stopped,
+        test_log_lines_as_text_and_json, test_shard_map_file, test_shard_map_file_owner_and_links,
+        test_map_watch_refuses_epoch_jumps, test_ticker_ticks_until_stopped,
         test_paced_ticker_waits_what_its_tick_says, test_process_metrics,
         test_whole_reads_and_writes, test_arrays_grow_by_doubling, test_iovec_sends);
 }

@@ -102,16 +102,14 @@ START_TEST(test_base_and_deltas_restore_bit_exact) {
     ck_assert_uint_eq(b.rows, 100);
     push(ps, 50, 150, 1); /* 50 updated, 50 new: 150 rows, 30 over the budget */
     ss__emb_store_stats s;
-    for (int i = 0; i < 40; i++) { /* the flusher sweeps once a second */
-        ck_assert_int_eq(ss__emb_store_stats_of(ps, "t", &s), SS_OK);
-        if (s.table.dropped)
-            break;
-        usleep(100000);
-    }
-    ck_assert_uint_eq(s.table.dropped, 30);
+    /* Deleted as the new rows come (the writer makes room: to 15/16 of the
+     * budget at a time), so at least the 30. */
+    ck_assert_int_eq(ss__emb_store_stats_of(ps, "t", &s), SS_OK);
+    ck_assert_uint_ge(s.table.dropped, 30);
+    ck_assert_uint_le(s.table.resident_rows, 120);
     ss__emb_delta_info d = write_delta(ps, "2.delta", 2, false);
     ck_assert(!d.base);
-    ck_assert_uint_eq(d.deletions, 30);
+    ck_assert_uint_eq(d.deletions, s.table.dropped);
     ck_assert_uint_le(d.rows, 100); /* the updated and new rows still there, no others */
     push(ps, 140, 160, 2);
     write_delta(ps, "3.delta", 3, false);
