@@ -240,6 +240,42 @@ class TokenBlackBox(WithPS):
         self.assertGreater(self.join(right).member, 0)
 
 
+class MapBlackBox(WithPS):
+    """A PS that serves shard map epoch 3: a call routed by another epoch
+    is refused at the door, blocking ones too (an S-MA round, whose only
+    check this is, and a checkpoint); routed by epoch 3 it is served."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.map = os.path.join(WORK, "fleet.map")
+        with open(cls.map, "w") as f:
+            f.write("epoch 3\nps 127.0.0.1:1\n")
+        cls.ps, cls.log, cls.target, _ = start_ps("map-ps", ["--shard-map", cls.map])
+        cls.channel = grpc.insecure_channel(cls.target)
+        grpc.channel_ready_future(cls.channel).result(timeout=30)
+
+    def routed(self, epoch, service, name, reply_cls, request):
+        return method(self.channel, service, name, reply_cls)(
+            request, timeout=20, metadata=[("x-shadowsync-epoch", str(epoch))])
+
+    def test_a_stale_router_is_refused_at_the_door(self):
+        member = self.routed(3, "DenseSync", "Join", dense.JoinReply,
+                             dense.JoinRequest(group="ma", size=2)).member
+        rnd = dense.RoundRequest(group="ma", member=member, size=2,
+                                 snapshot=struct.pack("<2f", 1.0, 2.0))
+        for epoch in (2, 4):
+            for name, reply, req in (("RoundMean", dense.RoundReply, rnd),
+                                     ("Checkpoint", dense.CheckpointReply,
+                                      dense.CheckpointRequest())):
+                with self.assertRaises(grpc.RpcError) as e:
+                    self.routed(epoch, "DenseSync", name, reply, req)
+                self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION, name)
+                self.assertIn("epoch %d" % epoch, e.exception.details())
+                self.assertIn("serves epoch 3", e.exception.details())
+        reply = self.routed(3, "DenseSync", "RoundMean", dense.RoundReply, rnd)
+        self.assertEqual(struct.unpack("<2f", reply.mean), (1.0, 2.0))
+
+
 class DirectoryBlackBox(unittest.TestCase):
     """A PS refuses directories another user could change: one made first
     by another uid in a shared /tmp, one writable by group or others, a
