@@ -51,7 +51,7 @@ void ss__agent_destroy(ss__agent *a);
 
 /* JSON: {"sessions":[...], "groups":[...]} with members, last round per
  * group, sync gap and divergence (caller frees). */
-ss_status ss__agent_status_json(ss__agent *a, char **out, size_t *len);
+ss_status ss__agent_status_json(ss__agent *a, bool detail, char **out, size_t *len);
 /* Writes each group's replica (of its first trainer) to dir/<group>.f32,
  * atomically. */
 ss_status ss__agent_checkpoint(ss__agent *a, const char *dir, size_t *groups);

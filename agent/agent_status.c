@@ -61,7 +61,7 @@ static json_object *session_json(const agent_session *s) {
     return o;
 }
 
-ss_status ss__agent_status_json(ss__agent *a, char **out, size_t *len) {
+ss_status ss__agent_status_json(ss__agent *a, bool detail, char **out, size_t *len) {
     if (!a || !out)
         return SS_ERR_INVALID_ARGUMENT;
     uint64_t now = ss__now_ns();
@@ -78,21 +78,32 @@ ss_status ss__agent_status_json(ss__agent *a, char **out, size_t *len) {
     json_object *failure = NULL; /* the last group the PS shards could not take */
     if (a->join_failure_ns) {
         failure = json_object_new_object();
-        json_object_object_add(failure, "message", json_object_new_string(a->join_failure));
+        if (detail) /* it names the group */
+            json_object_object_add(failure, "message", json_object_new_string(a->join_failure));
         json_object_object_add(failure, "age_seconds",
                                json_object_new_double((double)(now - a->join_failure_ns) / 1e9));
     }
     json_object_object_add(root, "last_join_failure", failure);
-    for (agent_session *s = a->sessions; s; s = s->next) {
+    size_t nmembers = 0, ngroups = 0;
+    for (agent_session *s = a->sessions; s; s = s->next, nmembers++) {
         pthread_mutex_lock(&s->lock);
-        json_object_array_add(members, session_json(s));
-        for (size_t i = 0; i < s->ngroups; i++)
+        ngroups += s->ngroups;
+        if (detail)
+            json_object_array_add(members, session_json(s));
+        for (size_t i = 0; detail && i < s->ngroups; i++)
             json_object_array_add(groups, group_json(s, &s->groups[i], now));
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_unlock(&a->lock);
-    json_object_object_add(root, "members", members);
-    json_object_object_add(root, "groups", groups);
+    json_object_object_add(root, "member_count", json_object_new_uint64(nmembers));
+    json_object_object_add(root, "group_count", json_object_new_uint64(ngroups));
+    if (detail) { /* trainers, uids, group names and sizes: the token's holders */
+        json_object_object_add(root, "members", members);
+        json_object_object_add(root, "groups", groups);
+    } else {
+        json_object_put(members);
+        json_object_put(groups);
+    }
     return ss__json_take(root, out, len);
 }
 

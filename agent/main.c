@@ -68,6 +68,7 @@ static const char *const sync_keys[] = {"ps",
                                         "tls_cert",
                                         "tls_key",
                                         "shard_map",
+                                        "insecure_loopback",
                                         NULL};
 
 static const char default_http[] = "127.0.0.1:9470";
@@ -81,8 +82,8 @@ typedef struct agent_main {
     ss__http_server *web;
 } agent_main;
 
-static ss_status status_json(void *ctx, char **out, size_t *len) {
-    return ss__agent_status_json(((agent_main *)ctx)->agent, out, len);
+static ss_status status_json(void *ctx, bool detail, char **out, size_t *len) {
+    return ss__agent_status_json(((agent_main *)ctx)->agent, detail, out, len);
 }
 
 static ss_status checkpoint(void *ctx, char *msg, size_t msglen) {
@@ -144,9 +145,10 @@ static size_t own_flag_table(agent_options *o, ss__flag *flags) {
          "POST /checkpoint writes each group's replica here as <group>.f32 (\"\" = refused)", NULL,
          0, 0},
         {"auth-token-file", SS_FLAG_STRING, &o->auth_file,
-         "the shared token file: sent to the PS, and needed by POST /checkpoint (required when "
-         "--http is not loopback)",
+         "the shared token file: sent to the PS, and needed by POST /checkpoint and for the "
+         "names in /status (required when --http is not loopback)",
          NULL, 0, 0},
+
     };
     memcpy(flags, own, sizeof own);
     return sizeof own / sizeof *own;
@@ -287,6 +289,7 @@ static ss_status start_http(agent_main *m, const agent_options *o) {
                             .checkpoint = checkpoint,
                             .ctx = m,
                             .auth_header = o->auth,
+                            .insecure_posts = o->sync.insecure_loopback != 0,
                             .optional = o->http == default_http};
     char where[300];
     ss_status st = ss__http_daemon_start(program.name, &hcfg, &m->web, where, sizeof where);

@@ -106,8 +106,9 @@ static ss__central_group_info *describe(ps_state *ps, size_t *count) {
     return info;
 }
 
-/* /status: every group the PS holds, its members and last round. */
-static ss_status status_json(void *ctx, char **out, size_t *len) {
+/* /status: every group the PS holds, its members and last round (with the
+ * token; without it the number of groups only). */
+static ss_status status_json(void *ctx, bool detail, char **out, size_t *len) {
     ps_state *ps = ctx;
     size_t k;
     ss__central_group_info *info = describe(ps, &k);
@@ -120,7 +121,8 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
     json_object_object_add(root, "listen", json_object_new_string(ps->listen));
     json_object_object_add(root, "uptime_seconds",
                            json_object_new_double((double)(now - ps->start_ns) / 1e9));
-    for (size_t i = 0; i < k; i++) {
+    json_object_object_add(root, "group_count", json_object_new_uint64(k));
+    for (size_t i = 0; detail && i < k; i++) {
         const ss__central_group_info *g = &info[i];
         json_object *o = json_object_new_object();
         json_object_object_add(o, "group", json_object_new_string(g->name));
@@ -136,7 +138,10 @@ static ss_status status_json(void *ctx, char **out, size_t *len) {
             json_object_new_double(g->last_done_ns ? (double)(now - g->last_done_ns) / 1e9 : -1.0));
         json_object_array_add(groups, o);
     }
-    json_object_object_add(root, "groups", groups);
+    if (detail)
+        json_object_object_add(root, "groups", groups);
+    else
+        json_object_put(groups);
     free(info);
     return ss__json_take(root, out, len);
 }
@@ -746,6 +751,7 @@ static int start_http(ps_state *ps, const ps_options *o) {
                             .before_metrics = refresh_metrics,
                             .ctx = ps,
                             .auth_header = o->auth,
+                            .insecure_posts = o->insecure_loopback,
                             .optional = o->http == default_http};
     char web_at[300];
     if (ss__http_daemon_start(program.name, &hcfg, &ps->web, web_at, sizeof web_at) != SS_OK)

@@ -807,6 +807,32 @@ START_TEST(ps_token_off_loopback_and_for_posts) {
 }
 END_TEST
 
+/* An agent without a token serves POST /checkpoint to nobody unless told
+ * --insecure-loopback (any local user, another uid's too, could otherwise
+ * make it write). */
+START_TEST(agent_posts_need_a_token_by_default) {
+    char log[160], sock[160], ck[160], http[128], *body = NULL;
+    snprintf(log, sizeof log, "%s/agent-notoken.log", dir);
+    snprintf(sock, sizeof sock, "%s/notoken.sock", dir);
+    snprintf(ck, sizeof ck, "%s/notoken-ck", dir);
+    unsetenv("SHADOWSYNC_INSECURE_LOOPBACK");
+    pid_t a = agent_start(log, sock, "127.0.0.1:1", http, sizeof http,
+                          (char *[]){"--checkpoint-dir", ck, NULL});
+    ck_assert_int_eq(http_request(http, "/checkpoint", "POST", "", 0, &body), 401);
+    ck_assert_msg(body && strstr(body, "--auth-token-file") && strstr(body, "--insecure-loopback"),
+                  "%s", body ? body : "");
+    free(body);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(proc_wait(a, 20), 0);
+    /* Told so, it serves it (409: nothing to checkpoint yet, not 401). */
+    a = agent_start(log, sock, "127.0.0.1:1", http, sizeof http,
+                    (char *[]){"--checkpoint-dir", ck, "--insecure-loopback", NULL});
+    ck_assert_int_ne(http_request(http, "/checkpoint", "POST", "", 0, NULL), 401);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(proc_wait(a, 20), 0);
+}
+END_TEST
+
 /* Runs shadowsync-ctl with args; returns its exit code, output in *out. */
 static int ctl(char *out_path, char **out, char *const args[]) {
     char *argv[16] = {SHADOWSYNC_CTL};
@@ -899,7 +925,8 @@ int main(void) {
                            socket_truncated_fd_message, socket_huge_and_cut_frames,
                            other_uid_refused, dead_trainer_dropped_at_once,
                            socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
-                           ctl_commands, foreign_socket_dir_refused, trainer_checks_the_agent_uid,
+                           ctl_commands, agent_posts_need_a_token_by_default,
+                           foreign_socket_dir_refused, trainer_checks_the_agent_uid,
                            slow_registration_does_not_stall_the_agent,
                            ps_token_off_loopback_and_for_posts,
                            trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told);

@@ -219,7 +219,7 @@ class TokenBlackBox(WithPS):
         with open(path, "w") as f:
             f.write(cls.TOKEN + "\n")
         os.chmod(path, 0o600)
-        cls.ps, cls.log, cls.target, _ = start_ps("token-ps", ["--auth-token-file", path])
+        cls.ps, cls.log, cls.target, cls.http = start_ps("token-ps", ["--auth-token-file", path])
         cls.channel = grpc.insecure_channel(cls.target)
         grpc.channel_ready_future(cls.channel).result(timeout=30)
 
@@ -238,6 +238,20 @@ class TokenBlackBox(WithPS):
                 self.join(header)
             self.assertEqual(e.exception.code(), grpc.StatusCode.PERMISSION_DENIED, repr(header))
         self.assertGreater(self.join(right).member, 0)
+
+    def test_status_names_groups_only_with_the_token(self):
+        """/status without the token: counts only (what gRPC reads refuse, the
+        group names and sizes, is not given to anyone who reaches the port)."""
+        self.assertGreater(self.join("Bearer " + self.TOKEN).member, 0)
+        url = "http://%s/status" % self.http
+        plain = json.loads(urllib.request.urlopen(url, timeout=10).read().decode())
+        self.assertNotIn("groups", plain)
+        self.assertGreaterEqual(plain["group_count"], 1)
+        self.assertNotIn("guarded", json.dumps(plain))
+        req = urllib.request.Request(url, headers={"Authorization": "Bearer " + self.TOKEN})
+        full = json.loads(urllib.request.urlopen(req, timeout=10).read().decode())
+        self.assertIn("guarded", [g["group"] for g in full["groups"]])
+        self.assertEqual([g["floats"] for g in full["groups"] if g["group"] == "guarded"], [2])
 
 
 class MapBlackBox(WithPS):

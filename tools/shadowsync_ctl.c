@@ -137,17 +137,18 @@ static long fetch(const char *base, const char *path, bool post, long timeout_ms
     if (post) {
         curl_easy_setopt(c, CURLOPT_POST, 1L);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
-        /* A POST changes state: it carries the shared token when there is one. */
-        char auth[SS_AUTH_HEADER_MAX], header[SS_AUTH_HEADER_MAX + 32];
-        if (ss__auth_header_from_env(auth, sizeof auth, err, errlen) != SS_OK) {
-            curl_easy_cleanup(c);
-            return -1;
-        }
-        if (auth[0]) {
-            snprintf(header, sizeof header, "Authorization: %s", auth);
-            headers = curl_slist_append(NULL, header);
-            curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-        }
+    }
+    /* The shared token when there is one: a POST changes state, and
+     * /status names groups and trainers only to the token's holders. */
+    char auth[SS_AUTH_HEADER_MAX], header[SS_AUTH_HEADER_MAX + 32];
+    if (ss__auth_header_from_env(auth, sizeof auth, err, errlen) != SS_OK) {
+        curl_easy_cleanup(c);
+        return -1;
+    }
+    if (auth[0]) {
+        snprintf(header, sizeof header, "Authorization: %s", auth);
+        headers = curl_slist_append(NULL, header);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
     }
     CURLcode rc = curl_easy_perform(c);
     long code = -1;

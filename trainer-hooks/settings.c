@@ -81,7 +81,8 @@ static const key trainer_keys[] = {
     TK("peer_schedule", K_STR, peer_schedule, 0, 0,
        "decentralized rounds: pull one peer, ring | random; or sum all up aggregation trees, tree"),
     TK("insecure_loopback", K_BOOL, insecure_loopback, 0, 0,
-       "peers listen on loopback without a token: any local user may call (demos, tests)"),
+       "listen on loopback without a token (peers; the agent's POST /checkpoint): any local "
+       "user may call (demos, tests)"),
     TK("topology", K_STR, topology, 0, 0,
        "peer_schedule=tree: file of the links' Gbit/s the trees are packed over (unset: alike)"),
     TK("encoding", K_STR, encoding, 0, 0,

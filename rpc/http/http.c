@@ -68,6 +68,14 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned code, co
     return reply(conn, code, "text/plain; charset=utf-8", (char *)text, strlen(text), false);
 }
 
+/* The request carries the server's token (true too when it has none). */
+static bool carries_token(const ss__http_server *s, struct MHD_Connection *conn) {
+    if (!s->cfg.auth_header || !*s->cfg.auth_header)
+        return true;
+    const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    return got && ss__auth_header_matches(s->cfg.auth_header, got, strlen(got));
+}
+
 static enum MHD_Result serve(ss__http_server *s, struct MHD_Connection *conn, int path) {
     char *body = NULL;
     size_t len = 0;
@@ -83,7 +91,7 @@ static enum MHD_Result serve(ss__http_server *s, struct MHD_Connection *conn, in
     case PATH_HEALTHZ:
         return reply_text(conn, 200, "ok\n");
     case PATH_STATUS:
-        if ((st = s->cfg.status_json(s->cfg.ctx, &body, &len)) != SS_OK)
+        if ((st = s->cfg.status_json(s->cfg.ctx, carries_token(s, conn), &body, &len)) != SS_OK)
             return reply_text(conn, 500, "cannot build status\n");
         return reply(conn, 200, "application/json", body, len, true);
     default: {
@@ -156,14 +164,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         count_reject(s, "method");
         return reply_text(conn, 405, path == PATH_CHECKPOINT ? "use POST\n" : "use GET or HEAD\n");
     }
-    if (post && s->cfg.auth_header && *s->cfg.auth_header) {
-        const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-        if (!got || !ss__auth_header_matches(s->cfg.auth_header, got, strlen(got))) {
-            count_reject(s, "unauthorized");
-            return reply_text(conn, 401,
-                              "POST needs the server's token: Authorization: Bearer <token> "
-                              "(shadowsync-ctl reads SHADOWSYNC_AUTH_TOKEN_FILE)\n");
-        }
+    const bool has_token = s->cfg.auth_header && *s->cfg.auth_header;
+    if (post && has_token && !carries_token(s, conn)) {
+        count_reject(s, "unauthorized");
+        return reply_text(conn, 401,
+                          "POST needs the server's token: Authorization: Bearer <token> "
+                          "(shadowsync-ctl reads SHADOWSYNC_AUTH_TOKEN_FILE)\n");
+    }
+    if (post && !has_token && !s->cfg.insecure_posts) {
+        count_reject(s, "unauthorized");
+        return reply_text(conn, 401,
+                          "POST changes state and this server has no token: start it with "
+                          "--auth-token-file (or --insecure-loopback: any local user may then "
+                          "call)\n");
     }
     ss__counter_add(s->m_requests[path], 1);
     return serve(s, conn, path);

@@ -20,8 +20,11 @@ typedef struct ss__http_server ss__http_server;
 typedef struct ss__http_config {
     const char *bind;     /* "host:port" (IPv4 or [IPv6]); port 0 picks one */
     ss__metrics *metrics; /* rendered on /metrics; the endpoint's counters go there */
-    /* /status body (malloc'd JSON); NULL: 404 */
-    ss_status (*status_json)(void *ctx, char **out, size_t *len);
+    /* /status body (malloc'd JSON); NULL: 404. detail: the request carried
+     * the token (or the server has none): names and sizes of what the
+     * daemon holds may be shown; without it only counts (what gRPC reads
+     * would refuse is not given to anyone who can reach the port). */
+    ss_status (*status_json)(void *ctx, bool detail, char **out, size_t *len);
     /* POST /checkpoint: writes what the owner checkpoints; message says
      * where (or why not). NULL: 404 */
     ss_status (*checkpoint)(void *ctx, char *message, size_t message_len);
@@ -31,8 +34,12 @@ typedef struct ss__http_config {
     void *ctx;
     size_t max_body_bytes; /* larger request bodies: 413 (0 = 64 KiB) */
     /* "Bearer <token>" (rpc/auth.h): POST paths need it in an
-     * Authorization header, else 401. NULL or "" = no check. */
+     * Authorization header, else 401; GET /status shows details with it.
+     * NULL or "": POST paths are refused (401) unless insecure_posts. */
     const char *auth_header;
+    /* Without a token, POST paths are served to anyone who can reach the
+     * port (--insecure-loopback: a demo, a test). */
+    bool insecure_posts;
     /* A bind that fails only warns: *out = NULL and SS_OK (for a default
      * address, which another process on the host may hold). */
     bool optional;
