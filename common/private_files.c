@@ -60,12 +60,12 @@ ss_status ss__private_dir(const char *dir, const char *flag, char *why, size_t w
     return ss__private_owner_check(&sb, flag, dir, why, whylen);
 }
 
-int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag,
-                        char *why, size_t whylen) {
+int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag, char *why,
+                        size_t whylen) {
     /* O_NONBLOCK: a FIFO planted at the name is refused below, not waited on. */
-    const int fd = openat(dirfd, name,
-                          O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK |
-                              (directory ? O_DIRECTORY : 0));
+    const int fd =
+        openat(dirfd, name,
+               O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (directory ? O_DIRECTORY : 0));
     struct stat sb;
     if (fd < 0 && fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode)) {
         ss__why(why, whylen, "%s: %s is a symbolic link: never followed there", flag, name);

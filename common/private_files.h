@@ -37,8 +37,8 @@ ss_status ss__private_owner_check(const struct stat *sb, const char *flag, const
  * directory) opens, so that another user can neither plant nor redirect
  * one. Returns the descriptor, or -1 with why naming flag and name and
  * errno EPERM for a refusal (ENOENT: no such name). */
-int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag,
-                        char *why, size_t whylen);
+int ss__private_open_at(int dirfd, const char *name, bool directory, const char *flag, char *why,
+                        size_t whylen);
 
 /* Opens an operator's file that says where this process sends its token
  * (a shard map), so that no other user can make it say another address:

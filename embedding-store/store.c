@@ -31,10 +31,10 @@ static const double k_seconds_bounds[] = {1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5
 /* The reasons shadowsync_emb_rejected_total counts (the service adds
  * "garbage" for requests that do not parse). */
 static const char *const k_refusal_reasons[] = {
-    "bad_alpha",           "bad_spec",        "batch_too_large", "duplicate_ids", "empty_batch",
-    "non_finite",          "unknown_table",   "garbage",         "dim_mismatch",  "spec_mismatch",
-    "bad_checkpoint_name", "reply_too_large", "too_many_tables", "bad_ids",       "too_many_rows",
-    "over_budget"};
+    "bad_alpha",       "bad_spec",      "batch_too_large",     "duplicate_ids",
+    "empty_batch",     "non_finite",    "unknown_table",       "garbage",
+    "dim_mismatch",    "spec_mismatch", "bad_checkpoint_name", "reply_too_large",
+    "too_many_tables", "bad_ids",       "too_many_rows",       "over_budget"};
 
 static void count_refusal(ss__emb_store *st, const char *reason, uint64_t n) {
     ss__metrics_count(st->metrics, "shadowsync_emb_rejected_total",

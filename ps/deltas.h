@@ -113,9 +113,8 @@ void ss__delta_refusals_add(ss__delta_refusals *r, ss__delta_entry e);
 bool ss__delta_refusals_has(const ss__delta_refusals *r, ss__delta_entry e);
 
 /* What directory dir holds past `after` (newest, newest_base: at all),
- * at most SS_DELTA_SEQ_JUMP past it, entries in refused (NULL: none) left out; far (NULL: not asked) gets
- * one entry past that bound that is not refused. SS_ERR_IO when it cannot
- * be read. */
+ * at most SS_DELTA_SEQ_JUMP past it, entries in refused (NULL: none) left out; far (NULL: not
+ * asked) gets one entry past that bound that is not refused. SS_ERR_IO when it cannot be read. */
 ss_status ss__ps_delta_index(const char *dir, uint64_t after, const ss__delta_refusals *refused,
                              ss__delta_index *out, ss__delta_entry *far);
 

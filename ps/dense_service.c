@@ -419,10 +419,13 @@ static const ss__rpc_method dense_methods[] = {
     {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request, false},
     /* only reads */
     {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request, false},
-    {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request, false},
+    {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request,
+     false},
     /* writes a file */
-    {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST, &checkpoint_request, false},
-    {SS_DENSE_M_BULK_TICKET, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &bulk_ticket_request, false},
+    {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST, &checkpoint_request,
+     false},
+    {SS_DENSE_M_BULK_TICKET, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &bulk_ticket_request,
+     false},
 };
 
 const ss__rpc_method *ss__dense_service_methods(size_t *count) {

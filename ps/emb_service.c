@@ -346,7 +346,8 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     svc->store = store;
     const size_t lookup_max = ss__emb_store_max_batch(store) * sizeof(uint64_t) + 4096;
     const ss__rpc_method m[SS_EMB_METHODS] = {
-        [M_OPEN] = {SS_EMB_M_OPEN, NULL, false, svc, false, SS_RPC_SMALL_REQUEST, &open_request, false},
+        [M_OPEN] = {SS_EMB_M_OPEN, NULL, false, svc, false, SS_RPC_SMALL_REQUEST, &open_request,
+                    false},
         /* ids only: the store's batch limit of them */
         [M_LOOKUP] = {SS_EMB_M_LOOKUP, NULL, false, svc, true, lookup_max, &lookup_request, false},
         /* rows: the server's limit */
@@ -355,8 +356,10 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
         [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, NULL, true, svc, false, SS_RPC_SMALL_REQUEST,
                           &checkpoint_request},
-        [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request, false},
-        [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request, false},
+        [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request,
+                     false},
+        [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request,
+                           false},
         /* ids and done ids: two batches of them; raw, the mover's handler;
          * for other PS only, and blocking: the giver calls the taker back */
         [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, true, svc, false,

@@ -31,8 +31,8 @@ typedef enum refusal {
     REFUSAL_KINDS
 } refusal;
 
-static const char *const refusal_names[REFUSAL_KINDS] = {
-    "unreadable", "not_private", "mismatch", "not_applicable", "out_of_range"};
+static const char *const refusal_names[REFUSAL_KINDS] = {"unreadable", "not_private", "mismatch",
+                                                         "not_applicable", "out_of_range"};
 
 /* The flag named in the messages about the followed directory. */
 #define FOLLOW_FLAG "--follow"
@@ -109,7 +109,8 @@ ss_status ss__ps_delta_index(const char *dir, uint64_t after, const ss__delta_re
 static int open_followed(ss__ps_follower *f, char *why, size_t whylen) {
     const int fd = ss__private_open_at(AT_FDCWD, f->cfg.dir, true, FOLLOW_FLAG, why, whylen);
     if (fd < 0 && !f->dir_refused)
-        SS_LOG_ERRORF("follower", "event=directory_refused dir=%s why=\"%s\" note=\"serving seq "
+        SS_LOG_ERRORF("follower",
+                      "event=directory_refused dir=%s why=\"%s\" note=\"serving seq "
                       "%" PRIu64 "; nothing read from it until it is fixed\"",
                       f->cfg.dir, why, f->applied);
     f->dir_refused = fd < 0;
@@ -189,8 +190,8 @@ static ss_status read_entry_files(int dfd, ss__delta_entry e, unsigned char **em
         return SS_ERR_PERMISSION;
     }
     ss_status st = read_local(entry_fd, "emb.delta", emb, emb_len, why_kind, why, whylen);
-    if (st == SS_OK &&
-        (st = read_local(entry_fd, "dense.ckpt", dense, dense_len, why_kind, why, whylen)) != SS_OK) {
+    if (st == SS_OK && (st = read_local(entry_fd, "dense.ckpt", dense, dense_len, why_kind, why,
+                                        whylen)) != SS_OK) {
         free(*emb);
         *emb = NULL;
     }
@@ -214,9 +215,9 @@ static ss_status load_entry(const ss__ps_follower *f, int dfd, ss__delta_entry e
     } else {
         st = ss__delta_client_fetch(f->ch, e.seq, e.base, SS_DELTA_EMB, f->cfg.timeout_ms,
                                     FETCH_MAX, &emb, &emb_len, why, whylen);
-        if (st == SS_OK && (st = ss__delta_client_fetch(f->ch, e.seq, e.base, SS_DELTA_DENSE,
-                                                        f->cfg.timeout_ms, FETCH_MAX, &dense,
-                                                        &dense_len, why, whylen)) != SS_OK)
+        if (st == SS_OK &&
+            (st = ss__delta_client_fetch(f->ch, e.seq, e.base, SS_DELTA_DENSE, f->cfg.timeout_ms,
+                                         FETCH_MAX, &dense, &dense_len, why, whylen)) != SS_OK)
             free(emb);
         *retry = st == SS_ERR_IO || st == SS_ERR_TIMEOUT || st == SS_ERR_NOT_FOUND ||
                  st == SS_ERR_PERMISSION;
@@ -254,8 +255,10 @@ static ss_status entry_fits(ss__ps_follower *f, ss__delta_entry e, const ss__emb
         snprintf(why, whylen, "its rows do not fit: %s (a table of that name with another spec)",
                  ss_strerror(st));
     else if ((st = ss__central_check_file(f->cfg.centre, df)) != SS_OK)
-        snprintf(why, whylen, "its dense groups do not fit: %s (a group of that name with another "
-                 "size or kind)", ss_strerror(st));
+        snprintf(why, whylen,
+                 "its dense groups do not fit: %s (a group of that name with another "
+                 "size or kind)",
+                 ss_strerror(st));
     return st;
 }
 
@@ -310,8 +313,7 @@ static void catch_up(ss__ps_follower *f) {
     ss__delta_index l;
     ss__delta_entry far;
     int dfd;
-    for (int tried = 0; tried < LOOK_MAX_ENTRIES && index_of(f, &l, &far, &dfd) == SS_OK;
-         tried++) {
+    for (int tried = 0; tried < LOOK_MAX_ENTRIES && index_of(f, &l, &far, &dfd) == SS_OK; tried++) {
         ss_status st = SS_OK;
         if (far.seq) {
             char why[160];
@@ -328,7 +330,8 @@ static void catch_up(ss__ps_follower *f) {
             st = apply_entry(f, dfd, (ss__delta_entry){l.newest_base, true});
         } else {
             ss__gauge_set(f->newest_gauge, (double)(l.newest > f->applied ? l.newest : f->applied));
-            ss__gauge_set(f->behind_gauge, (double)(l.newest > f->applied ? l.newest - f->applied : 0));
+            ss__gauge_set(f->behind_gauge,
+                          (double)(l.newest > f->applied ? l.newest - f->applied : 0));
             st = SS_ERR_STOPPED; /* nothing more now */
         }
         if (dfd >= 0)

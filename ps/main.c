@@ -480,10 +480,9 @@ static int check_options(ps_options *o) {
         fprintf(stderr, "shadowsync-ps: %s\n", why);
         return 2;
     }
-    if (*o->peer_file &&
-        (ss__auth_header_from_file(o->peer_file, o->peer_auth, sizeof o->peer_auth, why,
-                                   sizeof why) != SS_OK ||
-         !strcmp(o->peer_auth, o->auth))) {
+    if (*o->peer_file && (ss__auth_header_from_file(o->peer_file, o->peer_auth, sizeof o->peer_auth,
+                                                    why, sizeof why) != SS_OK ||
+                          !strcmp(o->peer_auth, o->auth))) {
         fprintf(stderr, "shadowsync-ps: --peer-token-file %s: %s\n", o->peer_file,
                 o->peer_auth[0] ? "the same token as --auth-token-file: the PS's own must differ "
                                   "(trainers hold the other)"

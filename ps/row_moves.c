@@ -18,9 +18,9 @@
 #include "rpc/rpc_pb.h"
 
 #define MAX_SHARDS      256
-#define MAX_TAKE        65536 /* rows of one Handoff */
+#define MAX_TAKE        65536                /* rows of one Handoff */
 #define MAX_REPLY_BYTES ((uint64_t)64 << 20) /* rows of one Handoff's reply, at most */
-#define STALE_WAIT_MS   3000  /* an old owner reads the new map within 200 ms */
+#define STALE_WAIT_MS   3000                 /* an old owner reads the new map within 200 ms */
 #define IDLE_POLL_NS    100000000ull
 #define FAILED_PAUSE_NS 1000000000ull /* an old owner down: not a busy loop of calls */
 
@@ -574,10 +574,10 @@ static void confirmed_by_taker(ss__ps_row_moves *mv, const Shadowsync__V1__Hando
     q.confirm = true;
     ProtobufCMessage *r = NULL;
     char why[300] = "";
-    ss_status st = ch ? ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &q.base, mv->cfg.timeout_ms,
-                                             false, &shadowsync__v1__handoff_reply__descriptor, &r,
-                                             why, sizeof why)
-                      : SS_ERR_IO;
+    ss_status st =
+        ch ? ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &q.base, mv->cfg.timeout_ms, false,
+                                  &shadowsync__v1__handoff_reply__descriptor, &r, why, sizeof why)
+           : SS_ERR_IO;
     const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
     size_t k = 0;
     if (st == SS_OK && x->ids.len % sizeof(uint64_t) == 0) {
@@ -598,7 +598,9 @@ static void confirmed_by_taker(ss__ps_row_moves *mv, const Shadowsync__V1__Hando
                      "why=\"%s\" note=\"the rows stay given: the taker the map names gets them "
                      "again\"",
                      m->table, m->to_shard, v->taker[0] ? v->taker : "(none)", *n,
-                     st == SS_OK ? "a reply that is not ids" : *why ? why : ss_strerror(st));
+                     st == SS_OK ? "a reply that is not ids"
+                     : *why      ? why
+                                 : ss_strerror(st));
     }
     *n = k;
     protobuf_c_message_free_unpacked(r, NULL);

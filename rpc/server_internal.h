@@ -84,7 +84,7 @@ struct ss__rpc_server {
     char auth[SS_AUTH_HEADER_MAX];      /* "" = no authorization */
     char peer_auth[SS_AUTH_HEADER_MAX]; /* the PS fleet's peer token; "" = none */
     bool mtls;                          /* client certificates are demanded */
-    char writers[SS_AUTH_WRITERS_MAX]; /* "" = every verified client may write */
+    char writers[SS_AUTH_WRITERS_MAX];  /* "" = every verified client may write */
     ss__counter *unauthorized;
 };
 

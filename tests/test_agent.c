@@ -920,14 +920,13 @@ END_TEST
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    return ss__check_tests("agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
-                           join_failure_names_the_ps, stale_shard_map_is_said_to_the_trainer,
-                           socket_truncated_fd_message, socket_huge_and_cut_frames,
-                           other_uid_refused, dead_trainer_dropped_at_once,
-                           socket_group_member_allowed, http_bad_requests, metrics_pass_promtool,
-                           ctl_commands, agent_posts_need_a_token_by_default,
-                           foreign_socket_dir_refused, trainer_checks_the_agent_uid,
-                           slow_registration_does_not_stall_the_agent,
-                           ps_token_off_loopback_and_for_posts,
-                           trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told);
+    return ss__check_tests(
+        "agent", 120, setup, teardown, socket_garbage, socket_wrong_message,
+        join_failure_names_the_ps, stale_shard_map_is_said_to_the_trainer,
+        socket_truncated_fd_message, socket_huge_and_cut_frames, other_uid_refused,
+        dead_trainer_dropped_at_once, socket_group_member_allowed, http_bad_requests,
+        metrics_pass_promtool, ctl_commands, agent_posts_need_a_token_by_default,
+        foreign_socket_dir_refused, trainer_checks_the_agent_uid,
+        slow_registration_does_not_stall_the_agent, ps_token_off_loopback_and_for_posts,
+        trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told);
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/fd_io.h"
 #include "common/flags.h"
 #include "common/grow.h"
@@ -25,7 +26,6 @@
 #include "common/process_metrics.h"
 #include "common/shard_map.h"
 #include "common/ticker.h"
-#include "common/clock.h"
 #include "ps/map_watch.h"
 #include "shadowsync/status.h"
 

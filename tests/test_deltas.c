@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "check_run.h"
-#include "planted_link.h"
 #include "embedding-store/delta_file.h"
 #include "embedding-store/emb_store.h"
+#include "planted_link.h"
 
 enum { DIM = 3, IDS = 200 };
 

@@ -140,8 +140,8 @@ static double series(follower *fl, const char *name) {
     return v;
 }
 
-#define APPLIED          "shadowsync_follower_applied_seq"
-#define REFUSED(reason)  "shadowsync_follower_refused_total{reason=\"" reason "\"}"
+#define APPLIED         "shadowsync_follower_applied_seq"
+#define REFUSED(reason) "shadowsync_follower_refused_total{reason=\"" reason "\"}"
 
 /* Until series reaches at least want (5 s at most); its value then. */
 static double wait_for(follower *fl, const char *name, double want) {
@@ -265,8 +265,8 @@ START_TEST(test_replayed_entry_is_refused) {
     char cmd[1024], from[192], to[192];
     ss__ps_delta_path(g_dir, 2, false, NULL, from, sizeof from);
     ss__ps_delta_path(g_dir, 4, false, NULL, to, sizeof to);
-    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s/.replay' && mv '%s/.replay' '%s'", from, g_dir,
-             g_dir, to);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s/.replay' && mv '%s/.replay' '%s'", from, g_dir, g_dir,
+             to);
     ck_assert_int_eq(system(cmd), 0);
     ck_assert_double_eq(wait_for(&fl, REFUSED("mismatch"), 1), 1);
     ck_assert_double_eq(series(&fl, APPLIED), 3);
@@ -357,9 +357,8 @@ START_TEST(test_refused_entries_never_hide_later_ones) {
 END_TEST
 
 int main(void) {
-    return ss__check_tests("follower_trust", 60, setup, teardown,
-                           test_linked_entries_and_directories_are_refused,
-                           test_writable_by_others_is_refused, test_replayed_entry_is_refused,
-                           test_half_an_entry_applies_nothing,
-                           test_refused_entries_never_hide_later_ones);
+    return ss__check_tests(
+        "follower_trust", 60, setup, teardown, test_linked_entries_and_directories_are_refused,
+        test_writable_by_others_is_refused, test_replayed_entry_is_refused,
+        test_half_an_entry_applies_nothing, test_refused_entries_never_hide_later_ones);
 }

@@ -453,7 +453,7 @@ START_TEST(test_a_stolen_handoff_loses_nothing) {
     snprintf(keep, sizeof keep, "%s", g_dir);
     fleet f;
     fleet_up(&f, "4096", "0", false); /* (a new g_dir: the tokens' stays readable) */
-    kill(f.pid[2], SIGTERM); /* the third shard is not up yet */
+    kill(f.pid[2], SIGTERM);          /* the third shard is not up yet */
     ck_assert_int_eq(proc_wait(f.pid[2], 30), 0);
     grow(&f);
     ss__sleep_ns(500000000ull); /* both serve epoch 3 */

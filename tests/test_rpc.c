@@ -780,9 +780,10 @@ static void held_reads(reads_arg *a, ss__rpc_channel *ch, size_t n, ss__counter 
  * lookups), and only past SS_RPC_WAITING_READS_PER_PEER waiting is a read
  * refused at the door, saying so. */
 START_TEST(test_reads_never_hold_up_writers) {
-    static const ss__rpc_method m[] = {{"/t.T/Read", h_read_held, false, NULL, true, 0, NULL, false},
-                                       {"/t.T/Slow", h_read_held, true, NULL, true, 0, NULL, false},
-                                       {"/t.T/Write", h_write, false, NULL, false, 0, NULL, false}};
+    static const ss__rpc_method m[] = {
+        {"/t.T/Read", h_read_held, false, NULL, true, 0, NULL, false},
+        {"/t.T/Slow", h_read_held, true, NULL, true, 0, NULL, false},
+        {"/t.T/Write", h_write, false, NULL, false, 0, NULL, false}};
     ss__metrics *metrics;
     ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
     ss__rpc_server_config cfg = {

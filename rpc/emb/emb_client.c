@@ -224,9 +224,8 @@ static bool reroute(ss__emb_client *c) {
     pthread_rwlock_wrlock(&c->lock);
     ss__shard_map m;
     char why[400];
-    bool moved =
-        *c->map && ss__shard_map_read(c->map, &m, why, sizeof why) == SS_OK &&
-        (c->epoch ? ss__shard_map_newer(c->epoch, m.epoch) : true);
+    bool moved = *c->map && ss__shard_map_read(c->map, &m, why, sizeof why) == SS_OK &&
+                 (c->epoch ? ss__shard_map_newer(c->epoch, m.epoch) : true);
     if (moved) {
         close_channels(c);
         c->epoch = m.epoch;

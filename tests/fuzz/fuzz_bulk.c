@@ -27,8 +27,9 @@ static void h_check(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
     reply->status = len % 3 == 0 ? SS_OK : SS_ERR_PARSE;
 }
 
-static const ss__rpc_method methods[] = {{"/f/A", h_check, false, NULL, false, 1 << 16, NULL, false},
-                                         {"/f/B", h_check, false, NULL, false, 64, NULL, false}};
+static const ss__rpc_method methods[] = {
+    {"/f/A", h_check, false, NULL, false, 1 << 16, NULL, false},
+    {"/f/B", h_check, false, NULL, false, 64, NULL, false}};
 
 static ss__bulk_server *server(void) {
     static ss__bulk_server *s;
