@@ -162,13 +162,18 @@ START_TEST(test_a_bounded_table_does_not_grow_with_rows_made) {
 }
 END_TEST
 
+/* A scratch directory and the path of a database in it. */
+static void scratch_db(char dir[64], char db[80]) {
+    ss__check_tmpdir(dir, "ss-bounds");
+    snprintf(db, 80, "%s/db", dir);
+}
+
 /* The PS's store: an expired row leaves RocksDB too (a restart does not
  * bring it back), the bounded series are on /metrics, and rows stored
  * before a restart are held (and expire) after it. */
 START_TEST(test_store_expiry_reaches_rocksdb) {
-    char dir[] = "/tmp/ss-bounds-XXXXXX", db[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(db, sizeof db, "%s/db", dir);
+    char dir[64], db[80];
+    scratch_db(dir, db);
     ss__metrics *m;
     ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
     /* max_rows (the PS's default is 50M) only refuses past it */
@@ -209,9 +214,7 @@ START_TEST(test_store_expiry_reaches_rocksdb) {
     cfg.mem_cap_bytes = 1 << 20; /* spilling and forgetting do not mix */
     ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_ERR_INVALID_ARGUMENT);
     ss__metrics_destroy(m);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ss__check_rmdir(dir);
 }
 END_TEST
 
@@ -291,9 +294,8 @@ END_TEST
  * table held whole (a bound deletes rows for good, so none may spill to
  * RocksDB and be read back past the bound's count). */
 START_TEST(test_a_bounded_table_is_held_whole_under_max_rows) {
-    char dir[] = "/tmp/ss-bounds-XXXXXX", db[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(db, sizeof db, "%s/db", dir);
+    char dir[64], db[80];
+    scratch_db(dir, db);
     ss__emb_store_config cfg = {.db_path = db, .max_rows = 100, .bounds = {.ttl_s = 3600}};
     ss__emb_store *st;
     ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
@@ -314,9 +316,7 @@ START_TEST(test_a_bounded_table_is_held_whole_under_max_rows) {
     ck_assert_int_eq(ss__emb_store_stats_of(st, "t", &ss), SS_OK);
     ck_assert_uint_eq(ss.table.resident_rows, 100);
     ss__emb_store_destroy(st);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ss__check_rmdir(dir);
 }
 END_TEST
 

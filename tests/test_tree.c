@@ -575,25 +575,33 @@ END_TEST
  * refused, and so is one at the 64-bit edge; a forged leave within the
  * step (it cannot be told from a real one) only costs member 1 a round:
  * it learns it was left out and comes back, every time. */
-static ss_status forged_leave(ss__transport *to, uint32_t from, uint64_t version) {
+/* A message of another member's, made by hand, to member `to`'s method;
+ * msg gets the refusal. */
+static ss_status call_member(ss__transport *to, const char *method, const ProtobufCMessage *m,
+                             char *msg, size_t msglen) {
     char target[40];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__tree_transport_port(to));
     ss__rpc_channel *ch;
     ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    uint8_t req[256], *resp = NULL;
+    ck_assert_uint_le(protobuf_c_message_get_packed_size(m), sizeof req);
+    size_t rl;
+    ss_status st = ss__rpc_call(ch, method, req, protobuf_c_message_pack(m, req), 2000, false,
+                                &resp, &rl, msg, msglen);
+    free(resp);
+    ss__rpc_channel_destroy(ch);
+    return st;
+}
+
+static ss_status forged_leave(ss__transport *to, uint32_t from, uint64_t version) {
     Shadowsync__V1__TreeLeave lv = SHADOWSYNC__V1__TREE_LEAVE__INIT;
     lv.group = "w";
     lv.from = from;
     lv.version = version;
-    uint8_t lb[64], *resp = NULL;
-    size_t rl;
     char msg[200] = "";
-    ss_status st =
-        ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Leave", lb, protobuf_c_message_pack(&lv.base, lb),
-                     2000, false, &resp, &rl, msg, sizeof msg);
+    ss_status st = call_member(to, "/shadowsync.v1.TreeSync/Leave", &lv.base, msg, sizeof msg);
     if (st == SS_ERR_INVALID_ARGUMENT)
         ck_assert_ptr_nonnull(strstr(msg, "past the known"));
-    free(resp);
-    ss__rpc_channel_destroy(ch);
     return st;
 }
 
@@ -620,10 +628,6 @@ END_TEST
 /* A probe "from" member `from` to `to` carrying a view in which member m
  * is at version v, gone or not (every other member at version 0, there). */
 static ss_status forged_probe(ss__transport *to, uint32_t from, uint32_t m, uint64_t v, bool gone) {
-    char target[40];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ss__tree_transport_port(to));
-    ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
     uint8_t view[8 * M] = {0};
     const uint64_t x = v << 1 | (gone ? 1u : 0u);
     for (int b = 0; b < 8; b++)
@@ -632,15 +636,8 @@ static ss_status forged_probe(ss__transport *to, uint32_t from, uint32_t m, uint
     pr.group = "w";
     pr.from = from;
     pr.membership = (ProtobufCBinaryData){sizeof view, view};
-    uint8_t req[128], *resp = NULL;
-    size_t rl;
     char msg[200] = "";
-    ss_status st = ss__rpc_call(ch, "/shadowsync.v1.TreeSync/Probe", req,
-                                protobuf_c_message_pack(&pr.base, req), 2000, false, &resp, &rl,
-                                msg, sizeof msg);
-    free(resp);
-    ss__rpc_channel_destroy(ch);
-    return st;
+    return call_member(to, "/shadowsync.v1.TreeSync/Probe", &pr.base, msg, sizeof msg);
 }
 
 /* A view that says member 1 left, at the version already known for it (or
