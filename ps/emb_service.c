@@ -355,7 +355,7 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
         [M_ELASTIC] = {SS_EMB_M_ELASTIC, NULL, false, svc, false, 0, &elastic_request, false},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
         [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, NULL, true, svc, false, SS_RPC_SMALL_REQUEST,
-                          &checkpoint_request},
+                          &checkpoint_request, false},
         [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request,
                      false},
         [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request,
