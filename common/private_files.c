@@ -22,12 +22,17 @@ ss_status ss__private_owner_check(const struct stat *sb, const char *flag, const
                 flag, path, (int)sb->st_uid, (int)geteuid(), (int)geteuid());
         return SS_ERR_PERMISSION;
     }
-    if (sb->st_mode & (S_IWGRP | S_IWOTH)) {
+    /* Group-writable is the daemon's own when the group is its own (its
+     * effective gid): what Kubernetes' fsGroup makes of a volume (setgid
+     * directories, g+rw files) with runAsGroup = fsGroup. Another group's,
+     * or writable by others, is not. */
+    const bool group_other = (sb->st_mode & S_IWGRP) && sb->st_gid != getegid();
+    if ((sb->st_mode & S_IWOTH) || group_other) {
         ss__why(why, whylen,
-                "%s: %s (mode %03o) is writable by %s: others could plant links or files in "
-                "it; chmod go-w %s",
-                flag, path, (unsigned)(sb->st_mode & 07777),
-                (sb->st_mode & S_IWOTH) ? "others" : "its group", path);
+                "%s: %s (mode %03o, group %d) is writable by %s: others could plant links or "
+                "files in it; chmod go-w %s",
+                flag, path, (unsigned)(sb->st_mode & 07777), (int)sb->st_gid,
+                (sb->st_mode & S_IWOTH) ? "others" : "a group not this process's", path);
         return SS_ERR_PERMISSION;
     }
     return SS_OK;

@@ -19,14 +19,16 @@
 #include "shadowsync/status.h"
 
 /* Creates dir (mode 0700) when it is missing; an existing one must be a
- * directory (not a link to one), owned by this process's effective uid
- * and not writable by group or others. SS_ERR_PERMISSION (or SS_ERR_IO)
- * otherwise, why naming flag, what is wrong and how to fix it. */
+ * directory (not a link to one) that passes ss__private_owner_check.
+ * SS_ERR_PERMISSION (or SS_ERR_IO) otherwise, why naming flag, what is
+ * wrong and how to fix it. */
 ss_status ss__private_dir(const char *dir, const char *flag, char *why, size_t whylen);
 
 /* The owner rule of the above for something already opened or stat'ed:
- * owned by this process's effective uid and not writable by group or
- * others. SS_ERR_PERMISSION with why naming flag and path otherwise. */
+ * owned by this process's effective uid, not writable by others, and
+ * writable by its group only when that group is this process's effective
+ * gid (Kubernetes' fsGroup with runAsGroup the same: setgid directories,
+ * g+rw files). SS_ERR_PERMISSION with why naming flag and path otherwise. */
 ss_status ss__private_owner_check(const struct stat *sb, const char *flag, const char *path,
                                   char *why, size_t whylen);
 

@@ -16,8 +16,8 @@
 #include "rpc/auth.h"
 
 /* The directories the daemons write: made 0700 when missing; an existing
- * one refused when it is a link, a file, writable by group or others, or
- * (as root) owned by another uid, each saying which flag, what and how to
+ * one refused when it is a link, a file, writable by others or by a group
+ * not the process's own, or (as root) owned by another uid, each saying which flag, what and how to
  * fix it. A temporary file is new (a link planted at any name is never
  * written through), random and 0600. */
 START_TEST(test_private_dirs_and_files) {
@@ -30,12 +30,23 @@ START_TEST(test_private_dirs_and_files) {
     ck_assert_uint_eq(sb.st_mode & 0777, 0700);
     ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_OK); /* again: ours */
 
-    ck_assert_int_eq(chmod(d, 0770), 0);
-    ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_ERR_PERMISSION);
-    ck_assert_ptr_nonnull(strstr(why, "--x"));
-    ck_assert_ptr_nonnull(strstr(why, "chmod go-w"));
+    /* Writable by its group when the group is this process's own: what
+     * Kubernetes' fsGroup makes of a volume (setgid, g+rwx) is the
+     * daemon's; another group's is not. */
+    ck_assert_int_eq(chown(d, (uid_t)-1, getegid()), 0);
+    ck_assert_int_eq(chmod(d, 02770), 0);
+    ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_OK);
+    if (geteuid() == 0) {
+        ck_assert_int_eq(chown(d, (uid_t)-1, 65534), 0);
+        ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_ERR_PERMISSION);
+        ck_assert_ptr_nonnull(strstr(why, "--x"));
+        ck_assert_ptr_nonnull(strstr(why, "a group not this process's"));
+        ck_assert_ptr_nonnull(strstr(why, "chmod go-w"));
+        ck_assert_int_eq(chown(d, (uid_t)-1, getegid()), 0);
+    }
     ck_assert_int_eq(chmod(d, 0702), 0);
     ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_ptr_nonnull(strstr(why, "chmod go-w"));
     ck_assert_int_eq(chmod(d, 0755), 0);
     ck_assert_int_eq(ss__private_dir(d, "--x", why, sizeof why), SS_OK); /* readable is fine */
 

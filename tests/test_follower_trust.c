@@ -216,13 +216,17 @@ START_TEST(test_writable_by_others_is_refused) {
     ck_assert_int_eq(chmod(g_dir, 0700), 0);
     follow_ok(&fl);
     ck_assert_double_eq(wait_for(&fl, APPLIED, 1), 1);
-    ck_assert_int_eq(chmod(g_dir, 0770), 0);
+    ck_assert_int_eq(chmod(g_dir, 0772), 0);
     push(7, 1.0f);
     publish(2, false);
     few_looks();
     ck_assert_double_eq(series(&fl, APPLIED), 1);
     ck_assert_int_eq(chmod(g_dir, 0700), 0);
     ck_assert_double_eq(wait_for(&fl, APPLIED, 2), 2);
+    /* What Kubernetes' fsGroup makes of a volume, the group the daemon's
+     * own (setgid, group-writable): still the daemon's. */
+    ck_assert_int_eq(chown(g_dir, (uid_t)-1, getegid()), 0);
+    ck_assert_int_eq(chmod(g_dir, 02770), 0);
     /* An entry writable by others, and (as root) a file of another uid:
      * made aside, then renamed in, as a writer would. */
     push(8, 1.0f);
