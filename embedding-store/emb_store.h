@@ -180,6 +180,11 @@ ss_status ss__emb_store_forget(ss__emb_store *st, const char *table, uint64_t ep
 /* found[i]: whether the row is stored here (memory or database). */
 ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64_t *ids, size_t n,
                               bool *found);
+/* found[i]: whether a copy of the row is written: in the database (a
+ * newer one may be in memory), or, without one, in memory. What a taker
+ * says when its giver asks whether it may forget a row. */
+ss_status ss__emb_store_holds_written(ss__emb_store *st, const char *table, const uint64_t *ids,
+                                      size_t n, bool *found);
 /* Rows taken from another shard (full rows): each put unless this store
  * holds its id already (sync: written to the database, synced, before
  * this returns; else by the flusher, see ss__emb_store_durable_before);

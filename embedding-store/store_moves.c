@@ -214,6 +214,24 @@ ss_status ss__emb_store_holds(ss__emb_store *st, const char *table, const uint64
     return s;
 }
 
+ss_status ss__emb_store_holds_written(ss__emb_store *st, const char *table, const uint64_t *ids,
+                                      size_t n, bool *found) {
+    store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;
+    if (!tb)
+        return SS_ERR_NOT_FOUND;
+    if (!st->db) /* memory is all there is */
+        return ss__emb_table_holds(tb->t, ids, n, found);
+    enum { CHUNK = 1024 };
+    const size_t rf = ss__emb_row_floats(&tb->spec);
+    float *rows = malloc(CHUNK * rf * sizeof *rows);
+    ss_status s = rows ? SS_OK : SS_ERR_NO_MEMORY;
+    for (size_t at = 0; s == SS_OK && at < n; at += CHUNK)
+        s = ss__emb_db_get_rows(st->db, tb->tid, ids + at, n - at < CHUNK ? n - at : CHUNK, rf,
+                                rows, found + at);
+    free(rows);
+    return s;
+}
+
 ss_status ss__emb_store_put_absent(ss__emb_store *st, const char *table, const uint64_t *ids,
                                    size_t n, const float *rows, bool sync, size_t *put) {
     store_table *tb = st && table ? ss__emb_store_find(st, table) : NULL;

@@ -606,8 +606,8 @@ static void confirmed_by_taker(ss__ps_row_moves *mv, const Shadowsync__V1__Hando
     protobuf_c_message_free_unpacked(r, NULL);
 }
 
-/* The taker's side of a confirmation: which of the ids it holds, written
- * (flushed first: the giver forgets them next). */
+/* The taker's side of a confirmation: which of the ids it holds written
+ * (a copy in its database): the giver forgets those next. */
 static void confirm_held(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
                          ss__rpc_reply *r) {
     const size_t n = m->ids.len / sizeof(uint64_t);
@@ -618,8 +618,8 @@ static void confirm_held(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequ
         st = SS_ERR_INVALID_ARGUMENT;
     if (st == SS_OK && n)
         memcpy(ids, m->ids.data, n * sizeof *ids);
-    if (st == SS_OK && (st = ss__emb_store_flush(mv->cfg.store)) == SS_OK)
-        st = ss__emb_store_holds(mv->cfg.store, m->table, ids, n, found);
+    if (st == SS_OK)
+        st = ss__emb_store_holds_written(mv->cfg.store, m->table, ids, n, found);
     size_t k = 0;
     for (size_t i = 0; st == SS_OK && i < n; i++)
         if (found[i])
