@@ -104,6 +104,38 @@ def check_shard_map(docs):
         check(r.returncode == 2 and r.stderr, f"shard-map {bad} was not refused: {r.stdout!r}")
 
 
+def check_peer_moves(docs):
+    """Rows move between the PS pods: each reads the fleet's own token from
+    a Secret other than the trainers', and the network policy of the PS
+    pods admits the other PS pods on the gRPC port."""
+    sts = next(d for d in docs if d.get("kind") == "StatefulSet")
+    pod = sts["spec"]["template"]
+    ps = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in ps.get("env", [])}
+    mounts = {m["mountPath"]: m["name"] for m in ps.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    def secret_of(var):
+        path = env.get(var) or ""
+        vol = vols.get(mounts.get(os.path.dirname(path), ""), {})
+        return vol.get("secret", {}).get("secretName")
+    peer, auth = secret_of("SHADOWSYNC_PEER_TOKEN_FILE"), secret_of("SHADOWSYNC_AUTH_TOKEN_FILE")
+    check(peer is not None and auth is not None and peer != auth,
+          f"the PS reads no peer token of its own from a Secret (peer {peer}, auth {auth})")
+    port = next(p["containerPort"] for p in ps["ports"] if p["name"] == "grpc")
+    labels = pod["metadata"]["labels"]
+    admitted = False
+    for pol in (d for d in docs if d.get("kind") == "NetworkPolicy"):
+        if not pol["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items():
+            continue
+        for rule in pol["spec"].get("ingress", []):
+            ports = [p.get("port") for p in rule.get("ports", [])]
+            froms = [f.get("podSelector", {}).get("matchLabels", {}) for f in rule.get("from", [])
+                     if "namespaceSelector" not in f]
+            if port in ports and any(m and m.items() <= labels.items() for m in froms):
+                admitted = True
+    check(admitted, f"no network policy admits the PS pods to each other on port {port}")
+
+
 def main():
     kust = yaml.safe_load(open(os.path.join(K8S, "kustomization.yaml")))
     docs = []
@@ -128,6 +160,7 @@ def main():
               p["spec"]["selector"]["matchLabels"].items() <= ps_labels.items() for p in pdbs),
           "no PodDisruptionBudget with maxUnavailable 1 selects the PS shards")
     check_shard_map(docs)
+    check_peer_moves(docs)
     tmpfiles = open(os.path.join(K8S, "node-tmpfiles.conf")).read()
     check(re.search(r"^d /run/shadowsync 0750 10001 10001", tmpfiles, re.M),
           "node-tmpfiles.conf does not make /run/shadowsync 0750 for uid 10001")
