@@ -122,6 +122,21 @@ static bool kubernetes_volume_link(const char *path, const char *dir, const char
     return !strncmp(target, "..", 2) && !strchr(target, '/');
 }
 
+/* The directory that holds path, into dir ("." for a bare name, "/" at
+ * the root); returns path's last component. */
+static const char *parent_dir(const char *path, char *dir, size_t dirlen) {
+    snprintf(dir, dirlen, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, dirlen, ".");
+    else if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    const char *name = strrchr(path, '/');
+    return name ? name + 1 : path;
+}
+
 /* Who may own an operator's file or its directory: this uid, or root. */
 static bool owner_trusted(const struct stat *sb) {
     return sb->st_uid == geteuid() || sb->st_uid == 0;
@@ -150,15 +165,7 @@ static bool dir_trusted(const char *dir, const char *what, const char *path, cha
 
 int ss__operator_file_open(const char *path, const char *what, char *why, size_t whylen) {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    const char *name = slash ? slash + 1 : path;
-    if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    if (slash && !dir[0])
-        snprintf(dir, sizeof dir, "/");
+    const char *name = parent_dir(path, dir, sizeof dir);
     struct stat sb;
     if (lstat(path, &sb) != 0) {
         ss__why(why, whylen, "%s %s: %s", what, path, strerror(errno));
@@ -217,11 +224,8 @@ int ss__private_tmp_open(const char *final_path, char *tmp, size_t tmplen) {
 
 ss_status ss__fsync_parent_dir(const char *path) {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    parent_dir(path, dir, sizeof dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     ss_status st = dfd >= 0 && fsync(dfd) == 0 ? SS_OK : SS_ERR_IO;
     if (dfd >= 0)
         close(dfd);

@@ -161,5 +161,5 @@ int ss__shard_map_index(const char *list, const char *address) {
 }
 
 bool ss__shard_map_newer(uint64_t serving, uint64_t epoch) {
-    return epoch > serving && epoch - serving <= SS_SHARD_MAP_EPOCH_JUMP;
+    return epoch > serving && (serving == 0 || epoch - serving <= SS_SHARD_MAP_EPOCH_JUMP);
 }

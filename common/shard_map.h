@@ -57,7 +57,7 @@ ss_status ss__shard_map_parse(const char *text, const char *name, ss__shard_map 
 bool ss__shard_map_epoch_parse(const char *text, size_t len, uint64_t *epoch);
 
 /* Whether a map of epoch follows the one served: newer, by at most
- * SS_SHARD_MAP_EPOCH_JUMP. */
+ * SS_SHARD_MAP_EPOCH_JUMP (serving 0, none yet: any epoch). */
 bool ss__shard_map_newer(uint64_t serving, uint64_t epoch);
 
 /* The addresses of a comma-separated list, at most max: each a pointer

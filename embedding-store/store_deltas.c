@@ -102,6 +102,12 @@ static ss_status collect_ids(void *ctx, const uint64_t *ids, const float *rows, 
     return SS_OK;
 }
 
+/* Rows of spec b can be put in a table of spec a: the same dim and
+ * optimizer state. */
+static bool same_rows(const ss__emb_spec *a, const ss__emb_spec *b) {
+    return a->dim == b->dim && a->optimizer == b->optimizer;
+}
+
 static ss_status apply_table(void *ctx, const ss__emb_spec *spec) {
     apply_ctx *a = ctx;
     ss__emb_store *st = a->st;
@@ -113,7 +119,7 @@ static ss_status apply_table(void *ctx, const ss__emb_spec *spec) {
     ss_status s = SS_OK;
     if (!a->tb)
         s = ss__emb_store_add_table_locked(st, spec, &a->tb);
-    else if (a->tb->spec.dim != spec->dim || a->tb->spec.optimizer != spec->optimizer)
+    else if (!same_rows(&a->tb->spec, spec))
         s = SS_ERR_SIZE_MISMATCH; /* a delta of another table of that name */
     pthread_rwlock_unlock(&st->lock);
     /* A base replaces the table: what it does not hold goes. */
@@ -133,16 +139,8 @@ static ss_status apply_rows(void *ctx, const uint64_t *ids, const float *rows, s
 
 /* Checking: a table of the file's name held here with another spec. */
 static ss_status table_fits(void *ctx, const ss__emb_spec *spec) {
-    ss__emb_store *st = ctx;
-    ss_status s = SS_OK;
-    pthread_rwlock_rdlock(&st->lock);
-    for (size_t i = 0; i < st->ntables; i++)
-        if (!strcmp(st->tables[i]->spec.name, spec->name) &&
-            (st->tables[i]->spec.dim != spec->dim ||
-             st->tables[i]->spec.optimizer != spec->optimizer))
-            s = SS_ERR_SIZE_MISMATCH;
-    pthread_rwlock_unlock(&st->lock);
-    return s;
+    const store_table *tb = ss__emb_store_find(ctx, spec->name);
+    return !tb || same_rows(&tb->spec, spec) ? SS_OK : SS_ERR_SIZE_MISMATCH;
 }
 
 static ss_status rows_fit(void *ctx, const uint64_t *ids, const float *rows, size_t n) {

@@ -103,32 +103,38 @@ ss_status ss__ps_delta_index(const char *dir, uint64_t after, const ss__delta_re
     return SS_OK;
 }
 
-/* The followed directory, opened and checked: this uid's, not writable by
- * others, not a link (said once in the log while it stays so). -1 when it
- * cannot be followed now. */
-static int open_followed(ss__ps_follower *f, char *why, size_t whylen) {
-    const int fd = ss__private_open_at(AT_FDCWD, f->cfg.dir, true, FOLLOW_FLAG, why, whylen);
-    if (fd < 0 && !f->dir_refused)
+/* The followed directory, opened and checked into *dfd: this uid's, not
+ * writable by others, not a link (said once in the log while it stays
+ * so, unless dir_refused is set already). SS_ERR_PERMISSION / SS_ERR_IO
+ * with why when it cannot be followed now. */
+static ss_status open_followed(ss__ps_follower *f, int *dfd, char *why, size_t whylen) {
+    *dfd = ss__private_open_at(AT_FDCWD, f->cfg.dir, true, FOLLOW_FLAG, why, whylen);
+    const ss_status st = *dfd >= 0 ? SS_OK : errno == EPERM ? SS_ERR_PERMISSION : SS_ERR_IO;
+    if (st != SS_OK && !f->dir_refused)
         SS_LOG_ERRORF("follower",
                       "event=directory_refused dir=%s why=\"%s\" note=\"serving seq "
                       "%" PRIu64 "; nothing read from it until it is fixed\"",
                       f->cfg.dir, why, f->applied);
-    f->dir_refused = fd < 0;
-    return fd;
+    f->dir_refused = st != SS_OK;
+    return st;
 }
 
 /* What the source holds past what is applied (refused entries left out);
- * *dfd: the followed directory, open (-1 over the network). */
-static ss_status index_of(ss__ps_follower *f, ss__delta_index *ix, ss__delta_entry *far, int *dfd) {
+ * *dfd: the followed directory, open (-1 over the network); why: why the
+ * directory cannot be read. */
+static ss_status index_of(ss__ps_follower *f, ss__delta_index *ix, ss__delta_entry *far, int *dfd,
+                          char *why, size_t whylen) {
     *far = (ss__delta_entry){0};
     *dfd = -1;
     if (!f->ch) {
-        char why[300];
         int dup_fd;
         DIR *d;
-        if ((*dfd = open_followed(f, why, sizeof why)) < 0)
-            return SS_ERR_PERMISSION;
+        ss_status st = open_followed(f, dfd, why, whylen);
+        if (st != SS_OK)
+            return st;
         if ((dup_fd = dup(*dfd)) < 0 || !(d = fdopendir(dup_fd))) {
+            snprintf(why, whylen, "%s: cannot read %s: %s", FOLLOW_FLAG, f->cfg.dir,
+                     strerror(errno));
             if (dup_fd >= 0)
                 close(dup_fd);
             close(*dfd);
@@ -313,7 +319,10 @@ static void catch_up(ss__ps_follower *f) {
     ss__delta_index l;
     ss__delta_entry far;
     int dfd;
-    for (int tried = 0; tried < LOOK_MAX_ENTRIES && index_of(f, &l, &far, &dfd) == SS_OK; tried++) {
+    char why[300];
+    for (int tried = 0;
+         tried < LOOK_MAX_ENTRIES && index_of(f, &l, &far, &dfd, why, sizeof why) == SS_OK;
+         tried++) {
         ss_status st = SS_OK;
         if (far.seq) {
             char why[160];
@@ -395,14 +404,8 @@ ss_status ss__ps_follower_start(const ss__ps_follower_config *cfg, ss__ps_follow
     ss__delta_index l;
     ss__delta_entry far;
     int dfd = -1;
-    if (st == SS_OK && !remote) { /* the directory's own refusal, as it is */
-        f->dir_refused = true;    /* (said here, not in the log) */
-        if ((dfd = ss__private_open_at(AT_FDCWD, cfg->dir, true, FOLLOW_FLAG, why, whylen)) < 0)
-            st = errno == EPERM || errno == ELOOP ? SS_ERR_PERMISSION : SS_ERR_IO;
-        else
-            close(dfd);
-    }
-    if (st == SS_OK && (st = index_of(f, &l, &far, &dfd)) != SS_OK && remote)
+    f->dir_refused = true; /* a refusal at the start is said in why, not in the log */
+    if (st == SS_OK && (st = index_of(f, &l, &far, &dfd, why, whylen)) != SS_OK && remote)
         snprintf(why, whylen,
                  "--follow %s: its Deltas service said %s (is it a training PS with "
                  "--delta-dir, and is the token the same?)",

@@ -479,23 +479,21 @@ static void view_of(ss__ps_row_moves *mv, uint32_t to, give_view *v) {
 /* The request against the map: the same epoch and size, a taker that is
  * not this PS. */
 static bool request_fits(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
-                         ss__rpc_reply *r, give_view *v_out) {
-    give_view v;
-    view_of(mv, m->to_shard, &v);
-    *v_out = v;
-    if (m->epoch != v.epoch) {
+                         ss__rpc_reply *r, give_view *v) {
+    view_of(mv, m->to_shard, v);
+    if (m->epoch != v->epoch) {
         ss__rpc_reply_fail(r, SS_ERR_STATE,
                            "Handoff for " SS_RPC_STALE_EPOCH " %llu; this server serves epoch %llu",
-                           (unsigned long long)m->epoch, (unsigned long long)v.epoch);
+                           (unsigned long long)m->epoch, (unsigned long long)v->epoch);
         return false;
     }
     /* A confirmation comes to the taker itself; anything else from one. */
-    if (m->shards != v.shards || m->to_shard >= m->shards ||
-        ((int)m->to_shard == v.self) != m->confirm) {
+    if (m->shards != v->shards || m->to_shard >= m->shards ||
+        ((int)m->to_shard == v->self) != m->confirm) {
         ss__rpc_reply_fail(
             r, SS_ERR_INVALID_ARGUMENT,
             "Handoff to shard %u of %u: this server's map has %u shards and it is shard %d",
-            m->to_shard, m->shards, v.shards, v.self);
+            m->to_shard, m->shards, v->shards, v->self);
         return false;
     }
     return true;
@@ -606,18 +604,18 @@ static void confirmed_by_taker(ss__ps_row_moves *mv, const Shadowsync__V1__Hando
     protobuf_c_message_free_unpacked(r, NULL);
 }
 
-/* The taker's side of a confirmation: which of the ids it holds written
- * (a copy in its database): the giver forgets those next. */
+/* The taker's side of a confirmation: which of the ids (rows that move
+ * to it) it holds written (a copy in its database): the giver forgets
+ * those next. */
 static void confirm_held(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
-                         ss__rpc_reply *r) {
-    const size_t n = m->ids.len / sizeof(uint64_t);
-    uint64_t *ids = malloc(n * sizeof *ids + 1);
+                         const ss__emb_spec *spec, ss__rpc_reply *r) {
+    const leaving l = {ss__emb_table_id(spec->name), m->to_shard, m->shards};
+    size_t n = 0;
+    uint64_t *ids = ids_for(&m->ids, &l, &n, r);
+    if (!ids)
+        return; /* refused, r says why */
     bool *found = malloc(n * sizeof *found + 1);
-    ss_status st = ids && found ? SS_OK : SS_ERR_NO_MEMORY;
-    if (st == SS_OK && (m->ids.len % sizeof(uint64_t) || n > MAX_TAKE))
-        st = SS_ERR_INVALID_ARGUMENT;
-    if (st == SS_OK && n)
-        memcpy(ids, m->ids.data, n * sizeof *ids);
+    ss_status st = found ? SS_OK : SS_ERR_NO_MEMORY;
     if (st == SS_OK)
         st = ss__emb_store_holds_written(mv->cfg.store, m->table, ids, n, found);
     size_t k = 0;
@@ -690,7 +688,7 @@ static void serve_handoff(void *ctx, void *request, ss__rpc_reply *reply) {
     else if (ss__emb_store_table_spec(mv->cfg.store, m->table, &spec) != SS_OK)
         ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "unknown table %s", m->table);
     else if (m->confirm)
-        confirm_held(mv, m, reply);
+        confirm_held(mv, m, &spec, reply);
     else
         give(mv, m, &spec, &v, reply);
 }

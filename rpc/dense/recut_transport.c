@@ -147,8 +147,7 @@ static bool maybe_recut(recut_tp *t) {
     pthread_rwlock_rdlock(&t->cut);
     const uint64_t serving = t->epoch;
     pthread_rwlock_unlock(&t->cut);
-    if (read_map(t, &map) != SS_OK || map.epoch <= serving ||
-        (serving && !ss__shard_map_newer(serving, map.epoch)))
+    if (read_map(t, &map) != SS_OK || !ss__shard_map_newer(serving, map.epoch))
         return false;
     pthread_rwlock_wrlock(&t->cut);
     bool done = t->epoch >= map.epoch;

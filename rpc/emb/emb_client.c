@@ -225,7 +225,7 @@ static bool reroute(ss__emb_client *c) {
     ss__shard_map m;
     char why[400];
     bool moved = *c->map && ss__shard_map_read(c->map, &m, why, sizeof why) == SS_OK &&
-                 (c->epoch ? ss__shard_map_newer(c->epoch, m.epoch) : true);
+                 ss__shard_map_newer(c->epoch, m.epoch);
     if (moved) {
         close_channels(c);
         c->epoch = m.epoch;
