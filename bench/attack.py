@@ -83,7 +83,8 @@ class PS:
         self.log = open(os.path.join(WORK, "ps.log"), "w+")
         self.proc = subprocess.Popen(
             [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--auth-token-file", tok]
-            + list(extra), stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            + list(extra), stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={k: v for k, v in os.environ.items() if k != "SHADOWSYNC_INSECURE_LOOPBACK"})
         m = None
         for _ in range(600):
             self.log.seek(0)

@@ -23,6 +23,8 @@ if [ -z "${SHADOWSYNC_AUTH_TOKEN_FILE:-}" ]; then
   [ -s "$SHADOWSYNC_AUTH_TOKEN_FILE" ] ||
     (umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$SHADOWSYNC_AUTH_TOKEN_FILE")
 fi
+# A PS refuses a token beside SHADOWSYNC_INSECURE_LOOPBACK (the suite's).
+unset SHADOWSYNC_INSECURE_LOOPBACK
 # The PS fleet's own token (rows moving between shards), read by every PS.
 if [ -z "${SHADOWSYNC_PEER_TOKEN_FILE:-}" ]; then
   export SHADOWSYNC_PEER_TOKEN_FILE=$PWD/out/bench-peer-token

@@ -147,7 +147,7 @@ for i in $(seq 0 $((PS - 1))); do
   if [ "$MODE" != none ] && [ "$PEERS" != 1 ]; then
     bulk_listen=()
     [ "$BULK" = 1 ] && bulk_listen=(--bulk-listen "$addr:7071")
-    ip netns exec "$ID-p$i" nice -n "$NICE" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
+    ip netns exec "$ID-p$i" env -u SHADOWSYNC_INSECURE_LOOPBACK nice -n "$NICE" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
       --auth-token-file "$TMP/token" "${bulk_listen[@]}" >"$TMP/ps$i.log" 2>&1 &
     PIDS+=($!)
     wait_line "$TMP/ps$i.log" "listening on" $!

@@ -101,6 +101,7 @@ emu_init() {
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/peer-token"
   chmod 600 "$TMP/token" "$TMP/peer-token"
   export SHADOWSYNC_AUTH_TOKEN_FILE=$TMP/token SHADOWSYNC_PEER_TOKEN_FILE=$TMP/peer-token
+  unset SHADOWSYNC_INSECURE_LOOPBACK # a PS refuses it beside a token
   export SHADOWSYNC_LOG_LEVEL=${SHADOWSYNC_LOG_LEVEL:-warn}
 }
 

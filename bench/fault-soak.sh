@@ -95,7 +95,7 @@ EVENTS=$TMP/events.tsv # t_ms kind victim heal_ms
 start_ps() { # i
   local i=$1 addr=198.18.1.$(($1 + 1))
   mkdir -p "$TMP/ps$i"
-  ip netns exec "$ID-p$i" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
+  ip netns exec "$ID-p$i" env -u SHADOWSYNC_INSECURE_LOOPBACK "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
     --auth-token-file "$TMP/token" --checkpoint-dir "$TMP/ps$i" --emb-db "$TMP/ps$i/emb" \
     --shard-map "$TMP/fleet.map" --sync-writes >>"$TMP/ps$i.log" 2>&1 &
   PID[ps$i]=$!

@@ -26,7 +26,7 @@ source "$SRC/bench/emu-lib.sh"
 emu_init
 
 add_host "$ID-p0" 198.18.1.1
-ip netns exec "$ID-p0" "$BIN/shadowsync-ps" --listen 198.18.1.1:7070 --http "" \
+ip netns exec "$ID-p0" env -u SHADOWSYNC_INSECURE_LOOPBACK "$BIN/shadowsync-ps" --listen 198.18.1.1:7070 --http "" \
   --auth-token-file "$TMP/token" >"$TMP/ps.log" 2>&1 &
 PIDS+=($!)
 wait_line "$TMP/ps.log" "listening on" $!

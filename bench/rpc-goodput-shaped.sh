@@ -37,7 +37,7 @@ print((d["sum_sent"]["bits_per_second"] + d["sum_sent_bidir_reverse"]["bits_per_
   wait "$srv" 2>/dev/null || true
 }
 tcp=$(iperf_once)
-ip netns exec "$ID-p0" "$BIN/shadowsync-ps" --listen 198.18.1.1:7070 --http "" --threads 2 \
+ip netns exec "$ID-p0" env -u SHADOWSYNC_INSECURE_LOOPBACK "$BIN/shadowsync-ps" --listen 198.18.1.1:7070 --http "" --threads 2 \
   --auth-token-file "$TMP/token" >"$TMP/ps.log" 2>&1 &
 PIDS+=($!)
 wait_line "$TMP/ps.log" "listening on" $!

@@ -46,7 +46,7 @@ if [ "$TLS" = 1 ]; then
   echo "gRPC and bulk over mutual TLS ($(openssl version | cut -d' ' -f1-2)); iperf3 and the echoes plain"
 fi
 ./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 --bulk-listen 127.0.0.1:0 \
-  --insecure-loopback "${ps_tls[@]}" >out/bench-ps.log 2>&1 &
+  "${ps_tls[@]}" >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done

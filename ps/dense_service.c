@@ -31,10 +31,11 @@ static void reject(ss__dense_service *svc, ss__rpc_reply *r, ss_status st, const
 }
 
 /* A refusal of the backend's, with its reason when it said one (a limit,
- * a result that overflowed). */
+ * a result that overflowed, a group with no central model yet). */
 static void fail(ss__dense_service *svc, ss__rpc_reply *r, ss_status st) {
     const char *why = ss__central_refusal();
-    reject(svc, r, st, st == SS_ERR_NON_FINITE && *why ? why : ss_strerror(st));
+    reject(svc, r, st,
+           (st == SS_ERR_NON_FINITE || st == SS_ERR_STATE) && *why ? why : ss_strerror(st));
 }
 
 /* A float payload must be whole floats and within the group size limit. */

@@ -489,6 +489,17 @@ static int check_options(ps_options *o) {
                                 : why);
         return 2;
     }
+    /* Both would leave the operator guessing which one holds: a token
+     * (often from SHADOWSYNC_AUTH_TOKEN_FILE in the environment) makes
+     * --insecure-loopback moot, and a demo flag should not sit beside one. */
+    if (o->insecure_loopback && o->auth[0]) {
+        fprintf(stderr,
+                "shadowsync-ps: --insecure-loopback (SHADOWSYNC_INSECURE_LOOPBACK) and a token "
+                "(--auth-token-file %s, or SHADOWSYNC_AUTH_TOKEN_FILE) are both set: every call "
+                "would need the token, so drop one of them\n",
+                o->auth_file);
+        return 2;
+    }
     /* Who may call: the token's holders (or mutual TLS); nobody's calls
      * are open by default, loopback included (a shared host's users). */
     if (ss__auth_listener_check("--listen", o->listen, o->auth[0], *o->tls_ca, o->insecure_loopback,
@@ -500,6 +511,12 @@ static int check_options(ps_options *o) {
     if (!o->auth[0] && !*o->tls_ca)
         SS_LOG_WARNF("ps", "event=insecure_loopback listen=%s note=\"any local user may call\"",
                      o->listen);
+    /* On stdout beside "listening on", whatever the log level: which door
+     * this PS keeps is the first thing an operator checks. */
+    printf("shadowsync-ps: auth mode=%s peer_token=%s\n",
+           o->auth[0] ? (*o->tls_ca ? "token+mtls" : "token")
+                      : (*o->tls_ca ? "mtls" : "insecure_loopback"),
+           o->peer_auth[0] ? "yes" : "no");
     return -1;
 }
 

@@ -185,6 +185,14 @@ static const group *chunking_clash(const ss__central *c, const char *name) {
     return NULL;
 }
 
+/* Two chunks of one group that start at the same offset. */
+static bool same_start(const char *a, const char *b) {
+    size_t alen, blen;
+    uint64_t alo, ahi, blo, bhi;
+    return ss__ps_chunk_range(a, &alen, &alo, &ahi) && ss__ps_chunk_range(b, &blen, &blo, &bhi) &&
+           alo == blo;
+}
+
 void ss__central_unpin(group *g) {
     pthread_mutex_lock(&g->lock);
     if (--g->pins == 0 && g->retired)
@@ -246,6 +254,20 @@ static group *group_for_join(ss__central *c, const char *name, size_t n, bool re
     if (g && recut && fresh && retire_if_empty(c, g))
         g = NULL; /* made anew below */
     const group *clash = g ? NULL : recut ? retire_clashes(c, name) : chunking_clash(c, name);
+    if (clash && same_start(name, clash->name)) {
+        /* Cut alike, two chunks from one offset end apart only where the
+         * group ends: the members' models differ in size. */
+        snprintf(t_refusal, sizeof t_refusal,
+                 "group size mismatch: chunk %s and chunk %s that this PS holds start alike and "
+                 "end apart: the members' models differ in size (every member must build the "
+                 "same model, the same layers and sizes), or, if the sizes agree, they are cut "
+                 "into chunks of other sizes (give every member the same chunk_floats / "
+                 "--chunk-floats)",
+                 name, clash->name);
+        pthread_mutex_unlock(&c->lock);
+        *st = SS_ERR_SIZE_MISMATCH;
+        return NULL;
+    }
     if (clash) {
         snprintf(t_refusal, sizeof t_refusal,
                  "chunk %s overlaps chunk %s that this PS holds: the group is cut into chunks of "
@@ -296,6 +318,10 @@ static ss_status join_as(ss__central *c, const char *name, size_t n, bool recut,
     }
     if (g->n != n) {
         st = SS_ERR_SIZE_MISMATCH;
+        ss__central_say("group size mismatch: %s holds %zu floats here and %zu at the other "
+                        "members (every member must build the same model, the same layers and "
+                        "sizes)",
+                        name, n, g->n);
     } else {
         if (c->limits.max_members && g->nmembers >= c->limits.max_members) {
             st = refuse_limit(c, SS_CENTRAL_LIMIT_MEMBERS,

@@ -338,6 +338,7 @@ ss_status ss__central_round_encoded(ss__central *c, const char *name, uint64_t m
 }
 
 ss_status ss__central_read(ss__central *c, const char *name, float *out, size_t n) {
+    ss__central_refusal_clear();
     ss_status st = SS_ERR_INVALID_ARGUMENT;
     group *g = c && name && out ? enter_call(c, name, 0, NULL, n, &st) : NULL;
     if (!g)
@@ -346,8 +347,12 @@ ss_status ss__central_read(ss__central *c, const char *name, float *out, size_t 
         memcpy(out, g->central, n * sizeof(float));
     else if (g->result_round != NO_ROUND)
         memcpy(out, g->result, n * sizeof(float));
-    else
-        st = SS_ERR_STATE; /* nothing synced yet */
+    else {
+        st = SS_ERR_STATE;
+        ss__central_say("group %s: no round has completed yet, so the PS holds no central model "
+                        "(it has one after the first round)",
+                        name);
+    }
     pthread_mutex_unlock(&g->lock);
     return st;
 }

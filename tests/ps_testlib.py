@@ -27,8 +27,11 @@ def start_ps(ps_bin, work, name, extra):
     """A shadowsync-ps on 127.0.0.1 with free ports, its output in
     work/name.log: (process, log file, gRPC address, http address)."""
     log = open(os.path.join(work, name + ".log"), "w+")  # noqa: SIM115 (the PS writes it)
+    env = dict(os.environ)
+    if "--auth-token-file" in extra:  # the PS refuses SHADOWSYNC_INSECURE_LOOPBACK beside it
+        env.pop("SHADOWSYNC_INSECURE_LOOPBACK", None)
     ps = subprocess.Popen([ps_bin, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"] + extra,
-                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     deadline = time.time() + 30
     m = None
     while time.time() < deadline and not m:

@@ -339,6 +339,42 @@ class DefaultsBlackBox(unittest.TestCase):
         p = run("--listen", "0.0.0.0:0", "--insecure-loopback")
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
 
+    def test_insecure_loopback_beside_a_token_is_refused(self):
+        """A token in the environment and --insecure-loopback: neither is
+        dropped in silence; the PS says which two and exits."""
+        tok = os.path.join(WORK, "env-token")
+        with open(tok, "w") as f:
+            f.write("0123456789abcdef0123456789abcdef\n")
+        os.chmod(tok, 0o600)
+        env = {k: v for k, v in os.environ.items() if k != "SHADOWSYNC_INSECURE_LOOPBACK"}
+        env["SHADOWSYNC_AUTH_TOKEN_FILE"] = tok
+        p = subprocess.run([PS_BIN, "--http", "", "--listen", "127.0.0.1:0",
+                            "--insecure-loopback"], env=env, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertEqual(
+            p.stderr.strip(),
+            "shadowsync-ps: --insecure-loopback (SHADOWSYNC_INSECURE_LOOPBACK) and a token "
+            f"(--auth-token-file {tok}, or SHADOWSYNC_AUTH_TOKEN_FILE) are both set: every call "
+            "would need the token, so drop one of them")
+
+    def test_the_auth_mode_is_logged(self):
+        """Each start says which door it keeps."""
+        tok = os.path.join(WORK, "mode-token")
+        with open(tok, "w") as f:
+            f.write("0123456789abcdef0123456789abcdef\n")
+        os.chmod(tok, 0o600)
+        for extra, mode in ((["--insecure-loopback"], "mode=insecure_loopback peer_token=no"),
+                            (["--auth-token-file", tok], "mode=token peer_token=no")):
+            ps, log, _, _ = start_ps("mode" + str(len(extra)), extra)
+            try:
+                log.seek(0)
+                self.assertIn("shadowsync-ps: auth " + mode, log.read())
+            finally:
+                ps.terminate()
+                ps.wait(timeout=30)
+                log.close()
+
 
 if __name__ == "__main__":
     try:

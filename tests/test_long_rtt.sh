@@ -33,7 +33,7 @@ ip netns exec "$b" iptables -t raw -A PREROUTING -i "v$b" -j NFQUEUE --queue-num
 ip netns exec "$b" "$bin/shadowsync-emu-delay" --delay-us 200000 --queue 0 >"$tmp/delay.log" 2>&1 &
 pids+=($!)
 (umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$tmp/token")
-ip netns exec "$a" "$bin/shadowsync-ps" --listen 198.18.9.1:7070 --http "" \
+ip netns exec "$a" env -u SHADOWSYNC_INSECURE_LOOPBACK "$bin/shadowsync-ps" --listen 198.18.9.1:7070 --http "" \
   --auth-token-file "$tmp/token" >"$tmp/ps.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do

@@ -40,7 +40,7 @@ export SHADOWSYNC_AUTH_TOKEN_FILE="$OUT/token"
 
 targets=
 for s in $(seq 0 $((PS_COUNT - 1))); do
-  "$B/shadowsync-ps" --listen 127.0.0.1:0 >"$OUT/ps$s.log" 2>&1 &
+  env -u SHADOWSYNC_INSECURE_LOOPBACK "$B/shadowsync-ps" --listen 127.0.0.1:0 >"$OUT/ps$s.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q "listening on" "$OUT/ps$s.log" && break; sleep 0.1; done
   addr=$(grep -o 'listening on [0-9.:]*' "$OUT/ps$s.log" | awk '{print $3}')

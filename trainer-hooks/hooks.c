@@ -36,6 +36,11 @@ struct ss_dense {
     ss__engine_group *group; /* NULL in mode NONE, agent mode and after finish */
     ss__shm_group shm;       /* agent mode: the memory the agent maps too */
     ss_dense_stats final;    /* stats frozen by finish */
+    /* The PS's central model as the final rounds left it, read by finish
+     * before it leaves the PS (NULL: none read; central_final_st why). */
+    float *central_final;
+    ss_status central_final_st;
+    char central_final_why[256];
 };
 
 struct ss_trainer {
@@ -151,6 +156,7 @@ static char *dup_or_null(const char *s, int *failed) {
 }
 
 static void dense_free(ss_dense *g) {
+    free(g->central_final);
     ss__replica_destroy(g->replica);
     ss__shm_group_release(&g->shm);
     free(g->name);
@@ -531,25 +537,65 @@ ss_status ss_dense_read(ss_dense *g, float *dst) {
     return ss__err_end(st);
 }
 
+/* The central model of g from its PS (the transport still up). */
+static ss_status read_central_now(ss_dense *g, float *dst) {
+    ss__rpc_clear_failure();
+    ss_status st = ss__transport_read_central(g->trainer->transport, g->name, dst, ss_dense_size(g));
+    if (st != SS_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "group %s: reading the central model", g->name);
+        ps_call_failed(st, what);
+    }
+    return st;
+}
+
 ss_status ss_dense_read_central(ss_dense *g, float *dst) {
     ss__err_begin();
     if (!g || !dst)
         return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT, "group or dst: NULL"));
     ss_trainer *t = g->trainer;
+    if (g->central_final) { /* finished: the centre the final rounds left */
+        memcpy(dst, g->central_final, ss_dense_size(g) * sizeof(float));
+        return ss__err_end(SS_OK);
+    }
+    if (g->central_final_st != SS_OK)
+        return ss__err_end(ss__err_set(g->central_final_st, "%s", g->central_final_why));
     if (!t->transport || !t->to_ps)
         return ss__err_end(ss__err_set(SS_ERR_STATE,
                                        "group %s: this trainer talks to no PS of its own (sync "
                                        "none, an agent, or peers): there is no central model "
                                        "to read here",
                                        g->name));
-    ss__rpc_clear_failure();
-    ss_status st = ss__transport_read_central(t->transport, g->name, dst, ss_dense_size(g));
-    if (st != SS_OK) {
-        char what[96];
-        snprintf(what, sizeof what, "group %s: reading the central model", g->name);
-        ps_call_failed(st, what);
+    return ss__err_end(read_central_now(g, dst));
+}
+
+/* finish: each group's centre as the final rounds left it, kept for
+ * ss_dense_read_central after the trainer leaves the PS (a failure is
+ * kept too, and said then). */
+static void keep_final_centres(ss_trainer *t, ss_status rounds) {
+    if (!t->transport || !t->to_ps)
+        return;
+    size_t k = atomic_load(&t->ngroups);
+    for (size_t i = 0; i < k; i++) {
+        ss_dense *g = t->groups[i];
+        if (rounds != SS_OK) { /* not read: the rounds' own failure is what finish says */
+            g->central_final_st = SS_ERR_STATE;
+            snprintf(g->central_final_why, sizeof g->central_final_why,
+                     "group %s: the final rounds failed (%s), so finish kept no central model",
+                     g->name, ss_status_name(rounds));
+            continue;
+        }
+        float *c = malloc(ss_dense_size(g) * sizeof *c + 4);
+        ss_status st = c ? read_central_now(g, c) : SS_ERR_NO_MEMORY;
+        if (st == SS_OK) {
+            g->central_final = c;
+            continue;
+        }
+        free(c);
+        g->central_final_st = st;
+        snprintf(g->central_final_why, sizeof g->central_final_why, "%s (read at finish)",
+                 st == SS_ERR_NO_MEMORY ? ss_strerror(st) : ss_last_error());
     }
-    return ss__err_end(st);
 }
 
 size_t ss_dense_size(const ss_dense *g) {
@@ -701,6 +747,7 @@ static ss_status trainer_finish(ss_trainer *t) {
         g->final.rejoins = after.rejoins;
         g->final.divergence = after.divergence;
     }
+    keep_final_centres(t, st);
     /* Leaves every group; the replicas stay readable until close. */
     ss__engine_destroy(t->engine);
     t->engine = NULL;

@@ -307,7 +307,7 @@ ss_status ss_table_open(ss_trainer *t, const ss_table_config *cfg, ss_table **ou
     return ss__err_end(table_open(t, cfg, out));
 }
 
-static ss_status table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
+ss_status ss__table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
     if (!tb || (n && (!ids || !rows)))
         return SS_ERR_INVALID_ARGUMENT;
     return ss__table_lookup_ids(tb, ids, n, rows, NULL);
@@ -353,7 +353,7 @@ static ss_status apply_local(ss_table *tb, push_item *it) {
     return st;
 }
 
-static ss_status table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
+ss_status ss__table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
     if (!tb || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     push_item it;
@@ -424,13 +424,13 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
     return SS_OK;
 }
 
-static ss_status table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
+ss_status ss__table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
     if (!tb || !out || (n && !ids))
         return SS_ERR_INVALID_ARGUMENT;
     return queue_fetch(tb, ids, n, &(push_item){0}, out);
 }
 
-static ss_status table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
+ss_status ss__table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
                                      const float *grads, const uint64_t *ids, size_t n,
                                      ss_table_fetch **out) {
     if (!tb || !out || (pn && (!push_ids || !grads)) || (n && !ids))
@@ -448,7 +448,7 @@ static ss_status table_push_prefetch(ss_table *tb, const uint64_t *push_ids, siz
  * that would queue behind this many is skipped rather than held. */
 #define MAX_WARMS_QUEUED 4
 
-static ss_status table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
+ss_status ss__table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
     if (!tb || (n && !ids))
         return SS_ERR_INVALID_ARGUMENT;
     if (tb->cfg.mode != SS_TABLE_CACHED || n == 0)
@@ -481,7 +481,7 @@ static ss_status table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
     return st;
 }
 
-static ss_status table_fetch_wait(ss_table_fetch *f, float *rows) {
+ss_status ss__table_fetch_wait(ss_table_fetch *f, float *rows) {
     if (!f)
         return SS_ERR_INVALID_ARGUMENT;
     ss_table *tb = f->tb;
@@ -570,34 +570,34 @@ static ss_status table_close(ss_table *tb) {
 
 ss_status ss_table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows) {
     ss__err_begin();
-    return ss__err_end(table_lookup(tb, ids, n, rows));
+    return ss__err_end(ss__table_lookup(tb, ids, n, rows));
 }
 
 ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads) {
     ss__err_begin();
-    return ss__err_end(table_push(tb, ids, n, grads));
+    return ss__err_end(ss__table_push(tb, ids, n, grads));
 }
 
 ss_status ss_table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
     ss__err_begin();
-    return ss__err_end(table_prefetch(tb, ids, n, out));
+    return ss__err_end(ss__table_prefetch(tb, ids, n, out));
 }
 
 ss_status ss_table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
                                  const float *grads, const uint64_t *ids, size_t n,
                                  ss_table_fetch **out) {
     ss__err_begin();
-    return ss__err_end(table_push_prefetch(tb, push_ids, pn, grads, ids, n, out));
+    return ss__err_end(ss__table_push_prefetch(tb, push_ids, pn, grads, ids, n, out));
 }
 
 ss_status ss_table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
     ss__err_begin();
-    return ss__err_end(table_warm(tb, ids, n));
+    return ss__err_end(ss__table_warm(tb, ids, n));
 }
 
 ss_status ss_table_fetch_wait(ss_table_fetch *f, float *rows) {
     ss__err_begin();
-    return ss__err_end(table_fetch_wait(f, rows));
+    return ss__err_end(ss__table_fetch_wait(f, rows));
 }
 
 ss_status ss_table_flush(ss_table *tb) {

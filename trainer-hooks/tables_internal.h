@@ -85,6 +85,17 @@ void ss__table_push_item_free(push_item *it);
 ss_status ss__table_lookup_ids(ss_table *tb, const uint64_t *ids, size_t n, float *rows,
                                const push_item *push);
 
+/* The public calls without their error bookkeeping (ss__err_begin/end),
+ * for calls made of several (table_many.c). */
+ss_status ss__table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *rows);
+ss_status ss__table_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads);
+ss_status ss__table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out);
+ss_status ss__table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
+                                  const float *grads, const uint64_t *ids, size_t n,
+                                  ss_table_fetch **out);
+ss_status ss__table_warm(ss_table *tb, const uint64_t *ids, size_t n);
+ss_status ss__table_fetch_wait(ss_table_fetch *f, float *rows);
+
 /* table_threads.c: the background threads (pthread mains, arg: the
  * table), the syncer's paced tick, and one row-sync pass of a cached
  * table (*synced: rows). */

@@ -184,8 +184,10 @@ def make_token(token=None):
 def start_ps():
     make_token()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="shadowsync-ps-")
+    # The PS refuses SHADOWSYNC_INSECURE_LOOPBACK beside the token.
+    env = {k: v for k, v in os.environ.items() if k != "SHADOWSYNC_INSECURE_LOOPBACK"}
     proc = subprocess.Popen([ps_binary(), "--listen", "127.0.0.1:0", "--http", ""],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
     for _ in range(200):
         log.seek(0)
         for word in log.read().split():

@@ -407,6 +407,34 @@ ss_status ss_table_push(ss_table *tb, const uint64_t *ids, size_t n, const float
 ss_status ss_table_flush(ss_table *tb);
 ss_status ss_table_get_stats(ss_table *tb, ss_table_stats *out);
 
+/* Many tables in one call: an embedding model's features of a batch
+ * (added in 0.3). tables[k] takes counts[k] ids, in turn from ids (table
+ * 0's first); rows and grads are laid out the same way, counts[k] * dim
+ * of tables[k] floats each. The tables may differ in mode, dim and
+ * trainer. Remote tables' calls go out together (each on its table's
+ * fetcher), so a batch waits for the slowest table's round trip, not for
+ * the sum of them; local and cached tables answer in the calling thread.
+ * ss_table_push_many checks every gradient before any table takes one
+ * (all or nothing: SS_ERR_NON_FINITE names the table and id). A failure
+ * names the table. */
+typedef struct ss_table_fetch_many ss_table_fetch_many;
+ss_status ss_table_lookup_many(ss_table *const *tables, size_t ntables, const uint64_t *ids,
+                               const size_t *counts, float *rows);
+ss_status ss_table_push_many(ss_table *const *tables, size_t ntables, const uint64_t *ids,
+                             const size_t *counts, const float *grads);
+/* ss_table_push_prefetch for every table: this batch's push and the
+ * next batch's fetch; ss_table_fetch_many_wait gives the rows (laid out
+ * as for ss_table_lookup_many) and frees the fetch. Every fetch must be
+ * waited for, before its tables close. */
+ss_status ss_table_push_prefetch_many(ss_table *const *tables, size_t ntables,
+                                      const uint64_t *push_ids, const size_t *push_counts,
+                                      const float *grads, const uint64_t *ids,
+                                      const size_t *counts, ss_table_fetch_many **out);
+ss_status ss_table_fetch_many_wait(ss_table_fetch_many *f, float *rows);
+/* ss_table_warm for every table. */
+ss_status ss_table_warm_many(ss_table *const *tables, size_t ntables, const uint64_t *ids,
+                             const size_t *counts);
+
 #ifdef __cplusplus
 }
 #endif

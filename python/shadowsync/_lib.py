@@ -99,6 +99,12 @@ _DECLS = {
     "ss_table_warm": (_S, [_P, c_uint64_p, ctypes.c_size_t]),
     "ss_table_flush": (_S, [_P]),
     "ss_table_get_stats": (_S, [_P, ctypes.POINTER(TableStats)]),
+    "ss_table_lookup_many": (_S, [_P, ctypes.c_size_t, c_uint64_p, c_size_p, c_float_p]),
+    "ss_table_push_many": (_S, [_P, ctypes.c_size_t, c_uint64_p, c_size_p, c_float_p]),
+    "ss_table_push_prefetch_many": (_S, [_P, ctypes.c_size_t, c_uint64_p, c_size_p, c_float_p,
+                                         c_uint64_p, c_size_p, ctypes.POINTER(_P)]),
+    "ss_table_fetch_many_wait": (_S, [_P, c_float_p]),
+    "ss_table_warm_many": (_S, [_P, ctypes.c_size_t, c_uint64_p, c_size_p]),
 }
 
 for _name, (_res, _args) in _DECLS.items():

@@ -176,12 +176,26 @@ static ss_status open_table_locked(ss__emb_client *c, const ss__emb_spec *spec,
     if (!buf)
         return SS_ERR_NO_MEMORY;
     shadowsync__v1__open_table_request__pack(&m, buf);
+    /* A shard that cannot be reached is said so at once, as a dense
+     * group's join does (the call would wait until its deadline and say
+     * only that it passed). */
+    ss_status st = SS_OK;
+    for (uint32_t s = 0; st == SS_OK && s < c->shards; s++)
+        if ((st = ss__rpc_channel_reachable(c->ch[s], "the PS",
+                                            c->timeout_ms < 2000 ? c->timeout_ms : 2000)) !=
+                SS_OK &&
+            why && whylen)
+            snprintf(why, whylen, "%s", ss__rpc_last_failure());
+    if (st != SS_OK) {
+        free(buf);
+        return st;
+    }
     ss__rpc_request calls[MAX_SHARDS];
     memset(calls, 0, sizeof calls);
     for (uint32_t s = 0; s < c->shards; s++)
         calls[s] =
             (ss__rpc_request){.ch = c->ch[s], .method = SS_EMB_M_OPEN, .req = buf, .len = len};
-    ss_status st = ss__rpc_call_many(calls, c->shards, c->timeout_ms, true);
+    st = ss__rpc_call_many(calls, c->shards, c->timeout_ms, true);
     for (uint32_t s = 0; s < c->shards; s++) {
         if (st != SS_OK && calls[s].status != SS_OK && why && whylen)
             snprintf(why, whylen, "shard %u: %s", s, calls[s].msg);
