@@ -44,11 +44,16 @@ ss_status ss_table_lookup_many(ss_table *const *tables, size_t ntables, const ui
     ss_table_fetch **f = st == SS_OK ? calloc(ntables + 1, sizeof *f) : NULL;
     if (st == SS_OK && !f)
         st = SS_ERR_NO_MEMORY;
-    /* The remote tables' fetches first, all in flight; then the others in
-     * this thread while they travel; then the remote rows. */
+    /* The fetches of the tables that may call the shards (remote, and
+     * cached ones' misses) first, all in flight on their fetchers; then
+     * the local tables in this thread while they travel; then the fetched
+     * rows. A single such table answers here (no hand-over to gain). */
+    size_t calling = 0;
+    for (size_t k = 0; st == SS_OK && k < ntables; k++)
+        calling += tables[k]->cfg.mode != SS_TABLE_LOCAL && counts[k];
     const uint64_t *at = ids;
-    for (size_t k = 0; st == SS_OK && k < ntables; at += counts[k], k++)
-        if (tables[k]->cfg.mode == SS_TABLE_REMOTE && counts[k] &&
+    for (size_t k = 0; st == SS_OK && calling > 1 && k < ntables; at += counts[k], k++)
+        if (tables[k]->cfg.mode != SS_TABLE_LOCAL && counts[k] &&
             (st = ss__table_prefetch(tables[k], at, counts[k], &f[k])) != SS_OK)
             table_failed(tables[k], st);
     at = ids;

@@ -28,6 +28,7 @@ itself ($SHADOWSYNC_PS_BIN, else shadowsync-ps on PATH, else build/bin).
 """
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import secrets
@@ -205,36 +206,58 @@ def torchrun_main(args):
     and hands its address and token to the others through a store at
     MASTER_ADDR:MASTER_PORT (a run's own store: for a cluster, give --ps
     and SHADOWSYNC_AUTH_TOKEN_FILE instead). Each rank prints its line."""
-    from datetime import timedelta
-
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = ps_proc = None
-    if args.mode == "shadowsync" and not args.ps and not args.agent:
-        from torch.distributed import TCPStore
-        # torchrun's agent serves the store itself (TORCHELASTIC_USE_AGENT_STORE);
-        # a launcher that does not leaves it to rank 0.
-        serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-        store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, serve,
-                         timedelta(seconds=120))
-        if rank == 0:
-            ps_proc, ps_log, args.ps = start_ps()
-            with open(os.environ["SHADOWSYNC_AUTH_TOKEN_FILE"], "rb") as f:
-                store.set("shadowsync_token", f.read())
-            store.set("shadowsync_ps", args.ps)
-        else:
-            args.ps = store.get("shadowsync_ps").decode()
-            make_token(store.get("shadowsync_token"))
+    run_ps = args.mode == "shadowsync" and not args.ps and not args.agent
 
     class Out:
         def put(self, r):
             print(json.dumps(r), flush=True)
-    try:
+    with torchrun_ps(rank, world, run_ps) as ps:
+        args.ps = ps or args.ps
         worker(rank, world, args, None, Out())
+
+
+@contextlib.contextmanager
+def torchrun_ps(rank, world, run):
+    """Under torchrun, when run: rank 0 starts a shadowsync-ps on 127.0.0.1
+    and hands its address and token to the other ranks through a store at
+    MASTER_ADDR:MASTER_PORT; yields the address (None when not run). The
+    PS stays until every rank is done."""
+    if not run:
+        yield None
+        return
+    if world == 1 and "MASTER_ADDR" not in os.environ:  # one process, not under torchrun
+        ps_proc, ps_log, address = start_ps()
+        try:
+            yield address
+        finally:
+            ps_proc.terminate()
+            ps_proc.wait(timeout=30)
+            ps_log.close()
+        return
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    # torchrun's agent serves the store itself (TORCHELASTIC_USE_AGENT_STORE);
+    # a launcher that does not leaves it to rank 0.
+    serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, serve,
+                     timedelta(seconds=120))
+    ps_proc = None
+    try:
+        if rank == 0:
+            ps_proc, ps_log, address = start_ps()
+            with open(os.environ["SHADOWSYNC_AUTH_TOKEN_FILE"], "rb") as f:
+                store.set("shadowsync_token", f.read())
+            store.set("shadowsync_ps", address)
+        else:
+            address = store.get("shadowsync_ps").decode()
+            make_token(store.get("shadowsync_token"))
+        yield address
     finally:
-        if store is not None:
-            store.add("shadowsync_done", 1)  # the PS stays until every rank is done
-            while rank == 0 and store.add("shadowsync_done", 0) < world:
-                time.sleep(0.1)
+        store.add("shadowsync_done", 1)
+        while rank == 0 and store.add("shadowsync_done", 0) < world:
+            time.sleep(0.1)
         if ps_proc:
             ps_proc.terminate()
             ps_proc.wait(timeout=30)

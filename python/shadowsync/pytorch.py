@@ -8,6 +8,7 @@ pool syncs.
     ... loss.backward(); opt.step(); trainer.step()
 """
 import os
+import warnings
 
 import torch
 
@@ -71,6 +72,16 @@ def share_module(trainer, module, name="model", parameters=None):
     return group
 
 
+def shard_indices(n, rank=None, world_size=None):
+    """This rank's rows of a data set of n: every world_size-th row from
+    row `rank` (a tensor of indices), rank and world size from the
+    arguments, else torchrun's environment (RANK, WORLD_SIZE), else one
+    process (every row). Every rank gets a disjoint share, together all
+    rows, in sizes that differ by at most one."""
+    rank, world_size, _ = _torchrun(rank, world_size)
+    return torch.arange(rank, n, world_size)
+
+
 def _torchrun(rank, world_size):
     """rank, world size and local rank: the arguments, else torchrun's
     environment (RANK, WORLD_SIZE, LOCAL_RANK), else one process."""
@@ -129,18 +140,35 @@ class ShadowSync(torch.nn.Module):
             if self._owns_trainer:
                 trainer.close()
             raise
+        # Where each parameter's values live: a module moved or cast
+        # after wrapping (.double(), .to(), .cuda()) gets tensors of its
+        # own, which the group no longer sees.
+        self._homes = [(n, p, p.data_ptr(), p.dtype, p.device) for n, p in self._params]
         self._hook = (module.register_forward_pre_hook(self._count_step)
                       if step_on_forward else None)
 
+    def _check_homes(self):
+        for n, p, ptr, dtype, device in self._homes:
+            if p.data_ptr() != ptr or p.dtype != dtype or p.device != device:
+                raise RuntimeError(
+                    f"ShadowSync: parameter {n} was moved or cast after wrapping (it is "
+                    f"{p.dtype} on {p.device}, the synced group {dtype} on {device}): its values "
+                    "no longer live in the group, so nothing would sync them. Move or cast the "
+                    "module before wrapping it, as with DistributedDataParallel")
+
     def _count_step(self, module, inputs):
         if module.training and torch.is_grad_enabled():
+            self._check_homes()
             self.trainer.step()
 
     def forward(self, *args, **kwargs):
+        if self._hook is None and self.trainer is not None:
+            self._check_homes()
         return self.module(*args, **kwargs)
 
     def step(self):
         """One training step (with step_on_forward=False)."""
+        self._check_homes()
         self.trainer.step()
 
     def finish(self):
@@ -151,8 +179,23 @@ class ShadowSync(torch.nn.Module):
     def central_state_dict(self):
         """The module's state_dict with every dense parameter's value as the
         parameter servers hold it (the averaged model; embedding tables and
-        buffers as this process has them). Needs a trainer with a PS."""
-        flat = torch.from_numpy(self.group.read_central())
+        buffers as this process has them): during training, and after
+        finish() the centre the final rounds left (kept by finish). Before
+        the first round the PS holds none: then this process's own values,
+        with a warning that says so. Needs a trainer with a PS."""
+        from . import ShadowSyncError
+
+        if self.trainer is None:
+            raise RuntimeError("ShadowSync: central_state_dict() after close(): call it before "
+                               "close() (after finish() it gives the final centre)")
+        try:
+            flat = torch.from_numpy(self.group.read_central())
+        except ShadowSyncError as e:
+            if e.name != "state" or "no round has completed" not in e.message:
+                raise
+            warnings.warn(f"ShadowSync: {e.message}; central_state_dict() gives this process's "
+                          "own values instead", RuntimeWarning, stacklevel=2)
+            flat = torch.from_numpy(self.group.read())
         return _with_dense_values(self.module, self._params, flat)
 
     def close(self):
@@ -206,64 +249,305 @@ def load_dense_checkpoint(module, paths, name="model"):
     return _with_dense_values(module, dense_parameters(module), torch.from_numpy(groups[name]))
 
 
-class _Lookup(torch.autograd.Function):
-    """Rows of a ShadowSync table, pooled per bag; backward pushes each
-    id's gradient to the table (whose optimizer applies it)."""
+class TableSpec:
+    """One table of an EmbeddingBagCollection: its name (the same in every
+    process), rows (num_embeddings: ids must be in [0, rows)), dim, and
+    optionally its own lr, init_scale (rows start uniform in
+    [-init_scale, init_scale]), optimizer ("sgd" or "adagrad") and pooling
+    ("sum" or "mean"); unset ones take the collection's."""
+
+    def __init__(self, name, rows, dim, lr=None, init_scale=None, optimizer=None, pooling=None):
+        if rows < 1 or dim < 1:
+            raise ValueError(f"TableSpec {name}: rows {rows} and dim {dim} must be at least 1")
+        if pooling not in (None, "sum", "mean"):
+            raise ValueError(f"TableSpec {name}: pooling {pooling!r} is not sum or mean")
+        self.name, self.rows, self.dim = name, int(rows), int(dim)
+        self.lr, self.init_scale, self.optimizer, self.pooling = lr, init_scale, optimizer, pooling
+
+    def __repr__(self):
+        return f"TableSpec({self.name!r}, rows={self.rows}, dim={self.dim})"
+
+
+class _LookupMany(torch.autograd.Function):
+    """Every table's rows of a batch in one call (flat); backward pushes
+    every row's gradient in one call, or with the next batch's fetch when
+    the collection was told it (prefetch)."""
 
     @staticmethod
-    def forward(ctx, anchor, table, ids, offsets, mode):
-        rows = torch.from_numpy(table.lookup(ids.numpy()))
-        ctx.table, ctx.ids, ctx.offsets, ctx.mode = table, ids, offsets, mode
-        if offsets is None:
-            return rows
-        return _pool(rows, offsets, mode)
+    def forward(ctx, anchor, ebc, ids, counts):
+        ctx.ebc, ctx.ids, ctx.counts = ebc, ids, counts
+        return torch.from_numpy(ebc._rows_of(ids, counts))
 
     @staticmethod
     def backward(ctx, grad):
+        ctx.ebc._push(ctx.ids, ctx.counts, grad)
+        return None, None, None, None
+
+
+class EmbeddingBagCollection(torch.nn.Module):
+    """Many embedding tables as one module: what a DLRM's list of
+    nn.EmbeddingBag (one per sparse feature) becomes with ShadowSync. The
+    rows live in ShadowSync tables (mode "cached": a local cache synced
+    with the parameter servers in the background; "remote": on them;
+    "local": in this process only), and a batch of every feature costs one
+    lookup and one push into the library, not one per table.
+
+        ebc = EmbeddingBagCollection.from_embedding_bags(model.emb_l, trainer)
+        pooled = ebc(indices, offsets)          # a list: [batch, dim] per table
+        ebc.follow_lr(optimizer)                # the rows' lr follows its schedule
+
+    forward(indices, offsets, per_sample_weights=None) takes, per table,
+    the ids of the batch and the offsets of its bags (as
+    nn.EmbeddingBag(ids, offsets) does; offsets may be None: one id a
+    bag), and gives each table's pooled rows. Ids are checked: integers in
+    [0, rows). The backward pass pushes the rows' gradients to the tables,
+    whose optimizer (per table: sgd or row-wise adagrad) applies them:
+    leave the collection out of the torch optimizer. CPU float32."""
+
+    def __init__(self, tables, trainer, mode="cached", lr=0.05, optimizer="sgd", pooling="sum",
+                 prefix="", **settings):
+        super().__init__()
+        import shadowsync
+
+        self.specs = list(tables)
+        if not self.specs:
+            raise ValueError("EmbeddingBagCollection: no tables")
+        self.trainer, self.mode = trainer, mode
+        self.tables = []
+        for spec in self.specs:
+            cfg = dict(settings, lr=spec.lr if spec.lr is not None else lr,
+                       optimizer=spec.optimizer or optimizer)
+            if spec.init_scale is not None:
+                cfg["init_scale"] = spec.init_scale
+            self.tables.append(trainer.table(prefix + spec.name, spec.dim, mode=mode, **cfg))
+        self.group = shadowsync.TableGroup(self.tables)
+        self.pooling = [spec.pooling or pooling for spec in self.specs]
+        self._rows = torch.tensor([s.rows for s in self.specs], dtype=torch.int64)
+        self._dims = [s.dim for s in self.specs]
+        self._base_lr = [float(t.settings["lr"]) for t in self.tables]
+        self._sgd = [t.settings["optimizer"] == "sgd" for t in self.tables]
+        self._lr_scale = 1.0
+        self._follow = None
+        self._next = None  # (ids, counts) of the next batch, told by prefetch()
+        self._fetch = None  # (ids, counts, Fetch) of rows on their way
+        self._anchor = torch.zeros((), requires_grad=True)
+
+    @classmethod
+    def from_embedding_bags(cls, bags, trainer, mode="cached", lr=0.05, names=None, **settings):
+        """A collection with the shape of a list of nn.EmbeddingBag (or
+        nn.Embedding): each one's rows, dim and pooling mode, and its init
+        range read from its weights (their largest magnitude, which is the
+        bound of a uniform init). Table k is named names[k], else
+        "emb<k>"."""
+        specs = []
+        for k, bag in enumerate(bags):
+            w = bag.weight
+            pooling = getattr(bag, "mode", "sum")
+            if pooling not in ("sum", "mean"):
+                raise ValueError(f"from_embedding_bags: table {k} pools by {pooling!r}: "
+                                 "ShadowSync tables pool by sum or mean")
+            scale = float(w.detach().abs().max()) if w.numel() else 0.0
+            name = names[k] if names else f"emb{k}"
+            specs.append(TableSpec(name, w.shape[0], w.shape[1], init_scale=scale or None,
+                                   pooling=pooling))
+        return cls(specs, trainer, mode=mode, lr=lr, **settings)
+
+    def follow_lr(self, optimizer):
+        """From now on the tables' learning rates follow the optimizer's
+        schedule: each table's lr times (the optimizer's lr now / its lr
+        at this call), read at every backward pass. For sgd tables (the
+        scaled gradient is the scaled step); an adagrad table keeps the
+        lr it was opened with (row-wise Adagrad sets its own step size)."""
+        base = float(optimizer.param_groups[0]["lr"])
+        if base <= 0:
+            raise ValueError(f"follow_lr: the optimizer's lr is {base}; it must be positive")
+        self._follow = (optimizer, base)
+
+    def set_lr_scale(self, scale):
+        """Every sgd table's lr times scale from now on (a schedule by
+        hand: set it each step)."""
+        if not scale >= 0:
+            raise ValueError(f"set_lr_scale: {scale} is not a non-negative number")
+        self._lr_scale = float(scale)
+
+    def _checked(self, indices, offsets, per_sample_weights):
+        n = len(self.specs)
+        if len(indices) != n or (offsets is not None and len(offsets) != n):
+            raise ValueError(f"EmbeddingBagCollection: {n} tables, given {len(indices)} id "
+                             f"tensors and {len(offsets) if offsets is not None else 0} offsets")
+        ids = [torch.as_tensor(i).reshape(-1) for i in indices]
+        for k, i in enumerate(ids):
+            if i.dtype.is_floating_point or i.dtype.is_complex or i.dtype == torch.bool:
+                raise ValueError(f"table {self.specs[k].name}: ids are integers, not {i.dtype}")
+        counts = torch.tensor([i.numel() for i in ids], dtype=torch.int64)
+        flat = torch.cat([i.to(torch.int64) for i in ids]) if ids else torch.zeros(0)
+        bad = (flat < 0) | (flat >= torch.repeat_interleave(self._rows, counts))
+        if bad.any():
+            at = int(bad.nonzero()[0])
+            k = int(torch.searchsorted(torch.cumsum(counts, 0), at, right=True))
+            raise ValueError(f"table {self.specs[k].name}: id {int(flat[at])} is not in "
+                             f"[0, {self.specs[k].rows})")
+        return flat, counts
+
+    def prefetch(self, indices):
+        """The next batch's ids (per table, as forward takes them): remote
+        tables fetch its rows with this batch's push, cached tables load
+        the ones they miss in the background. Call it between this batch's
+        forward and backward."""
+        flat, counts = self._checked(indices, None, None)
+        if self.mode == "cached":
+            self.group.warm(flat.numpy(), counts.numpy())
+        elif self.mode == "remote":
+            self._next = (flat, counts)
+
+    def _rows_of(self, flat, counts):
+        if self._fetch is not None:
+            ids, c, fetch = self._fetch
+            self._fetch = None
+            if torch.equal(ids, flat) and torch.equal(c, counts):
+                return fetch.wait()
+            fetch._drop()
+        return self.group.lookup(flat.numpy(), counts.numpy())
+
+    def _push(self, flat, counts, grad):
         grad = grad.contiguous()
-        if ctx.offsets is not None:
-            lengths = torch.diff(ctx.offsets, append=torch.tensor([ctx.ids.numel()]))
-            grad = grad.repeat_interleave(lengths, dim=0)
-            if ctx.mode == "mean":
-                grad = grad / lengths.clamp(min=1).repeat_interleave(lengths).unsqueeze(1)
-        ctx.table.push(ctx.ids.numpy(), grad.numpy())
-        return None, None, None, None, None
+        scale = self._lr_scale
+        if self._follow is not None:
+            opt, base = self._follow
+            scale *= float(opt.param_groups[0]["lr"]) / base
+        if scale != 1.0 and any(self._sgd):
+            factors = torch.tensor([scale if sgd else 1.0 for sgd in self._sgd])
+            per_float = torch.repeat_interleave(factors, counts * torch.tensor(self._dims))
+            grad = grad * per_float
+        if self._next is not None:
+            nflat, ncounts = self._next
+            self._next = None
+            fetch = self.group.push_prefetch(flat.numpy(), counts.numpy(), grad.numpy(),
+                                             nflat.numpy(), ncounts.numpy())
+            self._fetch = (nflat, ncounts, fetch)
+        else:
+            self.group.push(flat.numpy(), counts.numpy(), grad.numpy())
+
+    def forward(self, indices, offsets=None, per_sample_weights=None):
+        flat, counts = self._checked(indices, offsets, per_sample_weights)
+        rows = _LookupMany.apply(self._anchor, self, flat, counts)
+        offs = [None if offsets is None or o is None else
+                torch.as_tensor(o, dtype=torch.int64).reshape(-1)
+                for o in (offsets if offsets is not None else [None] * len(self.specs))]
+        if per_sample_weights is None and len(set(self._dims)) == 1:
+            pooled = self._pool_alike(rows, counts, offs)
+            if pooled is not None:
+                return pooled
+        out, at = [], 0
+        for k, spec in enumerate(self.specs):
+            n = int(counts[k])
+            r = rows[at:at + n * spec.dim].view(n, spec.dim)
+            psw = None if per_sample_weights is None else per_sample_weights[k]
+            out.append(_pool(r, offs[k], self.pooling[k], psw, spec.name))
+            at += n * spec.dim
+        return out
+
+    def _pool_alike(self, rows, counts, offs):
+        """Tables of one dim pooled together: one id a bag everywhere (a
+        Criteo-style batch) is the rows themselves; else one
+        F.embedding_bag over every table's bags when they pool alike.
+        None: neither fits (pooled table by table)."""
+        dim = self._dims[0]
+        rows = rows.view(-1, dim)
+        n = counts.tolist()
+        single = all(o is None or (o.numel() == c and (c == 0 or int(o[-1]) == c - 1)
+                                   and (c < 2 or int(torch.diff(o).min()) == 1))
+                     for o, c in zip(offs, n))
+        if single:
+            return list(torch.split(rows, n))
+        if len(set(self.pooling)) != 1 or any(o is None for o in offs):
+            return None
+        for o, c, spec in zip(offs, n, self.specs):
+            _check_offsets(o, c, spec.name)
+        base = torch.repeat_interleave(torch.cumsum(counts, 0) - counts,
+                                       torch.tensor([o.numel() for o in offs]))
+        pooled = torch.nn.functional.embedding_bag(torch.arange(rows.shape[0]), rows,
+                                                   torch.cat(offs) + base, mode=self.pooling[0])
+        return list(torch.split(pooled, [o.numel() for o in offs]))
+
+    def flush(self):
+        """Every table's pushes applied (remote) or rows synced (cached)."""
+        for t in self.tables:
+            t.flush()
 
 
-def _pool(rows, offsets, mode):
-    bags = offsets.numel()
-    lengths = torch.diff(offsets, append=torch.tensor([rows.shape[0]]))
-    index = torch.repeat_interleave(torch.arange(bags), lengths)
-    out = torch.zeros(bags, rows.shape[1]).index_add_(0, index, rows)
-    if mode == "mean":
-        out = out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype)
-    return out
+def _check_offsets(offsets, n, name):
+    if offsets.numel() and (offsets[0] != 0 or (torch.diff(offsets) < 0).any()
+                            or offsets[-1] > n):
+        raise ValueError(f"table {name}: offsets must start at 0, not decrease and stay within "
+                         f"the {n} ids")
+
+
+def _pool(rows, offsets, mode, per_sample_weights, name):
+    """Rows pooled per bag as nn.EmbeddingBag does (its own kernel:
+    F.embedding_bag over the rows, so gradients flow back to them);
+    offsets None: one row a bag."""
+    n = rows.shape[0]
+    if offsets is None:
+        if per_sample_weights is not None:
+            return rows * torch.as_tensor(per_sample_weights, dtype=rows.dtype).reshape(-1, 1)
+        return rows
+    _check_offsets(offsets, n, name)
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise ValueError(f"table {name}: per_sample_weights pool by sum only (as "
+                             "nn.EmbeddingBag)")
+        per_sample_weights = torch.as_tensor(per_sample_weights, dtype=rows.dtype).reshape(-1)
+        if per_sample_weights.numel() != n:
+            raise ValueError(f"table {name}: {per_sample_weights.numel()} per_sample_weights "
+                             f"for {n} ids")
+    return torch.nn.functional.embedding_bag(torch.arange(n), rows, offsets, mode=mode,
+                                             per_sample_weights=per_sample_weights)
 
 
 class Embedding(torch.nn.Module):
     """A ShadowSync table (shadowsync.Table, any mode) as a module with
-    autograd: forward(ids) gives the rows (len(ids) x dim); with offsets,
-    EmbeddingBag-style: bag i is ids[offsets[i]:offsets[i+1]] (the last to
-    the end), pooled by mode "sum" or "mean" (an empty bag is zeros). The
-    backward pass pushes each id's gradient to the table, whose optimizer
-    (emb_optimizer, emb_lr) applies it there: leave these rows out of the
-    torch optimizer. CPU float32."""
+    autograd, in place of nn.Embedding or nn.EmbeddingBag: forward(ids)
+    gives the rows (len(ids) x dim); with offsets, EmbeddingBag-style: bag
+    i is ids[offsets[i]:offsets[i+1]] (the last to the end), pooled by
+    mode "sum" or "mean" (an empty bag is zeros), per_sample_weights as
+    nn.EmbeddingBag takes them. rows: the table's number of rows (ids
+    outside [0, rows) are refused; None: any id). The backward pass pushes
+    each id's gradient to the table, whose optimizer (emb_optimizer,
+    emb_lr) applies it there: leave these rows out of the torch optimizer.
+    For many tables, EmbeddingBagCollection does one call for all. CPU
+    float32."""
 
-    def __init__(self, table, mode="sum"):
+    def __init__(self, table, mode="sum", rows=None):
         super().__init__()
+        import shadowsync
+
         if mode not in ("sum", "mean"):
             raise ValueError(f"Embedding: mode {mode!r} is not sum or mean")
-        self.table, self.mode = table, mode
+        self.table, self.mode, self.rows = table, mode, rows
+        self._group = shadowsync.TableGroup([table])
         # Gives autograd a leaf to reach the table through (the rows are
         # not parameters of this process).
         self._anchor = torch.zeros((), requires_grad=True)
 
-    def forward(self, ids, offsets=None):
-        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
+    def forward(self, ids, offsets=None, per_sample_weights=None):
+        ids = torch.as_tensor(ids)
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(f"table {self.table.name}: ids are integers, not {ids.dtype}")
+        ids = ids.to(torch.int64).reshape(-1)
+        if ids.numel() and (int(ids.min()) < 0 or (self.rows is not None
+                                                   and int(ids.max()) >= self.rows)):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise ValueError(f"table {self.table.name}: id {bad} is not in "
+                             f"[0, {self.rows if self.rows is not None else '2^64'})")
+        counts = torch.tensor([ids.numel()])
+        rows = _LookupMany.apply(self._anchor, self, ids, counts).view(-1, self.table.dim)
         if offsets is not None:
             offsets = torch.as_tensor(offsets, dtype=torch.int64).reshape(-1)
-            if offsets.numel() and (offsets[0] != 0 or (torch.diff(offsets) < 0).any()
-                                    or offsets[-1] > ids.numel()):
-                raise ValueError("Embedding: offsets must start at 0, not decrease and stay "
-                                 f"within the {ids.numel()} ids")
-        return _Lookup.apply(self._anchor, self.table, ids, offsets, self.mode)
+        return _pool(rows, offsets, self.mode, per_sample_weights, self.table.name)
+
+    def _rows_of(self, flat, counts):
+        return self._group.lookup(flat.numpy(), counts.numpy())
+
+    def _push(self, flat, counts, grad):
+        self._group.push(flat.numpy(), counts.numpy(), grad.contiguous().numpy())
