@@ -77,6 +77,28 @@ r0 = next(r for r in lines if r["rank"] == 0)
 assert 0 < r0["ne"] < 1.0 and r0["auc"] > 0.6, r0
 PY
 
+# The reference-shaped DLRM (26 nn.EmbeddingBag) converted to ShadowSync
+# (train_dlrm.py), under torchrun: 2 ranks, 600 rows (the last 200 held
+# out), the tables cached and then remote. Each rank trains its own half
+# once, prints progress lines with its rounds, and rank 0 scores.
+for emb in cached remote; do
+  reserve_port
+  out=$(cd "$tmp" && timeout 240 torchrun --redirects 2 --tee 2 --nproc_per_node 2 \
+    --master_port "$RESERVED_PORT" "$src/examples/pytorch/train_dlrm.py" --sync shadowsync \
+    --emb "$emb" --train "$src/data/criteo-kaggle-head-8000.tsv" --max-lines 600 \
+    --test-rows 200 --batch 16 --progress 5 2>&1)
+  /usr/bin/python3 - "$out" <<'PY'
+import json, re, sys
+out = sys.argv[1]
+lines = [json.loads(l[l.index("{"):]) for l in out.splitlines() if "{" in l and "rank" in l]
+assert sorted(r["rank"] for r in lines) == [0, 1], out[-3000:]
+assert sum(r["examples"] for r in lines) == 400, lines
+r0 = next(r for r in lines if r["rank"] == 0)
+assert 0 < r0["ne"] < 1.2 and 0 < r0["auc"] < 1, r0
+assert re.search(r"rank 1: step 5, \d+ examples/s, rounds \d+, sync gap p50 \d+ steps", out), out
+PY
+done
+
 # One rank per process as on separate hosts (--rank/--master, what
 # bench/pytorch-peers-emu.sh runs in namespaces): DDP with 2 ranks here.
 reserve_port # torch.distributed's master needs a port it cannot pick itself
@@ -95,4 +117,4 @@ assert r0["rank"] == 0 and r1["rank"] == 1, (r0, r1)
 assert r0["examples"] + r1["examples"] == 1500, (r0, r1)  # each its half, once
 assert 0 < r0["ne"] < 1.1, r0
 PY
-echo "pytorch example: 4 processes trained and learned with ShadowSync (in-process pools, through the agent, under torchrun) and with the PyTorch peer; 2 ranks started one by one ran DDP"
+echo "pytorch example: 4 processes trained and learned with ShadowSync (in-process pools, through the agent, under torchrun) and with the PyTorch peer; the 26-table DLRM trained under torchrun with cached and remote tables; 2 ranks started one by one ran DDP"
