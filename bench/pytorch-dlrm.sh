@@ -34,7 +34,9 @@ def run(n, *flags):
         cmd = ["torchrun", "--redirects", "2", "--tee", "2", "--nproc_per_node", str(n),
                "--master_port", str(port)] + cmd[1:]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    lines = [json.loads(l[l.index("{"):]) for l in out.stdout.splitlines() if "{" in l]
+    # each rank's result, where the ranks' output lines may run together
+    lines = [json.JSONDecoder().raw_decode(p)[0] for p in
+             ("{\"rank\"" + part for part in out.stdout.split("{\"rank\"")[1:])]
     if out.returncode or len(lines) != n:
         sys.exit(f"pytorch-dlrm: {' '.join(cmd)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
     r0 = next(r for r in lines if r["rank"] == 0)

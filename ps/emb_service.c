@@ -339,7 +339,69 @@ static void h_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
 }
 
 /* The methods' places in svc->methods. */
-enum { M_OPEN, M_LOOKUP, M_PUSH, M_ELASTIC, M_CHECKPOINT, M_STATS, M_PUSH_LOOKUP, M_HANDOFF };
+enum { M_OPEN, M_LOOKUP, M_PUSH, M_ELASTIC, M_CHECKPOINT, M_STATS, M_PUSH_LOOKUP, M_HANDOFF, M_BATCH };
+
+/* Calls a Batch carries at most (a model's tables, per shard). */
+#define MAX_BATCH_CALLS 1024
+
+/* A Batch: each call run by its method's own handler, as if it came
+ * alone (its limit checked first), its reply or refusal kept in order. */
+static void serve_batch(void *ctx, void *request, ss__rpc_reply *reply) {
+    ss__emb_service *svc = ctx;
+    const Shadowsync__V1__BatchRequest *m = request;
+    if (m->n_calls > MAX_BATCH_CALLS) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "a batch of %zu calls: at most %d", m->n_calls,
+                 MAX_BATCH_CALLS);
+        refuse(svc, reply, SS_ERR_TOO_LARGE, "batch_too_large", msg);
+        return;
+    }
+    static const int method_of[] = {[SS_EMB_BATCH_LOOKUP] = M_LOOKUP,
+                                    [SS_EMB_BATCH_PUSH] = M_PUSH,
+                                    [SS_EMB_BATCH_PUSH_LOOKUP] = M_PUSH_LOOKUP,
+                                    [SS_EMB_BATCH_ELASTIC] = M_ELASTIC};
+    ss__rpc_reply *subs = calloc(m->n_calls + 1, sizeof *subs);
+    Shadowsync__V1__BatchResult *res = calloc(m->n_calls + 1, sizeof *res);
+    Shadowsync__V1__BatchResult **resp = calloc(m->n_calls + 1, sizeof *resp);
+    if (!subs || !res || !resp) {
+        reply->status = SS_ERR_NO_MEMORY;
+        snprintf(reply->message, sizeof reply->message, "out of memory");
+        m = &(Shadowsync__V1__BatchRequest){.n_calls = 0};
+    }
+    for (size_t i = 0; subs && res && resp && i < m->n_calls; i++) {
+        const Shadowsync__V1__BatchCall *call = m->calls[i];
+        const uint32_t k = call->method;
+        const ss__rpc_method *mm =
+            k >= SS_EMB_BATCH_LOOKUP && k <= SS_EMB_BATCH_ELASTIC ? &svc->methods[method_of[k]]
+                                                                  : NULL;
+        if (!mm)
+            refuse(svc, &subs[i], SS_ERR_INVALID_ARGUMENT, "garbage", "unknown batch method");
+        else if (mm->max_request && call->request.len > mm->max_request)
+            refuse(svc, &subs[i], SS_ERR_TOO_LARGE, "batch_too_large",
+                   "a call larger than its method's limit");
+        else
+            ss__rpc_method_run(mm, svc, call->request.data, call->request.len, &subs[i]);
+        shadowsync__v1__batch_result__init(&res[i]);
+        res[i].status = (uint32_t)subs[i].status;
+        res[i].message = subs[i].status == SS_OK ? "" : subs[i].message;
+        res[i].reply = (ProtobufCBinaryData){subs[i].len, subs[i].data};
+        resp[i] = &res[i];
+    }
+    if (subs && res && resp) {
+        Shadowsync__V1__BatchReply out = SHADOWSYNC__V1__BATCH_REPLY__INIT;
+        out.n_results = m->n_calls;
+        out.results = resp;
+        ss__rpc_reply_pack(&out.base, reply);
+    }
+    for (size_t i = 0; subs && i < m->n_calls; i++)
+        free(subs[i].data_block ? subs[i].data_block : subs[i].data);
+    free(subs);
+    free(res);
+    free(resp);
+}
+
+static const ss__rpc_request_type batch_request = {&shadowsync__v1__batch_request__descriptor,
+                                                   serve_batch, refuse_garbage, 0, 0};
 
 void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     memset(svc, 0, sizeof *svc);
@@ -364,6 +426,9 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
          * for other PS only, and blocking: the giver calls the taker back */
         [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, true, svc, false,
                        2 * 65536 * sizeof(uint64_t) + 4096, NULL, true},
+        /* several tables' lookups and pushes: the server's limit in all,
+         * each call its own method's */
+        [M_BATCH] = {SS_EMB_M_BATCH, NULL, false, svc, false, 0, &batch_request, false},
     };
     memcpy(svc->methods, m, sizeof m);
 }

@@ -10,7 +10,7 @@
 #include "rpc/emb/emb_wire.h"
 #include "rpc/rpc.h"
 
-#define SS_EMB_METHODS 8
+#define SS_EMB_METHODS 9
 
 typedef struct ss__emb_service {
     ss__emb_store *store; /* not owned */

@@ -265,7 +265,7 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          NULL, 0, 0},
         {"insecure-loopback", SS_FLAG_BOOL, &o->insecure_loopback,
          "serve on a loopback --listen without a token: every local user may call (demos, "
-         "tests)",
+         "tests); refused beside a token",
          NULL, 0, 0},
         {"tls-cert", SS_FLAG_STRING, &o->tls_cert, "PEM server certificate (enables TLS)", NULL, 0,
          0},

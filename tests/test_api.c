@@ -330,6 +330,53 @@ START_TEST(test_finish_and_flush_tell_the_truth) {
 }
 END_TEST
 
+/* A local table of dim, standalone. */
+static ss_table *local_table(const char *name, uint32_t dim) {
+    ss_table_config tc;
+    ss_table_config_init(&tc, name, dim);
+    tc.lr = 0.5f;
+    ss_table *tb;
+    ck_assert_int_eq(ss_table_open(NULL, &tc, &tb), SS_OK);
+    return tb;
+}
+
+/* Many tables in one call give what one call each gives; a push with a
+ * NaN anywhere is taken by no table; a push-prefetch applies first. */
+START_TEST(test_many_tables_in_one_call) {
+    ss_table *t[2] = {local_table("a", 2), local_table("b", 3)};
+    const uint64_t ids[5] = {1, 2, 7, 7, 8}; /* 2 for a, 3 for b */
+    const size_t counts[2] = {2, 3};
+    float rows[13], one[9];
+    ck_assert_int_eq(ss_table_lookup_many(t, 2, ids, counts, rows), SS_OK);
+    ck_assert_int_eq(ss_table_lookup(t[0], ids, 2, one), SS_OK);
+    ck_assert_int_eq(memcmp(rows, one, 4 * sizeof(float)), 0);
+    ck_assert_int_eq(ss_table_lookup(t[1], ids + 2, 3, one), SS_OK);
+    ck_assert_int_eq(memcmp(rows + 4, one, 9 * sizeof(float)), 0);
+    float grads[13] = {1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+    grads[12] = 0.0f / 0.0f;
+    ck_assert_int_eq(ss_table_push_many(t, 2, ids, counts, grads), SS_ERR_NON_FINITE);
+    ck_assert_ptr_nonnull(strstr(ss_last_error(), "table b: the gradient of id 8"));
+    float after[13];
+    ck_assert_int_eq(ss_table_lookup_many(t, 2, ids, counts, after), SS_OK);
+    ck_assert_int_eq(memcmp(rows, after, sizeof after), 0); /* table a took nothing either */
+    grads[12] = 2;
+    ss_table_fetch_many *f;
+    ck_assert_int_eq(ss_table_push_prefetch_many(t, 2, ids, counts, grads, ids, counts, &f), SS_OK);
+    ck_assert_int_eq(ss_table_fetch_many_wait(f, after), SS_OK);
+    /* SGD at 0.5: a's rows moved by -0.5, b's row 7 (twice) by -2, 8 by -1 */
+    const float moved[13] = {0.5, 0.5, 0.5, 0.5, 2, 2, 2, 2, 2, 2, 1, 1, 1};
+    for (int i = 0; i < 13; i++)
+        ck_assert_float_eq_tol(rows[i] - after[i], moved[i], 1e-6);
+    ck_assert_int_eq(ss_table_warm_many(t, 2, ids, counts), SS_OK); /* local: nothing to do */
+    ss_table *null_table[2] = {t[0], NULL};
+    ck_assert_int_eq(ss_table_lookup_many(null_table, 2, ids, counts, rows),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(ss_last_error(), "tables[1]: NULL");
+    ck_assert_int_eq(ss_table_close(t[0]), SS_OK);
+    ck_assert_int_eq(ss_table_close(t[1]), SS_OK);
+}
+END_TEST
+
 int main(void) {
     if (proc_main_start(tmpdir))
         return EXIT_FAILURE;
@@ -337,7 +384,8 @@ int main(void) {
     int rc = ss__check_tests(
         "api", 120, NULL, NULL, test_config_defaults_and_environment, test_bad_input_is_refused,
         test_mode_none_only_counts, test_foreground_easgd_by_hand, test_background_in_process_ma,
-        test_background_through_the_agent_ma, test_finish_and_flush_tell_the_truth);
+        test_background_through_the_agent_ma, test_finish_and_flush_tell_the_truth,
+        test_many_tables_in_one_call);
     proc_remove_tree(tmpdir);
     return rc;
 }

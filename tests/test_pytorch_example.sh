@@ -90,7 +90,7 @@ for emb in cached remote; do
   /usr/bin/python3 - "$out" <<'PY'
 import json, re, sys
 out = sys.argv[1]
-lines = [json.loads(l[l.index("{"):]) for l in out.splitlines() if "{" in l and "rank" in l]
+lines = [json.JSONDecoder().raw_decode("{\"rank\"" + p)[0] for p in out.split("{\"rank\"")[1:]]
 assert sorted(r["rank"] for r in lines) == [0, 1], out[-3000:]
 assert sum(r["examples"] for r in lines) == 400, lines
 r0 = next(r for r in lines if r["rank"] == 0)

@@ -58,6 +58,8 @@ struct ss_trainer {
     _Atomic size_t ngroups;
     ss__hooks_attachment attached[MAX_ATTACHED]; /* under lock: embedding tables */
     size_t nattached;
+    void *shared; /* under lock: what the tables share (ss__hooks_shared) */
+    void (*shared_destroy)(void *obj);
     bool attached_finished;
     _Atomic uint64_t steps;
     ss__metrics *metrics;        /* the engine's series, the tables', the steps */
@@ -167,6 +169,8 @@ static void dense_free(ss_dense *g) {
 static void trainer_free(ss_trainer *t) {
     for (size_t i = 0; i < t->nattached; i++)
         t->attached[i].destroy(t->attached[i].obj);
+    if (t->shared)
+        t->shared_destroy(t->shared);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         dense_free(t->groups[i]);
@@ -689,6 +693,15 @@ ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a) {
         t->attached[t->nattached++] = *a;
     pthread_mutex_unlock(&t->lock);
     return st;
+}
+
+void *ss__hooks_shared(ss_trainer *t, void *(*make)(void), void (*destroy)(void *obj)) {
+    pthread_mutex_lock(&t->lock);
+    if (!t->shared && (t->shared = make()))
+        t->shared_destroy = destroy;
+    void *obj = t->shared;
+    pthread_mutex_unlock(&t->lock);
+    return obj;
 }
 
 /* Remote pushes applied, cached rows synced: before the dense rounds, so

@@ -34,4 +34,10 @@ typedef struct ss__hooks_attachment {
 
 ss_status ss__hooks_attach(ss_trainer *t, const ss__hooks_attachment *a);
 
+/* The one object a trainer's tables share (tables.c: the row-sync thread
+ * of every cached table): made by make() on the first call (NULL: no
+ * memory), destroyed by destroy(obj) when the trainer is freed, after
+ * every attachment. */
+void *ss__hooks_shared(ss_trainer *t, void *(*make)(void), void (*destroy)(void *obj));
+
 #endif

@@ -81,6 +81,21 @@ void *ss__table_fetcher_main(void *arg) {
             tb->warms_queued--;
             continue;
         }
+        if (f->run) { /* a job of several tables: it goes out, stopping or not */
+            ss_status st = f->run(f->arg);
+            pthread_mutex_lock(&tb->lock);
+            if (f->detached) {
+                pthread_mutex_unlock(&tb->lock);
+                f->release(f->arg);
+                free(f);
+                pthread_mutex_lock(&tb->lock);
+                continue;
+            }
+            f->st = st;
+            f->done = true;
+            pthread_cond_broadcast(&tb->progress);
+            continue;
+        }
         ss_status pushed = SS_OK, st;
         if (stopping) { /* the push still goes out, as queued pushes do */
             st = SS_ERR_STOPPED;

@@ -42,28 +42,72 @@ static ss_status init_loader(void *ctx, const uint64_t *ids, size_t n, float *ro
     return SS_OK;
 }
 
-/* Cache misses come from the shards; optimizer state starts at zero. The
- * cache keeps what it fetched (stored[] stays true). */
+/* Rows this thread fetched ahead for a table (table_batch.c: the cached
+ * tables' misses of a many-call, in one Batch lookup): its loader takes
+ * them from here instead of calling the shards. */
+static _Thread_local const ss__table_preload *t_preload;
+
+void ss__table_set_preload(const ss__table_preload *p) {
+    t_preload = p;
+}
+
+/* The preloaded row of id, searched from *from on (the loader asks for
+ * the misses in the order the batch found them), or NULL. */
+static const float *preloaded(const ss_table *tb, uint64_t id, size_t *from) {
+    const ss__table_preload *p = t_preload;
+    if (!p || p->tb != tb || !p->n)
+        return NULL;
+    for (size_t k = 0; k < p->n; k++) {
+        const size_t at = (*from + k) % p->n;
+        if (p->ids[at] == id) {
+            *from = at + 1;
+            return p->rows + at * tb->spec.dim;
+        }
+    }
+    return NULL;
+}
+
+/* Cache misses come from the shards (or from rows this thread fetched
+ * ahead for them); optimizer state starts at zero. The cache keeps what
+ * it fetched (stored[] stays true). */
 static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *rows,
                                bool *stored) {
     ss_table *tb = ctx;
     (void)stored;
     const size_t dim = tb->spec.dim, rf = ss__emb_row_floats(&tb->spec);
     float *data = malloc(n * dim * sizeof *data + 4);
-    if (!data)
-        return SS_ERR_NO_MEMORY;
-    ss_status st = ss__emb_client_lookup(tb->client, &tb->spec, ids, n, data);
-    if (st == SS_OK) {
-        atomic_fetch_add(&tb->remote_rows, n);
-        for (size_t i = 0; i < n; i++) {
-            memcpy(rows + i * rf, data + i * dim, dim * sizeof(float));
-            for (size_t j = dim; j < rf; j++)
-                rows[i * rf + j] = 0.0f;
+    uint64_t *ask = malloc(n * sizeof *ask + 8);
+    size_t *pos = malloc(n * sizeof *pos + 8);
+    ss_status st = data && ask && pos ? SS_OK : SS_ERR_NO_MEMORY;
+    size_t nask = 0, from = 0;
+    for (size_t i = 0; st == SS_OK && i < n; i++) {
+        const float *have = preloaded(tb, ids[i], &from);
+        if (have) {
+            memcpy(data + i * dim, have, dim * sizeof(float));
+        } else {
+            ask[nask] = ids[i];
+            pos[nask++] = i;
         }
-    } else {
-        atomic_fetch_add(&tb->failed_calls, 1);
     }
+    float *asked = st == SS_OK && nask ? malloc(nask * dim * sizeof *asked) : NULL;
+    if (st == SS_OK && nask && !asked)
+        st = SS_ERR_NO_MEMORY;
+    if (st == SS_OK && nask && (st = ss__emb_client_lookup(tb->client, &tb->spec, ask, nask,
+                                                           asked)) == SS_OK)
+        atomic_fetch_add(&tb->remote_rows, nask);
+    for (size_t k = 0; st == SS_OK && k < nask; k++)
+        memcpy(data + pos[k] * dim, asked + k * dim, dim * sizeof(float));
+    for (size_t i = 0; st == SS_OK && i < n; i++) {
+        memcpy(rows + i * rf, data + i * dim, dim * sizeof(float));
+        for (size_t j = dim; j < rf; j++)
+            rows[i * rf + j] = 0.0f;
+    }
+    if (st != SS_OK && st != SS_ERR_NO_MEMORY)
+        atomic_fetch_add(&tb->failed_calls, 1);
+    free(asked);
     free(data);
+    free(ask);
+    free(pos);
     return st;
 }
 
@@ -151,6 +195,8 @@ static void table_destroy(void *obj) {
         return;
     ss__ticker_stop(tb->sweeper);
     ss__ticker_stop(tb->syncer); /* a pass under way ends first */
+    if (tb->shared_syncer)
+        ss__table_syncer_remove(tb->shared_syncer, tb);
     pthread_mutex_lock(&tb->lock);
     tb->stop = true;
     pthread_cond_broadcast(&tb->push_ready);
@@ -285,10 +331,16 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     }
     if (st == SS_OK)
         st = start_thread(&tb->fetcher, &tb->has_fetcher, ss__table_fetcher_main, tb);
-    if (st == SS_OK && cfg->mode == SS_TABLE_CACHED)
+    if (st == SS_OK && cfg->mode == SS_TABLE_CACHED && t) { /* the trainer's row-sync thread */
+        tb->shared_syncer = ss__hooks_shared(t, ss__table_syncer_make, ss__table_syncer_destroy);
+        st = tb->shared_syncer ? SS_OK : SS_ERR_NO_MEMORY;
+    } else if (st == SS_OK && cfg->mode == SS_TABLE_CACHED) {
         st = ss__ticker_start_paced((uint64_t)cfg->sync_interval_ms * 1000000ull,
                                     ss__table_sync_tick, tb, &tb->syncer);
+    }
     tb->owner = t;
+    if (st == SS_OK && tb->shared_syncer)
+        st = ss__table_syncer_add(tb->shared_syncer, tb);
     if (st == SS_OK && t)
         st = ss__hooks_attach(t, &(ss__hooks_attachment){.obj = tb,
                                                          .finish = table_finish,
@@ -313,9 +365,7 @@ ss_status ss__table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *r
     return ss__table_lookup_ids(tb, ids, n, rows, NULL);
 }
 
-/* A push made ready to apply or send: checked (finite), its repeated ids'
- * gradients added up into one row each (out->n 0: nothing to push). */
-static ss_status prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads,
+ss_status ss__table_prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads,
                               push_item *out) {
     *out = (push_item){0};
     if (n == 0)
@@ -357,7 +407,7 @@ ss_status ss__table_push(ss_table *tb, const uint64_t *ids, size_t n, const floa
     if (!tb || (n && (!ids || !grads)))
         return SS_ERR_INVALID_ARGUMENT;
     push_item it;
-    ss_status st = prepare_push(tb, ids, n, grads, &it);
+    ss_status st = ss__table_prepare_push(tb, ids, n, grads, &it);
     if (st != SS_OK || it.n == 0)
         return st;
     if (tb->cfg.mode != SS_TABLE_REMOTE)
@@ -424,6 +474,27 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
     return SS_OK;
 }
 
+ss_status ss__table_queue_job(ss_table *tb, ss_status (*run)(void *arg), void (*release)(void *arg),
+                              void *arg, ss_table_fetch **out) {
+    ss_table_fetch *f = calloc(1, sizeof *f);
+    if (!f)
+        return SS_ERR_NO_MEMORY;
+    *f = (ss_table_fetch){
+        .tb = tb, .run = run, .release = release, .arg = arg, .detached = out == NULL};
+    pthread_mutex_lock(&tb->lock);
+    const bool stopped = tb->stop; /* its fetcher may be gone */
+    if (!stopped)
+        append_fetch(tb, f);
+    pthread_mutex_unlock(&tb->lock);
+    if (stopped) {
+        free(f);
+        return SS_ERR_STOPPED;
+    }
+    if (out)
+        *out = f;
+    return SS_OK;
+}
+
 ss_status ss__table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_table_fetch **out) {
     if (!tb || !out || (n && !ids))
         return SS_ERR_INVALID_ARGUMENT;
@@ -436,17 +507,13 @@ ss_status ss__table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t
     if (!tb || !out || (pn && (!push_ids || !grads)) || (n && !ids))
         return SS_ERR_INVALID_ARGUMENT;
     push_item it;
-    ss_status st = prepare_push(tb, push_ids, pn, grads, &it);
+    ss_status st = ss__table_prepare_push(tb, push_ids, pn, grads, &it);
     if (st != SS_OK)
         return st;
     if (tb->cfg.mode != SS_TABLE_REMOTE && (st = apply_local(tb, &it)) != SS_OK)
         return st;
     return queue_fetch(tb, ids, n, &it, out);
 }
-
-/* Warm-ups waiting for the fetcher, at most: a warm-up is a hint, and one
- * that would queue behind this many is skipped rather than held. */
-#define MAX_WARMS_QUEUED 4
 
 ss_status ss__table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
     if (!tb || (n && !ids))

@@ -10,31 +10,13 @@
 #include "common/shard_map.h"
 #include "rpc/bulk_pool.h"
 #include "rpc/emb/emb_client.h"
+#include "rpc/emb/emb_client_internal.h"
 #include "rpc/emb/emb_wire.h"
 #include "rpc/emb/embedding.pb-c.h"
 #include "rpc/emb/spec_pb.h"
 #include "rpc/pb_wire.h"
 #include "rpc/rpc_pb.h"
 
-#define MAX_SHARDS 64
-_Static_assert(MAX_SHARDS <= SS_BULK_POOL_MAX_SHARDS, "a bulk pool holds every shard");
-
-#define MAX_OPENED 64
-
-struct ss__emb_client {
-    pthread_rwlock_t lock; /* the channels: calls read them, a re-route replaces them */
-    ss__rpc_channel *ch[MAX_SHARDS];
-    uint32_t shards;
-    uint32_t timeout_ms;
-    uint64_t epoch;
-    char tls_ca[4096], tls_cert[4096], tls_key[4096]; /* copies: channels are made again */
-    char map[4096];                                   /* the shard map routed by; "" = none */
-    char targets[4096];                               /* the channels' list */
-    ss__bulk_ticket_fn bulk_ticket;                   /* rows on bulk streams; NULL: gRPC only */
-    ss__bulk_pool *bulk;                              /* the streams to the channels' shards */
-    ss__emb_spec opened[MAX_OPENED];                  /* opened again on the shards of a new map */
-    size_t nopened;
-};
 
 static void close_channels(ss__emb_client *c) {
     ss__bulk_pool_destroy(c->bulk); /* before the channels it asks tickets on */

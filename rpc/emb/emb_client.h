@@ -63,6 +63,43 @@ ss_status ss__emb_client_push(ss__emb_client *c, const ss__emb_spec *spec, const
 ss_status ss__emb_client_push_lookup(ss__emb_client *c, const ss__emb_spec *spec,
                                      const uint64_t *push_ids, size_t pn, const float *grads,
                                      const uint64_t *ids, size_t n, float *rows);
+/* One table's part of a batch (ss__emb_client_batch): a push of pn rows
+ * (push_ids, grads; pn 0: none), applied first, and a lookup of n rows
+ * (ids; rows: n * dim out; n 0: none); or, with x, an elastic sync of the
+ * n rows x (rows: their deltas out, as ss__emb_client_elastic). Ids
+ * distinct within each. status and why say how the part went (set by
+ * the call). */
+typedef struct ss__emb_batch_part {
+    const ss__emb_spec *spec;
+    const uint64_t *push_ids;
+    size_t pn;
+    const float *grads;
+    const uint64_t *ids;
+    size_t n;
+    float *rows;
+    const float *x;
+    float alpha;
+    ss__encoding enc;
+    ss_status status;
+    char why[200];
+} ss__emb_batch_part;
+
+/* True when c can carry a batch for a table whose own client is other:
+ * the same shards, no shard map followed (a call routed by an old map is
+ * refused whole and goes again table by table, which a batch that pushes
+ * cannot), no bulk streams. */
+bool ss__emb_client_batches_with(ss__emb_client *c, ss__emb_client *other);
+/* Every part at once, each shard's share of every table in one call to
+ * it (a Batch: the shard runs each part as its Lookup, Push or PushLookup
+ * handler would), all shards' calls in flight together: one round trip
+ * for a model's tables instead of one per table. SS_OK when every part
+ * went through, else the first part's failure (each part's status says
+ * which; a push that failed on one shard may have been applied on the
+ * others, as with ss__emb_client_push). A part of more than
+ * SS_EMB_CLIENT_CHUNK ids (either kind) is refused (SS_ERR_TOO_LARGE)
+ * before anything is sent: send it alone. */
+ss_status ss__emb_client_batch(ss__emb_client *c, ss__emb_batch_part *parts, size_t nparts);
+
 /* x: n * dim in; deltas: n * dim out. enc: how rows go out and deltas
  * come back (shadow/codec.h; SS_ENC_F32 plain): each shard moves its
  * centre row by the decoded delta it sends, so x + c stays conserved. */

@@ -12,6 +12,13 @@
 #define SS_EMB_M_STATS       "/shadowsync.v1.Embedding/Stats"
 #define SS_EMB_M_PUSH_LOOKUP "/shadowsync.v1.Embedding/PushLookup"
 #define SS_EMB_M_HANDOFF     "/shadowsync.v1.Embedding/Handoff"
+#define SS_EMB_M_BATCH       "/shadowsync.v1.Embedding/Batch"
+
+/* BatchCall.method: which request a call of a Batch carries. */
+#define SS_EMB_BATCH_LOOKUP      1
+#define SS_EMB_BATCH_PUSH        2
+#define SS_EMB_BATCH_PUSH_LOOKUP 3
+#define SS_EMB_BATCH_ELASTIC     4
 
 /* The methods a PS's bulk stream (rpc/bulk.h) serves for embedding rows:
  * their index in its frames, after the dense ones (rpc/dense/dense_wire.h,
