@@ -339,7 +339,17 @@ static void h_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *
 }
 
 /* The methods' places in svc->methods. */
-enum { M_OPEN, M_LOOKUP, M_PUSH, M_ELASTIC, M_CHECKPOINT, M_STATS, M_PUSH_LOOKUP, M_HANDOFF, M_BATCH };
+enum {
+    M_OPEN,
+    M_LOOKUP,
+    M_PUSH,
+    M_ELASTIC,
+    M_CHECKPOINT,
+    M_STATS,
+    M_PUSH_LOOKUP,
+    M_HANDOFF,
+    M_BATCH
+};
 
 /* Calls a Batch carries at most (a model's tables, per shard). */
 #define MAX_BATCH_CALLS 1024
@@ -351,8 +361,7 @@ static void serve_batch(void *ctx, void *request, ss__rpc_reply *reply) {
     const Shadowsync__V1__BatchRequest *m = request;
     if (m->n_calls > MAX_BATCH_CALLS) {
         char msg[120];
-        snprintf(msg, sizeof msg, "a batch of %zu calls: at most %d", m->n_calls,
-                 MAX_BATCH_CALLS);
+        snprintf(msg, sizeof msg, "a batch of %zu calls: at most %d", m->n_calls, MAX_BATCH_CALLS);
         refuse(svc, reply, SS_ERR_TOO_LARGE, "batch_too_large", msg);
         return;
     }
@@ -371,9 +380,9 @@ static void serve_batch(void *ctx, void *request, ss__rpc_reply *reply) {
     for (size_t i = 0; subs && res && resp && i < m->n_calls; i++) {
         const Shadowsync__V1__BatchCall *call = m->calls[i];
         const uint32_t k = call->method;
-        const ss__rpc_method *mm =
-            k >= SS_EMB_BATCH_LOOKUP && k <= SS_EMB_BATCH_ELASTIC ? &svc->methods[method_of[k]]
-                                                                  : NULL;
+        const ss__rpc_method *mm = k >= SS_EMB_BATCH_LOOKUP && k <= SS_EMB_BATCH_ELASTIC
+                                       ? &svc->methods[method_of[k]]
+                                       : NULL;
         if (!mm)
             refuse(svc, &subs[i], SS_ERR_INVALID_ARGUMENT, "garbage", "unknown batch method");
         else if (mm->max_request && call->request.len > mm->max_request)

@@ -265,7 +265,7 @@ static group *group_for_join(ss__central *c, const char *name, size_t n, bool re
                  "--chunk-floats)",
                  name, clash->name);
         pthread_mutex_unlock(&c->lock);
-        *st = SS_ERR_SIZE_MISMATCH;
+        *st = SS_ERR_INVALID_ARGUMENT; /* a setting, like any chunk clash */
         return NULL;
     }
     if (clash) {

@@ -381,11 +381,11 @@ int main(void) {
     if (proc_main_start(tmpdir))
         return EXIT_FAILURE;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc = ss__check_tests(
-        "api", 120, NULL, NULL, test_config_defaults_and_environment, test_bad_input_is_refused,
-        test_mode_none_only_counts, test_foreground_easgd_by_hand, test_background_in_process_ma,
-        test_background_through_the_agent_ma, test_finish_and_flush_tell_the_truth,
-        test_many_tables_in_one_call);
+    int rc = ss__check_tests("api", 120, NULL, NULL, test_config_defaults_and_environment,
+                             test_bad_input_is_refused, test_mode_none_only_counts,
+                             test_foreground_easgd_by_hand, test_background_in_process_ma,
+                             test_background_through_the_agent_ma,
+                             test_finish_and_flush_tell_the_truth, test_many_tables_in_one_call);
     proc_remove_tree(tmpdir);
     return rc;
 }

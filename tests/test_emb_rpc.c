@@ -664,12 +664,152 @@ START_TEST(test_a_lookup_that_failed_in_transit_is_made_again) {
 }
 END_TEST
 
+/* Requests of a method served ok so far (its series in the server's
+ * registry). */
+static unsigned long served_ok(const char *method) {
+    char *text, needle[200];
+    size_t len;
+    ck_assert_int_eq(ss__metrics_render(F.metrics, &text, &len), SS_OK);
+    snprintf(needle, sizeof needle, "shadowsync_rpc_requests_total{method=\"%s\",result=\"ok\"} ",
+             method);
+    const char *at = strstr(text, needle);
+    unsigned long n = at ? strtoul(at + strlen(needle), NULL, 10) : 0;
+    free(text);
+    return n;
+}
+
+/* One call of a Batch, packed. */
+static Shadowsync__V1__BatchCall batch_call(uint32_t method, const ProtobufCMessage *m) {
+    Shadowsync__V1__BatchCall c = SHADOWSYNC__V1__BATCH_CALL__INIT;
+    c.method = method;
+    c.request.len = protobuf_c_message_get_packed_size(m);
+    c.request.data = malloc(c.request.len + 1);
+    protobuf_c_message_pack(m, c.request.data);
+    return c;
+}
+
+/* A Batch's calls each get their own result: an unknown method, an
+ * unknown table, bytes that are no request, a non-finite gradient are
+ * refused (and counted) while the good call beside them is applied; a
+ * batch of too many calls is refused whole. */
+START_TEST(test_batch_bad_input) {
+    ck_assert_int_eq(open_table("b", 2), SS_OK);
+    const uint64_t ids[1] = {3};
+    const float good[2] = {1, 2}, bad[2] = {NAN, 0};
+    Shadowsync__V1__PushRequest p = SHADOWSYNC__V1__PUSH_REQUEST__INIT;
+    p.table = "b";
+    p.ids = (ProtobufCBinaryData){8, (uint8_t *)ids};
+    p.grads = (ProtobufCBinaryData){8, (uint8_t *)good};
+    Shadowsync__V1__PushRequest nan = p;
+    nan.grads.data = (uint8_t *)bad;
+    Shadowsync__V1__LookupRequest unknown = SHADOWSYNC__V1__LOOKUP_REQUEST__INIT;
+    unknown.table = "nope";
+    unknown.ids = p.ids;
+    Shadowsync__V1__BatchCall calls[5] = {
+        batch_call(SS_EMB_BATCH_PUSH, &p.base), batch_call(9, &p.base),
+        batch_call(SS_EMB_BATCH_LOOKUP, &unknown.base), batch_call(SS_EMB_BATCH_PUSH, &nan.base),
+        batch_call(SS_EMB_BATCH_LOOKUP, &unknown.base)};
+    calls[4].request.data[0] = 0xff; /* no longer a message */
+    Shadowsync__V1__BatchCall *cp[5] = {&calls[0], &calls[1], &calls[2], &calls[3], &calls[4]};
+    Shadowsync__V1__BatchRequest m = SHADOWSYNC__V1__BATCH_REQUEST__INIT;
+    m.n_calls = 5;
+    m.calls = cp;
+    uint8_t *resp;
+    size_t len;
+    ck_assert_int_eq(call(SS_EMB_M_BATCH, &m.base, &resp, &len), SS_OK);
+    Shadowsync__V1__BatchReply *r = shadowsync__v1__batch_reply__unpack(NULL, len, resp);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->n_results, 5);
+    const ss_status want[5] = {SS_OK, SS_ERR_INVALID_ARGUMENT, SS_ERR_NOT_FOUND, SS_ERR_NON_FINITE,
+                               SS_ERR_PARSE};
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(r->results[i]->status == (uint32_t)want[i], "call %d: %u (%s)", i,
+                      r->results[i]->status, r->results[i]->message);
+    ck_assert_str_eq(r->results[1]->message, "unknown batch method");
+    shadowsync__v1__batch_reply__free_unpacked(r, NULL);
+    free(resp);
+    float row[2];
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "b", ids, 1, row, NULL, 0), SS_OK);
+    ck_assert_float_eq(row[0], -1.0f); /* the good push, once */
+    ck_assert_float_eq(row[1], -2.0f);
+    /* 1025 calls: the whole batch refused, nothing applied. */
+    Shadowsync__V1__BatchCall **many = malloc(1025 * sizeof *many);
+    for (int i = 0; i < 1025; i++)
+        many[i] = &calls[0];
+    m.n_calls = 1025;
+    m.calls = many;
+    ck_assert_int_eq(call(SS_EMB_M_BATCH, &m.base, NULL, NULL), SS_ERR_TOO_LARGE);
+    ck_assert_int_eq(ss__emb_store_lookup(F.store, "b", ids, 1, row, NULL, 0), SS_OK);
+    ck_assert_float_eq(row[0], -1.0f);
+    free(many);
+    for (int i = 0; i < 5; i++)
+        free(calls[i].request.data);
+}
+END_TEST
+
+/* A trainer's remote tables (of two dims) through the many-calls: one
+ * Batch call where each table made its own, the same rows; pushes (and
+ * a push with the next fetch) applied once each; cached tables' misses
+ * and warm-ups in one Batch too, and their row sync. */
+START_TEST(test_many_tables_go_in_one_batch) {
+    ss_trainer *t = open_trainer();
+    ss_table_config a = table_config("many.a", SS_TABLE_REMOTE);
+    ss_table_config b = table_config("many.b", SS_TABLE_REMOTE);
+    b.dim = 3;
+    ss_table *tb[2];
+    ck_assert_int_eq(ss_table_open(t, &a, &tb[0]), SS_OK);
+    ck_assert_int_eq(ss_table_open(t, &b, &tb[1]), SS_OK);
+    const uint64_t ids[5] = {1, 2, 7, 7, 8};
+    const size_t counts[2] = {2, 3};
+    const float g[13] = {1, 1, 2, 2, 1, 1, 1, 2, 2, 2, 3, 3, 3};
+    const unsigned long batches = served_ok(SS_EMB_M_BATCH);
+    const unsigned long lookups = served_ok(SS_EMB_M_LOOKUP), pushes = served_ok(SS_EMB_M_PUSH);
+    ck_assert_int_eq(ss_table_push_many(tb, 2, ids, counts, g), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb[0]), SS_OK);
+    ck_assert_int_eq(ss_table_flush(tb[1]), SS_OK);
+    float rows[13];
+    ck_assert_int_eq(ss_table_lookup_many(tb, 2, ids, counts, rows), SS_OK);
+    /* SGD at lr 1 from 0: -g; id 7 twice: its gradients add up */
+    const float want[13] = {-1, -1, -2, -2, -3, -3, -3, -3, -3, -3, -3, -3, -3};
+    for (int i = 0; i < 13; i++)
+        ck_assert_float_eq(rows[i], want[i]);
+    ss_table_fetch_many *f;
+    ck_assert_int_eq(ss_table_push_prefetch_many(tb, 2, ids, counts, g, ids, counts, &f), SS_OK);
+    ck_assert_int_eq(ss_table_fetch_many_wait(f, rows), SS_OK);
+    for (int i = 0; i < 13; i++) /* the push applied first: twice -g now */
+        ck_assert_float_eq(rows[i], 2 * want[i]);
+    ck_assert_uint_eq(served_ok(SS_EMB_M_BATCH), batches + 3);
+    ck_assert_uint_eq(served_ok(SS_EMB_M_LOOKUP), lookups); /* nothing table by table */
+    ck_assert_uint_eq(served_ok(SS_EMB_M_PUSH), pushes);
+    /* Cached tables over the same rows: misses filled by one Batch, warm
+     * too, and their row sync. */
+    ss_table_config ca = table_config("many.a", SS_TABLE_CACHED), cb = ca;
+    cb.name = "many.b";
+    cb.dim = 3;
+    ss_table *cached[2];
+    ck_assert_int_eq(ss_table_open(t, &ca, &cached[0]), SS_OK);
+    ck_assert_int_eq(ss_table_open(t, &cb, &cached[1]), SS_OK);
+    ck_assert_int_eq(ss_table_warm_many(cached, 2, ids, counts), SS_OK);
+    ck_assert_int_eq(ss_table_lookup_many(cached, 2, ids, counts, rows), SS_OK);
+    for (int i = 0; i < 13; i++)
+        ck_assert_float_eq(rows[i], 2 * want[i]);
+    ck_assert_uint_eq(served_ok(SS_EMB_M_LOOKUP), lookups);
+    ck_assert_int_eq(ss_table_push_many(cached, 2, ids, counts, g), SS_OK); /* applied here */
+    ck_assert_int_eq(ss_table_flush(cached[0]), SS_OK);
+    ck_assert_int_eq(ss_table_flush(cached[1]), SS_OK);
+    ss_table_stats s;
+    ck_assert_int_eq(ss_table_get_stats(cached[1], &s), SS_OK);
+    ck_assert_uint_eq(s.synced_rows, 2); /* rows 7 and 8 went to the shard */
+    ck_assert_int_eq(ss_trainer_close(t), SS_OK);
+}
+END_TEST
+
 int main(void) {
-    return ss__check_tests("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc,
-                           test_request_limits, test_push_lookup_pushes_then_reads,
-                           test_remote_table_through_hooks, test_cached_table_syncs_and_evicts,
-                           test_cached_table_warm_loads_ahead, test_elastic_encodings_over_grpc,
-                           test_cached_table_encoded_sync_conserves,
-                           test_a_lookup_past_the_read_share_goes_through,
-                           test_a_lookup_that_failed_in_transit_is_made_again);
+    return ss__check_tests(
+        "emb_rpc", 60, setup, teardown, test_bad_input_over_grpc, test_batch_bad_input,
+        test_many_tables_go_in_one_batch, test_request_limits, test_push_lookup_pushes_then_reads,
+        test_remote_table_through_hooks, test_cached_table_syncs_and_evicts,
+        test_cached_table_warm_loads_ahead, test_elastic_encodings_over_grpc,
+        test_cached_table_encoded_sync_conserves, test_a_lookup_past_the_read_share_goes_through,
+        test_a_lookup_that_failed_in_transit_is_made_again);
 }

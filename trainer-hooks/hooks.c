@@ -544,7 +544,8 @@ ss_status ss_dense_read(ss_dense *g, float *dst) {
 /* The central model of g from its PS (the transport still up). */
 static ss_status read_central_now(ss_dense *g, float *dst) {
     ss__rpc_clear_failure();
-    ss_status st = ss__transport_read_central(g->trainer->transport, g->name, dst, ss_dense_size(g));
+    ss_status st =
+        ss__transport_read_central(g->trainer->transport, g->name, dst, ss_dense_size(g));
     if (st != SS_OK) {
         char what[96];
         snprintf(what, sizeof what, "group %s: reading the central model", g->name);

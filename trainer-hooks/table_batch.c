@@ -13,12 +13,12 @@
 #include "trainer-hooks/tables_internal.h"
 
 struct ss__table_batch {
-    size_t ntables;        /* of the many-call */
-    ss_table **tb;         /* [ntables]: NULL when not in the job */
-    push_item *push;       /* [ntables]: prepared pushes (n 0: none) */
-    unique_ids *u;         /* [ntables]: the lookups' distinct ids */
-    size_t *asked;         /* [ntables]: ids the lookup asked for (repeats too) */
-    float **rows;          /* [ntables]: rows of u's ids */
+    size_t ntables;         /* of the many-call */
+    ss_table **tb;          /* [ntables]: NULL when not in the job */
+    push_item *push;        /* [ntables]: prepared pushes (n 0: none) */
+    unique_ids *u;          /* [ntables]: the lookups' distinct ids */
+    size_t *asked;          /* [ntables]: ids the lookup asked for (repeats too) */
+    float **rows;           /* [ntables]: rows of u's ids */
     ss__emb_client *client; /* the first table's: every table's shards are its */
     ss_status st;
     char why[300]; /* the first failing table and why */
@@ -30,8 +30,8 @@ size_t ss__table_batch_pick(ss_table *const *tables, size_t ntables, ss_table_mo
     size_t n = 0;
     for (size_t k = 0; k < ntables; k++) {
         const size_t look = counts ? counts[k] : 0, push = push_counts ? push_counts[k] : 0;
-        in[k] = tables[k]->cfg.mode == mode && (look || push) &&
-                look <= SS_EMB_CLIENT_CHUNK && push <= SS_EMB_CLIENT_CHUNK &&
+        in[k] = tables[k]->cfg.mode == mode && (look || push) && look <= SS_EMB_CLIENT_CHUNK &&
+                push <= SS_EMB_CLIENT_CHUNK &&
                 (base ? ss__emb_client_batches_with(base, tables[k]->client)
                       : ss__emb_client_batches_with(tables[k]->client, tables[k]->client));
         if (in[k] && !base)
@@ -160,8 +160,9 @@ ss_status ss__table_batch_run(void *job) {
     ss_status st = parts ? ss__emb_client_batch(b->client, parts, np) : SS_ERR_NO_MEMORY;
     for (size_t k = 0, j = 0; k < b->ntables; k++)
         if (b->tb[k])
-            settle(b, k, parts ? &parts[j++]
-                               : &(ss__emb_batch_part){.status = st, .why = "out of memory"});
+            settle(b, k,
+                   parts ? &parts[j++]
+                         : &(ss__emb_batch_part){.status = st, .why = "out of memory"});
     if (st != SS_OK)
         ss__log(SS_LOG_WARN, "emb", "event=batch_failed tables=%zu status=%s %s", np,
                 ss_status_name(st), b->why);
@@ -227,8 +228,8 @@ ss_status ss__table_batch_fill(ss_table *const *tables, size_t ntables, const bo
             st = nm ? SS_ERR_NO_MEMORY : SS_OK;
             continue;
         }
-        parts[np] = (ss__emb_batch_part){
-            .spec = &tables[k]->spec, .ids = missing, .n = nm, .rows = rows};
+        parts[np] =
+            (ss__emb_batch_part){.spec = &tables[k]->spec, .ids = missing, .n = nm, .rows = rows};
         base = base ? base : tables[k]->client;
         which[np++] = k;
     }

@@ -73,17 +73,15 @@ ss_status ss_table_lookup_many(ss_table *const *tables, size_t ntables, const ui
      * flight on their fetchers; then the batch, and the local tables, in
      * this thread while they travel; then the fetched rows. A single such
      * table answers here (no hand-over to gain). */
-    size_t batched = st == SS_OK ? ss__table_batch_pick(tables, ntables, SS_TABLE_REMOTE, counts,
-                                                        NULL, in)
-                                 : 0;
+    size_t batched =
+        st == SS_OK ? ss__table_batch_pick(tables, ntables, SS_TABLE_REMOTE, counts, NULL, in) : 0;
     bool *fill = in ? calloc(ntables + 1, sizeof *fill) : NULL;
-    size_t filled = fill ? ss__table_batch_pick(tables, ntables, SS_TABLE_CACHED, counts, NULL,
-                                                fill)
-                         : 0;
+    size_t filled =
+        fill ? ss__table_batch_pick(tables, ntables, SS_TABLE_CACHED, counts, NULL, fill) : 0;
     size_t calling = 0;
     for (size_t k = 0; st == SS_OK && k < ntables; k++)
-        calling += tables[k]->cfg.mode != SS_TABLE_LOCAL && counts[k] &&
-                   !(batched > 1 && in[k]) && !(filled > 1 && fill[k]);
+        calling += tables[k]->cfg.mode != SS_TABLE_LOCAL && counts[k] && !(batched > 1 && in[k]) &&
+                   !(filled > 1 && fill[k]);
     const uint64_t *at = ids;
     for (size_t k = 0; st == SS_OK && calling > 1 && k < ntables; at += counts[k], k++)
         if (tables[k]->cfg.mode != SS_TABLE_LOCAL && counts[k] && !(batched > 1 && in[k]) &&
@@ -134,8 +132,7 @@ static ss_status check_finite(ss_table *const *tables, size_t ntables, const uin
                 return ss__err_set(SS_ERR_NON_FINITE,
                                    "table %s: the gradient of id %llu (row %zu of its push) "
                                    "holds NaN or Inf; no table took any of this push",
-                                   tables[k]->spec.name, (unsigned long long)ids[i / dim],
-                                   i / dim);
+                                   tables[k]->spec.name, (unsigned long long)ids[i / dim], i / dim);
         ids += counts[k];
         grads += counts[k] * dim;
     }
@@ -154,7 +151,8 @@ ss_status ss_table_push_many(ss_table *const *tables, size_t ntables, const uint
     /* The remote tables that share shards: one Batch call, sent by their
      * first table's fetcher (asynchronous, as a remote push is). */
     ss__table_batch *b = NULL;
-    if (st == SS_OK && ss__table_batch_pick(tables, ntables, SS_TABLE_REMOTE, NULL, counts, in) > 1) {
+    if (st == SS_OK &&
+        ss__table_batch_pick(tables, ntables, SS_TABLE_REMOTE, NULL, counts, in) > 1) {
         size_t first = 0;
         while (!in[first])
             first++;
@@ -216,8 +214,8 @@ static ss_status queue_batch(ss_table_fetch_many *m, ss_table *const *tables, si
 
 ss_status ss_table_push_prefetch_many(ss_table *const *tables, size_t ntables,
                                       const uint64_t *push_ids, const size_t *push_counts,
-                                      const float *grads, const uint64_t *ids,
-                                      const size_t *counts, ss_table_fetch_many **out) {
+                                      const float *grads, const uint64_t *ids, const size_t *counts,
+                                      ss_table_fetch_many **out) {
     ss__err_begin();
     if (!out)
         return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT, "out: NULL"));

@@ -92,8 +92,8 @@ static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *
     float *asked = st == SS_OK && nask ? malloc(nask * dim * sizeof *asked) : NULL;
     if (st == SS_OK && nask && !asked)
         st = SS_ERR_NO_MEMORY;
-    if (st == SS_OK && nask && (st = ss__emb_client_lookup(tb->client, &tb->spec, ask, nask,
-                                                           asked)) == SS_OK)
+    if (st == SS_OK && nask &&
+        (st = ss__emb_client_lookup(tb->client, &tb->spec, ask, nask, asked)) == SS_OK)
         atomic_fetch_add(&tb->remote_rows, nask);
     for (size_t k = 0; st == SS_OK && k < nask; k++)
         memcpy(data + pos[k] * dim, asked + k * dim, dim * sizeof(float));
@@ -366,7 +366,7 @@ ss_status ss__table_lookup(ss_table *tb, const uint64_t *ids, size_t n, float *r
 }
 
 ss_status ss__table_prepare_push(ss_table *tb, const uint64_t *ids, size_t n, const float *grads,
-                              push_item *out) {
+                                 push_item *out) {
     *out = (push_item){0};
     if (n == 0)
         return SS_OK;
@@ -502,8 +502,8 @@ ss_status ss__table_prefetch(ss_table *tb, const uint64_t *ids, size_t n, ss_tab
 }
 
 ss_status ss__table_push_prefetch(ss_table *tb, const uint64_t *push_ids, size_t pn,
-                                     const float *grads, const uint64_t *ids, size_t n,
-                                     ss_table_fetch **out) {
+                                  const float *grads, const uint64_t *ids, size_t n,
+                                  ss_table_fetch **out) {
     if (!tb || !out || (pn && (!push_ids || !grads)) || (n && !ids))
         return SS_ERR_INVALID_ARGUMENT;
     push_item it;

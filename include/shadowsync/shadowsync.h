@@ -428,8 +428,8 @@ ss_status ss_table_push_many(ss_table *const *tables, size_t ntables, const uint
  * waited for, before its tables close. */
 ss_status ss_table_push_prefetch_many(ss_table *const *tables, size_t ntables,
                                       const uint64_t *push_ids, const size_t *push_counts,
-                                      const float *grads, const uint64_t *ids,
-                                      const size_t *counts, ss_table_fetch_many **out);
+                                      const float *grads, const uint64_t *ids, const size_t *counts,
+                                      ss_table_fetch_many **out);
 ss_status ss_table_fetch_many_wait(ss_table_fetch_many *f, float *rows);
 /* ss_table_warm for every table. */
 ss_status ss_table_warm_many(ss_table *const *tables, size_t ntables, const uint64_t *ids,

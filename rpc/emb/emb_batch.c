@@ -65,8 +65,7 @@ static ProtobufCBinaryData gather(const routed *r, uint32_t s, const uint64_t *i
     const size_t each = floats ? dim * sizeof(float) : sizeof(uint64_t);
     uint8_t *out = malloc(n * each + 1);
     for (size_t k = 0; out && k < n; k++)
-        memcpy(out + k * each, floats ? (const void *)(floats + pos[k] * dim) : &ids[pos[k]],
-               each);
+        memcpy(out + k * each, floats ? (const void *)(floats + pos[k] * dim) : &ids[pos[k]], each);
     return (ProtobufCBinaryData){out ? n * each : 0, out};
 }
 
@@ -178,8 +177,8 @@ static void take_reply(ss__emb_batch_part *parts, const routed *look, uint32_t s
             part_failed(&parts[order[k]], rq->status, rq->msg);
         return;
     }
-    Shadowsync__V1__BatchReply *r = shadowsync__v1__batch_reply__unpack(NULL, rq->resp_len,
-                                                                        rq->resp);
+    Shadowsync__V1__BatchReply *r =
+        shadowsync__v1__batch_reply__unpack(NULL, rq->resp_len, rq->resp);
     for (size_t k = 0; k < ncalls; k++) {
         ss__emb_batch_part *p = &parts[order[k]];
         const Shadowsync__V1__BatchResult *res = r && r->n_results == ncalls ? r->results[k] : NULL;
@@ -215,8 +214,8 @@ static void pack_shard(const ss__emb_batch_part *parts, size_t nparts, const rou
     Shadowsync__V1__BatchRequest m = SHADOWSYNC__V1__BATCH_REQUEST__INIT;
     m.n_calls = k;
     m.calls = cp;
-    uint8_t *buf = ok ? malloc((rq->len = shadowsync__v1__batch_request__get_packed_size(&m)) + 1)
-                      : NULL;
+    uint8_t *buf =
+        ok ? malloc((rq->len = shadowsync__v1__batch_request__get_packed_size(&m)) + 1) : NULL;
     if (buf)
         shadowsync__v1__batch_request__pack(&m, buf);
     rq->req = buf;

@@ -17,7 +17,6 @@
 #include "rpc/pb_wire.h"
 #include "rpc/rpc_pb.h"
 
-
 static void close_channels(ss__emb_client *c) {
     ss__bulk_pool_destroy(c->bulk); /* before the channels it asks tickets on */
     c->bulk = NULL;
@@ -163,9 +162,8 @@ static ss_status open_table_locked(ss__emb_client *c, const ss__emb_spec *spec,
      * only that it passed). */
     ss_status st = SS_OK;
     for (uint32_t s = 0; st == SS_OK && s < c->shards; s++)
-        if ((st = ss__rpc_channel_reachable(c->ch[s], "the PS",
-                                            c->timeout_ms < 2000 ? c->timeout_ms : 2000)) !=
-                SS_OK &&
+        if ((st = ss__rpc_channel_reachable(
+                 c->ch[s], "the PS", c->timeout_ms < 2000 ? c->timeout_ms : 2000)) != SS_OK &&
             why && whylen)
             snprintf(why, whylen, "%s", ss__rpc_last_failure());
     if (st != SS_OK) {
