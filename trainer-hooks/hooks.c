@@ -25,47 +25,7 @@
 #include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/hooks_internal.h"
 #include "trainer-hooks/settings_internal.h"
-
-#define MAX_GROUPS   256
-#define MAX_ATTACHED 64
-
-struct ss_dense {
-    ss_trainer *trainer;
-    char *name;
-    ss__replica *replica;
-    ss__engine_group *group; /* NULL in mode NONE, agent mode and after finish */
-    ss__shm_group shm;       /* agent mode: the memory the agent maps too */
-    ss_dense_stats final;    /* stats frozen by finish */
-    /* The PS's central model as the final rounds left it, read by finish
-     * before it leaves the PS (NULL: none read; central_final_st why). */
-    float *central_final;
-    ss_status central_final_st;
-    char central_final_why[256];
-};
-
-struct ss_trainer {
-    ss_trainer_config cfg;
-    char *ps, *name, *tls_ca, *tls_cert, *tls_key, *agent; /* owned copies of cfg's strings */
-    uint64_t epoch;                 /* of the shard map ps came from (shard_map); 0: none */
-    char *shard_map;                /* its path (tables route by it again when it moves) */
-    ss__agent_client *agent_client; /* agent mode until finish */
-    ss__sync_params params;
-    ss__transport *transport;
-    bool to_ps; /* transport is the PS shards' (not peers') */
-    ss__engine *engine;
-    pthread_mutex_t lock; /* guards groups / ngroups */
-    ss_dense *groups[MAX_GROUPS];
-    _Atomic size_t ngroups;
-    ss__hooks_attachment attached[MAX_ATTACHED]; /* under lock: embedding tables */
-    size_t nattached;
-    void *shared; /* under lock: what the tables share (ss__hooks_shared) */
-    void (*shared_destroy)(void *obj);
-    bool attached_finished;
-    _Atomic uint64_t steps;
-    ss__metrics *metrics;        /* the engine's series, the tables', the steps */
-    ss__counter *steps_metric;   /* mirrors steps at each render */
-    pthread_mutex_t render_lock; /* one refresh + render at a time */
-};
+#include "trainer-hooks/trainer_internal.h"
 
 const char *ss_version(void) {
     return ss__version();
@@ -167,6 +127,7 @@ static void dense_free(ss_dense *g) {
 
 /* Frees the trainer and its groups; the engine and transport are gone. */
 static void trainer_free(ss_trainer *t) {
+    ss__trainer_http_stop(t); /* nobody reads the trainer from now on */
     for (size_t i = 0; i < t->nattached; i++)
         t->attached[i].destroy(t->attached[i].obj);
     if (t->shared)
@@ -185,64 +146,6 @@ static void trainer_free(ss_trainer *t) {
     free(t->shard_map);
     free(t->agent);
     free(t);
-}
-
-/* ---- metrics ---- */
-
-static ss_status dense_stats(ss_dense *g, ss_dense_stats *out);
-
-static ss_status trainer_metrics_create(ss_trainer *t) {
-    const char *labels[] = {"trainer", t->name, NULL};
-    ss_status st = ss__metrics_create(&t->metrics);
-    if (st == SS_OK)
-        st = ss__metrics_build_info(t->metrics);
-    if (st == SS_OK)
-        st = ss__metrics_counter(t->metrics, "shadowsync_trainer_steps_total",
-                                 "ss_trainer_step() calls of this trainer", labels,
-                                 &t->steps_metric);
-    return st;
-}
-
-static void refresh_metrics(void *ctx) {
-    ss_trainer *t = ctx;
-    uint64_t steps = atomic_load(&t->steps), seen = ss__counter_value(t->steps_metric);
-    if (steps > seen)
-        ss__counter_add(t->steps_metric, steps - seen);
-    pthread_mutex_lock(&t->lock);
-    for (size_t i = 0; i < t->nattached; i++)
-        if (t->attached[i].export_metrics)
-            t->attached[i].export_metrics(t->attached[i].obj, t->metrics, t->name);
-    pthread_mutex_unlock(&t->lock);
-}
-
-static ss_status render(ss_trainer *t, char **text, size_t *len) {
-    pthread_mutex_lock(&t->render_lock);
-    refresh_metrics(t);
-    ss_status st = ss__metrics_render(t->metrics, text, len);
-    pthread_mutex_unlock(&t->render_lock);
-    return st;
-}
-
-ss_status ss_trainer_metrics(ss_trainer *t, char *buf, size_t cap, size_t *len) {
-    ss__err_begin();
-    if (!t || (!buf && cap))
-        return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT, "trainer or buf: NULL"));
-    char *text;
-    size_t n;
-    ss_status st = render(t, &text, &n);
-    if (st != SS_OK)
-        return ss__err_end(st);
-    if (len)
-        *len = n;
-    if (n + 1 > cap) {
-        st = ss__err_set(SS_ERR_TOO_LARGE, "buf: %zu bytes, the metrics need %zu", cap, n + 1);
-        if (cap)
-            buf[0] = '\0';
-    } else {
-        memcpy(buf, text, n + 1);
-    }
-    free(text);
-    return ss__err_end(st);
 }
 
 /* shard_map: its ps list becomes c->ps (pointing into map), its epoch
@@ -352,7 +255,7 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
         st = SS_ERR_NO_MEMORY;
         goto fail;
     }
-    if ((st = trainer_metrics_create(t)) != SS_OK)
+    if ((st = ss__trainer_metrics_create(t)) != SS_OK)
         goto fail;
     if (t->agent) {
         if ((st = ss__agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client)) !=
@@ -373,6 +276,8 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
         if (cfg->mode == SS_SYNC_BACKGROUND && (st = ss__engine_start(t->engine)) != SS_OK)
             goto fail;
     }
+    if ((st = ss__trainer_http_start(t)) != SS_OK)
+        goto fail;
     *out = t;
     return SS_OK;
 fail:

@@ -216,6 +216,13 @@ class Trainer:
         _check(lib.ss_trainer_metrics(self._handle, buf, len(buf), None))
         return buf.value.decode()
 
+    def http_address(self):
+        """"host:port" of this trainer's own /metrics, /status and /healthz
+        (its http setting: Trainer(http="127.0.0.1:0") picks a port)."""
+        buf = ctypes.create_string_buffer(300)
+        _check(lib.ss_trainer_http_address(self._live("http_address()"), buf, len(buf)))
+        return buf.value.decode()
+
     def table(self, name, dim, mode="local", **settings):
         """An embedding table of this trainer (see Table)."""
         self._live(f"table {name}")

@@ -83,6 +83,7 @@ _DECLS = {
     "ss_dense_device_data": (_P, [_P]),
     "ss_dense_device": (ctypes.c_int, [_P]),
     "ss_trainer_metrics": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t, c_size_p]),
+    "ss_trainer_http_address": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "ss_trainer_step": (_S, [_P]),
     "ss_trainer_finish": (_S, [_P]),
     "ss_trainer_close": (_S, [_P]),

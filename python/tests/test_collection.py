@@ -227,6 +227,32 @@ class WithPSTest(unittest.TestCase):
             a.close()
             b.close()
 
+    def test_a_trainer_serves_its_own_metrics(self):
+        """http="127.0.0.1:0": a trainer syncing in its own process (no
+        agent) serves /metrics by the names an agent's trainers have, and
+        /status with its groups' rounds."""
+        import json
+        import urllib.request
+
+        with PS() as ps:
+            m = ShadowSync(torch.nn.Linear(2, 1), ps=ps.address, sync="foreground",
+                           sync_every=1, final_rounds=0, name="m", rank=0, world_size=1,
+                           http="127.0.0.1:0", env=False)
+            m(torch.ones(1, 2)).sum().backward()
+            base = "http://" + m.trainer.http_address()
+            text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+            self.assertIn('shadowsync_sync_rounds_total{trainer="rank0",group="m",algo="easgd"} 1',
+                          text)
+            self.assertIn('shadowsync_trainer_steps_total{trainer="rank0"} 1', text)
+            status = json.loads(urllib.request.urlopen(base + "/status", timeout=10).read())
+            self.assertEqual((status["role"], status["steps"]), ("trainer", 1))
+            self.assertEqual(status["groups"][0]["rounds"], 1)
+            m.close()
+        t = shadowsync.Trainer(sync="none", env=False)
+        with self.assertRaisesRegex(shadowsync.ShadowSyncError, "serves no HTTP"):
+            t.http_address()
+        t.close()
+
     def test_unreachable_table_is_named_within_2s(self):
         t0 = time.monotonic()
         with self.assertRaises(shadowsync.ShadowSyncError) as e:
