@@ -324,13 +324,11 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     if (st == SS_OK && cfg->mode == SS_TABLE_LOCAL &&
         (cfg->admit_count > 1 || cfg->ttl_s || cfg->max_live_rows))
         st = start_bounds(tb);
-    if (st == SS_OK && cfg->mode == SS_TABLE_REMOTE) {
-        tb->queue = calloc(cfg->push_queue, sizeof *tb->queue);
-        st = tb->queue ? start_thread(&tb->pusher, &tb->has_pusher, ss__table_pusher_main, tb)
-                       : SS_ERR_NO_MEMORY;
-    }
-    if (st == SS_OK)
-        st = start_thread(&tb->fetcher, &tb->has_fetcher, ss__table_fetcher_main, tb);
+    /* The pusher and the fetcher start with the first push or fetch they
+     * are given: a model's tables batched together (table_many.c) use the
+     * first one's fetcher only, and most of them never start threads. */
+    if (st == SS_OK && cfg->mode == SS_TABLE_REMOTE)
+        st = (tb->queue = calloc(cfg->push_queue, sizeof *tb->queue)) ? SS_OK : SS_ERR_NO_MEMORY;
     if (st == SS_OK && cfg->mode == SS_TABLE_CACHED && t) { /* the trainer's row-sync thread */
         tb->shared_syncer = ss__hooks_shared(t, ss__table_syncer_make, ss__table_syncer_destroy);
         st = tb->shared_syncer ? SS_OK : SS_ERR_NO_MEMORY;
@@ -413,13 +411,15 @@ ss_status ss__table_push(ss_table *tb, const uint64_t *ids, size_t n, const floa
     if (tb->cfg.mode != SS_TABLE_REMOTE)
         return apply_local(tb, &it);
     pthread_mutex_lock(&tb->lock);
+    if (!tb->stop && !tb->has_pusher)
+        st = start_thread(&tb->pusher, &tb->has_pusher, ss__table_pusher_main, tb);
     if (tb->qlen == tb->cfg.push_queue)
         atomic_fetch_add(&tb->push_waits, 1);
-    while (!tb->stop && tb->qlen == tb->cfg.push_queue) /* back-pressure */
+    while (st == SS_OK && !tb->stop && tb->qlen == tb->cfg.push_queue) /* back-pressure */
         pthread_cond_wait(&tb->progress, &tb->lock);
-    if (tb->stop) {
+    if (st == SS_OK && tb->stop)
         st = SS_ERR_STOPPED;
-    } else {
+    if (st == SS_OK) {
         tb->queue[(tb->qhead + tb->qlen) % tb->cfg.push_queue] = it;
         tb->qlen++;
         pthread_cond_signal(&tb->push_ready);
@@ -431,14 +431,21 @@ ss_status ss__table_push(ss_table *tb, const uint64_t *ids, size_t n, const floa
 }
 
 /* Puts f at the end of the fetcher's list (fetches and warm-ups, taken in
- * order) and wakes it. Caller holds tb->lock. */
-static void append_fetch(ss_table *tb, ss_table_fetch *f) {
+ * order) and wakes it, started first if it was not yet; refused once the
+ * table stops (its fetcher may be gone). Caller holds tb->lock. */
+static ss_status append_fetch(ss_table *tb, ss_table_fetch *f) {
+    ss_status st = tb->stop ? SS_ERR_STOPPED : SS_OK;
+    if (st == SS_OK && !tb->has_fetcher)
+        st = start_thread(&tb->fetcher, &tb->has_fetcher, ss__table_fetcher_main, tb);
+    if (st != SS_OK)
+        return st;
     if (tb->fetch_tail)
         tb->fetch_tail->next = f;
     else
         tb->fetch_head = f;
     tb->fetch_tail = f;
     pthread_cond_signal(&tb->fetch_ready);
+    return SS_OK;
 }
 
 /* Queues a fetch of ids for the fetcher, with a push to send in the same
@@ -466,10 +473,17 @@ static ss_status queue_fetch(ss_table *tb, const uint64_t *ids, size_t n, push_i
         memcpy(f->ids, ids, n * sizeof *ids);
     f->push = *push;
     pthread_mutex_lock(&tb->lock);
-    if (f->push.n)
+    ss_status st = append_fetch(tb, f);
+    if (st == SS_OK && f->push.n)
         tb->fetch_pushes++; /* ss_table_flush waits for it */
-    append_fetch(tb, f);
     pthread_mutex_unlock(&tb->lock);
+    if (st != SS_OK) {
+        ss__table_push_item_free(&f->push);
+        free(f->ids);
+        free(f->rows);
+        free(f);
+        return st;
+    }
     *out = f;
     return SS_OK;
 }
@@ -482,13 +496,11 @@ ss_status ss__table_queue_job(ss_table *tb, ss_status (*run)(void *arg), void (*
     *f = (ss_table_fetch){
         .tb = tb, .run = run, .release = release, .arg = arg, .detached = out == NULL};
     pthread_mutex_lock(&tb->lock);
-    const bool stopped = tb->stop; /* its fetcher may be gone */
-    if (!stopped)
-        append_fetch(tb, f);
+    ss_status st = append_fetch(tb, f);
     pthread_mutex_unlock(&tb->lock);
-    if (stopped) {
+    if (st != SS_OK) {
         free(f);
-        return SS_ERR_STOPPED;
+        return st;
     }
     if (out)
         *out = f;
@@ -535,9 +547,8 @@ ss_status ss__table_warm(ss_table *tb, const uint64_t *ids, size_t n) {
         st = SS_ERR_STOPPED;
     } else if (tb->warms_queued >= MAX_WARMS_QUEUED) {
         atomic_fetch_add(&tb->warms_skipped, 1);
-    } else {
+    } else if ((st = append_fetch(tb, f)) == SS_OK) {
         tb->warms_queued++;
-        append_fetch(tb, f);
         f = NULL;
     }
     pthread_mutex_unlock(&tb->lock);
