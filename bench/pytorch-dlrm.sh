@@ -8,8 +8,9 @@
 #   (c) the same, remote
 #   (d) PyTorch DDP (gloo)
 # each divided by one plain PyTorch process and by (a), measured in the
-# same run (medians of REPS); then the same three ShadowSync modes in one
-# process, divided by local. Run it on a quiet machine.
+# same run (medians of REPS, rep k with seed k: the model's and the
+# tables' initial values differ by rep); then the same three ShadowSync
+# modes in one process, divided by local. Run it on a quiet machine.
 #   bash bench/pytorch-dlrm.sh                 # PROCS=4 EPOCHS=3 REPS=3
 source "$(dirname "$0")/common.sh"
 PROCS=${PROCS:-4}
@@ -55,12 +56,12 @@ setups = [("one plain PyTorch process", 1, ["--sync", "none"]),
 got = {name: [] for name, _, _ in setups}
 for rep in range(reps):  # interleaved: a slow moment of the machine hits every setup alike
     for name, n, flags in setups:
-        got[name].append(run(n, *flags))
+        got[name].append(run(n, *flags, "--seed", str(rep + 1)))
         print(f"rep {rep + 1}/{reps}: {name}: {got[name][-1][0]:.0f} examples/s", file=sys.stderr,
               flush=True)
 med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in got.items()}
 single, per_proc, local1 = (med[setups[i][0]][0] for i in (0, 1, 5))
-print(f"DLRM, 26 nn.EmbeddingBag, {data}, {epochs} epochs, medians of {reps}; "
+print(f"DLRM, 26 nn.EmbeddingBag, {data}, {epochs} epochs, medians of {reps} (seeds 1-{reps}); "
       f"{procs} processes under torchrun")
 print("| setup | examples/s | ÷ one process | ÷ (a) | ÷ 1-process local | NE | AUC |")
 print("|---|---|---|---|---|---|---|")

@@ -61,6 +61,8 @@ def parse():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.1, help="SGD, every parameter and table")
+    ap.add_argument("--emb-lr", type=float,
+                    help="--emb cached|remote: the shared tables' SGD lr (default: --lr)")
     ap.add_argument("--decay-to", type=float, default=0.2,
                     help="the lr falls linearly to this fraction of --lr by the last step")
     ap.add_argument("--progress", type=int, default=0,
@@ -95,7 +97,8 @@ def train(args, rank, world, ps):
         model = ShadowSync(model, ps=ps, algo=args.algo, rank=rank, world_size=world)
         if args.emb != "local":
             model.module.emb_l = EmbeddingBagCollection.from_embedding_bags(
-                model.module.emb_l, model.trainer, mode=args.emb, lr=args.lr)
+                model.module.emb_l, model.trainer, mode=args.emb, lr=args.emb_lr or args.lr,
+                names=[f"emb{k}.seed{args.seed}" for k in range(len(model.module.emb_l))])
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     inner = model.module if args.sync != "none" else model
     steps = args.epochs * ((len(y) + args.batch - 1) // args.batch)

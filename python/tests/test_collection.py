@@ -171,6 +171,19 @@ class AfterCloseTest(unittest.TestCase):
         self.assertEqual(tensor.tolist(), [0, 1, 2, 3])
         t.close()  # twice: nothing more
 
+    def test_freed_memory_is_never_read(self):
+        """No array holds the memory: close() frees it, and every call
+        after raises before it could read it (under ASan in the sanitizer
+        build: a read would be a heap-use-after-free)."""
+        t = shadowsync.Trainer(sync="none", env=False)
+        g = t.add_dense("w", size=1000)
+        table = t.table("e", 8)
+        table.push([1], np.ones(8))
+        t.close()
+        for call in (g.stats, g.read, g.numpy, lambda: table.lookup([1]), table.stats):
+            with self.assertRaises(shadowsync.ShadowSyncError):
+                call()
+
     def test_standalone_table_raises_after_close(self):
         table = shadowsync.Table("alone", 2, env=False)
         table.close()
