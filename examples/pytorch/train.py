@@ -17,8 +17,11 @@ together one of five ways (the same model, data and processes for each):
 
     python3 examples/pytorch/train.py --mode shadowsync --procs 4 \\
         --train data/criteo-kaggle-head-8000.tsv --test data/criteo-kaggle-head-8000.tsv
-    torchrun --nproc_per_node 4 examples/pytorch/train.py --mode shadowsync \\
-        --train data/criteo-kaggle-head-8000.tsv --test data/criteo-kaggle-head-8000.tsv
+    torchrun --redirects 2 --tee 2 --nproc_per_node 4 examples/pytorch/train.py \\
+        --mode shadowsync --train data/criteo-kaggle-head-8000.tsv --test-rows-from-end 1600
+
+(Debian 12's torchrun, torch 1.13 on Python 3.11, fails with its default
+--redirects 0 --tee 0: "0" no longer parses there; pass 2 as above.)
 
 Prints one JSON line: mode, processes, examples, seconds, examples/s (all
 processes), and rank 0's model's NE (by the training set's CTR) and AUC on

@@ -429,6 +429,12 @@ class Table:
 
 
 def _grads(grads, rows, dim, who):
+    grads = np.asarray(grads)
+    if grads.dtype.kind not in "fiu":
+        raise ShadowSyncError(1, f"{who}: gradients are numbers, not {grads.dtype}")
+    if grads.ndim == 2 and grads.shape != (rows, dim):
+        raise ShadowSyncError(9, f"{who}: gradients of shape {grads.shape} for {rows} ids of "
+                                 f"dim {dim}: ({rows}, {dim}) (transposed?)")
     grads = np.ascontiguousarray(grads, dtype=np.float32)
     if grads.size != rows * dim:
         raise ShadowSyncError(9, f"{who}: {rows} ids need {rows * dim} gradient floats, "

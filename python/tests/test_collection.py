@@ -117,6 +117,8 @@ class CollectionTest(unittest.TestCase):
         for bad, said in (([-3], "row ids are not negative"), ([0.5], "integers, not float64")):
             with self.assertRaisesRegex(shadowsync.ShadowSyncError, said):
                 table.lookup(bad)
+        with self.assertRaisesRegex(shadowsync.ShadowSyncError, r"shape \(2, 3\).*transposed"):
+            table.push([1, 2, 3], np.ones((2, 3)))  # 3 ids of dim 2, given dim x ids
 
     def test_lr_follows_the_schedule(self):
         # SGD at the table's lr 0.25: a row's loss sum(row) moves it by -0.25
@@ -218,6 +220,9 @@ class WithPSTest(unittest.TestCase):
             final = a.central_state_dict()["weight"]
             ps_now = torch.from_numpy(b.group.read_central()).view(1, 2)
             self.assertTrue(torch.equal(final, ps_now))  # the PS's, as finish left it
+            plain = torch.nn.Linear(2, 1, bias=False)  # loads without a PS
+            plain.load_state_dict(a.central_state_dict())
+            self.assertTrue(torch.equal(plain.weight, final))
             a.close()
             b.close()
 
