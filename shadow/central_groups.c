@@ -254,27 +254,19 @@ static group *group_for_join(ss__central *c, const char *name, size_t n, bool re
     if (g && recut && fresh && retire_if_empty(c, g))
         g = NULL; /* made anew below */
     const group *clash = g ? NULL : recut ? retire_clashes(c, name) : chunking_clash(c, name);
-    if (clash && same_start(name, clash->name)) {
-        /* Cut alike, two chunks from one offset end apart only where the
-         * group ends: the members' models differ in size. */
-        snprintf(t_refusal, sizeof t_refusal,
-                 "group size mismatch: chunk %s and chunk %s that this PS holds start alike and "
-                 "end apart: the members' models differ in size (every member must build the "
-                 "same model, the same layers and sizes), or, if the sizes agree, they are cut "
-                 "into chunks of other sizes (give every member the same chunk_floats / "
-                 "--chunk-floats)",
-                 name, clash->name);
-        pthread_mutex_unlock(&c->lock);
-        *st = SS_ERR_INVALID_ARGUMENT; /* a setting, like any chunk clash */
-        return NULL;
-    }
     if (clash) {
+        /* Cut alike, two chunks from one offset end apart only where the
+         * group ends: then the members' models differ in size. */
+        const bool sizes = same_start(name, clash->name);
         snprintf(t_refusal, sizeof t_refusal,
-                 "chunk %s overlaps chunk %s that this PS holds: the group is cut into chunks of "
-                 "another size by other clients or by the checkpoint it was restored from (give "
-                 "every member the same chunk_floats / --chunk-floats; before 0.2 the default "
-                 "was 262144, now 131072)",
-                 name, clash->name);
+                 "%schunk %s overlaps chunk %s that this PS holds: %s (give every member the same "
+                 "chunk_floats / --chunk-floats; before 0.2 the default was 262144, now 131072)",
+                 sizes ? "group size mismatch: " : "", name, clash->name,
+                 sizes ? "they start alike and end apart: the members' models differ in size "
+                         "(every member must build the same model, the same layers and sizes), "
+                         "or they are cut into chunks of other sizes"
+                       : "the group is cut into chunks of another size by other clients or by "
+                         "the checkpoint it was restored from");
         pthread_mutex_unlock(&c->lock);
         *st = SS_ERR_INVALID_ARGUMENT;
         return NULL;

@@ -14,10 +14,10 @@ import torch
 NUM_DENSE, NUM_CAT = 13, 26
 
 
-def read_criteo(path, table_rows, max_rows=0):
-    """(dense float32 [n, 13], ids int64 [n, 26] global row ids, labels
-    float32 [n]). Row 0 of each field is its missing value; field f's rows
-    are f * table_rows + [0, table_rows)."""
+def read_criteo_fields(path, rows, max_rows=0):
+    """(dense float32 [n, 13], ids int64 [n, 26], labels float32 [n]):
+    field f's id is in [0, rows[f]), its value hashed; id 0 is its missing
+    value. Lines that are not Criteo rows are skipped."""
     dense, ids, labels = [], [], []
     with open(path) as f:
         for line in f:
@@ -27,13 +27,19 @@ def read_criteo(path, table_rows, max_rows=0):
             labels.append(float(parts[0]))
             dense.append([math.log1p(float(v)) if v and not v.startswith("-") else 0.0
                           for v in parts[1:1 + NUM_DENSE]])
-            ids.append([j * table_rows + (0 if not v else
-                                          1 + zlib.crc32(f"{j}:{v}".encode()) % (table_rows - 1))
+            ids.append([0 if not v else 1 + zlib.crc32(f"{j}:{v}".encode()) % (rows[j] - 1)
                         for j, v in enumerate(parts[1 + NUM_DENSE:])])
             if max_rows and len(labels) == max_rows:
                 break
     return (torch.tensor(dense, dtype=torch.float32), torch.tensor(ids, dtype=torch.int64),
             torch.tensor(labels, dtype=torch.float32))
+
+
+def read_criteo(path, table_rows, max_rows=0):
+    """read_criteo_fields with table_rows rows a field, as global row ids of
+    one table: field f's rows are f * table_rows + [0, table_rows)."""
+    dense, ids, labels = read_criteo_fields(path, [table_rows] * NUM_CAT, max_rows)
+    return dense, ids + torch.arange(NUM_CAT) * table_rows, labels
 
 
 class DLRM(torch.nn.Module):

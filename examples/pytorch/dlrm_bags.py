@@ -1,18 +1,17 @@
 """A DLRM shaped like the reference one (facebookresearch/dlrm): one
 nn.EmbeddingBag per sparse feature (26, of Criteo Kaggle's very different
 cardinalities), a bottom MLP over the 13 integer features, pairwise dot
-interaction, a top MLP; and the Criteo TSV reader that gives each feature
-its own ids, as a list of id tensors and a list of offsets (one id a bag),
-the way the reference script feeds nn.EmbeddingBag.
+interaction, a top MLP; and a batch's ids as the reference script feeds
+nn.EmbeddingBag: a list of id tensors and a list of offsets (one id a
+bag). dlrm.read_criteo_fields reads the rows, each feature its own ids.
 
 Plain PyTorch: nothing of ShadowSync here. train_dlrm.py converts it."""
 import math
-import zlib
 
-import numpy as np
 import torch
 
-NUM_DENSE, NUM_CAT = 13, 26
+from dlrm import NUM_DENSE
+
 # Criteo Kaggle's distinct values per categorical feature (the reference
 # DLRM's day_fea_count), from 3 to 10 million.
 CRITEO_KAGGLE_ROWS = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683,
@@ -24,26 +23,6 @@ def table_rows(max_rows):
     """Rows of each feature's table: Criteo Kaggle's counts, the large
     ones hashed down to max_rows (0: not at all)."""
     return [min(n, max_rows) if max_rows else n for n in CRITEO_KAGGLE_ROWS]
-
-
-def read_criteo(path, rows, max_lines=0):
-    """(dense float32 [n, 13], ids int64 [n, 26], labels float32 [n]):
-    feature f's id is in [0, rows[f]); id 0 is its missing value."""
-    dense, ids, labels = [], [], []
-    with open(path) as f:
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 1 + NUM_DENSE + NUM_CAT or parts[0] not in ("0", "1"):
-                continue
-            labels.append(float(parts[0]))
-            dense.append([math.log1p(float(v)) if v and not v.startswith("-") else 0.0
-                          for v in parts[1:1 + NUM_DENSE]])
-            ids.append([0 if not v else 1 + zlib.crc32(f"{j}:{v}".encode()) % (rows[j] - 1)
-                        for j, v in enumerate(parts[1 + NUM_DENSE:])])
-            if max_lines and len(labels) == max_lines:
-                break
-    return (torch.tensor(dense, dtype=torch.float32), torch.tensor(ids, dtype=torch.int64),
-            torch.tensor(labels, dtype=torch.float32))
 
 
 def sparse_inputs(ids):

@@ -37,8 +37,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dlrm import scores  # noqa: E402
-from dlrm_bags import DLRM, read_criteo, sparse_inputs, table_rows  # noqa: E402
+from dlrm import read_criteo_fields, scores  # noqa: E402
+from dlrm_bags import DLRM, sparse_inputs, table_rows  # noqa: E402
 from train import torchrun_ps  # noqa: E402
 
 
@@ -84,7 +84,7 @@ def train(args, rank, world, ps):
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)  # the same initial model in every process
     rows = table_rows(args.max_table_rows)
-    xd, xc, y = read_criteo(args.train, rows, args.max_lines)
+    xd, xc, y = read_criteo_fields(args.train, rows, args.max_lines)
     n = len(y) - args.test_rows
     test, train_ctr = (xd[n:], xc[n:], y[n:]), float(y[:n].mean())
     mine = shard_indices(n, rank, world)
