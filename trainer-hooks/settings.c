@@ -95,7 +95,7 @@ static const key trainer_keys[] = {
        "epoch; with TLS, the channel's certificates)"),
     TK("shard_map", K_STR, shard_map, 0, 0,
        "shard map file (epoch and ps list) instead of ps: calls routed by a stale map are refused"),
-    TK("http", K_STR, http, 0, 0,
+    TK("http_listen", K_STR, http_listen, 0, 0,
        "host:port on which this trainer serves /metrics, /status and /healthz (a trainer without "
        "an agent); unset: none"),
 };

@@ -56,13 +56,13 @@ struct ss_trainer {
     ss__metrics *metrics;         /* the engine's series, the tables', the steps */
     ss__counter *steps_metric;    /* mirrors steps at each render */
     pthread_mutex_t render_lock;  /* one refresh + render at a time */
-    struct ss__http_server *http; /* cfg.http: /metrics, /status, /healthz; NULL: none */
+    struct ss__http_server *http; /* cfg.http_listen: /metrics, /status, /healthz; NULL: none */
     uint64_t start_ns;
 };
 
 /* trainer_metrics.c: the trainer's registry (its steps series), its
  * render (the tables' series brought up to date first), and its HTTP
- * endpoint when cfg.http is set (started last by open, stopped first by
+ * endpoint when cfg.http_listen is set (started last by open, stopped first by
  * close). */
 ss_status ss__trainer_metrics_create(ss_trainer *t);
 ss_status ss__trainer_http_start(ss_trainer *t);

@@ -1,4 +1,4 @@
-/* A trainer's metrics (ss_trainer_metrics) and, when its http setting
+/* A trainer's metrics (ss_trainer_metrics) and, when its http_listen setting
  * names an address, its own HTTP endpoint: /metrics (the same series, by
  * the same names, as an agent's trainers), /status (JSON: the groups'
  * rounds and sync gap) and /healthz, so that a trainer without an agent
@@ -117,17 +117,17 @@ static void before_metrics(void *ctx) {
 
 ss_status ss__trainer_http_start(ss_trainer *t) {
     t->start_ns = ss__now_ns();
-    if (!t->cfg.http || !*t->cfg.http)
+    if (!t->cfg.http_listen || !*t->cfg.http_listen)
         return SS_OK;
-    const ss__http_config hcfg = {.bind = t->cfg.http,
+    const ss__http_config hcfg = {.bind = t->cfg.http_listen,
                                   .metrics = t->metrics,
                                   .status_json = status_json,
                                   .before_metrics = before_metrics,
                                   .ctx = t};
     ss_status st = ss__http_server_start(&hcfg, &t->http);
     if (st != SS_OK)
-        return ss__err_set(st, "http=%s: cannot serve /metrics there (%s)", t->cfg.http,
-                           ss_strerror(st));
+        return ss__err_set(st, "http_listen=%s: cannot serve /metrics there (%s)",
+                           t->cfg.http_listen, ss_strerror(st));
     char at[300];
     ss__http_server_address(t->http, at, sizeof at);
     ss__log(SS_LOG_INFO, "trainer", "event=http trainer=%s address=%s", t->name, at);
@@ -144,8 +144,8 @@ ss_status ss_trainer_http_address(ss_trainer *t, char *buf, size_t cap) {
     if (!t || !buf || !cap)
         return ss__err_end(ss__err_set(SS_ERR_INVALID_ARGUMENT, "trainer or buf: NULL"));
     if (!t->http)
-        return ss__err_end(ss__err_set(SS_ERR_STATE, "this trainer serves no HTTP (its http "
-                                                     "setting is unset)"));
+        return ss__err_end(ss__err_set(SS_ERR_STATE, "this trainer serves no HTTP (its "
+                                                     "http_listen setting is unset)"));
     ss__http_server_address(t->http, buf, cap);
     return ss__err_end(SS_OK);
 }

@@ -99,7 +99,7 @@ def train(args, rank, world, ps):
             model.module.emb_l = EmbeddingBagCollection.from_embedding_bags(
                 model.module.emb_l, model.trainer, mode=args.emb, lr=args.emb_lr or args.lr,
                 names=[f"emb{k}.seed{args.seed}" for k in range(len(model.module.emb_l))])
-        if os.environ.get("SHADOWSYNC_HTTP"):  # each rank's own /metrics, for Prometheus
+        if os.environ.get("SHADOWSYNC_HTTP_LISTEN"):  # each rank's own /metrics, for Prometheus
             print(f"rank {rank}: metrics at http://{model.trainer.http_address()}/metrics",
                   flush=True)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)

@@ -133,14 +133,14 @@ typedef struct ss_trainer_config {
      * certificates. With an agent, the agent's --bulk decides. (Added in
      * 0.2.) */
     int bulk;
-    /* http: "host:port" (port 0 picks one: ss_trainer_http_address says
+    /* http_listen: "host:port" (port 0 picks one: ss_trainer_http_address says
      * which) on which this trainer serves GET /metrics (its series, named
      * as an agent's trainers' are), /status (JSON: steps, each group's
      * rounds, sync gap and divergence; names only to a request with the
      * token) and /healthz, for a trainer that syncs in its own process
      * (no agent) to be scraped and alerted on. Unset: none (the default).
      * (Added in 0.3.) */
-    const char *http;
+    const char *http_listen;
 } ss_trainer_config;
 
 typedef struct ss_dense_stats {
@@ -254,7 +254,7 @@ int ss_dense_device(const ss_dense *g);
  * without it. SS_ERR_TOO_LARGE when cap is too small (*len says what is
  * needed). */
 ss_status ss_trainer_metrics(ss_trainer *t, char *buf, size_t cap, size_t *len);
-/* The address the trainer's http setting serves ("host:port", the port
+/* The address the trainer's http_listen setting serves ("host:port", the port
  * picked when it asked for 0); SS_ERR_STATE when it serves none. */
 ss_status ss_trainer_http_address(ss_trainer *t, char *buf, size_t cap);
 

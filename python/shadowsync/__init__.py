@@ -218,7 +218,8 @@ class Trainer:
 
     def http_address(self):
         """"host:port" of this trainer's own /metrics, /status and /healthz
-        (its http setting: Trainer(http="127.0.0.1:0") picks a port)."""
+        (its http_listen setting: Trainer(http_listen="127.0.0.1:0") picks a
+        port)."""
         buf = ctypes.create_string_buffer(300)
         _check(lib.ss_trainer_http_address(self._live("http_address()"), buf, len(buf)))
         return buf.value.decode()

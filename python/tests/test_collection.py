@@ -246,7 +246,7 @@ class WithPSTest(unittest.TestCase):
             b.close()
 
     def test_a_trainer_serves_its_own_metrics(self):
-        """http="127.0.0.1:0": a trainer syncing in its own process (no
+        """http_listen="127.0.0.1:0": a trainer syncing in its own process (no
         agent) serves /metrics by the names an agent's trainers have, and
         /status with its groups' rounds."""
         import json
@@ -255,7 +255,7 @@ class WithPSTest(unittest.TestCase):
         with PS() as ps:
             m = ShadowSync(torch.nn.Linear(2, 1), ps=ps.address, sync="foreground",
                            sync_every=1, final_rounds=0, name="m", rank=0, world_size=1,
-                           http="127.0.0.1:0", env=False)
+                           http_listen="127.0.0.1:0", env=False)
             m(torch.ones(1, 2)).sum().backward()
             base = "http://" + m.trainer.http_address()
             text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
