@@ -295,9 +295,8 @@ static ss_status start_http(agent_main *m, const agent_options *o) {
     ss_status st = ss__http_daemon_start(program.name, &hcfg, &m->web, where, sizeof where);
     if (st != SS_OK)
         return st;
-    printf("shadowsync-agent: listening on %s, http on %s, ps %s%s\n", o->socket_path, where,
-           o->sync.ps, o->host_average ? " (host averaging)" : "");
-    fflush(stdout);
+    ss__say("shadowsync-agent", "listening on %s, http on %s, ps %s%s", o->socket_path, where,
+            o->sync.ps, o->host_average ? " (host averaging)" : "");
     return SS_OK;
 }
 
@@ -342,6 +341,6 @@ int main(int argc, char **argv) {
     ss__setting_flags_destroy(o.settings);
     if (st != SS_OK)
         return 1;
-    printf("shadowsync-agent: stopped\n");
+    ss__say("shadowsync-agent", "stopped");
     return 0;
 }

@@ -142,8 +142,9 @@ not_pairs:
     return false;
 }
 
-size_t ss__log_render(ss__log_format format, const char *ts, ss__log_level level,
-                      const char *component, const char *msg, char *out, size_t cap) {
+/* ss__log_render; pairs: a msg of key=value pairs becomes members. */
+static size_t render(ss__log_format format, const char *ts, ss__log_level level,
+                     const char *component, const char *msg, bool pairs, char *out, size_t cap) {
     if (cap < 2)
         return 0;
     size_t at = 0;
@@ -160,7 +161,7 @@ size_t ss__log_render(ss__log_format format, const char *ts, ss__log_level level
         put_json_string(out, cap - 1, &at, lvl, strlen(lvl), false);
         put(out, cap - 1, &at, ",\"component\":", 13);
         put_json_string(out, cap - 1, &at, component, strlen(component), false);
-        if (!put_json_pairs(out, cap - 1, &at, msg)) {
+        if (!pairs || !put_json_pairs(out, cap - 1, &at, msg)) {
             put(out, cap - 1, &at, ",\"msg\":", 7);
             put_json_string(out, cap - 1, &at, msg, strlen(msg), false);
         }
@@ -171,16 +172,25 @@ size_t ss__log_render(ss__log_format format, const char *ts, ss__log_level level
     return at;
 }
 
-void ss__log(ss__log_level level, const char *component, const char *fmt, ...) {
-    if (level < ss__log_get_level() || level >= SS_LOG_OFF)
-        return;
-    char msg[1024], ts[96], line[2048];
+size_t ss__log_render(ss__log_format format, const char *ts, ss__log_level level,
+                      const char *component, const char *msg, char *out, size_t cap) {
+    return render(format, ts, level, component, msg, true, out, cap);
+}
+
+static void timestamp(char *ts, size_t cap) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     struct tm tm;
     gmtime_r(&now.tv_sec, &tm);
-    snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000);
+    snprintf(ts, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000);
+}
+
+void ss__log(ss__log_level level, const char *component, const char *fmt, ...) {
+    if (level < ss__log_get_level() || level >= SS_LOG_OFF)
+        return;
+    char msg[1024], ts[96], line[2048];
+    timestamp(ts, sizeof ts);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -188,4 +198,22 @@ void ss__log(ss__log_level level, const char *component, const char *fmt, ...) {
     /* One fputs per line so concurrent threads do not interleave fragments. */
     ss__log_render(format_now(), ts, level, component, msg, line, sizeof line);
     fputs(line, stderr);
+}
+
+void ss__say(const char *prog, const char *fmt, ...) {
+    char msg[1024], ts[96], line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (format_now() == SS_LOG_TEXT) {
+        printf("%s: %s\n", prog, msg);
+    } else {
+        char text[1200];
+        snprintf(text, sizeof text, "%s: %s", prog, msg);
+        timestamp(ts, sizeof ts);
+        render(SS_LOG_JSON, ts, SS_LOG_INFO, prog, text, false, line, sizeof line);
+        fputs(line, stdout);
+    }
+    fflush(stdout);
 }

@@ -43,6 +43,13 @@ size_t ss__log_render(ss__log_format format, const char *ts, ss__log_level level
 void ss__log(ss__log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A program's own line on stdout, "prog: text" (its ready and stopped
+ * lines, which scripts and operators read), flushed: so in the text
+ * format; in the json format one JSON object ({"ts", "level": "info",
+ * "component": prog, "msg": "prog: text"}), so that every line a daemon
+ * writes parses as JSON. Whatever the log level. */
+void ss__say(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #define SS_LOG_DEBUGF(comp, ...) ss__log(SS_LOG_DEBUG, comp, __VA_ARGS__)
 #define SS_LOG_INFOF(comp, ...)  ss__log(SS_LOG_INFO, comp, __VA_ARGS__)
 #define SS_LOG_WARNF(comp, ...)  ss__log(SS_LOG_WARN, comp, __VA_ARGS__)

@@ -198,7 +198,7 @@ static int restore(ps_state *ps, const char *dir) {
     size_t groups = 0;
     ss_status st = ss__central_load(ps->centre, ps->path, &groups);
     if (st == SS_ERR_NOT_FOUND) {
-        printf("shadowsync-ps: no checkpoint in %s, starting empty\n", dir);
+        ss__say("shadowsync-ps", "no checkpoint in %s, starting empty", dir);
         return 0;
     }
     if (st != SS_OK) {
@@ -206,7 +206,7 @@ static int restore(ps_state *ps, const char *dir) {
                 ss_strerror(st));
         return -1;
     }
-    printf("shadowsync-ps: restored %zu groups from %s\n", groups, ps->path);
+    ss__say("shadowsync-ps", "restored %zu groups from %s", groups, ps->path);
     return 0;
 }
 
@@ -513,10 +513,10 @@ static int check_options(ps_options *o) {
                      o->listen);
     /* On stdout beside "listening on", whatever the log level: which door
      * this PS keeps is the first thing an operator checks. */
-    printf("shadowsync-ps: auth mode=%s peer_token=%s\n",
-           o->auth[0] ? (*o->tls_ca ? "token+mtls" : "token")
-                      : (*o->tls_ca ? "mtls" : "insecure_loopback"),
-           o->peer_auth[0] ? "yes" : "no");
+    ss__say("shadowsync-ps", "auth mode=%s peer_token=%s",
+            o->auth[0] ? (*o->tls_ca ? "token+mtls" : "token")
+                       : (*o->tls_ca ? "mtls" : "insecure_loopback"),
+            o->peer_auth[0] ? "yes" : "no");
     return -1;
 }
 
@@ -577,8 +577,8 @@ static int start_deltas(ps_state *ps, const ps_options *o) {
                                          .centre = ps->centre,
                                          .metrics = ps->metrics};
         if ((st = ss__ps_deltas_start(&dc, &ps->deltas, why, sizeof why)) == SS_OK)
-            printf("shadowsync-ps: a delta every %llds into %s (a base every %lld)\n",
-                   (long long)o->delta_every_s, o->delta_dir, (long long)o->delta_base_every);
+            ss__say("shadowsync-ps", "a delta every %llds into %s (a base every %lld)",
+                    (long long)o->delta_every_s, o->delta_dir, (long long)o->delta_base_every);
     } else if (*o->follow) {
         /* host:port: a training PS over the network; anything else a directory. */
         const bool remote = ss__address_valid(o->follow, "--follow", NULL, 0);
@@ -599,15 +599,15 @@ static int start_deltas(ps_state *ps, const ps_options *o) {
                  "ReadCentral; send writes to the training PS",
                  o->follow);
         if ((st = ss__ps_follower_start(&fc, &ps->follower, why, sizeof why)) == SS_OK)
-            printf("shadowsync-ps: following %s (read-only)\n", o->follow);
+            ss__say("shadowsync-ps", "following %s (read-only)", o->follow);
     }
     if (st != SS_OK) {
         fprintf(stderr, "shadowsync-ps: %s\n", *why ? why : ss_strerror(st));
         return 1;
     }
     if (*o->emb_db)
-        printf("shadowsync-ps: embedding rows in %s (%s)\n", o->emb_db,
-               o->sync_writes ? "sync writes" : "write-behind");
+        ss__say("shadowsync-ps", "embedding rows in %s (%s)", o->emb_db,
+                o->sync_writes ? "sync writes" : "write-behind");
     return 0;
 }
 
@@ -780,9 +780,8 @@ static int start_http(ps_state *ps, const ps_options *o) {
     char bulk[300] = "";
     if (ps->bulk)
         served_address(o->bulk_listen, ss__bulk_server_port(ps->bulk), bulk, sizeof bulk);
-    printf("shadowsync-ps: listening on %s%s, http on %s%s%s\n", ps->listen, tls, web_at,
-           *bulk ? ", bulk on " : "", bulk);
-    fflush(stdout);
+    ss__say("shadowsync-ps", "listening on %s%s, http on %s%s%s", ps->listen, tls, web_at,
+            *bulk ? ", bulk on " : "", bulk);
     return 0;
 }
 
@@ -815,7 +814,7 @@ static int shut_down(ps_state *ps, const ps_options *o, bool served) {
         if (save_checkpoint(ps, NULL, 0, &groups) != SS_OK)
             rc = 1;
         else
-            printf("shadowsync-ps: wrote %zu groups to %s\n", groups, ps->path);
+            ss__say("shadowsync-ps", "wrote %zu groups to %s", groups, ps->path);
     }
     ss__emb_store_destroy(ps->store); /* flushes dirty rows */
     ss__ps_group_metrics_destroy(ps->group_metrics);
@@ -850,6 +849,6 @@ int main(int argc, char **argv) {
     }
     int down = shut_down(&ps, &o, served);
     if (served)
-        printf("shadowsync-ps: stopped\n");
+        ss__say("shadowsync-ps", "stopped");
     return rc ? rc : down;
 }

@@ -13,6 +13,8 @@ for p in "$bin"/*; do
   case $name in test_* | fuzz_*) continue ;; esac
   help=$(timeout 10 "$p" --help) || { echo "$name --help: exit $?" >&2; exit 1; }
   grep -q "$name" <<<"$help" || { echo "$name --help does not name it" >&2; exit 1; }
+  usages=$(grep -ci '^usage' <<<"$help" || true)
+  [ "$usages" = 1 ] || { echo "$name --help says Usage $usages times, not once" >&2; exit 1; }
   ver=$(timeout 10 "$p" --version) || { echo "$name --version: exit $?" >&2; exit 1; }
   [[ $ver =~ ^$name\ \(ShadowSync\)\ [0-9]+\.[0-9]+\.[0-9]+$ ]] ||
     { echo "$name --version says: $ver" >&2; exit 1; }

@@ -23,7 +23,8 @@
 
 /* What --help and --version say. */
 static const ss__program program = {
-    "shadowsync-ctl", "Commands for a shadowsync-agent or shadowsync-ps HTTP endpoint:\n"
+    "shadowsync-ctl", "shadowsync-ctl COMMAND [--url http://host:port] [flags]: commands for a\n"
+                      "shadowsync-agent or shadowsync-ps HTTP endpoint:\n"
                       "  status      print /status (JSON: members, groups, last round, sync gap)\n"
                       "  metrics     print /metrics (Prometheus text)\n"
                       "  checkpoint  ask it to checkpoint (POST /checkpoint)\n"
@@ -32,8 +33,7 @@ static const ss__program program = {
                       "  reshard     the stores of N stopped PS shards into M, offline\n"
                       "              (shadowsync-ctl reshard --help)\n"
                       "  shard-map   the shard map of a StatefulSet's PS pods\n"
-                      "              (shadowsync-ctl shard-map --help)\n"
-                      "Usage: shadowsync-ctl COMMAND [--url http://host:port] [flags]"};
+                      "              (shadowsync-ctl shard-map --help)"};
 
 static const ss__program reshard_program = {
     "shadowsync-ctl reshard",
