@@ -123,17 +123,52 @@ def check_peer_moves(docs):
           f"the PS reads no peer token of its own from a Secret (peer {peer}, auth {auth})")
     port = next(p["containerPort"] for p in ps["ports"] if p["name"] == "grpc")
     labels = pod["metadata"]["labels"]
-    admitted = False
+    check(admits(docs, labels, port, labels, None),
+          f"no network policy admits the PS pods to each other on port {port}")
+
+
+def admits(docs, target, port, pod, namespace):
+    """Whether the network policies over pods labelled target admit, on
+    port, a pod labelled pod from namespace (None: the policy's own; else
+    that namespace's labels), as Kubernetes reads a `from` entry: a
+    podSelector alone is the policy's namespace, a namespaceSelector with
+    a podSelector needs both."""
+    def matches(sel, labels):
+        return sel is not None and sel.get("matchLabels", {}).items() <= labels.items()
     for pol in (d for d in docs if d.get("kind") == "NetworkPolicy"):
-        if not pol["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items():
+        if not matches(pol["spec"]["podSelector"], target):
             continue
         for rule in pol["spec"].get("ingress", []):
-            ports = [p.get("port") for p in rule.get("ports", [])]
-            froms = [f.get("podSelector", {}).get("matchLabels", {}) for f in rule.get("from", [])
-                     if "namespaceSelector" not in f]
-            if port in ports and any(m and m.items() <= labels.items() for m in froms):
-                admitted = True
-    check(admitted, f"no network policy admits the PS pods to each other on port {port}")
+            if port not in [p.get("port") for p in rule.get("ports", [])]:
+                continue
+            for f in rule.get("from", []):
+                ns_ok = (namespace is None) if "namespaceSelector" not in f else (
+                    namespace is not None and matches(f["namespaceSelector"], namespace))
+                pod_ok = "podSelector" not in f or matches(f["podSelector"], pod)
+                if ns_ok and pod_ok:
+                    return True
+    return False
+
+
+def check_trainer_reach(docs):
+    """Every client of the PS's gRPC port is admitted, and no other: the
+    agents, trainer pods in the PS's namespace and in namespaces labelled
+    for trainers; a trainer pod of an unlabelled namespace, or an
+    unlabelled pod, is not."""
+    sts = next(d for d in docs if d.get("kind") == "StatefulSet")
+    ps_labels = sts["spec"]["template"]["metadata"]["labels"]
+    agent = next(d for d in docs if d.get("kind") == "DaemonSet")
+    agent_labels = agent["spec"]["template"]["metadata"]["labels"]
+    trainer = {"shadowsync.io/trainer": "true"}
+    team = {"kubernetes.io/metadata.name": "team-a", "shadowsync.io/trainers": "true"}
+    for who, pod, ns, want in (("the agents", agent_labels, None, True),
+                               ("a trainer pod beside the PS", trainer, None, True),
+                               ("a trainer pod of a labelled namespace", trainer, team, True),
+                               ("a trainer pod of an unlabelled namespace", trainer,
+                                {"kubernetes.io/metadata.name": "other"}, False),
+                               ("an unlabelled pod of a labelled namespace", {}, team, False)):
+        check(admits(docs, ps_labels, 7070, pod, ns) == want,
+              f"{who}: {'not ' if want else ''}admitted to the PS's port 7070")
 
 
 def main():
@@ -161,6 +196,7 @@ def main():
           "no PodDisruptionBudget with maxUnavailable 1 selects the PS shards")
     check_shard_map(docs)
     check_peer_moves(docs)
+    check_trainer_reach(docs)
     tmpfiles = open(os.path.join(K8S, "node-tmpfiles.conf")).read()
     check(re.search(r"^d /run/shadowsync 0750 10001 10001", tmpfiles, re.M),
           "node-tmpfiles.conf does not make /run/shadowsync 0750 for uid 10001")
