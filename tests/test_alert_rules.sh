@@ -25,4 +25,23 @@ for f in deploy/prometheus/alerts.yml deploy/grafana/shadowsync-dashboard.json; 
     n=$((n + 1))
   done
 done
+# Every panel follows the dashboard's job variable, and a panel that plots
+# a count beside seconds gives it a unit of its own.
+/usr/bin/python3 - "$src/deploy/grafana/shadowsync-dashboard.json" <<'PY' || fail "the dashboard's panels"
+import json, sys
+d = json.load(open(sys.argv[1]))
+bad = []
+for p in d["panels"]:
+    exprs = [t["expr"] for t in p.get("targets", [])]
+    if any('job=~"$job"' not in e for e in exprs):
+        bad.append(f"panel {p['id']} ({p['title']}) ignores $job")
+    unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit")
+    counts = [t["refId"] for t in p.get("targets", [])
+              if unit == "s" and "_seconds" not in t["expr"] and "_age" not in t["expr"]]
+    overridden = {o["matcher"].get("options") for o in p.get("fieldConfig", {}).get("overrides", [])}
+    if set(counts) - overridden:
+        bad.append(f"panel {p['id']} ({p['title']}) plots {counts} in seconds")
+if bad:
+    sys.exit("\n".join(bad))
+PY
 echo "alert rules test: alerts.yml checked and unit-tested by promtool; $n series named by the alerts and the dashboard all registered"
