@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The operators' files read series that exist: deploy/prometheus/alerts.yml
 # passes promtool, its unit tests (alerts_test.yml: promtool test rules)
-# pass, and every shadowsync_* series named there or in the
-# Grafana dashboard is one the code registers (a renamed series fails
-# here, not silently on a dashboard).
+# pass and fire every alert once at least, every shadowsync_* series named
+# there or in the Grafana dashboard is one the code registers (a renamed
+# series fails here, not silently on a dashboard), and every panel follows
+# the dashboard's job variable.
 #   test_alert_rules.sh SOURCE_DIR
 set -euo pipefail
 src=$1
@@ -25,6 +26,18 @@ for f in deploy/prometheus/alerts.yml deploy/grafana/shadowsync-dashboard.json; 
     n=$((n + 1))
   done
 done
+# Every alert has a unit test in which it fires.
+/usr/bin/python3 - "$src/deploy/prometheus" <<'PY' || fail "alerts without a test"
+import sys, yaml
+d = sys.argv[1]
+alerts = {r["alert"] for g in yaml.safe_load(open(f"{d}/alerts.yml"))["groups"]
+          for r in g["rules"] if "alert" in r}
+fired = {t["alertname"] for case in yaml.safe_load(open(f"{d}/alerts_test.yml"))["tests"]
+         for t in case.get("alert_rule_test", []) if t.get("exp_alerts")}
+if alerts - fired:
+    sys.exit("never fired by alerts_test.yml: " + ", ".join(sorted(alerts - fired)))
+print(f"{len(alerts)} alerts, each fired by a unit test")
+PY
 # Every panel follows the dashboard's job variable, and a panel that plots
 # a count beside seconds gives it a unit of its own.
 /usr/bin/python3 - "$src/deploy/grafana/shadowsync-dashboard.json" <<'PY' || fail "the dashboard's panels"
