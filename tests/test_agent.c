@@ -22,6 +22,7 @@
 #include "planted_link.h"
 #include "rpc/agent/agent_client.h"
 #include "rpc/agent/agent_wire.h"
+#include "shadowsync/shadowsync.h"
 
 static char dir[64], sock_path[128], ps_target[64], http[128];
 static pid_t ps_pid, agent_pid;
@@ -367,6 +368,43 @@ START_TEST(other_uid_refused) {
 }
 END_TEST
 
+/* As nobody, a trainer through the agent whose socket is 0600 root's: 0
+ * when its finish says permission denied, naming the socket's mode and
+ * owner and the setting that lets it in (it trains alone meanwhile). */
+static int nobody_trainer_is_told(void) {
+    ss_trainer_config c;
+    ss_trainer_config_init(&c);
+    c.mode = SS_SYNC_BACKGROUND;
+    c.agent = sock_path;
+    c.timeout_ms = 500;
+    ss_trainer *t;
+    ss_dense *g;
+    if (ss_trainer_open(&c, &t) != SS_OK || ss_trainer_add_dense(t, "w", 4, NULL, &g) != SS_OK)
+        return 3;
+    ss_status st = ss_trainer_finish(t);
+    char want[512];
+    snprintf(want, sizeof want,
+             "final rounds through the agent: permission denied on %s: it is 0600 uid 0 gid 0, "
+             "this process uid 65534 gid 65534; the agent's --socket-group "
+             "(SHADOWSYNC_SOCKET_GROUP) lets a group's members in",
+             sock_path);
+    int rc = st == SS_ERR_PERMISSION && !strcmp(ss_last_error(), want) ? 0 : 4;
+    if (rc)
+        fprintf(stderr, "finish said %s: %s\n", ss_status_name(st), ss_last_error());
+    ss_trainer_close(t);
+    return rc;
+}
+
+START_TEST(trainer_denied_at_the_socket_is_told_why) {
+    ck_assert_msg(geteuid() == 0, "this test needs root to act as another uid");
+    char run_dir[160];
+    snprintf(run_dir, sizeof run_dir, "%s/run", dir);
+    ck_assert_int_eq(chmod(dir, 0755), 0); /* the way in open, the socket not */
+    ck_assert_int_eq(chmod(run_dir, 0755), 0);
+    ck_assert_int_eq(as_nobody(nobody_trainer_is_told, NULL, 0), 0);
+}
+END_TEST
+
 /* As nobody with the supplementary group `users`: 0 when the agent lets
  * it register, 1 when it cannot connect, 2 when the agent refuses it. */
 static char group_sock[160];
@@ -705,7 +743,7 @@ START_TEST(trainer_checks_the_agent_uid) {
     ck_assert_int_eq(ss__agent_client_create(sock_path, "wary", 2000, &c), SS_OK);
     unsetenv("SHADOWSYNC_AGENT_UID");
     ck_assert_int_eq(ss__agent_client_add_group(c, &g), SS_OK); /* queued */
-    ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 500), SS_ERR_IO);
+    ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 500, NULL, 0), SS_ERR_IO);
     ck_assert_uint_eq(ss__agent_client_sessions(c), 0);
     ss__agent_client_destroy(c);
     setenv("SHADOWSYNC_AGENT_UID", "not-a-uid", 1);
@@ -713,7 +751,7 @@ START_TEST(trainer_checks_the_agent_uid) {
     unsetenv("SHADOWSYNC_AGENT_UID");
     ck_assert_int_eq(ss__agent_client_create(sock_path, "trusting", 2000, &c), SS_OK);
     ck_assert_int_eq(ss__agent_client_add_group(c, &g), SS_OK);
-    ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 5000), SS_OK);
+    ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 5000, NULL, 0), SS_OK);
     ck_assert_uint_eq(ss__agent_client_sessions(c), 1);
     ss__agent_client_destroy(c);
     ss__shm_group_release(&shm);
@@ -928,5 +966,6 @@ int main(void) {
         metrics_pass_promtool, ctl_commands, agent_posts_need_a_token_by_default,
         foreign_socket_dir_refused, trainer_checks_the_agent_uid,
         slow_registration_does_not_stall_the_agent, ps_token_off_loopback_and_for_posts,
-        trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told);
+        trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told,
+        trainer_denied_at_the_socket_is_told_why);
 }

@@ -296,6 +296,8 @@ ss_status ss_trainer_open(const ss_trainer_config *cfg, ss_trainer **out) {
  * rounds), with what the PS said when it refused one. */
 static ss_status ps_call_failed(ss_status st, const char *what) {
     const char *said = ss__rpc_last_failure();
+    if (st != SS_OK && !said[0] && ss_last_error()[0])
+        return st; /* no call to a PS failed: what the path said stays (the agent's socket) */
     if (st != SS_OK && !strncmp(said, "cannot reach ", 13))
         ss__err_set(st, "%s: %s", what, said); /* the address and the reason say it all */
     else if (st != SS_OK)
@@ -630,8 +632,12 @@ static ss_status finish_tables(ss_trainer *t) {
  * gap it published before them is the training's); then the groups'
  * stats are frozen and the connection closes. */
 static ss_status finish_agent(ss_trainer *t, ss_status tables) {
-    ss_status st = ss__agent_client_finish(t->agent_client, t->cfg.final_rounds,
-                                           t->cfg.final_sync_ms, t->cfg.timeout_ms);
+    char why[400] = "";
+    ss_status st =
+        ss__agent_client_finish(t->agent_client, t->cfg.final_rounds, t->cfg.final_sync_ms,
+                                t->cfg.timeout_ms, why, sizeof why);
+    if (st != SS_OK && why[0])
+        ss__err_set(st, "final rounds through the agent: %s", why);
     size_t k = atomic_load(&t->ngroups);
     for (size_t i = 0; i < k; i++)
         dense_stats(t->groups[i], &t->groups[i]->final);

@@ -43,7 +43,33 @@ struct ss__agent_client {
     size_t ngroups;
     _Atomic uint64_t sessions;
     uint64_t failures; /* connection attempts failed in a row (for the log) */
+    char why[400];     /* why the last connection attempt failed ("" when none did) */
 };
+
+/* Why connect() to the agent's socket failed, in the words an operator
+ * acts on: a permission problem names the socket's mode and owner and the
+ * setting that fixes it. */
+static ss_status connect_failed(ss__agent_client *c, int err) {
+    struct stat sb;
+    if (err == EACCES || err == EPERM) {
+        if (stat(c->path, &sb) == 0)
+            snprintf(c->why, sizeof c->why,
+                     "permission denied on %s: it is %04o uid %d gid %d, this process uid %d gid "
+                     "%d; the agent's --socket-group (SHADOWSYNC_SOCKET_GROUP) lets a group's "
+                     "members in",
+                     c->path, (unsigned)(sb.st_mode & 07777), (int)sb.st_uid, (int)sb.st_gid,
+                     (int)geteuid(), (int)getegid());
+        else
+            snprintf(c->why, sizeof c->why,
+                     "permission denied on %s (its directory: this process uid %d gid %d may not "
+                     "enter it)",
+                     c->path, (int)geteuid(), (int)getegid());
+        return SS_ERR_PERMISSION;
+    }
+    snprintf(c->why, sizeof c->why, "cannot connect to %s: %s%s", c->path, strerror(err),
+             err == ENOENT || err == ECONNREFUSED ? " (is the agent running?)" : "");
+    return SS_ERR_IO;
+}
 
 /* Caller holds the lock; the socket is connected. */
 static ss_status send_group(ss__agent_client *c, const ss__agent_group_spec *g, ss_status *verdict,
@@ -113,9 +139,11 @@ static ss_status connect_and_register(ss__agent_client *c) {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof addr.sun_path, "%s", c->path);
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        const int err = errno;
         close(fd);
-        return SS_ERR_IO;
+        return connect_failed(c, err);
     }
+    c->why[0] = '\0';
     char distrust[300];
     ss_status trust = check_agent(c, fd, distrust, sizeof distrust);
     if (trust != SS_OK) {
@@ -177,9 +205,9 @@ static void *client_main(void *arg) {
             }
             if (c->failures++ == 0)
                 SS_LOG_WARNF("hooks",
-                             "event=agent_unreachable socket=%s status=%s "
+                             "event=agent_unreachable socket=%s status=%s why=\"%s\" "
                              "note=\"training goes on; retrying\"",
-                             c->path, ss_status_name(st));
+                             c->path, ss_status_name(st), c->why);
             pthread_mutex_unlock(&c->lock);
             ss__sleep_ns((uint64_t)backoff * 1000000ull);
             backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
@@ -282,7 +310,8 @@ ss_status ss__agent_client_add_group(ss__agent_client *c, const ss__agent_group_
 }
 
 ss_status ss__agent_client_finish(ss__agent_client *c, uint32_t final_rounds,
-                                  uint32_t final_sync_ms, uint32_t wait_ms) {
+                                  uint32_t final_sync_ms, uint32_t wait_ms, char *why_out,
+                                  size_t whylen) {
     if (!c)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&c->lock);
@@ -314,13 +343,16 @@ ss_status ss__agent_client_finish(ss__agent_client *c, uint32_t final_rounds,
             c->broken = true;
     }
     c->finished = true;
+    const bool denied = !c->connected && !strncmp(c->why, "permission denied", 17);
+    if (st != SS_OK && why_out && whylen)
+        snprintf(why_out, whylen, "%s", c->why[0] ? c->why : "the agent did not answer");
     pthread_mutex_unlock(&c->lock);
     if (st != SS_OK) {
         SS_LOG_WARNF("hooks",
                      "event=final_rounds_skipped socket=%s status=%s note=\"no agent; "
                      "the replicas are kept as trained\"",
                      c->path, ss_status_name(st));
-        return SS_ERR_IO;
+        return denied ? SS_ERR_PERMISSION : SS_ERR_IO;
     }
     return verdict;
 }

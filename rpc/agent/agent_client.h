@@ -35,9 +35,12 @@ ss_status ss__agent_client_create(const char *socket_path, const char *trainer, 
  * it refuses is not kept), else at the next connection (SS_OK). */
 ss_status ss__agent_client_add_group(ss__agent_client *c, const ss__agent_group_spec *g);
 /* Waits up to wait_ms for a connection, then asks the agent for the final
- * rounds and waits for them. SS_ERR_IO: no agent (final rounds skipped). */
+ * rounds and waits for them. SS_ERR_IO: no agent (final rounds skipped);
+ * SS_ERR_PERMISSION: its socket refused this process. why (may be NULL)
+ * then says why (the socket's mode and owner when permission was denied). */
 ss_status ss__agent_client_finish(ss__agent_client *c, uint32_t final_rounds,
-                                  uint32_t final_sync_ms, uint32_t wait_ms);
+                                  uint32_t final_sync_ms, uint32_t wait_ms, char *why,
+                                  size_t whylen);
 /* Completed registrations of the whole set (1 + reconnections). */
 uint64_t ss__agent_client_sessions(ss__agent_client *c);
 void ss__agent_client_destroy(ss__agent_client *c);
