@@ -594,11 +594,16 @@ ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out) {
     pthread_mutex_init(&a->lock, NULL);
     ss_status st = SS_OK;
     if (cfg->socket_group && *cfg->socket_group) {
+        /* A name, or a number (a pod's groups are numbers, named in no
+         * /etc/group of the image). */
         struct group *gr = getgrnam(cfg->socket_group);
-        if (!gr)
+        char *end;
+        errno = 0;
+        unsigned long gid = gr ? gr->gr_gid : strtoul(cfg->socket_group, &end, 10);
+        if (!gr && (errno || *end || end == cfg->socket_group || gid >= (gid_t)-1))
             st = SS_ERR_NOT_FOUND;
         else
-            a->group_gid = gr->gr_gid;
+            a->group_gid = (gid_t)gid;
     }
     if (st == SS_OK && !(a->socket_path = strdup(cfg->socket_path)))
         st = SS_ERR_NO_MEMORY;

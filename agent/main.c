@@ -121,7 +121,9 @@ static size_t own_flag_table(agent_options *o, ss__flag *flags) {
          "--socket-group)",
          NULL, 0, 0},
         {"socket-group", SS_FLAG_STRING, &o->socket_group,
-         "let this group's members (primary or supplementary gid) use the socket too", NULL, 0, 0},
+         "let this group's members (primary or supplementary gid) use the socket too: a name "
+         "or a number",
+         NULL, 0, 0},
         {"allow-uid", SS_FLAG_STRING, &o->allow,
          "more uids allowed at the socket, comma-separated (the agent's own uid always is)", NULL,
          0, 0},

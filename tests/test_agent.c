@@ -420,15 +420,14 @@ static int nobody_in_users_hello(void) {
 
 /* --socket-group: the directory and socket open to the group, and a
  * member by a supplementary group (not its primary gid) gets in. */
-START_TEST(socket_group_member_allowed) {
-    ck_assert_msg(geteuid() == 0 && getgrnam("users"),
-                  "socket_group_member_allowed needs root and the group users");
+/* The group by name, or by number (a pod's groups are numbers). */
+static void group_member_allowed_as(const char *group) {
     char log[160], http2[128], run2[100];
-    snprintf(run2, sizeof run2, "%s/grouped", dir);
+    snprintf(run2, sizeof run2, "%s/grouped-%s", dir, group);
     snprintf(group_sock, sizeof group_sock, "%s/agent.sock", run2);
-    snprintf(log, sizeof log, "%s/agent-group.log", dir);
+    snprintf(log, sizeof log, "%s/agent-group-%s.log", dir, group);
     ck_assert_int_eq(chmod(dir, 0755), 0); /* the test's own directory */
-    char *extra[] = {"--socket-group", "users", NULL};
+    char *extra[] = {"--socket-group", (char *)group, NULL};
     pid_t a2 = agent_start(log, group_sock, ps_target, http2, sizeof http2, extra);
     struct stat sb;
     ck_assert_int_eq(stat(run2, &sb), 0);
@@ -443,6 +442,13 @@ START_TEST(socket_group_member_allowed) {
     kill(a2, SIGTERM);
     int st = proc_wait(a2, 20);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+START_TEST(socket_group_member_allowed) {
+    ck_assert_msg(geteuid() == 0 && getgrnam("users"),
+                  "socket_group_member_allowed needs root and the group users");
+    group_member_allowed_as("users");
+    group_member_allowed_as("100");
 }
 END_TEST
 

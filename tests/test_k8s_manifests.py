@@ -150,6 +150,27 @@ def admits(docs, target, port, pod, namespace):
     return False
 
 
+def check_agent_reads_its_token(docs):
+    """The agent, as its pod's user, reads its token: the Secret's files
+    are the pod's fsGroup's and readable by that group; and trainer pods
+    of that group may use its socket (SHADOWSYNC_SOCKET_GROUP)."""
+    ds = next(d for d in docs if d.get("kind") == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    sc = spec.get("securityContext", {})
+    c = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    token = env.get("SHADOWSYNC_AUTH_TOKEN_FILE", "")
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    vol = {v["name"]: v for v in spec["volumes"]}.get(mounts.get(os.path.dirname(token), ""), {})
+    mode = vol.get("secret", {}).get("defaultMode", 0o644)
+    check(sc.get("fsGroup") == sc.get("runAsGroup") and mode & 0o040,
+          f"the agent (uid {sc.get('runAsUser')}) cannot read {token}: fsGroup "
+          f"{sc.get('fsGroup')}, mode {oct(mode)}")
+    check(env.get("SHADOWSYNC_SOCKET_GROUP") == str(sc.get("runAsGroup")),
+          "the agent's socket is for its own uid only: set SHADOWSYNC_SOCKET_GROUP to the "
+          "group trainer pods carry")
+
+
 def check_trainer_reach(docs):
     """Every client of the PS's gRPC port is admitted, and no other: the
     agents, trainer pods in the PS's namespace and in namespaces labelled
@@ -197,6 +218,7 @@ def main():
     check_shard_map(docs)
     check_peer_moves(docs)
     check_trainer_reach(docs)
+    check_agent_reads_its_token(docs)
     tmpfiles = open(os.path.join(K8S, "node-tmpfiles.conf")).read()
     check(re.search(r"^d /run/shadowsync 0750 10001 10001", tmpfiles, re.M),
           "node-tmpfiles.conf does not make /run/shadowsync 0750 for uid 10001")
