@@ -502,12 +502,18 @@ static int check_options(ps_options *o) {
     }
     /* Who may call: the token's holders (or mutual TLS); nobody's calls
      * are open by default, loopback included (a shared host's users). */
-    if (ss__auth_listener_check("--listen", o->listen, o->auth[0], *o->tls_ca, o->insecure_loopback,
-                                why, sizeof why) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: %s%s\n", why,
-                ss__listen_is_loopback(o->listen) ? "" : " or mutual TLS (--tls-ca)");
-        return 2;
-    }
+    /* The same rule on every listener: the bulk stream's port serves the
+     * same rows and rounds. */
+    const char *const names[] = {"--listen", "--bulk-listen"};
+    const char *const listens[] = {o->listen, o->bulk_listen};
+    for (int i = 0; i < 2; i++)
+        if (*listens[i] &&
+            ss__auth_listener_check(names[i], listens[i], o->auth[0], *o->tls_ca,
+                                    o->insecure_loopback, why, sizeof why) != SS_OK) {
+            fprintf(stderr, "shadowsync-ps: %s%s\n", why,
+                    ss__listen_is_loopback(listens[i]) ? "" : " or mutual TLS (--tls-ca)");
+            return 2;
+        }
     if (!o->auth[0] && !*o->tls_ca)
         SS_LOG_WARNF("ps", "event=insecure_loopback listen=%s note=\"any local user may call\"",
                      o->listen);

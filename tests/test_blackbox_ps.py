@@ -335,9 +335,12 @@ class DefaultsBlackBox(unittest.TestCase):
             self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
             self.assertIn("--auth-token-file", p.stderr)
             self.assertIn(hint, p.stderr)
-        # Off loopback the flag does not open it.
+        # Off loopback the flag does not open it, on any listener.
         p = run("--listen", "0.0.0.0:0", "--insecure-loopback")
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        p = run("--listen", "127.0.0.1:0", "--insecure-loopback", "--bulk-listen", "0.0.0.0:0")
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("--bulk-listen 0.0.0.0:0 is not loopback", p.stderr)
 
     def test_insecure_loopback_beside_a_token_is_refused(self):
         """A token in the environment and --insecure-loopback: neither is
