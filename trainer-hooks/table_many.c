@@ -42,12 +42,13 @@ static ss_status table_failed(const ss_table *tb, ss_status st) {
 }
 
 /* The remote tables that share their shards, in one Batch call made
- * here (in[k] marks them; *b their rows). A batch that fails is dropped:
+ * here (in[k] marks them, batched says how many; *b their rows). A batch
+ * that fails is dropped:
  * those tables are looked up one by one after (lookups only read). */
 static void lookup_batched(ss_table *const *tables, size_t ntables, const uint64_t *ids,
-                           const size_t *counts, bool *in, ss__table_batch **b) {
+                           const size_t *counts, size_t batched, bool *in, ss__table_batch **b) {
     *b = NULL;
-    if (ss__table_batch_pick(tables, ntables, SS_TABLE_REMOTE, counts, NULL, in) < 2 ||
+    if (batched < 2 ||
         ss__table_batch_create(tables, ntables, in, NULL, NULL, NULL, ids, counts, b) != SS_OK) {
         memset(in, 0, ntables * sizeof *in);
         *b = NULL;
@@ -90,7 +91,7 @@ ss_status ss_table_lookup_many(ss_table *const *tables, size_t ntables, const ui
             table_failed(tables[k], st);
     ss__table_batch *b = NULL;
     if (st == SS_OK)
-        lookup_batched(tables, ntables, ids, counts, in, &b);
+        lookup_batched(tables, ntables, ids, counts, batched, in, &b);
     /* The cached tables' misses in one Batch lookup, into their caches:
      * their lookups below then find every row (a failed fill leaves the
      * misses to them, one call each). */

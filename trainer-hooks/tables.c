@@ -67,18 +67,18 @@ static const float *preloaded(const ss_table *tb, uint64_t id, size_t *from) {
     return NULL;
 }
 
-/* Cache misses come from the shards (or from rows this thread fetched
- * ahead for them); optimizer state starts at zero. The cache keeps what
- * it fetched (stored[] stays true). */
-static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *rows,
-                               bool *stored) {
-    ss_table *tb = ctx;
-    (void)stored;
-    const size_t dim = tb->spec.dim, rf = ss__emb_row_floats(&tb->spec);
-    float *data = malloc(n * dim * sizeof *data + 4);
+/* Rows of ids (n * dim) into data: those this thread preloaded for tb,
+ * the rest from the shards; *fetched: how many came from them. */
+static ss_status rows_of_misses(ss_table *tb, const uint64_t *ids, size_t n, float *data,
+                                size_t *fetched) {
+    const size_t dim = tb->spec.dim;
+    *fetched = n;
+    if (!t_preload || t_preload->tb != tb) /* the usual case: all from the shards */
+        return ss__emb_client_lookup(tb->client, &tb->spec, ids, n, data);
     uint64_t *ask = malloc(n * sizeof *ask + 8);
     size_t *pos = malloc(n * sizeof *pos + 8);
-    ss_status st = data && ask && pos ? SS_OK : SS_ERR_NO_MEMORY;
+    float *asked = malloc(n * dim * sizeof *asked + 4);
+    ss_status st = ask && pos && asked ? SS_OK : SS_ERR_NO_MEMORY;
     size_t nask = 0, from = 0;
     for (size_t i = 0; st == SS_OK && i < n; i++) {
         const float *have = preloaded(tb, ids[i], &from);
@@ -89,25 +89,41 @@ static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *
             pos[nask++] = i;
         }
     }
-    float *asked = st == SS_OK && nask ? malloc(nask * dim * sizeof *asked) : NULL;
-    if (st == SS_OK && nask && !asked)
-        st = SS_ERR_NO_MEMORY;
-    if (st == SS_OK && nask &&
-        (st = ss__emb_client_lookup(tb->client, &tb->spec, ask, nask, asked)) == SS_OK)
-        atomic_fetch_add(&tb->remote_rows, nask);
+    if (st == SS_OK && nask)
+        st = ss__emb_client_lookup(tb->client, &tb->spec, ask, nask, asked);
     for (size_t k = 0; st == SS_OK && k < nask; k++)
         memcpy(data + pos[k] * dim, asked + k * dim, dim * sizeof(float));
-    for (size_t i = 0; st == SS_OK && i < n; i++) {
-        memcpy(rows + i * rf, data + i * dim, dim * sizeof(float));
-        for (size_t j = dim; j < rf; j++)
-            rows[i * rf + j] = 0.0f;
-    }
-    if (st != SS_OK && st != SS_ERR_NO_MEMORY)
-        atomic_fetch_add(&tb->failed_calls, 1);
-    free(asked);
-    free(data);
+    *fetched = nask;
     free(ask);
     free(pos);
+    free(asked);
+    return st;
+}
+
+/* Cache misses come from the shards (or from rows this thread fetched
+ * ahead for them); optimizer state starts at zero. The cache keeps what
+ * it fetched (stored[] stays true). */
+static ss_status remote_loader(void *ctx, const uint64_t *ids, size_t n, float *rows,
+                               bool *stored) {
+    ss_table *tb = ctx;
+    (void)stored;
+    const size_t dim = tb->spec.dim, rf = ss__emb_row_floats(&tb->spec);
+    float *data = malloc(n * dim * sizeof *data + 4);
+    if (!data)
+        return SS_ERR_NO_MEMORY;
+    size_t fetched;
+    ss_status st = rows_of_misses(tb, ids, n, data, &fetched);
+    if (st == SS_OK) {
+        atomic_fetch_add(&tb->remote_rows, fetched);
+        for (size_t i = 0; i < n; i++) {
+            memcpy(rows + i * rf, data + i * dim, dim * sizeof(float));
+            for (size_t j = dim; j < rf; j++)
+                rows[i * rf + j] = 0.0f;
+        }
+    } else if (st != SS_ERR_NO_MEMORY) {
+        atomic_fetch_add(&tb->failed_calls, 1);
+    }
+    free(data);
     return st;
 }
 
