@@ -43,8 +43,8 @@ static ss_status table_failed(const ss_table *tb, ss_status st) {
 
 /* The remote tables that share their shards, in one Batch call made
  * here (in[k] marks them, batched says how many; *b their rows). A batch
- * that fails is dropped:
- * those tables are looked up one by one after (lookups only read). */
+ * that fails is dropped: those tables are looked up one by one after
+ * (lookups only read). */
 static void lookup_batched(ss_table *const *tables, size_t ntables, const uint64_t *ids,
                            const size_t *counts, size_t batched, bool *in, ss__table_batch **b) {
     *b = NULL;
