@@ -396,10 +396,11 @@ static void serve_bulk_ticket(void *ctx, void *request, ss__rpc_reply *reply) {
         ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "this server has no bulk port (--bulk-listen)");
         return;
     }
-    ss_status st = ss__bulk_server_ticket(svc->bulk, epoch, t);
+    char writer[64] = "";
+    (void)ss__rpc_current_peer_host(writer, sizeof writer);
+    ss_status st = ss__bulk_server_ticket(svc->bulk, epoch, writer, t);
     if (st != SS_OK) {
-        ss__rpc_reply_fail(reply, st, "no bulk ticket now: too many are out (each lives %d s)",
-                           SS_BULK_TICKET_TTL_S);
+        ss__rpc_reply_fail(reply, st, "no bulk ticket now: no randomness from the system");
         return;
     }
     Shadowsync__V1__BulkTicketReply out = SHADOWSYNC__V1__BULK_TICKET_REPLY__INIT;

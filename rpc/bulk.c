@@ -126,6 +126,8 @@ ss_status ss__bulk_stream_open(const char *host, unsigned port, const ss__bulk_t
         st = SS_ERR_IO;
     }
     if (st != SS_OK) {
+        if (b->c.fd < 0) /* no connection: the socket is still ours */
+            close(fd);
         ss__bulk_conn_end(&b->c);
         free(b);
         return st;

@@ -12,7 +12,8 @@
  *    server's door: its token, its writer certificate), then opens the
  *    stream with it. The server reads nothing from a stream but its first
  *    SS_BULK_TICKET_BYTES, and closes it unless they are a ticket it gave
- *    out in the last SS_BULK_TICKET_TTL_S seconds and nobody used yet.
+ *    out in the last SS_BULK_TICKET_TTL_S seconds and nobody used yet;
+ *    the TLS handshake and the ticket have a few seconds in all.
  *  - frames, little-endian:
  *      request: u32 SS_BULK_MAGIC, u32 method, u64 length, then the bytes
  *      reply:   u32 SS_BULK_MAGIC, u32 status, u32 message length,
@@ -73,10 +74,14 @@ typedef struct ss__bulk_server ss__bulk_server;
 
 typedef struct ss__bulk_server_config {
     const char *listen;   /* host:port (port 0: the system picks one) */
-    uint32_t max_streams; /* streams served at once (0 and most: 1024); more are closed at once */
+    /* streams served at once (0 and most: 1024, and at most half the soft
+     * RLIMIT_NOFILE); more are closed at once, as are connections past
+     * the few that may wait for their ticket (in all, and per source) */
+    uint32_t max_streams;
     size_t max_message;   /* a method's limit when its max_request is 0 */
-    /* request bytes held at once over all streams (0: no bound beyond
-     * max_streams x the limits); a request past it closes its stream */
+    /* request bytes held at once over all streams, counted as they
+     * arrive (0: no bound beyond max_streams x the limits); a request
+     * past it closes its stream */
     size_t max_inflight_bytes;
     /* The shard map's epoch the server serves and the gate around calls
      * of an epoch, as the gRPC server's (rpc.h ss__rpc_server_config):
@@ -101,11 +106,19 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
                                 size_t whylen);
 int ss__bulk_server_port(const ss__bulk_server *s);
 /* A new ticket for one stream whose calls are routed by the shard map's
- * epoch (0: by none; SS_ERR_STATE when too many tickets are out). */
-ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint64_t epoch,
+ * epoch (0: by none), given to writer (the caller's address: a writer
+ * holds at most a few live tickets, its oldest given up for a new one;
+ * when all are out, the oldest of all goes). SS_ERR_IO: no randomness. */
+ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint64_t epoch, const char *writer,
                                  uint8_t ticket[SS_BULK_TICKET_BYTES]);
-/* Streams closed so far for their ticket, a frame or want of room. */
+/* Streams closed so far for their ticket, a frame, a deadline or want of
+ * room. */
 uint64_t ss__bulk_server_refused(const ss__bulk_server *s);
+/* Times the acceptor waited for a file descriptor (EMFILE) so far. */
+uint64_t ss__bulk_server_backoffs(const ss__bulk_server *s);
+/* The streams it serves at once: the config's, within half the soft
+ * RLIMIT_NOFILE at start. */
+uint32_t ss__bulk_server_max_streams(const ss__bulk_server *s);
 /* Stops accepting, ends every stream (a call in a handler finishes
  * first) and frees the server. */
 void ss__bulk_server_stop(ss__bulk_server *s);

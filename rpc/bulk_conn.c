@@ -219,12 +219,15 @@ ss_status ss__bulk_conn_start(ss__bulk_conn *c, int fd, const ss__bulk_tls *tls,
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || !ssl || !bio ||
         (!server && host && !expect_host(ssl, host))) {
         say_ssl(why, whylen, "a TLS connection");
+        c->fd = -1; /* the caller's still */
         release(c);
         return SS_ERR_IO;
     }
     ss_status st = handshake(c, server, why, whylen);
-    if (st != SS_OK)
+    if (st != SS_OK) {
+        c->fd = -1;
         release(c);
+    }
     return st;
 }
 
@@ -252,6 +255,28 @@ static bool tls_io(ss__bulk_conn *c, void *p, size_t n, bool write) {
 
 bool ss__bulk_conn_read(ss__bulk_conn *c, void *p, size_t n) {
     return c->ssl ? tls_io(c, p, n, false) : ss__read_all(c->fd, p, n);
+}
+
+ssize_t ss__bulk_conn_read_some(ss__bulk_conn *c, void *p, size_t n) {
+    if (!c->ssl) {
+        ssize_t k;
+        while ((k = recv(c->fd, p, n, 0)) < 0 && errno == EINTR)
+            ;
+        return k > 0 ? k : -1;
+    }
+    const size_t want = n < SS_BULK_TLS_SLICE ? n : SS_BULK_TLS_SLICE;
+    for (;;) {
+        size_t moved = 0;
+        pthread_mutex_lock(&c->lock);
+        ERR_clear_error();
+        const int r = SSL_read_ex(c->ssl, p, want, &moved);
+        const int err = r == 1 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, r);
+        pthread_mutex_unlock(&c->lock);
+        if (r == 1)
+            return (ssize_t)moved;
+        if (!wait_for_socket(c->fd, err, c->timeout_ms))
+            return -1;
+    }
 }
 
 bool ss__bulk_conn_send(ss__bulk_conn *c, const void *p, size_t n) {

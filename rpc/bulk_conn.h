@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "rpc/rpc.h"
@@ -48,7 +49,7 @@ typedef struct ss__bulk_conn {
 } ss__bulk_conn;
 
 /* A connection over the connected socket fd, which it owns from now on
- * (closed on failure too). tls NULL: plain TCP, its waits bounded by the
+ * when it starts (on failure the socket is still the caller's). tls NULL: plain TCP, its waits bounded by the
  * socket's own timeouts. Else the TLS handshake within timeout_ms, as the
  * server, or as a client that verifies the server's certificate names
  * host (an IP address or a DNS name). SS_ERR_IO with why on failure.
@@ -58,6 +59,9 @@ ss_status ss__bulk_conn_start(ss__bulk_conn *c, int fd, const ss__bulk_tls *tls,
 /* All n bytes, or false (the peer's end, an error, a wait past the
  * timeout). Safe for one reader and one writer at once. */
 bool ss__bulk_conn_read(ss__bulk_conn *c, void *p, size_t n);
+/* Some of n bytes (at least 1): how many, or -1 (the peer's end, an
+ * error, a wait past the timeout). */
+ssize_t ss__bulk_conn_read_some(ss__bulk_conn *c, void *p, size_t n);
 bool ss__bulk_conn_send(ss__bulk_conn *c, const void *p, size_t n);
 /* All of iov[0..n) (advanced in place): one sendmsg a pass on plain TCP,
  * a send a piece over TLS. */

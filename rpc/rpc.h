@@ -180,6 +180,11 @@ int ss__rpc_server_port(const ss__rpc_server *srv);
 const char *ss__rpc_server_start_failure(void);
 /* Graceful shutdown; waits for calls in flight. */
 void ss__rpc_server_stop(ss__rpc_server *srv);
+/* Inside a handler the gRPC server runs: the caller's address without
+ * its port ("127.0.0.1", "::1"), what a server budgets per client by
+ * (a connection's port changes when it redials). false elsewhere, or
+ * when gRPC gives no peer. */
+bool ss__rpc_current_peer_host(char *out, size_t outlen);
 
 typedef struct ss__rpc_channel ss__rpc_channel;
 

@@ -33,6 +33,8 @@
 #define TEXT_OF(x)           TEXT_OF_(x) /* a number's macro as a string literal */
 
 static _Thread_local char start_failure[400];
+/* The call whose handler this thread runs (ss__rpc_current_peer_host). */
+static _Thread_local grpc_call *current_call;
 
 const char *ss__rpc_server_start_failure(void) {
     return start_failure;
@@ -315,9 +317,28 @@ static void run_handler(call_ctx *c, const uint8_t *req, size_t len, ss__rpc_rep
     ss__rpc_server *srv = c->srv;
     uint64_t routed = 0;
     const bool by_map = srv->map_gate && call_epoch(c, &routed);
+    current_call = c->call;
     if (!ss__rpc_run_routed(&srv->methods[c->method], srv->ctx, srv->map_epoch, srv->map_gate,
                             by_map, routed, false, req, len, reply))
         ss__counter_add(srv->stale_epoch, 1);
+    current_call = NULL;
+}
+
+bool ss__rpc_current_peer_host(char *out, size_t outlen) {
+    char *peer = current_call ? grpc_call_get_peer(current_call) : NULL;
+    if (!peer)
+        return false;
+    /* "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555": the scheme and the port off */
+    const char *host = strchr(peer, ':') ? strchr(peer, ':') + 1 : peer;
+    const char *port = strrchr(host, ':');
+    size_t n = port ? (size_t)(port - host) : strlen(host);
+    if (*host == '[' && n >= 2 && host[n - 1] == ']') {
+        host++;
+        n -= 2;
+    }
+    snprintf(out, outlen, "%.*s", (int)n, host);
+    gpr_free(peer);
+    return true;
 }
 
 void ss__rpc_method_run(const ss__rpc_method *m, void *server_ctx, const uint8_t *req, size_t len,
