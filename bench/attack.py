@@ -27,6 +27,8 @@ python3-grpcio, as tests/test_blackbox_ps.py), each attack one line:
             made) (bound: 1.1 at every sample, both)
   http      64 idle connections, then a 70-connection slowloris, from
             127.0.0.2: /healthz latency from 127.0.0.1 (bound: 1 s)
+  bulk_*    the bulk port's attacks (bench/attack_bulk.py): dripped
+            tickets, slots held, EMFILE, stalled frames, hoarded tickets
 
 usage: attack.py SHADOWSYNC_PS RPC_DIR [ATTACK...]
 (SS_ATTACK_PS_FLAGS: more shadowsync-ps flags for the readers' attack,
@@ -50,7 +52,8 @@ import grpc
 
 PS_BIN, RPC_DIR = sys.argv[1], sys.argv[2]
 CHOSEN = sys.argv[3:] or ["door", "lookups", "readers", "readers_niced", "budget", "rows",
-                          "http"]
+                          "http", "bulk_drip", "bulk_slots", "bulk_emfile", "bulk_stall",
+                          "bulk_hoard"]
 WORK = tempfile.mkdtemp(prefix="ss-attack-")
 GEN = os.path.join(WORK, "gen")
 os.makedirs(GEN)
@@ -84,11 +87,12 @@ class PS:
         self.proc = subprocess.Popen(
             [PS_BIN, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--auth-token-file", tok]
             + list(extra), stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=getattr(self, "preexec", None),
             env={k: v for k, v in os.environ.items() if k != "SHADOWSYNC_INSECURE_LOOPBACK"})
         m = None
         for _ in range(600):
             self.log.seek(0)
-            m = re.search(r"listening on (\S+), http on (\S+)", self.log.read())
+            m = re.search(r"listening on (\S+), http on ([^\s,]+)", self.log.read())
             if m or self.proc.poll() is not None:
                 break
             time.sleep(0.05)
@@ -459,6 +463,10 @@ def attack_http():
 
 
 def main():
+    if any(name.startswith("bulk_") for name in CHOSEN):
+        import attack_bulk  # noqa: E402 (its attacks need this module's PS)
+        globals().update({k: v for k, v in vars(attack_bulk).items()
+                          if k.startswith("attack_")})
     if CHOSEN[0] == "--read-loops":
         read_loops(CHOSEN[1], 6, 12)
         shutil.rmtree(WORK, ignore_errors=True)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The resource attacks (issues 32 and 55) against a release build of shadowsync-ps
+# The resource attacks (issues 32, 55 and 58) against a release build of shadowsync-ps
 # (bench/attack.py says what each does): one line per attack with its
 # figure before and during it, and the bound it must stay within.
 #   bash bench/attack.sh                  # door lookups readers readers_niced budget rows http
+#                                         # bulk_drip bulk_slots bulk_emfile bulk_stall bulk_hoard
 #   bash bench/attack.sh readers http     # some of them
 # Run it on a quiet machine: the readers attack times latencies.
 source "$(dirname "$0")/common.sh"

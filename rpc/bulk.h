@@ -73,12 +73,12 @@ ss_status ss__bulk_reply_parse(const uint8_t in[SS_BULK_REPLY_HEAD], uint64_t ma
 typedef struct ss__bulk_server ss__bulk_server;
 
 typedef struct ss__bulk_server_config {
-    const char *listen;   /* host:port (port 0: the system picks one) */
+    const char *listen; /* host:port (port 0: the system picks one) */
     /* streams served at once (0 and most: 1024, and at most half the soft
      * RLIMIT_NOFILE); more are closed at once, as are connections past
      * the few that may wait for their ticket (in all, and per source) */
     uint32_t max_streams;
-    size_t max_message;   /* a method's limit when its max_request is 0 */
+    size_t max_message; /* a method's limit when its max_request is 0 */
     /* request bytes held at once over all streams, counted as they
      * arrive (0: no bound beyond max_streams x the limits); a request
      * past it closes its stream */

@@ -49,11 +49,10 @@ typedef struct ss__bulk_conn {
 } ss__bulk_conn;
 
 /* A connection over the connected socket fd, which it owns from now on
- * when it starts (on failure the socket is still the caller's). tls NULL: plain TCP, its waits bounded by the
- * socket's own timeouts. Else the TLS handshake within timeout_ms, as the
- * server, or as a client that verifies the server's certificate names
- * host (an IP address or a DNS name). SS_ERR_IO with why on failure.
- * Either way, ss__bulk_conn_end once after it. */
+ * when it starts (on failure the socket is still the caller's). tls NULL: plain TCP, its waits
+ * bounded by the socket's own timeouts. Else the TLS handshake within timeout_ms, as the server, or
+ * as a client that verifies the server's certificate names host (an IP address or a DNS name).
+ * SS_ERR_IO with why on failure. Either way, ss__bulk_conn_end once after it. */
 ss_status ss__bulk_conn_start(ss__bulk_conn *c, int fd, const ss__bulk_tls *tls, bool server,
                               const char *host, int timeout_ms, char *why, size_t whylen);
 /* All n bytes, or false (the peer's end, an error, a wait past the

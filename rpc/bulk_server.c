@@ -10,12 +10,12 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -32,7 +32,7 @@
 #include "rpc/rpc_internal.h"
 
 #define MAX_TICKETS        256
-#define TICKETS_PER_WRITER 32 /* a writer asking for more gives up its oldest */
+#define TICKETS_PER_WRITER 32   /* a writer asking for more gives up its oldest */
 #define STREAM_FDS         1024 /* the most max_streams may be */
 /* Connections that have not shown a ticket yet: at most this many from
  * one source address (more are closed at once) and in all (the oldest
@@ -62,9 +62,9 @@ typedef struct ticket {
 /* A stream's place: its socket (kept open by the slot until the stream's
  * end, so that the acceptor may shut it down) and its deadline. */
 typedef struct slot {
-    int fd;                       /* -1: free */
-    bool unticketed;              /* has not shown its ticket yet (and was not shut down) */
-    bool reaped;                  /* shut down for its deadline or evicted */
+    int fd;          /* -1: free */
+    bool unticketed; /* has not shown its ticket yet (and was not shut down) */
+    bool reaped;     /* shut down for its deadline or evicted */
     uint64_t accepted_ns;
     struct sockaddr_in6 source;   /* the peer's address (v4 mapped) */
     _Atomic uint64_t deadline_ns; /* 0: none (a stream idle between frames) */
@@ -75,7 +75,7 @@ struct ss__bulk_server {
     const ss__rpc_method *methods;
     size_t nmethods;
     void *ctx;
-    uint64_t *max_len; /* per method */
+    uint64_t *max_len;                 /* per method */
     uint32_t max_streams;              /* streams at once: the config's, within the fd budget */
     uint32_t max_unticketed;           /* UNTICKETED_MAX, within half of max_streams */
     size_t max_inflight;               /* 0: none */

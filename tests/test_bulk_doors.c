@@ -50,8 +50,8 @@ typedef struct ps_proc {
 /* shadowsync-ps with a bulk port and an HTTP port, and more flags. */
 static void start_ps(ps_proc *ps, const char *name, char *const more[]) {
     snprintf(ps->log, sizeof ps->log, "/tmp/ss-test-doors-%s-%d.log", name, (int)getpid());
-    char *args[20] = {"--max-group-floats", "100000", "--bulk-listen", "127.0.0.1:0",
-                      "--http",             "127.0.0.1:0"};
+    char *args[20] = {"--max-group-floats", "100000", "--bulk-listen",
+                      "127.0.0.1:0",        "--http", "127.0.0.1:0"};
     int n = 6;
     for (int i = 0; more && more[i]; i++)
         args[n++] = more[i];
@@ -380,9 +380,8 @@ START_TEST(test_the_acceptor_waits_out_of_fds) {
 END_TEST
 
 int main(void) {
-    return ss__check_tests("bulk_doors", 90, NULL, NULL,
-                           test_a_dripped_ticket_or_handshake_is_closed_in_all,
-                           test_silent_connections_under_a_low_fd_limit,
-                           test_stalled_frames_hold_only_what_arrived,
-                           test_one_writer_cannot_hoard_tickets, test_the_acceptor_waits_out_of_fds);
+    return ss__check_tests(
+        "bulk_doors", 90, NULL, NULL, test_a_dripped_ticket_or_handshake_is_closed_in_all,
+        test_silent_connections_under_a_low_fd_limit, test_stalled_frames_hold_only_what_arrived,
+        test_one_writer_cannot_hoard_tickets, test_the_acceptor_waits_out_of_fds);
 }

@@ -50,7 +50,8 @@ static int connect_local(int port) {
     snprintf(address, sizeof address, "127.0.0.1:%d", port);
     int fd = ss__tcp_connect(address, 5000, why, sizeof why);
     uint8_t t[SS_BULK_TICKET_BYTES];
-    if (fd < 0 || ss__bulk_server_ticket(server(), 0, "fuzz", t) != SS_OK || !ss__send_all(fd, t, sizeof t))
+    if (fd < 0 || ss__bulk_server_ticket(server(), 0, "fuzz", t) != SS_OK ||
+        !ss__send_all(fd, t, sizeof t))
         abort();
     return fd;
 }
