@@ -408,11 +408,12 @@ static void start_stream(ss__bulk_server *s, int fd, const struct sockaddr_in6 *
         }
     }
     pthread_attr_destroy(&attr);
+    const uint32_t streams = s->streams;
     pthread_mutex_unlock(&s->lock);
     if (!a) {
         refuse(s);
         ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=%s streams=%u max=%u",
-                *full ? full : "no_thread", s->streams, s->max_streams);
+                *full ? full : "no_thread", streams, s->max_streams);
         close(fd);
     }
 }
