@@ -6,7 +6,8 @@
  *               group, refreshed every --interval-ms
  *   health      GET /healthz (exit 0 when it answers ok: an exec probe)
  *   reshard     N stopped shards' stores into M (tools/reshard/), offline
- *   shard-map   the shard map of a StatefulSet's PS pods (their stable names) */
+ *   shard-map   the shard map of a StatefulSet's PS pods (their stable names)
+ *   scale       the fleet to M pods while training runs (tools/ctl_scale.c) */
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "common/shard_map.h"
 #include "common/strbuf.h"
 #include "rpc/auth.h"
+#include "tools/ctl.h"
 #include "tools/reshard/reshard.h"
 
 /* What --help and --version say. */
@@ -33,7 +35,9 @@ static const ss__program program = {
                       "  reshard     the stores of N stopped PS shards into M, offline\n"
                       "              (shadowsync-ctl reshard --help)\n"
                       "  shard-map   the shard map of a StatefulSet's PS pods\n"
-                      "              (shadowsync-ctl shard-map --help)"};
+                      "              (shadowsync-ctl shard-map --help)\n"
+                      "  scale       the PS fleet to M pods while training runs: the next map\n"
+                      "              written, the moves waited for (shadowsync-ctl scale --help)"};
 
 static const ss__program reshard_program = {
     "shadowsync-ctl reshard",
@@ -107,62 +111,6 @@ static int reshard_main(int argc, char **argv) {
     for (int i = 0; i < 4; i++)
         free(copies[i]);
     return st == SS_OK ? 0 : st == SS_ERR_INVALID_ARGUMENT ? 2 : 1;
-}
-
-static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
-    ss__strbuf_printf(ctx, "%.*s", (int)(size * n), data);
-    return size * n;
-}
-
-/* GET or POST url + path; the body in *out (caller frees). Returns the
- * HTTP code, or -1 when nothing answered (err says why). */
-static long fetch(const char *base, const char *path, bool post, long timeout_ms, char **out,
-                  char *err, size_t errlen) {
-    char url[1024];
-    snprintf(url, sizeof url, "%s%s", base, path);
-    CURL *c = curl_easy_init();
-    if (!c) {
-        snprintf(err, errlen, "curl_easy_init failed");
-        return -1;
-    }
-    ss__strbuf body = {0};
-    char cerr[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    struct curl_slist *headers = NULL;
-    if (post) {
-        curl_easy_setopt(c, CURLOPT_POST, 1L);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
-    }
-    /* The shared token when there is one: a POST changes state, and
-     * /status names groups and trainers only to the token's holders. */
-    char auth[SS_AUTH_HEADER_MAX], header[SS_AUTH_HEADER_MAX + 32];
-    if (ss__auth_header_from_env(auth, sizeof auth, err, errlen) != SS_OK) {
-        curl_easy_cleanup(c);
-        return -1;
-    }
-    if (auth[0]) {
-        snprintf(header, sizeof header, "Authorization: %s", auth);
-        headers = curl_slist_append(NULL, header);
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-    }
-    CURLcode rc = curl_easy_perform(c);
-    long code = -1;
-    if (rc == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    else
-        snprintf(err, errlen, "%.200s: %.300s", url, cerr[0] ? cerr : curl_easy_strerror(rc));
-    curl_easy_cleanup(c);
-    curl_slist_free_all(headers);
-    if (ss__strbuf_take(&body, out, NULL) != SS_OK) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    return code;
 }
 
 /* ---- watch ---- */
@@ -240,7 +188,7 @@ static int watch(const char *url, long interval_ms, long count, long timeout_ms)
     uint64_t last = 0;
     for (long i = 0; count == 0 || i < count; i++) {
         char *body = NULL, err[512] = "";
-        long code = fetch(url, "/status", false, timeout_ms, &body, err, sizeof err);
+        long code = ss__ctl_fetch(url, "/status", false, timeout_ms, &body, err, sizeof err);
         uint64_t t = ss__now_ns();
         json_object *doc = code == 200 ? ss__json_parse(body, err, sizeof err) : NULL;
         if (!doc) {
@@ -271,17 +219,6 @@ static const ss__program map_program = {
     "training runs; deploy/README.md says in which order to scale and apply).\n"
     "  shadowsync-ctl shard-map --replicas 3 --from-replicas 2 --epoch 4 > fleet.map"};
 
-/* "NAME-0.SERVICE[.NS.svc]:PORT,..." for n pods into out. */
-static void pod_list(const char *sts, const char *svc, const char *ns, int64_t port, int64_t n,
-                     char *out, size_t len) {
-    size_t at = 0;
-    out[0] = '\0';
-    for (int64_t i = 0; i < n && at < len; i++)
-        at += (size_t)snprintf(out + at, len - at, "%s%s-%lld.%s%s%s%s:%lld", i ? "," : "", sts,
-                               (long long)i, svc, *ns ? "." : "", ns, *ns ? ".svc" : "",
-                               (long long)port);
-}
-
 static int shard_map_main(int argc, char **argv) {
     const char *sts = "ps", *svc = "ps", *ns = "";
     int64_t port = 7070, replicas = 2, from = 0, epoch = 1;
@@ -300,8 +237,8 @@ static int shard_map_main(int argc, char **argv) {
     if (rc >= 0)
         return rc;
     char now[SS_SHARD_MAP_PS_MAX], was[SS_SHARD_MAP_PS_MAX], text[2 * SS_SHARD_MAP_PS_MAX + 64];
-    pod_list(sts, svc, ns, port, replicas, now, sizeof now);
-    pod_list(sts, svc, ns, port, from, was, sizeof was);
+    ss__ctl_pod_list(sts, svc, ns, port, replicas, now, sizeof now);
+    ss__ctl_pod_list(sts, svc, ns, port, from, was, sizeof was);
     snprintf(text, sizeof text, "epoch %lld\nps %s\n%s%s%s", (long long)epoch, now,
              from ? "from " : "", from ? was : "", from ? "\n" : "");
     ss__shard_map m;
@@ -319,6 +256,8 @@ int main(int argc, char **argv) {
         return reshard_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "shard-map"))
         return shard_map_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "scale"))
+        return ss__ctl_scale_main(argc - 1, argv + 1);
     const char *url = "http://127.0.0.1:9470";
     int64_t interval_ms = 1000, count = 0, timeout_ms = 5000;
     ss__flag flags[] = {
@@ -337,7 +276,7 @@ int main(int argc, char **argv) {
                  strcmp(cmd, "watch") && strcmp(cmd, "health"))) {
         fprintf(stderr,
                 "shadowsync-ctl: %s%s\n(commands: status, metrics, checkpoint, watch, health, "
-                "reshard, shard-map; "
+                "reshard, shard-map, scale; "
                 "--help for more)\n",
                 cmd ? "unknown command " : "a command is needed", cmd ? cmd : "");
         return 2;
@@ -356,7 +295,7 @@ int main(int argc, char **argv) {
                            : !strcmp(cmd, "status") ? "/status"
                            : !strcmp(cmd, "health") ? "/healthz"
                                                     : "/metrics";
-        long code = fetch(url, path, post, (long)timeout_ms, &body, err, sizeof err);
+        long code = ss__ctl_fetch(url, path, post, (long)timeout_ms, &body, err, sizeof err);
         if (code < 0) {
             fprintf(stderr, "shadowsync-ctl: %s\n", err);
             rc = 1;
