@@ -5,10 +5,11 @@
 # that logs every row whose push was acknowledged (shadowsync-emu-emb), on
 # 3 PS processes on 127.0.0.1. The map goes from 2 shards to 3 at GROW_S
 # seconds and back to 2 at SHRINK_S; the same stream runs once more
-# without changes (the baseline, same run). Prints per run: examples/s,
-# progressive NE, and for each change the rows moved / expected (a third
-# of the rows at the grow, every row of the third shard at the shrink),
-# the seconds until the move completed, and the training's dip (its
+# without changes (the baseline, same run). Each change is made by
+# `shadowsync-ctl scale` as an operator makes it. Prints per run:
+# examples/s, progressive NE, and for each change the rows moved /
+# expected (a third of the rows at the grow, every row of the third shard
+# at the shrink), the seconds until scale said done, and the training's dip (its
 # slowest progress interval during the move / its median one before);
 # once the third PS has given all its rows away it is stopped;
 # then the writer's rows lost (verified against the last map).
@@ -31,36 +32,21 @@ trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 
 write_map() { bench_write_map "$MAP" "$@"; }
 
-metric() { # k regex: PS k's series
-  bench_metric_sum "${https[$1]}" "$2"
-}
 
-# Seconds (to 0.1 s) from t0 until every shard serves the epoch and
-# reports no move pending, and PS k holds `rows` resident rows when given.
-wait_moved() { # t0 epoch [k rows]
-  local k left
-  while :; do
-    left=0
-    for k in 0 1 2; do
-      [ "$(metric "$k" '^shadowsync_shard_map_epoch ')" = "$2" ] || left=$((left + 1))
-      left=$((left + $(metric "$k" '^shadowsync_emb_row_moves_pending ')))
-    done
-    if [ "$left" = 0 ] && { [ -z "${3:-}" ] || [ "$(metric "$3" '^shadowsync_emb_resident_rows ')" = "$4" ]; }; then
-      break
-    fi
-    sleep 0.1
-  done
-  awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'
+# scale M: shadowsync-ctl scale to M of the 3 PS (run on the trainer's
+# host, which reaches every PS); sets done_s and ratio from its last line
+# (seconds to done; rows moved / expected: a third of the rows at the
+# grow, every row of the third shard at the shrink).
+scale() {
+  local out=out/bench-elastic-scale$1.log
+  bench_on t ./build/bin/shadowsync-ctl scale --map "$MAP" --replicas "$1" --fleet "$three" \
+    --http-urls "$urls" --interval-ms 100 --timeout-s 600 >"$out" 2>&1 || {
+    cat "$out" >&2
+    exit 1
+  }
+  done_s=$(grep -o '^scale: done in [0-9.]*' "$out" | awk '{print $4}')
+  ratio=$(grep -o '([0-9.]* of the' "$out" | tr -d '(' | awk '{print $1}')
 }
-
-sum_of() { # regex k...: the series summed over these PS
-  local re=$1 k t=0
-  shift
-  for k in "$@"; do t=$((t + $(metric "$k" "$re"))); done
-  echo "$t"
-}
-moved_in() { sum_of '^shadowsync_emb_rows_moved_in_total' "$@"; } # rows moved into these PS
-rows_of() { sum_of '^shadowsync_emb_resident_rows ' "$@"; }         # their resident rows
 
 dip() { bench_dip "$@"; }
 
@@ -74,7 +60,8 @@ run() { # moves|none -> a result line
     pids+=("$ps_pid")
     https[k]=$ps_http addrs[k]=$addr
   done
-  local two="${addrs[0]},${addrs[1]}" three="${addrs[0]},${addrs[1]},${addrs[2]}"
+  local two="${addrs[0]},${addrs[1]}"
+  three="${addrs[0]},${addrs[1]},${addrs[2]}" urls="http://${https[0]},http://${https[1]},http://${https[2]}"
   write_map 2 "$two"
   sleep 1.5 # every PS serves epoch 2
   rm -f out/bench-elastic-acked.log
@@ -88,21 +75,15 @@ run() { # moves|none -> a result line
   local trainer=$! grow="-" shrink="-" ratio_g="-" ratio_s="-" dip_g="-" dip_s="-" g s
   if [ "$mode" = moves ]; then
     sleep "$GROW_S"
-    local before tg ts
-    before=$(rows_of 0 1)
+    local tg ts
     tg=$(date +%s.%N)
-    write_map 3 "$three" "$two"
-    grow=$(wait_moved "$tg" 3)
-    ratio_g=$(awk -v m="$(moved_in 2)" -v e="$before" 'BEGIN {printf "%.3f", m / (e / 3)}')
+    scale 3
+    grow=$done_s ratio_g=$ratio
     sleep "$(awk -v a="$SHRINK_S" -v b="$(date +%s.%N)" -v t="$t0" 'BEGIN {d = a - (b - t); print (d > 0 ? d : 0)}')"
-    before=$(rows_of 2)
-    local in_before
-    in_before=$(moved_in 0 1)
     ts=$(date +%s.%N)
-    write_map 4 "$two" "$three"
-    shrink=$(wait_moved "$ts" 4 2 0)
-    kill "${pids[2]}" # drained: stopped, as deploy/README.md scales the fleet down
-    ratio_s=$(awk -v m="$(($(moved_in 0 1) - in_before))" -v e="$before" 'BEGIN {printf "%.3f", m / e}')
+    scale 2
+    shrink=$done_s ratio_s=$ratio
+    kill "${pids[2]}" # drained: stopped, as kubectl scale removes it
     g=$(awk -v a="$tg" -v t="$t0" 'BEGIN {print a - t}')
     s=$(awk -v a="$ts" -v t="$t0" 'BEGIN {print a - t}')
   fi

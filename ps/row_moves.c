@@ -74,6 +74,17 @@ struct ss__ps_row_moves {
     ss__counter *in_background, *in_on_demand, *out, *failures;
     ss__gauge *pending;
     char plan_why[320]; /* why the last plan could not be made (mv->lock) */
+    /* What ensure() reads without the lock: whether a request's ids could
+     * need a row from another shard under the plan (view_epoch: the
+     * plan's, 0 while it changes). A request whose ids cannot does not
+     * wait for the lock, which the mover holds across calls to other PS:
+     * the server's completion-queue threads waited there, each PS's
+     * Handoff calls found no thread to read them on the other, and both
+     * sides' calls ran to their 10 s deadline. */
+    _Atomic uint64_t view_epoch;
+    _Atomic int view_self;
+    _Atomic uint32_t view_shards, view_from_shards;
+    _Atomic uint64_t view_from_self[MAX_SHARDS / 64]; /* bit j: old place j was this PS */
     /* The giving side's channels to the takers it calls back, by address
      * (give_lock; never held across the taking side's calls). */
     pthread_mutex_t give_lock;
@@ -112,6 +123,51 @@ static void free_sources(plan *p) {
  * map's shards other than this one. A channel that cannot be made (a
  * client certificate unreadable while it is rotated) leaves no plan, so
  * the next call plans again, and says why in mv->plan_why. */
+/* The plan as ensure() reads it without the lock (mv->lock held). */
+static void publish_view(ss__ps_row_moves *mv) {
+    const plan *p = &mv->p;
+    atomic_store(&mv->view_epoch, 0);
+    atomic_store(&mv->view_self, p->self);
+    atomic_store(&mv->view_shards, p->shards);
+    atomic_store(&mv->view_from_shards, p->from_shards);
+    for (uint32_t w = 0; w < MAX_SHARDS / 64; w++) {
+        uint64_t bits = 0;
+        for (uint32_t b = 0; b < 64; b++)
+            if (w * 64 + b < p->from_shards && !p->from[w * 64 + b])
+                bits |= 1ull << b;
+        atomic_store(&mv->view_from_self[w], bits);
+    }
+    atomic_store(&mv->view_epoch, p->epoch);
+}
+
+/* Without the lock: false when no id can need a row from another shard
+ * under the plan of the epoch served (owned here now, owned by another PS
+ * before); true when some may, or the plan is being made. */
+static bool may_need_rows(ss__ps_row_moves *mv, const char *table, const uint64_t *ids, size_t n) {
+    const uint64_t serving = atomic_load(ss__ps_map_watch_epoch(mv->cfg.map));
+    if (serving == 0 || atomic_load(&mv->view_epoch) != serving)
+        return true;
+    const int self = atomic_load(&mv->view_self);
+    const uint32_t shards = atomic_load(&mv->view_shards);
+    const uint32_t from_shards = atomic_load(&mv->view_from_shards);
+    uint64_t from_self[MAX_SHARDS / 64];
+    for (uint32_t w = 0; w < MAX_SHARDS / 64; w++)
+        from_self[w] = atomic_load(&mv->view_from_self[w]);
+    if (atomic_load(&mv->view_epoch) != serving) /* changed while read */
+        return true;
+    if (self < 0 || from_shards == 0)
+        return false;
+    const uint32_t tid = ss__emb_table_id(table);
+    for (size_t j = 0; j < n; j++) {
+        if (ss__emb_shard_of(tid, ids[j], shards) != (uint32_t)self)
+            continue;
+        const uint32_t was = ss__emb_shard_of(tid, ids[j], from_shards);
+        if (!(from_self[was / 64] >> (was % 64) & 1))
+            return true;
+    }
+    return false;
+}
+
 static ss_status replan(ss__ps_row_moves *mv) {
     ss__shard_map m;
     ss__ps_map_watch_get(mv->cfg.map, &m);
@@ -134,6 +190,7 @@ static ss_status replan(ss__ps_row_moves *mv) {
     const size_t nwas = ss__shard_map_split(m.from, fbuf, sizeof fbuf, was, MAX_SHARDS);
     if (nwas == 0 || !strcmp(m.from, m.ps)) {
         atomic_store(&mv->done, true);
+        publish_view(mv); /* from_shards 0: nothing moves */
         return SS_OK;
     }
     p->from_shards = (uint32_t)nwas;
@@ -165,6 +222,7 @@ static ss_status replan(ss__ps_row_moves *mv) {
         return st;
     }
     atomic_store(&mv->done, p->nsrc == 0 || p->self < 0);
+    publish_view(mv);
     SS_LOG_INFOF("ps", "event=row_moves_plan epoch=%llu shard=%d of=%u from=%s sources=%zu",
                  (unsigned long long)m.epoch, p->self, p->shards, m.from, p->nsrc);
     return st;
@@ -355,10 +413,7 @@ static step background_step(ss__ps_row_moves *mv) {
                 break;
             ss__counter_add(mv->in_background, fresh);
             tt->drained = got == 0 && said == 0 && tt->nheld == 0;
-            /* a batch of rows held already: the giver has not forgotten
-             * them yet (its mover confirms them): wait for it, as for the
-             * flusher */
-            return fresh > 0 || (got == 0 && said > 0) ? STEP_MOVED : STEP_IDLE;
+            return got > 0 || said > 0 ? STEP_MOVED : STEP_IDLE; /* wait for the flusher */
         }
         if (st != SS_OK) {
             ss__counter_add(mv->failures, 1);
@@ -430,6 +485,8 @@ ss_status ss__ps_row_moves_ensure(void *ctx, const char *table, const uint64_t *
         snprintf(why, whylen, "this PS is starting: its rows may be moving; try again");
         return SS_ERR_STATE;
     }
+    if (!may_need_rows(mv, table, ids, n))
+        return SS_OK;
     bool *found = malloc(n * sizeof *found + 1);
     uint64_t *mine = malloc(n * sizeof *mine + 1);
     ss_status st = found && mine ? SS_OK : SS_ERR_NO_MEMORY;

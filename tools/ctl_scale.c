@@ -199,7 +199,7 @@ static int check_before(const fleet *f, size_t n, size_t had, size_t want, long 
 
 /* One look at the fleet: whether the change is done; a progress line. */
 static bool look(const fleet *f, size_t n, size_t keep, uint64_t epoch, long timeout_ms,
-                 double *moved, char *line, size_t len) {
+                 double moved0, double *moved, char *line, size_t len) {
     size_t on = 0, at = 0;
     double pending = 0, leaving_rows = 0, leaving_members = 0;
     bool all_up = true;
@@ -216,8 +216,9 @@ static bool look(const fleet *f, size_t n, size_t keep, uint64_t epoch, long tim
             leaving_members += v.members;
         }
     }
-    at += (size_t)snprintf(line + at, len - at, "%zu/%zu PS on epoch %llu, %.0f moves pending", on,
-                           n, (unsigned long long)epoch, pending);
+    at += (size_t)snprintf(line + at, len - at,
+                           "%zu/%zu PS on epoch %llu, %.0f tables' moves pending, %.0f rows moved",
+                           on, n, (unsigned long long)epoch, pending, *moved - moved0);
     if (keep < n)
         snprintf(line + at, len - at, ", leaving PS hold %.0f rows and %.0f members", leaving_rows,
                  leaving_members);
@@ -285,11 +286,11 @@ static int scale(const scale_opts *o) {
         char line[400];
         double moved;
         const bool done =
-            look(&f, n, want, epoch, (long)o->interval_ms * 5, &moved, line, sizeof line);
+            look(&f, n, want, epoch, (long)o->interval_ms * 5, moved0, &moved, line, sizeof line);
         const double s = (double)(ss__now_ns() - t0) / 1e9;
         if (done) {
-            printf("scale: done in %.1f s: %s; rows moved %.0f (%.3f of the %.0f expected)\n", s,
-                   line, moved - moved0, expected > 0 ? (moved - moved0) / expected : 0, expected);
+            printf("scale: done in %.1f s: %s (%.3f of the %.0f expected)\n", s, line,
+                   expected > 0 ? (moved - moved0) / expected : 0, expected);
             if (want < had)
                 printf("scale: the leaving PS are empty: `kubectl scale statefulset %s "
                        "--replicas %zu` may remove them now\n",
