@@ -181,7 +181,7 @@ static int check_options(agent_options *o) {
     else if (!o->sync.tls_cert != !o->sync.tls_key)
         why = "--tls-cert and --tls-key go together";
     if (why) {
-        fprintf(stderr, "shadowsync-agent: %s\n", why);
+        ss__refuse("shadowsync-agent", "%s", why);
         return 2;
     }
     char reason[400];
@@ -189,7 +189,7 @@ static int check_options(agent_options *o) {
                               sizeof reason) != SS_OK ||
         (*o->ckpt_dir &&
          ss__private_dir(o->ckpt_dir, "--checkpoint-dir", reason, sizeof reason) != SS_OK)) {
-        fprintf(stderr, "shadowsync-agent: %s\n", reason);
+        ss__refuse("shadowsync-agent", "%s", reason);
         return 2;
     }
     if (o->auth[0])
@@ -215,7 +215,7 @@ static int parse_options(int argc, char **argv, agent_options *o) {
     size_t n = own_flag_table(o, flags);
     if (ss__setting_flags_add(sync_keys, NULL, NULL, flags, &n, sizeof flags / sizeof *flags,
                               &o->settings) != SS_OK) {
-        fprintf(stderr, "shadowsync-agent: out of memory\n");
+        ss__refuse("shadowsync-agent", "out of memory");
         return 1;
     }
     int exit_code = ss__flags_cli(&program, flags, n, argc, argv);
@@ -225,7 +225,7 @@ static int parse_options(int argc, char **argv, agent_options *o) {
     ss_trainer_config_init(&o->sync);
     ss_table_config_init(&unused, "table", 8);
     if (ss__setting_flags_apply(o->settings, &o->sync, &unused) != SS_OK) {
-        fprintf(stderr, "shadowsync-agent: %s\n", ss_last_error());
+        ss__refuse("shadowsync-agent", "%s", ss_last_error());
         return 2;
     }
     return check_options(o);
@@ -248,13 +248,13 @@ static ss_status connect_ps(agent_main *m, const agent_options *o) {
     ss_status st = o->map.epoch ? ss__recut_transport_create(c->shard_map, &tcfg, &m->to_ps)
                                 : ss__grpc_transport_create(&tcfg, &m->to_ps);
     if (st != SS_OK) {
-        fprintf(stderr, "shadowsync-agent: cannot reach --ps %s: %s\n", c->ps, ss_strerror(st));
+        ss__refuse("shadowsync-agent", "cannot reach --ps %s: %s", c->ps, ss_strerror(st));
         return st;
     }
     m->transport = m->to_ps;
     if (o->host_average && (st = ss__host_average_transport_create(
                                 m->to_ps, (uint32_t)o->host_deadline_ms, &m->transport)) != SS_OK)
-        fprintf(stderr, "shadowsync-agent: cannot set up host averaging: %s\n", ss_strerror(st));
+        ss__refuse("shadowsync-agent", "cannot set up host averaging: %s", ss_strerror(st));
     return st;
 }
 
@@ -275,11 +275,10 @@ static ss_status start_agent(agent_main *m, const agent_options *o) {
                              .max_trainer_bytes = (uint64_t)o->max_trainer_mb << 20};
     ss_status st = ss__agent_create(&acfg, &m->agent);
     if (st != SS_OK)
-        fprintf(stderr, "shadowsync-agent: cannot serve on %s: %s%s\n", o->socket_path,
-                ss_strerror(st),
-                st == SS_ERR_EXISTS ? " (another agent is running there, or the path is not a "
-                                      "socket)"
-                                    : "");
+        ss__refuse("shadowsync-agent", "cannot serve on %s: %s%s", o->socket_path, ss_strerror(st),
+                   st == SS_ERR_EXISTS ? " (another agent is running there, or the path is not a "
+                                         "socket)"
+                                       : "");
     return st;
 }
 

@@ -200,20 +200,33 @@ void ss__log(ss__log_level level, const char *component, const char *fmt, ...) {
     fputs(line, stderr);
 }
 
-void ss__say(const char *prog, const char *fmt, ...) {
+/* "prog: msg" as it is (text) or as a JSON line of level at component
+ * prog, to out. */
+static void say_to(FILE *out, ss__log_level level, const char *prog, const char *fmt, va_list ap) {
     char msg[1024], ts[96], line[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (format_now() == SS_LOG_TEXT) {
-        printf("%s: %s\n", prog, msg);
+        fprintf(out, "%s: %s\n", prog, msg);
     } else {
         char text[1200];
         snprintf(text, sizeof text, "%s: %s", prog, msg);
         timestamp(ts, sizeof ts);
-        render(SS_LOG_JSON, ts, SS_LOG_INFO, prog, text, false, line, sizeof line);
-        fputs(line, stdout);
+        render(SS_LOG_JSON, ts, level, prog, text, false, line, sizeof line);
+        fputs(line, out);
     }
-    fflush(stdout);
+    fflush(out);
+}
+
+void ss__say(const char *prog, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say_to(stdout, SS_LOG_INFO, prog, fmt, ap);
+    va_end(ap);
+}
+
+void ss__refuse(const char *prog, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say_to(stderr, SS_LOG_ERROR, prog, fmt, ap);
+    va_end(ap);
 }

@@ -49,6 +49,9 @@ void ss__log(ss__log_level level, const char *component, const char *fmt, ...)
  * "component": prog, "msg": "prog: text"}), so that every line a daemon
  * writes parses as JSON. Whatever the log level. */
 void ss__say(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A daemon's refusal (a bad flag, a file it cannot use) on stderr, as
+ * ss__say writes (level error in JSON). */
+void ss__refuse(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define SS_LOG_DEBUGF(comp, ...) ss__log(SS_LOG_DEBUG, comp, __VA_ARGS__)
 #define SS_LOG_INFOF(comp, ...)  ss__log(SS_LOG_INFO, comp, __VA_ARGS__)

@@ -169,20 +169,20 @@ static ss_status http_checkpoint(void *ctx, char *msg, size_t msglen) {
 static int make_private_dirs(ps_state *ps, const ps_options *o) {
     char why[600];
     if (*o->emb_db && ss__private_dir(o->emb_db, "--emb-db", why, sizeof why) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: %s\n", why);
+        ss__refuse("shadowsync-ps", "%s", why);
         return -1;
     }
     if (!*o->ckpt_dir)
         return 0;
     if (snprintf(ps->emb_root, sizeof ps->emb_root, "%s/emb", o->ckpt_dir) >=
         (int)sizeof ps->emb_root) {
-        fprintf(stderr, "shadowsync-ps: --checkpoint-dir is too long\n");
+        ss__refuse("shadowsync-ps", "--checkpoint-dir is too long");
         return -1;
     }
     const char *make[] = {o->ckpt_dir, ps->emb_root};
     for (int i = 0; i < 2; i++)
         if (ss__private_dir(make[i], "--checkpoint-dir", why, sizeof why) != SS_OK) {
-            fprintf(stderr, "shadowsync-ps: %s\n", why);
+            ss__refuse("shadowsync-ps", "%s", why);
             return -1;
         }
     return 0;
@@ -192,7 +192,7 @@ static int make_private_dirs(ps_state *ps, const ps_options *o) {
  * operator decides, nothing is overwritten. */
 static int restore(ps_state *ps, const char *dir) {
     if (snprintf(ps->path, sizeof ps->path, "%s/dense.ckpt", dir) >= (int)sizeof ps->path) {
-        fprintf(stderr, "shadowsync-ps: --checkpoint-dir is too long\n");
+        ss__refuse("shadowsync-ps", "--checkpoint-dir is too long");
         return -1;
     }
     size_t groups = 0;
@@ -202,8 +202,8 @@ static int restore(ps_state *ps, const char *dir) {
         return 0;
     }
     if (st != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: cannot restore %s: %s (file left as is)\n", ps->path,
-                ss_strerror(st));
+        ss__refuse("shadowsync-ps", "cannot restore %s: %s (file left as is)", ps->path,
+                   ss_strerror(st));
         return -1;
     }
     ss__say("shadowsync-ps", "restored %zu groups from %s", groups, ps->path);
@@ -431,62 +431,65 @@ static int parse_options(int argc, char **argv, ps_options *o) {
 static int check_options(ps_options *o) {
     if (*o->follow &&
         (*o->delta_dir || *o->ckpt_dir || o->emb_admit > 1 || o->emb_ttl_s || o->emb_max_live)) {
-        fprintf(stderr, "shadowsync-ps: --follow serves the training PS's state as its deltas "
-                        "say: --delta-dir, --checkpoint-dir and the --emb-* bounds belong to the "
-                        "training PS\n");
+        ss__refuse("shadowsync-ps",
+                   "--follow serves the training PS's state as its deltas "
+                   "say: --delta-dir, --checkpoint-dir and the --emb-* bounds belong to the "
+                   "training PS");
         return 2;
     }
     if ((o->emb_admit > 1 || o->emb_ttl_s || o->emb_max_live) && o->mem_cap_mb) {
-        fprintf(stderr, "shadowsync-ps: --mem-cap-mb spills rows to RocksDB; --emb-admit-count, "
-                        "--emb-ttl-s and --emb-max-live-rows hold a table whole and forget rows: "
-                        "use one or the other\n");
+        ss__refuse("shadowsync-ps",
+                   "--mem-cap-mb spills rows to RocksDB; --emb-admit-count, "
+                   "--emb-ttl-s and --emb-max-live-rows hold a table whole and forget rows: "
+                   "use one or the other");
         return 2;
     }
     char bad[300];
     if (!ss__address_valid(o->listen, "--listen", bad, sizeof bad) ||
         (*o->bulk_listen && !ss__address_valid(o->bulk_listen, "--bulk-listen", bad, sizeof bad))) {
-        fprintf(stderr, "shadowsync-ps: %s\n", bad);
+        ss__refuse("shadowsync-ps", "%s", bad);
         return 2;
     }
     if (*o->bulk_listen && *o->follow) {
-        fprintf(stderr, "shadowsync-ps: --bulk-listen serves writes: not on a --follow replica\n");
+        ss__refuse("shadowsync-ps", "--bulk-listen serves writes: not on a --follow replica");
         return 2;
     }
     if (o->member_timeout_ms && o->member_timeout_ms < o->deadline_ms) {
-        fprintf(stderr, "shadowsync-ps: --member-timeout-ms must be 0 or >= --round-deadline-ms\n");
+        ss__refuse("shadowsync-ps", "--member-timeout-ms must be 0 or >= --round-deadline-ms");
         return 2;
     }
     if (!*o->tls_cert != !*o->tls_key || (*o->tls_ca && !*o->tls_cert)) {
-        fprintf(stderr, "shadowsync-ps: --tls-cert and --tls-key go together (--tls-ca needs "
-                        "both)\n");
+        ss__refuse("shadowsync-ps", "--tls-cert and --tls-key go together (--tls-ca needs "
+                                    "both)");
         return 2;
     }
     if (*o->tls_writers && !*o->tls_ca) {
-        fprintf(stderr, "shadowsync-ps: --tls-writers names client certificates: it needs mutual "
-                        "TLS (--tls-ca)\n");
+        ss__refuse("shadowsync-ps", "--tls-writers names client certificates: it needs mutual "
+                                    "TLS (--tls-ca)");
         return 2;
     }
     char why[400];
     if (*o->tls_writers && ss__auth_writers_valid(o->tls_writers, why, sizeof why) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: %s\n", why);
+        ss__refuse("shadowsync-ps", "%s", why);
         return 2;
     }
     if (o->sync_writes && !*o->emb_db) {
-        fprintf(stderr, "shadowsync-ps: --sync-writes needs --emb-db\n");
+        ss__refuse("shadowsync-ps", "--sync-writes needs --emb-db");
         return 2;
     }
     if (ss__auth_daemon_setup(o->auth_file, o->http, o->auth, sizeof o->auth, why, sizeof why) !=
         SS_OK) {
-        fprintf(stderr, "shadowsync-ps: %s\n", why);
+        ss__refuse("shadowsync-ps", "%s", why);
         return 2;
     }
     if (*o->peer_file && (ss__auth_header_from_file(o->peer_file, o->peer_auth, sizeof o->peer_auth,
                                                     why, sizeof why) != SS_OK ||
                           !strcmp(o->peer_auth, o->auth))) {
-        fprintf(stderr, "shadowsync-ps: --peer-token-file %s: %s\n", o->peer_file,
-                o->peer_auth[0] ? "the same token as --auth-token-file: the PS's own must differ "
-                                  "(trainers hold the other)"
-                                : why);
+        ss__refuse("shadowsync-ps", "--peer-token-file %s: %s", o->peer_file,
+                   o->peer_auth[0]
+                       ? "the same token as --auth-token-file: the PS's own must differ "
+                         "(trainers hold the other)"
+                       : why);
         return 2;
     }
     /* Both would leave the operator guessing which one holds: a token
@@ -510,8 +513,8 @@ static int check_options(ps_options *o) {
         if (*listens[i] &&
             ss__auth_listener_check(names[i], listens[i], o->auth[0], *o->tls_ca,
                                     o->insecure_loopback, why, sizeof why) != SS_OK) {
-            fprintf(stderr, "shadowsync-ps: %s%s\n", why,
-                    ss__listen_is_loopback(listens[i]) ? "" : " or mutual TLS (--tls-ca)");
+            ss__refuse("shadowsync-ps", "%s%s", why,
+                       ss__listen_is_loopback(listens[i]) ? "" : " or mutual TLS (--tls-ca)");
             return 2;
         }
     if (!o->auth[0] && !*o->tls_ca)
@@ -540,7 +543,7 @@ static int open_state(ps_state *ps, const ps_options *o) {
         ss__central_create(&ccfg, &ps->centre) != SS_OK ||
         ss__ps_group_metrics_create(ps->metrics, ps->centre, STATUS_GROUPS, &ps->group_metrics) !=
             SS_OK) {
-        fprintf(stderr, "shadowsync-ps: out of memory\n");
+        ss__refuse("shadowsync-ps", "out of memory");
         return 1;
     }
     ss__emb_store_config ecfg = {.db_path = o->emb_db,
@@ -561,8 +564,8 @@ static int open_state(ps_state *ps, const ps_options *o) {
         return 1;
     ss_status st = ss__emb_store_create(&ecfg, &ps->store);
     if (st != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: cannot open the embedding store %s: %s\n",
-                *o->emb_db ? o->emb_db : "(memory)", ss_strerror(st));
+        ss__refuse("shadowsync-ps", "cannot open the embedding store %s: %s",
+                   *o->emb_db ? o->emb_db : "(memory)", ss_strerror(st));
         return 1;
     }
     if (*o->ckpt_dir && restore(ps, o->ckpt_dir) != 0)
@@ -608,7 +611,7 @@ static int start_deltas(ps_state *ps, const ps_options *o) {
             ss__say("shadowsync-ps", "following %s (read-only)", o->follow);
     }
     if (st != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: %s\n", *why ? why : ss_strerror(st));
+        ss__refuse("shadowsync-ps", "%s", *why ? why : ss_strerror(st));
         return 1;
     }
     if (*o->emb_db)
@@ -669,7 +672,7 @@ static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_co
                                        .tls = scfg->tls};
     char why[400] = "";
     if (ss__bulk_server_start(&bc, m, n, &ps->svc, &ps->bulk, why, sizeof why) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: %s\n", *why ? why : "cannot start the bulk server");
+        ss__refuse("shadowsync-ps", "%s", *why ? why : "cannot start the bulk server");
         return 1;
     }
     ps->svc.bulk = ps->bulk;
@@ -716,7 +719,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
         if (o->auth[0] && *o->auth_file) /* what its channels to other shards read */
             setenv("SHADOWSYNC_AUTH_TOKEN_FILE", o->auth_file, 0);
         if (ss__ps_map_watch_start(o->shard_map, ps->metrics, &ps->map, why, sizeof why) != SS_OK) {
-            fprintf(stderr, "shadowsync-ps: --shard-map: %s\n", why);
+            ss__refuse("shadowsync-ps", "--shard-map: %s", why);
             return 2;
         }
         const ss__ps_row_moves_config mc = {.store = ps->store,
@@ -750,15 +753,15 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
     if (st != SS_OK) {
         const char *why = ss__rpc_server_start_failure();
-        fprintf(stderr, "shadowsync-ps: %s\n",
-                *why ? why : ss_strerror(st)); /* the address, or the PEM file, and why */
+        ss__refuse("shadowsync-ps", "%s",
+                   *why ? why : ss_strerror(st)); /* the address, or the PEM file, and why */
         return 1;
     }
     served_address(o->listen, ss__rpc_server_port(ps->srv), ps->listen, sizeof ps->listen);
     snprintf(ps->self, sizeof ps->self, "%s", *o->advertise ? o->advertise : ps->listen);
     atomic_store(&ps->self_known, true);
     if (ps->moves && ss__ps_row_moves_run(ps->moves, ps->self) != SS_OK) {
-        fprintf(stderr, "shadowsync-ps: cannot start moving rows (out of memory)\n");
+        ss__refuse("shadowsync-ps", "cannot start moving rows (out of memory)");
         return 1;
     }
     return 0;

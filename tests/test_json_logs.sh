@@ -42,4 +42,25 @@ for path in sys.argv[1:]:
         assert said in text, f"{path}: no {said!r} line"
     print(f"{path.rsplit('/', 1)[-1]}: {len(lines)} lines, every one JSON")
 PY
-echo "json-logs test: every line of the PS and the agent parses as JSON"
+# a refusal at start is a JSON line of level error too, on stderr
+rc=0
+"$bin/shadowsync-ps" --listen 127.0.0.1:0 --http "" --sync-writes true >/dev/null 2>"$tmp/refused-ps.log" || rc=$?
+[ $rc = 2 ] || { echo "FAIL: the PS's refusal exited $rc" >&2; exit 1; }
+rc=0
+"$bin/shadowsync-agent" --ps 127.0.0.1:1 --socket "$tmp/x/y/z.sock" --http "" >/dev/null \
+  2>"$tmp/refused-agent.log" || rc=$?
+[ $rc != 0 ] || { echo "FAIL: the agent started on a socket it cannot make" >&2; exit 1; }
+/usr/bin/python3 - "$tmp/refused-ps.log" "$tmp/refused-agent.log" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    lines = open(path).read().splitlines()
+    assert lines, f"{path}: nothing written"
+    for line in lines:
+        try:
+            o = json.loads(line)
+        except ValueError:
+            sys.exit(f"FAIL: {path}: a refusal that is not JSON: {line}")
+        assert o.get("level") == "error", (path, line)
+    print(f"{path.rsplit('/', 1)[-1]}: {lines[-1]}")
+PY
+echo "json-logs test: every line of the PS and the agent parses as JSON, refusals too"
