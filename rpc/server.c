@@ -494,7 +494,7 @@ static void admit(call_ctx *c) {
         return;
     }
     read_turn turn =
-        m->read_only && srv->writer_queues < srv->nthreads ? ss__rpc_read_turn(c) : READ_GOES;
+        m->read_only && srv->writer_queues < srv->shared_queues ? ss__rpc_read_turn(c) : READ_GOES;
     if (turn == READ_REFUSED) {
         refuse(c, SS_ERR_TOO_LARGE, srv->unfair_refused,
                "%s: this connection has %u reads in flight, its share of the server, and %u "
@@ -571,11 +571,26 @@ static uint32_t reader_queues(const ss__rpc_method *methods, size_t n, uint32_t 
 
 /* Does queue q take calls of method m? Writers' queues the methods that
  * change state, readers' queues the read-only ones (bulk reads never hold
- * a writer's thread), all of them when there are no readers' queues. */
+ * a writer's thread), all of them when there are no readers' queues. The
+ * peers' methods (the fleet's row moves) have a queue of their own: a PS
+ * answers another's Handoff while each of its other queue threads waits
+ * in a request for rows that the other is giving (ps/row_moves.h). */
 static bool queue_serves(const ss__rpc_server *srv, uint32_t q, size_t m) {
-    if (srv->writer_queues == srv->nthreads)
+    const bool peers = srv->methods[m].peers_only;
+    if (srv->peer_queue < srv->nthreads && (peers || q == srv->peer_queue))
+        return peers && q == srv->peer_queue;
+    if (srv->writer_queues == srv->shared_queues)
         return true;
     return srv->methods[m].read_only == (q >= srv->writer_queues);
+}
+
+/* The queue of the peers' methods, when one is peers_only: after the
+ * others (UINT32_MAX: none). */
+static uint32_t peer_queue(const ss__rpc_method *methods, size_t n, uint32_t shared) {
+    for (size_t i = 0; i < n; i++)
+        if (methods[i].peers_only)
+            return shared;
+    return UINT32_MAX;
 }
 
 static void *cq_thread(void *arg) {
@@ -728,7 +743,9 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->nmethods = nmethods;
     srv->ctx = ctx;
     srv->writer_queues = cfg->threads;
-    srv->nthreads = cfg->threads + reader_queues(methods, nmethods, cfg->threads);
+    srv->shared_queues = cfg->threads + reader_queues(methods, nmethods, cfg->threads);
+    srv->peer_queue = peer_queue(methods, nmethods, srv->shared_queues);
+    srv->nthreads = srv->shared_queues + (srv->peer_queue != UINT32_MAX);
     srv->reads_per_peer = cfg->reads_per_peer ? cfg->reads_per_peer : SS_RPC_DEFAULT_READS_PER_PEER;
     srv->slots = calloc(nmethods, sizeof *srv->slots);
     srv->cqs = calloc(srv->nthreads, sizeof *srv->cqs);
@@ -796,7 +813,7 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
         cq_arg *a = malloc(sizeof *a);
         a->srv = srv;
         a->cq = srv->cqs[i];
-        a->reader = i >= srv->writer_queues;
+        a->reader = i >= srv->writer_queues && i < srv->shared_queues;
         pthread_create(&srv->threads[i], NULL, cq_thread, a);
     }
     *out = srv;

@@ -64,7 +64,10 @@ struct ss__rpc_server {
     size_t max_inflight;
     _Atomic size_t inflight; /* request bytes received, their handlers not done */
     ss__counter *too_large, *inflight_refused, *unfair_refused, *reads_waited;
-    uint32_t writer_queues;  /* cqs[0 .. writer_queues) serve writers; the rest readers */
+    uint32_t writer_queues; /* cqs[0 .. writer_queues) serve writers; the rest readers */
+    /* cqs[writer_queues .. shared_queues) serve readers; a last queue,
+     * when a method is peers_only, serves those alone (peer_queue) */
+    uint32_t shared_queues, peer_queue;
     uint32_t reads_per_peer; /* in flight per connection */
     pthread_mutex_t peer_lock;
     peer_reads peers[PEER_SLOTS];

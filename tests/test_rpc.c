@@ -921,6 +921,43 @@ START_TEST(test_http_answers_healthz_during_a_slowloris) {
 }
 END_TEST
 
+/* The peers' methods have a queue of their own: with the one writer
+ * thread held in a handler that waits (as a PS's request waits for rows a
+ * peer is giving), a peers_only call is served at once (before, it was
+ * dispatched by the held thread's queue and waited: each PS of a fleet
+ * moving rows held the other's Handoff to its deadline). */
+START_TEST(test_peers_have_a_queue_of_their_own) {
+    static const ss__rpc_method m[] = {
+        {"/t.T/Held", h_read_held, false, NULL, false, 0, NULL, false},
+        {"/t.T/Peer", h_write, false, NULL, false, 0, NULL, true}};
+    ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 1};
+    ss__rpc_server *srv;
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, 2, NULL, &srv), SS_OK);
+    char target[32];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
+    ss__rpc_channel *held, *peer;
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &held), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &peer), SS_OK);
+    static reads_arg a;
+    pthread_t th;
+    start_reads(&a, held, "/t.T/Held", 1, &th);
+    wait_for(&reads_in, 1); /* the writers' one thread is held */
+    uint8_t one = 1, *resp = NULL;
+    size_t rl;
+    ck_assert_int_eq(ss__rpc_call(peer, "/t.T/Peer", &one, 1, 3000, false, &resp, &rl, NULL, 0),
+                     SS_OK);
+    ck_assert_uint_eq(resp[0], 2);
+    free(resp);
+    atomic_store(&reads_go, true);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a.rq[0].status, SS_OK);
+    free(a.rq[0].resp);
+    ss__rpc_channel_destroy(held);
+    ss__rpc_channel_destroy(peer);
+    ss__rpc_server_stop(srv);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     return ss__check_tests(
@@ -932,5 +969,5 @@ int main(void) {
         test_compressed_sync_over_grpc, test_other_chunking_is_refused_with_why,
         test_round_sends_its_whole_shard_before_waiting, test_a_silent_connection_is_given_up,
         test_http_answers_healthz_during_a_slowloris, test_bytes_in_flight_are_bounded,
-        test_reads_never_hold_up_writers);
+        test_reads_never_hold_up_writers, test_peers_have_a_queue_of_their_own);
 }
