@@ -27,10 +27,6 @@
 #include "trainer-hooks/settings_internal.h"
 #include "trainer-hooks/trainer_internal.h"
 
-const char *ss_version(void) {
-    return ss__version();
-}
-
 /* ---- open / close ---- */
 
 /* Says which setting is wrong and why. */
