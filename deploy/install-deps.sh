@@ -63,6 +63,10 @@ TEST=(
   iproute2            # ip and tc: the emulated cluster (bench/emu-cluster.sh) and its test
   nftables            # nft: packet loss and partitions on the emulated cluster (bench/fault-soak.sh)
   iptables            # NFQUEUE rules feeding the emulated cluster's latency line (bench/emu-lib.sh)
+  podman              # the image test builds and runs deploy/container's image (tests/test_image.sh)
+  runc                # ... with runc, as a kubelet's runtime would
+  mmdebstrap          # ... its debian:12 base made from Debian's archive (build.sh --offline)
+  uidmap
 )
 
 set_name=all list=false
