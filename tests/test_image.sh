@@ -49,7 +49,8 @@ fsgroup() {
   chmod -R g+rwX "$1"
   find "$1" -type d -exec chmod g+s {} +
 }
-pod=(--runtime runc --network host --user 10001:10001 --read-only --cap-drop ALL
+pod=(--runtime runc --network host --ulimit nofile=4096:4096 --ulimit nproc=4096:4096
+  --user 10001:10001 --read-only --cap-drop ALL
   --security-opt no-new-privileges -v "$tmp/secret:/etc/shadowsync:ro"
   -e SHADOWSYNC_AUTH_TOKEN_FILE=/etc/shadowsync/token -e SHADOWSYNC_LOG_FORMAT=json)
 run_ps() {
@@ -71,8 +72,9 @@ fsgroup "$tmp/state"
 run_ps
 healthy "http://127.0.0.1:$ps_http" || fail "the PS did not start again on a volume fsGroup changed: $(podman logs "ss-test-ps-$$" 2>&1 | tail -3)"
 
-# the agent: its socket group 10001 lets a trainer pod of that group in
-mkdir -p "$tmp/run" && chown 0:10001 "$tmp/run" && chmod 2770 "$tmp/run"
+# the agent: its socket group 10001 lets a trainer pod of that group in;
+# the node's socket directory is 10001's, 0750 (deploy/k8s/node-tmpfiles.conf)
+mkdir -p "$tmp/run" && chown 10001:10001 "$tmp/run" && chmod 0750 "$tmp/run"
 names+=(ss-test-agent-$$)
 podman run -d --name "ss-test-agent-$$" "${pod[@]}" -v "$tmp/run:/run/shadowsync" \
   -e SHADOWSYNC_SOCKET_GROUP=10001 "$image" shadowsync-agent --ps "127.0.0.1:$ps_port" \
@@ -81,8 +83,8 @@ healthy "http://127.0.0.1:$agent_http" || fail "the agent did not start: $(podma
 [ "$(stat -c '%a %g' "$tmp/run/agent.sock")" = "660 10001" ] ||
   fail "the agent's socket is $(stat -c '%a %u:%g' "$tmp/run/agent.sock"), not 0660 group 10001"
 # a trainer as uid 20000 in group 10001 (a trainer pod's fsGroup), this build's
-setpriv --reuid 20000 --regid 10001 --clear-groups env SHADOWSYNC_AGENT="$tmp/run/agent.sock" \
-  timeout 120 "$bin/minimal-trainer" --mode shadow --steps 300 --step-us 500 >"$tmp/trainer.log" 2>&1 ||
+setpriv --reuid 20000 --regid 10001 --clear-groups env SHADOWSYNC_AGENT="$tmp/run/agent.sock" SHADOWSYNC_AGENT_UID=10001 \
+  timeout 120 "$bin/minimal-trainer" --mode shadow --steps 4000 --step-us 500 >"$tmp/trainer.log" 2>&1 ||
   fail "the trainer through the agent: $(tail -5 "$tmp/trainer.log")"
 grep -q 'rounds=[1-9]' "$tmp/trainer.log" || fail "the trainer synced no round: $(tail -3 "$tmp/trainer.log")"
 podman logs "ss-test-ps-$$" 2>&1 | /usr/bin/python3 -c '
