@@ -228,21 +228,27 @@ START_TEST(test_silent_connections_under_a_low_fd_limit) {
 }
 END_TEST
 
-/* A frame's head announcing len bytes of EasgdExchange, on a new stream. */
-static int stalled_frame(const ps_proc *ps, uint64_t len, size_t sent) {
-    ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(ps->target, 0, NULL, &ch), SS_OK);
+/* A ticket over gRPC, as a client asks for one. */
+static void ticket_of(ss__rpc_channel *ch, uint8_t t[SS_BULK_TICKET_BYTES]) {
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
     ProtobufCMessage *r;
     ck_assert_int_eq(ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, 5000, false,
                                           &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL,
                                           0),
                      SS_OK);
-    int fd = connect_from("127.0.0.2", ps->bulk);
-    const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
-    ck_assert(ss__write_all(fd, tr->ticket.data, tr->ticket.len));
+    memcpy(t, ((const Shadowsync__V1__BulkTicketReply *)r)->ticket.data, SS_BULK_TICKET_BYTES);
     protobuf_c_message_free_unpacked(r, NULL);
+}
+
+/* A frame's head announcing len bytes of EasgdExchange, on a new stream. */
+static int stalled_frame(const ps_proc *ps, uint64_t len, size_t sent) {
+    ss__rpc_channel *ch;
+    ck_assert_int_eq(ss__rpc_channel_create(ps->target, 0, NULL, &ch), SS_OK);
+    uint8_t t[SS_BULK_TICKET_BYTES];
+    ticket_of(ch, t);
     ss__rpc_channel_destroy(ch);
+    int fd = connect_from("127.0.0.2", ps->bulk);
+    ck_assert(ss__write_all(fd, t, sizeof t));
     uint8_t h[SS_BULK_REQ_HEAD];
     ss__bulk_request_head(h, SS_DENSE_BULK_EASGD, len);
     ck_assert(ss__write_all(fd, h, sizeof h));
@@ -283,17 +289,6 @@ START_TEST(test_stalled_frames_hold_only_what_arrived) {
     stop_ps(&ps);
 }
 END_TEST
-
-static void ticket_of(ss__rpc_channel *ch, uint8_t t[SS_BULK_TICKET_BYTES]) {
-    Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
-    ProtobufCMessage *r;
-    ck_assert_int_eq(ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, 5000, false,
-                                          &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL,
-                                          0),
-                     SS_OK);
-    memcpy(t, ((const Shadowsync__V1__BulkTicketReply *)r)->ticket.data, SS_BULK_TICKET_BYTES);
-    protobuf_c_message_free_unpacked(r, NULL);
-}
 
 /* Whether a stream opened with t is served: a frame naming a method out
  * of range is read (and closes it as a bad frame) only after the ticket

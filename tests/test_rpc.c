@@ -772,6 +772,32 @@ static void held_reads(reads_arg *a, ss__rpc_channel *ch, size_t n, ss__counter 
     pthread_join(th, NULL);
 }
 
+/* A server of methods m with one thread of each kind; a call of `held`
+ * (on *held_ch) holds its thread while a call of `other` (on *other_ch)
+ * must be served within 3 s; then the held one is let go. */
+static void served_while_held(const ss__rpc_server_config *cfg, const ss__rpc_method *m, size_t n,
+                              const char *held, const char *other, ss__rpc_server **srv,
+                              ss__rpc_channel **held_ch, ss__rpc_channel **other_ch, reads_arg *a) {
+    ck_assert_int_eq(ss__rpc_server_start(cfg, m, n, NULL, srv), SS_OK);
+    char target[32];
+    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(*srv));
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, held_ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, other_ch), SS_OK);
+    pthread_t th;
+    start_reads(a, *held_ch, held, 1, &th);
+    wait_for(&reads_in, 1); /* its thread is held */
+    uint8_t one = 1, *resp = NULL;
+    size_t rl;
+    ck_assert_int_eq(ss__rpc_call(*other_ch, other, &one, 1, 3000, false, &resp, &rl, NULL, 0),
+                     SS_OK);
+    ck_assert_uint_eq(resp[0], 2);
+    free(resp);
+    atomic_store(&reads_go, true);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a->rq[0].status, SS_OK);
+    free(a->rq[0].resp);
+}
+
 /* Reads never hold up writers: with the one reader thread held in a slow
  * read, a write is served at once (before, reads and writes shared the
  * threads: the write waited for the read). And one connection may have
@@ -789,26 +815,9 @@ START_TEST(test_reads_never_hold_up_writers) {
     ss__rpc_server_config cfg = {
         .listen = "127.0.0.1:0", .threads = 1, .metrics = metrics, .max_blocked_calls = 16};
     ss__rpc_server *srv;
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, 3, NULL, &srv), SS_OK);
-    char target[32];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
     ss__rpc_channel *reader, *writer;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &reader), SS_OK);
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &writer), SS_OK);
     static reads_arg a;
-    pthread_t th;
-    start_reads(&a, reader, "/t.T/Read", 1, &th);
-    wait_for(&reads_in, 1); /* the reader thread is held */
-    uint8_t one = 1, *resp = NULL;
-    size_t rl;
-    ck_assert_int_eq(ss__rpc_call(writer, "/t.T/Write", &one, 1, 5000, false, &resp, &rl, NULL, 0),
-                     SS_OK);
-    ck_assert_uint_eq(resp[0], 2);
-    free(resp);
-    atomic_store(&reads_go, true);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(a.rq[0].status, SS_OK);
-    free(a.rq[0].resp);
+    served_while_held(&cfg, m, 3, "/t.T/Read", "/t.T/Write", &srv, &reader, &writer, &a);
 
     ss__counter *waited = rpc_counter(metrics, "shadowsync_rpc_reads_waited_total",
                                       "Reads that waited for their turn because their connection "
@@ -932,26 +941,9 @@ START_TEST(test_peers_have_a_queue_of_their_own) {
         {"/t.T/Peer", h_write, false, NULL, false, 0, NULL, true}};
     ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 1};
     ss__rpc_server *srv;
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, 2, NULL, &srv), SS_OK);
-    char target[32];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
     ss__rpc_channel *held, *peer;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &held), SS_OK);
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &peer), SS_OK);
     static reads_arg a;
-    pthread_t th;
-    start_reads(&a, held, "/t.T/Held", 1, &th);
-    wait_for(&reads_in, 1); /* the writers' one thread is held */
-    uint8_t one = 1, *resp = NULL;
-    size_t rl;
-    ck_assert_int_eq(ss__rpc_call(peer, "/t.T/Peer", &one, 1, 3000, false, &resp, &rl, NULL, 0),
-                     SS_OK);
-    ck_assert_uint_eq(resp[0], 2);
-    free(resp);
-    atomic_store(&reads_go, true);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(a.rq[0].status, SS_OK);
-    free(a.rq[0].resp);
+    served_while_held(&cfg, m, 2, "/t.T/Held", "/t.T/Peer", &srv, &held, &peer, &a);
     ss__rpc_channel_destroy(held);
     ss__rpc_channel_destroy(peer);
     ss__rpc_server_stop(srv);
