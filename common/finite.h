@@ -1,11 +1,20 @@
 /* The finiteness check every request path runs on the floats it accepts
- * (dense snapshots, peers' models, embedding gradients and rows). */
+ * (dense snapshots, peers' models, embedding gradients and rows), and the
+ * elastic rate's range, the same wherever an alpha is taken. */
 #ifndef SHADOWSYNC_FINITE_H
 #define SHADOWSYNC_FINITE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* 1 if every one of the n floats is finite (no NaN, no Inf), else 0. */
 int ss__all_finite(const float *restrict x, size_t n);
+
+/* The elastic rate (S-EASGD's alpha, a cached table's emb_alpha): in
+ * (0, 1] (NaN is not). */
+#define SS_ALPHA_RANGE "(0, 1]"
+static inline bool ss__alpha_valid(float alpha) {
+    return alpha > 0.0f && alpha <= 1.0f;
+}
 
 #endif

@@ -679,8 +679,8 @@ static ss_status store_elastic(ss__emb_store *st, const char *table, const uint6
     if (!st || !x || (enc ? !encoded || !enc->fn : !deltas))
         return SS_ERR_INVALID_ARGUMENT;
     ss_status s = check_request(st, table, ids, n, x, &tb, why, whylen);
-    if (s == SS_OK && !(alpha > 0.0f && alpha <= 1.0f)) {
-        ss__why(why, whylen, "alpha must be in (0, 1]");
+    if (s == SS_OK && !ss__alpha_valid(alpha)) {
+        ss__why(why, whylen, "alpha must be in " SS_ALPHA_RANGE);
         s = refuse(st, SS_ERR_INVALID_ARGUMENT, "bad_alpha");
     }
     if (s != SS_OK)

@@ -41,7 +41,7 @@ bool ss__elastic_exchange_finite(const float *restrict s, float *restrict c, flo
 }
 
 ss_status ss__easgd_server(const float *s, float *c, float *d, float alpha, size_t n) {
-    if (!s || !c || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f))
+    if (!s || !c || !d || n == 0 || !ss__alpha_valid(alpha))
         return SS_ERR_INVALID_ARGUMENT;
     return ss__elastic_exchange_finite(s, c, d, alpha, n) ? SS_OK : SS_ERR_NON_FINITE;
 }

@@ -162,7 +162,7 @@ ss_status ss__central_easgd(ss__central *c, const char *name, uint64_t member, c
  * g->lock. */
 static ss_status easgd_encoded_locked(ss__central *c, group *g, uint64_t member,
                                       const ss__codec_upload *up, float alpha, uint8_t *reply) {
-    if (!(alpha > 0.0f && alpha <= 1.0f))
+    if (!ss__alpha_valid(alpha))
         return SS_ERR_INVALID_ARGUMENT;
     ssize_t idx = ss__central_member_index(g, member);
     if (idx < 0)

@@ -171,8 +171,8 @@ ss_status ss__sync_params_check(const ss__sync_params *p, char *why, size_t whyl
         ss__why(why, whylen, "algo must be easgd, ma or bmuf");
         return SS_ERR_INVALID_ARGUMENT;
     }
-    if (p->algo == SS_ALGO_EASGD && !(p->alpha > 0.0f && p->alpha <= 1.0f)) {
-        ss__why(why, whylen, "alpha must be in (0, 1] (S-EASGD elastic rate), not %g",
+    if (p->algo == SS_ALGO_EASGD && !ss__alpha_valid(p->alpha)) {
+        ss__why(why, whylen, "alpha must be in " SS_ALPHA_RANGE " (S-EASGD elastic rate), not %g",
                 (double)p->alpha);
         return SS_ERR_INVALID_ARGUMENT;
     }

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/finite.h"
+
 struct ss__transport {
     const ss__transport_ops *ops;
     void *impl;
@@ -43,7 +45,7 @@ ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t memb
 
 ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint64_t member,
                                        const float *s, float alpha, float *d, size_t n) {
-    if (!t || !group || !s || !d || n == 0 || !(alpha > 0.0f && alpha <= 1.0f)) {
+    if (!t || !group || !s || !d || n == 0 || !ss__alpha_valid(alpha)) {
         if (d)
             memset(d, 0, n * sizeof *d); /* nothing applied */
         return SS_ERR_INVALID_ARGUMENT;

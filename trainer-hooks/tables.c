@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/finite.h"
 #include "common/log.h"
 #include "common/shard_map.h"
 #include "embedding-store/emb_table.h"
@@ -181,9 +182,10 @@ static ss_status check_config(ss_trainer *t, const ss_table_config *c, ss__emb_s
         return BAD("table %s: emb_push_queue=0: a remote table queues at least 1 push", c->name);
     if (c->mode == SS_TABLE_CACHED && c->cache_rows == 0)
         return BAD("table %s: emb_cache_rows=0: a cached table keeps at least 1 row", c->name);
-    if (c->mode == SS_TABLE_CACHED && !(c->alpha > 0.0f && c->alpha <= 1.0f))
-        return BAD("table %s: emb_alpha=%g: the elastic rate of the row sync must be in (0, 1]",
-                   c->name, (double)c->alpha);
+    if (c->mode == SS_TABLE_CACHED && !ss__alpha_valid(c->alpha))
+        return BAD(
+            "table %s: emb_alpha=%g: the elastic rate of the row sync must be in " SS_ALPHA_RANGE,
+            c->name, (double)c->alpha);
     if (c->mode == SS_TABLE_CACHED && c->sync_interval_ms == 0)
         return BAD("table %s: emb_sync_ms=0: the row sync pauses at least 1 ms", c->name);
     ss__encoding enc;
