@@ -514,8 +514,11 @@ static ss_status prepare_dir(const ss__agent *a, const char *path) {
         return SS_OK;
     }
     struct stat sb;
-    if (errno != EEXIST || lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (errno != EEXIST || lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        SS_LOG_ERRORF("agent", "event=socket_dir_failed dir=%s why=\"%s\"", dir,
+                      errno == EEXIST ? "exists and is not a directory" : strerror(errno));
         return SS_ERR_IO;
+    }
     if (sb.st_uid != geteuid()) {
         SS_LOG_ERRORF("agent",
                       "event=socket_dir_refused dir=%s owner_uid=%d agent_uid=%d why=\"the "
