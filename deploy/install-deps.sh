@@ -32,7 +32,7 @@ BUILD=(
   libjemalloc-dev
   libmicrohttpd-dev
   libcurl4-openssl-dev
-  libssl-dev          # TLS on the bulk stream (rpc/bulk_conn.c), as gRPC's own
+  libssl-dev          # TLS on the bulk stream (rpc/bulk/bulk_conn.c), as gRPC's own
   libjson-c-dev
   libhiredis-dev # the embedding benchmark's Redis client (bench/emb_bench.c)
   libnetfilter-queue-dev # link latency on the emulated cluster without netem (bench/emu_delay.c)

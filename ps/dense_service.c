@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "common/names.h"
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/pb_wire.h"

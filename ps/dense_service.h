@@ -33,7 +33,7 @@ typedef struct ss__dense_service {
 
 /* Methods to serve; ctx for ss__rpc_server_start is the ss__dense_service. */
 const ss__rpc_method *ss__dense_service_methods(size_t *count);
-/* The methods of the bulk stream (rpc/bulk.h), by index: EasgdExchange
+/* The methods of the bulk stream (rpc/bulk/bulk.h), by index: EasgdExchange
  * at SS_DENSE_BULK_EASGD, RoundMean at SS_DENSE_BULK_ROUND, the same
  * handlers as over gRPC. */
 const ss__rpc_method *ss__dense_service_bulk_methods(size_t *count);

@@ -26,7 +26,7 @@
 #include "ps/map_watch.h"
 #include "ps/row_moves.h"
 #include "rpc/auth.h"
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/http/http.h"
 #include "shadow/central.h"

@@ -11,7 +11,7 @@ void ss__rpc_method_series_register(ss__metrics *m, const char *path, const char
                          transport, NULL};
     const char *by_method[] = {"method", path, transport ? "transport" : NULL, transport, NULL};
     const char *help = "RPC requests served, by method and result (transport=\"bulk\": on a bulk "
-                       "stream, rpc/bulk.h).";
+                       "stream, rpc/bulk/bulk.h).";
     ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, ok, &out->ok);
     ss__metrics_counter(m, "shadowsync_rpc_requests_total", help, err, &out->error);
     ss__metrics_counter(m, "shadowsync_rpc_received_bytes_total",

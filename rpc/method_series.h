@@ -1,6 +1,6 @@
 /* The per-method series of a server's calls, the same for every way a
  * call arrives: over gRPC (rpc/server.c) and on a bulk stream
- * (rpc/bulk_server.c, with transport="bulk"), so that a dashboard's
+ * (rpc/bulk/bulk_server.c, with transport="bulk"), so that a dashboard's
  * rate or latency of a method counts both. Not installed. */
 #ifndef SS_RPC_METHOD_SERIES_H
 #define SS_RPC_METHOD_SERIES_H

@@ -275,7 +275,7 @@ typedef struct ss__rpc_request {
      * which stays NULL); runs in the thread of ss__rpc_call_many. */
     ss__rpc_on_reply on_reply;
     void *on_reply_arg;
-    /* Optional, on a bulk stream only (rpc/bulk.h): a reply that ends in
+    /* Optional, on a bulk stream only (rpc/bulk/bulk.h): a reply that ends in
      * bytes field into_field of exactly into_len bytes has them read from
      * the socket straight into `into`, and on_reply is not called; any
      * other reply takes the way above. One copy less: the rows of a

@@ -1,4 +1,4 @@
-/* rpc/bulk.h: the bulk stream beside gRPC. Its frames by hand; S-EASGD
+/* rpc/bulk/bulk.h: the bulk stream beside gRPC. Its frames by hand; S-EASGD
  * through a real shadowsync-ps with --bulk-listen (the same values as
  * over gRPC); the door: a stream without a live ticket, a used ticket, a
  * frame past its limit, each closed before anything is read or run;
@@ -24,7 +24,7 @@
 #include "common/names.h"
 #include "http_client.h"
 #include "procs.h"
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"

@@ -1,4 +1,4 @@
-/* rpc/bulk_server.c's doors, each against its attack on a real
+/* rpc/bulk/bulk_server.c's doors, each against its attack on a real
  * shadowsync-ps (the attacker dials from 127.0.0.2 and up, the honest
  * client from 127.0.0.1), each checked by what must keep working
  * during it: /healthz, gRPC, an honest writer's stream.
@@ -34,7 +34,7 @@
 #include "common/names.h"
 #include "http_client.h"
 #include "procs.h"
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"

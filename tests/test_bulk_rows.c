@@ -1,4 +1,4 @@
-/* Embedding rows on the bulk stream (rpc/bulk.h, rpc/bulk_pool.h):
+/* Embedding rows on the bulk stream (rpc/bulk/bulk.h, rpc/bulk/bulk_pool.h):
  * lookups, pushes and push-lookups through a real shadowsync-ps with
  * --bulk-listen give the rows the same calls over gRPC give; a PS that
  * dies and comes back on its address gets the client's rows on a new

@@ -17,8 +17,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
-#include "rpc/bulk.h"
-#include "rpc/bulk_pool.h"
+#include "rpc/bulk/bulk.h"
+#include "rpc/bulk/bulk_pool.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -215,7 +215,7 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
                       cur, (double)rtt / 1e3, interval / 1e3);
 }
 
-/* ---- the bulk path (rpc/bulk.h) ---- */
+/* ---- the bulk path (rpc/bulk/bulk.h) ---- */
 
 /* Largest message a chunk produces: its floats plus the envelope. */
 static size_t chunk_message_bytes(size_t chunk) {

@@ -4,7 +4,7 @@
 #ifndef SS_RPC_GRPC_TRANSPORT_H
 #define SS_RPC_GRPC_TRANSPORT_H
 
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 #include "rpc/rpc.h"
 #include "shadow/codec.h"
 #include "shadow/transport.h"
@@ -63,7 +63,7 @@ typedef struct ss__grpc_transport_config {
      * the PS retires chunks of the old cut that overlap and have no members
      * left, instead of refusing the join (JoinRequest.recut). */
     bool recut;
-    /* S-EASGD and MA/BMUF chunks on the bulk streams (rpc/bulk.h) of each shard that
+    /* S-EASGD and MA/BMUF chunks on the bulk streams (rpc/bulk/bulk.h) of each shard that
      * has one (a PS with --bulk-listen; a ticket over gRPC opens it), else
      * over gRPC as always. Not with tls (the stream has none). */
     bool bulk;
@@ -105,7 +105,7 @@ uint64_t ss__grpc_transport_bulk_batches(ss__transport *t);
 
 /* A ticket for the bulk port of the PS behind ch (DenseSync/BulkTicket, a
  * writer's call): good for any method its streams serve, the embedding
- * rows' too (an ss__bulk_ticket_fn, rpc/bulk_pool.h). SS_ERR_NOT_FOUND:
+ * rows' too (an ss__bulk_ticket_fn, rpc/bulk/bulk_pool.h). SS_ERR_NOT_FOUND:
  * the PS has no bulk port. */
 ss_status ss__dense_bulk_ticket(ss__rpc_channel *ch, uint64_t epoch, uint32_t timeout_ms,
                                 uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t *port);

@@ -8,7 +8,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
-#include "rpc/bulk_pool.h"
+#include "rpc/bulk/bulk_pool.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/emb_client_internal.h"
 #include "rpc/emb/emb_wire.h"

@@ -7,7 +7,7 @@
 #define SS_EMB_CLIENT_H
 
 #include "embedding-store/emb_table.h"
-#include "rpc/bulk_pool.h"
+#include "rpc/bulk/bulk_pool.h"
 #include "rpc/rpc.h"
 #include "shadow/codec.h"
 
@@ -33,7 +33,7 @@ void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch);
  * client's timeout passes. Only refused parts go again: a row is never
  * updated twice. */
 ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path);
-/* Lookups, pushes and push-lookups on the shards' bulk streams (rpc/bulk.h)
+/* Lookups, pushes and push-lookups on the shards' bulk streams (rpc/bulk/bulk.h)
  * from now on, each stream's ticket from `ticket` (ss__dense_bulk_ticket),
  * with the client's TLS files; a shard whose PS has no bulk port gets
  * them over gRPC, as do Elastic and OpenTable. Same bounds, checks and

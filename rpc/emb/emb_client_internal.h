@@ -6,7 +6,7 @@
 
 #include <pthread.h>
 
-#include "rpc/bulk_pool.h"
+#include "rpc/bulk/bulk_pool.h"
 #include "rpc/emb/emb_client.h"
 
 #define MAX_SHARDS 64

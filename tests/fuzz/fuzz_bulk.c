@@ -1,4 +1,4 @@
-/* The bulk stream (rpc/bulk.h) from raw bytes, both ends. The first byte
+/* The bulk stream (rpc/bulk/bulk.h) from raw bytes, both ends. The first byte
  * picks the end:
  *  - even: the server's. A bulk server in this process (started once;
  *    its two methods echo the request, so ASan sees every byte of it
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/fd_io.h"
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 
 static void h_check(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *reply) {
     (void)ctx;

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/fd_io.h"
-#include "rpc/bulk_conn.h"
+#include "rpc/bulk/bulk_conn.h"
 
 #define READ_BUFFER (256 * 1024) /* bytes OpenSSL reads ahead at once, at most */
 

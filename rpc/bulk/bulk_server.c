@@ -26,8 +26,8 @@
 #include "common/fd_io.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "rpc/bulk.h"
-#include "rpc/bulk_conn.h"
+#include "rpc/bulk/bulk.h"
+#include "rpc/bulk/bulk_conn.h"
 #include "rpc/method_series.h"
 #include "rpc/rpc_internal.h"
 
@@ -516,7 +516,7 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
     s->map_gate = cfg->map_gate;
     if (cfg->metrics) {
         const char *opened[] = {"result", "opened", NULL}, *refused[] = {"result", "refused", NULL};
-        const char *sh = "Bulk streams (rpc/bulk.h): opened with a live ticket, or refused "
+        const char *sh = "Bulk streams (rpc/bulk/bulk.h): opened with a live ticket, or refused "
                          "(no ticket, a bad frame, past the bytes in flight, no room).";
         ss__metrics_counter(cfg->metrics, "shadowsync_bulk_streams_total", sh, opened,
                             &s->opened_total);

@@ -1,4 +1,4 @@
-/* A bulk stream's connection (rpc/bulk.h): a plain TCP socket, or TLS
+/* A bulk stream's connection (rpc/bulk/bulk.h): a plain TCP socket, or TLS
  * over it when TLS is configured (OpenSSL, from the same PEM files as
  * gRPC's credentials: rpc.h ss__rpc_tls).
  *

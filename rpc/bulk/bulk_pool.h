@@ -1,4 +1,4 @@
-/* A client's bulk streams (rpc/bulk.h) to the S shards it has gRPC
+/* A client's bulk streams (rpc/bulk/bulk.h) to the S shards it has gRPC
  * channels to, shared by its batches: idle streams kept per shard, each of
  * the shard map epoch it was opened in; a ticket asked for over the
  * shard's channel when none is idle; a batch's calls run on up to `lanes`
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 #include "rpc/rpc.h"
 
 #ifdef __cplusplus
@@ -34,7 +34,7 @@ typedef struct ss__bulk_pool_config {
     const ss__rpc_tls *tls; /* the channels' files: TLS streams (NULL or none: plain) */
     uint32_t ticket_timeout_ms;
     uint32_t stream_timeout_ms; /* connect, handshake, each wait for a reply's bytes */
-    size_t max_reply;           /* a reply's largest bytes (rpc/bulk.h) */
+    size_t max_reply;           /* a reply's largest bytes (rpc/bulk/bulk.h) */
     uint64_t epoch;
     ss__bulk_ticket_fn ticket;
     const char *component; /* of its log lines ("dense", "emb") */

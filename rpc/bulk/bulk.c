@@ -1,6 +1,6 @@
 /* The bulk path's frames and its client (bulk.h); the server is
  * bulk_server.c. */
-#include "rpc/bulk.h"
+#include "rpc/bulk/bulk.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc/bulk_conn.h"
+#include "rpc/bulk/bulk_conn.h"
 #include "rpc/rpc.h"
 
 #ifdef __cplusplus

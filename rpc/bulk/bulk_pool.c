@@ -1,5 +1,5 @@
 /* A client's bulk streams per shard (bulk_pool.h). */
-#include "rpc/bulk_pool.h"
+#include "rpc/bulk/bulk_pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
