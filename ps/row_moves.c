@@ -93,8 +93,6 @@ struct ss__ps_row_moves {
         ss__rpc_channel *ch;
     } back[MAX_SHARDS];
     size_t nback;
-    struct to_confirm *confirms; /* give_lock: asked of the takers by the mover's thread */
-    size_t nconfirms;
 };
 
 /* A channel to another shard: the token from the environment, the peer
@@ -119,10 +117,6 @@ static void free_sources(plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* The plan of the map served now (mv->lock held): sources are the old
- * map's shards other than this one. A channel that cannot be made (a
- * client certificate unreadable while it is rotated) leaves no plan, so
- * the next call plans again, and says why in mv->plan_why. */
 /* The plan as ensure() reads it without the lock (mv->lock held). */
 static void publish_view(ss__ps_row_moves *mv) {
     const plan *p = &mv->p;
@@ -168,6 +162,10 @@ static bool may_need_rows(ss__ps_row_moves *mv, const char *table, const uint64_
     return false;
 }
 
+/* The plan of the map served now (mv->lock held): sources are the old
+ * map's shards other than this one. A channel that cannot be made (a
+ * client certificate unreadable while it is rotated) leaves no plan, so
+ * the next call plans again, and says why in mv->plan_why. */
 static ss_status replan(ss__ps_row_moves *mv) {
     ss__shard_map m;
     ss__ps_map_watch_get(mv->cfg.map, &m);
@@ -435,12 +433,9 @@ static size_t tables_left(const plan *p) {
     return left;
 }
 
-static void confirm_queued(ss__ps_row_moves *mv);
-
 /* One background step; returns how long to wait before the next. */
 static uint64_t mover_step(void *arg) {
     ss__ps_row_moves *mv = arg;
-    confirm_queued(mv); /* the giving side's, before the taking side's lock */
     pthread_mutex_lock(&mv->lock);
     step last = STEP_IDLE;
     if (current_plan(mv) != SS_OK)
@@ -608,26 +603,6 @@ static uint64_t *ids_for(const ProtobufCBinaryData *b, const leaving *l, size_t 
     return ids;
 }
 
-/* Rows a taker said it holds, to be confirmed by the taker the map names
- * and then forgotten. The Handoff handler asks for a short while only:
- * the taker may be calling while it holds its take lock, its
- * completion-queue threads waiting for that lock in requests of their own
- * (ss__ps_row_moves_ensure), and then no thread there reads the
- * confirmation until the call's deadline (a stall of 10 s per batch while
- * a trainer looked rows up). Past it the mover's thread asks. */
-typedef struct to_confirm {
-    struct to_confirm *next;
-    char table[SS_EMB_NAME_MAX];
-    char taker[256];
-    uint32_t to_shard, shards;
-    uint64_t epoch;
-    uint64_t *ids;
-    size_t n;
-} to_confirm;
-
-#define MAX_CONFIRMS   4096 /* past it a batch stays given (given again, never lost) */
-#define CONFIRM_NOW_MS 300
-
 /* The channel back to the taker at addr (made on first use). */
 static ss__rpc_channel *channel_back(ss__ps_row_moves *mv, const char *addr) {
     ss__rpc_channel *ch = NULL;
@@ -648,20 +623,20 @@ static ss__rpc_channel *channel_back(ss__ps_row_moves *mv, const char *addr) {
  * to the map's address (the caller's word alone is not enough: anyone
  * who can call could say it). *n: how many; on any failure none (the rows
  * stay given, given again to the real taker). */
-static bool confirmed_by_taker(ss__ps_row_moves *mv, to_confirm *c, uint64_t *done, size_t *n,
-                               uint32_t timeout_ms, bool say) {
-    ss__rpc_channel *ch = *n && c->taker[0] ? channel_back(mv, c->taker) : NULL;
+static void confirmed_by_taker(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
+                               const give_view *v, uint64_t *done, size_t *n) {
+    ss__rpc_channel *ch = *n && v->taker[0] ? channel_back(mv, v->taker) : NULL;
     Shadowsync__V1__HandoffRequest q = SHADOWSYNC__V1__HANDOFF_REQUEST__INIT;
-    q.table = c->table;
+    q.table = m->table;
     q.ids = (ProtobufCBinaryData){*n * sizeof *done, (uint8_t *)done};
-    q.to_shard = c->to_shard;
-    q.shards = c->shards;
-    q.epoch = c->epoch;
+    q.to_shard = m->to_shard;
+    q.shards = m->shards;
+    q.epoch = m->epoch;
     q.confirm = true;
     ProtobufCMessage *r = NULL;
     char why[300] = "";
     ss_status st =
-        ch ? ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &q.base, timeout_ms, false,
+        ch ? ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &q.base, mv->cfg.timeout_ms, false,
                                   &shadowsync__v1__handoff_reply__descriptor, &r, why, sizeof why)
            : SS_ERR_IO;
     const Shadowsync__V1__HandoffReply *x = (const Shadowsync__V1__HandoffReply *)r;
@@ -678,77 +653,18 @@ static bool confirmed_by_taker(ss__ps_row_moves *mv, to_confirm *c, uint64_t *do
                 j++;
             }
         }
-    } else if (*n && say) {
+    } else if (*n) {
         SS_LOG_WARNF("ps",
                      "event=handoff_unconfirmed table=%s to_shard=%u taker=%s rows=%zu "
                      "why=\"%s\" note=\"the rows stay given: the taker the map names gets them "
                      "again\"",
-                     c->table, c->to_shard, c->taker[0] ? c->taker : "(none)", *n,
+                     m->table, m->to_shard, v->taker[0] ? v->taker : "(none)", *n,
                      st == SS_OK ? "a reply that is not ids"
                      : *why      ? why
                                  : ss_strerror(st));
     }
-    const bool answered = st == SS_OK;
     *n = k;
     protobuf_c_message_free_unpacked(r, NULL);
-    return answered;
-}
-
-/* done (ids the caller says it holds, n of them; taken over) confirmed
- * by the taker and forgotten: at once when the taker answers within
- * CONFIRM_NOW_MS (a giver that forgets them before its next batch gives
- * none of them again), else queued for the mover's thread. */
-static void confirm_done(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
-                         const give_view *v, uint64_t *done, size_t n) {
-    to_confirm *c = calloc(1, sizeof *c);
-    if (c) {
-        snprintf(c->table, sizeof c->table, "%s", m->table);
-        snprintf(c->taker, sizeof c->taker, "%s", v->taker);
-        c->to_shard = m->to_shard;
-        c->shards = m->shards;
-        c->epoch = m->epoch;
-        c->ids = done;
-        c->n = n;
-    }
-    size_t k = n;
-    if (c && confirmed_by_taker(mv, c, done, &k, CONFIRM_NOW_MS, false)) {
-        if (k)
-            (void)ss__emb_store_forget(mv->cfg.store, c->table, c->epoch, done, k);
-        free(c);
-        free(done);
-        return;
-    }
-    pthread_mutex_lock(&mv->give_lock);
-    if (c && mv->nconfirms < MAX_CONFIRMS) {
-        c->next = mv->confirms;
-        mv->confirms = c;
-        mv->nconfirms++;
-        c = NULL;
-        done = NULL;
-    }
-    pthread_mutex_unlock(&mv->give_lock);
-    free(c);
-    free(done);
-}
-
-/* The queued confirmations asked of their takers (no lock held across
- * the calls), and the rows they hold forgotten. */
-static void confirm_queued(ss__ps_row_moves *mv) {
-    pthread_mutex_lock(&mv->give_lock);
-    to_confirm *c = mv->confirms;
-    mv->confirms = NULL;
-    mv->nconfirms = 0;
-    pthread_mutex_unlock(&mv->give_lock);
-    while (c) {
-        to_confirm *next = c->next;
-        size_t n = c->n;
-        confirmed_by_taker(mv, c, c->ids, &n, mv->cfg.timeout_ms, true);
-        if (n)
-            (void)ss__emb_store_forget(mv->cfg.store, c->table, c->epoch, c->ids, n);
-        free(c->ids);
-        free(c);
-        c = next;
-    }
 }
 
 /* The taker's side of a confirmation: which of the ids (rows that move
@@ -799,10 +715,10 @@ static void give(ss__ps_row_moves *mv, const Shadowsync__V1__HandoffRequest *m,
     uint64_t *out_ids = max ? malloc(max * sizeof *out_ids) : NULL;
     float *out_rows = max ? malloc(max * rf * sizeof *out_rows) : NULL;
     ss_status st = done && ids && (!max || (out_ids && out_rows)) ? SS_OK : SS_ERR_NO_MEMORY;
-    if (st == SS_OK && ndone) {
-        confirm_done(mv, m, v, done, ndone);
-        done = NULL;
-    }
+    if (st == SS_OK && ndone)
+        confirmed_by_taker(mv, m, v, done, &ndone);
+    if (st == SS_OK && ndone)
+        st = ss__emb_store_forget(mv->cfg.store, spec->name, m->epoch, done, ndone);
     if (st == SS_OK && max)
         st = ss__emb_store_take(mv->cfg.store, spec->name, m->epoch, m->ids.len ? ids : NULL, nids,
                                 m->again, leaves_for, (void *)&l, max, out_ids, out_rows, &taken);
@@ -902,11 +818,6 @@ void ss__ps_row_moves_destroy(ss__ps_row_moves *mv) {
         return;
     ss__ticker_stop(mv->mover);
     free_sources(&mv->p);
-    for (to_confirm *c = mv->confirms, *next; c; c = next) {
-        next = c->next;
-        free(c->ids);
-        free(c);
-    }
     for (size_t i = 0; i < mv->nback; i++)
         ss__rpc_channel_destroy(mv->back[i].ch);
     pthread_mutex_destroy(&mv->give_lock);
