@@ -116,9 +116,6 @@ ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint64_t epoch, const char 
 uint64_t ss__bulk_server_refused(const ss__bulk_server *s);
 /* Times the acceptor waited for a file descriptor (EMFILE) so far. */
 uint64_t ss__bulk_server_backoffs(const ss__bulk_server *s);
-/* The streams it serves at once: the config's, within half the soft
- * RLIMIT_NOFILE at start. */
-uint32_t ss__bulk_server_max_streams(const ss__bulk_server *s);
 /* Stops accepting, ends every stream (a call in a handler finishes
  * first) and frees the server. */
 void ss__bulk_server_stop(ss__bulk_server *s);

@@ -89,7 +89,7 @@ struct ss__bulk_server {
     ticket tickets[MAX_TICKETS];
     slot slots[STREAM_FDS];
     uint32_t streams, unticketed;
-    _Atomic uint64_t refused, backoffs, evicted;
+    _Atomic uint64_t refused, backoffs;
     ss__counter *opened_total, *refused_total; /* NULL: no metrics */
     ss__counter *backoffs_total, *evicted_total;
     ss__rpc_method_series *series; /* per method, as the gRPC server's */
@@ -146,10 +146,8 @@ ss_status ss__bulk_server_ticket(ss__bulk_server *s, uint64_t epoch, const char 
     t->epoch = epoch;
     snprintf(t->writer, sizeof t->writer, "%s", writer ? writer : "");
     pthread_mutex_unlock(&s->lock);
-    if (evicts) {
-        atomic_fetch_add(&s->evicted, 1);
+    if (evicts)
         count(s->evicted_total);
-    }
     return SS_OK;
 }
 
@@ -285,6 +283,15 @@ static void shut(ss__bulk_server *s, slot *sl, const char *reason) {
     refuse(s);
 }
 
+/* Whether the acceptor shut the slot down (a deadline, an eviction): it
+ * counted the stream refused and said why then. */
+static bool was_shut(ss__bulk_server *s, slot *sl) {
+    pthread_mutex_lock(&s->lock);
+    const bool reaped = sl->reaped;
+    pthread_mutex_unlock(&s->lock);
+    return reaped;
+}
+
 /* The stream's connection (its TLS handshake when the server has TLS)
  * and its ticket, within the slot's deadline (the acceptor shuts the
  * socket down past it); false when either fails (refused, said why). */
@@ -293,13 +300,17 @@ static bool open_stream(ss__bulk_server *s, ss__bulk_conn *c, slot *sl, uint64_t
     uint8_t t[SS_BULK_TICKET_BYTES];
     if (ss__bulk_conn_start(c, sl->fd, s->tls, true, NULL, OPEN_DEADLINE_S * 1000, why,
                             sizeof why) != SS_OK) {
-        refuse(s);
-        ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=tls why=\"%s\"", why);
+        if (!was_shut(s, sl)) {
+            refuse(s);
+            ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=tls why=\"%s\"", why);
+        }
         return false;
     }
     if (!ss__bulk_conn_read(c, t, sizeof t) || !take_ticket(s, t, epoch)) {
-        refuse(s);
-        ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=ticket");
+        if (!was_shut(s, sl)) {
+            refuse(s);
+            ss__log(SS_LOG_WARN, "bulk", "event=stream_refused reason=ticket");
+        }
         return false;
     }
     pthread_mutex_lock(&s->lock);
@@ -567,10 +578,6 @@ uint64_t ss__bulk_server_refused(const ss__bulk_server *s) {
 
 uint64_t ss__bulk_server_backoffs(const ss__bulk_server *s) {
     return atomic_load(&((ss__bulk_server *)s)->backoffs);
-}
-
-uint32_t ss__bulk_server_max_streams(const ss__bulk_server *s) {
-    return s->max_streams;
 }
 
 void ss__bulk_server_stop(ss__bulk_server *s) {
