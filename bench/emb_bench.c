@@ -415,7 +415,7 @@ static int run_in_process(bench *b, result *ga, result *gi, result *in, ss__emb_
 static int run_grpc(bench *b, const char *ps, bool bulk, result *r) {
     ss__emb_client *c;
     if (ss__emb_client_create(ps, NULL, 30000, &c) != SS_OK ||
-        (bulk && ss__emb_client_use_bulk(c, ss__dense_bulk_ticket) != SS_OK) ||
+        ss__emb_client_use_bulk(c, bulk) != SS_OK ||
         ss__emb_client_open_table(c, &b->spec, NULL, NULL, 0) != SS_OK) {
         fprintf(stderr, "shadowsync-bench-emb: cannot reach %s\n", ps);
         return -1;

@@ -55,7 +55,7 @@ static pid_t start_echo_server(int *port) {
     pid_t pid = fork();
     if (pid == 0) {
         close(up[0]);
-        static const ss__rpc_method m = {ECHO_PATH, h_echo, false, NULL, true, 0, NULL, false};
+        static const ss__rpc_method m = {ECHO_PATH, h_echo, false, NULL, true, 0, NULL, false, false};
         ss__rpc_server_config cfg = {
             .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 256u << 20};
         ss__rpc_server *srv;

@@ -9,7 +9,6 @@
 
 #include "common/log.h"
 #include "common/names.h"
-#include "rpc/bulk/bulk.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/pb_wire.h"
@@ -385,49 +384,21 @@ static void serve_checkpoint(void *ctx, void *request, ss__rpc_reply *reply) {
 static const ss__rpc_request_type checkpoint_request = {
     &shadowsync__v1__checkpoint_request__descriptor, serve_checkpoint, count_rejected, 0, 0};
 
-/* A ticket for the bulk stream, to a caller through the door (a writer's
- * method: the stream carries EasgdExchange and RoundMean). */
-static void serve_bulk_ticket(void *ctx, void *request, ss__rpc_reply *reply) {
-    ss__dense_service *svc = ctx;
-    const Shadowsync__V1__BulkTicketRequest *m = request;
-    const uint64_t epoch = m->epoch;
-    uint8_t t[SS_BULK_TICKET_BYTES];
-    if (!svc->bulk) {
-        ss__rpc_reply_fail(reply, SS_ERR_NOT_FOUND, "this server has no bulk port (--bulk-listen)");
-        return;
-    }
-    char writer[64] = "";
-    (void)ss__rpc_current_peer_host(writer, sizeof writer);
-    ss_status st = ss__bulk_server_ticket(svc->bulk, epoch, writer, t);
-    if (st != SS_OK) {
-        ss__rpc_reply_fail(reply, st, "no bulk ticket now: no randomness from the system");
-        return;
-    }
-    Shadowsync__V1__BulkTicketReply out = SHADOWSYNC__V1__BULK_TICKET_REPLY__INIT;
-    out.ticket = (ProtobufCBinaryData){sizeof t, t};
-    out.port = (uint32_t)ss__bulk_server_port(svc->bulk);
-    ss__rpc_reply_pack(&out.base, reply);
-}
-
-static const ss__rpc_request_type bulk_ticket_request = {
-    &shadowsync__v1__bulk_ticket_request__descriptor, serve_bulk_ticket, count_rejected, 0, 0};
-
 static const ss__rpc_method dense_methods[] = {
     /* chunks: the server's limit (--max-group-floats); the rest: bytes */
-    {SS_DENSE_M_JOIN, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &join_request, false},
-    {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request, false},
-    {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request, false},
-    /* waits for the round to close */
-    {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request, false},
+    {SS_DENSE_M_JOIN, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &join_request, false, false},
+    {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request, false, false},
+    /* on the bulk stream too (the last true) */
+    {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request, false, true},
+    /* waits for the round to close (on a stream, on the stream's own thread) */
+    {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request, false, true},
     /* only reads */
-    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request, false},
+    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request, false, false},
     {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request,
-     false},
+     false, false},
     /* writes a file */
     {SS_DENSE_M_CHECKPOINT, NULL, true, NULL, false, SS_RPC_SMALL_REQUEST, &checkpoint_request,
-     false},
-    {SS_DENSE_M_BULK_TICKET, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &bulk_ticket_request,
-     false},
+     false, false},
 };
 
 const ss__rpc_method *ss__dense_service_methods(size_t *count) {
@@ -436,14 +407,3 @@ const ss__rpc_method *ss__dense_service_methods(size_t *count) {
     return dense_methods;
 }
 
-static const ss__rpc_method bulk_methods[] = {
-    [SS_DENSE_BULK_EASGD] = {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request, false},
-    /* waits for the round to close, on its stream's own thread */
-    [SS_DENSE_BULK_ROUND] = {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request, false},
-};
-
-const ss__rpc_method *ss__dense_service_bulk_methods(size_t *count) {
-    if (count)
-        *count = sizeof bulk_methods / sizeof *bulk_methods;
-    return bulk_methods;
-}

@@ -26,16 +26,10 @@ typedef struct ss__dense_service {
      * retired at once, its floats freed: no trainer routes here now. */
     bool (*left_the_map)(void *ctx);
     void *map_ctx;
-    /* Optional: the bulk stream's server (--bulk-listen); BulkTicket gives
-     * out its tickets. NULL answers NOT_FOUND (clients stay on gRPC). */
-    struct ss__bulk_server *bulk;
 } ss__dense_service;
 
-/* Methods to serve; ctx for ss__rpc_server_start is the ss__dense_service. */
+/* Methods to serve; ctx for ss__rpc_server_start is the ss__dense_service.
+ * EasgdExchange and RoundMean are streamed (rpc/bulk/bulk.h) too. */
 const ss__rpc_method *ss__dense_service_methods(size_t *count);
-/* The methods of the bulk stream (rpc/bulk/bulk.h), by index: EasgdExchange
- * at SS_DENSE_BULK_EASGD, RoundMean at SS_DENSE_BULK_ROUND, the same
- * handlers as over gRPC. */
-const ss__rpc_method *ss__dense_service_bulk_methods(size_t *count);
 
 #endif

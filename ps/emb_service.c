@@ -420,9 +420,11 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
         [M_OPEN] = {SS_EMB_M_OPEN, NULL, false, svc, false, SS_RPC_SMALL_REQUEST, &open_request,
                     false},
         /* ids only: the store's batch limit of them */
-        [M_LOOKUP] = {SS_EMB_M_LOOKUP, NULL, false, svc, true, lookup_max, &lookup_request, false},
+        /* rows, each way: on the bulk stream too (the last true) */
+        [M_LOOKUP] = {SS_EMB_M_LOOKUP, NULL, false, svc, true, lookup_max, &lookup_request, false,
+                      true},
         /* rows: the server's limit */
-        [M_PUSH] = {SS_EMB_M_PUSH, NULL, false, svc, false, 0, &push_request, false},
+        [M_PUSH] = {SS_EMB_M_PUSH, NULL, false, svc, false, 0, &push_request, false, true},
         [M_ELASTIC] = {SS_EMB_M_ELASTIC, NULL, false, svc, false, 0, &elastic_request, false},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
         [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, NULL, true, svc, false, SS_RPC_SMALL_REQUEST,
@@ -430,25 +432,15 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
         [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request,
                      false},
         [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request,
-                           false},
+                           false, true},
         /* ids and done ids: two batches of them; raw, the mover's handler;
          * for other PS only, and blocking: the giver calls the taker back */
         [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, true, svc, false,
                        2 * 65536 * sizeof(uint64_t) + 4096, NULL, true},
         /* several tables' lookups and pushes: the server's limit in all,
          * each call its own method's */
-        [M_BATCH] = {SS_EMB_M_BATCH, NULL, false, svc, false, 0, &batch_request, false},
+        [M_BATCH] = {SS_EMB_M_BATCH, NULL, false, svc, false, 0, &batch_request, false, true},
     };
     memcpy(svc->methods, m, sizeof m);
 }
 
-_Static_assert(SS_EMB_BULK_PUSH == SS_EMB_BULK_LOOKUP + 1 &&
-                   SS_EMB_BULK_PUSH_LOOKUP == SS_EMB_BULK_LOOKUP + 2,
-               "the bulk stream's row methods are consecutive");
-
-size_t ss__emb_service_bulk_methods(const ss__emb_service *svc, ss__rpc_method out[3]) {
-    out[0] = svc->methods[M_LOOKUP];
-    out[1] = svc->methods[M_PUSH];
-    out[2] = svc->methods[M_PUSH_LOOKUP];
-    return 3;
-}

@@ -27,9 +27,5 @@ typedef struct ss__emb_service {
 
 /* Fills svc->methods (their ctx is svc) for ss__rpc_server_start. */
 void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store);
-/* The methods a bulk stream serves for rows, into out in stream order
- * (out[0] is stream method SS_EMB_BULK_LOOKUP; rpc/emb/emb_wire.h), the
- * same handlers and limits as svc->methods; returns how many (3). */
-size_t ss__emb_service_bulk_methods(const ss__emb_service *svc, ss__rpc_method out[3]);
 
 #endif

@@ -54,6 +54,8 @@ typedef struct ps_options {
     int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked,
         max_rows, max_inflight_mb, emb_admit, emb_ttl_s, emb_max_live;
     bool sync_writes, insecure_loopback;
+    bool bulk_auto;        /* --bulk-listen auto: beside --listen (bulk_listen points here) */
+    char bulk_beside[300]; /* --listen's host, its port + 1 (0 when --listen's is 0) */
 } ps_options;
 
 static const char default_http[] = "127.0.0.1:9471";
@@ -68,7 +70,6 @@ typedef struct ps_state {
     ss__rpc_method methods[32]; /* the server serves from this table: it must outlive it */
     ss__rpc_server *srv;
     ss__bulk_server *bulk; /* --bulk-listen */
-    ss__rpc_method bulk_methods[SS_EMB_BULK_PUSH_LOOKUP + 1];
     ss__http_server *web;
     char listen[300]; /* the address actually served */
     char self[300];   /* this PS as the shard map names it (--advertise, else listen) */
@@ -220,13 +221,13 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          0, 0},
         {"threads", SS_FLAG_INT, &o->threads, "completion-queue threads", NULL, 1, 64},
         {"bulk-listen", SS_FLAG_STRING, &o->bulk_listen,
-         "a TCP port beside --listen, on the host clients reach --listen at, for dense "
-         "chunks (S-EASGD, MA/BMUF rounds) and embedding rows (lookups, pushes): a client with "
-         "bulk on asks for a ticket over gRPC "
-         "(through the same token or writer certificate) and sends the same requests on a "
-         "stream of its own, without gRPC's costs (with --shard-map, a stream serves the epoch of "
-         "its ticket); with --tls-cert the streams are TLS with the same certificate (and "
-         "--tls-ca's client certificates) (\"\" = off)",
+         "the bulk stream's TCP port: dense chunks (S-EASGD, MA/BMUF rounds) and embedding rows "
+         "(lookups, pushes) that the project's clients send on streams of their own (a ticket "
+         "over gRPC through the same token or writer certificate; the same handlers and "
+         "limits; with --shard-map a stream serves the epoch of its ticket; with --tls-cert "
+         "TLS with the same certificate and --tls-ca's client certificates); auto: --listen's "
+         "host and its port + 1 (the system picks one when that is taken or --listen's port "
+         "is 0; off on a --follow replica); \"\" = off: gRPC only",
          NULL, 0, 0},
         {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
@@ -380,11 +381,28 @@ static size_t online_flags(ps_options *o, ss__flag *flags) {
     return sizeof own / sizeof *own;
 }
 
+/* --bulk-listen auto: beside --listen, on its host (what clients reach
+ * it at), at its port + 1; off on a --follow replica (it serves no
+ * writes). A --listen that does not parse is refused by its own check. */
+static void resolve_bulk_auto(ps_options *o) {
+    if (strcmp(o->bulk_listen, "auto") != 0)
+        return;
+    char host[256];
+    unsigned port;
+    o->bulk_listen = "";
+    if (*o->follow || !ss__address_split(o->listen, host, sizeof host, &port))
+        return;
+    o->bulk_auto = true;
+    snprintf(o->bulk_beside, sizeof o->bulk_beside, "%.*s:%u", (int)ss__address_host_len(o->listen),
+             o->listen, port && port < 65535 ? port + 1 : 0);
+    o->bulk_listen = o->bulk_beside;
+}
+
 /* Step 1: flags, --help, --version, and the checks across flags. -1: go
  * on; otherwise the exit code. */
 static int parse_options(int argc, char **argv, ps_options *o) {
     *o = (ps_options){.listen = "127.0.0.1:7070",
-                      .bulk_listen = "",
+                      .bulk_listen = "auto",
                       .shard_map = "",
                       .advertise = "",
                       .move_batch_rows = 4096,
@@ -445,6 +463,7 @@ static int check_options(ps_options *o) {
         return 2;
     }
     char bad[300];
+    resolve_bulk_auto(o);
     if (!ss__address_valid(o->listen, "--listen", bad, sizeof bad) ||
         (*o->bulk_listen && !ss__address_valid(o->bulk_listen, "--bulk-listen", bad, sizeof bad))) {
         ss__refuse("shadowsync-ps", "%s", bad);
@@ -644,43 +663,49 @@ static void served_address(const char *listen, int port, char *out, size_t outle
     snprintf(out, outlen, "%.*s:%d", (int)ss__address_host_len(listen), listen, port);
 }
 
-/* The bulk stream's methods: the dense ones (their ctx: the server's),
- * then the embedding rows' at their index (rpc/emb/emb_wire.h). */
-_Static_assert(SS_DENSE_BULK_ROUND + 1 == SS_EMB_BULK_LOOKUP,
-               "the embedding rows' stream methods follow the dense ones");
-
-static size_t bulk_methods(ps_state *ps) {
-    size_t n;
-    const ss__rpc_method *dense = ss__dense_service_bulk_methods(&n);
-    memcpy(ps->bulk_methods, dense, n * sizeof *dense);
-    return n + ss__emb_service_bulk_methods(&ps->esvc, ps->bulk_methods + n);
+/* address's port (0 when it has none). */
+static unsigned port_of(const char *address) {
+    char host[256];
+    unsigned port = 0;
+    return ss__address_split(address, host, sizeof host, &port) ? port : 0;
 }
 
-/* The bulk stream's server (--bulk-listen): EasgdExchange, RoundMean and
- * the embedding rows' Lookup, Push and PushLookup with the gRPC server's
- * limits and shard map epoch, its tickets given out by
- * DenseSync/BulkTicket. */
-static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_config *scfg) {
-    const size_t n = bulk_methods(ps);
-    const ss__rpc_method *m = ps->bulk_methods;
-    const ss__bulk_server_config bc = {.listen = o->bulk_listen,
-                                       .max_message = scfg->max_message_bytes,
-                                       .max_inflight_bytes = scfg->max_inflight_bytes,
-                                       .map_epoch = scfg->map_epoch,
-                                       .map_gate = scfg->map_gate,
-                                       .metrics = ps->metrics,
-                                       .tls = scfg->tls};
+/* The bulk stream's server (--bulk-listen): the table's streamed methods
+ * (EasgdExchange, RoundMean, the rows' Lookup, Push, PushLookup, Batch)
+ * with the gRPC server's limits and shard map epoch, its tickets given
+ * out by Bulk/Ticket, added to the table. auto: a port the system picks
+ * when the one beside --listen is taken. */
+static int start_bulk(ps_state *ps, ps_options *o, const ss__rpc_server_config *scfg,
+                      size_t *nmethods) {
+    ss__bulk_server_config bc = {.listen = o->bulk_listen,
+                                 .max_message = scfg->max_message_bytes,
+                                 .max_inflight_bytes = scfg->max_inflight_bytes,
+                                 .map_epoch = scfg->map_epoch,
+                                 .map_gate = scfg->map_gate,
+                                 .metrics = ps->metrics,
+                                 .tls = scfg->tls};
     char why[400] = "";
-    if (ss__bulk_server_start(&bc, m, n, &ps->svc, &ps->bulk, why, sizeof why) != SS_OK) {
+    ss_status st = ss__bulk_server_start(&bc, ps->methods, *nmethods, &ps->svc, &ps->bulk, why,
+                                         sizeof why);
+    if (st == SS_ERR_IO && o->bulk_auto && port_of(o->bulk_listen) != 0) {
+        SS_LOG_WARNF("ps", "event=bulk_port_taken listen=%s why=\"%s\" note=\"a port the system "
+                           "picks instead\"",
+                     o->bulk_listen, why);
+        snprintf(o->bulk_beside, sizeof o->bulk_beside, "%.*s:0",
+                 (int)ss__address_host_len(o->listen), o->listen);
+        st = ss__bulk_server_start(&bc, ps->methods, *nmethods, &ps->svc, &ps->bulk, why,
+                                   sizeof why);
+    }
+    if (st != SS_OK) {
         ss__refuse("shadowsync-ps", "%s", *why ? why : "cannot start the bulk server");
         return 1;
     }
-    ps->svc.bulk = ps->bulk;
+    ps->methods[(*nmethods)++] = ss__bulk_server_ticket_method(ps->bulk);
     return 0;
 }
 
 /* Step 3: both services on one gRPC server. */
-static int start_rpc(ps_state *ps, const ps_options *o) {
+static int start_rpc(ps_state *ps, ps_options *o) {
     ss__emb_service_init(&ps->esvc, ps->store);
     ps->svc = (ss__dense_service){.centre = ps->centre,
                                   .max_floats = (size_t)o->max_floats,
@@ -748,7 +773,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .auth_header = o->auth,
                                   .peer_auth_header = o->peer_auth,
                                   .tls_writers = o->tls_writers};
-    if (*o->bulk_listen && start_bulk(ps, o, &scfg) != 0)
+    if (*o->bulk_listen && start_bulk(ps, o, &scfg, &nmethods) != 0)
         return 1;
     ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
     if (st != SS_OK) {

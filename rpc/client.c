@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "rpc/auth.h"
+#include "rpc/bulk/bulk_link.h"
 #include "rpc/message.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_internal.h"
@@ -29,6 +30,7 @@ struct ss__rpc_channel {
     /* Whether TCP connected when last asked (unreached_why), and when. */
     _Atomic uint64_t probed_ns;
     atomic_bool tcp_connects;
+    ss__bulk_link *link; /* its bulk streams (rpc/bulk/bulk_link.h); NULL: none */
 };
 
 /* Calls no larger than this each way measure the round trip. */
@@ -120,10 +122,14 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     grpc_channel_args cargs = {.num_args = 8, .args = args};
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
-    if (!ch->channel) {
+    if (!ch->channel ||
+        ss__bulk_link_create(target, tls, (size_t)max, &ch->link) != SS_OK) {
+        const ss_status why = ch->channel ? SS_ERR_NO_MEMORY : SS_ERR_IO;
+        if (ch->channel)
+            grpc_channel_destroy(ch->channel);
         free(ch);
         ss__rpc_shutdown();
-        return SS_ERR_IO;
+        return why;
     }
     *out = ch;
     return SS_OK;
@@ -132,6 +138,7 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
 void ss__rpc_channel_destroy(ss__rpc_channel *ch) {
     if (!ch)
         return;
+    ss__bulk_link_destroy(ch->link); /* before the channel it asks tickets on */
     grpc_channel_destroy(ch->channel);
     free(ch);
     ss__rpc_shutdown();
@@ -153,8 +160,23 @@ bool ss__rpc_refused_for_epoch(ss_status st, const char *msg) {
 }
 
 void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch) {
+    if (!ch)
+        return;
+    atomic_store(&ch->epoch, epoch);
+    ss__bulk_link_set_epoch(ch->link, epoch);
+}
+
+void ss__rpc_channel_set_streams(ss__rpc_channel *ch, bool on) {
     if (ch)
-        atomic_store(&ch->epoch, epoch);
+        ss__bulk_link_enable(ch->link, on);
+}
+
+uint64_t ss__rpc_channel_stream_batches(const ss__rpc_channel *ch) {
+    return ch ? ss__bulk_link_batches(ch->link) : 0;
+}
+
+ss__bulk_link *ss__rpc_channel_link(const ss__rpc_channel *ch) {
+    return ch ? ch->link : NULL;
 }
 
 ss_status ss__rpc_channel_reachable(ss__rpc_channel *ch, const char *who, uint32_t timeout_ms) {
@@ -206,6 +228,8 @@ static ss_status from_grpc(grpc_status_code code, const char *details) {
     case GRPC_STATUS_UNAVAILABLE:
     case GRPC_STATUS_CANCELLED:
         return SS_ERR_IO;
+    case GRPC_STATUS_UNIMPLEMENTED: /* a method the server does not serve */
+        return SS_ERR_UNSUPPORTED;
     default:
         return SS_ERR_INTERNAL;
     }
@@ -445,6 +469,9 @@ ss_status ss__rpc_call_windowed_stats(ss__rpc_request *calls, size_t n, uint32_t
     }
     if (n == 0)
         return SS_OK;
+    ss_status streamed;
+    if (ss__bulk_links_call(calls, n, timeout_ms, &streamed))
+        return streamed;
     batch b = {.calls = calls, .n = n, .wait_for_ready = wait_for_ready, .stats = stats};
     b.cs = calloc(n, sizeof *b.cs);
     b.queues = calloc(n, sizeof *b.queues);

@@ -66,6 +66,10 @@ typedef struct ss__rpc_method {
      * SS_RPC_PEER_KEY metadata, besides the token; a server with a token
      * or mutual TLS but no peer token refuses it. */
     bool peers_only;
+    /* Served on the bulk stream too (rpc/bulk/bulk.h), when the server has
+     * one: a caller's call layer sends it there once the server's ticket
+     * names it (the large requests and replies: dense chunks, rows). */
+    bool streamed;
 } ss__rpc_method;
 
 /* The metadata key of the PS fleet's peer token ("Bearer <token>"), a
@@ -212,6 +216,13 @@ void ss__rpc_channel_destroy(ss__rpc_channel *ch);
  * shard map epoch it carried: the caller routes again. */
 bool ss__rpc_refused_for_epoch(ss_status st, const char *msg);
 void ss__rpc_channel_set_epoch(ss__rpc_channel *ch, uint64_t epoch);
+
+/* Calls of ch on its server's bulk streams (rpc/bulk/bulk_link.h) from
+ * now on, for the methods the server streams, when it has a bulk port;
+ * off: gRPC only (the default of a new channel). */
+void ss__rpc_channel_set_streams(ss__rpc_channel *ch, bool on);
+/* Batches of ch's calls that ran on streams so far. */
+uint64_t ss__rpc_channel_stream_batches(const ss__rpc_channel *ch);
 
 /* Whether a TCP connection to address ("host:port", "[ipv6]:port") can
  * be made within timeout_ms: false with why ("connection refused", "no

@@ -25,6 +25,7 @@
 #include "http_client.h"
 #include "procs.h"
 #include "rpc/bulk/bulk.h"
+#include "rpc/bulk/bulk.pb-c.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -35,21 +36,24 @@
 
 START_TEST(test_frames_by_hand) {
     uint8_t h[SS_BULK_REQ_HEAD];
-    ss__bulk_request_head(h, 1, 0x0102030405ull);
-    const uint8_t want[SS_BULK_REQ_HEAD] = {'S', 'S', 'B', '1', 1, 0, 0, 0, 5, 4, 3, 2, 1, 0, 0, 0};
+    ss__bulk_request_head(h, 12, 0x0102030405ull);
+    const uint8_t want[SS_BULK_REQ_HEAD] = {'S', 'S', 'B', '2', 12, 0, 0, 0, 5, 4, 3, 2, 1, 0, 0, 0};
     ck_assert(memcmp(h, want, sizeof want) == 0);
-    const uint64_t max[2] = {100, 0x0102030405ull};
-    uint32_t method;
+    uint32_t path_len;
     uint64_t len;
-    ck_assert_int_eq(ss__bulk_request_parse(h, 2, max, &method, &len), SS_OK);
-    ck_assert_uint_eq(method, 1);
+    ck_assert_int_eq(ss__bulk_request_parse(h, 0x0102030405ull, &path_len, &len), SS_OK);
+    ck_assert_uint_eq(path_len, 12);
     ck_assert_uint_eq(len, 0x0102030405ull);
-    ck_assert_int_eq(ss__bulk_request_parse(h, 1, max, &method, &len), SS_ERR_PARSE); /* method */
-    h[8] = 6; /* one byte past method 1's limit */
-    ck_assert_int_eq(ss__bulk_request_parse(h, 2, max, &method, &len), SS_ERR_PARSE);
-    h[8] = 5;
+    /* one byte past the largest limit */
+    ck_assert_int_eq(ss__bulk_request_parse(h, 0x0102030404ull, &path_len, &len), SS_ERR_PARSE);
+    ss__bulk_request_head(h, 0, 1); /* no path */
+    ck_assert_int_eq(ss__bulk_request_parse(h, 10, &path_len, &len), SS_ERR_PARSE);
+    ss__bulk_request_head(h, SS_BULK_PATH_MAX + 1, 1); /* a path past the longest */
+    ck_assert_int_eq(ss__bulk_request_parse(h, 10, &path_len, &len), SS_ERR_PARSE);
+    ss__bulk_request_head(h, SS_BULK_PATH_MAX, 1);
+    ck_assert_int_eq(ss__bulk_request_parse(h, 10, &path_len, &len), SS_OK);
     h[0] = 'X';
-    ck_assert_int_eq(ss__bulk_request_parse(h, 2, max, &method, &len), SS_ERR_PARSE);
+    ck_assert_int_eq(ss__bulk_request_parse(h, 10, &path_len, &len), SS_ERR_PARSE);
     uint8_t r[SS_BULK_REPLY_HEAD];
     ss_status st;
     uint32_t msg_len;
@@ -82,8 +86,8 @@ START_TEST(test_a_reply_past_the_bound) {
         ss__bulk_stream *b;
         ck_assert_int_eq(ss__bulk_stream_wrap(sv[0], 10, &b), SS_OK);
         const uint8_t req[4] = {1, 2, 3, 4};
-        ss__rpc_request rq = {.req = req, .len = sizeof req};
-        ck_assert_int_eq(ss__bulk_call_many(b, 0, &rq, 1, NULL, 0, 1), (over ? SS_ERR_IO : SS_OK));
+        ss__rpc_request rq = {.method = "/t.T/M", .req = req, .len = sizeof req};
+        ck_assert_int_eq(ss__bulk_call_many(b, &rq, 1, NULL, 0, 1), (over ? SS_ERR_IO : SS_OK));
         if (over) {
             ck_assert_ptr_null(rq.resp);
             ck_assert_str_eq(rq.msg, "the bulk stream broke");
@@ -111,16 +115,17 @@ typedef struct peer {
 
 static void *answer_frames(void *arg) {
     peer *p = arg;
-    const uint64_t max[1] = {UINT64_MAX};
     uint8_t *body = NULL;
     for (int i = 0; i < p->frames; i++) {
         uint8_t h[SS_BULK_REQ_HEAD], r[SS_BULK_REPLY_HEAD], out[80];
-        uint32_t method;
+        char path[SS_BULK_PATH_MAX];
+        uint32_t path_len;
         uint64_t len, sum = 0;
         size_t n = 0;
         if (!ss__read_all(p->fd, h, sizeof h) ||
-            ss__bulk_request_parse(h, 1, max, &method, &len) != SS_OK ||
-            !(body = realloc(body, len + 1)) || !ss__read_all(p->fd, body, len))
+            ss__bulk_request_parse(h, UINT64_MAX, &path_len, &len) != SS_OK ||
+            !ss__read_all(p->fd, path, path_len) || !(body = realloc(body, len + 1)) ||
+            !ss__read_all(p->fd, body, len))
             break;
         for (uint64_t k = 0; k < len; k++)
             sum += body[k] * (k + 1);
@@ -179,12 +184,15 @@ START_TEST(test_frames_resumed_mid_way) {
     uint64_t want[CALLS] = {0};
     for (int i = 0; i < CALLS; i++) {
         const size_t len = 5 + 1000 * i, payload = i % 2 ? BIG - 77 * i : 0;
-        rq[i] = (ss__rpc_request){
-            .req = data + i, .len = len, .payload = data + 3 * i, .payload_len = payload};
+        rq[i] = (ss__rpc_request){.method = i % 2 ? "/t.T/Long" : "/t.T/M",
+                                  .req = data + i,
+                                  .len = len,
+                                  .payload = data + 3 * i,
+                                  .payload_len = payload};
         for (size_t k = 0; k < len + payload; k++)
             want[i] += (k < len ? data[i + k] : data[3 * i + k - len]) * (k + 1);
     }
-    ck_assert_int_eq(ss__bulk_call_many(b, 0, rq, CALLS, NULL, 0, 1), SS_OK);
+    ck_assert_int_eq(ss__bulk_call_many(b, rq, CALLS, NULL, 0, 1), SS_OK);
     for (int i = 0; i < CALLS; i++) {
         uint64_t got;
         ck_assert_uint_eq(rq[i].resp_len, sizeof got);
@@ -217,15 +225,16 @@ START_TEST(test_a_reply_read_into_place) {
         for (int k = 0; k < 64; k++)
             body[i][k] = (uint8_t)(i * 64 + k);
         body[i][0] = first[i];
-        rq[i] = (ss__rpc_request){.req = body[i], .len = 64};
+        rq[i] = (ss__rpc_request){.method = "/t.T/M", .req = body[i], .len = 64};
         if (field[i])
-            rq[i] = (ss__rpc_request){.req = body[i],
+            rq[i] = (ss__rpc_request){.method = "/t.T/M",
+                                      .req = body[i],
                                       .len = 64,
                                       .into = place[i],
                                       .into_len = into_len[i],
                                       .into_field = field[i]};
     }
-    ck_assert_int_eq(ss__bulk_call_many(b, 0, rq, CASES, NULL, 0, 1), SS_OK);
+    ck_assert_int_eq(ss__bulk_call_many(b, rq, CASES, NULL, 0, 1), SS_OK);
     for (int i = 0; i < CASES; i++) {
         const bool straight = field[i] == 1 && into_len[i] == 64;
         ck_assert_msg(straight == !rq[i].resp, "case %d", i);
@@ -247,11 +256,12 @@ END_TEST
 static pid_t ps_pid;
 static char ps_target[64], bulk_target[64], ps_log[128];
 
-/* shadowsync-ps with --bulk-listen (or without, bulk false). */
+/* shadowsync-ps with its bulk port (its default, beside --listen), or
+ * without (bulk false: --bulk-listen ""). */
 static void start_ps(bool bulk) {
     snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
-    char *with[] = {"--max-group-floats", "100000", "--bulk-listen", "127.0.0.1:0", NULL};
-    char *without[] = {"--max-group-floats", "100000", NULL};
+    char *with[] = {"--max-group-floats", "100000", NULL};
+    char *without[] = {"--max-group-floats", "100000", "--bulk-listen", "", NULL};
     ps_pid =
         proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", bulk ? with : without);
     if (bulk)
@@ -388,7 +398,7 @@ static void ticket_over_grpc(uint8_t t[SS_BULK_TICKET_BYTES], uint64_t epoch) {
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
     req.epoch = epoch;
     ProtobufCMessage *r;
-    ck_assert_int_eq(ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, 5000, false,
+    ck_assert_int_eq(ss__rpc_call_message(ch, SS_BULK_M_TICKET, &req.base, 5000, false,
                                           &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL,
                                           0),
                      SS_OK);
@@ -410,11 +420,12 @@ static int count_in_log(const char *what) {
     return k;
 }
 
-/* A frame's head: a method and a length. */
-static void send_frame(int fd, uint32_t method, uint64_t len) {
+/* A frame's head and its method's path, for a request of len bytes. */
+static void send_frame(int fd, const char *method, uint64_t len) {
     uint8_t h[SS_BULK_REQ_HEAD];
-    ss__bulk_request_head(h, method, len);
+    ss__bulk_request_head(h, (uint32_t)strlen(method), len);
     ck_assert(ss__write_all(fd, h, sizeof h));
+    ck_assert(ss__write_all(fd, method, strlen(method)));
 }
 
 /* The door: streams without a live ticket, with a used one, with a frame
@@ -426,7 +437,7 @@ START_TEST(test_the_door_of_the_stream) {
     int fd = connect_to(bulk_target);
     uint8_t forged[SS_BULK_TICKET_BYTES] = {1, 2, 3};
     ck_assert(ss__write_all(fd, forged, sizeof forged));
-    send_frame(fd, SS_DENSE_BULK_EASGD, 8);
+    send_frame(fd, SS_DENSE_M_EASGD, 8);
     ck_assert(closed_by_server(fd));
     close(fd);
     ck_assert_int_eq(count_in_log("event=stream_refused reason=ticket"), 1);
@@ -437,13 +448,13 @@ START_TEST(test_the_door_of_the_stream) {
     ticket_over_grpc(t, 0);
     fd = connect_to(bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
-    send_frame(fd, 7, 8);
+    send_frame(fd, SS_DENSE_M_JOIN, 8); /* served over gRPC only */
     ck_assert(closed_by_server(fd));
     close(fd);
     ck_assert_int_eq(count_in_log("event=stream_closed reason=bad_frame"), 1);
     fd = connect_to(bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
-    send_frame(fd, SS_DENSE_BULK_EASGD, 8);
+    send_frame(fd, SS_DENSE_M_EASGD, 8);
     ck_assert(closed_by_server(fd));
     close(fd);
     ck_assert_int_eq(count_in_log("event=stream_refused reason=ticket"), 2);
@@ -452,7 +463,7 @@ START_TEST(test_the_door_of_the_stream) {
     ticket_over_grpc(t, 0);
     fd = connect_to(bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
-    send_frame(fd, SS_DENSE_BULK_EASGD, (uint64_t)1 << 40);
+    send_frame(fd, SS_DENSE_M_EASGD, (uint64_t)1 << 40);
     ck_assert(closed_by_server(fd));
     close(fd);
     ck_assert_int_eq(count_in_log("event=stream_closed reason=bad_frame"), 2);
@@ -465,7 +476,7 @@ START_TEST(test_the_door_of_the_stream) {
 }
 END_TEST
 
-/* A PS without --bulk-listen: BulkTicket says NOT_FOUND and the client
+/* A PS without a bulk port (--bulk-listen ""): Bulk/Ticket is not served and the client
  * stays on gRPC; a PS that dies: the calls fail within the timeout. */
 START_TEST(test_no_bulk_port_and_a_dead_ps) {
     start_ps(false);
@@ -643,7 +654,7 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     ss__emb_client *ec;
     ss__emb_spec spec;
     ck_assert_int_eq(ss__emb_client_create(ps_target, &tls, 20000, &ec), SS_OK);
-    ck_assert_int_eq(ss__emb_client_use_bulk(ec, ss__dense_bulk_ticket), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(ec, true), SS_OK);
     ck_assert_int_eq(ss__emb_spec_init(&spec, "tls-rows", 16), SS_OK);
     ck_assert_int_eq(ss__emb_client_open_table(ec, &spec, NULL, NULL, 0), SS_OK);
     const uint64_t ids[3] = {5, 77, 9000};
@@ -664,7 +675,7 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     snprintf(reader[1], sizeof reader[1], "%s/reader.key", dir);
     const ss__rpc_tls rtls = {.ca_file = pem[2], .cert_file = reader[0], .key_file = reader[1]};
     ck_assert_int_eq(ss__emb_client_create(ps_target, &rtls, 20000, &ec), SS_OK);
-    ck_assert_int_eq(ss__emb_client_use_bulk(ec, ss__dense_bulk_ticket), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(ec, true), SS_OK);
     for (int k = 0; k < 3; k++) {
         ck_assert_int_eq(ss__emb_client_lookup(ec, &spec, ids, 3, r3), SS_OK);
         ck_assert(memcmp(r3, again, sizeof r3) == 0);
@@ -750,8 +761,8 @@ START_TEST(test_a_stream_lives_in_its_epoch) {
     ck_assert_int_eq(
         ss__bulk_stream_open(host, port, NULL, ticket, 5000, 1 << 20, &old, why, sizeof why),
         SS_OK);
-    ss__rpc_request rq = {.req = (const uint8_t *)"", .len = 0};
-    ck_assert_int_eq(ss__bulk_call_many(old, SS_DENSE_BULK_EASGD, &rq, 1, NULL, 0, 1),
+    ss__rpc_request rq = {.method = SS_DENSE_M_EASGD, .req = (const uint8_t *)"", .len = 0};
+    ck_assert_int_eq(ss__bulk_call_many(old, &rq, 1, NULL, 0, 1),
                      SS_ERR_STATE);
     ck_assert_msg(ss__rpc_refused_for_epoch(rq.status, rq.msg), "%s", rq.msg);
     ck_assert_msg(strstr(rq.msg, "EasgdExchange was routed by shard map epoch 2; this server "
@@ -775,14 +786,14 @@ START_TEST(test_a_stream_lives_in_its_epoch) {
 }
 END_TEST
 
-/* A trainer with bulk on (ctr-train --bulk, the library setting) and a
- * remote table through a PS with a bulk port: it syncs, and the PS's
+/* A trainer and a PS with their defaults (the trainer's bulk setting on,
+ * the PS's bulk port beside --listen), remote tables: it syncs, and the PS's
  * /metrics count the stream it opened and the calls it served there (its
  * dense chunks and its table's rows), in the per-method series of the
  * gRPC server with transport="bulk" (counts, bytes, latency). */
-START_TEST(test_a_trainer_with_bulk_on) {
+START_TEST(test_a_trainer_and_a_ps_on_their_defaults) {
     snprintf(ps_log, sizeof ps_log, "/tmp/ss-test-bulk-%d.log", (int)getpid());
-    char *args[] = {"--bulk-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", NULL};
+    char *args[] = {"--http", "127.0.0.1:0", NULL};
     ps_pid = proc_start_ps(ps_log, ps_target, sizeof ps_target, "127.0.0.1:0", args);
     char http[64], base[80], log[64];
     proc_address_after(ps_log, "http on", http, sizeof http);
@@ -791,8 +802,6 @@ START_TEST(test_a_trainer_with_bulk_on) {
     char *argv[] = {CTR_TRAIN,
                     "--ps",
                     ps_target,
-                    "--bulk",
-                    "true",
                     "--train",
                     SS_DATA_DIR "/criteo-kaggle-head-8000.tsv",
                     "--test",
@@ -827,11 +836,16 @@ START_TEST(test_a_trainer_with_bulk_on) {
                                    "EasgdExchange\",transport=\"bulk\""),
                         calls);
     ck_assert_double_eq(metric_sum(metrics, "shadowsync_bulk_streams_total", "refused"), 0);
-    /* Its remote table's rows too: lookups (with the pushes riding on
-     * them) on the stream. */
+    /* Its remote tables' rows too: lookups (with the pushes riding on
+     * them), each table's or several tables' in one Batch, on the stream. */
     ck_assert_double_ge(metric_sum(metrics, "shadowsync_rpc_requests_total",
-                                   "Embedding/PushLookup\",result=\"ok\",transport=\"bulk\""),
+                                   "Embedding/PushLookup\",result=\"ok\",transport=\"bulk\"") +
+                            metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                       "Embedding/Batch\",result=\"ok\",transport=\"bulk\""),
                         1);
+    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
+                                   "EasgdExchange\",result=\"ok\"}"),
+                        0); /* none over gRPC (its series has no transport label) */
     free(metrics);
     stop_ps();
 }
@@ -845,5 +859,6 @@ int main(void) {
                            test_bulk_listen_refused_when_it_cannot_serve,
                            test_easgd_on_a_tls_stream_as_over_grpc,
                            test_a_tls_send_to_a_closed_peer_raises_no_sigpipe,
-                           test_a_stream_lives_in_its_epoch, test_a_trainer_with_bulk_on);
+                           test_a_stream_lives_in_its_epoch,
+                           test_a_trainer_and_a_ps_on_their_defaults);
 }

@@ -35,6 +35,7 @@
 #include "http_client.h"
 #include "procs.h"
 #include "rpc/bulk/bulk.h"
+#include "rpc/bulk/bulk.pb-c.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -232,7 +233,7 @@ END_TEST
 static void ticket_of(ss__rpc_channel *ch, uint8_t t[SS_BULK_TICKET_BYTES]) {
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
     ProtobufCMessage *r;
-    ck_assert_int_eq(ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, 5000, false,
+    ck_assert_int_eq(ss__rpc_call_message(ch, SS_BULK_M_TICKET, &req.base, 5000, false,
                                           &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL,
                                           0),
                      SS_OK);
@@ -250,8 +251,9 @@ static int stalled_frame(const ps_proc *ps, uint64_t len, size_t sent) {
     int fd = connect_from("127.0.0.2", ps->bulk);
     ck_assert(ss__write_all(fd, t, sizeof t));
     uint8_t h[SS_BULK_REQ_HEAD];
-    ss__bulk_request_head(h, SS_DENSE_BULK_EASGD, len);
+    ss__bulk_request_head(h, (uint32_t)strlen(SS_DENSE_M_EASGD), len);
     ck_assert(ss__write_all(fd, h, sizeof h));
+    ck_assert(ss__write_all(fd, SS_DENSE_M_EASGD, strlen(SS_DENSE_M_EASGD)));
     static uint8_t some[4096];
     ck_assert(ss__write_all(fd, some, sent));
     return fd;
@@ -290,15 +292,15 @@ START_TEST(test_stalled_frames_hold_only_what_arrived) {
 }
 END_TEST
 
-/* Whether a stream opened with t is served: a frame naming a method out
- * of range is read (and closes it as a bad frame) only after the ticket
+/* Whether a stream opened with t is served: a frame naming no method is
+ * read (and closes it as a bad frame) only after the ticket
  * was taken, so the log says which. */
 static bool ticket_opens(const ps_proc *ps, const uint8_t t[SS_BULK_TICKET_BYTES]) {
     const int before = in_log(ps, "reason=bad_frame");
     int fd = connect_from("127.0.0.1", ps->bulk);
     ck_assert(ss__write_all(fd, t, SS_BULK_TICKET_BYTES));
     uint8_t h[SS_BULK_REQ_HEAD];
-    ss__bulk_request_head(h, 999, 8);
+    ss__bulk_request_head(h, 0, 8);
     ck_assert(ss__write_all(fd, h, sizeof h));
     ck_assert(closed_within(fd, 10000));
     close(fd);
@@ -338,7 +340,7 @@ static void answer_nothing(void *ctx, const uint8_t *req, size_t len, ss__rpc_re
  * free it is accepted (its forged ticket then refused). */
 START_TEST(test_the_acceptor_waits_out_of_fds) {
     const ss__rpc_method methods[] = {
-        {"/t.T/Nothing", answer_nothing, false, NULL, false, 0, NULL, false}};
+        {"/t.T/Nothing", answer_nothing, false, NULL, false, 0, NULL, false, true}};
     const ss__bulk_server_config cfg = {.listen = "127.0.0.1:0", .max_message = 64};
     ss__bulk_server *s;
     char why[200];

@@ -63,7 +63,7 @@ START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
     start_ps("127.0.0.1:0", base, sizeof base);
     ss__emb_client *b, *g;
     ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &b), SS_OK);
-    ck_assert_int_eq(ss__emb_client_use_bulk(b, ss__dense_bulk_ticket), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(b, true), SS_OK);
     ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &g), SS_OK);
     ss__emb_spec spec;
     ck_assert_int_eq(ss__emb_spec_init(&spec, "rows", 8), SS_OK);
@@ -118,7 +118,7 @@ START_TEST(test_rows_after_the_ps_restarts) {
     snprintf(listen, sizeof listen, "%s", ps_target);
     ss__emb_client *c;
     ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 2000, &c), SS_OK);
-    ck_assert_int_eq(ss__emb_client_use_bulk(c, ss__dense_bulk_ticket), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(c, true), SS_OK);
     ss__emb_spec spec;
     ck_assert_int_eq(ss__emb_spec_init(&spec, "back", 4), SS_OK);
     ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);

@@ -9,8 +9,9 @@
 #   tests                                     6
 # A file may include its own folder and folders of a lower layer, never a
 # sibling of its own layer or one above it. Inside rpc/, the framework
-# (rpc/*.[ch]) includes no protocol folder (rpc/dense, emb, agent, peer,
-# tree, http): the protocols sit on the framework, not the other way. A header named *_internal.h is
+# (rpc/*.[ch] and its bulk stream, rpc/bulk/) includes no protocol folder
+# (rpc/dense, emb, agent, peer, tree, http): the protocols sit on the
+# framework, not the other way. A header named *_internal.h is
 # private to its folder. The installed headers and the example trainer
 # include only the installed API. A bare "x.h" must sit beside its includer.
 set -euo pipefail
@@ -70,7 +71,8 @@ for f in $files; do
       complain "$f ($own, layer $own_rank) includes \"$inc\" ($target, layer $target_rank): includes run downward only"
     elif [ "$target" != "$own" ] && [[ "$inc" == *_internal.h ]]; then
       complain "$f includes \"$inc\": an _internal.h header is private to $target/"
-    elif [[ "$f" == rpc/*.[ch] && "$f" != rpc/*/* && "$inc" == rpc/*/* ]]; then
+    elif [[ ( ("$f" == rpc/*.[ch] && "$f" != rpc/*/*) || "$f" == rpc/bulk/* ) &&
+      "$inc" == rpc/*/* && "$inc" != rpc/bulk/* ]]; then
       complain "$f (the rpc framework) includes \"$inc\": a protocol's folder sits on the framework"
     elif [[ "$inc" == rpc/*/*_internal.h && "$dir" != "$(dirname "$inc")" ]]; then
       complain "$f includes \"$inc\": an _internal.h header is private to $(dirname "$inc")/"

@@ -344,7 +344,7 @@ static void echo_rig_stop(echo_rig *g) {
 /* Runs ECHO_CALLS calls on each of two channels with a window; returns the
  * most calls of one channel the server saw at once. */
 static int echo_batch(uint32_t window) {
-    static const ss__rpc_method m = {"/t.T/Echo", h_echo, true, NULL, false, 0, NULL, false};
+    static const ss__rpc_method m = {"/t.T/Echo", h_echo, true, NULL, false, 0, NULL, false, false};
     echo_rig g;
     echo_rig_start(&g, &m, 1, read_echo);
     for (int c = 0; c < ECHO_CHANNELS; c++)
@@ -403,9 +403,9 @@ static void call_once(ss__rpc_channel *ch, const char *method, size_t len) {
  * lower bound: a busy machine only stretches it), and a small echo's round
  * trip is at least 150 ms. */
 START_TEST(test_batch_stats_and_round_trip) {
-    static const ss__rpc_method m[] = {{"/t.T/Echo", h_echo, true, NULL, false, 0, NULL, false},
-                                       {"/t.T/Tiny", h_tiny, true, NULL, false, 0, NULL, false},
-                                       {"/t.T/Big", h_big, true, NULL, false, 0, NULL, false}};
+    static const ss__rpc_method m[] = {{"/t.T/Echo", h_echo, true, NULL, false, 0, NULL, false, false},
+                                       {"/t.T/Tiny", h_tiny, true, NULL, false, 0, NULL, false, false},
+                                       {"/t.T/Big", h_big, true, NULL, false, 0, NULL, false, false}};
     echo_rig g;
     echo_rig_start(&g, m, 3, NULL);
     ss__rpc_batch_stats bs;
@@ -662,7 +662,7 @@ static void h_hold(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
  * request, every call that arrives while the first one is held is
  * refused, saying which limit, and the first is served. Each is timed. */
 START_TEST(test_bytes_in_flight_are_bounded) {
-    static const ss__rpc_method m = {"/t.T/Hold", h_hold, true, NULL, false, 0, NULL, false};
+    static const ss__rpc_method m = {"/t.T/Hold", h_hold, true, NULL, false, 0, NULL, false, false};
     ck_assert_int_eq(ss__metrics_create(&echo_metrics), SS_OK);
     echo_max_inflight = ECHO_PAYLOAD + ECHO_PAYLOAD / 2;
     echo_rig g;
@@ -807,9 +807,9 @@ static void served_while_held(const ss__rpc_server_config *cfg, const ss__rpc_me
  * refused at the door, saying so. */
 START_TEST(test_reads_never_hold_up_writers) {
     static const ss__rpc_method m[] = {
-        {"/t.T/Read", h_read_held, false, NULL, true, 0, NULL, false},
-        {"/t.T/Slow", h_read_held, true, NULL, true, 0, NULL, false},
-        {"/t.T/Write", h_write, false, NULL, false, 0, NULL, false}};
+        {"/t.T/Read", h_read_held, false, NULL, true, 0, NULL, false, false},
+        {"/t.T/Slow", h_read_held, true, NULL, true, 0, NULL, false, false},
+        {"/t.T/Write", h_write, false, NULL, false, 0, NULL, false, false}};
     ss__metrics *metrics;
     ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
     ss__rpc_server_config cfg = {
@@ -937,8 +937,8 @@ END_TEST
  * moving rows held the other's Handoff to its deadline). */
 START_TEST(test_peers_have_a_queue_of_their_own) {
     static const ss__rpc_method m[] = {
-        {"/t.T/Held", h_read_held, false, NULL, false, 0, NULL, false},
-        {"/t.T/Peer", h_write, false, NULL, false, 0, NULL, true}};
+        {"/t.T/Held", h_read_held, false, NULL, false, 0, NULL, false, false},
+        {"/t.T/Peer", h_write, false, NULL, false, 0, NULL, true, false}};
     ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 1};
     ss__rpc_server *srv;
     ss__rpc_channel *held, *peer;

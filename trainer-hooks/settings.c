@@ -91,8 +91,8 @@ static const key trainer_keys[] = {
        "floats per call (and PS group) of a dense shard, same on every member; 0: 131072"),
     TK("bulk", K_BOOL, bulk, 0, 0,
        "dense chunks (S-EASGD, MA/BMUF) and remote/cached tables' rows (lookups, pushes) on the "
-       "PS's bulk port (--bulk-listen) when it has one, not gRPC (with a shard map, a stream per "
-       "epoch; with TLS, the channel's certificates)"),
+       "PS's bulk streams when it has a bulk port (a PS's default), else gRPC (with a shard map, "
+       "a stream per epoch; with TLS, the channel's certificates); false: gRPC only"),
     TK("shard_map", K_STR, shard_map, 0, 0,
        "shard map file (epoch and ps list) instead of ps: calls routed by a stale map are refused"),
     TK("http_listen", K_STR, http_listen, 0, 0,
@@ -296,6 +296,7 @@ void ss_trainer_config_init(ss_trainer_config *cfg) {
     cfg->final_rounds = 10;
     cfg->encoding = "f32";
     cfg->peer_schedule = "ring";
+    cfg->bulk = 1;
 }
 
 /* A struct's struct_size against what this library knows: at least the

@@ -323,8 +323,8 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
             ss__emb_client_set_epoch(tb->client, ep.epoch);
         if (st == SS_OK && ep.shard_map)
             st = ss__emb_client_follow_map(tb->client, ep.shard_map);
-        if (st == SS_OK && ep.bulk)
-            st = ss__emb_client_use_bulk(tb->client, ss__dense_bulk_ticket);
+        if (st == SS_OK)
+            st = ss__emb_client_use_bulk(tb->client, ep.bulk);
         if (st == SS_OK)
             st = ss__emb_client_open_table(tb->client, &spec, NULL, why, sizeof why);
         if (st != SS_OK) {

@@ -124,14 +124,15 @@ typedef struct ss_trainer_config {
      * old map is told so and never served by the wrong shard. (Added in
      * 0.2.) */
     const char *shard_map;
-    /* bulk: dense chunks (S-EASGD, MA/BMUF) go to each PS that serves a bulk port
-     * (--bulk-listen) on a TCP stream of their own, opened by a ticket
-     * asked for over gRPC (the same token or certificate), without gRPC's
-     * per-call costs; to a PS without one, over gRPC as always. With a
-     * shard map, a stream serves the epoch of its ticket (a new one after
-     * the map moves on). With TLS settings the stream is TLS with the same
-     * certificates. With an agent, the agent's --bulk decides. (Added in
-     * 0.2.) */
+    /* bulk (default 1): dense chunks (S-EASGD, MA/BMUF) and remote or
+     * cached tables' rows go to each PS that serves a bulk port (a PS's
+     * default) on TCP streams of their own, opened by a ticket asked for
+     * over gRPC (the same token or certificate), without gRPC's per-call
+     * costs; to a PS without one, over gRPC. With a shard map, a stream
+     * serves the epoch of its ticket (a new one after the map moves on).
+     * With TLS settings the stream is TLS with the same certificates. 0:
+     * gRPC only. With an agent, the agent's --bulk decides. (Added in 0.2;
+     * on by default since 0.3.) */
     int bulk;
     /* http_listen: "host:port" (port 0 picks one: ss_trainer_http_address says
      * which) on which this trainer serves GET /metrics (its series, named

@@ -43,17 +43,18 @@ static uint64_t get64(const uint8_t *p) {
     return v;
 }
 
-void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t method, uint64_t len) {
+void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t path_len, uint64_t len) {
     put32(out, SS_BULK_MAGIC);
-    put32(out + 4, method);
+    put32(out + 4, path_len);
     put64(out + 8, len);
 }
 
-ss_status ss__bulk_request_parse(const uint8_t in[SS_BULK_REQ_HEAD], uint32_t nmethods,
-                                 const uint64_t *max_len, uint32_t *method, uint64_t *len) {
-    *method = get32(in + 4);
+ss_status ss__bulk_request_parse(const uint8_t in[SS_BULK_REQ_HEAD], uint64_t max_len,
+                                 uint32_t *path_len, uint64_t *len) {
+    *path_len = get32(in + 4);
     *len = get64(in + 8);
-    if (get32(in) != SS_BULK_MAGIC || *method >= nmethods || *len > max_len[*method])
+    if (get32(in) != SS_BULK_MAGIC || *path_len == 0 || *path_len > SS_BULK_PATH_MAX ||
+        *len > max_len)
         return SS_ERR_PARSE;
     return SS_OK;
 }
@@ -149,6 +150,10 @@ ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out) 
     return SS_OK;
 }
 
+void ss__bulk_stream_set_timeout(ss__bulk_stream *b, uint32_t timeout_ms) {
+    ss__bulk_conn_set_timeout(&b->c, timeout_ms ? (int)timeout_ms : -1);
+}
+
 void ss__bulk_stream_close(ss__bulk_stream *b) {
     if (!b)
         return;
@@ -158,15 +163,14 @@ void ss__bulk_stream_close(ss__bulk_stream *b) {
 
 typedef struct sender {
     ss__bulk_stream *b;
-    uint32_t method;
     ss__rpc_request *rq;
     size_t n;
     const ss__rpc_channel *ch;
     unsigned lane, lanes;
     size_t next, j; /* the next call to look at; mine()'s count of the calls on ch */
     uint8_t head[SS_BULK_REQ_HEAD];
-    struct iovec iov[3]; /* the frame going out: head, request, payload */
-    int at;              /* its first piece not wholly sent (3: none left) */
+    struct iovec iov[4]; /* the frame going out: head, path, request, payload */
+    int at;              /* its first piece not wholly sent (4: none left) */
     bool ok;
 } sender;
 
@@ -185,10 +189,12 @@ static bool next_frame(sender *s) {
         const ss__rpc_request *r = &s->rq[s->next++];
         if (!mine(r, s->ch, &s->j, s->lane, s->lanes))
             continue;
-        ss__bulk_request_head(s->head, s->method, r->len + r->payload_len);
+        const size_t path_len = strlen(r->method);
+        ss__bulk_request_head(s->head, (uint32_t)path_len, r->len + r->payload_len);
         s->iov[0] = (struct iovec){s->head, sizeof s->head};
-        s->iov[1] = (struct iovec){(void *)r->req, r->len};
-        s->iov[2] = (struct iovec){(void *)r->payload, r->payload_len};
+        s->iov[1] = (struct iovec){(void *)r->method, path_len};
+        s->iov[2] = (struct iovec){(void *)r->req, r->len};
+        s->iov[3] = (struct iovec){(void *)r->payload, r->payload_len};
         s->at = 0;
         return true;
     }
@@ -200,9 +206,9 @@ static bool next_frame(sender *s) {
 static void *send_all(void *arg) {
     sender *s = arg;
     ss__bulk_conn *c = &s->b->c;
-    s->ok = s->at == 3 || ss__bulk_conn_sendv(c, s->iov + s->at, 3 - s->at);
+    s->ok = s->at == 4 || ss__bulk_conn_sendv(c, s->iov + s->at, 4 - s->at);
     while (s->ok && next_frame(s))
-        s->ok = ss__bulk_conn_sendv(c, s->iov, 3);
+        s->ok = ss__bulk_conn_sendv(c, s->iov, 4);
     if (!s->ok) /* the reader's next wait ends at once */
         shutdown(s->b->c.fd, SHUT_RD);
     return NULL;
@@ -217,10 +223,10 @@ static int send_what_fits(sender *s) {
     if (s->b->c.ssl) /* TLS: the writer sends all */
         return 1;
     while (next_frame(s)) {
-        s->at = ss__send_iov(s->b->c.fd, s->iov, 3, true);
+        s->at = ss__send_iov(s->b->c.fd, s->iov, 4, true);
         if (s->at < 0)
             return -1;
-        if (s->at < 3)
+        if (s->at < 4)
             return 1;
     }
     return 0;
@@ -286,18 +292,21 @@ static bool read_reply(ss__bulk_stream *b, ss__rpc_request *r, uint8_t **buf, si
     return true;
 }
 
-ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_request *rq, size_t n,
+ss_status ss__bulk_call_many(ss__bulk_stream *b, ss__rpc_request *rq, size_t n,
                              const ss__rpc_channel *ch, unsigned lane, unsigned lanes) {
     if (lanes == 0 || lane >= lanes)
         return SS_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n; i++)
+        if (rq[i].ch == ch && (!rq[i].method || !*rq[i].method ||
+                               strlen(rq[i].method) > SS_BULK_PATH_MAX))
+            return SS_ERR_INVALID_ARGUMENT;
     sender s = {.b = b,
-                .method = method,
                 .rq = rq,
                 .n = n,
                 .ch = ch,
                 .lane = lane,
                 .lanes = lanes,
-                .at = 3,
+                .at = 4,
                 .ok = true};
     const int left = send_what_fits(&s);
     pthread_t w;

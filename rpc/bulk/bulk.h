@@ -15,11 +15,12 @@
  *    out in the last SS_BULK_TICKET_TTL_S seconds and nobody used yet;
  *    the TLS handshake and the ticket have a few seconds in all.
  *  - frames, little-endian:
- *      request: u32 SS_BULK_MAGIC, u32 method, u64 length, then the bytes
+ *      request: u32 SS_BULK_MAGIC, u32 path length, u64 length, then the
+ *               method's path (as over gRPC), then the bytes
  *      reply:   u32 SS_BULK_MAGIC, u32 status, u32 message length,
  *               u64 length, then the message, then the bytes
- *    A request longer than its method's limit, or naming a method the
- *    stream does not serve, closes the stream before its bytes are read.
+ *    A request naming a method the stream does not serve, or longer than
+ *    its method's limit, closes the stream before its bytes are read.
  *  - the shard map's epoch: a ticket is given for the epoch its call was
  *    routed by (0: none), and a stream lives in that epoch: once the
  *    server serves another, each of the stream's calls is refused as the
@@ -47,20 +48,26 @@
 extern "C" {
 #endif
 
-#define SS_BULK_MAGIC        0x31425353u /* "SSB1" */
+#define SS_BULK_MAGIC        0x32425353u /* "SSB2" */
 #define SS_BULK_TICKET_BYTES 16
 #define SS_BULK_TICKET_TTL_S 30
 #define SS_BULK_REQ_HEAD     16
 #define SS_BULK_REPLY_HEAD   20
 #define SS_BULK_MESSAGE_MAX  511 /* a reply's message, as ss__rpc_reply's */
+#define SS_BULK_PATH_MAX     128 /* a method's path in a request frame */
+/* The gRPC method that gives tickets (rpc/bulk/bulk.proto). */
+#define SS_BULK_M_TICKET "/shadowsync.v1.Bulk/Ticket"
 
 /* ---- frames (pure functions: the fuzz target's) ---- */
 
-void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t method, uint64_t len);
-/* SS_OK when in is a request head for a method < nmethods whose length
- * is at most max_len (the method's limit); SS_ERR_PARSE otherwise. */
-ss_status ss__bulk_request_parse(const uint8_t in[SS_BULK_REQ_HEAD], uint32_t nmethods,
-                                 const uint64_t *max_len, uint32_t *method, uint64_t *len);
+void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t path_len, uint64_t len);
+/* SS_OK when in is a request head whose path is 1 to SS_BULK_PATH_MAX
+ * bytes long (*path_len; the path follows the head) and whose length is
+ * at most max_len (the largest limit of the stream's methods; the
+ * method's own is checked once its path is read); SS_ERR_PARSE
+ * otherwise. */
+ss_status ss__bulk_request_parse(const uint8_t in[SS_BULK_REQ_HEAD], uint64_t max_len,
+                                 uint32_t *path_len, uint64_t *len);
 void ss__bulk_reply_head(uint8_t out[SS_BULK_REPLY_HEAD], ss_status status, uint32_t msg_len,
                          uint64_t len);
 /* SS_OK when in is a reply head with a known status, a message of at most
@@ -97,14 +104,22 @@ typedef struct ss__bulk_server_config {
     const ss__rpc_tls *tls;
 } ss__bulk_server_config;
 
-/* Serves methods[i] as method i of every stream's frames, each handler
- * with methods[i].ctx or else ctx. A thread accepts; each stream has a
- * thread of its own. SS_ERR_IO with why (the address, the system's
- * reason) when it cannot listen. */
+/* Serves the methods of the table marked streamed (rpc.h ss__rpc_method;
+ * the same table the gRPC server serves), each frame naming its method
+ * by path, each handler with its ctx or else ctx. A thread accepts; each
+ * stream has a thread of its own. SS_ERR_INVALID_ARGUMENT when no method
+ * is streamed; SS_ERR_IO with why (the address, the system's reason)
+ * when it cannot listen. */
 ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc_method *methods,
                                 size_t nmethods, void *ctx, ss__bulk_server **out, char *why,
                                 size_t whylen);
 int ss__bulk_server_port(const ss__bulk_server *s);
+/* The gRPC method that gives s's tickets (SS_BULK_M_TICKET: one for the
+ * caller's host, the port, the streamed paths), for the gRPC server's
+ * table beside the methods s serves. */
+ss__rpc_method ss__bulk_server_ticket_method(ss__bulk_server *s);
+/* The most paths a ticket's reply names. */
+#define SS_BULK_MAX_METHODS 16
 /* A new ticket for one stream whose calls are routed by the shard map's
  * epoch (0: by none), given to writer (the caller's address: a writer
  * holds at most a few live tickets, its oldest given up for a new one;
@@ -134,11 +149,14 @@ ss_status ss__bulk_stream_open(const char *host, unsigned port, const ss__bulk_t
                                const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
                                size_t max_reply, ss__bulk_stream **out, char *why, size_t whylen);
 void ss__bulk_stream_close(ss__bulk_stream *b);
+/* Each wait for the peer's bytes from now on bounded by timeout_ms (0:
+ * none): a batch's deadline. */
+void ss__bulk_stream_set_timeout(ss__bulk_stream *b, uint32_t timeout_ms);
 /* A stream over a connected socket whose ticket was sent (the fuzz
  * target's); the stream owns fd from now on. */
 ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out);
-/* The calls rq[i] with rq[i].ch == ch, as method index `method` of the
- * stream; of those, the lane-th of every `lanes` (so that several streams
+/* The calls rq[i] with rq[i].ch == ch, each as its own method (its
+ * path); of those, the lane-th of every `lanes` (so that several streams
  * to one server share a batch: lanes 0 and 1 of 2 take every other call).
  * Each request is req then payload (as over gRPC); each reply goes to
  * rq[i].into (its trailing field, when the reply is shaped so), else to
@@ -148,7 +166,7 @@ ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out);
  * call gets its status and message. Returns the first failure; a broken
  * stream fails the calls not answered yet (SS_ERR_IO), and the stream is
  * then useless (close it). */
-ss_status ss__bulk_call_many(ss__bulk_stream *b, uint32_t method, ss__rpc_request *rq, size_t n,
+ss_status ss__bulk_call_many(ss__bulk_stream *b, ss__rpc_request *rq, size_t n,
                              const ss__rpc_channel *ch, unsigned lane, unsigned lanes);
 
 #ifdef __cplusplus

@@ -27,9 +27,11 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "rpc/bulk/bulk.h"
+#include "rpc/bulk/bulk.pb-c.h"
 #include "rpc/bulk/bulk_conn.h"
 #include "rpc/method_series.h"
 #include "rpc/rpc_internal.h"
+#include "rpc/rpc_pb.h"
 
 #define MAX_TICKETS        256
 #define TICKETS_PER_WRITER 32   /* a writer asking for more gives up its oldest */
@@ -72,10 +74,11 @@ typedef struct slot {
 
 struct ss__bulk_server {
     int lfd, port;
-    const ss__rpc_method *methods;
+    const ss__rpc_method **methods; /* the streamed ones of the table given */
     size_t nmethods;
     void *ctx;
     uint64_t *max_len;                 /* per method */
+    uint64_t max_any;                  /* the largest of them */
     uint32_t max_streams;              /* streams at once: the config's, within the fd budget */
     uint32_t max_unticketed;           /* UNTICKETED_MAX, within half of max_streams */
     size_t max_inflight;               /* 0: none */
@@ -223,18 +226,32 @@ static bool read_head(ss__bulk_conn *c, slot *sl, uint8_t head[SS_BULK_REQ_HEAD]
     return ss__bulk_conn_read(c, head + 1, SS_BULK_REQ_HEAD - 1);
 }
 
+/* The index of the streamed method named by path (path_len bytes, made
+ * a string here); s->nmethods: none. */
+static size_t method_index(const ss__bulk_server *s, char *path, uint32_t path_len) {
+    path[path_len] = '\0';
+    size_t i = 0;
+    while (i < s->nmethods && strcmp(s->methods[i]->path, path) != 0)
+        i++;
+    return i;
+}
+
 /* One frame's request read and its method run; false when the stream
  * ends or broke a rule (said why). */
 static bool serve_frame(ss__bulk_server *s, ss__bulk_conn *c, slot *sl, uint64_t epoch) {
     uint8_t head[SS_BULK_REQ_HEAD];
     if (!read_head(c, sl, head))
         return false;
-    uint32_t method;
+    uint32_t path_len;
     uint64_t len;
-    if (ss__bulk_request_parse(head, (uint32_t)s->nmethods, s->max_len, &method, &len) != SS_OK) {
+    char path[SS_BULK_PATH_MAX + 1] = "";
+    const bool framed = ss__bulk_request_parse(head, s->max_any, &path_len, &len) == SS_OK &&
+                        ss__bulk_conn_read(c, path, path_len);
+    const size_t method = framed ? method_index(s, path, path_len) : s->nmethods;
+    if (method == s->nmethods || len > s->max_len[method]) {
         refuse(s);
-        ss__log(SS_LOG_WARN, "bulk", "event=stream_closed reason=bad_frame method=%u len=%llu",
-                method, (unsigned long long)len);
+        ss__log(SS_LOG_WARN, "bulk", "event=stream_closed reason=bad_frame method=\"%s\" len=%llu",
+                framed ? path : "", (unsigned long long)len);
         return false;
     }
     const uint64_t arrived_ns = ss__now_ns();
@@ -251,7 +268,7 @@ static bool serve_frame(ss__bulk_server *s, ss__bulk_conn *c, slot *sl, uint64_t
         atomic_fetch_sub(&s->inflight, counted);
         return false;
     }
-    const ss__rpc_method *m = &s->methods[method];
+    const ss__rpc_method *m = s->methods[method];
     ss__rpc_reply reply = {.status = SS_OK};
     /* as the gRPC server runs it; a stream has no door, so a blocking
      * call's epoch is checked here too */
@@ -502,22 +519,33 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
                                 size_t whylen) {
     *out = NULL;
     const uint32_t max_streams = cfg->max_streams ? cfg->max_streams : STREAM_FDS;
-    if (!cfg->listen || nmethods == 0 || max_streams > STREAM_FDS)
+    size_t streamed = 0;
+    for (size_t i = 0; i < nmethods; i++)
+        streamed += methods[i].streamed;
+    if (!cfg->listen || streamed == 0 || max_streams > STREAM_FDS)
         return SS_ERR_INVALID_ARGUMENT;
     ss__bulk_server *s = calloc(1, sizeof *s);
-    if (!s || !(s->max_len = calloc(nmethods, sizeof *s->max_len)) ||
-        !(s->series = calloc(nmethods, sizeof *s->series))) {
-        if (s)
+    if (!s || !(s->max_len = calloc(streamed, sizeof *s->max_len)) ||
+        !(s->series = calloc(streamed, sizeof *s->series)) ||
+        !(s->methods = calloc(streamed, sizeof *s->methods))) {
+        if (s) {
             free(s->max_len);
+            free(s->series);
+            free(s->methods);
+        }
         free(s);
         return SS_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i < nmethods; i++)
-        s->max_len[i] = methods[i].max_request ? methods[i].max_request : cfg->max_message;
+    for (size_t i = 0; i < nmethods; i++) {
+        if (!methods[i].streamed)
+            continue;
+        const size_t k = s->nmethods++;
+        s->methods[k] = &methods[i];
+        s->max_len[k] = methods[i].max_request ? methods[i].max_request : cfg->max_message;
+        s->max_any = s->max_len[k] > s->max_any ? s->max_len[k] : s->max_any;
+    }
     for (int i = 0; i < STREAM_FDS; i++)
         s->slots[i].fd = -1;
-    s->methods = methods;
-    s->nmethods = nmethods;
     s->ctx = ctx;
     s->max_streams = fd_budget(max_streams);
     s->max_unticketed = s->max_streams / 2 < UNTICKETED_MAX ? s->max_streams / 2 : UNTICKETED_MAX;
@@ -541,8 +569,9 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
                             "Bulk tickets given in place of a live one (its writer held the most "
                             "a writer may, or all were out): the oldest goes.",
                             NULL, &s->evicted_total);
-        for (size_t i = 0; i < nmethods; i++)
-            ss__rpc_method_series_register(cfg->metrics, methods[i].path, "bulk", &s->series[i]);
+        for (size_t i = 0; i < s->nmethods; i++)
+            ss__rpc_method_series_register(cfg->metrics, s->methods[i]->path, "bulk",
+                                           &s->series[i]);
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -561,6 +590,7 @@ ss_status ss__bulk_server_start(const ss__bulk_server_config *cfg, const ss__rpc
         pthread_cond_destroy(&s->idle);
         free(s->max_len);
         free(s->series);
+        free(s->methods);
         free(s);
         return st != SS_OK ? st : SS_ERR_IO;
     }
@@ -599,5 +629,40 @@ void ss__bulk_server_stop(ss__bulk_server *s) {
     ss__bulk_tls_destroy(s->tls);
     free(s->max_len);
     free(s->series);
+    free(s->methods);
     free(s);
+}
+
+/* Bulk/Ticket: a ticket for the caller (through the gRPC server's door:
+ * the token, a writer certificate), given to its host, with the port and
+ * the paths the streams serve. */
+static void serve_ticket(void *ctx, void *request, ss__rpc_reply *reply) {
+    ss__bulk_server *s = ctx;
+    const Shadowsync__V1__BulkTicketRequest *m = request;
+    uint8_t t[SS_BULK_TICKET_BYTES];
+    char writer[64] = "";
+    (void)ss__rpc_current_peer_host(writer, sizeof writer);
+    if (ss__bulk_server_ticket(s, m->epoch, writer, t) != SS_OK) {
+        ss__rpc_reply_fail(reply, SS_ERR_IO, "no bulk ticket now: no randomness from the system");
+        return;
+    }
+    char *paths[SS_BULK_MAX_METHODS];
+    Shadowsync__V1__BulkTicketReply out = SHADOWSYNC__V1__BULK_TICKET_REPLY__INIT;
+    out.ticket = (ProtobufCBinaryData){sizeof t, t};
+    out.port = (uint32_t)s->port;
+    out.n_methods = s->nmethods < SS_BULK_MAX_METHODS ? s->nmethods : SS_BULK_MAX_METHODS;
+    for (size_t i = 0; i < out.n_methods; i++)
+        paths[i] = (char *)s->methods[i]->path;
+    out.methods = paths;
+    ss__rpc_reply_pack(&out.base, reply);
+}
+
+static const ss__rpc_request_type ticket_request = {
+    &shadowsync__v1__bulk_ticket_request__descriptor, serve_ticket, NULL, 0, 0};
+
+ss__rpc_method ss__bulk_server_ticket_method(ss__bulk_server *s) {
+    return (ss__rpc_method){.path = SS_BULK_M_TICKET,
+                            .ctx = s,
+                            .max_request = SS_RPC_SMALL_REQUEST,
+                            .request = &ticket_request};
 }

@@ -11,10 +11,6 @@
 #define SS_DENSE_M_CENTRAL     "/shadowsync.v1.DenseSync/ReadCentral"
 #define SS_DENSE_M_HEARTBEAT   "/shadowsync.v1.DenseSync/Heartbeat"
 #define SS_DENSE_M_CHECKPOINT  "/shadowsync.v1.DenseSync/Checkpoint"
-#define SS_DENSE_M_BULK_TICKET "/shadowsync.v1.DenseSync/BulkTicket"
-/* The bulk stream's methods (rpc/bulk/bulk.h): their index in its frames. */
-#define SS_DENSE_BULK_EASGD 0
-#define SS_DENSE_BULK_ROUND 1
 
 /* The longest group name the server accepts (chunk names included). */
 #define SS_DENSE_MAX_GROUP_NAME 256

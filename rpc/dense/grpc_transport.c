@@ -17,15 +17,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
-#include "rpc/bulk/bulk.h"
-#include "rpc/bulk/bulk_pool.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
 #include "rpc/pb_wire.h"
 #include "rpc/rpc_pb.h"
 
-_Static_assert(SS_GRPC_MAX_SHARDS <= SS_BULK_POOL_MAX_SHARDS, "a bulk pool holds every shard");
 
 typedef struct part {
     char name[300];
@@ -62,7 +59,6 @@ typedef struct grpc_tp {
     ss__encoding encoding;
     uint32_t timeout_ms, round_wait_ms, retries;
     bool recut;           /* joins re-cut (JoinRequest.recut) */
-    ss__bulk_pool *bulk;  /* dense chunks on the shards' bulk streams; NULL: gRPC only */
     pthread_mutex_t lock; /* guards members and next_id */
     membership *members;
     uint64_t next_id;
@@ -155,8 +151,6 @@ typedef struct fanout {
     bool adapts_window;
     /* At least this many calls in flight per shard (an MA round's). */
     uint32_t min_window;
-    /* The method's index on a bulk stream (dense_wire.h), -1: gRPC only. */
-    int bulk_method;
 } fanout;
 
 static ss_status fanout_init(fanout *f, size_t n) {
@@ -215,27 +209,15 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
                       cur, (double)rtt / 1e3, interval / 1e3);
 }
 
-/* ---- the bulk path (rpc/bulk/bulk.h) ---- */
-
 /* Largest message a chunk produces: its floats plus the envelope. */
 static size_t chunk_message_bytes(size_t chunk) {
     return chunk * sizeof(float) + 4096;
 }
 
-/* Streams a shard's batch shares, each with every lanes-th chunk: the PS
- * serves each stream on a thread of its own, so one stream's chunk is
- * computed while another's is read (one stream against two:
- * docs/benchmark-history.md, "the bulk stream beside gRPC"). */
-#define BULK_LANES 2
-
-/* Runs the fan-out: on the bulk streams when the transport and the
- * shards have them, else over gRPC, where idempotent ones are retried on
+/* Runs the fan-out (on the shards' bulk streams when the channels have
+ * them: rpc/bulk/bulk_link.h); idempotent ones are retried on
  * UNAVAILABLE with backoff (50 ms, doubling), a fresh deadline each time. */
 static ss_status fanout_run(grpc_tp *t, fanout *f, uint32_t timeout_ms, bool idempotent) {
-    ss_status bst;
-    if (t->bulk && f->bulk_method >= 0 &&
-        ss__bulk_pool_call(t->bulk, (uint32_t)f->bulk_method, f->rq, f->n, BULK_LANES, &bst))
-        return bst;
     ss__rpc_batch_stats bs;
     uint32_t window = atomic_load_explicit(&t->window, memory_order_relaxed);
     if (window < f->min_window)
@@ -397,9 +379,6 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     }
     f->adapts_window = strcmp(method, SS_DENSE_M_EASGD) == 0;
     f->min_window = strcmp(method, SS_DENSE_M_ROUND) == 0 ? SS_GRPC_ROUND_WINDOW : 0;
-    f->bulk_method = f->adapts_window ? SS_DENSE_BULK_EASGD
-                     : f->min_window  ? SS_DENSE_BULK_ROUND
-                                      : -1;
     if (st == SS_OK)
         st = fanout_run(t, f, timeout_ms, idempotent);
     return st;
@@ -678,7 +657,6 @@ static void tp_destroy(void *impl) {
         t->members = m->next;
         membership_free(m);
     }
-    ss__bulk_pool_destroy(t->bulk); /* before the channels it asks tickets on */
     for (uint32_t s = 0; s < t->nshards; s++)
         ss__rpc_channel_destroy(t->ch[s]);
     pthread_mutex_destroy(&t->lock);
@@ -696,46 +674,6 @@ static const ss__transport_ops grpc_ops = {
     .round_waiting = tp_round_waiting,
     .destroy = tp_destroy,
 };
-
-ss_status ss__dense_bulk_ticket(ss__rpc_channel *ch, uint64_t epoch, uint32_t timeout_ms,
-                                uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t *port) {
-    Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
-    req.epoch = epoch;
-    ProtobufCMessage *r = NULL;
-    ss_status st =
-        ss__rpc_call_message(ch, SS_DENSE_M_BULK_TICKET, &req.base, timeout_ms, WAIT_FOR_READY,
-                             &shadowsync__v1__bulk_ticket_reply__descriptor, &r, NULL, 0);
-    const Shadowsync__V1__BulkTicketReply *tr = (const Shadowsync__V1__BulkTicketReply *)r;
-    if (st == SS_OK && tr->ticket.len != SS_BULK_TICKET_BYTES)
-        st = SS_ERR_PARSE;
-    if (st == SS_OK) {
-        memcpy(ticket, tr->ticket.data, SS_BULK_TICKET_BYTES);
-        *port = tr->port;
-    }
-    if (r)
-        protobuf_c_message_free_unpacked(r, NULL);
-    return st;
-}
-
-/* The shards' bulk streams (cfg->bulk); without them (TLS files that do
- * not load: the channels say what is wrong with them) chunks go over
- * gRPC. */
-static void start_bulk(grpc_tp *t, const ss__grpc_transport_config *cfg) {
-    const ss__bulk_pool_config pc = {.targets = cfg->targets,
-                                     .channels = t->ch,
-                                     .shards = t->nshards,
-                                     .tls = cfg->tls,
-                                     .ticket_timeout_ms = t->timeout_ms,
-                                     /* a round's reply waits for the round to close */
-                                     .stream_timeout_ms = t->timeout_ms + t->round_wait_ms,
-                                     .max_reply = chunk_message_bytes(t->chunk),
-                                     .epoch = cfg->epoch,
-                                     .ticket = ss__dense_bulk_ticket,
-                                     .component = "dense"};
-    char why[300] = "";
-    if (ss__bulk_pool_create(&pc, &t->bulk, why, sizeof why) != SS_OK)
-        ss__log(SS_LOG_WARN, "dense", "event=bulk_off reason=setup why=\"%s\"", why);
-}
 
 ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out) {
     if (!cfg || !cfg->targets || !*cfg->targets || cfg->timeout_ms == 0 || !out ||
@@ -772,14 +710,14 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
         else
             st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
                                         &t->ch[t->nshards]);
-        if (st == SS_OK)
-            ss__rpc_channel_set_epoch(t->ch[t->nshards++], cfg->epoch);
+        if (st == SS_OK) {
+            ss__rpc_channel_set_epoch(t->ch[t->nshards], cfg->epoch);
+            ss__rpc_channel_set_streams(t->ch[t->nshards++], cfg->bulk);
+        }
     }
     free(list);
     if (st == SS_OK && t->nshards == 0)
         st = SS_ERR_INVALID_ARGUMENT;
-    if (st == SS_OK && cfg->bulk)
-        start_bulk(t, cfg);
     if (st == SS_OK)
         st = ss__transport_create(&grpc_ops, t, out);
     if (st != SS_OK)
@@ -821,7 +759,6 @@ void ss__grpc_transport_set_epoch(ss__transport *tp, uint64_t epoch) {
         return;
     for (uint32_t s = 0; s < t->nshards; s++)
         ss__rpc_channel_set_epoch(t->ch[s], epoch);
-    ss__bulk_pool_set_epoch(t->bulk, epoch);
 }
 
 uint32_t ss__grpc_transport_window(ss__transport *tp) {
@@ -831,5 +768,8 @@ uint32_t ss__grpc_transport_window(ss__transport *tp) {
 
 uint64_t ss__grpc_transport_bulk_batches(ss__transport *tp) {
     grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
-    return t ? ss__bulk_pool_batches(t->bulk) : 0;
+    uint64_t n = 0;
+    for (uint32_t s = 0; t && s < t->nshards; s++)
+        n += ss__rpc_channel_stream_batches(t->ch[s]);
+    return n;
 }

@@ -4,7 +4,6 @@
 #ifndef SS_RPC_GRPC_TRANSPORT_H
 #define SS_RPC_GRPC_TRANSPORT_H
 
-#include "rpc/bulk/bulk.h"
 #include "rpc/rpc.h"
 #include "shadow/codec.h"
 #include "shadow/transport.h"
@@ -63,9 +62,9 @@ typedef struct ss__grpc_transport_config {
      * the PS retires chunks of the old cut that overlap and have no members
      * left, instead of refusing the join (JoinRequest.recut). */
     bool recut;
-    /* S-EASGD and MA/BMUF chunks on the bulk streams (rpc/bulk/bulk.h) of each shard that
-     * has one (a PS with --bulk-listen; a ticket over gRPC opens it), else
-     * over gRPC as always. Not with tls (the stream has none). */
+    /* The channels' calls on each shard's bulk streams when its PS has
+     * a bulk port (rpc.h ss__rpc_channel_set_streams): S-EASGD and MA/BMUF
+     * chunks; false: gRPC only. */
     bool bulk;
 } ss__grpc_transport_config;
 
@@ -102,13 +101,6 @@ void ss__grpc_transport_set_epoch(ss__transport *t, uint64_t epoch);
 uint32_t ss__grpc_transport_window(ss__transport *t);
 /* S-EASGD and MA/BMUF batches sent on bulk streams so far (config bulk). */
 uint64_t ss__grpc_transport_bulk_batches(ss__transport *t);
-
-/* A ticket for the bulk port of the PS behind ch (DenseSync/BulkTicket, a
- * writer's call): good for any method its streams serve, the embedding
- * rows' too (an ss__bulk_ticket_fn, rpc/bulk/bulk_pool.h). SS_ERR_NOT_FOUND:
- * the PS has no bulk port. */
-ss_status ss__dense_bulk_ticket(ss__rpc_channel *ch, uint64_t epoch, uint32_t timeout_ms,
-                                uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t *port);
 
 /* Asks one shadowsync-ps to write its checkpoint now. */
 ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32_t timeout_ms,

@@ -19,7 +19,7 @@ bool ss__emb_client_batches_with(ss__emb_client *c, ss__emb_client *other) {
     pthread_rwlock_rdlock(&c->lock);
     if (other != c) /* read locks: two callers in either order never wait on each other */
         pthread_rwlock_rdlock(&other->lock);
-    const bool same = !*c->map && !*other->map && !c->bulk && !other->bulk &&
+    const bool same = !*c->map && !*other->map && c->streams == other->streams &&
                       c->shards == other->shards && !strcmp(c->targets, other->targets);
     if (other != c)
         pthread_rwlock_unlock(&other->lock);

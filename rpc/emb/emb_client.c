@@ -8,7 +8,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
-#include "rpc/bulk/bulk_pool.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/emb_client_internal.h"
 #include "rpc/emb/emb_wire.h"
@@ -18,35 +17,9 @@
 #include "rpc/rpc_pb.h"
 
 static void close_channels(ss__emb_client *c) {
-    ss__bulk_pool_destroy(c->bulk); /* before the channels it asks tickets on */
-    c->bulk = NULL;
     for (uint32_t s = 0; s < c->shards; s++)
         ss__rpc_channel_destroy(c->ch[s]);
     c->shards = 0;
-}
-
-/* Lookups and pushes at most this many rows of the largest dim; a reply's
- * bound on a bulk stream. */
-#define BULK_MAX_REPLY ((size_t)SS_EMB_CLIENT_CHUNK * SS_EMB_MAX_DIM * sizeof(float) + 4096)
-
-/* The bulk streams to the channels' shards (when the client uses them);
- * without them (a setup that failed, said) calls go over gRPC. */
-static void open_bulk(ss__emb_client *c) {
-    const ss__rpc_tls tls = {*c->tls_ca ? c->tls_ca : NULL, *c->tls_cert ? c->tls_cert : NULL,
-                             *c->tls_key ? c->tls_key : NULL};
-    const ss__bulk_pool_config pc = {.targets = c->targets,
-                                     .channels = c->ch,
-                                     .shards = c->shards,
-                                     .tls = &tls,
-                                     .ticket_timeout_ms = c->timeout_ms,
-                                     .stream_timeout_ms = c->timeout_ms,
-                                     .max_reply = BULK_MAX_REPLY,
-                                     .epoch = c->epoch,
-                                     .ticket = c->bulk_ticket,
-                                     .component = "emb"};
-    char why[300] = "";
-    if (c->bulk_ticket && ss__bulk_pool_create(&pc, &c->bulk, why, sizeof why) != SS_OK)
-        ss__log(SS_LOG_WARN, "emb", "event=bulk_off reason=setup why=\"%s\"", why);
 }
 
 /* A channel to every target of the comma-separated list. */
@@ -65,12 +38,12 @@ static ss_status open_channels(ss__emb_client *c, const char *targets) {
          tok = strtok_r(NULL, ",", &save)) {
         if (c->shards == MAX_SHARDS)
             st = SS_ERR_INVALID_ARGUMENT;
-        else if ((st = ss__rpc_channel_create(tok, 0, &tls, &c->ch[c->shards])) == SS_OK)
-            ss__rpc_channel_set_epoch(c->ch[c->shards++], c->epoch);
+        else if ((st = ss__rpc_channel_create(tok, 0, &tls, &c->ch[c->shards])) == SS_OK) {
+            ss__rpc_channel_set_epoch(c->ch[c->shards], c->epoch);
+            ss__rpc_channel_set_streams(c->ch[c->shards++], c->streams);
+        }
     }
     free(list);
-    if (st == SS_OK && c->shards)
-        open_bulk(c);
     return st == SS_OK && c->shards == 0 ? SS_ERR_INVALID_ARGUMENT : st;
 }
 
@@ -112,17 +85,16 @@ void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch) {
     c->epoch = epoch;
     for (uint32_t s = 0; s < c->shards; s++)
         ss__rpc_channel_set_epoch(c->ch[s], epoch);
-    ss__bulk_pool_set_epoch(c->bulk, epoch);
     pthread_rwlock_unlock(&c->lock);
 }
 
-ss_status ss__emb_client_use_bulk(ss__emb_client *c, ss__bulk_ticket_fn ticket) {
-    if (!c || !ticket)
+ss_status ss__emb_client_use_bulk(ss__emb_client *c, bool on) {
+    if (!c)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_rwlock_wrlock(&c->lock);
-    c->bulk_ticket = ticket;
-    if (!c->bulk)
-        open_bulk(c);
+    c->streams = on;
+    for (uint32_t s = 0; s < c->shards; s++)
+        ss__rpc_channel_set_streams(c->ch[s], on);
     pthread_rwlock_unlock(&c->lock);
     return SS_OK;
 }
@@ -131,7 +103,9 @@ uint64_t ss__emb_client_bulk_batches(ss__emb_client *c) {
     if (!c)
         return 0;
     pthread_rwlock_rdlock(&c->lock);
-    const uint64_t n = ss__bulk_pool_batches(c->bulk);
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < c->shards; s++)
+        n += ss__rpc_channel_stream_batches(c->ch[s]);
     pthread_rwlock_unlock(&c->lock);
     return n;
 }
@@ -457,26 +431,6 @@ static void rows_straight_in(const ss__emb_spec *spec, const chunk *ck, float *o
     call->into_field = 1; /* LookupReply.rows */
 }
 
-/* The op's method index on a bulk stream (rpc/emb/emb_wire.h); -1: gRPC
- * only (Elastic). */
-static int bulk_method_of(row_op op) {
-    return op == OP_LOOKUP        ? SS_EMB_BULK_LOOKUP
-           : op == OP_PUSH        ? SS_EMB_BULK_PUSH
-           : op == OP_PUSH_LOOKUP ? SS_EMB_BULK_PUSH_LOOKUP
-                                  : -1;
-}
-
-/* The op's calls: on the shards' bulk streams when the client has them,
- * else (or when a shard has none) over gRPC. One stream per shard: a
- * shard's calls are a chunk each, most batches one. */
-static ss_status call_all(ss__emb_client *c, row_op op, ss__rpc_request *calls, size_t n) {
-    ss_status st;
-    if (c->bulk && bulk_method_of(op) >= 0 &&
-        ss__bulk_pool_call(c->bulk, (uint32_t)bulk_method_of(op), calls, n, 1, &st))
-        return st;
-    return ss__rpc_call_many(calls, n, c->timeout_ms, true);
-}
-
 static const char *method_of(row_op op) {
     switch (op) {
     case OP_LOOKUP:
@@ -555,8 +509,7 @@ static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *
                               const id_set *main, const id_set *push, float alpha, float *out,
                               bool *stale_main, bool *stale_push, bool *stale) {
     const uint32_t tid = ss__emb_table_id(spec->name);
-    const size_t chunk =
-        c->bulk && bulk_method_of(op) >= 0 ? SS_EMB_BULK_CHUNK : SS_EMB_CLIENT_CHUNK;
+    const size_t chunk = c->streams ? SS_EMB_BULK_CHUNK : SS_EMB_CLIENT_CHUNK;
     by_shard bm = {.chunk = chunk}, bp = {.chunk = chunk};
     ss_status st = split(c, tid, main, &bm);
     if (st == SS_OK && op == OP_PUSH_LOOKUP)
@@ -591,7 +544,7 @@ static ss_status sharded_once(ss__emb_client *c, row_op op, const ss__emb_spec *
     }
     const bool built = st == SS_OK;
     if (st == SS_OK)
-        st = call_all(c, op, calls, ncalls);
+        st = ss__rpc_call_many(calls, ncalls, c->timeout_ms, true); /* streams: bulk_link.h */
     *stale = built && st != SS_OK && stale_main;
     for (size_t i = 0; *stale && i < ncalls; i++) {
         if (calls[i].status == SS_OK)

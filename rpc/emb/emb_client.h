@@ -7,12 +7,11 @@
 #define SS_EMB_CLIENT_H
 
 #include "embedding-store/emb_table.h"
-#include "rpc/bulk/bulk_pool.h"
 #include "rpc/rpc.h"
 #include "shadow/codec.h"
 
 #define SS_EMB_CLIENT_CHUNK 4096
-/* On a bulk stream (ss__emb_client_use_bulk), smaller: the PS looks up or
+/* With streams on (ss__emb_client_use_bulk), smaller: the PS looks up or
  * applies one chunk while the next crosses the socket. Batches of 4,096
  * (shadowsync-bench-emb, alternating builds): lookups 0.46-0.76 of the
  * in-process store in chunks of 2,048 against 0.40-0.56 in one call,
@@ -33,12 +32,12 @@ void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch);
  * client's timeout passes. Only refused parts go again: a row is never
  * updated twice. */
 ss_status ss__emb_client_follow_map(ss__emb_client *c, const char *path);
-/* Lookups, pushes and push-lookups on the shards' bulk streams (rpc/bulk/bulk.h)
- * from now on, each stream's ticket from `ticket` (ss__dense_bulk_ticket),
- * with the client's TLS files; a shard whose PS has no bulk port gets
- * them over gRPC, as do Elastic and OpenTable. Same bounds, checks and
- * replies as over gRPC: the PS runs the same handlers. */
-ss_status ss__emb_client_use_bulk(ss__emb_client *c, ss__bulk_ticket_fn ticket);
+/* The channels' calls on the shards' bulk streams from now on (on) or
+ * gRPC only (rpc.h ss__rpc_channel_set_streams): lookups, pushes and
+ * push-lookups, the methods a PS streams; a shard whose PS has no bulk
+ * port gets them over gRPC, as do Elastic and OpenTable. Same bounds,
+ * checks and replies as over gRPC: the PS runs the same handlers. */
+ss_status ss__emb_client_use_bulk(ss__emb_client *c, bool on);
 /* Batches of calls that went on bulk streams so far. */
 uint64_t ss__emb_client_bulk_batches(ss__emb_client *c);
 

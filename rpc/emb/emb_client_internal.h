@@ -6,11 +6,9 @@
 
 #include <pthread.h>
 
-#include "rpc/bulk/bulk_pool.h"
 #include "rpc/emb/emb_client.h"
 
 #define MAX_SHARDS 64
-_Static_assert(MAX_SHARDS <= SS_BULK_POOL_MAX_SHARDS, "a bulk pool holds every shard");
 
 #define MAX_OPENED 64
 
@@ -23,8 +21,7 @@ struct ss__emb_client {
     char tls_ca[4096], tls_cert[4096], tls_key[4096]; /* copies: channels are made again */
     char map[4096];                                   /* the shard map routed by; "" = none */
     char targets[4096];                               /* the channels' list */
-    ss__bulk_ticket_fn bulk_ticket;                   /* rows on bulk streams; NULL: gRPC only */
-    ss__bulk_pool *bulk;                              /* the streams to the channels' shards */
+    bool streams; /* the channels' calls on bulk streams (rpc.h ss__rpc_channel_set_streams) */
     ss__emb_spec opened[MAX_OPENED];                  /* opened again on the shards of a new map */
     size_t nopened;
 };

@@ -20,11 +20,4 @@
 #define SS_EMB_BATCH_PUSH_LOOKUP 3
 #define SS_EMB_BATCH_ELASTIC     4
 
-/* The methods a PS's bulk stream (rpc/bulk/bulk.h) serves for embedding rows:
- * their index in its frames, after the dense ones (rpc/dense/dense_wire.h,
- * 0 and 1). A stream's ticket comes from DenseSync/BulkTicket. */
-#define SS_EMB_BULK_LOOKUP      2
-#define SS_EMB_BULK_PUSH        3
-#define SS_EMB_BULK_PUSH_LOOKUP 4
-
 #endif

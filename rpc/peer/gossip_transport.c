@@ -170,9 +170,9 @@ static const ss__rpc_request_type leave_request = {&shadowsync__v1__peer_leave_r
 
 static const ss__rpc_method gossip_methods[] = {
     /* the model, and the membership: both need the token when one is set */
-    {PULL_METHOD, NULL, false, NULL, false, 0, &pull_request,
+    {PULL_METHOD, NULL, false, NULL, false, 0, &pull_request, false,
      false}, /* the server's limit: 4 KiB */
-    {LEAVE_METHOD, NULL, false, NULL, false, 0, &leave_request, false},
+    {LEAVE_METHOD, NULL, false, NULL, false, 0, &leave_request, false, false},
 };
 
 /* ---- the ops ---- */

@@ -1,7 +1,7 @@
 /* The bulk stream (rpc/bulk/bulk.h) from raw bytes, both ends. The first byte
  * picks the end:
  *  - even: the server's. A bulk server in this process (started once;
- *    its two methods echo the request, so ASan sees every byte of it
+ *    its two streamed methods echo the request, so ASan sees every byte of it
  *    read) takes a stream with a live ticket and then the input: whatever
  *    it holds, the server answers or closes the stream.
  *  - odd: the client's. The input is what a server sends back to three
@@ -28,8 +28,9 @@ static void h_check(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *re
 }
 
 static const ss__rpc_method methods[] = {
-    {"/f/A", h_check, false, NULL, false, 1 << 16, NULL, false},
-    {"/f/B", h_check, false, NULL, false, 64, NULL, false}};
+    {"/f/A", h_check, false, NULL, false, 1 << 16, NULL, false, true},
+    {"/f/B", h_check, false, NULL, false, 64, NULL, false, true},
+    {"/f/C", h_check, false, NULL, false, 64, NULL, false, false}}; /* gRPC only */
 
 static ss__bulk_server *server(void) {
     static ss__bulk_server *s;
@@ -37,7 +38,7 @@ static ss__bulk_server *server(void) {
         setenv("SHADOWSYNC_LOG_LEVEL", "error", 0); /* a line per closed stream: slow */
         const ss__bulk_server_config cfg = {.listen = "127.0.0.1:0", .max_message = 1 << 16};
         char why[200];
-        if (ss__bulk_server_start(&cfg, methods, 2, NULL, &s, why, sizeof why) != SS_OK)
+        if (ss__bulk_server_start(&cfg, methods, 3, NULL, &s, why, sizeof why) != SS_OK)
             abort();
     }
     return s;
@@ -95,12 +96,16 @@ static void client_end(const uint8_t *data, size_t size) {
     ss__rpc_request rq[3];
     memset(rq, 0, sizeof rq);
     for (int i = 0; i < 3; i++)
-        rq[i] = (ss__rpc_request){.ch = NULL, .req = req, .len = sizeof req};
+        rq[i] = (ss__rpc_request){.ch = NULL, .method = "/f/A", .req = req, .len = sizeof req};
     rq[1].on_reply = take;
     uint8_t *place = malloc(32); /* the third reply's bytes field 1, when it has 32, goes here */
-    rq[2] = (ss__rpc_request){
-        .req = req, .len = sizeof req, .into = place, .into_len = 32, .into_field = 1};
-    (void)ss__bulk_call_many(b, 0, rq, 3, NULL, 0, 1);
+    rq[2] = (ss__rpc_request){.method = "/f/A",
+                              .req = req,
+                              .len = sizeof req,
+                              .into = place,
+                              .into_len = 32,
+                              .into_field = 1};
+    (void)ss__bulk_call_many(b, rq, 3, NULL, 0, 1);
     for (int i = 0; i < 3; i++) {
         if ((unsigned)rq[i].status >= (unsigned)SS_STATUS_COUNT_ || strlen(rq[i].msg) >= 400)
             abort();
