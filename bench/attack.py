@@ -58,9 +58,11 @@ WORK = tempfile.mkdtemp(prefix="ss-attack-")
 GEN = os.path.join(WORK, "gen")
 os.makedirs(GEN)
 subprocess.run(["protoc", "-I", os.path.join(RPC_DIR, "dense"), "-I",
-                os.path.join(RPC_DIR, "emb"), "--python_out", GEN, "dense_sync.proto",
-                "embedding.proto"], check=True)
+                os.path.join(RPC_DIR, "emb"), "-I", os.path.join(RPC_DIR, "bulk"),
+                "--python_out", GEN, "dense_sync.proto", "embedding.proto", "bulk.proto"],
+               check=True)
 sys.path.insert(0, GEN)
+import bulk_pb2 as bulk  # noqa: E402
 import dense_sync_pb2 as dense  # noqa: E402
 import embedding_pb2 as emb  # noqa: E402
 

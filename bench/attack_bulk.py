@@ -24,7 +24,13 @@ import time
 import __main__ as base  # bench/attack.py: its PS, protobuf modules and line()
 import grpc
 
-MAGIC = 0x31425353
+MAGIC = 0x32425353  # "SSB2"
+EASGD = b"/shadowsync.v1.DenseSync/EasgdExchange"
+
+
+def frame_head(length, method=EASGD):
+    """A request frame's head and its method's path, for length bytes."""
+    return struct.pack("<IIQ", MAGIC, len(method), length) + method
 
 
 class Bulk(base.PS):
@@ -33,8 +39,13 @@ class Bulk(base.PS):
     def __init__(self, preexec=None):
         self.preexec = preexec
         super().__init__("--bulk-listen", "127.0.0.1:0", "--max-group-floats", str(64 << 20))
-        self.log.seek(0)
-        self.bulk_port = int(re.search(r"bulk on \S+:(\d+)", self.log.read()).group(1))
+        for _ in range(100):  # its line comes right after "listening on"
+            self.log.seek(0)
+            m = re.search(r"bulk on \S+:(\d+)", self.log.read())
+            if m:
+                break
+            time.sleep(0.05)
+        self.bulk_port = int(m.group(1))
         self.join()
         self.base_ms = self.serving()
 
@@ -44,8 +55,8 @@ class Bulk(base.PS):
                                 timeout=10).member
 
     def ticket(self, channel=None):
-        return self.call("DenseSync", "BulkTicket", base.dense.BulkTicketReply,
-                         base.dense.BulkTicketRequest(), channel=channel).ticket
+        return self.call("Bulk", "Ticket", base.bulk.BulkTicketReply,
+                         base.bulk.BulkTicketRequest(), channel=channel).ticket
 
     def stream(self, src="127.0.0.1", ticket=None):
         s = socket.socket()
@@ -64,7 +75,7 @@ class Bulk(base.PS):
         t0 = time.perf_counter()
         try:
             s = self.stream(ticket=self.ticket())
-            s.sendall(struct.pack("<IIQ", MAGIC, 0, len(body)) + body)
+            s.sendall(frame_head(len(body)) + body)
             head = b""
             while len(head) < 20:
                 more = s.recv(20 - len(head))
@@ -179,7 +190,7 @@ def attack_bulk_stall():
     socks = []
     for _ in range(4):
         s = ps.stream("127.0.0.2", ps.ticket())
-        s.sendall(struct.pack("<IIQ", MAGIC, 0, 256 * base.MiB - 4096) + b"\0" * 4096)
+        s.sendall(frame_head(256 * base.MiB - 4096) + b"\0" * 4096)
         socks.append(s)
     time.sleep(0.5)
     worst = max(ps.serving() for _ in range(3))

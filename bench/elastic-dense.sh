@@ -17,8 +17,8 @@
 # (network namespaces, one veth link each at --rate, --delay per link;
 # bench/emu-lib.sh) instead of 127.0.0.1.
 #   bash bench/elastic-dense.sh --emulated 1 --rate 10gbit
-# --bulk 1: the PS also serve bulk streams (--bulk-listen) and the trainer
-# sends its dense chunks on them (--bulk true): a stream per shard map epoch.
+# --bulk 1 (the default): the PS serve bulk streams and the trainer sends its
+# dense chunks on them, a stream per shard map epoch; --bulk 0: gRPC only.
 source "$(dirname "$0")/common.sh"
 ROWS=${ROWS:-4000000}
 GROW_S=${GROW_S:-10}
@@ -26,7 +26,7 @@ SHRINK_S=${SHRINK_S:-25}
 EMULATED=${EMULATED:-0}
 RATE=${RATE:-10gbit}
 DELAY=${DELAY:-0}
-BULK=${BULK:-0}
+BULK=${BULK:-1}
 MAP=$PWD/out/bench-elastic-dense.map
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -56,7 +56,7 @@ run() { # moves|none -> a result line
   bench_write_map "$MAP" 1 127.0.0.1:1 # a placeholder until the ports are known
   for k in 0 1; do
     local bulk=()
-    [ "$BULK" = 1 ] && bulk=(--bulk-listen "$([ "$EMULATED" = 1 ] && echo "${BENCH_IP[p$k]}" || echo 127.0.0.1):0")
+    [ "$BULK" = 1 ] && bulk=(--bulk-listen "$([ "$EMULATED" = 1 ] && echo "${BENCH_IP[p$k]}" || echo 127.0.0.1):0") || bulk=(--bulk-listen "")
     BENCH_HOST=p$k bench_ps_start "out/bench-elastic-dense-ps$k.log" --shard-map "$MAP" "${bulk[@]}"
     pids+=("$ps_pid")
     https[k]=$ps_http addrs[k]=$addr

@@ -35,6 +35,7 @@
 #include "common/fd_io.h"
 #include "common/flags.h"
 #include "common/names.h"
+#include "common/shard_map.h"
 #include "embedding-store/emb_store.h"
 #include "rpc/dense/grpc_transport.h"
 #include "rpc/emb/emb_client.h"
@@ -51,6 +52,8 @@ typedef struct bench {
     uint64_t *ids; /* reps * batch ids, each batch distinct */
     float *buf, *grads;
     ss__emb_spec spec;
+    ss__rpc_tls tls;       /* to the PS; NULL ca_file: plain */
+    const char *shard_map; /* the PS's map, routed by ("": none) */
 } bench;
 
 static long rss_kb(void) {
@@ -410,16 +413,38 @@ static int run_in_process(bench *b, result *ga, result *gi, result *in, ss__emb_
     return 0;
 }
 
-/* Through the PS: over gRPC, or (bulk) on its bulk stream, the rows
- * already resident from the gRPC run. */
-static int run_grpc(bench *b, const char *ps, bool bulk, result *r) {
-    ss__emb_client *c;
-    if (ss__emb_client_create(ps, NULL, 30000, &c) != SS_OK ||
-        ss__emb_client_use_bulk(c, bulk) != SS_OK ||
-        ss__emb_client_open_table(c, &b->spec, NULL, NULL, 0) != SS_OK) {
-        fprintf(stderr, "shadowsync-bench-emb: cannot reach %s\n", ps);
-        return -1;
+/* Through the PS: over gRPC only, or (bulk) the library's default way
+ * (its bulk stream when it has one), the rows already resident from the
+ * gRPC run. */
+/* A client of the PS at ps: b's TLS and shard map (its epoch), and the
+ * streams on or off; NULL when it cannot reach it (said). */
+static ss__emb_client *bench_client(const bench *b, const char *ps, bool bulk) {
+    ss__shard_map map = {.epoch = 0};
+    ss__emb_client *c = NULL;
+    ss_status st = *b->shard_map ? ss__shard_map_read(b->shard_map, &map, NULL, 0) : SS_OK;
+    if (st == SS_OK)
+        st = ss__emb_client_create(ps, b->tls.ca_file ? &b->tls : NULL, 30000, &c);
+    if (st == SS_OK) {
+        ss__emb_client_set_epoch(c, map.epoch);
+        if (*b->shard_map)
+            st = ss__emb_client_follow_map(c, b->shard_map);
     }
+    if (st == SS_OK)
+        st = ss__emb_client_use_bulk(c, bulk);
+    if (st == SS_OK)
+        st = ss__emb_client_open_table(c, &b->spec, NULL, NULL, 0);
+    if (st != SS_OK) {
+        fprintf(stderr, "shadowsync-bench-emb: cannot reach %s: %s\n", ps, ss_strerror(st));
+        ss__emb_client_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+static int run_grpc(bench *b, const char *ps, bool bulk, result *r) {
+    ss__emb_client *c = bench_client(b, ps, bulk);
+    if (!c)
+        return -1;
     uint64_t *ids = malloc((size_t)b->batch * sizeof *ids);
     for (int64_t off = 0; !bulk && off < b->rows; off += b->batch) { /* every row resident */
         int64_t n = b->rows - off < b->batch ? b->rows - off : b->batch;
@@ -444,10 +469,8 @@ static int run_grpc(bench *b, const char *ps, bool bulk, result *r) {
     r->push_s = (double)(t2 - t1) / 1e9 / (double)b->reps;
     const uint64_t on_streams = ss__emb_client_bulk_batches(c);
     ss__emb_client_destroy(c);
-    if (bulk && on_streams < 2 * (uint64_t)b->reps) {
-        fprintf(stderr, "shadowsync-bench-emb: %s has no bulk port (--bulk-listen)\n", ps);
-        return -1;
-    }
+    if (bulk && on_streams < 2 * (uint64_t)b->reps)
+        printf("note: the default path went over gRPC: %s has no bulk port\n", ps);
     return 0;
 }
 
@@ -528,20 +551,27 @@ static int run_redis(bench *b, const char *addr, result *r) {
 
 int main(int argc, char **argv) {
     const char *ps = "", *redis = "", *optimizer = "sgd";
-    bool bulk = false;
-    bench b = {.rows = 1000000, .batch = 4096, .dim = 64, .reps = 200};
+    const char *tls_ca = "", *tls_cert = "", *tls_key = "";
+    bench b = {.rows = 1000000, .batch = 4096, .dim = 64, .reps = 200, .shard_map = ""};
     ss__flag flags[] = {
-        {"ps", SS_FLAG_STRING, &ps, "one running shadowsync-ps shard (\"\" = skip gRPC)", NULL, 0,
-         0},
-        {"bulk", SS_FLAG_BOOL, &bulk,
-         "also through --ps's bulk stream (shadowsync-ps --bulk-listen) instead of gRPC", NULL, 0,
-         0},
+        {"ps", SS_FLAG_STRING, &ps,
+         "one running shadowsync-ps shard, through which the rows go over gRPC only and the "
+         "default way (its bulk stream when it has one) (\"\" = skip)",
+         NULL, 0, 0},
         {"redis", SS_FLAG_STRING, &redis, "a running Redis server host:port (\"\" = skip)", NULL, 0,
          0},
         {"rows", SS_FLAG_INT, &b.rows, "distinct rows in the table", NULL, 1, 1e9},
         {"batch", SS_FLAG_INT, &b.batch, "ids per request", NULL, 1, 65536},
         {"dim", SS_FLAG_INT, &b.dim, "floats per row", NULL, 1, 4096},
         {"reps", SS_FLAG_INT, &b.reps, "timed batches per operation", NULL, 1, 1e6},
+        {"tls-ca", SS_FLAG_STRING, &tls_ca,
+         "PEM CA bundle that signed the PS's certificate: TLS to the PS (\"\" = plain TCP)", NULL,
+         0, 0},
+        {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM client certificate for mutual TLS", NULL, 0,
+         0},
+        {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
+        {"shard-map", SS_FLAG_STRING, &b.shard_map,
+         "the PS's shard map file: the calls carry its epoch (\"\" = none)", NULL, 0, 0},
         {"optimizer", SS_FLAG_STRING, &optimizer,
          "the table's optimizer in the store (inproc, tcp, gRPC; the floors and Redis apply SGD)",
          "sgd|adagrad", 0, 0},
@@ -549,6 +579,9 @@ int main(int argc, char **argv) {
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
         return exit_code;
+    b.tls = (ss__rpc_tls){.ca_file = *tls_ca ? tls_ca : NULL,
+                          .cert_file = *tls_cert ? tls_cert : NULL,
+                          .key_file = *tls_key ? tls_key : NULL};
     if (b.batch > b.rows) {
         fprintf(stderr, "shadowsync-bench-emb: --batch must be <= --rows\n");
         return 2;
@@ -590,10 +623,10 @@ int main(int argc, char **argv) {
             return 1;
         report("grpc", &gr, &b);
     }
-    if (*ps && bulk) {
+    if (*ps) {
         if (run_grpc(&b, ps, true, &bk) != 0)
             return 1;
-        report("bulk", &bk, &b);
+        report("default", &bk, &b);
     }
     if (*redis) {
         if (run_redis(&b, redis, &rd) != 0)
@@ -604,10 +637,10 @@ int main(int argc, char **argv) {
         ratio("grpc/inproc", &in, &gr);
         ratio("grpc/tcp", &tc, &gr);
     }
-    if (*ps && bulk) {
-        ratio("bulk/inproc", &in, &bk);
-        ratio("bulk/tcp", &tc, &bk);
-        ratio("bulk/grpc", &gr, &bk);
+    if (*ps) {
+        ratio("default/inproc", &in, &bk);
+        ratio("default/tcp", &tc, &bk);
+        ratio("default/grpc", &gr, &bk);
     }
     if (*ps && *redis)
         ratio("grpc/redis", &rd, &gr);

@@ -32,7 +32,7 @@ set -euo pipefail
 
 PS=1 HOSTS=2 PER_HOST=2 DENSE=1048576 SECS=10 RATE=10gbit DELAY=0 LOSS=0
 MODE=background ALGO=easgd K=10 STEP_US=10000 BATCH=1024 AGENT=1 TOUCH=4096 NICE=0 COMPUTE=paced
-ENCODING=f32 PEERS=0 PS_RATE= SCHEDULE=ring SLOW_HOSTS=0 SLOW_RATE= BULK=0
+ENCODING=f32 PEERS=0 PS_RATE= SCHEDULE=ring SLOW_HOSTS=0 SLOW_RATE= BULK=1
 TRAINER=emu TRAIN= TEST= ROWS=100000
 BIN=${SS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 QUIET=0
@@ -57,8 +57,8 @@ Usage: bench/emu-cluster.sh [flags]   (root: it creates network namespaces)
                     | int8 (the agents' --encoding, or the trainers'
                     SHADOWSYNC_ENCODING without agents)
   --agent 0|1       background: sync through one agent per host     [$AGENT]
-  --bulk 0|1        dense chunks on the PS's bulk stream (its       [$BULK]
-                    --bulk-listen; the agents' or trainers' bulk)
+  --bulk 0|1        dense chunks on the PS's bulk stream, the       [$BULK]
+                    defaults (0: --bulk-listen "" and bulk false)
   --peers 0|1       decentralized averaging between the trainers,   [$PEERS]
                     no PS on the dense path (--algo ma; no agents)
   --peer-schedule S --peers 1: ring | random (pull one peer a round) [$SCHEDULE]
@@ -146,7 +146,7 @@ for i in $(seq 0 $((PS - 1))); do
   HOST_RATE=$PS_RATE add_host "$ID-p$i" "$addr"
   if [ "$MODE" != none ] && [ "$PEERS" != 1 ]; then
     bulk_listen=()
-    [ "$BULK" = 1 ] && bulk_listen=(--bulk-listen "$addr:7071")
+    [ "$BULK" = 1 ] && bulk_listen=(--bulk-listen "$addr:7071") || bulk_listen=(--bulk-listen "")
     ip netns exec "$ID-p$i" env -u SHADOWSYNC_INSECURE_LOOPBACK nice -n "$NICE" "$BIN/shadowsync-ps" --listen "$addr:7070" --http "" \
       --auth-token-file "$TMP/token" "${bulk_listen[@]}" >"$TMP/ps$i.log" 2>&1 &
     PIDS+=($!)

@@ -4,11 +4,13 @@
 # second) and as a ratio to iperf3 TCP on loopback measured in the same
 # run. iperf3 is Debian's package (installed here if missing). iperf3 runs
 # one stream each way at once (--bidir), the same traffic shape as a round.
-# The same rounds on the PS's bulk stream (--bulk-listen / --bulk: plain
-# TCP beside gRPC). Beside each round: the same chunk calls to a gRPC echo
-# server (no PS work: shadowsync-bench-rpc --echo), gRPC's own ceiling,
-# and the same chunks echoed on one plain socket (--tcp-echo), the floor
-# of any path.
+# The rounds go the default way (a PS and a client on their defaults:
+# the PS's bulk stream beside gRPC) and over gRPC only (the client's bulk
+# false: what a .proto client gets). Beside each round: the same chunk
+# calls to a gRPC echo server (no PS work: shadowsync-bench-rpc --echo),
+# gRPC's own ceiling, and the same chunks echoed on one plain socket
+# (--tcp-echo), the floor of any path: default_tcp_echo is the default
+# path's goodput over that floor's.
 # --tls 1: the PS serves mutual TLS (a throwaway CA, openssl) on gRPC and
 # on its bulk stream, and both rounds go over TLS; iperf3 and the echoes
 # stay plain, so their ratios say what the encryption costs.
@@ -45,8 +47,7 @@ if [ "$TLS" = 1 ]; then
   bench_tls=(--tls-ca $c/ca.pem --tls-cert $c/client.pem --tls-key $c/client.key)
   echo "gRPC and bulk over mutual TLS ($(openssl version | cut -d' ' -f1-2)); iperf3 and the echoes plain"
 fi
-./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 --bulk-listen 127.0.0.1:0 \
-  "${ps_tls[@]}" >out/bench-ps.log 2>&1 &
+./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 "${ps_tls[@]}" >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
@@ -55,22 +56,23 @@ addr=$(grep -o 'listening on [0-9.:]*' out/bench-ps.log | awk '{print $3}')
 field() { grep -o "$1=[0-9.]*" <<<"$2" | cut -d= -f2; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 echo "iperf3 TCP loopback, both directions at once (--bidir), before and after each size;"
-echo "gRPC: the PS over gRPC; bulk: the PS's bulk stream (--bulk); echo: a gRPC echo server;"
-echo "tcp_echo: the same chunks echoed on one plain socket (the floor of any path)"
-printf '%-10s %8s %8s %8s %8s %12s %12s %12s %12s %14s\n' floats grpc_ms bulk_ms echo_ms \
-  tcp_ms grpc_ratio bulk_ratio echo_ratio bulk_tcp_echo iperf3_gbit_s
+echo "default: the PS and the client on their defaults (the bulk stream); grpc: the client's"
+echo "bulk false; echo: a gRPC echo server; tcp_echo: the same chunks echoed on one plain socket"
+echo "(the floor of any path)"
+printf '%-10s %10s %8s %8s %8s %13s %12s %12s %16s %13s %14s\n' floats default_ms grpc_ms \
+  echo_ms tcp_ms default_ratio grpc_ratio echo_ratio default_tcp_echo grpc_tcp_echo iperf3_gbit_s
 for n in 1048576 10485760; do
-  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" "${bench_tls[@]}" ${BENCH_ARGS:-})
-  bulk_line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk "${bench_tls[@]}" ${BENCH_ARGS:-})
+  bulk_line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" "${bench_tls[@]}" ${BENCH_ARGS:-})
+  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk false "${bench_tls[@]}" ${BENCH_ARGS:-})
   echo_line=$(./build/bin/shadowsync-bench-rpc --echo --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
   tcp_line=$(./build/bin/shadowsync-bench-rpc --tcp-echo --floats "$n" --reps "$REPS")
   after=$(iperf_once)
   mean=$(awk -v a="$tcp" -v b="$after" 'BEGIN {printf "%.2f", (a + b) / 2}')
   gb=$(field goodput_gbit_s "$line") bgb=$(field goodput_gbit_s "$bulk_line")
   egb=$(field goodput_gbit_s "$echo_line") tgb=$(field goodput_gbit_s "$tcp_line")
-  printf '%-10s %8s %8s %8s %8s %12s %12s %12s %12s %14s\n' "$n" "$(field round_ms "$line")" \
-    "$(field round_ms "$bulk_line")" "$(field round_ms "$echo_line")" "$(field round_ms "$tcp_line")" \
-    "$(ratio "$gb" "$mean")" "$(ratio "$bgb" "$mean")" "$(ratio "$egb" "$mean")" \
-    "$(ratio "$bgb" "$tgb")" "$mean"
+  printf '%-10s %10s %8s %8s %8s %13s %12s %12s %16s %13s %14s\n' "$n" \
+    "$(field round_ms "$bulk_line")" "$(field round_ms "$line")" "$(field round_ms "$echo_line")" \
+    "$(field round_ms "$tcp_line")" "$(ratio "$bgb" "$mean")" "$(ratio "$gb" "$mean")" \
+    "$(ratio "$egb" "$mean")" "$(ratio "$bgb" "$tgb")" "$(ratio "$gb" "$tgb")" "$mean"
   tcp=$after
 done

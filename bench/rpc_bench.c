@@ -55,7 +55,8 @@ static pid_t start_echo_server(int *port) {
     pid_t pid = fork();
     if (pid == 0) {
         close(up[0]);
-        static const ss__rpc_method m = {ECHO_PATH, h_echo, false, NULL, true, 0, NULL, false, false};
+        static const ss__rpc_method m = {ECHO_PATH, h_echo, false, NULL, true,
+                                         0,         NULL,   false, false};
         ss__rpc_server_config cfg = {
             .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 256u << 20};
         ss__rpc_server *srv;
@@ -262,7 +263,7 @@ int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
     const char *ps = "127.0.0.1:7070", *tls_ca = "", *tls_cert = "", *tls_key = "";
     int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS, window = 0;
-    bool echo = false, tcp_echo = false, bulk = false;
+    bool echo = false, tcp_echo = false, bulk = true; /* the library's default */
     ss__flag flags[] = {
         {"ps", SS_FLAG_STRING, &ps, "shadowsync-ps shards, host:port,...", NULL, 0, 0},
         {"floats", SS_FLAG_INT, &floats, "group size in floats", NULL, 1, 1 << 28},
@@ -277,7 +278,9 @@ int main(int argc, char **argv) {
          "wire's own cost; --ps is not used, --window 0 means 4)",
          NULL, 0, 0},
         {"bulk", SS_FLAG_BOOL, &bulk,
-         "S-EASGD chunks on the PS's bulk stream (a PS with --bulk-listen), not gRPC", NULL, 0, 0},
+         "S-EASGD chunks on the PS's bulk stream when it has one, as the library's default; "
+         "false: gRPC only",
+         NULL, 0, 0},
         {"tcp-echo", SS_FLAG_BOOL, &tcp_echo,
          "no PS, no gRPC: the same chunks on one plain loopback socket to an echo child this "
          "tool starts (the floor of any path: --ps and --window are not used)",

@@ -94,9 +94,11 @@ static const ss__rpc_request_type read_request = {&shadowsync__v1__delta_read_re
 void ss__deltas_service_init(ss__deltas_service *svc, const char *dir) {
     svc->dir = dir;
     const ss__rpc_method m[SS_DELTAS_METHODS] = {
-        {SS_DELTA_M_INDEX, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &index_request, false, false},
+        {SS_DELTA_M_INDEX, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &index_request, false,
+         false},
         /* at most 4 MiB a call, from the page cache mostly */
-        {SS_DELTA_M_READ, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &read_request, false, false},
+        {SS_DELTA_M_READ, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &read_request, false,
+         false},
     };
     memcpy(svc->methods, m, sizeof m);
 }

@@ -387,13 +387,15 @@ static const ss__rpc_request_type checkpoint_request = {
 static const ss__rpc_method dense_methods[] = {
     /* chunks: the server's limit (--max-group-floats); the rest: bytes */
     {SS_DENSE_M_JOIN, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &join_request, false, false},
-    {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request, false, false},
+    {SS_DENSE_M_LEAVE, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request, false,
+     false},
     /* on the bulk stream too (the last true) */
     {SS_DENSE_M_EASGD, NULL, false, NULL, false, 0, &easgd_request, false, true},
     /* waits for the round to close (on a stream, on the stream's own thread) */
     {SS_DENSE_M_ROUND, NULL, true, NULL, false, 0, &round_request, false, true},
     /* only reads */
-    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request, false, false},
+    {SS_DENSE_M_CENTRAL, NULL, false, NULL, true, SS_RPC_SMALL_REQUEST, &central_request, false,
+     false},
     {SS_DENSE_M_HEARTBEAT, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &heartbeat_request,
      false, false},
     /* writes a file */
@@ -406,4 +408,3 @@ const ss__rpc_method *ss__dense_service_methods(size_t *count) {
         *count = sizeof dense_methods / sizeof *dense_methods;
     return dense_methods;
 }
-

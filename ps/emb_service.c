@@ -443,4 +443,3 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     };
     memcpy(svc->methods, m, sizeof m);
 }
-

@@ -685,11 +685,12 @@ static int start_bulk(ps_state *ps, ps_options *o, const ss__rpc_server_config *
                                  .metrics = ps->metrics,
                                  .tls = scfg->tls};
     char why[400] = "";
-    ss_status st = ss__bulk_server_start(&bc, ps->methods, *nmethods, &ps->svc, &ps->bulk, why,
-                                         sizeof why);
+    ss_status st =
+        ss__bulk_server_start(&bc, ps->methods, *nmethods, &ps->svc, &ps->bulk, why, sizeof why);
     if (st == SS_ERR_IO && o->bulk_auto && port_of(o->bulk_listen) != 0) {
-        SS_LOG_WARNF("ps", "event=bulk_port_taken listen=%s why=\"%s\" note=\"a port the system "
-                           "picks instead\"",
+        SS_LOG_WARNF("ps",
+                     "event=bulk_port_taken listen=%s why=\"%s\" note=\"a port the system "
+                     "picks instead\"",
                      o->bulk_listen, why);
         snprintf(o->bulk_beside, sizeof o->bulk_beside, "%.*s:0",
                  (int)ss__address_host_len(o->listen), o->listen);
@@ -811,11 +812,14 @@ static int start_http(ps_state *ps, const ps_options *o) {
         snprintf(tls, sizeof tls, " (mutual TLS; writers %s)", o->tls_writers);
     else if (*o->tls_cert)
         snprintf(tls, sizeof tls, *o->tls_ca ? " (mutual TLS)" : " (TLS)");
-    char bulk[300] = "";
-    if (ps->bulk)
+    ss__say("shadowsync-ps", "listening on %s%s, http on %s", ps->listen, tls, web_at);
+    /* The bulk port on a line of its own after it: scripts read the first
+     * address, or "listening on A, http on B", as before there was one. */
+    if (ps->bulk) {
+        char bulk[300];
         served_address(o->bulk_listen, ss__bulk_server_port(ps->bulk), bulk, sizeof bulk);
-    ss__say("shadowsync-ps", "listening on %s%s, http on %s%s%s", ps->listen, tls, web_at,
-            *bulk ? ", bulk on " : "", bulk);
+        ss__say("shadowsync-ps", "bulk on %s (dense chunks and rows on streams)", bulk);
+    }
     return 0;
 }
 

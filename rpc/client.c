@@ -122,8 +122,7 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     grpc_channel_args cargs = {.num_args = 8, .args = args};
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
-    if (!ch->channel ||
-        ss__bulk_link_create(target, tls, (size_t)max, &ch->link) != SS_OK) {
+    if (!ch->channel || ss__bulk_link_create(target, tls, (size_t)max, &ch->link) != SS_OK) {
         const ss_status why = ch->channel ? SS_ERR_NO_MEMORY : SS_ERR_IO;
         if (ch->channel)
             grpc_channel_destroy(ch->channel);
@@ -470,8 +469,13 @@ ss_status ss__rpc_call_windowed_stats(ss__rpc_request *calls, size_t n, uint32_t
     if (n == 0)
         return SS_OK;
     ss_status streamed;
-    if (ss__bulk_links_call(calls, n, timeout_ms, &streamed))
+    if (ss__bulk_links_call(calls, n, timeout_ms, &streamed)) {
+        for (size_t i = 0; i < n; i++) /* what the server said, as a gRPC call's */
+            if (calls[i].status != SS_OK && calls[i].msg[0])
+                snprintf(last_failure, sizeof last_failure, "%s: %s", calls[i].ch->target,
+                         calls[i].msg);
         return streamed;
+    }
     batch b = {.calls = calls, .n = n, .wait_for_ready = wait_for_ready, .stats = stats};
     b.cs = calloc(n, sizeof *b.cs);
     b.queues = calloc(n, sizeof *b.queues);

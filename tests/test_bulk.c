@@ -37,7 +37,8 @@
 START_TEST(test_frames_by_hand) {
     uint8_t h[SS_BULK_REQ_HEAD];
     ss__bulk_request_head(h, 12, 0x0102030405ull);
-    const uint8_t want[SS_BULK_REQ_HEAD] = {'S', 'S', 'B', '2', 12, 0, 0, 0, 5, 4, 3, 2, 1, 0, 0, 0};
+    const uint8_t want[SS_BULK_REQ_HEAD] = {'S', 'S', 'B', '2', 12, 0, 0, 0,
+                                            5,   4,   3,   2,   1,  0, 0, 0};
     ck_assert(memcmp(h, want, sizeof want) == 0);
     uint32_t path_len;
     uint64_t len;
@@ -522,7 +523,7 @@ static void ps_refuses(char *const argv[], int code, const char *says) {
 START_TEST(test_bulk_listen_refused_when_it_cannot_serve) {
     char *tls[] = {SHADOWSYNC_PS, "--listen",     "127.0.0.1:0", "--bulk-listen", "127.0.0.1:0",
                    "--tls-cert",  "/nonexistent", "--tls-key",   "/nonexistent",  NULL};
-    ps_refuses(tls, 1, "TLS: the certificate /nonexistent: ");
+    ps_refuses(tls, 1, "TLS: cannot read the PEM file /nonexistent: ");
     char *follow[] = {SHADOWSYNC_PS, "--listen", "127.0.0.1:0",  "--bulk-listen",
                       "127.0.0.1:0", "--follow", "/nonexistent", NULL};
     ps_refuses(follow, 2, "not on a --follow replica");
@@ -762,8 +763,7 @@ START_TEST(test_a_stream_lives_in_its_epoch) {
         ss__bulk_stream_open(host, port, NULL, ticket, 5000, 1 << 20, &old, why, sizeof why),
         SS_OK);
     ss__rpc_request rq = {.method = SS_DENSE_M_EASGD, .req = (const uint8_t *)"", .len = 0};
-    ck_assert_int_eq(ss__bulk_call_many(old, &rq, 1, NULL, 0, 1),
-                     SS_ERR_STATE);
+    ck_assert_int_eq(ss__bulk_call_many(old, &rq, 1, NULL, 0, 1), SS_ERR_STATE);
     ck_assert_msg(ss__rpc_refused_for_epoch(rq.status, rq.msg), "%s", rq.msg);
     ck_assert_msg(strstr(rq.msg, "EasgdExchange was routed by shard map epoch 2; this server "
                                  "serves epoch 3"),
@@ -843,22 +843,21 @@ START_TEST(test_a_trainer_and_a_ps_on_their_defaults) {
                             metric_sum(metrics, "shadowsync_rpc_requests_total",
                                        "Embedding/Batch\",result=\"ok\",transport=\"bulk\""),
                         1);
-    ck_assert_double_eq(metric_sum(metrics, "shadowsync_rpc_requests_total",
-                                   "EasgdExchange\",result=\"ok\"}"),
-                        0); /* none over gRPC (its series has no transport label) */
+    ck_assert_double_eq(
+        metric_sum(metrics, "shadowsync_rpc_requests_total", "EasgdExchange\",result=\"ok\"}"),
+        0); /* none over gRPC (its series has no transport label) */
     free(metrics);
     stop_ps();
 }
 END_TEST
 
 int main(void) {
-    return ss__check_tests("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
-                           test_frames_resumed_mid_way, test_a_reply_read_into_place,
-                           test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
-                           test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
-                           test_bulk_listen_refused_when_it_cannot_serve,
-                           test_easgd_on_a_tls_stream_as_over_grpc,
-                           test_a_tls_send_to_a_closed_peer_raises_no_sigpipe,
-                           test_a_stream_lives_in_its_epoch,
-                           test_a_trainer_and_a_ps_on_their_defaults);
+    return ss__check_tests(
+        "bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
+        test_frames_resumed_mid_way, test_a_reply_read_into_place,
+        test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
+        test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
+        test_bulk_listen_refused_when_it_cannot_serve, test_easgd_on_a_tls_stream_as_over_grpc,
+        test_a_tls_send_to_a_closed_peer_raises_no_sigpipe, test_a_stream_lives_in_its_epoch,
+        test_a_trainer_and_a_ps_on_their_defaults);
 }

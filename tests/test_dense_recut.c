@@ -24,8 +24,9 @@ enum { N = 10, CHUNK = 4 };
 
 static char g_dir[64], g_map[128], g_addr[2][64], g_both[160]; /* g_both: "a,b" */
 static pid_t g_pid[2];
-/* The fleet serves bulk streams (--bulk-listen) and the members use them
- * (each test runs in a process of its own: set by the test). */
+/* The fleet serves bulk streams and the members use them (the defaults),
+ * or neither does (gRPC only); each test runs in a process of its own:
+ * set by the test. */
 static bool g_bulk;
 
 /* Writes the map and waits until both PS serve its epoch (each reads it
@@ -50,6 +51,8 @@ static void start_fleet(void) {
     for (int i = 0; i < 2; i++) {
         char log[128];
         snprintf(log, sizeof log, "%s/ps%d.log", g_dir, i);
+        char bulk_at[32]; /* a buffer: gcc 12 misreads a literal here (-Wstring-compare) */
+        snprintf(bulk_at, sizeof bulk_at, "%s", g_bulk ? "127.0.0.1:0" : "");
         /* 18: as many as proc_start_ps reads (gcc's -Warray-bounds) */
         char *extra[18] = {"--http",
                            "",
@@ -59,8 +62,8 @@ static void start_fleet(void) {
                            "300",
                            "--member-timeout-ms",
                            "1000",
-                           g_bulk ? "--bulk-listen" : NULL,
-                           "127.0.0.1:0"};
+                           "--bulk-listen",
+                           bulk_at};
         setenv("SHADOWSYNC_LOG_LEVEL", "info", 1); /* its map epochs: write_map waits on them */
         g_pid[i] = proc_start_ps(log, g_addr[i], sizeof g_addr[i], "127.0.0.1:0", extra);
         setenv("SHADOWSYNC_LOG_LEVEL", "warn", 1);

@@ -403,9 +403,10 @@ static void call_once(ss__rpc_channel *ch, const char *method, size_t len) {
  * lower bound: a busy machine only stretches it), and a small echo's round
  * trip is at least 150 ms. */
 START_TEST(test_batch_stats_and_round_trip) {
-    static const ss__rpc_method m[] = {{"/t.T/Echo", h_echo, true, NULL, false, 0, NULL, false, false},
-                                       {"/t.T/Tiny", h_tiny, true, NULL, false, 0, NULL, false, false},
-                                       {"/t.T/Big", h_big, true, NULL, false, 0, NULL, false, false}};
+    static const ss__rpc_method m[] = {
+        {"/t.T/Echo", h_echo, true, NULL, false, 0, NULL, false, false},
+        {"/t.T/Tiny", h_tiny, true, NULL, false, 0, NULL, false, false},
+        {"/t.T/Big", h_big, true, NULL, false, 0, NULL, false, false}};
     echo_rig g;
     echo_rig_start(&g, m, 3, NULL);
     ss__rpc_batch_stats bs;

@@ -107,17 +107,18 @@ refused=$(curl -s --max-time 10 "http://$http2/metrics" | awk '/^shadowsync_rpc_
 echo "read-only certificate refusals counted: $refused"
 [ "${refused:-0}" -ge 2 ]
 
-# The bulk stream under TLS: a PS with --bulk-listen and mutual TLS gives
-# a trainer with bulk on a ticket over gRPC and serves its dense chunks on
-# a TLS stream (the same certificates); a plain-TCP stream to that port is
-# closed at the handshake, before a ticket is read.
+# The bulk stream under TLS, on the defaults: a PS with mutual TLS (its bulk
+# port beside --listen) gives a trainer (bulk on) a ticket over gRPC and
+# serves its dense chunks on a TLS stream (the same certificates); a
+# plain-TCP stream to that port is closed at the handshake, before a ticket
+# is read.
 SHADOWSYNC_LOG_LEVEL=info "$ps_bin" --listen 127.0.0.1:0 --http "" --tls-cert server.pem \
-  --tls-key server.key --tls-ca ca.pem --bulk-listen 127.0.0.1:0 >ps3.log 2>&1 &
+  --tls-key server.key --tls-ca ca.pem >ps3.log 2>&1 &
 pid3=$!
-for _ in $(seq 100); do grep -q listening ps3.log && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "bulk on" ps3.log && break; sleep 0.1; done
 port3=$(grep -o 'listening on [0-9.]*:[0-9]*' ps3.log | cut -d: -f2)
 bulk3=$(grep -o 'bulk on [0-9.]*:[0-9]*' ps3.log | cut -d: -f2)
-out=$(SHADOWSYNC_PS=localhost:$port3 SHADOWSYNC_BULK=1 SHADOWSYNC_TLS_CA=ca.pem \
+out=$(SHADOWSYNC_PS=localhost:$port3 SHADOWSYNC_TLS_CA=ca.pem \
   SHADOWSYNC_TLS_CERT=client.pem SHADOWSYNC_TLS_KEY=client.key bounded "$trainer" --steps 200 2>&1)
 echo "bulk over TLS: $out"
 grep -q "rounds=20 " <<<"$out"

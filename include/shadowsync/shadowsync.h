@@ -131,8 +131,8 @@ typedef struct ss_trainer_config {
      * costs; to a PS without one, over gRPC. With a shard map, a stream
      * serves the epoch of its ticket (a new one after the map moves on).
      * With TLS settings the stream is TLS with the same certificates. 0:
-     * gRPC only. With an agent, the agent's --bulk decides. (Added in 0.2;
-     * on by default since 0.3.) */
+     * gRPC only. With an agent, the agent's --bulk decides. (Added in
+     * 0.2.) */
     int bulk;
     /* http_listen: "host:port" (port 0 picks one: ss_trainer_http_address says
      * which) on which this trainer serves GET /metrics (its series, named

@@ -297,17 +297,11 @@ ss_status ss__bulk_call_many(ss__bulk_stream *b, ss__rpc_request *rq, size_t n,
     if (lanes == 0 || lane >= lanes)
         return SS_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < n; i++)
-        if (rq[i].ch == ch && (!rq[i].method || !*rq[i].method ||
-                               strlen(rq[i].method) > SS_BULK_PATH_MAX))
+        if (rq[i].ch == ch &&
+            (!rq[i].method || !*rq[i].method || strlen(rq[i].method) > SS_BULK_PATH_MAX))
             return SS_ERR_INVALID_ARGUMENT;
-    sender s = {.b = b,
-                .rq = rq,
-                .n = n,
-                .ch = ch,
-                .lane = lane,
-                .lanes = lanes,
-                .at = 4,
-                .ok = true};
+    sender s = {
+        .b = b, .rq = rq, .n = n, .ch = ch, .lane = lane, .lanes = lanes, .at = 4, .ok = true};
     const int left = send_what_fits(&s);
     pthread_t w;
     if (left > 0 && pthread_create(&w, NULL, send_all, &s) != 0) {

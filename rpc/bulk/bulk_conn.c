@@ -36,6 +36,12 @@ static void say_ssl(char *why, size_t whylen, const char *what) {
 /* The certificate (chain) and key of this side, when named. */
 static bool load_own(SSL_CTX *ctx, const ss__rpc_tls *tls, char *why, size_t whylen) {
     char what[300];
+    const char *files[2] = {tls->cert_file, tls->key_file};
+    for (int i = 0; i < 2; i++) /* said in the words gRPC's credentials use (rpc/tls.c) */
+        if (files[i] && access(files[i], R_OK) != 0) {
+            snprintf(why, whylen, "cannot read the PEM file %s: %s", files[i], strerror(errno));
+            return false;
+        }
     if (tls->cert_file && SSL_CTX_use_certificate_chain_file(ctx, tls->cert_file) != 1) {
         snprintf(what, sizeof what, "the certificate %s", tls->cert_file);
         say_ssl(why, whylen, what);

@@ -14,9 +14,9 @@
 #include "rpc/bulk/bulk.pb-c.h"
 #include "rpc/rpc_pb.h"
 
-#define LINK_IDLE   4    /* idle streams kept per channel (one per concurrent batch) */
-#define MAX_LANES   2    /* streams a batch uses per channel */
-#define MAX_SERVERS 64   /* channels one batch may span on streams */
+#define LINK_IDLE      4              /* idle streams kept per channel (one per concurrent batch) */
+#define MAX_LANES      2              /* streams a batch uses per channel */
+#define MAX_SERVERS    64             /* channels one batch may span on streams */
 #define OFF_REFUSED_NS 60000000000ull /* no bulk port, no ticket for us: gRPC for a minute */
 #define RETRY_MIN_NS   1000000000ull  /* a stream that did not open: gRPC for 1 s ... */
 #define RETRY_MAX_NS   30000000000ull /* ... doubling up to 30 s */
@@ -164,9 +164,9 @@ static ss_status ask_ticket(ss__bulk_link *l, ss__rpc_channel *ch, uint64_t epoc
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
     req.epoch = epoch;
     ProtobufCMessage *msg = NULL;
-    ss_status st = ss__rpc_call_message(ch, SS_BULK_M_TICKET, &req.base, timeout_ms, false,
-                                        &shadowsync__v1__bulk_ticket_reply__descriptor, &msg,
-                                        NULL, 0);
+    ss_status st =
+        ss__rpc_call_message(ch, SS_BULK_M_TICKET, &req.base, timeout_ms, false,
+                             &shadowsync__v1__bulk_ticket_reply__descriptor, &msg, NULL, 0);
     const Shadowsync__V1__BulkTicketReply *r = (const Shadowsync__V1__BulkTicketReply *)msg;
     if (st == SS_OK && (r->ticket.len != SS_BULK_TICKET_BYTES || r->port == 0 || r->port > 65535))
         st = SS_ERR_PARSE;
@@ -207,8 +207,8 @@ static ss__bulk_stream *open_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint6
     if (st == SS_OK)
         st = ask_ticket(l, ch, epoch, timeout_ms, ticket, &port);
     if (st == SS_OK)
-        st = ss__bulk_stream_open(l->host, port, l->tls, ticket, timeout_ms, l->max_reply, &b,
-                                  why, sizeof why);
+        st = ss__bulk_stream_open(l->host, port, l->tls, ticket, timeout_ms, l->max_reply, &b, why,
+                                  sizeof why);
     const uint64_t now = ss__now_ns();
     pthread_mutex_lock(&l->lock);
     if (st == SS_OK)
@@ -389,7 +389,6 @@ bool ss__bulk_links_call(ss__rpc_request *rq, size_t n, uint32_t timeout_ms, ss_
     run_lanes(ls, k, st);
     put_lanes(rq, n, ls, k);
     for (size_t c = 0; c < nch; c++)
-        atomic_fetch_add_explicit(&ss__rpc_channel_link(chs[c])->batches, 1,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&ss__rpc_channel_link(chs[c])->batches, 1, memory_order_relaxed);
     return true;
 }

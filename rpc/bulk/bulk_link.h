@@ -9,12 +9,11 @@
  * over the channel (Bulk/Ticket) at its first call, and keeps that
  * stream for the calls that may go there (control calls, a Join or a
  * heartbeat, stay on gRPC). Idle streams are kept (a few per channel),
- * each of the shard map epoch it was opened in; a batch's calls to one server run on up to two streams
- * at once (the server computes one's call while it reads the other's).
- * A server that has no bulk port (UNIMPLEMENTED), or gives this caller no
- * ticket (a read-only certificate), is not asked again for a minute; a
- * stream that cannot be opened (a firewall, a restart) sends the calls
- * over gRPC for a second, doubling to 30 s while it keeps failing. */
+ * each of the shard map epoch it was opened in; a batch's calls to one server run on up to two
+ * streams at once (the server computes one's call while it reads the other's). A server that has no
+ * bulk port (UNIMPLEMENTED), or gives this caller no ticket (a read-only certificate), is not asked
+ * again for a minute; a stream that cannot be opened (a firewall, a restart) sends the calls over
+ * gRPC for a second, doubling to 30 s while it keeps failing. */
 #ifndef SS_RPC_BULK_LINK_H
 #define SS_RPC_BULK_LINK_H
 

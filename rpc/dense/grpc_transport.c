@@ -23,7 +23,6 @@
 #include "rpc/pb_wire.h"
 #include "rpc/rpc_pb.h"
 
-
 typedef struct part {
     char name[300];
     size_t lo, n;

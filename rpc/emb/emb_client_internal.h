@@ -22,7 +22,7 @@ struct ss__emb_client {
     char map[4096];                                   /* the shard map routed by; "" = none */
     char targets[4096];                               /* the channels' list */
     bool streams; /* the channels' calls on bulk streams (rpc.h ss__rpc_channel_set_streams) */
-    ss__emb_spec opened[MAX_OPENED];                  /* opened again on the shards of a new map */
+    ss__emb_spec opened[MAX_OPENED]; /* opened again on the shards of a new map */
     size_t nopened;
 };
 

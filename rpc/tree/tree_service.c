@@ -220,7 +220,8 @@ const ss__rpc_method ss__tree_methods[3] = {
     /* the model, and the membership: all need the token when one is set */
     /* a partition: the server's limit */
     {SS_TREE_PUSH_METHOD, NULL, false, NULL, false, 0, &push_request, false, false},
-    {SS_TREE_LEAVE_METHOD, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request, false, false},
+    {SS_TREE_LEAVE_METHOD, NULL, false, NULL, false, SS_RPC_SMALL_REQUEST, &leave_request, false,
+     false},
     /* a view: 8 bytes a member */
     {SS_TREE_PROBE_METHOD, NULL, false, NULL, false, 0, &probe_request, false, false},
 };
