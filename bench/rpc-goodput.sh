@@ -10,7 +10,8 @@
 # calls to a gRPC echo server (no PS work: shadowsync-bench-rpc --echo),
 # gRPC's own ceiling, and the same chunks echoed on one plain socket
 # (--tcp-echo), the floor of any path: default_tcp_echo is the default
-# path's goodput over that floor's.
+# path's goodput over that floor's. Each path runs --alternate times
+# (default 3), interleaved, and its median counts.
 # --tls 1: the PS serves mutual TLS (a throwaway CA, openssl) on gRPC and
 # on its bulk stream, and both rounds go over TLS; iperf3 and the echoes
 # stay plain, so their ratios say what the encryption costs.
@@ -61,11 +62,25 @@ echo "bulk false; echo: a gRPC echo server; tcp_echo: the same chunks echoed on 
 echo "(the floor of any path)"
 printf '%-10s %10s %8s %8s %8s %13s %12s %12s %16s %13s %14s\n' floats default_ms grpc_ms \
   echo_ms tcp_ms default_ratio grpc_ratio echo_ratio default_tcp_echo grpc_tcp_echo iperf3_gbit_s
+# median_of CMD...: of ALTERNATE runs of CMD, the line of the median goodput
+# (each path runs ALTERNATE times, interleaved with the others, so that the
+# machine's drift from one second to the next falls on all of them alike)
+ALTERNATE=${ALTERNATE:-3}
+median_line() { sort -t= -k2 -n <<<"$1" | sed -n "$(((ALTERNATE + 1) / 2))p"; }
 for n in 1048576 10485760; do
-  bulk_line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" "${bench_tls[@]}" ${BENCH_ARGS:-})
-  line=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk false "${bench_tls[@]}" ${BENCH_ARGS:-})
-  echo_line=$(./build/bin/shadowsync-bench-rpc --echo --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
-  tcp_line=$(./build/bin/shadowsync-bench-rpc --tcp-echo --floats "$n" --reps "$REPS")
+  bulk_lines= lines= echo_lines= tcp_lines=
+  for _ in $(seq "$ALTERNATE"); do
+    b=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" "${bench_tls[@]}" ${BENCH_ARGS:-})
+    g=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk false "${bench_tls[@]}" ${BENCH_ARGS:-})
+    e=$(./build/bin/shadowsync-bench-rpc --echo --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
+    t=$(./build/bin/shadowsync-bench-rpc --tcp-echo --floats "$n" --reps "$REPS")
+    bulk_lines+="goodput=$(field goodput_gbit_s "$b") $b"$'\n'
+    lines+="goodput=$(field goodput_gbit_s "$g") $g"$'\n'
+    echo_lines+="goodput=$(field goodput_gbit_s "$e") $e"$'\n'
+    tcp_lines+="goodput=$(field goodput_gbit_s "$t") $t"$'\n'
+  done
+  bulk_line=$(median_line "${bulk_lines%$'\n'}") line=$(median_line "${lines%$'\n'}")
+  echo_line=$(median_line "${echo_lines%$'\n'}") tcp_line=$(median_line "${tcp_lines%$'\n'}")
   after=$(iperf_once)
   mean=$(awk -v a="$tcp" -v b="$after" 'BEGIN {printf "%.2f", (a + b) / 2}')
   gb=$(field goodput_gbit_s "$line") bgb=$(field goodput_gbit_s "$bulk_line")

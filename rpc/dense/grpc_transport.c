@@ -355,6 +355,7 @@ typedef struct bulk_reader {
     void *small_arg;
 } bulk_reader;
 static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg);
+static void reply_in_place(const bulk_reader *br, const part *p, ss__rpc_request *rq);
 
 /* Builds one request per chunk of m with build(i) and runs them; br
  * (optional) reads each reply as it arrives (read_bulk_reply). */
@@ -372,6 +373,8 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
         f->rq[i].method = method;
         f->rq[i].on_reply = br ? read_bulk_reply : NULL;
         f->rq[i].on_reply_arg = br;
+        if (br && !br->small) /* on a stream, read from the socket into place */
+            reply_in_place(br, &m->parts[i], &f->rq[i]);
         f->rq[i].req = build(m, i, arg, &f->rq[i].len, &f->rq[i]);
         if (!f->rq[i].req)
             st = SS_ERR_NO_MEMORY;
@@ -383,11 +386,21 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     return st;
 }
 
+/* Where chunk p's reply floats (or encoded bytes) go, and how many. */
+static uint8_t *reply_place(const bulk_reader *br, const part *p, size_t *want) {
+    *want = ss__codec_size(br->raw ? br->enc : SS_ENC_F32, p->n);
+    return br->raw ? br->raw + p->lo * sizeof(float) : (uint8_t *)(br->out + p->lo);
+}
+
+static void reply_in_place(const bulk_reader *br, const part *p, ss__rpc_request *rq) {
+    rq->into = reply_place(br, p, &rq->into_len);
+    rq->into_field = br->field;
+}
+
 static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
     const bulk_reader *br = arg;
-    const part *p = &br->parts[rq - br->first];
-    const size_t want = ss__codec_size(br->raw ? br->enc : SS_ENC_F32, p->n);
-    uint8_t *dest = br->raw ? br->raw + p->lo * sizeof(float) : (uint8_t *)(br->out + p->lo);
+    size_t want;
+    uint8_t *dest = reply_place(br, &br->parts[rq - br->first], &want);
     return ss__rpc_read_bulk_reply(msg, br->desc, br->field, br->field_offset, dest, want,
                                    br->small, br->small_arg);
 }
