@@ -42,7 +42,7 @@ for f in $files; do
   dir=$(dirname "$f")
   public_only=false
   case "$f" in
-    include/shadowsync/* | trainer-hooks/examples/*) public_only=true ;;
+    include/shadowsync/* | examples/c/*) public_only=true ;;
   esac
   own_rank=$(rank "$own")
   if [ -z "$own_rank" ] && [ "$public_only" = false ]; then

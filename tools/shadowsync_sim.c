@@ -28,7 +28,7 @@ static const ss__program program = {
 /* A calibration file: "key value" lines, '#' comments. Keys: step_cpu_us,
  * client_ns_per_float, ps_ns_per_float, rpc_fixed_us, each optionally
  * prefixed by a mode ("ma.ps_ns_per_float") to apply to that mode only. */
-static int load_costs(const char *path, const char *mode, ss_sim_costs *c, char *err,
+static int load_costs(const char *path, const char *mode, ss__sim_costs *c, char *err,
                       size_t errlen) {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -86,7 +86,7 @@ typedef struct sim_flags {
         spread_ms;
 } sim_flags;
 
-static void sim_flags_init(sim_flags *f, const ss_sim_config *base) {
+static void sim_flags_init(sim_flags *f, const ss__sim_config *base) {
     *f = (sim_flags){.trainers = "1",
                      .modes = "easgd",
                      .calibration = "",
@@ -176,11 +176,11 @@ static size_t sim_flag_table(sim_flags *f, ss__flag *out) {
 
 /* The simulated cluster for one mode ("fgK": foreground every K steps,
  * else --sync-every). 2 (said on stderr) or 0. */
-static int config_for_mode(const sim_flags *f, const ss_sim_config *base, const char *mode,
-                           ss_sim_config *cfg) {
+static int config_for_mode(const sim_flags *f, const ss__sim_config *base, const char *mode,
+                           ss__sim_config *cfg) {
     char *k_end = NULL;
     long k = !strncmp(mode, "fg", 2) && mode[2] ? strtol(mode + 2, &k_end, 10) : 0;
-    const int m = k_end ? (*k_end || k < 1 ? -1 : SS_SIM_FOREGROUND) : ss_sim_mode_parse(mode);
+    const int m = k_end ? (*k_end || k < 1 ? -1 : SS_SIM_FOREGROUND) : ss__sim_mode_parse(mode);
     if (m < 0) {
         fprintf(stderr,
                 "%s: --modes: unknown mode %s (none, easgd, ma, bmuf, fg, fgK: every K steps)\n",
@@ -188,14 +188,14 @@ static int config_for_mode(const sim_flags *f, const ss_sim_config *base, const 
         return 2;
     }
     *cfg = *base;
-    cfg->mode = (ss_sim_mode)m;
+    cfg->mode = (ss__sim_mode)m;
     char err[256];
     const char *cost_mode = m == SS_SIM_FOREGROUND ? "fg" : mode;
     if (*f->calibration && load_costs(f->calibration, cost_mode, &cfg->costs, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", program.name, err);
         return 2;
     }
-    ss_sim_costs *c = &cfg->costs;
+    ss__sim_costs *c = &cfg->costs;
     c->step_cpu_s = f->step_cpu_us >= 0 ? f->step_cpu_us * 1e-6 : c->step_cpu_s;
     c->client_cpu_s_per_float = f->client_ns >= 0 ? f->client_ns * 1e-9 : c->client_cpu_s_per_float;
     c->ps_cpu_s_per_float = f->ps_ns >= 0 ? f->ps_ns * 1e-9 : c->ps_cpu_s_per_float;
@@ -225,7 +225,7 @@ static int config_for_mode(const sim_flags *f, const ss_sim_config *base, const 
 }
 
 /* One line (and TSV row) per trainer count of the list. */
-static int run_trainer_counts(ss_sim_config *cfg, const char *trainers, const char *mode,
+static int run_trainer_counts(ss__sim_config *cfg, const char *trainers, const char *mode,
                               FILE *out) {
     char copy[1024], fg_label[32];
     snprintf(copy, sizeof copy, "%s", trainers);
@@ -244,9 +244,9 @@ static int run_trainer_counts(ss_sim_config *cfg, const char *trainers, const ch
             return 2;
         }
         cfg->trainers = (uint32_t)v;
-        ss_sim_result r;
+        ss__sim_result r;
         const char *why = NULL;
-        ss_status st = ss_sim_cluster(cfg, &r, &why);
+        ss_status st = ss__sim_cluster(cfg, &r, &why);
         if (st != SS_OK) {
             fprintf(stderr, "%s: %s\n", program.name, why ? why : ss_strerror(st));
             return st == SS_ERR_INVALID_ARGUMENT ? 2 : 1;
@@ -267,8 +267,8 @@ static int run_trainer_counts(ss_sim_config *cfg, const char *trainers, const ch
 }
 
 int main(int argc, char **argv) {
-    ss_sim_config base;
-    ss_sim_config_init(&base);
+    ss__sim_config base;
+    ss__sim_config_init(&base);
     sim_flags f;
     sim_flags_init(&f, &base);
     ss__flag flags[40];
@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
     char *save = NULL;
     for (char *mode = strtok_r(modes, ",", &save); mode && rc == 0;
          mode = strtok_r(NULL, ",", &save)) {
-        ss_sim_config cfg;
+        ss__sim_config cfg;
         rc = config_for_mode(&f, &base, mode, &cfg);
         if (rc == 0)
             rc = run_trainer_counts(&cfg, f.trainers, mode, out);

@@ -51,7 +51,7 @@ typedef struct cluster {
     uint32_t trainers, per_host, hosts, slow_hosts;
     double dense, step_s, link_gbit, ps_link_gbit, slow_gbit, shared_cores, latency_s;
     uint32_t batch;
-    ss_sim_costs costs;
+    ss__sim_costs costs;
 } cluster;
 
 static const char *path_name(path p) {
@@ -64,8 +64,8 @@ static double wire_ratio(const char *encoding) {
 }
 
 static void predict_ps(const cluster *cl, candidate *c) {
-    ss_sim_config cfg;
-    ss_sim_config_init(&cfg);
+    ss__sim_config cfg;
+    ss__sim_config_init(&cfg);
     cfg.trainers = cl->trainers;
     cfg.per_host = cl->per_host;
     cfg.ps = c->ps;
@@ -86,9 +86,9 @@ static void predict_ps(const cluster *cl, candidate *c) {
     cfg.latency_s = cl->latency_s;
     cfg.shared_cores = cl->shared_cores;
     cfg.seconds = 10;
-    ss_sim_result r;
+    ss__sim_result r;
     const char *why = NULL;
-    if (ss_sim_cluster(&cfg, &r, &why) != SS_OK) {
+    if (ss__sim_cluster(&cfg, &r, &why) != SS_OK) {
         fprintf(stderr, "shadowsync-tune: simulator: %s\n", why ? why : "failed");
         c->pred_rate = c->pred_gap = NAN;
         return;

@@ -20,8 +20,8 @@ typedef struct chunk_op {
     int stage;
     int forks; /* transfers of this stage still running */
     /* The CPU step being run: its gate, pool and work. */
-    ss_sim_gate *gate;
-    ss_sim_pool *pool;
+    ss__sim_gate *gate;
+    ss__sim_pool *pool;
     double work;
 } chunk_op;
 
@@ -33,8 +33,8 @@ typedef struct ma_round {
 } ma_round;
 
 typedef struct ps_shard {
-    ss_sim_pool *cpu, *in, *out;
-    ss_sim_gate *threads; /* the PS's request threads */
+    ss__sim_pool *cpu, *in, *out;
+    ss__sim_gate *threads; /* the PS's request threads */
 } ps_shard;
 
 /* A chunk group: a range of floats on one shard. */
@@ -56,18 +56,18 @@ struct trainer {
     uint32_t *gaps;
     size_t ngaps, cap;
     chunk_op *ops;
-    ss_sim_gate *thread; /* its shadow thread (or itself, foreground) */
+    ss__sim_gate *thread; /* its shadow thread (or itself, foreground) */
 };
 
 struct model {
-    const ss_sim_config *cfg;
+    const ss__sim_config *cfg;
     ss_sim *sim;
     trainer *trainers;
     ps_shard *shards;
     chunk_group *groups;
     uint32_t ngroups;
     uint32_t chunks; /* per shard: group s * chunks + k is shard s's chunk k */
-    ss_sim_pool **host_cpu, **host_up, **host_down;
+    ss__sim_pool **host_cpu, **host_up, **host_down;
     double rounds, round_time_sum;
     int failed; /* out of memory inside an event */
 };
@@ -99,22 +99,22 @@ static void fork_done(ss_sim *sim, void *arg) {
     chunk_op *op = arg;
     if (--op->forks > 0)
         return;
-    const ss_sim_config *c = op->t->m->cfg;
+    const ss__sim_config *c = op->t->m->cfg;
     /* The transfer is in after the wire's latency; the reply's end also
      * pays the second half of the RPC's software cost. */
     const double fixed = op->stage == STAGE_APPLY_CPU ? c->costs.rpc_fixed_s / 2 : 0;
-    check(op->t->m, ss_sim_at(sim, c->latency_s + fixed, op_step, op));
+    check(op->t->m, ss__sim_at(sim, c->latency_s + fixed, op_step, op));
 }
 
-static void transfer(model *m, chunk_op *op, ss_sim_pool *a, ss_sim_pool *b) {
+static void transfer(model *m, chunk_op *op, ss__sim_pool *a, ss__sim_pool *b) {
     const double work = op->t->m->groups[op->group].floats * sizeof(float) * m->cfg->wire_ratio /
                         m->cfg->link_bytes_per_s;
     op->forks = 2;
-    check(m, ss_sim_pool_submit(a, work, fork_done, op));
-    check(m, ss_sim_pool_submit(b, work, fork_done, op));
+    check(m, ss__sim_pool_submit(a, work, fork_done, op));
+    check(m, ss__sim_pool_submit(b, work, fork_done, op));
 }
 
-static int is_ma(const ss_sim_config *c) {
+static int is_ma(const ss__sim_config *c) {
     return c->mode == SS_SIM_MA || c->mode == SS_SIM_BMUF;
 }
 
@@ -123,21 +123,21 @@ static int is_ma(const ss_sim_config *c) {
  * back, go on with the next stage. */
 static void cpu_done(ss_sim *sim, void *arg) {
     chunk_op *op = arg;
-    check(op->t->m, ss_sim_gate_release(op->gate));
+    check(op->t->m, ss__sim_gate_release(op->gate));
     op_step(sim, op);
 }
 
 static void cpu_granted(ss_sim *sim, void *arg) {
     (void)sim;
     chunk_op *op = arg;
-    check(op->t->m, ss_sim_pool_submit(op->pool, op->work, cpu_done, op));
+    check(op->t->m, ss__sim_pool_submit(op->pool, op->work, cpu_done, op));
 }
 
-static void on_thread(chunk_op *op, ss_sim_gate *gate, ss_sim_pool *pool, double work) {
+static void on_thread(chunk_op *op, ss__sim_gate *gate, ss__sim_pool *pool, double work) {
     op->gate = gate;
     op->pool = pool;
     op->work = work;
-    check(op->t->m, ss_sim_gate_acquire(gate, cpu_granted, op));
+    check(op->t->m, ss__sim_gate_acquire(gate, cpu_granted, op));
 }
 
 /* Runs the op's current stage; its completion calls op_step again. */
@@ -146,7 +146,7 @@ static void op_step(ss_sim *sim, void *arg) {
     chunk_op *op = arg;
     trainer *t = op->t;
     model *m = t->m;
-    const ss_sim_config *c = m->cfg;
+    const ss__sim_config *c = m->cfg;
     chunk_group *g = &m->groups[op->group];
     ps_shard *ps = g->ps;
     const double client = c->costs.client_cpu_s_per_float * g->floats / 2;
@@ -204,7 +204,7 @@ static void ma_close(chunk_group *g) {
 /* The event's tag: the round it was set for. */
 static void ma_deadline(ss_sim *sim, void *arg) {
     chunk_group *g = arg;
-    if (ss_sim_tag(sim) == g->round.id && g->round.arrived > 0)
+    if (ss__sim_tag(sim) == g->round.id && g->round.arrived > 0)
         ma_close(g);
 }
 
@@ -225,7 +225,7 @@ static void ma_arrived(chunk_group *g, chunk_op *op) {
     }
     r->ops[r->arrived++] = op;
     if (r->arrived == 1)
-        check(m, ss_sim_at_tagged(m->sim, m->cfg->ma_deadline_s, ma_deadline, g, r->id));
+        check(m, ss__sim_at_tagged(m->sim, m->cfg->ma_deadline_s, ma_deadline, g, r->id));
     if (r->arrived == m->cfg->trainers)
         ma_close(g);
 }
@@ -237,13 +237,13 @@ static void step_due(ss_sim *sim, void *arg);
 static void launch(trainer *t, uint32_t g) {
     t->ops[g] = (chunk_op){.t = t, .group = g, .stage = STAGE_SEND_CPU};
     /* The RPC's software cost before the wire, then the stages. */
-    check(t->m, ss_sim_at(t->m->sim, t->m->cfg->costs.rpc_fixed_s / 2, op_step, &t->ops[g]));
+    check(t->m, ss__sim_at(t->m->sim, t->m->cfg->costs.rpc_fixed_s / 2, op_step, &t->ops[g]));
 }
 
 static void start_round(trainer *t) {
     model *m = t->m;
     t->in_round = 1;
-    t->round_start = ss_sim_now(m->sim);
+    t->round_start = ss__sim_now(m->sim);
     t->pending = m->ngroups;
     uint32_t w = m->cfg->window;
     if (w && is_ma(m->cfg) && w < m->cfg->round_window)
@@ -258,20 +258,20 @@ static void start_round(trainer *t) {
 }
 
 static void next_step(trainer *t) {
-    const ss_sim_config *c = t->m->cfg;
-    const double now = ss_sim_now(t->m->sim);
+    const ss__sim_config *c = t->m->cfg;
+    const double now = ss__sim_now(t->m->sim);
     /* Paced: the next deadline, or from now if this step ran past it. */
     double next = t->deadline + c->step_s;
     if (next <= now)
         next = now + c->step_s;
     t->deadline = next;
     if (next <= c->seconds)
-        check(t->m, ss_sim_at(t->m->sim, next - now, step_due, t));
+        check(t->m, ss__sim_at(t->m->sim, next - now, step_due, t));
 }
 
 static void round_done(trainer *t) {
     model *m = t->m;
-    const double now = ss_sim_now(m->sim);
+    const double now = ss__sim_now(m->sim);
     if (now <= m->cfg->seconds) {
         if (t->ngaps == t->cap) {
             size_t cap = t->cap ? t->cap * 2 : 64;
@@ -299,8 +299,8 @@ static void round_done(trainer *t) {
 
 static void step_done(ss_sim *sim, void *arg) {
     trainer *t = arg;
-    const ss_sim_config *c = t->m->cfg;
-    if (ss_sim_now(sim) > c->seconds)
+    const ss__sim_config *c = t->m->cfg;
+    if (ss__sim_now(sim) > c->seconds)
         return;
     t->steps++;
     if (c->mode == SS_SIM_FOREGROUND) {
@@ -319,15 +319,15 @@ static void step_due(ss_sim *sim, void *arg) {
     trainer *t = arg;
     (void)sim;
     if (t->m->cfg->costs.step_cpu_s > 0)
-        check(t->m, ss_sim_pool_submit(t->m->host_cpu[t->host], t->m->cfg->costs.step_cpu_s,
-                                       step_done, t));
+        check(t->m, ss__sim_pool_submit(t->m->host_cpu[t->host], t->m->cfg->costs.step_cpu_s,
+                                        step_done, t));
     else
         step_done(t->m->sim, t);
 }
 
 /* ---- setup and results ---- */
 
-void ss_sim_config_init(ss_sim_config *cfg) {
+void ss__sim_config_init(ss__sim_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->trainers = 1;
     cfg->per_host = 8;
@@ -359,7 +359,7 @@ void ss_sim_config_init(ss_sim_config *cfg) {
     cfg->seconds = 10;
 }
 
-int ss_sim_mode_parse(const char *s) {
+int ss__sim_mode_parse(const char *s) {
     static const char *names[] = {"none", "easgd", "ma", "bmuf", "fg"};
     for (int i = 0; i < 5; i++)
         if (s && !strcmp(s, names[i]))
@@ -367,7 +367,7 @@ int ss_sim_mode_parse(const char *s) {
     return -1;
 }
 
-static const char *validate(const ss_sim_config *c) {
+static const char *validate(const ss__sim_config *c) {
     if (c->trainers < 1 || c->trainers > 1000000)
         return "trainers must be 1..1000000";
     if (c->per_host < 1)
@@ -398,7 +398,7 @@ static const char *validate(const ss_sim_config *c) {
         return "chunk floats must be >= 1 and at most 1M chunks per shard";
     if (!(c->latency_s >= 0) || !(c->ma_deadline_s > 0))
         return "latency must be >= 0 and the MA deadline > 0";
-    const ss_sim_costs *k = &c->costs;
+    const ss__sim_costs *k = &c->costs;
     if (!(k->step_cpu_s >= 0) || !(k->client_cpu_s_per_float >= 0) ||
         !(k->ps_cpu_s_per_float >= 0) || !(k->rpc_fixed_s >= 0))
         return "costs must be >= 0";
@@ -427,8 +427,8 @@ static uint32_t quantile(const uint32_t *v, size_t n, double q) {
     return v[r > 0 ? r - 1 : 0];
 }
 
-static void results(model *m, ss_sim_result *out) {
-    const ss_sim_config *c = m->cfg;
+static void results(model *m, ss__sim_result *out) {
+    const ss__sim_config *c = m->cfg;
     const uint32_t n = c->trainers;
     double steps = 0, *p50 = malloc(sizeof *p50 * n);
     uint32_t with_gaps = 0;
@@ -457,16 +457,16 @@ static void results(model *m, ss_sim_result *out) {
     for (uint32_t s = 0; s < c->ps; s++) {
         ps_shard *ps = &m->shards[s];
         out->ps_cpu_util =
-            fmax(out->ps_cpu_util, ss_sim_pool_busy(ps->cpu) / ps_servers / c->seconds);
+            fmax(out->ps_cpu_util, ss__sim_pool_busy(ps->cpu) / ps_servers / c->seconds);
         out->ps_link_util =
             fmax(out->ps_link_util,
-                 fmax(ss_sim_pool_busy(ps->in), ss_sim_pool_busy(ps->out)) / c->seconds);
+                 fmax(ss__sim_pool_busy(ps->in), ss__sim_pool_busy(ps->out)) / c->seconds);
     }
     const uint32_t hosts = (n + c->per_host - 1) / c->per_host;
     const double host_servers = c->shared_cores > 0 ? c->shared_cores : c->host_cores;
     for (uint32_t h = 0; h < hosts; h++)
         out->host_cpu_util =
-            fmax(out->host_cpu_util, ss_sim_pool_busy(m->host_cpu[h]) / host_servers / c->seconds);
+            fmax(out->host_cpu_util, ss__sim_pool_busy(m->host_cpu[h]) / host_servers / c->seconds);
 }
 
 static void free_model(model *m) {
@@ -485,10 +485,10 @@ static void free_model(model *m) {
     free(m->host_cpu);
     free(m->host_up);
     free(m->host_down);
-    ss_sim_destroy(m->sim);
+    ss__sim_destroy(m->sim);
 }
 
-ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const char **why) {
+ss_status ss__sim_cluster(const ss__sim_config *cfg, ss__sim_result *out, const char **why) {
     const char *bad = cfg && out ? validate(cfg) : "no config or result";
     if (bad) {
         if (why)
@@ -503,20 +503,20 @@ ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const cha
     m.ngroups = cfg->ps * chunks;
     m.chunks = chunks;
     m.groups = calloc(m.ngroups, sizeof *m.groups);
-    m.sim = ss_sim_create();
+    m.sim = ss__sim_create();
     m.trainers = calloc(cfg->trainers, sizeof *m.trainers);
     m.shards = calloc(cfg->ps, sizeof *m.shards);
     m.host_cpu = calloc(hosts, sizeof *m.host_cpu);
     m.host_up = calloc(hosts, sizeof *m.host_up);
     m.host_down = calloc(hosts, sizeof *m.host_down);
     int ok = m.sim && m.trainers && m.shards && m.groups && m.host_cpu && m.host_up && m.host_down;
-    ss_sim_pool *shared =
-        ok && cfg->shared_cores > 0 ? ss_sim_pool_create(m.sim, cfg->shared_cores) : NULL;
+    ss__sim_pool *shared =
+        ok && cfg->shared_cores > 0 ? ss__sim_pool_create(m.sim, cfg->shared_cores) : NULL;
     ok = ok && (cfg->shared_cores > 0) == (shared != NULL);
     for (uint32_t h = 0; ok && h < hosts; h++) {
-        m.host_cpu[h] = shared ? shared : ss_sim_pool_create(m.sim, cfg->host_cores);
-        m.host_up[h] = ss_sim_pool_create(m.sim, 1);
-        m.host_down[h] = ss_sim_pool_create(m.sim, 1);
+        m.host_cpu[h] = shared ? shared : ss__sim_pool_create(m.sim, cfg->host_cores);
+        m.host_up[h] = ss__sim_pool_create(m.sim, 1);
+        m.host_down[h] = ss__sim_pool_create(m.sim, 1);
         ok = m.host_cpu[h] && m.host_up[h] && m.host_down[h];
     }
     for (uint32_t s = 0; ok && s < cfg->ps; s++) {
@@ -526,15 +526,15 @@ ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const cha
                 .m = &m,
                 .ps = ps,
                 .floats = k + 1 < chunks ? cfg->chunk_floats : per_shard - k * cfg->chunk_floats};
-        ps->cpu = shared ? shared : ss_sim_pool_create(m.sim, cfg->ps_cores);
+        ps->cpu = shared ? shared : ss__sim_pool_create(m.sim, cfg->ps_cores);
         /* A PS link at another rate: a pool of that many link-rates (each
          * transfer also crosses its host's link, so above 1 only sharing
          * gains). */
         const double ps_rate =
             cfg->ps_link_bytes_per_s > 0 ? cfg->ps_link_bytes_per_s / cfg->link_bytes_per_s : 1;
-        ps->in = ss_sim_pool_create(m.sim, ps_rate);
-        ps->out = ss_sim_pool_create(m.sim, ps_rate);
-        ps->threads = ss_sim_gate_create(m.sim, cfg->ps_threads);
+        ps->in = ss__sim_pool_create(m.sim, ps_rate);
+        ps->out = ss__sim_pool_create(m.sim, ps_rate);
+        ps->threads = ss__sim_gate_create(m.sim, cfg->ps_threads);
         ok = ps->cpu && ps->in && ps->out && ps->threads;
     }
     for (uint32_t i = 0; ok && i < cfg->trainers; i++) {
@@ -543,15 +543,15 @@ ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const cha
         t->host = i / cfg->per_host;
         t->ops = calloc(m.ngroups, sizeof *t->ops);
         t->next_k = calloc(cfg->ps, sizeof *t->next_k);
-        t->thread = ss_sim_gate_create(m.sim, 1);
+        t->thread = ss__sim_gate_create(m.sim, 1);
         /* Trainers start spread over start_spread_s (a golden-ratio
          * sequence: even, deterministic), not all in one instant. */
         const double phase = fmod((double)i * 0.6180339887498949, 1.0);
         t->deadline = cfg->step_s + cfg->start_spread_s * phase;
-        ok = t->ops && t->next_k && t->thread && ss_sim_at(m.sim, t->deadline, step_due, t) == 0;
+        ok = t->ops && t->next_k && t->thread && ss__sim_at(m.sim, t->deadline, step_due, t) == 0;
     }
     if (ok) {
-        uint64_t events = ss_sim_run(m.sim, cfg->seconds);
+        uint64_t events = ss__sim_run(m.sim, cfg->seconds);
         ok = !m.failed;
         if (ok) {
             results(&m, out);

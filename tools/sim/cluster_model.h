@@ -37,31 +37,31 @@
 extern "C" {
 #endif
 
-typedef enum ss_sim_mode {
+typedef enum ss__sim_mode {
     SS_SIM_NONE = 0,
     SS_SIM_EASGD,
     SS_SIM_MA,
     SS_SIM_BMUF,
     SS_SIM_FOREGROUND, /* S-EASGD every sync_every steps, the trainer waits */
-} ss_sim_mode;
+} ss__sim_mode;
 
-typedef struct ss_sim_costs {
+typedef struct ss__sim_costs {
     double step_cpu_s;             /* CPU of one trainer step */
     double client_cpu_s_per_float; /* agent (or trainer) CPU per float of a round */
     double ps_cpu_s_per_float;     /* PS CPU per float of a round, per member */
     double rpc_fixed_s;            /* software latency of one RPC */
-} ss_sim_costs;
+} ss__sim_costs;
 
-typedef struct ss_sim_config {
+typedef struct ss__sim_config {
     uint32_t trainers, per_host, ps;
     double dense_floats;
     double step_s;
     uint32_t batch;
-    ss_sim_mode mode;
+    ss__sim_mode mode;
     uint32_t sync_every;    /* foreground: K */
     uint32_t min_round_gap; /* background: steps before a trainer's next round */
     double ma_deadline_s;   /* MA/BMUF: a round closes this long after its first snapshot */
-    ss_sim_costs costs;
+    ss__sim_costs costs;
     double link_bytes_per_s;    /* every link, each direction */
     double ps_link_bytes_per_s; /* the PS hosts' links (0: link_bytes_per_s) */
     double wire_ratio;          /* bytes on the wire / float32's (compressed sync; 1) */
@@ -74,9 +74,9 @@ typedef struct ss_sim_config {
     uint32_t round_window; /* MA/BMUF rounds: at least this many (SS_GRPC_ROUND_WINDOW) */
     double start_spread_s; /* trainers start spread over this long */
     double seconds;        /* simulated training time */
-} ss_sim_config;
+} ss__sim_config;
 
-typedef struct ss_sim_result {
+typedef struct ss__sim_result {
     double examples_per_s; /* all trainers */
     double efficiency;     /* examples_per_s / (N x batch / step_s) */
     /* Sync gap in steps, as bench/emu-cluster.sh reports it: the median
@@ -88,7 +88,7 @@ typedef struct ss_sim_result {
     double ps_link_util;  /* busiest PS link direction */
     double host_cpu_util; /* busiest trainer host (the machine with shared_cores) */
     uint64_t events;
-} ss_sim_result;
+} ss__sim_result;
 
 /* Defaults: 1 trainer, 8 per host, 1 PS, 1M floats, a 10 ms step, batch
  * 1024, S-EASGD, K = 10, min_round_gap 4, MA deadline 1 s, 10 Gbit/s
@@ -96,14 +96,14 @@ typedef struct ss_sim_result {
  * threads (shadowsync-ps's default), chunks of 256k floats, trainers
  * starting spread over 100 ms, 10 s, and
  * the costs measured on the emulated cluster (2026-11, bench/BENCHMARKS). */
-void ss_sim_config_init(ss_sim_config *cfg);
+void ss__sim_config_init(ss__sim_config *cfg);
 
 /* Runs one simulation. SS_ERR_INVALID_ARGUMENT with *why naming the
  * setting, or SS_ERR_NO_MEMORY. */
-ss_status ss_sim_cluster(const ss_sim_config *cfg, ss_sim_result *out, const char **why);
+ss_status ss__sim_cluster(const ss__sim_config *cfg, ss__sim_result *out, const char **why);
 
 /* "none", "easgd", "ma", "bmuf", "fg" -> mode; -1 if unknown. */
-int ss_sim_mode_parse(const char *s);
+int ss__sim_mode_parse(const char *s);
 
 #ifdef __cplusplus
 }

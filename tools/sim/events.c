@@ -7,7 +7,7 @@
 typedef struct event {
     double t;
     uint64_t seq; /* ties run in the order scheduled */
-    ss_sim_fn fn;
+    ss__sim_fn fn;
     void *arg;
     uint64_t tag; /* a pool's version when it scheduled its next finish */
 } event;
@@ -15,11 +15,11 @@ typedef struct event {
 typedef struct job {
     double finish; /* in the pool's virtual time */
     uint64_t seq;
-    ss_sim_fn fn;
+    ss__sim_fn fn;
     void *arg;
 } job;
 
-struct ss_sim_pool {
+struct ss__sim_pool {
     ss_sim *sim;
     double servers;
     double vtime; /* work each job in the pool has received */
@@ -28,20 +28,20 @@ struct ss_sim_pool {
     job *jobs;    /* min-heap on (finish, seq) */
     size_t njobs, cap;
     uint64_t version, seq;
-    ss_sim_pool *next; /* the simulator's list, for destroy */
+    ss__sim_pool *next; /* the simulator's list, for destroy */
 };
 
 typedef struct waiter {
-    ss_sim_fn fn;
+    ss__sim_fn fn;
     void *arg;
 } waiter;
 
-struct ss_sim_gate {
+struct ss__sim_gate {
     ss_sim *sim;
     uint32_t free_slots;
     waiter *q; /* a ring */
     size_t head, n, cap;
-    ss_sim_gate *next;
+    ss__sim_gate *next;
 };
 
 struct ss_sim {
@@ -49,8 +49,8 @@ struct ss_sim {
     event *ev; /* min-heap on (t, seq) */
     size_t nev, cap;
     uint64_t seq, tag;
-    ss_sim_pool *pools;
-    ss_sim_gate *gates;
+    ss__sim_pool *pools;
+    ss__sim_gate *gates;
 };
 
 /* ---- heaps ---- */
@@ -108,19 +108,19 @@ static int grow(void **arr, size_t *cap, size_t n, size_t size) {
 
 /* ---- the clock and the queue ---- */
 
-ss_sim *ss_sim_create(void) {
+ss_sim *ss__sim_create(void) {
     return calloc(1, sizeof(ss_sim));
 }
 
-void ss_sim_destroy(ss_sim *sim) {
+void ss__sim_destroy(ss_sim *sim) {
     if (!sim)
         return;
-    for (ss_sim_pool *p = sim->pools, *n; p; p = n) {
+    for (ss__sim_pool *p = sim->pools, *n; p; p = n) {
         n = p->next;
         free(p->jobs);
         free(p);
     }
-    for (ss_sim_gate *g = sim->gates, *n; g; g = n) {
+    for (ss__sim_gate *g = sim->gates, *n; g; g = n) {
         n = g->next;
         free(g->q);
         free(g);
@@ -129,11 +129,11 @@ void ss_sim_destroy(ss_sim *sim) {
     free(sim);
 }
 
-double ss_sim_now(const ss_sim *sim) {
+double ss__sim_now(const ss_sim *sim) {
     return sim->now;
 }
 
-static int schedule(ss_sim *sim, double delay, ss_sim_fn fn, void *arg, uint64_t tag) {
+static int schedule(ss_sim *sim, double delay, ss__sim_fn fn, void *arg, uint64_t tag) {
     if (grow((void **)&sim->ev, &sim->cap, sim->nev, sizeof(event)) != 0)
         return -1;
     sim->ev[sim->nev] = (event){sim->now + (delay > 0 ? delay : 0), sim->seq++, fn, arg, tag};
@@ -141,19 +141,19 @@ static int schedule(ss_sim *sim, double delay, ss_sim_fn fn, void *arg, uint64_t
     return 0;
 }
 
-int ss_sim_at(ss_sim *sim, double delay, ss_sim_fn fn, void *arg) {
+int ss__sim_at(ss_sim *sim, double delay, ss__sim_fn fn, void *arg) {
     return schedule(sim, delay, fn, arg, 0);
 }
 
-int ss_sim_at_tagged(ss_sim *sim, double delay, ss_sim_fn fn, void *arg, uint64_t tag) {
+int ss__sim_at_tagged(ss_sim *sim, double delay, ss__sim_fn fn, void *arg, uint64_t tag) {
     return schedule(sim, delay, fn, arg, tag);
 }
 
-uint64_t ss_sim_tag(const ss_sim *sim) {
+uint64_t ss__sim_tag(const ss_sim *sim) {
     return sim->tag;
 }
 
-uint64_t ss_sim_run(ss_sim *sim, double until) {
+uint64_t ss__sim_run(ss_sim *sim, double until) {
     uint64_t ran = 0;
     while (sim->nev > 0 && sim->ev[0].t <= until) {
         event e = sim->ev[0];
@@ -169,12 +169,12 @@ uint64_t ss_sim_run(ss_sim *sim, double until) {
 
 /* ---- processor-sharing pools ---- */
 
-static double share(const ss_sim_pool *p) {
+static double share(const ss__sim_pool *p) {
     return p->njobs == 0 ? 0 : fmin(1.0, p->servers / (double)p->njobs);
 }
 
 /* Brings the virtual time and the busy time up to the clock. */
-static void advance(ss_sim_pool *p) {
+static void advance(ss__sim_pool *p) {
     const double dt = p->sim->now - p->last;
     if (dt > 0 && p->njobs > 0) {
         p->vtime += share(p) * dt;
@@ -186,7 +186,7 @@ static void advance(ss_sim_pool *p) {
 static void pool_finish(ss_sim *sim, void *arg);
 
 /* Schedules the first job's finish; older schedules go stale. */
-static int reschedule(ss_sim_pool *p) {
+static int reschedule(ss__sim_pool *p) {
     p->version++;
     if (p->njobs == 0)
         return 0;
@@ -195,7 +195,7 @@ static int reschedule(ss_sim_pool *p) {
 }
 
 static void pool_finish(ss_sim *sim, void *arg) {
-    ss_sim_pool *p = arg;
+    ss__sim_pool *p = arg;
     if (sim->tag != p->version)
         return; /* stale: the pool changed after this was scheduled */
     advance(p);
@@ -213,10 +213,10 @@ static void pool_finish(ss_sim *sim, void *arg) {
         done[i].fn(sim, done[i].arg);
 }
 
-ss_sim_pool *ss_sim_pool_create(ss_sim *sim, double servers) {
+ss__sim_pool *ss__sim_pool_create(ss_sim *sim, double servers) {
     if (!(servers > 0))
         return NULL;
-    ss_sim_pool *p = calloc(1, sizeof *p);
+    ss__sim_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
     p->sim = sim;
@@ -227,7 +227,7 @@ ss_sim_pool *ss_sim_pool_create(ss_sim *sim, double servers) {
     return p;
 }
 
-int ss_sim_pool_submit(ss_sim_pool *p, double work, ss_sim_fn fn, void *arg) {
+int ss__sim_pool_submit(ss__sim_pool *p, double work, ss__sim_fn fn, void *arg) {
     advance(p);
     if (grow((void **)&p->jobs, &p->cap, p->njobs, sizeof(job)) != 0)
         return -1;
@@ -236,21 +236,21 @@ int ss_sim_pool_submit(ss_sim_pool *p, double work, ss_sim_fn fn, void *arg) {
     return reschedule(p);
 }
 
-double ss_sim_pool_busy(const ss_sim_pool *p) {
+double ss__sim_pool_busy(const ss__sim_pool *p) {
     const double dt = p->sim->now - p->last;
     return p->busy + (p->njobs > 0 && dt > 0 ? fmin((double)p->njobs, p->servers) * dt : 0);
 }
 
-size_t ss_sim_pool_jobs(const ss_sim_pool *p) {
+size_t ss__sim_pool_jobs(const ss__sim_pool *p) {
     return p->njobs;
 }
 
 /* ---- gates ---- */
 
-ss_sim_gate *ss_sim_gate_create(ss_sim *sim, uint32_t slots) {
+ss__sim_gate *ss__sim_gate_create(ss_sim *sim, uint32_t slots) {
     if (slots == 0)
         return NULL;
-    ss_sim_gate *g = calloc(1, sizeof *g);
+    ss__sim_gate *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
     g->sim = sim;
@@ -260,10 +260,10 @@ ss_sim_gate *ss_sim_gate_create(ss_sim *sim, uint32_t slots) {
     return g;
 }
 
-int ss_sim_gate_acquire(ss_sim_gate *g, ss_sim_fn fn, void *arg) {
+int ss__sim_gate_acquire(ss__sim_gate *g, ss__sim_fn fn, void *arg) {
     if (g->free_slots > 0) {
         g->free_slots--;
-        return ss_sim_at(g->sim, 0, fn, arg);
+        return ss__sim_at(g->sim, 0, fn, arg);
     }
     if (g->n == g->cap) { /* grow the ring, unrolled from head */
         size_t cap = g->cap ? g->cap * 2 : 64;
@@ -281,7 +281,7 @@ int ss_sim_gate_acquire(ss_sim_gate *g, ss_sim_fn fn, void *arg) {
     return 0;
 }
 
-int ss_sim_gate_release(ss_sim_gate *g) {
+int ss__sim_gate_release(ss__sim_gate *g) {
     if (g->n == 0) {
         g->free_slots++;
         return 0;
@@ -289,5 +289,5 @@ int ss_sim_gate_release(ss_sim_gate *g) {
     waiter w = g->q[g->head];
     g->head = (g->head + 1) % g->cap;
     g->n--;
-    return ss_sim_at(g->sim, 0, w.fn, w.arg);
+    return ss__sim_at(g->sim, 0, w.fn, w.arg);
 }
