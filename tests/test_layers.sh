@@ -14,6 +14,7 @@
 # framework, not the other way. A header named *_internal.h is
 # private to its folder. The installed headers and the example trainer
 # include only the installed API. A bare "x.h" must sit beside its includer.
+# And no include circle inside a folder (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,8 +80,45 @@ for f in $files; do
     fi
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
+# No circles inside a folder: a module is a .c file and its headers (x.c,
+# x.h, x_internal.h); module a uses module b when a file of a includes a
+# header of b. Two modules that use each other, directly or around a
+# longer circle, are one module cut in two (move the function to the side
+# that uses it). A header with no .c of its name (a folder's shared
+# _internal.h of types) is no module: it cannot close a circle.
+circles=$(/usr/bin/python3 - $files <<'PY'
+import os, re, sys
+files = sys.argv[1:]
+def module(path):
+    stem = os.path.splitext(path)[0]
+    return stem[:-len("_internal")] if stem.endswith("_internal") else stem
+implemented = {module(f) for f in files if f.endswith(".c")}
+uses = {}
+for f in files:
+    here = os.path.dirname(f)
+    for inc in re.findall(r'^\s*#\s*include\s*"([^"]+)"', open(f).read(), re.M):
+        target = module(inc if "/" in inc else os.path.join(here, inc))
+        a = module(f)
+        if (target != a and target in implemented and a in implemented and
+                os.path.dirname(target) == os.path.dirname(a)):
+            uses.setdefault(a, set()).add(target)
+found = set()
+def walk(start, node, path):
+    for nxt in sorted(uses.get(node, ())):
+        if nxt == start:
+            found.add(" -> ".join(path + [start]))
+        elif nxt not in path and nxt > start:  # each circle once, from its least module
+            walk(start, nxt, path + [nxt])
+for m in sorted(uses):
+    walk(m, m, [m])
+print("\n".join(sorted(found)))
+PY
+)
+if [ -n "$circles" ]; then
+  while IFS= read -r c; do complain "an include circle inside a folder: $c"; done <<<"$circles"
+fi
 if [ "$bad" -gt 0 ]; then
   echo "test_layers: $bad include(s) against the layering" >&2
   exit 1
 fi
-echo "test_layers: $checked project includes in $(wc -w <<<"$files") files run downward"
+echo "test_layers: $checked project includes in $(wc -w <<<"$files") files run downward, no circle"
