@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/names.h"
+
 /* -1 = not yet initialised from the environment. */
 static atomic_int log_threshold = -1;
 
@@ -16,14 +18,6 @@ static const char *const format_names[] = {"text", "json"};
 
 static atomic_int log_format = -1; /* -1: not yet read from the environment */
 
-/* text's index in names[0 .. n), or -1. */
-static int name_index(const char *text, const char *const *names, int n) {
-    for (int i = 0; text && i < n; i++)
-        if (!strcmp(text, names[i]))
-            return i;
-    return -1;
-}
-
 /* *slot, read from the environment variable var the first time (a value
  * that is not one of names: fallback; programs refuse it in
  * ss__flags_cli). */
@@ -31,7 +25,7 @@ static int setting_once(atomic_int *slot, const char *var, const char *const *na
                         int fallback) {
     int v = atomic_load(slot);
     if (v < 0) {
-        v = name_index(getenv(var), names, n);
+        v = ss__name_index(getenv(var), names, n);
         v = v < 0 ? fallback : v;
         atomic_store(slot, v);
     }
@@ -39,7 +33,7 @@ static int setting_once(atomic_int *slot, const char *var, const char *const *na
 }
 
 ss_status ss__log_level_parse(const char *text, ss__log_level *out) {
-    int i = name_index(text, level_names, SS_LOG_OFF + 1);
+    int i = ss__name_index(text, level_names, SS_LOG_OFF + 1);
     if (i < 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     *out = (ss__log_level)i;
@@ -56,7 +50,7 @@ ss__log_level ss__log_get_level(void) {
 }
 
 ss_status ss__log_format_parse(const char *text, ss__log_format *out) {
-    int i = name_index(text, format_names, 2);
+    int i = ss__name_index(text, format_names, 2);
     if (i < 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     *out = (ss__log_format)i;

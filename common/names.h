@@ -40,6 +40,11 @@ bool ss__address_valid(const char *address, const char *flag, char *why, size_t 
  * fit. */
 bool ss__address_split(const char *address, char *host, size_t hostlen, unsigned *port);
 
+/* text's index in the name table names[0 .. n) (a setting's words: an
+ * algorithm, an encoding, a mode), or -1 when it is none of them (or
+ * NULL). The one lookup every parser of such a word uses. */
+int ss__name_index(const char *text, const char *const *names, size_t n);
+
 /* How long address's host part is as written (brackets and all): up to
  * its last ':', or the whole of it when it has none. For an address put
  * back together with another port, or a host compared as given. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/finite.h"
+#include "common/names.h"
 #include "shadow/kernels.h"
 
 static const char *const algo_names[] = {"easgd", "ma", "bmuf"};
@@ -15,13 +16,11 @@ const char *ss__algo_name(ss__algo algo) {
 ss_status ss__algo_parse(const char *text, ss__algo *out) {
     if (!text || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    for (int i = 0; i < 3; i++) {
-        if (!strcmp(text, algo_names[i])) {
-            *out = (ss__algo)i;
-            return SS_OK;
-        }
-    }
-    return SS_ERR_INVALID_ARGUMENT;
+    const int i = ss__name_index(text, algo_names, 3);
+    if (i < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    *out = (ss__algo)i;
+    return SS_OK;
 }
 
 /* Two passes instead of the fused kernel's one: the first writes d and

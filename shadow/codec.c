@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/finite.h"
+#include "common/names.h"
 #include "shadow/codec.h"
 #include "shadow/codec_kernels.h"
 #include "shadow/kernels.h"
@@ -21,11 +22,11 @@ const char *ss__encoding_name(ss__encoding e) {
 bool ss__encoding_parse(const char *s, ss__encoding *out) {
     if (!s)
         return false;
-    for (int i = 0; i < SS_ENC_COUNT; i++)
-        if (!strcmp(s, enc_names[i])) {
-            *out = (ss__encoding)i;
-            return true;
-        }
+    const int i = ss__name_index(s, enc_names, SS_ENC_COUNT);
+    if (i >= 0) {
+        *out = (ss__encoding)i;
+        return true;
+    }
     if (!strcmp(s, "float32") || !strcmp(s, "none")) {
         *out = SS_ENC_F32;
         return true;

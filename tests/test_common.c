@@ -742,13 +742,28 @@ START_TEST(test_iovec_sends) {
 }
 END_TEST
 
+/* The one name-table lookup: an index, by hand; -1 for another word, a
+ * prefix, a different case, NULL and an empty table. */
+START_TEST(test_name_index) {
+    static const char *const t[] = {"f32", "fp16", "bf16"};
+    ck_assert_int_eq(ss__name_index("f32", t, 3), 0);
+    ck_assert_int_eq(ss__name_index("bf16", t, 3), 2);
+    ck_assert_int_eq(ss__name_index("bf16", t, 2), -1); /* past n */
+    ck_assert_int_eq(ss__name_index("fp", t, 3), -1);
+    ck_assert_int_eq(ss__name_index("F32", t, 3), -1);
+    ck_assert_int_eq(ss__name_index(NULL, t, 3), -1);
+    ck_assert_int_eq(ss__name_index("f32", t, 0), -1);
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests(
-        "common", 0, NULL, NULL, test_strerror_covers_every_code, test_ps_group_names,
-        test_metrics_drop_departed, test_log_level_parse, test_flags_precedence_and_forms,
-        test_flags_bad_input, test_flags_typed_fields, test_metrics_render_exact,
-        test_metrics_bad_input, test_addresses_and_log_levels_refused_with_why,
-        test_log_lines_as_text_and_json, test_shard_map_file, test_shard_map_file_owner_and_links,
+        "common", 0, NULL, NULL, test_name_index, test_strerror_covers_every_code,
+        test_ps_group_names, test_metrics_drop_departed, test_log_level_parse,
+        test_flags_precedence_and_forms, test_flags_bad_input, test_flags_typed_fields,
+        test_metrics_render_exact, test_metrics_bad_input,
+        test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
+        test_shard_map_file, test_shard_map_file_owner_and_links,
         test_map_watch_refuses_epoch_jumps, test_ticker_ticks_until_stopped,
         test_paced_ticker_waits_what_its_tick_says, test_process_metrics,
         test_whole_reads_and_writes, test_arrays_grow_by_doubling, test_iovec_sends);

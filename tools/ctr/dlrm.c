@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/names.h"
 #include "shadow/kernels.h"
 #include "tools/ctr/rng.h"
 
@@ -118,12 +119,11 @@ ss_status ss__ctr_embeddings_set_optimizer(ss__ctr_embeddings *emb, bool adagrad
 static const char *const opt_names[] = {"sgd", "adagrad", "adam"};
 
 ss_status ss__ctr_optimizer_parse(const char *text, ss__ctr_optimizer *out) {
-    for (int i = 0; i < 3; i++)
-        if (text && !strcmp(text, opt_names[i])) {
-            *out = (ss__ctr_optimizer)i;
-            return SS_OK;
-        }
-    return SS_ERR_INVALID_ARGUMENT;
+    const int i = ss__name_index(text, opt_names, 3);
+    if (i < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    *out = (ss__ctr_optimizer)i;
+    return SS_OK;
 }
 
 const char *ss__ctr_optimizer_name(ss__ctr_optimizer opt) {

@@ -4,15 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/names.h"
+
 static const char *const emb_names[] = {"array", "local", "remote", "cached"};
 
 ss_status ss__ctr_emb_mode_parse(const char *text, ss__ctr_emb_mode *out) {
-    for (int i = 0; i < 4; i++)
-        if (text && strcmp(text, emb_names[i]) == 0) {
-            *out = (ss__ctr_emb_mode)i;
-            return SS_OK;
-        }
-    return SS_ERR_INVALID_ARGUMENT;
+    const int i = ss__name_index(text, emb_names, 4);
+    if (i < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    *out = (ss__ctr_emb_mode)i;
+    return SS_OK;
 }
 
 const char *ss__ctr_emb_mode_name(ss__ctr_emb_mode mode) {

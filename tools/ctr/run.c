@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "shadow/codec.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/kernels.h"
@@ -21,13 +22,11 @@ static const char *const mode_names[] = {"none", "shadow", "foreground"};
 ss_status ss__ctr_sync_mode_parse(const char *text, ss__ctr_sync_mode *out) {
     if (!text || !out)
         return SS_ERR_INVALID_ARGUMENT;
-    for (int i = 0; i < 3; i++) {
-        if (!strcmp(text, mode_names[i])) {
-            *out = (ss__ctr_sync_mode)i;
-            return SS_OK;
-        }
-    }
-    return SS_ERR_INVALID_ARGUMENT;
+    const int i = ss__name_index(text, mode_names, 3);
+    if (i < 0)
+        return SS_ERR_INVALID_ARGUMENT;
+    *out = (ss__ctr_sync_mode)i;
+    return SS_OK;
 }
 
 const char *ss__ctr_sync_mode_name(ss__ctr_sync_mode mode) {

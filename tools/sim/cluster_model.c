@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/names.h"
 #include "events.h"
 #include "rpc/dense/grpc_transport.h"
 
@@ -360,11 +361,8 @@ void ss__sim_config_init(ss__sim_config *cfg) {
 }
 
 int ss__sim_mode_parse(const char *s) {
-    static const char *names[] = {"none", "easgd", "ma", "bmuf", "fg"};
-    for (int i = 0; i < 5; i++)
-        if (s && !strcmp(s, names[i]))
-            return i;
-    return -1;
+    static const char *const names[] = {"none", "easgd", "ma", "bmuf", "fg"};
+    return ss__name_index(s, names, 5);
 }
 
 static const char *validate(const ss__sim_config *c) {
