@@ -2,8 +2,8 @@
  * of at least 2n slots (a sort was 8% of a shard's CPU on small batches),
  * kept per thread between calls. Allocating and clearing it per call (a
  * 64 KiB malloc and an 8 KiB calloc for 4,096 ids) cost 5-10% of a
- * lookup's time in the store (docs/benchmark-history.md): a slot is in
- * the set when its stamp is this call's, so nothing is cleared. */
+ * lookup's time in the store: a slot is in the set when its stamp is
+ * this call's, so nothing is cleared. */
 #include "embedding-store/duplicates_internal.h"
 
 #include <pthread.h>

@@ -118,9 +118,8 @@ static void resolve_own(ss__ctr_cli *o) {
     int64_t synced = cfg->sync == SS_CTR_SYNC_NONE ? 1 : o->process ? o->world : cfg->trainers;
     /* Ring or random gossip averages two replicas a round, not all of them,
      * so the linear rule's N is 2: with 4 processes the 4x lr left some
-     * replicas far from the others (held-out NE up to 0.936 against 0.905;
-     * docs/benchmark-history.md, "Decentralized averaging"). Trees average
-     * every one. */
+     * replicas far from the others (held-out NE up to 0.936 against 0.905).
+     * Trees average every one. */
     if (o->pcfg.peers && strcmp(o->pcfg.peer_schedule, "tree") != 0 && synced > 2)
         synced = 2;
     cfg->lr = scaled_lr(o, synced);
