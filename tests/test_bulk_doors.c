@@ -250,10 +250,10 @@ static int stalled_frame(const ps_proc *ps, uint64_t len, size_t sent) {
     ss__rpc_channel_destroy(ch);
     int fd = connect_from("127.0.0.2", ps->bulk);
     ck_assert(ss__write_all(fd, t, sizeof t));
-    uint8_t h[SS_BULK_REQ_HEAD];
+    uint8_t h[SS_BULK_REQ_HEAD + sizeof SS_DENSE_M_EASGD]; /* one write, head and path */
     ss__bulk_request_head(h, (uint32_t)strlen(SS_DENSE_M_EASGD), len);
-    ck_assert(ss__write_all(fd, h, sizeof h));
-    ck_assert(ss__write_all(fd, SS_DENSE_M_EASGD, strlen(SS_DENSE_M_EASGD)));
+    memcpy(h + SS_BULK_REQ_HEAD, SS_DENSE_M_EASGD, strlen(SS_DENSE_M_EASGD));
+    ck_assert(ss__write_all(fd, h, SS_BULK_REQ_HEAD + strlen(SS_DENSE_M_EASGD)));
     static uint8_t some[4096];
     ck_assert(ss__write_all(fd, some, sent));
     return fd;
