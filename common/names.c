@@ -108,7 +108,7 @@ bool ss__address_split(const char *address, char *host, size_t hostlen, unsigned
 
 int ss__name_index(const char *text, const char *const *names, size_t n) {
     for (size_t i = 0; text && i < n; i++)
-        if (!strcmp(text, names[i]))
+        if (names[i] && !strcmp(text, names[i]))
             return (int)i;
     return -1;
 }

@@ -743,7 +743,7 @@ START_TEST(test_iovec_sends) {
 END_TEST
 
 /* The one name-table lookup: an index, by hand; -1 for another word, a
- * prefix, a different case, NULL and an empty table. */
+ * prefix, a different case, NULL and an empty table; holes skipped. */
 START_TEST(test_name_index) {
     static const char *const t[] = {"f32", "fp16", "bf16"};
     ck_assert_int_eq(ss__name_index("f32", t, 3), 0);
@@ -753,6 +753,9 @@ START_TEST(test_name_index) {
     ck_assert_int_eq(ss__name_index("F32", t, 3), -1);
     ck_assert_int_eq(ss__name_index(NULL, t, 3), -1);
     ck_assert_int_eq(ss__name_index("f32", t, 0), -1);
+    static const char *const holes[] = {NULL, "ma", NULL, "bmuf"}; /* a table with holes */
+    ck_assert_int_eq(ss__name_index("bmuf", holes, 4), 3);
+    ck_assert_int_eq(ss__name_index("ma", holes, 4), 1);
 }
 END_TEST
 

@@ -14,7 +14,8 @@
 # framework, not the other way. A header named *_internal.h is
 # private to its folder. The installed headers and the example trainer
 # include only the installed API. A bare "x.h" must sit beside its includer.
-# And no include circle inside a folder (below).
+# And no include circle inside a folder, and no name table looked up by
+# hand (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -117,8 +118,15 @@ PY
 if [ -n "$circles" ]; then
   while IFS= read -r c; do complain "an include circle inside a folder: $c"; done <<<"$circles"
 fi
+# One name-table lookup (common/names.h ss__name_index): a loop that
+# compares a word against a table's entries, strcmp(text, names[i]),
+# open-codes it.
+while IFS= read -r hit; do
+  [ -n "$hit" ] && complain "$hit: a name table looked up by hand (use ss__name_index)"
+done < <(grep -nE 'strcmp\([A-Za-z_][A-Za-z0-9_]*, *[A-Za-z_]*names\[[a-z]\]\)' $files /dev/null |
+  grep -v '^common/names\.c:' | cut -d: -f1,2)
 if [ "$bad" -gt 0 ]; then
-  echo "test_layers: $bad include(s) against the layering" >&2
+  echo "test_layers: $bad place(s) against the layering or the house rules" >&2
   exit 1
 fi
 echo "test_layers: $checked project includes in $(wc -w <<<"$files") files run downward, no circle"

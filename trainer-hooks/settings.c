@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "common/log.h"
+#include "common/names.h"
 #include "rpc/dense/grpc_transport.h"
 #include "shadowsync/shadowsync.h"
 #include "trainer-hooks/errors_internal.h"
@@ -161,13 +162,6 @@ static void env_name(const key *k, char *out, size_t outlen) {
     out[j] = '\0';
 }
 
-static int pick(const char *v, const char *const *names, int n) {
-    for (int i = 0; i < n; i++)
-        if (names[i] && !strcmp(v, names[i]))
-            return i;
-    return -1;
-}
-
 /* Writes value into the field of k in base; `who` names the setting in
  * the message ("alpha" or "SHADOWSYNC_ALPHA"). */
 static ss_status set_key(void *base, const key *k, const char *v, const char *who) {
@@ -207,7 +201,7 @@ static ss_status set_key(void *base, const key *k, const char *v, const char *wh
     }
     case K_BOOL: {
         static const char *const names[] = {"false", "true", "0", "1", "no", "yes"};
-        int i = pick(v, names, 6);
+        int i = ss__name_index(v, names, 6);
         if (i < 0)
             return ss__err_set(SS_ERR_INVALID_ARGUMENT,
                                "%s=\"%s\": not a boolean (true|false|1|0|yes|no)", who, v);
@@ -217,7 +211,7 @@ static ss_status set_key(void *base, const key *k, const char *v, const char *wh
     case K_SYNC: {
         /* "background" is the old name of shadow (SHADOWSYNC_MODE's) */
         static const char *const names[] = {"none", "shadow", "foreground", "background"};
-        int i = pick(v, names, 4);
+        int i = ss__name_index(v, names, 4);
         if (i < 0)
             return ss__err_set(SS_ERR_INVALID_ARGUMENT,
                                "%s=\"%s\": unknown sync mode (none|shadow|foreground)", who, v);
@@ -226,7 +220,7 @@ static ss_status set_key(void *base, const key *k, const char *v, const char *wh
     }
     case K_TABLE: {
         static const char *const names[] = {"local", "remote", "cached"};
-        int i = pick(v, names, 3);
+        int i = ss__name_index(v, names, 3);
         if (i < 0)
             return ss__err_set(SS_ERR_INVALID_ARGUMENT,
                                "%s=\"%s\": unknown table mode (local|remote|cached)", who, v);
@@ -235,7 +229,7 @@ static ss_status set_key(void *base, const key *k, const char *v, const char *wh
     }
     case K_OPTIMIZER: {
         static const char *const names[] = {"sgd", "adagrad"};
-        int i = pick(v, names, 2);
+        int i = ss__name_index(v, names, 2);
         if (i < 0)
             return ss__err_set(SS_ERR_INVALID_ARGUMENT,
                                "%s=\"%s\": unknown optimizer (sgd|adagrad)", who, v);
