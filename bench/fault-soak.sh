@@ -21,7 +21,7 @@
 # event and a summary:
 #   fault-soak: events=E longest_stall_ms=L (the longest time any running
 #     trainer went without finishing a step: 0 examples/s) emb_acked=A
-#     emb_lost=X resume_p50_s=.. resume_max_s=.. (per event: until every
+#     emb_lost=X resume_p50_s=.. resume_p99_s=.. resume_max_s=.. (per event: until every
 #     trainer finished two more rounds) replica_rel_dist=D (largest
 #     |x_i - mean| / |mean| over the final replicas) examples/s=..
 #
@@ -281,8 +281,9 @@ nr=$(grep -c . <<<"$rs" || true)
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 lost=unknown # the check itself failed (its error is above)
 [ -z "$(field "$verify" lost)" ] || lost=$(($(field "$verify" lost) + $(field "$verify" unreadable)))
-printf 'fault-soak: algo=%s seconds=%s events=%s longest_stall_ms=%s emb_acked=%s emb_lost=%s resume_p50_s=%s resume_max_s=%s replica_rel_dist=%s examples/s=%s failed=%s\n' \
+printf 'fault-soak: algo=%s seconds=%s events=%s longest_stall_ms=%s emb_acked=%s emb_lost=%s resume_p50_s=%s resume_p99_s=%s resume_max_s=%s replica_rel_dist=%s examples/s=%s failed=%s\n' \
   "$ALGO" "$SECS" "$(grep -c . "$EVENTS")" "${stall:-none}" "$(field "$verify" acked)" \
   "$lost" \
-  "$(sed -n "$(((nr + 1) / 2))p" <<<"$rs")" "$(tail -n 1 <<<"$rs")" "$dist" \
+  "$(sed -n "$(((nr + 1) / 2))p" <<<"$rs")" "$(sed -n "$(((nr * 99 + 99) / 100))p" <<<"$rs")" \
+  "$(tail -n 1 <<<"$rs")" "$dist" \
   "$((steps * 1024 / SECS))" "$failed"
