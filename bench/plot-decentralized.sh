@@ -3,7 +3,7 @@
 # emulated shapes with gnuplot (Debian: gnuplot-nox): docs/decentralized.png,
 # the median sync gap (bench/decentralized.sh part (b)) and the held-out NE
 # (part (c), the mean of its runs, "none" as a line) per shape and setup.
-#   bash bench/plot-decentralized.sh [docs/data/decentralized-shapes.tsv]
+#   bash bench/plot-decentralized.sh [bench/results/decentralized-shapes.tsv]
 # The TSV: shape, setup, gap_p50, gap_p99, then one NE column per run.
 set -euo pipefail
 source "$(dirname "$0")/help.sh"
@@ -11,7 +11,7 @@ bench_flags "$@"
 set -- ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 cd "$(dirname "$0")/.."
 command -v gnuplot >/dev/null || { echo "plot-decentralized: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
-TSV=${1:-docs/data/decentralized-shapes.tsv}
+TSV=${1:-bench/results/decentralized-shapes.tsv}
 [ -s "$TSV" ] || { echo "plot-decentralized: no $TSV" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

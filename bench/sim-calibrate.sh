@@ -13,10 +13,10 @@
 # CPU is each process's utime + stime while the trainers train. 8 trainers
 # load the 2 cores fully: the costs include what contention adds (cache
 # misses, switches), which one trainer alone would not show.
-#   bash bench/sim-calibrate.sh                # docs/data/sim-calibration.txt
+#   bash bench/sim-calibrate.sh                # bench/results/sim-calibration.txt
 #   bash bench/sim-calibrate.sh out/my.txt
 source "$(dirname "$0")/common.sh"
-OUT=${1:-docs/data/sim-calibration.txt}
+OUT=${1:-bench/results/sim-calibration.txt}
 DENSE=${SS_CALIBRATE_DENSE:-1048576}
 SECS=${SS_CALIBRATE_SECONDS:-10}
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }

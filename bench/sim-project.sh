@@ -8,7 +8,7 @@
 #   bash bench/sim-project.sh
 #   SS_PROJECT="10000:10 10000:100" SS_PROJECT_SECONDS=3 bash bench/sim-project.sh   # as BENCHMARKS.md
 source "$(dirname "$0")/common.sh"
-CAL=${SS_PROJECT_CALIBRATION:-docs/data/sim-calibration.txt}
+CAL=${SS_PROJECT_CALIBRATION:-bench/results/sim-calibration.txt}
 POINTS=${SS_PROJECT:-1000:1 1000:10 1000:100}
 MODES=${SS_PROJECT_MODES:-easgd,ma,bmuf,fg1,fg10}
 SECS=${SS_PROJECT_SECONDS:-10}

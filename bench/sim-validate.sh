@@ -6,10 +6,10 @@
 # prints measured and simulated examples/s and sync gap (p50) side by side
 # with the relative error of each, then the mean and largest error.
 #   bash bench/sim-validate.sh                          # the defaults below
-#   bash bench/sim-validate.sh docs/data/scaling-paced.tsv docs/data/sim-calibration.txt
+#   bash bench/sim-validate.sh bench/results/scaling-paced.tsv bench/results/sim-calibration.txt
 source "$(dirname "$0")/common.sh"
-TSV=${1:-docs/data/scaling-paced.tsv}
-CAL=${2:-docs/data/sim-calibration.txt}
+TSV=${1:-bench/results/scaling-paced.tsv}
+CAL=${2:-bench/results/sim-calibration.txt}
 DENSE=${SS_VALIDATE_DENSE:-1048576}
 CORES=${SS_VALIDATE_CORES:-$(nproc)}
 SIM=$(mktemp)
