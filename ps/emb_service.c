@@ -416,27 +416,28 @@ void ss__emb_service_init(ss__emb_service *svc, ss__emb_store *store) {
     memset(svc, 0, sizeof *svc);
     svc->store = store;
     const size_t lookup_max = ss__emb_store_max_batch(store) * sizeof(uint64_t) + 4096;
+    /* the last field: streamed, on the bulk stream too */
     const ss__rpc_method m[SS_EMB_METHODS] = {
         [M_OPEN] = {SS_EMB_M_OPEN, NULL, false, svc, false, SS_RPC_SMALL_REQUEST, &open_request,
-                    false},
-        /* ids only: the store's batch limit of them */
-        /* rows, each way: on the bulk stream too (the last true) */
+                    false, false},
+        /* ids only: the store's batch limit of them; rows come back */
         [M_LOOKUP] = {SS_EMB_M_LOOKUP, NULL, false, svc, true, lookup_max, &lookup_request, false,
                       true},
         /* rows: the server's limit */
         [M_PUSH] = {SS_EMB_M_PUSH, NULL, false, svc, false, 0, &push_request, false, true},
-        [M_ELASTIC] = {SS_EMB_M_ELASTIC, NULL, false, svc, false, 0, &elastic_request, false},
+        [M_ELASTIC] = {SS_EMB_M_ELASTIC, NULL, false, svc, false, 0, &elastic_request, false,
+                       false},
         /* a checkpoint waits for a flush and RocksDB: off the queue threads */
         [M_CHECKPOINT] = {SS_EMB_M_CHECKPOINT, NULL, true, svc, false, SS_RPC_SMALL_REQUEST,
-                          &checkpoint_request, false},
+                          &checkpoint_request, false, false},
         [M_STATS] = {SS_EMB_M_STATS, NULL, false, svc, true, SS_RPC_SMALL_REQUEST, &stats_request,
-                     false},
+                     false, false},
         [M_PUSH_LOOKUP] = {SS_EMB_M_PUSH_LOOKUP, NULL, false, svc, false, 0, &push_lookup_request,
                            false, true},
         /* ids and done ids: two batches of them; raw, the mover's handler;
          * for other PS only, and blocking: the giver calls the taker back */
         [M_HANDOFF] = {SS_EMB_M_HANDOFF, h_handoff, true, svc, false,
-                       2 * 65536 * sizeof(uint64_t) + 4096, NULL, true},
+                       2 * 65536 * sizeof(uint64_t) + 4096, NULL, true, false},
         /* several tables' lookups and pushes: the server's limit in all,
          * each call its own method's */
         [M_BATCH] = {SS_EMB_M_BATCH, NULL, false, svc, false, 0, &batch_request, false, true},
