@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,12 @@ ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out) 
     b->max_reply = max_reply;
     *out = b;
     return SS_OK;
+}
+
+bool ss__bulk_stream_alive(const ss__bulk_stream *b) {
+    /* Not POLLIN: TLS 1.3 session tickets may wait unread on a live one. */
+    struct pollfd pf = {.fd = b->c.fd, .events = POLLRDHUP};
+    return poll(&pf, 1, 0) == 0 || !(pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
 void ss__bulk_stream_set_timeout(ss__bulk_stream *b, uint32_t timeout_ms) {

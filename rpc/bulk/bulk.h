@@ -149,6 +149,9 @@ ss_status ss__bulk_stream_open(const char *host, unsigned port, const ss__bulk_t
                                const uint8_t ticket[SS_BULK_TICKET_BYTES], uint32_t timeout_ms,
                                size_t max_reply, ss__bulk_stream **out, char *why, size_t whylen);
 void ss__bulk_stream_close(ss__bulk_stream *b);
+/* Whether an idle stream's peer is still there: false once it closed or
+ * reset it (a PS that restarted), without reading anything. */
+bool ss__bulk_stream_alive(const ss__bulk_stream *b);
 /* Each wait for the peer's bytes from now on bounded by timeout_ms (0:
  * none): a batch's deadline. */
 void ss__bulk_stream_set_timeout(ss__bulk_stream *b, uint32_t timeout_ms);

@@ -235,13 +235,21 @@ static ss__bulk_stream *open_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint6
     return b;
 }
 
-/* An idle stream of l, or a new one; *epoch: the stream's. */
+/* An idle stream of l whose peer is still there (one that closed, a PS
+ * that restarted, is closed here: sending on it would fail the batch),
+ * or a new one; *epoch: the stream's. */
 static ss__bulk_stream *take_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint32_t timeout_ms,
                                     uint64_t *epoch) {
-    pthread_mutex_lock(&l->lock);
-    ss__bulk_stream *b = l->nidle ? l->idle[--l->nidle] : NULL;
-    *epoch = l->epoch;
-    pthread_mutex_unlock(&l->lock);
+    ss__bulk_stream *b = NULL;
+    for (;;) {
+        pthread_mutex_lock(&l->lock);
+        b = l->nidle ? l->idle[--l->nidle] : NULL;
+        *epoch = l->epoch;
+        pthread_mutex_unlock(&l->lock);
+        if (!b || ss__bulk_stream_alive(b))
+            break;
+        ss__bulk_stream_close(b);
+    }
     if (b)
         ss__bulk_stream_set_timeout(b, timeout_ms);
     return b ? b : open_stream(l, ch, *epoch, timeout_ms);
@@ -249,15 +257,21 @@ static ss__bulk_stream *take_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint3
 
 /* A stream of epoch back to l's idle ones (closed when broken, when the
  * channel routes by another epoch now, when streams are off, or when
- * there are enough). */
+ * there are enough). A broken one takes the idle ones with it: they are
+ * to the same server, which most likely went away. */
 static void put_stream(ss__bulk_link *l, ss__bulk_stream *b, uint64_t epoch, bool broken) {
+    ss__bulk_stream *old[LINK_IDLE];
+    uint32_t nold = 0;
     pthread_mutex_lock(&l->lock);
-    if (!broken && l->on && epoch == l->epoch && l->nidle < LINK_IDLE) {
+    if (broken) {
+        nold = take_idle(l, old);
+    } else if (l->on && epoch == l->epoch && l->nidle < LINK_IDLE) {
         l->idle[l->nidle++] = b;
         b = NULL;
     }
     pthread_mutex_unlock(&l->lock);
     ss__bulk_stream_close(b);
+    close_all(old, nold);
 }
 
 typedef struct lane {
