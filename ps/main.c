@@ -54,8 +54,8 @@ typedef struct ps_options {
     int64_t max_reply_mb, max_tables, max_groups, max_members, max_total_floats, max_blocked,
         max_rows, max_inflight_mb, emb_admit, emb_ttl_s, emb_max_live;
     bool sync_writes, insecure_loopback;
-    bool bulk_auto;        /* --bulk-listen auto: beside --listen (bulk_listen points here) */
-    char bulk_beside[300]; /* --listen's host, its port + 1 (0 when --listen's is 0) */
+    char bulk_beside[300]; /* --bulk-listen auto: --listen's host, port 0 (bulk_listen points here)
+                            */
 } ps_options;
 
 static const char default_http[] = "127.0.0.1:9471";
@@ -226,8 +226,8 @@ static size_t server_flags(ps_options *o, ss__flag *flags) {
          "over gRPC through the same token or writer certificate; the same handlers and "
          "limits; with --shard-map a stream serves the epoch of its ticket; with --tls-cert "
          "TLS with the same certificate and --tls-ca's client certificates); auto: --listen's "
-         "host and its port + 1 (the system picks one when that is taken or --listen's port "
-         "is 0; off on a --follow replica); \"\" = off: gRPC only",
+         "host, a port the system picks (clients learn it with their ticket; name one where a "
+         "firewall admits only known ports; off on a --follow replica); \"\" = off: gRPC only",
          NULL, 0, 0},
         {"http", SS_FLAG_STRING, &o->http,
          "address of /metrics, /healthz, /status, /checkpoint (port 0: pick one; \"\" = off; "
@@ -382,8 +382,11 @@ static size_t online_flags(ps_options *o, ss__flag *flags) {
 }
 
 /* --bulk-listen auto: beside --listen, on its host (what clients reach
- * it at), at its port + 1; off on a --follow replica (it serves no
- * writes). A --listen that does not parse is refused by its own check. */
+ * it at), at a port the system picks (clients learn it with their
+ * ticket; a fixed one, --listen's + 1, took the next PS's port on hosts
+ * that run several on consecutive ports); off on a --follow replica (it
+ * serves no writes). A --listen that does not parse is refused by its
+ * own check. */
 static void resolve_bulk_auto(ps_options *o) {
     if (strcmp(o->bulk_listen, "auto") != 0)
         return;
@@ -392,9 +395,8 @@ static void resolve_bulk_auto(ps_options *o) {
     o->bulk_listen = "";
     if (*o->follow || !ss__address_split(o->listen, host, sizeof host, &port))
         return;
-    o->bulk_auto = true;
-    snprintf(o->bulk_beside, sizeof o->bulk_beside, "%.*s:%u", (int)ss__address_host_len(o->listen),
-             o->listen, port && port < 65535 ? port + 1 : 0);
+    snprintf(o->bulk_beside, sizeof o->bulk_beside, "%.*s:0", (int)ss__address_host_len(o->listen),
+             o->listen);
     o->bulk_listen = o->bulk_beside;
 }
 
@@ -663,19 +665,11 @@ static void served_address(const char *listen, int port, char *out, size_t outle
     snprintf(out, outlen, "%.*s:%d", (int)ss__address_host_len(listen), listen, port);
 }
 
-/* address's port (0 when it has none). */
-static unsigned port_of(const char *address) {
-    char host[256];
-    unsigned port = 0;
-    return ss__address_split(address, host, sizeof host, &port) ? port : 0;
-}
-
 /* The bulk stream's server (--bulk-listen): the table's streamed methods
  * (EasgdExchange, RoundMean, the rows' Lookup, Push, PushLookup, Batch)
  * with the gRPC server's limits and shard map epoch, its tickets given
- * out by Bulk/Ticket, added to the table. auto: a port the system picks
- * when the one beside --listen is taken. */
-static int start_bulk(ps_state *ps, ps_options *o, const ss__rpc_server_config *scfg,
+ * out by Bulk/Ticket, added to the table. */
+static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_config *scfg,
                       size_t *nmethods) {
     ss__bulk_server_config bc = {.listen = o->bulk_listen,
                                  .max_message = scfg->max_message_bytes,
@@ -687,16 +681,6 @@ static int start_bulk(ps_state *ps, ps_options *o, const ss__rpc_server_config *
     char why[400] = "";
     ss_status st =
         ss__bulk_server_start(&bc, ps->methods, *nmethods, &ps->svc, &ps->bulk, why, sizeof why);
-    if (st == SS_ERR_IO && o->bulk_auto && port_of(o->bulk_listen) != 0) {
-        SS_LOG_WARNF("ps",
-                     "event=bulk_port_taken listen=%s why=\"%s\" note=\"a port the system "
-                     "picks instead\"",
-                     o->bulk_listen, why);
-        snprintf(o->bulk_beside, sizeof o->bulk_beside, "%.*s:0",
-                 (int)ss__address_host_len(o->listen), o->listen);
-        st = ss__bulk_server_start(&bc, ps->methods, *nmethods, &ps->svc, &ps->bulk, why,
-                                   sizeof why);
-    }
     if (st != SS_OK) {
         ss__refuse("shadowsync-ps", "%s", *why ? why : "cannot start the bulk server");
         return 1;
@@ -706,7 +690,7 @@ static int start_bulk(ps_state *ps, ps_options *o, const ss__rpc_server_config *
 }
 
 /* Step 3: both services on one gRPC server. */
-static int start_rpc(ps_state *ps, ps_options *o) {
+static int start_rpc(ps_state *ps, const ps_options *o) {
     ss__emb_service_init(&ps->esvc, ps->store);
     ps->svc = (ss__dense_service){.centre = ps->centre,
                                   .max_floats = (size_t)o->max_floats,

@@ -148,8 +148,43 @@ START_TEST(test_rows_after_the_ps_restarts) {
 }
 END_TEST
 
+/* The PS SIGKILLed and started again while the client makes no call: its
+ * idle stream to the old PS is dead. The first push after the restart (a
+ * push is never retried) goes through, on a new stream: the dead one is
+ * not used (it failed the push with SS_ERR_IO, and an MA round the same
+ * way, before idle streams were checked). */
+START_TEST(test_a_dead_idle_stream_is_not_used) {
+    char base[80], listen[64];
+    start_ps("127.0.0.1:0", base, sizeof base);
+    snprintf(listen, sizeof listen, "%s", ps_target);
+    ss__emb_client *c;
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(c, true), SS_OK);
+    ss__emb_spec spec;
+    ck_assert_int_eq(ss__emb_spec_init(&spec, "idle", 4), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    const uint64_t ids[2] = {3, 4};
+    const float grads[8] = {0};
+    ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, grads), SS_OK);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(c), 1); /* its stream is idle now */
+    kill(ps_pid, SIGKILL);
+    proc_wait(ps_pid, 10);
+    unlink(ps_log);
+    start_ps(listen, base, sizeof base);
+    ss_status st = SS_ERR_IO;
+    for (int i = 0; i < 40 && st != SS_OK; i++) /* gRPC: the channel reconnects */
+        if ((st = ss__emb_client_open_table(c, &spec, NULL, NULL, 0)) != SS_OK)
+            usleep(250000);
+    ck_assert_int_eq(st, SS_OK);
+    ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, grads), SS_OK);
+    ck_assert_uint_eq(ss__emb_client_bulk_batches(c), 2); /* on a new stream */
+    ss__emb_client_destroy(c);
+    stop_ps();
+}
+END_TEST
+
 int main(void) {
     return ss__check_tests("bulk_rows", 60, NULL, NULL,
                            test_embedding_rows_on_the_stream_as_over_grpc,
-                           test_rows_after_the_ps_restarts);
+                           test_rows_after_the_ps_restarts, test_a_dead_idle_stream_is_not_used);
 }

@@ -217,12 +217,15 @@ static ss__bulk_stream *open_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint6
         st = ss__bulk_stream_open(l->host, port, l->tls, ticket, timeout_ms, l->max_reply, &b, why,
                                   sizeof why);
     const uint64_t now = ss__now_ns();
+    /* A ticket refused for a stale shard map epoch: the caller re-routes
+     * (its gRPC call is refused the same way) and asks again at once. */
+    const bool stale = st == SS_ERR_STATE;
     pthread_mutex_lock(&l->lock);
     if (st == SS_OK)
         l->retry_ns = RETRY_MIN_NS;
-    else
+    else if (!stale)
         rest(l, st, now);
-    const uint64_t rest_ms = st == SS_OK ? 0 : (l->off_until_ns - now) / 1000000;
+    const uint64_t rest_ms = st == SS_OK || stale ? 0 : (l->off_until_ns - now) / 1000000;
     pthread_mutex_unlock(&l->lock);
     if (st == SS_ERR_UNSUPPORTED || st == SS_ERR_NOT_FOUND || st == SS_ERR_PERMISSION)
         ss__log(SS_LOG_INFO, "rpc", "event=bulk_off host=%s reason=%s status=%s grpc_for_ms=%llu",
