@@ -108,6 +108,30 @@ START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
 }
 END_TEST
 
+/* A client of ps_target with the streams on and the table named name
+ * (dim 4) open. */
+static ss__emb_client *streams_client(uint32_t timeout_ms, const char *name, ss__emb_spec *spec) {
+    ss__emb_client *c;
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, timeout_ms, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_use_bulk(c, true), SS_OK);
+    ck_assert_int_eq(ss__emb_spec_init(spec, name, 4), SS_OK);
+    ck_assert_int_eq(ss__emb_client_open_table(c, spec, NULL, NULL, 0), SS_OK);
+    return c;
+}
+
+/* The PS started again on listen and c's table opened on it: its first
+ * calls may find the channel still reconnecting (10 s at most). */
+static void table_again_after_restart(ss__emb_client *c, const ss__emb_spec *spec,
+                                      const char *listen, char *base, size_t baselen) {
+    start_ps(listen, base, baselen);
+    ck_assert_str_eq(ps_target, listen);
+    ss_status st = SS_ERR_IO;
+    for (int i = 0; i < 40 && st != SS_OK; i++)
+        if ((st = ss__emb_client_open_table(c, spec, NULL, NULL, 0)) != SS_OK)
+            usleep(250000);
+    ck_assert_int_eq(st, SS_OK);
+}
+
 /* The PS SIGKILLed under a client with the streams on: its next lookup
  * fails (the stream and the channel are gone), it does not hang; a PS
  * started again on the same address (a new bulk port) serves the same
@@ -116,12 +140,8 @@ START_TEST(test_rows_after_the_ps_restarts) {
     char base[80], listen[64];
     start_ps("127.0.0.1:0", base, sizeof base);
     snprintf(listen, sizeof listen, "%s", ps_target);
-    ss__emb_client *c;
-    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 2000, &c), SS_OK);
-    ck_assert_int_eq(ss__emb_client_use_bulk(c, true), SS_OK);
     ss__emb_spec spec;
-    ck_assert_int_eq(ss__emb_spec_init(&spec, "back", 4), SS_OK);
-    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    ss__emb_client *c = streams_client(2000, "back", &spec);
     const uint64_t ids[2] = {11, 12};
     float rows[8], again[8];
     ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, rows), SS_OK);
@@ -130,15 +150,7 @@ START_TEST(test_rows_after_the_ps_restarts) {
     proc_wait(ps_pid, 10);
     unlink(ps_log);
     ck_assert_int_ne(ss__emb_client_lookup(c, &spec, ids, 2, again), SS_OK);
-    start_ps(listen, base, sizeof base);
-    ck_assert_str_eq(ps_target, listen);
-    /* The table again on the new PS: its first calls may find the
-     * channel still reconnecting (10 s at most). */
-    ss_status st = SS_ERR_IO;
-    for (int i = 0; i < 40 && st != SS_OK; i++)
-        if ((st = ss__emb_client_open_table(c, &spec, NULL, NULL, 0)) != SS_OK)
-            usleep(250000);
-    ck_assert_int_eq(st, SS_OK);
+    table_again_after_restart(c, &spec, listen, base, sizeof base);
     ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, again), SS_OK);
     ck_assert(memcmp(rows, again, sizeof rows) == 0); /* a row's start is its id's */
     ck_assert_uint_ge(ss__emb_client_bulk_batches(c), 2);
@@ -157,12 +169,8 @@ START_TEST(test_a_dead_idle_stream_is_not_used) {
     char base[80], listen[64];
     start_ps("127.0.0.1:0", base, sizeof base);
     snprintf(listen, sizeof listen, "%s", ps_target);
-    ss__emb_client *c;
-    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &c), SS_OK);
-    ck_assert_int_eq(ss__emb_client_use_bulk(c, true), SS_OK);
     ss__emb_spec spec;
-    ck_assert_int_eq(ss__emb_spec_init(&spec, "idle", 4), SS_OK);
-    ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
+    ss__emb_client *c = streams_client(5000, "idle", &spec);
     const uint64_t ids[2] = {3, 4};
     const float grads[8] = {0};
     ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, grads), SS_OK);
@@ -170,12 +178,7 @@ START_TEST(test_a_dead_idle_stream_is_not_used) {
     kill(ps_pid, SIGKILL);
     proc_wait(ps_pid, 10);
     unlink(ps_log);
-    start_ps(listen, base, sizeof base);
-    ss_status st = SS_ERR_IO;
-    for (int i = 0; i < 40 && st != SS_OK; i++) /* gRPC: the channel reconnects */
-        if ((st = ss__emb_client_open_table(c, &spec, NULL, NULL, 0)) != SS_OK)
-            usleep(250000);
-    ck_assert_int_eq(st, SS_OK);
+    table_again_after_restart(c, &spec, listen, base, sizeof base);
     ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, grads), SS_OK);
     ck_assert_uint_eq(ss__emb_client_bulk_batches(c), 2); /* on a new stream */
     ss__emb_client_destroy(c);
