@@ -150,6 +150,7 @@ static ss_status check_register(agent_session *s, const ss__pb_register_group *r
         return SS_ERR_INVALID_ARGUMENT;
     }
     p->alpha = r->alpha;
+    p->member_key = r->member_key; /* the trainer's, the same through our restarts */
     p->bmuf =
         (ss__bmuf_params){.eta = r->bmuf_eta, .zeta = r->bmuf_zeta, .nesterov = r->bmuf_nesterov};
     ss_status st = ss__sync_params_check(p, why, whylen);

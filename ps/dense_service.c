@@ -173,8 +173,9 @@ static void serve_join(void *ctx, void *request, ss__rpc_reply *reply) {
     if (check_group(svc, m->group, reply) && check_size(svc, m->size, reply)) {
         Shadowsync__V1__JoinReply out = SHADOWSYNC__V1__JOIN_REPLY__INIT;
         ss_status st =
-            m->recut ? ss__central_join_recut(svc->centre, m->group, m->size, m->fresh, &out.member)
-                     : ss__central_join(svc->centre, m->group, m->size, &out.member);
+            m->recut ? ss__central_join_recut(svc->centre, m->group, m->size, m->fresh,
+                                              m->member_key, &out.member)
+                     : ss__central_join(svc->centre, m->group, m->size, m->member_key, &out.member);
         if (st == SS_OK)
             ss__rpc_reply_pack(&out.base, reply);
         else if (*ss__central_refusal())

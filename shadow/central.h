@@ -66,7 +66,12 @@ const char *ss__central_refusal(void);
 void ss__central_refusals(const ss__central *c, uint64_t out[SS_CENTRAL_LIMITS]);
 
 /* ---- membership (the same contracts as ss__transport_ops) ---- */
-ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t *member);
+/* key (0: none) is the member's own, the same each time it joins (an
+ * agent's trainer through a restarted agent): a join with the key of a
+ * member the group has replaces that member, so that the rounds do not
+ * wait for the dead one until it expires. */
+ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t key,
+                           uint64_t *member);
 /* The same for a member re-cutting its group (a shard map change): a
  * chunk of the group that overlaps name with another range and has no
  * member left (the old cut's, each member has left it) is retired (its
@@ -75,7 +80,7 @@ ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t 
  * fresh: a group called name that has no members is retired too and made
  * anew (the member brings the centre it starts from). */
 ss_status ss__central_join_recut(ss__central *c, const char *name, size_t n, bool fresh,
-                                 uint64_t *member);
+                                 uint64_t key, uint64_t *member);
 ss_status ss__central_leave(ss__central *c, const char *name, uint64_t member);
 /* Retires the group called name if nobody is in it (members not heard
  * from for the member timeout dropped first): its floats freed and given

@@ -287,8 +287,22 @@ static group *group_for_join(ss__central *c, const char *name, size_t n, bool re
     return g;
 }
 
+static void remove_member(group *g, size_t i);
+
+/* The member of g with key (a trainer's earlier self, under g->lock) goes:
+ * the one joining replaces it. */
+static void replace_keyed(group *g, uint64_t key) {
+    for (size_t i = 0; key && i < g->nmembers; i++)
+        if (g->members[i].key == key) {
+            ss__log(SS_LOG_INFO, "central", "event=member_replaced group=%s member=%llu", g->name,
+                    (unsigned long long)g->members[i].id);
+            remove_member(g, i);
+            return;
+        }
+}
+
 static ss_status join_as(ss__central *c, const char *name, size_t n, bool recut, bool fresh,
-                         uint64_t *member) {
+                         uint64_t key, uint64_t *member) {
     ss__central_refusal_clear();
     ss_status st = SS_OK;
     group *g = NULL;
@@ -315,6 +329,7 @@ static ss_status join_as(ss__central *c, const char *name, size_t n, bool recut,
                         "sizes)",
                         name, n, g->n);
     } else {
+        replace_keyed(g, key);
         if (c->limits.max_members && g->nmembers >= c->limits.max_members) {
             st = refuse_limit(c, SS_CENTRAL_LIMIT_MEMBERS,
                               "the group has %llu members, the PS's limit (--max-members %llu)",
@@ -325,19 +340,21 @@ static ss_status join_as(ss__central *c, const char *name, size_t n, bool recut,
         if (st == SS_OK)
             st = new_member_id(g, member);
         if (st == SS_OK)
-            g->members[g->nmembers++] = (member_slot){.id = *member, .last_seen = ss__now_ns()};
+            g->members[g->nmembers++] =
+                (member_slot){.id = *member, .key = key, .last_seen = ss__now_ns()};
     }
     pthread_mutex_unlock(&g->lock);
     return st;
 }
 
-ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t *member) {
-    return join_as(c, name, n, false, false, member);
+ss_status ss__central_join(ss__central *c, const char *name, size_t n, uint64_t key,
+                           uint64_t *member) {
+    return join_as(c, name, n, false, false, key, member);
 }
 
 ss_status ss__central_join_recut(ss__central *c, const char *name, size_t n, bool fresh,
-                                 uint64_t *member) {
-    return join_as(c, name, n, true, fresh, member);
+                                 uint64_t key, uint64_t *member) {
+    return join_as(c, name, n, true, fresh, key, member);
 }
 
 ssize_t ss__central_member_index(const group *g, uint64_t member) {

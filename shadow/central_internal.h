@@ -20,6 +20,7 @@
 
 typedef struct member_slot {
     uint64_t id;
+    uint64_t key;       /* the member's own key (0: none): a join with it replaces this one */
     uint64_t last_seen; /* ss__now_ns of its last call */
     bool contributed;   /* to the open round */
     /* Compressed sync (shadow/codec.h): this side's mirror of the member's

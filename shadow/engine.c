@@ -247,7 +247,7 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
         group_free(g);
         return SS_ERR_EXISTS;
     }
-    st = ss__transport_join(e->transport, name, n, &g->member);
+    st = ss__transport_join_keyed(e->transport, name, n, g->params.member_key, &g->member);
     if (st != SS_OK) {
         group_free(g);
         return st;
@@ -291,7 +291,8 @@ static void rejoin(ss__engine_group *g) {
     ss__engine *e = g->engine;
     ss__transport_leave(e->transport, g->name, g->member); /* NOT_FOUND where forgotten */
     uint64_t member;
-    ss_status st = ss__transport_join(e->transport, g->name, ss__replica_size(g->replica), &member);
+    ss_status st = ss__transport_join_keyed(e->transport, g->name, ss__replica_size(g->replica),
+                                            g->params.member_key, &member);
     if (st == SS_OK) {
         g->member = member;
         pthread_mutex_lock(&g->stats_lock);

@@ -48,6 +48,10 @@ typedef struct ss__sync_params {
     ss__algo algo;
     float alpha;          /* S-EASGD elastic rate, (0, 1] */
     ss__bmuf_params bmuf; /* S-BMUF only */
+    /* The member's own key at the other side (0: none), the same at each
+     * of its joins: an agent's trainer through a restarted agent replaces
+     * its dead self there (ss__transport_ops.join). */
+    uint64_t member_key;
 } ss__sync_params;
 
 /* The one check of a group's sync parameters, for every mode (in-process,

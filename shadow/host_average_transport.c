@@ -57,9 +57,9 @@ static ha_group *find(host_avg *h, const char *name) {
     return g;
 }
 
-static ss_status ha_join(void *impl, const char *name, size_t n, uint64_t *member) {
+static ss_status ha_join(void *impl, const char *name, size_t n, uint64_t key, uint64_t *member) {
     host_avg *h = impl;
-    ss_status st = ss__transport_join(h->local, name, n, member);
+    ss_status st = ss__transport_join_keyed(h->local, name, n, key, member);
     if (st != SS_OK)
         return st;
     pthread_mutex_lock(&h->lock);

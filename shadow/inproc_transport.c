@@ -136,8 +136,8 @@ static ss_status encoded_call(inproc *ip, const char *name, uint64_t member, con
     return st;
 }
 
-static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t *member) {
-    return ss__central_join(((inproc *)impl)->central, name, n, member);
+static ss_status ip_join(void *impl, const char *name, size_t n, uint64_t key, uint64_t *member) {
+    return ss__central_join(((inproc *)impl)->central, name, n, key, member);
 }
 
 static ss_status ip_leave(void *impl, const char *name, uint64_t member) {

@@ -31,10 +31,15 @@ void ss__transport_destroy(ss__transport *t) {
 }
 
 /* The wrappers check arguments once so implementations can trust them. */
-ss_status ss__transport_join(ss__transport *t, const char *group, size_t n, uint64_t *member) {
+ss_status ss__transport_join_keyed(ss__transport *t, const char *group, size_t n, uint64_t key,
+                                   uint64_t *member) {
     if (!t || !group || !*group || n == 0 || !member)
         return SS_ERR_INVALID_ARGUMENT;
-    return t->ops->join(t->impl, group, n, member);
+    return t->ops->join(t->impl, group, n, key, member);
+}
+
+ss_status ss__transport_join(ss__transport *t, const char *group, size_t n, uint64_t *member) {
+    return ss__transport_join_keyed(t, group, n, 0, member);
 }
 
 ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t member) {

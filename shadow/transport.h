@@ -24,8 +24,11 @@ typedef struct ss__round_result {
 
 typedef struct ss__transport_ops {
     /* Registers a member of group `group` (n floats). All members of a
-     * group must agree on n. Returns a member id unique in the group. */
-    ss_status (*join)(void *impl, const char *group, size_t n, uint64_t *member);
+     * group must agree on n. Returns a member id unique in the group. key
+     * (0: none) is the member's own, the same at each of its joins: a
+     * join with the key of a member the group has replaces that member
+     * (ss__central_join). */
+    ss_status (*join)(void *impl, const char *group, size_t n, uint64_t key, uint64_t *member);
     /* Removes a member; open rounds stop waiting for it. */
     ss_status (*leave)(void *impl, const char *group, uint64_t member);
     /* S-EASGD exchange: sends snapshot s, receives d = alpha (s - c) while
@@ -68,6 +71,9 @@ ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__tra
 void ss__transport_destroy(ss__transport *t);
 
 ss_status ss__transport_join(ss__transport *t, const char *group, size_t n, uint64_t *member);
+/* The same as a member with its own key (the ops' join). */
+ss_status ss__transport_join_keyed(ss__transport *t, const char *group, size_t n, uint64_t key,
+                                   uint64_t *member);
 ss_status ss__transport_leave(ss__transport *t, const char *group, uint64_t member);
 ss_status ss__transport_easgd_exchange(ss__transport *t, const char *group, uint64_t member,
                                        const float *s, float alpha, float *d, size_t n);

@@ -962,6 +962,51 @@ START_TEST(ctl_commands) {
 }
 END_TEST
 
+/* A trainer whose agent was SIGKILLed registers again with the next agent
+ * under the same member key: the PS replaces the member the dead agent
+ * left instead of keeping it until --member-timeout-ms (a minute here),
+ * which MA rounds would wait for at each deadline. With another key it
+ * is a second member. */
+static double ps_members_after(pid_t agent, const char *ps_http, int fd_to_close) {
+    close(fd_to_close);
+    kill(agent, SIGKILL);
+    waitpid(agent, NULL, 0);
+    return agent_metric(ps_http, "shadowsync_ps_members", NULL);
+}
+
+START_TEST(restarted_agent_replaces_its_trainers_members) {
+    char log[160], target[64], ps_http[128], sock2[160], http2[128];
+    snprintf(log, sizeof log, "%s/ps-keys.log", dir);
+    char *ps_extra[] = {"--http", "127.0.0.1:0", "--member-timeout-ms", "60000", NULL};
+    pid_t ps = proc_start_ps(log, target, sizeof target, "127.0.0.1:0", ps_extra);
+    char addr[100];
+    proc_address_after(log, "http on", addr, sizeof addr);
+    snprintf(ps_http, sizeof ps_http, "http://%s", addr);
+    snprintf(sock2, sizeof sock2, "%s/run2/agent.sock", dir);
+    const uint64_t keys[] = {0x5eed5eed5eedull, 0x5eed5eed5eedull, 0xbadbadull};
+    const double members_after[] = {1, 1, 2}; /* before each registration */
+    for (int i = 0; i < 3; i++) {
+        snprintf(log, sizeof log, "%s/agent-keys%d.log", dir, i);
+        pid_t a = agent_start(log, sock2, target, http2, sizeof http2, NULL);
+        int fd = trainer_connect(sock2, "keyed");
+        ss__pb_agent_request rq;
+        ss__pb_register_group r;
+        register_request(&rq, &r, "kept", 16);
+        r.member_key = keys[i];
+        ss__shm_group g;
+        ck_assert_int_eq(ss__shm_group_create("kept", 16, &g), SS_OK);
+        ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
+        ck_assert_int_eq(reply_of(fd, NULL, 0), SS_OK);
+        const double members = ps_members_after(a, ps_http, fd);
+        ss__shm_group_release(&g);
+        ck_assert_msg(members == members_after[i], "registration %d: %g members at the PS, not %g",
+                      i, members, members_after[i]);
+    }
+    kill(ps, SIGTERM);
+    proc_wait(ps, 20);
+}
+END_TEST
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     return ss__check_tests(
@@ -973,5 +1018,5 @@ int main(void) {
         foreign_socket_dir_refused, trainer_checks_the_agent_uid,
         slow_registration_does_not_stall_the_agent, ps_token_off_loopback_and_for_posts,
         trainer_groups_and_bytes_are_bounded, agent_cuts_chunks_as_told,
-        trainer_denied_at_the_socket_is_told_why);
+        trainer_denied_at_the_socket_is_told_why, restarted_agent_replaces_its_trainers_members);
 }

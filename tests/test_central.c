@@ -62,6 +62,55 @@ START_TEST(test_silent_member_expires) {
 }
 END_TEST
 
+/* A join with the key of a member replaces it (an agent's trainer through
+ * a restarted agent): an open round that waited for the old one closes,
+ * the old id is gone, and other keys (and no key) are other members. No
+ * expiry and a 60 s deadline: only the replacement ends the round. */
+typedef struct {
+    ss__transport *t;
+    uint64_t member;
+    float avg;
+    ss__round_result rr;
+    ss_status st;
+} keyed_round;
+
+static void *keyed_round_alone(void *p) {
+    keyed_round *a = p;
+    a->st =
+        ss__transport_allreduce_mean(a->t, "g", a->member, (const float[]){4}, &a->avg, 1, &a->rr);
+    return NULL;
+}
+
+START_TEST(test_a_keyed_join_replaces_its_earlier_self) {
+    ss__transport *t = make(60000, 0);
+    uint64_t a, b, b2, c, d;
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join_keyed(t, "g", 1, 7, &b), SS_OK);
+    keyed_round ra = {.t = t, .member = a};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, keyed_round_alone, &ra), 0);
+    while (!ss__transport_round_waiting(t, "g", b)) /* a's snapshot is in */
+        ss__sleep_ns(1000000ull);
+    const uint64_t t0 = ss__now_ns();
+    ck_assert_int_eq(ss__transport_join_keyed(t, "g", 1, 7, &b2), SS_OK);
+    pthread_join(th, NULL);
+    ck_assert_uint_lt(ss__now_ns() - t0, 30000000000ull); /* not the deadline */
+    ck_assert_int_eq(ra.st, SS_OK);
+    ck_assert_uint_eq(ra.rr.participants, 1);
+    ck_assert_float_eq(ra.avg, 4.0f);
+    ck_assert_int_eq(ss__transport_heartbeat(t, "g", b), SS_ERR_NOT_FOUND);
+    ck_assert_int_eq(ss__transport_heartbeat(t, "g", b2), SS_OK);
+    /* Another key and no key replace nobody. */
+    ck_assert_int_eq(ss__transport_join_keyed(t, "g", 1, 8, &c), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, &d), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, &d), SS_OK);
+    ck_assert_int_eq(ss__transport_heartbeat(t, "g", a), SS_OK);
+    ck_assert_int_eq(ss__transport_heartbeat(t, "g", b2), SS_OK);
+    ck_assert_int_eq(ss__transport_heartbeat(t, "g", c), SS_OK);
+    ss__transport_destroy(t);
+}
+END_TEST
+
 /* Heartbeats keep an idle member in: rounds keep waiting for it. */
 START_TEST(test_heartbeat_keeps_member) {
     ss__transport *t = make(100, 150);
@@ -439,7 +488,7 @@ START_TEST(test_group_series_go_with_their_group) {
     ck_assert_int_eq(ss__central_create(NULL, &c), SS_OK);
     ck_assert_int_eq(ss__ps_group_metrics_create(m, c, 16, &gm), SS_OK);
     uint64_t id;
-    ck_assert_int_eq(ss__central_join(c, "dense[0:4)", 4, &id), SS_OK);
+    ck_assert_int_eq(ss__central_join(c, "dense[0:4)", 4, 0, &id), SS_OK);
     char *text = scrape(gm, m);
     ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_members{group=\"dense[0:4)\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_dense_floats 4\n"));
@@ -453,7 +502,7 @@ START_TEST(test_group_series_go_with_their_group) {
     ck_assert_msg(!strstr(text, "group=\"dense[0:4)\""), "a retired group's series:\n%s", text);
     ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_dense_floats 0\n"));
     free(text);
-    ck_assert_int_eq(ss__central_join(c, "dense[0:4)", 4, &id), SS_OK);
+    ck_assert_int_eq(ss__central_join(c, "dense[0:4)", 4, 0, &id), SS_OK);
     text = scrape(gm, m);
     ck_assert_ptr_nonnull(strstr(text, "shadowsync_ps_members{group=\"dense[0:4)\"} 1\n"));
     free(text);
@@ -467,8 +516,9 @@ int main(void) {
     return ss__check_tests(
         "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
         test_silent_member_expires, test_heartbeat_keeps_member, test_engine_rejoins_after_expiry,
-        test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
-        test_checkpoint_round_trip_is_exact, test_delta_holds_changed_groups_only,
-        test_checkpoint_refuses_torn_and_corrupt_files, test_checkpoint_never_holds_inf,
-        test_checkpoint_does_not_follow_a_planted_link, test_group_series_go_with_their_group);
+        test_a_keyed_join_replaces_its_earlier_self, test_checkpoint_keeps_bmuf_state,
+        test_checkpoint_reads_the_first_layout, test_checkpoint_round_trip_is_exact,
+        test_delta_holds_changed_groups_only, test_checkpoint_refuses_torn_and_corrupt_files,
+        test_checkpoint_never_holds_inf, test_checkpoint_does_not_follow_a_planted_link,
+        test_group_series_go_with_their_group);
 }

@@ -21,8 +21,8 @@ static float *fake_live; /* the replica the "worker" writes */
 static size_t fake_n;
 static ss_status fake_status; /* what every call returns */
 
-static ss_status fake_join(void *impl, const char *g, size_t n, uint64_t *m) {
-    (void)impl, (void)g, (void)n;
+static ss_status fake_join(void *impl, const char *g, size_t n, uint64_t key, uint64_t *m) {
+    (void)impl, (void)g, (void)n, (void)key;
     *m = 1;
     return SS_OK;
 }
@@ -574,9 +574,9 @@ static void slow_enter(void) {
     atomic_fetch_add(&slow_calls, 1);
     ss__sleep_ns(300000000ull); /* a slow link: 300 ms per remote call */
 }
-static ss_status slow_join(void *impl, const char *g, size_t n, uint64_t *m) {
+static ss_status slow_join(void *impl, const char *g, size_t n, uint64_t key, uint64_t *m) {
     (void)impl;
-    return ss__transport_join(slow_inner, g, n, m);
+    return ss__transport_join_keyed(slow_inner, g, n, key, m);
 }
 static ss_status slow_leave(void *impl, const char *g, uint64_t m) {
     (void)impl;

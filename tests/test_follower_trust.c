@@ -32,7 +32,7 @@ static ss__central *centre(size_t n) {
     ss__central *c;
     ck_assert_int_eq(ss__central_create(&cfg, &c), SS_OK);
     uint64_t member;
-    ck_assert_int_eq(ss__central_join(c, "dense", n, &member), SS_OK);
+    ck_assert_int_eq(ss__central_join(c, "dense", n, 0, &member), SS_OK);
     float s[5] = {1, 2, 3, 4, 5}, d[5];
     ck_assert_int_eq(ss__central_easgd(c, "dense", member, s, 0.5f, d, n), SS_OK);
     return c;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -26,6 +27,10 @@
 typedef struct spec_copy {
     ss__agent_group_spec spec;
     char name[64], algo[16];
+    /* Random, drawn once: sent at every registration, so that the agent
+     * after a restart joins the PS as the member the dead one left
+     * (agent.proto RegisterGroup.member_key). */
+    uint64_t member_key;
 } spec_copy;
 
 struct ss__agent_client {
@@ -72,9 +77,11 @@ static ss_status connect_failed(ss__agent_client *c, int err) {
 }
 
 /* Caller holds the lock; the socket is connected. */
-static ss_status send_group(ss__agent_client *c, const ss__agent_group_spec *g, ss_status *verdict,
-                            char *why, size_t whylen) {
+static ss_status send_group(ss__agent_client *c, const spec_copy *s, ss_status *verdict, char *why,
+                            size_t whylen) {
+    const ss__agent_group_spec *g = &s->spec;
     ss__pb_register_group r = SHADOWSYNC__AGENT__V1__REGISTER_GROUP__INIT;
+    r.member_key = s->member_key;
     r.name = (char *)g->name;
     r.n = g->n;
     r.algo = (char *)g->algo;
@@ -167,7 +174,7 @@ static ss_status connect_and_register(ss__agent_client *c) {
     if (st == SS_OK)
         st = ss__agent_recv_reply(fd, (int)c->timeout_ms, &verdict, why, sizeof why);
     for (size_t i = 0; st == SS_OK && verdict == SS_OK && i < c->ngroups; i++)
-        st = send_group(c, &c->groups[i].spec, &verdict, why, sizeof why);
+        st = send_group(c, &c->groups[i], &verdict, why, sizeof why);
     if (st != SS_OK || verdict != SS_OK) {
         if (verdict != SS_OK && c->failures == 0)
             SS_LOG_ERRORF("hooks", "event=agent_refused socket=%s status=%s why=\"%s\"", c->path,
@@ -293,10 +300,12 @@ ss_status ss__agent_client_add_group(ss__agent_client *c, const ss__agent_group_
     snprintf(s->algo, sizeof s->algo, "%s", g->algo);
     s->spec.name = s->name;
     s->spec.algo = s->algo;
+    if (getrandom(&s->member_key, sizeof s->member_key, 0) != (ssize_t)sizeof s->member_key)
+        s->member_key = 0; /* none: a restarted agent's PS waits for the old member to expire */
     ss_status verdict = SS_OK;
     if (c->connected && !c->broken) {
         char why[256] = "";
-        ss_status st = send_group(c, &s->spec, &verdict, why, sizeof why);
+        ss_status st = send_group(c, s, &verdict, why, sizeof why);
         if (st != SS_OK)
             c->broken = true; /* registered with the rest at the next connection */
         else if (verdict != SS_OK)

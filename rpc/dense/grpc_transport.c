@@ -261,7 +261,8 @@ static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size
     }
 }
 
-static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, uint64_t *member) {
+static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, uint64_t key,
+                          uint64_t *member) {
     membership *m = calloc(1, sizeof *m);
     if (!m)
         return SS_ERR_NO_MEMORY;
@@ -294,6 +295,7 @@ static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, u
         req.size = m->parts[joined].n;
         req.recut = t->recut;
         req.fresh = t->recut && fresh;
+        req.member_key = key;
         ProtobufCMessage *r;
         st = call_one(t, m->parts[joined].shard, SS_DENSE_M_JOIN, &req.base,
                       &shadowsync__v1__join_reply__descriptor, &r);
@@ -317,8 +319,8 @@ static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, u
     return SS_OK;
 }
 
-static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t *member) {
-    return join_cut(impl, group, n, false, member);
+static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t key, uint64_t *member) {
+    return join_cut(impl, group, n, false, key, member);
 }
 
 static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
@@ -760,9 +762,9 @@ ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32
 }
 
 ss_status ss__grpc_transport_join_fresh(ss__transport *tp, const char *group, size_t n,
-                                        uint64_t *member) {
+                                        uint64_t key, uint64_t *member) {
     grpc_tp *t = ss__transport_impl(tp, &grpc_ops);
-    return t ? join_cut(t, group, n, true, member) : SS_ERR_INVALID_ARGUMENT;
+    return t ? join_cut(t, group, n, true, key, member) : SS_ERR_INVALID_ARGUMENT;
 }
 
 void ss__grpc_transport_set_epoch(ss__transport *tp, uint64_t epoch) {

@@ -88,7 +88,7 @@ uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns,
  * group exists on its PS with no members is made anew there (the member
  * brings its centre; the chunk may have sat unsynced through an earlier
  * cut). JoinRequest.fresh. */
-ss_status ss__grpc_transport_join_fresh(ss__transport *t, const char *group, size_t n,
+ss_status ss__grpc_transport_join_fresh(ss__transport *t, const char *group, size_t n, uint64_t key,
                                         uint64_t *member);
 
 /* Every later call of t carries this shard map epoch (0: none, served by

@@ -27,6 +27,7 @@ typedef struct member_rec {
     uint64_t id; /* the engine's */
     char *group;
     size_t n;
+    uint64_t key;   /* its own (ss__transport_ops.join) */
     uint64_t inner; /* its id on the current cut; 0: not joined there yet */
     bool exchanged; /* it made S-EASGD exchanges ... */
     bool rounds;    /* ... or MA/BMUF rounds: only an S-EASGD group is seeded */
@@ -93,8 +94,8 @@ static ss_status ensure_joined(recut_tp *t, member_rec *m) {
     ss_status st = SS_OK;
     if (!m->inner) {
         uint64_t inner = 0;
-        st = m->fresh ? ss__grpc_transport_join_fresh(t->inner, m->group, m->n, &inner)
-                      : ss__transport_join(t->inner, m->group, m->n, &inner);
+        st = m->fresh ? ss__grpc_transport_join_fresh(t->inner, m->group, m->n, m->key, &inner)
+                      : ss__transport_join_keyed(t->inner, m->group, m->n, m->key, &inner);
         float *d = st == SS_OK && m->seed ? malloc(m->n * sizeof *d) : NULL;
         if (d) {
             ss_status seeded = ss__transport_easgd_exchange(t->inner, m->group, inner, m->seed,
@@ -181,7 +182,7 @@ static bool maybe_recut(recut_tp *t) {
 
 /* ---- the ops: each on the current cut, made again once after a re-cut ---- */
 
-static ss_status rt_join(void *impl, const char *group, size_t n, uint64_t *member) {
+static ss_status rt_join(void *impl, const char *group, size_t n, uint64_t key, uint64_t *member) {
     recut_tp *t = impl;
     member_rec *m = calloc(1, sizeof *m);
     if (!m || !(m->group = strdup(group))) {
@@ -189,10 +190,11 @@ static ss_status rt_join(void *impl, const char *group, size_t n, uint64_t *memb
         return SS_ERR_NO_MEMORY;
     }
     m->n = n;
+    m->key = key;
     ss_status st;
     for (int attempt = 0;; attempt++) {
         pthread_rwlock_rdlock(&t->cut);
-        st = ss__transport_join(t->inner, group, n, &m->inner);
+        st = ss__transport_join_keyed(t->inner, group, n, key, &m->inner);
         if (st == SS_OK) {
             pthread_mutex_lock(&t->lock);
             m->id = *member = t->next_id++;

@@ -177,7 +177,8 @@ static const ss__rpc_method gossip_methods[] = {
 
 /* ---- the ops ---- */
 
-static ss_status gp_join(void *impl, const char *group, size_t n, uint64_t *member) {
+static ss_status gp_join(void *impl, const char *group, size_t n, uint64_t key, uint64_t *member) {
+    (void)key; /* one member per peer: nobody to replace */
     gossip *g = impl;
     pthread_mutex_lock(&g->lock);
     local_group *lg = find_local(g, group);

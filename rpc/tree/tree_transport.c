@@ -151,7 +151,8 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
 
 /* ---- the ops ---- */
 
-static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t *member) {
+static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t key, uint64_t *member) {
+    (void)key; /* one member per peer: nobody to replace */
     ss__tree *t = impl;
     pthread_mutex_lock(&t->lock);
     ss__tree_group *tg = ss__tree_find_group(t, group);
