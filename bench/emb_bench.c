@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/fd_io.h"
 #include "common/flags.h"
+#include "common/hash.h"
 #include "common/names.h"
 #include "common/shard_map.h"
 #include "embedding-store/emb_store.h"
@@ -69,11 +70,8 @@ static long rss_kb(void) {
 }
 
 static uint64_t rng_next(uint64_t *s) {
-    *s += 0x9E3779B97F4A7C15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    *s += SS_GOLDEN64;
+    return ss__mix64(*s);
 }
 
 /* Each batch: a random window of a random permutation, so ids are

@@ -22,7 +22,9 @@
 #   fault-soak: events=E longest_stall_ms=L (the longest time any running
 #     trainer went without finishing a step: 0 examples/s) emb_acked=A
 #     emb_lost=X resume_p50_s=.. resume_p99_s=.. resume_max_s=.. (per event: until every
-#     trainer finished two more rounds) replica_rel_dist=D (largest
+#     trainer finished two more rounds) resume_cut_short=N (events whose
+#     slowest trainer was killed before it resumed: their figure is the time
+#     until that kill, a lower bound) replica_rel_dist=D (largest
 #     |x_i - mean| / |mean| over the final replicas) examples/s=..
 #
 #   bench/fault-soak.sh                       # 10 minutes, as BENCHMARKS.md
@@ -228,7 +230,9 @@ verify=$(ip netns exec "$ID-t$W" "$BIN/shadowsync-emu-emb" --shard-map "$TMP/fle
 # (or, for a partition, after it healed) and started before the next one
 # (the victim's new process included), the time until its completed
 # rounds grew by two over their count then; the event's figure is the
-# largest over trainers (a trainer that never resumed: until the end).
+# largest over trainers (a trainer that never resumed: until the end; one
+# killed by a later event before it resumed: until it was killed, and the
+# event is counted as cut short: a lower bound).
 resume=$(for f in "$TMP"/h*t*.*.log; do grep '^emu-progress:' "$f" | sed "s|^|$(basename "$f") |"; done |
   awk -v events="$EVENTS" -v end_ms="$END_MS" '
   BEGIN {
@@ -238,22 +242,23 @@ resume=$(for f in "$TMP"/h*t*.*.log; do grep '^emu-progress:' "$f" | sed "s|^|$(
   { split($3, a, "="); split($5, r, "="); n[$1]++; t[$1, n[$1]] = a[2] + 0; k[$1, n[$1]] = r[2] + 0 }
   END {
     for (e = 1; e <= ne; e++) {
-      worst = 0
+      worst = 0; short = 0
       for (lg in n) {
         if (t[lg, n[lg]] < ev[e]) continue   # ended before the event
         if (t[lg, 1] > at[e + 1]) continue   # started by a later event
-        base = 0; got = -1
+        base = 0; got = -1; cut = 0
         for (i = 1; i <= n[lg]; i++) {
           if (t[lg, i] <= ev[e]) { base = k[lg, i]; continue }
           if (k[lg, i] >= base + 2) { got = t[lg, i] - ev[e]; break }
         }
+        if (got < 0 && t[lg, n[lg]] < end_ms - 1000) { got = t[lg, n[lg]] - ev[e]; cut = 1 }
         if (got < 0) got = end_ms - ev[e]
-        if (got > worst) worst = got
+        if (got > worst) { worst = got; short = cut }
       }
-      printf "%s %.1f\n", kind[e], worst / 1000
+      printf "%s %.1f %d\n", kind[e], worst / 1000, short
     }
   }')
-[ "$QUIET" = 1 ] || echo "$resume" | sed 's/^/fault-soak: event /; s/ \([0-9.]*\)$/ resume_s=\1/'
+[ "$QUIET" = 1 ] || echo "$resume" | sed 's/^/fault-soak: event /; s/ \([0-9.]*\) 0$/ resume_s=\1/; s/ \([0-9.]*\) 1$/ resume_s>=\1 (killed before it resumed)/'
 
 dist=$(/usr/bin/python3 - "$TMP"/h*t*.f32 <<'PY'
 import array, math, sys
@@ -276,14 +281,15 @@ steps=$(for f in "$TMP"/h*t*.*.log; do
   sed -n 's/^emu-\(trainer\|progress\):.* steps=\([0-9]*\).*/\2/p' "$f" | tail -n 1
 done | awk '{ s += $1 } END { print s + 0 }')
 stall=$(sed -n 's/^emu-trainer:.* stall_max_ms=\([0-9.]*\).*/\1/p' "$TMP"/h*t*.*.log | sort -g | tail -n 1)
-rs=$(awk '{ print $NF }' <<<"$resume" | sort -g)
+rs=$(awk '{ print $(NF - 1) }' <<<"$resume" | sort -g)
+cut_short=$(awk '$NF == 1' <<<"$resume" | grep -c . || true)
 nr=$(grep -c . <<<"$rs" || true)
 field() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 lost=unknown # the check itself failed (its error is above)
 [ -z "$(field "$verify" lost)" ] || lost=$(($(field "$verify" lost) + $(field "$verify" unreadable)))
-printf 'fault-soak: algo=%s seconds=%s events=%s longest_stall_ms=%s emb_acked=%s emb_lost=%s resume_p50_s=%s resume_p99_s=%s resume_max_s=%s replica_rel_dist=%s examples/s=%s failed=%s\n' \
+printf 'fault-soak: algo=%s seconds=%s events=%s longest_stall_ms=%s emb_acked=%s emb_lost=%s resume_p50_s=%s resume_p99_s=%s resume_max_s=%s resume_cut_short=%s replica_rel_dist=%s examples/s=%s failed=%s\n' \
   "$ALGO" "$SECS" "$(grep -c . "$EVENTS")" "${stall:-none}" "$(field "$verify" acked)" \
   "$lost" \
   "$(sed -n "$(((nr + 1) / 2))p" <<<"$rs")" "$(sed -n "$(((nr * 99 + 99) / 100))p" <<<"$rs")" \
-  "$(tail -n 1 <<<"$rs")" "$dist" \
+  "$(tail -n 1 <<<"$rs")" "$cut_short" "$dist" \
   "$((steps * 1024 / SECS))" "$failed"

@@ -43,7 +43,7 @@ bool ss__address_split(const char *address, char *host, size_t hostlen, unsigned
 /* text's index in the name table names[0 .. n) (a setting's words: an
  * algorithm, an encoding, a mode; a NULL entry is a hole), or -1 when it
  * is none of them (or NULL). The one lookup every parser of such a word
- * uses (tests/test_layers.sh finds an open-coded one). */
+ * uses (tests/repo/test_layers.sh finds an open-coded one). */
 int ss__name_index(const char *text, const char *const *names, size_t n);
 
 /* How long address's host part is as written (brackets and all): up to

@@ -47,7 +47,7 @@ PYTHON=(
   python3-sklearn # the logistic-regression baseline of the quality table
 )
 TEST=(
-  clang-format        # the format test (tests/test_format.sh)
+  clang-format        # the format test (tests/repo/test_format.sh)
   git                 # the format test lists tracked files
   openssl             # the TLS test makes its certificates
   prometheus          # promtool (metrics lint) and the scrape test's server

@@ -4,6 +4,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "common/hash.h"
+
 #define DEPTH      4
 #define WIDTH_BITS 18
 #define WIDTH      (1u << WIDTH_BITS)
@@ -14,14 +16,6 @@ struct ss__emb_admission {
     pthread_mutex_t halving;
     _Atomic uint16_t counts[DEPTH][WIDTH];
 };
-
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 ss_status ss__emb_admission_create(uint32_t k, ss__emb_admission **out) {
     if (!out || k < 2 || k > UINT16_MAX)
@@ -60,10 +54,10 @@ static void halve(ss__emb_admission *a) {
 }
 
 bool ss__emb_admission_count(ss__emb_admission *a, uint64_t table_id, uint64_t id) {
-    uint64_t h = mix(id ^ mix(table_id + 0x9e3779b97f4a7c15ull));
+    uint64_t h = ss__mix64(id ^ ss__splitmix64(table_id));
     uint32_t least = UINT16_MAX;
     for (int d = 0; d < DEPTH; d++) {
-        _Atomic uint16_t *c = &a->counts[d][mix(h + (uint64_t)d) & (WIDTH - 1)];
+        _Atomic uint16_t *c = &a->counts[d][ss__mix64(h + (uint64_t)d) & (WIDTH - 1)];
         uint16_t v = atomic_load_explicit(c, memory_order_relaxed);
         /* saturate rather than wrap to 0 */
         while (v < UINT16_MAX &&

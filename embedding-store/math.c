@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "embedding-store/emb_table.h"
 
 ss_status ss__emb_spec_init(ss__emb_spec *spec, const char *name, uint32_t dim) {
@@ -63,15 +64,8 @@ uint32_t ss__emb_table_id(const char *name) {
     return h;
 }
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t row_key(uint32_t table_id, uint64_t id) {
-    return splitmix64(splitmix64(id) ^ ((uint64_t)table_id * 0xD6E8FEB86659FD93ull));
+    return ss__splitmix64(ss__splitmix64(id) ^ ((uint64_t)table_id * 0xD6E8FEB86659FD93ull));
 }
 
 void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, size_t dim,
@@ -79,7 +73,7 @@ void ss__emb_row_init(uint32_t table_id, uint64_t id, float scale, float *row, s
     uint64_t h = row_key(table_id, id);
     for (size_t j = 0; j < dim; j++) {
         /* 24 random bits -> [0, 1) exactly representable in a float */
-        float u = (float)(splitmix64(h + j) >> 40) * (1.0f / 16777216.0f);
+        float u = (float)(ss__splitmix64(h + j) >> 40) * (1.0f / 16777216.0f);
         row[j] = scale * (2.0f * u - 1.0f);
     }
     for (size_t j = 0; j < state_floats; j++)

@@ -10,10 +10,10 @@
 
 #include "common/clock.h"
 #include "common/finite.h"
+#include "common/id_set.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "embedding-store/checkpoints_internal.h"
-#include "embedding-store/duplicates_internal.h"
 #include "embedding-store/emb_db_internal.h"
 #include "embedding-store/emb_store.h"
 #include "embedding-store/store_internal.h"
@@ -545,7 +545,7 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
         return refuse(st, SS_ERR_NON_FINITE, "non_finite");
     }
     uint64_t dup = 0;
-    const int twice = ss__emb_find_duplicate(ids, n, &dup);
+    const int twice = ss__ids_find_duplicate(ids, n, &dup);
     if (twice < 0)
         return SS_ERR_NO_MEMORY;
     if (twice) {

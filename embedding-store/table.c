@@ -323,7 +323,7 @@ static ss_status for_rows_io(ss__emb_table *t, const uint64_t *ids, size_t n, ro
     slot **found = (slot **)(missing + n);
     size_t start[STRIPES + 1] = {0}, fill[STRIPES];
     for (size_t i = 0; i < n; i++) {
-        hs[i] = hash_id(ids[i]);
+        hs[i] = ss__mix64(ids[i]);
         start[(hs[i] & (STRIPES - 1)) + 1]++;
     }
     for (int b = 0; b < STRIPES; b++)

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/hash.h"
 #include "embedding-store/admission_internal.h"
 #include "embedding-store/emb_table.h"
 #include "embedding-store/row_arena_internal.h"
@@ -76,23 +77,15 @@ struct ss__emb_table {
     stripe s[STRIPES];
 };
 
-static inline uint64_t hash_id(uint64_t id) {
-    id ^= id >> 33;
-    id *= 0xff51afd7ed558ccdull;
-    id ^= id >> 33;
-    id *= 0xc4ceb9fe1a85ec53ull;
-    return id ^ (id >> 33);
-}
-
 static inline stripe *stripe_of(ss__emb_table *t, uint64_t id) {
-    return &t->s[hash_id(id) & (STRIPES - 1)];
+    return &t->s[ss__mix64(id) & (STRIPES - 1)];
 }
 
 static inline size_t home_of(const stripe *s, uint64_t id) {
-    return (size_t)(hash_id(id) >> STRIPE_BITS) & (s->cap - 1);
+    return (size_t)(ss__mix64(id) >> STRIPE_BITS) & (s->cap - 1);
 }
 
-/* find() with the id's hash already known (h = hash_id(id)). */
+/* find() with the id's hash already known (h = ss__mix64(id)). */
 static inline slot *find_hashed(stripe *s, uint64_t id, uint64_t h) {
     if (s->count == 0)
         return NULL;
@@ -105,7 +98,7 @@ static inline slot *find_hashed(stripe *s, uint64_t id, uint64_t h) {
 }
 
 static inline slot *find(stripe *s, uint64_t id) {
-    return find_hashed(s, id, hash_id(id));
+    return find_hashed(s, id, ss__mix64(id));
 }
 
 /* The floats of row r (1-based, as in slot.row) of stripe s. */

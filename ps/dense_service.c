@@ -85,22 +85,22 @@ static const float *floats_of(ss__dense_service *svc, const ProtobufCBinaryData 
     return *owned;
 }
 
-/* A reply with bulk floats built in place (ss__rpc_bulk_reply_alloc):
+/* A reply with bulk floats built in place (ss__rpc_tail_reply_alloc):
  * the handler writes the floats there and bulk_reply_seal writes the
  * header right in front of them, so nothing is copied. */
 static float *bulk_reply_alloc(ss__dense_service *svc, size_t bytes, uint8_t **block,
                                ss__rpc_reply *r) {
-    float *x = ss__rpc_bulk_reply_alloc(bytes, block);
+    float *x = ss__rpc_tail_reply_alloc(bytes, block);
     if (!x)
         fail(svc, r, SS_ERR_NO_MEMORY);
     return x;
 }
 
-/* head: the reply message without its bulk field; field: that field's
+/* head: the reply message without its tail field; field: that field's
  * number. Takes the block (freed with the reply). */
 static void bulk_reply_seal(ss__dense_service *svc, const ProtobufCMessage *head, uint32_t field,
                             uint8_t *block, size_t bytes, ss__rpc_reply *r) {
-    if (ss__rpc_bulk_reply_seal(head, field, block, bytes, r) != SS_OK)
+    if (ss__rpc_tail_reply_seal(head, field, block, bytes, r) != SS_OK)
         fail(svc, r, SS_ERR_INTERNAL);
 }
 

@@ -33,7 +33,7 @@ static void relay(ss__rpc_reply *r, ss_status st, const char *why) {
 
 /* A row request: its table's spec, its ids copied to an aligned array, and
  * (when want_rows) its float payload of exactly n * dim values: read where
- * it lies when it came as aligned floats (a trailing bulk field,
+ * it lies when it came as aligned floats (the message's tail field,
  * rpc/pb_wire.h), else copied or, when it came encoded (enc,
  * shadow/codec.h), decoded row by row into `owned`. */
 typedef struct row_request {
@@ -114,10 +114,10 @@ static int parse_rows(ss__emb_service *svc, const char *table, const ProtobufCBi
     return 1;
 }
 
-/* Room for a lookup's rows in the reply itself (ss__rpc_bulk_reply_alloc):
+/* Room for a lookup's rows in the reply itself (ss__rpc_tail_reply_alloc):
  * the store writes them where they are sent from. */
 static float *rows_out(size_t n, uint32_t dim, uint8_t **block, ss__rpc_reply *r) {
-    float *out = ss__rpc_bulk_reply_alloc(n * dim * sizeof(float), block);
+    float *out = ss__rpc_tail_reply_alloc(n * dim * sizeof(float), block);
     if (!out) {
         r->status = SS_ERR_NO_MEMORY;
         snprintf(r->message, sizeof r->message, "out of memory");
@@ -135,7 +135,7 @@ static void reply_rows(ss__rpc_reply *reply, ss_status st, const char *why, uint
         return;
     }
     Shadowsync__V1__LookupReply head = SHADOWSYNC__V1__LOOKUP_REPLY__INIT;
-    if (ss__rpc_bulk_reply_seal(&head.base, 1, block, n * dim * sizeof(float), reply) != SS_OK)
+    if (ss__rpc_tail_reply_seal(&head.base, 1, block, n * dim * sizeof(float), reply) != SS_OK)
         relay(reply, SS_ERR_INTERNAL, "");
 }
 

@@ -1,4 +1,4 @@
-/* See pb_wire.h (and ss__rpc_read_bulk_reply in rpc_pb.h). */
+/* See pb_wire.h (and ss__rpc_read_tail_reply in rpc_pb.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,9 +92,9 @@ bool ss__pb_find_trailing_bytes(const uint8_t *buf, size_t len, uint32_t field, 
     return ss__pb_find_trailing_bytes_in(buf, len, len, field, prefix_len, payload_off);
 }
 
-/* A reply's small fields and its bulk field's tag and length fit in its
- * first bytes (pb_wire.h): read them, then the bulk bytes where they lie. */
-uint8_t *ss__rpc_pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
+/* A reply's small fields and its tail field's tag and length fit in its
+ * first bytes (pb_wire.h): read them, then the tail bytes where they lie. */
+uint8_t *ss__rpc_pack_tail_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
                                 size_t *len) {
     size_t h = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = malloc(h + SS_PB_BYTES_HEADER_MAX);
@@ -105,27 +105,27 @@ uint8_t *ss__rpc_pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_
     return buf;
 }
 
-void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field,
+void *ss__rpc_unpack_tail(const ProtobufCMessageDescriptor *desc, uint32_t field,
                           size_t field_offset, const uint8_t *req, size_t len,
-                          ProtobufCBinaryData *bulk, ss__rpc_reply *reply) {
+                          ProtobufCBinaryData *tail, ss__rpc_reply *reply) {
     size_t prefix, off;
     if (ss__pb_find_trailing_bytes(req, len, field, &prefix, &off)) {
         void *m = ss__rpc_unpack(desc, req, prefix, reply);
-        *bulk = (ProtobufCBinaryData){.len = len - off, .data = (uint8_t *)req + off};
+        *tail = (ProtobufCBinaryData){.len = len - off, .data = (uint8_t *)req + off};
         return m;
     }
     void *m = ss__rpc_unpack(desc, req, len, reply);
     if (m)
-        *bulk = *(const ProtobufCBinaryData *)((const char *)m + field_offset);
+        *tail = *(const ProtobufCBinaryData *)((const char *)m + field_offset);
     return m;
 }
 
 void ss__rpc_serve_request(const ss__rpc_request_type *t, void *ctx, const uint8_t *req, size_t len,
                            ss__rpc_reply *reply) {
-    ProtobufCBinaryData bulk = {0};
+    ProtobufCBinaryData tail = {0};
     ProtobufCMessage *m =
-        t->bulk_field
-            ? ss__rpc_unpack_bulk(t->desc, t->bulk_field, t->bulk_offset, req, len, &bulk, reply)
+        t->tail_field
+            ? ss__rpc_unpack_tail(t->desc, t->tail_field, t->tail_offset, req, len, &tail, reply)
             : ss__rpc_unpack(t->desc, req, len, reply);
     if (!m) {
         if (t->refused)
@@ -133,10 +133,10 @@ void ss__rpc_serve_request(const ss__rpc_request_type *t, void *ctx, const uint8
         return;
     }
     ProtobufCBinaryData *field =
-        t->bulk_field ? (ProtobufCBinaryData *)(void *)((char *)m + t->bulk_offset) : NULL;
+        t->tail_field ? (ProtobufCBinaryData *)(void *)((char *)m + t->tail_offset) : NULL;
     const ProtobufCBinaryData own = field ? *field : (ProtobufCBinaryData){0};
     if (field)
-        *field = bulk; /* read in place: points into req */
+        *field = tail; /* read in place: points into req */
     t->serve(ctx, m, reply);
     if (field)
         *field = own; /* what free_unpacked may free */
@@ -145,7 +145,7 @@ void ss__rpc_serve_request(const ss__rpc_request_type *t, void *ctx, const uint8
 
 #define REPLY_HEAD_PEEK 128
 
-ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,
+ss_status ss__rpc_read_tail_reply(const ss__rpc_message *msg,
                                   const ProtobufCMessageDescriptor *desc, uint32_t field,
                                   size_t field_offset, void *dest, size_t want,
                                   void (*small)(const ProtobufCMessage *m, void *arg),
@@ -189,15 +189,15 @@ ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,
     return st;
 }
 
-/* Room for a reply's small fields and its bulk field's tag and length. */
+/* Room for a reply's small fields and its tail field's tag and length. */
 #define BULK_HEAD 64
 
-void *ss__rpc_bulk_reply_alloc(size_t bytes, uint8_t **block) {
+void *ss__rpc_tail_reply_alloc(size_t bytes, uint8_t **block) {
     *block = malloc(BULK_HEAD + bytes);
     return *block ? *block + BULK_HEAD : NULL;
 }
 
-ss_status ss__rpc_bulk_reply_seal(const ProtobufCMessage *head, uint32_t field, uint8_t *block,
+ss_status ss__rpc_tail_reply_seal(const ProtobufCMessage *head, uint32_t field, uint8_t *block,
                                   size_t bytes, ss__rpc_reply *r) {
     uint8_t trailer[SS_PB_BYTES_HEADER_MAX];
     size_t h2 = ss__pb_bytes_header(field, bytes, trailer);

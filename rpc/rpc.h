@@ -294,6 +294,10 @@ typedef struct ss__rpc_request {
     void *into;
     size_t into_len;
     uint32_t into_field;
+    /* The server holds the reply until other callers' calls come (an MA
+     * round's): on streams, each such call of a batch gets its own, so
+     * that they all wait at once (rpc/bulk/bulk_link.h). */
+    bool waits;
     ss_status status; /* out */
     uint8_t *resp;    /* out: malloc'd reply of this call when it succeeded (kept even
                          when others failed: a partial fan-out can use what arrived) */

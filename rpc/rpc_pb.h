@@ -17,15 +17,15 @@ void *ss__rpc_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *req,
  * unpacks it as desc, runs serve with the message, and frees it; a
  * request that is not one is refused (SS_ERR_PARSE, reply says which
  * type) and refused(ctx) called, when given, to count it. With
- * bulk_field set, that bytes field (at bulk_offset) is read in place when
- * it ends the message (ss__rpc_unpack_bulk): serve sees it in the
+ * tail_field set, that bytes field (at tail_offset) is read in place when
+ * it ends the message (ss__rpc_unpack_tail): serve sees it in the
  * message either way, pointing into the request. */
 typedef struct ss__rpc_request_type {
     const ProtobufCMessageDescriptor *desc;
     void (*serve)(void *ctx, void *request, ss__rpc_reply *reply);
     void (*refused)(void *ctx);
-    uint32_t bulk_field; /* 0: none */
-    size_t bulk_offset;
+    uint32_t tail_field; /* 0: none */
+    size_t tail_offset;
 } ss__rpc_request_type;
 
 /* Serves one request of type t (as a typed method does); for raw handlers
@@ -33,19 +33,19 @@ typedef struct ss__rpc_request_type {
 void ss__rpc_serve_request(const ss__rpc_request_type *t, void *ctx, const uint8_t *req, size_t len,
                            ss__rpc_reply *reply);
 
-/* A request whose bulk bytes field `field` (at field_offset in the
+/* A request whose tail bytes field `field` (at field_offset in the
  * unpacked struct) is read in place when it ends the message (rpc/pb_wire.h:
  * only the small fields are unpacked), else from the whole message
- * unpacked the ordinary way; *bulk points into req or into the message.
+ * unpacked the ordinary way; *tail points into req or into the message.
  * NULL: not a message of this type (reply set, as ss__rpc_unpack). */
-void *ss__rpc_unpack_bulk(const ProtobufCMessageDescriptor *desc, uint32_t field,
+void *ss__rpc_unpack_tail(const ProtobufCMessageDescriptor *desc, uint32_t field,
                           size_t field_offset, const uint8_t *req, size_t len,
-                          ProtobufCBinaryData *bulk, ss__rpc_reply *reply);
+                          ProtobufCBinaryData *tail, ss__rpc_reply *reply);
 
-/* The small fields of m packed, then the tag and length of its bulk bytes
+/* The small fields of m packed, then the tag and length of its tail bytes
  * field `field` (payload_len bytes, sent after them from where they lie:
  * ss__rpc_request.payload, rpc/pb_wire.h); NULL: no memory. Free it. */
-uint8_t *ss__rpc_pack_bulk_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
+uint8_t *ss__rpc_pack_tail_head(const ProtobufCMessage *m, uint32_t field, size_t payload_len,
                                 size_t *len);
 
 /* One unary call of message req, its reply unpacked as desc into *reply
@@ -59,26 +59,26 @@ ss_status ss__rpc_call_message(ss__rpc_channel *ch, const char *method, const Pr
 /* Packs a message into reply->data (SS_ERR_NO_MEMORY in reply on failure). */
 void ss__rpc_reply_pack(const ProtobufCMessage *m, ss__rpc_reply *reply);
 
-/* A reply whose last field is bulk bytes, built in place (rpc/pb_wire.h):
+/* A reply whose last field is tail bytes (the floats), built in place (rpc/pb_wire.h):
  * alloc gives room for `bytes` (aligned for floats) in one block with room
- * in front for the message's small fields and the bulk field's header
+ * in front for the message's small fields and the tail field's header
  * (NULL: no memory); the handler writes the payload there; seal packs
- * head (the reply message without its bulk field) and the header right in
+ * head (the reply message without its tail field) and the header right in
  * front of it and hands the block to reply, so the payload is never
  * copied. Seal refuses (SS_ERR_INTERNAL, block freed) small fields that
  * do not fit the room: no message of ours comes near. */
-void *ss__rpc_bulk_reply_alloc(size_t bytes, uint8_t **block);
-ss_status ss__rpc_bulk_reply_seal(const ProtobufCMessage *head, uint32_t field, uint8_t *block,
+void *ss__rpc_tail_reply_alloc(size_t bytes, uint8_t **block);
+ss_status ss__rpc_tail_reply_seal(const ProtobufCMessage *head, uint32_t field, uint8_t *block,
                                   size_t bytes, ss__rpc_reply *reply);
 
-/* The client side of a reply of type desc whose bulk bytes field `field`
+/* The client side of a reply of type desc whose tail bytes field `field`
  * (at field_offset in the unpacked struct) must hold exactly `want` bytes:
  * copied into dest straight from gRPC's slices when the field ends the
  * message (rpc/pb_wire.h), else from the whole message unpacked the
  * ordinary way (another implementation's field order). small, optional,
  * sees the reply's other fields. SS_ERR_SIZE_MISMATCH for another length,
  * SS_ERR_PARSE for a message that is not one. (pb_wire.c) */
-ss_status ss__rpc_read_bulk_reply(const ss__rpc_message *msg,
+ss_status ss__rpc_read_tail_reply(const ss__rpc_message *msg,
                                   const ProtobufCMessageDescriptor *desc, uint32_t field,
                                   size_t field_offset, void *dest, size_t want,
                                   void (*small)(const ProtobufCMessage *m, void *arg),

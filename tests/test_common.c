@@ -19,6 +19,8 @@
 #include "common/fd_io.h"
 #include "common/flags.h"
 #include "common/grow.h"
+#include "common/hash.h"
+#include "common/id_set.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/names.h"
@@ -744,6 +746,47 @@ END_TEST
 
 /* The one name-table lookup: an index, by hand; -1 for another word, a
  * prefix, a different case, NULL and an empty table; holes skipped. */
+/* The one id set: distinct ids in order of first appearance, each
+ * position's index among them, duplicates found; a call never sees the
+ * last call's ids (its slots are stamped, not cleared). And the mixer is
+ * splitmix64: its first output from state 0 is 0xe220a8397b1dcdaf. */
+START_TEST(test_id_set_and_mixer) {
+    const uint64_t ids[] = {5, 9, 5, 7, 9, 5};
+    uint64_t uniq[6];
+    size_t map[6], m = 0;
+    ck_assert_int_eq(ss__ids_unique(ids, 6, uniq, map, &m), SS_OK);
+    ck_assert_uint_eq(m, 3);
+    const uint64_t want_uniq[] = {5, 9, 7};
+    const size_t want_map[] = {0, 1, 0, 2, 1, 0};
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_uint_eq(uniq[i], want_uniq[i]);
+    for (size_t i = 0; i < 6; i++)
+        ck_assert_uint_eq(map[i], want_map[i]);
+    ck_assert_int_eq(ss__ids_unique((const uint64_t[]){9}, 1, uniq, map, &m), SS_OK);
+    ck_assert_uint_eq(m, 1);
+    ck_assert_uint_eq(uniq[0], 9);
+    ck_assert_uint_eq(map[0], 0);
+    uint64_t dup = 0;
+    ck_assert_int_eq(ss__ids_find_duplicate((const uint64_t[]){1, 2, 3}, 3, &dup), 0);
+    ck_assert_int_eq(ss__ids_find_duplicate((const uint64_t[]){1, 2, 3}, 3, &dup), 0);
+    ck_assert_int_eq(ss__ids_find_duplicate((const uint64_t[]){4, 2, 8, 2}, 4, &dup), 1);
+    ck_assert_uint_eq(dup, 2);
+    /* A set grown for many ids, then a small call again. */
+    uint64_t *many = malloc(100000 * sizeof *many);
+    ck_assert_ptr_nonnull(many);
+    for (size_t i = 0; i < 100000; i++)
+        many[i] = i * 1000003ull;
+    ck_assert_int_eq(ss__ids_find_duplicate(many, 100000, &dup), 0);
+    many[99999] = many[12345];
+    ck_assert_int_eq(ss__ids_find_duplicate(many, 100000, &dup), 1);
+    ck_assert_uint_eq(dup, 12345 * 1000003ull);
+    free(many);
+    ck_assert_int_eq(ss__ids_find_duplicate((const uint64_t[]){12345 * 1000003ull}, 1, &dup), 0);
+    ck_assert_uint_eq(ss__splitmix64(0), 0xe220a8397b1dcdafull);
+    ck_assert_uint_eq(ss__mix64(0), 0);
+}
+END_TEST
+
 START_TEST(test_name_index) {
     static const char *const t[] = {"f32", "fp16", "bf16"};
     ck_assert_int_eq(ss__name_index("f32", t, 3), 0);
@@ -761,10 +804,10 @@ END_TEST
 
 int main(void) {
     return ss__check_tests(
-        "common", 0, NULL, NULL, test_name_index, test_strerror_covers_every_code,
-        test_ps_group_names, test_metrics_drop_departed, test_log_level_parse,
-        test_flags_precedence_and_forms, test_flags_bad_input, test_flags_typed_fields,
-        test_metrics_render_exact, test_metrics_bad_input,
+        "common", 0, NULL, NULL, test_name_index, test_id_set_and_mixer,
+        test_strerror_covers_every_code, test_ps_group_names, test_metrics_drop_departed,
+        test_log_level_parse, test_flags_precedence_and_forms, test_flags_bad_input,
+        test_flags_typed_fields, test_metrics_render_exact, test_metrics_bad_input,
         test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
         test_shard_map_file, test_shard_map_file_owner_and_links,
         test_map_watch_refuses_epoch_jumps, test_ticker_ticks_until_stopped,

@@ -372,7 +372,7 @@ END_TEST
  * replies) sends 16 reads at once on one connection, 4 times its share:
  * those past it wait their turn and every row comes back (refused, they
  * failed the lookup, and ctr-train --emb remote with 8 workers with it;
- * test_rpc's test_reads_never_hold_up_writers holds the turns exactly). */
+ * test_dense_transport's test_reads_never_hold_up_writers holds the turns exactly). */
 START_TEST(test_a_lookup_past_the_read_share_goes_through) {
     ss_trainer *t = open_trainer();
     ss_table_config c = table_config("wide", SS_TABLE_REMOTE);

@@ -578,7 +578,7 @@ START_TEST(test_writer_identity_lists) {
 }
 END_TEST
 
-/* rpc/pb_wire.c by hand: the header of a bulk field, and finding it only
+/* rpc/pb_wire.c by hand: the header of a tail field, and finding it only
  * when it is the one, last, well-formed field. */
 START_TEST(test_pb_wire_by_hand) {
     uint8_t h[SS_PB_BYTES_HEADER_MAX];

@@ -19,6 +19,7 @@
 #include "common/names.h"
 #include "rpc/dense/grpc_transport.h"
 #include "shadowsync/shadowsync.h"
+#include "trainer-hooks/defaults.h"
 #include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/settings_flags.h"
 #include "trainer-hooks/settings_internal.h"
@@ -282,8 +283,8 @@ void ss_trainer_config_init(ss_trainer_config *cfg) {
     cfg->bmuf_zeta = 1.0f;
     cfg->bmuf_nesterov = 1;
     cfg->shadow_threads = 1;
-    cfg->sync_every = 10;
-    cfg->min_round_gap = 4;
+    cfg->sync_every = SS_DEFAULT_SYNC_EVERY;
+    cfg->min_round_gap = SS_DEFAULT_MIN_ROUND_GAP;
     cfg->timeout_ms = 10000;
     cfg->round_wait_ms = 5000;
     cfg->heartbeat_ms = 1000;

@@ -5,7 +5,7 @@
  * key's, marked "(library setting)". A program declares only its own
  * extras; the values go through ss_trainer_config_set /
  * ss_table_config_set, the one door that checks a setting's range.
- * tests/test_setting_flags.sh fails when a program declares a flag of a
+ * tests/repo/test_setting_flags.py fails when a program declares a flag of a
  * key's name by hand. */
 #ifndef SS_TRAINER_HOOKS_SETTINGS_FLAGS_H
 #define SS_TRAINER_HOOKS_SETTINGS_FLAGS_H

@@ -8,45 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/id_set.h"
 #include "embedding-store/emb_table.h"
 #include "rpc/emb/emb_client.h"
 #include "trainer-hooks/tables_internal.h"
 
 /* ---- ids: deduplication ---- */
 
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    return x ^ (x >> 33);
-}
-
 ss_status ss__table_dedup(const uint64_t *ids, size_t n, unique_ids *u) {
-    size_t cap = 16;
-    while (cap < 2 * n)
-        cap *= 2;
-    size_t *slot = malloc(cap * sizeof *slot); /* index into u->ids, or SIZE_MAX */
     u->ids = malloc(n * sizeof *u->ids + 8);
     u->map = malloc(n * sizeof *u->map + 8);
-    u->m = 0;
-    if (!slot || !u->ids || !u->map) {
-        free(slot);
+    ss_status st =
+        u->ids && u->map ? ss__ids_unique(ids, n, u->ids, u->map, &u->m) : SS_ERR_NO_MEMORY;
+    if (st != SS_OK) {
         free(u->ids);
         free(u->map);
-        return SS_ERR_NO_MEMORY;
+        *u = (unique_ids){0};
     }
-    memset(slot, 0xff, cap * sizeof *slot);
-    for (size_t i = 0; i < n; i++) {
-        size_t h = (size_t)mix(ids[i]) & (cap - 1);
-        while (slot[h] != SIZE_MAX && u->ids[slot[h]] != ids[i])
-            h = (h + 1) & (cap - 1);
-        if (slot[h] == SIZE_MAX) {
-            slot[h] = u->m;
-            u->ids[u->m++] = ids[i];
-        }
-        u->map[i] = slot[h];
-    }
-    free(slot);
-    return SS_OK;
+    return st;
 }
 
 void ss__table_unique_free(unique_ids *u) {

@@ -14,14 +14,22 @@
 #include "rpc/bulk/bulk.pb-c.h"
 #include "rpc/rpc_pb.h"
 
-#define LINK_IDLE 4 /* idle streams kept per channel (one per concurrent batch) */
-#define MAX_LANES 2 /* streams a batch uses per channel */
-/* A channel's batch of this many calls or more (a dense group's chunks)
- * takes MAX_LANES streams, so that the server computes one call while it
- * reads the next; fewer (a lookup's one or two chunks) go on one stream:
- * a second one cost a thread per batch, and the server's two threads took
- * the core the caller needs (lookups of 4,096 rows at 0.3 of the
- * throughput of one stream). */
+/* Idle streams kept per channel: the streams of the batches that run at
+ * once (an agent's trainers' rounds share its channels), or each batch
+ * would open its own (a ticket call and a connection). */
+#define LINK_IDLE 16
+#define MAX_LANES 8 /* streams a batch uses per channel, at most */
+/* A channel's batch of CALLS_FOR_LANES calls or more (a dense group's
+ * chunks) takes PIPELINE_LANES streams, so that the server computes one
+ * call while it reads the next; fewer (a lookup's one or two chunks) go
+ * on one stream: a second one cost a thread per batch, and the server's
+ * two threads took the core the caller needs (lookups of 4,096 rows at
+ * 0.3 of the throughput of one stream). Calls that wait at the server
+ * (ss__rpc_request.waits) take one each, up to MAX_LANES: on two, an MA
+ * round with a member missing waited for its deadline once per chunk a
+ * stream carried, one after another (1.5-5.7 s to resume against 0.4-1.4
+ * s over gRPC, whose window has them all wait at once). */
+#define PIPELINE_LANES  2
 #define CALLS_FOR_LANES 4
 #define MAX_SERVERS     64             /* channels one batch may span on streams */
 #define OFF_REFUSED_NS  60000000000ull /* no bulk port, no ticket for us: gRPC for a minute */
@@ -340,13 +348,24 @@ static bool all_streamed(ss__rpc_request *rq, size_t n) {
     return true;
 }
 
-/* Up to MAX_LANES streams per channel (one per call at most) into ls;
- * false when a channel has none (the streams taken are in ls[0 .. *k)). */
+/* The streams a channel's calls of a batch run on (see CALLS_FOR_LANES);
+ * waits: one of them waits at the server for other callers'. */
+static unsigned lanes_for(size_t calls, bool waits) {
+    if (waits)
+        return (unsigned)(calls < MAX_LANES ? calls : MAX_LANES);
+    return calls >= CALLS_FOR_LANES ? PIPELINE_LANES : 1;
+}
+
+/* The lanes' streams per channel (lanes_for) into ls; false when a
+ * channel has none (the streams taken are in ls[0 .. *k)). */
 static bool take_lanes(ss__rpc_request *rq, size_t n, ss__rpc_channel **chs, const size_t *calls,
                        size_t nch, uint32_t timeout_ms, lane *ls, size_t *k) {
     *k = 0;
     for (size_t c = 0; c < nch; c++) {
-        const unsigned count = calls[c] >= CALLS_FOR_LANES ? MAX_LANES : 1;
+        bool waits = false;
+        for (size_t i = 0; i < n && !waits; i++)
+            waits = rq[i].ch == chs[c] && rq[i].waits;
+        const unsigned count = lanes_for(calls[c], waits);
         for (unsigned j = 0; j < count; j++) {
             ls[*k] = (lane){.l = ss__rpc_channel_link(chs[c]),
                             .ch = chs[c],

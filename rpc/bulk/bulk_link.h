@@ -9,8 +9,11 @@
  * over the channel (Bulk/Ticket) at its first call, and keeps that
  * stream for the calls that may go there (control calls, a Join or a
  * heartbeat, stay on gRPC). Idle streams are kept (a few per channel),
- * each of the shard map epoch it was opened in; a batch's calls to one server run on up to two
- * streams at once (the server computes one's call while it reads the other's). A server that has no
+ * each of the shard map epoch it was opened in. A batch's calls to one server run on two streams
+ * at once when there are several (the server computes one's call while it reads the other's),
+ * and calls that wait at the server for other callers' (ss__rpc_request.waits: an MA round's)
+ * each on its own, up to 8 (a stream's server takes its calls one after another: they must all
+ * be there before one waits, as gRPC's window has them). A server that has no
  * bulk port (UNIMPLEMENTED), or gives this caller no ticket (a read-only certificate), is not asked
  * again for a minute; a stream that cannot be opened (a firewall, a restart) sends the calls over
  * gRPC for a second, doubling to 30 s while it keeps failing. */

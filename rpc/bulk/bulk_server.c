@@ -178,7 +178,7 @@ static bool take_ticket(ss__bulk_server *s, const uint8_t t[SS_BULK_TICKET_BYTES
 typedef enum frame_end { FRAME_READ, FRAME_BROKEN, FRAME_OVER_BUDGET } frame_end;
 
 /* A request's len bytes into a block whose END is 64-byte aligned, as the
- * gRPC server's: a bulk field of floats runs to the end of its message
+ * gRPC server's: a tail field of floats runs to the end of its message
  * (rpc/pb_wire.h), so the handler reads the floats in place. Its bytes
  * count in the server's in-flight bytes as they arrive (*counted: how
  * many; the caller gives them back): a frame that is announced but not

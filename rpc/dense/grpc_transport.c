@@ -378,6 +378,7 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
         if (br && !br->small) /* on a stream, read from the socket into place */
             reply_in_place(br, &m->parts[i], &f->rq[i]);
         f->rq[i].req = build(m, i, arg, &f->rq[i].len, &f->rq[i]);
+        f->rq[i].waits = strcmp(method, SS_DENSE_M_ROUND) == 0;
         if (!f->rq[i].req)
             st = SS_ERR_NO_MEMORY;
     }
@@ -403,7 +404,7 @@ static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg
     const bulk_reader *br = arg;
     size_t want;
     uint8_t *dest = reply_place(br, &br->parts[rq - br->first], &want);
-    return ss__rpc_read_bulk_reply(msg, br->desc, br->field, br->field_offset, dest, want,
+    return ss__rpc_read_tail_reply(msg, br->desc, br->field, br->field_offset, dest, want,
                                    br->small, br->small_arg);
 }
 
@@ -482,7 +483,7 @@ static uint8_t *build_easgd(const membership *m, size_t i, const void *arg, size
     req.member = m->ids[i];
     req.alpha = a->alpha;
     chunk_payload(m, i, a->s, rq, UPLOAD_FIELDS(req));
-    return ss__rpc_pack_bulk_head(&req.base, 4, rq->payload_len, len);
+    return ss__rpc_pack_tail_head(&req.base, 4, rq->payload_len, len);
 }
 
 static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const float *s,
@@ -535,7 +536,7 @@ static uint8_t *build_round(const membership *m, size_t i, const void *arg, size
         req.bmuf_nesterov = a->bmuf->nesterov;
     }
     chunk_payload(m, i, a->s, rq, UPLOAD_FIELDS(req));
-    return ss__rpc_pack_bulk_head(&req.base, 3, rq->payload_len, len);
+    return ss__rpc_pack_tail_head(&req.base, 3, rq->payload_len, len);
 }
 
 /* Chunks close their rounds independently (a deadline may close one

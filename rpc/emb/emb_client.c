@@ -326,14 +326,14 @@ static bool pack_chunk(row_op op, const ss__emb_spec *spec, const id_set *main, 
         m.table = (char *)spec->name;
         m.ids = bid;
         if (push_payload(spec, main, &cp->main, call, owned))
-            buf = ss__rpc_pack_bulk_head(&m.base, 3, call->payload_len, len);
+            buf = ss__rpc_pack_tail_head(&m.base, 3, call->payload_len, len);
     } else if (op == OP_PUSH_LOOKUP) {
         Shadowsync__V1__PushLookupRequest m = SHADOWSYNC__V1__PUSH_LOOKUP_REQUEST__INIT;
         m.table = (char *)spec->name;
         m.push_ids = pid;
         m.ids = bid;
         if (push_payload(spec, push, &cp->push, call, owned))
-            buf = ss__rpc_pack_bulk_head(&m.base, 3, call->payload_len, len);
+            buf = ss__rpc_pack_tail_head(&m.base, 3, call->payload_len, len);
     } else {
         Shadowsync__V1__ElasticRequest m = SHADOWSYNC__V1__ELASTIC_REQUEST__INIT;
         m.table = (char *)spec->name;

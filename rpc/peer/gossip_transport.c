@@ -257,7 +257,7 @@ typedef struct pull_reader {
 static ss_status read_pull(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
     (void)rq;
     const pull_reader *pr = arg;
-    return ss__rpc_read_bulk_reply(msg, &shadowsync__v1__pull_reply__descriptor, 2,
+    return ss__rpc_read_tail_reply(msg, &shadowsync__v1__pull_reply__descriptor, 2,
                                    offsetof(Shadowsync__V1__PullReply, snapshot), pr->out,
                                    pr->n * sizeof(float), NULL, NULL);
 }

@@ -1,9 +1,9 @@
 /* How the client reads a reply where gRPC keeps it: the input cut into
  * slices (ss__rpc_message_copy must read exactly the bytes of the whole
  * message, from any offset, across any cut), and the head finder of a
- * trailing bulk field (ss__pb_find_trailing_bytes_in on the first `have`
+ * trailing tail field (ss__pb_find_trailing_bytes_in on the first `have`
  * bytes must never claim more than the whole-message finder). The first
- * three bytes steer: how many slices, the bulk field's number, and how
+ * three bytes steer: how many slices, the tail field's number, and how
  * much of the head is read. */
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>

@@ -6,12 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline uint64_t ss__splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+#include "common/hash.h"
 
 /* Hash of a few integers, for values that must be a pure function of ids. */
 static inline uint64_t ss__hash3(uint64_t a, uint64_t b, uint64_t c) {

@@ -8,6 +8,7 @@
 #include "common/names.h"
 #include "events.h"
 #include "rpc/dense/grpc_transport.h"
+#include "trainer-hooks/defaults.h"
 
 typedef struct model model;
 typedef struct trainer trainer;
@@ -337,8 +338,8 @@ void ss__sim_config_init(ss__sim_config *cfg) {
     cfg->step_s = 0.010;
     cfg->batch = 1024;
     cfg->mode = SS_SIM_EASGD;
-    cfg->sync_every = 10;
-    cfg->min_round_gap = 4;
+    cfg->sync_every = SS_DEFAULT_SYNC_EVERY; /* the library's, as a real trainer's */
+    cfg->min_round_gap = SS_DEFAULT_MIN_ROUND_GAP;
     cfg->ma_deadline_s = 1.0;
     /* Measured on the emulated cluster (bench/sim-calibrate.sh, S-EASGD
      * through an agent, 1M floats): see BENCHMARKS.md. */

@@ -17,7 +17,7 @@
 # And no include circle inside a folder, and no name table looked up by
 # hand (below).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 rank() {
   case "$1" in
@@ -48,7 +48,7 @@ for f in $files; do
   esac
   own_rank=$(rank "$own")
   if [ -z "$own_rank" ] && [ "$public_only" = false ]; then
-    complain "$f: folder '$own' has no layer (add it to tests/test_layers.sh and docs/ARCHITECTURE.md)"
+    complain "$f: folder '$own' has no layer (add it to tests/repo/test_layers.sh and docs/ARCHITECTURE.md)"
     continue
   fi
   while IFS= read -r inc; do

@@ -1,4 +1,4 @@
-/* rpc/: a real shadowsync-ps process on 127.0.0.1, engines talking to it
+/* rpc/dense/grpc_transport.c: a real shadowsync-ps process on 127.0.0.1, engines talking to it
  * through the gRPC transport, and bad input that must not hurt it. */
 #include <arpa/inet.h>
 #include <check.h>

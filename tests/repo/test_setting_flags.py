@@ -5,7 +5,7 @@ emb-lr, ...) must be the flag the library builds from that key
 (ss__setting_flags_add, marked "(library setting)" in --help), not one
 declared by hand with its own default, range and help.
 
-    python3 tests/test_setting_flags.py SOURCE_DIR BIN_DIR
+    python3 tests/repo/test_setting_flags.py SOURCE_DIR BIN_DIR
 
 Programs checked: those that configure a trainer's sync and tables
 (ctr-train; shadowsync-agent, which runs its trainers' sync). Not meant to: shadowsync-ps (its --tls-* are the

@@ -5,7 +5,7 @@ names in backticks exists (relative to the folder, to the repository, or
 as a file of that name somewhere in the repository). Generated files
 (`*.pb-c.*`, build outputs) are not looked for.
 
-    python3 tests/test_readmes.py [REPO]
+    python3 tests/repo/test_readmes.py [REPO]
 """
 import os
 import re
