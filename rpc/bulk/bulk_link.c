@@ -248,10 +248,9 @@ static ss__bulk_stream *open_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint6
 
 /* An idle stream of l whose peer is still there (one that closed, a PS
  * that restarted, is closed here: sending on it would fail the batch),
- * or, when *may_open, a new one (*may_open cleared); *epoch: the
- * stream's. */
+ * or a new one; *epoch: the stream's. */
 static ss__bulk_stream *take_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint32_t timeout_ms,
-                                    bool *may_open, uint64_t *epoch) {
+                                    uint64_t *epoch) {
     ss__bulk_stream *b = NULL;
     for (;;) {
         pthread_mutex_lock(&l->lock);
@@ -264,10 +263,7 @@ static ss__bulk_stream *take_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint3
     }
     if (b)
         ss__bulk_stream_set_timeout(b, timeout_ms);
-    if (b || !*may_open)
-        return b;
-    *may_open = false;
-    return open_stream(l, ch, *epoch, timeout_ms);
+    return b ? b : open_stream(l, ch, *epoch, timeout_ms);
 }
 
 /* A stream of epoch back to l's idle ones (closed when broken, when the
@@ -360,11 +356,7 @@ static unsigned lanes_for(size_t calls, bool waits) {
     return calls >= CALLS_FOR_LANES ? PIPELINE_LANES : 1;
 }
 
-/* The lanes' streams per channel (lanes_for) into ls: idle ones, and at
- * most one opened anew per channel and batch, so that a channel grows its
- * streams over its first batches. A new agent's first round opening 8
- * connections at once took a second more on a link that loses 1% of its
- * packets (a lost SYN waits 1 s) than gRPC's one connection. false when a
+/* The lanes' streams per channel (lanes_for) into ls; false when a
  * channel has none (the streams taken are in ls[0 .. *k)). */
 static bool take_lanes(ss__rpc_request *rq, size_t n, ss__rpc_channel **chs, const size_t *calls,
                        size_t nch, uint32_t timeout_ms, lane *ls, size_t *k) {
@@ -373,21 +365,18 @@ static bool take_lanes(ss__rpc_request *rq, size_t n, ss__rpc_channel **chs, con
         bool waits = false;
         for (size_t i = 0; i < n && !waits; i++)
             waits = rq[i].ch == chs[c] && rq[i].waits;
-        const unsigned want = lanes_for(calls[c], waits);
-        const size_t first = *k;
-        bool may_open = true;
-        for (unsigned j = 0; j < want; j++) {
-            ls[*k] = (lane){.l = ss__rpc_channel_link(chs[c]), .ch = chs[c], .rq = rq, .n = n};
-            ls[*k].b = take_stream(ls[*k].l, chs[c], timeout_ms, &may_open, &ls[*k].epoch);
-            if (!ls[*k].b && j == 0)
-                return false;
+        const unsigned count = lanes_for(calls[c], waits);
+        for (unsigned j = 0; j < count; j++) {
+            ls[*k] = (lane){.l = ss__rpc_channel_link(chs[c]),
+                            .ch = chs[c],
+                            .rq = rq,
+                            .n = n,
+                            .index = j,
+                            .count = count};
+            ls[*k].b = take_stream(ls[*k].l, chs[c], timeout_ms, &ls[*k].epoch);
             if (!ls[*k].b)
-                break; /* no idle one left, and this batch opened one */
+                return false;
             (*k)++;
-        }
-        for (size_t j = first; j < *k; j++) {
-            ls[j].index = (unsigned)(j - first);
-            ls[j].count = (unsigned)(*k - first);
         }
     }
     return true;

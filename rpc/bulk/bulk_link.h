@@ -13,8 +13,7 @@
  * at once when there are several (the server computes one's call while it reads the other's),
  * and calls that wait at the server for other callers' (ss__rpc_request.waits: an MA round's)
  * each on its own, up to 8 (a stream's server takes its calls one after another: they must all
- * be there before one waits, as gRPC's window has them). A batch opens at most one new stream a
- * channel: a channel grows its streams over its first batches. A server that has no
+ * be there before one waits, as gRPC's window has them). A server that has no
  * bulk port (UNIMPLEMENTED), or gives this caller no ticket (a read-only certificate), is not asked
  * again for a minute; a stream that cannot be opened (a firewall, a restart) sends the calls over
  * gRPC for a second, doubling to 30 s while it keeps failing. */
