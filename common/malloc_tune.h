@@ -17,16 +17,13 @@ void ss__malloc_keep_large_buffers(void);
  * start; MALLOC_CONF in the environment still overrides it).
  *  - background_thread, dirty_decay_ms:1000, muzzy_decay_ms:0: by default
  *    jemalloc returns freed pages only when the process allocates again,
- *    so a burst (a token-less client's 250 MiB requests, refused but
- *    partly received before the refusal) stayed resident for good in an
- *    idle PS: +25 to +102 MiB after bench/attack.sh door. A background
- *    thread returns pages unused for about a second: +2 to +20 MiB.
- *  - narenas:1: each of the 4 x cores arenas kept its own freed megabyte
- *    buffers, so a buffer freed by one gRPC thread was not reused by
- *    another: the budget attack's peak was 196-240 MiB, 173-176 with one
- *    arena. Small allocations come from per-thread caches anyway, and
- *    the embedding rows have arenas of their own.
- * S-EASGD goodput did not drop with either (bench/rpc-goodput.sh). */
+ *    so a burst (a token-less client's large requests, refused but partly
+ *    received before the refusal) would stay resident for good in an idle
+ *    PS; a background thread returns pages unused for about a second.
+ *  - narenas:1: with the default 4 x cores arenas each keeps its own freed
+ *    megabyte buffers, and a buffer freed by one gRPC thread is not reused
+ *    by another. Small allocations come from per-thread caches anyway, and
+ *    the embedding rows have arenas of their own. */
 #define SS_JEMALLOC_CONF "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:1"
 
 #endif

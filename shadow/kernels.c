@@ -115,8 +115,8 @@ void ss__kernel_sub(float *restrict out, const float *restrict a, const float *r
 /* The sums below run in LANES independent double accumulators: one serial
  * double sum waits on each add (about 4 cycles an element) and GCC may not
  * reorder it into vectors without -ffast-math; 8 lanes are 8 chains it
- * vectorizes. Under perf, the serial norms of a 16M-float group were a
- * quarter of an agent's CPU (bench/emu-cluster.sh --dense-floats 16777216). */
+ * vectorizes: a serial norm of a large group takes a large share of an
+ * agent's CPU. */
 #define LANES 8
 
 static double lanes_total(const double lane[LANES]) {

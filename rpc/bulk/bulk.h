@@ -1,7 +1,6 @@
 /* The bulk path: unary calls of a method on a TCP stream (TLS when configured) beside
- * gRPC, for the large requests and replies of dense sync. On loopback,
- * gRPC's own calls and copies held a 1M-float S-EASGD round to 0.55-0.8
- * of what a socket moves (bench/rpc-goodput.sh, --tcp-echo).
+ * gRPC, for the large requests and replies of dense sync and embedding rows: gRPC's own
+ * calls and copies cost a large share of what a socket moves.
  *
  * A call's bytes are its method's protobuf request and reply, exactly as
  * over gRPC, and the server runs the method's own handler: a request's

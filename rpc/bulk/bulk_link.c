@@ -25,10 +25,10 @@
  * on one stream: a second one cost a thread per batch, and the server's
  * two threads took the core the caller needs (lookups of 4,096 rows at
  * 0.3 of the throughput of one stream). Calls that wait at the server
- * (ss__rpc_request.waits) take one each, up to MAX_LANES: on two, an MA
- * round with a member missing waited for its deadline once per chunk a
- * stream carried, one after another (1.5-5.7 s to resume against 0.4-1.4
- * s over gRPC, whose window has them all wait at once). */
+ * (ss__rpc_request.waits) take one each, up to MAX_LANES: a stream's
+ * server takes its calls one after another, so an MA round with a member
+ * missing would wait for its deadline once per chunk a stream carries
+ * instead of once (gRPC's window has them all wait at once). */
 #define PIPELINE_LANES  2
 #define CALLS_FOR_LANES 4
 #define MAX_SERVERS     64             /* channels one batch may span on streams */

@@ -9,9 +9,9 @@
 #include "shadow/transport.h"
 
 /* Floats per chunk when the config gives none: 512 KiB of payload. gRPC
- * moves several messages of 512 KiB-1 MiB in parallel ~2x faster than one
- * of 4 MiB on loopback, and 512 KiB chunks two at a time beat 1 MiB chunks
- * four at a time on loopback and on a 10 Gbit/s link (BENCHMARKS.md).
+ * moves several messages of 512 KiB-1 MiB in parallel faster than one of
+ * 4 MiB, and 512 KiB chunks two at a time faster than 1 MiB chunks four
+ * at a time, on loopback and on a 10 Gbit/s link.
  * Every member of a group must use the same value (it names the chunks;
  * a PS refuses another cut). Before 0.2 it was 1u << 18. */
 #define SS_GRPC_CHUNK_FLOATS (1u << 17)
@@ -21,7 +21,7 @@
 /* S-EASGD chunk calls in flight per shard on a short path (the adapted
  * window's floor): one chunk is answered while the next is on its way up,
  * so both directions of the link are busy at once, and a chunk's upload is
- * not interleaved with many others' (BENCHMARKS.md). */
+ * not interleaved with many others'. */
 #define SS_GRPC_WINDOW 2
 /* MA/BMUF round calls in flight per shard, at least: a round's replies wait
  * at the PS until every member's chunk is in, so a member should have its
