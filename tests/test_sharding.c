@@ -163,10 +163,10 @@ static double zero(int i) {
 }
 
 /* Three S-MA trainers over two shards; shard b restarts empty. Each
- * trainer's next round gets NOT_FOUND from b and joins again, and must
- * leave shard a first: a zombie member left there is one a's rounds wait
- * for until it expires (forever without a member timeout). */
-START_TEST(test_rejoin_leaves_the_shard_that_remembers) {
+ * trainer's next round gets NOT_FOUND from b only: the transport joins b
+ * again and leaves a alone (its members stay, neither left nor doubled:
+ * the engine never rejoined), and the round after goes through. */
+START_TEST(test_a_restarted_shard_alone_is_joined_again) {
     shard a, b;
     char targets[140];
     start_two_shards(&a, &b, targets);
@@ -186,10 +186,15 @@ START_TEST(test_rejoin_leaves_the_shard_that_remembers) {
     snprintf(at, sizeof at, "%s", b.target);
     shard_stop(&b);
     shard_start_at(&b, 1000, at);              /* the same address, nothing remembered */
-    ck_assert_int_eq(round_of_three(args), 0); /* NOT_FOUND from b: each joins again */
+    ck_assert_int_eq(round_of_three(args), 0); /* NOT_FOUND from b: joined there again */
     ck_assert_uint_eq(members_on(&a, "g[0:2)"), 3);
     ck_assert_uint_eq(members_on(&b, "g[2:4)"), 3);
     ck_assert_int_eq(round_of_three(args), 3);
+    for (int k = 0; k < 3; k++) {
+        ss__group_stats gs;
+        ck_assert_int_eq(ss__engine_group_stats(args[k].g, &gs), SS_OK);
+        ck_assert_uint_eq(gs.rejoins, 0);
+    }
     stop_round_members(args, r, 3);
     for (int k = 0; k < 3; k++)
         ss__transport_destroy(t[k]);
@@ -288,5 +293,5 @@ int main(void) {
     return ss__check_tests("sharding", 120, NULL, NULL, test_cut_over_two_shards_and_chunks,
                            test_partial_easgd_returns_the_applied_chunks,
                            test_round_mean_over_shards_and_chunks, test_100mb_group,
-                           test_bad_target_lists, test_rejoin_leaves_the_shard_that_remembers);
+                           test_bad_target_lists, test_a_restarted_shard_alone_is_joined_again);
 }

@@ -41,6 +41,7 @@ typedef struct membership {
     part *parts;
     uint64_t *ids;
     size_t nparts;
+    uint64_t key;             /* the member's own (ss__transport_ops.join), for its joins again */
     ss__codec_mirror *codecs; /* NULL: float32 */
     uint8_t *upload, *replies;
     _Atomic uint64_t waiting_asked_ns; /* last ss__now_ns round_waiting asked the PS */
@@ -269,6 +270,7 @@ static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, u
     ss_status st = cut_group(t, group, n, &m->parts, &m->nparts);
     m->group = strdup(group);
     m->n = n;
+    m->key = key;
     m->ids = calloc(m->nparts ? m->nparts : 1, sizeof *m->ids);
     if (st == SS_OK && (!m->group || !m->ids))
         st = SS_ERR_NO_MEMORY;
@@ -317,6 +319,41 @@ static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, u
     pthread_mutex_unlock(&t->lock);
     *member = m->id;
     return SS_OK;
+}
+
+/* After a fan-out of m's chunks that some chunks' PS answered NOT_FOUND
+ * while others were served (a PS restarted and forgot its members; the
+ * others still hold this one): those chunks are joined again, and the
+ * call counts as failed in transit (SS_ERR_IO: the engine tries at its
+ * next round). NOT_FOUND would have the engine leave every PS and join
+ * again, and the PS that did not restart would see its members leave
+ * and come back while its rounds waited at their deadline for them.
+ * When every chunk was forgotten (expired everywhere) or a join fails,
+ * st stands. */
+static ss_status rejoin_forgotten(grpc_tp *t, membership *m, const fanout *f, ss_status st) {
+    size_t forgotten = 0;
+    for (size_t i = 0; i < f->n; i++)
+        forgotten += f->rq[i].status == SS_ERR_NOT_FOUND;
+    if (st != SS_ERR_NOT_FOUND || forgotten == 0 || forgotten == m->nparts || f->n != m->nparts)
+        return st;
+    for (size_t i = 0; i < m->nparts; i++) {
+        if (f->rq[i].status != SS_ERR_NOT_FOUND)
+            continue;
+        Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+        req.group = m->parts[i].name;
+        req.size = m->parts[i].n;
+        req.recut = t->recut;
+        req.member_key = m->key;
+        ProtobufCMessage *r;
+        if (call_one(t, m->parts[i].shard, SS_DENSE_M_JOIN, &req.base,
+                     &shadowsync__v1__join_reply__descriptor, &r) != SS_OK)
+            return st;
+        m->ids[i] = ((Shadowsync__V1__JoinReply *)r)->member;
+        protobuf_c_message_free_unpacked(r, NULL);
+    }
+    SS_LOG_INFOF("rpc", "event=chunks_rejoined group=%s chunks=%zu of=%zu", m->group, forgotten,
+                 m->nparts);
+    return SS_ERR_IO;
 }
 
 static ss_status tp_join(void *impl, const char *group, size_t n, uint64_t key, uint64_t *member) {
@@ -507,6 +544,7 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
                       .raw = m->replies,
                       .enc = t->encoding};
     st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, &br, t->timeout_ms, false, &f);
+    st = rejoin_forgotten(t, (membership *)m, &f, st);
     if (m->codecs)
         st = decode_replies(m, &f, true, d, st);
     /* Every chunk that came back was applied on its server and its delta
@@ -574,6 +612,7 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
                       .enc = t->encoding};
     st = fan(t, m, SS_DENSE_M_ROUND, build_round, &a, &br, t->timeout_ms + t->round_wait_ms, false,
              &f);
+    st = rejoin_forgotten(t, (membership *)m, &f, st);
     if (m->codecs)
         st = decode_replies(m, &f, false, avg, st);
     fanout_free(&f);
@@ -627,6 +666,7 @@ static ss_status tp_heartbeat(void *impl, const char *group, uint64_t member) {
     fanout f;
     ss_status st =
         fan(t, m, SS_DENSE_M_HEARTBEAT, build_heartbeat, NULL, NULL, t->timeout_ms, true, &f);
+    st = rejoin_forgotten(t, (membership *)m, &f, st);
     fanout_free(&f);
     return st;
 }
