@@ -440,10 +440,10 @@ static void note_bulk_end(batch *b, size_t i) {
     if (!st || rq->status != SS_OK || rq->len + rq->payload_len < (64u << 10))
         return;
     const uint64_t now = ss__now_ns();
-    if (st->bulk_ok == 0)
+    if (st->large_ok == 0)
         st->first_end_ns = now;
     st->last_end_ns = now;
-    st->bulk_ok++;
+    st->large_ok++;
 }
 
 ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeout_ms,

@@ -321,11 +321,11 @@ ss_status ss__rpc_call_windowed(ss__rpc_request *calls, size_t n, uint32_t timeo
                                 bool wait_for_ready, uint32_t window);
 
 /* What a batch's timing says about the path (for an adaptive window):
- * when its bulk calls (64 KiB or more sent) that succeeded ended, and over
+ * when its large calls (64 KiB or more sent) that succeeded ended, and over
  * how many channels the batch ran. */
 typedef struct ss__rpc_batch_stats {
     size_t channels;
-    size_t bulk_ok;
+    size_t large_ok;
     uint64_t first_end_ns, last_end_ns; /* ss__now_ns() clock */
 } ss__rpc_batch_stats;
 

@@ -104,10 +104,10 @@ static membership *find_member(grpc_tp *t, const char *group, uint64_t id) {
     return m;
 }
 
-/* The joined member a bulk call (EASGD exchange, round) is for: NOT_FOUND
+/* The joined member a sync call (EASGD exchange, round) is for: NOT_FOUND
  * when it never joined here, SIZE_MISMATCH when its group has another n. */
-static ss_status bulk_member(grpc_tp *t, const char *group, uint64_t id, size_t n,
-                             const membership **out) {
+static ss_status syncing_member(grpc_tp *t, const char *group, uint64_t id, size_t n,
+                                const membership **out) {
     const membership *m = find_member(t, group, id);
     if (!m)
         return SS_ERR_NOT_FOUND;
@@ -191,7 +191,7 @@ uint32_t ss__grpc_window_next(uint32_t cur, uint64_t rtt_ns, double interval_ns,
 /* After a batch of chunk calls: the window for the next (see
  * ss__grpc_window_next), from the shortest round trip of its channels. */
 static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats *bs) {
-    if (t->window_fixed || bs->bulk_ok < 3)
+    if (t->window_fixed || bs->large_ok < 3)
         return;
     uint64_t rtt = 0;
     for (size_t i = 0; i < f->n; i++) {
@@ -200,7 +200,7 @@ static void adapt_window(grpc_tp *t, const fanout *f, const ss__rpc_batch_stats 
             rtt = r;
     }
     const double interval =
-        (double)(bs->last_end_ns - bs->first_end_ns) / (double)(bs->bulk_ok - 1);
+        (double)(bs->last_end_ns - bs->first_end_ns) / (double)(bs->large_ok - 1);
     const uint32_t cur = atomic_load_explicit(&t->window, memory_order_relaxed);
     const uint32_t next = ss__grpc_window_next(cur, rtt, interval, bs->channels);
     atomic_store_explicit(&t->window, next, memory_order_relaxed);
@@ -377,9 +377,9 @@ static ss_status tp_leave(void *impl, const char *group, uint64_t member) {
     return SS_OK;
 }
 
-/* How the replies of a bulk fan-out are read, each as it arrives: the
+/* How the replies of a fan-out of floats are read, each as it arrives: the
  * floats of chunk i go to out at its place, straight from gRPC's slices. */
-typedef struct bulk_reader {
+typedef struct floats_reader {
     const part *parts;
     const ss__rpc_request *first; /* the fan-out's calls: chunk i = rq - first */
     float *out;
@@ -392,17 +392,17 @@ typedef struct bulk_reader {
     /* Optional: sees each reply's small fields (a round's number). */
     void (*small)(const ProtobufCMessage *m, void *arg);
     void *small_arg;
-} bulk_reader;
-static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg);
-static void reply_in_place(const bulk_reader *br, const part *p, ss__rpc_request *rq);
+} floats_reader;
+static ss_status read_floats_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg);
+static void reply_in_place(const floats_reader *br, const part *p, ss__rpc_request *rq);
 
 /* Builds one request per chunk of m with build(i) and runs them; br
- * (optional) reads each reply as it arrives (read_bulk_reply). */
+ * (optional) reads each reply as it arrives (read_floats_reply). */
 typedef uint8_t *(*build_fn)(const membership *m, size_t i, const void *arg, size_t *len,
                              ss__rpc_request *rq);
 
 static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_fn build,
-                     const void *arg, bulk_reader *br, uint32_t timeout_ms, bool idempotent,
+                     const void *arg, floats_reader *br, uint32_t timeout_ms, bool idempotent,
                      fanout *f) {
     ss_status st = fanout_init(f, m->nparts);
     if (br)
@@ -410,7 +410,7 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
         f->rq[i].ch = t->ch[m->parts[i].shard];
         f->rq[i].method = method;
-        f->rq[i].on_reply = br ? read_bulk_reply : NULL;
+        f->rq[i].on_reply = br ? read_floats_reply : NULL;
         f->rq[i].on_reply_arg = br;
         if (br && !br->small) /* on a stream, read from the socket into place */
             reply_in_place(br, &m->parts[i], &f->rq[i]);
@@ -427,18 +427,18 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
 }
 
 /* Where chunk p's reply floats (or encoded bytes) go, and how many. */
-static uint8_t *reply_place(const bulk_reader *br, const part *p, size_t *want) {
+static uint8_t *reply_place(const floats_reader *br, const part *p, size_t *want) {
     *want = ss__codec_size(br->raw ? br->enc : SS_ENC_F32, p->n);
     return br->raw ? br->raw + p->lo * sizeof(float) : (uint8_t *)(br->out + p->lo);
 }
 
-static void reply_in_place(const bulk_reader *br, const part *p, ss__rpc_request *rq) {
+static void reply_in_place(const floats_reader *br, const part *p, ss__rpc_request *rq) {
     rq->into = reply_place(br, p, &rq->into_len);
     rq->into_field = br->field;
 }
 
-static ss_status read_bulk_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
-    const bulk_reader *br = arg;
+static ss_status read_floats_reply(ss__rpc_request *rq, const ss__rpc_message *msg, void *arg) {
+    const floats_reader *br = arg;
     size_t want;
     uint8_t *dest = reply_place(br, &br->parts[rq - br->first], &want);
     return ss__rpc_read_tail_reply(msg, br->desc, br->field, br->field_offset, dest, want,
@@ -527,7 +527,7 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
                           float alpha, float *d, size_t n) {
     grpc_tp *t = impl;
     const membership *m;
-    ss_status st = bulk_member(t, group, member, n, &m);
+    ss_status st = syncing_member(t, group, member, n, &m);
     if (st != SS_OK) {
         memset(d, 0, n * sizeof *d);
         return st;
@@ -536,13 +536,13 @@ static ss_status tp_easgd(void *impl, const char *group, uint64_t member, const 
     atomic_store_explicit(&((membership *)m)->easgd_only, true, memory_order_relaxed);
     easgd_arg a = {s, alpha};
     fanout f;
-    bulk_reader br = {.parts = m->parts,
-                      .out = d,
-                      .desc = &shadowsync__v1__easgd_reply__descriptor,
-                      .field = 1,
-                      .field_offset = offsetof(Shadowsync__V1__EasgdReply, delta),
-                      .raw = m->replies,
-                      .enc = t->encoding};
+    floats_reader br = {.parts = m->parts,
+                        .out = d,
+                        .desc = &shadowsync__v1__easgd_reply__descriptor,
+                        .field = 1,
+                        .field_offset = offsetof(Shadowsync__V1__EasgdReply, delta),
+                        .raw = m->replies,
+                        .enc = t->encoding};
     st = fan(t, m, SS_DENSE_M_EASGD, build_easgd, &a, &br, t->timeout_ms, false, &f);
     st = rejoin_forgotten(t, (membership *)m, &f, st);
     if (m->codecs)
@@ -593,7 +593,7 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
                           ss__round_result *result) {
     grpc_tp *t = impl;
     const membership *m;
-    ss_status st = bulk_member(t, group, member, n, &m);
+    ss_status st = syncing_member(t, group, member, n, &m);
     if (st != SS_OK)
         return st;
     atomic_store_explicit(&((membership *)m)->easgd_only, false, memory_order_relaxed);
@@ -601,15 +601,15 @@ static ss_status tp_round(void *impl, const char *group, uint64_t member, const 
     result->participants = UINT32_MAX;
     fanout f;
     round_arg a = {s, bmuf};
-    bulk_reader br = {.parts = m->parts,
-                      .out = avg,
-                      .desc = &shadowsync__v1__round_reply__descriptor,
-                      .field = 3,
-                      .field_offset = offsetof(Shadowsync__V1__RoundReply, mean),
-                      .small = round_numbers,
-                      .small_arg = result,
-                      .raw = m->replies,
-                      .enc = t->encoding};
+    floats_reader br = {.parts = m->parts,
+                        .out = avg,
+                        .desc = &shadowsync__v1__round_reply__descriptor,
+                        .field = 3,
+                        .field_offset = offsetof(Shadowsync__V1__RoundReply, mean),
+                        .small = round_numbers,
+                        .small_arg = result,
+                        .raw = m->replies,
+                        .enc = t->encoding};
     st = fan(t, m, SS_DENSE_M_ROUND, build_round, &a, &br, t->timeout_ms + t->round_wait_ms, false,
              &f);
     st = rejoin_forgotten(t, (membership *)m, &f, st);
@@ -637,11 +637,11 @@ static ss_status tp_central(void *impl, const char *group, float *c, size_t n) {
     if (st != SS_OK)
         return st;
     fanout f;
-    bulk_reader br = {.parts = m.parts,
-                      .out = c,
-                      .desc = &shadowsync__v1__read_central_reply__descriptor,
-                      .field = 1,
-                      .field_offset = offsetof(Shadowsync__V1__ReadCentralReply, central)};
+    floats_reader br = {.parts = m.parts,
+                        .out = c,
+                        .desc = &shadowsync__v1__read_central_reply__descriptor,
+                        .field = 1,
+                        .field_offset = offsetof(Shadowsync__V1__ReadCentralReply, central)};
     st = fan(t, &m, SS_DENSE_M_CENTRAL, build_central, NULL, &br, t->timeout_ms, true, &f);
     fanout_free(&f);
     free(m.parts);
