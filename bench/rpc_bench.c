@@ -61,7 +61,7 @@ static pid_t start_echo_server(int *port) {
             .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 256u << 20};
         ss__rpc_server *srv;
         int p = -1;
-        if (ss__rpc_server_start(&cfg, &m, 1, NULL, &srv) == SS_OK)
+        if (ss__rpc_server_start(&cfg, &m, 1, NULL, &srv, NULL, 0) == SS_OK)
             p = ss__rpc_server_port(srv);
         if (write(up[1], &p, sizeof p) != (ssize_t)sizeof p || p < 0)
             _exit(1);

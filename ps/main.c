@@ -760,9 +760,10 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                   .tls_writers = o->tls_writers};
     if (*o->bulk_listen && start_bulk(ps, o, &scfg, &nmethods) != 0)
         return 1;
-    ss_status st = ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv);
+    char why[400];
+    ss_status st =
+        ss__rpc_server_start(&scfg, methods, nmethods, &ps->svc, &ps->srv, why, sizeof why);
     if (st != SS_OK) {
-        const char *why = ss__rpc_server_start_failure();
         ss__refuse("shadowsync-ps", "%s",
                    *why ? why : ss_strerror(st)); /* the address, or the PEM file, and why */
         return 1;

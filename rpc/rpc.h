@@ -174,14 +174,14 @@ typedef struct ss__rpc_server_config {
 /* 1 GiB: 512 parked 512 KiB round chunks take a quarter of it. */
 #define SS_RPC_DEFAULT_MAX_INFLIGHT ((size_t)1 << 30)
 
-/* Binds and starts serving. methods must outlive the server. */
+/* Binds and starts serving. methods must outlive the server. On a
+ * failure, why (may be NULL) says it in words: the address and the
+ * system's reason ("address already in use"), or the PEM file that could
+ * not be read; "" when there is nothing more to say than the status. */
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,
-                               size_t nmethods, void *ctx, ss__rpc_server **out);
+                               size_t nmethods, void *ctx, ss__rpc_server **out, char *why,
+                               size_t whylen);
 int ss__rpc_server_port(const ss__rpc_server *srv);
-/* Why this thread's last ss__rpc_server_start failed, in words: the
- * address and the system's reason ("address already in use"), or the PEM
- * file that could not be read. "" when it said nothing more. */
-const char *ss__rpc_server_start_failure(void);
 /* Graceful shutdown; waits for calls in flight. */
 void ss__rpc_server_stop(ss__rpc_server *srv);
 /* Inside a handler the gRPC server runs: the caller's address without

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/shard_map.h"
+#include "common/strbuf.h"
 #include "rpc/auth.h"
 #include "rpc/message.h"
 #include "rpc/rpc.h"
@@ -32,25 +33,19 @@
 #define TEXT_OF_(x)          #x
 #define TEXT_OF(x)           TEXT_OF_(x) /* a number's macro as a string literal */
 
-static _Thread_local char start_failure[400];
 /* The call whose handler this thread runs (ss__rpc_current_peer_host). */
 static _Thread_local grpc_call *current_call;
 
-const char *ss__rpc_server_start_failure(void) {
-    return start_failure;
-}
-
 /* Why gRPC could not listen on `where`: the address bound by hand, to
  * learn the system's reason (gRPC only says it failed). */
-static void say_bind_failure(const char *where) {
+static void say_bind_failure(const char *where, char *why, size_t whylen) {
     char host[256], port[8];
     unsigned p = 0;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
     bool found = ss__address_split(where, host, sizeof host, &p);
     snprintf(port, sizeof port, "%u", p);
     if (!found || getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
-        snprintf(start_failure, sizeof start_failure, "cannot listen on %s: not an address here",
-                 where);
+        ss__why(why, whylen, "cannot listen on %s: not an address here", where);
         return;
     }
     int err = 0, one = 1;
@@ -63,8 +58,7 @@ static void say_bind_failure(const char *where) {
     if (fd >= 0)
         close(fd);
     freeaddrinfo(ai);
-    snprintf(start_failure, sizeof start_failure, "cannot listen on %s: %s", where,
-             err ? strerror(err) : "gRPC refused it");
+    ss__why(why, whylen, "cannot listen on %s: %s", where, err ? strerror(err) : "gRPC refused it");
 }
 
 static void request_call(ss__rpc_server *srv, size_t method, grpc_completion_queue *cq) {
@@ -726,8 +720,9 @@ static grpc_server *create_grpc_server(const ss__rpc_server *srv) {
 }
 
 ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_method *methods,
-                               size_t nmethods, void *ctx, ss__rpc_server **out) {
-    start_failure[0] = '\0';
+                               size_t nmethods, void *ctx, ss__rpc_server **out, char *why,
+                               size_t whylen) {
+    ss__why(why, whylen, "%s", "");
     if (!cfg || !cfg->listen || cfg->threads == 0 || cfg->threads > 64 || !methods ||
         nmethods == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
@@ -788,7 +783,7 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     grpc_server_credentials *creds;
     ss_status cst = ss__rpc_server_credentials(cfg->tls, &creds);
     if (cst != SS_OK) {
-        snprintf(start_failure, sizeof start_failure, "%s", ss__rpc_tls_failure());
+        ss__why(why, whylen, "%s", ss__rpc_tls_failure());
         SS_LOG_ERRORF("rpc", "event=tls_failed status=%s", ss_status_name(cst));
         grpc_server_destroy(srv->server);
         release_queues(srv, false);
@@ -797,8 +792,10 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
     grpc_server_credentials_release(creds);
     if (srv->port == 0) {
-        say_bind_failure(cfg->listen);
-        SS_LOG_ERRORF("rpc", "event=bind_failed listen=%s why=\"%s\"", cfg->listen, start_failure);
+        char said[300];
+        say_bind_failure(cfg->listen, said, sizeof said);
+        ss__why(why, whylen, "%s", said);
+        SS_LOG_ERRORF("rpc", "event=bind_failed listen=%s why=\"%s\"", cfg->listen, said);
         grpc_server_destroy(srv->server);
         release_queues(srv, false);
         return SS_ERR_IO;

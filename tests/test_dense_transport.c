@@ -159,18 +159,22 @@ START_TEST(test_server_on_a_taken_port_fails_cleanly) {
     ss__dense_service svc = {.max_floats = 16};
     ss__rpc_server_config cfg = {.listen = ps_target, .threads = 2};
     ss__rpc_server *srv = NULL;
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, methods, n, &svc, &srv), SS_ERR_IO);
+    char why[400];
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, methods, n, &svc, &srv, why, sizeof why),
+                     SS_ERR_IO);
     ck_assert_ptr_null(srv);
     /* Said in words: the address and the system's reason. */
-    ck_assert_ptr_nonnull(strstr(ss__rpc_server_start_failure(), ps_target));
-    ck_assert_ptr_nonnull(strstr(ss__rpc_server_start_failure(), "already in use"));
+    ck_assert_ptr_nonnull(strstr(why, ps_target));
+    ck_assert_ptr_nonnull(strstr(why, "already in use"));
     /* A PEM file that is not there: its path. */
     ss__rpc_tls tls = {.cert_file = "/nonexistent/server.pem", .key_file = "/nonexistent/k.pem"};
     ss__rpc_server_config tcfg = {.listen = "127.0.0.1:0", .threads = 1, .tls = &tls};
-    ck_assert_int_eq(ss__rpc_server_start(&tcfg, methods, n, &svc, &srv), SS_ERR_IO);
-    ck_assert_ptr_nonnull(strstr(ss__rpc_server_start_failure(), "/nonexistent/server.pem"));
+    ck_assert_int_eq(ss__rpc_server_start(&tcfg, methods, n, &svc, &srv, why, sizeof why),
+                     SS_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(why, "/nonexistent/server.pem"));
     ss__rpc_server_config bad = {.listen = "127.0.0.1:0", .threads = 0};
-    ck_assert_int_eq(ss__rpc_server_start(&bad, methods, n, &svc, &srv), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__rpc_server_start(&bad, methods, n, &svc, &srv, NULL, 0),
+                     SS_ERR_INVALID_ARGUMENT);
     stop_ps();
 }
 END_TEST
@@ -311,7 +315,7 @@ static void echo_rig_start(echo_rig *g, const ss__rpc_method *m, size_t nm,
                                  .threads = 2,
                                  .max_inflight_bytes = echo_max_inflight,
                                  .metrics = echo_metrics};
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, nm, NULL, &g->srv), SS_OK);
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, nm, NULL, &g->srv, NULL, 0), SS_OK);
     char target[32];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(g->srv));
     for (int c = 0; c < ECHO_CHANNELS; c++)
@@ -779,7 +783,7 @@ static void held_reads(reads_arg *a, ss__rpc_channel *ch, size_t n, ss__counter 
 static void served_while_held(const ss__rpc_server_config *cfg, const ss__rpc_method *m, size_t n,
                               const char *held, const char *other, ss__rpc_server **srv,
                               ss__rpc_channel **held_ch, ss__rpc_channel **other_ch, reads_arg *a) {
-    ck_assert_int_eq(ss__rpc_server_start(cfg, m, n, NULL, srv), SS_OK);
+    ck_assert_int_eq(ss__rpc_server_start(cfg, m, n, NULL, srv, NULL, 0), SS_OK);
     char target[32];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(*srv));
     ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, held_ch), SS_OK);

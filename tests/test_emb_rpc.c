@@ -41,8 +41,8 @@ static void setup(void) {
     ss__emb_service_init(&F.svc, F.store);
     ss__rpc_server_config scfg = {
         .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 4 << 20, .metrics = F.metrics};
-    ck_assert_int_eq(ss__rpc_server_start(&scfg, F.svc.methods, SS_EMB_METHODS, NULL, &F.srv),
-                     SS_OK);
+    ck_assert_int_eq(
+        ss__rpc_server_start(&scfg, F.svc.methods, SS_EMB_METHODS, NULL, &F.srv, NULL, 0), SS_OK);
     snprintf(F.target, sizeof F.target, "127.0.0.1:%d", ss__rpc_server_port(F.srv));
     ck_assert_int_eq(ss__rpc_channel_create(F.target, 0, NULL, &F.ch), SS_OK);
 }
@@ -640,7 +640,7 @@ START_TEST(test_a_lookup_that_failed_in_transit_is_made_again) {
     }
     ss__rpc_server_config scfg = {.listen = "127.0.0.1:0", .threads = 1};
     ss__rpc_server *srv;
-    ck_assert_int_eq(ss__rpc_server_start(&scfg, m, SS_EMB_METHODS, NULL, &srv), SS_OK);
+    ck_assert_int_eq(ss__rpc_server_start(&scfg, m, SS_EMB_METHODS, NULL, &srv, NULL, 0), SS_OK);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
     ss__emb_client *c;

@@ -30,7 +30,7 @@ static void start_members(ss__transport **t, uint32_t m, bool random) {
                                  .timeout_ms = 2000,
                                  .random = random,
                                  .insecure_loopback = true};
-        ck_assert_int_eq(ss__gossip_transport_create(&cfg, &t[r]), SS_OK);
+        ck_assert_int_eq(ss__gossip_transport_create(&cfg, &t[r], NULL, 0), SS_OK);
         char one[40];
         snprintf(one, sizeof one, "%s127.0.0.1:%d", r ? "," : "", ss__gossip_transport_port(t[r]));
         strcat(peers, one);
@@ -176,19 +176,23 @@ START_TEST(test_bad_pulls_and_open_doors) {
      * with no token: refused. */
     ss__transport *x;
     ss__gossip_config cfg = {.peers = "127.0.0.1:0", .rank = 0, .timeout_ms = 100};
-    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x, NULL, 0), SS_ERR_INVALID_ARGUMENT);
     cfg.peers = "127.0.0.1:0,127.0.0.1:1";
     cfg.rank = 2;
-    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_ERR_INVALID_ARGUMENT);
+    char why[400];
+    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x, why, sizeof why),
+                     SS_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(why, "rank 2") != NULL, "why: %s", why);
     cfg.rank = 0;
     cfg.listen = "0.0.0.0:0";
     unsetenv("SHADOWSYNC_AUTH_TOKEN_FILE");
-    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_ERR_PERMISSION);
+    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x, why, sizeof why), SS_ERR_PERMISSION);
+    ck_assert_msg(strstr(why, "0.0.0.0:0") != NULL, "why: %s", why);
     /* Loopback without a token: refused too, unless said so. */
     cfg.listen = "127.0.0.1:0";
-    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_ERR_PERMISSION);
+    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x, NULL, 0), SS_ERR_PERMISSION);
     cfg.insecure_loopback = true;
-    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x), SS_OK);
+    ck_assert_int_eq(ss__gossip_transport_create(&cfg, &x, NULL, 0), SS_OK);
     ss__transport_destroy(x);
 }
 END_TEST

@@ -43,7 +43,7 @@ static void setup(void) {
                                  .threads = 2,
                                  .max_message_bytes = 1000 * 4 + 4096,
                                  .metrics = metrics};
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, n, &svc, &srv), SS_OK);
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, n, &svc, &srv, NULL, 0), SS_OK);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
     ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
@@ -403,7 +403,7 @@ START_TEST(test_blocked_calls_are_bounded) {
     const ss__rpc_method *meth = ss__dense_service_methods(&nm);
     ss__rpc_server_config cfg = {
         .listen = "127.0.0.1:0", .threads = 2, .metrics = m, .max_blocked_calls = 2};
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s), SS_OK);
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s, NULL, 0), SS_OK);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(s));
     ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &c), SS_OK);
@@ -459,7 +459,7 @@ START_TEST(test_token_guards_every_call_before_its_body) {
                                  .threads = 2,
                                  .metrics = m,
                                  .auth_header = "Bearer 0123456789abcdef-right"};
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s), SS_OK);
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s, NULL, 0), SS_OK);
     char target[64], dir[] = "/tmp/ss-token-XXXXXX", right[100], wrong[100], shorty[100];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(s));
     ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -574,7 +574,8 @@ START_TEST(test_writer_identity_lists) {
     ss__dense_service sv = {.max_floats = 10};
     ss__rpc_server *s;
     ss__rpc_server_config cfg = {.listen = "127.0.0.1:0", .threads = 1, .tls_writers = "a"};
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, meth, nm, &sv, &s, NULL, 0),
+                     SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 

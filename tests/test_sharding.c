@@ -31,7 +31,7 @@ static void shard_start_at(shard *s, size_t max_floats, const char *listen) {
     const ss__rpc_method *m = ss__dense_service_methods(&n);
     ss__rpc_server_config cfg = {
         .listen = listen, .threads = 2, .max_message_bytes = max_floats * 4 + 4096};
-    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, n, &s->svc, &s->srv), SS_OK);
+    ck_assert_int_eq(ss__rpc_server_start(&cfg, m, n, &s->svc, &s->srv, NULL, 0), SS_OK);
     snprintf(s->target, sizeof s->target, "127.0.0.1:%d", ss__rpc_server_port(s->srv));
 }
 

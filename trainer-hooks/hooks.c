@@ -188,13 +188,14 @@ static ss_status open_transport(ss_trainer *t, const ss_trainer_config *cfg) {
                                       cfg->peer_schedule && !strcmp(cfg->peer_schedule, "random"),
                                   .tls = &tls,
                                   .insecure_loopback = cfg->insecure_loopback != 0};
-        ss_status st = ss__gossip_transport_create(&gcfg, &t->transport);
+        char why[400] = "";
+        ss_status st = ss__gossip_transport_create(&gcfg, &t->transport, why, sizeof why);
         if (st != SS_OK)
             return ss__err_set(st,
                                "peers=\"%s\", peer_rank=%u: %s (at least 2 host:port, "
                                "peer_rank one of them, this one's address free; "
                                "SHADOWSYNC_AUTH_TOKEN_FILE, or on loopback insecure_loopback)",
-                               cfg->peers, cfg->peer_rank, ss_strerror(st));
+                               cfg->peers, cfg->peer_rank, why[0] ? why : ss_strerror(st));
         return SS_OK;
     }
     ss__grpc_transport_config tcfg = {.targets = t->ps,

@@ -8,6 +8,7 @@
 #include "common/finite.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/strbuf.h"
 #include "rpc/auth.h"
 #include "rpc/peer/gossip_transport.h"
 #include "rpc/peer/peer_list.h"
@@ -385,9 +386,13 @@ static const ss__transport_ops gossip_ops = {
     .destroy = gp_destroy,
 };
 
-ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transport **out) {
-    if (!cfg || !out || cfg->timeout_ms == 0)
+ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transport **out,
+                                      char *why_out, size_t whylen) {
+    ss__why(why_out, whylen, "%s", "");
+    if (!cfg || !out || cfg->timeout_ms == 0) {
+        ss__why(why_out, whylen, "no config, or a timeout of 0");
         return SS_ERR_INVALID_ARGUMENT;
+    }
     gossip *g = calloc(1, sizeof *g);
     if (!g)
         return SS_ERR_NO_MEMORY;
@@ -401,6 +406,10 @@ ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transpor
     }
     ss_status st = parse_peers(g, cfg->peers, cfg->rank);
     char why[256] = "";
+    if (st == SS_ERR_INVALID_ARGUMENT)
+        snprintf(why, sizeof why,
+                 "peers must be 2 to %d host:port, and rank %u one of them (from 0)",
+                 SS_GOSSIP_MAX_PEERS, cfg->rank);
     if (st == SS_OK)
         st = ss__auth_header_from_env(g->auth, sizeof g->auth, why, sizeof why);
     const char *listen = cfg->listen && *cfg->listen ? cfg->listen : NULL;
@@ -413,8 +422,10 @@ ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transpor
     if (st == SS_OK) {
         ss__rpc_server_config scfg = {
             .listen = listen, .threads = 1, .max_message_bytes = 4096, .auth_header = g->auth};
-        st = ss__rpc_server_start(&scfg, gossip_methods, 2, g, &g->srv);
+        st = ss__rpc_server_start(&scfg, gossip_methods, 2, g, &g->srv, why, sizeof why);
     }
+    if (st != SS_OK)
+        ss__why(why_out, whylen, "%s", why);
     if (st == SS_OK)
         st = ss__transport_create(&gossip_ops, g, out);
     if (st != SS_OK)

@@ -43,8 +43,10 @@ typedef struct ss__gossip_config {
 
 /* Starts serving. SS_ERR_INVALID_ARGUMENT for a bad list or rank; a
  * non-loopback address without an authorization token
- * (SHADOWSYNC_AUTH_TOKEN_FILE) is refused: the snapshots are the model. */
-ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transport **out);
+ * (SHADOWSYNC_AUTH_TOKEN_FILE) is refused: the snapshots are the model.
+ * why (may be NULL) says what was wrong, as ss__tree_transport_create's. */
+ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transport **out, char *why,
+                                      size_t whylen);
 /* The port it serves on (0: not a gossip transport). */
 int ss__gossip_transport_port(ss__transport *t);
 /* Replaces the peer list (same rank) before the first round: for members

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/finite.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "rpc/auth.h"
 #include "rpc/pb_wire.h"
 #include "rpc/peer/peer_list.h"
@@ -616,11 +617,10 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
                                       .threads = 2,
                                       .max_message_bytes = ((size_t)64 << 20) * 4 + 4096,
                                       .auth_header = t->auth};
-        st = ss__rpc_server_start(&scfg, ss__tree_methods, 3, t, &t->srv);
+        char said[400];
+        st = ss__rpc_server_start(&scfg, ss__tree_methods, 3, t, &t->srv, said, sizeof said);
         if (st != SS_OK)
-            snprintf(why, whylen, "%s",
-                     *ss__rpc_server_start_failure() ? ss__rpc_server_start_failure()
-                                                     : "cannot serve there");
+            ss__why(why, whylen, "%s", *said ? said : "cannot serve there");
     }
     if (st == SS_OK)
         st = ss__transport_create(&tree_ops, t, out);
