@@ -532,8 +532,10 @@ static int chunks_with_one_snapshot(const char *http) {
  * member sends its whole shard (up to SS_GRPC_ROUND_WINDOW chunks) before
  * it waits, whatever the S-EASGD window is (set to 2 here): with member B
  * absent, all 8 of A's chunks reach the PS, not only 2. The round then
- * closes with B's snapshot, the mean of both. */
-START_TEST(test_round_sends_its_whole_shard_before_waiting) {
+ * closes with B's snapshot, the mean of both. Over gRPC, then on the PS's
+ * bulk streams (the default path): there each waiting call needs a
+ * stream of its own (a stream's server takes its calls one by one). */
+static void round_sends_its_whole_shard(bool bulk) {
     char log[64], target[64], http[100], addr[64];
     snprintf(log, sizeof log, "/tmp/ss-test-rpc-w-%d.log", (int)getpid());
     char *args[] = {"--max-group-floats",
@@ -554,7 +556,8 @@ START_TEST(test_round_sends_its_whole_shard_before_waiting) {
                                          .timeout_ms = 5000,
                                          .round_wait_ms = 30000,
                                          .chunk_floats = W_CHUNK,
-                                         .window = 2};
+                                         .window = 2,
+                                         .bulk = bulk};
         ck_assert_int_eq(ss__grpc_transport_create(&cfg, &a[k].t), SS_OK);
         ck_assert_int_eq(ss__transport_join(a[k].t, "w", W_FLOATS, &a[k].member), SS_OK);
         a[k].s = malloc(W_FLOATS * sizeof(float));
@@ -568,7 +571,8 @@ START_TEST(test_round_sends_its_whole_shard_before_waiting) {
     int seen = 0;
     for (int i = 0; i < 1000 && (seen = chunks_with_one_snapshot(http)) < 8; i++)
         usleep(10000);
-    ck_assert_msg(seen == 8, "%d of 8 chunks reached the PS before the round closed", seen);
+    ck_assert_msg(seen == 8, "%s: %d of 8 chunks reached the PS before the round closed",
+                  bulk ? "streams" : "gRPC", seen);
     ck_assert_int_eq(pthread_create(&th[1], NULL, mean_thread, &a[1]), 0);
     for (int k = 0; k < 2; k++) {
         pthread_join(th[k], NULL);
@@ -583,6 +587,11 @@ START_TEST(test_round_sends_its_whole_shard_before_waiting) {
     kill(pid, SIGTERM);
     proc_wait(pid, 10);
     unlink(log);
+}
+
+START_TEST(test_round_sends_its_whole_shard_before_waiting) {
+    round_sends_its_whole_shard(false);
+    round_sends_its_whole_shard(true);
 }
 END_TEST
 
