@@ -33,6 +33,13 @@ static void start_ps(const char *listen, char *base, size_t baselen) {
     snprintf(base, baselen, "http://%s", http);
 }
 
+/* The PS SIGKILLed (a crash: no graceful stop), its log removed. */
+static void kill_ps(void) {
+    kill(ps_pid, SIGKILL);
+    proc_wait(ps_pid, 10);
+    unlink(ps_log);
+}
+
 static void stop_ps(void) {
     kill(ps_pid, SIGTERM);
     ck_assert_int_eq(proc_wait(ps_pid, 30), 0); /* exit 0: a graceful stop */
@@ -146,9 +153,7 @@ START_TEST(test_rows_after_the_ps_restarts) {
     float rows[8], again[8];
     ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, rows), SS_OK);
     ck_assert_uint_eq(ss__emb_client_bulk_batches(c), 1);
-    kill(ps_pid, SIGKILL);
-    proc_wait(ps_pid, 10);
-    unlink(ps_log);
+    kill_ps();
     ck_assert_int_ne(ss__emb_client_lookup(c, &spec, ids, 2, again), SS_OK);
     table_again_after_restart(c, &spec, listen, base, sizeof base);
     ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, again), SS_OK);
@@ -175,9 +180,7 @@ START_TEST(test_a_dead_idle_stream_is_not_used) {
     const float grads[8] = {0};
     ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, grads), SS_OK);
     ck_assert_uint_eq(ss__emb_client_bulk_batches(c), 1); /* its stream is idle now */
-    kill(ps_pid, SIGKILL);
-    proc_wait(ps_pid, 10);
-    unlink(ps_log);
+    kill_ps();
     table_again_after_restart(c, &spec, listen, base, sizeof base);
     ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, grads), SS_OK);
     ck_assert_uint_eq(ss__emb_client_bulk_batches(c), 2); /* on a new stream */

@@ -303,10 +303,11 @@ static void *run_lane(void *arg) {
 }
 
 /* The batch's channels (distinct, in order of first call) into chs, with
- * each one's call count; false when some call may not go on streams now
- * (*learners: how many links a stream would teach). */
+ * each one's call count and whether one of its calls waits at the server;
+ * false when some call may not go on streams now (*learners: how many
+ * links a stream would teach). */
 static bool batch_channels(ss__rpc_request *rq, size_t n, ss__rpc_channel **chs, size_t *calls,
-                           size_t *nch, size_t *learners) {
+                           bool *waits, size_t *nch, size_t *learners) {
     const uint64_t now = ss__now_ns();
     *nch = *learners = 0;
     for (size_t i = 0; i < n; i++) {
@@ -321,8 +322,10 @@ static bool batch_channels(ss__rpc_request *rq, size_t n, ss__rpc_channel **chs,
                 return false;
             chs[(*nch)++] = rq[i].ch;
             calls[c] = 0;
+            waits[c] = false;
         }
         calls[c]++;
+        waits[c] = waits[c] || rq[i].waits;
         bool learn = false;
         pthread_mutex_lock(&l->lock);
         const bool ok = may_stream(l, &rq[i], now, &learn);
@@ -359,13 +362,10 @@ static unsigned lanes_for(size_t calls, bool waits) {
 /* The lanes' streams per channel (lanes_for) into ls; false when a
  * channel has none (the streams taken are in ls[0 .. *k)). */
 static bool take_lanes(ss__rpc_request *rq, size_t n, ss__rpc_channel **chs, const size_t *calls,
-                       size_t nch, uint32_t timeout_ms, lane *ls, size_t *k) {
+                       const bool *waits, size_t nch, uint32_t timeout_ms, lane *ls, size_t *k) {
     *k = 0;
     for (size_t c = 0; c < nch; c++) {
-        bool waits = false;
-        for (size_t i = 0; i < n && !waits; i++)
-            waits = rq[i].ch == chs[c] && rq[i].waits;
-        const unsigned count = lanes_for(calls[c], waits);
+        const unsigned count = lanes_for(calls[c], waits[c]);
         for (unsigned j = 0; j < count; j++) {
             ls[*k] = (lane){.l = ss__rpc_channel_link(chs[c]),
                             .ch = chs[c],
@@ -417,11 +417,12 @@ static void put_lanes(ss__rpc_request *rq, size_t n, lane *ls, size_t k) {
 bool ss__bulk_links_call(ss__rpc_request *rq, size_t n, uint32_t timeout_ms, ss_status *st) {
     ss__rpc_channel *chs[MAX_SERVERS];
     size_t calls[MAX_SERVERS], nch, learners;
-    if (n == 0 || !batch_channels(rq, n, chs, calls, &nch, &learners))
+    bool waits[MAX_SERVERS];
+    if (n == 0 || !batch_channels(rq, n, chs, calls, waits, &nch, &learners))
         return false;
     lane ls[MAX_SERVERS * MAX_LANES];
     size_t k;
-    bool ok = take_lanes(rq, n, chs, calls, nch, timeout_ms, ls, &k);
+    bool ok = take_lanes(rq, n, chs, calls, waits, nch, timeout_ms, ls, &k);
     if (ok && learners)
         ok = all_streamed(rq, n); /* the first tickets said what is streamed */
     if (!ok) {

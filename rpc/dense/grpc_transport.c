@@ -262,6 +262,25 @@ static void leave_parts(grpc_tp *t, const part *parts, const uint64_t *ids, size
     }
 }
 
+/* Joins chunk i of m on its PS (m->ids[i] the PS's id for it); fresh: a
+ * re-cutting member's (JoinRequest.fresh). */
+static ss_status join_part(grpc_tp *t, membership *m, size_t i, bool fresh) {
+    Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
+    req.group = m->parts[i].name;
+    req.size = m->parts[i].n;
+    req.recut = t->recut;
+    req.fresh = t->recut && fresh;
+    req.member_key = m->key;
+    ProtobufCMessage *r;
+    ss_status st = call_one(t, m->parts[i].shard, SS_DENSE_M_JOIN, &req.base,
+                            &shadowsync__v1__join_reply__descriptor, &r);
+    if (st == SS_OK) {
+        m->ids[i] = ((Shadowsync__V1__JoinReply *)r)->member;
+        protobuf_c_message_free_unpacked(r, NULL);
+    }
+    return st;
+}
+
 static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, uint64_t key,
                           uint64_t *member) {
     membership *m = calloc(1, sizeof *m);
@@ -291,21 +310,8 @@ static ss_status join_cut(grpc_tp *t, const char *group, size_t n, bool fresh, u
                                            t->timeout_ms < 2000 ? t->timeout_ms : 2000);
     /* One by one: a join that fails half way leaves the chunks it joined. */
     size_t joined = 0;
-    for (; st == SS_OK && joined < m->nparts; joined++) {
-        Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
-        req.group = m->parts[joined].name;
-        req.size = m->parts[joined].n;
-        req.recut = t->recut;
-        req.fresh = t->recut && fresh;
-        req.member_key = key;
-        ProtobufCMessage *r;
-        st = call_one(t, m->parts[joined].shard, SS_DENSE_M_JOIN, &req.base,
-                      &shadowsync__v1__join_reply__descriptor, &r);
-        if (st == SS_OK) {
-            m->ids[joined] = ((Shadowsync__V1__JoinReply *)r)->member;
-            protobuf_c_message_free_unpacked(r, NULL);
-        }
-    }
+    for (; st == SS_OK && joined < m->nparts; joined++)
+        st = join_part(t, m, joined, fresh);
     if (st != SS_OK) {
         if (joined > 0)
             leave_parts(t, m->parts, m->ids, joined - 1);
@@ -336,21 +342,9 @@ static ss_status rejoin_forgotten(grpc_tp *t, membership *m, const fanout *f, ss
         forgotten += f->rq[i].status == SS_ERR_NOT_FOUND;
     if (st != SS_ERR_NOT_FOUND || forgotten == 0 || forgotten == m->nparts || f->n != m->nparts)
         return st;
-    for (size_t i = 0; i < m->nparts; i++) {
-        if (f->rq[i].status != SS_ERR_NOT_FOUND)
-            continue;
-        Shadowsync__V1__JoinRequest req = SHADOWSYNC__V1__JOIN_REQUEST__INIT;
-        req.group = m->parts[i].name;
-        req.size = m->parts[i].n;
-        req.recut = t->recut;
-        req.member_key = m->key;
-        ProtobufCMessage *r;
-        if (call_one(t, m->parts[i].shard, SS_DENSE_M_JOIN, &req.base,
-                     &shadowsync__v1__join_reply__descriptor, &r) != SS_OK)
+    for (size_t i = 0; i < m->nparts; i++)
+        if (f->rq[i].status == SS_ERR_NOT_FOUND && join_part(t, m, i, false) != SS_OK)
             return st;
-        m->ids[i] = ((Shadowsync__V1__JoinReply *)r)->member;
-        protobuf_c_message_free_unpacked(r, NULL);
-    }
     SS_LOG_INFOF("rpc", "event=chunks_rejoined group=%s chunks=%zu of=%zu", m->group, forgotten,
                  m->nparts);
     return SS_ERR_IO;
@@ -407,6 +401,8 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
     ss_status st = fanout_init(f, m->nparts);
     if (br)
         br->first = f->rq;
+    /* An MA/BMUF round's calls wait at the PS for the other members. */
+    const bool round = strcmp(method, SS_DENSE_M_ROUND) == 0;
     for (size_t i = 0; st == SS_OK && i < m->nparts; i++) {
         f->rq[i].ch = t->ch[m->parts[i].shard];
         f->rq[i].method = method;
@@ -415,12 +411,12 @@ static ss_status fan(grpc_tp *t, const membership *m, const char *method, build_
         if (br && !br->small) /* on a stream, read from the socket into place */
             reply_in_place(br, &m->parts[i], &f->rq[i]);
         f->rq[i].req = build(m, i, arg, &f->rq[i].len, &f->rq[i]);
-        f->rq[i].waits = strcmp(method, SS_DENSE_M_ROUND) == 0;
+        f->rq[i].waits = round;
         if (!f->rq[i].req)
             st = SS_ERR_NO_MEMORY;
     }
     f->adapts_window = strcmp(method, SS_DENSE_M_EASGD) == 0;
-    f->min_window = strcmp(method, SS_DENSE_M_ROUND) == 0 ? SS_GRPC_ROUND_WINDOW : 0;
+    f->min_window = round ? SS_GRPC_ROUND_WINDOW : 0;
     if (st == SS_OK)
         st = fanout_run(t, f, timeout_ms, idempotent);
     return st;
