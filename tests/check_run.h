@@ -5,6 +5,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline int ss__check_run(Suite *s) {
     SRunner *sr = srunner_create(s);
@@ -26,8 +27,12 @@ static inline int ss__check_run_tests(const char *name, double timeout_s, SFun s
         tcase_add_checked_fixture(tc, setup, teardown);
     if (timeout_s > 0)
         tcase_set_timeout(tc, timeout_s);
+    /* SS_CHECK_ONLY=word: only the tests whose name has it (to run one
+     * test again and again while hunting a rare failure) */
+    const char *only = getenv("SS_CHECK_ONLY");
     for (size_t i = 0; i < n; i++)
-        tcase_add_test(tc, tests[i]);
+        if (!only || strstr(tests[i]->name, only))
+            tcase_add_test(tc, tests[i]);
     suite_add_tcase(s, tc);
     return ss__check_run(s);
 }

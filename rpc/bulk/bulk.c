@@ -44,6 +44,14 @@ static uint64_t get64(const uint8_t *p) {
     return v;
 }
 
+void ss__bulk_opened(uint8_t out[SS_BULK_OPENED_BYTES]) {
+    put32(out, SS_BULK_MAGIC);
+}
+
+bool ss__bulk_opened_parse(const uint8_t in[SS_BULK_OPENED_BYTES]) {
+    return get32(in) == SS_BULK_MAGIC;
+}
+
 void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t path_len, uint64_t len) {
     put32(out, SS_BULK_MAGIC);
     put32(out + 4, path_len);
@@ -123,8 +131,16 @@ ss_status ss__bulk_stream_open(const char *host, unsigned port, const ss__bulk_t
         return SS_ERR_NO_MEMORY;
     }
     ss_status st = ss__bulk_conn_start(&b->c, fd, tls, false, host, (int)timeout_ms, why, whylen);
+    uint8_t opened[SS_BULK_OPENED_BYTES];
     if (st == SS_OK && !ss__bulk_conn_send(&b->c, ticket, SS_BULK_TICKET_BYTES)) {
         snprintf(why, whylen, "the ticket did not go out to %s port %u", host, port);
+        st = SS_ERR_IO;
+    } else if (st == SS_OK && (!ss__bulk_conn_read(&b->c, opened, sizeof opened) ||
+                               !ss__bulk_opened_parse(opened))) {
+        snprintf(why, whylen,
+                 "%s port %u did not take the ticket (closed: no room for a stream now, or the "
+                 "ticket was not live)",
+                 host, port);
         st = SS_ERR_IO;
     }
     if (st != SS_OK) {

@@ -12,7 +12,11 @@
  *    stream with it. The server reads nothing from a stream but its first
  *    SS_BULK_TICKET_BYTES, and closes it unless they are a ticket it gave
  *    out in the last SS_BULK_TICKET_TTL_S seconds and nobody used yet;
- *    the TLS handshake and the ticket have a few seconds in all.
+ *    the TLS handshake and the ticket have a few seconds in all. Once it
+ *    has taken the ticket the server says so (SS_BULK_OPENED_BYTES: the
+ *    magic), and the client sends no call before that: a stream closed
+ *    for want of room (too many connections waiting for their ticket
+ *    from one address) fails to open, never with a call on it.
  *  - frames, little-endian:
  *      request: u32 SS_BULK_MAGIC, u32 path length, u64 length, then the
  *               method's path (as over gRPC), then the bytes
@@ -50,6 +54,7 @@ extern "C" {
 #define SS_BULK_MAGIC        0x32425353u /* "SSB2" */
 #define SS_BULK_TICKET_BYTES 16
 #define SS_BULK_TICKET_TTL_S 30
+#define SS_BULK_OPENED_BYTES 4 /* the server's word that it took the ticket */
 #define SS_BULK_REQ_HEAD     16
 #define SS_BULK_REPLY_HEAD   20
 #define SS_BULK_MESSAGE_MAX  511 /* a reply's message, as ss__rpc_reply's */
@@ -59,6 +64,9 @@ extern "C" {
 
 /* ---- frames (pure functions: the fuzz target's) ---- */
 
+/* The server's word that it took a stream's ticket, and whether in is it. */
+void ss__bulk_opened(uint8_t out[SS_BULK_OPENED_BYTES]);
+bool ss__bulk_opened_parse(const uint8_t in[SS_BULK_OPENED_BYTES]);
 void ss__bulk_request_head(uint8_t out[SS_BULK_REQ_HEAD], uint32_t path_len, uint64_t len);
 /* SS_OK when in is a request head whose path is 1 to SS_BULK_PATH_MAX
  * bytes long (*path_len; the path follows the head) and whose length is
@@ -139,7 +147,8 @@ void ss__bulk_server_stop(ss__bulk_server *s);
 typedef struct ss__bulk_stream ss__bulk_stream;
 
 /* Connects to host:port (over TLS with tls, a client's context from
- * bulk_conn.h; NULL: plain TCP) and presents the ticket. timeout_ms
+ * bulk_conn.h; NULL: plain TCP), presents the ticket and waits for the
+ * server to take it (ss__bulk_opened). timeout_ms
  * bounds the connect and handshake and, later, each wait for the peer's
  * bytes; max_reply bounds a reply's bytes (a longer one breaks the stream
  * before anything is allocated for it), as a gRPC channel's largest
@@ -154,7 +163,7 @@ bool ss__bulk_stream_alive(const ss__bulk_stream *b);
 /* Each wait for the peer's bytes from now on bounded by timeout_ms (0:
  * none): a batch's deadline. */
 void ss__bulk_stream_set_timeout(ss__bulk_stream *b, uint32_t timeout_ms);
-/* A stream over a connected socket whose ticket was sent (the fuzz
+/* A stream over a connected socket whose ticket was taken (the fuzz
  * target's); the stream owns fd from now on. */
 ss_status ss__bulk_stream_wrap(int fd, size_t max_reply, ss__bulk_stream **out);
 /* The calls rq[i] with rq[i].ch == ch, each as its own method (its

@@ -209,9 +209,12 @@ static ss_status load_tls(ss__bulk_link *l, char *why, size_t whylen) {
 }
 
 /* A new stream to ch's server: a ticket for epoch, then a connection.
- * NULL when none could be opened (said; the link rests). */
+ * NULL when none could be opened (said; the link rests, unless the
+ * stream was a spare: a batch's second or later on the channel, which
+ * runs on the streams it has: a server with no room for one more now
+ * still serves the first). */
 static ss__bulk_stream *open_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint64_t epoch,
-                                    uint32_t timeout_ms) {
+                                    uint32_t timeout_ms, bool spare) {
     uint8_t ticket[SS_BULK_TICKET_BYTES];
     uint32_t port = 0;
     char why[300] = "the ticket call over gRPC failed";
@@ -231,26 +234,26 @@ static ss__bulk_stream *open_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint6
     pthread_mutex_lock(&l->lock);
     if (st == SS_OK)
         l->retry_ns = RETRY_MIN_NS;
-    else if (!stale)
+    else if (!stale && !spare)
         rest(l, st, now);
-    const uint64_t rest_ms = st == SS_OK || stale ? 0 : (l->off_until_ns - now) / 1000000;
+    const uint64_t rest_ms = st == SS_OK || stale || spare ? 0 : (l->off_until_ns - now) / 1000000;
     pthread_mutex_unlock(&l->lock);
     if (st == SS_ERR_UNSUPPORTED || st == SS_ERR_NOT_FOUND || st == SS_ERR_PERMISSION)
         ss__log(SS_LOG_INFO, "rpc", "event=bulk_off host=%s reason=%s status=%s grpc_for_ms=%llu",
                 l->host, st == SS_ERR_PERMISSION ? "not_a_writer" : "no_bulk_port",
                 ss_status_name(st), (unsigned long long)rest_ms);
     else if (st != SS_OK)
-        ss__log(SS_LOG_WARN, "rpc",
-                "event=bulk_open_failed host=%s status=%s why=\"%s\" grpc_for_ms=%llu", l->host,
-                ss_status_name(st), why, (unsigned long long)rest_ms);
+        ss__log(spare ? SS_LOG_INFO : SS_LOG_WARN, "rpc",
+                "event=bulk_open_failed host=%s status=%s why=\"%s\" spare=%d grpc_for_ms=%llu",
+                l->host, ss_status_name(st), why, spare, (unsigned long long)rest_ms);
     return b;
 }
 
 /* An idle stream of l whose peer is still there (one that closed, a PS
  * that restarted, is closed here: sending on it would fail the batch),
- * or a new one; *epoch: the stream's. */
+ * or a new one (open_stream's spare); *epoch: the stream's. */
 static ss__bulk_stream *take_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint32_t timeout_ms,
-                                    uint64_t *epoch) {
+                                    bool spare, uint64_t *epoch) {
     ss__bulk_stream *b = NULL;
     for (;;) {
         pthread_mutex_lock(&l->lock);
@@ -263,7 +266,7 @@ static ss__bulk_stream *take_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint3
     }
     if (b)
         ss__bulk_stream_set_timeout(b, timeout_ms);
-    return b ? b : open_stream(l, ch, *epoch, timeout_ms);
+    return b ? b : open_stream(l, ch, *epoch, timeout_ms, spare);
 }
 
 /* A stream of epoch back to l's idle ones (closed when broken, when the
@@ -359,24 +362,28 @@ static unsigned lanes_for(size_t calls, bool waits) {
     return calls >= CALLS_FOR_LANES ? PIPELINE_LANES : 1;
 }
 
-/* The lanes' streams per channel (lanes_for) into ls; false when a
- * channel has none (the streams taken are in ls[0 .. *k)). */
+/* The lanes' streams per channel (lanes_for, or as many of those as
+ * open: at least one) into ls; false when a channel has none (the
+ * streams taken are in ls[0 .. *k)). */
 static bool take_lanes(ss__rpc_request *rq, size_t n, ss__rpc_channel **chs, const size_t *calls,
                        const bool *waits, size_t nch, uint32_t timeout_ms, lane *ls, size_t *k) {
     *k = 0;
     for (size_t c = 0; c < nch; c++) {
-        const unsigned count = lanes_for(calls[c], waits[c]);
-        for (unsigned j = 0; j < count; j++) {
-            ls[*k] = (lane){.l = ss__rpc_channel_link(chs[c]),
-                            .ch = chs[c],
-                            .rq = rq,
-                            .n = n,
-                            .index = j,
-                            .count = count};
-            ls[*k].b = take_stream(ls[*k].l, chs[c], timeout_ms, &ls[*k].epoch);
+        const unsigned want = lanes_for(calls[c], waits[c]);
+        lane *first = &ls[*k];
+        unsigned got = 0;
+        for (; got < want; got++) {
+            ls[*k] = (lane){.l = ss__rpc_channel_link(chs[c]), .ch = chs[c], .rq = rq, .n = n};
+            ls[*k].b = take_stream(ls[*k].l, chs[c], timeout_ms, got > 0, &ls[*k].epoch);
             if (!ls[*k].b)
-                return false;
+                break;
             (*k)++;
+        }
+        if (got == 0)
+            return false;
+        for (unsigned j = 0; j < got; j++) {
+            first[j].index = j;
+            first[j].count = got;
         }
     }
     return true;

@@ -335,7 +335,9 @@ static bool open_stream(ss__bulk_server *s, ss__bulk_conn *c, slot *sl, uint64_t
     leave_unticketed(s, sl);
     atomic_store(&sl->deadline_ns, 0);
     pthread_mutex_unlock(&s->lock);
-    return !reaped;
+    uint8_t opened[SS_BULK_OPENED_BYTES];
+    ss__bulk_opened(opened);
+    return !reaped && ss__bulk_conn_send(c, opened, sizeof opened);
 }
 
 typedef struct stream_arg {
