@@ -116,8 +116,8 @@ static bool handle_hello(agent_session *s, const ss__pb_hello *h) {
                               .heartbeat_interval_ms = a->cfg.heartbeat_ms,
                               .drop_metrics_at_destroy = true};
     ss__engine *e = NULL;
-    ss_status st = ss__engine_create(&ecfg, &e);
-    if (st == SS_OK && (st = ss__engine_start(e)) != SS_OK)
+    ss_status st = ss__engine_create(&ecfg, &e, NULL, 0);
+    if (st == SS_OK && (st = ss__engine_start(e, NULL, 0)) != SS_OK)
         ss__engine_destroy(e);
     if (st != SS_OK) {
         ss__agent_send_reply(s->sock, st, "cannot start a shadow pool");
@@ -228,10 +228,10 @@ static bool handle_register(agent_session *s, const ss__pb_register_group *r, ss
         st = ss__replica_wrap_shared(g.shm.data, g.shm.n, &h->iterations, &g.replica);
     } else {
         /* A device group: the floats are in the trainer's GPU memory. */
-        const char *dwhy = "a CUDA IPC handle is 64 bytes";
+        char dwhy[300] = "a CUDA IPC handle is 64 bytes";
         st = r->cuda_ipc_handle.len == SS_DEVICE_IPC_HANDLE_BYTES && r->device <= INT32_MAX
                  ? ss__replica_open_device_ipc((int)r->device, r->cuda_ipc_handle.data, g.shm.n,
-                                               &h->iterations, &g.replica, &dwhy)
+                                               &h->iterations, &g.replica, dwhy, sizeof dwhy)
                  : SS_ERR_INVALID_ARGUMENT;
         if (st != SS_OK) {
             ss__agent_count_reject(a, "device");
@@ -583,13 +583,14 @@ static ss_status bind_socket(ss__agent *a) {
     return SS_OK;
 }
 
-ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out) {
+ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out, char *why, size_t whylen) {
     if (!cfg || !out || !cfg->socket_path || !*cfg->socket_path || !cfg->transport ||
         !cfg->metrics || (cfg->nallow && !cfg->allow_uids))
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "an agent needs a socket path, a transport and metrics");
     ss__agent *a = calloc(1, sizeof *a);
     if (!a)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the agent");
     a->cfg = *cfg;
     a->listen_fd = -1;
     a->self_uid = geteuid();
@@ -605,7 +606,8 @@ ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out) {
         errno = 0;
         unsigned long gid = gr ? gr->gr_gid : strtoul(cfg->socket_group, &end, 10);
         if (!gr && (errno || *end || end == cfg->socket_group || gid >= (gid_t)-1))
-            st = SS_ERR_NOT_FOUND;
+            st = ss__fail(why, whylen, SS_ERR_NOT_FOUND,
+                          "--socket-group %s: no such group, nor a number", cfg->socket_group);
         else
             a->group_gid = (gid_t)gid;
     }
@@ -633,11 +635,11 @@ ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out) {
                                           "too_many_sessions", "device"};
     for (size_t i = 0; st == SS_OK && i < sizeof reasons / sizeof *reasons; i++)
         count_reject_n(cfg->metrics, reasons[i], 0);
-    if (st == SS_OK)
-        st = bind_socket(a);
+    if (st == SS_OK && (st = bind_socket(a)) != SS_OK)
+        ss__why(why, whylen, "cannot serve the socket %s: %s", cfg->socket_path, ss_strerror(st));
     if (st == SS_OK && pthread_create(&a->accept_thread, NULL, accept_main, a) != 0) {
         unlink(a->socket_path);
-        st = SS_ERR_NO_MEMORY;
+        st = ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no thread for the agent's acceptor");
     }
     if (st != SS_OK) {
         if (a->listen_fd >= 0)

@@ -44,7 +44,7 @@ typedef struct ss__agent_config {
 
 /* Binds the socket (a stale socket file is replaced; a live agent on it is
  * SS_ERR_EXISTS) and starts accepting. */
-ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out);
+ss_status ss__agent_create(const ss__agent_config *cfg, ss__agent **out, char *why, size_t whylen);
 /* Stops accepting, drops every trainer (their rounds stop, they leave the
  * PS; their replicas are theirs), removes the socket file. */
 void ss__agent_destroy(ss__agent *a);

@@ -245,16 +245,21 @@ static ss_status connect_ps(agent_main *m, const agent_options *o) {
                                       .bulk = c->bulk};
     ss__encoding_parse(c->encoding, &tcfg.encoding); /* checked in check_options */
     /* With a map, the groups are cut again when it changes. */
-    ss_status st = o->map.epoch ? ss__recut_transport_create(c->shard_map, &tcfg, &m->to_ps)
-                                : ss__grpc_transport_create(&tcfg, &m->to_ps);
+    char why[300] = "";
+    ss_status st = o->map.epoch
+                       ? ss__recut_transport_create(c->shard_map, &tcfg, &m->to_ps, why, sizeof why)
+                       : ss__grpc_transport_create(&tcfg, &m->to_ps, why, sizeof why);
     if (st != SS_OK) {
-        ss__refuse("shadowsync-agent", "cannot reach --ps %s: %s", c->ps, ss_strerror(st));
+        ss__refuse("shadowsync-agent", "cannot reach --ps %s: %s (%s)", c->ps, ss_strerror(st),
+                   why);
         return st;
     }
     m->transport = m->to_ps;
-    if (o->host_average && (st = ss__host_average_transport_create(
-                                m->to_ps, (uint32_t)o->host_deadline_ms, &m->transport)) != SS_OK)
-        ss__refuse("shadowsync-agent", "cannot set up host averaging: %s", ss_strerror(st));
+    if (o->host_average &&
+        (st = ss__host_average_transport_create(m->to_ps, (uint32_t)o->host_deadline_ms,
+                                                &m->transport, why, sizeof why)) != SS_OK)
+        ss__refuse("shadowsync-agent", "cannot set up host averaging: %s (%s)", ss_strerror(st),
+                   why);
     return st;
 }
 
@@ -273,12 +278,15 @@ static ss_status start_agent(agent_main *m, const agent_options *o) {
                              .max_sessions = (uint32_t)o->max_sessions,
                              .max_trainer_groups = (uint32_t)o->max_trainer_groups,
                              .max_trainer_bytes = (uint64_t)o->max_trainer_mb << 20};
-    ss_status st = ss__agent_create(&acfg, &m->agent);
+    char why[300] = "";
+    ss_status st = ss__agent_create(&acfg, &m->agent, why, sizeof why);
     if (st != SS_OK)
-        ss__refuse("shadowsync-agent", "cannot serve on %s: %s%s", o->socket_path, ss_strerror(st),
+        ss__refuse("shadowsync-agent", "cannot serve on %s: %s%s (%s)", o->socket_path,
+                   ss_strerror(st),
                    st == SS_ERR_EXISTS ? " (another agent is running there, or the path is not a "
                                          "socket)"
-                                       : "");
+                                       : "",
+                   why);
     return st;
 }
 
@@ -293,7 +301,8 @@ static ss_status start_http(agent_main *m, const agent_options *o) {
                             .insecure_posts = o->sync.insecure_loopback != 0,
                             .optional = o->http == default_http};
     char where[300];
-    ss_status st = ss__http_daemon_start(program.name, &hcfg, &m->web, where, sizeof where);
+    ss_status st =
+        ss__http_daemon_start(program.name, &hcfg, &m->web, where, sizeof where, NULL, 0);
     if (st != SS_OK)
         return st;
     ss__say("shadowsync-agent", "listening on %s, http on %s, ps %s%s", o->socket_path, where,
@@ -324,7 +333,7 @@ int main(int argc, char **argv) {
     ss__signals_block(&sigs, 0);
 
     agent_main m = {.ckpt_dir = o.ckpt_dir};
-    ss_status st = ss__metrics_create(&m.metrics);
+    ss_status st = ss__metrics_create(&m.metrics, NULL, 0);
     if (st == SS_OK)
         st = ss__metrics_build_info(m.metrics);
     if (st == SS_OK)

@@ -132,7 +132,7 @@ static void ratio(const char *name, const result *base, const result *r) {
 static int open_inproc(bench *b, ss__emb_store **out) {
     ss__emb_store_config cfg = {.max_batch = (size_t)b->batch};
     ss__emb_store *st;
-    if (ss__emb_store_create(&cfg, &st) != SS_OK ||
+    if (ss__emb_store_create(&cfg, &st, NULL, 0) != SS_OK ||
         ss__emb_store_open_table(st, &b->spec, NULL, NULL, 0) != SS_OK)
         return -1;
     long rss0 = rss_kb();
@@ -421,7 +421,7 @@ static ss__emb_client *bench_client(const bench *b, const char *ps, bool bulk) {
     ss__emb_client *c = NULL;
     ss_status st = *b->shard_map ? ss__shard_map_read(b->shard_map, &map, NULL, 0) : SS_OK;
     if (st == SS_OK)
-        st = ss__emb_client_create(ps, b->tls.ca_file ? &b->tls : NULL, 30000, &c);
+        st = ss__emb_client_create(ps, b->tls.ca_file ? &b->tls : NULL, 30000, &c, NULL, 0);
     if (st == SS_OK) {
         ss__emb_client_set_epoch(c, map.epoch);
         if (*b->shard_map)

@@ -140,8 +140,9 @@ int main(int argc, char **argv) {
      * buffers), against a pinned copy each way of the same bytes. */
     const size_t gn = (size_t)group_floats;
     ss__device_group *g;
-    if (ss__device_group_create((int)device, gn, &g, &why) != SS_OK) {
-        fprintf(stderr, "shadowsync-bench-gpu-kernels: %s\n", why);
+    char gwhy[300] = "";
+    if (ss__device_group_create((int)device, gn, &g, gwhy, sizeof gwhy) != SS_OK) {
+        fprintf(stderr, "shadowsync-bench-gpu-kernels: %s\n", gwhy);
         return 1;
     }
     float *host = malloc(gn * sizeof(float)), *pinned, *dev;

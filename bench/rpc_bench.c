@@ -120,7 +120,7 @@ static int run_echo(int64_t floats, int64_t reps, int64_t warmup, int64_t chunk,
     const size_t n = (size_t)floats, ck = (size_t)chunk, calls = (n + ck - 1) / ck;
     const uint32_t w = window > 0 ? (uint32_t)window : 4; /* the library's window on loopback */
     ss__rpc_channel *ch = NULL;
-    ss_status st = ss__rpc_channel_create(target, 256u << 20, NULL, &ch);
+    ss_status st = ss__rpc_channel_create(target, 256u << 20, NULL, &ch, NULL, 0);
     float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
     ss__rpc_request *rq = calloc(calls, sizeof *rq);
     if (st == SS_OK && (!s || !d || !rq))
@@ -310,7 +310,7 @@ int main(int argc, char **argv) {
                                      .tls = *tls_ca ? &tls : NULL,
                                      .bulk = bulk};
     ss__transport *t;
-    ss_status st = ss__grpc_transport_create(&cfg, &t);
+    ss_status st = ss__grpc_transport_create(&cfg, &t, NULL, 0);
     size_t n = (size_t)floats;
     float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
     uint64_t m;

@@ -95,12 +95,12 @@ int ss__metrics_name_valid(const char *name) {
     return 1;
 }
 
-ss_status ss__metrics_create(ss__metrics **out) {
+ss_status ss__metrics_create(ss__metrics **out, char *why, size_t whylen) {
     if (!out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "no place for the registry");
     ss__metrics *reg = calloc(1, sizeof *reg);
     if (!reg)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a metrics registry");
     pthread_mutex_init(&reg->lock, NULL);
     *out = reg;
     return SS_OK;

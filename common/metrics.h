@@ -17,7 +17,7 @@ typedef struct ss__counter ss__counter;
 typedef struct ss__gauge ss__gauge;
 typedef struct ss__histogram ss__histogram;
 
-ss_status ss__metrics_create(ss__metrics **out);
+ss_status ss__metrics_create(ss__metrics **out, char *why, size_t whylen);
 void ss__metrics_destroy(ss__metrics *reg);
 
 /* labels: NULL, or a NULL-terminated list of key, value, key, value, ...

@@ -70,3 +70,13 @@ void ss__why(char *why, size_t whylen, const char *fmt, ...) {
     vsnprintf(why, whylen, fmt, ap);
     va_end(ap);
 }
+
+ss_status ss__fail(char *why, size_t whylen, ss_status st, const char *fmt, ...) {
+    if (why && whylen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, whylen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}

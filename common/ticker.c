@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "common/clock.h"
+#include "common/strbuf.h"
 
 struct ss__ticker {
     uint64_t period_ns;      /* the next wait */
@@ -44,19 +45,22 @@ static void *ticker_main(void *arg) {
     return NULL;
 }
 
-ss_status ss__ticker_start(uint64_t period_ns, void (*tick)(void *ctx), void *ctx,
-                           ss__ticker **out) {
+ss_status ss__ticker_start(uint64_t period_ns, void (*tick)(void *ctx), void *ctx, ss__ticker **out,
+                           char *why, size_t whylen) {
     if (!period_ns || !tick || !out)
-        return SS_ERR_INVALID_ARGUMENT;
-    return start(&(ss__ticker){.period_ns = period_ns, .tick = tick, .ctx = ctx}, out);
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "a ticker needs a period and a tick");
+    const ss_status st =
+        start(&(ss__ticker){.period_ns = period_ns, .tick = tick, .ctx = ctx}, out);
+    return st == SS_OK ? st : ss__fail(why, whylen, st, "no thread for a ticker");
 }
 
 ss_status ss__ticker_start_paced(uint64_t first_ns, uint64_t (*tick)(void *ctx), void *ctx,
-                                 ss__ticker **out) {
+                                 ss__ticker **out, char *why, size_t whylen) {
     if (!tick || !out)
-        return SS_ERR_INVALID_ARGUMENT;
-    return start(&(ss__ticker){.period_ns = first_ns ? first_ns : 1, .paced = tick, .ctx = ctx},
-                 out);
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "a ticker needs a tick");
+    const ss_status st =
+        start(&(ss__ticker){.period_ns = first_ns ? first_ns : 1, .paced = tick, .ctx = ctx}, out);
+    return st == SS_OK ? st : ss__fail(why, whylen, st, "no thread for a ticker");
 }
 
 static ss_status start(const ss__ticker *how, ss__ticker **out) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "common/hash.h"
+#include "common/strbuf.h"
 
 #define DEPTH      4
 #define WIDTH_BITS 18
@@ -17,12 +18,13 @@ struct ss__emb_admission {
     _Atomic uint16_t counts[DEPTH][WIDTH];
 };
 
-ss_status ss__emb_admission_create(uint32_t k, ss__emb_admission **out) {
+ss_status ss__emb_admission_create(uint32_t k, ss__emb_admission **out, char *why, size_t whylen) {
     if (!out || k < 2 || k > UINT16_MAX)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "an admission count is 2 to %u, not %u", (unsigned)UINT16_MAX, k);
     ss__emb_admission *a = calloc(1, sizeof *a);
     if (!a)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the admission sketch");
     a->k = k;
     pthread_mutex_init(&a->halving, NULL);
     *out = a;

@@ -11,6 +11,7 @@
 #define SS_EMB_ADMISSION_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "shadowsync/status.h"
@@ -18,7 +19,7 @@
 typedef struct ss__emb_admission ss__emb_admission;
 
 /* k: pushes an id needs (2..65535; 1 admits everything: no sketch). */
-ss_status ss__emb_admission_create(uint32_t k, ss__emb_admission **out);
+ss_status ss__emb_admission_create(uint32_t k, ss__emb_admission **out, char *why, size_t whylen);
 void ss__emb_admission_destroy(ss__emb_admission *a);
 
 /* Counts one push of id; true when that makes its count reach k. */

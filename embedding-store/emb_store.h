@@ -70,7 +70,8 @@ typedef struct ss__emb_store_config {
 } ss__emb_store_config;
 
 /* Opens (creating) the database and the tables stored in it. */
-ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out);
+ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out, char *why,
+                               size_t whylen);
 /* Stops the flusher after a last flush, closes the database. */
 void ss__emb_store_destroy(ss__emb_store *st);
 

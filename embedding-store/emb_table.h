@@ -107,7 +107,7 @@ typedef ss_status (*ss__emb_loader)(void *ctx, const uint64_t *ids, size_t n, fl
                                     bool *stored);
 
 ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, void *loader_ctx,
-                               ss__emb_table **out);
+                               ss__emb_table **out, char *why, size_t whylen);
 /* Frees every row at once (destroys the arena). */
 void ss__emb_table_destroy(ss__emb_table *t);
 /* For a table whose dirty rows nobody collects (ss__emb_table_collect_dirty:

@@ -94,7 +94,7 @@ static ss_status add_table(ss__emb_store *st, const ss__emb_spec *spec, store_ta
     tb->spec = *spec;
     tb->tid = ss__emb_table_id(spec->name);
     tb->st = st;
-    ss_status s = ss__emb_table_create(spec, load_rows, tb, &tb->t);
+    ss_status s = ss__emb_table_create(spec, load_rows, tb, &tb->t, NULL, 0);
     if (s != SS_OK) {
         free(tb);
         return s;
@@ -348,18 +348,24 @@ static ss_status load_whole(ss__emb_store *st, store_table *tb) {
     return s;
 }
 
-ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out) {
+ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **out, char *why,
+                               size_t whylen) {
     if (!cfg || !out || (cfg->flush_lag_ms && cfg->flush_lag_ms < 2) ||
         cfg->max_tables > SS_EMB_MAX_TABLES)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "flush lag must be 0 or at least 2 ms, and tables at most %d",
+                        SS_EMB_MAX_TABLES);
     bool has_db = cfg->db_path && *cfg->db_path;
     if (cfg->sync_writes && !has_db)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "synced writes need a RocksDB path");
     if (bounded(cfg) && (cfg->mem_cap_bytes || cfg->bounds.admit_count > UINT16_MAX))
-        return SS_ERR_INVALID_ARGUMENT; /* a bounded table is held whole (emb_store.h) */
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, /* held whole (emb_store.h) */
+                        "a bounded table takes no memory cap, and an admission count of at "
+                        "most %u",
+                        (unsigned)UINT16_MAX);
     ss__emb_store *st = calloc(1, sizeof *st);
     if (!st)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the embedding store");
     st->cfg = *cfg;
     if (!st->cfg.flush_lag_ms)
         st->cfg.flush_lag_ms = 200;
@@ -370,9 +376,9 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
     if (!st->cfg.max_tables)
         st->cfg.max_tables = SS_EMB_DEFAULT_MAX_TABLES;
     st->metrics = cfg->metrics;
-    if (!st->metrics && ss__metrics_create(&st->own_metrics) != SS_OK) {
+    if (!st->metrics && ss__metrics_create(&st->own_metrics, why, whylen) != SS_OK) {
         free(st);
-        return SS_ERR_NO_MEMORY;
+        return SS_ERR_NO_MEMORY; /* said by ss__metrics_create */
     }
     if (!st->metrics)
         st->metrics = st->own_metrics;
@@ -407,17 +413,21 @@ ss_status ss__emb_store_create(const ss__emb_store_config *cfg, ss__emb_store **
     for (size_t i = 0; i < sizeof k_refusal_reasons / sizeof *k_refusal_reasons; i++)
         count_refusal(st, k_refusal_reasons[i], 0);
     ss_status s = SS_OK;
-    char why[256] = "";
-    if (has_db && (s = ss__emb_db_open(cfg->db_path, &st->db, why, sizeof why)) != SS_OK)
-        ss__log(SS_LOG_ERROR, "emb", "event=db_open_failed %s", why);
-    if (s == SS_OK && st->db && (s = ss__emb_db_each_spec(st->db, restore_spec, st)) != SS_OK)
+    char db_why[256] = "";
+    if (has_db && (s = ss__emb_db_open(cfg->db_path, &st->db, db_why, sizeof db_why)) != SS_OK) {
+        ss__log(SS_LOG_ERROR, "emb", "event=db_open_failed %s", db_why);
+        ss__why(why, whylen, "%s", db_why);
+    }
+    if (s == SS_OK && st->db && (s = ss__emb_db_each_spec(st->db, restore_spec, st)) != SS_OK) {
         ss__log(SS_LOG_ERROR, "emb", "event=restore_failed status=%s", ss_status_name(s));
+        ss__why(why, whylen, "cannot restore the tables of %s: %s", cfg->db_path, ss_strerror(s));
+    }
     for (size_t i = 0; s == SS_OK && st->db && bounded(cfg) && i < st->ntables; i++)
         s = load_whole(st, st->tables[i]);
     /* Always: it also keeps shadowsync_emb_resident_rows current. */
     if (s == SS_OK) /* it waits on CLOCK_MONOTONIC: a clock step cannot stall it */
         s = ss__ticker_start((uint64_t)(st->cfg.flush_lag_ms / 2) * 1000000ull, flusher_tick, st,
-                             &st->flusher);
+                             &st->flusher, why, whylen);
     if (s != SS_OK) {
         ss__emb_store_destroy(st);
         return s;

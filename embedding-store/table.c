@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "common/strbuf.h"
 #include "embedding-store/emb_table.h"
 #include "embedding-store/row_arena_internal.h"
 #include "embedding-store/table_internal.h"
@@ -143,12 +144,13 @@ void ss__emb_table_skip_dirty_queue(ss__emb_table *t) {
 }
 
 ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, void *loader_ctx,
-                               ss__emb_table **out) {
+                               ss__emb_table **out, char *why, size_t whylen) {
     if (!out || !loader || ss__emb_spec_check(spec, NULL, 0) != SS_OK)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "an embedding table needs a loader and a valid spec");
     ss__emb_table *t = aligned_alloc(64, sizeof *t);
     if (!t)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for table %s", spec->name);
     memset(t, 0, sizeof *t);
     t->spec = *spec;
     t->tid = ss__emb_table_id(spec->name);
@@ -160,7 +162,7 @@ ss_status ss__emb_table_create(const ss__emb_spec *spec, ss__emb_loader loader, 
     t->loader_ctx = loader_ctx;
     if (!(t->arena = ss__row_arena_create())) {
         free(t);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for table %s's rows", spec->name);
     }
     for (int i = 0; i < STRIPES; i++)
         pthread_mutex_init(&t->s[i].lock, NULL);

@@ -140,7 +140,7 @@ ss_status ss__emb_table_set_bounds(ss__emb_table *t, const ss__emb_bounds *b, ui
         return SS_ERR_INVALID_ARGUMENT;
     ss__emb_admission *adm = NULL;
     if (b->admit_count > 1) {
-        ss_status st = ss__emb_admission_create(b->admit_count, &adm);
+        ss_status st = ss__emb_admission_create(b->admit_count, &adm, NULL, 0);
         if (st != SS_OK)
             return st;
     }

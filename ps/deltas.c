@@ -215,8 +215,8 @@ ss_status ss__ps_deltas_start(const ss__ps_deltas_config *cfg, ss__ps_deltas **o
     d->seq = newest_seq(cfg->dir); /* numbers go on across restarts; a base first */
     register_series(d);
     ss__emb_store_track_changes(cfg->store);
-    if ((st = ss__ticker_start((uint64_t)cfg->every_s * 1000000000ull, publish_tick, d,
-                               &d->ticker)) != SS_OK) {
+    if ((st = ss__ticker_start((uint64_t)cfg->every_s * 1000000000ull, publish_tick, d, &d->ticker,
+                               NULL, 0)) != SS_OK) {
         free(d);
         return st;
     }

@@ -398,7 +398,7 @@ ss_status ss__ps_follower_start(const ss__ps_follower_config *cfg, ss__ps_follow
     f->cfg = *cfg;
     if (!f->cfg.timeout_ms)
         f->cfg.timeout_ms = 30000;
-    ss_status st = remote ? ss__rpc_channel_create(cfg->addr, 0, cfg->tls, &f->ch) : SS_OK;
+    ss_status st = remote ? ss__rpc_channel_create(cfg->addr, 0, cfg->tls, &f->ch, NULL, 0) : SS_OK;
     if (st == SS_OK && remote)
         st = ss__rpc_channel_reachable(f->ch, "the training PS", 2000);
     ss__delta_index l;
@@ -422,8 +422,8 @@ ss_status ss__ps_follower_start(const ss__ps_follower_config *cfg, ss__ps_follow
     register_series(f);
     ss__emb_store_set_read_only(cfg->store);
     catch_up(f);
-    if ((st = ss__ticker_start((uint64_t)cfg->poll_ms * 1000000ull, catch_up_tick, f,
-                               &f->ticker)) != SS_OK) {
+    if ((st = ss__ticker_start((uint64_t)cfg->poll_ms * 1000000ull, catch_up_tick, f, &f->ticker,
+                               NULL, 0)) != SS_OK) {
         ss__rpc_channel_destroy(f->ch);
         free(f);
         return st;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "common/strbuf.h"
 
 struct ss__ps_group_metrics {
     ss__metrics *m;
@@ -18,12 +19,13 @@ struct ss__ps_group_metrics {
 };
 
 ss_status ss__ps_group_metrics_create(ss__metrics *m, ss__central *c, size_t max_groups,
-                                      ss__ps_group_metrics **out) {
+                                      ss__ps_group_metrics **out, char *why, size_t whylen) {
     if (!m || !c || !max_groups || !out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "group metrics need a registry, a centre and a group count");
     ss__ps_group_metrics *gm = calloc(1, sizeof *gm);
     if (!gm)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the group metrics");
     *gm = (ss__ps_group_metrics){.m = m, .c = c, .max_groups = max_groups};
     pthread_mutex_init(&gm->lock, NULL);
     *out = gm;

@@ -19,7 +19,7 @@ typedef struct ss__ps_group_metrics ss__ps_group_metrics;
 
 /* Mirrors at most max_groups of c's groups into m. */
 ss_status ss__ps_group_metrics_create(ss__metrics *m, ss__central *c, size_t max_groups,
-                                      ss__ps_group_metrics **out);
+                                      ss__ps_group_metrics **out, char *why, size_t whylen);
 /* One refresh (one at a time: callers may race): shadowsync_ps_dense_floats,
  * shadowsync_ps_rounds_total{group}, shadowsync_ps_members{group} and
  * shadowsync_ps_limit_refusals_total{limit}. */

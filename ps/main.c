@@ -560,11 +560,13 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                .max_groups = (uint32_t)o->max_groups,
                                .max_members = (uint32_t)o->max_members,
                                .max_total_floats = (uint64_t)o->max_total_floats};
-    if (ss__metrics_create(&ps->metrics) != SS_OK || ss__metrics_build_info(ps->metrics) != SS_OK ||
-        ss__central_create(&ccfg, &ps->centre) != SS_OK ||
-        ss__ps_group_metrics_create(ps->metrics, ps->centre, STATUS_GROUPS, &ps->group_metrics) !=
-            SS_OK) {
-        ss__refuse("shadowsync-ps", "out of memory");
+    char why[300] = "out of memory";
+    if (ss__metrics_create(&ps->metrics, why, sizeof why) != SS_OK ||
+        ss__metrics_build_info(ps->metrics) != SS_OK ||
+        ss__central_create(&ccfg, &ps->centre, why, sizeof why) != SS_OK ||
+        ss__ps_group_metrics_create(ps->metrics, ps->centre, STATUS_GROUPS, &ps->group_metrics, why,
+                                    sizeof why) != SS_OK) {
+        ss__refuse("shadowsync-ps", "%s", why);
         return 1;
     }
     ss__emb_store_config ecfg = {.db_path = o->emb_db,
@@ -583,10 +585,10 @@ static int open_state(ps_state *ps, const ps_options *o) {
                                             .max_live_rows = (uint64_t)o->emb_max_live}};
     if (make_private_dirs(ps, o) != 0)
         return 1;
-    ss_status st = ss__emb_store_create(&ecfg, &ps->store);
+    ss_status st = ss__emb_store_create(&ecfg, &ps->store, why, sizeof why);
     if (st != SS_OK) {
-        ss__refuse("shadowsync-ps", "cannot open the embedding store %s: %s",
-                   *o->emb_db ? o->emb_db : "(memory)", ss_strerror(st));
+        ss__refuse("shadowsync-ps", "cannot open the embedding store %s: %s (%s)",
+                   *o->emb_db ? o->emb_db : "(memory)", ss_strerror(st), why);
         return 1;
     }
     if (*o->ckpt_dir && restore(ps, o->ckpt_dir) != 0)
@@ -740,7 +742,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
                                             .timeout_ms = 10000,
                                             .peer_auth = o->peer_auth,
                                             .metrics = ps->metrics};
-        if (!ps->follower && ss__ps_row_moves_create(&mc, &ps->moves) == SS_OK) {
+        if (!ps->follower && ss__ps_row_moves_create(&mc, &ps->moves, NULL, 0) == SS_OK) {
             ps->esvc.ensure = ss__ps_row_moves_ensure;
             ps->esvc.handoff = ss__ps_row_moves_handoff;
             ps->esvc.moves = ps->moves;
@@ -790,7 +792,8 @@ static int start_http(ps_state *ps, const ps_options *o) {
                             .insecure_posts = o->insecure_loopback,
                             .optional = o->http == default_http};
     char web_at[300];
-    if (ss__http_daemon_start(program.name, &hcfg, &ps->web, web_at, sizeof web_at) != SS_OK)
+    if (ss__http_daemon_start(program.name, &hcfg, &ps->web, web_at, sizeof web_at, NULL, 0) !=
+        SS_OK)
         return 1;
     char tls[SS_AUTH_WRITERS_MAX + 40] = "";
     if (*o->tls_ca && *o->tls_writers)

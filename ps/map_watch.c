@@ -82,7 +82,7 @@ ss_status ss__ps_map_watch_start(const char *path, ss__metrics *metrics, ss__ps_
                                 "The shard map epoch this PS serves (--shard-map).", NULL,
                                 &w->epoch_gauge)) == SS_OK) {
         ss__gauge_set(w->epoch_gauge, (double)m.epoch);
-        st = ss__ticker_start(WATCH_PERIOD_NS, reread, w, &w->ticker);
+        st = ss__ticker_start(WATCH_PERIOD_NS, reread, w, &w->ticker, NULL, 0);
     }
     if (st != SS_OK) {
         pthread_rwlock_destroy(&w->gate);

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
+#include "common/strbuf.h"
 #include "common/ticker.h"
 #include "rpc/emb/emb_wire.h"
 #include "rpc/emb/embedding.pb-c.h"
@@ -97,8 +98,9 @@ struct ss__ps_row_moves {
 
 /* A channel to another shard: the token from the environment, the peer
  * token of the fleet. */
-static ss_status peer_channel(const ss__ps_row_moves *mv, const char *addr, ss__rpc_channel **ch) {
-    ss_status st = ss__rpc_channel_create(addr, (size_t)1 << 30, mv->cfg.tls, ch);
+static ss_status peer_channel(const ss__ps_row_moves *mv, const char *addr, ss__rpc_channel **ch,
+                              char *why, size_t whylen) {
+    ss_status st = ss__rpc_channel_create(addr, (size_t)1 << 30, mv->cfg.tls, ch, why, whylen);
     if (st == SS_OK)
         ss__rpc_channel_set_peer_auth(*ch, mv->cfg.peer_auth);
     return st;
@@ -193,6 +195,7 @@ static ss_status replan(ss__ps_row_moves *mv) {
     }
     p->from_shards = (uint32_t)nwas;
     ss_status st = SS_OK;
+    char why[300] = "";
     for (size_t j = 0; j < nwas && st == SS_OK; j++) {
         if (!strcmp(was[j], mv->self))
             continue;
@@ -203,15 +206,14 @@ static ss_status replan(ss__ps_row_moves *mv) {
          * changing epoch while each serves a request that takes from the
          * other would each wait on the other's. The giver needs no gate:
          * once it serves the new epoch no call of the old one is left. */
-        st = peer_channel(mv, was[j], &s->ch);
+        st = peer_channel(mv, was[j], &s->ch, why, sizeof why);
         p->from[j] = s;
     }
     if (st != SS_OK) {
         snprintf(mv->plan_why, sizeof mv->plan_why,
                  "no channel to old shard %s for the map of epoch %llu: %s (%s); planned again "
                  "at the next call",
-                 p->src[p->nsrc - 1].addr, (unsigned long long)m.epoch, ss_strerror(st),
-                 ss__rpc_channel_failure());
+                 p->src[p->nsrc - 1].addr, (unsigned long long)m.epoch, ss_strerror(st), why);
         ss__counter_add(mv->failures, 1);
         SS_LOG_WARNF("ps", "event=row_moves_plan_failed epoch=%llu why=\"%s\"",
                      (unsigned long long)m.epoch, mv->plan_why);
@@ -610,7 +612,7 @@ static ss__rpc_channel *channel_back(ss__ps_row_moves *mv, const char *addr) {
     for (size_t i = 0; i < mv->nback && !ch; i++)
         if (!strcmp(mv->back[i].addr, addr))
             ch = mv->back[i].ch;
-    if (!ch && mv->nback < MAX_SHARDS && peer_channel(mv, addr, &ch) == SS_OK) {
+    if (!ch && mv->nback < MAX_SHARDS && peer_channel(mv, addr, &ch, NULL, 0) == SS_OK) {
         snprintf(mv->back[mv->nback].addr, sizeof mv->back[0].addr, "%s", addr);
         mv->back[mv->nback++].ch = ch;
     }
@@ -765,12 +767,14 @@ void ss__ps_row_moves_handoff(void *ctx, const uint8_t *req, size_t len, ss__rpc
 
 /* ---- life ---- */
 
-ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row_moves **out) {
+ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row_moves **out,
+                                  char *why, size_t whylen) {
     if (!cfg || !cfg->store || !cfg->map || !cfg->batch_rows || cfg->batch_rows > MAX_TAKE)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "row moves need a store, a map and 1 to %d rows a batch", MAX_TAKE);
     ss__ps_row_moves *mv = calloc(1, sizeof *mv);
     if (!mv)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for row moves");
     mv->cfg = *cfg;
     if (!mv->cfg.timeout_ms)
         mv->cfg.timeout_ms = 10000;
@@ -797,7 +801,7 @@ ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row
                                NULL, &mv->pending);
     if (st != SS_OK) {
         ss__ps_row_moves_destroy(mv);
-        return st;
+        return ss__fail(why, whylen, st, "cannot register the row moves' series");
     }
     *out = mv;
     return SS_OK;
@@ -810,7 +814,8 @@ ss_status ss__ps_row_moves_run(ss__ps_row_moves *mv, const char *self) {
     replan(mv);      /* a plan that cannot be made yet is made again by the mover */
     pthread_mutex_unlock(&mv->lock);
     atomic_store(&mv->ready, true);
-    return ss__ticker_start_paced(1, mover_step, mv, &mv->mover); /* the first step at once */
+    return ss__ticker_start_paced(1, mover_step, mv, &mv->mover, NULL,
+                                  0); /* the first step at once */
 }
 
 void ss__ps_row_moves_destroy(ss__ps_row_moves *mv) {

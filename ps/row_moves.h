@@ -44,7 +44,8 @@ typedef struct ss__ps_row_moves_config {
     ss__metrics *metrics;
 } ss__ps_row_moves_config;
 
-ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row_moves **out);
+ss_status ss__ps_row_moves_create(const ss__ps_row_moves_config *cfg, ss__ps_row_moves **out,
+                                  char *why, size_t whylen);
 /* self: this PS's address as the map writes it (--advertise); starts the
  * background mover. Until then requests that may need a moving row are
  * refused (SS_ERR_STATE). */

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "rpc/auth.h"
 #include "rpc/bulk/bulk_link.h"
 #include "rpc/message.h"
@@ -49,36 +50,30 @@ static void note_rtt(ss__rpc_channel *ch, uint64_t ns) {
     }
 }
 
-static _Thread_local char channel_failure[400];
-
 void ss__rpc_channel_set_peer_auth(ss__rpc_channel *ch, const char *header) {
     snprintf(ch->peer, sizeof ch->peer, "%s", header ? header : "");
 }
 
-const char *ss__rpc_channel_failure(void) {
-    return channel_failure;
-}
-
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
-                                 const ss__rpc_tls *tls, ss__rpc_channel **out) {
+                                 const ss__rpc_tls *tls, ss__rpc_channel **out, char *why,
+                                 size_t whylen) {
     if (!target || !*target || !out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "a channel needs a target");
     ss__rpc_channel *ch = calloc(1, sizeof *ch);
     if (!ch)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a channel to %s", target);
     snprintf(ch->target, sizeof ch->target, "%s", target);
-    char why[300];
-    if (ss__auth_header_from_env(ch->auth, sizeof ch->auth, why, sizeof why) != SS_OK) {
-        SS_LOG_ERRORF("rpc", "event=bad_setting name=SHADOWSYNC_AUTH_TOKEN_FILE why=\"%s\"", why);
-        snprintf(channel_failure, sizeof channel_failure, "SHADOWSYNC_AUTH_TOKEN_FILE: %s", why);
+    char token[300];
+    if (ss__auth_header_from_env(ch->auth, sizeof ch->auth, token, sizeof token) != SS_OK) {
+        SS_LOG_ERRORF("rpc", "event=bad_setting name=SHADOWSYNC_AUTH_TOKEN_FILE why=\"%s\"", token);
+        ss__why(why, whylen, "SHADOWSYNC_AUTH_TOKEN_FILE: %s", token);
         free(ch);
         return SS_ERR_INVALID_ARGUMENT;
     }
     ss__rpc_init();
     grpc_channel_credentials *creds;
-    ss_status st = ss__rpc_client_credentials(tls, &creds);
+    ss_status st = ss__rpc_client_credentials(tls, &creds, why, whylen);
     if (st != SS_OK) {
-        snprintf(channel_failure, sizeof channel_failure, "%s", ss__rpc_tls_failure());
         free(ch);
         ss__rpc_shutdown();
         return st;
@@ -122,13 +117,16 @@ ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
     grpc_channel_args cargs = {.num_args = 8, .args = args};
     ch->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
-    if (!ch->channel || ss__bulk_link_create(target, tls, (size_t)max, &ch->link) != SS_OK) {
-        const ss_status why = ch->channel ? SS_ERR_NO_MEMORY : SS_ERR_IO;
+    if (!ch->channel ||
+        ss__bulk_link_create(target, tls, (size_t)max, &ch->link, why, whylen) != SS_OK) {
+        if (!ch->channel)
+            ss__why(why, whylen, "gRPC made no channel to %s", target);
+        const ss_status failed = ch->channel ? SS_ERR_NO_MEMORY : SS_ERR_IO;
         if (ch->channel)
             grpc_channel_destroy(ch->channel);
         free(ch);
         ss__rpc_shutdown();
-        return why;
+        return failed;
     }
     *out = ch;
     return SS_OK;
@@ -377,7 +375,7 @@ static void finish_call(ss__rpc_request *rq, call_state *cs, bool success) {
         note_rtt(rq->ch, ss__now_ns() - cs->start_ns);
     if (rq->status == SS_OK) {
         ss__rpc_message msg;
-        rq->status = ss__rpc_message_open(cs->recv, &msg);
+        rq->status = ss__rpc_message_open(cs->recv, &msg, NULL, 0);
         if (rq->status == SS_OK) {
             rq->status = rq->on_reply ? rq->on_reply(rq, &msg, rq->on_reply_arg)
                                       : take_message(&msg, &rq->resp, &rq->resp_len);

@@ -5,9 +5,10 @@
 #include <grpc/byte_buffer_reader.h>
 #include <string.h>
 
+#include "common/strbuf.h"
 #include "rpc/message.h"
 
-ss_status ss__rpc_message_open(grpc_byte_buffer *bb, ss__rpc_message *m) {
+ss_status ss__rpc_message_open(grpc_byte_buffer *bb, ss__rpc_message *m, char *why, size_t whylen) {
     memset(m, 0, sizeof *m);
     m->flat = grpc_empty_slice();
     if (!bb)
@@ -21,7 +22,7 @@ ss_status ss__rpc_message_open(grpc_byte_buffer *bb, ss__rpc_message *m) {
     /* Compressed by the peer: the reader inflates it, into one slice. */
     grpc_byte_buffer_reader r;
     if (!grpc_byte_buffer_reader_init(&r, bb))
-        return SS_ERR_PARSE;
+        return ss__fail(why, whylen, SS_ERR_PARSE, "a compressed message gRPC cannot read");
     m->flat = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
     m->slices = &m->flat;

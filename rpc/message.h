@@ -16,7 +16,7 @@ struct ss__rpc_message {
 
 /* Reads bb (NULL: an empty message); bb must outlive m. SS_ERR_PARSE when
  * a compressed message cannot be inflated. */
-ss_status ss__rpc_message_open(grpc_byte_buffer *bb, ss__rpc_message *m);
+ss_status ss__rpc_message_open(grpc_byte_buffer *bb, ss__rpc_message *m, char *why, size_t whylen);
 void ss__rpc_message_close(ss__rpc_message *m);
 
 #endif

@@ -193,11 +193,10 @@ bool ss__rpc_current_peer_host(char *out, size_t outlen);
 typedef struct ss__rpc_channel ss__rpc_channel;
 
 /* tls: optional (NULL = plain TCP). SS_ERR_IO when a PEM file cannot be
- * read; ss__rpc_channel_failure() then says which and why (this thread's
- * last failed create). */
+ * read (why says which and why). */
 ss_status ss__rpc_channel_create(const char *target, size_t max_message_bytes,
-                                 const ss__rpc_tls *tls, ss__rpc_channel **out);
-const char *ss__rpc_channel_failure(void);
+                                 const ss__rpc_tls *tls, ss__rpc_channel **out, char *why,
+                                 size_t whylen);
 /* Sends the PS fleet's peer token ("Bearer <token>") with every call of
  * ch from now on (SS_RPC_PEER_KEY): a PS's channels to other PS. Set it
  * before the channel is shared. */

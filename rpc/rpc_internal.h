@@ -45,10 +45,11 @@ bool ss__rpc_run_routed(const ss__rpc_method *m, void *ctx, const _Atomic uint64
                         bool check_blocking, const uint8_t *req, size_t len, ss__rpc_reply *reply);
 
 /* Credentials for tls (NULL or all-NULL = insecure). SS_ERR_IO when a PEM
- * file cannot be read, SS_ERR_INVALID_ARGUMENT for an incomplete pair. */
-ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out);
-ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credentials **out);
-/* Why this thread's last credentials failed: the PEM file and the error. */
-const char *ss__rpc_tls_failure(void);
+ * file cannot be read, SS_ERR_INVALID_ARGUMENT for an incomplete pair;
+ * why names the file and the error. */
+ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out,
+                                     char *why, size_t whylen);
+ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credentials **out,
+                                     char *why, size_t whylen);
 
 #endif

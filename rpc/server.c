@@ -219,7 +219,7 @@ static const uint8_t *gather_request(grpc_byte_buffer *payload, size_t *len, voi
                                      ss_status *st) {
     ss__rpc_message msg;
     *block = NULL;
-    if ((*st = ss__rpc_message_open(payload, &msg)) != SS_OK)
+    if ((*st = ss__rpc_message_open(payload, &msg, NULL, 0)) != SS_OK)
         return NULL;
     *st = SS_ERR_NO_MEMORY;
     size_t n = ss__rpc_message_length(&msg);
@@ -781,9 +781,8 @@ ss_status ss__rpc_server_start(const ss__rpc_server_config *cfg, const ss__rpc_m
     srv->shutdown_cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->shutdown_cq, NULL);
     grpc_server_credentials *creds;
-    ss_status cst = ss__rpc_server_credentials(cfg->tls, &creds);
+    ss_status cst = ss__rpc_server_credentials(cfg->tls, &creds, why, whylen);
     if (cst != SS_OK) {
-        ss__why(why, whylen, "%s", ss__rpc_tls_failure());
         SS_LOG_ERRORF("rpc", "event=tls_failed status=%s", ss_status_name(cst));
         grpc_server_destroy(srv->server);
         release_queues(srv, false);

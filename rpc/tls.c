@@ -5,13 +5,8 @@
 #include <string.h>
 
 #include "common/read_file.h"
+#include "common/strbuf.h"
 #include "rpc/rpc_internal.h"
-
-static _Thread_local char tls_failure[400];
-
-const char *ss__rpc_tls_failure(void) {
-    return tls_failure;
-}
 
 static bool tls_wanted(const ss__rpc_tls *tls) {
     return tls && (tls->ca_file || tls->cert_file || tls->key_file);
@@ -19,7 +14,7 @@ static bool tls_wanted(const ss__rpc_tls *tls) {
 
 /* Whole file as a NUL-terminated string (gRPC wants PEM text); an
  * operator's file, so a link (a Kubernetes Secret's) is followed. */
-static ss_status read_pem(const char *path, char **out) {
+static ss_status read_pem(const char *path, char **out, char *why, size_t whylen) {
     *out = NULL;
     if (!path)
         return SS_OK;
@@ -34,13 +29,10 @@ static ss_status read_pem(const char *path, char **out) {
     if (st == SS_OK)
         free(buf);
     if (st == SS_ERR_NO_MEMORY)
-        return st;
+        return ss__fail(why, whylen, st, "no memory for the PEM file %s", path);
     if (st == SS_OK || st == SS_ERR_TOO_LARGE)
-        snprintf(tls_failure, sizeof tls_failure, "the PEM file %s is empty or over 1 MiB", path);
-    else
-        snprintf(tls_failure, sizeof tls_failure, "cannot read the PEM file %s: %s", path,
-                 strerror(e));
-    return SS_ERR_IO;
+        return ss__fail(why, whylen, SS_ERR_IO, "the PEM file %s is empty or over 1 MiB", path);
+    return ss__fail(why, whylen, SS_ERR_IO, "cannot read the PEM file %s: %s", path, strerror(e));
 }
 
 typedef struct pem_set {
@@ -53,42 +45,50 @@ static void pem_free(pem_set *p) {
     free(p->key);
 }
 
-static ss_status pem_load(const ss__rpc_tls *tls, pem_set *p) {
+static ss_status pem_load(const ss__rpc_tls *tls, pem_set *p, char *why, size_t whylen) {
     *p = (pem_set){0};
     if (!tls->cert_file != !tls->key_file)
-        return SS_ERR_INVALID_ARGUMENT; /* a certificate needs its key, and back */
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "a TLS certificate needs its key file, and a key its certificate");
     ss_status st;
-    if ((st = read_pem(tls->ca_file, &p->ca)) != SS_OK ||
-        (st = read_pem(tls->cert_file, &p->cert)) != SS_OK ||
-        (st = read_pem(tls->key_file, &p->key)) != SS_OK)
+    if ((st = read_pem(tls->ca_file, &p->ca, why, whylen)) != SS_OK ||
+        (st = read_pem(tls->cert_file, &p->cert, why, whylen)) != SS_OK ||
+        (st = read_pem(tls->key_file, &p->key, why, whylen)) != SS_OK)
         pem_free(p);
     return st;
 }
 
-ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out) {
+ss_status ss__rpc_client_credentials(const ss__rpc_tls *tls, grpc_channel_credentials **out,
+                                     char *why, size_t whylen) {
     if (!tls_wanted(tls)) {
         *out = grpc_insecure_credentials_create();
-        return *out ? SS_OK : SS_ERR_INTERNAL;
+        return *out ? SS_OK : ss__fail(why, whylen, SS_ERR_INTERNAL, "gRPC gave no credentials");
     }
     pem_set p;
-    ss_status st = pem_load(tls, &p);
+    ss_status st = pem_load(tls, &p, why, whylen);
     if (st != SS_OK)
         return st;
     grpc_ssl_pem_key_cert_pair pair = {.private_key = p.key, .cert_chain = p.cert};
     *out = grpc_ssl_credentials_create(p.ca, p.cert ? &pair : NULL, NULL, NULL);
     pem_free(&p);
-    return *out ? SS_OK : SS_ERR_INVALID_ARGUMENT;
+    return *out ? SS_OK
+                : ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                           "gRPC refused the TLS files (CA %s, certificate %s)",
+                           tls->ca_file ? tls->ca_file : "none",
+                           tls->cert_file ? tls->cert_file : "none");
 }
 
-ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credentials **out) {
+ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credentials **out,
+                                     char *why, size_t whylen) {
     if (!tls_wanted(tls)) {
         *out = grpc_insecure_server_credentials_create();
-        return *out ? SS_OK : SS_ERR_INTERNAL;
+        return *out ? SS_OK : ss__fail(why, whylen, SS_ERR_INTERNAL, "gRPC gave no credentials");
     }
     if (!tls->cert_file || !tls->key_file)
-        return SS_ERR_INVALID_ARGUMENT; /* a TLS server needs its own certificate */
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "a TLS server needs its own certificate and key");
     pem_set p;
-    ss_status st = pem_load(tls, &p);
+    ss_status st = pem_load(tls, &p, why, whylen);
     if (st != SS_OK)
         return st;
     grpc_ssl_pem_key_cert_pair pair = {.private_key = p.key, .cert_chain = p.cert};
@@ -98,5 +98,8 @@ ss_status ss__rpc_server_credentials(const ss__rpc_tls *tls, grpc_server_credent
              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
         NULL);
     pem_free(&p);
-    return *out ? SS_OK : SS_ERR_INVALID_ARGUMENT;
+    return *out ? SS_OK
+                : ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                           "gRPC refused the TLS files (certificate %s, key %s)", tls->cert_file,
+                           tls->key_file);
 }

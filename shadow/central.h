@@ -48,7 +48,8 @@ typedef struct ss__central_config {
 
 /* NULL config: a deadline of 1 s, no timeout, no limits. SS_ERR_INVALID_ARGUMENT
  * names no field: the checks are the comments above. */
-ss_status ss__central_create(const ss__central_config *cfg, ss__central **out);
+ss_status ss__central_create(const ss__central_config *cfg, ss__central **out, char *why,
+                             size_t whylen);
 void ss__central_destroy(ss__central *c);
 
 /* The limits a Join can hit, in the order of ss__central_refusals. */

@@ -13,6 +13,7 @@
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/strbuf.h"
 #include "shadow/central_internal.h"
 
 const char *const ss__central_limit_names[SS_CENTRAL_LIMITS] = {"groups", "members",
@@ -461,14 +462,17 @@ bool ss__central_round_waiting(ss__central *c, const char *name, uint64_t member
     return waiting;
 }
 
-ss_status ss__central_create(const ss__central_config *cfg, ss__central **out) {
+ss_status ss__central_create(const ss__central_config *cfg, ss__central **out, char *why,
+                             size_t whylen) {
     if (!out ||
         (cfg && (cfg->round_deadline_ms == 0 ||
                  (cfg->member_timeout_ms && cfg->member_timeout_ms < cfg->round_deadline_ms))))
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(
+            why, whylen, SS_ERR_INVALID_ARGUMENT,
+            "the round deadline must be > 0 and the member timeout 0 or at least the deadline");
     ss__central *c = calloc(1, sizeof *c);
     if (!c)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the dense centre");
     pthread_mutex_init(&c->lock, NULL);
     c->deadline_ns = (uint64_t)(cfg ? cfg->round_deadline_ms : 1000) * 1000000ull;
     if (cfg) {

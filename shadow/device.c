@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/strbuf.h"
 
 struct ss__device_group {
     const ss__device_backend *be;
@@ -64,28 +65,23 @@ static ss_status failed(const ss__device_backend *be, int ordinal, const char *c
 }
 
 /* The checks every group starts with. */
-static ss_status check_device(const ss__device_backend *be, int ordinal, size_t n,
-                              const char **why) {
-    if (n == 0 || ordinal < 0) {
-        *why = "device group: n = 0 or a negative device";
-        return SS_ERR_INVALID_ARGUMENT;
-    }
-    if (n > SIZE_MAX / sizeof(float)) {
-        *why = "device group: n floats overflow a size";
-        return SS_ERR_TOO_LARGE;
-    }
+static ss_status check_device(const ss__device_backend *be, int ordinal, size_t n, char *why,
+                              size_t whylen) {
+    if (n == 0 || ordinal < 0)
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "device group: n = 0 or a negative device");
+    if (n > SIZE_MAX / sizeof(float))
+        return ss__fail(why, whylen, SS_ERR_TOO_LARGE, "device group: n floats overflow a size");
     const char *none = "";
     int count = be->count(&none);
     if (count == 0) {
         snprintf(last_error, sizeof last_error, "no CUDA device: %s", none);
-        *why = last_error;
-        return SS_ERR_UNSUPPORTED;
+        return ss__fail(why, whylen, SS_ERR_UNSUPPORTED, "%s", last_error);
     }
     if (ordinal >= count) {
         snprintf(last_error, sizeof last_error, "device %d: this process sees %d CUDA device%s",
                  ordinal, count, count == 1 ? "" : "s");
-        *why = last_error;
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "%s", last_error);
     }
     return SS_OK;
 }
@@ -93,21 +89,17 @@ static ss_status check_device(const ss__device_backend *be, int ordinal, size_t 
 /* A group with its live memory from `handle` (CUDA IPC) or, handle NULL,
  * allocated here. */
 static ss_status group_create(int ordinal, const unsigned char *handle, size_t n,
-                              ss__device_group **out, const char **why) {
-    const char *unused;
-    if (!why)
-        why = &unused;
-    *why = "";
+                              ss__device_group **out, char *why, size_t whylen) {
     last_error[0] = '\0';
     if (!out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "device group: nowhere to put it");
     const ss__device_backend *be = ss__device_backend_get();
-    ss_status st = check_device(be, ordinal, n, why);
+    ss_status st = check_device(be, ordinal, n, why, whylen);
     if (st != SS_OK)
         return st;
     ss__device_group *g = calloc(1, sizeof *g);
     if (!g)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a device group");
     g->be = be;
     g->ordinal = ordinal;
     g->n = n;
@@ -138,7 +130,7 @@ static ss_status group_create(int ordinal, const unsigned char *handle, size_t n
     if (st == SS_OK && (err = be->stream_create(ordinal, &g->stream)) != 0)
         st = failed(be, ordinal, "creating the sync stream", err);
     if (st != SS_OK) {
-        *why = last_error;
+        ss__why(why, whylen, "%s", last_error);
         ss__device_group_destroy(g);
         return st;
     }
@@ -146,19 +138,17 @@ static ss_status group_create(int ordinal, const unsigned char *handle, size_t n
     return SS_OK;
 }
 
-ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, const char **why) {
-    return group_create(ordinal, NULL, n, out, why);
+ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, char *why,
+                                  size_t whylen) {
+    return group_create(ordinal, NULL, n, out, why, whylen);
 }
 
 ss_status ss__device_group_open_ipc(int ordinal,
                                     const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
-                                    size_t n, ss__device_group **out, const char **why) {
-    if (!handle) {
-        if (why)
-            *why = "device group: no CUDA IPC handle";
-        return SS_ERR_INVALID_ARGUMENT;
-    }
-    return group_create(ordinal, handle, n, out, why);
+                                    size_t n, ss__device_group **out, char *why, size_t whylen) {
+    if (!handle)
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "device group: no CUDA IPC handle");
+    return group_create(ordinal, handle, n, out, why, whylen);
 }
 
 ss_status ss__device_group_ipc_handle(ss__device_group *g,

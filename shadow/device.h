@@ -92,15 +92,16 @@ int ss__device_count(const char **why);
 typedef struct ss__device_group ss__device_group;
 
 /* n floats on device `ordinal`, zeroed, with the shadow pool's stream,
- * staging and scratch buffers. A failure sets *why (thread-local text
- * naming the device and the call). */
-ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, const char **why);
+ * staging and scratch buffers. A failure says why (the device and the
+ * call). */
+ss_status ss__device_group_create(int ordinal, size_t n, ss__device_group **out, char *why,
+                                  size_t whylen);
 /* A group over device memory another process exported (CUDA IPC: the
  * agent opening a trainer's group), with a stream, staging and scratch of
  * its own; destroy closes the mapping, the memory stays the exporter's. */
 ss_status ss__device_group_open_ipc(int ordinal,
                                     const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
-                                    size_t n, ss__device_group **out, const char **why);
+                                    size_t n, ss__device_group **out, char *why, size_t whylen);
 /* The handle another process opens the group's memory with. */
 ss_status ss__device_group_ipc_handle(ss__device_group *g,
                                       unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES]);

@@ -71,12 +71,14 @@ struct ss__engine {
     _Atomic uint64_t rounds_total;
 };
 
-ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out) {
+ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out, char *why,
+                            size_t whylen) {
     if (!cfg || !out || !cfg->transport || cfg->threads == 0 || cfg->threads > 256)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "an engine needs a transport and 1 to 256 threads");
     ss__engine *e = calloc(1, sizeof *e);
     if (!e)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for an engine");
     e->transport = cfg->transport;
     e->nthreads = cfg->threads;
     e->round_interval_ns = cfg->round_interval_us * 1000ull;
@@ -85,7 +87,7 @@ ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out) {
     e->trainer = strdup(cfg->trainer ? cfg->trainer : "local");
     if (!e->trainer) {
         free(e);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for an engine");
     }
     if (cfg->metrics) {
         e->metrics = cfg->metrics;
@@ -93,7 +95,7 @@ ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out) {
             ss__metrics_hold(e->metrics, "trainer", e->trainer) == SS_OK)
             e->drop_metrics = true;
     } else {
-        ss_status st = ss__metrics_create(&e->metrics);
+        ss_status st = ss__metrics_create(&e->metrics, why, whylen);
         if (st != SS_OK) {
             free(e->trainer);
             free(e);
@@ -530,18 +532,19 @@ static void *shadow_thread(void *arg) {
     return NULL;
 }
 
-ss_status ss__engine_start(ss__engine *e) {
+ss_status ss__engine_start(ss__engine *e, char *why, size_t whylen) {
     if (!e)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "no engine");
     pthread_mutex_lock(&e->lock);
     if (e->running) {
         pthread_mutex_unlock(&e->lock);
-        return SS_ERR_STATE;
+        return ss__fail(why, whylen, SS_ERR_STATE, "the engine runs already");
     }
     e->threads = calloc(e->nthreads, sizeof *e->threads);
     if (!e->threads) {
         pthread_mutex_unlock(&e->lock);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for %u shadow threads",
+                        e->nthreads);
     }
     e->stopping = false;
     e->paused = false;
@@ -558,7 +561,8 @@ ss_status ss__engine_start(ss__engine *e) {
             free(e->threads);
             e->threads = NULL;
             e->running = false;
-            return SS_ERR_NO_MEMORY;
+            return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no thread for shadow thread %u of %u",
+                            i + 1, e->nthreads);
         }
     }
     SS_LOG_DEBUGF("engine", "event=started trainer=%s threads=%u", e->trainer, e->nthreads);

@@ -71,7 +71,8 @@ typedef struct ss__group_stats {
     uint64_t last_done_ns;  /* ss__now_ns() when it completed (0: none yet) */
 } ss__group_stats;
 
-ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out);
+ss_status ss__engine_create(const ss__engine_config *cfg, ss__engine **out, char *why,
+                            size_t whylen);
 /* Stops the engine if running, leaves every group, frees everything. */
 void ss__engine_destroy(ss__engine *e);
 
@@ -81,7 +82,7 @@ ss_status ss__engine_add_group(ss__engine *e, const char *name, ss__replica *rep
                                const ss__sync_params *params, ss__engine_group **out);
 
 /* Starts the shadow threads (background mode). */
-ss_status ss__engine_start(ss__engine *e);
+ss_status ss__engine_start(ss__engine *e, char *why, size_t whylen);
 /* Waits until no round is in flight, then holds the threads. */
 ss_status ss__engine_pause(ss__engine *e);
 ss_status ss__engine_resume(ss__engine *e);

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/strbuf.h"
 #include "shadow/host_average_transport.h"
 #include "shadow/inproc_transport.h"
 #include "shadow/transport.h"
@@ -290,17 +291,18 @@ static const ss__transport_ops host_avg_ops = {.join = ha_join,
                                                .destroy = ha_destroy};
 
 ss_status ss__host_average_transport_create(ss__transport *remote, uint32_t local_deadline_ms,
-                                            ss__transport **out) {
+                                            ss__transport **out, char *why, size_t whylen) {
     if (!remote || !out || local_deadline_ms == 0)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "host averaging needs a remote transport and a local deadline");
     host_avg *h = calloc(1, sizeof *h);
     if (!h)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for host averaging");
     pthread_mutex_init(&h->lock, NULL);
     h->remote = remote;
     ss__inproc_config lc = {.round_deadline_ms = local_deadline_ms};
-    ss_status st = ss__inproc_transport_create(&lc, &h->local);
-    if (st == SS_OK && (st = ss__transport_create(&host_avg_ops, h, out)) != SS_OK)
+    ss_status st = ss__inproc_transport_create(&lc, &h->local, why, whylen);
+    if (st == SS_OK && (st = ss__transport_create(&host_avg_ops, h, out, why, whylen)) != SS_OK)
         ss__transport_destroy(h->local);
     if (st != SS_OK) {
         pthread_mutex_destroy(&h->lock);

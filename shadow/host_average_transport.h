@@ -13,6 +13,6 @@
  * local_deadline_ms after the first), then one exchange per local round
  * goes to `remote` as a single member for the whole host. */
 ss_status ss__host_average_transport_create(ss__transport *remote, uint32_t local_deadline_ms,
-                                            ss__transport **out);
+                                            ss__transport **out, char *why, size_t whylen);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/finite.h"
+#include "common/strbuf.h"
 #include "shadow/central.h"
 #include "shadow/codec.h"
 #include "shadow/inproc_transport.h"
@@ -208,13 +209,16 @@ static const ss__transport_ops inproc_ops = {
     .destroy = ip_destroy,
 };
 
-ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transport **out) {
+ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transport **out, char *why,
+                                      size_t whylen) {
     if (!out || (cfg && (!(cfg->link_gbps >= 0.0) || cfg->link_latency_us > 10000000 ||
                          !ss__encoding_name(cfg->encoding))))
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(
+            why, whylen, SS_ERR_INVALID_ARGUMENT,
+            "an in-process link needs a rate >= 0, a latency of at most 10 s and a known encoding");
     inproc *ip = calloc(1, sizeof *ip);
     if (!ip)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for an in-process transport");
     pthread_mutex_init(&ip->lock, NULL);
     ss__central_config cc = {.round_deadline_ms = 1000};
     if (cfg) {
@@ -230,9 +234,9 @@ ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transpor
         ip->encoding = cfg->encoding;
         ip->no_feedback = cfg->no_error_feedback;
     }
-    ss_status st = ss__central_create(&cc, &ip->central);
+    ss_status st = ss__central_create(&cc, &ip->central, why, whylen);
     if (st == SS_OK)
-        st = ss__transport_create(&inproc_ops, ip, out);
+        st = ss__transport_create(&inproc_ops, ip, out, why, whylen);
     if (st != SS_OK)
         ip_destroy(ip);
     return st;

@@ -42,7 +42,8 @@ typedef struct ss__inproc_config {
     bool no_error_feedback;
 } ss__inproc_config;
 
-ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transport **out);
+ss_status ss__inproc_transport_create(const ss__inproc_config *cfg, ss__transport **out, char *why,
+                                      size_t whylen);
 
 /* The centre behind t (its checkpoints, /status, refusals), NULL when t is
  * not an in-process transport. */

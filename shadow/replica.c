@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
 #include "shadow/kernels.h"
 
 struct ss__replica {
@@ -20,17 +21,17 @@ struct ss__replica {
     _Alignas(64) _Atomic uint64_t own_iterations;
 };
 
-ss_status ss__replica_create(size_t n, ss__replica **out) {
+ss_status ss__replica_create(size_t n, ss__replica **out, char *why, size_t whylen) {
     if (!out || n == 0)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "a replica needs at least one float");
     ss__replica *r = aligned_alloc(64, sizeof *r);
     if (!r)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a replica");
     size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
     float *data = aligned_alloc(64, bytes);
     if (!data) {
         free(r);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a replica of %zu floats", n);
     }
     memset(data, 0, bytes);
     r->data = data;
@@ -67,14 +68,15 @@ ss_status ss__replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *itera
 /* A replica around a device group: one allocated here, or with handle
  * another process's opened (CUDA IPC). */
 static ss_status device_replica(int ordinal, const unsigned char *handle, size_t n,
-                                _Atomic uint64_t *iterations, ss__replica **out, const char **why) {
+                                _Atomic uint64_t *iterations, ss__replica **out, char *why,
+                                size_t whylen) {
     if (!out || n == 0)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "a replica needs at least one float");
     ss__replica *r = aligned_alloc(64, sizeof *r);
     if (!r)
-        return SS_ERR_NO_MEMORY;
-    ss_status st = handle ? ss__device_group_open_ipc(ordinal, handle, n, &r->device, why)
-                          : ss__device_group_create(ordinal, n, &r->device, why);
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a replica");
+    ss_status st = handle ? ss__device_group_open_ipc(ordinal, handle, n, &r->device, why, whylen)
+                          : ss__device_group_create(ordinal, n, &r->device, why, whylen);
     if (st != SS_OK) {
         free(r);
         return st;
@@ -89,17 +91,17 @@ static ss_status device_replica(int ordinal, const unsigned char *handle, size_t
 }
 
 ss_status ss__replica_create_device(int ordinal, size_t n, _Atomic uint64_t *iterations,
-                                    ss__replica **out, const char **why) {
-    return device_replica(ordinal, NULL, n, iterations, out, why);
+                                    ss__replica **out, char *why, size_t whylen) {
+    return device_replica(ordinal, NULL, n, iterations, out, why, whylen);
 }
 
 ss_status ss__replica_open_device_ipc(int ordinal,
                                       const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
                                       size_t n, _Atomic uint64_t *iterations, ss__replica **out,
-                                      const char **why) {
+                                      char *why, size_t whylen) {
     if (!handle)
-        return SS_ERR_INVALID_ARGUMENT;
-    return device_replica(ordinal, handle, n, iterations, out, why);
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "no CUDA IPC handle");
+    return device_replica(ordinal, handle, n, iterations, out, why, whylen);
 }
 
 void ss__replica_destroy(ss__replica *r) {

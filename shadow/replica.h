@@ -17,7 +17,7 @@
 typedef struct ss__replica ss__replica;
 
 /* Allocates n zeroed floats, 64-byte aligned. */
-ss_status ss__replica_create(size_t n, ss__replica **out);
+ss_status ss__replica_create(size_t n, ss__replica **out, char *why, size_t whylen);
 /* Wraps caller-owned memory (e.g. a shared mapping); destroy leaves it alone. */
 ss_status ss__replica_wrap(float *data, size_t n, ss__replica **out);
 /* Like ss__replica_wrap, with the iteration counter at `iterations` too
@@ -27,15 +27,15 @@ ss_status ss__replica_wrap_shared(float *data, size_t n, _Atomic uint64_t *itera
                                   ss__replica **out);
 /* n zeroed floats on CUDA device `ordinal` (shadow/device.h), the
  * iteration counter at `iterations` (NULL: a private one, as for
- * ss__replica_wrap_shared); *why says what failed (no device, which call). */
+ * ss__replica_wrap_shared); why says what failed (no device, which call). */
 ss_status ss__replica_create_device(int ordinal, size_t n, _Atomic uint64_t *iterations,
-                                    ss__replica **out, const char **why);
+                                    ss__replica **out, char *why, size_t whylen);
 /* The agent's side of a trainer's device group: its memory opened from a
  * CUDA IPC handle, its counter in the shared header. */
 ss_status ss__replica_open_device_ipc(int ordinal,
                                       const unsigned char handle[SS_DEVICE_IPC_HANDLE_BYTES],
                                       size_t n, _Atomic uint64_t *iterations, ss__replica **out,
-                                      const char **why);
+                                      char *why, size_t whylen);
 void ss__replica_destroy(ss__replica *r);
 
 /* Host memory; NULL for a device replica. */

@@ -4,19 +4,21 @@
 #include <string.h>
 
 #include "common/finite.h"
+#include "common/strbuf.h"
 
 struct ss__transport {
     const ss__transport_ops *ops;
     void *impl;
 };
 
-ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__transport **out) {
+ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__transport **out,
+                               char *why, size_t whylen) {
     if (!ops || !out || !ops->join || !ops->leave || !ops->easgd_exchange || !ops->round ||
         !ops->read_central || !ops->destroy)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "a transport needs every operation");
     ss__transport *t = malloc(sizeof *t);
     if (!t)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a transport");
     t->ops = ops;
     t->impl = impl;
     *out = t;

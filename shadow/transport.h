@@ -67,7 +67,8 @@ typedef struct ss__transport_ops {
 } ss__transport_ops;
 
 /* Wraps an implementation. Takes ownership of impl (ops->destroy frees it). */
-ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__transport **out);
+ss_status ss__transport_create(const ss__transport_ops *ops, void *impl, ss__transport **out,
+                               char *why, size_t whylen);
 void ss__transport_destroy(ss__transport *t);
 
 ss_status ss__transport_join(ss__transport *t, const char *group, size_t n, uint64_t *member);

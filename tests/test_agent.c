@@ -92,7 +92,7 @@ static ss_status register_group_said(int fd, const char *name, size_t n, ss__shm
     ss__pb_register_group r;
     register_request(&rq, &r, name, n);
     ss_status v = SS_ERR_IO;
-    if (ss__shm_group_create(name, n, g) != SS_OK ||
+    if (ss__shm_group_create(name, n, g, NULL, 0) != SS_OK ||
         ss__agent_send_request(fd, &rq, g->fd) != SS_OK ||
         ss__agent_recv_reply(fd, 10000, &v, msg, msglen) != SS_OK)
         return SS_ERR_IO;
@@ -148,7 +148,7 @@ START_TEST(socket_wrong_message) {
     double before = rejected("wrong_message"), fd_before = rejected("bad_fd");
     int fd = unix_connect(sock_path);
     ss__shm_group g;
-    ck_assert_int_eq(ss__shm_group_create("early", 16, &g), SS_OK);
+    ck_assert_int_eq(ss__shm_group_create("early", 16, &g, NULL, 0), SS_OK);
     ss__pb_agent_request rq;
     ss__pb_register_group r;
     register_request(&rq, &r, "early", 16);
@@ -225,7 +225,7 @@ START_TEST(socket_truncated_fd_message) {
     ck_assert_ptr_nonnull(strstr(msg, "must carry the group's memfd"));
     /* 2: three descriptors where one fits: the control message is cut. */
     ss__shm_group g;
-    ck_assert_int_eq(ss__shm_group_create("g", 16, &g), SS_OK);
+    ck_assert_int_eq(ss__shm_group_create("g", 16, &g, NULL, 0), SS_OK);
     int three[3] = {g.fd, g.fd, g.fd};
     send_with_fds(fd, three, 3);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
@@ -239,7 +239,7 @@ START_TEST(socket_truncated_fd_message) {
     ck_assert_ptr_nonnull(strstr(msg, "not sealed"));
     /* 4: a sealed memfd of another size than announced. */
     ss__shm_group small;
-    ck_assert_int_eq(ss__shm_group_create("g", 4096, &small), SS_OK);
+    ck_assert_int_eq(ss__shm_group_create("g", 4096, &small, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__agent_send_request(fd, &rq, small.fd), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg, "size does not match"));
@@ -527,7 +527,7 @@ START_TEST(trainer_groups_and_bytes_are_bounded) {
     ss__pb_agent_request rq;
     ss__pb_register_group r;
     register_request(&rq, &r, "over", 1);
-    ck_assert_int_eq(ss__shm_group_create("over", 1, &g[2]), SS_OK);
+    ck_assert_int_eq(ss__shm_group_create("over", 1, &g[2], NULL, 0), SS_OK);
     ck_assert_int_eq(ss__agent_send_request(fd, &rq, g[2].fd), SS_OK);
     ck_assert_int_eq(reply_of(fd, msg, sizeof msg), SS_ERR_TOO_LARGE);
     ck_assert_ptr_nonnull(strstr(msg, "--max-trainer-mb"));
@@ -540,7 +540,7 @@ START_TEST(trainer_groups_and_bytes_are_bounded) {
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(register_group(fd2, names[i], 8, &h[i]), SS_OK);
     register_request(&rq, &r, "d", 8);
-    ck_assert_int_eq(ss__shm_group_create("d", 8, &h[3]), SS_OK);
+    ck_assert_int_eq(ss__shm_group_create("d", 8, &h[3], NULL, 0), SS_OK);
     ck_assert_int_eq(ss__agent_send_request(fd2, &rq, h[3].fd), SS_OK);
     ck_assert_int_eq(reply_of(fd2, msg, sizeof msg), SS_ERR_TOO_LARGE);
     ck_assert_ptr_nonnull(strstr(msg, "--max-trainer-groups"));
@@ -741,21 +741,22 @@ END_TEST
 START_TEST(trainer_checks_the_agent_uid) {
     ss__agent_group_spec g;
     ss__shm_group shm;
-    ck_assert_int_eq(ss__shm_group_create("checked", 8, &shm), SS_OK);
+    ck_assert_int_eq(ss__shm_group_create("checked", 8, &shm, NULL, 0), SS_OK);
     g = (ss__agent_group_spec){
         .name = "checked", .n = 8, .fd = shm.fd, .algo = "easgd", .alpha = 0.1f};
     setenv("SHADOWSYNC_AGENT_UID", "4242", 1);
     ss__agent_client *c;
-    ck_assert_int_eq(ss__agent_client_create(sock_path, "wary", 2000, &c), SS_OK);
+    ck_assert_int_eq(ss__agent_client_create(sock_path, "wary", 2000, &c, NULL, 0), SS_OK);
     unsetenv("SHADOWSYNC_AGENT_UID");
     ck_assert_int_eq(ss__agent_client_add_group(c, &g), SS_OK); /* queued */
     ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 500, NULL, 0), SS_ERR_IO);
     ck_assert_uint_eq(ss__agent_client_sessions(c), 0);
     ss__agent_client_destroy(c);
     setenv("SHADOWSYNC_AGENT_UID", "not-a-uid", 1);
-    ck_assert_int_eq(ss__agent_client_create(sock_path, "wary", 2000, &c), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__agent_client_create(sock_path, "wary", 2000, &c, NULL, 0),
+                     SS_ERR_INVALID_ARGUMENT);
     unsetenv("SHADOWSYNC_AGENT_UID");
-    ck_assert_int_eq(ss__agent_client_create(sock_path, "trusting", 2000, &c), SS_OK);
+    ck_assert_int_eq(ss__agent_client_create(sock_path, "trusting", 2000, &c, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__agent_client_add_group(c, &g), SS_OK);
     ck_assert_int_eq(ss__agent_client_finish(c, 0, 0, 5000, NULL, 0), SS_OK);
     ck_assert_uint_eq(ss__agent_client_sessions(c), 1);
@@ -994,7 +995,7 @@ START_TEST(restarted_agent_replaces_its_trainers_members) {
         register_request(&rq, &r, "kept", 16);
         r.member_key = keys[i];
         ss__shm_group g;
-        ck_assert_int_eq(ss__shm_group_create("kept", 16, &g), SS_OK);
+        ck_assert_int_eq(ss__shm_group_create("kept", 16, &g, NULL, 0), SS_OK);
         ck_assert_int_eq(ss__agent_send_request(fd, &rq, g.fd), SS_OK);
         ck_assert_int_eq(reply_of(fd, NULL, 0), SS_OK);
         const double members = ps_members_after(a, ps_http, fd);

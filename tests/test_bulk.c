@@ -279,7 +279,7 @@ static ss__transport *bulk_transport(void) {
     ss__transport *t;
     ss__grpc_transport_config cfg = {
         .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100, .bulk = true};
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     return t;
 }
 
@@ -294,7 +294,7 @@ START_TEST(test_easgd_on_the_stream_as_over_grpc) {
     ss__grpc_transport_config gcfg = {
         .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100};
     ss__transport *g;
-    ck_assert_int_eq(ss__grpc_transport_create(&gcfg, &g), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&gcfg, &g, NULL, 0), SS_OK);
     uint64_t mb, mg;
     ck_assert_int_eq(ss__transport_join(b, "on-bulk", N, &mb), SS_OK);
     ck_assert_int_eq(ss__transport_join(g, "on-grpc", N, &mg), SS_OK);
@@ -320,7 +320,7 @@ START_TEST(test_easgd_on_the_stream_as_over_grpc) {
      * the stream, as the gRPC door serves it (test_a_stream_lives_in_its_epoch) */
     ss__grpc_transport_config ecfg = {
         .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100, .bulk = true, .epoch = 3};
-    ck_assert_int_eq(ss__grpc_transport_create(&ecfg, &b), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&ecfg, &b, NULL, 0), SS_OK);
     check_easgd_by_hand(b, "by-map");
     ck_assert_uint_eq(ss__grpc_transport_bulk_batches(b), 2);
     ss__transport_destroy(b);
@@ -400,7 +400,7 @@ static bool ticket_taken(int fd) {
  * (0: by none). */
 static void ticket_over_grpc(uint8_t t[SS_BULK_TICKET_BYTES], uint64_t epoch) {
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch, NULL, 0), SS_OK);
     ss__rpc_channel_set_epoch(ch, epoch);
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
     req.epoch = epoch;
@@ -642,9 +642,9 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
                                      .tls = &tls,
                                      .bulk = true};
     ss__transport *b, *g;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &b), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &b, NULL, 0), SS_OK);
     cfg.bulk = false;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &g), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &g, NULL, 0), SS_OK);
     uint64_t mb, mg;
     ck_assert_int_eq(ss__transport_join(b, "tls-bulk", N, &mb), SS_OK);
     ck_assert_int_eq(ss__transport_join(g, "tls-grpc", N, &mg), SS_OK);
@@ -663,7 +663,7 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     /* Embedding rows on a TLS stream, from the client's own files. */
     ss__emb_client *ec;
     ss__emb_spec spec;
-    ck_assert_int_eq(ss__emb_client_create(ps_target, &tls, 20000, &ec), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(ps_target, &tls, 20000, &ec, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_client_use_bulk(ec, true), SS_OK);
     ck_assert_int_eq(ss__emb_spec_init(&spec, "tls-rows", 16), SS_OK);
     ck_assert_int_eq(ss__emb_client_open_table(ec, &spec, NULL, NULL, 0), SS_OK);
@@ -684,7 +684,7 @@ START_TEST(test_easgd_on_a_tls_stream_as_over_grpc) {
     snprintf(reader[0], sizeof reader[0], "%s/reader.pem", dir);
     snprintf(reader[1], sizeof reader[1], "%s/reader.key", dir);
     const ss__rpc_tls rtls = {.ca_file = pem[2], .cert_file = reader[0], .key_file = reader[1]};
-    ck_assert_int_eq(ss__emb_client_create(ps_target, &rtls, 20000, &ec), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(ps_target, &rtls, 20000, &ec, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_client_use_bulk(ec, true), SS_OK);
     for (int k = 0; k < 3; k++) {
         ck_assert_int_eq(ss__emb_client_lookup(ec, &spec, ids, 3, r3), SS_OK);
@@ -742,7 +742,7 @@ START_TEST(test_a_stream_lives_in_its_epoch) {
     ss__grpc_transport_config cfg = {
         .targets = ps_target, .timeout_ms = 5000, .chunk_floats = 100, .bulk = true, .epoch = 2};
     ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t a, b;
     float d[2], c[2];
     ck_assert_int_eq(ss__transport_join(t, "w", 2, &a), SS_OK);

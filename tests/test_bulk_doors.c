@@ -117,7 +117,7 @@ static void check_all_serve(const ps_proc *ps, const char *what) {
     ss__grpc_transport_config cfg = {
         .targets = ps->target, .timeout_ms = 10000, .chunk_floats = 100000, .bulk = true};
     ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     check_easgd_by_hand(t, what);
     ck_assert_msg(ss__grpc_transport_bulk_batches(t) == 2, "%s: %llu batches on the stream of 2",
                   what, (unsigned long long)ss__grpc_transport_bulk_batches(t));
@@ -244,7 +244,7 @@ static void ticket_of(ss__rpc_channel *ch, uint8_t t[SS_BULK_TICKET_BYTES]) {
 /* A frame's head announcing len bytes of EasgdExchange, on a new stream. */
 static int stalled_frame(const ps_proc *ps, uint64_t len, size_t sent) {
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(ps->target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(ps->target, 0, NULL, &ch, NULL, 0), SS_OK);
     uint8_t t[SS_BULK_TICKET_BYTES];
     ticket_of(ch, t);
     ss__rpc_channel_destroy(ch);
@@ -275,7 +275,7 @@ START_TEST(test_stalled_frames_hold_only_what_arrived) {
     ss__grpc_transport_config cfg = {
         .targets = ps.target, .timeout_ms = 10000, .chunk_floats = 100000, .bulk = true};
     ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     enum { N = 100000 };
     uint64_t m;
     ck_assert_int_eq(ss__transport_join(t, "big", N, &m), SS_OK);
@@ -311,7 +311,7 @@ START_TEST(test_one_writer_cannot_hoard_tickets) {
     ps_proc ps;
     start_ps(&ps, "hoard", NULL);
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(ps.target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(ps.target, 0, NULL, &ch, NULL, 0), SS_OK);
     static uint8_t hoard[300][SS_BULK_TICKET_BYTES];
     for (int i = 0; i < 300; i++)
         ticket_of(ch, hoard[i]);
@@ -390,7 +390,7 @@ START_TEST(test_a_source_out_of_places_calls_over_grpc) {
     ss__grpc_transport_config cfg = {
         .targets = ps.target, .timeout_ms = 10000, .chunk_floats = 100000, .bulk = true};
     ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t m;
     float d[2];
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &m), SS_OK);

@@ -69,9 +69,9 @@ START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
     char base[80];
     start_ps("127.0.0.1:0", base, sizeof base);
     ss__emb_client *b, *g;
-    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &b), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &b, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_client_use_bulk(b, true), SS_OK);
-    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &g), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, 5000, &g, NULL, 0), SS_OK);
     ss__emb_spec spec;
     ck_assert_int_eq(ss__emb_spec_init(&spec, "rows", 8), SS_OK);
     ck_assert_int_eq(ss__emb_client_open_table(b, &spec, NULL, NULL, 0), SS_OK);
@@ -119,7 +119,7 @@ END_TEST
  * (dim 4) open. */
 static ss__emb_client *streams_client(uint32_t timeout_ms, const char *name, ss__emb_spec *spec) {
     ss__emb_client *c;
-    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, timeout_ms, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, timeout_ms, &c, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_client_use_bulk(c, true), SS_OK);
     ck_assert_int_eq(ss__emb_spec_init(spec, name, 4), SS_OK);
     ck_assert_int_eq(ss__emb_client_open_table(c, spec, NULL, NULL, 0), SS_OK);

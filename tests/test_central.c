@@ -23,14 +23,14 @@
 static ss__transport *make(uint32_t deadline_ms, uint32_t timeout_ms) {
     ss__transport *t;
     ss__inproc_config cfg = {.round_deadline_ms = deadline_ms, .member_timeout_ms = timeout_ms};
-    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     return t;
 }
 
 START_TEST(test_member_timeout_must_cover_the_deadline) {
     ss__transport *t;
     ss__inproc_config cfg = {.round_deadline_ms = 500, .member_timeout_ms = 100};
-    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t, NULL, 0), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -116,9 +116,9 @@ START_TEST(test_engine_rejoins_after_expiry) {
     ss__transport *t = make(50, 60);
     ss__engine *e;
     ss__engine_config ecfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss__engine_create(&ecfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&ecfg, &e, NULL, 0), SS_OK);
     ss__replica *r;
-    ck_assert_int_eq(ss__replica_create(2, &r), SS_OK);
+    ck_assert_int_eq(ss__replica_create(2, &r, NULL, 0), SS_OK);
     ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
     ss__engine_group *g;
     ck_assert_int_eq(ss__engine_add_group(e, "g", r, &p, &g), SS_OK);
@@ -468,9 +468,9 @@ START_TEST(test_group_series_go_with_their_group) {
     ss__metrics *m;
     ss__central *c;
     ss__ps_group_metrics *gm;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
-    ck_assert_int_eq(ss__central_create(NULL, &c), SS_OK);
-    ck_assert_int_eq(ss__ps_group_metrics_create(m, c, 16, &gm), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__central_create(NULL, &c, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__ps_group_metrics_create(m, c, 16, &gm, NULL, 0), SS_OK);
     uint64_t id;
     ck_assert_int_eq(ss__central_join(c, "dense[0:4)", 4, 0, &id), SS_OK);
     char *text = scrape(gm, m);

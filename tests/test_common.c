@@ -74,7 +74,7 @@ END_TEST
 /* A trainer's series leave with its last holder; others stay. */
 START_TEST(test_metrics_drop_departed) {
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__counter *a, *b, *c;
     const char *la[] = {"trainer", "t1", "group", "g", NULL};
     const char *lb[] = {"group", "g", "trainer", "t1", NULL};
@@ -228,7 +228,7 @@ END_TEST
 
 START_TEST(test_metrics_render_exact) {
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__counter *c, *c2;
     const char *labels[] = {"group", "dense \"a\"", NULL};
     ck_assert_int_eq(ss__metrics_counter(m, "shadowsync_sync_rounds_total", "Rounds.", labels, &c),
@@ -277,7 +277,7 @@ END_TEST
 
 START_TEST(test_metrics_bad_input) {
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__counter *c;
     ss__gauge *g;
     ss__histogram *h;
@@ -512,7 +512,7 @@ START_TEST(test_map_watch_refuses_epoch_jumps) {
     snprintf(path, sizeof path, "%s/fleet.map", dir);
     ss__check_write_map(path, 2, "a:1", NULL);
     ss__metrics *metrics;
-    ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&metrics, NULL, 0), SS_OK);
     ss__ps_map_watch *w;
     ck_assert_int_eq(ss__ps_map_watch_start(path, metrics, &w, why, sizeof why), SS_OK);
     const _Atomic uint64_t *epoch = ss__ps_map_watch_epoch(w);
@@ -535,7 +535,7 @@ END_TEST
 /* The process_* series: there, and plausible for this very process. */
 START_TEST(test_process_metrics) {
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__process_metrics_refresh(m);
     char *text;
     size_t len;
@@ -569,8 +569,9 @@ static void count_tick(void *ctx) {
 START_TEST(test_ticker_ticks_until_stopped) {
     int ticks = 0;
     ss__ticker *t;
-    ck_assert_int_eq(ss__ticker_start(0, count_tick, &ticks, &t), SS_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(ss__ticker_start(50000000, count_tick, &ticks, &t), SS_OK); /* 50 ms */
+    ck_assert_int_eq(ss__ticker_start(0, count_tick, &ticks, &t, NULL, 0), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ticker_start(50000000, count_tick, &ticks, &t, NULL, 0),
+                     SS_OK); /* 50 ms */
     usleep(20000);
     ck_assert_int_eq(__atomic_load_n(&ticks, __ATOMIC_RELAXED), 0); /* a period first */
     while (__atomic_load_n(&ticks, __ATOMIC_RELAXED) < 3)
@@ -592,8 +593,9 @@ static uint64_t paced_tick(void *ctx) {
 START_TEST(test_paced_ticker_waits_what_its_tick_says) {
     int ticks = 0;
     ss__ticker *t;
-    ck_assert_int_eq(ss__ticker_start_paced(0, NULL, &ticks, &t), SS_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(ss__ticker_start_paced(0, paced_tick, &ticks, &t), SS_OK); /* at once */
+    ck_assert_int_eq(ss__ticker_start_paced(0, NULL, &ticks, &t, NULL, 0), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ticker_start_paced(0, paced_tick, &ticks, &t, NULL, 0),
+                     SS_OK); /* at once */
     while (__atomic_load_n(&ticks, __ATOMIC_RELAXED) < 3)
         usleep(1000);
     usleep(100000);

@@ -146,8 +146,8 @@ END_TEST
 
 START_TEST(test_truth_deterministic) {
     ss__ctr_truth *a, *b;
-    ck_assert_int_eq(ss__ctr_truth_create(7, &a), SS_OK);
-    ck_assert_int_eq(ss__ctr_truth_create(7, &b), SS_OK);
+    ck_assert_int_eq(ss__ctr_truth_create(7, &a, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__ctr_truth_create(7, &b, NULL, 0), SS_OK);
     ss__rng ra, rb, rc;
     ss__rng_seed(&ra, 11);
     ss__rng_seed(&rb, 11);
@@ -198,8 +198,8 @@ START_TEST(test_model_gradients_match_finite_differences) {
     for (size_t i = L.b3; i < L.w4; i++)
         dense[i] = 0.1f;
     ss__ctr_embeddings emb, emb_after;
-    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 5, &emb), SS_OK);
-    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 5, &emb_after), SS_OK);
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 5, &emb, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 5, &emb_after, NULL, 0), SS_OK);
     for (size_t i = 0; i < 26 * 16 * 3; i++)
         emb.data[i] = emb_after.data[i] = emb.data[i] * 10.0f; /* not too close to zero */
     ss__ctr_example ex = {.label = 1.0f};
@@ -210,7 +210,7 @@ START_TEST(test_model_gradients_match_finite_differences) {
     ex.cat_missing = 1u << 3;
 
     ss__ctr_worker *w;
-    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
+    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w, NULL, 0), SS_OK);
     memcpy(after, dense, L.total * sizeof(float));
     const ss__ctr_example *batch[] = {&ex};
     double loss = 0;
@@ -379,12 +379,12 @@ START_TEST(test_first_order_weights_by_hand) {
     ss__ctr_layout_of(&cfg, &L);
     float *dense = calloc(L.total, sizeof(float));
     ss__ctr_embeddings emb;
-    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &emb), SS_OK);
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &emb, NULL, 0), SS_OK);
     ck_assert_ptr_nonnull(emb.wide);
     ck_assert_uint_eq(ss__ctr_embeddings_floats(&emb), 26 * 8 * 2 + 26 * 8 + 13 * 32);
     ss__ctr_example ex = wide_example();
     ss__ctr_worker *w;
-    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
+    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w, NULL, 0), SS_OK);
     ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &emb, &ex), 0.5f, 1e-6f);
     ss__ctr_dense_opt sgd; /* a rate that leaves the dense part at 0 */
     ck_assert_int_eq(ss__ctr_dense_opt_init(&sgd, SS_CTR_OPT_SGD, 1e-9f, L.total), SS_OK);
@@ -401,7 +401,7 @@ START_TEST(test_first_order_weights_by_hand) {
     /* without them (wide_lr 0) nothing is allocated and the logit is the MLP's */
     ss__ctr_embeddings plain;
     cfg.wide_lr = 0.0f;
-    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &plain), SS_OK);
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &plain, NULL, 0), SS_OK);
     ck_assert_ptr_null(plain.wide);
     ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &plain, &ex), 0.5f, 1e-6f);
     cfg.wide_lr = 1.5f; /* past the range */
@@ -435,11 +435,11 @@ START_TEST(test_first_order_weights_through_tables) {
     ck_assert_int_eq(ss_table_open(NULL, &tc, &t.wide), SS_OK);
     ss__ctr_example ex = wide_example();
     ss__ctr_worker *w;
-    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w), SS_OK);
+    ck_assert_int_eq(ss__ctr_worker_create(&cfg, &w, NULL, 0), SS_OK);
     ss__ctr_dense_opt sgd;
     ck_assert_int_eq(ss__ctr_dense_opt_init(&sgd, SS_CTR_OPT_SGD, 1e-9f, L.total), SS_OK);
     ss__ctr_gather *g;
-    ck_assert_int_eq(ss__ctr_gather_create(&cfg, 2, &g), SS_OK);
+    ck_assert_int_eq(ss__ctr_gather_create(&cfg, 2, &g, NULL, 0), SS_OK);
     const ss__ctr_example *batch[] = {&ex, &ex};
     ck_assert_int_eq(ss__ctr_gather_begin(g, &t, batch, 2, false, NULL), SS_OK);
     double loss = 0;
@@ -455,7 +455,7 @@ START_TEST(test_first_order_weights_through_tables) {
     for (int k = 0; k <= SS_CTR_NUM_CAT; k++)
         ck_assert_float_eq_tol(v[k], 0.5f, 1e-6f);
     ss__ctr_embeddings emb;
-    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &emb), SS_OK);
+    ck_assert_int_eq(ss__ctr_embeddings_create(&cfg, 1, &emb, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__ctr_emb_materialize(&t, &emb), SS_OK);
     ck_assert_float_eq_tol(ss__ctr_predict(w, dense, &emb, &ex), 1.0f / (1.0f + expf(-13.5f)),
                            1e-5f);

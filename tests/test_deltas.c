@@ -30,7 +30,7 @@ static ss__emb_store *store(const ss__emb_bounds *b) {
     if (b)
         cfg.bounds = *b;
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     return st;
 }
 

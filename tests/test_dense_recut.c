@@ -84,7 +84,7 @@ static ss__transport *member_transport(void) {
     const ss__grpc_transport_config cfg = {
         .timeout_ms = 3000, .round_wait_ms = 2000, .chunk_floats = CHUNK, .bulk = g_bulk};
     ss__transport *t;
-    ck_assert_int_eq(ss__recut_transport_create(g_map, &cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__recut_transport_create(g_map, &cfg, &t, NULL, 0), SS_OK);
     return t;
 }
 
@@ -256,7 +256,7 @@ START_TEST(test_only_a_recut_retires_a_memberless_chunk) {
     for (int k = 0; k < 3; k++) {
         const ss__grpc_transport_config cfg = {
             .targets = g_addr[0], .timeout_ms = 3000, .chunk_floats = chunks[k], .recut = k == 2};
-        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k], NULL, 0), SS_OK);
     }
     uint64_t m;
     uint64_t first;

@@ -50,7 +50,7 @@ static ss__transport *connect_ps(void) {
     ss__transport *t;
     ss__grpc_transport_config cfg = {
         .targets = ps_target, .timeout_ms = 5000, .round_wait_ms = 2000};
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     return t;
 }
 
@@ -132,7 +132,7 @@ START_TEST(test_bad_input_never_hurts_the_ps) {
 
     /* garbage bytes and a call with an expired deadline, at the RPC level */
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(ps_target, 0, NULL, &ch, NULL, 0), SS_OK);
     assert_garbage_refused(ch, "/shadowsync.v1.DenseSync/EasgdExchange", false, SS_ERR_PARSE,
                            "not a valid");
     /* UNIMPLEMENTED, at once */
@@ -185,7 +185,7 @@ END_TEST
 START_TEST(test_ps_down_is_said_at_once) {
     ss__transport *t;
     ss__grpc_transport_config cfg = {.targets = "127.0.0.1:1", .timeout_ms = 500};
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t m;
     ss__rpc_clear_failure();
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &m), SS_ERR_IO);
@@ -225,7 +225,7 @@ START_TEST(test_a_silent_connection_is_given_up) {
     start_ps();
     ss__transport *t;
     ss__grpc_transport_config cfg = {.targets = ps_target, .timeout_ms = 20000};
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t a;
     float d[2];
     ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
@@ -319,7 +319,8 @@ static void echo_rig_start(echo_rig *g, const ss__rpc_method *m, size_t nm,
     char target[32];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(g->srv));
     for (int c = 0; c < ECHO_CHANNELS; c++)
-        ck_assert_int_eq(ss__rpc_channel_create(target, 2 * ECHO_PAYLOAD, NULL, &g->ch[c]), SS_OK);
+        ck_assert_int_eq(ss__rpc_channel_create(target, 2 * ECHO_PAYLOAD, NULL, &g->ch[c], NULL, 0),
+                         SS_OK);
     g->payload = malloc(ECHO_PAYLOAD);
     for (size_t i = 0; i < ECHO_PAYLOAD; i++)
         g->payload[i] = echo_byte(i);
@@ -485,7 +486,7 @@ START_TEST(test_other_chunking_is_refused_with_why) {
     for (int k = 0; k < 3; k++) {
         ss__grpc_transport_config cfg = {
             .targets = ps_target, .timeout_ms = 5000, .chunk_floats = chunks[k]};
-        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k], NULL, 0), SS_OK);
     }
     ck_assert_int_eq(ss__transport_join(t[0], "g", 300, &m), SS_OK);
     ck_assert_int_eq(ss__transport_join(t[1], "g", 300, &m), SS_ERR_INVALID_ARGUMENT);
@@ -558,7 +559,7 @@ static void round_sends_its_whole_shard(bool bulk) {
                                          .chunk_floats = W_CHUNK,
                                          .window = 2,
                                          .bulk = bulk};
-        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &a[k].t), SS_OK);
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &a[k].t, NULL, 0), SS_OK);
         ck_assert_int_eq(ss__transport_join(a[k].t, "w", W_FLOATS, &a[k].member), SS_OK);
         a[k].s = malloc(W_FLOATS * sizeof(float));
         a[k].avg = malloc(W_FLOATS * sizeof(float));
@@ -619,7 +620,7 @@ START_TEST(test_compressed_sync_over_grpc) {
                                          .round_wait_ms = 2000,
                                          .chunk_floats = 100,
                                          .encoding = SS_ENC_INT8};
-        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k], NULL, 0), SS_OK);
         ck_assert_uint_eq(ss__transport_wire_bytes(t[k], N), ss__codec_size(SS_ENC_INT8, N));
         start_round_member(t[k], "dense", &p, N, k, i_mod_7_plus_1, &r[k], &args[k]);
     }
@@ -677,7 +678,7 @@ static void h_hold(void *ctx, const uint8_t *req, size_t len, ss__rpc_reply *rep
  * refused, saying which limit, and the first is served. Each is timed. */
 START_TEST(test_bytes_in_flight_are_bounded) {
     static const ss__rpc_method m = {"/t.T/Hold", h_hold, true, NULL, false, 0, NULL, false, false};
-    ck_assert_int_eq(ss__metrics_create(&echo_metrics), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&echo_metrics, NULL, 0), SS_OK);
     echo_max_inflight = ECHO_PAYLOAD + ECHO_PAYLOAD / 2;
     echo_rig g;
     echo_rig_start(&g, &m, 1, NULL);
@@ -795,8 +796,8 @@ static void served_while_held(const ss__rpc_server_config *cfg, const ss__rpc_me
     ck_assert_int_eq(ss__rpc_server_start(cfg, m, n, NULL, srv, NULL, 0), SS_OK);
     char target[32];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(*srv));
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, held_ch), SS_OK);
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, other_ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, held_ch, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, other_ch, NULL, 0), SS_OK);
     pthread_t th;
     start_reads(a, *held_ch, held, 1, &th);
     wait_for(&reads_in, 1); /* its thread is held */
@@ -825,7 +826,7 @@ START_TEST(test_reads_never_hold_up_writers) {
         {"/t.T/Slow", h_read_held, true, NULL, true, 0, NULL, false, false},
         {"/t.T/Write", h_write, false, NULL, false, 0, NULL, false, false}};
     ss__metrics *metrics;
-    ck_assert_int_eq(ss__metrics_create(&metrics), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&metrics, NULL, 0), SS_OK);
     ss__rpc_server_config cfg = {
         .listen = "127.0.0.1:0", .threads = 1, .metrics = metrics, .max_blocked_calls = 16};
     ss__rpc_server *srv;
@@ -911,10 +912,10 @@ static int connect_from(const char *from, int port) {
  * answered while the flood goes on. */
 START_TEST(test_http_answers_healthz_during_a_slowloris) {
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__http_config cfg = {.bind = "127.0.0.1:0", .metrics = m};
     ss__http_server *h;
-    ck_assert_int_eq(ss__http_server_start(&cfg, &h), SS_OK);
+    ck_assert_int_eq(ss__http_server_start(&cfg, &h, NULL, 0), SS_OK);
     const int port = ss__http_server_port(h);
     flood f = {.stop = false};
     int open = 0;

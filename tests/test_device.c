@@ -77,21 +77,20 @@ static ss__transport *standin_and_inproc(void) {
     ss__device_backend_set(&standin_backend);
     ss__inproc_config icfg = {.round_deadline_ms = 5000};
     ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t, NULL, 0), SS_OK);
     return t;
 }
 
 static ss__engine *engine_on(ss__transport *t) {
     ss__engine_config cfg = {.transport = t, .threads = 1};
     ss__engine *e;
-    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &e, NULL, 0), SS_OK);
     return e;
 }
 
 static ss__replica *standin_replica(size_t n, const float *init) {
     ss__replica *r;
-    const char *why = "";
-    ck_assert_int_eq(ss__replica_create_device(1, n, NULL, &r, &why), SS_OK);
+    ck_assert_int_eq(ss__replica_create_device(1, n, NULL, &r, NULL, 0), SS_OK);
     ck_assert_ptr_null(ss__replica_data(r));
     ck_assert_ptr_nonnull(ss__replica_device(r));
     ck_assert_int_eq(ss__replica_load(r, init), SS_OK);
@@ -109,7 +108,7 @@ START_TEST(test_standin_easgd_by_hand) {
     ss__transport *t = standin_and_inproc();
     ss__engine *ea = engine_on(t), *eb = engine_on(t);
     ss__replica *a, *b = standin_replica(2, (const float[]){4, 0});
-    ck_assert_int_eq(ss__replica_create(2, &a), SS_OK);
+    ck_assert_int_eq(ss__replica_create(2, &a, NULL, 0), SS_OK);
     ss__replica_data(a)[0] = 2;
     ss__replica_data(a)[1] = 4;
     ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
@@ -237,7 +236,7 @@ END_TEST
 START_TEST(test_standin_ma_host_and_device) {
     ss__transport *t = standin_and_inproc();
     ss__replica *r[2];
-    ck_assert_int_eq(ss__replica_create(2, &r[0]), SS_OK); /* [0, 0] */
+    ck_assert_int_eq(ss__replica_create(2, &r[0], NULL, 0), SS_OK); /* [0, 0] */
     r[1] = standin_replica(2, (const float[]){2, 6});
     ss__sync_params p = {.algo = SS_ALGO_MA};
     round_arg args[2];
@@ -325,7 +324,7 @@ END_TEST
  * apart; its metrics in *m. */
 static ss__agent *inproc_agent(ss__transport *transport, const char *sock_name, uint32_t threads,
                                char *sock, size_t socklen, ss__metrics **m) {
-    ck_assert_int_eq(ss__metrics_create(m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(m, NULL, 0), SS_OK);
     snprintf(sock, socklen, "%s/run/%s", tmpdir, sock_name);
     ss__agent_config acfg = {.socket_path = sock,
                              .transport = transport,
@@ -333,7 +332,7 @@ static ss__agent *inproc_agent(ss__transport *transport, const char *sock_name, 
                              .shadow_threads = threads,
                              .min_round_gap = 1};
     ss__agent *agent;
-    ck_assert_int_eq(ss__agent_create(&acfg, &agent), SS_OK);
+    ck_assert_int_eq(ss__agent_create(&acfg, &agent, NULL, 0), SS_OK);
     return agent;
 }
 
@@ -419,7 +418,7 @@ END_TEST
  * member; both replicas move to the mean, (2 + 6) / 2 = 4. */
 START_TEST(test_standin_host_average_through_an_agent) {
     ss__transport *to_ps = standin_and_inproc(), *host;
-    ck_assert_int_eq(ss__host_average_transport_create(to_ps, 2000, &host), SS_OK);
+    ck_assert_int_eq(ss__host_average_transport_create(to_ps, 2000, &host, NULL, 0), SS_OK);
     ss__metrics *m;
     char sock[300];
     ss__agent *agent = inproc_agent(host, "agent-ha.sock", 2, sock, sizeof sock, &m);

@@ -30,7 +30,7 @@ static ss__emb_table *table_with(const ss__emb_bounds *b, uint64_t now_s) {
     ss__emb_spec_init(&spec, "bounded", DIM);
     spec.lr = 1.0f; /* SGD: a gradient of 1 takes 1 off */
     ss__emb_table *t;
-    ck_assert_int_eq(ss__emb_table_create(&spec, new_rows, NULL, &t), SS_OK);
+    ck_assert_int_eq(ss__emb_table_create(&spec, new_rows, NULL, &t, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_table_set_bounds(t, b, now_s), SS_OK);
     return t;
 }
@@ -175,12 +175,12 @@ START_TEST(test_store_expiry_reaches_rocksdb) {
     char dir[64], db[80];
     scratch_db(dir, db);
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     /* max_rows (the PS's default is 50M) only refuses past it */
     ss__emb_store_config cfg = {
         .db_path = db, .metrics = m, .max_rows = 1000, .bounds = {.ttl_s = 2}};
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     ss__emb_spec spec, stored;
     ss__emb_spec_init(&spec, "t", DIM);
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, &stored, NULL, 0), SS_OK);
@@ -188,7 +188,7 @@ START_TEST(test_store_expiry_reaches_rocksdb) {
     ck_assert_int_eq(ss__emb_store_push(st, "t", (uint64_t[]){5, 6}, 2, g, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_store_flush(st), SS_OK);
     ss__emb_store_destroy(st); /* a restart: both rows come back, held whole */
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     ss__emb_store_stats ss;
     ck_assert_int_eq(ss__emb_store_stats_of(st, "t", &ss), SS_OK);
     ck_assert_uint_eq(ss.table.resident_rows, 2);
@@ -205,14 +205,14 @@ START_TEST(test_store_expiry_reaches_rocksdb) {
     ck_assert_ptr_nonnull(strstr(text, "shadowsync_emb_resident_rows 0"));
     free(text);
     ss__emb_store_destroy(st);
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK); /* gone from RocksDB */
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK); /* gone from RocksDB */
     float full[2 * 2 * DIM];
     bool found[2] = {true, true};
     ck_assert_int_eq(ss__emb_store_read_full(st, "t", (uint64_t[]){5, 6}, 2, full, found), SS_OK);
     ck_assert(!found[0] && !found[1]);
     ss__emb_store_destroy(st);
     cfg.mem_cap_bytes = 1 << 20; /* spilling and forgetting do not mix */
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_ERR_INVALID_ARGUMENT);
     ss__metrics_destroy(m);
     ss__check_rmdir(dir);
 }
@@ -257,7 +257,7 @@ static void *flood_watcher(void *arg) {
 START_TEST(test_budget_holds_at_every_moment_of_a_flood) {
     ss__emb_store_config cfg = {.bounds = {.max_live_rows = BUDGET}};
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     ss__emb_spec spec;
     ss__emb_spec_init(&spec, "t", DIM);
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
@@ -298,7 +298,7 @@ START_TEST(test_a_bounded_table_is_held_whole_under_max_rows) {
     scratch_db(dir, db);
     ss__emb_store_config cfg = {.db_path = db, .max_rows = 100, .bounds = {.ttl_s = 3600}};
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     ss__emb_spec spec;
     ss__emb_spec_init(&spec, "t", DIM);
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);

@@ -69,7 +69,7 @@ static pid_t start_ps(const char *db, const char *mode, const char *log, char *t
     if (!strcmp(mode, "--sync-writes"))
         extra[5] = NULL;
     pid_t pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
-    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, client), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, client, NULL, 0), SS_OK);
     ss__emb_spec spec = table_spec();
     ck_assert_int_eq(ss__emb_client_open_table(*client, &spec, NULL, NULL, 0), SS_OK);
     return pid;
@@ -182,7 +182,7 @@ START_TEST(test_sync_writes_are_synced_before_the_ack) {
     char *extra[] = {"--emb-db", db, "--sync-writes", "--flush-lag-ms", "2", NULL};
     pid_t pid = start_ps_preloaded("SS_SYNC_LOG", synclog, extra, log, target);
     ss__emb_client *c;
-    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, &c, NULL, 0), SS_OK);
     ss__emb_spec spec = table_spec();
     ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
     enum { PUSHES = 300 };
@@ -291,7 +291,7 @@ START_TEST(test_checkpoint_does_not_freeze_the_ps) {
     proc_address_after(log, "http on", a.hostport, sizeof a.hostport);
     ss__transport *t;
     ss__grpc_transport_config gc = {.targets = target, .timeout_ms = 10000};
-    ck_assert_int_eq(ss__grpc_transport_create(&gc, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&gc, &t, NULL, 0), SS_OK);
     uint64_t m;
     ck_assert_int_eq(ss__transport_join(t, "held", 4, &m), SS_OK);
     pthread_t th;
@@ -352,7 +352,7 @@ START_TEST(test_write_behind_lag_holds_on_a_slow_disk) {
     char *extra[] = {"--emb-db", db, "--flush-lag-ms", "50", NULL};
     pid_t pid = start_ps_preloaded("SS_WAL_WRITE_BYTES_PER_S", "4000000", extra, log, target);
     ss__emb_client *c;
-    ck_assert_int_eq(ss__emb_client_create(target, NULL, 30000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 30000, &c, NULL, 0), SS_OK);
     ss__emb_spec spec = table_spec();
     ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
     static uint64_t ids[B], ack[MAX_PUSHES];
@@ -382,7 +382,7 @@ START_TEST(test_write_behind_lag_holds_on_a_slow_disk) {
 
     extra[2] = NULL; /* the same database, a normal disk */
     pid = proc_start_ps(log, target, 64, "127.0.0.1:0", extra);
-    ck_assert_int_eq(ss__emb_client_create(target, NULL, 30000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 30000, &c, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_client_open_table(c, &spec, NULL, NULL, 0), SS_OK);
     int found = 0; /* pushes whose rows are all in the database */
     for (int k = 0; k < acked; k++) {
@@ -424,7 +424,7 @@ START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
     read_rows(c, at_ckpt);
 
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch, NULL, 0), SS_OK);
     Shadowsync__V1__EmbCheckpointRequest m = SHADOWSYNC__V1__EMB_CHECKPOINT_REQUEST__INIT;
     m.name = "at-push";
     uint8_t buf[256], *resp = NULL;

@@ -34,17 +34,17 @@ enum { DIM_WIDE = 64 }; /* a chunk of these rows is a 1 MiB reply */
 
 static void setup(void) {
     ss__rpc_init();
-    ck_assert_int_eq(ss__metrics_create(&F.metrics), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&F.metrics, NULL, 0), SS_OK);
     ss__emb_store_config cfg = {
         .max_batch = 4096, .metrics = F.metrics, .max_reply_bytes = 1 << 20, .max_tables = 4};
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &F.store), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &F.store, NULL, 0), SS_OK);
     ss__emb_service_init(&F.svc, F.store);
     ss__rpc_server_config scfg = {
         .listen = "127.0.0.1:0", .threads = 2, .max_message_bytes = 4 << 20, .metrics = F.metrics};
     ck_assert_int_eq(
         ss__rpc_server_start(&scfg, F.svc.methods, SS_EMB_METHODS, NULL, &F.srv, NULL, 0), SS_OK);
     snprintf(F.target, sizeof F.target, "127.0.0.1:%d", ss__rpc_server_port(F.srv));
-    ck_assert_int_eq(ss__rpc_channel_create(F.target, 0, NULL, &F.ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(F.target, 0, NULL, &F.ch, NULL, 0), SS_OK);
 }
 
 static void teardown(void) {
@@ -644,7 +644,7 @@ START_TEST(test_a_lookup_that_failed_in_transit_is_made_again) {
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__rpc_server_port(srv));
     ss__emb_client *c;
-    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(target, NULL, 5000, &c, NULL, 0), SS_OK);
     ss__emb_spec spec;
     ck_assert_int_eq(ss__emb_spec_init(&spec, "flaky", 2), SS_OK);
     spec.init_scale = 0.0f;

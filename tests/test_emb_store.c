@@ -209,7 +209,7 @@ static ss_status id_loader(void *ctx, const uint64_t *ids, size_t n, float *rows
 START_TEST(test_table_load_update_dirty_evict) {
     ss__emb_spec spec = spec_of("tbl", 4, SS_EMB_SGD, 0.5f, 0.0f);
     ss__emb_table *t;
-    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, &spec, &t), SS_OK);
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, &spec, &t, NULL, 0), SS_OK);
     enum { N = 1000 };
     uint64_t ids[N];
     float rows[N * 4], grads[N * 4];
@@ -299,7 +299,7 @@ END_TEST
 START_TEST(test_table_reuses_evicted_rows) {
     ss__emb_spec spec = spec_of("reuse", 256, SS_EMB_SGD, 0.5f, 0.0f);
     ss__emb_table *t;
-    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, &spec, &t), SS_OK);
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, &spec, &t, NULL, 0), SS_OK);
     enum { N = 1000, ROUNDS = 100 };
     static uint64_t ids[N];
     static float rows[N * 256];
@@ -334,7 +334,7 @@ static ss__emb_store *open_store(const char *path, bool sync, uint64_t cap, ss__
                                 .checkpoint_root = g_ckpt_root,
                                 .checkpoint_keep = 2};
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     return st;
 }
 
@@ -447,7 +447,7 @@ END_TEST
 START_TEST(test_table_4x_over_memory_cap) {
     make_dir();
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     /* Row of dim 16 (SGD) ~ 96 B + slots; cap ~ 2500 rows' worth, table
      * of 10000 rows. Every row gets k known gradients. */
     const uint64_t cap = 2500 * (96 + 23);
@@ -494,7 +494,7 @@ static uint64_t rejected(ss__metrics *m, const char *reason) {
 START_TEST(test_bad_input_refused_counted_unchanged) {
     make_dir();
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__emb_store *st = open_store(g_dir, true, 0, m);
     ss__emb_spec spec = spec_of("t", 4, SS_EMB_SGD, 0.1f, 0.1f);
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
@@ -599,10 +599,10 @@ END_TEST
  * rows are written and evicted instead, and the request goes through. */
 START_TEST(test_row_limit) {
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__emb_store_config cfg = {.max_rows = 1000, .metrics = m, .max_batch = 8192};
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     ss__emb_spec spec = spec_of("r", 4, SS_EMB_SGD, 0.1f, 0.1f);
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
     static uint64_t ids[4000];
@@ -623,7 +623,7 @@ START_TEST(test_row_limit) {
 
     make_dir();
     cfg.db_path = g_dir;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_store_push(st, "r", ids, 900, g, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_store_push(st, "r", ids + 2000, 200, g, NULL, 0), SS_OK);
@@ -645,7 +645,7 @@ START_TEST(test_table_limit_keeps_the_store_reopenable) {
     make_dir();
     ss__emb_store_config cfg = {.db_path = g_dir, .max_batch = 64};
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     char name[32], why[256] = "";
     for (int i = 0; i < SS_EMB_DEFAULT_MAX_TABLES; i++) {
         snprintf(name, sizeof name, "t%d", i);
@@ -656,7 +656,7 @@ START_TEST(test_table_limit_keeps_the_store_reopenable) {
     ck_assert_int_eq(ss__emb_store_open_table(st, &over, NULL, why, sizeof why), SS_ERR_TOO_LARGE);
     ck_assert_ptr_nonnull(strstr(why, "--max-tables"));
     ss__emb_store_destroy(st);
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     ss__emb_spec got;
     ck_assert_int_eq(ss__emb_store_table_spec(st, "t0", &got), SS_OK);
     snprintf(name, sizeof name, "t%d", SS_EMB_DEFAULT_MAX_TABLES - 1);
@@ -664,7 +664,7 @@ START_TEST(test_table_limit_keeps_the_store_reopenable) {
     ck_assert_int_eq(ss__emb_store_table_spec(st, "one-too-many", &got), SS_ERR_NOT_FOUND);
     ss__emb_store_destroy(st);
     cfg.max_tables = SS_EMB_MAX_TABLES + 1;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_ERR_INVALID_ARGUMENT);
     remove_dir();
 }
 END_TEST

@@ -86,7 +86,7 @@ START_TEST(test_threads_push_read_evict_at_once) {
     spec.lr = 1.0f;
     shared *sh = calloc(1, sizeof *sh);
     ck_assert_ptr_nonnull(sh);
-    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &sh->t), SS_OK);
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &sh->t, NULL, 0), SS_OK);
     pthread_t th[4];
     void *(*fn[4])(void *) = {pusher, reader, reader, evictor};
     for (int i = 0; i < 4; i++)
@@ -131,7 +131,7 @@ START_TEST(test_a_walk_goes_on_where_it_stopped) {
     ss__emb_spec spec;
     ss__emb_spec_init(&spec, "walk", DIM);
     ss__emb_table *t;
-    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &t), SS_OK);
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &t, NULL, 0), SS_OK);
     enum { ROWS = 1000, BATCH = 100 };
     static uint64_t ids[ROWS];
     static float g[ROWS * DIM];
@@ -169,7 +169,7 @@ static uint64_t index_after_pushes(bool skip_queue) {
     ss__emb_spec spec;
     ss__emb_spec_init(&spec, "queue", DIM);
     ss__emb_table *t;
-    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &t), SS_OK);
+    ck_assert_int_eq(ss__emb_table_create(&spec, id_loader, NULL, &t, NULL, 0), SS_OK);
     if (skip_queue)
         ss__emb_table_skip_dirty_queue(t);
     enum { ROWS = 10000 };

@@ -77,12 +77,12 @@ static const ss__transport_ops fake_ops = {.join = fake_join,
 
 static void run_fake_round(ss__algo algo, ss_status transport_status, float *out_x) {
     ss__transport *t;
-    ck_assert_int_eq(ss__transport_create(&fake_ops, NULL, &t), SS_OK);
+    ck_assert_int_eq(ss__transport_create(&fake_ops, NULL, &t, NULL, 0), SS_OK);
     ss__engine *e;
     ss__engine_config cfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &e, NULL, 0), SS_OK);
     ss__replica *r;
-    ck_assert_int_eq(ss__replica_create(4, &r), SS_OK);
+    ck_assert_int_eq(ss__replica_create(4, &r, NULL, 0), SS_OK);
     float *x = ss__replica_data(r);
     for (int i = 0; i < 4; i++)
         x[i] = (float)(i + 1);
@@ -108,7 +108,7 @@ static void run_fake_round(ss__algo algo, ss_status transport_status, float *out
 static ss__transport *inproc_transport(int round_deadline_ms) {
     ss__inproc_config cfg = {.round_deadline_ms = round_deadline_ms};
     ss__transport *t;
-    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     return t;
 }
 
@@ -169,12 +169,12 @@ END_TEST
 START_TEST(test_diverged_replica_stops_and_says_so) {
     ss__transport *t = inproc_transport(200);
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__engine *e;
     ss__engine_config cfg = {.transport = t, .metrics = m, .trainer = "t", .threads = 1};
-    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &e, NULL, 0), SS_OK);
     ss__replica *r;
-    ck_assert_int_eq(ss__replica_create(2, &r), SS_OK);
+    ck_assert_int_eq(ss__replica_create(2, &r, NULL, 0), SS_OK);
     ss__sync_params p = {.algo = SS_ALGO_MA};
     ss__engine_group *g;
     ck_assert_int_eq(ss__engine_add_group(e, "g", r, &p, &g), SS_OK);
@@ -194,7 +194,7 @@ START_TEST(test_diverged_replica_stops_and_says_so) {
     ck_assert_ptr_nonnull(
         strstr(text, "shadowsync_sync_diverged{trainer=\"t\",group=\"g\",algo=\"ma\"} 1"));
     free(text);
-    ck_assert_int_eq(ss__engine_start(e), SS_OK); /* the shadow thread skips it */
+    ck_assert_int_eq(ss__engine_start(e, NULL, 0), SS_OK); /* the shadow thread skips it */
     ss__sleep_ns(50000000ull);
     ck_assert_int_eq(ss__engine_stop(e), SS_OK);
     ck_assert_int_eq(ss__engine_final_rounds(e, 3, 0), SS_ERR_NON_FINITE);
@@ -262,7 +262,7 @@ START_TEST(test_inproc_bad_input_leaves_central) {
     ck_assert_float_eq(c[0], 1.0f); /* unchanged by every rejected call */
     ck_assert_float_eq(c[1], 1.0f);
     ck_assert_int_eq(ss__transport_leave(t, "g", 999), SS_ERR_NOT_FOUND);
-    ck_assert_int_eq(ss__inproc_transport_create(&(ss__inproc_config){0}, &t),
+    ck_assert_int_eq(ss__inproc_transport_create(&(ss__inproc_config){0}, &t, NULL, 0),
                      SS_ERR_INVALID_ARGUMENT);
     ss__transport_destroy(t);
 }
@@ -350,17 +350,17 @@ static int wait_each_group_rounds(ss__engine_group **g, uint64_t min_rounds, ss_
 START_TEST(test_engine_start_pause_stop_several_groups) {
     ss__transport *t = inproc_transport(100);
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     ss__engine *e;
     ss__engine_config cfg = {.transport = t, .metrics = m, .trainer = "t0", .threads = 2};
-    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &e, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__engine_pause(e), SS_ERR_STATE); /* not running */
     ss__replica *r[NGROUPS];
     ss__engine_group *g[NGROUPS];
     ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
     const char *names[NGROUPS] = {"bottom", "top", "bias"};
     for (int k = 0; k < NGROUPS; k++) {
-        ck_assert_int_eq(ss__replica_create(1000 * (size_t)(k + 1), &r[k]), SS_OK);
+        ck_assert_int_eq(ss__replica_create(1000 * (size_t)(k + 1), &r[k], NULL, 0), SS_OK);
         ck_assert_int_eq(ss__engine_add_group(e, names[k], r[k], &p, &g[k]), SS_OK);
     }
     ss__engine_group *dup;
@@ -368,8 +368,8 @@ START_TEST(test_engine_start_pause_stop_several_groups) {
     ss__sync_params bad = {.algo = SS_ALGO_EASGD, .alpha = 0.0f};
     ck_assert_int_eq(ss__engine_add_group(e, "x", r[0], &bad, &dup), SS_ERR_INVALID_ARGUMENT);
 
-    ck_assert_int_eq(ss__engine_start(e), SS_OK);
-    ck_assert_int_eq(ss__engine_start(e), SS_ERR_STATE);
+    ck_assert_int_eq(ss__engine_start(e, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__engine_start(e, NULL, 0), SS_ERR_STATE);
     ck_assert_msg(wait_each_group_rounds(g, 5, r), "every group should get rounds");
 
     ck_assert_int_eq(ss__engine_pause(e), SS_OK);
@@ -415,9 +415,9 @@ START_TEST(test_sync_gap_accounting) {
     ss__transport *t = inproc_transport(100);
     ss__engine *e;
     ss__engine_config cfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &e, NULL, 0), SS_OK);
     ss__replica *r;
-    ck_assert_int_eq(ss__replica_create(8, &r), SS_OK);
+    ck_assert_int_eq(ss__replica_create(8, &r, NULL, 0), SS_OK);
     ss__replica_tick(r, 4); /* before registration: not part of any gap */
     ss__engine_group *g;
     ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
@@ -444,13 +444,13 @@ START_TEST(test_min_round_gap_waits_for_progress) {
     ss__transport *t = inproc_transport(100);
     ss__engine *e;
     ss__engine_config cfg = {.transport = t, .threads = 1, .min_round_gap = 5};
-    ck_assert_int_eq(ss__engine_create(&cfg, &e), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &e, NULL, 0), SS_OK);
     ss__replica *r;
-    ck_assert_int_eq(ss__replica_create(8, &r), SS_OK);
+    ck_assert_int_eq(ss__replica_create(8, &r, NULL, 0), SS_OK);
     ss__engine_group *g;
     ss__sync_params p = {.algo = SS_ALGO_EASGD, .alpha = 0.5f};
     ck_assert_int_eq(ss__engine_add_group(e, "dense", r, &p, &g), SS_OK);
-    ck_assert_int_eq(ss__engine_start(e), SS_OK);
+    ck_assert_int_eq(ss__engine_start(e, NULL, 0), SS_OK);
     ss__replica_tick(r, 4);
     ss__sleep_ns(50000000);
     ss__group_stats st;
@@ -476,7 +476,8 @@ END_TEST
 START_TEST(test_still_member_joins_an_open_round) {
     ss__transport *t;
     ck_assert_int_eq(
-        ss__inproc_transport_create(&(ss__inproc_config){.round_deadline_ms = 3000}, &t), SS_OK);
+        ss__inproc_transport_create(&(ss__inproc_config){.round_deadline_ms = 3000}, &t, NULL, 0),
+        SS_OK);
     check_still_member_joins(t, t);
     ss__transport_destroy(t);
 }
@@ -499,10 +500,10 @@ static void *contribute_ones(void *arg) {
 
 START_TEST(test_host_average_says_its_round_waits) {
     ss__transport *remote, *host;
-    ck_assert_int_eq(
-        ss__inproc_transport_create(&(ss__inproc_config){.round_deadline_ms = 5000}, &remote),
-        SS_OK);
-    ck_assert_int_eq(ss__host_average_transport_create(remote, 5000, &host), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(&(ss__inproc_config){.round_deadline_ms = 5000},
+                                                 &remote, NULL, 0),
+                     SS_OK);
+    ck_assert_int_eq(ss__host_average_transport_create(remote, 5000, &host, NULL, 0), SS_OK);
     uint64_t a, b;
     ck_assert_int_eq(ss__transport_join(host, "g", 2, &a), SS_OK);
     ck_assert_int_eq(ss__transport_join(host, "g", 2, &b), SS_OK);
@@ -640,10 +641,10 @@ START_TEST(test_host_average_one_remote_call_at_a_time) {
                                                .read_central = slow_read,
                                                .destroy = slow_destroy};
     ss__inproc_config rc = {.round_deadline_ms = 1000};
-    ck_assert_int_eq(ss__inproc_transport_create(&rc, &slow_inner), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(&rc, &slow_inner, NULL, 0), SS_OK);
     ss__transport *remote, *host;
-    ck_assert_int_eq(ss__transport_create(&slow_ops, NULL, &remote), SS_OK);
-    ck_assert_int_eq(ss__host_average_transport_create(remote, 20, &host), SS_OK);
+    ck_assert_int_eq(ss__transport_create(&slow_ops, NULL, &remote, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__host_average_transport_create(remote, 20, &host, NULL, 0), SS_OK);
     ha_peer m[3];
     pthread_t t[3];
     for (int i = 0; i < 3; i++) {
@@ -665,8 +666,8 @@ END_TEST
 START_TEST(test_host_average_one_exchange_per_local_round) {
     ss__inproc_config rc = {.round_deadline_ms = 1000};
     ss__transport *remote, *host;
-    ck_assert_int_eq(ss__inproc_transport_create(&rc, &remote), SS_OK);
-    ck_assert_int_eq(ss__host_average_transport_create(remote, 5000, &host), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(&rc, &remote, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__host_average_transport_create(remote, 5000, &host, NULL, 0), SS_OK);
     uint64_t m[2];
     ck_assert_int_eq(ss__transport_join(host, "g", 2, &m[0]), SS_OK);
     ck_assert_int_eq(ss__transport_join(host, "g", 2, &m[1]), SS_OK);
@@ -732,7 +733,7 @@ START_TEST(test_inproc_compressed_rounds) {
     for (ss__encoding enc = SS_ENC_FP16; enc <= SS_ENC_INT8; enc++) {
         ss__inproc_config icfg = {.round_deadline_ms = 5000, .encoding = enc};
         ss__transport *t;
-        ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t), SS_OK);
+        ck_assert_int_eq(ss__inproc_transport_create(&icfg, &t, NULL, 0), SS_OK);
         ck_assert_uint_eq(ss__transport_wire_bytes(t, N), ss__codec_size(enc, N));
         ss__replica *r[3];
         round_arg args[3];

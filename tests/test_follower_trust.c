@@ -30,7 +30,7 @@ static ss__central *g_centre, *g_centre5; /* "dense" of 3 floats; of 5 */
 static ss__central *centre(size_t n) {
     ss__central_config cfg = {.round_deadline_ms = 1000};
     ss__central *c;
-    ck_assert_int_eq(ss__central_create(&cfg, &c), SS_OK);
+    ck_assert_int_eq(ss__central_create(&cfg, &c, NULL, 0), SS_OK);
     uint64_t member;
     ck_assert_int_eq(ss__central_join(c, "dense", n, 0, &member), SS_OK);
     float s[5] = {1, 2, 3, 4, 5}, d[5];
@@ -42,7 +42,7 @@ static void setup(void) {
     ss__check_tmpdir(g_dir, "ss-follow");
     ss__check_tmpdir(g_work, "ss-follow-work");
     ss__emb_store_config cfg = {0};
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &g_train), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &g_train, NULL, 0), SS_OK);
     ss__emb_store_track_changes(g_train);
     ss__emb_spec spec;
     ss__emb_spec_init(&spec, "t", DIM);
@@ -97,9 +97,9 @@ typedef struct follower {
 static ss_status follow_dir(follower *fl, const char *dir, char *why, size_t whylen) {
     ss__emb_store_config scfg = {0};
     ss__central_config ccfg = {.round_deadline_ms = 1000};
-    ck_assert_int_eq(ss__emb_store_create(&scfg, &fl->store), SS_OK);
-    ck_assert_int_eq(ss__central_create(&ccfg, &fl->centre), SS_OK);
-    ck_assert_int_eq(ss__metrics_create(&fl->metrics), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&scfg, &fl->store, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__central_create(&ccfg, &fl->centre, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&fl->metrics, NULL, 0), SS_OK);
     const ss__ps_follower_config cfg = {.dir = dir,
                                         .poll_ms = 10,
                                         .store = fl->store,
@@ -311,7 +311,7 @@ START_TEST(test_half_an_entry_applies_nothing) {
      * of another dim: not even "a" may apply. */
     ss__emb_store *other = g_train;
     ss__emb_store_config cfg = {0};
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &g_train), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &g_train, NULL, 0), SS_OK);
     ss__emb_store_track_changes(g_train);
     ss__emb_spec a, t3;
     ss__emb_spec_init(&a, "a", DIM);

@@ -100,8 +100,8 @@ START_TEST(test_engines_reach_consensus_and_survive_a_dead_peer) {
         ss__sync_params p = {.algo = SS_ALGO_MA};
         for (int r = 0; r < M; r++) {
             ss__engine_config cfg = {.transport = t[r], .threads = 1};
-            ck_assert_int_eq(ss__engine_create(&cfg, &e[r]), SS_OK);
-            ck_assert_int_eq(ss__replica_create(N, &x[r]), SS_OK);
+            ck_assert_int_eq(ss__engine_create(&cfg, &e[r], NULL, 0), SS_OK);
+            ck_assert_int_eq(ss__replica_create(N, &x[r], NULL, 0), SS_OK);
             for (int i = 0; i < N; i++)
                 ss__replica_data(x[r])[i] = (float)(10 * r) + 0.001f * (float)i;
             ck_assert_int_eq(ss__engine_add_group(e[r], "dense", x[r], &p, &g[r]), SS_OK);
@@ -163,7 +163,7 @@ START_TEST(test_bad_pulls_and_open_doors) {
     char target[40];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__gossip_transport_port(t[0]));
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch, NULL, 0), SS_OK);
     ck_assert_int_eq(send_pull(ch, "w", 2), SS_OK);
     ck_assert_int_eq(send_pull(ch, "w", 3), SS_ERR_SIZE_MISMATCH);
     ck_assert_int_eq(send_pull(ch, "nope", 2), SS_ERR_NOT_FOUND);

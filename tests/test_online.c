@@ -52,7 +52,7 @@ START_TEST(test_stream_chunks_and_rank_share) {
     /* chunks of 4: 4, 4, 2, then the end */
     ss__ctr_stream *s;
     ss__ctr_stream_config cfg = {.path = path, .chunk_rows = 4};
-    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s), SS_OK);
+    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s, NULL, 0), SS_OK);
     const ss__ctr_dataset *c;
     const size_t want[] = {4, 4, 2, 0};
     int next = 0;
@@ -68,7 +68,7 @@ START_TEST(test_stream_chunks_and_rank_share) {
     ss__ctr_stream_close(s);
     /* rank 1 of 3: rows 1, 4, 7 */
     cfg = (ss__ctr_stream_config){.path = path, .chunk_rows = 100, .rank = 1, .world = 3};
-    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s), SS_OK);
+    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__ctr_stream_next(s, &c), SS_OK);
     ck_assert_uint_eq(c->nrows, 3);
     ck_assert_int_eq(number_of(&c->rows[0]), 1);
@@ -76,9 +76,9 @@ START_TEST(test_stream_chunks_and_rank_share) {
     ck_assert_int_eq(number_of(&c->rows[2]), 7);
     ss__ctr_stream_close(s);
     cfg = (ss__ctr_stream_config){.path = path, .follow_dir = "/tmp", .chunk_rows = 1};
-    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s, NULL, 0), SS_ERR_INVALID_ARGUMENT);
     cfg = (ss__ctr_stream_config){.path = "/nonexistent/rows.tsv", .chunk_rows = 1};
-    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s), SS_ERR_IO);
+    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s, NULL, 0), SS_ERR_IO);
     unlink(path);
 }
 END_TEST
@@ -94,7 +94,7 @@ START_TEST(test_stream_follows_a_directory) {
     write_numbered(junk, 200, 5);
     ss__ctr_stream *s;
     const ss__ctr_stream_config cfg = {.follow_dir = dir, .chunk_rows = 100, .poll_ms = 10};
-    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s), SS_OK);
+    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s, NULL, 0), SS_OK);
     const ss__ctr_dataset *c;
     /* what is there is handed out at once, without waiting for more */
     ck_assert_int_eq(ss__ctr_stream_next(s, &c), SS_OK);
@@ -130,7 +130,7 @@ START_TEST(test_stream_stop_ends_a_waiting_follower) {
     ck_assert_ptr_nonnull(mkdtemp(dir));
     ss__ctr_stream *s;
     const ss__ctr_stream_config cfg = {.follow_dir = dir, .chunk_rows = 10, .poll_ms = 10};
-    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s), SS_OK);
+    ck_assert_int_eq(ss__ctr_stream_open(&cfg, &s, NULL, 0), SS_OK);
     usleep(50000); /* the reader is polling an empty directory */
     ss__ctr_stream_stop(s);
     const ss__ctr_dataset *c;
@@ -154,11 +154,11 @@ static void draw(ss__ctr_drift *d, uint64_t index, ss__ctr_raw_row *row, double 
 START_TEST(test_drift_turnover_and_rate) {
     ss__ctr_drift *still, *turning, *renewing;
     ss__ctr_drift_config cfg = {.model_seed = 42};
-    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &still), SS_OK);
+    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &still, NULL, 0), SS_OK);
     cfg.rate = 1e6; /* a radian per row */
-    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &turning), SS_OK);
+    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &turning, NULL, 0), SS_OK);
     cfg = (ss__ctr_drift_config){.model_seed = 42, .turnover = 1e6}; /* every id, every row */
-    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &renewing), SS_OK);
+    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &renewing, NULL, 0), SS_OK);
     ss__ctr_raw_row a, b;
     double pa, pb;
     /* Neither turnover nor drift: the same draw is the same row at any index. */
@@ -185,7 +185,7 @@ START_TEST(test_drift_turnover_and_rate) {
     ck_assert_int_gt(present, 10);
     cfg.turnover = -1;
     ss__ctr_drift *bad;
-    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &bad), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &bad, NULL, 0), SS_ERR_INVALID_ARGUMENT);
     ss__ctr_drift_destroy(still);
     ss__ctr_drift_destroy(turning);
     ss__ctr_drift_destroy(renewing);
@@ -195,7 +195,7 @@ END_TEST
 START_TEST(test_categorical_shape_and_row_format) {
     ss__ctr_drift *d;
     const ss__ctr_drift_config cfg = {.model_seed = 3, .categorical = true};
-    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &d), SS_OK);
+    ck_assert_int_eq(ss__ctr_drift_create(&cfg, &d, NULL, 0), SS_OK);
     ss__rng rng;
     ss__rng_seed(&rng, 11);
     for (int i = 0; i < 200; i++) {

@@ -50,7 +50,7 @@ static void make_input_stores(void) {
     for (int s = 0; s < 2; s++) {
         ss__emb_store_config cfg = {.db_path = path(s ? "in1" : "in0")};
         ss__emb_store *st;
-        ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+        ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
         open_tables(st);
         for (uint64_t id = 0; id < IDS; id++)
             for (int k = 0; k < 2; k++) {
@@ -117,11 +117,11 @@ static void assert_same_rows(const char *const *a, size_t na, const char *const 
     ss__emb_store *sa[4], *sb[4];
     for (size_t i = 0; i < na; i++) {
         ss__emb_store_config c = {.db_path = a[i]};
-        ck_assert_int_eq(ss__emb_store_create(&c, &sa[i]), SS_OK);
+        ck_assert_int_eq(ss__emb_store_create(&c, &sa[i], NULL, 0), SS_OK);
     }
     for (size_t i = 0; i < nb; i++) {
         ss__emb_store_config c = {.db_path = b[i]};
-        ck_assert_int_eq(ss__emb_store_create(&c, &sb[i]), SS_OK);
+        ck_assert_int_eq(ss__emb_store_create(&c, &sb[i], NULL, 0), SS_OK);
     }
     for (int k = 0; k < 2; k++) {
         const char *table = k ? "u" : "t";
@@ -211,7 +211,7 @@ START_TEST(test_refusals_say_why) {
     /* a store in use (a running PS holds RocksDB's lock) */
     ss__emb_store_config c = {.db_path = in[1]};
     ss__emb_store *busy;
-    ck_assert_int_eq(ss__emb_store_create(&c, &busy), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&c, &busy, NULL, 0), SS_OK);
     ck_assert_int_ne(reshard(in, 2, out, 3, NULL, NULL, &rep, why), SS_OK);
     ck_assert_ptr_nonnull(strstr(why, "still running"));
     ss__emb_store_destroy(busy);
@@ -222,7 +222,7 @@ START_TEST(test_refusals_say_why) {
     /* a table of two specs */
     ss__emb_store_config oc = {.db_path = path("other")};
     ss__emb_store *other;
-    ck_assert_int_eq(ss__emb_store_create(&oc, &other), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&oc, &other, NULL, 0), SS_OK);
     ss__emb_spec t;
     ss__emb_spec_init(&t, "t", 5);
     ck_assert_int_eq(ss__emb_store_open_table(other, &t, NULL, NULL, 0), SS_OK);

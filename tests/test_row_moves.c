@@ -106,7 +106,7 @@ static void stop_fleet(pid_t *pid) {
 /* The table's rows resident on one PS (Embedding/Stats). */
 static uint64_t resident(const char *addr) {
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(addr, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(addr, 0, NULL, &ch, NULL, 0), SS_OK);
     Shadowsync__V1__TableStatsRequest req = SHADOWSYNC__V1__TABLE_STATS_REQUEST__INIT;
     req.table = "moving";
     ProtobufCMessage *r;
@@ -134,7 +134,7 @@ static ss__emb_client *open_client(char addr[SHARDS][64], const ss__emb_spec *sp
         write_map_at(map, 2, list, NULL);
     }
     ss__emb_client *c;
-    ck_assert_int_eq(ss__emb_client_create(list, NULL, 10000, &c), SS_OK);
+    ck_assert_int_eq(ss__emb_client_create(list, NULL, 10000, &c, NULL, 0), SS_OK);
     ss__emb_client_set_epoch(c, 2);
     ck_assert_int_eq(ss__emb_client_follow_map(c, g_map), SS_OK);
     ss_status st = SS_ERR_STATE;
@@ -361,7 +361,7 @@ END_TEST
 static ss_status handoff(const char *addr, const Shadowsync__V1__HandoffRequest *req, char *msg,
                          size_t msglen) {
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(addr, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(addr, 0, NULL, &ch, NULL, 0), SS_OK);
     ProtobufCMessage *r = NULL;
     msg[0] = '\0';
     ss_status st =
@@ -417,7 +417,7 @@ START_TEST(test_handoff_bad_input_is_refused) {
         ck_assert_msg(strstr(msg, cases[i].says), "case %zu: %s", i, msg);
     }
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(f.addr[0], 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(f.addr[0], 0, NULL, &ch, NULL, 0), SS_OK);
     assert_garbage_refused(ch, "/shadowsync.v1.Embedding/Handoff", true, SS_OK, NULL);
     ss__rpc_channel_destroy(ch);
     check_rows(f.c, &f.spec, 1); /* nothing was taken */
@@ -469,7 +469,7 @@ START_TEST(test_a_stolen_handoff_loses_nothing) {
     ck_assert_msg(strstr(msg, "peer token"), "%s", msg);
     /* The rogue: the peer token, not the shard the map names. */
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(f.addr[0], 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(f.addr[0], 0, NULL, &ch, NULL, 0), SS_OK);
     ss__rpc_channel_set_peer_auth(ch, "Bearer the-ps-fleet-own-token-0123456789");
     ProtobufCMessage *r = NULL;
     ck_assert_int_eq(ss__rpc_call_message(ch, SS_EMB_M_HANDOFF, &req.base, 5000, true,
@@ -510,7 +510,7 @@ static bool is_even(void *ctx, uint64_t id) {
 static ss__emb_store *open_store(const char *db) {
     ss__emb_store_config cfg = {.db_path = db, .max_batch = 64};
     ss__emb_store *st;
-    ck_assert_int_eq(ss__emb_store_create(&cfg, &st), SS_OK);
+    ck_assert_int_eq(ss__emb_store_create(&cfg, &st, NULL, 0), SS_OK);
     const ss__emb_spec spec = table_spec();
     ck_assert_int_eq(ss__emb_store_open_table(st, &spec, NULL, NULL, 0), SS_OK);
     return st;
@@ -632,7 +632,7 @@ START_TEST(test_a_plan_that_cannot_be_made_is_made_again) {
     /* 127.0.0.1:9 (discard, nobody there) gave; this PS is the second shard */
     write_map_at(map, 2, "127.0.0.1:9,127.0.0.1:10", "127.0.0.1:9");
     ss__metrics *m;
-    ck_assert_int_eq(ss__metrics_create(&m), SS_OK);
+    ck_assert_int_eq(ss__metrics_create(&m, NULL, 0), SS_OK);
     char why[512] = "";
     ss__ps_map_watch *w;
     ck_assert_int_eq(ss__ps_map_watch_start(map, m, &w, why, sizeof why), SS_OK);
@@ -640,7 +640,7 @@ START_TEST(test_a_plan_that_cannot_be_made_is_made_again) {
     const ss__ps_row_moves_config cfg = {
         .store = st, .map = w, .tls = &tls, .batch_rows = 64, .timeout_ms = 500, .metrics = m};
     ss__ps_row_moves *mv;
-    ck_assert_int_eq(ss__ps_row_moves_create(&cfg, &mv), SS_OK);
+    ck_assert_int_eq(ss__ps_row_moves_create(&cfg, &mv, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__ps_row_moves_run(mv, "127.0.0.1:10"), SS_OK); /* runs, plans later */
     const uint32_t tid = ss__emb_table_id("moving");
     uint64_t id = 1; /* a row the second shard owns now and the first held */

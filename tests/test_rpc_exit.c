@@ -33,7 +33,7 @@ START_TEST(test_exit_waits_for_grpc_to_come_down) {
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch, NULL, 0), SS_OK);
     uint8_t *resp = NULL;
     size_t resp_len = 0;
     ss_status st = ss__rpc_call(ch, "/shadowsync.v1.DenseSync/Heartbeat", (const uint8_t *)"", 0,

@@ -24,7 +24,7 @@ typedef struct shard {
 
 static void shard_start_at(shard *s, size_t max_floats, const char *listen) {
     ss__inproc_config icfg = {.round_deadline_ms = 2000};
-    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &s->backend), SS_OK);
+    ck_assert_int_eq(ss__inproc_transport_create(&icfg, &s->backend, NULL, 0), SS_OK);
     s->svc =
         (ss__dense_service){.centre = ss__inproc_central(s->backend), .max_floats = max_floats};
     size_t n;
@@ -57,7 +57,7 @@ START_TEST(test_cut_over_two_shards_and_chunks) {
     start_two_shards(&a, &b, targets);
     ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 5000, .chunk_floats = 3};
     ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t m1, m2;
     ck_assert_int_eq(ss__transport_join(t, "g", 10, &m1), SS_OK);
     ck_assert_int_eq(ss__transport_join(t, "g", 10, &m2), SS_OK);
@@ -109,7 +109,7 @@ START_TEST(test_partial_easgd_returns_the_applied_chunks) {
     start_two_shards(&a, &b, targets);
     ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 1000, .chunk_floats = 2};
     ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t m;
     ck_assert_int_eq(ss__transport_join(t, "g", 4, &m), SS_OK);
     float s0[4] = {1, 1, 1, 1}, s1[4] = {3, 3, 3, 3}, d[4];
@@ -177,7 +177,7 @@ START_TEST(test_a_restarted_shard_alone_is_joined_again) {
     for (int k = 0; k < 3; k++) {
         ss__grpc_transport_config cfg = {
             .targets = targets, .timeout_ms = 5000, .round_wait_ms = 3000, .chunk_floats = 2};
-        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k]), SS_OK);
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t[k], NULL, 0), SS_OK);
         start_round_member(t[k], "g", &p, 4, k, zero, &r[k], &args[k]);
     }
     ck_assert_int_eq(round_of_three(args), 3);
@@ -226,7 +226,7 @@ START_TEST(test_round_mean_over_shards_and_chunks) {
     mean_arg args[3];
     pthread_t th[3];
     for (int k = 0; k < 3; k++) {
-        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &args[k].t), SS_OK);
+        ck_assert_int_eq(ss__grpc_transport_create(&cfg, &args[k].t, NULL, 0), SS_OK);
         ck_assert_int_eq(ss__transport_join(args[k].t, "r", 7, &args[k].m), SS_OK);
         for (int i = 0; i < 7; i++)
             args[k].s[i] = (float)(k * (i + 1)); /* mean over k = 0,1,2: i + 1 */
@@ -254,7 +254,7 @@ START_TEST(test_100mb_group) {
     shard_start(&a, SS_GRPC_CHUNK_FLOATS);
     ss__grpc_transport_config cfg = {.targets = a.target, .timeout_ms = 60000};
     ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_OK);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
     ck_assert_ptr_nonnull(s);
     ck_assert_ptr_nonnull(d);
@@ -279,12 +279,12 @@ END_TEST
 START_TEST(test_bad_target_lists) {
     ss__transport *t;
     ss__grpc_transport_config cfg = {.targets = "", .timeout_ms = 100};
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_ERR_INVALID_ARGUMENT);
     cfg.targets = ",,";
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_ERR_INVALID_ARGUMENT);
     cfg.targets = "127.0.0.1:1";
     cfg.timeout_ms = 0;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 

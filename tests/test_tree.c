@@ -582,7 +582,7 @@ static ss_status call_member(ss__transport *to, const char *method, const Protob
     char target[40];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__tree_transport_port(to));
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch, NULL, 0), SS_OK);
     uint8_t req[256], *resp = NULL;
     ck_assert_uint_le(protobuf_c_message_get_packed_size(m), sizeof req);
     size_t rl;
@@ -744,7 +744,7 @@ START_TEST(test_bad_pushes_and_open_doors) {
     char target[40];
     snprintf(target, sizeof target, "127.0.0.1:%d", ss__tree_transport_port(t[0]));
     ss__rpc_channel *ch;
-    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch), SS_OK);
+    ck_assert_int_eq(ss__rpc_channel_create(target, 0, NULL, &ch, NULL, 0), SS_OK);
     ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N, x, pn), SS_OK);
     ck_assert_int_eq(send_push(ch, "w", 1, p_kid, 1, kid, 1, N, x, pn), SS_OK); /* once */
     ck_assert_int_eq(send_push(ch, "nope", 1, p_kid, 1, kid, 1, N, x, pn), SS_ERR_STATE);

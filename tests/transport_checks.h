@@ -107,8 +107,8 @@ static inline void start_round_member(ss__transport *t, const char *group, const
                                       int n, int k, double (*mean)(int i), ss__replica **r,
                                       round_arg *a) {
     const ss__engine_config cfg = {.transport = t, .threads = 1};
-    ck_assert_int_eq(ss__engine_create(&cfg, &a->e), SS_OK);
-    ck_assert_int_eq(ss__replica_create((size_t)n, r), SS_OK);
+    ck_assert_int_eq(ss__engine_create(&cfg, &a->e, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__replica_create((size_t)n, r, NULL, 0), SS_OK);
     for (int i = 0; i < n; i++)
         ss__replica_data(*r)[i] = (float)(k * mean(i));
     ck_assert_int_eq(ss__engine_add_group(a->e, group, *r, p, &a->g), SS_OK);
@@ -170,13 +170,15 @@ static inline void check_still_member_joins(ss__transport *to, ss__transport *ts
     ss__replica *ro, *rs;
     ss__engine_group *go, *gs;
     ck_assert_int_eq(
-        ss__engine_create(&(ss__engine_config){.transport = to, .threads = 1}, &opener), SS_OK);
+        ss__engine_create(&(ss__engine_config){.transport = to, .threads = 1}, &opener, NULL, 0),
+        SS_OK);
     ck_assert_int_eq(
         ss__engine_create(
-            &(ss__engine_config){.transport = ts, .threads = 1, .min_round_gap = 1000000}, &still),
+            &(ss__engine_config){.transport = ts, .threads = 1, .min_round_gap = 1000000}, &still,
+            NULL, 0),
         SS_OK);
-    ck_assert_int_eq(ss__replica_create(3, &ro), SS_OK);
-    ck_assert_int_eq(ss__replica_create(3, &rs), SS_OK);
+    ck_assert_int_eq(ss__replica_create(3, &ro, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__replica_create(3, &rs, NULL, 0), SS_OK);
     for (int i = 0; i < 3; i++)
         ss__replica_data(rs)[i] = (float)(2 * (i + 1));
     ck_assert_int_eq(ss__engine_add_group(opener, "dense", ro, &p, &go), SS_OK);
@@ -184,7 +186,7 @@ static inline void check_still_member_joins(ss__transport *to, ss__transport *ts
     /* No round open yet (1: a member id of the in-process transport; an
      * unknown one elsewhere, where the answer is no as well). */
     ck_assert(!ss__transport_round_waiting(ts, "dense", 1));
-    ck_assert_int_eq(ss__engine_start(still), SS_OK);
+    ck_assert_int_eq(ss__engine_start(still, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__engine_run_round(opener, go), SS_OK);
     for (int i = 0; i < 3; i++)
         ck_assert_float_eq(ss__replica_data(ro)[i], (float)(i + 1)); /* not its own: both */

@@ -146,7 +146,7 @@ static void make_block(const makers *m, ss__ctr_drift_cache *cache, block *b) {
 static void *maker_main(void *arg) {
     makers *m = arg;
     ss__ctr_drift_cache *cache;
-    if (ss__ctr_drift_cache_create(m->drift, &cache) != SS_OK)
+    if (ss__ctr_drift_cache_create(m->drift, &cache, NULL, 0) != SS_OK)
         return "out of memory for a slot cache";
     pthread_mutex_lock(&m->lock);
     for (;;) {
@@ -263,9 +263,9 @@ static int open_generator(const gen_options *o, generator *g) {
                                          .categorical = categorical,
                                          .turnover = o->drift ? o->turnover : 0.0,
                                          .rate = o->drift ? o->rate : 0.0};
-        return ss__ctr_drift_create(&dc, &g->drift) == SS_OK ? 0 : 1;
+        return ss__ctr_drift_create(&dc, &g->drift, NULL, 0) == SS_OK ? 0 : 1;
     }
-    return ss__ctr_truth_create((uint64_t)o->model_seed, &g->truth) == SS_OK ? 0 : 1;
+    return ss__ctr_truth_create((uint64_t)o->model_seed, &g->truth, NULL, 0) == SS_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv) {

@@ -176,7 +176,7 @@ static int open_stream(const char *train_path, const char *follow_dir, size_t ch
                                       .chunk_rows = chunk_rows,
                                       .rank = rank,
                                       .world = world};
-    if (ss__ctr_stream_open(&sc, &the_stream) != SS_OK) {
+    if (ss__ctr_stream_open(&sc, &the_stream, NULL, 0) != SS_OK) {
         fprintf(stderr, "ctr-train: cannot read %s (the log line above says why)\n",
                 follow_dir ? follow_dir : "standard input");
         return 1;
@@ -413,7 +413,7 @@ static int train_and_report(ss__ctr_cli *o) {
     fflush(stdout);
 
     ss__ctr_train_result *res = malloc(sizeof *res);
-    if (!res || (o->metrics_out && ss__metrics_create(&cfg->metrics) != SS_OK)) {
+    if (!res || (o->metrics_out && ss__metrics_create(&cfg->metrics, NULL, 0) != SS_OK)) {
         fprintf(stderr, "ctr-train: out of memory\n");
         return 1;
     }

@@ -208,8 +208,9 @@ static ss_status open_transport(ss_trainer *t, const ss_trainer_config *cfg) {
                                       .bulk = cfg->bulk};
     if (cfg->encoding)
         ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
-    ss_status st = t->shard_map ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport)
-                                : ss__grpc_transport_create(&tcfg, &t->transport);
+    ss_status st = t->shard_map
+                       ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport, NULL, 0)
+                       : ss__grpc_transport_create(&tcfg, &t->transport, NULL, 0);
     if (st != SS_OK)
         return ss__err_set(
             st, "ps=\"%s\": %s (each " SS_ADDRESS_RULE ", comma-separated; TLS files readable)",
@@ -252,11 +253,11 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
         st = SS_ERR_NO_MEMORY;
         goto fail;
     }
-    if ((st = ss__trainer_metrics_create(t)) != SS_OK)
+    if ((st = ss__trainer_metrics_create(t, NULL, 0)) != SS_OK)
         goto fail;
     if (t->agent) {
-        if ((st = ss__agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client)) !=
-            SS_OK)
+        if ((st = ss__agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client,
+                                          NULL, 0)) != SS_OK)
             goto fail;
     } else if (cfg->mode != SS_SYNC_NONE) {
         if ((st = open_transport(t, cfg)) != SS_OK)
@@ -268,12 +269,12 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                   .round_interval_us = cfg->round_interval_us,
                                   .min_round_gap = cfg->min_round_gap,
                                   .heartbeat_interval_ms = cfg->heartbeat_ms};
-        if ((st = ss__engine_create(&ecfg, &t->engine)) != SS_OK)
+        if ((st = ss__engine_create(&ecfg, &t->engine, NULL, 0)) != SS_OK)
             goto fail;
-        if (cfg->mode == SS_SYNC_BACKGROUND && (st = ss__engine_start(t->engine)) != SS_OK)
+        if (cfg->mode == SS_SYNC_BACKGROUND && (st = ss__engine_start(t->engine, NULL, 0)) != SS_OK)
             goto fail;
     }
-    if ((st = ss__trainer_http_start(t)) != SS_OK)
+    if ((st = ss__trainer_http_start(t, NULL, 0)) != SS_OK)
         goto fail;
     *out = t;
     return SS_OK;
@@ -326,18 +327,18 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, int device
      * memory, exported to the agent by CUDA IPC (its memfd pages for the
      * floats are never touched, so they take no memory). */
     if (st == SS_OK && t->agent_client)
-        st = ss__shm_group_create(name, n, &g->shm);
+        st = ss__shm_group_create(name, n, &g->shm, NULL, 0);
     _Atomic uint64_t *shared_iterations =
         t->agent_client && g->shm.hdr ? &g->shm.hdr->iterations : NULL;
     if (st == SS_OK && device >= 0) {
-        const char *why = "";
-        if ((st = ss__replica_create_device(device, n, shared_iterations, &g->replica, &why)) !=
-            SS_OK)
+        char why[300] = "";
+        if ((st = ss__replica_create_device(device, n, shared_iterations, &g->replica, why,
+                                            sizeof why)) != SS_OK)
             ss__err_set(st, "group %s on device %d: %s", name, device, why);
     } else if (st == SS_OK && t->agent_client) {
         st = ss__replica_wrap_shared(g->shm.data, n, shared_iterations, &g->replica);
     } else if (st == SS_OK) {
-        st = ss__replica_create(n, &g->replica);
+        st = ss__replica_create(n, &g->replica, NULL, 0);
     }
     if (st == SS_OK && init && (st = ss__replica_load(g->replica, init)) != SS_OK)
         ss__err_set(st, "group %s: %s", name, ss__device_last_error());

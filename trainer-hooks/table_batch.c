@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "trainer-hooks/tables_internal.h"
 
 struct ss__table_batch {
@@ -77,10 +78,11 @@ static ss_status take_table(ss__table_batch *b, size_t k, ss_table *tb, const ui
 ss_status ss__table_batch_create(ss_table *const *tables, size_t ntables, const bool *in,
                                  const uint64_t *push_ids, const size_t *push_counts,
                                  const float *grads, const uint64_t *ids, const size_t *counts,
-                                 ss__table_batch **out) {
+                                 ss__table_batch **out, char *why, size_t whylen) {
     ss__table_batch *b = calloc(1, sizeof *b);
     if (!b)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a batch of %zu tables",
+                        ntables);
     b->ntables = ntables;
     b->tb = calloc(ntables + 1, sizeof *b->tb);
     b->push = calloc(ntables + 1, sizeof *b->push);
@@ -104,7 +106,8 @@ ss_status ss__table_batch_create(ss_table *const *tables, size_t ntables, const 
     }
     if (st != SS_OK) {
         ss__table_batch_free(b);
-        return st;
+        return ss__fail(why, whylen, st, "cannot start a batch of %zu tables: %s", ntables,
+                        ss_strerror(st));
     }
     /* ss_table_flush of a table waits for the job's push to it. */
     for (size_t k = 0; k < ntables; k++)

@@ -48,8 +48,8 @@ static ss_status table_failed(const ss_table *tb, ss_status st) {
 static void lookup_batched(ss_table *const *tables, size_t ntables, const uint64_t *ids,
                            const size_t *counts, size_t batched, bool *in, ss__table_batch **b) {
     *b = NULL;
-    if (batched < 2 ||
-        ss__table_batch_create(tables, ntables, in, NULL, NULL, NULL, ids, counts, b) != SS_OK) {
+    if (batched < 2 || ss__table_batch_create(tables, ntables, in, NULL, NULL, NULL, ids, counts, b,
+                                              NULL, 0) != SS_OK) {
         memset(in, 0, ntables * sizeof *in);
         *b = NULL;
         return;
@@ -157,7 +157,8 @@ ss_status ss_table_push_many(ss_table *const *tables, size_t ntables, const uint
         size_t first = 0;
         while (!in[first])
             first++;
-        st = ss__table_batch_create(tables, ntables, in, ids, counts, grads, NULL, NULL, &b);
+        st = ss__table_batch_create(tables, ntables, in, ids, counts, grads, NULL, NULL, &b, NULL,
+                                    0);
         if (st == SS_OK && (st = ss__table_queue_job(tables[first], ss__table_batch_run,
                                                      ss__table_batch_free, b, NULL)) != SS_OK)
             ss__table_batch_free(b);
@@ -200,7 +201,7 @@ static ss_status queue_batch(ss_table_fetch_many *m, ss_table *const *tables, si
         while (!in[first])
             first++;
         st = ss__table_batch_create(tables, ntables, in, push_ids, push_counts, grads, ids, counts,
-                                    &m->batch);
+                                    &m->batch, NULL, 0);
         if (st == SS_OK)
             st = ss__table_queue_job(tables[first], ss__table_batch_run, ss__table_batch_free,
                                      m->batch, &m->batch_f);

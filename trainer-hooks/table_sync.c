@@ -157,7 +157,7 @@ ss_status ss__table_syncer_add(ss__table_syncer *s, ss_table *tb) {
         s->tables[s->n++] = tb;
     if (st == SS_OK && !s->ticker)
         st = ss__ticker_start_paced((uint64_t)tb->cfg.sync_interval_ms * 1000000ull, sync_tick, s,
-                                    &s->ticker);
+                                    &s->ticker, NULL, 0);
     pthread_mutex_unlock(&s->lock);
     return st;
 }

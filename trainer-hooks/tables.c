@@ -287,7 +287,8 @@ static ss_status start_bounds(ss_table *tb) {
                               .ttl_s = tb->cfg.ttl_s,
                               .max_live_rows = tb->cfg.max_live_rows};
     ss_status st = ss__emb_table_set_bounds(tb->rows, &b, ss__unix_ms() / 1000);
-    return st == SS_OK ? ss__ticker_start(1000000000ull, sweep_tick, tb, &tb->sweeper) : st;
+    return st == SS_OK ? ss__ticker_start(1000000000ull, sweep_tick, tb, &tb->sweeper, NULL, 0)
+                       : st;
 }
 
 static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table **out) {
@@ -318,7 +319,7 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     pthread_mutex_init(&tb->sync_lock, NULL);
     char why[200] = "";
     if (cfg->mode != SS_TABLE_LOCAL) {
-        st = ss__emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client);
+        st = ss__emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client, NULL, 0);
         if (st == SS_OK)
             ss__emb_client_set_epoch(tb->client, ep.epoch);
         if (st == SS_OK && ep.shard_map)
@@ -336,7 +337,7 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     }
     if (st == SS_OK && cfg->mode != SS_TABLE_REMOTE)
         st = ss__emb_table_create(&spec, cfg->mode == SS_TABLE_LOCAL ? init_loader : remote_loader,
-                                  tb, &tb->rows);
+                                  tb, &tb->rows, NULL, 0);
     if (st == SS_OK && cfg->mode == SS_TABLE_LOCAL)
         ss__emb_table_skip_dirty_queue(tb->rows); /* only the cached mode's sync collects them */
     if (st == SS_OK && cfg->mode == SS_TABLE_LOCAL &&
@@ -352,7 +353,7 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
         st = tb->shared_syncer ? SS_OK : SS_ERR_NO_MEMORY;
     } else if (st == SS_OK && cfg->mode == SS_TABLE_CACHED) {
         st = ss__ticker_start_paced((uint64_t)cfg->sync_interval_ms * 1000000ull,
-                                    ss__table_sync_tick, tb, &tb->syncer);
+                                    ss__table_sync_tick, tb, &tb->syncer, NULL, 0);
     }
     tb->owner = t;
     if (st == SS_OK && tb->shared_syncer)

@@ -143,7 +143,7 @@ ss_status ss__table_batch_fill(ss_table *const *tables, size_t ntables, const bo
 ss_status ss__table_batch_create(ss_table *const *tables, size_t ntables, const bool *in,
                                  const uint64_t *push_ids, const size_t *push_counts,
                                  const float *grads, const uint64_t *ids, const size_t *counts,
-                                 ss__table_batch **out);
+                                 ss__table_batch **out, char *why, size_t whylen);
 ss_status ss__table_batch_run(void *job);
 void ss__table_batch_free(void *job);
 bool ss__table_batch_has(const ss__table_batch *b, size_t k);

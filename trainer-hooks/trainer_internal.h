@@ -64,8 +64,8 @@ struct ss_trainer {
  * render (the tables' series brought up to date first), and its HTTP
  * endpoint when cfg.http_listen is set (started last by open, stopped first by
  * close). */
-ss_status ss__trainer_metrics_create(ss_trainer *t);
-ss_status ss__trainer_http_start(ss_trainer *t);
+ss_status ss__trainer_metrics_create(ss_trainer *t, char *why, size_t whylen);
+ss_status ss__trainer_http_start(ss_trainer *t, char *why, size_t whylen);
 void ss__trainer_http_stop(ss_trainer *t);
 
 #endif

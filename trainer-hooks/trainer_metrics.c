@@ -12,13 +12,14 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/strbuf.h"
 #include "rpc/http/http.h"
 #include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/trainer_internal.h"
 
-ss_status ss__trainer_metrics_create(ss_trainer *t) {
+ss_status ss__trainer_metrics_create(ss_trainer *t, char *why, size_t whylen) {
     const char *labels[] = {"trainer", t->name, NULL};
-    ss_status st = ss__metrics_create(&t->metrics);
+    ss_status st = ss__metrics_create(&t->metrics, why, whylen);
     if (st == SS_OK)
         st = ss__metrics_build_info(t->metrics);
     if (st == SS_OK)
@@ -115,7 +116,7 @@ static void before_metrics(void *ctx) {
     pthread_mutex_unlock(&t->render_lock);
 }
 
-ss_status ss__trainer_http_start(ss_trainer *t) {
+ss_status ss__trainer_http_start(ss_trainer *t, char *why, size_t whylen) {
     t->start_ns = ss__now_ns();
     if (!t->cfg.http_listen || !*t->cfg.http_listen)
         return SS_OK;
@@ -124,10 +125,14 @@ ss_status ss__trainer_http_start(ss_trainer *t) {
                                   .status_json = status_json,
                                   .before_metrics = before_metrics,
                                   .ctx = t};
-    ss_status st = ss__http_server_start(&hcfg, &t->http);
-    if (st != SS_OK)
+    char reason[300] = "";
+    ss_status st = ss__http_server_start(&hcfg, &t->http, reason, sizeof reason);
+    if (st != SS_OK) {
+        ss__why(why, whylen, "http_listen=%s: cannot serve /metrics there (%s)", t->cfg.http_listen,
+                reason);
         return ss__err_set(st, "http_listen=%s: cannot serve /metrics there (%s)",
-                           t->cfg.http_listen, ss_strerror(st));
+                           t->cfg.http_listen, reason);
+    }
     char at[300];
     ss__http_server_address(t->http, at, sizeof at);
     ss__log(SS_LOG_INFO, "trainer", "event=http trainer=%s address=%s", t->name, at);

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "rpc/agent/agent_wire.h"
 
 #define MAX_GROUPS     256
@@ -247,13 +248,16 @@ static void *client_main(void *arg) {
 }
 
 ss_status ss__agent_client_create(const char *socket_path, const char *trainer, uint32_t timeout_ms,
-                                  ss__agent_client **out) {
+                                  ss__agent_client **out, char *why, size_t whylen) {
     if (!socket_path || !*socket_path || !trainer || !out ||
         strlen(socket_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(
+            why, whylen, SS_ERR_INVALID_ARGUMENT,
+            "an agent client needs a socket path shorter than %zu bytes and a trainer name",
+            sizeof(((struct sockaddr_un *)0)->sun_path));
     ss__agent_client *c = calloc(1, sizeof *c);
     if (!c)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the agent client");
     snprintf(c->path, sizeof c->path, "%s", socket_path);
     /* The agent runs as this uid unless SHADOWSYNC_AGENT_UID names another. */
     c->agent_uid = geteuid();
@@ -266,7 +270,8 @@ ss_status ss__agent_client_create(const char *socket_path, const char *trainer, 
                           "event=bad_setting SHADOWSYNC_AGENT_UID=\"%s\" why=\"not a uid\"",
                           uid_env);
             free(c);
-            return SS_ERR_INVALID_ARGUMENT;
+            return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                            "SHADOWSYNC_AGENT_UID=%s: not a uid", uid_env);
         }
         c->agent_uid = (uid_t)v;
     }
@@ -279,7 +284,7 @@ ss_status ss__agent_client_create(const char *socket_path, const char *trainer, 
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
         free(c);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no thread for the agent client");
     }
     *out = c;
     return SS_OK;

@@ -30,7 +30,7 @@ typedef struct ss__agent_group_spec {
 } ss__agent_group_spec;
 
 ss_status ss__agent_client_create(const char *socket_path, const char *trainer, uint32_t timeout_ms,
-                                  ss__agent_client **out);
+                                  ss__agent_client **out, char *why, size_t whylen);
 /* Registers now when connected (the agent's verdict is returned: a group
  * it refuses is not kept), else at the next connection (SS_OK). */
 ss_status ss__agent_client_add_group(ss__agent_client *c, const ss__agent_group_spec *g);

@@ -35,20 +35,25 @@ static ss_status map_fd(int fd, size_t n, ss__shm_group *out) {
     return SS_OK;
 }
 
-ss_status ss__shm_group_create(const char *name, size_t n, ss__shm_group *out) {
+ss_status ss__shm_group_create(const char *name, size_t n, ss__shm_group *out, char *why,
+                               size_t whylen) {
     if (!name || !out || n == 0 || n > (SIZE_MAX - 2 * SS_SHM_HEADER_BYTES) / sizeof(float))
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "a shared group needs a name and 1 to %zu floats, not %zu",
+                        (SIZE_MAX - 2 * SS_SHM_HEADER_BYTES) / sizeof(float), n);
     memset(out, 0, sizeof *out);
     out->fd = -1;
     char label[96];
     snprintf(label, sizeof label, "shadowsync:%.64s", name);
     int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
-        return SS_ERR_IO;
+        return ss__fail(why, whylen, SS_ERR_IO, "memfd_create: %s", strerror(errno));
     ss_status st = SS_ERR_IO;
     if (ftruncate(fd, (off_t)map_bytes_for(n)) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
         (st = map_fd(fd, n, out)) != SS_OK) {
+        ss__why(why, whylen, "cannot size or map %zu floats of shared memory: %s", n,
+                strerror(errno));
         close(fd);
         return st == SS_OK ? SS_ERR_IO : st;
     }

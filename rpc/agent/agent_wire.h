@@ -55,7 +55,8 @@ typedef struct ss__shm_group {
 
 /* Trainer side: a sealed memfd of n zeroed floats (it can never shrink or
  * grow, so the agent's mapping cannot fault), mapped shared. */
-ss_status ss__shm_group_create(const char *name, size_t n, ss__shm_group *out);
+ss_status ss__shm_group_create(const char *name, size_t n, ss__shm_group *out, char *why,
+                               size_t whylen);
 /* Agent side: maps a received fd after checking it: a memfd sealed
  * against shrinking and growing, the size of n floats plus the header,
  * the header's magic and n. The fd is closed either way. */

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/strbuf.h"
 #include "rpc/bulk/bulk.h"
 #include "rpc/bulk/bulk.pb-c.h"
 #include "rpc/rpc_pb.h"
@@ -56,7 +57,7 @@ struct ss__bulk_link {
 };
 
 ss_status ss__bulk_link_create(const char *target, const ss__rpc_tls *tls, size_t max_reply,
-                               ss__bulk_link **out) {
+                               ss__bulk_link **out, char *why, size_t whylen) {
     *out = NULL;
     char host[256];
     unsigned port;
@@ -64,7 +65,8 @@ ss_status ss__bulk_link_create(const char *target, const ss__rpc_tls *tls, size_
         return SS_OK; /* a gRPC URI: no streams */
     ss__bulk_link *l = calloc(1, sizeof *l);
     if (!l)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the bulk streams of %s",
+                        target);
     snprintf(l->host, sizeof l->host, "%s", host);
     if (tls) {
         snprintf(l->tls_ca, sizeof l->tls_ca, "%s", tls->ca_file ? tls->ca_file : "");

@@ -37,7 +37,7 @@ typedef struct ss__bulk_link ss__bulk_link;
  * max_reply: the channel's largest message. NULL *out and SS_OK when the
  * target is not host:port (a gRPC URI): that channel has no streams. */
 ss_status ss__bulk_link_create(const char *target, const ss__rpc_tls *tls, size_t max_reply,
-                               ss__bulk_link **out);
+                               ss__bulk_link **out, char *why, size_t whylen);
 void ss__bulk_link_destroy(ss__bulk_link *l);
 /* Streams on or off for the link's channel (off: idle streams closed). */
 void ss__bulk_link_enable(ss__bulk_link *l, bool on);

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/strbuf.h"
 #include "rpc/dense/dense_sync.pb-c.h"
 #include "rpc/dense/dense_wire.h"
 #include "rpc/dense/grpc_transport.h"
@@ -726,13 +727,16 @@ static const ss__transport_ops grpc_ops = {
     .destroy = tp_destroy,
 };
 
-ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out) {
+ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out,
+                                    char *why, size_t whylen) {
     if (!cfg || !cfg->targets || !*cfg->targets || cfg->timeout_ms == 0 || !out ||
         cfg->chunk_floats > SS_GRPC_MAX_CHUNK_FLOATS)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "a gRPC transport needs targets, a timeout and chunks of at most %u floats",
+                        (unsigned)SS_GRPC_MAX_CHUNK_FLOATS);
     grpc_tp *t = calloc(1, sizeof *t);
     if (!t)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the gRPC transport");
     pthread_mutex_init(&t->lock, NULL);
     t->timeout_ms = cfg->timeout_ms;
     t->round_wait_ms = cfg->round_wait_ms;
@@ -747,7 +751,8 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     t->recut = cfg->recut;
     if (!ss__encoding_name(t->encoding)) {
         tp_destroy(t);
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "encoding %d is none the codec knows",
+                        (int)cfg->encoding);
     }
     t->next_id = 1;
     ss_status st = SS_OK;
@@ -757,10 +762,12 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     for (char *tok = list ? strtok_r(list, ",", &save) : NULL; st == SS_OK && tok;
          tok = strtok_r(NULL, ",", &save)) {
         if (t->nshards == SS_GRPC_MAX_SHARDS || !ss__address_valid(tok, "ps", NULL, 0))
-            st = SS_ERR_INVALID_ARGUMENT; /* the caller names the list and the rule */
+            st = ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                          "ps: %s is not host:port, or more than %d shards", tok,
+                          SS_GRPC_MAX_SHARDS);
         else
             st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
-                                        &t->ch[t->nshards]);
+                                        &t->ch[t->nshards], why, whylen);
         if (st == SS_OK) {
             ss__rpc_channel_set_epoch(t->ch[t->nshards], cfg->epoch);
             ss__rpc_channel_set_streams(t->ch[t->nshards++], cfg->bulk);
@@ -768,9 +775,9 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
     }
     free(list);
     if (st == SS_OK && t->nshards == 0)
-        st = SS_ERR_INVALID_ARGUMENT;
+        st = ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "ps: no parameter servers given");
     if (st == SS_OK)
-        st = ss__transport_create(&grpc_ops, t, out);
+        st = ss__transport_create(&grpc_ops, t, out, why, whylen);
     if (st != SS_OK)
         tp_destroy(t);
     return st;
@@ -781,7 +788,7 @@ ss_status ss__grpc_checkpoint(const char *target, const ss__rpc_tls *tls, uint32
     if (!target || !path || !pathlen || !groups || timeout_ms == 0)
         return SS_ERR_INVALID_ARGUMENT;
     ss__rpc_channel *ch;
-    ss_status st = ss__rpc_channel_create(target, 0, tls, &ch);
+    ss_status st = ss__rpc_channel_create(target, 0, tls, &ch, NULL, 0);
     if (st != SS_OK)
         return st;
     Shadowsync__V1__CheckpointRequest req = SHADOWSYNC__V1__CHECKPOINT_REQUEST__INIT;

@@ -68,7 +68,8 @@ typedef struct ss__grpc_transport_config {
     bool bulk;
 } ss__grpc_transport_config;
 
-ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out);
+ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__transport **out,
+                                    char *why, size_t whylen);
 
 /* The adapted window (config window 0): enough chunk calls in flight per
  * shard to keep a long path full (Little's law): while one call makes its

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
+#include "common/strbuf.h"
 
 /* A failed call reads the map file at most this often. */
 #define MAP_CHECK_NS 100000000ull
@@ -67,7 +68,7 @@ static ss_status open_cut(recut_tp *t, const ss__shard_map *m, ss__transport **o
     c.targets = m->ps; /* copied by the transport */
     c.epoch = m->epoch;
     c.recut = true;
-    ss_status st = ss__grpc_transport_create(&c, out);
+    ss_status st = ss__grpc_transport_create(&c, out, NULL, 0);
     if (st == SS_OK) /* the list of the cut in use */
         snprintf(t->targets, sizeof t->targets, "%s", m->ps);
     return st;
@@ -356,12 +357,14 @@ static const ss__transport_ops recut_ops = {
 };
 
 ss_status ss__recut_transport_create(const char *map_path, const ss__grpc_transport_config *cfg,
-                                     ss__transport **out) {
+                                     ss__transport **out, char *why, size_t whylen) {
     if (!map_path || !*map_path || strlen(map_path) >= PATH_MAX || !cfg || !out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "a re-cut transport needs a shard map path shorter than %d bytes",
+                        PATH_MAX);
     recut_tp *t = calloc(1, sizeof *t);
     if (!t)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the re-cut transport");
     snprintf(t->map_path, sizeof t->map_path, "%s", map_path);
     t->cfg = *cfg;
     t->next_id = 1;
@@ -383,10 +386,12 @@ ss_status ss__recut_transport_create(const char *map_path, const ss__grpc_transp
     pthread_mutex_init(&t->lock, NULL);
     ss__shard_map map;
     ss_status st = copied ? read_map(t, &map) : SS_ERR_NO_MEMORY;
+    if (st != SS_OK)
+        ss__why(why, whylen, "cannot read the shard map %s: %s", map_path, ss_strerror(st));
     if (st == SS_OK && (st = open_cut(t, &map, &t->inner)) == SS_OK)
         t->epoch = map.epoch;
     if (st == SS_OK)
-        st = ss__transport_create(&recut_ops, t, out);
+        st = ss__transport_create(&recut_ops, t, out, why, whylen);
     if (st != SS_OK)
         rt_destroy(t);
     return st;

@@ -30,7 +30,7 @@
  * SS_ERR_INVALID_ARGUMENT / SS_ERR_NOT_FOUND / SS_ERR_IO: the map cannot
  * be read now. */
 ss_status ss__recut_transport_create(const char *map_path, const ss__grpc_transport_config *cfg,
-                                     ss__transport **out);
+                                     ss__transport **out, char *why, size_t whylen);
 
 /* The epoch t serves now and how often it re-cut (0 when t is not one). */
 uint64_t ss__recut_transport_epoch(ss__transport *t);

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
+#include "common/strbuf.h"
 #include "rpc/emb/emb_client.h"
 #include "rpc/emb/emb_client_internal.h"
 #include "rpc/emb/emb_wire.h"
@@ -38,7 +39,7 @@ static ss_status open_channels(ss__emb_client *c, const char *targets) {
          tok = strtok_r(NULL, ",", &save)) {
         if (c->shards == MAX_SHARDS)
             st = SS_ERR_INVALID_ARGUMENT;
-        else if ((st = ss__rpc_channel_create(tok, 0, &tls, &c->ch[c->shards])) == SS_OK) {
+        else if ((st = ss__rpc_channel_create(tok, 0, &tls, &c->ch[c->shards], NULL, 0)) == SS_OK) {
             ss__rpc_channel_set_epoch(c->ch[c->shards], c->epoch);
             ss__rpc_channel_set_streams(c->ch[c->shards++], c->streams);
         }
@@ -48,12 +49,13 @@ static ss_status open_channels(ss__emb_client *c, const char *targets) {
 }
 
 ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uint32_t timeout_ms,
-                                ss__emb_client **out) {
+                                ss__emb_client **out, char *why, size_t whylen) {
     if (!targets || !*targets || !out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "an embedding client needs its PS targets");
     ss__emb_client *c = calloc(1, sizeof *c);
     if (!c)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the embedding client");
     pthread_rwlock_init(&c->lock, NULL);
     c->timeout_ms = timeout_ms ? timeout_ms : 10000;
     if (tls) {
@@ -64,7 +66,8 @@ ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uin
     ss_status st = open_channels(c, targets);
     if (st != SS_OK) {
         ss__emb_client_destroy(c);
-        return st;
+        return ss__fail(why, whylen, st, "cannot open channels to %s: %s", targets,
+                        ss_strerror(st));
     }
     *out = c;
     return SS_OK;

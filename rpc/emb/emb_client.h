@@ -21,7 +21,7 @@
 typedef struct ss__emb_client ss__emb_client;
 
 ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uint32_t timeout_ms,
-                                ss__emb_client **out);
+                                ss__emb_client **out, char *why, size_t whylen);
 void ss__emb_client_destroy(ss__emb_client *c);
 /* The shard map epoch every call carries (ss__rpc_channel_set_epoch). */
 void ss__emb_client_set_epoch(ss__emb_client *c, uint64_t epoch);

@@ -2,6 +2,7 @@
 #include "rpc/http/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/process_metrics.h"
+#include "common/strbuf.h"
 #include "rpc/auth.h"
 
 /* Request lines and headers beyond this: MHD answers 414/431 itself. */
@@ -213,17 +215,19 @@ static ss_status parse_bind(const char *bind, struct sockaddr_storage *ss, bool 
     return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? SS_OK : SS_ERR_INVALID_ARGUMENT;
 }
 
-ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **out) {
+ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **out, char *why,
+                                size_t whylen) {
     if (!cfg || !out || !cfg->bind || !cfg->metrics)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "an HTTP endpoint needs an address and metrics");
     struct sockaddr_storage addr;
     bool v6;
     ss_status st = parse_bind(cfg->bind, &addr, &v6);
     if (st != SS_OK)
-        return st;
+        return ss__fail(why, whylen, st, "%s: not host:port", cfg->bind);
     ss__http_server *s = calloc(1, sizeof *s);
     if (!s)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the HTTP endpoint");
     s->cfg = *cfg;
     for (int i = 0; i < PATH_COUNT; i++) {
         const char *labels[] = {"path", paths[i], NULL};
@@ -231,7 +235,7 @@ ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **ou
                                       "HTTP requests served, by path.", labels,
                                       &s->m_requests[i])) != SS_OK) {
             free(s);
-            return st;
+            return ss__fail(why, whylen, st, "cannot register the HTTP series");
         }
     }
     /* A thread per connection: a slow request (POST /checkpoint writes
@@ -253,7 +257,8 @@ ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **ou
             *out = NULL;
             return SS_OK;
         }
-        return SS_ERR_IO;
+        return ss__fail(why, whylen, SS_ERR_IO, "cannot listen on %s: %s", cfg->bind,
+                        strerror(errno));
     }
     snprintf(s->bind, sizeof s->bind, "%s", cfg->bind);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -283,11 +288,12 @@ void ss__http_server_stop(ss__http_server *s) {
 }
 
 ss_status ss__http_daemon_start(const char *prog, const ss__http_config *cfg, ss__http_server **out,
-                                char *where, size_t wherelen) {
+                                char *where, size_t wherelen, char *why, size_t whylen) {
     *out = NULL;
     ss_status st = SS_OK;
-    if (*cfg->bind && (st = ss__http_server_start(cfg, out)) != SS_OK)
-        fprintf(stderr, "%s: cannot serve HTTP on %s: %s\n", prog, cfg->bind, ss_strerror(st));
+    if (*cfg->bind && (st = ss__http_server_start(cfg, out, why, whylen)) != SS_OK)
+        fprintf(stderr, "%s: cannot serve HTTP on %s: %s (%s)\n", prog, cfg->bind, ss_strerror(st),
+                why && *why ? why : "no reason given");
     ss__http_server_address(*out, where, wherelen);
     return st;
 }

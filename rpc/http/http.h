@@ -45,7 +45,8 @@ typedef struct ss__http_config {
     bool optional;
 } ss__http_config;
 
-ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **out);
+ss_status ss__http_server_start(const ss__http_config *cfg, ss__http_server **out, char *why,
+                                size_t whylen);
 uint16_t ss__http_server_port(const ss__http_server *s);
 /* "host:port" actually served (the port picked for port 0), or "off" for
  * NULL. */
@@ -56,6 +57,6 @@ void ss__http_server_stop(ss__http_server *s);
  * failure is said on stderr as "prog: cannot serve HTTP on ...". where
  * gets the address served ("off" for none), for the daemon's ready line. */
 ss_status ss__http_daemon_start(const char *prog, const ss__http_config *cfg, ss__http_server **out,
-                                char *where, size_t wherelen);
+                                char *where, size_t wherelen, char *why, size_t whylen);
 
 #endif

@@ -87,7 +87,7 @@ static ss_status parse_peers(gossip *g, const char *list, uint32_t rank) {
 static ss__rpc_channel *channel_to(gossip *g, uint32_t i) {
     /* Replies carry a whole group: the channel takes messages up to 1 GiB. */
     if (!g->ch[i] && ss__rpc_channel_create(g->peers[i], 1u << 30, g->has_tls ? &g->tls : NULL,
-                                            &g->ch[i]) != SS_OK)
+                                            &g->ch[i], NULL, 0) != SS_OK)
         g->ch[i] = NULL;
     return g->ch[i];
 }
@@ -427,7 +427,7 @@ ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transpor
     if (st != SS_OK)
         ss__why(why_out, whylen, "%s", why);
     if (st == SS_OK)
-        st = ss__transport_create(&gossip_ops, g, out);
+        st = ss__transport_create(&gossip_ops, g, out, NULL, 0);
     if (st != SS_OK)
         gp_destroy(g);
     return st;

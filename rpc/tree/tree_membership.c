@@ -23,7 +23,7 @@
 ss__rpc_channel *ss__tree_channel(ss__tree *t, uint32_t i) {
     pthread_mutex_lock(&t->lock);
     if (!t->ch[i] && ss__rpc_channel_create(t->peers[i], 1u << 30, t->has_tls ? &t->tls : NULL,
-                                            &t->ch[i]) != SS_OK)
+                                            &t->ch[i], NULL, 0) != SS_OK)
         t->ch[i] = NULL;
     ss__rpc_channel *ch = t->ch[i];
     pthread_mutex_unlock(&t->lock);

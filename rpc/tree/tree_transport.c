@@ -623,7 +623,7 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
             ss__why(why, whylen, "%s", *said ? said : "cannot serve there");
     }
     if (st == SS_OK)
-        st = ss__transport_create(&tree_ops, t, out);
+        st = ss__transport_create(&tree_ops, t, out, NULL, 0);
     if (st != SS_OK)
         tr_destroy(t);
     return st;

@@ -19,7 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                  .max_groups = 256,
                                  .max_members = 64,
                                  .max_total_floats = 1 << 20};
-        if (ss__inproc_transport_create(&cfg, &backend) != SS_OK || ss__metrics_create(&m) != SS_OK)
+        if (ss__inproc_transport_create(&cfg, &backend, NULL, 0) != SS_OK ||
+            ss__metrics_create(&m, NULL, 0) != SS_OK)
             abort();
         svc = (ss__dense_service){.centre = ss__inproc_central(backend), .max_floats = 4096};
         ss__metrics_counter(m, "rejected", "r", NULL, &svc.rejected);

@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                     .max_tables = 16,
                                     .mem_cap_bytes = 64 << 20};
         ss__emb_store *st;
-        if (ss__emb_store_create(&cfg, &st) != SS_OK)
+        if (ss__emb_store_create(&cfg, &st, NULL, 0) != SS_OK)
             abort();
         ss__emb_service_init(&svc, st);
         ss__deltas_service_init(&dsvc, delta_dir());
@@ -77,12 +77,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ss__ps_map_watch *w;
         ss__ps_row_moves *mv;
         ss__ps_row_moves_config c = {.batch_rows = 64, .store = st};
-        if (ss__metrics_create(&m) != SS_OK ||
+        if (ss__metrics_create(&m, NULL, 0) != SS_OK ||
             ss__ps_map_watch_start(map, m, &w, why, sizeof why) != SS_OK)
             abort();
         c.map = w;
         c.metrics = m;
-        if (ss__ps_row_moves_create(&c, &mv) != SS_OK ||
+        if (ss__ps_row_moves_create(&c, &mv, NULL, 0) != SS_OK ||
             ss__ps_row_moves_run(mv, "127.0.0.1:1") != SS_OK)
             abort();
         svc.ensure = ss__ps_row_moves_ensure;

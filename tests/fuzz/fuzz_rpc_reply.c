@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < ns; i++)
         grpc_slice_unref(sl[i]);
     ss__rpc_message m;
-    if (ss__rpc_message_open(bb, &m) != SS_OK || ss__rpc_message_length(&m) != len)
+    if (ss__rpc_message_open(bb, &m, NULL, 0) != SS_OK || ss__rpc_message_length(&m) != len)
         abort();
     check_copy(&m, msg, len, 0, len);
     check_copy(&m, msg, len, len / 3, len - len / 3);

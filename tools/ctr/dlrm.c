@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/names.h"
+#include "common/strbuf.h"
 #include "shadow/kernels.h"
 #include "tools/ctr/rng.h"
 
@@ -66,14 +67,14 @@ float ss__ctr_emb_init_scale(const ss__ctr_model_config *cfg) {
 }
 
 ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t seed,
-                                    ss__ctr_embeddings *out) {
+                                    ss__ctr_embeddings *out, char *why, size_t whylen) {
     if (ss__ctr_model_config_check(cfg) != SS_OK || !out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "the model config is not valid");
     const size_t rows = (size_t)SS_CTR_NUM_CAT * cfg->table_rows, n = rows * cfg->emb_dim;
     const size_t wide = ss__ctr_wide_count(cfg);
     out->data = malloc((n + wide) * sizeof(float));
     if (!out->data)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the embedding tables");
     out->rows = cfg->table_rows;
     out->dim = cfg->emb_dim;
     out->acc = NULL;
@@ -200,12 +201,13 @@ struct ss__ctr_worker {
     float *block;                         /* one allocation behind every buffer above */
 };
 
-ss_status ss__ctr_worker_create(const ss__ctr_model_config *cfg, ss__ctr_worker **out) {
+ss_status ss__ctr_worker_create(const ss__ctr_model_config *cfg, ss__ctr_worker **out, char *why,
+                                size_t whylen) {
     if (ss__ctr_model_config_check(cfg) != SS_OK || !out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "the model config is not valid");
     ss__ctr_worker *w = calloc(1, sizeof *w);
     if (!w)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a worker");
     w->cfg = *cfg;
     ss__ctr_layout_of(cfg, &w->L);
     const size_t D = cfg->emb_dim, H = cfg->bottom_hidden, T = cfg->top_hidden;
@@ -219,7 +221,7 @@ ss_status ss__ctr_worker_create(const ss__ctr_model_config *cfg, ss__ctr_worker 
     w->block = aligned_alloc(64, total * sizeof(float));
     if (!w->block) {
         free(w);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a worker");
     }
     memset(w->block, 0, total * sizeof(float));
     size_t off = 0;

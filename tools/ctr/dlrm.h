@@ -87,7 +87,7 @@ size_t ss__ctr_embeddings_floats(const ss__ctr_embeddings *emb);
 /* The rows' initial scale (cfg->emb_init_scale, 0: 0.05). */
 float ss__ctr_emb_init_scale(const ss__ctr_model_config *cfg);
 ss_status ss__ctr_embeddings_create(const ss__ctr_model_config *cfg, uint64_t seed,
-                                    ss__ctr_embeddings *out);
+                                    ss__ctr_embeddings *out, char *why, size_t whylen);
 void ss__ctr_embeddings_destroy(ss__ctr_embeddings *emb);
 /* SGD (default, lr 0.05) or row-wise Adagrad (allocates the accumulators). */
 ss_status ss__ctr_embeddings_set_optimizer(ss__ctr_embeddings *emb, bool adagrad, float lr);
@@ -97,7 +97,8 @@ size_t ss__ctr_row_index(const ss__ctr_model_config *cfg, int field, const ss__c
 /* Per-thread scratch for forward/backward passes and the dense gradient. */
 typedef struct ss__ctr_worker ss__ctr_worker;
 
-ss_status ss__ctr_worker_create(const ss__ctr_model_config *cfg, ss__ctr_worker **out);
+ss_status ss__ctr_worker_create(const ss__ctr_model_config *cfg, ss__ctr_worker **out, char *why,
+                                size_t whylen);
 void ss__ctr_worker_destroy(ss__ctr_worker *w);
 
 /* One step on a minibatch: embeddings are updated per example by their

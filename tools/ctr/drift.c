@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
 #include "tools/ctr/rng.h"
 
 #define HIDDEN_DIM 4
@@ -93,26 +94,28 @@ static ss_status build_alias(uint32_t n, alias_entry *t) {
     return SS_OK;
 }
 
-ss_status ss__ctr_drift_create(const ss__ctr_drift_config *cfg, ss__ctr_drift **out) {
+ss_status ss__ctr_drift_create(const ss__ctr_drift_config *cfg, ss__ctr_drift **out, char *why,
+                               size_t whylen) {
     if (!cfg || !out || !(cfg->turnover >= 0 && cfg->turnover <= 1e6) ||
         !(cfg->rate >= 0 && isfinite(cfg->rate)))
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "drift turnover must be 0 to 1e6 and its rate finite");
     ss__ctr_drift *d = calloc(1, sizeof *d);
     if (!d)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the drifting stream");
     d->cfg = *cfg;
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
         d->vocab[f] = cfg->categorical ? categorical_vocab[f % 4] : criteo_vocab[f];
         d->table[f] = malloc(d->vocab[f] * sizeof(alias_entry));
         if (!d->table[f] || build_alias(d->vocab[f], d->table[f]) != SS_OK) {
             ss__ctr_drift_destroy(d);
-            return SS_ERR_NO_MEMORY;
+            return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the drifting stream");
         }
         d->cat_missing_p[f] = cfg->categorical ? 0.02 : f >= 19 ? 0.3 : 0.01;
     }
-    if (ss__ctr_drift_cache_create(d, &d->cache) != SS_OK) {
+    if (ss__ctr_drift_cache_create(d, &d->cache, why, whylen) != SS_OK) {
         ss__ctr_drift_destroy(d);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the drifting stream");
     }
     ss__rng rng;
     ss__rng_seed(&rng, cfg->model_seed ^ 0x1d8e4e27c47d124full);
@@ -136,14 +139,15 @@ void ss__ctr_drift_destroy(ss__ctr_drift *d) {
     free(d);
 }
 
-ss_status ss__ctr_drift_cache_create(const ss__ctr_drift *d, ss__ctr_drift_cache **out) {
+ss_status ss__ctr_drift_cache_create(const ss__ctr_drift *d, ss__ctr_drift_cache **out, char *why,
+                                     size_t whylen) {
     ss__ctr_drift_cache *c = calloc(1, sizeof *c);
     if (!c)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the drift cache");
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
         if (!(c->slots[f] = calloc(d->vocab[f], sizeof(slot)))) {
             ss__ctr_drift_cache_destroy(c);
-            return SS_ERR_NO_MEMORY;
+            return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the drift cache");
         }
     }
     *out = c;

@@ -38,7 +38,8 @@ typedef struct ss__ctr_drift_config {
 } ss__ctr_drift_config;
 
 /* SS_ERR_INVALID_ARGUMENT: a negative or non-finite turnover or rate. */
-ss_status ss__ctr_drift_create(const ss__ctr_drift_config *cfg, ss__ctr_drift **out);
+ss_status ss__ctr_drift_create(const ss__ctr_drift_config *cfg, ss__ctr_drift **out, char *why,
+                               size_t whylen);
 void ss__ctr_drift_destroy(ss__ctr_drift *d);
 
 /* Draws row number index of the stream; *p is its true click
@@ -63,7 +64,8 @@ typedef struct ss__ctr_drift_draws {
 } ss__ctr_drift_draws;
 
 typedef struct ss__ctr_drift_cache ss__ctr_drift_cache;
-ss_status ss__ctr_drift_cache_create(const ss__ctr_drift *d, ss__ctr_drift_cache **out);
+ss_status ss__ctr_drift_cache_create(const ss__ctr_drift *d, ss__ctr_drift_cache **out, char *why,
+                                     size_t whylen);
 void ss__ctr_drift_cache_destroy(ss__ctr_drift_cache *c);
 
 void ss__ctr_drift_draw(const ss__ctr_drift *d, ss__rng *rng, ss__ctr_drift_draws *out);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/names.h"
+#include "common/strbuf.h"
 
 static const char *const emb_names[] = {"array", "local", "remote", "cached"};
 
@@ -44,10 +45,10 @@ struct ss__ctr_gather {
 };
 
 ss_status ss__ctr_gather_create(const ss__ctr_model_config *cfg, uint32_t batch,
-                                ss__ctr_gather **out) {
+                                ss__ctr_gather **out, char *why, size_t whylen) {
     ss__ctr_gather *g = calloc(1, sizeof *g);
     if (!g)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the gather of a batch");
     g->cfg = *cfg;
     g->cap = (size_t)batch * SS_CTR_NUM_CAT;
     g->wcap = ss__ctr_wide_count(cfg) ? (size_t)batch * SS_CTR_NWIDE : 0;
@@ -76,7 +77,7 @@ ss_status ss__ctr_gather_create(const ss__ctr_model_config *cfg, uint32_t batch,
     if (!g->ex || !g->uniq || !g->slot_of || !g->hash || !g->rows || !g->grads || !g->rowp ||
         !g->gradp || !wide_ok) {
         ss__ctr_gather_destroy(g);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the gather of a batch");
     }
     *out = g;
     return SS_OK;

@@ -36,7 +36,7 @@ typedef struct ss__ctr_tables {
 typedef struct ss__ctr_gather ss__ctr_gather;
 
 ss_status ss__ctr_gather_create(const ss__ctr_model_config *cfg, uint32_t batch,
-                                ss__ctr_gather **out);
+                                ss__ctr_gather **out, char *why, size_t whylen);
 void ss__ctr_gather_destroy(ss__ctr_gather *g);
 /* Takes the batch, collects its distinct row ids and starts fetching
  * their rows (in the background when prefetch). done (optional): a

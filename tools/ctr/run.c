@@ -110,7 +110,7 @@ ss_status ss__ctr_evaluate(const ss__ctr_model_config *mcfg, const float *dense,
     if (!mcfg || !dense || !emb || !data || data->nrows == 0 || !out)
         return SS_ERR_INVALID_ARGUMENT;
     ss__ctr_worker *w;
-    ss_status st = ss__ctr_worker_create(mcfg, &w);
+    ss_status st = ss__ctr_worker_create(mcfg, &w, NULL, 0);
     if (st != SS_OK)
         return st;
     float *pred = malloc(data->nrows * sizeof *pred);
@@ -254,7 +254,7 @@ static ss_status open_trainers(run *r) {
                                   .link_gbps = cfg->link_gbps,
                                   .encoding = (ss__encoding)cfg->encoding,
                                   .no_error_feedback = !cfg->error_feedback};
-        if ((st = ss__inproc_transport_create(&icfg, &r->transport)) != SS_OK)
+        if ((st = ss__inproc_transport_create(&icfg, &r->transport, NULL, 0)) != SS_OK)
             return st;
     }
     for (uint32_t t = 0; t < N; t++) {
@@ -284,7 +284,7 @@ static ss_status open_trainers(run *r) {
             tr->dense = ss_dense_data(tr->hooks_dense);
             continue;
         }
-        if ((st = ss__replica_create(r->L.total, &tr->replica)) != SS_OK)
+        if ((st = ss__replica_create(r->L.total, &tr->replica, NULL, 0)) != SS_OK)
             return st;
         tr->dense = ss__replica_data(tr->replica);
         /* Same seed everywhere: replicas start identical, as after a broadcast. */
@@ -300,7 +300,7 @@ static ss_status open_trainers(run *r) {
                                   .threads = cfg->shadow_threads ? cfg->shadow_threads : 1,
                                   .round_interval_us = cfg->round_interval_us,
                                   .min_round_gap = cfg->min_round_gap};
-        if ((st = ss__engine_create(&ecfg, &tr->engine)) != SS_OK ||
+        if ((st = ss__engine_create(&ecfg, &tr->engine, NULL, 0)) != SS_OK ||
             (st = ss__engine_add_group(tr->engine, "dense", tr->replica, &cfg->params,
                                        &tr->group)) != SS_OK)
             return st;
@@ -328,7 +328,7 @@ static ss_status start_engines(run *r) {
     ss_status st = SS_OK;
     if (r->syncing && r->cfg->sync == SS_CTR_SYNC_SHADOW)
         for (uint32_t t = 0; t < r->cfg->trainers && st == SS_OK; t++)
-            st = ss__engine_start(r->tr[t].engine);
+            st = ss__engine_start(r->tr[t].engine, NULL, 0);
     return st;
 }
 
@@ -717,7 +717,7 @@ ss_status ss__ctr_train_run(const ss__ctr_train_config *cfg, const ss__ctr_datas
         run_destroy(r);
         return SS_ERR_INVALID_ARGUMENT;
     }
-    if ((st = ss__ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb)) == SS_OK &&
+    if ((st = ss__ctr_embeddings_create(&cfg->model, cfg->seed, &r->emb, NULL, 0)) == SS_OK &&
         (st = ss__ctr_embeddings_set_optimizer(&r->emb, cfg->emb_optimizer == SS_TABLE_ADAGRAD,
                                                cfg->emb_lr)) == SS_OK &&
         (st = open_trainers(r)) == SS_OK &&

@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 
 /* Two chunks: the trainer's and the one the reader fills. */
 #define SLOTS 2
@@ -172,32 +173,35 @@ static void *reader_main(void *arg) {
     }
 }
 
-ss_status ss__ctr_stream_open(const ss__ctr_stream_config *cfg, ss__ctr_stream **out) {
+ss_status ss__ctr_stream_open(const ss__ctr_stream_config *cfg, ss__ctr_stream **out, char *why,
+                              size_t whylen) {
     if (!cfg || !out || !cfg->path == !cfg->follow_dir || cfg->chunk_rows == 0 ||
         cfg->chunk_rows > SS_CTR_STREAM_MAX_CHUNK || (cfg->world > 1 && cfg->rank >= cfg->world))
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
+                        "a stream reads a file or follows a directory (one of them) in chunks of "
+                        "at least a row");
     ss__ctr_stream *s = calloc(1, sizeof *s);
     if (!s)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the stream");
     s->cfg = *cfg;
     s->held = -1;
     if (!s->cfg.poll_ms)
         s->cfg.poll_ms = 100;
     struct stat sb;
     if (cfg->follow_dir && (stat(cfg->follow_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
-        SS_LOG_ERRORF("ctr-stream", "event=follow_failed dir=%s error=\"%s\"", cfg->follow_dir,
-                      errno ? strerror(errno) : "not a directory");
+        const char *e = errno ? strerror(errno) : "not a directory";
+        SS_LOG_ERRORF("ctr-stream", "event=follow_failed dir=%s error=\"%s\"", cfg->follow_dir, e);
         free(s);
-        return SS_ERR_IO;
+        return ss__fail(why, whylen, SS_ERR_IO, "--train-follow %s: %s", cfg->follow_dir, e);
     }
     if (cfg->path) {
         snprintf(s->name, sizeof s->name, "%s", strcmp(cfg->path, "-") ? cfg->path : "stdin");
         s->in = strcmp(cfg->path, "-") ? fopen(cfg->path, "r") : stdin;
         if (!s->in) {
-            SS_LOG_ERRORF("ctr-stream", "event=open_failed path=%s error=\"%s\"", cfg->path,
-                          strerror(errno));
+            const char *e = strerror(errno);
+            SS_LOG_ERRORF("ctr-stream", "event=open_failed path=%s error=\"%s\"", cfg->path, e);
             free(s);
-            return SS_ERR_IO;
+            return ss__fail(why, whylen, SS_ERR_IO, "--train %s: %s", cfg->path, e);
         }
     }
     pthread_mutex_init(&s->lock, NULL);
@@ -208,7 +212,7 @@ ss_status ss__ctr_stream_open(const ss__ctr_stream_config *cfg, ss__ctr_stream *
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
         free(s);
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no thread to read the stream");
     }
     *out = s;
     return SS_OK;

@@ -46,7 +46,8 @@ typedef struct ss__ctr_stream_stats {
 /* Starts the reader thread. SS_ERR_INVALID_ARGUMENT (neither or both of
  * path and follow_dir; chunk_rows 0), SS_ERR_IO (the file or directory
  * cannot be opened: said in the log with the reason). */
-ss_status ss__ctr_stream_open(const ss__ctr_stream_config *cfg, ss__ctr_stream **out);
+ss_status ss__ctr_stream_open(const ss__ctr_stream_config *cfg, ss__ctr_stream **out, char *why,
+                              size_t whylen);
 
 /* The next chunk, blocking until one is there; *chunk stays valid until
  * the next call (or close). At the end of the stream, a chunk of 0 rows.

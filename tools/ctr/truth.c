@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "common/strbuf.h"
+
 /* Cardinalities shaped like Criteo's fields, capped so tables stay small. */
 static const uint32_t vocab[SS_CTR_NUM_CAT] = {
     1460, 583,   20000, 20000, 305,  24,   12517, 633,   3,  20000, 5683,  20000, 3194,
@@ -22,18 +24,18 @@ struct ss__ctr_truth {
     double int_missing_p[SS_CTR_NUM_DENSE], int_weight[SS_CTR_NUM_DENSE];
 };
 
-ss_status ss__ctr_truth_create(uint64_t model_seed, ss__ctr_truth **out) {
+ss_status ss__ctr_truth_create(uint64_t model_seed, ss__ctr_truth **out, char *why, size_t whylen) {
     if (!out)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "no place for the true model");
     ss__ctr_truth *t = calloc(1, sizeof *t);
     if (!t)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the true model");
     t->seed = model_seed;
     for (int f = 0; f < SS_CTR_NUM_CAT; f++) {
         t->cdf[f] = malloc(vocab[f] * sizeof(double));
         if (!t->cdf[f]) {
             ss__ctr_truth_destroy(t);
-            return SS_ERR_NO_MEMORY;
+            return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the true model");
         }
         double acc = 0.0;
         for (uint32_t v = 0; v < vocab[f]; v++)

@@ -26,7 +26,7 @@ typedef struct ss__ctr_raw_row {
     bool cat_missing[SS_CTR_NUM_CAT];
 } ss__ctr_raw_row;
 
-ss_status ss__ctr_truth_create(uint64_t model_seed, ss__ctr_truth **out);
+ss_status ss__ctr_truth_create(uint64_t model_seed, ss__ctr_truth **out, char *why, size_t whylen);
 void ss__ctr_truth_destroy(ss__ctr_truth *t);
 
 /* Draws one row from rng; *p receives its true click probability. */

@@ -90,7 +90,7 @@ static ss_status table_loop(trainer *tr, ss__ctr_worker *w, const ss__ctr_exampl
     ss__ctr_gather *g[3] = {NULL, NULL, NULL};
     ss_status st = SS_OK;
     for (int i = 0; i < 3 && st == SS_OK; i++)
-        st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[i]);
+        st = ss__ctr_gather_create(&cfg->model, cfg->batch, &g[i], NULL, 0);
     size_t n = st == SS_OK ? claim_batch(tr, batch) : 0;
     warm_ahead(tr);
     if (n)
@@ -127,7 +127,7 @@ void *ss__ctr_worker_main(void *arg) {
     const ss__ctr_train_config *cfg = r->cfg;
     ss__ctr_worker *w = NULL;
     const ss__ctr_example **batch = malloc(cfg->batch * sizeof *batch);
-    if (!batch || ss__ctr_worker_create(&cfg->model, &w) != SS_OK) {
+    if (!batch || ss__ctr_worker_create(&cfg->model, &w, NULL, 0) != SS_OK) {
         ss__ctr_run_failed(r, SS_ERR_NO_MEMORY);
         goto done;
     }

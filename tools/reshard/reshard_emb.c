@@ -116,7 +116,7 @@ static ss_status route_rows(void *ctx, const uint64_t *ids, const float *rows, s
 static ss_status export_store(const char *db, const char *path, char *why, size_t whylen) {
     ss__emb_store_config cfg = {.db_path = db};
     ss__emb_store *st;
-    ss_status s = ss__emb_store_create(&cfg, &st);
+    ss_status s = ss__emb_store_create(&cfg, &st, NULL, 0);
     if (s != SS_OK) {
         snprintf(why, whylen,
                  "cannot open the embedding store %s (%s): is a shadowsync-ps still running on "
@@ -217,7 +217,7 @@ static ss_status fill_outputs(const ss__reshard_config *cfg, const char *work, s
         ss__emb_store_config scfg = {.db_path = cfg->out_db[j]};
         ss__emb_store *st = NULL;
         ss__emb_delta_file *f = NULL;
-        if ((s = ss__emb_store_create(&scfg, &st)) != SS_OK)
+        if ((s = ss__emb_store_create(&scfg, &st, NULL, 0)) != SS_OK)
             snprintf(why, whylen, "cannot make the store %s: %s", cfg->out_db[j], ss_strerror(s));
         if (s == SS_OK && (s = read_base(path, &f, why, whylen)) == SS_OK &&
             (s = ss__emb_store_apply_delta(st, f)) == SS_OK &&
