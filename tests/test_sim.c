@@ -156,8 +156,8 @@ START_TEST(test_one_trainer_easgd_round_by_hand) {
     ss__sim_config c;
     bare_config(&c);
     ss__sim_result r;
-    const char *why = NULL;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, &why), SS_OK);
+    char why[200] = "";
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, why, sizeof why), SS_OK);
     /* 0.2 ms + 2 x 0.05 ms + 2 x 4 ms = 8.3 ms; it starts after the 4th
      * step (40 ms) and ends before the 5th: the gap is 4 steps. */
     ck_assert_double_eq_tol(r.round_s_mean, 8.3e-3, 1e-9);
@@ -179,12 +179,12 @@ START_TEST(test_foreground_waits_for_its_round) {
     c.mode = SS_SIM_FOREGROUND;
     c.sync_every = 1;
     ss__sim_result r;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     /* A step (10 ms) then its round (8.3 ms): 10 / 18.3 of the rate. */
     ck_assert_double_eq_tol(r.efficiency, 10.0 / 18.3, 0.01);
     ck_assert_double_eq(r.gap_p50, 1);
     c.sync_every = 10; /* 100 / 108.3 */
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.efficiency, 100.0 / 108.3, 0.01);
 }
 END_TEST
@@ -199,13 +199,13 @@ START_TEST(test_ma_round_shares_the_ps_link) {
     c.trainers = 2;
     c.per_host = 1;
     ss__sim_result r;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 16.3e-3, 1e-9);
     /* From step 4 (40 ms) to 56.3 ms: the 5th step fell inside. */
     ck_assert_double_eq(r.gap_p50, 5);
     /* Two PS shards halve each transfer and share nothing: 0.3 + 2 x 4. */
     c.ps = 2;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 8.3e-3, 1e-9);
 }
 END_TEST
@@ -220,14 +220,14 @@ START_TEST(test_cpu_costs_and_a_saturated_ps) {
     c.latency_s = 0;
     c.costs = (ss__sim_costs){0, 2e-9, 10e-9, 0};
     ss__sim_result r;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 12 * 1048576e-9, 1e-9);
     /* 64 trainers on a PS of one core: it can do 1 / 10.5 ms = 95 rounds/s,
      * so each trainer gets ~1.5 rounds/s and a gap near 100 steps / 1.5. */
     c.trainers = 64;
     c.ps_cores = 1;
     c.seconds = 10;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.rounds / c.seconds, 1.0 / 10.48576e-3, 3);
     ck_assert_double_eq_tol(r.ps_cpu_util, 1.0, 0.02);
     ck_assert(r.gap_p50 > 55 && r.gap_p50 < 80);
@@ -249,24 +249,24 @@ START_TEST(test_chunks_pipeline_client_and_ps) {
     c.costs = (ss__sim_costs){0, 2e-9, 3e-9, 0};
     c.ps_threads = 1;
     ss__sim_result r;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 8e-3, 1e-9);
     /* A window of one chunk per shard: B starts when A's reply is in.
      * send A [0,1], PS A [1,4], apply A [4,5]; B [5,6], [6,9], [9,10]. */
     c.window = 1;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 10e-3, 1e-9);
     c.window = 0; /* all at once */
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 8e-3, 1e-9);
     c.window = 2;
     /* Two PS threads: PS A [1,4], PS B [2,5]; apply A [4,5], B [5,6]. */
     c.ps_threads = 2;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 6e-3, 1e-9);
     /* One chunk: send 2, PS 6, apply 2. */
     c.chunk_floats = 2e6;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, NULL, 0), SS_OK);
     ck_assert_double_eq_tol(r.round_s_mean, 10e-3, 1e-9);
 }
 END_TEST
@@ -274,26 +274,26 @@ END_TEST
 START_TEST(test_bad_configs_say_which_setting) {
     ss__sim_config c;
     ss__sim_result r;
-    const char *why = NULL;
+    char why[200] = "";
     ss__sim_config_init(&c);
     c.trainers = 0;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, &why), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, why, sizeof why), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(why, "trainers"));
     ss__sim_config_init(&c);
     c.link_bytes_per_s = 0;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, &why), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, why, sizeof why), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(why, "link"));
     ss__sim_config_init(&c);
     c.costs.ps_cpu_s_per_float = NAN;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, &why), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, why, sizeof why), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(why, "costs"));
     ss__sim_config_init(&c);
     c.host_cores = 0;
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, &why), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, why, sizeof why), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(why, "cores"));
     c.shared_cores = 2; /* one machine: per-host cores do not matter */
-    ck_assert_int_eq(ss__sim_cluster(&c, &r, &why), SS_OK);
-    ck_assert_int_eq(ss__sim_cluster(NULL, &r, &why), SS_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ss__sim_cluster(&c, &r, why, sizeof why), SS_OK);
+    ck_assert_int_eq(ss__sim_cluster(NULL, &r, why, sizeof why), SS_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(ss__sim_mode_parse("bmuf"), SS_SIM_BMUF);
     ck_assert_int_eq(ss__sim_mode_parse("fg"), SS_SIM_FOREGROUND);
     ck_assert_int_eq(ss__sim_mode_parse("sgd"), -1);

@@ -245,10 +245,10 @@ static int run_trainer_counts(ss__sim_config *cfg, const char *trainers, const c
         }
         cfg->trainers = (uint32_t)v;
         ss__sim_result r;
-        const char *why = NULL;
-        ss_status st = ss__sim_cluster(cfg, &r, &why);
+        char why[200] = "";
+        ss_status st = ss__sim_cluster(cfg, &r, why, sizeof why);
         if (st != SS_OK) {
-            fprintf(stderr, "%s: %s\n", program.name, why ? why : ss_strerror(st));
+            fprintf(stderr, "%s: %s\n", program.name, *why ? why : ss_strerror(st));
             return st == SS_ERR_INVALID_ARGUMENT ? 2 : 1;
         }
         printf("sim: ps=%u n=%u mode=%s examples/s=%.0f efficiency=%.3f gap_p50=%.1f "

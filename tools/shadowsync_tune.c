@@ -87,9 +87,9 @@ static void predict_ps(const cluster *cl, candidate *c) {
     cfg.shared_cores = cl->shared_cores;
     cfg.seconds = 10;
     ss__sim_result r;
-    const char *why = NULL;
-    if (ss__sim_cluster(&cfg, &r, &why) != SS_OK) {
-        fprintf(stderr, "shadowsync-tune: simulator: %s\n", why ? why : "failed");
+    char why[200] = "failed";
+    if (ss__sim_cluster(&cfg, &r, why, sizeof why) != SS_OK) {
+        fprintf(stderr, "shadowsync-tune: simulator: %s\n", why);
         c->pred_rate = c->pred_gap = NAN;
         return;
     }

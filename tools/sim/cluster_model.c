@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/names.h"
+#include "common/strbuf.h"
 #include "events.h"
 #include "rpc/dense/grpc_transport.h"
 #include "trainer-hooks/defaults.h"
@@ -487,13 +488,11 @@ static void free_model(model *m) {
     ss__sim_destroy(m->sim);
 }
 
-ss_status ss__sim_cluster(const ss__sim_config *cfg, ss__sim_result *out, const char **why) {
+ss_status ss__sim_cluster(const ss__sim_config *cfg, ss__sim_result *out, char *why,
+                          size_t whylen) {
     const char *bad = cfg && out ? validate(cfg) : "no config or result";
-    if (bad) {
-        if (why)
-            *why = bad;
-        return SS_ERR_INVALID_ARGUMENT;
-    }
+    if (bad)
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "%s", bad);
     model m = {.cfg = cfg};
     const uint32_t hosts = (cfg->trainers + cfg->per_host - 1) / cfg->per_host;
     /* Each shard's range cut into chunks of at most chunk_floats. */
@@ -558,10 +557,7 @@ ss_status ss__sim_cluster(const ss__sim_config *cfg, ss__sim_result *out, const 
         }
     }
     free_model(&m);
-    if (!ok) {
-        if (why)
-            *why = "out of memory";
-        return SS_ERR_NO_MEMORY;
-    }
+    if (!ok)
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "out of memory");
     return SS_OK;
 }

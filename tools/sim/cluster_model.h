@@ -29,6 +29,7 @@
 #ifndef SS_SIM_CLUSTER_MODEL_H
 #define SS_SIM_CLUSTER_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "shadowsync/status.h"
@@ -98,9 +99,9 @@ typedef struct ss__sim_result {
  * the costs measured on the emulated cluster (2026-11, bench/BENCHMARKS). */
 void ss__sim_config_init(ss__sim_config *cfg);
 
-/* Runs one simulation. SS_ERR_INVALID_ARGUMENT with *why naming the
+/* Runs one simulation. SS_ERR_INVALID_ARGUMENT with why naming the
  * setting, or SS_ERR_NO_MEMORY. */
-ss_status ss__sim_cluster(const ss__sim_config *cfg, ss__sim_result *out, const char **why);
+ss_status ss__sim_cluster(const ss__sim_config *cfg, ss__sim_result *out, char *why, size_t whylen);
 
 /* "none", "easgd", "ma", "bmuf", "fg" -> mode; -1 if unknown. */
 int ss__sim_mode_parse(const char *s);
