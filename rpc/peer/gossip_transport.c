@@ -34,62 +34,20 @@ typedef struct local_group {
 typedef struct gossip {
     pthread_mutex_t lock; /* guards groups, the peer list and the channels */
     local_group *groups;
-    char **peers;
-    ss__rpc_channel **ch; /* per peer, made on first use; NULL for self */
-    uint32_t npeers, rank;
+    ss__peer_mesh mesh;
     uint32_t timeout_ms;
     bool random;
     uint64_t rng, turn;
-    ss__rpc_tls tls; /* a copy: channels are made later (the files' names must outlive it) */
-    bool has_tls;
-    ss__rpc_server *srv;
-    char auth[SS_AUTH_HEADER_MAX];
 } gossip;
 
 /* ---- the peer list ---- */
 
-static void free_peers(gossip *g) {
-    for (uint32_t i = 0; i < g->npeers; i++) {
-        free(g->peers[i]);
-        if (g->ch && g->ch[i])
-            ss__rpc_channel_destroy(g->ch[i]);
-    }
-    free(g->peers);
-    free(g->ch);
-    g->peers = NULL;
-    g->ch = NULL;
-    g->npeers = 0;
-}
-
-/* Splits "a,b,c" into g->peers; rank must be one of them. */
+/* Splits "a,b,c" into the mesh's list; rank must be one of them. */
 static ss_status parse_peers(gossip *g, const char *list, uint32_t rank) {
     char **peers;
     uint32_t n;
     ss_status st = ss__peer_list_parse(list, SS_GOSSIP_MAX_PEERS, &peers, &n);
-    if (st != SS_OK)
-        return st;
-    ss__rpc_channel **ch = calloc(n, sizeof *ch);
-    if (!ch || rank >= n) {
-        free(ch);
-        ss__peer_list_free(peers, n);
-        return ch ? SS_ERR_INVALID_ARGUMENT : SS_ERR_NO_MEMORY;
-    }
-    free_peers(g);
-    g->peers = peers;
-    g->ch = ch;
-    g->npeers = n;
-    g->rank = rank;
-    return SS_OK;
-}
-
-/* The channel to peer i (made on first use); NULL when it cannot be made.
- * Caller holds g->lock. */
-static ss__rpc_channel *channel_to(gossip *g, uint32_t i) {
-    /* Replies carry a whole group: the channel takes messages up to 1 GiB. */
-    if (!g->ch[i] && ss__rpc_channel_create(g->peers[i], 1u << 30, g->has_tls ? &g->tls : NULL,
-                                            &g->ch[i], NULL, 0) != SS_OK)
-        g->ch[i] = NULL;
-    return g->ch[i];
+    return st == SS_OK ? ss__peer_mesh_set(&g->mesh, peers, n, rank) : st;
 }
 
 /* The round's start in the schedule: the ring goes round the others, one
@@ -107,8 +65,8 @@ static uint64_t round_start(gossip *g) {
 /* The k-th peer to try in a round that starts at `start`: every other
  * member once, never this one. */
 static uint32_t pick_peer(const gossip *g, uint64_t start, uint32_t k) {
-    uint32_t others = g->npeers - 1;
-    return (g->rank + 1 + (uint32_t)((start + k) % others)) % g->npeers;
+    uint32_t others = g->mesh.npeers - 1;
+    return (g->mesh.rank + 1 + (uint32_t)((start + k) % others)) % g->mesh.npeers;
 }
 
 static local_group *find_local(gossip *g, const char *name) {
@@ -156,7 +114,7 @@ static void serve_leave(void *ctx, void *request, ss__rpc_reply *reply) {
     gossip *g = ctx;
     const Shadowsync__V1__PeerLeaveRequest *m = request;
     pthread_mutex_lock(&g->lock);
-    if (ss__peer_sender_ok(m->group, m->from, g->npeers, g->rank, reply)) {
+    if (ss__peer_sender_ok(m->group, m->from, g->mesh.npeers, g->mesh.rank, reply)) {
         local_group *lg = find_local(g, m->group);
         if (lg)
             lg->left[m->from] = 1;
@@ -209,12 +167,12 @@ static void announce_leave(gossip *g, const char *group) {
     Shadowsync__V1__PeerLeaveRequest m = SHADOWSYNC__V1__PEER_LEAVE_REQUEST__INIT;
     m.group = (char *)group;
     pthread_mutex_lock(&g->lock);
-    m.from = g->rank;
+    m.from = g->mesh.rank;
     local_group *lg = find_local(g, group);
-    ss__rpc_channel **ch = lg ? calloc(g->npeers, sizeof *ch) : NULL;
+    ss__rpc_channel **ch = lg ? calloc(g->mesh.npeers, sizeof *ch) : NULL;
     size_t k = 0;
-    for (uint32_t i = 0; ch && i < g->npeers; i++)
-        if (i != g->rank && !lg->left[i] && (ch[k] = channel_to(g, i)))
+    for (uint32_t i = 0; ch && i < g->mesh.npeers; i++)
+        if (i != g->mesh.rank && !lg->left[i] && (ch[k] = ss__peer_mesh_channel(&g->mesh, i)))
             k++;
     pthread_mutex_unlock(&g->lock);
     ss__peer_tell_all(ch, k, LEAVE_METHOD, &m.base, g->timeout_ms);
@@ -266,7 +224,7 @@ static ss_status read_pull(ss__rpc_request *rq, const ss__rpc_message *msg, void
 /* One pull from peer i: its snapshot into peer (n floats). */
 static ss_status pull(gossip *g, uint32_t i, const char *group, size_t n, float *peer) {
     pthread_mutex_lock(&g->lock);
-    ss__rpc_channel *ch = channel_to(g, i);
+    ss__rpc_channel *ch = ss__peer_mesh_channel(&g->mesh, i);
     pthread_mutex_unlock(&g->lock);
     if (!ch)
         return SS_ERR_IO;
@@ -306,7 +264,7 @@ static ss_status gp_round(void *impl, const char *group, uint64_t member, const 
     memcpy(lg->latest, s, n * sizeof(float)); /* what peers pull from now on */
     lg->have = true;
     uint64_t start = round_start(g);
-    uint32_t others = g->npeers - 1;
+    uint32_t others = g->mesh.npeers - 1;
     pthread_mutex_unlock(&g->lock);
     /* Try the others in schedule order until one answers; those that left
      * are passed over, and with all of them gone the member is alone: its
@@ -363,8 +321,7 @@ static ss_status gp_central(void *impl, const char *group, float *c, size_t n) {
 
 static void gp_destroy(void *impl) {
     gossip *g = impl;
-    if (g->srv)
-        ss__rpc_server_stop(g->srv);
+    ss__peer_mesh_stop(&g->mesh);
     while (g->groups) {
         local_group *lg = g->groups;
         g->groups = lg->next;
@@ -372,7 +329,7 @@ static void gp_destroy(void *impl) {
         free(lg->latest);
         free(lg);
     }
-    free_peers(g);
+    ss__peer_mesh_clear(&g->mesh);
     pthread_mutex_destroy(&g->lock);
     free(g);
 }
@@ -400,34 +357,22 @@ ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transpor
     g->timeout_ms = cfg->timeout_ms;
     g->random = cfg->random;
     g->rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull + cfg->rank;
-    if (cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file)) {
-        g->tls = *cfg->tls;
-        g->has_tls = true;
-    }
-    ss_status st = parse_peers(g, cfg->peers, cfg->rank);
     char why[256] = "";
-    if (st == SS_ERR_INVALID_ARGUMENT)
+    ss_status st = ss__peer_mesh_init(&g->mesh, cfg->tls, why, sizeof why);
+    if (st == SS_OK && (st = parse_peers(g, cfg->peers, cfg->rank)) == SS_ERR_INVALID_ARGUMENT)
         snprintf(why, sizeof why,
                  "peers must be 2 to %d host:port, and rank %u one of them (from 0)",
                  SS_GOSSIP_MAX_PEERS, cfg->rank);
-    if (st == SS_OK)
-        st = ss__auth_header_from_env(g->auth, sizeof g->auth, why, sizeof why);
     const char *listen = cfg->listen && *cfg->listen ? cfg->listen : NULL;
-    if (st == SS_OK && !listen)
-        listen = g->peers[g->rank];
     if (st == SS_OK &&
-        (st = ss__auth_listener_check("gossip member listening on", listen, g->auth[0], false,
-                                      cfg->insecure_loopback, why, sizeof why)) != SS_OK)
-        SS_LOG_ERRORF("gossip", "event=refused listen=%s why=\"%s\"", listen, why);
-    if (st == SS_OK) {
-        ss__rpc_server_config scfg = {
-            .listen = listen, .threads = 1, .max_message_bytes = 4096, .auth_header = g->auth};
-        st = ss__rpc_server_start(&scfg, gossip_methods, 2, g, &g->srv, why, sizeof why);
-    }
+        (st = ss__peer_mesh_serve(&g->mesh, "gossip member", listen, cfg->insecure_loopback, 1,
+                                  4096, gossip_methods, 2, g, why, sizeof why)) != SS_OK)
+        SS_LOG_ERRORF("gossip", "event=refused listen=%s why=\"%s\"",
+                      listen ? listen : g->mesh.peers[g->mesh.rank], why);
+    if (st == SS_OK)
+        st = ss__transport_create(&gossip_ops, g, out, why, sizeof why);
     if (st != SS_OK)
         ss__why(why_out, whylen, "%s", why);
-    if (st == SS_OK)
-        st = ss__transport_create(&gossip_ops, g, out, NULL, 0);
     if (st != SS_OK)
         gp_destroy(g);
     return st;
@@ -435,7 +380,7 @@ ss_status ss__gossip_transport_create(const ss__gossip_config *cfg, ss__transpor
 
 int ss__gossip_transport_port(ss__transport *t) {
     gossip *g = ss__transport_impl(t, &gossip_ops);
-    return g && g->srv ? ss__rpc_server_port(g->srv) : 0;
+    return g ? ss__peer_mesh_port(&g->mesh) : 0;
 }
 
 ss_status ss__gossip_transport_set_peers(ss__transport *t, const char *peers) {
@@ -443,7 +388,7 @@ ss_status ss__gossip_transport_set_peers(ss__transport *t, const char *peers) {
     if (!g)
         return SS_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&g->lock);
-    ss_status st = parse_peers(g, peers, g->rank);
+    ss_status st = parse_peers(g, peers, g->mesh.rank);
     pthread_mutex_unlock(&g->lock);
     return st;
 }

@@ -101,7 +101,7 @@ static uint64_t epoch_of(const uint8_t *gone, uint32_t n) {
  * that left has parent -2 in every tree. The partitions stay those of the
  * whole membership. Caller holds the lock (or owns tg). */
 ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg) {
-    const uint32_t N = t->npeers;
+    const uint32_t N = t->mesh.npeers;
     uint32_t *rank_of = malloc(N * sizeof *rank_of), *host = malloc(N * sizeof *host), k = 0;
     ss_status st = rank_of && host ? SS_OK : SS_ERR_NO_MEMORY;
     for (uint32_t m = 0; st == SS_OK && m < N; m++)
@@ -152,7 +152,7 @@ ss_status ss__tree_build_forest(const ss__tree *t, ss__tree_group *tg) {
         ss__forest_free(&tg->forest);
         tg->forest = g;
         for (uint32_t p = 0; p < g.parts; p++)
-            tg->nkids[p] = ss__forest_children(&g, p, t->rank, tg->kids + (size_t)p * N);
+            tg->nkids[p] = ss__forest_children(&g, p, t->mesh.rank, tg->kids + (size_t)p * N);
         tg->epoch = epoch_of(tg->gone, N);
     } else {
         ss__forest_free(&g);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "rpc/auth.h"
+#include "rpc/peer/peer_list.h"
 #include "rpc/rpc.h"
 #include "rpc/tree/tree_transport.h"
 #include "shadow/forest.h"
@@ -63,14 +64,9 @@ typedef struct ss__tree {
     pthread_mutex_t lock;
     pthread_cond_t arrived; /* a push was buffered */
     ss__tree_group *groups;
-    char **peers;
-    ss__rpc_channel **ch; /* per member, made on first use */
-    uint32_t npeers, rank, parts, timeout_ms;
+    ss__peer_mesh mesh;
+    uint32_t parts, timeout_ms;
     ss__topology topo;
-    ss__rpc_tls tls;
-    bool has_tls;
-    ss__rpc_server *srv;
-    char auth[SS_AUTH_HEADER_MAX];
     char topology_path[512];
 } ss__tree;
 

@@ -22,20 +22,17 @@
 
 ss__rpc_channel *ss__tree_channel(ss__tree *t, uint32_t i) {
     pthread_mutex_lock(&t->lock);
-    if (!t->ch[i] && ss__rpc_channel_create(t->peers[i], 1u << 30, t->has_tls ? &t->tls : NULL,
-                                            &t->ch[i], NULL, 0) != SS_OK)
-        t->ch[i] = NULL;
-    ss__rpc_channel *ch = t->ch[i];
+    ss__rpc_channel *ch = ss__peer_mesh_channel(&t->mesh, i);
     pthread_mutex_unlock(&t->lock);
     return ch;
 }
 
 size_t ss__tree_view_bytes(const ss__tree *t) {
-    return (size_t)t->npeers * 8;
+    return (size_t)t->mesh.npeers * 8;
 }
 
 void ss__tree_view_pack(const ss__tree *t, const ss__tree_group *tg, uint8_t *out) {
-    for (uint32_t i = 0; i < t->npeers; i++) {
+    for (uint32_t i = 0; i < t->mesh.npeers; i++) {
         const uint64_t v = tg->ver[i] << 1 | (tg->gone[i] ? 1u : 0u);
         for (int b = 0; b < 8; b++)
             out[8 * i + (size_t)b] = (uint8_t)(v >> (8 * b));
@@ -75,7 +72,7 @@ static ss_status rebuild(ss__tree *t, ss__tree_group *tg) {
 
 ss_status ss__tree_mark(ss__tree *t, ss__tree_group *tg, uint32_t m, bool gone, uint64_t v,
                         const char *why) {
-    if (m >= t->npeers || m == t->rank)
+    if (m >= t->mesh.npeers || m == t->mesh.rank)
         return SS_ERR_INVALID_ARGUMENT;
     const uint8_t was = tg->gone[m];
     const uint64_t was_ver = tg->ver[m];
@@ -106,16 +103,16 @@ bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, s
     if (len != ss__tree_view_bytes(t))
         return false;
     bool moved = false;
-    uint8_t *was = malloc(t->npeers);
-    uint64_t *was_ver = malloc(t->npeers * sizeof *was_ver);
+    uint8_t *was = malloc(t->mesh.npeers);
+    uint64_t *was_ver = malloc(t->mesh.npeers * sizeof *was_ver);
     if (!was || !was_ver) {
         free(was);
         free(was_ver);
         return true; /* merged next time */
     }
-    memcpy(was, tg->gone, t->npeers);
-    memcpy(was_ver, tg->ver, t->npeers * sizeof *was_ver);
-    for (uint32_t i = 0; i < t->npeers; i++) {
+    memcpy(was, tg->gone, t->mesh.npeers);
+    memcpy(was_ver, tg->ver, t->mesh.npeers * sizeof *was_ver);
+    for (uint32_t i = 0; i < t->mesh.npeers; i++) {
         uint64_t x = 0;
         for (int b = 0; b < 8; b++)
             x |= (uint64_t)view[8 * i + (size_t)b] << (8 * b);
@@ -126,7 +123,7 @@ bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, s
          * keep another out. */
         if (v != tg->ver[i] && !ss__tree_version_plausible(tg->ver[i], v))
             continue;
-        if (i == t->rank) {
+        if (i == t->mesh.rank) {
             if (gone) { /* here after all: back, at a version that wins */
                 tg->ver[i] = v + 1;
                 SS_LOG_INFOF("tree", "event=back group=%s member=%u version=%llu", tg->name, i,
@@ -143,10 +140,10 @@ bool ss__tree_view_merge(ss__tree *t, ss__tree_group *tg, const uint8_t *view, s
         }
     }
     if (moved && rebuild(t, tg) != SS_OK) {
-        memcpy(tg->gone, was, t->npeers);
-        memcpy(tg->ver, was_ver, t->npeers * sizeof *was_ver);
+        memcpy(tg->gone, was, t->mesh.npeers);
+        memcpy(tg->ver, was_ver, t->mesh.npeers * sizeof *was_ver);
     } else if (moved) {
-        for (uint32_t i = 0; i < t->npeers; i++)
+        for (uint32_t i = 0; i < t->mesh.npeers; i++)
             if (was[i] != tg->gone[i])
                 SS_LOG_INFOF("tree", "event=%s group=%s member=%u version=%llu why=\"heard\"",
                              tg->gone[i] ? "member_gone" : "member_back", tg->name, i,
@@ -174,7 +171,7 @@ ss_status ss__tree_probe(ss__tree *t, const char *group, uint32_t m, uint32_t ti
     }
     Shadowsync__V1__TreeProbe pr = SHADOWSYNC__V1__TREE_PROBE__INIT;
     pr.group = (char *)group;
-    pr.from = t->rank;
+    pr.from = t->mesh.rank;
     pr.membership = (ProtobufCBinaryData){vb, view};
     const size_t len = shadowsync__v1__tree_probe__get_packed_size(&pr);
     uint8_t *req = malloc(len ? len : 1);

@@ -29,23 +29,23 @@ static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
     } else if (m->partition >= f->parts) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "partition %u: no such partition",
                            m->partition);
-    } else if (m->from >= t->npeers || m->from == t->rank) {
+    } else if (m->from >= t->mesh.npeers || m->from == t->mesh.rank) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "from=%u: not another member", m->from);
     } else if (m->round == 0) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "round 0: rounds count from 1");
-    } else if (m->count == 0 || m->count > t->npeers) {
+    } else if (m->count == 0 || m->count > t->mesh.npeers) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT, "count=%u: not a count of members",
                            m->count);
     } else if (m->kind == SS_TREE_KIND_SUM &&
-               f->parent[(size_t)m->partition * f->members + m->from] != (int32_t)t->rank) {
+               f->parent[(size_t)m->partition * f->members + m->from] != (int32_t)t->mesh.rank) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
-                           "member %u is not a child of member %u in tree %u", m->from, t->rank,
-                           m->partition);
+                           "member %u is not a child of member %u in tree %u", m->from,
+                           t->mesh.rank, m->partition);
     } else if (m->kind == SS_TREE_KIND_MEAN &&
-               f->parent[(size_t)m->partition * f->members + t->rank] != (int32_t)m->from) {
+               f->parent[(size_t)m->partition * f->members + t->mesh.rank] != (int32_t)m->from) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
-                           "member %u is not the parent of member %u in tree %u", m->from, t->rank,
-                           m->partition);
+                           "member %u is not the parent of member %u in tree %u", m->from,
+                           t->mesh.rank, m->partition);
     } else if (m->kind != SS_TREE_KIND_SUM && m->kind != SS_TREE_KIND_MEAN) {
         ss__rpc_reply_fail(r, SS_ERR_INVALID_ARGUMENT,
                            "kind=%u: 1 (a subtree's sum) or 2 (the mean)", m->kind);
@@ -64,8 +64,8 @@ static bool push_fits(const ss__tree *t, const ss__tree_group *tg,
 static bool view_merged(ss__tree *t, ss__tree_group *tg, const char *group,
                         const ProtobufCBinaryData *view, ss__rpc_reply *reply) {
     if (!tg) {
-        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet", t->rank,
-                           group);
+        ss__rpc_reply_fail(reply, SS_ERR_STATE, "member %u has not joined group %s yet",
+                           t->mesh.rank, group);
         return false;
     }
     if (!ss__tree_view_merge(t, tg, view->data, view->len)) {
@@ -111,8 +111,8 @@ static void serve_push(void *ctx, void *request, ss__rpc_reply *reply) {
     } else if (m->epoch != tg->epoch) {
         /* Someone left and one of the two has not heard yet: try again. */
         ss__rpc_reply_fail(reply, SS_ERR_STATE,
-                           "member %u's membership of group %s differs from the sender's", t->rank,
-                           m->group);
+                           "member %u's membership of group %s differs from the sender's",
+                           t->mesh.rank, m->group);
     } else if (!push_fits(t, tg, m, bulk.len, reply)) {
         /* refused, reply says why */
     } else if (!ss__all_finite(x, bulk.len / 4)) {
@@ -122,7 +122,8 @@ static void serve_push(void *ctx, void *request, ss__rpc_reply *reply) {
         if (m->round > tg->seen)
             tg->seen = m->round; /* this member is behind: its next round catches up */
         ss__rpc_reply_fail(reply, SS_ERR_STATE, "round %llu is ahead of member %u (done %llu)",
-                           (unsigned long long)m->round, t->rank, (unsigned long long)tg->done);
+                           (unsigned long long)m->round, t->mesh.rank,
+                           (unsigned long long)tg->done);
     } else if (m->round > tg->done) { /* else: a round over here; late, dropped */
         ss__tree_slot *s = &tg->slots[m->round % 2];
         if (s->round != m->round)
@@ -163,7 +164,7 @@ static void serve_leave(void *ctx, void *request, ss__rpc_reply *reply) {
     pthread_mutex_lock(&t->lock);
     ss__tree_group *tg =
         ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
-    if (!ss__peer_sender_ok(m->group, m->from, t->npeers, t->rank, reply)) {
+    if (!ss__peer_sender_ok(m->group, m->from, t->mesh.npeers, t->mesh.rank, reply)) {
         /* refused, reply says why */
     } else if (tg) {
         ss_status st = ss__tree_mark(t, tg, m->from, true, m->version, "left");
@@ -195,7 +196,7 @@ static void serve_probe(void *ctx, void *request, ss__rpc_reply *reply) {
         ss__ps_group_name_valid(m->group) ? ss__tree_find_group(t, m->group) : NULL;
     if (!view) {
         ss__rpc_reply_fail(reply, SS_ERR_NO_MEMORY, "no memory for a view of %zu bytes", vb);
-    } else if (!ss__peer_sender_ok(m->group, m->from, t->npeers, t->rank, reply)) {
+    } else if (!ss__peer_sender_ok(m->group, m->from, t->mesh.npeers, t->mesh.rank, reply)) {
         /* refused, reply says why */
     } else if (!view_merged(t, tg, m->group, &m->membership, reply)) {
         /* refused, reply says why */

@@ -40,7 +40,7 @@ static ss_status pack_head(const ss__tree *t, const ss__tree_group *tg, uint64_t
     m.round = round;
     m.partition = pj->partition;
     m.kind = pj->kind;
-    m.from = t->rank;
+    m.from = t->mesh.rank;
     m.count = pj->count;
     m.size = tg->n;
     m.epoch = epoch;
@@ -64,7 +64,7 @@ static ss_status send_jobs(ss__tree *t, ss__tree_group *tg, uint64_t epoch, uint
     ss__rpc_request *rq = calloc(njobs ? njobs : 1, sizeof *rq);
     size_t *which = calloc(njobs ? njobs : 1, sizeof *which);
     uint8_t *view = malloc(vb);
-    bool *probed = calloc(t->npeers, sizeof *probed); /* once per member and call */
+    bool *probed = calloc(t->mesh.npeers, sizeof *probed); /* once per member and call */
     if (!rq || !which || !view || !probed) {
         free(rq);
         free(which);
@@ -162,8 +162,8 @@ static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t key, 
         st = tg->n == n ? SS_OK : SS_ERR_SIZE_MISMATCH;
     } else if (!(tg = calloc(1, sizeof *tg)) || !(tg->name = strdup(group)) ||
                !(tg->latest = malloc(n * sizeof *tg->latest)) ||
-               !(tg->gone = calloc(t->npeers, 1)) ||
-               !(tg->ver = calloc(t->npeers, sizeof *tg->ver))) {
+               !(tg->gone = calloc(t->mesh.npeers, 1)) ||
+               !(tg->ver = calloc(t->mesh.npeers, sizeof *tg->ver))) {
         st = SS_ERR_NO_MEMORY;
     } else if ((tg->n = n, st = ss__tree_build_forest(t, tg)) == SS_OK) {
         const ss__forest *f = &tg->forest;
@@ -195,12 +195,12 @@ static ss_status tr_join(void *impl, const char *group, size_t n, uint64_t key, 
 static void announce_leave(ss__tree *t, const char *group, const uint8_t *gone, uint64_t version) {
     Shadowsync__V1__TreeLeave m = SHADOWSYNC__V1__TREE_LEAVE__INIT;
     m.group = (char *)group;
-    m.from = t->rank;
+    m.from = t->mesh.rank;
     m.version = version;
-    ss__rpc_channel **ch = calloc(t->npeers, sizeof *ch);
+    ss__rpc_channel **ch = calloc(t->mesh.npeers, sizeof *ch);
     size_t k = 0;
-    for (uint32_t i = 0; ch && i < t->npeers; i++)
-        if (i != t->rank && !gone[i] && (ch[k] = ss__tree_channel(t, i)))
+    for (uint32_t i = 0; ch && i < t->mesh.npeers; i++)
+        if (i != t->mesh.rank && !gone[i] && (ch[k] = ss__tree_channel(t, i)))
             k++;
     ss__peer_tell_all(ch, k, SS_TREE_LEAVE_METHOD, &m.base, t->timeout_ms);
     free(ch);
@@ -225,7 +225,7 @@ static ss_status tr_leave(void *impl, const char *group, uint64_t member) {
     pthread_mutex_unlock(&t->lock);
     if (!tg)
         return SS_ERR_NOT_FOUND;
-    announce_leave(t, group, tg->gone, tg->ver[t->rank] + 1);
+    announce_leave(t, group, tg->gone, tg->ver[t->mesh.rank] + 1);
     ss__tree_group_free(tg);
     return SS_OK;
 }
@@ -291,15 +291,15 @@ static size_t next_jobs(ss__tree *t, ss__tree_group *tg, ss__tree_slot *sl, cons
             const uint32_t count = sl->count[p] + 1;
             for (size_t i = 0; i < pn; i++)
                 up[off + i] = sl->sum[off + i] + s[off + i];
-            if (f->root[p] == t->rank) {
+            if (f->root[p] == t->mesh.rank) {
                 if (sl->mean_count[p] == 0) { /* a retried round keeps the mean it sent */
-                    if (root_mean(tg, sl, bmuf, p, off, pn, count, up, t->rank) == SS_OK)
+                    if (root_mean(tg, sl, bmuf, p, off, pn, count, up, t->mesh.rank) == SS_OK)
                         sl->mean_count[p] = count;
                     else /* the next try takes the children's new sums */
                         ss__tree_slot_forget(sl, tg, p);
                 }
             } else {
-                jobs[nj++] = (push_job){.to = (uint32_t)f->parent[(size_t)p * N + t->rank],
+                jobs[nj++] = (push_job){.to = (uint32_t)f->parent[(size_t)p * N + t->mesh.rank],
                                         .partition = p,
                                         .kind = SS_TREE_KIND_SUM,
                                         .count = count,
@@ -342,7 +342,7 @@ static uint32_t waited_for(const ss__tree *t, const ss__tree_group *tg, const ss
             if (!sl->got[(size_t)p * N + kid] && !seen[kid])
                 seen[kid] = 1, out[k++] = kid;
         }
-        const int32_t up = f->parent[(size_t)p * N + t->rank];
+        const int32_t up = f->parent[(size_t)p * N + t->mesh.rank];
         if (sent_sum && !sent_mean && up >= 0 && !seen[up])
             seen[up] = 1, out[k++] = (uint32_t)up;
     }
@@ -462,7 +462,7 @@ static ss_status tr_round(void *impl, const char *group, uint64_t member, const 
                      (unsigned long long)round, ss_status_name(st));
     }
     uint32_t *suspects =
-        st == SS_ERR_TIMEOUT && flags ? malloc(t->npeers * sizeof *suspects) : NULL;
+        st == SS_ERR_TIMEOUT && flags ? malloc(t->mesh.npeers * sizeof *suspects) : NULL;
     const uint32_t nsuspects = suspects ? waited_for(t, tg, sl, flags, suspects) : 0;
     pthread_mutex_unlock(&t->lock);
     free(up);
@@ -487,27 +487,15 @@ static ss_status tr_central(void *impl, const char *group, float *c, size_t n) {
     return st;
 }
 
-static void free_members(ss__tree *t) {
-    for (uint32_t i = 0; t->ch && i < t->npeers; i++)
-        if (t->ch[i])
-            ss__rpc_channel_destroy(t->ch[i]);
-    free(t->ch);
-    ss__peer_list_free(t->peers, t->npeers);
-    t->ch = NULL;
-    t->peers = NULL;
-    t->npeers = 0;
-}
-
 static void tr_destroy(void *impl) {
     ss__tree *t = impl;
-    if (t->srv)
-        ss__rpc_server_stop(t->srv);
+    ss__peer_mesh_stop(&t->mesh);
     while (t->groups) {
         ss__tree_group *tg = t->groups;
         t->groups = tg->next;
         ss__tree_group_free(tg);
     }
-    free_members(t);
+    ss__peer_mesh_clear(&t->mesh);
     ss__topology_free(&t->topo);
     pthread_cond_destroy(&t->arrived);
     pthread_mutex_destroy(&t->lock);
@@ -556,25 +544,19 @@ static ss_status set_members(ss__tree *t, const char *list, uint32_t rank, char 
     st = t->topology_path[0] ? ss__topology_load(t->topology_path, (const char *const *)peers, n,
                                                  &topo, why, whylen)
                              : ss__topology_uniform(n, 10.0, &topo);
-    ss__rpc_channel **ch = st == SS_OK ? calloc(n, sizeof *ch) : NULL;
-    if (st == SS_OK && !ch) {
-        ss__topology_free(&topo);
-        st = SS_ERR_NO_MEMORY;
-    }
     if (st != SS_OK) {
         ss__peer_list_free(peers, n);
         return st;
     }
     pthread_mutex_lock(&t->lock);
-    free_members(t);
-    ss__topology_free(&t->topo);
-    t->peers = peers;
-    t->ch = ch;
-    t->npeers = n;
-    t->rank = rank;
-    t->topo = topo;
+    if ((st = ss__peer_mesh_set(&t->mesh, peers, n, rank)) == SS_OK) {
+        ss__topology_free(&t->topo);
+        t->topo = topo;
+    } else {
+        ss__topology_free(&topo);
+    }
     pthread_mutex_unlock(&t->lock);
-    return SS_OK;
+    return st;
 }
 
 ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **out, char *why,
@@ -596,34 +578,18 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
     t->parts = cfg->parts;
     if (cfg->topology)
         snprintf(t->topology_path, sizeof t->topology_path, "%s", cfg->topology);
-    if (cfg->tls && (cfg->tls->ca_file || cfg->tls->cert_file)) {
-        t->tls = *cfg->tls;
-        t->has_tls = true;
-    }
-    ss_status st = set_members(t, cfg->peers, cfg->rank, why, whylen);
+    ss_status st = ss__peer_mesh_init(&t->mesh, cfg->tls, why, whylen);
     if (st == SS_OK)
-        st = ss__auth_header_from_env(t->auth, sizeof t->auth, why, whylen);
+        st = set_members(t, cfg->peers, cfg->rank, why, whylen);
     const char *listen = cfg->listen && *cfg->listen ? cfg->listen : NULL;
-    if (st == SS_OK && !listen)
-        listen = t->peers[t->rank];
-    const bool serve = !(listen && !strcmp(listen, "-"));
-    if (st == SS_OK && serve)
-        st = ss__auth_listener_check("tree member listening on", listen, t->auth[0], false,
-                                     cfg->insecure_loopback, why, whylen);
-    if (st == SS_OK && serve) {
-        /* A push is one partition: up to 64M floats (a 1 GiB push was
-         * buffered whole before: two took a member to 1.4 GB). */
-        ss__rpc_server_config scfg = {.listen = listen,
-                                      .threads = 2,
-                                      .max_message_bytes = ((size_t)64 << 20) * 4 + 4096,
-                                      .auth_header = t->auth};
-        char said[400];
-        st = ss__rpc_server_start(&scfg, ss__tree_methods, 3, t, &t->srv, said, sizeof said);
-        if (st != SS_OK)
-            ss__why(why, whylen, "%s", *said ? said : "cannot serve there");
-    }
+    /* A push is one partition: up to 64M floats (a member holds two
+     * partitions' pushes at most, not one whole group's). */
+    if (st == SS_OK && !(listen && !strcmp(listen, "-")))
+        st =
+            ss__peer_mesh_serve(&t->mesh, "tree member", listen, cfg->insecure_loopback, 2,
+                                ((size_t)64 << 20) * 4 + 4096, ss__tree_methods, 3, t, why, whylen);
     if (st == SS_OK)
-        st = ss__transport_create(&tree_ops, t, out, NULL, 0);
+        st = ss__transport_create(&tree_ops, t, out, why, whylen);
     if (st != SS_OK)
         tr_destroy(t);
     return st;
@@ -631,7 +597,7 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
 
 int ss__tree_transport_port(ss__transport *tp) {
     ss__tree *t = ss__transport_impl(tp, &tree_ops);
-    return t && t->srv ? ss__rpc_server_port(t->srv) : 0;
+    return t ? ss__peer_mesh_port(&t->mesh) : 0;
 }
 
 ss_status ss__tree_transport_set_peers(ss__transport *tp, const char *peers) {
@@ -639,7 +605,7 @@ ss_status ss__tree_transport_set_peers(ss__transport *tp, const char *peers) {
     if (!t)
         return SS_ERR_INVALID_ARGUMENT;
     char why[256];
-    return set_members(t, peers, t->rank, why, sizeof why);
+    return set_members(t, peers, t->mesh.rank, why, sizeof why);
 }
 
 void ss__tree_transport_serve(ss__transport *tp, int method, const uint8_t *req, size_t len,
@@ -677,7 +643,7 @@ int ss__tree_transport_counts_gone(ss__transport *tp, const char *group, uint32_
     ss__tree_group *tg = locked_group(tp, group, &t);
     if (!tg)
         return -1;
-    int gone = m < t->npeers ? tg->gone[m] != 0 : -1;
+    int gone = m < t->mesh.npeers ? tg->gone[m] != 0 : -1;
     pthread_mutex_unlock(&t->lock);
     return gone;
 }
