@@ -30,8 +30,8 @@ bool ss__ps_chunk_range(const char *name, size_t *base_len, uint64_t *lo, uint64
  * or "[ipv6]:port", the host without spaces or colons (an IPv6 one in
  * brackets), the port 0-65535 in digits (0: the system picks one, where a
  * server listens). false, why naming flag and what is wrong, otherwise
- * ("127.0.0.1:99999" listened on a random port and "127.0.0.1" on 443
- * before). */
+ * (a loose parse would listen on a random port for "127.0.0.1:99999",
+ * or on 443 for "127.0.0.1"). */
 #define SS_ADDRESS_RULE "host:port or [ipv6]:port, port 0-65535; 0 picks one"
 bool ss__address_valid(const char *address, const char *flag, char *why, size_t whylen);
 

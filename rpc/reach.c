@@ -1,7 +1,7 @@
 /* Plain TCP beside gRPC: whether a server can be reached at all, asked of
  * TCP directly (gRPC's calls wait for a channel to become ready,
- * grpc_transport.c says why, so a refused connection used to show as a
- * call's deadline, 10 s later and without the reason); a connection made
+ * grpc_transport.c says why, so a refused connection would show only as
+ * a call's deadline, 10 s later and without the reason); a connection made
  * within a deadline, and a listening socket (the bulk stream, the benches'
  * socket floors). */
 #include <errno.h>

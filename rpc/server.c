@@ -448,8 +448,9 @@ static void serve_blocking(call_ctx *c) {
 
 /* The door: a call's metadata is in, its body not yet read. Every call
  * needs the token when the server has one (a refused client never makes
- * the server buffer its message: 8 token-less 250 MiB requests took a PS
- * from 23 MB to 1 GB before); with --tls-writers, a call that changes
+ * the server buffer its message: a client without the token could
+ * otherwise make a PS hold as many large requests as it sends); with
+ * --tls-writers, a call that changes
  * state needs a writer's certificate. Refused: the reply goes out at once
  * and the message is never read. Else the message is read (RECEIVING). */
 static void admit(call_ctx *c) {

@@ -96,7 +96,7 @@ typedef struct ss__sim_result {
  * links, 50 us, per-host machines of 16 cores and PS of 16 with 2 request
  * threads (shadowsync-ps's default), chunks of 256k floats, trainers
  * starting spread over 100 ms, 10 s, and
- * the costs measured on the emulated cluster (2026-11, bench/BENCHMARKS). */
+ * the costs measured on the emulated cluster (bench/sim-calibrate.sh). */
 void ss__sim_config_init(ss__sim_config *cfg);
 
 /* Runs one simulation. SS_ERR_INVALID_ARGUMENT with why naming the
