@@ -100,6 +100,14 @@ START_TEST(test_bad_input_is_refused) {
     ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(ss_last_error(), "127.0.0.1:99999"));
     ck_assert_ptr_nonnull(strstr(ss_last_error(), "0-65535"));
+    /* A TLS file that cannot be read is named, with the system's reason. */
+    ss_trainer_config_init(&c);
+    c.ps = "127.0.0.1:7070";
+    c.tls_ca = "/nonexistent/ca.pem";
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_IO);
+    ck_assert_msg(strstr(ss_last_error(), "/nonexistent/ca.pem") &&
+                      strstr(ss_last_error(), "No such file"),
+                  "%s", ss_last_error());
     ss_trainer_config_init(&c);
     c.mode = SS_SYNC_NONE;
     c.name = "has space";

@@ -208,13 +208,13 @@ static ss_status open_transport(ss_trainer *t, const ss_trainer_config *cfg) {
                                       .bulk = cfg->bulk};
     if (cfg->encoding)
         ss__encoding_parse(cfg->encoding, &tcfg.encoding); /* checked by check_config */
-    ss_status st = t->shard_map
-                       ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport, NULL, 0)
-                       : ss__grpc_transport_create(&tcfg, &t->transport, NULL, 0);
+    char why[300] = "";
+    ss_status st = t->shard_map ? ss__recut_transport_create(t->shard_map, &tcfg, &t->transport,
+                                                             why, sizeof why)
+                                : ss__grpc_transport_create(&tcfg, &t->transport, why, sizeof why);
     if (st != SS_OK)
-        return ss__err_set(
-            st, "ps=\"%s\": %s (each " SS_ADDRESS_RULE ", comma-separated; TLS files readable)",
-            t->ps, ss_strerror(st));
+        return ss__err_set(st, "ps=\"%s\": %s (%s; each " SS_ADDRESS_RULE ", comma-separated)",
+                           t->ps, ss_strerror(st), why);
     t->to_ps = true;
     return SS_OK;
 }

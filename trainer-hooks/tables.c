@@ -319,7 +319,7 @@ static ss_status table_open(ss_trainer *t, const ss_table_config *in, ss_table *
     pthread_mutex_init(&tb->sync_lock, NULL);
     char why[200] = "";
     if (cfg->mode != SS_TABLE_LOCAL) {
-        st = ss__emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client, NULL, 0);
+        st = ss__emb_client_create(ep.ps, &ep.tls, ep.timeout_ms, &tb->client, why, sizeof why);
         if (st == SS_OK)
             ss__emb_client_set_epoch(tb->client, ep.epoch);
         if (st == SS_OK && ep.shard_map)

@@ -24,13 +24,14 @@ static void close_channels(ss__emb_client *c) {
 }
 
 /* A channel to every target of the comma-separated list. */
-static ss_status open_channels(ss__emb_client *c, const char *targets) {
+static ss_status open_channels(ss__emb_client *c, const char *targets, char *why, size_t whylen) {
     if (strlen(targets) >= sizeof c->targets)
-        return SS_ERR_INVALID_ARGUMENT;
+        return ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "the PS list is over %zu bytes",
+                        sizeof c->targets - 1);
     snprintf(c->targets, sizeof c->targets, "%s", targets);
     char *list = strdup(targets);
     if (!list)
-        return SS_ERR_NO_MEMORY;
+        return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for the PS list");
     const ss__rpc_tls tls = {*c->tls_ca ? c->tls_ca : NULL, *c->tls_cert ? c->tls_cert : NULL,
                              *c->tls_key ? c->tls_key : NULL};
     ss_status st = SS_OK;
@@ -38,14 +39,18 @@ static ss_status open_channels(ss__emb_client *c, const char *targets) {
     for (char *tok = strtok_r(list, ",", &save); tok && st == SS_OK;
          tok = strtok_r(NULL, ",", &save)) {
         if (c->shards == MAX_SHARDS)
-            st = SS_ERR_INVALID_ARGUMENT;
-        else if ((st = ss__rpc_channel_create(tok, 0, &tls, &c->ch[c->shards], NULL, 0)) == SS_OK) {
+            st = ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "more than %d PS shards",
+                          MAX_SHARDS);
+        else if ((st = ss__rpc_channel_create(tok, 0, &tls, &c->ch[c->shards], why, whylen)) ==
+                 SS_OK) {
             ss__rpc_channel_set_epoch(c->ch[c->shards], c->epoch);
             ss__rpc_channel_set_streams(c->ch[c->shards++], c->streams);
         }
     }
     free(list);
-    return st == SS_OK && c->shards == 0 ? SS_ERR_INVALID_ARGUMENT : st;
+    return st == SS_OK && c->shards == 0
+               ? ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "no PS shard in \"%s\"", targets)
+               : st;
 }
 
 ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uint32_t timeout_ms,
@@ -63,11 +68,10 @@ ss_status ss__emb_client_create(const char *targets, const ss__rpc_tls *tls, uin
         snprintf(c->tls_cert, sizeof c->tls_cert, "%s", tls->cert_file ? tls->cert_file : "");
         snprintf(c->tls_key, sizeof c->tls_key, "%s", tls->key_file ? tls->key_file : "");
     }
-    ss_status st = open_channels(c, targets);
+    ss_status st = open_channels(c, targets, why, whylen);
     if (st != SS_OK) {
         ss__emb_client_destroy(c);
-        return ss__fail(why, whylen, st, "cannot open channels to %s: %s", targets,
-                        ss_strerror(st));
+        return st;
     }
     *out = c;
     return SS_OK;
@@ -200,7 +204,7 @@ static bool reroute(ss__emb_client *c) {
     if (moved) {
         close_channels(c);
         c->epoch = m.epoch;
-        ss_status st = open_channels(c, m.ps);
+        ss_status st = open_channels(c, m.ps, why, sizeof why);
         /* A shard that has not read the new map yet refuses; it will
          * within 200 ms. */
         const uint64_t until = ss__now_ns() + 3000000000ull;
