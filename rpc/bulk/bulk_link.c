@@ -177,13 +177,13 @@ static void rest(ss__bulk_link *l, ss_status st, uint64_t now) {
 /* A ticket for epoch over ch, the paths learned. */
 static ss_status ask_ticket(ss__bulk_link *l, ss__rpc_channel *ch, uint64_t epoch,
                             uint32_t timeout_ms, uint8_t ticket[SS_BULK_TICKET_BYTES],
-                            uint32_t *port) {
+                            uint32_t *port, char *why, size_t whylen) {
     Shadowsync__V1__BulkTicketRequest req = SHADOWSYNC__V1__BULK_TICKET_REQUEST__INIT;
     req.epoch = epoch;
     ProtobufCMessage *msg = NULL;
     ss_status st =
         ss__rpc_call_message(ch, SS_BULK_M_TICKET, &req.base, timeout_ms, false,
-                             &shadowsync__v1__bulk_ticket_reply__descriptor, &msg, NULL, 0);
+                             &shadowsync__v1__bulk_ticket_reply__descriptor, &msg, why, whylen);
     const Shadowsync__V1__BulkTicketReply *r = (const Shadowsync__V1__BulkTicketReply *)msg;
     if (st == SS_OK && (r->ticket.len != SS_BULK_TICKET_BYTES || r->port == 0 || r->port > 65535))
         st = SS_ERR_PARSE;
@@ -219,13 +219,15 @@ static ss__bulk_stream *open_stream(ss__bulk_link *l, ss__rpc_channel *ch, uint6
                                     uint32_t timeout_ms, bool spare) {
     uint8_t ticket[SS_BULK_TICKET_BYTES];
     uint32_t port = 0;
-    char why[300] = "the ticket call over gRPC failed";
+    char why[300] = "";
     ss__bulk_stream *b = NULL;
     pthread_mutex_lock(&l->lock);
     ss_status st = load_tls(l, why, sizeof why);
     pthread_mutex_unlock(&l->lock);
-    if (st == SS_OK)
-        st = ask_ticket(l, ch, epoch, timeout_ms, ticket, &port);
+    if (st == SS_OK &&
+        (st = ask_ticket(l, ch, epoch, timeout_ms, ticket, &port, why, sizeof why)) != SS_OK &&
+        !*why)
+        snprintf(why, sizeof why, "the ticket call over gRPC failed");
     if (st == SS_OK)
         st = ss__bulk_stream_open(l->host, port, l->tls, ticket, timeout_ms, l->max_reply, &b, why,
                                   sizeof why);
