@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The resource attacks of issue 32 against a real shadowsync-ps, measured.
+"""The resource attacks against a real shadowsync-ps, measured.
 
 A hostile local client written against rpc/dense/dense_sync.proto and rpc/emb/embedding.proto only (Debian's
 python3-grpcio, as tests/test_blackbox_ps.py), each attack one line:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The resource attacks (issues 32, 55 and 58) against a release build of shadowsync-ps
+# The resource attacks against a release build of shadowsync-ps
 # (bench/attack.py says what each does): one line per attack with its
 # figure before and during it, and the bound it must stay within.
 #   bash bench/attack.sh                  # door lookups readers readers_niced budget rows http

@@ -1,4 +1,4 @@
-"""The bulk port's attacks (issue 58) for bench/attack.py, which runs them
+"""The bulk port's attacks for bench/attack.py, which runs them
 (`bash bench/attack.sh bulk_drip ...`): each from 127.0.0.2 and up, black
 box, with no token for the connections that show no ticket, and each line
 says what stayed true during it: the worst of /healthz, a gRPC Join and an
@@ -75,15 +75,15 @@ class Bulk(base.PS):
         t0 = time.perf_counter()
         try:
             s = self.stream(ticket=self.ticket())
+            opened = read_exactly(s, 4)  # the server took the ticket (rpc/bulk/bulk.h)
+            if opened is None or struct.unpack("<I", opened)[0] != MAGIC:
+                return 10000.0
             s.sendall(frame_head(len(body)) + body)
-            head = b""
-            while len(head) < 20:
-                more = s.recv(20 - len(head))
-                if not more:
-                    return 10000.0
-                head += more
+            head = read_exactly(s, 20)
             s.close()
         except (OSError, grpc.RpcError):
+            return 10000.0
+        if head is None:
             return 10000.0
         magic, status = struct.unpack("<II", head[:8])
         ok = magic == MAGIC and status == 0
@@ -106,6 +106,17 @@ class Bulk(base.PS):
         with open("/proc/%d/stat" % self.proc.pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def read_exactly(s, n):
+    """n bytes from s, or None when it closes first."""
+    got = b""
+    while len(got) < n:
+        more = s.recv(n - len(got))
+        if not more:
+            return None
+        got += more
+    return got
 
 
 def report(name, ps, what, worst_ms, ok=True):

@@ -1,4 +1,4 @@
-/* Fair shares of a server's reads (issue 32 item 4): one client
+/* Fair shares of a server's reads (so that readers cannot hold up writers): one client
  * connection has at most reads_per_peer reads in flight; the next ones
  * wait in its queue, their messages not yet read, and go as the earlier
  * ones end. So one connection's bulk reads cannot fill the readers'

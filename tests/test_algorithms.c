@@ -176,7 +176,7 @@ START_TEST(test_algo_names) {
 END_TEST
 
 /* Finite inputs whose result overflows are refused with the state as it
- * was: the EASGD attack of issue 32 (a centre at -3e38, a snapshot at
+ * was: the EASGD overflow attack (a centre at -3e38, a snapshot at
  * 3e38: d = 0.5 (6e38) is Inf), an MA sum of two 3e38 snapshots, a BMUF
  * step whose momentum overflows; and zeta is bounded by 1 / (1 - eta). */
 START_TEST(test_results_that_overflow_are_refused) {

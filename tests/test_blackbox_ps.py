@@ -160,7 +160,7 @@ class BlackBox(WithPS):
         lookup = lambda ids: self.call("Embedding", "Lookup", emb.LookupReply,
                                        emb.LookupRequest(table="readonly", ids=ids)).rows
         first = None
-        for k in range(4):  # the attack of issue 32, smaller: new ids every time
+        for k in range(4):  # bench/attack.py's rows attack, smaller: new ids every time
             ids = struct.pack("<65536Q", *range(1 + k * 65536, 1 + (k + 1) * 65536))
             rows = lookup(ids)
             self.assertEqual(len(rows), 65536 * 4 * 4)

@@ -332,7 +332,7 @@ START_TEST(test_checkpoint_reads_the_first_layout) {
 END_TEST
 
 /* No NaN or Inf goes into a checkpoint or comes out of one: the EASGD
- * attack of issue 32 (-3e38, then 3e38) is refused and the centre stays
+ * overflow attack (-3e38, then 3e38) is refused and the centre stays
  * finite through a save and a load; a writer given an Inf fails without
  * touching the file; a file with an Inf and a right hash (an older build,
  * or forged) is refused at restore. */

@@ -1,5 +1,5 @@
 /* shadowsync-tune: picks a sync strategy for a model and a cluster
- * (issue 15's AutoSync item, a first version).
+ * (after AutoSync: predicted candidates, the best few measured).
  *
  * Candidates: S-EASGD or S-MA through 1, 2 or 4 PS shards with float32 or
  * int8 (compressed) rounds, S-MA between the trainers by ring gossip or by
