@@ -116,11 +116,14 @@ static bool handle_hello(agent_session *s, const ss__pb_hello *h) {
                               .heartbeat_interval_ms = a->cfg.heartbeat_ms,
                               .drop_metrics_at_destroy = true};
     ss__engine *e = NULL;
-    ss_status st = ss__engine_create(&ecfg, &e, NULL, 0);
-    if (st == SS_OK && (st = ss__engine_start(e, NULL, 0)) != SS_OK)
+    char why[200] = "";
+    ss_status st = ss__engine_create(&ecfg, &e, why, sizeof why);
+    if (st == SS_OK && (st = ss__engine_start(e, why, sizeof why)) != SS_OK)
         ss__engine_destroy(e);
     if (st != SS_OK) {
-        ss__agent_send_reply(s->sock, st, "cannot start a shadow pool");
+        char said[300];
+        snprintf(said, sizeof said, "cannot start a shadow pool: %s", why);
+        ss__agent_send_reply(s->sock, st, said);
         return false;
     }
     pthread_mutex_lock(&s->lock);

@@ -108,6 +108,14 @@ START_TEST(test_bad_input_is_refused) {
     ck_assert_msg(strstr(ss_last_error(), "/nonexistent/ca.pem") &&
                       strstr(ss_last_error(), "No such file"),
                   "%s", ss_last_error());
+    /* So is a bad setting the agent client reads from the environment. */
+    ss_trainer_config_init(&c);
+    c.agent = "/nonexistent/agent.sock";
+    setenv("SHADOWSYNC_AGENT_UID", "root", 1);
+    ck_assert_int_eq(ss_trainer_open(&c, &t), SS_ERR_INVALID_ARGUMENT);
+    unsetenv("SHADOWSYNC_AGENT_UID");
+    ck_assert_msg(strstr(ss_last_error(), "SHADOWSYNC_AGENT_UID=root: not a uid"), "%s",
+                  ss_last_error());
     ss_trainer_config_init(&c);
     c.mode = SS_SYNC_NONE;
     c.name = "has space";

@@ -249,15 +249,16 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
     t->params = params;
     pthread_mutex_init(&t->lock, NULL);
     pthread_mutex_init(&t->render_lock, NULL);
+    char why[300] = ""; /* a constructor's reason, for ss_last_error */
     if (failed) {
         st = SS_ERR_NO_MEMORY;
         goto fail;
     }
-    if ((st = ss__trainer_metrics_create(t, NULL, 0)) != SS_OK)
+    if ((st = ss__trainer_metrics_create(t, why, sizeof why)) != SS_OK)
         goto fail;
     if (t->agent) {
-        if ((st = ss__agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client,
-                                          NULL, 0)) != SS_OK)
+        if ((st = ss__agent_client_create(t->agent, t->name, cfg->timeout_ms, &t->agent_client, why,
+                                          sizeof why)) != SS_OK)
             goto fail;
     } else if (cfg->mode != SS_SYNC_NONE) {
         if ((st = open_transport(t, cfg)) != SS_OK)
@@ -269,9 +270,10 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
                                   .round_interval_us = cfg->round_interval_us,
                                   .min_round_gap = cfg->min_round_gap,
                                   .heartbeat_interval_ms = cfg->heartbeat_ms};
-        if ((st = ss__engine_create(&ecfg, &t->engine, NULL, 0)) != SS_OK)
+        if ((st = ss__engine_create(&ecfg, &t->engine, why, sizeof why)) != SS_OK)
             goto fail;
-        if (cfg->mode == SS_SYNC_BACKGROUND && (st = ss__engine_start(t->engine, NULL, 0)) != SS_OK)
+        if (cfg->mode == SS_SYNC_BACKGROUND &&
+            (st = ss__engine_start(t->engine, why, sizeof why)) != SS_OK)
             goto fail;
     }
     if ((st = ss__trainer_http_start(t, NULL, 0)) != SS_OK)
@@ -279,6 +281,8 @@ static ss_status trainer_open(const ss_trainer_config *in, ss_trainer **out) {
     *out = t;
     return SS_OK;
 fail:
+    if (why[0]) /* else the step that failed said why itself, or nothing did */
+        ss__err_set(st, "%s", why);
     ss__engine_destroy(t->engine);
     ss__transport_destroy(t->transport);
     trainer_free(t);
@@ -322,23 +326,24 @@ static ss_status add_dense(ss_trainer *t, const char *name, size_t n, int device
     g->shm.fd = -1;
     g->name = strdup(name);
     ss_status st = g->name ? SS_OK : SS_ERR_NO_MEMORY;
+    char why[300] = "";
     /* Agent mode: the header (and a host group's floats) in a memfd the
      * agent maps; a device group's floats stay in this process's GPU
      * memory, exported to the agent by CUDA IPC (its memfd pages for the
      * floats are never touched, so they take no memory). */
-    if (st == SS_OK && t->agent_client)
-        st = ss__shm_group_create(name, n, &g->shm, NULL, 0);
+    if (st == SS_OK && t->agent_client &&
+        (st = ss__shm_group_create(name, n, &g->shm, why, sizeof why)) != SS_OK)
+        ss__err_set(st, "group %s: %s", name, why);
     _Atomic uint64_t *shared_iterations =
         t->agent_client && g->shm.hdr ? &g->shm.hdr->iterations : NULL;
     if (st == SS_OK && device >= 0) {
-        char why[300] = "";
         if ((st = ss__replica_create_device(device, n, shared_iterations, &g->replica, why,
                                             sizeof why)) != SS_OK)
             ss__err_set(st, "group %s on device %d: %s", name, device, why);
     } else if (st == SS_OK && t->agent_client) {
         st = ss__replica_wrap_shared(g->shm.data, n, shared_iterations, &g->replica);
-    } else if (st == SS_OK) {
-        st = ss__replica_create(n, &g->replica, NULL, 0);
+    } else if (st == SS_OK && (st = ss__replica_create(n, &g->replica, why, sizeof why)) != SS_OK) {
+        ss__err_set(st, "group %s: %s", name, why);
     }
     if (st == SS_OK && init && (st = ss__replica_load(g->replica, init)) != SS_OK)
         ss__err_set(st, "group %s: %s", name, ss__device_last_error());

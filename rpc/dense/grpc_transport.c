@@ -761,10 +761,11 @@ ss_status ss__grpc_transport_create(const ss__grpc_transport_config *cfg, ss__tr
         st = SS_ERR_NO_MEMORY;
     for (char *tok = list ? strtok_r(list, ",", &save) : NULL; st == SS_OK && tok;
          tok = strtok_r(NULL, ",", &save)) {
-        if (t->nshards == SS_GRPC_MAX_SHARDS || !ss__address_valid(tok, "ps", NULL, 0))
-            st = ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT,
-                          "ps: %s is not host:port, or more than %d shards", tok,
+        if (t->nshards == SS_GRPC_MAX_SHARDS)
+            st = ss__fail(why, whylen, SS_ERR_INVALID_ARGUMENT, "ps: more than %d shards",
                           SS_GRPC_MAX_SHARDS);
+        else if (!ss__address_valid(tok, "ps", why, whylen))
+            st = SS_ERR_INVALID_ARGUMENT;
         else
             st = ss__rpc_channel_create(tok, chunk_message_bytes(t->chunk), cfg->tls,
                                         &t->ch[t->nshards], why, whylen);

@@ -582,8 +582,7 @@ ss_status ss__tree_transport_create(const ss__tree_config *cfg, ss__transport **
     if (st == SS_OK)
         st = set_members(t, cfg->peers, cfg->rank, why, whylen);
     const char *listen = cfg->listen && *cfg->listen ? cfg->listen : NULL;
-    /* A push is one partition: up to 64M floats (a member holds two
-     * partitions' pushes at most, not one whole group's). */
+    /* A push is one partition: up to 64M floats. */
     if (st == SS_OK && !(listen && !strcmp(listen, "-")))
         st =
             ss__peer_mesh_serve(&t->mesh, "tree member", listen, cfg->insecure_loopback, 2,
