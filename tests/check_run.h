@@ -41,6 +41,13 @@ static inline int ss__check_run_tests(const char *name, double timeout_s, SFun s
     ss__check_run_tests((name), (timeout_s), (setup), (teardown), (const TTest *[]){__VA_ARGS__},  \
                         sizeof((const TTest *[]){__VA_ARGS__}) / sizeof(const TTest *))
 
+/* A test program whose main only runs its suite:
+ *     SS_CHECK_MAIN("rpc", 60, NULL, NULL, test_a, test_b) */
+#define SS_CHECK_MAIN(name, timeout_s, setup, teardown, ...)                                       \
+    int main(void) {                                                                               \
+        return ss__check_tests((name), (timeout_s), (setup), (teardown), __VA_ARGS__);             \
+    }
+
 /* A fresh directory /tmp/<prefix>-XXXXXX for a test (dir: 64 bytes), and
  * its removal with everything in it. */
 static inline void ss__check_tmpdir(char dir[64], const char *prefix) {

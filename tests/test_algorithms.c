@@ -247,9 +247,7 @@ START_TEST(test_finite_steps_with_results_that_overflow) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "algorithms", 0, NULL, NULL, test_easgd_server, test_easgd_bad_input, test_ma_delta,
-        test_bmuf_nesterov_rounds, test_bmuf_classic_rounds, test_mean_and_kernels, test_algo_names,
-        test_results_that_overflow_are_refused, test_finite_steps_with_results_that_overflow);
-}
+SS_CHECK_MAIN("algorithms", 0, NULL, NULL, test_easgd_server, test_easgd_bad_input, test_ma_delta,
+              test_bmuf_nesterov_rounds, test_bmuf_classic_rounds, test_mean_and_kernels,
+              test_algo_names, test_results_that_overflow_are_refused,
+              test_finite_steps_with_results_that_overflow)

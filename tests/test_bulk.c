@@ -860,13 +860,11 @@ START_TEST(test_a_trainer_and_a_ps_on_their_defaults) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
-        test_frames_resumed_mid_way, test_a_reply_read_into_place,
-        test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
-        test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
-        test_bulk_listen_refused_when_it_cannot_serve, test_easgd_on_a_tls_stream_as_over_grpc,
-        test_a_tls_send_to_a_closed_peer_raises_no_sigpipe, test_a_stream_lives_in_its_epoch,
-        test_a_trainer_and_a_ps_on_their_defaults);
-}
+SS_CHECK_MAIN("bulk", 60, NULL, NULL, test_frames_by_hand, test_a_reply_past_the_bound,
+              test_frames_resumed_mid_way, test_a_reply_read_into_place,
+              test_easgd_on_the_stream_as_over_grpc, test_rounds_on_the_stream,
+              test_the_door_of_the_stream, test_no_bulk_port_and_a_dead_ps,
+              test_bulk_listen_refused_when_it_cannot_serve,
+              test_easgd_on_a_tls_stream_as_over_grpc,
+              test_a_tls_send_to_a_closed_peer_raises_no_sigpipe, test_a_stream_lives_in_its_epoch,
+              test_a_trainer_and_a_ps_on_their_defaults)

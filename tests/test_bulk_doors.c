@@ -413,10 +413,7 @@ START_TEST(test_a_source_out_of_places_calls_over_grpc) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "bulk_doors", 90, NULL, NULL, test_a_dripped_ticket_or_handshake_is_closed_in_all,
-        test_silent_connections_under_a_low_fd_limit, test_stalled_frames_hold_only_what_arrived,
-        test_one_writer_cannot_hoard_tickets, test_the_acceptor_waits_out_of_fds,
-        test_a_source_out_of_places_calls_over_grpc);
-}
+SS_CHECK_MAIN("bulk_doors", 90, NULL, NULL, test_a_dripped_ticket_or_handshake_is_closed_in_all,
+              test_silent_connections_under_a_low_fd_limit,
+              test_stalled_frames_hold_only_what_arrived, test_one_writer_cannot_hoard_tickets,
+              test_the_acceptor_waits_out_of_fds, test_a_source_out_of_places_calls_over_grpc)

@@ -189,8 +189,5 @@ START_TEST(test_a_dead_idle_stream_is_not_used) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("bulk_rows", 60, NULL, NULL,
-                           test_embedding_rows_on_the_stream_as_over_grpc,
-                           test_rows_after_the_ps_restarts, test_a_dead_idle_stream_is_not_used);
-}
+SS_CHECK_MAIN("bulk_rows", 60, NULL, NULL, test_embedding_rows_on_the_stream_as_over_grpc,
+              test_rows_after_the_ps_restarts, test_a_dead_idle_stream_is_not_used)

@@ -496,13 +496,10 @@ START_TEST(test_group_series_go_with_their_group) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
-        test_silent_member_expires, test_heartbeat_keeps_member, test_engine_rejoins_after_expiry,
-        test_a_keyed_join_replaces_its_earlier_self, test_checkpoint_keeps_bmuf_state,
-        test_checkpoint_reads_the_first_layout, test_checkpoint_round_trip_is_exact,
-        test_delta_holds_changed_groups_only, test_checkpoint_refuses_torn_and_corrupt_files,
-        test_checkpoint_never_holds_inf, test_checkpoint_does_not_follow_a_planted_link,
-        test_group_series_go_with_their_group);
-}
+SS_CHECK_MAIN("membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
+              test_silent_member_expires, test_heartbeat_keeps_member,
+              test_engine_rejoins_after_expiry, test_a_keyed_join_replaces_its_earlier_self,
+              test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
+              test_checkpoint_round_trip_is_exact, test_delta_holds_changed_groups_only,
+              test_checkpoint_refuses_torn_and_corrupt_files, test_checkpoint_never_holds_inf,
+              test_checkpoint_does_not_follow_a_planted_link, test_group_series_go_with_their_group)

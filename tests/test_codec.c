@@ -382,10 +382,7 @@ START_TEST(test_out_of_step_mirror_is_refused_then_reset) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("codec", 0, NULL, NULL, test_sizes_and_names, test_fp16_bits,
-                           test_bf16_bits, test_int8_blocks, test_int8_extreme_ranges,
-                           test_decode_refuses_bad_payloads, test_error_feedback_converges,
-                           test_easgd_conserves_and_converges,
-                           test_out_of_step_mirror_is_refused_then_reset);
-}
+SS_CHECK_MAIN("codec", 0, NULL, NULL, test_sizes_and_names, test_fp16_bits, test_bf16_bits,
+              test_int8_blocks, test_int8_extreme_ranges, test_decode_refuses_bad_payloads,
+              test_error_feedback_converges, test_easgd_conserves_and_converges,
+              test_out_of_step_mirror_is_refused_then_reset)

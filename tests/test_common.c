@@ -804,15 +804,12 @@ START_TEST(test_name_index) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "common", 0, NULL, NULL, test_name_index, test_id_set_and_mixer,
-        test_strerror_covers_every_code, test_ps_group_names, test_metrics_drop_departed,
-        test_log_level_parse, test_flags_precedence_and_forms, test_flags_bad_input,
-        test_flags_typed_fields, test_metrics_render_exact, test_metrics_bad_input,
-        test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
-        test_shard_map_file, test_shard_map_file_owner_and_links,
-        test_map_watch_refuses_epoch_jumps, test_ticker_ticks_until_stopped,
-        test_paced_ticker_waits_what_its_tick_says, test_process_metrics,
-        test_whole_reads_and_writes, test_arrays_grow_by_doubling, test_iovec_sends);
-}
+SS_CHECK_MAIN("common", 0, NULL, NULL, test_name_index, test_id_set_and_mixer,
+              test_strerror_covers_every_code, test_ps_group_names, test_metrics_drop_departed,
+              test_log_level_parse, test_flags_precedence_and_forms, test_flags_bad_input,
+              test_flags_typed_fields, test_metrics_render_exact, test_metrics_bad_input,
+              test_addresses_and_log_levels_refused_with_why, test_log_lines_as_text_and_json,
+              test_shard_map_file, test_shard_map_file_owner_and_links,
+              test_map_watch_refuses_epoch_jumps, test_ticker_ticks_until_stopped,
+              test_paced_ticker_waits_what_its_tick_says, test_process_metrics,
+              test_whole_reads_and_writes, test_arrays_grow_by_doubling, test_iovec_sends)

@@ -547,12 +547,9 @@ START_TEST(test_cli_resolves_by_mode) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("ctr", 60, NULL, NULL, test_ne_hand_computed, test_auc_hand_computed,
-                           test_reader_real_criteo_sample, test_reader_malformed_lines,
-                           test_truth_deterministic, test_model_gradients_match_finite_differences,
-                           test_dense_optimizers_by_hand, test_row_adagrad_by_hand,
-                           test_score_both_normalizations, test_bias_starts_at_base_rate,
-                           test_first_order_weights_by_hand,
-                           test_first_order_weights_through_tables, test_cli_resolves_by_mode);
-}
+SS_CHECK_MAIN("ctr", 60, NULL, NULL, test_ne_hand_computed, test_auc_hand_computed,
+              test_reader_real_criteo_sample, test_reader_malformed_lines, test_truth_deterministic,
+              test_model_gradients_match_finite_differences, test_dense_optimizers_by_hand,
+              test_row_adagrad_by_hand, test_score_both_normalizations,
+              test_bias_starts_at_base_rate, test_first_order_weights_by_hand,
+              test_first_order_weights_through_tables, test_cli_resolves_by_mode)

@@ -241,8 +241,6 @@ START_TEST(test_delta_file_never_written_through_a_link) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("deltas", 60, setup, teardown, test_base_and_deltas_restore_bit_exact,
-                           test_damaged_deltas_are_refused_whole, test_non_finite_row_is_refused,
-                           test_delta_file_never_written_through_a_link);
-}
+SS_CHECK_MAIN("deltas", 60, setup, teardown, test_base_and_deltas_restore_bit_exact,
+              test_damaged_deltas_are_refused_whole, test_non_finite_row_is_refused,
+              test_delta_file_never_written_through_a_link)

@@ -277,10 +277,7 @@ START_TEST(test_only_a_recut_retires_a_memberless_chunk) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "dense_recut", 120, NULL, NULL, test_easgd_centres_move_with_their_ranges,
-        test_easgd_centres_move_on_bulk_streams,
-        test_a_dead_member_holds_a_recut_only_until_it_expires,
-        test_rounds_form_again_on_the_new_cut, test_only_a_recut_retires_a_memberless_chunk);
-}
+SS_CHECK_MAIN("dense_recut", 120, NULL, NULL, test_easgd_centres_move_with_their_ranges,
+              test_easgd_centres_move_on_bulk_streams,
+              test_a_dead_member_holds_a_recut_only_until_it_expires,
+              test_rounds_form_again_on_the_new_cut, test_only_a_recut_retires_a_memberless_chunk)

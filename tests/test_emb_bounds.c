@@ -320,10 +320,8 @@ START_TEST(test_a_bounded_table_is_held_whole_under_max_rows) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "emb_bounds", 30, NULL, NULL, test_admission_on_the_kth_push, test_rows_expire_after_ttl,
-        test_budget_drops_least_recently_pushed, test_a_bounded_table_does_not_grow_with_rows_made,
-        test_store_expiry_reaches_rocksdb, test_budget_holds_at_every_moment_of_a_flood,
-        test_a_bounded_table_is_held_whole_under_max_rows);
-}
+SS_CHECK_MAIN("emb_bounds", 30, NULL, NULL, test_admission_on_the_kth_push,
+              test_rows_expire_after_ttl, test_budget_drops_least_recently_pushed,
+              test_a_bounded_table_does_not_grow_with_rows_made, test_store_expiry_reaches_rocksdb,
+              test_budget_holds_at_every_moment_of_a_flood,
+              test_a_bounded_table_is_held_whole_under_max_rows)

@@ -480,11 +480,8 @@ START_TEST(test_checkpoint_rpc_and_sigterm_flush) {
 }
 END_TEST
 
-int main(void) {
-    /* Check forks a process per test: gRPC starts in each, not before. */
-    return ss__check_tests(
-        "emb_durability", 180, ss__rpc_init, ss__rpc_shutdown, test_sync_writes_survive_sigkill,
-        test_sync_writes_are_synced_before_the_ack, test_checkpoint_does_not_freeze_the_ps,
-        test_write_behind_loses_at_most_the_lag, test_write_behind_lag_holds_on_a_slow_disk,
-        test_checkpoint_rpc_and_sigterm_flush);
-}
+/* Check forks a process per test: gRPC starts in each, not before. */
+SS_CHECK_MAIN("emb_durability", 180, ss__rpc_init, ss__rpc_shutdown,
+              test_sync_writes_survive_sigkill, test_sync_writes_are_synced_before_the_ack,
+              test_checkpoint_does_not_freeze_the_ps, test_write_behind_loses_at_most_the_lag,
+              test_write_behind_lag_holds_on_a_slow_disk, test_checkpoint_rpc_and_sigterm_flush)

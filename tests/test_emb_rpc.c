@@ -804,12 +804,10 @@ START_TEST(test_many_tables_go_in_one_batch) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "emb_rpc", 60, setup, teardown, test_bad_input_over_grpc, test_batch_bad_input,
-        test_many_tables_go_in_one_batch, test_request_limits, test_push_lookup_pushes_then_reads,
-        test_remote_table_through_hooks, test_cached_table_syncs_and_evicts,
-        test_cached_table_warm_loads_ahead, test_elastic_encodings_over_grpc,
-        test_cached_table_encoded_sync_conserves, test_a_lookup_past_the_read_share_goes_through,
-        test_a_lookup_that_failed_in_transit_is_made_again);
-}
+SS_CHECK_MAIN("emb_rpc", 60, setup, teardown, test_bad_input_over_grpc, test_batch_bad_input,
+              test_many_tables_go_in_one_batch, test_request_limits,
+              test_push_lookup_pushes_then_reads, test_remote_table_through_hooks,
+              test_cached_table_syncs_and_evicts, test_cached_table_warm_loads_ahead,
+              test_elastic_encodings_over_grpc, test_cached_table_encoded_sync_conserves,
+              test_a_lookup_past_the_read_share_goes_through,
+              test_a_lookup_that_failed_in_transit_is_made_again)

@@ -669,12 +669,9 @@ START_TEST(test_table_limit_keeps_the_store_reopenable) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand,
-                           test_elastic_encoded_by_hand, test_init_deterministic,
-                           test_shard_routing, test_table_load_update_dirty_evict,
-                           test_table_reuses_evicted_rows, test_rocksdb_round_trip,
-                           test_checkpoint_restore_bit_for_bit, test_table_4x_over_memory_cap,
-                           test_bad_input_refused_counted_unchanged, test_row_limit,
-                           test_table_limit_keeps_the_store_reopenable);
-}
+SS_CHECK_MAIN("embstore", 120, NULL, NULL, test_sgd_adagrad_elastic_by_hand,
+              test_elastic_encoded_by_hand, test_init_deterministic, test_shard_routing,
+              test_table_load_update_dirty_evict, test_table_reuses_evicted_rows,
+              test_rocksdb_round_trip, test_checkpoint_restore_bit_for_bit,
+              test_table_4x_over_memory_cap, test_bad_input_refused_counted_unchanged,
+              test_row_limit, test_table_limit_keeps_the_store_reopenable)

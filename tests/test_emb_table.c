@@ -195,8 +195,5 @@ START_TEST(test_a_table_nobody_flushes_queues_no_ids) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("emb_table", 300, NULL, NULL, test_threads_push_read_evict_at_once,
-                           test_a_walk_goes_on_where_it_stopped,
-                           test_a_table_nobody_flushes_queues_no_ids);
-}
+SS_CHECK_MAIN("emb_table", 300, NULL, NULL, test_threads_push_read_evict_at_once,
+              test_a_walk_goes_on_where_it_stopped, test_a_table_nobody_flushes_queues_no_ids)

@@ -778,16 +778,14 @@ START_TEST(test_inproc_compressed_rounds) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "engine", 60, NULL, NULL, test_easgd_delta_keeps_concurrent_update,
-        test_ma_delta_keeps_concurrent_update, test_bmuf_moves_to_the_block_start,
-        test_failed_round_is_abandoned_whole, test_diverged_replica_stops_and_says_so,
-        test_partial_easgd_applies_what_the_ps_applied, test_inproc_easgd_central_from_first,
-        test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
-        test_ma_round_deadline_drops_silent_member, test_engine_start_pause_stop_several_groups,
-        test_sync_gap_accounting, test_min_round_gap_waits_for_progress,
-        test_still_member_joins_an_open_round, test_host_average_says_its_round_waits,
-        test_host_average_one_exchange_per_local_round, test_host_average_one_remote_call_at_a_time,
-        test_inproc_compressed_rounds);
-}
+SS_CHECK_MAIN("engine", 60, NULL, NULL, test_easgd_delta_keeps_concurrent_update,
+              test_ma_delta_keeps_concurrent_update, test_bmuf_moves_to_the_block_start,
+              test_failed_round_is_abandoned_whole, test_diverged_replica_stops_and_says_so,
+              test_partial_easgd_applies_what_the_ps_applied, test_inproc_easgd_central_from_first,
+              test_inproc_bad_input_leaves_central, test_ma_round_across_three_engines,
+              test_ma_round_deadline_drops_silent_member,
+              test_engine_start_pause_stop_several_groups, test_sync_gap_accounting,
+              test_min_round_gap_waits_for_progress, test_still_member_joins_an_open_round,
+              test_host_average_says_its_round_waits,
+              test_host_average_one_exchange_per_local_round,
+              test_host_average_one_remote_call_at_a_time, test_inproc_compressed_rounds)

@@ -222,8 +222,5 @@ START_TEST(test_token_files_checked) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("files", 0, NULL, NULL, test_private_dirs_and_files,
-                           test_whole_files_by_origin, test_trees_removed_without_following_links,
-                           test_token_files_checked);
-}
+SS_CHECK_MAIN("files", 0, NULL, NULL, test_private_dirs_and_files, test_whole_files_by_origin,
+              test_trees_removed_without_following_links, test_token_files_checked)

@@ -360,9 +360,7 @@ START_TEST(test_refused_entries_never_hide_later_ones) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "follower_trust", 60, setup, teardown, test_linked_entries_and_directories_are_refused,
-        test_writable_by_others_is_refused, test_replayed_entry_is_refused,
-        test_half_an_entry_applies_nothing, test_refused_entries_never_hide_later_ones);
-}
+SS_CHECK_MAIN("follower_trust", 60, setup, teardown,
+              test_linked_entries_and_directories_are_refused, test_writable_by_others_is_refused,
+              test_replayed_entry_is_refused, test_half_an_entry_applies_nothing,
+              test_refused_entries_never_hide_later_ones)

@@ -232,9 +232,7 @@ START_TEST(test_ne_from_sums) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("online", 60, NULL, NULL, test_stream_chunks_and_rank_share,
-                           test_stream_follows_a_directory,
-                           test_stream_stop_ends_a_waiting_follower, test_drift_turnover_and_rate,
-                           test_categorical_shape_and_row_format, test_ne_from_sums);
-}
+SS_CHECK_MAIN("online", 60, NULL, NULL, test_stream_chunks_and_rank_share,
+              test_stream_follows_a_directory, test_stream_stop_ends_a_waiting_follower,
+              test_drift_turnover_and_rate, test_categorical_shape_and_row_format,
+              test_ne_from_sums)

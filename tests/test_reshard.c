@@ -248,7 +248,5 @@ START_TEST(test_refusals_say_why) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("reshard", 120, setup, teardown, test_two_to_three_and_back_bit_exact,
-                           test_refusals_say_why);
-}
+SS_CHECK_MAIN("reshard", 120, setup, teardown, test_two_to_three_and_back_bit_exact,
+              test_refusals_say_why)

@@ -664,12 +664,9 @@ START_TEST(test_a_plan_that_cannot_be_made_is_made_again) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests(
-        "row_moves", 120, NULL, NULL, test_taken_rows_stay_stored_until_forgotten,
-        test_a_plan_that_cannot_be_made_is_made_again, test_rows_move_while_pushes_go_on,
-        test_rows_asked_for_during_a_move_come_first, test_only_refused_parts_are_sent_again,
-        test_shards_killed_mid_move_lose_nothing, test_a_table_follows_its_shard_map,
-        test_handoff_bad_input_is_refused, test_a_database_walk_goes_on_where_it_stopped,
-        test_a_stolen_handoff_loses_nothing);
-}
+SS_CHECK_MAIN("row_moves", 120, NULL, NULL, test_taken_rows_stay_stored_until_forgotten,
+              test_a_plan_that_cannot_be_made_is_made_again, test_rows_move_while_pushes_go_on,
+              test_rows_asked_for_during_a_move_come_first, test_only_refused_parts_are_sent_again,
+              test_shards_killed_mid_move_lose_nothing, test_a_table_follows_its_shard_map,
+              test_handoff_bad_input_is_refused, test_a_database_walk_goes_on_where_it_stopped,
+              test_a_stolen_handoff_loses_nothing)

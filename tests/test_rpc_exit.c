@@ -44,6 +44,4 @@ START_TEST(test_exit_waits_for_grpc_to_come_down) {
 } /* Check's child then exits as main returning would: the handlers run */
 END_TEST
 
-int main(void) {
-    return ss__check_tests("rpc_exit", 30, NULL, NULL, test_exit_waits_for_grpc_to_come_down);
-}
+SS_CHECK_MAIN("rpc_exit", 30, NULL, NULL, test_exit_waits_for_grpc_to_come_down)

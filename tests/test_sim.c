@@ -300,12 +300,9 @@ START_TEST(test_bad_configs_say_which_setting) {
 }
 END_TEST
 
-int main(void) {
-    return ss__check_tests("sim", 0, NULL, NULL, test_events_run_in_time_then_schedule_order,
-                           test_pool_shares_servers_equally, test_pool_job_arriving_later,
-                           test_gate_is_first_come_first_served,
-                           test_one_trainer_easgd_round_by_hand,
-                           test_foreground_waits_for_its_round, test_ma_round_shares_the_ps_link,
-                           test_cpu_costs_and_a_saturated_ps, test_chunks_pipeline_client_and_ps,
-                           test_bad_configs_say_which_setting);
-}
+SS_CHECK_MAIN("sim", 0, NULL, NULL, test_events_run_in_time_then_schedule_order,
+              test_pool_shares_servers_equally, test_pool_job_arriving_later,
+              test_gate_is_first_come_first_served, test_one_trainer_easgd_round_by_hand,
+              test_foreground_waits_for_its_round, test_ma_round_shares_the_ps_link,
+              test_cpu_costs_and_a_saturated_ps, test_chunks_pipeline_client_and_ps,
+              test_bad_configs_say_which_setting)

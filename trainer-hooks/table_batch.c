@@ -13,13 +13,18 @@
 #include "common/strbuf.h"
 #include "trainer-hooks/tables_internal.h"
 
+/* One table's part of a job. */
+typedef struct batch_table {
+    ss_table *tb;   /* NULL when not in the job */
+    push_item push; /* its prepared push (n 0: none) */
+    unique_ids u;   /* its lookup's distinct ids */
+    size_t asked;   /* ids the lookup asked for (repeats too) */
+    float *rows;    /* rows of u's ids */
+} batch_table;
+
 struct ss__table_batch {
     size_t ntables;         /* of the many-call */
-    ss_table **tb;          /* [ntables]: NULL when not in the job */
-    push_item *push;        /* [ntables]: prepared pushes (n 0: none) */
-    unique_ids *u;          /* [ntables]: the lookups' distinct ids */
-    size_t *asked;          /* [ntables]: ids the lookup asked for (repeats too) */
-    float **rows;           /* [ntables]: rows of u's ids */
+    batch_table *t;         /* [ntables] */
     ss__emb_client *client; /* the first table's: every table's shards are its */
     ss_status st;
     char why[300]; /* the first failing table and why */
@@ -46,32 +51,26 @@ void ss__table_batch_free(void *job) {
     ss__table_batch *b = job;
     if (!b)
         return;
-    for (size_t k = 0; k < b->ntables; k++) {
-        if (b->push)
-            ss__table_push_item_free(&b->push[k]);
-        if (b->u)
-            ss__table_unique_free(&b->u[k]);
-        if (b->rows)
-            free(b->rows[k]);
+    for (size_t k = 0; b->t && k < b->ntables; k++) {
+        ss__table_push_item_free(&b->t[k].push);
+        ss__table_unique_free(&b->t[k].u);
+        free(b->t[k].rows);
     }
-    free(b->tb);
-    free(b->push);
-    free(b->u);
-    free(b->asked);
-    free(b->rows);
+    free(b->t);
     free(b);
 }
 
 /* Table k's part: its push prepared, its lookup's ids deduplicated. */
 static ss_status take_table(ss__table_batch *b, size_t k, ss_table *tb, const uint64_t *push_ids,
                             size_t pn, const float *grads, const uint64_t *ids, size_t n) {
-    ss_status st = pn ? ss__table_prepare_push(tb, push_ids, pn, grads, &b->push[k]) : SS_OK;
+    ss_status st = pn ? ss__table_prepare_push(tb, push_ids, pn, grads, &b->t[k].push) : SS_OK;
     if (st == SS_OK && n)
-        st = ss__table_dedup(ids, n, &b->u[k]);
-    if (st == SS_OK && n && !(b->rows[k] = malloc(b->u[k].m * tb->spec.dim * sizeof(float) + 4)))
+        st = ss__table_dedup(ids, n, &b->t[k].u);
+    if (st == SS_OK && n &&
+        !(b->t[k].rows = malloc(b->t[k].u.m * tb->spec.dim * sizeof(float) + 4)))
         st = SS_ERR_NO_MEMORY;
-    b->tb[k] = tb;
-    b->asked[k] = n;
+    b->t[k].tb = tb;
+    b->t[k].asked = n;
     return st;
 }
 
@@ -84,12 +83,8 @@ ss_status ss__table_batch_create(ss_table *const *tables, size_t ntables, const 
         return ss__fail(why, whylen, SS_ERR_NO_MEMORY, "no memory for a batch of %zu tables",
                         ntables);
     b->ntables = ntables;
-    b->tb = calloc(ntables + 1, sizeof *b->tb);
-    b->push = calloc(ntables + 1, sizeof *b->push);
-    b->u = calloc(ntables + 1, sizeof *b->u);
-    b->asked = calloc(ntables + 1, sizeof *b->asked);
-    b->rows = calloc(ntables + 1, sizeof *b->rows);
-    ss_status st = b->tb && b->push && b->u && b->asked && b->rows ? SS_OK : SS_ERR_NO_MEMORY;
+    b->t = calloc(ntables + 1, sizeof *b->t);
+    ss_status st = b->t ? SS_OK : SS_ERR_NO_MEMORY;
     for (size_t k = 0; st == SS_OK && k < ntables; k++) {
         const size_t pn = push_counts ? push_counts[k] : 0, n = counts ? counts[k] : 0;
         if (in[k]) {
@@ -111,10 +106,10 @@ ss_status ss__table_batch_create(ss_table *const *tables, size_t ntables, const 
     }
     /* ss_table_flush of a table waits for the job's push to it. */
     for (size_t k = 0; k < ntables; k++)
-        if (b->tb[k] && b->push[k].n) {
-            pthread_mutex_lock(&b->tb[k]->lock);
-            b->tb[k]->fetch_pushes++;
-            pthread_mutex_unlock(&b->tb[k]->lock);
+        if (b->t[k].tb && b->t[k].push.n) {
+            pthread_mutex_lock(&b->t[k].tb->lock);
+            b->t[k].tb->fetch_pushes++;
+            pthread_mutex_unlock(&b->t[k].tb->lock);
         }
     *out = b;
     return SS_OK;
@@ -123,12 +118,12 @@ ss_status ss__table_batch_create(ss_table *const *tables, size_t ntables, const 
 /* After the call: table k's counters, and its push done (dropped when its
  * part failed: the next flush says so). */
 static void settle(ss__table_batch *b, size_t k, const ss__emb_batch_part *p) {
-    ss_table *tb = b->tb[k];
-    if (b->asked[k]) {
-        atomic_fetch_add(&tb->lookups, b->asked[k]);
-        atomic_fetch_add(&tb->unique_lookups, b->u[k].m);
+    ss_table *tb = b->t[k].tb;
+    if (b->t[k].asked) {
+        atomic_fetch_add(&tb->lookups, b->t[k].asked);
+        atomic_fetch_add(&tb->unique_lookups, b->t[k].u.m);
         if (p->status == SS_OK)
-            atomic_fetch_add(&tb->remote_rows, b->u[k].m);
+            atomic_fetch_add(&tb->remote_rows, b->t[k].u.m);
     }
     if (p->status != SS_OK) {
         atomic_fetch_add(&tb->failed_calls, 1);
@@ -137,7 +132,7 @@ static void settle(ss__table_batch *b, size_t k, const ss__emb_batch_part *p) {
             snprintf(b->why, sizeof b->why, "table %s: %s", tb->spec.name, p->why);
         }
     }
-    if (!b->push[k].n)
+    if (!b->t[k].push.n)
         return;
     pthread_mutex_lock(&tb->lock);
     if (p->status != SS_OK && tb->dropped++ == 0)
@@ -152,17 +147,17 @@ ss_status ss__table_batch_run(void *job) {
     ss__emb_batch_part *parts = calloc(b->ntables + 1, sizeof *parts);
     size_t np = 0;
     for (size_t k = 0; parts && k < b->ntables; k++)
-        if (b->tb[k])
-            parts[np++] = (ss__emb_batch_part){.spec = &b->tb[k]->spec,
-                                               .push_ids = b->push[k].ids,
-                                               .pn = b->push[k].n,
-                                               .grads = b->push[k].grads,
-                                               .ids = b->u[k].ids,
-                                               .n = b->asked[k] ? b->u[k].m : 0,
-                                               .rows = b->rows[k]};
+        if (b->t[k].tb)
+            parts[np++] = (ss__emb_batch_part){.spec = &b->t[k].tb->spec,
+                                               .push_ids = b->t[k].push.ids,
+                                               .pn = b->t[k].push.n,
+                                               .grads = b->t[k].push.grads,
+                                               .ids = b->t[k].u.ids,
+                                               .n = b->t[k].asked ? b->t[k].u.m : 0,
+                                               .rows = b->t[k].rows};
     ss_status st = parts ? ss__emb_client_batch(b->client, parts, np) : SS_ERR_NO_MEMORY;
     for (size_t k = 0, j = 0; k < b->ntables; k++)
-        if (b->tb[k])
+        if (b->t[k].tb)
             settle(b, k,
                    parts ? &parts[j++]
                          : &(ss__emb_batch_part){.status = st, .why = "out of memory"});
@@ -178,13 +173,13 @@ const char *ss__table_batch_why(const ss__table_batch *b) {
 }
 
 bool ss__table_batch_has(const ss__table_batch *b, size_t k) {
-    return b->tb[k] != NULL;
+    return b->t[k].tb != NULL;
 }
 
 void ss__table_batch_rows(const ss__table_batch *b, size_t k, float *out) {
-    const size_t dim = b->tb[k]->spec.dim;
-    for (size_t i = 0; i < b->asked[k]; i++)
-        memcpy(out + i * dim, b->rows[k] + b->u[k].map[i] * dim, dim * sizeof(float));
+    const size_t dim = b->t[k].tb->spec.dim;
+    for (size_t i = 0; i < b->t[k].asked; i++)
+        memcpy(out + i * dim, b->t[k].rows + b->t[k].u.map[i] * dim, dim * sizeof(float));
 }
 
 /* A cached table's ids that its cache does not hold (distinct, in order
