@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/names.h"
+
 /* Can nobody else bind 127.0.0.1:port now? */
 static inline int port_is_free(int port) {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -75,6 +77,27 @@ static inline int test_silent_listener(int *port) {
     ck_assert_int_eq(listen(fd, 16), 0);
     ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
     *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* A TCP connection to target ("host:port") from the address src (NULL:
+ * the kernel's choice), with a 10 s read timeout. */
+static inline int test_connect(const char *src, const char *target) {
+    char host[64];
+    unsigned port;
+    ck_assert(ss__address_split(target, host, sizeof host, &port));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    if (src) {
+        struct sockaddr_in from = {.sin_family = AF_INET};
+        inet_pton(AF_INET, src, &from.sin_addr);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&from, sizeof from), 0);
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &a.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
 }
 

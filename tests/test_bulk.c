@@ -23,6 +23,7 @@
 #include "common/fd_io.h"
 #include "common/names.h"
 #include "http_client.h"
+#include "ports.h"
 #include "procs.h"
 #include "rpc/bulk/bulk.h"
 #include "rpc/bulk/bulk.pb-c.h"
@@ -368,19 +369,6 @@ START_TEST(test_rounds_on_the_stream) {
 }
 END_TEST
 
-static int connect_to(const char *target) {
-    char host[64];
-    unsigned port;
-    ck_assert(ss__address_split(target, host, sizeof host, &port));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &a.sin_addr);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    const struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
 /* Whether the server closed fd: a read sees the end, or a reset (a
  * socket closed with bytes unread resets), not a reply nor the 10 s
  * timeout. */
@@ -444,7 +432,7 @@ static void send_frame(int fd, const char *method, uint64_t len) {
 START_TEST(test_the_door_of_the_stream) {
     start_ps(true);
     /* no ticket: 16 bytes nobody gave out, then a frame: closed */
-    int fd = connect_to(bulk_target);
+    int fd = test_connect(NULL, bulk_target);
     uint8_t forged[SS_BULK_TICKET_BYTES] = {1, 2, 3};
     ck_assert(ss__write_all(fd, forged, sizeof forged));
     ck_assert(!ticket_taken(fd));
@@ -455,14 +443,14 @@ START_TEST(test_the_door_of_the_stream) {
      * is refused before anything */
     uint8_t t[SS_BULK_TICKET_BYTES];
     ticket_over_grpc(t, 0);
-    fd = connect_to(bulk_target);
+    fd = test_connect(NULL, bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
     ck_assert(ticket_taken(fd));
     send_frame(fd, SS_DENSE_M_JOIN, 8); /* served over gRPC only */
     ck_assert(closed_by_server(fd));
     close(fd);
     ck_assert_int_eq(count_in_log("event=stream_closed reason=bad_frame"), 1);
-    fd = connect_to(bulk_target);
+    fd = test_connect(NULL, bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
     ck_assert(!ticket_taken(fd)); /* closed, not taken */
     close(fd);
@@ -470,7 +458,7 @@ START_TEST(test_the_door_of_the_stream) {
     /* a frame past the method's limit (100,000 floats), closed before its
      * bytes: none are sent */
     ticket_over_grpc(t, 0);
-    fd = connect_to(bulk_target);
+    fd = test_connect(NULL, bulk_target);
     ck_assert(ss__write_all(fd, t, sizeof t));
     ck_assert(ticket_taken(fd));
     send_frame(fd, SS_DENSE_M_EASGD, (uint64_t)1 << 40);

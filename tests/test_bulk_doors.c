@@ -33,6 +33,7 @@
 #include "common/fd_io.h"
 #include "common/names.h"
 #include "http_client.h"
+#include "ports.h"
 #include "procs.h"
 #include "rpc/bulk/bulk.h"
 #include "rpc/bulk/bulk.pb-c.h"
@@ -68,25 +69,6 @@ static void stop_ps(ps_proc *ps) {
     kill(ps->pid, SIGTERM);
     ck_assert_int_eq(proc_wait(ps->pid, 30), 0);
     unlink(ps->log);
-}
-
-/* A connection to target from the loopback address src, with a 10 s
- * read timeout; -1 when the PS's acceptor is too slow to say anything. */
-static int connect_from(const char *src, const char *target) {
-    char host[64];
-    unsigned port;
-    ck_assert(ss__address_split(target, host, sizeof host, &port));
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in from = {.sin_family = AF_INET};
-    inet_pton(AF_INET, src, &from.sin_addr);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&from, sizeof from), 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &a.sin_addr);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    const struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
 }
 
 /* Whether the server closed fd (its end or a reset seen) within ms. */
@@ -144,7 +126,7 @@ typedef struct drip {
 
 static void *drip_main(void *p) {
     drip *d = p;
-    int fd = connect_from("127.0.0.2", d->target);
+    int fd = test_connect("127.0.0.2", d->target);
     d->took = drip_until_closed(fd, 12);
     close(fd);
     return NULL;
@@ -215,7 +197,7 @@ START_TEST(test_silent_connections_under_a_low_fd_limit) {
         char src[32];
         snprintf(src, sizeof src, "127.0.0.%d", 2 + i);
         for (int k = 0; k < EACH; k++)
-            fds[i * EACH + k] = connect_from(src, ps.bulk);
+            fds[i * EACH + k] = test_connect(src, ps.bulk);
     }
     usleep(300 * 1000);
     check_all_serve(&ps, "silent");
@@ -248,7 +230,7 @@ static int stalled_frame(const ps_proc *ps, uint64_t len, size_t sent) {
     uint8_t t[SS_BULK_TICKET_BYTES];
     ticket_of(ch, t);
     ss__rpc_channel_destroy(ch);
-    int fd = connect_from("127.0.0.2", ps->bulk);
+    int fd = test_connect("127.0.0.2", ps->bulk);
     ck_assert(ss__write_all(fd, t, sizeof t));
     uint8_t h[SS_BULK_REQ_HEAD + sizeof SS_DENSE_M_EASGD]; /* one write, head and path */
     ss__bulk_request_head(h, (uint32_t)strlen(SS_DENSE_M_EASGD), len);
@@ -295,7 +277,7 @@ END_TEST
 /* Whether a stream opened with t is served: the server says it took the
  * ticket (bulk.h), or closes the stream. */
 static bool ticket_opens(const ps_proc *ps, const uint8_t t[SS_BULK_TICKET_BYTES]) {
-    int fd = connect_from("127.0.0.1", ps->bulk);
+    int fd = test_connect("127.0.0.1", ps->bulk);
     ck_assert(ss__write_all(fd, t, SS_BULK_TICKET_BYTES));
     uint8_t opened[SS_BULK_OPENED_BYTES];
     const bool ok = ss__read_all(fd, opened, sizeof opened) && ss__bulk_opened_parse(opened);
@@ -385,10 +367,10 @@ START_TEST(test_a_source_out_of_places_calls_over_grpc) {
     enum { PLACES = 8 }; /* bulk_server.c's per source */
     int fds[PLACES];
     for (int i = 0; i < PLACES; i++)
-        fds[i] = connect_from("127.0.0.1", ps.bulk);
+        fds[i] = test_connect("127.0.0.1", ps.bulk);
     /* one more is closed at once: the places are taken (the acceptor
      * takes connections in order) */
-    int more = connect_from("127.0.0.1", ps.bulk);
+    int more = test_connect("127.0.0.1", ps.bulk);
     ck_assert(closed_within(more, 5000));
     close(more);
     ss__grpc_transport_config cfg = {
