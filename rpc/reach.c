@@ -18,37 +18,93 @@
 #include "common/names.h"
 #include "rpc/rpc.h"
 
-/* One connect() to ai within the time left before deadline_ns (a signal
- * does not end the wait); 0 or an errno (ETIMEDOUT when the time ran
- * out). On 0, *out is the connected socket, blocking again. */
-static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns, int *out) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+/* A SYN unanswered this long is sent again on a new socket, the wait
+ * doubling: the kernel's own first retransmit comes only after 1 s
+ * (TCP_TIMEOUT_INIT), so on a link that drops 1% of packets a lost SYN
+ * held a stream, a reachability check or a restarted agent's rejoin for
+ * a whole second. The first attempt stays open meanwhile: on a long round
+ * trip it is the one that connects. */
+#define RESYN_FIRST_MS 200
+#define RESYN_MAX      3 /* attempts in flight at once */
+
+/* A non-blocking connect() to ai started: 0 with *fd in progress (or
+ * connected), or an errno. */
+static int start_attempt(const struct addrinfo *ai, int *fd) {
+    *fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (*fd < 0)
         return errno;
-    int err = 0;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-            uint64_t now = ss__now_ns();
-            int ms = now < deadline_ns ? (int)((deadline_ns - now) / 1000000) : 0;
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int r;
-            while ((r = poll(&p, 1, ms)) < 0 && errno == EINTR)
-                ;
-            socklen_t len = sizeof err;
-            if (r == 0)
-                err = ETIMEDOUT;
-            else if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-                err = errno;
-        }
-    }
-    if (err == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
-        err = errno;
-    if (err == 0)
-        *out = fd;
-    else
-        close(fd);
+    if (connect(*fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS)
+        return 0;
+    const int err = errno;
+    close(*fd);
     return err;
+}
+
+/* Polls the attempts in p[0..*n) for up to ms: the index of one that
+ * connected, or -1. An attempt that failed is closed and taken out, its
+ * errno in *err. */
+static int poll_attempts(struct pollfd *p, size_t *n, int ms, int *err) {
+    int r;
+    while ((r = poll(p, *n, ms)) < 0 && errno == EINTR)
+        ;
+    if (r < 0) {
+        *err = errno;
+        return -1;
+    }
+    for (size_t i = 0; r > 0 && i < *n; i++) {
+        if (!p[i].revents)
+            continue;
+        int e = 0;
+        socklen_t len = sizeof e;
+        if (getsockopt(p[i].fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0)
+            e = errno;
+        if (e == 0)
+            return (int)i;
+        *err = e;
+        close(p[i].fd);
+        p[i--] = p[--*n];
+    }
+    return -1;
+}
+
+/* A connection to ai within the time left before deadline_ns (a signal
+ * does not end the wait), its SYN sent again on new sockets while
+ * unanswered; 0 or an errno (ETIMEDOUT when the time ran out). On 0,
+ * *out is the connected socket, blocking again. */
+static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns, int *out) {
+    struct pollfd p[RESYN_MAX];
+    size_t n = 0;
+    int err = ETIMEDOUT, won = -1;
+    uint64_t wait_ms = RESYN_FIRST_MS, next_ns = 0;
+    for (uint64_t now = ss__now_ns(); won < 0 && now < deadline_ns; now = ss__now_ns()) {
+        if (n < RESYN_MAX && now >= next_ns) {
+            int fd, e = start_attempt(ai, &fd);
+            if (e != 0) {
+                err = e;
+                break;
+            }
+            p[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
+            next_ns = now + wait_ms * 1000000;
+            wait_ms *= 2;
+        }
+        uint64_t until = n < RESYN_MAX && next_ns < deadline_ns ? next_ns : deadline_ns;
+        won = poll_attempts(p, &n, (int)((until - now + 999999) / 1000000), &err);
+        if (won < 0 && n == 0 && err != ETIMEDOUT)
+            break; /* refused, unreachable: no use sending again */
+    }
+    int fd = won >= 0 ? p[won].fd : -1;
+    for (size_t i = 0; i < n; i++)
+        if (p[i].fd != fd)
+            close(p[i].fd);
+    if (fd < 0)
+        return err;
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        err = errno;
+        close(fd);
+        return err;
+    }
+    *out = fd;
+    return 0;
 }
 
 /* address's TCP endpoints (passive: to listen on), or NULL with why. */

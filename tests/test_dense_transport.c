@@ -4,6 +4,7 @@
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -207,6 +208,37 @@ START_TEST(test_tcp_reachable_says_why_not) {
     ck_assert(!ss__tcp_reachable(addr, 1000, why, sizeof why));
     ck_assert_str_eq(why, "connection refused");
     ck_assert(ss__tcp_reachable("unix:/nowhere", 1000, why, sizeof why));
+}
+END_TEST
+
+/* A lost SYN costs no second: in a network namespace of its own (root and
+ * nft; skipped without them), nft drops every other SYN to a listener, so
+ * each connection's first SYN is lost. The kernel sends it again only
+ * after 1 s; a connect given 900 ms makes it by sending its SYN again on
+ * a new socket (it timed out before). Its second connection too. */
+START_TEST(test_a_lost_syn_is_sent_again) {
+    if (geteuid() != 0 || system("command -v nft ip >/dev/null") != 0 ||
+        unshare(CLONE_NEWNET) != 0) {
+        fprintf(stderr, "skipped: needs root, ip and nft for a network namespace\n");
+        return;
+    }
+    ck_assert_int_eq(system("ip link set lo up"), 0);
+    int port;
+    const int listener = test_silent_listener(&port);
+    char cmd[512], addr[32], why[128] = "";
+    snprintf(cmd, sizeof cmd,
+             "nft add table inet t && nft add chain inet t in '{ type filter hook input priority "
+             "0; }' && nft add rule inet t in tcp dport %d 'tcp flags & (syn | ack) == syn' "
+             "numgen inc mod 2 == 0 drop",
+             port);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    for (int i = 0; i < 2; i++) {
+        const int fd = ss__tcp_connect(addr, 900, why, sizeof why);
+        ck_assert_msg(fd >= 0, "connection %d: %s", i, why);
+        close(fd);
+    }
+    close(listener);
 }
 END_TEST
 
@@ -971,10 +1003,11 @@ int main(void) {
         "rpc", 60, NULL, NULL, test_easgd_over_grpc, test_ma_round_of_three_engines_over_grpc,
         test_still_member_joins_a_round_through_the_ps, test_bad_input_never_hurts_the_ps,
         test_server_on_a_taken_port_fails_cleanly, test_ps_down_is_said_at_once,
-        test_tcp_reachable_says_why_not, test_window_bounds_calls_in_flight_per_channel,
-        test_batch_stats_and_round_trip, test_window_adapts_to_the_round_trip,
-        test_compressed_sync_over_grpc, test_other_chunking_is_refused_with_why,
-        test_round_sends_its_whole_shard_before_waiting, test_a_silent_connection_is_given_up,
-        test_http_answers_healthz_during_a_slowloris, test_bytes_in_flight_are_bounded,
-        test_reads_never_hold_up_writers, test_peers_have_a_queue_of_their_own);
+        test_tcp_reachable_says_why_not, test_a_lost_syn_is_sent_again,
+        test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
+        test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
+        test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting,
+        test_a_silent_connection_is_given_up, test_http_answers_healthz_during_a_slowloris,
+        test_bytes_in_flight_are_bounded, test_reads_never_hold_up_writers,
+        test_peers_have_a_queue_of_their_own);
 }
