@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -142,6 +143,17 @@ int ss__tcp_connect(const char *address, uint32_t timeout_ms, char *why, size_t 
     if (err && why[0])
         why[0] = (char)(why[0] >= 'A' && why[0] <= 'Z' ? why[0] - 'A' + 'a' : why[0]);
     return err ? -1 : fd;
+}
+
+void ss__tcp_keepalive(int fd) {
+    const int one = 1, idle_s = SS_RPC_KEEPALIVE_MS / 1000,
+              probes = SS_RPC_KEEPALIVE_TIMEOUT_MS / SS_RPC_KEEPALIVE_MS,
+              user_ms = SS_RPC_KEEPALIVE_MS + SS_RPC_KEEPALIVE_TIMEOUT_MS;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
 }
 
 bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size_t whylen) {

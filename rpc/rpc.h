@@ -232,6 +232,13 @@ bool ss__tcp_reachable(const char *address, uint32_t timeout_ms, char *why, size
  * timeout_ms (signals meanwhile do not end the wait): the blocking socket,
  * or -1 with why as ss__tcp_reachable says it. */
 int ss__tcp_connect(const char *address, uint32_t timeout_ms, char *why, size_t whylen);
+/* Liveness for a long-lived TCP connection outside gRPC (a bulk stream),
+ * as gRPC's keepalive gives its own (SS_RPC_KEEPALIVE_MS, _TIMEOUT_MS):
+ * probes after that much silence, and the connection given up when data
+ * or probes go unacknowledged that long, so that a call on it fails
+ * within seconds of a partition, not at its deadline, and a stream left
+ * through one is not used again. */
+void ss__tcp_keepalive(int fd);
 /* A socket listening on address (port 0: the system picks one, said in
  * *port), or -1 with why (the system's reason). */
 int ss__tcp_listen(const char *address, int *port, char *why, size_t whylen);

@@ -211,25 +211,36 @@ START_TEST(test_tcp_reachable_says_why_not) {
 }
 END_TEST
 
+/* A network namespace of the test process's own, lo up (root, ip and nft;
+ * false, said, without them): its PS and clients talk over its lo only,
+ * and nft rules there cut it. */
+static bool own_network(void) {
+    if (geteuid() != 0 || system("command -v nft ip >/dev/null") != 0 ||
+        unshare(CLONE_NEWNET) != 0) {
+        fprintf(stderr, "skipped: needs root, ip and nft for a network namespace\n");
+        return false;
+    }
+    ck_assert_int_eq(system("ip link set lo up"), 0);
+    ck_assert_int_eq(system("nft add table inet t && nft add chain inet t in '{ type filter hook "
+                            "input priority 0; }'"),
+                     0);
+    return true;
+}
+
 /* A lost SYN costs no second: in a network namespace of its own (root and
  * nft; skipped without them), nft drops every other SYN to a listener, so
  * each connection's first SYN is lost. The kernel sends it again only
  * after 1 s; a connect given 900 ms makes it by sending its SYN again on
  * a new socket (it timed out before). Its second connection too. */
 START_TEST(test_a_lost_syn_is_sent_again) {
-    if (geteuid() != 0 || system("command -v nft ip >/dev/null") != 0 ||
-        unshare(CLONE_NEWNET) != 0) {
-        fprintf(stderr, "skipped: needs root, ip and nft for a network namespace\n");
+    if (!own_network())
         return;
-    }
-    ck_assert_int_eq(system("ip link set lo up"), 0);
     int port;
     const int listener = test_silent_listener(&port);
     char cmd[512], addr[32], why[128] = "";
     snprintf(cmd, sizeof cmd,
-             "nft add table inet t && nft add chain inet t in '{ type filter hook input priority "
-             "0; }' && nft add rule inet t in tcp dport %d 'tcp flags & (syn | ack) == syn' "
-             "numgen inc mod 2 == 0 drop",
+             "nft add rule inet t in tcp dport %d 'tcp flags & (syn | ack) == syn' numgen inc mod "
+             "2 == 0 drop",
              port);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
@@ -275,6 +286,39 @@ START_TEST(test_a_silent_connection_is_given_up) {
                   ss_status_name(silent), why);
     ck_assert_msg(again == SS_OK, "the call after the PS resumed said %s (%s)",
                   ss_status_name(again), why);
+}
+END_TEST
+
+/* A partition under a bulk stream (nft drops every TCP packet): the call
+ * on it fails within seconds (the stream's TCP keepalive and user
+ * timeout give it up), not at its 30 s deadline; once the link is back
+ * the next call goes through. */
+START_TEST(test_a_partitioned_stream_is_given_up) {
+    if (!own_network())
+        return;
+    start_ps();
+    ss__transport *t;
+    ss__grpc_transport_config cfg = {.targets = ps_target, .timeout_ms = 30000, .bulk = true};
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
+    uint64_t a;
+    float d[2];
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
+                     SS_OK);
+    ck_assert_uint_eq(ss__grpc_transport_bulk_batches(t), 1);
+    ck_assert_int_eq(system("nft add rule inet t in meta l4proto tcp drop"), 0);
+    const uint64_t t0 = ss__now_ns();
+    ss_status cut = ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2);
+    const double took_s = (double)(ss__now_ns() - t0) / 1e9;
+    ck_assert_int_eq(system("nft flush chain inet t in"), 0);
+    ck_assert_msg(cut != SS_OK && took_s < 20, "the call across the partition: %s after %.1f s",
+                  ss_status_name(cut), took_s);
+    ss_status again = SS_ERR_IO;
+    for (int i = 0; i < 50 && again != SS_OK; i++, usleep(100000))
+        again = ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2);
+    ck_assert_int_eq(again, SS_OK);
+    ss__transport_destroy(t);
+    stop_ps();
 }
 END_TEST
 
@@ -1004,10 +1048,10 @@ int main(void) {
         test_still_member_joins_a_round_through_the_ps, test_bad_input_never_hurts_the_ps,
         test_server_on_a_taken_port_fails_cleanly, test_ps_down_is_said_at_once,
         test_tcp_reachable_says_why_not, test_a_lost_syn_is_sent_again,
-        test_window_bounds_calls_in_flight_per_channel, test_batch_stats_and_round_trip,
-        test_window_adapts_to_the_round_trip, test_compressed_sync_over_grpc,
-        test_other_chunking_is_refused_with_why, test_round_sends_its_whole_shard_before_waiting,
-        test_a_silent_connection_is_given_up, test_http_answers_healthz_during_a_slowloris,
-        test_bytes_in_flight_are_bounded, test_reads_never_hold_up_writers,
-        test_peers_have_a_queue_of_their_own);
+        test_a_partitioned_stream_is_given_up, test_window_bounds_calls_in_flight_per_channel,
+        test_batch_stats_and_round_trip, test_window_adapts_to_the_round_trip,
+        test_compressed_sync_over_grpc, test_other_chunking_is_refused_with_why,
+        test_round_sends_its_whole_shard_before_waiting, test_a_silent_connection_is_given_up,
+        test_http_answers_healthz_during_a_slowloris, test_bytes_in_flight_are_bounded,
+        test_reads_never_hold_up_writers, test_peers_have_a_queue_of_their_own);
 }

@@ -112,6 +112,7 @@ static int connect_within(const char *host, unsigned port, uint32_t timeout_ms) 
         close(fd);
         return -1;
     }
+    ss__tcp_keepalive(fd);
     return fd;
 }
 

@@ -408,6 +408,7 @@ static void start_stream(ss__bulk_server *s, int fd, const struct sockaddr_in6 *
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ss__tcp_keepalive(fd); /* a client gone in a partition frees its slot */
     pthread_mutex_lock(&s->lock);
     const char *full = atomic_load(&s->stopping) ? "stopping" : no_room(s, source);
     slot *sl = NULL;
