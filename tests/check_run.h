@@ -3,6 +3,7 @@
 #define SS_TESTS_CHECK_RUN_H
 
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +42,13 @@ static inline int ss__check_run_tests(const char *name, double timeout_s, SFun s
     ss__check_run_tests((name), (timeout_s), (setup), (teardown), (const TTest *[]){__VA_ARGS__},  \
                         sizeof((const TTest *[]){__VA_ARGS__}) / sizeof(const TTest *))
 
-/* A test program whose main only runs its suite:
+/* A test program whose main only runs its suite (SIGPIPE ignored: a peer
+ * that closes its socket fails the test's write, it does not kill the
+ * test program):
  *     SS_CHECK_MAIN("rpc", 60, NULL, NULL, test_a, test_b) */
 #define SS_CHECK_MAIN(name, timeout_s, setup, teardown, ...)                                       \
     int main(void) {                                                                               \
+        signal(SIGPIPE, SIG_IGN);                                                                  \
         return ss__check_tests((name), (timeout_s), (setup), (teardown), __VA_ARGS__);             \
     }
 

@@ -115,9 +115,13 @@ START_TEST(test_embedding_rows_on_the_stream_as_over_grpc) {
 }
 END_TEST
 
-/* A client of ps_target with the streams on and the table named name
- * (dim 4) open. */
-static ss__emb_client *streams_client(uint32_t timeout_ms, const char *name, ss__emb_spec *spec) {
+/* A PS started on a port of its own (its address in listen, to start it
+ * again there) and a client of it with the streams on and the table
+ * named name (dim 4) open. */
+static ss__emb_client *ps_and_client(uint32_t timeout_ms, const char *name, char *base,
+                                     size_t baselen, char listen[64], ss__emb_spec *spec) {
+    start_ps("127.0.0.1:0", base, baselen);
+    snprintf(listen, 64, "%s", ps_target);
     ss__emb_client *c;
     ck_assert_int_eq(ss__emb_client_create(ps_target, NULL, timeout_ms, &c, NULL, 0), SS_OK);
     ck_assert_int_eq(ss__emb_client_use_bulk(c, true), SS_OK);
@@ -145,10 +149,8 @@ static void table_again_after_restart(ss__emb_client *c, const ss__emb_spec *spe
  * client's rows on a new stream, its ticket asked for again. */
 START_TEST(test_rows_after_the_ps_restarts) {
     char base[80], listen[64];
-    start_ps("127.0.0.1:0", base, sizeof base);
-    snprintf(listen, sizeof listen, "%s", ps_target);
     ss__emb_spec spec;
-    ss__emb_client *c = streams_client(2000, "back", &spec);
+    ss__emb_client *c = ps_and_client(2000, "back", base, sizeof base, listen, &spec);
     const uint64_t ids[2] = {11, 12};
     float rows[8], again[8];
     ck_assert_int_eq(ss__emb_client_lookup(c, &spec, ids, 2, rows), SS_OK);
@@ -172,10 +174,8 @@ END_TEST
  * way, before idle streams were checked). */
 START_TEST(test_a_dead_idle_stream_is_not_used) {
     char base[80], listen[64];
-    start_ps("127.0.0.1:0", base, sizeof base);
-    snprintf(listen, sizeof listen, "%s", ps_target);
     ss__emb_spec spec;
-    ss__emb_client *c = streams_client(5000, "idle", &spec);
+    ss__emb_client *c = ps_and_client(5000, "idle", base, sizeof base, listen, &spec);
     const uint64_t ids[2] = {3, 4};
     const float grads[8] = {0};
     ck_assert_int_eq(ss__emb_client_push(c, &spec, ids, 2, grads), SS_OK);

@@ -27,6 +27,15 @@ static ss__transport *make(uint32_t deadline_ms, uint32_t timeout_ms) {
     return t;
 }
 
+/* A centre whose rounds close after 100 ms and whose members expire after
+ * 150 ms of silence, with two members of group "g" (1 float): a and b. */
+static ss__transport *two_members(uint64_t *a, uint64_t *b) {
+    ss__transport *t = make(100, 150);
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, b), SS_OK);
+    return t;
+}
+
 START_TEST(test_member_timeout_must_cover_the_deadline) {
     ss__transport *t;
     ss__inproc_config cfg = {.round_deadline_ms = 500, .member_timeout_ms = 100};
@@ -37,10 +46,8 @@ END_TEST
 /* A member that goes silent is dropped: the first round after it still
  * waits for the deadline, later rounds close at once. */
 START_TEST(test_silent_member_expires) {
-    ss__transport *t = make(100, 150);
     uint64_t a, b;
-    ck_assert_int_eq(ss__transport_join(t, "g", 1, &a), SS_OK);
-    ck_assert_int_eq(ss__transport_join(t, "g", 1, &b), SS_OK);
+    ss__transport *t = two_members(&a, &b);
     float avg;
     ss__round_result rr;
     ss__sleep_ns(200000000ull); /* both silent for longer than the timeout */
@@ -97,10 +104,8 @@ END_TEST
 
 /* Heartbeats keep an idle member in: rounds keep waiting for it. */
 START_TEST(test_heartbeat_keeps_member) {
-    ss__transport *t = make(100, 150);
     uint64_t a, b;
-    ck_assert_int_eq(ss__transport_join(t, "g", 1, &a), SS_OK);
-    ck_assert_int_eq(ss__transport_join(t, "g", 1, &b), SS_OK);
+    ss__transport *t = two_members(&a, &b);
     for (int i = 0; i < 5; i++) {
         ss__sleep_ns(60000000ull);
         ck_assert_int_eq(ss__transport_heartbeat(t, "g", a), SS_OK);

@@ -46,18 +46,23 @@ START_TEST(test_set_by_key_uses_the_command_line_names) {
 
     /* Refusals name the key and leave the config as it was. */
     ss_trainer_config before = *c;
-    ck_assert_int_eq(ss_trainer_config_set(c, "alpah", "0.3"), SS_ERR_NOT_FOUND);
-    said("unknown trainer setting", "alpah");
-    ck_assert_int_eq(ss_trainer_config_set(c, "alpha", "a half"), SS_ERR_INVALID_ARGUMENT);
-    said("alpha=\"a half\"", "not a finite number");
-    ck_assert_int_eq(ss_trainer_config_set(c, "sync", "sometimes"), SS_ERR_INVALID_ARGUMENT);
-    said("sync=\"sometimes\"", "none|shadow|foreground");
-    ck_assert_int_eq(ss_trainer_config_set(c, "shadow_threads", "0"), SS_ERR_INVALID_ARGUMENT);
-    said("shadow_threads=0", "[1, 256]");
-    ck_assert_int_eq(ss_trainer_config_set(c, "sync_every", "-3"), SS_ERR_INVALID_ARGUMENT);
-    said("sync_every=\"-3\"", "not a whole number");
-    ck_assert_int_eq(ss_trainer_config_set(c, "chunk_floats", "67108865"), SS_ERR_INVALID_ARGUMENT);
-    said("chunk_floats=67108865", "[0, 67108864]");
+    static const struct {
+        const char *key, *value, *said, *why;
+        ss_status st;
+    } refused[] = {
+        {"alpah", "0.3", "unknown trainer setting", "alpah", SS_ERR_NOT_FOUND},
+        {"alpha", "a half", "alpha=\"a half\"", "not a finite number", SS_ERR_INVALID_ARGUMENT},
+        {"sync", "sometimes", "sync=\"sometimes\"", "none|shadow|foreground",
+         SS_ERR_INVALID_ARGUMENT},
+        {"shadow_threads", "0", "shadow_threads=0", "[1, 256]", SS_ERR_INVALID_ARGUMENT},
+        {"sync_every", "-3", "sync_every=\"-3\"", "not a whole number", SS_ERR_INVALID_ARGUMENT},
+        {"chunk_floats", "67108865", "chunk_floats=67108865", "[0, 67108864]",
+         SS_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        ck_assert_int_eq(ss_trainer_config_set(c, refused[i].key, refused[i].value), refused[i].st);
+        said(refused[i].said, refused[i].why);
+    }
     ck_assert_mem_eq(c, &before, sizeof before);
     ck_assert_uint_eq(c->chunk_floats, 0); /* the library's default */
     ck_assert_int_eq(ss_trainer_config_set(c, "chunk-floats", "262144"), SS_OK);

@@ -1041,17 +1041,13 @@ START_TEST(test_peers_have_a_queue_of_their_own) {
 }
 END_TEST
 
-int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    return ss__check_tests(
-        "rpc", 60, NULL, NULL, test_easgd_over_grpc, test_ma_round_of_three_engines_over_grpc,
-        test_still_member_joins_a_round_through_the_ps, test_bad_input_never_hurts_the_ps,
-        test_server_on_a_taken_port_fails_cleanly, test_ps_down_is_said_at_once,
-        test_tcp_reachable_says_why_not, test_a_lost_syn_is_sent_again,
-        test_a_partitioned_stream_is_given_up, test_window_bounds_calls_in_flight_per_channel,
-        test_batch_stats_and_round_trip, test_window_adapts_to_the_round_trip,
-        test_compressed_sync_over_grpc, test_other_chunking_is_refused_with_why,
-        test_round_sends_its_whole_shard_before_waiting, test_a_silent_connection_is_given_up,
-        test_http_answers_healthz_during_a_slowloris, test_bytes_in_flight_are_bounded,
-        test_reads_never_hold_up_writers, test_peers_have_a_queue_of_their_own);
-}
+SS_CHECK_MAIN("rpc", 60, NULL, NULL, test_easgd_over_grpc, test_ma_round_of_three_engines_over_grpc,
+              test_still_member_joins_a_round_through_the_ps, test_bad_input_never_hurts_the_ps,
+              test_server_on_a_taken_port_fails_cleanly, test_ps_down_is_said_at_once,
+              test_tcp_reachable_says_why_not, test_a_lost_syn_is_sent_again,
+              test_a_partitioned_stream_is_given_up, test_window_bounds_calls_in_flight_per_channel,
+              test_batch_stats_and_round_trip, test_window_adapts_to_the_round_trip,
+              test_compressed_sync_over_grpc, test_other_chunking_is_refused_with_why,
+              test_round_sends_its_whole_shard_before_waiting, test_a_silent_connection_is_given_up,
+              test_http_answers_healthz_during_a_slowloris, test_bytes_in_flight_are_bounded,
+              test_reads_never_hold_up_writers, test_peers_have_a_queue_of_their_own)

@@ -229,9 +229,6 @@ START_TEST(test_peers_that_leave_are_passed_over) {
 }
 END_TEST
 
-int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    return ss__check_tests("gossip", 60, NULL, NULL, test_pull_rounds_by_hand,
-                           test_engines_reach_consensus_and_survive_a_dead_peer,
-                           test_bad_pulls_and_open_doors, test_peers_that_leave_are_passed_over);
-}
+SS_CHECK_MAIN("gossip", 60, NULL, NULL, test_pull_rounds_by_hand,
+              test_engines_reach_consensus_and_survive_a_dead_peer, test_bad_pulls_and_open_doors,
+              test_peers_that_leave_are_passed_over)

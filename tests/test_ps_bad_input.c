@@ -807,16 +807,12 @@ START_TEST(test_token_comparison_refuses_near_misses) {
 }
 END_TEST
 
-int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    return ss__check_tests("ps_bad_input", 60, setup, teardown, test_wrong_group_size,
-                           test_unknown_group_and_member, test_nan_and_inf_payloads,
-                           test_bad_bmuf_parameters_say_what, test_oversized_message_and_group,
-                           test_garbage_bytes_and_unknown_method, test_expired_deadline,
-                           test_member_ids_are_not_guessable, test_limits_on_groups_members_floats,
-                           test_blocked_calls_are_bounded,
-                           test_token_guards_every_call_before_its_body, test_writer_identity_lists,
-                           test_pb_wire_by_hand, test_bulk_payload_in_place_and_in_any_order,
-                           test_checkpoint_without_a_directory, test_compressed_requests,
-                           test_token_comparison_refuses_near_misses);
-}
+SS_CHECK_MAIN("ps_bad_input", 60, setup, teardown, test_wrong_group_size,
+              test_unknown_group_and_member, test_nan_and_inf_payloads,
+              test_bad_bmuf_parameters_say_what, test_oversized_message_and_group,
+              test_garbage_bytes_and_unknown_method, test_expired_deadline,
+              test_member_ids_are_not_guessable, test_limits_on_groups_members_floats,
+              test_blocked_calls_are_bounded, test_token_guards_every_call_before_its_body,
+              test_writer_identity_lists, test_pb_wire_by_hand,
+              test_bulk_payload_in_place_and_in_any_order, test_checkpoint_without_a_directory,
+              test_compressed_requests, test_token_comparison_refuses_near_misses)

@@ -51,13 +51,21 @@ static void start_two_shards(shard *a, shard *b, char targets[140]) {
     snprintf(targets, 140, "%s,%s", a->target, b->target);
 }
 
+/* Two shards as above and a client of both, cut in chunks of chunk floats. */
+static ss__transport *two_shards_client(shard *a, shard *b, char targets[140], uint32_t timeout_ms,
+                                        size_t chunk) {
+    start_two_shards(a, b, targets);
+    ss__grpc_transport_config cfg = {
+        .targets = targets, .timeout_ms = timeout_ms, .chunk_floats = chunk};
+    ss__transport *t;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
+    return t;
+}
+
 START_TEST(test_cut_over_two_shards_and_chunks) {
     shard a, b;
     char targets[140];
-    start_two_shards(&a, &b, targets);
-    ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 5000, .chunk_floats = 3};
-    ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
+    ss__transport *t = two_shards_client(&a, &b, targets, 5000, 3);
     uint64_t m1, m2;
     ck_assert_int_eq(ss__transport_join(t, "g", 10, &m1), SS_OK);
     ck_assert_int_eq(ss__transport_join(t, "g", 10, &m2), SS_OK);
@@ -106,10 +114,7 @@ END_TEST
 START_TEST(test_partial_easgd_returns_the_applied_chunks) {
     shard a, b;
     char targets[140];
-    start_two_shards(&a, &b, targets);
-    ss__grpc_transport_config cfg = {.targets = targets, .timeout_ms = 1000, .chunk_floats = 2};
-    ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
+    ss__transport *t = two_shards_client(&a, &b, targets, 1000, 2);
     uint64_t m;
     ck_assert_int_eq(ss__transport_join(t, "g", 4, &m), SS_OK);
     float s0[4] = {1, 1, 1, 1}, s1[4] = {3, 3, 3, 3}, d[4];
@@ -288,10 +293,6 @@ START_TEST(test_bad_target_lists) {
 }
 END_TEST
 
-int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    return ss__check_tests("sharding", 120, NULL, NULL, test_cut_over_two_shards_and_chunks,
-                           test_partial_easgd_returns_the_applied_chunks,
-                           test_round_mean_over_shards_and_chunks, test_100mb_group,
-                           test_bad_target_lists, test_a_restarted_shard_alone_is_joined_again);
-}
+SS_CHECK_MAIN("sharding", 120, NULL, NULL, test_cut_over_two_shards_and_chunks,
+              test_partial_easgd_returns_the_applied_chunks, test_round_mean_over_shards_and_chunks,
+              test_100mb_group, test_bad_target_lists, test_a_restarted_shard_alone_is_joined_again)

@@ -855,15 +855,12 @@ START_TEST(test_bad_pushes_and_open_doors) {
 }
 END_TEST
 
-int main(void) {
-    signal(SIGPIPE, SIG_IGN);
-    return ss__check_tests(
-        "tree", 60, NULL, NULL, test_forest_by_hand, test_forest_avoids_the_slow_host,
-        test_tree_rounds_by_hand, test_a_root_hears_the_round_that_waits_for_it,
-        test_member_away_fails_the_round_in_time_then_it_is_retried,
-        test_a_member_that_leaves_is_left_out, test_a_round_whose_means_are_in_survives_a_leave,
-        test_a_member_that_leaves_does_not_come_back, test_a_dead_member_is_left_out_and_comes_back,
-        test_bmuf_rounds_by_hand, test_bad_pushes_and_open_doors,
-        test_a_forged_leave_version_cannot_lock_a_member_out, test_a_stale_view_changes_nobody,
-        test_a_mean_that_overflows_goes_nowhere);
-}
+SS_CHECK_MAIN("tree", 60, NULL, NULL, test_forest_by_hand, test_forest_avoids_the_slow_host,
+              test_tree_rounds_by_hand, test_a_root_hears_the_round_that_waits_for_it,
+              test_member_away_fails_the_round_in_time_then_it_is_retried,
+              test_a_member_that_leaves_is_left_out,
+              test_a_round_whose_means_are_in_survives_a_leave,
+              test_a_member_that_leaves_does_not_come_back,
+              test_a_dead_member_is_left_out_and_comes_back, test_bmuf_rounds_by_hand,
+              test_bad_pushes_and_open_doors, test_a_forged_leave_version_cannot_lock_a_member_out,
+              test_a_stale_view_changes_nobody, test_a_mean_that_overflows_goes_nowhere)
