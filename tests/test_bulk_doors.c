@@ -373,15 +373,9 @@ START_TEST(test_a_source_out_of_places_calls_over_grpc) {
     int more = test_connect("127.0.0.1", ps.bulk);
     ck_assert(closed_within(more, 5000));
     close(more);
-    ss__grpc_transport_config cfg = {
-        .targets = ps.target, .timeout_ms = 10000, .chunk_floats = 100000, .bulk = true};
-    ss__transport *t;
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t m;
     float d[2];
-    ck_assert_int_eq(ss__transport_join(t, "g", 2, &m), SS_OK);
-    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", m, (const float[]){1, 2}, 0.5f, d, 2),
-                     SS_OK);
+    ss__transport *t = stream_member(ps.target, 10000, 100000, &m);
     ck_assert_uint_eq(ss__grpc_transport_bulk_batches(t), 0);
     ck_assert_int_ge(in_log(&ps, "reason=unticketed_source"), 1);
     for (int i = 0; i < PLACES; i++)

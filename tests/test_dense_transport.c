@@ -297,14 +297,9 @@ START_TEST(test_a_partitioned_stream_is_given_up) {
     if (!own_network())
         return;
     start_ps();
-    ss__transport *t;
-    ss__grpc_transport_config cfg = {.targets = ps_target, .timeout_ms = 30000, .bulk = true};
-    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
     uint64_t a;
     float d[2];
-    ck_assert_int_eq(ss__transport_join(t, "g", 2, &a), SS_OK);
-    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
-                     SS_OK);
+    ss__transport *t = stream_member(ps_target, 30000, 0, &a);
     ck_assert_uint_eq(ss__grpc_transport_bulk_batches(t), 1);
     ck_assert_int_eq(system("nft add rule inet t in meta l4proto tcp drop"), 0);
     const uint64_t t0 = ss__now_ns();

@@ -6,8 +6,24 @@
 #include <check.h>
 #include <pthread.h>
 
+#include "rpc/dense/grpc_transport.h"
 #include "shadow/engine.h"
 #include "shadow/transport.h"
+
+/* A gRPC transport to target with the bulk streams on, joined to a fresh
+ * 2-float group "g" as *member, and its first S-EASGD exchange made. */
+static inline ss__transport *stream_member(const char *target, uint32_t timeout_ms,
+                                           size_t chunk_floats, uint64_t *member) {
+    ss__grpc_transport_config cfg = {
+        .targets = target, .timeout_ms = timeout_ms, .chunk_floats = chunk_floats, .bulk = true};
+    ss__transport *t;
+    ck_assert_int_eq(ss__grpc_transport_create(&cfg, &t, NULL, 0), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 2, member), SS_OK);
+    float d[2];
+    ck_assert_int_eq(
+        ss__transport_easgd_exchange(t, "g", *member, (const float[]){1, 2}, 0.5f, d, 2), SS_OK);
+    return t;
+}
 
 /* Two members of a fresh 2-float group, by hand: the centre starts as the
  * first snapshot [2,4] (d = 0); then s = [4,0] gives d = 0.5 (s - c) =
