@@ -80,12 +80,15 @@ static int connect_one(const struct addrinfo *ai, uint64_t deadline_ns, int *out
     for (uint64_t now = ss__now_ns(); won < 0 && now < deadline_ns; now = ss__now_ns()) {
         if (n < RESYN_MAX && now >= next_ns) {
             int fd, e = start_attempt(ai, &fd);
-            if (e != 0) {
+            if (e != 0 && n == 0) {
                 err = e;
                 break;
             }
-            p[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
-            next_ns = now + wait_ms * 1000000;
+            if (e == 0)
+                p[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
+            /* a resend that could not start (out of fds): the attempts in
+             * flight go on, and no more are started */
+            next_ns = e == 0 ? now + wait_ms * 1000000 : UINT64_MAX;
             wait_ms *= 2;
         }
         uint64_t until = n < RESYN_MAX && next_ns < deadline_ns ? next_ns : deadline_ns;
