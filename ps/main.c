@@ -692,6 +692,17 @@ static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_co
 }
 
 /* Step 3: both services on one gRPC server. */
+/* A new shard map: every call of the old epoch is refused from now on, so
+ * an MA round open here gets no more snapshots; closed at once, its
+ * members hear of the map at their next call instead of after the
+ * round's deadline. */
+static void close_rounds_on_new_map(void *centre) {
+    const size_t closed = ss__central_close_open_rounds(centre);
+    if (closed)
+        ss__log(SS_LOG_INFO, "ps", "event=rounds_closed rounds=%zu why=\"a new shard map\"",
+                closed);
+}
+
 static int start_rpc(ps_state *ps, const ps_options *o) {
     ss__emb_service_init(&ps->esvc, ps->store);
     ps->svc = (ss__dense_service){.centre = ps->centre,
@@ -734,6 +745,7 @@ static int start_rpc(ps_state *ps, const ps_options *o) {
             ss__refuse("shadowsync-ps", "--shard-map: %s", why);
             return 2;
         }
+        ss__ps_map_watch_on_change(ps->map, close_rounds_on_new_map, ps->centre);
         const ss__ps_row_moves_config mc = {.store = ps->store,
                                             .map = ps->map,
                                             .tls = &ps->client_tls,

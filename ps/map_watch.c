@@ -22,6 +22,8 @@ struct ss__ps_map_watch {
     uint64_t ignored;         /* the older epoch last logged, so it is said once */
     ss__gauge *epoch_gauge;
     ss__ticker *ticker;
+    void (*on_change)(void *arg); /* under map_lock */
+    void *on_change_arg;
 };
 
 static void reread(void *arg) {
@@ -46,8 +48,12 @@ static void reread(void *arg) {
         pthread_mutex_lock(&w->map_lock);
         w->map = m;
         atomic_store(&w->epoch, m.epoch);
+        void (*on_change)(void *) = w->on_change;
+        void *on_change_arg = w->on_change_arg;
         pthread_mutex_unlock(&w->map_lock);
         pthread_rwlock_unlock(&w->gate);
+        if (on_change)
+            on_change(on_change_arg);
         ss__gauge_set(w->epoch_gauge, (double)m.epoch);
         SS_LOG_INFOF("ps", "event=shard_map_epoch epoch=%llu was=%llu ps=%s",
                      (unsigned long long)m.epoch, (unsigned long long)now, m.ps);
@@ -92,6 +98,15 @@ ss_status ss__ps_map_watch_start(const char *path, ss__metrics *metrics, ss__ps_
     }
     *out = w;
     return SS_OK;
+}
+
+void ss__ps_map_watch_on_change(ss__ps_map_watch *w, void (*fn)(void *arg), void *arg) {
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->map_lock);
+    w->on_change = fn;
+    w->on_change_arg = arg;
+    pthread_mutex_unlock(&w->map_lock);
 }
 
 const _Atomic uint64_t *ss__ps_map_watch_epoch(const ss__ps_map_watch *w) {

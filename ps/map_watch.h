@@ -24,6 +24,9 @@ const _Atomic uint64_t *ss__ps_map_watch_epoch(const ss__ps_map_watch *w);
 /* The server's map_gate (ss__rpc_server_config): the epoch and the map
  * change under it. */
 pthread_rwlock_t *ss__ps_map_watch_gate(ss__ps_map_watch *w);
+/* fn(arg) runs on the watch's thread right after each change of the
+ * epoch served (NULL: nothing). */
+void ss__ps_map_watch_on_change(ss__ps_map_watch *w, void (*fn)(void *arg), void *arg);
 /* The map served now. */
 void ss__ps_map_watch_get(ss__ps_map_watch *w, ss__shard_map *out);
 void ss__ps_map_watch_stop(ss__ps_map_watch *w);

@@ -103,6 +103,12 @@ ss_status ss__central_easgd(ss__central *c, const char *name, uint64_t member, c
 ss_status ss__central_round(ss__central *c, const char *name, uint64_t member, const float *s,
                             const ss__bmuf_params *bmuf, float *avg, size_t n,
                             ss__round_result *result);
+/* Closes every open MA/BMUF round now, with the members that contributed
+ * (as its deadline would). For a shard map change: the other members'
+ * calls of the old epoch are refused from then on, so these rounds would
+ * only wait out their deadline before their members learn of the change.
+ * Returns how many rounds it closed. */
+size_t ss__central_close_open_rounds(ss__central *c);
 /* The same from a compressed member: an encoded upload (checked and decoded
  * here into the member's mirror) and the reply in the same encoding
  * (ss__codec_size(up->enc, n) bytes). SS_ERR_STATE when the member's mirror

@@ -337,6 +337,25 @@ ss_status ss__central_round_encoded(ss__central *c, const char *name, uint64_t m
     return round_call(c, name, member, n, NULL, up, bmuf, NULL, reply, result);
 }
 
+size_t ss__central_close_open_rounds(ss__central *c) {
+    size_t closed = 0;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock); /* the list, then each group: as a join takes them */
+    for (group *g = c->groups; g; g = g->next) {
+        pthread_mutex_lock(&g->lock);
+        /* readers_pending > 0: the last result is still being copied out,
+         * and no snapshot of a new round is in yet. */
+        if (g->contributors > 0 && g->readers_pending == 0) {
+            ss__central_close_round(g);
+            closed++;
+        }
+        pthread_mutex_unlock(&g->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return closed;
+}
+
 ss_status ss__central_read(ss__central *c, const char *name, float *out, size_t n) {
     ss__central_refusal_clear();
     ss_status st = SS_ERR_INVALID_ARGUMENT;

@@ -102,6 +102,33 @@ START_TEST(test_a_keyed_join_replaces_its_earlier_self) {
 }
 END_TEST
 
+/* A new shard map closes the open rounds at once (ps/main.c): a member's
+ * snapshot that is in gets its round's result (its own, alone) instead of
+ * waiting out a 60 s deadline for members whose calls are now refused;
+ * with no round open, nothing is closed. */
+START_TEST(test_open_rounds_close_on_demand) {
+    ss__transport *t = make(60000, 0);
+    uint64_t a, b;
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, &a), SS_OK);
+    ck_assert_int_eq(ss__transport_join(t, "g", 1, &b), SS_OK);
+    ck_assert_uint_eq(ss__central_close_open_rounds(ss__inproc_central(t)), 0);
+    member_call ra = {.t = t, .group = "g", .member = a, .s = 4};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, member_call_main, &ra), 0);
+    while (!ss__transport_round_waiting(t, "g", b)) /* a's snapshot is in */
+        ss__sleep_ns(1000000ull);
+    const uint64_t t0 = ss__now_ns();
+    ck_assert_uint_eq(ss__central_close_open_rounds(ss__inproc_central(t)), 1);
+    pthread_join(th, NULL);
+    ck_assert_uint_lt(ss__now_ns() - t0, 30000000000ull); /* not the deadline */
+    ck_assert_int_eq(ra.st, SS_OK);
+    ck_assert_float_eq(ra.out, 4.0f);
+    ck_assert(!ss__transport_round_waiting(t, "g", b)); /* the next round is empty */
+    ck_assert_uint_eq(ss__central_close_open_rounds(ss__inproc_central(t)), 0);
+    ss__transport_destroy(t);
+}
+END_TEST
+
 /* Heartbeats keep an idle member in: rounds keep waiting for it. */
 START_TEST(test_heartbeat_keeps_member) {
     uint64_t a, b;
@@ -504,7 +531,8 @@ END_TEST
 SS_CHECK_MAIN("membership", 60, NULL, NULL, test_member_timeout_must_cover_the_deadline,
               test_silent_member_expires, test_heartbeat_keeps_member,
               test_engine_rejoins_after_expiry, test_a_keyed_join_replaces_its_earlier_self,
-              test_checkpoint_keeps_bmuf_state, test_checkpoint_reads_the_first_layout,
-              test_checkpoint_round_trip_is_exact, test_delta_holds_changed_groups_only,
-              test_checkpoint_refuses_torn_and_corrupt_files, test_checkpoint_never_holds_inf,
-              test_checkpoint_does_not_follow_a_planted_link, test_group_series_go_with_their_group)
+              test_open_rounds_close_on_demand, test_checkpoint_keeps_bmuf_state,
+              test_checkpoint_reads_the_first_layout, test_checkpoint_round_trip_is_exact,
+              test_delta_holds_changed_groups_only, test_checkpoint_refuses_torn_and_corrupt_files,
+              test_checkpoint_never_holds_inf, test_checkpoint_does_not_follow_a_planted_link,
+              test_group_series_go_with_their_group)

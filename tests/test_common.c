@@ -503,9 +503,13 @@ START_TEST(test_shard_map_file_owner_and_links) {
 }
 END_TEST
 
+static void count_change(void *arg) {
+    atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
 /* A PS's map: an epoch of 2^64 - 1 (refused as a value) or one more than
  * 2^32 past the one served (refused as a jump) changes nothing, and the
- * next true map is still taken. */
+ * next true map is still taken, and said to the on_change hook once. */
 START_TEST(test_map_watch_refuses_epoch_jumps) {
     char dir[64], path[128], why[400] = "";
     ss__check_tmpdir(dir, "ss-mapjump");
@@ -516,16 +520,20 @@ START_TEST(test_map_watch_refuses_epoch_jumps) {
     ss__ps_map_watch *w;
     ck_assert_int_eq(ss__ps_map_watch_start(path, metrics, &w, why, sizeof why), SS_OK);
     const _Atomic uint64_t *epoch = ss__ps_map_watch_epoch(w);
+    _Atomic int changes = 0;
+    ss__ps_map_watch_on_change(w, count_change, &changes);
     const uint64_t forged[] = {UINT64_MAX, 3 + SS_SHARD_MAP_EPOCH_JUMP};
     for (size_t i = 0; i < 2; i++) {
         ss__check_write_map(path, forged[i], "a:1,b:2", NULL);
         ss__sleep_ns(600000000ull); /* read every 200 ms */
         ck_assert_uint_eq(atomic_load(epoch), 2);
     }
+    ck_assert_int_eq(atomic_load(&changes), 0);
     ss__check_write_map(path, 3, "a:1,b:2", NULL);
-    for (int i = 0; i < 50 && atomic_load(epoch) != 3; i++)
+    for (int i = 0; i < 50 && atomic_load(&changes) != 1; i++)
         ss__sleep_ns(100000000ull);
     ck_assert_uint_eq(atomic_load(epoch), 3);
+    ck_assert_int_eq(atomic_load(&changes), 1);
     ss__ps_map_watch_stop(w);
     ss__metrics_destroy(metrics);
     ss__check_rmdir(dir);
