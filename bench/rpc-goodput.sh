@@ -17,10 +17,12 @@
 # stay plain, so their ratios say what the encryption costs.
 #   bash bench/rpc-goodput.sh
 #   bash bench/rpc-goodput.sh --tls 1
+#   bash bench/rpc-goodput.sh --shard-map 1   # the PS and the client route by a shard map
 #   BENCH_ARGS="--window 2" bash bench/rpc-goodput.sh   # flags of shadowsync-bench-rpc
 source "$(dirname "$0")/common.sh"
 REPS=${REPS:-20}
 TLS=${TLS:-0}
+SHARD_MAP=${SHARD_MAP:-0}
 if ! command -v iperf3 >/dev/null; then
   SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get install -y iperf3 >/dev/null
@@ -48,7 +50,15 @@ if [ "$TLS" = 1 ]; then
   bench_tls=(--tls-ca $c/ca.pem --tls-cert $c/client.pem --tls-key $c/client.key)
   echo "gRPC and bulk over mutual TLS ($(openssl version | cut -d' ' -f1-2)); iperf3 and the echoes plain"
 fi
-./build/bin/shadowsync-ps --listen 127.0.0.1:0 --threads 2 "${ps_tls[@]}" >out/bench-ps.log 2>&1 &
+PS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ps_map=() bench_map=()
+if [ "$SHARD_MAP" = 1 ]; then
+  printf 'epoch 1\nps 127.0.0.1:%s\n' "$PS_PORT" >out/bench-rpc.map
+  ps_map=(--shard-map out/bench-rpc.map)
+  bench_map=(--shard-map out/bench-rpc.map)
+  echo "the PS and the client route by a shard map (out/bench-rpc.map, epoch 1)"
+fi
+./build/bin/shadowsync-ps --listen "127.0.0.1:$PS_PORT" --threads 2 "${ps_tls[@]}" "${ps_map[@]}" >out/bench-ps.log 2>&1 &
 ps=$!
 trap 'kill $ps 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q listening out/bench-ps.log && break; sleep 0.1; done
@@ -70,8 +80,8 @@ median_line() { sort -t= -k2 -n <<<"$1" | sed -n "$(((ALTERNATE + 1) / 2))p"; }
 for n in 1048576 10485760; do
   bulk_lines= lines= echo_lines= tcp_lines=
   for _ in $(seq "$ALTERNATE"); do
-    b=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" "${bench_tls[@]}" ${BENCH_ARGS:-})
-    g=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk false "${bench_tls[@]}" ${BENCH_ARGS:-})
+    b=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" "${bench_tls[@]}" "${bench_map[@]}" ${BENCH_ARGS:-})
+    g=$(./build/bin/shadowsync-bench-rpc --ps "$addr" --floats "$n" --reps "$REPS" --bulk false "${bench_tls[@]}" "${bench_map[@]}" ${BENCH_ARGS:-})
     e=$(./build/bin/shadowsync-bench-rpc --echo --floats "$n" --reps "$REPS" ${BENCH_ARGS:-})
     t=$(./build/bin/shadowsync-bench-rpc --tcp-echo --floats "$n" --reps "$REPS")
     bulk_lines+="goodput=$(field goodput_gbit_s "$b") $b"$'\n'

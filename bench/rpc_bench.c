@@ -31,6 +31,7 @@
 #include "common/flags.h"
 #include "common/malloc_tune.h"
 #include "rpc/dense/grpc_transport.h"
+#include "rpc/dense/recut_transport.h"
 #include "rpc/rpc.h"
 
 #define ECHO_PATH "/shadowsync.bench.Echo/Echo"
@@ -261,7 +262,7 @@ static const ss__program program = {
 
 int main(int argc, char **argv) {
     ss__malloc_keep_large_buffers(); /* sync rounds reuse their megabyte buffers */
-    const char *ps = "127.0.0.1:7070", *tls_ca = "", *tls_cert = "", *tls_key = "";
+    const char *ps = "127.0.0.1:7070", *tls_ca = "", *tls_cert = "", *tls_key = "", *map = "";
     int64_t floats = 1 << 20, reps = 20, warmup = 3, chunk = SS_GRPC_CHUNK_FLOATS, window = 0;
     bool echo = false, tcp_echo = false, bulk = true; /* the library's default */
     ss__flag flags[] = {
@@ -292,6 +293,10 @@ int main(int argc, char **argv) {
         {"tls-cert", SS_FLAG_STRING, &tls_cert, "PEM client certificate for mutual TLS", NULL, 0,
          0},
         {"tls-key", SS_FLAG_STRING, &tls_key, "PEM private key of --tls-cert", NULL, 0, 0},
+        {"shard-map", SS_FLAG_STRING, &map,
+         "a shard map file: its PS list replaces --ps, and the calls carry its epoch, as a "
+         "trainer's with shard_map (\"\" = none)",
+         NULL, 0, 0},
     };
     int exit_code = ss__flags_cli(&program, flags, sizeof flags / sizeof *flags, argc, argv);
     if (exit_code >= 0)
@@ -310,7 +315,9 @@ int main(int argc, char **argv) {
                                      .tls = *tls_ca ? &tls : NULL,
                                      .bulk = bulk};
     ss__transport *t;
-    ss_status st = ss__grpc_transport_create(&cfg, &t, NULL, 0);
+    char why[400] = "";
+    ss_status st = *map ? ss__recut_transport_create(map, &cfg, &t, why, sizeof why)
+                        : ss__grpc_transport_create(&cfg, &t, why, sizeof why);
     size_t n = (size_t)floats;
     float *s = malloc(n * sizeof *s), *d = malloc(n * sizeof *d);
     uint64_t m;
@@ -320,7 +327,7 @@ int main(int argc, char **argv) {
     snprintf(group, sizeof group, "bench-%zu-%lld", n, (long long)chunk);
     if (st != SS_OK || !s || !d || (st = ss__transport_join(t, group, n, &m)) != SS_OK) {
         fprintf(stderr, "shadowsync-bench-rpc: %s%s%s\n", ss_strerror(st ? st : SS_ERR_NO_MEMORY),
-                *ss__rpc_last_failure() ? ": " : "", ss__rpc_last_failure());
+                *why || *ss__rpc_last_failure() ? ": " : "", *why ? why : ss__rpc_last_failure());
         return 1;
     }
     for (size_t i = 0; i < n; i++)

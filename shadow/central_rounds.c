@@ -3,6 +3,7 @@
  * server side of compressed members. The store and membership are
  * central_groups.c. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,11 +50,11 @@ void ss__central_close_round(group *g) {
 }
 
 /* The start of a call on group name of n floats: the group, locked. NULL:
- * *st says why (the caller unlocks otherwise). With s, the snapshot is
- * checked (finite) and the member must be one; its call counts as a sign
- * of life. */
+ * *st says why (the caller unlocks otherwise). With s, the member must be
+ * one and its call counts as a sign of life, and the snapshot is checked
+ * (finite) unless the caller's own arithmetic refuses what is not. */
 static group *enter_call(ss__central *c, const char *name, uint64_t member, const float *s,
-                         size_t n, ss_status *st) {
+                         size_t n, bool s_checked_later, ss_status *st) {
     ss__central_refusal_clear();
     group *g = ss__central_find(c, name);
     if (!g) {
@@ -68,7 +69,7 @@ static group *enter_call(ss__central *c, const char *name, uint64_t member, cons
         *st = SS_ERR_SIZE_MISMATCH;
     else if (s && ss__central_member_index(g, member) < 0)
         *st = SS_ERR_NOT_FOUND;
-    else if (s && !ss__all_finite(s, n))
+    else if (s && !s_checked_later && !ss__all_finite(s, n))
         *st = SS_ERR_NON_FINITE;
     if (*st != SS_OK) {
         pthread_mutex_unlock(&g->lock);
@@ -134,21 +135,35 @@ static void exchange_done(group *g) {
     g->last_done_ns = ss__now_ns();
 }
 
+/* A snapshot that is not finite (an exchange's refusal says which). */
+static void say_not_finite(const group *g, const float *s) {
+    size_t i = 0;
+    while (i < g->n && isfinite(s[i]))
+        i++;
+    ss__central_say("%s: the snapshot's float %zu is %g (NaN or Inf); nothing applied", g->name, i,
+                    (double)(i < g->n ? s[i] : 0.0f));
+}
+
 ss_status ss__central_easgd(ss__central *c, const char *name, uint64_t member, const float *s,
                             float alpha, float *d, size_t n) {
     ss_status st = SS_ERR_INVALID_ARGUMENT;
-    group *g = c && name && s && d ? enter_call(c, name, member, s, n, &st) : NULL;
+    /* The snapshot is not read a pass of its own to check it: a NaN or Inf
+     * makes d so, which the exchange refuses (one pass less over each
+     * chunk on the PS). The first one, which becomes the centre, is. */
+    group *g = c && name && s && d ? enter_call(c, name, member, s, n, true, &st) : NULL;
     if (!g) {
         if (d)
             memset(d, 0, n * sizeof *d); /* nothing applied */
         return st;
     }
-    if (!g->central_init) {
+    if (!g->central_init && ss__all_finite(s, n)) {
         memcpy(g->central, s, n * sizeof(float));
         g->central_init = true;
     }
-    st = ss__easgd_server(s, g->central, d, alpha, n);
-    if (st == SS_ERR_NON_FINITE)
+    st = g->central_init ? ss__easgd_server(s, g->central, d, alpha, n) : SS_ERR_NON_FINITE;
+    if (st == SS_ERR_NON_FINITE && !ss__all_finite(s, n))
+        say_not_finite(g, s);
+    else if (st == SS_ERR_NON_FINITE)
         say_easgd_overflow(g);
     if (st == SS_OK)
         exchange_done(g);
@@ -189,7 +204,7 @@ ss_status ss__central_easgd_encoded(ss__central *c, const char *name, uint64_t m
     if (!c || !name || !up || !reply || n == 0)
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st;
-    group *g = enter_call(c, name, member, NULL, n, &st);
+    group *g = enter_call(c, name, member, NULL, n, false, &st);
     if (!g)
         return st;
     st = easgd_encoded_locked(c, g, member, up, alpha, reply);
@@ -317,7 +332,7 @@ static ss_status round_call(ss__central *c, const char *name, uint64_t member, s
     if (!c || !name || !result || n == 0 || (up ? !reply : !s || !avg))
         return SS_ERR_INVALID_ARGUMENT;
     ss_status st;
-    group *g = enter_call(c, name, member, s, n, &st);
+    group *g = enter_call(c, name, member, s, n, false, &st);
     if (!g)
         return st;
     st = round_locked(c, g, member, s, up, bmuf, avg, reply, result);
@@ -359,7 +374,7 @@ size_t ss__central_close_open_rounds(ss__central *c) {
 ss_status ss__central_read(ss__central *c, const char *name, float *out, size_t n) {
     ss__central_refusal_clear();
     ss_status st = SS_ERR_INVALID_ARGUMENT;
-    group *g = c && name && out ? enter_call(c, name, 0, NULL, n, &st) : NULL;
+    group *g = c && name && out ? enter_call(c, name, 0, NULL, n, false, &st) : NULL;
     if (!g)
         return st;
     if (g->central_init)

@@ -241,6 +241,10 @@ START_TEST(test_inproc_bad_input_leaves_central) {
     ck_assert_int_eq(ss__transport_join(t, "", 3, &x), SS_ERR_INVALID_ARGUMENT);
     float d[3], c[2], avg[2];
     ss__round_result rr;
+    /* The first snapshot becomes the centre: not one with a NaN. */
+    ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, NAN}, 0.5f, d, 2),
+                     SS_ERR_NON_FINITE);
+    ck_assert_int_eq(ss__transport_read_central(t, "g", c, 2), SS_ERR_STATE);
     ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){1, 1}, 0.5f, d, 2),
                      SS_OK);
     ck_assert_int_eq(ss__transport_easgd_exchange(t, "g", a, (const float[]){NAN, 1}, 0.5f, d, 2),
