@@ -69,6 +69,26 @@ START_TEST(test_silent_member_expires) {
 }
 END_TEST
 
+/* Member a's round (its snapshot 4) in a thread of its own, returned once
+ * the snapshot is in: member b, which has not sent one, sees the round
+ * wait for it. */
+static void round_waiting_for(ss__transport *t, uint64_t a, uint64_t b, member_call *ra,
+                              pthread_t *th) {
+    *ra = (member_call){.t = t, .group = "g", .member = a, .s = 4};
+    ck_assert_int_eq(pthread_create(th, NULL, member_call_main, ra), 0);
+    while (!ss__transport_round_waiting(t, "g", b))
+        ss__sleep_ns(1000000ull);
+}
+
+/* That round ended (since t0) before its 60 s deadline, a's snapshot alone
+ * its mean. */
+static void round_ended_alone(member_call *ra, pthread_t th, uint64_t t0) {
+    pthread_join(th, NULL);
+    ck_assert_uint_lt(ss__now_ns() - t0, 30000000000ull); /* not the deadline */
+    ck_assert_int_eq(ra->st, SS_OK);
+    ck_assert_float_eq(ra->out, 4.0f);
+}
+
 /* A join with the key of a member replaces it (an agent's trainer through
  * a restarted agent): an open round that waited for the old one closes,
  * the old id is gone, and other keys (and no key) are other members. No
@@ -78,17 +98,12 @@ START_TEST(test_a_keyed_join_replaces_its_earlier_self) {
     uint64_t a, b, b2, c, d;
     ck_assert_int_eq(ss__transport_join(t, "g", 1, &a), SS_OK);
     ck_assert_int_eq(ss__transport_join_keyed(t, "g", 1, 7, &b), SS_OK);
-    member_call ra = {.t = t, .group = "g", .member = a, .s = 4};
+    member_call ra;
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, member_call_main, &ra), 0);
-    while (!ss__transport_round_waiting(t, "g", b)) /* a's snapshot is in */
-        ss__sleep_ns(1000000ull);
+    round_waiting_for(t, a, b, &ra, &th);
     const uint64_t t0 = ss__now_ns();
     ck_assert_int_eq(ss__transport_join_keyed(t, "g", 1, 7, &b2), SS_OK);
-    pthread_join(th, NULL);
-    ck_assert_uint_lt(ss__now_ns() - t0, 30000000000ull); /* not the deadline */
-    ck_assert_int_eq(ra.st, SS_OK);
-    ck_assert_float_eq(ra.out, 4.0f); /* a's snapshot alone */
+    round_ended_alone(&ra, th, t0);
     ck_assert_int_eq(ss__transport_heartbeat(t, "g", b), SS_ERR_NOT_FOUND);
     ck_assert_int_eq(ss__transport_heartbeat(t, "g", b2), SS_OK);
     /* Another key and no key replace nobody. */
@@ -112,17 +127,12 @@ START_TEST(test_open_rounds_close_on_demand) {
     ck_assert_int_eq(ss__transport_join(t, "g", 1, &a), SS_OK);
     ck_assert_int_eq(ss__transport_join(t, "g", 1, &b), SS_OK);
     ck_assert_uint_eq(ss__central_close_open_rounds(ss__inproc_central(t)), 0);
-    member_call ra = {.t = t, .group = "g", .member = a, .s = 4};
+    member_call ra;
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, member_call_main, &ra), 0);
-    while (!ss__transport_round_waiting(t, "g", b)) /* a's snapshot is in */
-        ss__sleep_ns(1000000ull);
+    round_waiting_for(t, a, b, &ra, &th);
     const uint64_t t0 = ss__now_ns();
     ck_assert_uint_eq(ss__central_close_open_rounds(ss__inproc_central(t)), 1);
-    pthread_join(th, NULL);
-    ck_assert_uint_lt(ss__now_ns() - t0, 30000000000ull); /* not the deadline */
-    ck_assert_int_eq(ra.st, SS_OK);
-    ck_assert_float_eq(ra.out, 4.0f);
+    round_ended_alone(&ra, th, t0);
     ck_assert(!ss__transport_round_waiting(t, "g", b)); /* the next round is empty */
     ck_assert_uint_eq(ss__central_close_open_rounds(ss__inproc_central(t)), 0);
     ss__transport_destroy(t);
