@@ -1,6 +1,7 @@
 /* See finite.h. */
 #include "common/finite.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -45,6 +46,13 @@ static finite_fn pick(void) {
     if (__builtin_cpu_supports("avx2"))
         return finite_avx2;
     return finite_sse2;
+}
+
+size_t ss__first_non_finite(const float *x, size_t n) {
+    size_t i = 0;
+    while (i < n && isfinite(x[i]))
+        i++;
+    return i;
 }
 
 int ss__all_finite(const float *restrict x, size_t n) {

@@ -9,6 +9,9 @@
 
 /* 1 if every one of the n floats is finite (no NaN, no Inf), else 0. */
 int ss__all_finite(const float *restrict x, size_t n);
+/* The index of the first float that is not finite (n: none), for the
+ * message once a check refused: it stops there, so it does not vectorize. */
+size_t ss__first_non_finite(const float *x, size_t n);
 
 /* The elastic rate (S-EASGD's alpha, a cached table's emb_alpha): in
  * (0, 1] (NaN is not). */

@@ -547,9 +547,7 @@ static ss_status check_request(ss__emb_store *st, const char *table, const uint6
         return refuse(st, SS_ERR_TOO_LARGE, "reply_too_large");
     }
     if (payload && !ss__all_finite(payload, n * tb->spec.dim)) {
-        size_t i = 0; /* where, for the message: the scan above does not stop early */
-        while (isfinite(payload[i]))
-            i++;
+        const size_t i = ss__first_non_finite(payload, n * tb->spec.dim);
         ss__why(why, whylen, "value %zu of row %zu is not finite", i % tb->spec.dim,
                 i / tb->spec.dim);
         return refuse(st, SS_ERR_NON_FINITE, "non_finite");

@@ -3,7 +3,6 @@
  * server side of compressed members. The store and membership are
  * central_groups.c. */
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,13 +134,15 @@ static void exchange_done(group *g) {
     g->last_done_ns = ss__now_ns();
 }
 
-/* A snapshot that is not finite (an exchange's refusal says which). */
+/* Why an exchange of snapshot s was refused as not finite: s's own float
+ * i (< n), or else the exchange's arithmetic. */
 static void say_not_finite(const group *g, const float *s) {
-    size_t i = 0;
-    while (i < g->n && isfinite(s[i]))
-        i++;
-    ss__central_say("%s: the snapshot's float %zu is %g (NaN or Inf); nothing applied", g->name, i,
-                    (double)(i < g->n ? s[i] : 0.0f));
+    const size_t i = ss__first_non_finite(s, g->n);
+    if (i < g->n)
+        ss__central_say("%s: the snapshot's float %zu is %g (NaN or Inf); nothing applied", g->name,
+                        i, (double)s[i]);
+    else
+        say_easgd_overflow(g);
 }
 
 ss_status ss__central_easgd(ss__central *c, const char *name, uint64_t member, const float *s,
@@ -161,10 +162,8 @@ ss_status ss__central_easgd(ss__central *c, const char *name, uint64_t member, c
         g->central_init = true;
     }
     st = g->central_init ? ss__easgd_server(s, g->central, d, alpha, n) : SS_ERR_NON_FINITE;
-    if (st == SS_ERR_NON_FINITE && !ss__all_finite(s, n))
+    if (st == SS_ERR_NON_FINITE)
         say_not_finite(g, s);
-    else if (st == SS_ERR_NON_FINITE)
-        say_easgd_overflow(g);
     if (st == SS_OK)
         exchange_done(g);
     else

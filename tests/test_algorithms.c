@@ -139,6 +139,8 @@ START_TEST(test_mean_and_kernels) {
     for (int i = 0; i < LONG; i++)
         run[i] = i % 3 == 0 ? FLT_MAX : i % 3 == 1 ? -FLT_MIN / 8 : (float)i;
     ck_assert(ss__all_finite(run, LONG));
+    ck_assert_uint_eq(ss__first_non_finite(run, LONG), LONG); /* none */
+    ck_assert_uint_eq(ss__first_non_finite(run, 0), 0);
     const int at[] = {0, 15, 16, 17, 255, 511, 992, 1000, 1002};
     const float odd[] = {NAN, INFINITY, -INFINITY};
     for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
@@ -146,6 +148,7 @@ START_TEST(test_mean_and_kernels) {
         run[at[k]] = odd[k % 3];
         ck_assert_msg(!ss__all_finite(run, LONG), "non-finite at %d", at[k]);
         ck_assert(ss__all_finite(run, (size_t)at[k])); /* the floats before it */
+        ck_assert_uint_eq(ss__first_non_finite(run, LONG), (size_t)at[k]);
         run[at[k]] = keep;
     }
     /* W = [[1,2],[3,4]], b = [1,-1], x = [1,1] -> y = [4, 6]; W^T [1,1] = [4,6]. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/finite.h"
 #include "trainer-hooks/errors_internal.h"
 #include "trainer-hooks/tables_internal.h"
 
@@ -128,12 +129,12 @@ static ss_status check_finite(ss_table *const *tables, size_t ntables, const uin
                               const size_t *counts, const float *grads) {
     for (size_t k = 0; k < ntables; k++) {
         const size_t dim = tables[k]->spec.dim;
-        for (size_t i = 0; i < counts[k] * dim; i++)
-            if (!isfinite(grads[i]))
-                return ss__err_set(SS_ERR_NON_FINITE,
-                                   "table %s: the gradient of id %llu (row %zu of its push) "
-                                   "holds NaN or Inf; no table took any of this push",
-                                   tables[k]->spec.name, (unsigned long long)ids[i / dim], i / dim);
+        const size_t bad = ss__first_non_finite(grads, counts[k] * dim);
+        if (bad < counts[k] * dim)
+            return ss__err_set(SS_ERR_NON_FINITE,
+                               "table %s: the gradient of id %llu (row %zu of its push) "
+                               "holds NaN or Inf; no table took any of this push",
+                               tables[k]->spec.name, (unsigned long long)ids[bad / dim], bad / dim);
         ids += counts[k];
         grads += counts[k] * dim;
     }

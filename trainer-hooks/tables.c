@@ -388,12 +388,12 @@ ss_status ss__table_prepare_push(ss_table *tb, const uint64_t *ids, size_t n, co
     if (n == 0)
         return SS_OK;
     const size_t dim = tb->spec.dim;
-    for (size_t i = 0; i < n * dim; i++)
-        if (!isfinite(grads[i]))
-            return ss__err_set(SS_ERR_NON_FINITE,
-                               "table %s: the gradient of id %llu (row %zu of the push) holds "
-                               "NaN or Inf; nothing was pushed",
-                               tb->spec.name, (unsigned long long)ids[i / dim], i / dim);
+    const size_t bad = ss__first_non_finite(grads, n * dim);
+    if (bad < n * dim)
+        return ss__err_set(SS_ERR_NON_FINITE,
+                           "table %s: the gradient of id %llu (row %zu of the push) holds "
+                           "NaN or Inf; nothing was pushed",
+                           tb->spec.name, (unsigned long long)ids[bad / dim], bad / dim);
     atomic_fetch_add(&tb->pushes, n);
     unique_ids u;
     ss_status st = ss__table_dedup(ids, n, &u);
