@@ -50,9 +50,9 @@ if [ "$TLS" = 1 ]; then
   bench_tls=(--tls-ca $c/ca.pem --tls-cert $c/client.pem --tls-key $c/client.key)
   echo "gRPC and bulk over mutual TLS ($(openssl version | cut -d' ' -f1-2)); iperf3 and the echoes plain"
 fi
-PS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-ps_map=() bench_map=()
-if [ "$SHARD_MAP" = 1 ]; then
+PS_PORT=0 ps_map=() bench_map=()
+if [ "$SHARD_MAP" = 1 ]; then # the map names the PS: its port is picked first
+  PS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   printf 'epoch 1\nps 127.0.0.1:%s\n' "$PS_PORT" >out/bench-rpc.map
   ps_map=(--shard-map out/bench-rpc.map)
   bench_map=(--shard-map out/bench-rpc.map)

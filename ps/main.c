@@ -691,7 +691,6 @@ static int start_bulk(ps_state *ps, const ps_options *o, const ss__rpc_server_co
     return 0;
 }
 
-/* Step 3: both services on one gRPC server. */
 /* A new shard map: every call of the old epoch is refused from now on, so
  * an MA round open here gets no more snapshots; closed at once, its
  * members hear of the map at their next call instead of after the
@@ -703,6 +702,7 @@ static void close_rounds_on_new_map(void *centre) {
                 closed);
 }
 
+/* Step 3: both services on one gRPC server. */
 static int start_rpc(ps_state *ps, const ps_options *o) {
     ss__emb_service_init(&ps->esvc, ps->store);
     ps->svc = (ss__dense_service){.centre = ps->centre,
